@@ -1,0 +1,258 @@
+"""The ``fusionopt`` command: the public API on the command line, nothing more.
+
+Bad arguments and bad input files exit with status 2 and a one-line message.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any, Sequence
+
+from fusionopt import zoo
+from fusionopt.cost import cost_from_dict, network, networks, ALGORITHMS
+from fusionopt.model import AlphaBeta, Plan, Problem, Profile, simulate
+from fusionopt.model._io import read_json_document, write_json_atomic
+from fusionopt.solvers import compare, format_table, methods, solve
+from fusionopt.solvers.result import Result
+
+
+class UsageError(Exception):
+    """A bad command line or input file: reported in one line, exit status 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # argparse prints usage and two lines otherwise
+        raise UsageError(message)
+
+
+# ---------------------------------------------------------------------- shared arguments
+def _add_cost_arguments(parser: argparse.ArgumentParser, *, required: bool = True) -> None:
+    group = parser.add_argument_group("communication cost (one of)")
+    group.add_argument("--alpha", type=float, help="AlphaBeta startup latency per message, seconds")
+    group.add_argument("--beta", type=float, help="AlphaBeta transfer time per byte, seconds/byte")
+    group.add_argument("--cost", metavar="COST.json", help="a cost model written as JSON")
+    group.add_argument("--network", help=f"a network preset: {', '.join(networks())}")
+    group.add_argument("--workers", type=int, help="number of workers for --network")
+    group.add_argument("--algorithm", default="ring", help=f"all-reduce for --network: {', '.join(ALGORITHMS)}")
+    parser.add_argument("--sync", default="barrier", choices=("barrier", "layerwise"),
+                        help="when the next forward may start (default barrier)")
+
+
+def _cost(args: argparse.Namespace):
+    chosen = [name for name, given in (
+        ("--alpha/--beta", args.alpha is not None or args.beta is not None),
+        ("--cost", args.cost is not None),
+        ("--network", args.network is not None),
+    ) if given]
+    if len(chosen) != 1:
+        raise UsageError("give exactly one cost: --alpha and --beta, --cost COST.json, or --network with --workers")
+    if args.alpha is not None or args.beta is not None:
+        if args.alpha is None or args.beta is None:
+            raise UsageError("--alpha and --beta go together")
+        return AlphaBeta(args.alpha, args.beta)
+    if args.cost is not None:
+        return cost_from_dict(read_json_document(args.cost), source=args.cost)
+    if args.workers is None:
+        raise UsageError("--network needs --workers")
+    return network(args.network, args.workers, algorithm=args.algorithm)
+
+
+def _parse_options(pairs: Sequence[str]) -> dict[str, Any]:
+    options: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, text = pair.partition("=")
+        if not sep or not key:
+            raise UsageError(f"--option takes KEY=VALUE, got {pair!r}")
+        try:
+            options[key] = json.loads(text)
+        except json.JSONDecodeError:
+            options[key] = text
+    return options
+
+
+def _result_document(result: Result) -> dict[str, Any]:
+    timeline = result.timeline
+    return {
+        "method": result.method,
+        "status": str(result.status),
+        "iteration_time": result.iteration_time,
+        "lower_bound": result.lower_bound,
+        "gap": result.gap,
+        "exposed": timeline.exposed if timeline is not None else None,
+        "messages": result.num_messages,
+        "solve_seconds": result.solve_seconds,
+        "stats": dict(result.stats),
+        "plan": result.plan.to_dict(),
+    }
+
+
+def _print_result(result: Result, profile: Profile) -> None:
+    timeline = result.timeline
+    bound = "-" if result.lower_bound is None else f"{1e3 * result.lower_bound:.6f} ms"
+    print(f"method          {result.method}")
+    print(f"status          {result.status}")
+    print(f"iteration time  {1e3 * result.iteration_time:.6f} ms")
+    print(f"lower bound     {bound}")
+    print(f"exposed         {1e3 * timeline.exposed:.6f} ms")
+    print(f"messages        {result.num_messages}")
+    for k, message in enumerate(result.plan.messages[:20]):
+        names = ", ".join(profile.names[i] for i in message.tensors)
+        print(f"  {k:>4}  {message.nbytes:>12d} B  [{names}]")
+    if result.num_messages > 20:
+        print(f"  ... {result.num_messages - 20} more messages (use --json for all)")
+
+
+# ---------------------------------------------------------------------- commands
+def _cmd_methods(args: argparse.Namespace) -> None:
+    listing = methods()
+    width = max(len(name) for name in listing)
+    for name, summary in listing.items():
+        print(f"{name.ljust(width)}  {summary}")
+
+
+def _cmd_solve(args: argparse.Namespace) -> None:
+    profile = Profile.read(args.profile)
+    problem = Problem(profile, _cost(args), sync=args.sync)
+    result = solve(problem, args.method, **_parse_options(args.option))
+    if args.output:
+        result.plan.write(args.output)
+    if args.json:
+        print(json.dumps(_result_document(result), indent=1))
+    else:
+        _print_result(result, profile)
+
+
+def _cmd_simulate(args: argparse.Namespace) -> None:
+    profile = Profile.read(args.profile)
+    problem = Problem(profile, _cost(args), sync=args.sync)
+    plan = Plan.read(args.plan)
+    timeline = simulate(problem, plan)
+    document = {
+        "iteration_time": timeline.iteration_time,
+        "exposed": timeline.exposed,
+        "compute_time": timeline.compute_time,
+        "communication_end": timeline.communication_end,
+        "busy": timeline.busy,
+        "messages": [
+            {"start": s, "end": e, "bytes": int(b)}
+            for s, e, b in zip(timeline.message_start, timeline.message_end, timeline.message_bytes)
+        ],
+    }
+    if args.json:
+        print(json.dumps(document, indent=1))
+        return
+    print(f"iteration time  {1e3 * timeline.iteration_time:.6f} ms")
+    print(f"compute         {1e3 * timeline.compute_time:.6f} ms")
+    print(f"exposed         {1e3 * timeline.exposed:.6f} ms")
+    print(f"messages        {timeline.num_messages}")
+
+
+def _problem_for_compare(args: argparse.Namespace) -> tuple[Problem, str]:
+    if (args.model is None) == (args.profile is None):
+        raise UsageError("give exactly one of --model NAME or --profile PROFILE.json")
+    if args.profile is not None:
+        profile = Profile.read(args.profile)
+        label = args.profile
+    else:
+        profile = zoo.profile(args.model, device=args.device, batch=args.batch)
+        label = f"{args.model} on {args.device}, batch {args.batch} (roofline estimate)"
+    return Problem(profile, _cost(args), sync=args.sync), label
+
+
+def _cmd_compare(args: argparse.Namespace) -> None:
+    problem, label = _problem_for_compare(args)
+    names = args.methods.split(",") if args.methods else None
+    rows = compare(problem, names)
+    if args.json:
+        print(json.dumps([row.__dict__ for row in rows], indent=1))
+        return
+    profile = problem.profile
+    print(f"workload  {label}: {profile.n} tensors, {profile.total_bytes / 2**20:.1f} MiB of gradients")
+    print(f"compute   B = {1e3 * profile.B:.3f} ms, F = {1e3 * profile.F:.3f} ms")
+    print(f"network   {problem.cost!r}, sync {problem.sync}")
+    print()
+    print(format_table(rows))
+
+
+def _cmd_zoo(args: argparse.Namespace) -> None:
+    rows = [("model", "parameters", "tensors", "GFLOPs/sample", "description")]
+    for name, description in zoo.models().items():
+        arch = zoo.architecture(name)
+        rows.append((name, f"{arch.parameters:,}", str(len(arch.tensors)), f"{arch.flops / 1e9:.2f}", description))
+    widths = [max(len(r[c]) for r in rows) for c in range(4)]
+    for row in rows:
+        print("  ".join([row[0].ljust(widths[0])] + [c.rjust(w) for c, w in zip(row[1:4], widths[1:])] + [row[4]]))
+
+
+def _cmd_profile(args: argparse.Namespace) -> None:
+    profile = zoo.profile(args.model, device=args.device, batch=args.batch)
+    if args.output:
+        profile.write(args.output)
+        print(f"wrote {args.output}: {profile!r}")
+    else:
+        print(profile.to_json())
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="fusionopt", description="Tensor fusion and partition schedules for data-parallel training.")
+    commands = parser.add_subparsers(dest="command", parser_class=_Parser, metavar="COMMAND")
+    commands.required = True
+
+    p = commands.add_parser("methods", help="list the methods with a one-line description")
+    p.set_defaults(run=_cmd_methods)
+
+    p = commands.add_parser("solve", help="solve a profile with one method")
+    p.add_argument("profile", metavar="PROFILE.json")
+    p.add_argument("--method", default="wfbp", help="a name from `fusionopt methods` (default wfbp)")
+    p.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
+                   help="a method option, VALUE parsed as JSON when it can be (repeatable)")
+    p.add_argument("--output", metavar="PLAN.json", help="write the plan as JSON")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+    _add_cost_arguments(p)
+    p.set_defaults(run=_cmd_solve)
+
+    p = commands.add_parser("simulate", help="simulate a plan on a profile")
+    p.add_argument("profile", metavar="PROFILE.json")
+    p.add_argument("--plan", required=True, metavar="PLAN.json")
+    p.add_argument("--json", action="store_true", help="print the timeline as JSON")
+    _add_cost_arguments(p)
+    p.set_defaults(run=_cmd_simulate)
+
+    p = commands.add_parser("compare", help="compare methods on a zoo model or a profile")
+    p.add_argument("--model", help=f"a zoo model: {', '.join(zoo.models())}")
+    p.add_argument("--profile", metavar="PROFILE.json", help="a profile instead of a zoo model")
+    p.add_argument("--device", default="h100", help=f"device for the zoo estimate: {', '.join(zoo.devices())}")
+    p.add_argument("--batch", type=int, default=64, help="per-worker batch for the zoo estimate (default 64)")
+    p.add_argument("--methods", help="comma-separated method names (default: all)")
+    p.add_argument("--json", action="store_true", help="print the rows as JSON")
+    _add_cost_arguments(p)
+    p.set_defaults(run=_cmd_compare)
+
+    p = commands.add_parser("zoo", help="list the zoo models")
+    p.set_defaults(run=_cmd_zoo)
+
+    p = commands.add_parser("profile", help="write a zoo model's roofline profile as JSON")
+    p.add_argument("--model", required=True)
+    p.add_argument("--device", default="h100")
+    p.add_argument("--batch", type=int, default=64)
+    p.add_argument("--output", metavar="PROFILE.json")
+    p.set_defaults(run=_cmd_profile)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; returns the exit status."""
+    try:
+        args = build_parser().parse_args(argv)
+        args.run(args)
+    except (UsageError, ValueError, KeyError, FileNotFoundError, IsADirectoryError) as exc:
+        message = str(exc.args[0]) if isinstance(exc, KeyError) and exc.args else str(exc)
+        print(f"fusionopt: error: {' '.join(message.split())}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

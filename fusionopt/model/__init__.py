@@ -1,0 +1,17 @@
+"""The pure timing model (MODEL.md): profiles, cost models, plans, problems, the simulator.
+
+numpy only: nothing here imports a solver.
+"""
+
+from fusionopt.model.bounds import best_bound
+from fusionopt.model.cost import AlphaBeta, CommCost
+from fusionopt.model.fusion import evaluate_cuts, fusion_iteration_time
+from fusionopt.model.plan import Chunk, Message, Plan
+from fusionopt.model.problem import Problem
+from fusionopt.model.profile import Profile
+from fusionopt.model.timeline import Timeline, simulate
+
+__all__ = [
+    "AlphaBeta", "Chunk", "CommCost", "Message", "Plan", "Problem", "Profile", "Timeline",
+    "best_bound", "evaluate_cuts", "fusion_iteration_time", "simulate",
+]

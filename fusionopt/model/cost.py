@@ -1,0 +1,642 @@
+"""Communication cost models: the time ``c(S)`` a message of ``S`` bytes holds a channel.
+
+Every model satisfies MODEL.md section 2: ``c(0) = 0``, ``c`` non-decreasing, ``c(S) >= 0``,
+and is vectorised over sizes (call it with a number or an array of byte counts; times come
+back in seconds).
+
+Models: :class:`AlphaBeta` (Hockney), :class:`PiecewiseLinear` (measured points) and
+:class:`Composite` (a sum of models at scaled sizes). The collective all-reduce formulas and
+the network presets, which all return an :class:`AlphaBeta`, live in
+:mod:`fusionopt.model.collectives`. :func:`read_nccl_tests` and :func:`read_osu` turn benchmark
+output into a :class:`PiecewiseLinear`.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from abc import ABC, abstractmethod
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+__all__ = [
+    "COST_SCHEMA",
+    "COST_VERSION",
+    "CommCost",
+    "AlphaBeta",
+    "PiecewiseLinear",
+    "Composite",
+    "cost_from_dict",
+    "read_nccl_tests",
+    "read_osu",
+]
+
+COST_SCHEMA = "fusionopt.cost"
+COST_VERSION = 1
+
+
+def _as_sizes(size: Any) -> np.ndarray:
+    sizes = np.asarray(size, dtype=np.float64)
+    if sizes.size and (np.isnan(sizes).any() or np.isinf(sizes).any()):
+        raise ValueError("message size is NaN or infinite")
+    if sizes.size and (sizes < 0).any():
+        raise ValueError(f"message size is negative ({sizes[sizes < 0].flat[0]!r} bytes)")
+    return sizes
+
+
+def _check_param(label: str, value: float) -> float:
+    try:
+        value = float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{label} must be a number, got {value!r}") from None
+    if math.isnan(value) or math.isinf(value):
+        raise ValueError(f"{label} must be finite, got {value!r}")
+    if value < 0:
+        raise ValueError(f"{label} must be >= 0, got {value!r}")
+    return value
+
+
+class CommCost(ABC):
+    """A communication cost model ``c(S)`` in seconds for ``S`` bytes.
+
+    Subclasses implement :meth:`_evaluate` on a float64 array of non-negative sizes and
+    return 0 where the size is 0. ``affine`` is ``(alpha, beta)`` when ``c(S) = alpha + beta S``
+    for every ``S > 0`` (solvers use it for fast paths), else ``None``.
+
+    Examples
+    --------
+    >>> c = AlphaBeta(alpha=1e-3, beta=1e-9)
+    >>> isinstance(c, CommCost), c.affine
+    (True, (0.001, 1e-09))
+    >>> round(c.scaled(2)(1e6), 9)
+    0.004
+    """
+
+    def __call__(self, size: Any) -> Any:
+        sizes = _as_sizes(size)
+        times = self._evaluate(np.atleast_1d(sizes))
+        if sizes.ndim == 0:
+            return float(times[0])
+        return times.reshape(sizes.shape)
+
+    @abstractmethod
+    def _evaluate(self, sizes: np.ndarray) -> np.ndarray:
+        """Cost of each size in ``sizes`` (float64, all >= 0), in seconds."""
+
+    @property
+    def affine(self) -> tuple[float, float] | None:
+        return None
+
+    @abstractmethod
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict with ``schema``, ``version`` and ``kind``; see :func:`cost_from_dict`."""
+
+    @abstractmethod
+    def scaled(self, k: float) -> "CommCost":
+        """The same model with every time multiplied by ``k >= 0``."""
+
+
+class AlphaBeta(CommCost):
+    """Hockney's model ``c(S) = alpha + beta * S`` for ``S > 0`` and ``c(0) = 0``.
+
+    Parameters
+    ----------
+    alpha : float
+        Startup latency per message in seconds, ``>= 0``.
+    beta : float
+        Transfer time per byte in seconds per byte (inverse bandwidth), ``>= 0``.
+
+    Examples
+    --------
+    >>> c = AlphaBeta(alpha=1e-3, beta=1e-9)
+    >>> c(0), round(c(4e6), 9)
+    (0.0, 0.005)
+    >>> c([0, 1e6, 2e6]).round(9).tolist()
+    [0.0, 0.002, 0.003]
+    """
+
+    def __init__(self, alpha: float, beta: float) -> None:
+        self.alpha = _check_param("alpha", alpha)
+        self.beta = _check_param("beta", beta)
+
+    def _evaluate(self, sizes: np.ndarray) -> np.ndarray:
+        return np.where(sizes > 0, self.alpha + self.beta * sizes, 0.0)
+
+    @property
+    def affine(self) -> tuple[float, float]:
+        return (self.alpha, self.beta)
+
+    def scaled(self, k: float) -> "AlphaBeta":
+        k = _check_param("scale", k)
+        return AlphaBeta(self.alpha * k, self.beta * k)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"schema": COST_SCHEMA, "version": COST_VERSION, "kind": "alpha_beta",
+                "alpha": self.alpha, "beta": self.beta}
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, AlphaBeta) and (self.alpha, self.beta) == (other.alpha, other.beta)
+
+    def __hash__(self) -> int:
+        return hash(("AlphaBeta", self.alpha, self.beta))
+
+    def __repr__(self) -> str:
+        return f"AlphaBeta(alpha={self.alpha!r}, beta={self.beta!r})"
+
+
+def _fmt_bytes(size: float) -> str:
+    return str(int(size)) if float(size).is_integer() and abs(size) < 1e18 else repr(float(size))
+
+
+def _fmt_seconds(time: float) -> str:
+    # 12 digits hide the float noise of unit conversions (18.47 us -> 1.8469999999999998e-05 s).
+    return f"{float(time):.12g}"
+
+
+class PiecewiseLinear(CommCost):
+    """Linear interpolation through measured ``(bytes, seconds)`` points.
+
+    For ``s_1 <= S <= s_m`` the cost is the straight line between the neighbouring points; beyond
+    the last point it continues along the last segment's slope (``>= 0``; zero with one point).
+    For ``0 < S < s_1`` it is the first point's time: a positive message costs at least the
+    smallest measured message, since every real message pays the startup latency. ``c(0) = 0``.
+
+    Parameters
+    ----------
+    sizes : sequence of float
+        Measured message sizes in bytes, positive and finite, in any order.
+    times : sequence of float
+        Measured times in seconds, finite and ``>= 0``, non-decreasing in size.
+    repair : bool, keyword-only
+        Clean up noisy measurements instead of rejecting them: points of equal size are
+        replaced by one point at their mean time, then each time is replaced by the running
+        maximum of the times at smaller or equal sizes, so that the curve is non-decreasing.
+        Default ``False``: duplicates and decreasing times raise ``ValueError``.
+
+    Examples
+    --------
+    >>> c = PiecewiseLinear([1e3, 1e4, 1e5], [1e-5, 2e-5, 1.1e-4])
+    >>> c([0, 500, 1e3, 5.5e3, 1e5, 2e5]).round(9).tolist()
+    [0.0, 1e-05, 1e-05, 1.5e-05, 0.00011, 0.00021]
+    >>> PiecewiseLinear([1, 2, 3], [3e-6, 2e-6, 4e-6], repair=True).times.tolist()
+    [3e-06, 3e-06, 4e-06]
+    """
+
+    def __init__(self, sizes: Sequence[float], times: Sequence[float], *, repair: bool = False) -> None:
+        size_array = self._as_column("sizes", sizes)
+        time_array = self._as_column("times", times)
+        if size_array.size != time_array.size:
+            raise ValueError(f"sizes and times differ in length ({size_array.size} sizes, "
+                             f"{time_array.size} times)")
+        if size_array.size == 0:
+            raise ValueError("PiecewiseLinear needs at least one measured point")
+        for i, (size, time) in enumerate(zip(size_array.tolist(), time_array.tolist())):
+            if not math.isfinite(size) or size <= 0:
+                raise ValueError(f"point {i}: size {size!r} B must be positive and finite")
+            if not math.isfinite(time) or time < 0:
+                raise ValueError(f"point {i} (size {_fmt_bytes(size)} B): time {_fmt_seconds(time)} s "
+                                 "must be finite and >= 0")
+        order = np.argsort(size_array, kind="stable")
+        size_array, time_array = size_array[order], time_array[order]
+        if repair:
+            size_array, group = np.unique(size_array, return_inverse=True)
+            time_array = np.bincount(group, weights=time_array) / np.bincount(group)
+            time_array = np.maximum.accumulate(time_array)
+        else:
+            self._check_sorted(size_array, time_array, order)
+        size_array.setflags(write=False)
+        time_array.setflags(write=False)
+        self._sizes, self._times = size_array, time_array
+        self._slope = 0.0
+        if size_array.size > 1:
+            self._slope = float((time_array[-1] - time_array[-2]) / (size_array[-1] - size_array[-2]))
+
+    @staticmethod
+    def _as_column(label: str, values: Any) -> np.ndarray:
+        try:
+            column = np.array(values, dtype=np.float64)
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"{label} must be numbers: {exc}") from None
+        if column.ndim != 1:
+            raise ValueError(f"{label} must be a flat sequence, got shape {column.shape}")
+        return column
+
+    @staticmethod
+    def _check_sorted(sizes: np.ndarray, times: np.ndarray, order: np.ndarray) -> None:
+        # Messages name the caller's point numbers, not the sorted positions.
+        for k in range(1, sizes.size):
+            if sizes[k] == sizes[k - 1]:
+                first, second = sorted((int(order[k - 1]), int(order[k])))
+                raise ValueError(f"points {first} and {second} both have size "
+                                 f"{_fmt_bytes(sizes[k])} B (pass repair=True to average them)")
+            if times[k] < times[k - 1]:
+                raise ValueError(
+                    f"point {int(order[k])} (size {_fmt_bytes(sizes[k])} B): time "
+                    f"{_fmt_seconds(times[k])} s is below the previous point's "
+                    f"{_fmt_seconds(times[k - 1])} s "
+                    "(pass repair=True to take the running maximum)")
+
+    @property
+    def sizes(self) -> np.ndarray:
+        """The measured sizes in bytes, strictly increasing (read-only)."""
+        return self._sizes
+
+    @property
+    def times(self) -> np.ndarray:
+        """The measured times in seconds, non-decreasing (read-only; repaired if asked)."""
+        return self._times
+
+    def _evaluate(self, sizes: np.ndarray) -> np.ndarray:
+        # np.interp clamps to the first time below s_1, which is the rule we want there.
+        inside = np.interp(sizes, self._sizes, self._times)
+        last_size, last_time = self._sizes[-1], self._times[-1]
+        beyond = last_time + self._slope * (sizes - last_size)
+        times = np.where(sizes > last_size, beyond, inside)
+        return np.where(sizes > 0, times, 0.0)
+
+    @property
+    def affine(self) -> tuple[float, float] | None:
+        # The clamp below s_1 makes the curve flat there, so it is affine for every S > 0 only
+        # when it is flat everywhere.
+        if np.all(self._times == self._times[0]):
+            return (float(self._times[0]), 0.0)
+        return None
+
+    def scaled(self, k: float) -> "PiecewiseLinear":
+        k = _check_param("scale", k)
+        return PiecewiseLinear(self._sizes, self._times * k)
+
+    def to_dict(self) -> dict[str, Any]:
+        points = [[size, time] for size, time in zip(self._sizes.tolist(), self._times.tolist())]
+        return {"schema": COST_SCHEMA, "version": COST_VERSION, "kind": "piecewise_linear",
+                "points": points}
+
+    def __eq__(self, other: object) -> bool:
+        return (isinstance(other, PiecewiseLinear) and np.array_equal(self._sizes, other._sizes)
+                and np.array_equal(self._times, other._times))
+
+    def __hash__(self) -> int:
+        return hash(("PiecewiseLinear", self._sizes.tobytes(), self._times.tobytes()))
+
+    def __repr__(self) -> str:
+        return f"PiecewiseLinear(sizes={self._sizes.tolist()!r}, times={self._times.tolist()!r})"
+
+
+class Composite(CommCost):
+    """A sum of cost models at scaled sizes: ``c(S) = sum_k cost_k(scale_k * S)``.
+
+    Use it for operations made of several transfers of one message, e.g. a reduce-scatter plus
+    an all-gather, or a parameter-server push plus pull.
+
+    Parameters
+    ----------
+    terms : sequence of (CommCost, float)
+        Each part and the factor (``> 0``) applied to the message size before it is priced.
+
+    Examples
+    --------
+    >>> push, pull = AlphaBeta(1e-4, 1e-9), AlphaBeta(2e-4, 1e-9)
+    >>> c = Composite([(push, 1.0), (pull, 0.5)])
+    >>> c(0), round(c(2e6), 9)
+    (0.0, 0.0033)
+    >>> tuple(round(x, 12) for x in c.affine)
+    (0.0003, 1.5e-09)
+    """
+
+    def __init__(self, terms: Sequence[tuple[CommCost, float]]) -> None:
+        checked = []
+        for k, term in enumerate(terms):
+            try:
+                cost, scale = term
+            except (TypeError, ValueError):
+                raise ValueError(f"term {k}: expected a (cost, scale) pair, got {term!r}") from None
+            if not isinstance(cost, CommCost):
+                raise ValueError(f"term {k}: cost must be a CommCost, got {type(cost).__name__}")
+            scale = _check_param(f"term {k}: scale", scale)
+            if scale == 0:
+                raise ValueError(f"term {k}: scale must be > 0, got 0.0")
+            checked.append((cost, scale))
+        if not checked:
+            raise ValueError("Composite needs at least one (cost, scale) term")
+        self.terms: tuple[tuple[CommCost, float], ...] = tuple(checked)
+
+    def _evaluate(self, sizes: np.ndarray) -> np.ndarray:
+        total = np.zeros_like(sizes)
+        for cost, scale in self.terms:
+            total += cost._evaluate(sizes * scale)
+        return total
+
+    @property
+    def affine(self) -> tuple[float, float] | None:
+        alpha = beta = 0.0
+        for cost, scale in self.terms:
+            part = cost.affine
+            if part is None:
+                return None
+            alpha += part[0]
+            beta += part[1] * scale
+        return (alpha, beta)
+
+    def scaled(self, k: float) -> "Composite":
+        k = _check_param("scale", k)
+        return Composite([(cost.scaled(k), scale) for cost, scale in self.terms])
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"schema": COST_SCHEMA, "version": COST_VERSION, "kind": "composite",
+                "terms": [{"cost": cost.to_dict(), "scale": scale} for cost, scale in self.terms]}
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Composite) and self.terms == other.terms
+
+    def __hash__(self) -> int:
+        return hash(("Composite", self.terms))
+
+    def __repr__(self) -> str:
+        return f"Composite({list(self.terms)!r})"
+
+
+def cost_from_dict(doc: Mapping[str, Any], *, source: str = "cost") -> CommCost:
+    """Rebuild a cost model from its :meth:`CommCost.to_dict` form.
+
+    Parameters
+    ----------
+    doc : mapping
+        A dict with ``kind`` one of ``"alpha_beta"``, ``"piecewise_linear"``, ``"composite"``
+        (``schema`` and ``version`` are checked when present).
+    source : str, keyword-only
+        Where the dict came from, for error messages (a file name, a JSON path).
+
+    Examples
+    --------
+    >>> c = Composite([(PiecewiseLinear([1e3, 1e6], [1e-5, 1e-3]), 2.0)])
+    >>> cost_from_dict(c.to_dict()) == c
+    True
+    >>> cost_from_dict({"kind": "alpha_beta", "alpha": 1e-5, "beta": 1e-9})
+    AlphaBeta(alpha=1e-05, beta=1e-09)
+    """
+    if not isinstance(doc, Mapping):
+        raise ValueError(f"{source}: expected a JSON object for a cost model")
+    schema = doc.get("schema", COST_SCHEMA)
+    if schema != COST_SCHEMA:
+        raise ValueError(f"{source}: schema is {schema!r}, expected {COST_SCHEMA!r}")
+    if doc.get("version", COST_VERSION) != COST_VERSION:
+        raise ValueError(f"{source}: unsupported cost version {doc.get('version')!r}")
+    kind = doc.get("kind")
+    if kind == "alpha_beta":
+        for key in ("alpha", "beta"):
+            if key not in doc:
+                raise ValueError(f"{source}: alpha_beta cost has no {key!r}")
+        return AlphaBeta(doc["alpha"], doc["beta"])
+    if kind == "piecewise_linear":
+        return _piecewise_from_dict(doc, source)
+    if kind == "composite":
+        return _composite_from_dict(doc, source)
+    raise ValueError(f"{source}: unknown cost kind {kind!r}")
+
+
+def _piecewise_from_dict(doc: Mapping[str, Any], source: str) -> PiecewiseLinear:
+    points = doc.get("points")
+    if not isinstance(points, list):
+        raise ValueError(f"{source}: piecewise_linear cost needs a 'points' list of [size, time]")
+    for i, point in enumerate(points):
+        if not isinstance(point, (list, tuple)) or len(point) != 2:
+            raise ValueError(f"{source}: points[{i}] must be a [size, time] pair, got {point!r}")
+    try:
+        # Stored points were already repaired when measured; reject anything else.
+        return PiecewiseLinear([p[0] for p in points], [p[1] for p in points])
+    except ValueError as exc:
+        raise ValueError(f"{source}: {exc}") from None
+
+
+def _composite_from_dict(doc: Mapping[str, Any], source: str) -> Composite:
+    terms = doc.get("terms")
+    if not isinstance(terms, list):
+        raise ValueError(f"{source}: composite cost needs a 'terms' list")
+    parts = []
+    for k, term in enumerate(terms):
+        where = f"{source}.terms[{k}]"
+        if not isinstance(term, Mapping) or "cost" not in term or "scale" not in term:
+            raise ValueError(f"{where}: expected an object with 'cost' and 'scale'")
+        parts.append((cost_from_dict(term["cost"], source=f"{where}.cost"), term["scale"]))
+    try:
+        return Composite(parts)
+    except ValueError as exc:
+        raise ValueError(f"{source}: {exc}") from None
+
+
+# --- readers of benchmark output --------------------------------------------------------------
+
+# NCCL_DEBUG=INFO interleaves log lines with the table; they are not data.
+_NCCL_LOG = re.compile(r"\bNCCL (INFO|WARN|TRACE)\b")
+
+
+def _read_source(path_or_text: Any) -> tuple[str, str]:
+    """The text to parse and a label for errors: the file name, or ``<text>``."""
+    if isinstance(path_or_text, str) and "\n" in path_or_text:
+        return path_or_text, "<text>"
+    if not isinstance(path_or_text, (str, os.PathLike)):
+        raise ValueError("expected a file path or the benchmark output as text, got "
+                         f"{type(path_or_text).__name__}")
+    path = Path(path_or_text)
+    try:
+        return path.read_text(encoding="utf-8"), str(path)
+    except FileNotFoundError:
+        raise FileNotFoundError(f"{path}: no such file") from None
+
+
+def _parse_size(token: str, where: str) -> int:
+    try:
+        return int(token)
+    except ValueError:
+        raise ValueError(f"{where}: size {token!r} is not a whole number of bytes") from None
+
+
+def _parse_microseconds(token: str, where: str) -> float:
+    try:
+        value = float(token)
+    except ValueError:
+        raise ValueError(f"{where}: time {token!r} is not a number of microseconds") from None
+    return value * 1e-6
+
+
+def _curve(sizes: list[int], times: list[float], repair: bool, source: str,
+           what: str) -> PiecewiseLinear:
+    if not sizes:
+        raise ValueError(f"{source}: no data rows found (expected {what} output)")
+    try:
+        return PiecewiseLinear(sizes, times, repair=repair)
+    except ValueError as exc:
+        raise ValueError(f"{source}: {exc}") from None
+
+
+def read_nccl_tests(path_or_text: str | os.PathLike, *, in_place: bool = False,
+                    repair: bool = True) -> PiecewiseLinear:
+    """Read an nccl-tests ``all_reduce_perf`` table into a :class:`PiecewiseLinear`.
+
+    The table header is the comment line with ``size`` and ``time`` columns; columns are
+    matched by name, so tables with and without the ``redop``/``root`` columns both work.
+    Sizes are bytes; times are microseconds in the file and seconds in the result. Comment
+    lines (the trailing ``# Avg bus bandwidth``), NCCL log lines and rows of size 0 are skipped.
+
+    Parameters
+    ----------
+    path_or_text : str or path-like
+        A file name, or the output itself (a ``str`` containing a newline is taken as text).
+    in_place : bool, keyword-only
+        Use the in-place time (the second ``time`` column) instead of the out-of-place one.
+    repair : bool, keyword-only
+        Passed to :class:`PiecewiseLinear`: average repeated sizes and take the running
+        maximum of noisy times (default ``True``, as measured times jitter).
+
+    Returns
+    -------
+    PiecewiseLinear
+        Time in seconds of one all-reduce of ``S`` bytes.
+
+    Raises
+    ------
+    ValueError
+        On a malformed row (naming the file and line), a missing header, or no data rows.
+
+    Examples
+    --------
+    >>> out = '''
+    ... #       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong
+    ... #        (B)    (elements)                               (us)  (GB/s)  (GB/s)            (us)  (GB/s)  (GB/s)
+    ...         1024           256     float     sum      -1    20.00    0.05    0.09      0    19.00    0.05    0.09      0
+    ...         2048           512     float     sum      -1    22.00    0.09    0.16      0    21.00    0.10    0.17      0
+    ... # Avg bus bandwidth    : 0.12
+    ... '''
+    >>> c = read_nccl_tests(out)
+    >>> c.sizes.tolist(), [round(t, 9) for t in c.times.tolist()]
+    ([1024.0, 2048.0], [2e-05, 2.2e-05])
+    >>> round(read_nccl_tests(out, in_place=True)(1024), 9)
+    1.9e-05
+    """
+    text, source = _read_source(path_or_text)
+    columns: list[str] | None = None
+    sizes: list[int] = []
+    times: list[float] = []
+    seen: dict[str, tuple[str, int]] = {}
+    for lineno, line in enumerate(text.splitlines(), start=1):
+        where = f"{source}, line {lineno}"
+        stripped = line.strip()
+        if stripped.startswith("#"):
+            tokens = stripped.lstrip("#").split()
+            if "size" in tokens and "time" in tokens:
+                if columns is not None:
+                    raise ValueError(f"{where}: a second table header; give one table per file")
+                columns = tokens
+                time_columns = [k for k, name in enumerate(tokens) if name == "time"]
+                if in_place and len(time_columns) < 2:
+                    raise ValueError(f"{where}: in_place=True but the header has no in-place "
+                                     "time column")
+                time_column = time_columns[1 if in_place else 0]
+                size_column = tokens.index("size")
+            continue
+        # Lines before the header are the run's preamble (environment, NCCL logs).
+        if not stripped or columns is None or _NCCL_LOG.search(stripped):
+            continue
+        fields = stripped.split()
+        if len(fields) != len(columns):
+            raise ValueError(f"{where}: expected {len(columns)} columns as in the header, "
+                             f"found {len(fields)}")
+        # A table mixing data types or reductions is several curves, not one.
+        for name in ("type", "redop"):
+            if name in columns:
+                value = fields[columns.index(name)]
+                first = seen.setdefault(name, (value, lineno))
+                if first[0] != value:
+                    raise ValueError(f"{where}: {name} {value!r} differs from {first[0]!r} on "
+                                     f"line {first[1]}; give one {name} per file")
+        size = _parse_size(fields[size_column], where)
+        time = _parse_microseconds(fields[time_column], where)
+        if size > 0:
+            sizes.append(size)
+            times.append(time)
+    if columns is None:
+        raise ValueError(f"{source}: no nccl-tests header line with 'size' and 'time' columns")
+    return _curve(sizes, times, repair, source, "nccl-tests all_reduce_perf")
+
+
+def read_osu(path_or_text: str | os.PathLike, *, repair: bool = True) -> PiecewiseLinear:
+    """Read OSU micro-benchmark ``osu_allreduce`` output into a :class:`PiecewiseLinear`.
+
+    The header is the comment line ``# Size  Avg Latency(us) ...`` (columns separated by two or
+    more spaces, so extra columns such as ``Min Latency(us)``, ``Max Latency(us)`` and
+    ``Iterations`` are allowed); the ``Avg Latency(us)`` column is used. Sizes are bytes;
+    latencies are microseconds in the file and seconds in the result. Rows of size 0 are skipped.
+
+    Parameters
+    ----------
+    path_or_text : str or path-like
+        A file name, or the output itself (a ``str`` containing a newline is taken as text).
+    repair : bool, keyword-only
+        Passed to :class:`PiecewiseLinear` (default ``True``).
+
+    Returns
+    -------
+    PiecewiseLinear
+        Time in seconds of one all-reduce of ``S`` bytes.
+
+    Raises
+    ------
+    ValueError
+        On a malformed row (naming the file and line), a missing header, or no data rows.
+
+    Examples
+    --------
+    >>> out = '''# OSU MPI Allreduce Latency Test v7.3
+    ... # Datatype: MPI_FLOAT.
+    ... # Size       Avg Latency(us)
+    ... 4                       2.50
+    ... 8                       2.60
+    ... '''
+    >>> c = read_osu(out)
+    >>> c.sizes.tolist(), [round(t, 10) for t in c.times.tolist()]
+    ([4.0, 8.0], [2.5e-06, 2.6e-06])
+    """
+    text, source = _read_source(path_or_text)
+    columns: list[str] | None = None
+    sizes: list[int] = []
+    times: list[float] = []
+    for lineno, line in enumerate(text.splitlines(), start=1):
+        where = f"{source}, line {lineno}"
+        stripped = line.strip()
+        if stripped.startswith("#"):
+            names = re.split(r"\s{2,}", stripped.lstrip("#").strip())
+            if names and names[0].lower() == "size" and any("latency" in n.lower() for n in names):
+                if columns is not None:
+                    raise ValueError(f"{where}: a second table header; give one table per file")
+                columns = names
+                latency_column = _osu_latency_column(names, where)
+            continue
+        if not stripped or columns is None:
+            continue
+        fields = stripped.split()
+        if len(fields) != len(columns):
+            raise ValueError(f"{where}: expected {len(columns)} columns as in the header, "
+                             f"found {len(fields)}")
+        size = _parse_size(fields[0], where)
+        time = _parse_microseconds(fields[latency_column], where)
+        if size > 0:
+            sizes.append(size)
+            times.append(time)
+    if columns is None:
+        raise ValueError(f"{source}: no OSU header line '# Size  Avg Latency(us)'")
+    return _curve(sizes, times, repair, source, "OSU osu_allreduce")
+
+
+def _osu_latency_column(names: list[str], where: str) -> int:
+    candidates = [k for k, n in enumerate(names) if n.lower().startswith("avg latency")]
+    if not candidates:
+        candidates = [k for k, n in enumerate(names) if "latency" in n.lower()]
+        if len(candidates) != 1:
+            raise ValueError(f"{where}: no 'Avg Latency(us)' column in {names!r}")
+    column = candidates[0]
+    if "(us)" not in names[column].replace(" ", ""):
+        raise ValueError(f"{where}: latency column {names[column]!r} is not in microseconds (us)")
+    return column

@@ -1,0 +1,168 @@
+"""The simulator: the iteration time of a plan and every figure of MODEL.md section 4."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from fusionopt.model.plan import Plan
+from fusionopt.model.problem import Problem
+
+
+@dataclass(frozen=True, eq=False)
+class Timeline:
+    """The schedule of one training step under a plan. Times in seconds from the start of
+    backward, sizes in bytes; per-message arrays follow channel order, per-tensor arrays
+    forward order.
+
+    Attributes
+    ----------
+    iteration_time : float
+        ``T``, the steady-state period of a training step.
+    exposed : float
+        ``T - (B + F + U)``: communication not hidden behind compute.
+    compute_time : float
+        ``B + F + U``.
+    message_ready, message_start, message_end : ndarray
+        ``R_k``, ``start_k`` and ``end_k`` of each message.
+    message_bytes : ndarray of int64
+        ``S_k``.
+    reduced : ndarray
+        ``C_i``: when the last chunk of tensor ``i`` is reduced.
+    forward_start : ndarray
+        ``phi_i``: when the next step's forward of tensor ``i`` starts (after its update).
+    busy : float
+        Time the channel is busy, ``sum_k c(S_k)``.
+    """
+
+    sync: str
+    iteration_time: float
+    compute_time: float
+    message_ready: np.ndarray
+    message_start: np.ndarray
+    message_end: np.ndarray
+    message_bytes: np.ndarray
+    reduced: np.ndarray
+    forward_start: np.ndarray
+
+    @property
+    def exposed(self) -> float:
+        return self.iteration_time - self.compute_time
+
+    @property
+    def busy(self) -> float:
+        return float(np.sum(self.message_end - self.message_start))
+
+    @property
+    def idle(self) -> float:
+        """Time within ``[0, T]`` the channel is not busy."""
+        return self.iteration_time - self.busy
+
+    @property
+    def communication_end(self) -> float:
+        """``E = max_i C_i``: the end of the last message."""
+        return float(self.message_end.max())
+
+    @property
+    def num_messages(self) -> int:
+        return len(self.message_bytes)
+
+    def scaling_efficiency(self) -> float:
+        """``(B + F + U) / T`` (MODEL.md section 4)."""
+        return self.compute_time / self.iteration_time
+
+    def throughput(self, workers: int, batch: int) -> float:
+        """Samples per second of ``workers`` replicas with per-worker ``batch``: ``P m / T``."""
+        return workers * batch / self.iteration_time
+
+    def __repr__(self) -> str:
+        return (
+            f"Timeline(T={self.iteration_time:.6g} s, exposed={self.exposed:.6g} s, "
+            f"messages={self.num_messages}, sync={self.sync!r})"
+        )
+
+
+def simulate(problem: Problem, plan: Plan, *, validate: bool = True) -> Timeline:
+    """Simulate ``plan`` on ``problem`` (MODEL.md sections 3 and 4).
+
+    Messages run one at a time in plan order: ``start_k = max(R_k, end_{k-1})``,
+    ``end_k = start_k + c(S_k)``. Tensor ``i`` is reduced at ``C_i = max end_k`` over the
+    messages carrying it; the next forward then starts after a barrier on every ``C_i`` or
+    tensor by tensor (``problem.sync``).
+
+    Parameters
+    ----------
+    validate : bool
+        Check first that the plan sends every byte exactly once (``Plan.validate``).
+
+    Examples
+    --------
+    MODEL.md section 5, ``alpha = 3 ms``: the groups ``{t3}, {t2, t1}`` give 17 ms.
+
+    >>> from fusionopt.model.cost import AlphaBeta
+    >>> from fusionopt.model.profile import Profile
+    >>> profile = Profile.from_arrays([4e6, 1e6, 2e6], [1e-3] * 3, [3e-3, 2e-3, 1e-3])
+    >>> problem = Problem(profile, AlphaBeta(alpha=3e-3, beta=1e-9))
+    >>> t = simulate(problem, Plan.from_groups(profile, [[2], [1, 0]]))
+    >>> round(t.iteration_time * 1e3, 9), round(t.exposed * 1e3, 9)
+    (17.0, 8.0)
+    >>> (t.message_end * 1e3).round(9).tolist()
+    [6.0, 14.0]
+    """
+    profile = problem.profile
+    if validate:
+        plan.validate(profile)
+    ready_times = profile.ready_times
+    n_messages = len(plan.messages)
+    sizes = np.empty(n_messages, dtype=np.int64)
+    ready = np.empty(n_messages)
+    for k, message in enumerate(plan.messages):
+        sizes[k] = message.nbytes
+        ready[k] = max(ready_times[c.tensor] for c in message.chunks)
+    durations = problem.cost(sizes)
+
+    start = np.empty(n_messages)
+    end = np.empty(n_messages)
+    channel_free = -np.inf
+    for k in range(n_messages):
+        start[k] = max(ready[k], channel_free)
+        end[k] = channel_free = start[k] + durations[k]
+
+    reduced = np.full(profile.n, -np.inf)
+    for k, message in enumerate(plan.messages):
+        for c in message.chunks:
+            if end[k] > reduced[c.tensor]:
+                reduced[c.tensor] = end[k]
+
+    forward, update = profile.forward, profile.update
+    B = profile.B
+    phi = np.empty(profile.n)
+    if problem.sync == "barrier":
+        # The optimiser steps once every gradient is reduced, then the forward runs.
+        clock = max(B, float(end.max())) + profile.U
+        for i in range(profile.n):
+            phi[i] = clock
+            clock += forward[i]
+    else:
+        # Each tensor is updated and run forward as soon as its own gradient is reduced.
+        clock = B
+        for i in range(profile.n):
+            clock = max(clock, reduced[i]) + update[i]
+            phi[i] = clock
+            clock += forward[i]
+    iteration_time = float(phi[-1] + forward[-1])
+
+    for array in (start, end, ready, sizes, reduced, phi):
+        array.setflags(write=False)
+    return Timeline(
+        sync=problem.sync,
+        iteration_time=iteration_time,
+        compute_time=profile.compute_time,
+        message_ready=ready,
+        message_start=start,
+        message_end=end,
+        message_bytes=sizes,
+        reduced=reduced,
+        forward_start=phi,
+    )

@@ -1,0 +1,175 @@
+"""One entry point for every method: :func:`solve`, :func:`methods` and :func:`compare`."""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable
+
+from fusionopt.model.problem import Problem
+from fusionopt.solvers import baselines
+from fusionopt.solvers.result import Result
+
+
+@dataclass(frozen=True)
+class Method:
+    """A registered solver: ``function(problem, **options) -> Result``."""
+
+    name: str
+    function: Callable[..., Result]
+    summary: str
+
+    @property
+    def options(self) -> dict[str, Any]:
+        """Keyword options with their defaults."""
+        signature = inspect.signature(self.function)
+        return {
+            p.name: p.default
+            for p in signature.parameters.values()
+            if p.kind is inspect.Parameter.KEYWORD_ONLY
+        }
+
+
+_REGISTRY: dict[str, Method] = {}
+
+
+def register(name: str, function: Callable[..., Result], summary: str) -> None:
+    """Add a method under ``name`` (a later issue's solvers register themselves here)."""
+    if name in _REGISTRY:
+        raise ValueError(f"method {name!r} is already registered")
+    _REGISTRY[name] = Method(name, function, summary)
+
+
+register("wfbp", baselines.wfbp, "wait-free backpropagation: one message per tensor")
+register("single", baselines.single, "SyncEASGD: one message after the backward")
+register("threshold", baselines.threshold, "fuse consecutive tensors up to a byte threshold")
+register("ddp", baselines.ddp, "PyTorch DDP buckets (25 MiB cap, 1 MiB first bucket)")
+register("horovod", baselines.horovod, "Horovod cycle-time tensor fusion (1 ms, 128 MiB)")
+
+
+def methods() -> dict[str, str]:
+    """Registered method names with a one-line description.
+
+    >>> "wfbp" in methods()
+    True
+    """
+    return {name: m.summary for name, m in _REGISTRY.items()}
+
+
+def get_method(name: str) -> Method:
+    """The registered :class:`Method` called ``name``; ``ValueError`` listing the known ones."""
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        known = ", ".join(sorted(_REGISTRY))
+        raise ValueError(f"unknown method {name!r}; known methods: {known}") from None
+
+
+def solve(problem: Problem, method: str = "wfbp", **options: Any) -> Result:
+    """Solve ``problem`` with ``method``; the plan is re-evaluated by the simulator.
+
+    Parameters
+    ----------
+    problem : Problem
+    method : str
+        A name from :func:`methods`.
+    **options
+        The method's keyword options; unknown ones raise ``ValueError``.
+
+    Examples
+    --------
+    >>> from fusionopt.model.cost import AlphaBeta
+    >>> from fusionopt.model.profile import Profile
+    >>> profile = Profile.from_arrays([4e6, 1e6, 2e6], [1e-3] * 3, [3e-3, 2e-3, 1e-3])
+    >>> problem = Problem(profile, AlphaBeta(alpha=1e-3, beta=1e-9))
+    >>> result = solve(problem, method="wfbp")
+    >>> round(result.iteration_time * 1e3, 9), str(result.status)
+    (14.0, 'FEASIBLE')
+    >>> solve(problem, method="ddp", bucket_mb=25)
+    Traceback (most recent call last):
+    ...
+    ValueError: unknown option 'bucket_mb' for method 'ddp'; its options: bucket_cap_bytes, first_bucket_bytes
+    """
+    if not isinstance(problem, Problem):
+        raise ValueError(f"problem must be a Problem, got {type(problem).__name__}")
+    entry = get_method(method)
+    allowed = entry.options
+    for key in options:
+        if key not in allowed:
+            listed = ", ".join(allowed) if allowed else "none"
+            raise ValueError(f"unknown option {key!r} for method {method!r}; its options: {listed}")
+    return entry.function(problem, **options)
+
+
+@dataclass(frozen=True)
+class ComparisonRow:
+    """One method's figures in a :func:`compare` table (times in seconds)."""
+
+    method: str
+    iteration_time: float
+    speedup: float              # T of WFBP / T of this method
+    exposed: float
+    messages: int
+    status: str
+    gap: float | None
+    solve_seconds: float
+
+
+def compare(problem: Problem, methods: Iterable[str] | None = None) -> list[ComparisonRow]:
+    """Solve ``problem`` with each method and tabulate them against WFBP.
+
+    Parameters
+    ----------
+    methods : iterable of str, optional
+        Method names; default every registered method. WFBP is always solved as the
+        reference for ``speedup``.
+
+    Examples
+    --------
+    >>> from fusionopt.model.cost import AlphaBeta
+    >>> from fusionopt.model.profile import Profile
+    >>> profile = Profile.from_arrays([4e6, 1e6, 2e6], [1e-3] * 3, [3e-3, 2e-3, 1e-3])
+    >>> rows = compare(Problem(profile, AlphaBeta(3e-3, 1e-9)), ["wfbp", "single"])
+    >>> [(r.method, round(r.iteration_time * 1e3, 6), round(r.speedup, 4)) for r in rows]
+    [('wfbp', 20.0, 1.0), ('single', 19.0, 1.0526)]
+    """
+    names = list(_REGISTRY) if methods is None else list(methods)
+    if not names:
+        raise ValueError("compare needs at least one method")
+    for name in names:
+        get_method(name)
+    results = {name: solve(problem, name) for name in dict.fromkeys(names)}
+    reference = results["wfbp"] if "wfbp" in results else solve(problem, "wfbp")
+    rows = []
+    for name, r in results.items():
+        rows.append(ComparisonRow(
+            method=name,
+            iteration_time=r.iteration_time,
+            speedup=reference.iteration_time / r.iteration_time,
+            exposed=r.timeline.exposed if r.timeline is not None else float("nan"),
+            messages=r.num_messages,
+            status=str(r.status),
+            gap=r.gap,
+            solve_seconds=r.solve_seconds,
+        ))
+    return rows
+
+
+def format_table(rows: Iterable[ComparisonRow]) -> str:
+    """A plain-text table of comparison rows, times in milliseconds."""
+    header = ("method", "T (ms)", "speedup", "exposed (ms)", "messages", "gap to bound", "status")
+    lines = [header]
+    for r in rows:
+        gap = "-" if r.gap is None else f"{100 * r.gap:.2f}%"
+        lines.append((
+            r.method, f"{1e3 * r.iteration_time:.3f}", f"{r.speedup:.3f}x",
+            f"{1e3 * r.exposed:.3f}", str(r.messages), gap, r.status,
+        ))
+    widths = [max(len(line[c]) for line in lines) for c in range(len(header))]
+    out = []
+    for k, line in enumerate(lines):
+        cells = [line[0].ljust(widths[0])] + [cell.rjust(w) for cell, w in zip(line[1:], widths[1:])]
+        out.append("  ".join(cells))
+        if k == 0:
+            out.append("  ".join("-" * w for w in widths))
+    return "\n".join(out)

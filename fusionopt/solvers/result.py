@@ -1,0 +1,116 @@
+"""The result every solver returns, re-evaluated by the simulator."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from enum import Enum
+from types import MappingProxyType
+from typing import Any, Mapping
+
+from fusionopt.model.bounds import best_bound
+from fusionopt.model.plan import Plan
+from fusionopt.model.problem import Problem
+from fusionopt.model.timeline import Timeline, simulate
+
+# Relative tolerance under which a plan's time is taken to meet a proven bound.
+OPTIMALITY_RTOL = 1e-9
+
+
+class Status(str, Enum):
+    """Outcome of a solve, in the words of cvxpy and OR-Tools."""
+
+    OPTIMAL = "OPTIMAL"          # iteration_time meets a proven lower bound
+    FEASIBLE = "FEASIBLE"        # a valid plan, optimality not proven
+    TIME_LIMIT = "TIME_LIMIT"    # search stopped by its time limit with a valid plan
+    INFEASIBLE = "INFEASIBLE"    # no plan satisfies the constraints asked for
+    ERROR = "ERROR"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclass(frozen=True, eq=False)
+class Result:
+    """A solver's plan with its iteration time as recomputed by :func:`simulate`.
+
+    Attributes
+    ----------
+    plan : Plan
+    iteration_time : float
+        ``T`` in seconds, from the simulator, never from the solver's own objective.
+    lower_bound : float or None
+        The best lower bound known for the problem, in seconds.
+    gap : float or None
+        ``(iteration_time - lower_bound) / lower_bound``.
+    status : Status
+    method : str
+    solve_seconds : float
+        Wall-clock time of the solve.
+    stats : mapping
+        Solver-specific extras (read-only).
+    timeline : Timeline
+        The simulated schedule of ``plan``.
+    """
+
+    plan: Plan
+    iteration_time: float
+    lower_bound: float | None
+    gap: float | None
+    status: Status
+    method: str
+    solve_seconds: float
+    stats: Mapping[str, Any] = field(default_factory=dict)
+    timeline: Timeline | None = None
+
+    @property
+    def num_messages(self) -> int:
+        return self.plan.num_messages
+
+    def __repr__(self) -> str:
+        bound = "None" if self.lower_bound is None else f"{self.lower_bound:.6g} s"
+        return (
+            f"Result(method={self.method!r}, T={self.iteration_time:.6g} s, "
+            f"messages={self.num_messages}, lower_bound={bound}, status={self.status})"
+        )
+
+
+def finish(
+    problem: Problem,
+    plan: Plan,
+    method: str,
+    started: float,
+    *,
+    stats: Mapping[str, Any] | None = None,
+    lower_bound: float | None = None,
+    status: Status = Status.FEASIBLE,
+) -> Result:
+    """Validate and simulate ``plan``, attach the best known bound and build the Result.
+
+    ``started`` is the ``time.perf_counter()`` reading taken when the solve began;
+    ``lower_bound`` a bound the solver proved itself (the larger of it and the model's
+    bounds is kept). ``OPTIMAL`` is reported only when the simulated time meets the bound.
+    """
+    timeline = simulate(problem, plan, validate=True)
+    bound = best_bound(problem)
+    if lower_bound is not None:
+        bound = max(bound, lower_bound)
+    iteration_time = timeline.iteration_time
+    if iteration_time < bound * (1 - OPTIMALITY_RTOL):
+        raise AssertionError(
+            f"{method}: simulated T = {iteration_time!r} s is below the proven bound {bound!r} s"
+        )
+    if iteration_time <= bound * (1 + OPTIMALITY_RTOL):
+        status = Status.OPTIMAL
+    gap = (iteration_time - bound) / bound if bound > 0 else None
+    return Result(
+        plan=plan,
+        iteration_time=iteration_time,
+        lower_bound=bound,
+        gap=gap,
+        status=status,
+        method=method,
+        solve_seconds=time.perf_counter() - started,
+        stats=MappingProxyType(dict(stats or {})),
+        timeline=timeline,
+    )

@@ -1,0 +1,228 @@
+"""Model zoo: parameter tensors and forward FLOPs of standard networks, and roofline profiles.
+
+The architectures are derived in plain Python (no deep-learning framework) and list their
+parameter tensors with the names, shapes and order of ``model.named_parameters()`` in
+torchvision (``resnet50``, ``vgg16``, ``googlenet``) and HuggingFace (``bert-base``).
+FLOP counts follow the convention in :mod:`fusionopt.zoo.layers` (a multiply-add is
+2 FLOPs; per sample).
+
+:func:`profile` turns an architecture into a :class:`~fusionopt.model.profile.Profile`
+with a **roofline ESTIMATE** of the compute times, not a measurement.
+
+Examples
+--------
+>>> sorted(models())
+['bert-base', 'googlenet', 'resnet50', 'vgg16']
+>>> architecture("resnet50").parameters
+25557032
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Callable
+
+from fusionopt.model.profile import Profile
+from fusionopt.zoo.bert import bert_base
+from fusionopt.zoo.devices import PRESETS, Device
+from fusionopt.zoo.googlenet import googlenet
+from fusionopt.zoo.layers import Architecture, Layer, check_positive_int
+from fusionopt.zoo.resnet import resnet50
+from fusionopt.zoo.vgg import vgg16
+
+__all__ = [
+    "Architecture",
+    "Device",
+    "Layer",
+    "architecture",
+    "device",
+    "devices",
+    "models",
+    "profile",
+]
+
+# name -> (builder, one-line description)
+_MODELS: dict[str, tuple[Callable[..., Architecture], str]] = {
+    "resnet50": (resnet50, "ResNet-50 v1.5, torchvision layout, 224x224 ImageNet (25.6M parameters)"),
+    "vgg16": (vgg16, "VGG-16 without BatchNorm, torchvision layout, 224x224 ImageNet (138.4M parameters)"),
+    "googlenet": (googlenet, "GoogLeNet / Inception v1, torchvision layout, no aux heads, 224x224 (6.6M parameters)"),
+    "bert-base": (bert_base, "BERT-base uncased with pooler, HuggingFace layout, seq_len 128 (109.5M parameters)"),
+}
+
+
+def _lookup(kind: str, name: object, known: dict[str, Any]) -> str:
+    key = name.strip().lower() if isinstance(name, str) else None
+    if key not in known:
+        raise ValueError(f"unknown {kind} {name!r}; known: {', '.join(sorted(known))}")
+    return key
+
+
+def models() -> dict[str, str]:
+    """The available models: name -> one-line description.
+
+    Examples
+    --------
+    >>> models()["resnet50"]
+    'ResNet-50 v1.5, torchvision layout, 224x224 ImageNet (25.6M parameters)'
+    """
+    return {name: desc for name, (_, desc) in _MODELS.items()}
+
+
+def architecture(name: str, **kwargs: Any) -> Architecture:
+    """Build the :class:`Architecture` of model ``name`` (see :func:`models`).
+
+    Parameters
+    ----------
+    name : str
+        Model name (case-insensitive): ``"resnet50"``, ``"vgg16"``, ``"googlenet"`` or
+        ``"bert-base"``.
+    **kwargs
+        Passed to the builder: ``image_size`` (pixels, default 224) and ``num_classes``
+        (default 1000) for the CNNs; ``seq_len`` (tokens, default 128) for ``bert-base``.
+
+    Raises
+    ------
+    ValueError
+        For an unknown name (the message lists the known ones) or a bad argument value.
+
+    Examples
+    --------
+    >>> architecture("resnet50").parameters
+    25557032
+    >>> architecture("bert-base", seq_len=64).input_description
+    'one sequence of 64 tokens'
+    >>> architecture("resnet51")
+    Traceback (most recent call last):
+    ...
+    ValueError: unknown model 'resnet51'; known: bert-base, googlenet, resnet50, vgg16
+    """
+    builder, _ = _MODELS[_lookup("model", name, _MODELS)]
+    return builder(**kwargs)
+
+
+def devices() -> dict[str, Device]:
+    """The device presets: name -> :class:`Device` (see :mod:`fusionopt.zoo.devices`).
+
+    Examples
+    --------
+    >>> sorted(devices())
+    ['a100', 'h100', 'v100']
+    >>> devices()["h100"].peak_flops
+    989000000000000.0
+    """
+    return dict(PRESETS)
+
+
+def device(name: str) -> Device:
+    """The device preset called ``name`` (case-insensitive).
+
+    Raises
+    ------
+    ValueError
+        For an unknown name; the message lists the known ones.
+
+    Examples
+    --------
+    >>> device("A100").efficiency
+    0.4
+    >>> device("tpu")
+    Traceback (most recent call last):
+    ...
+    ValueError: unknown device 'tpu'; known: a100, h100, v100
+    """
+    return _preset(name)
+
+
+def _preset(name: object) -> Device:
+    return PRESETS[_lookup("device", name, PRESETS)]
+
+
+def profile(
+    name: str,
+    device: str | Device = "h100",
+    batch: int = 64,
+    dtype_bytes: int = 4,
+    **arch_kwargs: Any,
+) -> Profile:
+    """A roofline ESTIMATE of one training step of model ``name``, as a :class:`Profile`.
+
+    **This is an estimate, not a measurement.** Each layer's forward time is
+    ``flops * batch / (peak_flops * efficiency)`` seconds, its backward time twice that;
+    both go on the layer's first (weight) tensor and 0 on its other tensors (biases,
+    BatchNorm/LayerNorm biases). Real kernels do not run at a fixed fraction of peak:
+    small, memory-bound layers (normalisation, embeddings, depthwise or 1x1 convs at
+    small batch) are much slower than this predicts and layers without parameters
+    (activations, pooling, softmax) are not counted at all. Use measured profiles for
+    any conclusion that depends on absolute compute times.
+
+    Parameters
+    ----------
+    name : str
+        Model name, see :func:`models`.
+    device : str or Device
+        Device preset name (see :func:`devices`) or a :class:`Device`; default ``"h100"``.
+    batch : int
+        Samples per device per step (positive integer); default 64.
+    dtype_bytes : int
+        Bytes per gradient element (default 4: FP32 gradients, as in mixed-precision
+        training with FP32 master weights).
+    **arch_kwargs
+        Passed to :func:`architecture`, e.g. ``seq_len=128`` for ``bert-base``.
+
+    Returns
+    -------
+    Profile
+        One tensor per parameter tensor, in ``named_parameters()`` order and with those
+        names; sizes ``numel * dtype_bytes`` bytes; times in seconds; ``name`` is the
+        model name; ``metadata`` records the source ("roofline estimate"), device,
+        batch, peak_flops (FLOP/s) and efficiency.
+
+    Raises
+    ------
+    ValueError
+        For an unknown model or device, or a batch or dtype_bytes that is not a positive
+        integer.
+
+    Examples
+    --------
+    >>> p = profile("resnet50", device="v100", batch=32)
+    >>> p.n, p.total_bytes == 4 * architecture("resnet50").parameters
+    (161, True)
+    >>> p.metadata["source"], bool(p.backward[0] == 2 * p.forward[0]), float(p.forward[2])
+    ('roofline estimate', True, 0.0)
+    >>> p.names[2], round(p.F * 1e3, 3)   # bn1.bias carries no time; F in milliseconds
+    ('bn1.bias', 5.263)
+    >>> profile("resnet50", batch=0)
+    Traceback (most recent call last):
+    ...
+    ValueError: batch must be a positive integer, got 0
+    """
+    arch = architecture(name, **arch_kwargs)
+    dev = device if isinstance(device, Device) else _preset(device)
+    batch = check_positive_int("batch", batch)
+    dtype_bytes = check_positive_int("dtype_bytes", dtype_bytes)
+    throughput = dev.peak_flops * dev.efficiency  # FLOP/s
+    names: list[str] = []
+    sizes: list[int] = []
+    forward: list[float] = []
+    for layer in arch.layers:
+        seconds = layer.flops * batch / throughput
+        for k, (tname, shape) in enumerate(layer.tensors):
+            names.append(tname)
+            sizes.append(math.prod(shape) * dtype_bytes)
+            forward.append(seconds if k == 0 else 0.0)
+    return Profile.from_arrays(
+        sizes,
+        forward,
+        [2.0 * f for f in forward],
+        names,
+        name=arch.name,
+        dtype_bytes=dtype_bytes,
+        metadata={
+            "source": "roofline estimate",
+            "device": dev.name,
+            "batch": batch,
+            "peak_flops": dev.peak_flops,
+            "efficiency": dev.efficiency,
+        },
+    )

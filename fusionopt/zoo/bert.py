@@ -1,0 +1,97 @@
+"""BERT-base uncased in the layout of HuggingFace ``transformers.BertModel`` (with pooler).
+
+``named_parameters()`` order: the three embedding tables and the embedding LayerNorm;
+then for each of the 12 encoder layers ``attention.self.{query,key,value}``,
+``attention.output.dense``, ``attention.output.LayerNorm``, ``intermediate.dense``,
+``output.dense``, ``output.LayerNorm``; then ``pooler.dense``. Every Linear and LayerNorm
+has a weight and a bias (16 tensors per encoder layer).
+
+FLOPs (convention in :mod:`fusionopt.zoo.layers`) are for one sequence of ``seq_len``
+tokens. Token-wise Linear layers cost ``2 * in * out`` per token. The attention matmuls
+``Q K^T`` and ``softmax(.) V`` cost ``2 * seq_len^2 * hidden`` each (summed over the 12
+heads) and are **attributed to the** ``attention.self.value`` **layer**: it is the last
+parameter layer before them in forward order and the first after them in backward order,
+so the attention core's backward time lands just before the value/key/query gradients
+become ready. Softmax, scaling, masking and GELU are not counted. The embedding lookups
+cost 0; the pooler runs on the first (``[CLS]``) token only.
+"""
+
+from __future__ import annotations
+
+from fusionopt.zoo.layers import Architecture, Layer, check_positive_int, embedding, layernorm, linear
+
+VOCAB_SIZE = 30522  # bert-base-uncased WordPiece vocabulary
+MAX_POSITIONS = 512
+TYPE_VOCAB_SIZE = 2
+HIDDEN = 768
+INTERMEDIATE = 3072
+NUM_LAYERS = 12
+NUM_HEADS = 12  # does not change shapes or FLOPs; recorded for the description
+
+
+def _encoder_layer(prefix: str, seq_len: int) -> list[Layer]:
+    """One ``BertLayer``: self-attention, its output projection, the feed-forward block."""
+    value = linear(f"{prefix}.attention.self.value", HIDDEN, HIDDEN, tokens=seq_len)
+    attention_core = 2 * (2.0 * seq_len * seq_len * HIDDEN)  # Q K^T and softmax(.) V
+    value = Layer(value.name, value.tensors, value.flops + attention_core)
+    return [
+        linear(f"{prefix}.attention.self.query", HIDDEN, HIDDEN, tokens=seq_len),
+        linear(f"{prefix}.attention.self.key", HIDDEN, HIDDEN, tokens=seq_len),
+        value,
+        linear(f"{prefix}.attention.output.dense", HIDDEN, HIDDEN, tokens=seq_len),
+        layernorm(f"{prefix}.attention.output.LayerNorm", HIDDEN, tokens=seq_len),
+        linear(f"{prefix}.intermediate.dense", HIDDEN, INTERMEDIATE, tokens=seq_len),
+        linear(f"{prefix}.output.dense", INTERMEDIATE, HIDDEN, tokens=seq_len),
+        layernorm(f"{prefix}.output.LayerNorm", HIDDEN, tokens=seq_len),
+    ]
+
+
+def bert_base(seq_len: int = 128) -> Architecture:
+    """BERT-base uncased (HuggingFace ``BertModel`` with pooler).
+
+    Parameters
+    ----------
+    seq_len : int
+        Tokens per sequence, 1 to 512 (default 128). Shapes do not depend on it; FLOPs do.
+
+    Returns
+    -------
+    Architecture
+        199 tensors (5 embedding, 16 per encoder layer, 2 pooler) and 109,482,240
+        parameters; about 22.4 GFLOPs per 128-token sequence.
+
+    Examples
+    --------
+    >>> net = bert_base()
+    >>> net.parameters, len(net.tensors)
+    (109482240, 199)
+    >>> net.tensors[5]
+    ('encoder.layer.0.attention.self.query.weight', (768, 768))
+    >>> bert_base(seq_len=513)
+    Traceback (most recent call last):
+    ...
+    ValueError: seq_len must be at most 512 (BERT's position embeddings), got 513
+    """
+    seq_len = check_positive_int("seq_len", seq_len)
+    if seq_len > MAX_POSITIONS:
+        raise ValueError(
+            f"seq_len must be at most {MAX_POSITIONS} (BERT's position embeddings), got {seq_len}"
+        )
+    layers = [
+        embedding("embeddings.word_embeddings", VOCAB_SIZE, HIDDEN),
+        embedding("embeddings.position_embeddings", MAX_POSITIONS, HIDDEN),
+        embedding("embeddings.token_type_embeddings", TYPE_VOCAB_SIZE, HIDDEN),
+        layernorm("embeddings.LayerNorm", HIDDEN, tokens=seq_len),
+    ]
+    for i in range(NUM_LAYERS):
+        layers += _encoder_layer(f"encoder.layer.{i}", seq_len)
+    layers.append(linear("pooler.dense", HIDDEN, HIDDEN, tokens=1))  # [CLS] token only
+    return Architecture(
+        name="bert-base",
+        layers=tuple(layers),
+        description=(
+            f"BERT-base uncased, {NUM_LAYERS} layers, hidden {HIDDEN}, {NUM_HEADS} heads, "
+            "with pooler (HuggingFace BertModel)"
+        ),
+        input_description=f"one sequence of {seq_len} tokens",
+    )

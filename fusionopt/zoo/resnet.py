@@ -1,0 +1,86 @@
+"""ResNet-50 in the layout of ``torchvision.models.resnet50`` (ResNet v1.5).
+
+v1.5 puts the stride-2 of a downsampling bottleneck on its 3x3 convolution (``conv2``),
+not on the first 1x1. Convolutions have no bias; every convolution is followed by a
+BatchNorm with a weight and a bias. FLOP convention: :mod:`fusionopt.zoo.layers`.
+"""
+
+from __future__ import annotations
+
+from fusionopt.zoo.layers import (
+    Architecture,
+    Layer,
+    batchnorm2d,
+    check_positive_int,
+    conv2d,
+    linear,
+    out_size,
+)
+
+# (planes, number of bottleneck blocks, stride of the first block) of layer1 .. layer4.
+RESNET50_STAGES = ((64, 3, 1), (128, 4, 2), (256, 6, 2), (512, 3, 2))
+EXPANSION = 4
+
+
+def _conv_bn(conv: str, bn: str, cin: int, cout: int, kernel: int, stride: int, padding: int,
+             size: int) -> tuple[list[Layer], int]:
+    """A bias-free convolution and its BatchNorm; returns the layers and the output side."""
+    out = out_size(size, kernel, stride, padding)
+    return [conv2d(conv, cin, cout, kernel, out), batchnorm2d(bn, cout, out)], out
+
+
+def _bottleneck(prefix: str, inplanes: int, planes: int, stride: int, size: int) -> tuple[list[Layer], int]:
+    """One torchvision ``Bottleneck``: 1x1, 3x3 (strided), 1x1, optional downsample."""
+    width, cout = planes, planes * EXPANSION
+    layers, s = _conv_bn(f"{prefix}.conv1", f"{prefix}.bn1", inplanes, width, 1, 1, 0, size)
+    more, s = _conv_bn(f"{prefix}.conv2", f"{prefix}.bn2", width, width, 3, stride, 1, s)
+    layers += more
+    more, s = _conv_bn(f"{prefix}.conv3", f"{prefix}.bn3", width, cout, 1, 1, 0, s)
+    layers += more
+    if stride != 1 or inplanes != cout:
+        more, _ = _conv_bn(f"{prefix}.downsample.0", f"{prefix}.downsample.1", inplanes, cout, 1, stride, 0, size)
+        layers += more
+    return layers, s
+
+
+def resnet50(image_size: int = 224, num_classes: int = 1000) -> Architecture:
+    """ResNet-50 (torchvision layout) for square RGB images.
+
+    Parameters
+    ----------
+    image_size : int
+        Side of the input image in pixels (default 224, ImageNet).
+    num_classes : int
+        Outputs of the final ``fc`` layer (default 1000).
+
+    Returns
+    -------
+    Architecture
+        53 convolutions, 53 BatchNorms and ``fc``: 161 parameter tensors, 25,557,032
+        parameters with 1000 classes; about 8.2 GFLOPs per 224 x 224 image.
+
+    Examples
+    --------
+    >>> net = resnet50()
+    >>> net.parameters, len(net.tensors)
+    (25557032, 161)
+    >>> net.tensors[0]
+    ('conv1.weight', (64, 3, 7, 7))
+    """
+    image_size = check_positive_int("image_size", image_size)
+    num_classes = check_positive_int("num_classes", num_classes)
+    layers, s = _conv_bn("conv1", "bn1", 3, 64, 7, 2, 3, image_size)
+    s = out_size(s, 3, 2, 1)  # maxpool
+    inplanes = 64
+    for stage, (planes, blocks, stride) in enumerate(RESNET50_STAGES, start=1):
+        for b in range(blocks):
+            more, s = _bottleneck(f"layer{stage}.{b}", inplanes, planes, stride if b == 0 else 1, s)
+            layers += more
+            inplanes = planes * EXPANSION
+    layers.append(linear("fc", inplanes, num_classes))  # after global average pooling
+    return Architecture(
+        name="resnet50",
+        layers=tuple(layers),
+        description="ResNet-50 v1.5 (torchvision.models.resnet50)",
+        input_description=f"one 3 x {image_size} x {image_size} image, {num_classes} classes",
+    )

@@ -1,0 +1,121 @@
+"""Plans: constructors, cut vectors, validation naming the byte range, JSON."""
+
+import json
+
+import numpy as np
+import pytest
+
+from fusionopt.model import Chunk, Message, Plan, Profile
+
+
+@pytest.fixture
+def profile():
+    return Profile.from_arrays([100, 50, 30, 20], [0.0] * 4, [1.0] * 4, ["w1", "b1", "w2", "b2"])
+
+
+def test_per_tensor_is_backward_order(profile):
+    plan = Plan.per_tensor(profile)
+    assert plan.groups() == [[3], [2], [1], [0]]
+    assert plan.cuts(profile).tolist() == [True, True, True]
+    assert plan.is_fusion(profile)
+
+
+def test_from_cuts_round_trip_every_vector(profile):
+    for bits in range(8):
+        cuts = np.array([(bits >> k) & 1 for k in range(3)], dtype=bool)
+        plan = Plan.from_cuts(profile, cuts)
+        assert plan.cuts(profile).tolist() == cuts.tolist()
+        assert plan.num_messages == cuts.sum() + 1
+        assert sum(plan.message_bytes) == 200
+        plan.validate(profile)
+
+
+def test_from_groups_keeps_channel_order(profile):
+    plan = Plan.from_groups(profile, [[0, 1], [3], [2]])
+    assert plan.message_bytes.tolist() == [150, 20, 30]
+    assert not plan.is_fusion(profile)
+    with pytest.raises(ValueError, match="not a fusion plan"):
+        plan.cuts(profile)
+
+
+def test_from_groups_rejects_bad_indices(profile):
+    with pytest.raises(ValueError, match="tensor index 4 is out of range for a profile of 4 tensors"):
+        Plan.from_groups(profile, [[0, 1, 2, 3, 4]])
+    with pytest.raises(ValueError, match="group 1 is empty"):
+        Plan.from_groups(profile, [[0, 1, 2, 3], []])
+    with pytest.raises(ValueError, match="n - 1 = 3 entries"):
+        Plan.from_cuts(profile, [True, False])
+
+
+def test_validate_names_missing_bytes(profile):
+    plan = Plan((Message((Chunk(0, 0, 60), Chunk(1, 0, 50), Chunk(2, 0, 30), Chunk(3, 0, 20))),))
+    with pytest.raises(ValueError, match=r"tensor 'w1' \(index 0\): bytes \[60, 100\) are missing"):
+        plan.validate(profile)
+    gap = Plan((Message((Chunk(0, 0, 40), Chunk(0, 50, 100), Chunk(1, 0, 50), Chunk(2, 0, 30), Chunk(3, 0, 20))),))
+    with pytest.raises(ValueError, match=r"tensor 'w1' \(index 0\): bytes \[40, 50\) are missing"):
+        gap.validate(profile)
+    absent = Plan.from_groups(profile, [[0, 1, 2]])
+    with pytest.raises(ValueError, match=r"tensor 'b2' \(index 3\): bytes \[0, 20\) are missing \(the tensor is in no message\)"):
+        absent.validate(profile)
+
+
+def test_validate_names_repeated_bytes(profile):
+    plan = Plan((
+        Message((Chunk(3, 0, 20), Chunk(2, 0, 30))),
+        Message((Chunk(1, 0, 50), Chunk(0, 0, 70))),
+        Message((Chunk(0, 60, 100),)),
+    ))
+    with pytest.raises(ValueError, match=r"tensor 'w1' \(index 0\): bytes \[60, 70\) are repeated \(messages 1 and 2\)"):
+        plan.validate(profile)
+    twice = Plan.from_groups(profile, [[3, 2], [1, 0], [3]])
+    with pytest.raises(ValueError, match=r"tensor 'b2' \(index 3\): bytes \[0, 20\) are repeated \(messages 0 and 2\)"):
+        twice.validate(profile)
+
+
+def test_validate_names_out_of_range(profile):
+    beyond = Plan((Message((Chunk(3, 0, 25), Chunk(2, 0, 30), Chunk(1, 0, 50), Chunk(0, 0, 100))),))
+    with pytest.raises(ValueError, match=r"tensor 'b2' \(index 3\): message 0 sends bytes \[20, 25\) beyond its size of 20 bytes"):
+        beyond.validate(profile)
+    with pytest.raises(ValueError, match="message 0: tensor index 9 is out of range"):
+        Plan((Message((Chunk(9, 0, 1),)),)).validate(profile)
+
+
+def test_structural_errors():
+    with pytest.raises(ValueError, match=r"byte range \[5, 5\) is empty"):
+        Chunk(0, 5, 5)
+    with pytest.raises(ValueError, match="chunk tensor index must be >= 0"):
+        Chunk(-1, 0, 5)
+    with pytest.raises(ValueError, match="at least one chunk"):
+        Message(())
+    with pytest.raises(ValueError, match="at least one message"):
+        Plan(())
+
+
+def test_partition_plan_validates(profile):
+    plan = Plan((
+        Message((Chunk(3, 0, 20), Chunk(2, 0, 10))),
+        Message((Chunk(0, 0, 50),)),
+        Message((Chunk(2, 10, 30), Chunk(1, 0, 50), Chunk(0, 50, 100))),
+    ))
+    assert plan.validate(profile) is plan
+    assert plan.message_bytes.tolist() == [30, 50, 120]
+
+
+def test_json_round_trip_and_errors(tmp_path, profile):
+    plan = Plan((Message((Chunk(3, 0, 20), Chunk(2, 0, 10))), Message((Chunk(2, 10, 30), Chunk(1, 0, 50), Chunk(0, 0, 100)))))
+    path = tmp_path / "plan.json"
+    plan.write(path)
+    assert Plan.read(path) == plan
+    assert json.loads(path.read_text())["messages"][0] == [[3, 0, 20], [2, 0, 10]]
+    path.write_text('{"schema": "fusionopt.plan", "version": 1, "messages": [[[0, 0, 5], [1, 7]]]}')
+    with pytest.raises(ValueError, match=r"plan.json: messages\[0\]\[1\] must be \[tensor, lo, hi\]"):
+        Plan.read(path)
+    path.write_text('{"schema": "fusionopt.plan", "version": 1, "messages": [[[0, 9, 5]]]}')
+    with pytest.raises(ValueError, match=r"messages\[0\]\[0\]: chunk of tensor 0: byte range \[9, 5\) is empty"):
+        Plan.read(path)
+    path.write_text('{"schema": "fusionopt.plan", "version": 1, "messages": []}')
+    with pytest.raises(ValueError, match="at least one message"):
+        Plan.read(path)
+    path.write_text('{"messages": [')
+    with pytest.raises(ValueError, match="malformed JSON"):
+        Plan.read(path)

@@ -1,0 +1,346 @@
+"""Tests of the model zoo: exact parameter counts, tensor order and names, FLOPs, profiles."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+import pytest
+
+from fusionopt.model.profile import Profile
+from fusionopt.zoo import Architecture, Device, Layer, architecture, device, devices, models, profile
+
+# Reference parameter counts: torchvision resnet50 / vgg16 / googlenet(aux_logits=False)
+# and HuggingFace BertModel("bert-base-uncased") with pooler.
+PARAMETERS = {
+    "resnet50": 25_557_032,
+    "vgg16": 138_357_544,
+    "googlenet": 6_624_904,
+    "bert-base": 109_482_240,
+}
+
+# Tensor counts derived from the structure, independently of the zoo code:
+#   ResNet-50: 1 stem conv + 16 bottlenecks x 3 convs + 4 downsample convs = 53 convs
+#              (no bias), 53 BatchNorms x (weight, bias), fc weight + bias.
+#   VGG-16:    13 convs + 3 linears, each weight + bias.
+#   GoogLeNet: 3 stem BasicConv2d + 9 inceptions x 6 BasicConv2d = 57, each conv weight +
+#              bn weight + bn bias; fc weight + bias.
+#   BERT-base: 3 embedding tables + LayerNorm (2); 12 layers x (q, k, v, attn-out dense,
+#              LayerNorm, intermediate, output dense, LayerNorm) x 2; pooler weight + bias.
+TENSORS = {
+    "resnet50": 53 + 53 * 2 + 2,
+    "vgg16": 16 * 2,
+    "googlenet": 57 * 3 + 2,
+    "bert-base": 3 + 2 + 12 * 8 * 2 + 2,
+}
+
+
+def shapes(name: str, **kwargs) -> dict[str, tuple[int, ...]]:
+    return dict(architecture(name, **kwargs).tensors)
+
+
+# ---------------------------------------------------------------------- catalogue
+def test_models_lists_the_four_models():
+    assert set(models()) == {"resnet50", "vgg16", "googlenet", "bert-base"}
+    assert all(isinstance(d, str) and d for d in models().values())
+
+
+@pytest.mark.parametrize("name", sorted(PARAMETERS))
+def test_parameter_counts_are_exact(name):
+    arch = architecture(name)
+    assert arch.parameters == PARAMETERS[name]
+    assert sum(math.prod(s) for _, s in arch.tensors) == PARAMETERS[name]
+    assert arch.name == name
+
+
+@pytest.mark.parametrize("name", sorted(TENSORS))
+def test_tensor_counts(name):
+    arch = architecture(name)
+    assert len(arch.tensors) == TENSORS[name]
+    names = [n for n, _ in arch.tensors]
+    assert len(set(names)) == len(names)
+
+
+@pytest.mark.parametrize("name", sorted(PARAMETERS))
+def test_each_layer_leads_with_its_weight(name):
+    for layer in architecture(name).layers:
+        first, _ = layer.tensors[0]
+        assert first == f"{layer.name}.weight"
+        assert all(t.startswith(layer.name + ".") for t, _ in layer.tensors)
+
+
+def test_architecture_name_is_case_insensitive():
+    assert architecture(" ResNet50 ").parameters == PARAMETERS["resnet50"]
+
+
+# ---------------------------------------------------------------------- ResNet-50
+def test_resnet50_names_and_shapes():
+    arch = architecture("resnet50")
+    names = [n for n, _ in arch.tensors]
+    assert names[:3] == ["conv1.weight", "bn1.weight", "bn1.bias"]
+    assert names[3:18] == [
+        "layer1.0.conv1.weight", "layer1.0.bn1.weight", "layer1.0.bn1.bias",
+        "layer1.0.conv2.weight", "layer1.0.bn2.weight", "layer1.0.bn2.bias",
+        "layer1.0.conv3.weight", "layer1.0.bn3.weight", "layer1.0.bn3.bias",
+        "layer1.0.downsample.0.weight", "layer1.0.downsample.1.weight", "layer1.0.downsample.1.bias",
+        "layer1.1.conv1.weight", "layer1.1.bn1.weight", "layer1.1.bn1.bias",
+    ]
+    assert names[-2:] == ["fc.weight", "fc.bias"]
+    s = dict(arch.tensors)
+    assert s["conv1.weight"] == (64, 3, 7, 7)
+    assert s["layer1.0.downsample.0.weight"] == (256, 64, 1, 1)
+    assert s["layer2.0.conv2.weight"] == (128, 128, 3, 3)
+    assert s["layer3.5.bn3.bias"] == (1024,)
+    assert s["layer4.2.conv3.weight"] == (2048, 512, 1, 1)
+    assert s["fc.weight"] == (1000, 2048)
+    # Only the first block of each stage has a downsample; v1.5 has blocks 3, 4, 6, 3.
+    assert sorted(n for n in names if n.endswith("downsample.0.weight")) == [
+        f"layer{k}.0.downsample.0.weight" for k in range(1, 5)
+    ]
+    assert "layer3.5.conv1.weight" in s and "layer3.6.conv1.weight" not in s
+    assert not any(n.endswith("conv1.bias") or n.endswith("conv2.bias") for n in names)
+
+
+def test_resnet50_flops_about_8_2_gflops():
+    assert architecture("resnet50").flops == pytest.approx(8.2e9, rel=0.02)
+
+
+def test_resnet50_conv1_flops():
+    # 7x7x3 -> 64 at 112x112: 118,013,952 multiply-adds.
+    assert architecture("resnet50").layers[0].flops == 2 * 118_013_952
+
+
+# ---------------------------------------------------------------------- VGG-16
+def test_vgg16_names_and_shapes():
+    arch = architecture("vgg16")
+    conv_idx = [0, 2, 5, 7, 10, 12, 14, 17, 19, 21, 24, 26, 28]
+    expected = [f"features.{i}.{p}" for i in conv_idx for p in ("weight", "bias")]
+    expected += [f"classifier.{i}.{p}" for i in (0, 3, 6) for p in ("weight", "bias")]
+    assert [n for n, _ in arch.tensors] == expected
+    s = dict(arch.tensors)
+    assert s["features.0.weight"] == (64, 3, 3, 3)
+    assert s["features.28.weight"] == (512, 512, 3, 3)
+    assert s["classifier.0.weight"] == (4096, 25088)
+    assert s["classifier.6.bias"] == (1000,)
+
+
+def test_vgg16_flops_about_31_gflops():
+    assert architecture("vgg16").flops == pytest.approx(31.0e9, rel=0.02)
+
+
+def test_vgg16_classifier_does_not_depend_on_image_size():
+    small = architecture("vgg16", image_size=64)
+    assert small.parameters == PARAMETERS["vgg16"]
+    assert small.flops < architecture("vgg16").flops
+
+
+# ---------------------------------------------------------------------- GoogLeNet
+def test_googlenet_names_and_shapes():
+    arch = architecture("googlenet")
+    names = [n for n, _ in arch.tensors]
+    assert names[:3] == ["conv1.conv.weight", "conv1.bn.weight", "conv1.bn.bias"]
+    block = [
+        f"inception3a.{b}.{m}.{p}"
+        for b in ("branch1", "branch2.0", "branch2.1", "branch3.0", "branch3.1", "branch4.1")
+        for m, p in (("conv", "weight"), ("bn", "weight"), ("bn", "bias"))
+    ]
+    assert names[9:27] == block
+    assert names[-2:] == ["fc.weight", "fc.bias"]
+    assert not any(n.endswith("conv.bias") for n in names)  # BasicConv2d: bias=False
+    assert not any(n.startswith("aux") for n in names)
+    s = dict(arch.tensors)
+    assert s["conv3.conv.weight"] == (192, 64, 3, 3)
+    assert s["inception3a.branch3.1.conv.weight"] == (32, 16, 3, 3)  # torchvision: 3x3
+    assert s["inception4e.branch2.1.conv.weight"] == (320, 160, 3, 3)
+    assert s["inception5b.branch4.1.conv.weight"] == (128, 832, 1, 1)
+    assert s["fc.weight"] == (1000, 1024)
+
+
+def test_googlenet_flops_about_3_gflops():
+    # torchvision reports 1.50 GMACs ("GFLOPS") for googlenet.
+    assert architecture("googlenet").flops == pytest.approx(3.0e9, rel=0.03)
+
+
+# ---------------------------------------------------------------------- BERT-base
+def test_bert_names_and_shapes():
+    arch = architecture("bert-base")
+    names = [n for n, _ in arch.tensors]
+    assert names[:5] == [
+        "embeddings.word_embeddings.weight",
+        "embeddings.position_embeddings.weight",
+        "embeddings.token_type_embeddings.weight",
+        "embeddings.LayerNorm.weight",
+        "embeddings.LayerNorm.bias",
+    ]
+    layer0 = [
+        f"encoder.layer.0.{m}.{p}"
+        for m in (
+            "attention.self.query", "attention.self.key", "attention.self.value",
+            "attention.output.dense", "attention.output.LayerNorm",
+            "intermediate.dense", "output.dense", "output.LayerNorm",
+        )
+        for p in ("weight", "bias")
+    ]
+    assert names[5:21] == layer0
+    assert names[-4:] == [
+        "encoder.layer.11.output.LayerNorm.weight", "encoder.layer.11.output.LayerNorm.bias",
+        "pooler.dense.weight", "pooler.dense.bias",
+    ]
+    s = dict(arch.tensors)
+    assert s["embeddings.word_embeddings.weight"] == (30522, 768)
+    assert s["embeddings.position_embeddings.weight"] == (512, 768)
+    assert s["embeddings.token_type_embeddings.weight"] == (2, 768)
+    assert s["encoder.layer.3.intermediate.dense.weight"] == (3072, 768)
+    assert s["encoder.layer.3.output.dense.weight"] == (768, 3072)
+    assert s["pooler.dense.bias"] == (768,)
+
+
+@pytest.mark.parametrize("seq", [1, 128, 512])
+def test_bert_flops_formula(seq):
+    h, ff = 768, 3072
+    per_layer = 2 * seq * (4 * h * h + 2 * h * ff) + 2 * 2 * seq * seq * h + 2 * 4 * h * seq
+    expected = 12 * per_layer + 4 * h * seq + 2 * h * h
+    arch = architecture("bert-base", seq_len=seq)
+    assert arch.flops == expected
+    assert arch.parameters == PARAMETERS["bert-base"]
+
+
+def test_bert_attention_core_goes_on_value():
+    arch = architecture("bert-base", seq_len=128)
+    by_name = {layer.name: layer.flops for layer in arch.layers}
+    q = by_name["encoder.layer.0.attention.self.query"]
+    v = by_name["encoder.layer.0.attention.self.value"]
+    assert v - q == 2 * 2 * 128 * 128 * 768
+    assert by_name["embeddings.word_embeddings"] == 0
+
+
+@pytest.mark.parametrize("bad", [0, -1, 513, 1.5, "128"])
+def test_bert_bad_seq_len(bad):
+    with pytest.raises(ValueError, match=repr(bad).replace(".", r"\.")):
+        architecture("bert-base", seq_len=bad)
+
+
+def test_image_too_small_raises():
+    with pytest.raises(ValueError, match="too small"):
+        architecture("vgg16", image_size=16)
+
+
+# ---------------------------------------------------------------------- data model
+def test_dataclasses_are_frozen():
+    arch = architecture("resnet50")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        arch.name = "x"  # type: ignore[misc]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        arch.layers[0].flops = 1.0  # type: ignore[misc]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        device("h100").efficiency = 1.0  # type: ignore[misc]
+
+
+def test_architecture_rejects_repeated_tensor_names():
+    layer = Layer("a", (("a.weight", (2,)),), 0.0)
+    with pytest.raises(ValueError, match="repeated"):
+        Architecture("x", (layer, layer), "", "")
+
+
+# ---------------------------------------------------------------------- devices
+def test_device_presets():
+    d = devices()
+    assert set(d) == {"v100", "a100", "h100"}
+    assert d["v100"].peak_flops == 125e12
+    assert d["a100"].peak_flops == 312e12
+    assert d["h100"].peak_flops == 989e12
+    assert all(0 < x.efficiency <= 1 for x in d.values())
+    assert device("H100") is d["h100"]
+
+
+# ---------------------------------------------------------------------- profile
+@pytest.mark.parametrize("name", sorted(PARAMETERS))
+@pytest.mark.parametrize("dev", ["v100", "h100"])
+def test_profile_is_a_consistent_roofline_estimate(name, dev):
+    batch, dtype_bytes = 32, 2
+    p = profile(name, device=dev, batch=batch, dtype_bytes=dtype_bytes)
+    arch = architecture(name)
+    d = device(dev)
+    assert isinstance(p, Profile)
+    assert p.name == name
+    assert p.names == tuple(n for n, _ in arch.tensors)
+    assert p.total_bytes == arch.parameters * dtype_bytes
+    assert p.dtype_bytes == dtype_bytes
+    assert list(p.sizes) == [math.prod(s) * dtype_bytes for _, s in arch.tensors]
+    assert np.array_equal(p.backward, 2 * p.forward)
+    assert p.F == pytest.approx(arch.flops * batch / (d.peak_flops * d.efficiency), rel=1e-12)
+    for i, n in enumerate(p.names):
+        if n.endswith(".bias"):
+            assert p.forward[i] == 0 and p.backward[i] == 0
+    assert p.metadata == {
+        "source": "roofline estimate", "device": dev, "batch": batch,
+        "peak_flops": d.peak_flops, "efficiency": d.efficiency,
+    }
+
+
+def test_profile_times_go_on_each_layers_weight():
+    arch = architecture("googlenet")
+    p = profile("googlenet", device="a100", batch=8)
+    rate = device("a100").peak_flops * device("a100").efficiency
+    for layer in arch.layers:
+        first = p.index(layer.tensors[0][0])
+        assert p.forward[first] == pytest.approx(layer.flops * 8 / rate, rel=1e-15)
+        for k in range(1, len(layer.tensors)):
+            assert p.forward[first + k] == 0.0
+
+
+def test_profile_passes_architecture_arguments():
+    short = profile("bert-base", seq_len=64)
+    long = profile("bert-base", seq_len=256)
+    assert short.total_bytes == long.total_bytes
+    assert long.F > 4 * short.F
+
+
+def test_profile_accepts_a_device_object():
+    toy = Device("toy", peak_flops=1e12, efficiency=1.0, description="toy")
+    p = profile("vgg16", device=toy, batch=1)
+    assert p.F == pytest.approx(architecture("vgg16").flops / 1e12, rel=1e-12)
+    assert p.metadata["device"] == "toy"
+
+
+def test_profile_roundtrips_through_json():
+    p = profile("resnet50")
+    assert Profile.from_dict(p.to_dict()) == p
+
+
+# ---------------------------------------------------------------------- errors
+@pytest.mark.parametrize("bad", ["resnet-50", "alexnet", "", None])
+def test_unknown_model(bad):
+    with pytest.raises(ValueError, match="unknown model") as err:
+        architecture(bad)  # type: ignore[arg-type]
+    assert repr(bad) in str(err.value) and "resnet50" in str(err.value)
+    with pytest.raises(ValueError, match="unknown model"):
+        profile(bad)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("bad", ["tpu-v4", "H200", ""])
+def test_unknown_device(bad):
+    with pytest.raises(ValueError, match="unknown device") as err:
+        device(bad)
+    assert repr(bad) in str(err.value) and "h100" in str(err.value)
+    with pytest.raises(ValueError, match="unknown device") as err:
+        profile("resnet50", device=bad)
+    assert repr(bad) in str(err.value)
+
+
+@pytest.mark.parametrize("bad", [0, -4, 2.5, 64.0, "64", True, None])
+def test_bad_batch(bad):
+    with pytest.raises(ValueError, match="batch") as err:
+        profile("resnet50", batch=bad)  # type: ignore[arg-type]
+    assert repr(bad) in str(err.value)
+
+
+@pytest.mark.parametrize("bad", [0, -2, 2.0])
+def test_bad_dtype_bytes(bad):
+    with pytest.raises(ValueError, match="dtype_bytes"):
+        profile("resnet50", dtype_bytes=bad)  # type: ignore[arg-type]
+
+
+def test_numpy_integer_batch_is_accepted():
+    assert profile("resnet50", batch=np.int64(16)).metadata["batch"] == 16
