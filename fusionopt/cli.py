@@ -128,7 +128,11 @@ def _cmd_simulate(args: argparse.Namespace) -> None:
     profile = Profile.read(args.profile)
     problem = Problem(profile, _cost(args), sync=args.sync)
     plan = Plan.read(args.plan)
-    timeline = simulate(problem, plan)
+    try:
+        plan.validate(profile)
+    except ValueError as exc:
+        raise ValueError(f"{args.plan}: {exc}") from None
+    timeline = simulate(problem, plan, validate=False)
     document = {
         "iteration_time": timeline.iteration_time,
         "exposed": timeline.exposed,
@@ -247,7 +251,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(argv)
         args.run(args)
-    except (UsageError, ValueError, KeyError, FileNotFoundError, IsADirectoryError) as exc:
+    except SystemExit as exc:  # --help
+        return exc.code if isinstance(exc.code, int) else 0
+    except (UsageError, ValueError, KeyError, OSError) as exc:
         message = str(exc.args[0]) if isinstance(exc, KeyError) and exc.args else str(exc)
         print(f"fusionopt: error: {' '.join(message.split())}", file=sys.stderr)
         return 2

@@ -16,6 +16,8 @@ def read_json_document(path: str | Path) -> Any:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise FileNotFoundError(f"{path}: no such file") from None
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"{path}: not UTF-8 text (byte {exc.start}): expected JSON") from None
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
@@ -27,6 +29,8 @@ def write_text_atomic(path: str | Path, text: str) -> None:
     so a reader never sees a half-written file."""
     path = Path(path)
     directory = path.parent if str(path.parent) else Path(".")
+    if not directory.is_dir():
+        raise FileNotFoundError(f"{path}: folder {directory} does not exist")
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:

@@ -17,6 +17,7 @@ from fusionopt.model.problem import Problem
 # Plans per inner block of the batch evaluator: large enough to amortise numpy's per-call
 # overhead, small enough that the working vectors stay in cache.
 _BLOCK = 32768
+_TILE = 4096
 
 
 def backward_arrays(problem: Problem) -> tuple[np.ndarray, np.ndarray]:
@@ -113,16 +114,18 @@ def evaluate_cuts(problem: Problem, cuts: np.ndarray) -> np.ndarray:
         return out
     rho, prefix = backward_arrays(problem)
     affine = problem.cost.affine
-    # Column-major access to the cut matrix: one contiguous row per tensor position.
-    cuts_by_position = np.ascontiguousarray(cuts.T)
+    # The sweep reads one contiguous row of cuts per tensor position, so each block is
+    # transposed first, in tiles small enough for the cache (a large transpose is slow).
+    by_position = np.empty((n - 1, min(m, _BLOCK)), dtype=bool)
     for lo in range(0, m, _BLOCK):
         hi = min(m, lo + _BLOCK)
-        block = cuts_by_position[:, lo:hi]
+        block = by_position[:, : hi - lo]
+        for tile in range(lo, hi, _TILE):
+            block[:, tile - lo: min(hi, tile + _TILE) - lo] = cuts[tile: min(hi, tile + _TILE)].T
         if affine is not None:
-            last_end = _sweep_affine(rho, prefix, block, *affine)
+            out[lo:hi] = _sweep_affine(rho, prefix, block, *affine)
         else:
-            last_end = _sweep_general(rho, prefix, block, problem.cost)
-        out[lo:hi] = last_end
+            out[lo:hi] = _sweep_general(rho, prefix, block, problem.cost)
     np.maximum(out, profile.B, out=out)
     out += profile.U + profile.F
     return out

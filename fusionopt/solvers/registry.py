@@ -145,7 +145,7 @@ def compare(problem: Problem, methods: Iterable[str] | None = None) -> list[Comp
         rows.append(ComparisonRow(
             method=name,
             iteration_time=r.iteration_time,
-            speedup=reference.iteration_time / r.iteration_time,
+            speedup=_speedup(reference.iteration_time, r.iteration_time),
             exposed=r.timeline.exposed if r.timeline is not None else float("nan"),
             messages=r.num_messages,
             status=str(r.status),
@@ -153,6 +153,13 @@ def compare(problem: Problem, methods: Iterable[str] | None = None) -> list[Comp
             solve_seconds=r.solve_seconds,
         ))
     return rows
+
+
+def _speedup(reference: float, value: float) -> float:
+    # A step of zero time (no compute, free network) is as fast as the reference or faster.
+    if value > 0:
+        return reference / value
+    return 1.0 if reference == 0 else float("inf")
 
 
 def format_table(rows: Iterable[ComparisonRow]) -> str:

@@ -1,0 +1,1 @@
+"""Shared test set-up: makes ``tests/`` importable so suites can share ``strategies``."""

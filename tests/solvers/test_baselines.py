@@ -1,0 +1,152 @@
+"""Baselines on hand-worked cases, the solve() registry, Result and compare()."""
+
+import dataclasses
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+
+from strategies import problems
+
+import fusionopt
+from fusionopt.cost import AlphaBeta
+from fusionopt.model import Problem, Profile, simulate
+from fusionopt.model.bounds import best_bound
+from fusionopt.solvers import Status, compare, format_table, methods, solve
+
+MS = 1e-3
+MiB = 2**20
+
+
+def bucket_profile() -> Profile:
+    # Forward order; backward order is 5, 4, 3, 2, 1, 0.
+    sizes = [30 * MiB, 10 * MiB, 10 * MiB, 6 * MiB, MiB // 2, 3 * MiB // 4]
+    return Profile.from_arrays(sizes, [MS] * 6, [MS] * 6)
+
+
+def test_ddp_buckets_close_once_they_reach_the_cap():
+    # 0.75 + 0.5 = 1.25 MiB >= 1 MiB closes the first bucket; 6 + 10 + 10 = 26 >= 25 the
+    # second; the 30 MiB tensor is a bucket alone, over the cap, never split.
+    problem = Problem(bucket_profile(), AlphaBeta(1e-4, 1e-9))
+    result = solve(problem, "ddp")
+    assert result.plan.groups() == [[5, 4], [3, 2, 1], [0]]
+    assert result.plan.message_bytes.tolist() == [5 * MiB // 4, 26 * MiB, 30 * MiB]
+    assert result.iteration_time == simulate(problem, result.plan).iteration_time
+    # A 1 MiB first bucket and 8 MiB buckets: [5,4] | 3, 2 (16 >= 8) | 1 | 0.
+    assert solve(problem, "ddp", bucket_cap_bytes=8 * MiB).plan.groups() == [[5, 4], [3, 2], [1], [0]]
+    # A first bucket as large as the rest: 0.75 + 0.5 + 6 + 10 + 10 >= 25.
+    assert solve(problem, "ddp", first_bucket_bytes=25 * MiB).plan.groups() == [[5, 4, 3, 2, 1], [0]]
+
+
+def test_threshold_closes_before_overflowing():
+    # 0.75 + 0.5 + 6 + 10 = 17.25; adding 10 would pass 25, so it starts a new message.
+    problem = Problem(bucket_profile(), AlphaBeta(1e-4, 1e-9))
+    assert solve(problem, "threshold").plan.groups() == [[5, 4, 3, 2], [1], [0]]
+    assert solve(problem, "threshold", threshold_bytes=1).plan.groups() == [[5], [4], [3], [2], [1], [0]]
+    assert solve(problem, "threshold", threshold_bytes=1e12).plan.groups() == [[5, 4, 3, 2, 1, 0]]
+
+
+def horovod_profile() -> Profile:
+    # Ready times: t3 0.5 ms, t2 1.5 ms, t1 2.5 ms, t0 3.5 ms; 1 MB each.
+    return Profile.from_arrays([1_000_000] * 4, [MS] * 4, [MS, MS, MS, 0.5 * MS])
+
+
+def test_horovod_cycles_hand_worked():
+    # alpha = 2 ms, beta = 1 ns/B: a 1 MB message takes 3 ms. 1 ms cycles: the tick at 1 ms
+    # finds t3 and sends it 1 -> 4 ms; the next cycle starts at 4 ms (after the
+    # collective) and finds t2, t1, t0 ready: 3 MB > 2.5 MB threshold, so [t2, t1], [t0].
+    problem = Problem(horovod_profile(), AlphaBeta(2 * MS, 1e-9))
+    result = solve(problem, "horovod", fusion_threshold_bytes=2_500_000)
+    assert result.plan.groups() == [[3], [2, 1], [0]]
+    assert result.stats["cycles"] == 2
+    # Judged as a static plan: [t3] 0.5 -> 3.5, [t2, t1] 3.5 -> 7.5, [t0] 7.5 -> 10.5, + F = 4.
+    assert result.iteration_time == pytest.approx(14.5 * MS, rel=1e-12)
+    # Default threshold 128 MiB: the second cycle fuses all three.
+    assert solve(problem, "horovod").plan.groups() == [[3], [2, 1, 0]]
+    # Legacy 5 ms cycles: the first tick with work is at 5 ms, when everything is ready.
+    legacy = solve(problem, "horovod", defaults="legacy")
+    assert legacy.plan.groups() == [[3, 2, 1, 0]]
+    assert legacy.stats["cycle_time"] == 5 * MS and legacy.stats["fusion_threshold_bytes"] == 64 * MiB
+
+
+def test_horovod_fast_network_sends_each_tensor_in_its_own_cycle():
+    # With a free network every cycle finds at most one new gradient (ready 1 ms apart).
+    problem = Problem(horovod_profile(), AlphaBeta(0.0, 0.0))
+    assert solve(problem, "horovod").plan.groups() == [[3], [2], [1], [0]]
+
+
+def test_wfbp_and_single_on_the_worked_example():
+    profile = Profile.from_arrays([4e6, 1e6, 2e6], [MS] * 3, [3 * MS, 2 * MS, MS])
+    problem = Problem(profile, AlphaBeta(3 * MS, 1e-9))
+    assert solve(problem, "wfbp").iteration_time == pytest.approx(20 * MS, rel=1e-12)
+    assert solve(problem, "single").iteration_time == pytest.approx(19 * MS, rel=1e-12)
+    assert solve(problem, "single").plan.groups() == [[2, 1, 0]]
+
+
+def test_status_optimal_only_when_the_bound_is_met():
+    profile = Profile.from_arrays([4e6, 1e6, 2e6], [MS] * 3, [3 * MS, 2 * MS, MS])
+    free = solve(Problem(profile, AlphaBeta(0.0, 0.0)), "wfbp")
+    assert free.status is Status.OPTIMAL and free.gap == 0.0
+    assert free.iteration_time == pytest.approx(9 * MS, rel=1e-12)
+    slow = solve(Problem(profile, AlphaBeta(3 * MS, 1e-9)), "wfbp")
+    assert slow.status is Status.FEASIBLE
+    assert slow.gap == pytest.approx((slow.iteration_time - slow.lower_bound) / slow.lower_bound)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        slow.iteration_time = 0.0
+
+
+@settings(deadline=None)
+@given(problem=problems(max_n=10))
+def test_every_baseline_is_valid_and_above_the_bound(problem):
+    bound = best_bound(problem)
+    for name in methods():
+        result = solve(problem, name)
+        result.plan.validate(problem.profile)
+        assert result.plan.is_fusion(problem.profile)
+        assert result.iteration_time == simulate(problem, result.plan).iteration_time
+        assert result.iteration_time >= bound * (1 - 1e-9)
+        assert result.lower_bound == pytest.approx(bound, rel=1e-12)
+
+
+def test_registry_errors_name_the_culprit():
+    problem = Problem(bucket_profile(), AlphaBeta(1e-4, 1e-9))
+    with pytest.raises(ValueError, match="unknown method 'dpp'; known methods: ddp, horovod, single, threshold, wfbp"):
+        solve(problem, "dpp")
+    with pytest.raises(ValueError, match="unknown option 'cycle_time' for method 'ddp'"):
+        solve(problem, "ddp", cycle_time=1e-3)
+    with pytest.raises(ValueError, match="unknown option 'threshold' for method 'wfbp'; its options: none"):
+        solve(problem, "wfbp", threshold=1)
+    with pytest.raises(ValueError, match="bucket_cap_bytes must be a positive, finite number of bytes, got -5"):
+        solve(problem, "ddp", bucket_cap_bytes=-5)
+    with pytest.raises(ValueError, match="cycle_time must be a positive, finite number of seconds, got nan"):
+        solve(problem, "horovod", cycle_time=float("nan"))
+    with pytest.raises(ValueError, match="unknown defaults 'old'"):
+        solve(problem, "horovod", defaults="old")
+    with pytest.raises(ValueError, match="threshold_bytes must be a number of bytes, got '1MB'"):
+        solve(problem, "threshold", threshold_bytes="1MB")
+    with pytest.raises(ValueError, match="problem must be a Problem"):
+        solve(bucket_profile(), "wfbp")
+
+
+def test_compare_rows_and_table():
+    profile = Profile.from_arrays([4e6, 1e6, 2e6], [MS] * 3, [3 * MS, 2 * MS, MS])
+    rows = compare(Problem(profile, AlphaBeta(3 * MS, 1e-9)))
+    by_name = {r.method: r for r in rows}
+    assert list(by_name) == list(methods())
+    assert by_name["wfbp"].speedup == 1.0
+    assert by_name["single"].speedup == pytest.approx(20 / 19, rel=1e-12)
+    for r in rows:
+        assert r.speedup == pytest.approx(by_name["wfbp"].iteration_time / r.iteration_time, rel=1e-12)
+        assert r.exposed == pytest.approx(r.iteration_time - 9 * MS, rel=1e-9)
+    table = format_table(rows).splitlines()
+    assert table[0].split()[:3] == ["method", "T", "(ms)"]
+    assert table[2].split()[:3] == ["wfbp", "20.000", "1.000x"]
+    assert compare(Problem(profile, AlphaBeta(3 * MS, 1e-9)), ["single"])[0].speedup == pytest.approx(20 / 19)
+    with pytest.raises(ValueError, match="unknown method 'nope'"):
+        compare(Problem(profile, AlphaBeta(3 * MS, 1e-9)), ["single", "nope"])
+
+
+def test_top_level_api():
+    assert {"Profile", "Plan", "Problem", "simulate", "solve", "compare", "methods"} <= set(fusionopt.__all__)
+    assert fusionopt.cost.AlphaBeta is AlphaBeta
+    assert np.isclose(fusionopt.cost.network("10gbe", 8).beta, 2 * 7 / 8 / 1.25e9)

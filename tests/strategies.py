@@ -1,0 +1,75 @@
+"""Hypothesis strategies for random profiles, cost models, problems and plans."""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import strategies as st
+
+from fusionopt.cost import AlphaBeta, PiecewiseLinear
+from fusionopt.model import Chunk, Message, Plan, Problem, Profile
+
+# Compute times: exact zeros (biases) mixed with positive times up to 10 ms.
+times = st.one_of(st.just(0.0), st.floats(min_value=1e-6, max_value=1e-2, allow_nan=False))
+sizes = st.integers(min_value=1, max_value=10_000_000)
+
+
+@st.composite
+def profiles(draw, min_n: int = 1, max_n: int = 8, with_updates: bool = True) -> Profile:
+    n = draw(st.integers(min_n, max_n))
+    update = draw(st.lists(times, min_size=n, max_size=n)) if with_updates and draw(st.booleans()) else None
+    return Profile.from_arrays(
+        draw(st.lists(sizes, min_size=n, max_size=n)),
+        draw(st.lists(times, min_size=n, max_size=n)),
+        draw(st.lists(times, min_size=n, max_size=n)),
+        update=update,
+    )
+
+
+alpha_beta = st.builds(
+    AlphaBeta,
+    alpha=st.one_of(st.just(0.0), st.floats(1e-7, 5e-3)),
+    beta=st.one_of(st.just(0.0), st.floats(1e-12, 1e-8)),
+)
+
+
+@st.composite
+def piecewise_linear(draw) -> PiecewiseLinear:
+    k = draw(st.integers(1, 5))
+    points = sorted(set(draw(st.lists(st.integers(1, 20_000_000), min_size=k, max_size=k))))
+    increments = draw(st.lists(st.floats(0.0, 2e-3), min_size=len(points), max_size=len(points)))
+    return PiecewiseLinear(points, np.cumsum(increments))
+
+
+costs = st.one_of(alpha_beta, piecewise_linear())
+
+
+@st.composite
+def problems(draw, min_n: int = 1, max_n: int = 8, cost=costs, sync=None) -> Problem:
+    profile = draw(profiles(min_n, max_n))
+    chosen_sync = draw(st.sampled_from(["barrier", "layerwise"])) if sync is None else sync
+    return Problem(profile, draw(cost), sync=chosen_sync)
+
+
+def cut_vectors(n: int):
+    return st.lists(st.booleans(), min_size=n - 1, max_size=n - 1).map(lambda c: np.array(c, dtype=bool))
+
+
+@st.composite
+def partition_plans(draw, profile: Profile) -> Plan:
+    """Any valid plan: tensors cut into up to 3 chunks, chunks shuffled, grouped into messages."""
+    chunks = []
+    for i, size in enumerate(profile.sizes.tolist()):
+        cuts = sorted(set(draw(st.lists(st.integers(1, max(1, size - 1)), max_size=2)))) if size > 1 else []
+        bounds = [0] + cuts + [size]
+        chunks.extend(Chunk(i, lo, hi) for lo, hi in zip(bounds, bounds[1:]))
+    order = draw(st.permutations(range(len(chunks))))
+    shuffled = [chunks[k] for k in order]
+    breaks = draw(st.lists(st.booleans(), min_size=len(shuffled) - 1, max_size=len(shuffled) - 1))
+    messages, current = [], [shuffled[0]]
+    for chunk, new_message in zip(shuffled[1:], breaks):
+        if new_message:
+            messages.append(Message(tuple(current)))
+            current = []
+        current.append(chunk)
+    messages.append(Message(tuple(current)))
+    return Plan(tuple(messages))

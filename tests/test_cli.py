@@ -1,0 +1,599 @@
+"""The ``fusionopt`` command line, driven in-process through ``fusionopt.cli.main``.
+
+Numbers come from the MODEL.md section 5 worked example: three tensors of 4, 1 and 2 MB
+(forward order), forward 1 ms each, backward 3, 2, 1 ms, so B = 6 ms and F = 3 ms.
+With AlphaBeta(alpha, 1e-9) a message of S bytes costs alpha + S * 1e-9 seconds.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import fusionopt
+from fusionopt.cli import main
+
+METHODS = ["wfbp", "single", "threshold", "ddp", "horovod"]
+AB3 = ["--alpha", "0.003", "--beta", "1e-9"]   # alpha = 3 ms
+AB1 = ["--alpha", "0.001", "--beta", "1e-9"]   # alpha = 1 ms
+RESNET_10GBE = ["--model", "resnet50", "--workers", "64", "--network", "10gbe"]
+
+
+# ---------------------------------------------------------------------- helpers
+def example_profile() -> fusionopt.Profile:
+    """The MODEL.md worked example (tensors named t0, t1, t2)."""
+    return fusionopt.Profile.from_arrays(
+        [4e6, 1e6, 2e6], forward=[1e-3] * 3, backward=[3e-3, 2e-3, 1e-3])
+
+
+def write_example_profile(path: Path) -> Path:
+    """The worked example as a profile file; returns ``path``."""
+    example_profile().write(path)
+    return path
+
+
+def write_plan(path: Path, groups: list[list[int]]) -> Path:
+    """A plan of whole tensors of the worked example, messages in the given order."""
+    fusionopt.Plan.from_groups(example_profile(), groups).write(path)
+    return path
+
+
+def write_json(path: Path, document) -> Path:
+    path.write_text(json.dumps(document))
+    return path
+
+
+def run(capsys, *argv) -> tuple[int, str, str]:
+    """Run ``fusionopt ARGV`` in-process; returns (exit status, stdout, stderr)."""
+    status = main([str(a) for a in argv])
+    captured = capsys.readouterr()
+    return status, captured.out, captured.err
+
+
+def run_json(capsys, *argv):
+    """Run a command that ends in ``--json``, check it succeeded, parse its stdout."""
+    status, out, err = run(capsys, *argv)
+    assert status == 0, err
+    assert err == ""
+    return json.loads(out)
+
+
+def run_error(capsys, *argv) -> str:
+    """Run a command that must fail; check exit status 2, no stdout and exactly one line
+    ``fusionopt: error: ...`` on stderr; return that line."""
+    status, out, err = run(capsys, *argv)
+    assert status == 2, (status, out, err)
+    assert out == ""
+    lines = err.splitlines()
+    assert len(lines) == 1, err
+    assert err.endswith("\n")
+    assert lines[0].startswith("fusionopt: error: ")
+    return lines[0]
+
+
+def plan_groups(plan_document: dict) -> list[list[int]]:
+    """Forward indices of the tensors of each message of a plan JSON document."""
+    return [[chunk[0] for chunk in message] for message in plan_document["messages"]]
+
+
+@pytest.fixture
+def profile_path(tmp_path) -> Path:
+    return write_example_profile(tmp_path / "profile.json")
+
+
+# ---------------------------------------------------------------------- methods
+def test_methods_lists_every_method_with_its_description(capsys):
+    status, out, err = run(capsys, "methods")
+    assert status == 0 and err == ""
+    lines = out.splitlines()
+    assert [line.split()[0] for line in lines] == METHODS
+    listing = fusionopt.methods()
+    for line, name in zip(lines, METHODS):
+        description = line[len(name):].strip()
+        assert description == listing[name]
+        assert len(description) > 10
+    # the descriptions start in one column
+    assert len({line.index(listing[name]) for line, name in zip(lines, METHODS)}) == 1
+
+
+# ---------------------------------------------------------------------- solve
+def test_solve_single_json_worked_example(capsys, profile_path):
+    doc = run_json(capsys, "solve", profile_path, *AB3, "--method", "single", "--json")
+    # one message of 7 MB at B = 6 ms: ends at 6 + 3 + 7 = 16 ms, plus F = 3 ms
+    assert doc["iteration_time"] == pytest.approx(0.019, rel=1e-12)
+    assert doc["messages"] == 1
+    assert doc["method"] == "single"
+    assert doc["exposed"] == pytest.approx(0.010, rel=1e-12)
+    assert doc["lower_bound"] <= doc["iteration_time"]
+    plan = doc["plan"]
+    assert isinstance(plan, dict)
+    assert plan["schema"] == "fusionopt.plan"
+    assert plan_groups(plan) == [[2, 1, 0]]
+    assert plan["messages"] == [[[2, 0, 2_000_000], [1, 0, 1_000_000], [0, 0, 4_000_000]]]
+
+
+def test_solve_wfbp_json_at_alpha_1ms(capsys, profile_path):
+    doc = run_json(capsys, "solve", profile_path, *AB1, "--method", "wfbp", "--json")
+    assert doc["iteration_time"] == pytest.approx(0.014, rel=1e-12)
+    assert doc["method"] == "wfbp"
+    assert doc["messages"] == 3
+    assert plan_groups(doc["plan"]) == [[2], [1], [0]]
+
+
+def test_solve_default_method_is_wfbp(capsys, profile_path):
+    doc = run_json(capsys, "solve", profile_path, *AB1, "--json")
+    assert doc["method"] == "wfbp"
+    assert doc["iteration_time"] == pytest.approx(0.014, rel=1e-12)
+
+
+def test_solve_text_output(capsys, profile_path):
+    status, out, err = run(capsys, "solve", profile_path, *AB3, "--method", "single")
+    assert status == 0 and err == ""
+    assert "method          single" in out
+    assert "iteration time  19.000000 ms" in out
+    assert "messages        1" in out
+    assert "[t2, t1, t0]" in out
+
+
+def test_solve_output_writes_a_readable_plan(capsys, profile_path, tmp_path):
+    out_path = tmp_path / "plan.json"
+    doc = run_json(capsys, "solve", profile_path, *AB3, "--method", "single",
+                   "--output", out_path, "--json")
+    plan = fusionopt.Plan.read(out_path)
+    assert plan.groups() == [[2, 1, 0]]
+    assert plan.to_dict() == doc["plan"]
+    plan.validate(fusionopt.Profile.read(profile_path))
+
+
+def test_solve_ddp_options(capsys, profile_path):
+    doc = run_json(capsys, "solve", profile_path, *AB3, "--method", "ddp",
+                   "--option", "bucket_cap_bytes=2500000",
+                   "--option", "first_bucket_bytes=1000000", "--json")
+    assert doc["method"] == "ddp"
+    assert plan_groups(doc["plan"]) == [[2], [1, 0]]
+    assert doc["messages"] == 2
+    assert doc["iteration_time"] == pytest.approx(0.017, rel=1e-12)
+
+
+def test_solve_ddp_default_options_differ_from_small_buckets(capsys, profile_path):
+    # the 25 MiB default cap fuses tensors 1 and 0; a 1 MiB first bucket holds t2 alone
+    doc = run_json(capsys, "solve", profile_path, *AB3, "--method", "ddp", "--json")
+    small = run_json(capsys, "solve", profile_path, *AB3, "--method", "ddp",
+                     "--option", "bucket_cap_bytes=1000000",
+                     "--option", "first_bucket_bytes=1000000", "--json")
+    assert plan_groups(small["plan"]) == [[2], [1], [0]]
+    assert plan_groups(doc["plan"]) != plan_groups(small["plan"])
+
+
+def test_solve_cost_file(capsys, profile_path, tmp_path):
+    cost = write_json(tmp_path / "cost.json", fusionopt.cost.AlphaBeta(3e-3, 1e-9).to_dict())
+    doc = run_json(capsys, "solve", profile_path, "--cost", cost, "--method", "single", "--json")
+    assert doc["iteration_time"] == pytest.approx(0.019, rel=1e-12)
+
+
+# ---------------------------------------------------------------------- simulate
+def test_simulate_ddp_plan(capsys, profile_path, tmp_path):
+    plan = write_plan(tmp_path / "plan.json", [[2], [1, 0]])
+    doc = run_json(capsys, "simulate", profile_path, "--plan", plan, *AB3, "--json")
+    # t2 (2 MB) from 1 ms to 6 ms; t1+t0 (5 MB) from 6 ms to 14 ms; then F = 3 ms
+    assert doc["iteration_time"] == pytest.approx(0.017, rel=1e-12)
+    assert doc["compute_time"] == pytest.approx(0.009, rel=1e-12)
+    assert doc["exposed"] == pytest.approx(0.008, rel=1e-12)
+    assert doc["communication_end"] == pytest.approx(0.014, rel=1e-12)
+    assert [m["bytes"] for m in doc["messages"]] == [2_000_000, 5_000_000]
+    assert [m["start"] for m in doc["messages"]] == pytest.approx([0.001, 0.006], rel=1e-12)
+    assert [m["end"] for m in doc["messages"]] == pytest.approx([0.006, 0.014], rel=1e-12)
+
+
+@pytest.mark.parametrize("sync, expected", [("layerwise", 0.018), ("barrier", 0.019)])
+def test_simulate_sync(capsys, profile_path, tmp_path, sync, expected):
+    plan = write_plan(tmp_path / "plan.json", [[0], [2], [1]])
+    doc = run_json(capsys, "simulate", profile_path, "--plan", plan, *AB1,
+                   "--sync", sync, "--json")
+    assert doc["iteration_time"] == pytest.approx(expected, rel=1e-12)
+
+
+def test_simulate_default_sync_is_barrier(capsys, profile_path, tmp_path):
+    plan = write_plan(tmp_path / "plan.json", [[0], [2], [1]])
+    doc = run_json(capsys, "simulate", profile_path, "--plan", plan, *AB1, "--json")
+    assert doc["iteration_time"] == pytest.approx(0.019, rel=1e-12)
+
+
+def test_simulate_text_output(capsys, profile_path, tmp_path):
+    plan = write_plan(tmp_path / "plan.json", [[2], [1, 0]])
+    status, out, err = run(capsys, "simulate", profile_path, "--plan", plan, *AB3)
+    assert status == 0 and err == ""
+    assert "iteration time  17.000000 ms" in out
+    assert "compute         9.000000 ms" in out
+    assert "messages        2" in out
+
+
+def test_solve_output_round_trips_through_simulate(capsys, profile_path, tmp_path):
+    out_path = tmp_path / "plan.json"
+    solved = run_json(capsys, "solve", profile_path, *AB3, "--method", "horovod",
+                      "--output", out_path, "--json")
+    simulated = run_json(capsys, "simulate", profile_path, "--plan", out_path, *AB3, "--json")
+    assert simulated["iteration_time"] == pytest.approx(solved["iteration_time"], rel=1e-12)
+
+
+# ---------------------------------------------------------------------- compare
+def parse_table(out: str) -> tuple[str, list[list[str]]]:
+    """The header line and the cells of each row of the comparison table in ``out``."""
+    lines = out.splitlines()
+    header_at = next(k for k, line in enumerate(lines) if line.startswith("method"))
+    assert set(lines[header_at + 1]) <= {"-", " "}
+    rows = [line.split() for line in lines[header_at + 2:] if line.strip()]
+    return lines[header_at], rows
+
+
+def test_compare_table_on_resnet50(capsys):
+    status, out, err = run(capsys, "compare", *RESNET_10GBE)
+    assert status == 0 and err == ""
+    assert "resnet50" in out and "161 tensors" in out
+    header, rows = parse_table(out)
+    for column in ("method", "T (ms)", "speedup", "exposed", "messages"):
+        assert column in header
+    assert [row[0] for row in rows] == METHODS
+    by_method = {row[0]: row for row in rows}
+    assert by_method["wfbp"][2] == "1.000x"
+    assert by_method["wfbp"][4] == "161"
+    assert by_method["single"][4] == "1"
+
+    # the table shows the same figures as the JSON output
+    doc = run_json(capsys, "compare", *RESNET_10GBE, "--json")
+    for entry in doc:
+        row = by_method[entry["method"]]
+        assert row[1] == f"{1e3 * entry['iteration_time']:.3f}"
+        assert row[2] == f"{entry['speedup']:.3f}x"
+        assert row[3] == f"{1e3 * entry['exposed']:.3f}"
+        assert row[4] == str(entry["messages"])
+
+
+def test_compare_json_on_resnet50(capsys):
+    doc = run_json(capsys, "compare", *RESNET_10GBE, "--json")
+    assert [row["method"] for row in doc] == list(fusionopt.methods())
+    assert sorted(row["method"] for row in doc) == sorted(METHODS)
+    by_method = {row["method"]: row for row in doc}
+    reference = by_method["wfbp"]["iteration_time"]
+    assert by_method["wfbp"]["speedup"] == 1.0
+    for row in doc:
+        assert row["speedup"] == pytest.approx(reference / row["iteration_time"], rel=1e-12)
+        assert row["iteration_time"] > 0
+        assert row["messages"] >= 1
+    assert by_method["wfbp"]["messages"] == 161
+    assert by_method["single"]["messages"] == 1
+    # on 10 GbE with 64 workers, fusion pays: every other method beats WFBP
+    assert all(row["speedup"] > 1.0 for row in doc if row["method"] != "wfbp")
+
+
+def test_compare_methods_restricts_rows(capsys):
+    doc = run_json(capsys, "compare", *RESNET_10GBE, "--methods", "wfbp,ddp", "--json")
+    assert [row["method"] for row in doc] == ["wfbp", "ddp"]
+
+    status, out, err = run(capsys, "compare", *RESNET_10GBE, "--methods", "wfbp,ddp")
+    assert status == 0 and err == ""
+    _, rows = parse_table(out)
+    assert [row[0] for row in rows] == ["wfbp", "ddp"]
+
+
+def test_compare_speedup_is_against_wfbp_even_when_not_listed(capsys, profile_path):
+    doc = run_json(capsys, "compare", "--profile", profile_path, *AB3,
+                   "--methods", "single", "--json")
+    assert [row["method"] for row in doc] == ["single"]
+    # WFBP at alpha 3 ms takes 20 ms, single 19 ms
+    assert doc[0]["speedup"] == pytest.approx(0.020 / 0.019, rel=1e-12)
+
+
+def test_compare_profile(capsys, profile_path):
+    doc = run_json(capsys, "compare", "--profile", profile_path, *AB3, "--json")
+    by_method = {row["method"]: row for row in doc}
+    assert set(by_method) == set(METHODS)
+    assert by_method["wfbp"]["iteration_time"] == pytest.approx(0.020, rel=1e-12)
+    assert by_method["single"]["iteration_time"] == pytest.approx(0.019, rel=1e-12)
+    assert by_method["single"]["speedup"] == pytest.approx(0.020 / 0.019, rel=1e-12)
+
+    status, out, err = run(capsys, "compare", "--profile", profile_path, *AB3)
+    assert status == 0 and err == ""
+    assert str(profile_path) in out and "3 tensors" in out
+    _, rows = parse_table(out)
+    assert {row[0]: row[1] for row in rows}["wfbp"] == "20.000"
+
+
+# ---------------------------------------------------------------------- zoo and profile
+def test_zoo_lists_the_models_with_parameter_counts(capsys):
+    status, out, err = run(capsys, "zoo")
+    assert status == 0 and err == ""
+    lines = out.splitlines()
+    assert "parameters" in lines[0]
+    rows = {line.split()[0]: line.split() for line in lines[1:]}
+    assert set(rows) == {"resnet50", "vgg16", "googlenet", "bert-base"}
+    assert rows["resnet50"][1] == "25,557,032"
+    assert rows["vgg16"][1] == "138,357,544"
+    assert rows["googlenet"][1] == "6,624,904"
+    assert rows["bert-base"][1] == "109,482,240"
+    assert rows["resnet50"][2] == "161"
+    assert rows["vgg16"][2] == "32"
+
+
+def test_profile_writes_a_zoo_profile(capsys, tmp_path):
+    out_path = tmp_path / "vgg16.json"
+    status, out, err = run(capsys, "profile", "--model", "vgg16", "--batch", "32", "--output", out_path)
+    assert status == 0 and err == ""
+    assert str(out_path) in out
+    profile = fusionopt.Profile.read(out_path)
+    assert profile.n == 32
+    assert profile.total_bytes == 4 * 138_357_544
+    assert profile.metadata["batch"] == 32
+    assert profile.B > 0 and profile.F > 0
+
+
+def test_profile_batch_scales_the_compute(capsys, tmp_path):
+    run(capsys, "profile", "--model", "vgg16", "--batch", "32", "--output", tmp_path / "b32.json")
+    run(capsys, "profile", "--model", "vgg16", "--batch", "64", "--output", tmp_path / "b64.json")
+    b32 = fusionopt.Profile.read(tmp_path / "b32.json")
+    b64 = fusionopt.Profile.read(tmp_path / "b64.json")
+    assert b64.B > b32.B
+    assert b64.total_bytes == b32.total_bytes
+
+
+def test_profile_without_output_prints_json(capsys):
+    status, out, err = run(capsys, "profile", "--model", "resnet50", "--batch", "8")
+    assert status == 0 and err == ""
+    profile = fusionopt.Profile.from_dict(json.loads(out))
+    assert profile.n == 161
+    assert profile.total_bytes == 4 * 25_557_032
+
+
+# ---------------------------------------------------------------------- errors
+def test_error_unknown_command(capsys):
+    line = run_error(capsys, "frobnicate")
+    assert "'frobnicate'" in line
+
+
+def test_error_no_command(capsys):
+    line = run_error(capsys)
+    assert "COMMAND" in line
+
+
+def test_error_unknown_method(capsys, profile_path):
+    line = run_error(capsys, "solve", profile_path, *AB3, "--method", "nope")
+    assert "'nope'" in line
+    for name in METHODS:
+        assert name in line
+
+
+def test_error_unknown_method_in_compare(capsys, profile_path):
+    line = run_error(capsys, "compare", "--profile", profile_path, *AB3, "--methods", "wfbp,nope")
+    assert "'nope'" in line
+
+
+def test_error_unknown_option(capsys, profile_path):
+    line = run_error(capsys, "solve", profile_path, *AB3, "--method", "ddp", "--option", "foo=1")
+    assert "'foo'" in line
+    assert "bucket_cap_bytes" in line  # lists the options it does take
+
+
+@pytest.mark.parametrize("pair", ["foo", "=3"])
+def test_error_malformed_option(capsys, profile_path, pair):
+    line = run_error(capsys, "solve", profile_path, *AB3, "--method", "ddp", "--option", pair)
+    assert "KEY=VALUE" in line
+    assert repr(pair) in line
+
+
+def test_error_bad_option_value(capsys, profile_path):
+    line = run_error(capsys, "solve", profile_path, *AB3, "--method", "ddp",
+                     "--option", "bucket_cap_bytes=-5")
+    assert "bucket_cap_bytes" in line
+
+
+def test_error_malformed_profile_json(capsys, tmp_path):
+    bad = tmp_path / "broken.json"
+    bad.write_text('{"schema": "fusionopt.profile", "version": 1,\n')
+    line = run_error(capsys, "solve", bad, *AB3)
+    assert str(bad) in line
+    assert "malformed JSON" in line
+
+
+def test_error_profile_not_utf8_names_the_file(capsys, tmp_path):
+    bad = tmp_path / "binary.json"
+    bad.write_bytes(b"\xff\xfe\x00garbage")
+    line = run_error(capsys, "solve", bad, *AB3)
+    assert str(bad) in line
+
+
+def test_error_missing_profile(capsys, tmp_path):
+    missing = tmp_path / "missing.json"
+    line = run_error(capsys, "solve", missing, *AB3)
+    assert str(missing) in line
+    assert "no such file" in line
+
+
+def test_error_missing_plan(capsys, profile_path, tmp_path):
+    missing = tmp_path / "no_plan.json"
+    line = run_error(capsys, "simulate", profile_path, "--plan", missing, *AB3)
+    assert str(missing) in line
+
+
+def test_error_profile_is_a_directory(capsys, tmp_path):
+    line = run_error(capsys, "solve", tmp_path, *AB3)
+    assert str(tmp_path) in line
+
+
+def test_error_profile_path_through_a_file(capsys, profile_path):
+    bad = profile_path / "profile.json"
+    line = run_error(capsys, "solve", bad, *AB3)
+    assert str(bad) in line
+
+
+@pytest.mark.parametrize("value, word", [(float("nan"), "NaN"), (-1.0, "negative")])
+def test_error_profile_bad_time_names_the_tensor(capsys, profile_path, tmp_path, value, word):
+    doc = json.loads(profile_path.read_text())
+    doc["tensors"][1]["name"] = "layer1.weight"
+    doc["tensors"][1]["backward"] = value
+    bad = tmp_path / "bad_time.json"
+    bad.write_text(json.dumps(doc))          # json writes NaN, which json reads back
+    line = run_error(capsys, "solve", bad, *AB3)
+    assert "'layer1.weight'" in line
+    assert "backward" in line
+    assert word in line
+    assert str(bad) in line
+
+
+def test_error_profile_missing_field(capsys, tmp_path):
+    bad = write_json(tmp_path / "nosize.json", {
+        "schema": "fusionopt.profile", "version": 1,
+        "tensors": [{"name": "fc.bias", "forward": 1e-3, "backward": 1e-3}]})
+    line = run_error(capsys, "solve", bad, *AB3)
+    assert "'fc.bias'" in line and "'size'" in line
+
+
+def test_error_plan_misses_bytes(capsys, profile_path, tmp_path):
+    plan = write_json(tmp_path / "short_plan.json", {
+        "schema": "fusionopt.plan", "version": 1,
+        "messages": [[[2, 0, 2_000_000]], [[1, 0, 1_000_000], [0, 0, 3_000_000]]]})
+    line = run_error(capsys, "simulate", profile_path, "--plan", plan, *AB3)
+    assert "'t0'" in line
+    assert "[3000000, 4000000)" in line
+    assert "missing" in line
+
+
+def test_error_plan_is_a_profile(capsys, profile_path):
+    line = run_error(capsys, "simulate", profile_path, "--plan", profile_path, *AB3)
+    assert str(profile_path) in line
+    assert "fusionopt.plan" in line
+
+
+def test_error_no_cost(capsys, profile_path):
+    line = run_error(capsys, "solve", profile_path)
+    assert "--alpha" in line and "--network" in line
+
+
+def test_error_two_costs(capsys, profile_path):
+    line = run_error(capsys, "solve", profile_path, *AB3, "--network", "10gbe", "--workers", "4")
+    assert "exactly one cost" in line
+
+
+@pytest.mark.parametrize("given", [["--alpha", "0.003"], ["--beta", "1e-9"]])
+def test_error_alpha_without_beta(capsys, profile_path, given):
+    line = run_error(capsys, "solve", profile_path, *given)
+    assert "--alpha and --beta go together" in line
+
+
+def test_error_network_without_workers(capsys, profile_path):
+    line = run_error(capsys, "solve", profile_path, "--network", "10gbe")
+    assert "--workers" in line
+
+
+def test_error_unknown_network(capsys, profile_path):
+    line = run_error(capsys, "solve", profile_path, "--network", "carrier-pigeon", "--workers", "4")
+    assert "'carrier-pigeon'" in line
+    assert "10gbe" in line
+
+
+def test_error_bad_workers(capsys, profile_path):
+    line = run_error(capsys, "solve", profile_path, "--network", "10gbe", "--workers", "0")
+    assert "workers" in line
+
+
+def test_error_unknown_algorithm(capsys, profile_path):
+    line = run_error(capsys, "solve", profile_path, "--network", "10gbe", "--workers", "4",
+                     "--algorithm", "gossip")
+    assert "'gossip'" in line
+
+
+@pytest.mark.parametrize("command", [
+    ["profile", "--model", "alexnet"],
+    ["compare", "--model", "alexnet", "--network", "10gbe", "--workers", "4"],
+])
+def test_error_unknown_zoo_model(capsys, command):
+    line = run_error(capsys, *command)
+    assert "'alexnet'" in line
+    assert "resnet50" in line
+
+
+def test_error_unknown_device(capsys):
+    line = run_error(capsys, "profile", "--model", "vgg16", "--device", "tpu")
+    assert "'tpu'" in line
+
+
+def test_error_compare_needs_model_or_profile(capsys):
+    line = run_error(capsys, "compare", *AB3)
+    assert "--model" in line and "--profile" in line
+
+
+def test_error_compare_with_model_and_profile(capsys, profile_path):
+    line = run_error(capsys, "compare", "--model", "resnet50", "--profile", profile_path, *AB3)
+    assert "exactly one of --model" in line
+
+
+@pytest.mark.parametrize("flag, value", [("--alpha", "abc"), ("--beta", "fast")])
+def test_error_cost_not_a_number(capsys, profile_path, flag, value):
+    argv = {"--alpha": "0.003", "--beta": "1e-9"}
+    argv[flag] = value
+    line = run_error(capsys, "solve", profile_path, "--alpha", argv["--alpha"], "--beta", argv["--beta"])
+    assert flag in line
+    assert repr(value) in line
+
+
+@pytest.mark.parametrize("value", ["-1", "nan", "inf"])
+def test_error_cost_out_of_range(capsys, profile_path, value):
+    line = run_error(capsys, "solve", profile_path, "--alpha", value, "--beta", "1e-9")
+    assert "alpha" in line
+
+
+def test_error_bad_sync(capsys, profile_path):
+    line = run_error(capsys, "solve", profile_path, *AB3, "--sync", "sometimes")
+    assert "--sync" in line and "'sometimes'" in line
+
+
+def test_error_output_folder_missing_names_the_output(capsys, profile_path, tmp_path):
+    out_path = tmp_path / "no_such_folder" / "plan.json"
+    line = run_error(capsys, "solve", profile_path, *AB3, "--output", out_path)
+    assert str(out_path) in line
+
+
+def test_error_output_below_a_file(capsys, profile_path):
+    line = run_error(capsys, "solve", profile_path, *AB3, "--output", profile_path / "plan.json")
+    assert "plan.json" in line
+
+
+def test_compare_zero_iteration_time_does_not_crash(capsys, tmp_path):
+    # valid profile (compute times >= 0) and valid cost (alpha = beta = 0): every T is 0
+    zero = tmp_path / "zero.json"
+    fusionopt.Profile.from_arrays([8], forward=[0.0], backward=[0.0]).write(zero)
+    status, out, err = run(capsys, "compare", "--profile", zero, "--alpha", "0", "--beta", "0")
+    assert status == 0 and err == ""
+    rows = {line.split()[0]: line.split() for line in out.splitlines() if line.split() and line.split()[0] in fusionopt.methods()}
+    assert set(rows) == set(fusionopt.methods())
+    for cells in rows.values():
+        assert cells[1:3] == ["0.000", "1.000x"]   # every step takes 0 ms, as fast as WFBP
+
+
+# ---------------------------------------------------------------------- the installed command
+def test_console_script_entry_point():
+    entry = [ep for ep in importlib.metadata.entry_points(group="console_scripts")
+             if ep.name == "fusionopt"]
+    assert len(entry) == 1 and entry[0].value == "fusionopt.cli:main"
+    assert entry[0].load() is main
+
+
+def test_command_runs_as_a_subprocess(tmp_path):
+    profile_path = write_example_profile(tmp_path / "profile.json")
+    command = [sys.executable, "-m", "fusionopt.cli"]
+    done = subprocess.run(command + ["solve", str(profile_path), *AB3, "--method", "single", "--json"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == ""
+    assert json.loads(done.stdout)["iteration_time"] == pytest.approx(0.019, rel=1e-12)
+
+    # the exit status of main reaches the shell
+    failed = subprocess.run(command + ["solve", str(profile_path), *AB3, "--method", "nope"],
+                            capture_output=True, text=True, timeout=120)
+    assert failed.returncode == 2
+    assert failed.stdout == ""
+    assert failed.stderr.startswith("fusionopt: error: ") and len(failed.stderr.splitlines()) == 1
