@@ -36,6 +36,11 @@ def _check_count(label: str, value: object) -> int:
     return int(value)
 
 
+def _check_link(workers: object, latency: float, inverse_bandwidth: float) -> tuple[int, float, float]:
+    return (_check_count("workers", workers), _check_param("latency", latency),
+            _check_param("inverse_bandwidth", inverse_bandwidth))
+
+
 def ring_allreduce(workers: int, latency: float, inverse_bandwidth: float) -> AlphaBeta:
     """Ring all-reduce (reduce-scatter then all-gather around a ring of ``P`` workers).
 
@@ -62,9 +67,7 @@ def ring_allreduce(workers: int, latency: float, inverse_bandwidth: float) -> Al
     >>> ring_allreduce(1, 1e-5, 1e-9)(1e6)
     0.0
     """
-    p = _check_count("workers", workers)
-    a = _check_param("latency", latency)
-    g = _check_param("inverse_bandwidth", inverse_bandwidth)
+    p, a, g = _check_link(workers, latency, inverse_bandwidth)
     return AlphaBeta(2 * (p - 1) * a, 2 * (p - 1) / p * g)
 
 
@@ -93,9 +96,7 @@ def recursive_doubling_allreduce(workers: int, latency: float, inverse_bandwidth
     >>> round(c.alpha, 12), round(c.beta, 15)
     (3e-05, 3e-09)
     """
-    p = _check_count("workers", workers)
-    a = _check_param("latency", latency)
-    g = _check_param("inverse_bandwidth", inverse_bandwidth)
+    p, a, g = _check_link(workers, latency, inverse_bandwidth)
     steps = math.log2(p)
     return AlphaBeta(steps * a, steps * g)
 
@@ -125,9 +126,7 @@ def rabenseifner_allreduce(workers: int, latency: float, inverse_bandwidth: floa
     >>> round(c.alpha, 12), round(c.beta, 15)
     (6e-05, 1.75e-09)
     """
-    p = _check_count("workers", workers)
-    a = _check_param("latency", latency)
-    g = _check_param("inverse_bandwidth", inverse_bandwidth)
+    p, a, g = _check_link(workers, latency, inverse_bandwidth)
     return AlphaBeta(2 * math.log2(p) * a, 2 * (p - 1) / p * g)
 
 
@@ -156,9 +155,7 @@ def double_binary_tree_allreduce(workers: int, latency: float, inverse_bandwidth
     >>> round(c.alpha, 12), round(c.beta, 15)
     (6e-05, 1.75e-09)
     """
-    p = _check_count("workers", workers)
-    a = _check_param("latency", latency)
-    g = _check_param("inverse_bandwidth", inverse_bandwidth)
+    p, a, g = _check_link(workers, latency, inverse_bandwidth)
     return AlphaBeta(2 * math.log2(p) * a, 2 * (p - 1) / p * g)
 
 
