@@ -1,12 +1,22 @@
-"""Lower bounds on the iteration time of every plan (MODEL.md section 7).
+"""Lower bounds on the iteration time (MODEL.md section 7).
 
-This module holds the bounds that need no search. Each is valid for every plan of the
-problem, fusion or partition (chunks are whole bytes), in both sync modes.
+Each bound holds for every plan of its ``space``: ``"any"`` (fusion or partition plans,
+chunks of whole bytes, any order) or ``"fusion"`` (whole tensors, contiguous in backward
+order, backward order). :func:`best_bound` is what every ``Result`` carries.
 """
 
 from __future__ import annotations
 
+import heapq
+import math
+import weakref
+
+import numpy as np
+
 from fusionopt.model.problem import Problem
+
+SPACES = ("any", "fusion")
+_FUSION_OPTIMA: "weakref.WeakKeyDictionary[Problem, float]" = weakref.WeakKeyDictionary()
 
 
 def compute_bound(problem: Problem) -> float:
@@ -47,11 +57,91 @@ def channel_bound(problem: Problem) -> float | None:
     if problem.sync == "barrier":
         return channel_end + profile.U + profile.F
     # The tensor i reduced last is then updated and runs forward i .. n-1.
-    forward_suffix = profile.forward[::-1].cumsum()[::-1]
-    return channel_end + float((profile.update + forward_suffix).min())
+    return channel_end + float(_tails(problem).min())
 
 
-def best_bound(problem: Problem) -> float:
-    """The largest lower bound this module proves for ``problem``, in seconds."""
-    bounds = [last_message_bound(problem), channel_bound(problem)]
+def _tails(problem: Problem) -> np.ndarray:
+    # tail_i = u_i + f_i + sum_{k > i} (u_k + f_k): what follows C_i on the compute stream.
+    profile = problem.profile
+    return (profile.update + profile.forward)[::-1].cumsum()[::-1]
+
+
+def fluid_bound(problem: Problem) -> float | None:
+    """The fluid relaxation of MODEL.md section 7, a bound for every plan under an affine
+    cost in both sync modes (barrier is never faster than layerwise for the same plan).
+
+    Relax ``alpha`` to 0 and let the channel serve bytes preemptively at ``1 / beta``
+    bytes per second, smallest forward index first, each tensor's bytes arriving at its
+    ready time. Layerwise ``T = max(B + tail_0, max_i D_i + tail_i)`` where ``D_i`` is the
+    time tensors ``0..i`` are all reduced and ``tail_i`` (decreasing in ``i``) the update
+    and forward work after tensor ``i``'s reduction; serving the smallest index first makes
+    every ``D_i`` as early as any schedule can, so the fluid ``T`` is a lower bound.
+
+    ``None`` for costs not known to be affine.
+
+    >>> from fusionopt.model.cost import AlphaBeta
+    >>> from fusionopt.model.profile import Profile
+    >>> profile = Profile.from_arrays([4e6, 1e6, 2e6], [1e-3] * 3, [3e-3, 2e-3, 1e-3])
+    >>> round(fluid_bound(Problem(profile, AlphaBeta(3e-3, 1e-9), sync="layerwise")) * 1e3, 9)
+    13.0
+    """
+    affine = problem.cost.affine
+    if affine is None:
+        return None
+    beta = affine[1]
+    profile = problem.profile
+    completion = _fluid_completions(profile.ready_times, profile.sizes * beta)
+    prefix_done = np.maximum.accumulate(completion)
+    tails = _tails(problem)
+    return float(max(profile.B + tails[0], float((prefix_done + tails).max())))
+
+
+def _fluid_completions(ready: np.ndarray, work: np.ndarray) -> np.ndarray:
+    """Completion time of each tensor under preemptive smallest-index-first service of
+    ``work[i]`` seconds released at ``ready[i]``."""
+    n = len(ready)
+    releases = sorted(range(n), key=lambda i: (ready[i], -i))
+    remaining = work.astype(float).tolist()
+    done = np.empty(n)
+    pending: list[int] = []                      # heap of released, unfinished tensors
+    clock = float(ready[releases[0]])
+    released = 0
+    while released < n or pending:
+        while released < n and ready[releases[released]] <= clock:
+            heapq.heappush(pending, releases[released])
+            released += 1
+        next_release = float(ready[releases[released]]) if released < n else math.inf
+        if not pending:
+            clock = next_release
+            continue
+        i = pending[0]
+        if clock + remaining[i] <= next_release:
+            clock += remaining[i]
+            done[i] = clock
+            heapq.heappop(pending)
+        else:
+            remaining[i] -= next_release - clock
+            clock = next_release
+    return done
+
+
+def fusion_bound(problem: Problem) -> float:
+    """The optimal fusion plan's ``T`` (the exact DP of section 7): a bound for every fusion
+    plan, attained by the DP. Cached per problem."""
+    cached = _FUSION_OPTIMA.get(problem)
+    if cached is None:
+        from fusionopt.model.fusion_dp import optimal_fusion
+
+        cached = optimal_fusion(problem).iteration_time
+        _FUSION_OPTIMA[problem] = cached
+    return cached
+
+
+def best_bound(problem: Problem, space: str = "any") -> float:
+    """The largest lower bound this module proves for the plans of ``space``, in seconds."""
+    if space not in SPACES:
+        raise ValueError(f"unknown plan space {space!r}: choose 'any' or 'fusion'")
+    bounds = [last_message_bound(problem), channel_bound(problem), fluid_bound(problem)]
+    if space == "fusion":
+        bounds.append(fusion_bound(problem))
     return max(b for b in bounds if b is not None)

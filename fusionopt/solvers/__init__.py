@@ -3,6 +3,7 @@
 from fusionopt.solvers.registry import (
     ComparisonRow,
     compare,
+    default_methods,
     format_table,
     get_method,
     methods,
@@ -12,6 +13,6 @@ from fusionopt.solvers.registry import (
 from fusionopt.solvers.result import Result, Status
 
 __all__ = [
-    "ComparisonRow", "Result", "Status", "compare", "format_table", "get_method", "methods",
+    "ComparisonRow", "Result", "Status", "compare", "default_methods", "format_table", "get_method", "methods",
     "register", "solve",
 ]

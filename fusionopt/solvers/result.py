@@ -84,23 +84,38 @@ def finish(
     stats: Mapping[str, Any] | None = None,
     lower_bound: float | None = None,
     status: Status = Status.FEASIBLE,
+    space: str = "fusion",
+    tolerance: float = 0.0,
 ) -> Result:
     """Validate and simulate ``plan``, attach the best known bound and build the Result.
 
-    ``started`` is the ``time.perf_counter()`` reading taken when the solve began;
-    ``lower_bound`` a bound the solver proved itself (the larger of it and the model's
-    bounds is kept). ``OPTIMAL`` is reported only when the simulated time meets the bound.
+    Parameters
+    ----------
+    started : float
+        The ``time.perf_counter()`` reading taken when the solve began.
+    lower_bound : float, optional
+        A bound in seconds the solver proved itself for the plans it searches; the larger
+        of it and the model's bounds for ``space`` is kept.
+    space : {"fusion", "any"}
+        The plans the method searches: fusion plans only (then the optimal fusion plan's
+        time is a bound, and the plan must be a fusion plan) or any plan.
+    tolerance : float
+        Seconds within which the simulated time counts as meeting the bound (a solver's
+        stated rounding bound). ``OPTIMAL`` is reported only when it does.
     """
     timeline = simulate(problem, plan, validate=True)
-    bound = best_bound(problem)
+    if space == "fusion" and not plan.is_fusion(problem.profile):
+        raise AssertionError(f"{method}: a fusion method returned a plan that is not a fusion plan")
+    bound = best_bound(problem, space=space)
     if lower_bound is not None:
         bound = max(bound, lower_bound)
     iteration_time = timeline.iteration_time
-    if iteration_time < bound * (1 - OPTIMALITY_RTOL):
+    slack = bound * OPTIMALITY_RTOL + tolerance
+    if iteration_time < bound - slack:
         raise AssertionError(
             f"{method}: simulated T = {iteration_time!r} s is below the proven bound {bound!r} s"
         )
-    if iteration_time <= bound * (1 + OPTIMALITY_RTOL):
+    if iteration_time <= bound + slack:
         status = Status.OPTIMAL
     gap = (iteration_time - bound) / bound if bound > 0 else None
     return Result(

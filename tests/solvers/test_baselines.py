@@ -16,6 +16,7 @@ from fusionopt.solvers import Status, compare, format_table, methods, solve
 
 MS = 1e-3
 MiB = 2**20
+BASELINES = ["wfbp", "single", "threshold", "ddp", "horovod"]
 
 
 def bucket_profile() -> Profile:
@@ -98,8 +99,8 @@ def test_status_optimal_only_when_the_bound_is_met():
 @settings(deadline=None)
 @given(problem=problems(max_n=10))
 def test_every_baseline_is_valid_and_above_the_bound(problem):
-    bound = best_bound(problem)
-    for name in methods():
+    bound = best_bound(problem, space="fusion")
+    for name in BASELINES:
         result = solve(problem, name)
         result.plan.validate(problem.profile)
         assert result.plan.is_fusion(problem.profile)
@@ -110,7 +111,7 @@ def test_every_baseline_is_valid_and_above_the_bound(problem):
 
 def test_registry_errors_name_the_culprit():
     problem = Problem(bucket_profile(), AlphaBeta(1e-4, 1e-9))
-    with pytest.raises(ValueError, match="unknown method 'dpp'; known methods: ddp, horovod, single, threshold, wfbp"):
+    with pytest.raises(ValueError, match="unknown method 'dpp'; known methods: brute, cpsat, ddp, dp, horovod, milp, single, threshold, wfbp"):
         solve(problem, "dpp")
     with pytest.raises(ValueError, match="unknown option 'cycle_time' for method 'ddp'"):
         solve(problem, "ddp", cycle_time=1e-3)
@@ -132,7 +133,7 @@ def test_compare_rows_and_table():
     profile = Profile.from_arrays([4e6, 1e6, 2e6], [MS] * 3, [3 * MS, 2 * MS, MS])
     rows = compare(Problem(profile, AlphaBeta(3 * MS, 1e-9)))
     by_name = {r.method: r for r in rows}
-    assert list(by_name) == list(methods())
+    assert list(by_name) == BASELINES + ["dp"]
     assert by_name["wfbp"].speedup == 1.0
     assert by_name["single"].speedup == pytest.approx(20 / 19, rel=1e-12)
     for r in rows:

@@ -1,0 +1,79 @@
+"""``method="brute"``: every fusion plan, scored with the batch evaluator."""
+
+from __future__ import annotations
+
+import math
+import time
+
+import numpy as np
+
+from fusionopt.model.fusion import evaluate_cuts
+from fusionopt.model.fusion_dp import _check_caps, backward_arrays
+from fusionopt.model.plan import Plan
+from fusionopt.model.problem import Problem
+from fusionopt.solvers.result import Result, Status, finish
+
+MAX_TENSORS = 20
+_BATCH = 1 << 16
+
+
+def brute(
+    problem: Problem,
+    *,
+    max_message_bytes: float | None = None,
+    max_messages: int | None = None,
+) -> Result:
+    """Enumerate all ``2^(n-1)`` fusion plans and keep the fastest (ties: the first found).
+
+    Refuses ``n > 20`` (over half a million plans). The reference the DP, CP-SAT and the
+    MILP are tested against; the same caps as :func:`fusionopt.solvers.dp.dp`.
+
+    Examples
+    --------
+    >>> from fusionopt.model import AlphaBeta, Problem, Profile
+    >>> profile = Profile.from_arrays([4e6, 1e6, 2e6], [1e-3] * 3, [3e-3, 2e-3, 1e-3])
+    >>> result = brute(Problem(profile, AlphaBeta(3e-3, 1e-9)))
+    >>> result.plan.groups(), round(result.iteration_time * 1e3, 9), result.stats["plans"]
+    ([[2], [1, 0]], 17.0, 4)
+    """
+    started = time.perf_counter()
+    n = problem.profile.n
+    if n > MAX_TENSORS:
+        raise ValueError(
+            f"brute force enumerates 2^(n-1) plans and refuses n = {n} > {MAX_TENSORS}; use method='dp'"
+        )
+    cap, max_messages = _check_caps(problem, max_message_bytes, max_messages)
+    _, prefix = backward_arrays(problem)
+    total = 1 << (n - 1)
+    best_time, best_cuts, feasible = math.inf, None, 0
+    bits = np.arange(n - 1, dtype=np.int64)
+    for lo in range(0, total, _BATCH):
+        codes = np.arange(lo, min(total, lo + _BATCH), dtype=np.int64)
+        cuts = ((codes[:, None] >> bits) & 1).astype(bool)
+        keep = np.ones(len(cuts), dtype=bool)
+        if max_messages is not None:
+            keep &= cuts.sum(axis=1) + 1 <= max_messages
+        if cap < math.inf:
+            keep &= _largest_message(cuts, prefix) <= cap
+        if not keep.any():
+            continue
+        cuts = cuts[keep]
+        feasible += len(cuts)
+        times = evaluate_cuts(problem, cuts)
+        k = int(np.argmin(times))
+        if times[k] < best_time:
+            best_time, best_cuts = float(times[k]), cuts[k]
+    plan = Plan.from_cuts(problem.profile, best_cuts)
+    return finish(problem, plan, "brute", started, lower_bound=best_time, status=Status.OPTIMAL,
+                  stats={"plans": feasible})
+
+
+def _largest_message(cuts: np.ndarray, prefix: np.ndarray) -> np.ndarray:
+    # Boundaries: the start (Q_0 = 0), every cut and the end. Prefix sizes grow, so the
+    # running maximum of the boundary sizes is the last boundary at or before each point.
+    m = len(cuts)
+    ends = np.concatenate([np.ones((m, 1), dtype=bool), cuts, np.ones((m, 1), dtype=bool)], axis=1)
+    at_boundary = np.where(ends, prefix[None, :], 0.0)
+    last_boundary = np.maximum.accumulate(at_boundary, axis=1)
+    sizes = prefix[None, 1:] - last_boundary[:, :-1]
+    return np.where(ends[:, 1:], sizes, 0.0).max(axis=1)
