@@ -11,7 +11,7 @@ from fusionopt.model.fusion import evaluate_cuts
 from fusionopt.model.fusion_dp import _check_caps, backward_arrays
 from fusionopt.model.plan import Plan
 from fusionopt.model.problem import Problem
-from fusionopt.solvers.result import Result, Status, finish
+from fusionopt.solvers.result import Result, finish
 
 MAX_TENSORS = 20
 _BATCH = 1 << 16
@@ -64,7 +64,7 @@ def brute(
         if times[k] < best_time:
             best_time, best_cuts = float(times[k]), cuts[k]
     plan = Plan.from_cuts(problem.profile, best_cuts)
-    return finish(problem, plan, "brute", started, lower_bound=best_time, status=Status.OPTIMAL,
+    return finish(problem, plan, "brute", started, lower_bound=best_time, optimal=True,
                   stats={"plans": feasible})
 
 

@@ -7,7 +7,7 @@ import time
 from fusionopt.model.fusion_dp import optimal_fusion
 from fusionopt.model.plan import Plan
 from fusionopt.model.problem import Problem
-from fusionopt.solvers.result import Result, Status, finish
+from fusionopt.solvers.result import Result, finish
 
 
 def dp(
@@ -54,7 +54,5 @@ def dp(
     best = optimal_fusion(problem, max_message_bytes=max_message_bytes,
                           max_messages=max_messages, algorithm=algorithm)
     plan = Plan.from_cuts(problem.profile, best.cuts)
-    result = finish(problem, plan, "dp", started, lower_bound=best.iteration_time,
-                    status=Status.OPTIMAL, stats={"algorithm": best.algorithm,
-                                                  "communication_end": best.communication_end})
-    return result
+    return finish(problem, plan, "dp", started, lower_bound=best.iteration_time, optimal=True,
+                  stats={"algorithm": best.algorithm, "communication_end": best.communication_end})

@@ -86,6 +86,7 @@ def finish(
     status: Status = Status.FEASIBLE,
     space: str = "fusion",
     tolerance: float = 0.0,
+    optimal: bool = False,
 ) -> Result:
     """Validate and simulate ``plan``, attach the best known bound and build the Result.
 
@@ -102,6 +103,10 @@ def finish(
     tolerance : float
         Seconds within which the simulated time counts as meeting the bound (a solver's
         stated rounding bound). ``OPTIMAL`` is reported only when it does.
+    optimal : bool
+        The solver proved ``plan`` optimal (an exact method) and ``lower_bound`` is its own
+        value of the optimum: checked against the simulation, then the simulated time
+        itself is the bound reported.
     """
     timeline = simulate(problem, plan, validate=True)
     if space == "fusion" and not plan.is_fusion(problem.profile):
@@ -115,8 +120,15 @@ def finish(
         raise AssertionError(
             f"{method}: simulated T = {iteration_time!r} s is below the proven bound {bound!r} s"
         )
+    if optimal and (lower_bound is None or iteration_time > bound + slack):
+        raise AssertionError(
+            f"{method}: claims an optimum of {lower_bound!r} s but its plan simulates to {iteration_time!r} s"
+        )
     if iteration_time <= bound + slack:
         status = Status.OPTIMAL
+        # Bounds and the simulator add in different orders: keep bound <= T exactly, and
+        # an exact method's optimum is its plan's simulated time.
+        bound = iteration_time if optimal else min(bound, iteration_time)
     gap = (iteration_time - bound) / bound if bound > 0 else None
     return Result(
         plan=plan,

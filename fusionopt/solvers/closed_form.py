@@ -1,0 +1,52 @@
+"""The two closed-form cases of MODEL.md section 7: optimal fusion plans without search."""
+
+from __future__ import annotations
+
+import time
+
+from fusionopt.model.plan import Plan
+from fusionopt.model.problem import Problem
+from fusionopt.solvers.result import Result, finish
+
+
+def closed_form(problem: Problem) -> Result | None:
+    """Recognise a case whose optimal fusion plan is known, and return it; else ``None``.
+
+    * **WFBP is optimal** when every tensor's message ends before the next gradient in
+      backward order is ready: ``c(s_i) <= b_{i-1}`` for every forward index ``i >= 1``.
+      Each message then starts at its ready time, so the last ends at ``B + c(s_0)``; every
+      fusion plan's last message holds all of tensor 0 and is ready at ``B``. Any cost.
+    * **A single message is optimal** when the backward after the first ready gradient
+      fits in one startup, ``B - r_{n-1} <= alpha``, for an affine cost: a plan of ``K >= 2``
+      messages ends no earlier than ``r_{n-1} + K alpha + beta S >= B + alpha + beta S``,
+      the single message's end.
+
+    When both hold (one tensor), WFBP is returned. ``stats["case"]`` names the case.
+
+    Examples
+    --------
+    >>> from fusionopt.model import AlphaBeta, Problem, Profile
+    >>> profile = Profile.from_arrays([4e6, 1e6, 2e6], [1e-3] * 3, [3e-3, 2e-3, 1e-3])
+    >>> closed_form(Problem(profile, AlphaBeta(3e-3, 1e-9))) is None
+    True
+    >>> r = closed_form(Problem(profile, AlphaBeta(1e-4, 1e-10)))   # c(s_i) <= b_{i-1}
+    >>> r.stats["case"], r.plan.groups(), str(r.status)
+    ('wfbp', [[2], [1], [0]], 'OPTIMAL')
+    >>> closed_form(Problem(profile, AlphaBeta(6e-3, 1e-9))).stats["case"]   # B - r_2 = 5 ms
+    'single'
+    """
+    started = time.perf_counter()
+    profile = problem.profile
+    message_costs = problem.cost(profile.sizes)
+    if bool((message_costs[1:] <= profile.backward[:-1]).all()):
+        plan = Plan.per_tensor(profile)
+        claimed = profile.B + float(message_costs[0]) + profile.U + profile.F
+        return finish(problem, plan, "closed-form", started, lower_bound=claimed, optimal=True,
+                      stats={"case": "wfbp"})
+    affine = problem.cost.affine
+    if affine is not None and profile.B - float(profile.ready_times.min()) <= affine[0]:
+        plan = Plan.from_groups(profile, [list(range(profile.n - 1, -1, -1))])
+        claimed = profile.B + float(problem.cost(profile.total_bytes)) + profile.U + profile.F
+        return finish(problem, plan, "closed-form", started, lower_bound=claimed, optimal=True,
+                      stats={"case": "single"})
+    return None
