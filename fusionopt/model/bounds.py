@@ -125,14 +125,21 @@ def _fluid_completions(ready: np.ndarray, work: np.ndarray) -> np.ndarray:
     return done
 
 
-def fusion_bound(problem: Problem) -> float:
+def fusion_bound(problem: Problem) -> float | None:
     """The optimal fusion plan's ``T`` (the exact DP of section 7): a bound for every fusion
-    plan, attained by the DP. Cached per problem."""
+    plan, attained by the DP on the plain model. Cached per problem.
+
+    With one channel, a copy cost and contention only add time, so the plain optimum still
+    bounds every fusion plan; with several channels messages overlap and it does not
+    (``None``).
+    """
+    if problem.channels > 1:
+        return None
     cached = _FUSION_OPTIMA.get(problem)
     if cached is None:
         from fusionopt.model.fusion_dp import optimal_fusion
 
-        cached = optimal_fusion(problem).iteration_time
+        cached = optimal_fusion(problem.plain()).iteration_time
         _FUSION_OPTIMA[problem] = cached
     return cached
 

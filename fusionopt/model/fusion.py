@@ -65,6 +65,7 @@ def fusion_iteration_time(problem: Problem, cuts: np.ndarray) -> float:
     >>> round(fusion_iteration_time(problem, [1, 0]) * 1e3, 9)
     17.0
     """
+    problem.require_plain("fusion_iteration_time")
     cuts = _check_cuts(problem, cuts, batch=False)
     profile = problem.profile
     rho, prefix = backward_arrays(problem)
@@ -105,6 +106,7 @@ def evaluate_cuts(problem: Problem, cuts: np.ndarray) -> np.ndarray:
     >>> (evaluate_cuts(problem, [[1, 1], [0, 0], [0, 1], [1, 0]]) * 1e3).round(9).tolist()
     [20.0, 19.0, 19.0, 17.0]
     """
+    problem.require_plain("evaluate_cuts")
     cuts = _check_cuts(problem, cuts, batch=True)
     profile = problem.profile
     n = profile.n

@@ -116,6 +116,7 @@ def optimal_fusion(
     >>> best.cuts.tolist(), round(best.iteration_time * 1e3, 9), best.algorithm
     ([True, False], 17.0, 'linear')
     """
+    problem.require_plain("the fusion DP")
     if algorithm not in ("auto", "linear", "quadratic"):
         raise ValueError(f"unknown algorithm {algorithm!r}: choose 'auto', 'linear' or 'quadratic'")
     cap, max_messages = _check_caps(problem, max_message_bytes, max_messages)

@@ -11,6 +11,17 @@ from fusionopt.model.cost import CommCost
 from fusionopt.model.profile import Profile
 
 SYNC_MODES = ("barrier", "layerwise")
+COPY_PLACES = ("channel", "compute")
+
+
+def _finite(label: str, value: float, *, minimum: float) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise ValueError(f"{label} must be a number, got {value!r}")
+    if math.isnan(value) or math.isinf(value):
+        raise ValueError(f"{label} must be finite, got {value!r}")
+    if value < minimum:
+        raise ValueError(f"{label} must be >= {minimum:g}, got {value!r}")
+    return float(value)
 
 
 @dataclass(frozen=True, eq=False)
@@ -28,6 +39,25 @@ class Problem:
         reduced (``"barrier"``: DDP, Horovod, MG-WFBP) or tensor by tensor as each gradient
         is reduced (``"layerwise"``: P3, ByteScheduler, US-Byte).
 
+    Extensions (MODEL.md section 6; each off by default; with any of them on, the plain
+    model's closed forms and the fusion DP no longer apply and :func:`simulate` runs an
+    event-driven simulation):
+
+    copy_cost : float
+        ``gamma``, seconds per byte to pack a message of more than one chunk into a fused
+        buffer.
+    copy_on : {"channel", "compute"}
+        Where packing runs: on the channel, before the message's transfer (default), or on
+        the compute stream, right after the backward that makes the message ready (it
+        then delays the rest of the backward).
+    contention : float
+        ``kappa >= 1``: compute runs ``kappa`` times slower while a message is in flight
+        (collectives take SMs).
+    channels : int
+        ``K >= 1`` concurrent channels: up to ``K`` messages in flight, dispatched in plan
+        order; each pays its own startup ``alpha`` in full and the bytes of the messages
+        in transfer share the bandwidth equally (processor sharing). Needs an affine cost.
+
     Examples
     --------
     >>> from fusionopt.model.cost import AlphaBeta
@@ -43,6 +73,10 @@ class Problem:
     profile: Profile
     cost: CommCost
     sync: str = "barrier"
+    copy_cost: float = 0.0
+    copy_on: str = "channel"
+    contention: float = 1.0
+    channels: int = 1
 
     def __post_init__(self) -> None:
         if not isinstance(self.profile, Profile):
@@ -52,7 +86,48 @@ class Problem:
         if self.sync not in SYNC_MODES:
             choices = ", ".join(repr(s) for s in SYNC_MODES)
             raise ValueError(f"unknown sync {self.sync!r}: choose one of {choices}")
+        object.__setattr__(self, "copy_cost", _finite("copy_cost", self.copy_cost, minimum=0.0))
+        if self.copy_on not in COPY_PLACES:
+            raise ValueError(f"unknown copy_on {self.copy_on!r}: choose 'channel' or 'compute'")
+        object.__setattr__(self, "contention", _finite("contention", self.contention, minimum=1.0))
+        if isinstance(self.channels, bool) or not isinstance(self.channels, (int, np.integer)) or self.channels < 1:
+            raise ValueError(f"channels must be an integer >= 1, got {self.channels!r}")
+        object.__setattr__(self, "channels", int(self.channels))
+        if self.channels > 1 and self.cost.affine is None:
+            raise ValueError(
+                f"channels = {self.channels} needs an affine cost (AlphaBeta): processor sharing "
+                f"splits a message into its startup and its bytes, and {type(self.cost).__name__} has no such split"
+            )
         check_cost(self.cost, self.profile)
+
+    @property
+    def extensions(self) -> tuple[str, ...]:
+        """Names of the extensions switched on (empty for the plain model of MODEL.md 1-4)."""
+        on = []
+        if self.copy_cost > 0:
+            on.append("copy_cost")
+        if self.contention != 1.0:
+            on.append("contention")
+        if self.channels > 1:
+            on.append("channels")
+        return tuple(on)
+
+    def plain(self) -> "Problem":
+        """The same profile, cost and sync without extensions."""
+        return Problem(self.profile, self.cost, sync=self.sync)
+
+    def require_plain(self, what: str) -> None:
+        """Raise ``ValueError`` if an extension is on: ``what`` needs the plain model."""
+        if self.extensions:
+            raise ValueError(
+                f"{what} applies to the plain model only, and this problem has "
+                f"{', '.join(self.extensions)} on; use simulate, cpsat or a metaheuristic"
+            )
+
+    def __repr__(self) -> str:
+        extras = "".join(f", {name}={getattr(self, name)!r}" for name in ("copy_cost", "copy_on", "contention", "channels")
+                         if getattr(self, name) != getattr(Problem, name))
+        return f"Problem({self.profile!r}, {self.cost!r}, sync={self.sync!r}{extras})"
 
 
 def check_cost(cost: CommCost, profile: Profile) -> None:
@@ -98,6 +173,3 @@ def check_cost(cost: CommCost, profile: Profile) -> None:
             f"cost model {label} is not monotone: c({grid[k]:.0f} B) = {times[k]:.6g} s > "
             f"c({grid[k + 1]:.0f} B) = {times[k + 1]:.6g} s"
         )
-
-    def __repr__(self) -> str:
-        return f"Problem({self.profile!r}, {self.cost!r}, sync={self.sync!r})"

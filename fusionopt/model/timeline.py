@@ -89,7 +89,9 @@ def simulate(problem: Problem, plan: Plan, *, validate: bool = True) -> Timeline
     Messages run one at a time in plan order: ``start_k = max(R_k, end_{k-1})``,
     ``end_k = start_k + c(S_k)``. Tensor ``i`` is reduced at ``C_i = max end_k`` over the
     messages carrying it; the next forward then starts after a barrier on every ``C_i`` or
-    tensor by tensor (``problem.sync``).
+    tensor by tensor (``problem.sync``). A problem with extensions on (copy cost,
+    contention, several channels) is simulated event by event instead
+    (:mod:`fusionopt.model.events`).
 
     Parameters
     ----------
@@ -113,6 +115,10 @@ def simulate(problem: Problem, plan: Plan, *, validate: bool = True) -> Timeline
     profile = problem.profile
     if validate:
         plan.validate(profile)
+    if problem.extensions:
+        from fusionopt.model.events import simulate_events
+
+        return simulate_events(problem, plan)
     ready_times = profile.ready_times
     n_messages = len(plan.messages)
     sizes = np.empty(n_messages, dtype=np.int64)

@@ -165,6 +165,7 @@ def cpsat(
     [[2, 1, 0]]
     """
     started = time.perf_counter()
+    problem.require_plain("cpsat (this version)")
     time_limit = _positive_seconds("time_limit", time_limit)
     if isinstance(workers, bool) or not isinstance(workers, (int, np.integer)) or workers < 1:
         raise ValueError(f"workers must be an integer >= 1, got {workers!r}")

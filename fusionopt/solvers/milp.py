@@ -148,6 +148,7 @@ def milp(
     19.0
     """
     started = time.perf_counter()
+    problem.require_plain("milp")
     time_limit, mip_rel_gap = _check_options(time_limit, mip_rel_gap)
     affine = problem.cost.affine
     if affine is None:

@@ -1,0 +1,202 @@
+"""Event-driven simulation of the extensions of MODEL.md section 6.
+
+Used by :func:`fusionopt.model.simulate` when a problem has ``copy_cost``, ``contention``
+or ``channels`` on. The plain model's recursion is a special case; tests pin the two
+together with every extension off.
+
+The compute stream runs a fixed list of tasks, each an amount of work in seconds at full
+speed: the backward of tensors ``n-1 .. 0``, each followed by the packing of the messages
+it makes ready when ``copy_on="compute"`` (plan order), then the updates and forwards
+gated by the sync rule. While at least one message is in flight the stream progresses at
+``1 / contention`` of full speed.
+
+A message is *ready* when the backward of every tensor it carries has ended (and its
+packing, on the compute stream); it is *dispatched* in plan order, once ready, once the
+message before it has been dispatched and while fewer than ``channels`` messages are in
+flight. It then runs a latency phase (``alpha``, plus the packing ``copy_cost * S`` when it
+runs on the channel) and a transfer phase (``beta * S`` seconds of exclusive bandwidth),
+the transfers in flight sharing the bandwidth equally. With one channel the whole
+``c(S)`` is the latency phase, so any cost model works.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from fusionopt.model.plan import Plan
+from fusionopt.model.problem import Problem
+
+# Remaining work below this fraction of the problem's time scale counts as finished.
+_EPS = 1e-13
+
+
+@dataclass
+class _Task:
+    work: float
+    gate: set[int] = field(default_factory=set)   # messages that must be done first
+    on_done: list[int] = field(default_factory=list)  # messages made ready when it ends
+    forward_of: int | None = None                  # tensor whose forward this is
+    update_of: int | None = None
+
+
+@dataclass
+class _Flight:
+    message: int
+    latency: float
+    transfer: float
+
+
+def _compute_tasks(problem: Problem, plan: Plan) -> list[_Task]:
+    profile = problem.profile
+    n = profile.n
+    # The backward of tensor i makes ready the messages whose last-finished tensor is i
+    # (the smallest forward index among their chunks: backward runs n-1 .. 0).
+    made_ready: dict[int, list[int]] = {}
+    for k, message in enumerate(plan.messages):
+        made_ready.setdefault(min(c.tensor for c in message.chunks), []).append(k)
+    packing_on_compute = problem.copy_on == "compute" and problem.copy_cost > 0
+    tasks: list[_Task] = []
+    for i in range(n - 1, -1, -1):
+        ready = made_ready.get(i, [])
+        tasks.append(_Task(work=float(profile.backward[i])))
+        if packing_on_compute:
+            plain = [k for k in ready if len(plan.messages[k].chunks) == 1]
+            tasks[-1].on_done.extend(plain)
+            for k in ready:
+                if len(plan.messages[k].chunks) > 1:
+                    tasks.append(_Task(work=problem.copy_cost * plan.messages[k].nbytes, on_done=[k]))
+        else:
+            tasks[-1].on_done.extend(ready)
+    carried_by: dict[int, set[int]] = {}
+    for k, message in enumerate(plan.messages):
+        for c in message.chunks:
+            carried_by.setdefault(c.tensor, set()).add(k)
+    everything = set(range(len(plan.messages)))
+    if problem.sync == "barrier":
+        for i in range(n):
+            tasks.append(_Task(work=float(profile.update[i]), gate=everything if i == 0 else set(), update_of=i))
+        for i in range(n):
+            tasks.append(_Task(work=float(profile.forward[i]), forward_of=i))
+    else:
+        for i in range(n):
+            tasks.append(_Task(work=float(profile.update[i]), gate=carried_by[i], update_of=i))
+            tasks.append(_Task(work=float(profile.forward[i]), forward_of=i))
+    return tasks
+
+
+def _phases(problem: Problem, plan: Plan) -> tuple[np.ndarray, np.ndarray]:
+    """Latency and transfer seconds of each message (see the module docstring)."""
+    sizes = plan.message_bytes.astype(np.float64)
+    packing = np.array([len(m.chunks) > 1 for m in plan.messages]) * problem.copy_cost * sizes
+    if problem.copy_on != "channel":
+        packing = np.zeros_like(sizes)
+    if problem.channels == 1:
+        return problem.cost(sizes) + packing, np.zeros_like(sizes)
+    alpha, beta = problem.cost.affine
+    return np.where(sizes > 0, alpha, 0.0) + packing, beta * sizes
+
+
+def simulate_events(problem: Problem, plan: Plan):
+    """The :class:`~fusionopt.model.timeline.Timeline` of ``plan`` under the extensions."""
+    from fusionopt.model.timeline import Timeline
+
+    profile = problem.profile
+    n_messages = len(plan.messages)
+    latency, transfer = _phases(problem, plan)
+    tasks = _compute_tasks(problem, plan)
+    slowdown = problem.contention
+
+    ready = np.full(n_messages, np.inf)
+    start = np.full(n_messages, np.inf)
+    end = np.full(n_messages, np.inf)
+    done: set[int] = set()
+    flights: list[_Flight] = []
+    phi = np.zeros(profile.n)
+    next_dispatch = 0
+    task_index, remaining = 0, tasks[0].work
+    clock = 0.0
+    finished_at = None
+    tolerance = _EPS * (profile.compute_time + float(latency.sum() + transfer.sum()) + 1e-300)
+
+    while True:
+        # Instantaneous steps: finish zero-work tasks, dispatch what may start.
+        progressed = True
+        while progressed:
+            progressed = False
+            if task_index < len(tasks):
+                task = tasks[task_index]
+                if task.gate <= done and remaining <= 0.0:
+                    for k in task.on_done:
+                        ready[k] = clock
+                    task_index += 1
+                    if task_index == len(tasks):
+                        finished_at = clock
+                    else:
+                        remaining = tasks[task_index].work
+                        if tasks[task_index].forward_of is not None:
+                            phi[tasks[task_index].forward_of] = clock
+                    progressed = True
+            while (next_dispatch < n_messages and ready[next_dispatch] <= clock
+                   and len(flights) < problem.channels):
+                start[next_dispatch] = clock
+                flights.append(_Flight(next_dispatch, float(latency[next_dispatch]), float(transfer[next_dispatch])))
+                next_dispatch += 1
+                progressed = True
+            for flight in [f for f in flights if f.latency <= 0.0 and f.transfer <= 0.0]:
+                flights.remove(flight)
+                end[flight.message] = clock
+                done.add(flight.message)
+                progressed = True
+        if finished_at is not None:
+            break
+
+        # The next event: a task ends, a latency phase ends, a transfer ends.
+        busy = bool(flights)
+        rate = 1.0 / slowdown if busy else 1.0
+        computing = task_index < len(tasks) and tasks[task_index].gate <= done
+        candidates = []
+        if computing:
+            candidates.append(remaining / rate)
+        transferring = [f for f in flights if f.latency <= 0.0]
+        share = len(transferring)
+        for f in flights:
+            candidates.append(f.latency if f.latency > 0.0 else f.transfer * share)
+        if not candidates:
+            raise AssertionError("simulation stalled: a gate waits for a message that never runs")
+        step = min(candidates)
+        clock += step
+        if computing:
+            remaining = _advance(remaining, step * rate, tolerance)
+        for f in flights:
+            if f.latency > 0.0:
+                f.latency = _advance(f.latency, step, tolerance)
+            else:
+                f.transfer = _advance(f.transfer, step / share, tolerance)
+
+    reduced = np.full(profile.n, -np.inf)
+    for k, message in enumerate(plan.messages):
+        for c in message.chunks:
+            reduced[c.tensor] = max(reduced[c.tensor], end[k])
+    for array in (start, end, ready, reduced, phi):
+        array.setflags(write=False)
+    sizes = plan.message_bytes
+    sizes.setflags(write=False)
+    return Timeline(
+        sync=problem.sync,
+        iteration_time=float(finished_at),
+        compute_time=profile.compute_time,
+        message_ready=ready,
+        message_start=start,
+        message_end=end,
+        message_bytes=sizes,
+        reduced=reduced,
+        forward_start=phi,
+    )
+
+
+def _advance(amount: float, progress: float, tolerance: float) -> float:
+    left = amount - progress
+    return 0.0 if left <= tolerance else left
