@@ -27,6 +27,7 @@ def schedule_graph(problem: Problem, plan: Plan) -> nx.DiGraph:
     - ``layerwise``: update ``i`` follows forward ``i - 1`` (the backward for ``i = 0``)
       and every message carrying tensor ``i``; forward ``i`` follows update ``i``.
     """
+    problem.require_plain("the schedule DAG")
     plan.validate(problem.profile)
     profile = problem.profile
     n = profile.n

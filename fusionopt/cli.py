@@ -38,6 +38,20 @@ def _add_cost_arguments(parser: argparse.ArgumentParser, *, required: bool = Tru
     group.add_argument("--algorithm", default="ring", help=f"all-reduce for --network: {', '.join(ALGORITHMS)}")
     parser.add_argument("--sync", default="barrier", choices=("barrier", "layerwise"),
                         help="when the next forward may start (default barrier)")
+    extensions = parser.add_argument_group("model extensions (default off)")
+    extensions.add_argument("--copy-cost", type=float, default=0.0, metavar="GAMMA",
+                            help="seconds per byte to pack a message of several tensors")
+    extensions.add_argument("--copy-on", default="channel", choices=("channel", "compute"),
+                            help="where packing runs (default channel)")
+    extensions.add_argument("--contention", type=float, default=1.0, metavar="KAPPA",
+                            help="compute slowdown while a message is in flight (>= 1)")
+    extensions.add_argument("--channels", type=int, default=1, metavar="K",
+                            help="concurrent channels sharing the bandwidth (default 1)")
+
+
+def _problem(profile: Profile, args: argparse.Namespace) -> Problem:
+    return Problem(profile, _cost(args), sync=args.sync, copy_cost=args.copy_cost, copy_on=args.copy_on,
+                   contention=args.contention, channels=args.channels)
 
 
 def _cost(args: argparse.Namespace):
@@ -114,7 +128,7 @@ def _cmd_methods(args: argparse.Namespace) -> None:
 
 def _cmd_solve(args: argparse.Namespace) -> None:
     profile = Profile.read(args.profile)
-    problem = Problem(profile, _cost(args), sync=args.sync)
+    problem = _problem(profile, args)
     result = solve(problem, args.method, **_parse_options(args.option))
     if args.output:
         result.plan.write(args.output)
@@ -126,7 +140,7 @@ def _cmd_solve(args: argparse.Namespace) -> None:
 
 def _cmd_simulate(args: argparse.Namespace) -> None:
     profile = Profile.read(args.profile)
-    problem = Problem(profile, _cost(args), sync=args.sync)
+    problem = _problem(profile, args)
     plan = Plan.read(args.plan)
     try:
         plan.validate(profile)
@@ -162,7 +176,7 @@ def _problem_for_compare(args: argparse.Namespace) -> tuple[Problem, str]:
     else:
         profile = zoo.profile(args.model, device=args.device, batch=args.batch)
         label = f"{args.model} on {args.device}, batch {args.batch} (roofline estimate)"
-    return Problem(profile, _cost(args), sync=args.sync), label
+    return _problem(profile, args), label
 
 
 def _cmd_compare(args: argparse.Namespace) -> None:
@@ -175,7 +189,8 @@ def _cmd_compare(args: argparse.Namespace) -> None:
     profile = problem.profile
     print(f"workload  {label}: {profile.n} tensors, {profile.total_bytes / 2**20:.1f} MiB of gradients")
     print(f"compute   B = {1e3 * profile.B:.3f} ms, F = {1e3 * profile.F:.3f} ms")
-    print(f"network   {problem.cost!r}, sync {problem.sync}")
+    extras = "".join(f", {name} {getattr(problem, name)}" for name in problem.extensions)
+    print(f"network   {problem.cost!r}, sync {problem.sync}{extras}")
     print()
     print(format_table(rows))
 

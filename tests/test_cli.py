@@ -599,3 +599,27 @@ def test_command_runs_as_a_subprocess(tmp_path):
     assert failed.returncode == 2
     assert failed.stdout == ""
     assert failed.stderr.startswith("fusionopt: error: ") and len(failed.stderr.splitlines()) == 1
+
+
+# ---------------------------------------------------------------------- model extensions
+def test_extension_flags_reach_the_simulator(capsys, profile_path, tmp_path):
+    # Contention 2, alpha 1 ms, WFBP on the worked example: 16.5 ms (tests/model/test_extensions.py).
+    plan = tmp_path / "wfbp.json"
+    fusionopt.Plan.per_tensor(fusionopt.Profile.read(profile_path)).write(plan)
+    doc = run_json(capsys, "simulate", profile_path, "--plan", plan, "--alpha", "0.001", "--beta", "1e-9",
+                   "--contention", "2", "--json")
+    assert doc["iteration_time"] == pytest.approx(0.0165, rel=1e-12)
+    doc = run_json(capsys, "solve", profile_path, "--alpha", "0.003", "--beta", "1e-9", "--method", "ddp",
+                   "--option", "bucket_cap_bytes=2500000", "--option", "first_bucket_bytes=1000000",
+                   "--copy-cost", "1e-9", "--json")
+    assert doc["iteration_time"] == pytest.approx(0.022, rel=1e-12)   # {t3}, {t2, t1} packed: 22 ms
+    assert "contention must be >= 1" in run_error(capsys, "solve", profile_path, "--alpha", "0.001", "--beta", "1e-9",
+                                                 "--contention", "0.5")
+    assert "the fusion DP applies to the plain model only" in run_error(
+        capsys, "solve", profile_path, "--alpha", "0.001", "--beta", "1e-9", "--channels", "2", "--method", "dp")
+
+
+def test_compare_leaves_out_plain_model_methods_on_extended_problems(capsys, profile_path):
+    doc = run_json(capsys, "compare", "--profile", profile_path, "--alpha", "0.001", "--beta", "1e-9",
+                   "--channels", "2", "--json")
+    assert [row["method"] for row in doc] == [m for m in METHODS if m != "dp"]

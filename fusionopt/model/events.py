@@ -63,10 +63,10 @@ def _compute_tasks(problem: Problem, plan: Plan) -> list[_Task]:
         ready = made_ready.get(i, [])
         tasks.append(_Task(work=float(profile.backward[i])))
         if packing_on_compute:
-            plain = [k for k in ready if len(plan.messages[k].chunks) == 1]
+            plain = [k for k in ready if len(plan.messages[k].tensors) == 1]
             tasks[-1].on_done.extend(plain)
             for k in ready:
-                if len(plan.messages[k].chunks) > 1:
+                if len(plan.messages[k].tensors) > 1:
                     tasks.append(_Task(work=problem.copy_cost * plan.messages[k].nbytes, on_done=[k]))
         else:
             tasks[-1].on_done.extend(ready)
@@ -90,7 +90,7 @@ def _compute_tasks(problem: Problem, plan: Plan) -> list[_Task]:
 def _phases(problem: Problem, plan: Plan) -> tuple[np.ndarray, np.ndarray]:
     """Latency and transfer seconds of each message (see the module docstring)."""
     sizes = plan.message_bytes.astype(np.float64)
-    packing = np.array([len(m.chunks) > 1 for m in plan.messages]) * problem.copy_cost * sizes
+    packing = np.array([len(m.tensors) > 1 for m in plan.messages]) * problem.copy_cost * sizes
     if problem.copy_on != "channel":
         packing = np.zeros_like(sizes)
     if problem.channels == 1:

@@ -44,8 +44,8 @@ class Problem:
     event-driven simulation):
 
     copy_cost : float
-        ``gamma``, seconds per byte to pack a message of more than one chunk into a fused
-        buffer.
+        ``gamma``, seconds per byte to pack a message carrying more than one tensor into a
+        fused buffer.
     copy_on : {"channel", "compute"}
         Where packing runs: on the channel, before the message's transfer (default), or on
         the compute stream, right after the backward that makes the message ready (it

@@ -24,6 +24,7 @@ class Method:
     target: Callable[..., Result] | str
     summary: str
     in_default_comparison: bool = True
+    plain_only: bool = False        # needs the plain model (no copy cost, contention, channels)
 
     @property
     def function(self) -> Callable[..., Result]:
@@ -47,7 +48,7 @@ _REGISTRY: dict[str, Method] = {}
 
 
 def register(name: str, target: Callable[..., Result] | str, summary: str, *,
-             in_default_comparison: bool = True) -> None:
+             in_default_comparison: bool = True, plain_only: bool = False) -> None:
     """Add a method under ``name``; ``target`` is a function or ``"module:function"``.
 
     ``in_default_comparison``: whether :func:`compare` runs it when no methods are named
@@ -55,7 +56,7 @@ def register(name: str, target: Callable[..., Result] | str, summary: str, *,
     """
     if name in _REGISTRY:
         raise ValueError(f"method {name!r} is already registered")
-    _REGISTRY[name] = Method(name, target, summary, in_default_comparison)
+    _REGISTRY[name] = Method(name, target, summary, in_default_comparison, plain_only)
 
 
 register("wfbp", baselines.wfbp, "wait-free backpropagation: one message per tensor")
@@ -63,13 +64,14 @@ register("single", baselines.single, "SyncEASGD: one message after the backward"
 register("threshold", baselines.threshold, "fuse consecutive tensors up to a byte threshold")
 register("ddp", baselines.ddp, "PyTorch DDP buckets (25 MiB cap, 1 MiB first bucket)")
 register("horovod", baselines.horovod, "Horovod cycle-time tensor fusion (1 ms, 128 MiB)")
-register("dp", "fusionopt.solvers.dp:dp", "exact fusion dynamic programme (O(n) affine, O(n^2) any cost)")
+register("dp", "fusionopt.solvers.dp:dp", "exact fusion dynamic programme (O(n) affine, O(n^2) any cost)",
+         plain_only=True)
 register("brute", "fusionopt.solvers.brute:brute", "exact: every fusion plan, n <= 20",
-         in_default_comparison=False)
+         in_default_comparison=False, plain_only=True)
 register("cpsat", "fusionopt.solvers.cpsat:cpsat", "exact: OR-Tools CP-SAT model, anytime",
          in_default_comparison=False)
 register("milp", "fusionopt.solvers.milp:milp", "exact: MILP solved by HiGHS, independent formulation",
-         in_default_comparison=False)
+         in_default_comparison=False, plain_only=True)
 
 
 def methods() -> dict[str, str]:
@@ -81,13 +83,16 @@ def methods() -> dict[str, str]:
     return {name: m.summary for name, m in _REGISTRY.items()}
 
 
-def default_methods() -> list[str]:
-    """The methods :func:`compare` runs when none are named.
+def default_methods(problem: Problem | None = None) -> list[str]:
+    """The methods :func:`compare` runs when none are named (for ``problem``: without the
+    plain-model methods when it has extensions on).
 
     >>> default_methods()[:2]
     ['wfbp', 'single']
     """
-    return [name for name, m in _REGISTRY.items() if m.in_default_comparison]
+    extended = problem is not None and bool(problem.extensions)
+    return [name for name, m in _REGISTRY.items()
+            if m.in_default_comparison and not (extended and m.plain_only)]
 
 
 def get_method(name: str) -> Method:
@@ -168,7 +173,7 @@ def compare(problem: Problem, methods: Iterable[str] | None = None) -> list[Comp
     >>> [(r.method, round(r.iteration_time * 1e3, 6), round(r.speedup, 4)) for r in rows]
     [('wfbp', 20.0, 1.0), ('single', 19.0, 1.0526)]
     """
-    names = default_methods() if methods is None else list(methods)
+    names = default_methods(problem) if methods is None else list(methods)
     if not names:
         raise ValueError("compare needs at least one method")
     for name in names:

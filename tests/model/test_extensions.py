@@ -24,7 +24,7 @@ def ms(values):
 
 
 def test_copy_cost_on_the_channel():
-    # alpha 3 ms, gamma 1 ms/MB. {t3} 1 -> 6 (single chunk: no packing); {t2, t1} (5 MB)
+    # alpha 3 ms, gamma 1 ms/MB. {t3} 1 -> 6 (one tensor: no packing); {t2, t1} (5 MB)
     # ready at 6, 3 + 5 + 5 = 13 ms -> 19. T = 19 + 3 = 22 ms.
     p = worked_profile()
     problem = Problem(p, AlphaBeta(3 * MS, 1e-9), copy_cost=1e-9)
@@ -151,3 +151,14 @@ def test_bad_extension_parameters():
         Problem(p, cost, copy_on="gpu")
     with pytest.raises(ValueError, match="channels = 2 needs an affine cost"):
         Problem(p, PiecewiseLinear([1, 1e6], [MS, 2 * MS]), channels=2)
+
+
+def test_packing_is_for_messages_of_several_tensors():
+    # Two chunks of one tensor in one message need no packing (MODEL.md: "a multi-tensor
+    # message"); t0 split in two halves sent together costs c(4 MB) only.
+    from fusionopt.model import Chunk, Message
+    p = worked_profile()
+    plan = Plan((Message((Chunk(2, 0, 2_000_000),)), Message((Chunk(1, 0, 1_000_000),)),
+                 Message((Chunk(0, 0, 2_000_000), Chunk(0, 2_000_000, 4_000_000)))))
+    packed = simulate(Problem(p, AlphaBeta(MS, 1e-9), copy_cost=1e-9), plan)
+    assert packed.iteration_time == pytest.approx(simulate(Problem(p, AlphaBeta(MS, 1e-9)), plan).iteration_time, rel=1e-12)
