@@ -101,7 +101,7 @@ def _phases(problem: Problem, plan: Plan) -> tuple[np.ndarray, np.ndarray]:
 
 def simulate_events(problem: Problem, plan: Plan):
     """The :class:`~fusionopt.model.timeline.Timeline` of ``plan`` under the extensions."""
-    from fusionopt.model.timeline import Timeline
+    from fusionopt.model.timeline import build_timeline, reduction_times
 
     profile = problem.profile
     n_messages = len(plan.messages)
@@ -176,25 +176,8 @@ def simulate_events(problem: Problem, plan: Plan):
             else:
                 f.transfer = _advance(f.transfer, step / share, tolerance)
 
-    reduced = np.full(profile.n, -np.inf)
-    for k, message in enumerate(plan.messages):
-        for c in message.chunks:
-            reduced[c.tensor] = max(reduced[c.tensor], end[k])
-    for array in (start, end, ready, reduced, phi):
-        array.setflags(write=False)
-    sizes = plan.message_bytes
-    sizes.setflags(write=False)
-    return Timeline(
-        sync=problem.sync,
-        iteration_time=float(finished_at),
-        compute_time=profile.compute_time,
-        message_ready=ready,
-        message_start=start,
-        message_end=end,
-        message_bytes=sizes,
-        reduced=reduced,
-        forward_start=phi,
-    )
+    reduced = reduction_times(plan, end, profile.n)
+    return build_timeline(problem, plan, float(finished_at), ready, start, end, reduced, phi)
 
 
 def _advance(amount: float, progress: float, tolerance: float) -> float:

@@ -121,12 +121,10 @@ def simulate(problem: Problem, plan: Plan, *, validate: bool = True) -> Timeline
         return simulate_events(problem, plan)
     ready_times = profile.ready_times
     n_messages = len(plan.messages)
-    sizes = np.empty(n_messages, dtype=np.int64)
     ready = np.empty(n_messages)
     for k, message in enumerate(plan.messages):
-        sizes[k] = message.nbytes
         ready[k] = max(ready_times[c.tensor] for c in message.chunks)
-    durations = problem.cost(sizes)
+    durations = problem.cost(plan.message_bytes)
 
     start = np.empty(n_messages)
     end = np.empty(n_messages)
@@ -135,12 +133,7 @@ def simulate(problem: Problem, plan: Plan, *, validate: bool = True) -> Timeline
         start[k] = max(ready[k], channel_free)
         end[k] = channel_free = start[k] + durations[k]
 
-    reduced = np.full(profile.n, -np.inf)
-    for k, message in enumerate(plan.messages):
-        for c in message.chunks:
-            if end[k] > reduced[c.tensor]:
-                reduced[c.tensor] = end[k]
-
+    reduced = reduction_times(plan, end, profile.n)
     forward, update = profile.forward, profile.update
     B = profile.B
     phi = np.empty(profile.n)
@@ -157,18 +150,33 @@ def simulate(problem: Problem, plan: Plan, *, validate: bool = True) -> Timeline
             clock = max(clock, reduced[i]) + update[i]
             phi[i] = clock
             clock += forward[i]
-    iteration_time = float(phi[-1] + forward[-1])
+    return build_timeline(problem, plan, float(phi[-1] + forward[-1]), ready, start, end, reduced, phi)
 
-    for array in (start, end, ready, sizes, reduced, phi):
+
+def reduction_times(plan: Plan, end: np.ndarray, n: int) -> np.ndarray:
+    """``C_i``: the end of the last message carrying a chunk of tensor ``i``, in seconds."""
+    reduced = np.full(n, -np.inf)
+    for k, message in enumerate(plan.messages):
+        for c in message.chunks:
+            if end[k] > reduced[c.tensor]:
+                reduced[c.tensor] = end[k]
+    return reduced
+
+
+def build_timeline(problem: Problem, plan: Plan, iteration_time: float, ready: np.ndarray, start: np.ndarray,
+                   end: np.ndarray, reduced: np.ndarray, forward_start: np.ndarray) -> Timeline:
+    """A read-only :class:`Timeline` from a simulation's per-message and per-tensor times."""
+    sizes = plan.message_bytes
+    for array in (ready, start, end, sizes, reduced, forward_start):
         array.setflags(write=False)
     return Timeline(
         sync=problem.sync,
         iteration_time=iteration_time,
-        compute_time=profile.compute_time,
+        compute_time=problem.profile.compute_time,
         message_ready=ready,
         message_start=start,
         message_end=end,
         message_bytes=sizes,
         reduced=reduced,
-        forward_start=phi,
+        forward_start=forward_start,
     )
