@@ -121,7 +121,7 @@ class Problem:
         if self.extensions:
             raise ValueError(
                 f"{what} applies to the plain model only, and this problem has "
-                f"{', '.join(self.extensions)} on; use simulate, cpsat or a metaheuristic"
+                f"{', '.join(self.extensions)} on; use simulate, or cpsat (one channel)"
             )
 
     def __repr__(self) -> str:
