@@ -10,6 +10,8 @@ metaheuristics and exhaustive search. Tests pin both to :func:`simulate`.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from fusionopt.model.problem import Problem
@@ -50,7 +52,8 @@ def _check_cuts(problem: Problem, cuts: np.ndarray, batch: bool) -> np.ndarray:
 def fusion_iteration_time(problem: Problem, cuts: np.ndarray) -> float:
     """Iteration time of the fusion plan with cut vector ``cuts``, in seconds.
 
-    Equal to ``simulate(problem, Plan.from_cuts(profile, cuts)).iteration_time``.
+    Equal to ``simulate(problem, Plan.from_cuts(profile, cuts)).iteration_time``. With copy
+    cost or contention on (one channel), :func:`fusion_message_times` gives the last end.
 
     Examples
     --------
@@ -65,9 +68,13 @@ def fusion_iteration_time(problem: Problem, cuts: np.ndarray) -> float:
     >>> round(fusion_iteration_time(problem, [1, 0]) * 1e3, 9)
     17.0
     """
-    problem.require_plain("fusion_iteration_time")
     cuts = _check_cuts(problem, cuts, batch=False)
     profile = problem.profile
+    if problem.extensions:
+        if problem.channels > 1:
+            problem.require_plain("fusion_iteration_time with several channels")
+        _, end = fusion_message_times(problem, cuts)
+        return float(end[-1]) + profile.U + profile.F
     rho, prefix = backward_arrays(problem)
     ends = np.flatnonzero(np.append(cuts, True))            # last position of each message
     starts = np.concatenate(([0], ends[:-1] + 1))
@@ -177,3 +184,62 @@ def _sweep_general(rho: np.ndarray, prefix: np.ndarray, block: np.ndarray, cost)
         end[is_cut] = candidate
         last_q[is_cut] = prefix[j + 1]
     return end
+
+
+def arc_times(problem: Problem, ready: np.ndarray, prefix: np.ndarray, tails: np.ndarray,
+               heads: np.ndarray) -> dict[str, np.ndarray]:
+    """Per arc ``(k, j)``, seconds: ``duration`` ``d_kj`` on the channel, compute ``work``
+    ``Delta_kj`` between the ready times of the messages ending at ``k`` and ``j``, the
+    earliest ready time ``nominal`` ``rho_j (+ p_kj)`` and the ``packing`` ``p_kj`` on the
+    compute stream (0 when it runs on the channel)."""
+    sizes = prefix[heads] - prefix[tails]
+    durations = np.asarray(problem.cost(sizes), dtype=np.float64)
+    packing = problem.copy_cost * sizes * (heads - tails > 1)
+    if problem.copy_on == "channel":
+        durations = durations + packing
+        packing = np.zeros_like(sizes)
+    return {"duration": durations, "work": ready[heads] - ready[tails] + packing,
+            "nominal": ready[heads] + packing, "packing": packing}
+
+
+def fusion_message_times(problem: Problem, cuts: Any) -> tuple[np.ndarray, np.ndarray]:
+    """Ready times ``R_m`` and ends ``e_m`` of the messages of a fusion plan, seconds.
+
+    For one channel, with copy cost and contention (MODEL.md section 6; the plain model is
+    the case ``gamma = 0``, ``kappa = 1``), in the semantics of :mod:`fusionopt.model.events`:
+    the channel is FIFO and busy exactly on ``[R_m, e_m]``, the compute stream runs at
+    ``1 / kappa`` there, so with ``Delta_m`` the compute work between two ready times,
+    ``R_1 = Delta_1``, ``R_{m+1} = R_m + min(kappa Delta, Delta + (1 - 1/kappa)(e_m - R_m))``
+    and ``e_m = max(R_m, e_{m-1}) + d_m``; ``T = e_M + U + F`` in both sync modes. A fast
+    path for :func:`simulate`, which tests pin it to; the CP-SAT model encodes it.
+
+    >>> from fusionopt.model import AlphaBeta, Profile
+    >>> profile = Profile.from_arrays([4e6, 1e6, 2e6], [1e-3] * 3, [3e-3, 2e-3, 1e-3])
+    >>> problem = Problem(profile, AlphaBeta(1e-3, 1e-9), contention=2.0)
+    >>> ready, end = fusion_message_times(problem, [True, True])
+    >>> (ready * 1e3).round(9).tolist(), (end * 1e3).round(9).tolist()
+    ([1.0, 4.5, 8.5], [4.0, 6.5, 13.5])
+    """
+    if problem.channels > 1:
+        raise ValueError(f"the fusion recursion models one channel, not channels = {problem.channels}")
+    profile = problem.profile
+    rho, prefix = backward_arrays(problem)
+    ready_at = np.concatenate(([0.0], rho))
+    heads = (np.flatnonzero(np.append(np.asarray(cuts, dtype=bool), True)) + 1)
+    tails = np.concatenate(([0], heads[:-1]))
+    if heads.size and heads[-1] != profile.n:
+        raise ValueError(f"cut vector must have n - 1 = {profile.n - 1} entries")
+    times = arc_times(problem, ready_at, prefix, tails, heads)
+    durations, work = times["duration"], times["work"]
+    kappa = problem.contention
+    ready = np.empty(len(heads))
+    end = np.empty(len(heads))
+    for m, (d, delta) in enumerate(zip(durations.tolist(), work.tolist())):
+        if m == 0:
+            ready[m] = delta                            # the channel is idle before
+            end[m] = ready[m] + d
+            continue
+        backlog = end[m - 1] - ready[m - 1]
+        ready[m] = ready[m - 1] + min(kappa * delta, delta + (1.0 - 1.0 / kappa) * backlog)
+        end[m] = max(ready[m], end[m - 1]) + d
+    return ready, end

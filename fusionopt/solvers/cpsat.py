@@ -50,7 +50,8 @@ are refused. Let message ``m = 1..M`` be the arc ``(k_m, j_m)`` of ``S_m`` bytes
   modes ``T = e_M + U + F`` (no forward or update overlaps the channel, which is idle
   after ``e_M``).
 
-:func:`_fusion_recursion` computes ``R_m`` and ``e_m``; tests pin it to :func:`simulate`.
+:func:`fusionopt.model.fusion.fusion_message_times` computes ``R_m`` and ``e_m``; tests pin it to
+:func:`simulate`.
 
 The model adds integers ``R_j`` and (``kappa > 1``) ``L_j`` per node and (``kappa > 1``) a
 Boolean ``y_kj`` per arc ``(k, j)``, ``k > 0`` (the branch of the ``min``). Enforced by
@@ -172,7 +173,7 @@ from typing import Any
 
 import numpy as np
 
-from fusionopt.model.fusion import backward_arrays, fusion_iteration_time
+from fusionopt.model.fusion import arc_times, backward_arrays, fusion_iteration_time, fusion_message_times
 from fusionopt.model.fusion_dp import _check_caps
 from fusionopt.model.plan import Plan
 from fusionopt.model.problem import Problem
@@ -326,14 +327,14 @@ def cpsat(
     ready = np.concatenate(([0.0], rho))                # ready[j] = rho_j, node j = 1..n
     tails, heads = np.triu_indices(n + 1, k=1)          # every arc (k, j), k < j
     sizes = prefix[heads] - prefix[tails]
-    times = _arc_times(problem, ready, prefix, tails, heads)
+    times = arc_times(problem, ready, prefix, tails, heads)
     durations = times["duration"]
     anchor_path = _path(anchor, profile)
     anchor_arcs = _arc_positions(anchor_path, n)
     factor = _rounding_factor(problem, n if limit is None else limit)
     if time_quantum is None:
         if extended:
-            anchor_end = float(_fusion_recursion(problem, anchor.cuts(profile))[1][-1])
+            anchor_end = float(fusion_message_times(problem, anchor.cuts(profile))[1][-1])
         else:
             anchor_end = _path_end(anchor_path, ready, durations[anchor_arcs])
         time_quantum = _automatic_quantum(anchor_end, factor)
@@ -515,22 +516,6 @@ def _rounding_factor(problem: Problem, messages: int) -> int:
     return messages + 1
 
 
-def _arc_times(problem: Problem, ready: np.ndarray, prefix: np.ndarray, tails: np.ndarray,
-               heads: np.ndarray) -> dict[str, np.ndarray]:
-    """Per arc ``(k, j)``, seconds: ``duration`` ``d_kj`` on the channel, compute ``work``
-    ``Delta_kj`` between the ready times of the messages ending at ``k`` and ``j``, the
-    earliest ready time ``nominal`` ``rho_j (+ p_kj)`` and the ``packing`` ``p_kj`` on the
-    compute stream (0 when it runs on the channel)."""
-    sizes = prefix[heads] - prefix[tails]
-    durations = np.asarray(problem.cost(sizes), dtype=np.float64)
-    packing = problem.copy_cost * sizes * (heads - tails > 1)
-    if problem.copy_on == "channel":
-        durations = durations + packing
-        packing = np.zeros_like(sizes)
-    return {"duration": durations, "work": ready[heads] - ready[tails] + packing,
-            "nominal": ready[heads] + packing, "packing": packing}
-
-
 def _integer_arc_times(problem: Problem, q: float, times: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """The extended model's per-arc constants in whole quanta (as floats), each rounded
     towards the faster plan (module docstring)."""
@@ -552,45 +537,6 @@ def _integer_arc_times(problem: Problem, q: float, times: dict[str, np.ndarray])
     # Floats holding whole numbers: an arc the horizon prunes may not fit in int64 (a tiny
     # automatic q); kept arcs end by the horizon, and int() converts them exactly.
     return constants
-
-
-def _fusion_recursion(problem: Problem, cuts: Any) -> tuple[np.ndarray, np.ndarray]:
-    """Ready times ``R_m`` and ends ``e_m`` of the messages of a fusion plan, seconds.
-
-    The recursion of the module docstring for one channel with copy cost and contention
-    (the plain model is the case ``gamma = 0``, ``kappa = 1``); ``T = e_M + U + F``. A fast
-    path for :func:`simulate`, which tests pin it to.
-
-    >>> from fusionopt.model import AlphaBeta, Profile
-    >>> profile = Profile.from_arrays([4e6, 1e6, 2e6], [1e-3] * 3, [3e-3, 2e-3, 1e-3])
-    >>> problem = Problem(profile, AlphaBeta(1e-3, 1e-9), contention=2.0)
-    >>> ready, end = _fusion_recursion(problem, [True, True])
-    >>> (ready * 1e3).round(9).tolist(), (end * 1e3).round(9).tolist()
-    ([1.0, 4.5, 8.5], [4.0, 6.5, 13.5])
-    """
-    if problem.channels > 1:
-        raise ValueError(f"the fusion recursion models one channel, not channels = {problem.channels}")
-    profile = problem.profile
-    rho, prefix = backward_arrays(problem)
-    ready_at = np.concatenate(([0.0], rho))
-    heads = (np.flatnonzero(np.append(np.asarray(cuts, dtype=bool), True)) + 1)
-    tails = np.concatenate(([0], heads[:-1]))
-    if heads.size and heads[-1] != profile.n:
-        raise ValueError(f"cut vector must have n - 1 = {profile.n - 1} entries")
-    times = _arc_times(problem, ready_at, prefix, tails, heads)
-    durations, work = times["duration"], times["work"]
-    kappa = problem.contention
-    ready = np.empty(len(heads))
-    end = np.empty(len(heads))
-    for m, (d, delta) in enumerate(zip(durations.tolist(), work.tolist())):
-        if m == 0:
-            ready[m] = delta                            # the channel is idle before
-            end[m] = ready[m] + d
-            continue
-        backlog = end[m - 1] - ready[m - 1]
-        ready[m] = ready[m - 1] + min(kappa * delta, delta + (1.0 - 1.0 / kappa) * backlog)
-        end[m] = max(ready[m], end[m - 1]) + d
-    return ready, end
 
 
 def _rounded_path(path: list[int], arc_index: np.ndarray, constants: dict[str, np.ndarray]) -> dict[str, list]:

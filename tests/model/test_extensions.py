@@ -162,3 +162,16 @@ def test_packing_is_for_messages_of_several_tensors():
                  Message((Chunk(0, 0, 2_000_000), Chunk(0, 2_000_000, 4_000_000)))))
     packed = simulate(Problem(p, AlphaBeta(MS, 1e-9), copy_cost=1e-9), plan)
     assert packed.iteration_time == pytest.approx(simulate(Problem(p, AlphaBeta(MS, 1e-9)), plan).iteration_time, rel=1e-12)
+
+
+@settings(deadline=None)
+@given(data=st.data(), problem=problems(), gamma=st.floats(0.0, 2e-9), kappa=st.floats(1.0, 3.0),
+       copy_on=st.sampled_from(["channel", "compute"]))
+def test_fusion_fast_path_on_one_channel_equals_simulate(data, problem, gamma, kappa, copy_on):
+    from fusionopt.model import fusion_iteration_time
+    from strategies import cut_vectors
+    extended = Problem(problem.profile, problem.cost, sync=problem.sync, copy_cost=gamma,
+                       copy_on=copy_on, contention=kappa)
+    cuts = data.draw(cut_vectors(problem.profile.n))
+    expected = simulate(extended, Plan.from_cuts(problem.profile, cuts)).iteration_time
+    assert fusion_iteration_time(extended, cuts) == pytest.approx(expected, rel=1e-9, abs=1e-15)

@@ -13,15 +13,14 @@ from strategies import cut_vectors, problems
 
 from fusionopt.cost import AlphaBeta
 from fusionopt.model import Plan, Problem, Profile, simulate
-from fusionopt.model.fusion import backward_arrays
+from fusionopt.model.fusion import arc_times as _arc_times, backward_arrays, fusion_iteration_time
+from fusionopt.model.fusion import fusion_message_times as _fusion_recursion
 from fusionopt.model.fusion_dp import _fewest_messages
 from fusionopt.solvers import Status, solve
 from fusionopt.solvers.cpsat import (
     QUANTUM_PRECISION,
     _arc_positions,
-    _arc_times,
     _delay_cut,
-    _fusion_recursion,
     _integer_arc_times,
     _path,
     _rounded_path,
