@@ -7,13 +7,16 @@ import time
 
 import numpy as np
 
-from fusionopt.model.fusion import evaluate_cuts
+from fusionopt.model.fusion import evaluate_cuts, fusion_iteration_time
 from fusionopt.model.fusion_dp import _check_caps, backward_arrays
 from fusionopt.model.plan import Plan
 from fusionopt.model.problem import Problem
+from fusionopt.model.timeline import simulate
 from fusionopt.solvers.result import Result, finish
 
 MAX_TENSORS = 20
+# Several channels are simulated event by event, plan by plan: a smaller limit.
+MAX_TENSORS_EVENT_DRIVEN = 14
 _BATCH = 1 << 16
 
 
@@ -26,7 +29,11 @@ def brute(
     """Enumerate all ``2^(n-1)`` fusion plans and keep the fastest (ties: the first found).
 
     Refuses ``n > 20`` (over half a million plans). The reference the DP, CP-SAT and the
-    MILP are tested against; the same caps as :func:`fusionopt.solvers.dp.dp`.
+    MILP are tested against; the same caps as :func:`fusionopt.solvers.dp.dp`. It also
+    accepts the extensions of MODEL.md section 6, where it is the exact reference for
+    small ``n``: plans are then scored with the one-channel fast path of
+    :func:`~fusionopt.model.fusion.fusion_iteration_time` or, with several channels, by
+    :func:`~fusionopt.model.simulate` one by one (``n <= 14``).
 
     Examples
     --------
@@ -38,9 +45,11 @@ def brute(
     """
     started = time.perf_counter()
     n = problem.profile.n
-    if n > MAX_TENSORS:
+    limit = MAX_TENSORS_EVENT_DRIVEN if problem.channels > 1 else MAX_TENSORS
+    if n > limit:
         raise ValueError(
-            f"brute force enumerates 2^(n-1) plans and refuses n = {n} > {MAX_TENSORS}; use method='dp'"
+            f"brute force enumerates 2^(n-1) plans and refuses n = {n} > {limit}"
+            + ("" if problem.extensions else "; use method='dp'")
         )
     cap, max_messages = _check_caps(problem, max_message_bytes, max_messages)
     _, prefix = backward_arrays(problem)
@@ -59,13 +68,23 @@ def brute(
             continue
         cuts = cuts[keep]
         feasible += len(cuts)
-        times = evaluate_cuts(problem, cuts)
+        times = _score(problem, cuts)
         k = int(np.argmin(times))
         if times[k] < best_time:
             best_time, best_cuts = float(times[k]), cuts[k]
     plan = Plan.from_cuts(problem.profile, best_cuts)
     return finish(problem, plan, "brute", started, lower_bound=best_time, optimal=True,
                   stats={"plans": feasible})
+
+
+def _score(problem: Problem, cuts: np.ndarray) -> np.ndarray:
+    if not problem.extensions:
+        return evaluate_cuts(problem, cuts)
+    if problem.channels == 1:
+        return np.array([fusion_iteration_time(problem, row) for row in cuts])
+    profile = problem.profile
+    return np.array([simulate(problem, Plan.from_cuts(profile, row), validate=False).iteration_time
+                     for row in cuts])
 
 
 def _largest_message(cuts: np.ndarray, prefix: np.ndarray) -> np.ndarray:

@@ -66,8 +66,8 @@ register("ddp", baselines.ddp, "PyTorch DDP buckets (25 MiB cap, 1 MiB first buc
 register("horovod", baselines.horovod, "Horovod cycle-time tensor fusion (1 ms, 128 MiB)")
 register("dp", "fusionopt.solvers.dp:dp", "exact fusion dynamic programme (O(n) affine, O(n^2) any cost)",
          plain_only=True)
-register("brute", "fusionopt.solvers.brute:brute", "exact: every fusion plan, n <= 20",
-         in_default_comparison=False, plain_only=True)
+register("brute", "fusionopt.solvers.brute:brute", "exact: every fusion plan, n <= 20 (any model option)",
+         in_default_comparison=False)
 register("cpsat", "fusionopt.solvers.cpsat:cpsat", "exact: OR-Tools CP-SAT model, anytime",
          in_default_comparison=False)
 register("milp", "fusionopt.solvers.milp:milp", "exact: MILP solved by HiGHS, independent formulation",

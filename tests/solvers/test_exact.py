@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 
-from strategies import problems
+from strategies import alpha_beta, problems
 
 from fusionopt.cost import AlphaBeta, PiecewiseLinear
 from fusionopt.model import Problem, Profile
@@ -133,3 +133,29 @@ def test_cost_models_that_break_the_rules_are_refused():
         Problem(profile, ShiftedCost(3 * MS, 1e-9))
     with pytest.raises(ValueError, match=r"cost model SawtoothCost is not monotone: c\(\d+ B\) = .* s > c\(\d+ B\)"):
         Problem(profile, SawtoothCost(MS, 1e-9))
+
+
+def test_brute_force_is_the_exact_reference_with_several_channels():
+    # Worked example, alpha 0, beta 2 ns/B, two channels sharing the bandwidth: every
+    # fusion plan simulated event by event; brute force keeps the best of the four.
+    from itertools import product
+    from fusionopt.model import Plan, simulate
+    profile = worked(3).profile
+    problem = Problem(profile, AlphaBeta(0.0, 2e-9), channels=2)
+    times = [simulate(problem, Plan.from_cuts(profile, list(cuts))).iteration_time
+             for cuts in product([False, True], repeat=2)]
+    result = solve(problem, "brute")
+    assert result.iteration_time == pytest.approx(min(times), rel=1e-12)
+    assert result.status is Status.OPTIMAL and result.stats["plans"] == 4
+    with pytest.raises(ValueError, match="refuses n = 15 > 14"):
+        solve(Problem(Profile.from_arrays([8] * 15, [0.0] * 15, [MS] * 15), AlphaBeta(MS, 1e-9), channels=2), "brute")
+
+
+@settings(deadline=None, max_examples=25)
+@given(problem=problems(max_n=6, cost=alpha_beta))
+def test_brute_force_with_extensions_matches_cpsat(problem):
+    extended = Problem(problem.profile, problem.cost, sync=problem.sync, copy_cost=1e-10, contention=1.5)
+    exhaustive = solve(extended, "brute")
+    exact = solve(extended, "cpsat", workers=1)
+    assert exact.iteration_time == pytest.approx(exhaustive.iteration_time,
+                                                 abs=exact.stats["rounding_bound"] + 1e-12 * exhaustive.iteration_time)
