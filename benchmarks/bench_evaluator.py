@@ -114,8 +114,7 @@ def main(argv: list[str] | None = None) -> int:
         "",
     ]
     text = "\n".join(lines)
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    write_text_atomic(args.output, text)
+    write_text_atomic(args.output, text, make_folder=True)
     print(text)
     return 0
 

@@ -75,7 +75,9 @@ def main(argv: list[str] | None = None) -> int:
         "|---|---|---|---|---|---|",
     ]
     big = random_profile(100_000, 0)
-    for label, cost in (("latency-bound", AlphaBeta(5e-5, 1e-10)), ("bandwidth-bound", AlphaBeta(1e-6, 1e-9))):
+    regimes = (("latency-bound", AlphaBeta(5e-5, 1e-10)), ("bandwidth-bound", AlphaBeta(1e-6, 1e-9)),
+               ("compute-bound", AlphaBeta(1e-6, 1e-12)))
+    for label, cost in regimes:
         problem = Problem(big, cost)
         seconds = median_time(lambda: optimal_fusion(problem, algorithm="linear"), args.repeats)
         messages = int(optimal_fusion(problem).cuts.sum()) + 1
@@ -119,8 +121,7 @@ def main(argv: list[str] | None = None) -> int:
             break
     lines.append("")
     text = "\n".join(lines)
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    write_text_atomic(args.output, text)
+    write_text_atomic(args.output, text, make_folder=True)
     print(text)
     return 0
 

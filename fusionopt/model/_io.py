@@ -24,11 +24,13 @@ def read_json_document(path: str | Path) -> Any:
         raise ValueError(f"{path}: malformed JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}") from None
 
 
-def write_text_atomic(path: str | Path, text: str) -> None:
+def write_text_atomic(path: str | Path, text: str, *, make_folder: bool = False) -> None:
     """Write ``text`` to ``path`` through a temporary file in the same folder and a rename,
-    so a reader never sees a half-written file."""
+    so a reader never sees a half-written file. ``make_folder`` creates a missing folder."""
     path = Path(path)
     directory = path.parent if str(path.parent) else Path(".")
+    if make_folder:
+        directory.mkdir(parents=True, exist_ok=True)
     if not directory.is_dir():
         raise FileNotFoundError(f"{path}: folder {directory} does not exist")
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)

@@ -267,8 +267,7 @@ def main(argv: list[str] | None = None) -> int:
         lines.append(f"* **{method}**: n = {n}{' (all tensors)' if n == ceiling else ''}. Trail: " + "; ".join(trail) + ".")
     lines += ["", f"Total run time {time.perf_counter() - started:.0f} s.", ""]
     text = "\n".join(lines)
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    write_text_atomic(args.output, text)
+    write_text_atomic(args.output, text, make_folder=True)
     print(text)
     return 0
 
