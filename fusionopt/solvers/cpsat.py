@@ -153,16 +153,16 @@ Size
 ----
 The model has up to ``n (n + 1) / 2`` arcs, twice as many enforced constraints and
 O(n^3) terms in the cuts: it is an exact, independent reference for small and medium ``n``
-(on a 2-core machine: n <= 40 proved optimal in about a second, n = 60 in seconds), not
-a production solver; :func:`fusionopt.solvers.dp.dp` solves the same problem in O(n) or
+(``benchmarks/results/exact.md`` gives its time to a proven optimum against ``n``, and
+``validation/results/exact.md`` the largest ``n`` it proves within 10 s), not a production
+solver; :func:`fusionopt.solvers.dp.dp` solves the same problem in O(n) or
 O(n^2). For a few hundred tensors CP-SAT's presolve alone can outlast the time limit;
 the result is then the hint (or a reference plan) with status ``TIME_LIMIT``.
 
 With copy cost or contention the model has up to three times the variables and twice the
-constraints, and ``n`` delay cuts of O(n^2) terms each. On random instances (a loaded
-channel, ``kappa`` up to 3) a 2-core machine proved n = 60 optimal in about 2 s and
-n = 80 in about 3 s; packing on the compute stream without contention is the hardest
-case (n = 60 in up to about 15 s). For larger ``n`` use a simulate-based metaheuristic.
+constraints, and ``n`` delay cuts of O(n^2) terms each; packing on the compute stream
+without contention is the slowest case to prove. For large ``n`` use a simulate-based
+metaheuristic.
 """
 
 from __future__ import annotations
