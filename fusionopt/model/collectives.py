@@ -236,10 +236,28 @@ _PRESETS: dict[str, _Link] = {
 }
 
 
+# All-reduce constants (alpha s, beta s/B) fitted in the MG-WFBP reference code (Shi, Chu,
+# Li; INFOCOM 2019 / TPDS 2021) on K80 clusters: measured collectives, not link figures.
+_FITTED: dict[str, tuple[str, dict[int, tuple[float, float]]]] = {
+    "mgwfbp-10gbe": ("MG-WFBP's fitted all-reduce on 10GbE (K80 cluster), P = 2, 4, 8, 16", {
+        2: (2.5547e-06, 9.8375e-11), 4: (4.2043e-05, 2.0589e-10),
+        8: (5.2303e-04, 8.5707e-10), 16: (9.0810e-04, 7.3957e-10)}),
+    "mgwfbp-56gbib": ("MG-WFBP's fitted all-reduce on 56Gb InfiniBand (K80 cluster), P = 2, 4, 8, 16", {
+        2: (2.5547e-06, 9.8375e-11), 4: (4.2043e-05, 2.0589e-10),
+        8: (9.7537e-05, 3.0568e-10), 16: (2.3584e-04, 4.0595e-10)}),
+}
+
+
+def _known() -> str:
+    return ", ".join(sorted([*_PRESETS, *_FITTED]))
+
+
 def _preset(name: str) -> _Link:
     key = name.lower() if isinstance(name, str) else name
+    if key in _FITTED:
+        raise ValueError(f"network {name!r} is a fitted all-reduce, not a link: it has no per-link figures")
     if key not in _PRESETS:
-        raise ValueError(f"unknown network {name!r}; known: {', '.join(sorted(_PRESETS))}")
+        raise ValueError(f"unknown network {name!r}; known: {_known()}")
     return _PRESETS[key]
 
 
@@ -249,9 +267,11 @@ def networks() -> dict[str, str]:
     Examples
     --------
     >>> sorted(networks())
-    ['100gb-ib', '10gbe', '25gbe', 'nvlink-h100']
+    ['100gb-ib', '10gbe', '25gbe', 'mgwfbp-10gbe', 'mgwfbp-56gbib', 'nvlink-h100']
     """
-    return {name: link.description for name, link in _PRESETS.items()}
+    listing = {name: link.description for name, link in _PRESETS.items()}
+    listing.update({name: description for name, (description, _) in _FITTED.items()})
+    return listing
 
 
 def network_link(name: str) -> tuple[float, float]:
@@ -285,7 +305,11 @@ def network(name: str, workers: int, *, algorithm: str = "ring") -> AlphaBeta:
     * ``"nvlink-h100"``: 450e9 B/s per GPU per direction, half of the 900 GB/s bidirectional
       NVLink 4 bandwidth in the NVIDIA H100 datasheet.
 
-    The latencies are **nominal, not fitted**: 25 us for TCP over Ethernet, 2 us for
+    ``"mgwfbp-10gbe"`` and ``"mgwfbp-56gbib"`` are the all-reduce constants fitted in the
+    MG-WFBP reference code for ``P`` = 2, 4, 8 and 16 (other ``P`` and other algorithms are
+    refused): measured costs of that paper's clusters, used to reproduce it.
+
+    The link latencies are **nominal, not fitted**: 25 us for TCP over Ethernet, 2 us for
     InfiniBand, 1 us for NVLink, chosen as typical orders of magnitude. Real per-message
     costs depend on the library, protocol, message size and topology (NCCL's own model uses
     base latencies of a few to tens of microseconds per algorithm and protocol), and line
@@ -314,7 +338,18 @@ def network(name: str, workers: int, *, algorithm: str = "ring") -> AlphaBeta:
     (0.00035, 1.4e-09)
     >>> network("100gb-ib", 8, algorithm="rabenseifner").alpha
     1.2e-05
+    >>> network("mgwfbp-10gbe", 8)
+    AlphaBeta(alpha=0.00052303, beta=8.5707e-10)
     """
+    key = name.lower() if isinstance(name, str) else name
+    if key in _FITTED:
+        table = _FITTED[key][1]
+        if isinstance(workers, bool) or workers not in table:
+            raise ValueError(f"network {name!r} has fitted constants for workers = "
+                             f"{', '.join(map(str, table))} only, not {workers!r}")
+        if algorithm != "ring":
+            raise ValueError(f"network {name!r} is a measured all-reduce; algorithm {algorithm!r} does not apply")
+        return AlphaBeta(*table[workers])
     link = _preset(name)
     if algorithm not in ALGORITHMS:
         raise ValueError(f"unknown algorithm {algorithm!r}; known: {', '.join(ALGORITHMS)}")

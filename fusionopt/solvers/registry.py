@@ -64,6 +64,7 @@ register("single", baselines.single, "SyncEASGD: one message after the backward"
 register("threshold", baselines.threshold, "fuse consecutive tensors up to a byte threshold")
 register("ddp", baselines.ddp, "PyTorch DDP buckets (25 MiB cap, 1 MiB first bucket)")
 register("horovod", baselines.horovod, "Horovod cycle-time tensor fusion (1 ms, 128 MiB)")
+register("mgwfbp", "fusionopt.solvers.mgwfbp:mgwfbp", "MG-WFBP merge rule (a greedy; not optimal in general)")
 register("dp", "fusionopt.solvers.dp:dp", "exact fusion dynamic programme (O(n) affine, O(n^2) any cost)",
          plain_only=True)
 register("brute", "fusionopt.solvers.brute:brute", "exact: every fusion plan, n <= 20 (any model option)",

@@ -139,12 +139,25 @@ def test_preset_algorithm_dispatch(algorithm):
 
 def test_networks_lists_the_presets():
     described = networks()
-    assert set(described) == set(BANDWIDTHS)
+    assert set(described) == set(BANDWIDTHS) | {"mgwfbp-10gbe", "mgwfbp-56gbib"}
     assert all(isinstance(text, str) and text and "\n" not in text for text in described.values())
 
 
+def test_mgwfbp_fitted_presets():
+    # PAPERS.md seed 1, the reference code's constants.
+    assert network("mgwfbp-10gbe", 16) == AlphaBeta(9.0810e-04, 7.3957e-10)
+    assert network("mgwfbp-56gbib", 8) == AlphaBeta(9.7537e-05, 3.0568e-10)
+    assert network("MGWFBP-56GbIB", 2) == AlphaBeta(2.5547e-06, 9.8375e-11)
+    with pytest.raises(ValueError, match="fitted constants for workers = 2, 4, 8, 16 only, not 32"):
+        network("mgwfbp-10gbe", 32)
+    with pytest.raises(ValueError, match="measured all-reduce; algorithm 'rabenseifner' does not apply"):
+        network("mgwfbp-10gbe", 8, algorithm="rabenseifner")
+    with pytest.raises(ValueError, match="fitted all-reduce, not a link"):
+        network_link("mgwfbp-10gbe")
+
+
 def test_unknown_preset_or_algorithm():
-    with pytest.raises(ValueError, match=r"unknown network '40gbe'; known: 100gb-ib, 10gbe, 25gbe, nvlink-h100"):
+    with pytest.raises(ValueError, match=r"unknown network '40gbe'; known: 100gb-ib, 10gbe, 25gbe, mgwfbp-10gbe, mgwfbp-56gbib, nvlink-h100"):
         network("40gbe", 8)
     with pytest.raises(ValueError, match=r"unknown algorithm 'butterfly'; known: ring"):
         network("10gbe", 8, algorithm="butterfly")

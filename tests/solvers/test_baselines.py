@@ -12,7 +12,7 @@ import fusionopt
 from fusionopt.cost import AlphaBeta
 from fusionopt.model import Problem, Profile, simulate
 from fusionopt.model.bounds import best_bound
-from fusionopt.solvers import Status, compare, format_table, methods, solve
+from fusionopt.solvers import Status, compare, default_methods, format_table, methods, solve
 
 MS = 1e-3
 MiB = 2**20
@@ -111,7 +111,7 @@ def test_every_baseline_is_valid_and_above_the_bound(problem):
 
 def test_registry_errors_name_the_culprit():
     problem = Problem(bucket_profile(), AlphaBeta(1e-4, 1e-9))
-    with pytest.raises(ValueError, match="unknown method 'dpp'; known methods: brute, cpsat, ddp, dp, horovod, milp, single, threshold, wfbp"):
+    with pytest.raises(ValueError, match="unknown method 'dpp'; known methods: brute, cpsat, ddp, dp, horovod, mgwfbp, milp, single, threshold, wfbp"):
         solve(problem, "dpp")
     with pytest.raises(ValueError, match="unknown option 'cycle_time' for method 'ddp'"):
         solve(problem, "ddp", cycle_time=1e-3)
@@ -133,7 +133,7 @@ def test_compare_rows_and_table():
     profile = Profile.from_arrays([4e6, 1e6, 2e6], [MS] * 3, [3 * MS, 2 * MS, MS])
     rows = compare(Problem(profile, AlphaBeta(3 * MS, 1e-9)))
     by_name = {r.method: r for r in rows}
-    assert list(by_name) == BASELINES + ["dp"]
+    assert list(by_name) == BASELINES + ["mgwfbp", "dp"] == default_methods()
     assert by_name["wfbp"].speedup == 1.0
     assert by_name["single"].speedup == pytest.approx(20 / 19, rel=1e-12)
     for r in rows:
