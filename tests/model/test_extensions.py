@@ -175,3 +175,19 @@ def test_fusion_fast_path_on_one_channel_equals_simulate(data, problem, gamma, k
     cuts = data.draw(cut_vectors(problem.profile.n))
     expected = simulate(extended, Plan.from_cuts(problem.profile, cuts)).iteration_time
     assert fusion_iteration_time(extended, cuts) == pytest.approx(expected, rel=1e-9, abs=1e-15)
+
+
+@settings(deadline=None)
+@given(data=st.data(), problem=problems(cost=alpha_beta), gamma=st.floats(0.0, 2e-9), kappa=st.floats(1.0, 3.0),
+       copy_on=st.sampled_from(["channel", "compute"]), channels=st.integers(1, 3))
+def test_score_cuts_equals_simulate_on_every_model_option(data, problem, gamma, kappa, copy_on, channels):
+    import numpy as np
+    from fusionopt.model.fusion import score_cuts
+    from strategies import cut_vectors
+    extended = Problem(problem.profile, problem.cost, sync=problem.sync, copy_cost=gamma,
+                       copy_on=copy_on, contention=kappa, channels=channels)
+    rows = data.draw(st.lists(cut_vectors(problem.profile.n), min_size=1, max_size=5))
+    scores = score_cuts(extended, np.array(rows).reshape(len(rows), problem.profile.n - 1))
+    for row, score in zip(rows, scores):
+        expected = simulate(extended, Plan.from_cuts(problem.profile, row)).iteration_time
+        assert score == pytest.approx(expected, rel=1e-9, abs=1e-15)
