@@ -3,7 +3,8 @@
 Measures, side by side in one run:
 
 * the batch evaluator (``evaluate_cuts``) in plan evaluations per second on ResNet-50
-  (161 tensors), against the one-plan fast path and the general simulator on the same plans;
+  (161 tensors), against the one-plan fast path and the general simulator on the same plans,
+  and ``score_cuts`` with contention and copy cost on;
 * ``simulate`` on a 1,000-tensor profile (WFBP plan: 1,000 messages; single message).
 
 Targets (the foundation issue): at least 1,000,000 evaluations per second, and
@@ -29,6 +30,7 @@ import fusionopt
 from fusionopt import zoo
 from fusionopt.cost import network
 from fusionopt.model import Plan, Problem, Profile, evaluate_cuts, fusion_iteration_time, simulate
+from fusionopt.model.fusion import score_cuts
 from fusionopt.model._io import write_text_atomic
 
 RESULTS = Path(__file__).resolve().parent / "results" / "evaluator.md"
@@ -63,6 +65,10 @@ def main(argv: list[str] | None = None) -> int:
     plans = [Plan.from_cuts(resnet.profile, row) for row in sample[:500]]
     sim_best, sim_median = best_and_median(
         lambda: [simulate(resnet, p, validate=False) for p in plans], args.repeats)
+    extended = Problem(resnet.profile, resnet.cost, contention=1.5, copy_cost=1e-11)
+    share = cuts[: args.plans // 4]
+    extended_median = best_and_median(lambda: score_cuts(extended, share), args.repeats)[1]
+    extended_rate = len(share) / extended_median
     batch_rate = args.plans / batch_median
     fast_rate = len(sample) / fast_median
     sim_rate = len(plans) / sim_median
@@ -99,6 +105,8 @@ def main(argv: list[str] | None = None) -> int:
         f"| `evaluate_cuts` (batch) | {args.plans:,} | {batch_median:.3f} | {batch_rate:,.0f} | {batch_rate / sim_rate:,.0f}x |",
         f"| `fusion_iteration_time` (one plan) | {len(sample):,} | {fast_median:.3f} | {fast_rate:,.0f} | {fast_rate / sim_rate:,.1f}x |",
         f"| `simulate` (general) | {len(plans):,} | {sim_median:.3f} | {sim_rate:,.0f} | 1x |",
+        f"| `score_cuts`, contention 1.5 and copy cost (one channel) | {len(share):,} | {extended_median:.3f} |"
+        f" {extended_rate:,.0f} | {extended_rate / sim_rate:,.0f}x |",
         "",
         f"Largest relative difference between the batch evaluator and `simulate` on 500 plans: {agreement:.1e}.",
         f"Target at least 1,000,000 plans per second: **{verdict(batch_rate >= 1e6)}** ({batch_rate:,.0f}).",

@@ -276,36 +276,50 @@ def score_cuts(problem: Problem, cuts: np.ndarray) -> np.ndarray:
 def _evaluate_extended(problem: Problem, cuts: np.ndarray) -> np.ndarray:
     # One channel with copy cost and/or contention: the recursion of fusion_message_times,
     # plans advancing together through the positions. Every state variable only grows at
-    # a cut (ready time, end, prefix size and ready time at the last cut, its position), so
-    # each update is a maximum with the candidate zeroed where there is no cut.
+    # a cut (ready time, end, and the prefix size, ready time and position of the last
+    # cut), so each update is a maximum with the candidate zeroed where there is no cut.
     profile = problem.profile
     n = profile.n
-    rho, prefix = backward_arrays(problem)
     m = cuts.shape[0]
+    out = np.empty(m)
+    by_position = np.empty((n - 1, min(m, _BLOCK)), dtype=bool)
+    for lo in range(0, m, _BLOCK):
+        hi = min(m, lo + _BLOCK)
+        block = by_position[:, : hi - lo]
+        for tile in range(lo, hi, _TILE):
+            block[:, tile - lo: min(hi, tile + _TILE) - lo] = cuts[tile: min(hi, tile + _TILE)].T
+        out[lo:hi] = _sweep_extended(problem, block)
+    return out + profile.U + profile.F
+
+
+def _sweep_extended(problem: Problem, block: np.ndarray) -> np.ndarray:
+    rho, prefix = backward_arrays(problem)
+    n = len(rho)
+    width = block.shape[1]
     kappa, gamma = problem.contention, problem.copy_cost
     on_channel = problem.copy_on == "channel"
-    ready = np.zeros(m)
-    end = np.zeros(m)
-    last_q = np.zeros(m)
-    last_rho = np.zeros(m)
-    last_position = np.zeros(m)
+    affine = problem.cost.affine
+    ready, end = np.zeros(width), np.zeros(width)
+    last_q, last_rho, last_position = np.zeros(width), np.zeros(width), np.zeros(width)
+    always = np.ones(width, dtype=bool)
     for j in range(1, n + 1):
-        is_cut = cuts[:, j - 1] if j < n else np.ones(m, dtype=bool)
-        if not is_cut.any():
-            continue
-        size = prefix[j] - last_q
+        is_cut = block[j - 1] if j < n else always
+        size = prefix[j] - last_q                    # > 0: sizes are positive
         packing = gamma * size * (j - last_position > 1)
-        duration = np.asarray(problem.cost(size), dtype=np.float64)
+        if affine is not None:
+            duration = affine[0] + affine[1] * size
+        else:
+            duration = np.asarray(problem.cost(size), dtype=np.float64)
         work = rho[j - 1] - last_rho
         if on_channel:
-            duration = duration + packing
+            duration += packing
         else:
-            work = work + packing
+            work += packing
         new_ready = ready + np.minimum(kappa * work, work + (1.0 - 1.0 / kappa) * (end - ready))
         new_end = np.maximum(new_ready, end) + duration
-        ready = np.where(is_cut, new_ready, ready)
-        end = np.where(is_cut, new_end, end)
-        last_q = np.where(is_cut, prefix[j], last_q)
-        last_rho = np.where(is_cut, rho[j - 1], last_rho)
-        last_position = np.where(is_cut, j, last_position)
-    return end + profile.U + profile.F
+        np.maximum(ready, new_ready * is_cut, out=ready)
+        np.maximum(end, new_end * is_cut, out=end)
+        np.maximum(last_q, prefix[j] * is_cut, out=last_q)
+        np.maximum(last_rho, rho[j - 1] * is_cut, out=last_rho)
+        np.maximum(last_position, j * is_cut, out=last_position)
+    return end
