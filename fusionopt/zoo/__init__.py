@@ -106,7 +106,7 @@ def devices() -> dict[str, Device]:
     Examples
     --------
     >>> sorted(devices())
-    ['a100', 'h100', 'v100']
+    ['a100', 'h100', 'k80', 'v100']
     >>> devices()["h100"].peak_flops
     989000000000000.0
     """
@@ -128,7 +128,7 @@ def device(name: str) -> Device:
     >>> device("tpu")
     Traceback (most recent call last):
     ...
-    ValueError: unknown device 'tpu'; known: a100, h100, v100
+    ValueError: unknown device 'tpu'; known: a100, h100, k80, v100
     """
     return _preset(name)
 

@@ -3,6 +3,9 @@
 Peak figures are dense (no structured sparsity) FP16/BF16 tensor-core throughput from
 the NVIDIA datasheets, in FLOP/s:
 
+* K80 (one of the board's two GK210 GPUs, as frameworks see it): 4.37 TFLOP/s FP32 at
+  boost clock (the datasheet's 8.73 TFLOP/s is the whole board); no tensor cores. Used to
+  reproduce papers measured on K80 clusters.
 * V100 SXM2: 125 TFLOP/s (FP16 tensor core).
 * A100 SXM (40/80 GB): 312 TFLOP/s (FP16/BF16 tensor core, dense).
 * H100 SXM5: 989 TFLOP/s (BF16 tensor core, dense; the datasheet's 1,979 is with sparsity).
@@ -73,6 +76,8 @@ class Device:
 
 
 PRESETS: dict[str, Device] = {
+    "k80": Device("k80", 4.37e12, DEFAULT_EFFICIENCY,
+                  "NVIDIA Tesla K80, one of its two GK210 GPUs: 4.37 TFLOP/s FP32 at boost (datasheet: 8.73 per board)"),
     "v100": Device("v100", 125e12, DEFAULT_EFFICIENCY,
                    "NVIDIA V100 SXM2, 125 TFLOP/s FP16 tensor core (datasheet)"),
     "a100": Device("a100", 312e12, DEFAULT_EFFICIENCY,

@@ -246,7 +246,8 @@ def test_architecture_rejects_repeated_tensor_names():
 # ---------------------------------------------------------------------- devices
 def test_device_presets():
     d = devices()
-    assert set(d) == {"v100", "a100", "h100"}
+    assert set(d) == {"k80", "v100", "a100", "h100"}
+    assert d["k80"].peak_flops == 4.37e12
     assert d["v100"].peak_flops == 125e12
     assert d["a100"].peak_flops == 312e12
     assert d["h100"].peak_flops == 989e12
