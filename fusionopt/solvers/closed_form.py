@@ -22,6 +22,7 @@ def closed_form(problem: Problem) -> Result | None:
       the single message's end.
 
     When both hold (one tensor), WFBP is returned. ``stats["case"]`` names the case.
+    Problems with extensions on (MODEL.md section 6) are not recognised (``None``).
 
     Examples
     --------
@@ -36,6 +37,8 @@ def closed_form(problem: Problem) -> Result | None:
     'single'
     """
     started = time.perf_counter()
+    if problem.extensions:
+        return None             # the two cases are proved for the plain model only
     profile = problem.profile
     message_costs = problem.cost(profile.sizes)
     if bool((message_costs[1:] <= profile.backward[:-1]).all()):

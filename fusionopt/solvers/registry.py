@@ -65,6 +65,10 @@ register("threshold", baselines.threshold, "fuse consecutive tensors up to a byt
 register("ddp", baselines.ddp, "PyTorch DDP buckets (25 MiB cap, 1 MiB first bucket)")
 register("horovod", baselines.horovod, "Horovod cycle-time tensor fusion (1 ms, 128 MiB)")
 register("mgwfbp", "fusionopt.solvers.mgwfbp:mgwfbp", "MG-WFBP merge rule (a greedy; not optimal in general)")
+register("ssa", "fusionopt.solvers.ssa:ssa", "sparrow search (Xue and Shen 2020) over cut vectors", in_default_comparison=False)
+register("gradssa", "fusionopt.solvers.ssa:gradssa", "our sparrow search for fusion: seeded, with local search", in_default_comparison=False)
+register("of-wfbp", "fusionopt.solvers.of_wfbp:of_wfbp", "OF-WFBP: closed-form cases, else GradSSA (reconstructed)",
+         in_default_comparison=False)
 register("dp", "fusionopt.solvers.dp:dp", "exact fusion dynamic programme (O(n) affine, O(n^2) any cost)",
          plain_only=True)
 register("brute", "fusionopt.solvers.brute:brute", "exact: every fusion plan, n <= 20 (any model option)",
