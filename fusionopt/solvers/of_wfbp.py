@@ -16,8 +16,8 @@ from fusionopt.solvers.result import Result
 def of_wfbp(
     problem: Problem,
     *,
-    population: int = 20,
-    iterations: int = 30,
+    population: int = 10,
+    iterations: int = 40,
     time_limit: float | None = None,
     rng: int | np.random.Generator | None = None,
     max_message_bytes: float | None = None,

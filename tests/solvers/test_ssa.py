@@ -18,7 +18,7 @@ from fusionopt.zoo import profile as zoo_profile
 
 MS = 1e-3
 SMALL = {"population": 6, "iterations": 4}
-QUICK = settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+QUICK = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 def worked(alpha_ms: float) -> Problem:
@@ -144,7 +144,7 @@ def test_never_worse_than_the_best_seed(problem, seed):
     assert result.plan.is_fusion(problem.profile)
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(problem=problems(min_n=1, max_n=8), seed=st.integers(0, 2**32 - 1))
 def test_gradssa_equals_the_dp_on_small_problems(problem, seed):
     result = gradssa(problem, population=8, iterations=6, rng=seed)
@@ -163,7 +163,7 @@ def test_gradssa_equals_brute_force_with_contention_and_copy_cost(problem, seed,
     assert result.iteration_time == simulate(problem, result.plan).iteration_time
 
 
-@settings(max_examples=5, deadline=None)
+@settings(max_examples=10, deadline=None)
 @given(problem=problems(min_n=2, max_n=6, cost=alpha_beta), seed=st.integers(0, 1000))
 def test_several_channels_give_valid_plans_no_worse_than_the_seeds(problem, seed):
     problem = extended(problem, channels=2)
