@@ -24,9 +24,10 @@ for ``d_kj = c(Q_j - Q_k)``. The model has
 Copy cost and contention (one channel)
 --------------------------------------
 With ``copy_cost = gamma > 0`` or ``contention = kappa > 1`` (MODEL.md section 6), a fusion
-plan on one channel follows :mod:`fusionopt.model.events` exactly as below; several
-channels share their bandwidth (processor sharing), which this model does not encode, and
-are refused. Let message ``m = 1..M`` be the arc ``(k_m, j_m)`` of ``S_m`` bytes.
+plan on one channel follows :mod:`fusionopt.model.events` exactly as below. Several
+channels share their bandwidth (processor sharing), which no arc of this model can state:
+:mod:`fusionopt.solvers.cpsat_channels` solves them exactly by a relaxation that simulated
+plans tighten until it meets the best of them. Let message ``m = 1..M`` be the arc ``(k_m, j_m)`` of ``S_m`` bytes.
 
 * Packing: a message of more than one tensor costs ``p_m = gamma S_m``. On the channel it
   lengthens the message, ``d_m = c(S_m) + p_m``; on the compute stream it runs right after
@@ -208,7 +209,9 @@ def cpsat(
     with contention, ``M`` the most messages allowed (module docstring). ``OPTIMAL`` is
     reported only when the re-simulated ``T`` is within that of a proven lower bound. Valid
     for both sync modes (FIFO fusion plans do not overlap the forward), with the extensions
-    ``copy_cost`` (either ``copy_on``) and ``contention`` on one channel. The model has
+    ``copy_cost`` (either ``copy_on``) and ``contention`` on one channel, and with
+    ``channels > 1`` (and copy cost, not contention) by the relaxation and cuts of
+    :mod:`fusionopt.solvers.cpsat_channels`, exact up to ``rounding_bound = q``. The model has
     ``n (n + 1) / 2`` arcs: an exact reference for small and medium ``n``, not a production
     solver (use ``method="dp"`` for the plain model).
 
@@ -259,6 +262,9 @@ def cpsat(
           plan used when there is neither a solution nor a hint);
         * ``extensions``: ``problem.extensions``.
 
+        With several channels, also ``rounds`` (CP-SAT solves) and ``plans_simulated``;
+        ``objective`` is then the relaxation's value of its last solution.
+
         With an extension on, the model's own bounds include the plain optimum
         (:func:`~fusionopt.model.bounds.fusion_bound`), which copy cost and contention only
         exceed: ``status`` comes from CP-SAT's bound unless that one is tight.
@@ -266,7 +272,8 @@ def cpsat(
     Raises
     ------
     ValueError
-        For a bad option or hint, caps no fusion plan satisfies, or ``channels > 1``.
+        For a bad option or hint, caps no fusion plan satisfies, or ``channels > 1`` with
+        ``contention > 1``.
     ImportError
         When OR-Tools is not installed.
 
@@ -290,13 +297,19 @@ def cpsat(
     >>> slowed = cpsat(Problem(profile, AlphaBeta(1e-3, 1e-9), contention=2.0), workers=1)
     >>> slowed.plan.groups(), round(slowed.iteration_time * 1e3, 6), slowed.stats["cpsat_status"]
     ([[2, 1], [0]], 16.0, 'OPTIMAL')
+
+    Two channels sharing the bandwidth, ``alpha = 3 ms``: latencies overlap, and WFBP and
+    ``{t3, t2}, {t1}`` both take 16 ms, the optimum (one channel: 17 ms at best).
+
+    >>> shared = cpsat(Problem(profile, AlphaBeta(3e-3, 1e-9), channels=2), workers=1)
+    >>> round(shared.iteration_time * 1e3, 6), str(shared.status)
+    (16.0, 'OPTIMAL')
     """
     started = time.perf_counter()
-    if problem.channels > 1:
+    if problem.channels > 1 and problem.contention > 1.0:
         raise ValueError(
-            f"cpsat models one channel; channels = {problem.channels} lets messages share the "
-            "bandwidth (processor sharing), which its arc model does not encode: use "
-            "simulate-based search (a metaheuristic) for several channels"
+            f"cpsat does not model contention = {problem.contention!r} with channels = "
+            f"{problem.channels}: use method='brute' (n <= 14) or a metaheuristic ('gradssa')"
         )
     time_limit = _positive_seconds("time_limit", time_limit)
     if isinstance(workers, bool) or not isinstance(workers, (int, np.integer)) or workers < 1:
@@ -320,6 +333,13 @@ def cpsat(
     if hint_plan is not None and not hint_used:
         hint_label += " (not used: it breaks the caps)"
     reference = Plan.from_cuts(profile, _reference_cuts(problem, cap, limit))
+    if problem.channels > 1:
+        from fusionopt.solvers.cpsat_channels import cpsat_channels
+
+        return cpsat_channels(problem, started=started, time_limit=time_limit, workers=int(workers),
+                              hint_plan=hint_plan, hint_label=hint_label, hint_used=hint_used,
+                              reference=reference, cap=cap, limit=limit, time_quantum=time_quantum,
+                              random_seed=int(random_seed))
     # The plan that sets the quantum and the horizon: a feasible one, so the model is too.
     anchor = hint_plan if hint_used else reference
 
@@ -388,12 +408,7 @@ def cpsat(
             if k > 0:                                   # e_0 = 0 <= rho_j: implied below
                 model.add(ends[j] >= ends[k] + d).only_enforce_if(x)
             model.add(ends[j] >= ready_int[j] + d).only_enforce_if(x)
-    model.add(sum(leaving[0]) == 1)
-    model.add(sum(entering[n]) == 1)
-    for m in range(1, n):
-        model.add(sum(entering[m]) == sum(leaving[m]))
-    if limit is not None:
-        model.add(sum(arcs) <= limit)
+    add_path_constraints(model, arcs, leaving, entering, limit)
     # Valid inequalities, redundant for integer solutions: the message holding position p
     # is ready no earlier than rho_p, and it and every later message (the arcs entering
     # nodes >= p) run after that. Enforced constraints enter the LP relaxation only
@@ -487,6 +502,19 @@ def cpsat(
     status = Status.FEASIBLE if outcome == cp_model.OPTIMAL else Status.TIME_LIMIT
     return finish(problem, plan, "cpsat", started, stats=stats, lower_bound=time_bound,
                   status=status, tolerance=rounding_bound)
+
+
+def add_path_constraints(model: Any, arcs: list[Any], leaving: list[list[Any]],
+                         entering: list[list[Any]], limit: int | None) -> None:
+    """The chosen arcs form one path from node 0 to node ``n`` (the DAG has no cycle), of
+    at most ``limit`` arcs (messages)."""
+    n = len(leaving) - 1
+    model.add(sum(leaving[0]) == 1)
+    model.add(sum(entering[n]) == 1)
+    for m in range(1, n):
+        model.add(sum(entering[m]) == sum(leaving[m]))
+    if limit is not None:
+        model.add(sum(arcs) <= limit)
 
 
 def _positive_seconds(label: str, value: Any) -> float:

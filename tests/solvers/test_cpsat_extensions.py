@@ -311,11 +311,3 @@ def test_anytime_on_a_larger_instance():
     assert result.lower_bound <= result.iteration_time
     if result.stats["cpsat_status"] != "OPTIMAL":
         assert result.status is not Status.FEASIBLE
-
-
-def test_several_channels_are_refused():
-    problem = worked(1, channels=2)
-    with pytest.raises(ValueError, match=r"cpsat models one channel; channels = 2 .* use simulate-based search"):
-        cpsat(problem)
-    with pytest.raises(ValueError, match="cpsat models one channel"):
-        solve(problem, "cpsat")

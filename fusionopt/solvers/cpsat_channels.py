@@ -1,0 +1,513 @@
+"""CP-SAT for fusion plans on several channels: a relaxation tightened by simulated plans.
+
+With ``channels = K > 1`` (MODEL.md section 6, :mod:`fusionopt.model.events`) up to ``K``
+messages are in flight, dispatched in plan order; each runs a latency phase ``alpha_m``
+(``alpha``, plus the packing ``gamma S_m`` of a multi-tensor message when it runs on the
+channel) and then a transfer of ``w_m = beta S_m`` seconds of exclusive bandwidth, the
+transfers in flight sharing the bandwidth equally (processor sharing). A message's end
+depends on every transfer it overlaps, so it is no ``max``/``+`` expression of constants
+as on one channel, and the arc model of :mod:`fusionopt.solvers.cpsat` cannot state it.
+
+Exactness comes instead from a **relaxation with no-good cuts** (a logic-based Benders
+scheme). CP-SAT minimises a lower bound ``T'(P) <= T(P)`` over fusion plans ``P``; each
+plan it finds is simulated exactly (:func:`channel_schedule`) and cuts are added that
+raise ``T'`` to the truth on that plan (and to its exact dispatch times on every plan
+sharing a prefix with it). Then CP-SAT is solved again. The relaxation's optimum ``v`` is a
+lower bound on the optimal ``T`` throughout, and when the best simulated plan meets it the
+plan is optimal. Every round either proves that or adds a plan never simulated before,
+so the scheme ends after at most ``2^(n-1)`` rounds.
+
+The relaxation
+--------------
+Arcs ``x_kj`` form a path ``0 -> n`` as in the one-channel model (message ``m`` carries
+positions ``k+1..j`` in backward order). Per node ``j``, for the message ending there: its
+dispatch ``D_j`` and a lower bound ``E_j`` on its end; and ``T``. Write ``tail_i`` for the
+updates and forwards from tensor ``i`` on (layerwise sync: ``T >= C_i + tail_i``) and
+``after`` for what follows a set of messages: ``U + F`` with barrier sync, ``tail`` of the
+smallest forward index they hold with layerwise sync. Enforced by ``x_kj``:
+
+* ready: ``D_j >= rho_j`` (plus the packing on the compute stream; with packing there,
+  ``R_j >= R_k + Delta_kj`` as on one channel and ``D_j >= R_j``); plan order:
+  ``D_j >= D_k``;
+* alone on the bandwidth: ``E_j >= D_j + alpha_kj + w_kj`` and ``T >= E_j + after``;
+* slots: at most ``K`` in flight, so message ``m`` is dispatched no earlier than the
+  ``(m - K)``-th end among the earlier messages, which is at least the least end of the
+  ``K`` messages before it: ``D_j >= min(E of the K messages before)`` (variables carry
+  the ``E`` of the ``K - 1`` messages before each node along the path; with fewer than
+  ``K + 1`` messages nothing waits);
+* bandwidth: this message and all later ones transfer after ``D_j + alpha`` at one byte per
+  ``beta`` seconds: ``T >= D_j + alpha + beta (Q_n - Q_k) + after``; they also hold a slot
+  at least ``alpha + w`` each: ``T >= D_j + (alpha M_k + beta (Q_n - Q_k)) / K + after``
+  with ``M_k`` the number of messages from node ``k`` on (a variable: ``M_k >= M_j + 1``);
+  and for every position ``p``, ``T >= rho_p + alpha + sum_{(k, j): j >= p} w_kj x_kj + after``.
+
+Every constraint holds for every plan's true times, so ``T'(P) <= T(P)``
+(``tests/solvers/test_cpsat_channels.py`` checks it plan by plan).
+
+The cuts of a simulated plan ``m_1..m_M`` (arcs ``a_1..a_M``): for each prefix ``m <= M``,
+enforced by ``x_a1 and .. and x_am``, the exact ``D_(j_m) >= D_m``; with barrier sync
+``T >= D_m + max(backlog_m, alpha) + beta (Q_n - Q_(k_m)) + U + F``, where the backlog is
+the transfer work of earlier messages unfinished at ``D_m``; and ``E_(j_m) >= s_m + w_m +
+sum min(r_i, w_m)`` over the earlier transfers in flight when ``m``'s transfer starts at
+``s_m`` with ``r_i`` left (each gets the bandwidth ``m`` gets while both run). ``D_m``,
+the backlog and the ``r_i`` depend on the prefix only: nothing later is dispatched before
+``D_m`` (the last bound is dropped when a later message with a shorter latency already
+transfers at ``s_m``). For the whole path, ``T >= T(P)``.
+
+The relaxation sees bandwidth sharing only through these cuts. With barrier sync only the
+end of all transfers matters, which the bandwidth bounds capture, and the scheme needs a
+few rounds; with layerwise sync each message's own end matters, and it can take tens of
+rounds at ``n = 10`` (``validation/results/exact.md``).
+
+Integer time
+------------
+Every constant is rounded down to whole quanta ``q`` (the automatic ``q`` is the largest
+power of two below ``1e-7`` of the first plan's ``T``), so ``v q`` stays a lower bound.
+When the best plan meets the bound, ``T - v q < q`` (its own cut is ``floor(T / q)``):
+``rounding_bound = q``.
+
+Contention (compute slowed while a message is in flight) couples the compute stream to
+the shared bandwidth as well and is refused here: :func:`fusionopt.solvers.brute.brute`
+(n <= 14) is exact for it with several channels, GradSSA searches larger instances.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Any
+
+import numpy as np
+
+from fusionopt.model.fusion import arc_times, backward_arrays
+from fusionopt.model.plan import Plan
+from fusionopt.model.problem import Problem
+from fusionopt.solvers.cpsat import _arc_positions, _automatic_quantum, add_path_constraints
+from fusionopt.solvers.result import Result, Status, finish
+
+# Remaining work below this fraction of the schedule's length counts as finished.
+_EPS = 1e-13
+
+
+def channel_schedule(problem: Problem, cuts: Any) -> dict[str, Any]:
+    """Exact times of a fusion plan on ``problem.channels`` processor-sharing channels.
+
+    The semantics of :mod:`fusionopt.model.events` without contention (the compute stream
+    then never waits for the channels during the backward), computed message by message:
+    a fast path for :func:`~fusionopt.model.simulate`, which tests pin it to.
+
+    Returns a dict of seconds: ``ready``, ``dispatch`` and ``end`` per message (plan
+    order), ``backlog`` (transfer work of earlier messages unfinished at each dispatch),
+    ``shared_end`` (a lower bound on each end that depends only on the messages up to it:
+    ``_shared_end``), ``iteration_time``.
+
+    MODEL.md section 5 with ``alpha = 3 ms`` and two channels, WFBP: ``t3`` is sent from
+    1 to 6 ms (latency, then 2 ms of transfer), ``t2`` from 3 to 7, ``t1`` from 6 to 13
+    (its latency overlaps ``t2``'s transfer); ``T = 13 + 3``.
+
+    >>> from fusionopt.model import AlphaBeta, Problem, Profile
+    >>> profile = Profile.from_arrays([4e6, 1e6, 2e6], [1e-3] * 3, [3e-3, 2e-3, 1e-3])
+    >>> times = channel_schedule(Problem(profile, AlphaBeta(3e-3, 1e-9), channels=2), [True, True])
+    >>> (times["end"] * 1e3).round(9).tolist(), round(times["iteration_time"] * 1e3, 9)
+    ([6.0, 7.0, 13.0], 16.0)
+    """
+    if problem.contention > 1.0:
+        raise ValueError("channel_schedule does not model contention; use simulate()")
+    profile = problem.profile
+    rho, prefix = backward_arrays(problem)
+    cuts = np.asarray(cuts, dtype=bool)
+    if cuts.shape != (profile.n - 1,):
+        raise ValueError(f"cut vector must have n - 1 = {profile.n - 1} entries, got shape {cuts.shape}")
+    heads = np.flatnonzero(np.append(cuts, True)) + 1
+    tails = np.concatenate(([0], heads[:-1]))
+    times = arc_times(problem, np.concatenate(([0.0], rho)), prefix, tails, heads)
+    ready = np.cumsum(times["packing"]) + rho[heads - 1]
+    latency, transfer = message_phases(problem, prefix[heads] - prefix[tails], heads - tails)
+    dispatch, end, backlog, shared = _processor_sharing(ready, latency, transfer, problem.channels)
+    iteration_time = _iteration_time(problem, heads, float(ready[-1]), end)
+    return {"ready": ready, "dispatch": dispatch, "end": end, "backlog": backlog,
+            "shared_end": shared, "iteration_time": iteration_time}
+
+
+def message_phases(problem: Problem, sizes: np.ndarray, tensors: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Latency (``alpha`` plus packing on the channel) and transfer (``beta S``) seconds of
+    messages of ``sizes`` bytes holding ``tensors`` tensors each."""
+    alpha, beta = problem.cost.affine
+    sizes = np.asarray(sizes, dtype=np.float64)
+    latency = np.where(sizes > 0, alpha, 0.0)
+    if problem.copy_on == "channel":
+        latency = latency + problem.copy_cost * sizes * (np.asarray(tensors) > 1)
+    return latency, beta * sizes
+
+
+def _processor_sharing(ready: np.ndarray, latency: np.ndarray, transfer: np.ndarray,
+                       channels: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Dispatch and end of each message, the backlog at its dispatch, and its *shared end*:
+    a lower bound on its end that holds for every plan with the same messages up to it
+    (see :func:`channel_schedule`)."""
+    count = len(ready)
+    dispatch = np.full(count, np.inf)
+    end = np.full(count, np.inf)
+    backlog = np.zeros(count)
+    shared = np.zeros(count)
+    tolerance = _EPS * (float(ready[-1]) + float(latency.sum() + transfer.sum()) + 1e-300)
+    flights: list[list[float]] = []          # [message, latency left, transfer left]
+    clock, following, finished = 0.0, 0, 0
+    starting: list[list[float]] = []         # flights whose transfer begins now
+    while finished < count:
+        while following < count and ready[following] <= clock and len(flights) < channels:
+            dispatch[following] = clock
+            backlog[following] = sum(f[2] for f in flights)
+            flights.append([following, float(latency[following]), float(transfer[following])])
+            if latency[following] <= 0.0:
+                starting.append(flights[-1])
+            following += 1
+        for f in starting:
+            shared[int(f[0])] = _shared_end(f, flights, clock)
+        starting.clear()
+        done = [f for f in flights if f[1] <= 0.0 and f[2] <= 0.0]
+        if done:
+            for f in done:
+                flights.remove(f)
+                end[int(f[0])] = clock
+            finished += len(done)
+            continue
+        share = sum(1 for f in flights if f[1] <= 0.0)
+        candidates = [f[1] if f[1] > 0.0 else f[2] * share for f in flights]
+        if following < count and len(flights) < channels:
+            candidates.append(float(ready[following]) - clock)
+        step = min(candidates)
+        clock += step
+        for f in flights:
+            if f[1] > 0.0:
+                f[1] = _left(f[1], step, tolerance)
+                if f[1] <= 0.0:
+                    starting.append(f)
+            else:
+                f[2] = _left(f[2], step / share, tolerance)
+    return dispatch, end, backlog, shared
+
+
+def _shared_end(flight: list[float], flights: list[list[float]], clock: float) -> float:
+    """While message ``m`` transfers, every other transfer in flight gets the same rate, so
+    an earlier message with ``r`` bytes-seconds left takes ``min(r, w_m)`` of the bandwidth
+    before ``m`` ends: ``end_m >= s_m + w_m + sum min(r, w_m)``. Later messages may not
+    count (another plan with the same prefix need not have them); if one transfers already
+    (a shorter latency), the earlier ones' ``r`` may be larger than with the prefix alone,
+    and only ``s_m + w_m`` is kept."""
+    m, work = int(flight[0]), flight[2]
+    if any(f[0] > m and f[1] <= 0.0 and f[2] > 0.0 for f in flights):
+        return clock + work
+    return clock + work + sum(min(f[2], work) for f in flights if f[0] < m and f[1] <= 0.0)
+
+
+def _left(amount: float, progress: float, tolerance: float) -> float:
+    left = amount - progress
+    return 0.0 if left <= tolerance else left
+
+
+def _iteration_time(problem: Problem, heads: np.ndarray, backward_end: float, end: np.ndarray) -> float:
+    profile = problem.profile
+    if problem.sync == "barrier":
+        return max(backward_end, float(end.max())) + profile.U + profile.F
+    n = profile.n
+    reduced = np.empty(n)
+    for m, (k, j) in enumerate(zip(np.concatenate(([0], heads[:-1])), heads)):
+        reduced[n - j:n - k] = end[m]               # backward positions k+1..j
+    clock = backward_end
+    for i in range(n):
+        clock = max(clock, reduced[i]) + profile.update[i] + profile.forward[i]
+    return float(clock)
+
+
+class ChannelRelaxation:
+    """The CP-SAT relaxation of the module docstring for one problem, with its cuts.
+
+    ``value(path)`` (tests) solves it with a path's arcs fixed: at most the path's true
+    ``T`` over ``q``, for every path, before and after cuts.
+    """
+
+    def __init__(self, problem: Problem, *, quantum: float, horizon: int, cap: float,
+                 limit: int | None, keep_path: tuple[int, ...]) -> None:
+        from ortools.sat.python import cp_model
+
+        self.problem = problem
+        self.q = q = quantum
+        profile = problem.profile
+        self.n = n = profile.n
+        K = problem.channels
+        alpha, self.beta = problem.cost.affine
+        rho, self.prefix = backward_arrays(problem)
+        prefix = self.prefix
+        tails, heads = np.triu_indices(n + 1, k=1)
+        sizes = prefix[heads] - prefix[tails]
+        times = arc_times(problem, np.concatenate(([0.0], rho)), prefix, tails, heads)
+        latency, transfer = message_phases(problem, sizes, heads - tails)
+        tail = _tails(problem)                      # seconds after C_i, by forward index
+        if problem.sync == "layerwise":
+            # After this message alone / after every message from this one on / after
+            # every message holding a position >= p.
+            self.alone_after, self.all_after = tail[n - heads], tail[n - tails - 1]
+            cut_after = tail[n - np.arange(1, n + 1)]
+        else:
+            self.alone_after = self.all_after = np.full(len(heads), profile.U + profile.F)
+            cut_after = np.full(n, profile.U + profile.F)
+        self.alpha_base = alpha_base = alpha if profile.sizes.min() > 0 else 0.0
+        self.rest = rest = self.beta * (prefix[n] - prefix[tails])   # transfer from this message on
+
+        alone = self.quanta(times["nominal"] + latency + transfer + self.alone_after)
+        keep = (sizes <= cap) & (alone <= horizon)
+        keep[_arc_positions(keep_path, n)] = True
+        self.kept = kept = np.flatnonzero(keep)
+        self.tails, self.heads = tails, heads
+        self.index_of = {(int(tails[a]), int(heads[a])): i for i, a in enumerate(kept)}
+        most_messages = n if limit is None else min(n, limit)
+        slots = K < most_messages                    # else nothing ever waits for a slot
+        packing_on_compute = bool(problem.copy_on == "compute" and problem.copy_cost > 0)
+        alpha_q = int(self.quanta(alpha_base))
+
+        self.model = model = cp_model.CpModel()
+        self.dispatch = dispatch = [model.new_constant(0)] + [model.new_int_var(0, horizon, f"d{j}")
+                                                              for j in range(1, n + 1)]
+        readies = ([None] + [model.new_int_var(0, horizon, f"r{j}") for j in range(1, n + 1)]
+                   if packing_on_compute else [])
+        # ends[j]: a lower bound on the end of the message ending at j; carried[t][j]: that
+        # of the message t + 1 before it (0: none); earliest_free[j]: when one of the last K
+        # messages up to j's ended, so that another one may be dispatched.
+        self.ends = ends = [model.new_constant(0)] + [model.new_int_var(0, horizon, f"e{j}") for j in range(1, n + 1)]
+        carried = [[model.new_int_var(0, horizon, f"p{t}_{j}") for j in range(n + 1)] for t in range(K - 1)] if slots else []
+        earliest_free = [model.new_int_var(0, horizon, f"free{j}") for j in range(n + 1)] if slots else []
+        for j in range(1, n + 1) if slots else ():
+            model.add_min_equality(earliest_free[j], [ends[j]] + [carried[t][j] for t in range(K - 1)])
+        # messages[k]: how many messages follow node k (the one leaving it included).
+        messages = [model.new_int_var(0, most_messages, f"m{k}") for k in range(n)] + [model.new_constant(0)]
+        self.total = total = model.new_int_var(0, horizon, "T")
+        self.arcs = arcs = [model.new_bool_var(f"x{tails[a]}_{heads[a]}") for a in kept]
+        leaving: list[list[Any]] = [[] for _ in range(n + 1)]
+        entering: list[list[Any]] = [[] for _ in range(n + 1)]
+        nominal_q, work_q = self.quanta(times["nominal"]), self.quanta(times["work"])
+        latency_q = self.quanta(latency + transfer)
+        after_q = self.quanta(self.alone_after)
+        all_q = self.quanta(alpha_base + rest + self.all_after)
+        shared_q = self.quanta(rest + K * self.all_after)
+        for x, a in zip(arcs, kept.tolist()):
+            k, j = int(tails[a]), int(heads[a])
+            leaving[k].append(x)
+            entering[j].append(x)
+            model.add(dispatch[j] >= int(nominal_q[a])).only_enforce_if(x)
+            if packing_on_compute:
+                model.add(readies[j] >= int(nominal_q[a])).only_enforce_if(x)
+                model.add(dispatch[j] >= readies[j]).only_enforce_if(x)
+                if k > 0:
+                    model.add(readies[j] >= readies[k] + int(work_q[a])).only_enforce_if(x)
+            if k > 0:
+                model.add(dispatch[j] >= dispatch[k]).only_enforce_if(x)
+            model.add(ends[j] >= dispatch[j] + int(latency_q[a])).only_enforce_if(x)
+            if slots and k > 0:
+                model.add(carried[0][j] >= ends[k]).only_enforce_if(x)
+                for t in range(1, K - 1):
+                    model.add(carried[t][j] >= carried[t - 1][k]).only_enforce_if(x)
+                # At most K in flight: one of the K messages before this one has ended.
+                model.add(dispatch[j] >= earliest_free[k]).only_enforce_if(x)
+            model.add(messages[k] >= messages[j] + 1).only_enforce_if(x)
+            model.add(total >= ends[j] + int(after_q[a])).only_enforce_if(x)
+            model.add(total >= dispatch[j] + int(all_q[a])).only_enforce_if(x)
+            if alpha_q > 0:
+                # The K slots hold messages m..M at least alpha + w each, after D_m.
+                model.add(K * total >= K * dispatch[j] + alpha_q * messages[k] + int(shared_q[a])
+                          ).only_enforce_if(x)
+        add_path_constraints(model, arcs, leaving, entering, limit)
+        transfer_q = self.quanta(transfer[kept]).astype(np.int64)
+        kept_heads = heads[kept]
+        for p in range(1, n + 1):
+            if p > 1 and rho[p - 1] == rho[p - 2] and cut_after[p - 1] == cut_after[p - 2]:
+                continue                            # the cut at p - 1 dominates it
+            later = np.flatnonzero((kept_heads >= p) & (transfer_q > 0)).tolist()
+            model.add(total >= int(self.quanta(rho[p - 1] + alpha_base + cut_after[p - 1]))
+                      + cp_model.LinearExpr.weighted_sum([arcs[i] for i in later],
+                                                         [int(transfer_q[i]) for i in later]))
+        model.minimize(total)
+        self.cut_prefixes: set[tuple[int, ...]] = set()
+
+    def quanta(self, seconds: Any) -> np.ndarray:
+        """Seconds in whole quanta, rounded down."""
+        return np.floor(np.asarray(seconds, dtype=np.float64) / self.q)
+
+    def literals(self, path: tuple[int, ...]) -> list[Any] | None:
+        """The arc variables of a path, or None when the horizon dropped one of its arcs."""
+        if any((k, j) not in self.index_of for k, j in zip(path[:-1], path[1:])):
+            return None
+        return [self.arcs[self.index_of[(k, j)]] for k, j in zip(path[:-1], path[1:])]
+
+    def add_cuts(self, path: tuple[int, ...], schedule: dict[str, Any]) -> None:
+        """The cuts of a simulated plan (module docstring)."""
+        literals = self.literals(path)
+        if literals is None:
+            return                                  # on no path better than the first plan
+        model, n = self.model, self.n
+        for m in range(len(literals)):
+            key = path[:m + 2]
+            if key in self.cut_prefixes:
+                continue
+            self.cut_prefixes.add(key)
+            k, j = path[m], path[m + 1]
+            d = float(schedule["dispatch"][m])
+            a = int(_arc_positions((k, j), n)[0])
+            model.add(self.dispatch[j] >= int(self.quanta(d))).only_enforce_if(literals[:m + 1])
+            # Barrier sync waits for the backlog too; layerwise only for this and later messages.
+            backlog = float(schedule["backlog"][m]) if self.problem.sync == "barrier" else 0.0
+            bound = d + max(backlog, self.alpha_base) + self.rest[a] + self.all_after[a]
+            model.add(self.total >= int(self.quanta(bound))).only_enforce_if(literals[:m + 1])
+            model.add(self.ends[j] >= int(self.quanta(schedule["shared_end"][m]))).only_enforce_if(literals[:m + 1])
+        model.add(self.total >= int(self.quanta(schedule["iteration_time"]))).only_enforce_if(literals)
+
+    def hint(self, path: tuple[int, ...]) -> None:
+        self.model.clear_hints()
+        chosen = _arc_set(path)
+        for x, a in zip(self.arcs, self.kept.tolist()):
+            self.model.add_hint(x, (int(self.tails[a]), int(self.heads[a])) in chosen)
+
+    def path_of(self, callback: Any) -> tuple[int, ...]:
+        """The path of a CP-SAT solution (a solver or a solution callback)."""
+        successor = {int(self.tails[a]): int(self.heads[a])
+                     for x, a in zip(self.arcs, self.kept.tolist()) if callback.boolean_value(x)}
+        path, node = [0], 0
+        while node in successor:
+            node = successor[node]
+            path.append(node)
+        return tuple(path)
+
+    def value(self, path: tuple[int, ...], workers: int = 1) -> float:
+        """The relaxation's least ``T`` for one path, seconds (tests)."""
+        from ortools.sat.python import cp_model
+
+        literals = self.literals(path)
+        if literals is None:
+            raise ValueError(f"path {path} has an arc beyond the horizon")
+        self.model.clear_hints()
+        self.model.add_assumptions(literals)
+        solver = cp_model.CpSolver()
+        solver.parameters.num_workers = workers
+        outcome = solver.solve(self.model)
+        self.model.clear_assumptions()
+        if outcome != cp_model.OPTIMAL:
+            raise RuntimeError(f"relaxation of path {path}: {solver.status_name(outcome)}")
+        return solver.objective_value * self.q
+
+
+def cpsat_channels(problem: Problem, *, started: float, time_limit: float, workers: int,
+                   hint_plan: Plan | None, hint_label: str, hint_used: bool, reference: Plan,
+                   cap: float, limit: int | None, time_quantum: float | None,
+                   random_seed: int) -> Result:
+    """The relaxation-and-cuts scheme of the module docstring (called by ``cpsat``)."""
+    from ortools.sat.python import cp_model
+
+    profile = problem.profile
+    n = profile.n
+    simulated: dict[tuple[int, ...], dict[str, Any]] = {}
+    best: list[Any] = [math.inf, None, ""]          # T, path, source
+
+    def evaluate(path: tuple[int, ...], source: str) -> dict[str, Any]:
+        schedule = channel_schedule(problem, _cuts_of(path, n))
+        simulated[path] = schedule
+        if schedule["iteration_time"] < best[0]:
+            best[:] = [schedule["iteration_time"], path, source]
+        return schedule
+
+    anchor_path = _path(hint_plan if hint_used else reference, profile)
+    anchor = evaluate(anchor_path, "hint" if hint_used else "reference")
+    q = time_quantum if time_quantum is not None else _automatic_quantum(anchor["iteration_time"], 1)
+    horizon = math.floor(anchor["iteration_time"] / q)
+    if not horizon < 2 ** 50:
+        raise ValueError(f"time_quantum = {q!r} s is too small: the first plan takes {horizon:.3g} "
+                         "steps, more than 2^50")
+    relaxation = ChannelRelaxation(problem, quantum=q, horizon=horizon, cap=cap, limit=limit,
+                                   keep_path=anchor_path)
+    relaxation.add_cuts(anchor_path, anchor)
+    if hint_used:
+        path = _path(reference, profile)            # it meets the caps
+        if path not in simulated:
+            relaxation.add_cuts(path, evaluate(path, "reference"))
+
+    solver = cp_model.CpSolver()
+    solver.parameters.num_workers = int(workers)
+    solver.parameters.random_seed = int(random_seed)
+    solver.parameters.cp_model_probing_level = 0
+    lower, rounds, wall = -math.inf, 0, 0.0
+    status_name, objective = "UNKNOWN", None
+    found: list[tuple[int, ...]] = []
+
+    class Collector(cp_model.CpSolverSolutionCallback):
+        def on_solution_callback(self) -> None:
+            found.append(relaxation.path_of(self))
+
+    deadline = time.perf_counter() + time_limit
+    while True:
+        left = deadline - time.perf_counter()
+        if left <= 0:
+            break
+        rounds += 1
+        solver.parameters.max_time_in_seconds = left
+        relaxation.hint(best[1])
+        found.clear()
+        outcome = solver.solve(relaxation.model, Collector())
+        wall += solver.wall_time
+        status_name = solver.status_name(outcome)
+        if outcome == cp_model.MODEL_INVALID:
+            raise RuntimeError(f"cpsat: CP-SAT rejected the model: {relaxation.model.validate()}")
+        if outcome == cp_model.INFEASIBLE:
+            # The first plan is in the model, so this cannot happen with valid cuts.
+            raise AssertionError("cpsat: the channel relaxation lost every plan")
+        if outcome not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+            break
+        objective = solver.objective_value * q
+        if math.isfinite(solver.best_objective_bound):
+            lower = max(lower, solver.best_objective_bound * q)
+        fresh = [path for path in dict.fromkeys(found) if path not in simulated]
+        for path in fresh:
+            relaxation.add_cuts(path, evaluate(path, "cpsat"))
+        if best[0] - lower <= q or outcome != cp_model.OPTIMAL or not fresh:
+            break
+
+    lower_bound = lower if math.isfinite(lower) else None
+    stats = {
+        "time_quantum": q,
+        "rounding_bound": q,
+        "cpsat_status": status_name,
+        "objective": objective,
+        "bound": lower_bound,
+        "iteration_time_bound": lower_bound,
+        "arcs": len(relaxation.arcs),
+        "rounds": rounds,
+        "plans_simulated": len(simulated),
+        "wall_time": wall,
+        "hint": hint_label,
+        "hint_used": hint_used,
+        "plan_source": best[2],
+        "extensions": problem.extensions,
+    }
+    status = Status.TIME_LIMIT if time.perf_counter() >= deadline else Status.FEASIBLE
+    plan = Plan.from_cuts(profile, _cuts_of(best[1], n))
+    return finish(problem, plan, "cpsat", started, stats=stats, lower_bound=lower_bound,
+                  status=status, tolerance=q)
+
+
+def _cuts_of(path: tuple[int, ...], n: int) -> np.ndarray:
+    cuts = np.zeros(n - 1, dtype=bool)
+    cuts[np.asarray(path[1:-1], dtype=np.int64) - 1] = True
+    return cuts
+
+
+def _tails(problem: Problem) -> np.ndarray:
+    """``tail_i = sum_{l >= i} (u_l + f_l)``: the compute after ``C_i``, layerwise sync."""
+    profile = problem.profile
+    return np.cumsum((profile.update + profile.forward)[::-1])[::-1]
+
+
+def _path(plan: Plan, profile: Any) -> tuple[int, ...]:
+    """Nodes ``0, ..., n`` visited by a fusion plan (the last position of each message)."""
+    return (0, *(np.flatnonzero(plan.cuts(profile)) + 1).tolist(), profile.n)
+
+
+def _arc_set(path: tuple[int, ...]) -> set[tuple[int, int]]:
+    return set(zip(path[:-1], path[1:]))
