@@ -250,8 +250,9 @@ def score_cuts(problem: Problem, cuts: np.ndarray) -> np.ndarray:
 
     The entry point for searches over cut vectors (metaheuristics, brute force): the plain
     model uses :func:`evaluate_cuts`; with copy cost or contention on one channel, the
-    recursion of :func:`fusion_message_times`; with several channels, :func:`simulate`
-    plan by plan (event-driven, far slower).
+    recursion of :func:`fusion_message_times`; with several channels,
+    :func:`~fusionopt.model.sharing.channel_schedule` plan by plan, or with contention too
+    :func:`simulate` (event-driven, slower still).
 
     >>> from fusionopt.model.cost import AlphaBeta
     >>> from fusionopt.model.profile import Profile
@@ -265,6 +266,10 @@ def score_cuts(problem: Problem, cuts: np.ndarray) -> np.ndarray:
     cuts = _check_cuts(problem, cuts, batch=True)
     if problem.channels == 1:
         return _evaluate_extended(problem, cuts)
+    if problem.contention == 1.0:
+        from fusionopt.model.sharing import channel_schedule
+
+        return np.array([channel_schedule(problem, row)["iteration_time"] for row in cuts])
     from fusionopt.model.plan import Plan
     from fusionopt.model.timeline import simulate
 

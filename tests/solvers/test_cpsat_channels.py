@@ -17,7 +17,8 @@ from fusionopt.model import Plan, Problem, Profile, simulate
 from fusionopt.solvers import Status, solve
 from fusionopt.solvers.cpsat import cpsat
 from fusionopt.solvers.cpsat import _automatic_quantum
-from fusionopt.solvers.cpsat_channels import ChannelRelaxation, channel_schedule
+from fusionopt.model.sharing import channel_schedule
+from fusionopt.solvers.cpsat_channels import ChannelRelaxation
 
 MS = 1e-3
 RTOL = 1e-9
