@@ -112,7 +112,10 @@ def _print_result(result: Result, profile: Profile) -> None:
     print(f"exposed         {1e3 * timeline.exposed:.6f} ms")
     print(f"messages        {result.num_messages}")
     for k, message in enumerate(result.plan.messages[:20]):
-        names = ", ".join(profile.names[i] for i in message.tensors)
+        tensors = message.tensors
+        names = ", ".join(profile.names[i] for i in tensors[:4])
+        if len(tensors) > 4:
+            names += f", ... ({len(tensors)} tensors, {profile.names[tensors[-1]]} last)"
         print(f"  {k:>4}  {message.nbytes:>12d} B  [{names}]")
     if result.num_messages > 20:
         print(f"  ... {result.num_messages - 20} more messages (use --json for all)")

@@ -623,3 +623,23 @@ def test_compare_leaves_out_plain_model_methods_on_extended_problems(capsys, pro
     doc = run_json(capsys, "compare", "--profile", profile_path, "--alpha", "0.001", "--beta", "1e-9",
                    "--channels", "2", "--json")
     assert [row["method"] for row in doc] == [m for m in METHODS if m != "dp"]
+
+
+def test_cpsat_on_two_channels_from_the_command_line(capsys, profile_path):
+    # MODEL.md section 5 with alpha = 3 ms on two channels: 16 ms is optimal
+    # (tests/solvers/test_cpsat_channels.py works it out).
+    doc = run_json(capsys, "solve", profile_path, "--alpha", "0.003", "--beta", "1e-9", "--channels", "2",
+                   "--method", "cpsat", "--option", "workers=1", "--json")
+    assert doc["iteration_time"] == pytest.approx(0.016, rel=1e-9)
+    assert doc["status"] == "OPTIMAL"
+    assert "contention" in run_error(capsys, "solve", profile_path, "--alpha", "0.003", "--beta", "1e-9",
+                                     "--channels", "2", "--contention", "1.5", "--method", "cpsat")
+
+
+def test_long_messages_are_abbreviated_in_text_output(capsys, tmp_path):
+    path = tmp_path / "many.json"
+    fusionopt.Profile.from_arrays([1000] * 9, [1e-4] * 9, [1e-4] * 9).write(path)
+    status, out, _ = run(capsys, "solve", path, "--alpha", "1", "--beta", "0", "--method", "single")
+    assert status == 0
+    line = next(text for text in out.splitlines() if " B  [" in text)
+    assert line.endswith("[t8, t7, t6, t5, ... (9 tensors, t0 last)]")
