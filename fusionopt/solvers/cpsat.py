@@ -201,6 +201,8 @@ def cpsat(
     max_message_bytes: float | None = None,
     max_messages: int | None = None,
     random_seed: int = 0,
+    unit_parameters: int | None = None,
+    max_units: int = 40,
 ) -> Result:
     """The optimal fusion plan by the CP-SAT arc (shortest-path) model of the module docstring.
 
@@ -242,6 +244,13 @@ def cpsat(
         Most messages allowed.
     random_seed : int
         CP-SAT's random seed.
+    unit_parameters : int, optional
+        Optimise over **partition plans** instead (:mod:`fusionopt.solvers.cpsat_partition`):
+        tensors cut into units of this many parameters, messages of consecutive units in any
+        order; the exact reference for layerwise sync on small instances. Plain model only;
+        ``hint`` must then be a plan on the unit grid (fusion plans are).
+    max_units : int
+        Largest number of units the partition model accepts (default 40).
 
     Returns
     -------
@@ -319,11 +328,19 @@ def cpsat(
     if (isinstance(random_seed, bool) or not isinstance(random_seed, (int, np.integer))
             or not -2**31 <= random_seed < 2**31):
         raise ValueError(f"random_seed must be a 32-bit integer, got {random_seed!r}")
-    cap, limit = _check_caps(problem, max_message_bytes, max_messages)
     try:
         from ortools.sat.python import cp_model
     except ImportError as exc:
         raise ImportError("method='cpsat' needs OR-Tools: pip install ortools") from exc
+    if unit_parameters is not None:
+        from fusionopt.solvers.cpsat_partition import cpsat_partition
+
+        return cpsat_partition(problem, started=started, unit_parameters=unit_parameters,
+                               time_limit=time_limit, workers=int(workers), hint=hint,
+                               time_quantum=time_quantum, max_message_bytes=max_message_bytes,
+                               max_messages=max_messages, random_seed=int(random_seed),
+                               max_units=max_units)
+    cap, limit = _check_caps(problem, max_message_bytes, max_messages)
 
     profile = problem.profile
     n = profile.n
