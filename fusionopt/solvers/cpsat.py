@@ -141,9 +141,12 @@ raises the model's value of a plan (the horizon takes both into account).
 
 The automatic ``q`` is the largest power of two with ``rounding_bound <= 1e-7 * E_ub``, where
 ``E_ub`` is the (true) end of the hint plan, or of a reference plan that respects the caps
-when there is no hint: an upper bound on the optimal ``E``. Powers of two make the rounding
-exact in floating point, and the integers stay below about ``2e7`` times the rounding
-bound's factor (``n + 1``, or ``(M^2 + M + 2) / 2`` with contention).
+when there is no hint: an upper bound on the optimal ``E``, unless that takes ``E_ub``
+past ``2^29`` quanta: then ``q`` is the smallest power of two that does not, and the
+rounding bound is coarser (``factor * E_ub / 2^29`` at most; about ``1e-6`` of ``E`` for
+200 tensors on the plain model). Larger integers are not safe: with about ``1e10`` steps
+CP-SAT (OR-Tools 9.15) returned a wrong optimum (``MAX_INTEGER_TIME``). Powers of two make
+the rounding exact in floating point.
 
 The integer end of that same plan, ``UB`` (in quanta), is also the horizon: an arc whose
 message cannot end by ``UB`` (``rho'_j + d'_kj > UB``; with packing on the compute stream
@@ -186,8 +189,12 @@ from fusionopt.solvers.result import Result, Status, finish
 QUANTUM_PRECISION = 1e-7
 # The quantum when every plan ends at time 0 (no compute, free communication): any q works.
 _SMALLEST_QUANTUM = 2.0 ** -100
-# CP-SAT works in int64, but its propagators and LP are safest well below that.
-MAX_INTEGER_TIME = 2 ** 50
+# The largest integer time a model may use. CP-SAT works in int64, but with horizons of
+# about 1e10 steps (OR-Tools 9.15, the contention model, 48 tensors) its presolve returned
+# a wrong "optimum" and bound, and an infeasible verdict on a feasible model; at 2^32 steps
+# it was right. The automatic quantum keeps the horizon at or below 2^30, trading precision
+# (the rounding bound grows) for a sound solver.
+MAX_INTEGER_TIME = 2 ** 30
 HINT_BASELINES = ("wfbp", "single", "ddp", "horovod", "threshold")
 
 
@@ -394,7 +401,7 @@ def cpsat(
     if not horizon < MAX_INTEGER_TIME:
         raise ValueError(
             f"time_quantum = {q!r} s is too small: the {hint_label if hint_used else 'reference'} "
-            f"plan ends after {horizon:.3g} steps, more than 2^50"
+            f"plan ends after {horizon:.3g} steps, more than 2^30 (MAX_INTEGER_TIME)"
         )
     # Cuts with the least delays replace the plain ones when a delay can be positive.
     delays = extended and (problem.contention > 1.0 or (problem.copy_on == "compute" and problem.copy_cost > 0))
@@ -544,12 +551,15 @@ def _positive_seconds(label: str, value: Any) -> float:
 
 def _automatic_quantum(upper_end: float, factor: int) -> float:
     """The largest power of two ``q`` with ``factor * q <= QUANTUM_PRECISION * upper_end``
-    (``factor * q`` is the rounding bound: ``n + 1`` for the plain model)."""
+    (``factor * q`` is the rounding bound: ``n + 1`` for the plain model), or, when that
+    would take ``upper_end`` past ``MAX_INTEGER_TIME / 2`` steps, the smallest power of
+    two that does not."""
     target = QUANTUM_PRECISION * upper_end / factor
     if not target >= _SMALLEST_QUANTUM:
         return _SMALLEST_QUANTUM
     _, exponent = math.frexp(target)                    # target = m 2^e, 0.5 <= m < 1
-    return math.ldexp(1.0, exponent - 1)
+    _, coarsest = math.frexp(2 * upper_end / MAX_INTEGER_TIME)
+    return math.ldexp(1.0, max(exponent - 1, coarsest))
 
 
 def _rounding_factor(problem: Problem, messages: int) -> int:

@@ -83,7 +83,7 @@ from fusionopt.model.fusion import arc_times, backward_arrays
 from fusionopt.model.plan import Plan
 from fusionopt.model.problem import Problem
 from fusionopt.model.sharing import channel_schedule, message_phases
-from fusionopt.solvers.cpsat import _arc_positions, _automatic_quantum, add_path_constraints
+from fusionopt.solvers.cpsat import MAX_INTEGER_TIME, _arc_positions, _automatic_quantum, add_path_constraints
 from fusionopt.solvers.result import Result, Status, finish
 
 class ChannelRelaxation:
@@ -285,9 +285,9 @@ def cpsat_channels(problem: Problem, *, started: float, time_limit: float, worke
     anchor = evaluate(anchor_path, "hint" if hint_used else "reference")
     q = time_quantum if time_quantum is not None else _automatic_quantum(anchor["iteration_time"], 1)
     horizon = math.floor(anchor["iteration_time"] / q)
-    if not horizon < 2 ** 50:
+    if not horizon < MAX_INTEGER_TIME:
         raise ValueError(f"time_quantum = {q!r} s is too small: the first plan takes {horizon:.3g} "
-                         "steps, more than 2^50")
+                         "steps, more than 2^30 (MAX_INTEGER_TIME)")
     relaxation = ChannelRelaxation(problem, quantum=q, horizon=horizon, cap=cap, limit=limit,
                                    keep_path=anchor_path)
     relaxation.add_cuts(anchor_path, anchor)

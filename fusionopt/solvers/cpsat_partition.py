@@ -49,7 +49,7 @@ from fusionopt.model.bounds import best_bound
 from fusionopt.model.plan import Chunk, Message, Plan
 from fusionopt.model.problem import Problem
 from fusionopt.model.timeline import simulate
-from fusionopt.solvers.cpsat import _automatic_quantum, add_path_constraints
+from fusionopt.solvers.cpsat import MAX_INTEGER_TIME, _automatic_quantum, add_path_constraints
 from fusionopt.solvers.result import Result, Status, finish
 
 DEFAULT_MAX_UNITS = 40
@@ -115,8 +115,8 @@ def cpsat_partition(problem: Problem, *, started: float, unit_parameters: int, t
     factor = count + 2 * profile.n + 3
     q = time_quantum if time_quantum is not None else _automatic_quantum(upper, factor)
     horizon = math.floor(upper / q) + 1
-    if not horizon < 2 ** 50:
-        raise ValueError(f"time_quantum = {q!r} s is too small: the hint takes more than 2^50 steps")
+    if not horizon < MAX_INTEGER_TIME:
+        raise ValueError(f"time_quantum = {q!r} s is too small: the hint takes more than 2^30 (MAX_INTEGER_TIME) steps")
 
     def quanta(seconds: Any) -> Any:
         return np.floor(np.asarray(seconds, dtype=np.float64) / q).astype(np.int64)

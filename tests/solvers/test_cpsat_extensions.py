@@ -311,3 +311,25 @@ def test_anytime_on_a_larger_instance():
     assert result.lower_bound <= result.iteration_time
     if result.stats["cpsat_status"] != "OPTIMAL":
         assert result.status is not Status.FEASIBLE
+
+
+def test_large_integer_horizons_are_avoided():
+    # The last 48 tensors of ResNet-50 on V100, 100 Gb IB at 512 workers, contention 1.3:
+    # with the quantum set by the precision alone (about 2.4e10 steps) CP-SAT claimed an
+    # optimum of 21.74 ms while a plan of 20.65 ms exists. The automatic quantum now caps
+    # the horizon at 2^29 steps; the bound must not exceed any plan's time.
+    from fusionopt import zoo
+    from fusionopt.cost import network
+    from fusionopt.solvers.cpsat import MAX_INTEGER_TIME
+
+    base = zoo.profile("resnet50", device="v100", batch=64)
+    keep = slice(base.n - 48, base.n)
+    profile = Profile.from_arrays(base.sizes[keep], base.forward[keep], base.backward[keep])
+    problem = Problem(profile, network("100gb-ib", 512), contention=1.3)
+    searched = solve(problem, "gradssa", rng=0)
+    result = cpsat(problem, workers=2, time_limit=30)
+    assert result.iteration_time / result.stats["time_quantum"] < MAX_INTEGER_TIME / 2
+    assert result.lower_bound <= searched.iteration_time
+    assert result.iteration_time <= searched.iteration_time
+    with pytest.raises(ValueError, match=r"time_quantum = 1e-13 s is too small.*more than 2\^30"):
+        cpsat(problem, time_quantum=1e-13)
