@@ -236,8 +236,10 @@ _PRESETS: dict[str, _Link] = {
 }
 
 
-# All-reduce constants (alpha s, beta s/B) fitted in the MG-WFBP reference code (Shi, Chu,
-# Li; INFOCOM 2019 / TPDS 2021) on K80 clusters: measured collectives, not link figures.
+# All-reduce constants (alpha s, beta s/B) fitted in the reference code of a seed paper:
+# measured collectives, not link figures. MG-WFBP (Shi, Chu, Li; INFOCOM 2019 / TPDS 2021),
+# K80 clusters; US-Byte (Gao et al., TPDS 2024), whose code fits T = a + b * parameters, so
+# beta = b / 4 per byte of FP32 gradient (PAPERS.md, seed 3).
 _FITTED: dict[str, tuple[str, dict[int, tuple[float, float]]]] = {
     "mgwfbp-10gbe": ("MG-WFBP's fitted all-reduce on 10GbE (K80 cluster), P = 2, 4, 8, 16", {
         2: (2.5547e-06, 9.8375e-11), 4: (4.2043e-05, 2.0589e-10),
@@ -245,6 +247,9 @@ _FITTED: dict[str, tuple[str, dict[int, tuple[float, float]]]] = {
     "mgwfbp-56gbib": ("MG-WFBP's fitted all-reduce on 56Gb InfiniBand (K80 cluster), P = 2, 4, 8, 16", {
         2: (2.5547e-06, 9.8375e-11), 4: (4.2043e-05, 2.0589e-10),
         8: (9.7537e-05, 3.0568e-10), 16: (2.3584e-04, 4.0595e-10)}),
+    "usbyte": ("US-Byte's fitted all-reduce, T = a + b * parameters, as beta = b / 4 per byte "
+               "of FP32 gradient, P = 2, 4, 8", {
+        2: (556.6e-6, 0.352e-10 / 4), 4: (948.98e-6, 1.541e-10 / 4), 8: (1318.6e-6, 2.406e-10 / 4)}),
 }
 
 
@@ -267,7 +272,7 @@ def networks() -> dict[str, str]:
     Examples
     --------
     >>> sorted(networks())
-    ['100gb-ib', '10gbe', '25gbe', 'mgwfbp-10gbe', 'mgwfbp-56gbib', 'nvlink-h100']
+    ['100gb-ib', '10gbe', '25gbe', 'mgwfbp-10gbe', 'mgwfbp-56gbib', 'nvlink-h100', 'usbyte']
     """
     listing = {name: link.description for name, link in _PRESETS.items()}
     listing.update({name: description for name, (description, _) in _FITTED.items()})
@@ -307,7 +312,9 @@ def network(name: str, workers: int, *, algorithm: str = "ring") -> AlphaBeta:
 
     ``"mgwfbp-10gbe"`` and ``"mgwfbp-56gbib"`` are the all-reduce constants fitted in the
     MG-WFBP reference code for ``P`` = 2, 4, 8 and 16 (other ``P`` and other algorithms are
-    refused): measured costs of that paper's clusters, used to reproduce it.
+    refused): measured costs of that paper's clusters, used to reproduce it. ``"usbyte"`` is
+    the same for US-Byte's code, ``P`` = 2, 4 and 8: it fits ``T = a + b * parameters``, and
+    the preset's ``beta`` is ``b / 4`` seconds per byte (FP32 gradients, 4 bytes per parameter).
 
     The link latencies are **nominal, not fitted**: 25 us for TCP over Ethernet, 2 us for
     InfiniBand, 1 us for NVLink, chosen as typical orders of magnitude. Real per-message
@@ -340,6 +347,9 @@ def network(name: str, workers: int, *, algorithm: str = "ring") -> AlphaBeta:
     1.2e-05
     >>> network("mgwfbp-10gbe", 8)
     AlphaBeta(alpha=0.00052303, beta=8.5707e-10)
+    >>> c = network("usbyte", 8)                      # a = 1318.6 us, b = 2.406e-10 s/parameter
+    >>> round(c.alpha * 1e6, 9), round(c(4e6) * 1e3, 9)  # 1e6 FP32 parameters: a + 1e6 b
+    (1318.6, 1.5592)
     """
     key = name.lower() if isinstance(name, str) else name
     if key in _FITTED:

@@ -25,6 +25,7 @@ class Method:
     summary: str
     in_default_comparison: bool = True
     plain_only: bool = False        # needs the plain model (no copy cost, contention, channels)
+    layerwise_only: bool = False    # needs sync="layerwise" (partition schedulers)
 
     @property
     def function(self) -> Callable[..., Result]:
@@ -48,15 +49,17 @@ _REGISTRY: dict[str, Method] = {}
 
 
 def register(name: str, target: Callable[..., Result] | str, summary: str, *,
-             in_default_comparison: bool = True, plain_only: bool = False) -> None:
+             in_default_comparison: bool = True, plain_only: bool = False,
+             layerwise_only: bool = False) -> None:
     """Add a method under ``name``; ``target`` is a function or ``"module:function"``.
 
     ``in_default_comparison``: whether :func:`compare` runs it when no methods are named
-    (off for searches that are slow or limited in size).
+    (off for searches that are slow or limited in size); ``plain_only`` and
+    ``layerwise_only`` leave it out of that comparison on problems it refuses.
     """
     if name in _REGISTRY:
         raise ValueError(f"method {name!r} is already registered")
-    _REGISTRY[name] = Method(name, target, summary, in_default_comparison, plain_only)
+    _REGISTRY[name] = Method(name, target, summary, in_default_comparison, plain_only, layerwise_only)
 
 
 register("wfbp", baselines.wfbp, "wait-free backpropagation: one message per tensor")
@@ -77,6 +80,14 @@ register("cpsat", "fusionopt.solvers.cpsat:cpsat", "exact: OR-Tools CP-SAT model
          in_default_comparison=False)
 register("milp", "fusionopt.solvers.milp:milp", "exact: MILP solved by HiGHS, independent formulation",
          in_default_comparison=False, plain_only=True)
+register("p3", "fusionopt.solvers.priority:p3", "P3: 40k-parameter slices, priority by forward index (layerwise)",
+         layerwise_only=True)
+register("bytescheduler", "fusionopt.solvers.priority:bytescheduler",
+         "ByteScheduler: partitions, credit window, priority by forward index (layerwise)", layerwise_only=True)
+register("bytescheduler-tuned", "fusionopt.solvers.priority:bytescheduler_tuned",
+         "ByteScheduler with partition and credit searched on a grid (layerwise)", layerwise_only=True)
+register("usbyte", "fusionopt.solvers.usbyte:usbyte", "US-Byte: unequal blocks in gaps, priority search (layerwise)",
+         in_default_comparison=False, plain_only=True, layerwise_only=True)
 
 
 def methods() -> dict[str, str]:
@@ -90,14 +101,17 @@ def methods() -> dict[str, str]:
 
 def default_methods(problem: Problem | None = None) -> list[str]:
     """The methods :func:`compare` runs when none are named (for ``problem``: without the
-    plain-model methods when it has extensions on).
+    plain-model methods when it has extensions on, with the layerwise-only ones when its
+    sync is layerwise).
 
     >>> default_methods()[:2]
     ['wfbp', 'single']
     """
     extended = problem is not None and bool(problem.extensions)
+    layerwise = problem is not None and problem.sync == "layerwise"
     return [name for name, m in _REGISTRY.items()
-            if m.in_default_comparison and not (extended and m.plain_only)]
+            if m.in_default_comparison and not (extended and m.plain_only)
+            and (layerwise or not m.layerwise_only)]
 
 
 def get_method(name: str) -> Method:

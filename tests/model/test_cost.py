@@ -139,7 +139,7 @@ def test_preset_algorithm_dispatch(algorithm):
 
 def test_networks_lists_the_presets():
     described = networks()
-    assert set(described) == set(BANDWIDTHS) | {"mgwfbp-10gbe", "mgwfbp-56gbib"}
+    assert set(described) == set(BANDWIDTHS) | {"mgwfbp-10gbe", "mgwfbp-56gbib", "usbyte"}
     assert all(isinstance(text, str) and text and "\n" not in text for text in described.values())
 
 
@@ -157,7 +157,7 @@ def test_mgwfbp_fitted_presets():
 
 
 def test_unknown_preset_or_algorithm():
-    with pytest.raises(ValueError, match=r"unknown network '40gbe'; known: 100gb-ib, 10gbe, 25gbe, mgwfbp-10gbe, mgwfbp-56gbib, nvlink-h100"):
+    with pytest.raises(ValueError, match=r"unknown network '40gbe'; known: 100gb-ib, 10gbe, 25gbe, mgwfbp-10gbe, mgwfbp-56gbib, nvlink-h100, usbyte"):
         network("40gbe", 8)
     with pytest.raises(ValueError, match=r"unknown algorithm 'butterfly'; known: ring"):
         network("10gbe", 8, algorithm="butterfly")

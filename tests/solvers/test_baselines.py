@@ -111,7 +111,7 @@ def test_every_baseline_is_valid_and_above_the_bound(problem):
 
 def test_registry_errors_name_the_culprit():
     problem = Problem(bucket_profile(), AlphaBeta(1e-4, 1e-9))
-    with pytest.raises(ValueError, match="unknown method 'dpp'; known methods: brute, cpsat, ddp, dp, gradssa, horovod, mgwfbp, milp, of-wfbp, single, ssa, threshold, wfbp"):
+    with pytest.raises(ValueError, match="unknown method 'dpp'; known methods: brute, bytescheduler, bytescheduler-tuned, cpsat, ddp, dp, gradssa, horovod, mgwfbp, milp, of-wfbp, p3, single, ssa, threshold, usbyte, wfbp"):
         solve(problem, "dpp")
     with pytest.raises(ValueError, match="unknown option 'cycle_time' for method 'ddp'"):
         solve(problem, "ddp", cycle_time=1e-3)
@@ -151,3 +151,22 @@ def test_top_level_api():
     assert {"Profile", "Plan", "Problem", "simulate", "solve", "compare", "methods"} <= set(fusionopt.__all__)
     assert fusionopt.cost.AlphaBeta is AlphaBeta
     assert np.isclose(fusionopt.cost.network("10gbe", 8).beta, 2 * 7 / 8 / 1.25e9)
+
+
+def test_layerwise_schedulers_join_the_default_comparison_only_under_layerwise_sync():
+    from fusionopt.solvers import compare
+    from fusionopt.solvers.registry import default_methods
+
+    profile = Profile.from_arrays([4e6, 1e6, 2e6], [1e-3] * 3, [3e-3, 2e-3, 1e-3])
+    barrier = Problem(profile, AlphaBeta(1e-3, 1e-9))
+    layerwise = Problem(profile, AlphaBeta(1e-3, 1e-9), sync="layerwise")
+    partition = {"p3", "bytescheduler", "bytescheduler-tuned"}
+    assert not partition & set(default_methods(barrier))
+    assert partition <= set(default_methods(layerwise))
+    assert "usbyte" not in default_methods(layerwise)           # its default unit needs large tensors
+    rows = {row.method: row for row in compare(layerwise)}
+    # P3's default 40,000-parameter slices cut the 7 MB into 25 + 7 + 13 = 45 messages of
+    # 1 ms latency each: the channel works 45 + 7 = 52 ms from t = 1 ms, and the last
+    # forward (1 ms) follows: 54 ms.
+    assert rows["p3"].iteration_time == pytest.approx(0.054, rel=1e-12)
+    assert rows["p3"].messages == 45
