@@ -96,6 +96,58 @@ def fluid_bound(problem: Problem) -> float | None:
     return float(max(profile.B + tails[0], float((prefix_done + tails).max())))
 
 
+def fluid_latency_bound(problem: Problem) -> float | None:
+    """The fluid relaxation with one latency after the backward, for one channel and an
+    affine cost.
+
+    Every tensor's gradient is ready by ``B = r_0``, when tensor 0's arrives. Count a
+    message's transfer time ``beta S`` as serving its bytes: by ``B`` no plan has served
+    more bytes of tensors ``0..i`` than the fluid schedule (smallest index first,
+    preemptive, no latency), which leaves ``R_i`` seconds of their work unserved at ``B``
+    (at least tensor 0's ``beta s_0``, which arrives at ``B``). Those bytes cross the
+    channel after ``B``, and the message with tensor 0's last byte starts at ``B`` or later
+    and pays ``alpha``: all of tensors ``0..i`` are reduced no earlier than
+    ``B + alpha + R_i``. With ``tail_i`` the updates and forwards that follow (layerwise;
+    ``U + F`` after the last, barrier), ``T >= max_i (B + alpha + R_i + tail_i)``.
+
+    ``R_i = max_j (sum of the work of tensors l <= i released at or after r_j) - (B - r_j)``
+    over ``j <= i`` (Lindley's recursion for the busy period ending at ``B``); ready times
+    fall with the forward index, so it takes O(n). ``None`` for costs not known to be
+    affine and for several channels (their latencies overlap transfers).
+
+    >>> from fusionopt.model.cost import AlphaBeta
+    >>> from fusionopt.model.profile import Profile
+    >>> profile = Profile.from_arrays([4e6, 1e6, 2e6], [1e-3] * 3, [3e-3, 2e-3, 1e-3])
+    >>> problem = Problem(profile, AlphaBeta(3e-3, 1e-9), sync="layerwise")
+    >>> round(fluid_latency_bound(problem) * 1e3, 9)   # 6 + 3 + 4 (t1 after B) + 3 forwards
+    16.0
+    """
+    affine = problem.cost.affine
+    if affine is None or problem.channels > 1:
+        return None
+    alpha, beta = affine
+    profile = problem.profile
+    ready = profile.ready_times                      # non-increasing in the forward index
+    work = beta * profile.sizes.astype(np.float64)
+    served = np.cumsum(work)                         # W_i: work of tensors 0..i
+    B = float(ready[0])
+    # A group of equal ready times is released together; for prefix i the candidates j in
+    # earlier groups contribute W(end of j's group) + r_j, those in i's group W_i + r_i.
+    group_end = np.searchsorted(-ready, -ready, side="right") - 1
+    candidate = served[group_end] + ready
+    earlier = np.full(profile.n, -np.inf)
+    closed = np.flatnonzero(group_end[:-1] < np.arange(1, profile.n))     # group ends before i
+    if closed.size:
+        finished = np.full(profile.n, -np.inf)
+        finished[group_end[closed]] = candidate[closed]
+        earlier[1:] = np.maximum.accumulate(finished)[:-1]
+    unserved = np.maximum(earlier, served + ready) - B
+    latency = alpha if profile.sizes.min() > 0 else 0.0
+    if problem.sync == "barrier":
+        return float(B + latency + unserved[-1] + profile.U + profile.F)
+    return float((B + latency + unserved + _tails(problem)).max())
+
+
 def _fluid_completions(ready: np.ndarray, work: np.ndarray) -> np.ndarray:
     """Completion time of each tensor under preemptive smallest-index-first service of
     ``work[i]`` seconds released at ``ready[i]``."""
@@ -148,7 +200,8 @@ def best_bound(problem: Problem, space: str = "any") -> float:
     """The largest lower bound this module proves for the plans of ``space``, in seconds."""
     if space not in SPACES:
         raise ValueError(f"unknown plan space {space!r}: choose 'any' or 'fusion'")
-    bounds = [last_message_bound(problem), channel_bound(problem), fluid_bound(problem)]
+    bounds = [last_message_bound(problem), channel_bound(problem), fluid_bound(problem),
+              fluid_latency_bound(problem)]
     if space == "fusion":
         bounds.append(fusion_bound(problem))
     return max(b for b in bounds if b is not None)

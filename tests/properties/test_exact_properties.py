@@ -10,7 +10,8 @@ from hypothesis import strategies as st
 from strategies import alpha_beta, cut_vectors, partition_plans, problems
 
 from fusionopt.model import Plan, Problem, simulate
-from fusionopt.model.bounds import best_bound, channel_bound, compute_bound, fluid_bound, fusion_bound, last_message_bound
+from fusionopt.model.bounds import (best_bound, channel_bound, compute_bound, fluid_bound, fluid_latency_bound,
+                                     fusion_bound, last_message_bound)
 from fusionopt.model.fusion_dp import optimal_fusion
 from fusionopt.solvers import solve
 from fusionopt.solvers.brute import brute
@@ -96,7 +97,7 @@ def test_every_bound_is_below_every_plan(data, problem):
     t_any = simulate(problem, any_plan).iteration_time
     t_fusion = simulate(problem, fusion_plan).iteration_time
     for bound in (compute_bound(problem), last_message_bound(problem), channel_bound(problem),
-                  fluid_bound(problem), best_bound(problem)):
+                  fluid_bound(problem), fluid_latency_bound(problem), best_bound(problem)):
         if bound is not None:
             assert bound <= t_any * (1 + REL) + 1e-15
             assert bound <= t_fusion * (1 + REL) + 1e-15

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from fusionopt.cost import AlphaBeta
 from fusionopt.model import Chunk, Message, Plan, Problem, Profile, simulate
-from fusionopt.model.bounds import fluid_bound
+from fusionopt.model.bounds import fluid_bound, fluid_latency_bound
 from fusionopt.solvers import Status, solve
 from fusionopt.solvers.cpsat_partition import _grid_plan, unit_grid
 
@@ -86,6 +86,7 @@ def test_cpsat_equals_every_grid_plan_enumerated(problem):
     assert result.iteration_time <= optimum + result.stats["rounding_bound"] + RTOL * optimum
     assert result.lower_bound <= optimum * (1 + RTOL)
     assert simulate(problem, result.plan).iteration_time == result.iteration_time
+    assert fluid_latency_bound(problem) <= optimum * (1 + RTOL)
 
 
 def test_never_worse_than_the_hint_and_reorders_under_layerwise_sync():
