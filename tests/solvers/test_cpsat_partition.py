@@ -112,3 +112,30 @@ def test_bad_input():
         solve(problem, "cpsat", unit_parameters=MB // 4, hint=off_grid)
     with pytest.raises(ValueError, match="plain model"):
         solve(Problem(problem.profile, problem.cost, sync="layerwise", channels=2), "cpsat", unit_parameters=MB // 4)
+
+
+@st.composite
+def unit_multiple_problems(draw) -> Problem:
+    # Every tensor a whole number of 8-byte units (2 float32 parameters), so that P3's
+    # slices, ByteScheduler's partitions and US-Byte's units of 2 parameters fall on the grid.
+    n = draw(st.integers(1, 3))
+    units = draw(st.lists(st.integers(1, 3), min_size=n, max_size=n).filter(lambda u: sum(u) <= 5))
+    times = st.one_of(st.just(0.0), st.floats(1e-5, 2e-3))
+    profile = Profile.from_arrays([8 * u for u in units], draw(st.lists(times, min_size=n, max_size=n)),
+                                  draw(st.lists(times, min_size=n, max_size=n)))
+    cost = AlphaBeta(draw(st.one_of(st.just(0.0), st.floats(1e-6, 1e-3))), draw(st.floats(1e-6, 3e-4)))
+    return Problem(profile, cost, sync="layerwise")
+
+
+@settings(deadline=None, max_examples=40)
+@given(unit_multiple_problems())
+def test_cpsat_optimum_is_at_most_every_layerwise_scheduler_on_the_grid(problem):
+    exact = solve(problem, "cpsat", unit_parameters=2, workers=1)
+    assert exact.status is Status.OPTIMAL
+    slack = exact.stats["rounding_bound"] + RTOL * exact.iteration_time
+    for name, options in (("p3", {"slice_parameters": 2}),
+                          ("bytescheduler", {"partition_parameters": 2, "credit_parameters": 4}),
+                          ("usbyte", {"unit_parameters": 2}),
+                          ("wfbp", {}), ("dp", {})):
+        heuristic = solve(problem, name, **options)
+        assert exact.iteration_time <= heuristic.iteration_time + slack, name
