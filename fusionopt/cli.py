@@ -196,6 +196,9 @@ def _cmd_compare(args: argparse.Namespace) -> None:
     print(f"network   {problem.cost!r}, sync {problem.sync}{extras}")
     print()
     print(format_table(rows))
+    print()
+    print("gap to bound: to the best lower bound for the plans each method searches (for the fusion")
+    print("methods, the best fusion plan; for the partition schedulers, any plan); OPTIMAL: gap 0.")
 
 
 def _cmd_zoo(args: argparse.Namespace) -> None:

@@ -87,8 +87,7 @@ register("bytescheduler", "fusionopt.solvers.priority:bytescheduler",
 register("bytescheduler-tuned", "fusionopt.solvers.priority:bytescheduler_tuned",
          "ByteScheduler with partition and credit searched on a grid (layerwise)", layerwise_only=True)
 register("layerwise-opt", "fusionopt.solvers.layerwise_opt:layerwise_opt",
-         "ours: the best layerwise start improved by local search (layerwise)",
-         in_default_comparison=False, layerwise_only=True)
+         "ours: the best layerwise start improved by local search (layerwise)", layerwise_only=True)
 register("usbyte", "fusionopt.solvers.usbyte:usbyte", "US-Byte: unequal blocks in gaps, priority search (layerwise)",
          in_default_comparison=False, plain_only=True, layerwise_only=True)
 

@@ -160,7 +160,7 @@ def test_layerwise_schedulers_join_the_default_comparison_only_under_layerwise_s
     profile = Profile.from_arrays([4e6, 1e6, 2e6], [1e-3] * 3, [3e-3, 2e-3, 1e-3])
     barrier = Problem(profile, AlphaBeta(1e-3, 1e-9))
     layerwise = Problem(profile, AlphaBeta(1e-3, 1e-9), sync="layerwise")
-    partition = {"p3", "bytescheduler", "bytescheduler-tuned"}
+    partition = {"p3", "bytescheduler", "bytescheduler-tuned", "layerwise-opt"}
     assert not partition & set(default_methods(barrier))
     assert partition <= set(default_methods(layerwise))
     assert "usbyte" not in default_methods(layerwise)           # its default unit needs large tensors
