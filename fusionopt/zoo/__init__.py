@@ -2,7 +2,8 @@
 
 The architectures are derived in plain Python (no deep-learning framework) and list their
 parameter tensors with the names, shapes and order of ``model.named_parameters()`` in
-torchvision (``resnet50``, ``vgg16``, ``googlenet``) and HuggingFace (``bert-base``).
+torchvision (``resnet50``, ``resnet152``, ``vgg16``, ``googlenet``) and HuggingFace
+(``bert-base``).
 FLOP counts follow the convention in :mod:`fusionopt.zoo.layers` (a multiply-add is
 2 FLOPs; per sample).
 
@@ -12,7 +13,7 @@ with a **roofline ESTIMATE** of the compute times, not a measurement.
 Examples
 --------
 >>> sorted(models())
-['bert-base', 'googlenet', 'resnet50', 'vgg16']
+['bert-base', 'googlenet', 'resnet152', 'resnet50', 'vgg16']
 >>> architecture("resnet50").parameters
 25557032
 """
@@ -27,7 +28,7 @@ from fusionopt.zoo.bert import bert_base
 from fusionopt.zoo.devices import PRESETS, Device
 from fusionopt.zoo.googlenet import googlenet
 from fusionopt.zoo.layers import Architecture, Layer, check_positive_int
-from fusionopt.zoo.resnet import resnet50
+from fusionopt.zoo.resnet import resnet50, resnet152
 from fusionopt.zoo.vgg import vgg16
 
 __all__ = [
@@ -44,6 +45,7 @@ __all__ = [
 # name -> (builder, one-line description)
 _MODELS: dict[str, tuple[Callable[..., Architecture], str]] = {
     "resnet50": (resnet50, "ResNet-50 v1.5, torchvision layout, 224x224 ImageNet (25.6M parameters)"),
+    "resnet152": (resnet152, "ResNet-152 v1.5, torchvision layout, 224x224 ImageNet (60.2M parameters)"),
     "vgg16": (vgg16, "VGG-16 without BatchNorm, torchvision layout, 224x224 ImageNet (138.4M parameters)"),
     "googlenet": (googlenet, "GoogLeNet / Inception v1, torchvision layout, no aux heads, 224x224 (6.6M parameters)"),
     "bert-base": (bert_base, "BERT-base uncased with pooler, HuggingFace layout, seq_len 128 (109.5M parameters)"),
@@ -74,8 +76,8 @@ def architecture(name: str, **kwargs: Any) -> Architecture:
     Parameters
     ----------
     name : str
-        Model name (case-insensitive): ``"resnet50"``, ``"vgg16"``, ``"googlenet"`` or
-        ``"bert-base"``.
+        Model name (case-insensitive): ``"resnet50"``, ``"resnet152"``, ``"vgg16"``,
+        ``"googlenet"`` or ``"bert-base"``.
     **kwargs
         Passed to the builder: ``image_size`` (pixels, default 224) and ``num_classes``
         (default 1000) for the CNNs; ``seq_len`` (tokens, default 128) for ``bert-base``.
@@ -94,7 +96,7 @@ def architecture(name: str, **kwargs: Any) -> Architecture:
     >>> architecture("resnet51")
     Traceback (most recent call last):
     ...
-    ValueError: unknown model 'resnet51'; known: bert-base, googlenet, resnet50, vgg16
+    ValueError: unknown model 'resnet51'; known: bert-base, googlenet, resnet152, resnet50, vgg16
     """
     builder, _ = _MODELS[_lookup("model", name, _MODELS)]
     return builder(**kwargs)

@@ -1,4 +1,5 @@
-"""ResNet-50 in the layout of ``torchvision.models.resnet50`` (ResNet v1.5).
+"""ResNet-50 and ResNet-152 in the layout of ``torchvision.models.resnet50`` and
+``resnet152`` (ResNet v1.5).
 
 v1.5 puts the stride-2 of a downsampling bottleneck on its 3x3 convolution (``conv2``),
 not on the first 1x1. Convolutions have no bias; every convolution is followed by a
@@ -17,8 +18,12 @@ from fusionopt.zoo.layers import (
     out_size,
 )
 
-# (planes, number of bottleneck blocks, stride of the first block) of layer1 .. layer4.
-RESNET50_STAGES = ((64, 3, 1), (128, 4, 2), (256, 6, 2), (512, 3, 2))
+# Width (planes) and stride of the first block of layer1 .. layer4, shared by every
+# bottleneck ResNet; the depths differ only in the number of blocks per stage.
+STAGE_PLANES = (64, 128, 256, 512)
+STAGE_STRIDES = (1, 2, 2, 2)
+RESNET50_BLOCKS = (3, 4, 6, 3)
+RESNET152_BLOCKS = (3, 8, 36, 3)
 EXPANSION = 4
 
 
@@ -41,6 +46,28 @@ def _bottleneck(prefix: str, inplanes: int, planes: int, stride: int, size: int)
         more, _ = _conv_bn(f"{prefix}.downsample.0", f"{prefix}.downsample.1", inplanes, cout, 1, stride, 0, size)
         layers += more
     return layers, s
+
+
+def _bottleneck_resnet(name: str, label: str, blocks: tuple[int, ...], image_size: int,
+                       num_classes: int) -> Architecture:
+    """A torchvision bottleneck ResNet with ``blocks`` bottlenecks in layer1 .. layer4."""
+    image_size = check_positive_int("image_size", image_size)
+    num_classes = check_positive_int("num_classes", num_classes)
+    layers, s = _conv_bn("conv1", "bn1", 3, 64, 7, 2, 3, image_size)
+    s = out_size(s, 3, 2, 1)  # maxpool
+    inplanes = 64
+    for stage, (planes, count, stride) in enumerate(zip(STAGE_PLANES, blocks, STAGE_STRIDES), start=1):
+        for b in range(count):
+            more, s = _bottleneck(f"layer{stage}.{b}", inplanes, planes, stride if b == 0 else 1, s)
+            layers += more
+            inplanes = planes * EXPANSION
+    layers.append(linear("fc", inplanes, num_classes))  # after global average pooling
+    return Architecture(
+        name=name,
+        layers=tuple(layers),
+        description=f"{label} v1.5 (torchvision.models.{name})",
+        input_description=f"one 3 x {image_size} x {image_size} image, {num_classes} classes",
+    )
 
 
 def resnet50(image_size: int = 224, num_classes: int = 1000) -> Architecture:
@@ -67,20 +94,32 @@ def resnet50(image_size: int = 224, num_classes: int = 1000) -> Architecture:
     >>> net.tensors[0]
     ('conv1.weight', (64, 3, 7, 7))
     """
-    image_size = check_positive_int("image_size", image_size)
-    num_classes = check_positive_int("num_classes", num_classes)
-    layers, s = _conv_bn("conv1", "bn1", 3, 64, 7, 2, 3, image_size)
-    s = out_size(s, 3, 2, 1)  # maxpool
-    inplanes = 64
-    for stage, (planes, blocks, stride) in enumerate(RESNET50_STAGES, start=1):
-        for b in range(blocks):
-            more, s = _bottleneck(f"layer{stage}.{b}", inplanes, planes, stride if b == 0 else 1, s)
-            layers += more
-            inplanes = planes * EXPANSION
-    layers.append(linear("fc", inplanes, num_classes))  # after global average pooling
-    return Architecture(
-        name="resnet50",
-        layers=tuple(layers),
-        description="ResNet-50 v1.5 (torchvision.models.resnet50)",
-        input_description=f"one 3 x {image_size} x {image_size} image, {num_classes} classes",
-    )
+    return _bottleneck_resnet("resnet50", "ResNet-50", RESNET50_BLOCKS, image_size, num_classes)
+
+
+def resnet152(image_size: int = 224, num_classes: int = 1000) -> Architecture:
+    """ResNet-152 (torchvision layout) for square RGB images: bottleneck blocks 3, 8, 36, 3.
+
+    Parameters
+    ----------
+    image_size : int
+        Side of the input image in pixels (default 224, ImageNet).
+    num_classes : int
+        Outputs of the final ``fc`` layer (default 1000).
+
+    Returns
+    -------
+    Architecture
+        1 + 50 x 3 + 4 = 155 convolutions, 155 BatchNorms and ``fc``: 467 parameter
+        tensors, 60,192,808 parameters with 1000 classes; about 23 GFLOPs per
+        224 x 224 image.
+
+    Examples
+    --------
+    >>> net = resnet152()
+    >>> net.parameters, len(net.tensors)
+    (60192808, 467)
+    >>> net.tensors[-3]
+    ('layer4.2.bn3.bias', (2048,))
+    """
+    return _bottleneck_resnet("resnet152", "ResNet-152", RESNET152_BLOCKS, image_size, num_classes)

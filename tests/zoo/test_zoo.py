@@ -11,10 +11,11 @@ import pytest
 from fusionopt.model.profile import Profile
 from fusionopt.zoo import Architecture, Device, Layer, architecture, device, devices, models, profile
 
-# Reference parameter counts: torchvision resnet50 / vgg16 / googlenet(aux_logits=False)
-# and HuggingFace BertModel("bert-base-uncased") with pooler.
+# Reference parameter counts: torchvision resnet50 / resnet152 / vgg16 /
+# googlenet(aux_logits=False) and HuggingFace BertModel("bert-base-uncased") with pooler.
 PARAMETERS = {
     "resnet50": 25_557_032,
+    "resnet152": 60_192_808,
     "vgg16": 138_357_544,
     "googlenet": 6_624_904,
     "bert-base": 109_482_240,
@@ -23,6 +24,7 @@ PARAMETERS = {
 # Tensor counts derived from the structure, independently of the zoo code:
 #   ResNet-50: 1 stem conv + 16 bottlenecks x 3 convs + 4 downsample convs = 53 convs
 #              (no bias), 53 BatchNorms x (weight, bias), fc weight + bias.
+#   ResNet-152: the same with 3 + 8 + 36 + 3 = 50 bottlenecks: 1 + 150 + 4 = 155 convs.
 #   VGG-16:    13 convs + 3 linears, each weight + bias.
 #   GoogLeNet: 3 stem BasicConv2d + 9 inceptions x 6 BasicConv2d = 57, each conv weight +
 #              bn weight + bn bias; fc weight + bias.
@@ -30,6 +32,7 @@ PARAMETERS = {
 #              LayerNorm, intermediate, output dense, LayerNorm) x 2; pooler weight + bias.
 TENSORS = {
     "resnet50": 53 + 53 * 2 + 2,
+    "resnet152": 155 + 155 * 2 + 2,
     "vgg16": 16 * 2,
     "googlenet": 57 * 3 + 2,
     "bert-base": 3 + 2 + 12 * 8 * 2 + 2,
@@ -41,8 +44,8 @@ def shapes(name: str, **kwargs) -> dict[str, tuple[int, ...]]:
 
 
 # ---------------------------------------------------------------------- catalogue
-def test_models_lists_the_four_models():
-    assert set(models()) == {"resnet50", "vgg16", "googlenet", "bert-base"}
+def test_models_lists_the_five_models():
+    assert set(models()) == {"resnet50", "resnet152", "vgg16", "googlenet", "bert-base"}
     assert all(isinstance(d, str) and d for d in models().values())
 
 
@@ -109,6 +112,35 @@ def test_resnet50_flops_about_8_2_gflops():
 def test_resnet50_conv1_flops():
     # 7x7x3 -> 64 at 112x112: 118,013,952 multiply-adds.
     assert architecture("resnet50").layers[0].flops == 2 * 118_013_952
+
+
+# ---------------------------------------------------------------------- ResNet-152
+def test_resnet152_parameter_count_matches_torchvision():
+    # torchvision.models.resnet152(): sum(p.numel() for p in model.parameters()) == 60,192,808.
+    assert architecture("resnet152").parameters == 60_192_808
+
+
+def test_resnet152_blocks_and_shapes():
+    arch = architecture("resnet152")
+    names = [n for n, _ in arch.tensors]
+    s = dict(arch.tensors)
+    # Blocks 3, 8, 36, 3: the last block of each stage exists, the next one does not.
+    for stage, blocks in enumerate((3, 8, 36, 3), start=1):
+        assert f"layer{stage}.{blocks - 1}.conv3.weight" in s
+        assert f"layer{stage}.{blocks}.conv1.weight" not in s
+    assert sorted(n for n in names if n.endswith("downsample.0.weight")) == [
+        f"layer{k}.0.downsample.0.weight" for k in range(1, 5)
+    ]
+    assert s["layer3.35.conv2.weight"] == (256, 256, 3, 3)
+    assert s["layer2.0.conv2.weight"] == (128, 128, 3, 3)
+    assert s["fc.weight"] == (1000, 2048)
+    # The stem and the first stage are ResNet-50's, tensor for tensor.
+    assert arch.tensors[:3 + 12 + 9 + 9] == architecture("resnet50").tensors[:3 + 12 + 9 + 9]
+
+
+def test_resnet152_flops_about_23_gflops():
+    # torchvision reports 11.51 GMACs per 224 x 224 image.
+    assert architecture("resnet152").flops == pytest.approx(2 * 11.51e9, rel=0.01)
 
 
 # ---------------------------------------------------------------------- VGG-16
