@@ -4,6 +4,8 @@
 backward, message, update and forward, weighted by its duration); its longest path is the
 iteration time, computed by graph search instead of :func:`fusionopt.model.simulate`'s
 recursion. The property tests compare the two on random problems and plans.
+:func:`ps_schedule_graph` does the same for a parameter-server problem and its
+:class:`~fusionopt.model.ps.PSPlan`.
 """
 
 from __future__ import annotations
@@ -12,10 +14,13 @@ import networkx as nx
 
 from fusionopt.model.plan import Plan
 from fusionopt.model.problem import Problem
+from fusionopt.model.ps import PSPlan
 
 
-def schedule_graph(problem: Problem, plan: Plan) -> nx.DiGraph:
+def schedule_graph(problem: Problem, plan: Plan | PSPlan) -> nx.DiGraph:
     """The precedence graph of one step: edge ``u -> v`` weighs the duration of ``u``.
+
+    A parameter-server problem gets :func:`ps_schedule_graph`.
 
     Nodes: ``("start",)``, ``("backward", i)``, ``("message", k)``, ``("update", i)``,
     ``("forward", i)`` and ``("end",)``; durations in seconds.
@@ -27,6 +32,8 @@ def schedule_graph(problem: Problem, plan: Plan) -> nx.DiGraph:
     - ``layerwise``: update ``i`` follows forward ``i - 1`` (the backward for ``i = 0``)
       and every message carrying tensor ``i``; forward ``i`` follows update ``i``.
     """
+    if problem.ps is not None:
+        return ps_schedule_graph(problem, plan)
     problem.require_plain("the schedule DAG")
     plan.validate(problem.profile)
     profile = problem.profile
@@ -78,7 +85,117 @@ def schedule_graph(problem: Problem, plan: Plan) -> nx.DiGraph:
     return graph
 
 
-def longest_path_time(problem: Problem, plan: Plan) -> float:
+def ps_schedule_graph(problem: Problem, plan: PSPlan) -> nx.DiGraph:
+    """The precedence graph of one parameter-server step (the rules of
+    :func:`~fusionopt.model.ps_timing.simulate_ps`); edge ``u -> v`` weighs the duration of ``u``.
+
+    Nodes: ``("start",)``; ``("backward", i, p)``, the ``p``-th backward piece of tensor
+    ``i`` (``p = 0`` only, when its backward is not split); ``("push", k)``; ``("server", k)``,
+    the server update of push message ``k``; ``("pull", m)``; ``("update", i)`` and
+    ``("forward", i, q)``, the worker's update and ``q``-th forward piece of tensor ``i``;
+    ``("end",)``. Durations in seconds.
+
+    - the backward pieces run in a chain from the start, tensors ``n-1 .. 0``, each tensor's
+      pieces in push-plan order;
+    - push ``k`` follows push ``k - 1`` and the piece of each of its chunks (every piece of a
+      tensor that is not split); server update ``k`` follows push ``k``;
+    - pull ``m`` follows pull ``m - 1`` and the server update of every push message sharing
+      a byte with it;
+    - ``barrier``: the updates and forwards (a chain) follow the last backward piece and every
+      pull;
+    - ``layerwise``: update ``i`` follows tensor ``i - 1``'s last forward piece (the backward
+      for ``i = 0``) and the pull of its first forward piece's chunk (of every chunk, when the
+      forward is not split); forward piece ``q`` follows update ``i`` or piece ``q - 1`` and
+      the pull of its own chunk.
+    """
+    from fusionopt.model.ps_timing import _check_inputs
+
+    _check_inputs(problem, plan)
+    plan.validate(problem.profile)
+    profile, ps = problem.profile, problem.ps
+    n = profile.n
+    sizes = profile.sizes
+    split = ps.partition_compute
+    push_cost = problem.cost(plan.push.message_bytes)
+    server_cost = ps.server_update(plan.push.message_bytes)
+    pull_cost = ps.pull(plan.pull.message_bytes)
+    graph = nx.DiGraph()
+
+    def link(u: tuple, v: tuple, duration: float) -> None:
+        graph.add_edge(u, v, weight=float(duration))
+
+    def by_tensor(channel: Plan) -> list[list[tuple[int, int, int]]]:
+        pieces: list[list[tuple[int, int, int]]] = [[] for _ in range(n)]
+        for k, message in enumerate(channel.messages):
+            for c in message.chunks:
+                pieces[c.tensor].append((k, c.lo, c.hi))
+        return pieces
+
+    start = ("start",)
+    push_chunks = by_tensor(plan.push)
+    previous, previous_duration = start, 0.0
+    for i in range(n - 1, -1, -1):
+        chunks = push_chunks[i]
+        pieces = [(k, profile.backward[i] * (hi - lo) / sizes[i] + ps.delta) for k, lo, hi in chunks] \
+            if split and len(chunks) > 1 else [(None, profile.backward[i])]
+        for p, (k, duration) in enumerate(pieces):
+            node = ("backward", i, p)
+            link(previous, node, previous_duration)
+            previous, previous_duration = node, duration
+            targets = [k] if k is not None else [m for m, _, _ in chunks]
+            for m in targets:
+                link(node, ("push", m), duration)
+    backward_done, backward_last = previous, previous_duration
+
+    for k in range(plan.push.num_messages):
+        link(start, ("push", k), 0.0)
+        if k:
+            link(("push", k - 1), ("push", k), push_cost[k - 1])
+        link(("push", k), ("server", k), push_cost[k])
+    for m, message in enumerate(plan.pull.messages):
+        link(start, ("pull", m), 0.0)
+        if m:
+            link(("pull", m - 1), ("pull", m), pull_cost[m - 1])
+        for c in message.chunks:
+            for k, lo, hi in push_chunks[c.tensor]:
+                if lo < c.hi and hi > c.lo:
+                    link(("server", k), ("pull", m), server_cost[k])
+
+    pull_chunks = by_tensor(plan.pull)
+    if problem.sync == "barrier":
+        link(backward_done, ("update", 0), backward_last)
+        for m in range(plan.pull.num_messages):
+            link(("pull", m), ("update", 0), pull_cost[m])
+        for i in range(1, n):
+            link(("update", i - 1), ("update", i), profile.update[i - 1])
+        link(("update", n - 1), ("forward", 0, 0), profile.update[n - 1])
+        for i in range(1, n):
+            link(("forward", i - 1, 0), ("forward", i, 0), profile.forward[i - 1])
+        last, last_duration = ("forward", n - 1, 0), profile.forward[n - 1]
+    else:
+        last, last_duration = backward_done, backward_last
+        for i in range(n):
+            chunks = pull_chunks[i]
+            link(last, ("update", i), last_duration)
+            if split and len(chunks) > 1:
+                pieces = [(m, profile.forward[i] * (hi - lo) / sizes[i] + ps.delta) for m, lo, hi in chunks]
+                link(("pull", pieces[0][0]), ("update", i), pull_cost[pieces[0][0]])
+            else:
+                pieces = [(None, profile.forward[i])]
+                for m, _, _ in chunks:
+                    link(("pull", m), ("update", i), pull_cost[m])
+            last, last_duration = ("update", i), profile.update[i]
+            for q, (m, duration) in enumerate(pieces):
+                node = ("forward", i, q)
+                link(last, node, last_duration)
+                if m is not None and q:
+                    link(("pull", m), node, pull_cost[m])
+                last, last_duration = node, duration
+    link(last, ("end",), last_duration)
+    return graph
+
+
+def longest_path_time(problem: Problem, plan: Plan | PSPlan) -> float:
     """Iteration time as the longest path of :func:`schedule_graph`, in seconds.
 
     >>> from fusionopt.model import AlphaBeta, Plan, Problem, Profile
@@ -86,5 +203,13 @@ def longest_path_time(problem: Problem, plan: Plan) -> float:
     >>> problem = Problem(profile, AlphaBeta(3e-3, 1e-9))
     >>> round(longest_path_time(problem, Plan.from_groups(profile, [[2], [1, 0]])) * 1e3, 9)
     17.0
+
+    A parameter server, layer by layer (:func:`~fusionopt.model.ps_timing.simulate_ps`'s example):
+
+    >>> from fusionopt.model.ps import ParameterServer, PSPlan
+    >>> ps_problem = Problem(profile, ps=ParameterServer(AlphaBeta(1e-3, 1e-9)), sync="layerwise")
+    >>> plan = PSPlan.from_groups(profile, push=[[2], [1], [0]], pull=[[0], [1], [2]])
+    >>> round(longest_path_time(ps_problem, plan) * 1e3, 9)
+    22.0
     """
     return float(nx.dag_longest_path_length(schedule_graph(problem, plan), weight="weight"))

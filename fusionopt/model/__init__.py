@@ -9,9 +9,10 @@ from fusionopt.model.fusion import evaluate_cuts, fusion_iteration_time
 from fusionopt.model.plan import Chunk, Message, Plan
 from fusionopt.model.problem import Problem
 from fusionopt.model.profile import Profile
+from fusionopt.model.ps import ParameterServer, PSPlan
 from fusionopt.model.timeline import Timeline, simulate
 
 __all__ = [
-    "AlphaBeta", "Chunk", "CommCost", "Message", "Plan", "Problem", "Profile", "Timeline",
+    "AlphaBeta", "Chunk", "CommCost", "Message", "PSPlan", "ParameterServer", "Plan", "Problem", "Profile", "Timeline",
     "best_bound", "evaluate_cuts", "fusion_iteration_time", "simulate",
 ]

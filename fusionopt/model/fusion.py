@@ -220,6 +220,7 @@ def fusion_message_times(problem: Problem, cuts: Any) -> tuple[np.ndarray, np.nd
     >>> (ready * 1e3).round(9).tolist(), (end * 1e3).round(9).tolist()
     ([1.0, 4.5, 8.5], [4.0, 6.5, 13.5])
     """
+    _refuse_ps(problem, "fusion_message_times")
     if problem.channels > 1:
         raise ValueError(f"the fusion recursion models one channel, not channels = {problem.channels}")
     profile = problem.profile
@@ -261,6 +262,7 @@ def score_cuts(problem: Problem, cuts: np.ndarray) -> np.ndarray:
     >>> (score_cuts(problem, [[1, 1], [0, 1]]) * 1e3).round(9).tolist()
     [16.5, 16.0]
     """
+    _refuse_ps(problem, "score_cuts")
     if not problem.extensions:
         return evaluate_cuts(problem, cuts)
     cuts = _check_cuts(problem, cuts, batch=True)
@@ -276,6 +278,12 @@ def score_cuts(problem: Problem, cuts: np.ndarray) -> np.ndarray:
     profile = problem.profile
     return np.array([simulate(problem, Plan.from_cuts(profile, row), validate=False).iteration_time
                      for row in cuts])
+
+
+def _refuse_ps(problem: Problem, what: str) -> None:
+    if problem.ps is not None:
+        raise ValueError(f"{what} times all-reduce fusion plans; this problem has a parameter server: "
+                         "time its PSPlans with simulate() or fusionopt.model.ps_timing")
 
 
 def _evaluate_extended(problem: Problem, cuts: np.ndarray) -> np.ndarray:

@@ -9,6 +9,7 @@ import numpy as np
 
 from fusionopt.model.cost import CommCost
 from fusionopt.model.profile import Profile
+from fusionopt.model.ps import ParameterServer
 
 SYNC_MODES = ("barrier", "layerwise")
 COPY_PLACES = ("channel", "compute")
@@ -33,7 +34,8 @@ class Problem:
     profile : Profile
         The workload (MODEL.md section 1).
     cost : CommCost
-        Time of a message of ``S`` bytes on the channel (MODEL.md section 2).
+        Time of a message of ``S`` bytes on the channel (MODEL.md section 2). With ``ps``
+        it is the push channel's cost and may be left out (it defaults to ``ps.push``).
     sync : {"barrier", "layerwise"}
         When the next forward may start (MODEL.md section 4): after every gradient is
         reduced (``"barrier"``: DDP, Horovod, MG-WFBP) or tensor by tensor as each gradient
@@ -57,6 +59,11 @@ class Problem:
         ``K >= 1`` concurrent channels: up to ``K`` messages in flight, dispatched in plan
         order; each pays its own startup ``alpha`` in full and the bytes of the messages
         in transfer share the bandwidth equally (processor sharing). Needs an affine cost.
+    ps : ParameterServer, optional
+        A parameter server instead of all-reduce (:mod:`fusionopt.model.ps`): a push and a
+        pull channel, server updates and optionally partitioned compute. Plans are then
+        :class:`~fusionopt.model.ps.PSPlan` s and ``sync`` applies to the pulls. It does not
+        combine with the other extensions.
 
     Examples
     --------
@@ -68,19 +75,28 @@ class Problem:
     Traceback (most recent call last):
     ...
     ValueError: unknown sync 'eager': choose one of 'barrier', 'layerwise'
+    >>> from fusionopt.model.ps import ParameterServer
+    >>> Problem(p, ps=ParameterServer(AlphaBeta(1e-4, 1e-9))).extensions
+    ('ps',)
     """
 
     profile: Profile
-    cost: CommCost
+    cost: CommCost | None = None
     sync: str = "barrier"
     copy_cost: float = 0.0
     copy_on: str = "channel"
     contention: float = 1.0
     channels: int = 1
+    ps: ParameterServer | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.profile, Profile):
             raise ValueError(f"profile must be a Profile, got {type(self.profile).__name__}")
+        if self.ps is not None:
+            if not isinstance(self.ps, ParameterServer):
+                raise ValueError(f"ps must be a ParameterServer, got {type(self.ps).__name__}")
+            if self.cost is None:
+                object.__setattr__(self, "cost", self.ps.push)
         if not isinstance(self.cost, CommCost):
             raise ValueError(f"cost must be a CommCost (e.g. AlphaBeta), got {type(self.cost).__name__}")
         if self.sync not in SYNC_MODES:
@@ -99,6 +115,25 @@ class Problem:
                 f"splits a message into its startup and its bytes, and {type(self.cost).__name__} has no such split"
             )
         check_cost(self.cost, self.profile)
+        if self.ps is not None:
+            self._check_ps()
+
+    def _check_ps(self) -> None:
+        ps = self.ps
+        if self.cost is not ps.push and self.cost != ps.push:
+            raise ValueError(f"cost {self.cost!r} differs from the parameter server's push cost {ps.push!r}: "
+                             "with ps, cost is the push cost; leave it out")
+        others = {"copy_cost": self.copy_cost != 0.0, "contention": self.contention != 1.0,
+                  "channels": self.channels != 1}
+        for name, on in others.items():
+            if on:
+                raise ValueError(f"the parameter server does not combine with {name} "
+                                 f"({name}={getattr(self, name)!r}); leave one of them out")
+        if ps.pull is not ps.push:
+            try:
+                check_cost(ps.pull, self.profile)
+            except ValueError as exc:
+                raise ValueError(f"pull cost: {exc}") from None
 
     @property
     def extensions(self) -> tuple[str, ...]:
@@ -110,10 +145,13 @@ class Problem:
             on.append("contention")
         if self.channels > 1:
             on.append("channels")
+        if self.ps is not None:
+            on.append("ps")
         return tuple(on)
 
     def plain(self) -> "Problem":
-        """The same profile, cost and sync without extensions."""
+        """The same profile, cost and sync without extensions (for a parameter server: the
+        all-reduce problem whose channel costs what its push channel costs)."""
         return Problem(self.profile, self.cost, sync=self.sync)
 
     def require_plain(self, what: str) -> None:
@@ -125,7 +163,7 @@ class Problem:
             )
 
     def __repr__(self) -> str:
-        extras = "".join(f", {name}={getattr(self, name)!r}" for name in ("copy_cost", "copy_on", "contention", "channels")
+        extras = "".join(f", {name}={getattr(self, name)!r}" for name in ("copy_cost", "copy_on", "contention", "channels", "ps")
                          if getattr(self, name) != getattr(Problem, name))
         return f"Problem({self.profile!r}, {self.cost!r}, sync={self.sync!r}{extras})"
 

@@ -8,6 +8,7 @@ import numpy as np
 
 from fusionopt.model.plan import Plan
 from fusionopt.model.problem import Problem
+from fusionopt.model.ps import PSPlan
 
 
 @dataclass(frozen=True, eq=False)
@@ -34,6 +35,20 @@ class Timeline:
         ``phi_i``: when the next step's forward of tensor ``i`` starts (after its update).
     busy : float
         Time the channel is busy, ``sum_k c(S_k)``.
+
+    Parameter server (``problem.ps``, :func:`~fusionopt.model.ps_timing.simulate_ps`): the
+    ``message_*`` arrays and ``busy`` describe the push channel, ``reduced`` holds when the
+    last pull of each tensor ends, and these are set (``None`` and 0 otherwise):
+
+    pull_ready, pull_start, pull_end : ndarray
+        Gate, start and end of each pull message, pull channel order.
+    pull_bytes : ndarray of int64
+        Size of each pull message.
+    server_updated : ndarray
+        When the servers finish updating each push message's bytes.
+    compute_overhead : float
+        Seconds of partitioned-compute overhead (``delta`` per piece) on the compute
+        stream; it counts in ``exposed``, since ``compute_time`` is the profile's ``B + F + U``.
     """
 
     sync: str
@@ -45,6 +60,12 @@ class Timeline:
     message_bytes: np.ndarray
     reduced: np.ndarray
     forward_start: np.ndarray
+    pull_ready: np.ndarray | None = None
+    pull_start: np.ndarray | None = None
+    pull_end: np.ndarray | None = None
+    pull_bytes: np.ndarray | None = None
+    server_updated: np.ndarray | None = None
+    compute_overhead: float = 0.0
 
     @property
     def exposed(self) -> float:
@@ -60,13 +81,22 @@ class Timeline:
         return self.iteration_time - self.busy
 
     @property
+    def pull_busy(self) -> float:
+        """Time the pull channel is busy (0 without a parameter server)."""
+        return 0.0 if self.pull_end is None else float(np.sum(self.pull_end - self.pull_start))
+
+    @property
     def communication_end(self) -> float:
-        """``E = max_i C_i``: the end of the last message."""
+        """``E = max_i C_i``: the end of the last message (the last pull, on a parameter server)."""
+        if self.pull_end is not None:
+            return float(self.pull_end.max())
         return float(self.message_end.max())
 
     @property
     def num_messages(self) -> int:
-        return len(self.message_bytes)
+        """Messages on the channel (pushes and pulls together, on a parameter server)."""
+        pulls = 0 if self.pull_bytes is None else len(self.pull_bytes)
+        return len(self.message_bytes) + pulls
 
     def scaling_efficiency(self) -> float:
         """``(B + F + U) / T`` (MODEL.md section 4)."""
@@ -83,7 +113,7 @@ class Timeline:
         )
 
 
-def simulate(problem: Problem, plan: Plan, *, validate: bool = True) -> Timeline:
+def simulate(problem: Problem, plan: Plan | PSPlan, *, validate: bool = True) -> Timeline:
     """Simulate ``plan`` on ``problem`` (MODEL.md sections 3 and 4).
 
     Messages run one at a time in plan order: ``start_k = max(R_k, end_{k-1})``,
@@ -91,7 +121,9 @@ def simulate(problem: Problem, plan: Plan, *, validate: bool = True) -> Timeline
     messages carrying it; the next forward then starts after a barrier on every ``C_i`` or
     tensor by tensor (``problem.sync``). A problem with extensions on (copy cost,
     contention, several channels) is simulated event by event instead
-    (:mod:`fusionopt.model.events`).
+    (:mod:`fusionopt.model.events`); a parameter-server problem (``problem.ps``) takes a
+    :class:`~fusionopt.model.ps.PSPlan` and is simulated by
+    :func:`~fusionopt.model.ps_timing.simulate_ps`.
 
     Parameters
     ----------
@@ -112,6 +144,10 @@ def simulate(problem: Problem, plan: Plan, *, validate: bool = True) -> Timeline
     >>> (t.message_end * 1e3).round(9).tolist()
     [6.0, 14.0]
     """
+    if problem.ps is not None or not isinstance(plan, Plan):
+        from fusionopt.model.ps_timing import simulate_ps
+
+        return simulate_ps(problem, plan, validate=validate)
     profile = problem.profile
     if validate:
         plan.validate(profile)

@@ -26,6 +26,7 @@ class Method:
     in_default_comparison: bool = True
     plain_only: bool = False        # needs the plain model (no copy cost, contention, channels)
     layerwise_only: bool = False    # needs sync="layerwise" (partition schedulers)
+    ps_only: bool = False           # a parameter-server method (Problem(..., ps=...)); the others are all-reduce
 
     @property
     def function(self) -> Callable[..., Result]:
@@ -50,16 +51,18 @@ _REGISTRY: dict[str, Method] = {}
 
 def register(name: str, target: Callable[..., Result] | str, summary: str, *,
              in_default_comparison: bool = True, plain_only: bool = False,
-             layerwise_only: bool = False) -> None:
+             layerwise_only: bool = False, ps_only: bool = False) -> None:
     """Add a method under ``name``; ``target`` is a function or ``"module:function"``.
 
     ``in_default_comparison``: whether :func:`compare` runs it when no methods are named
     (off for searches that are slow or limited in size); ``plain_only`` and
-    ``layerwise_only`` leave it out of that comparison on problems it refuses.
+    ``layerwise_only`` leave it out of that comparison on problems it refuses; ``ps_only``
+    marks a parameter-server method (the others are all-reduce methods: each kind runs on
+    its own kind of problem only).
     """
     if name in _REGISTRY:
         raise ValueError(f"method {name!r} is already registered")
-    _REGISTRY[name] = Method(name, target, summary, in_default_comparison, plain_only, layerwise_only)
+    _REGISTRY[name] = Method(name, target, summary, in_default_comparison, plain_only, layerwise_only, ps_only)
 
 
 register("wfbp", baselines.wfbp, "wait-free backpropagation: one message per tensor")
@@ -88,6 +91,10 @@ register("bytescheduler-tuned", "fusionopt.solvers.priority:bytescheduler_tuned"
          "ByteScheduler with partition and credit searched on a grid (layerwise)", layerwise_only=True)
 register("layerwise-opt", "fusionopt.solvers.layerwise_opt:layerwise_opt",
          "ours: the best layerwise start improved by local search (layerwise)", layerwise_only=True)
+register("ps-default", "fusionopt.solvers.ps:ps_default",
+         "parameter server: one push after the backward, one pull before the forward", ps_only=True)
+register("ps-layer", "fusionopt.solvers.ps:ps_layer",
+         "parameter server: one push and one pull per tensor, overlapping the compute", ps_only=True)
 register("usbyte", "fusionopt.solvers.usbyte:usbyte", "US-Byte: unequal blocks in gaps, priority search (layerwise)",
          in_default_comparison=False, plain_only=True, layerwise_only=True)
 
@@ -111,9 +118,10 @@ def default_methods(problem: Problem | None = None) -> list[str]:
     """
     extended = problem is not None and bool(problem.extensions)
     layerwise = problem is not None and problem.sync == "layerwise"
+    ps = problem is not None and problem.ps is not None
     return [name for name, m in _REGISTRY.items()
             if m.in_default_comparison and not (extended and m.plain_only)
-            and (layerwise or not m.layerwise_only)]
+            and (layerwise or not m.layerwise_only) and m.ps_only == ps]
 
 
 def get_method(name: str) -> Method:
@@ -153,6 +161,12 @@ def solve(problem: Problem, method: str = "wfbp", **options: Any) -> Result:
     if not isinstance(problem, Problem):
         raise ValueError(f"problem must be a Problem, got {type(problem).__name__}")
     entry = get_method(method)
+    if entry.ps_only != (problem.ps is not None):
+        kind = "a parameter-server" if entry.ps_only else "an all-reduce"
+        has = "a parameter server" if problem.ps is not None else "all-reduce (no ps)"
+        others = ", ".join(n for n, m in _REGISTRY.items() if m.ps_only == (problem.ps is not None))
+        raise ValueError(f"method {method!r} is {kind} method and this problem uses {has}; "
+                         f"methods for it: {others}")
     allowed = entry.options
     for key in options:
         if key not in allowed:
@@ -167,7 +181,7 @@ class ComparisonRow:
 
     method: str
     iteration_time: float
-    speedup: float              # T of WFBP / T of this method
+    speedup: float              # T of WFBP (ps-default on a parameter server) / T of this method
     exposed: float
     messages: int
     status: str
@@ -200,7 +214,8 @@ def compare(problem: Problem, methods: Iterable[str] | None = None) -> list[Comp
     for name in names:
         get_method(name)
     results = {name: solve(problem, name) for name in dict.fromkeys(names)}
-    reference = results["wfbp"] if "wfbp" in results else solve(problem, "wfbp")
+    base = "ps-default" if problem.ps is not None else "wfbp"
+    reference = results[base] if base in results else solve(problem, base)
     rows = []
     for name, r in results.items():
         rows.append(ComparisonRow(

@@ -111,7 +111,18 @@ def finish(
     timeline = simulate(problem, plan, validate=True)
     if space == "fusion" and not plan.is_fusion(problem.profile):
         raise AssertionError(f"{method}: a fusion method returned a plan that is not a fusion plan")
-    bound = best_bound(problem, space=space)
+    return conclude(plan, method, started, timeline, best_bound(problem, space=space), stats=stats,
+                    lower_bound=lower_bound, status=status, tolerance=tolerance, optimal=optimal)
+
+
+def conclude(plan: Any, method: str, started: float, timeline: Timeline, model_bound: float, *,
+             stats: Mapping[str, Any] | None = None, lower_bound: float | None = None,
+             status: Status = Status.FEASIBLE, tolerance: float = 0.0, optimal: bool = False) -> Result:
+    """The :class:`Result` of a simulated plan given the model's bound (seconds): the larger
+    of it and the solver's ``lower_bound`` is kept, a plan below it or a false optimality
+    claim is an ``AssertionError``, and ``OPTIMAL`` is set when the plan meets the bound.
+    Shared by :func:`finish` and the parameter-server path."""
+    bound = model_bound
     if lower_bound is not None:
         bound = max(bound, lower_bound)
     iteration_time = timeline.iteration_time

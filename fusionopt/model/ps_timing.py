@@ -1,0 +1,412 @@
+"""Timing of parameter-server plans (MODEL.md section 6): the simulator, a fast evaluator
+and lower bounds.
+
+:func:`simulate_ps` is what :func:`fusionopt.model.simulate` runs for a problem with
+``ps=ParameterServer(...)``; its docstring is the PS model's statement.
+:func:`offsets_iteration_time` computes the same ``T`` for the plans of
+:meth:`~fusionopt.model.ps.PSPlan.from_offsets` without building them (the inner loop of
+searches; tests pin it to the simulator). :func:`ps_lower_bound` bounds every PS plan.
+"""
+
+from __future__ import annotations
+
+import bisect
+from typing import Iterable
+
+import numpy as np
+
+from fusionopt.model.plan import Plan
+from fusionopt.model.problem import Problem
+from fusionopt.model.ps import PSPlan, _check_offsets, stream_offsets
+from fusionopt.model.timeline import Timeline
+
+__all__ = ["simulate_ps", "offsets_iteration_time", "ps_lower_bound", "require_ps"]
+
+
+def require_ps(problem: Problem, what: str) -> None:
+    """Raise ``ValueError`` unless ``problem`` has a parameter server: ``what`` needs one."""
+    if not isinstance(problem, Problem):
+        raise ValueError(f"problem must be a Problem, got {type(problem).__name__}")
+    if problem.ps is None:
+        raise ValueError(f"{what} needs a parameter-server problem: Problem(profile, ps=ParameterServer(...))")
+
+
+def _check_inputs(problem: Problem, plan: PSPlan) -> None:
+    if problem.ps is None:
+        if isinstance(plan, PSPlan):
+            raise ValueError("a PSPlan needs a parameter-server problem: Problem(profile, ps=ParameterServer(...))")
+        raise ValueError(f"plan must be a Plan, got {type(plan).__name__}")
+    if not isinstance(plan, PSPlan):
+        hint = "; PSPlan.mirror(plan) pulls its messages as they were pushed" if isinstance(plan, Plan) else ""
+        raise ValueError(f"a parameter-server problem needs a PSPlan (push and pull plans), "
+                         f"got {type(plan).__name__}{hint}")
+
+
+def _pieces_by_tensor(plan: Plan, n: int) -> list[list[tuple[int, int, int]]]:
+    """Per tensor, its chunks in plan order as ``(message, lo, hi)``."""
+    pieces: list[list[tuple[int, int, int]]] = [[] for _ in range(n)]
+    for k, message in enumerate(plan.messages):
+        for c in message.chunks:
+            pieces[c.tensor].append((k, c.lo, c.hi))
+    return pieces
+
+
+def simulate_ps(problem: Problem, plan: PSPlan, *, validate: bool = True) -> Timeline:
+    """Simulate a parameter-server plan (MODEL.md section 6, "Parameter server").
+
+    The model, times in seconds from the start of the backward, sizes in bytes:
+
+    1. **Backward.** The compute stream runs the backward of tensors ``n-1 .. 0``. Without
+       partitioned compute, every chunk of tensor ``i`` is ready at ``r_i``. With
+       ``ps.partition_compute``, a tensor the push plan sends in ``m >= 2`` chunks has its
+       backward split into ``m`` pieces **aligned with its push chunks**: one piece per
+       chunk, run in the order the push plan sends the chunks (message order, then chunk
+       order inside a message), the piece of chunk ``[lo, hi)`` costing
+       ``b_i (hi - lo) / s_i + delta``; the chunk is ready when its piece ends. A tensor
+       sent in one chunk is one piece of ``b_i`` (no overhead).
+    2. **Push channel.** Push messages run one at a time in push-plan order:
+       ``start_k = max(R_k, end_{k-1})``, ``end_k = start_k + c_push(S_k)``, ``R_k`` the
+       latest ready time of its chunks (MODEL.md section 3).
+    3. **Server update.** The servers update a push message's bytes once it has arrived:
+       they are up to date at ``U_k = end_k + update_overhead + update_per_byte S_k``
+       (updates of different messages may overlap: the servers' cores work in parallel).
+    4. **Pull channel.** Pull messages run one at a time in pull-plan order, each gated by
+       the server updates of every push message that shares a byte with it:
+       ``G_m = max U_k`` over those, ``start'_m = max(G_m, end'_{m-1})``,
+       ``end'_m = start'_m + c_pull(S'_m)``. Pull chunks need not match push chunks. A
+       tensor is back (``reduced``, ``C_i``) when its last pull ends.
+    5. **Forward** (``sync`` applies to the pulls, MODEL.md section 4). ``barrier``: the
+       updates ``U`` and forwards ``F`` run after the backward and every pull. ``layerwise``:
+       tensor ``i``'s update ``u_i`` and forward run after tensor ``i - 1``'s forward and its
+       own pulls. With ``ps.partition_compute`` and layerwise sync, a tensor the pull plan
+       sends in ``m >= 2`` chunks has its forward split into pieces **aligned with its pull
+       chunks**: one per chunk, in pull-plan order, the piece of ``[lo, hi)`` costing
+       ``f_i (hi - lo) / s_i + delta`` and waiting only for the end of its own chunk's pull
+       message; ``u_i`` runs just before the first piece, under the same gate. (Under
+       barrier sync every pull is done before the forward starts, so the forward is never
+       split.) ``T`` is the end of the last forward.
+
+    The backward pieces follow the push chunks and the forward pieces the pull chunks,
+    each independently of the other direction. With pull costs of zero, no server update,
+    no partitioned compute and the pull plan equal to the push plan
+    (:meth:`PSPlan.mirror`), the timeline is the all-reduce simulator's under the push cost.
+
+    Returns
+    -------
+    Timeline
+        ``message_*`` the push channel, ``pull_*`` the pull channel, ``server_updated`` the
+        ``U_k``, ``reduced`` the ``C_i``, ``forward_start`` each tensor's first forward
+        piece (after ``u_i``), ``compute_overhead`` the deltas paid.
+
+    Examples
+    --------
+    MODEL.md section 5's profile, ``alpha = 1 ms``, ``beta = 1 ns/B`` both ways, layer by
+    layer with layerwise sync. Pushes: t3 1 -> 4, t2 4 -> 6, t1 6 -> 11 ms. Pulls in
+    forward order: t1 11 -> 16, t2 16 -> 18, t3 18 -> 21. Forward: t1 16 -> 17, t2 18 -> 19,
+    t3 21 -> 22 ms.
+
+    >>> from fusionopt.model import AlphaBeta, Problem, Profile, simulate
+    >>> from fusionopt.model.ps import ParameterServer, PSPlan
+    >>> profile = Profile.from_arrays([4e6, 1e6, 2e6], [1e-3] * 3, [3e-3, 2e-3, 1e-3])
+    >>> problem = Problem(profile, ps=ParameterServer(AlphaBeta(1e-3, 1e-9)), sync="layerwise")
+    >>> t = simulate(problem, PSPlan.from_groups(profile, push=[[2], [1], [0]], pull=[[0], [1], [2]]))
+    >>> (t.pull_end * 1e3).round(9).tolist(), round(t.iteration_time * 1e3, 9)
+    ([16.0, 18.0, 21.0], 22.0)
+    """
+    _check_inputs(problem, plan)
+    profile, ps = problem.profile, problem.ps
+    if validate:
+        plan.validate(profile)
+    n = profile.n
+    sizes = profile.sizes.tolist()
+    backward, forward, update = profile.backward.tolist(), profile.forward.tolist(), profile.update.tolist()
+    split, delta = ps.partition_compute, ps.delta
+    overhead = 0.0
+
+    # 1. Backward, piece by piece.
+    push_pieces = _pieces_by_tensor(plan.push, n)
+    n_push = plan.push.num_messages
+    push_ready = [-np.inf] * n_push
+    clock = 0.0
+    for i in range(n - 1, -1, -1):
+        pieces = push_pieces[i]
+        if split and len(pieces) > 1:
+            for k, lo, hi in pieces:
+                clock += backward[i] * (hi - lo) / sizes[i] + delta
+                overhead += delta
+                push_ready[k] = max(push_ready[k], clock)
+        else:
+            clock += backward[i]
+            for k, _, _ in pieces:
+                push_ready[k] = max(push_ready[k], clock)
+    backward_end = clock
+
+    # 2. Push channel; 3. server updates.
+    push_bytes = plan.push.message_bytes
+    push_cost = np.asarray(problem.cost(push_bytes), dtype=np.float64).tolist()
+    push_start, push_end = _channel(push_ready, push_cost)
+    updated = (np.array(push_end) + ps.server_update(push_bytes)).tolist()
+
+    # 4. Pull channel: each pull waits for the pushes its bytes came in.
+    intervals = [sorted((lo, hi, k) for k, lo, hi in pieces) for pieces in push_pieces]
+    starts = [[lo for lo, _, _ in tensor] for tensor in intervals]
+    n_pull = plan.pull.num_messages
+    gate = [-np.inf] * n_pull
+    for m, message in enumerate(plan.pull.messages):
+        for c in message.chunks:
+            tensor = intervals[c.tensor]
+            j = max(bisect.bisect_right(starts[c.tensor], c.lo) - 1, 0)
+            while j < len(tensor) and tensor[j][0] < c.hi:
+                if tensor[j][1] > c.lo:
+                    gate[m] = max(gate[m], updated[tensor[j][2]])
+                j += 1
+    pull_bytes = plan.pull.message_bytes
+    pull_cost = np.asarray(ps.pull(pull_bytes), dtype=np.float64).tolist()
+    pull_start, pull_end = _channel(gate, pull_cost)
+    pull_pieces = _pieces_by_tensor(plan.pull, n)
+    reduced = [max(pull_end[m] for m, _, _ in pull_pieces[i]) for i in range(n)]
+
+    # 5. Forward.
+    phi = [0.0] * n
+    if problem.sync == "barrier":
+        clock = max(backward_end, max(pull_end)) + profile.U
+        for i in range(n):
+            phi[i] = clock
+            clock += forward[i]
+    else:
+        clock = backward_end
+        for i in range(n):
+            pieces = pull_pieces[i]
+            if split and len(pieces) > 1:
+                for q, (m, lo, hi) in enumerate(pieces):
+                    clock = max(clock, pull_end[m])
+                    if q == 0:
+                        clock += update[i]
+                        phi[i] = clock
+                    clock += forward[i] * (hi - lo) / sizes[i] + delta
+                    overhead += delta
+            else:
+                clock = max(clock, reduced[i]) + update[i]
+                phi[i] = clock
+                clock += forward[i]
+
+    def frozen(values) -> np.ndarray:
+        array = np.array(values, dtype=np.float64)
+        array.setflags(write=False)
+        return array
+
+    for array in (push_bytes, pull_bytes):
+        array.setflags(write=False)
+    return Timeline(
+        sync=problem.sync,
+        iteration_time=float(clock),
+        compute_time=profile.compute_time,
+        message_ready=frozen(push_ready),
+        message_start=frozen(push_start),
+        message_end=frozen(push_end),
+        message_bytes=push_bytes,
+        reduced=frozen(reduced),
+        forward_start=frozen(phi),
+        pull_ready=frozen(gate),
+        pull_start=frozen(pull_start),
+        pull_end=frozen(pull_end),
+        pull_bytes=pull_bytes,
+        server_updated=frozen(updated),
+        compute_overhead=float(overhead),
+    )
+
+
+def _channel(ready: list[float], cost: list[float]) -> tuple[list[float], list[float]]:
+    """One message at a time in order: ``start_k = max(ready_k, end_{k-1})``."""
+    start, end = [], []
+    free = -np.inf
+    for r, c in zip(ready, cost):
+        s = max(r, free)
+        free = s + c
+        start.append(s)
+        end.append(free)
+    return start, end
+
+
+# ---------------------------------------------------------------------------- fast path
+def offsets_iteration_time(problem: Problem, push: Iterable[int] = (), pull: Iterable[int] = ()) -> float:
+    """``T`` in seconds of ``PSPlan.from_offsets(profile, push, pull)``, without building it.
+
+    Equal to ``simulate(problem, PSPlan.from_offsets(problem.profile, push, pull)).iteration_time``
+    (tests pin the two together), in ``O((n + m) log m)`` for ``m`` messages: the compute
+    pieces come from the union of the cut offsets and the tensor boundaries of each byte
+    stream (:func:`~fusionopt.model.ps.stream_offsets`), the pull gates from range maxima
+    of the server-update times, and only the three max-plus recursions (push channel, pull
+    channel, forward) are loops. Use it as the inner loop of searches over partitions.
+
+    Parameters
+    ----------
+    push, pull : iterable of int
+        Strictly increasing byte offsets inside ``(0, total bytes)`` of the push stream
+        (backward order) and the pull stream (forward order).
+
+    Examples
+    --------
+    >>> from fusionopt.model import AlphaBeta, Problem, Profile
+    >>> from fusionopt.model.ps import ParameterServer
+    >>> profile = Profile.from_arrays([4e6, 1e6, 2e6], [1e-3] * 3, [3e-3, 2e-3, 1e-3])
+    >>> problem = Problem(profile, ps=ParameterServer(AlphaBeta(1e-3, 1e-9)), sync="layerwise")
+    >>> round(offsets_iteration_time(problem, push=[2_000_000, 3_000_000],
+    ...                              pull=[4_000_000, 5_000_000]) * 1e3, 9)    # layer by layer
+    22.0
+    >>> round(offsets_iteration_time(problem) * 1e3, 9)     # one push, one pull: 6 + 8 + 8 + 3
+    25.0
+    """
+    require_ps(problem, "offsets_iteration_time")
+    profile, ps = problem.profile, problem.ps
+    n = profile.n
+    sizes = profile.sizes
+    total = profile.total_bytes
+    push_bounds = np.append(_check_offsets(profile, push, "push"), total)
+    pull_bounds = np.append(_check_offsets(profile, pull, "pull"), total)
+    split, delta = ps.partition_compute, ps.delta
+
+    # Backward over the push stream: tensors n-1 .. 0.
+    push_starts = stream_offsets(profile, "push")
+    stream_start = push_starts[::-1]                          # by stream position
+    stream_end = stream_start + sizes[::-1]
+    backward = profile.backward[::-1]
+    if split:
+        ends = np.union1d(stream_end, push_bounds)            # piece ends, ascending
+        begins = np.concatenate(([0], ends[:-1]))
+        owner = np.searchsorted(stream_end, ends, side="left")   # stream position of each piece
+        pieces = np.bincount(owner, minlength=n)
+        is_split = pieces[owner] > 1
+        work = np.where(is_split, backward[owner] * (ends - begins) / sizes[::-1][owner] + delta, backward[owner])
+        piece_done = np.cumsum(work)
+        push_ready = piece_done[np.searchsorted(ends, push_bounds)]
+        backward_end = float(piece_done[-1])
+        overhead = delta * float(pieces[pieces > 1].sum())
+    else:
+        ready_by_position = np.cumsum(backward)
+        push_ready = ready_by_position[np.searchsorted(stream_end, push_bounds, side="left")]
+        backward_end = profile.B
+        overhead = 0.0
+    push_bytes = np.diff(push_bounds, prepend=0)
+    _, push_end = _channel(push_ready.tolist(), np.asarray(problem.cost(push_bytes), dtype=np.float64).tolist())
+    updated = np.array(push_end) + ps.server_update(push_bytes)
+
+    # Pull gates: for each forward piece, the push messages its bytes came in.
+    pull_starts = stream_offsets(profile, "pull")
+    pull_stream_end = pull_starts + sizes
+    ends = np.union1d(pull_stream_end, pull_bounds)
+    begins = np.concatenate(([0], ends[:-1]))
+    owner = np.searchsorted(pull_stream_end, ends, side="left")           # tensor of each piece
+    lo = push_starts[owner] + (begins - pull_starts[owner])                # on the push stream
+    hi = lo + (ends - begins)
+    first = np.searchsorted(push_bounds, lo, side="right")
+    last = np.searchsorted(push_bounds, hi - 1, side="right")
+    piece_gate = _range_max(updated, first, last)
+    message_of_piece = np.searchsorted(pull_bounds, ends, side="left")
+    gate = np.maximum.reduceat(piece_gate, np.searchsorted(message_of_piece, np.arange(len(pull_bounds))))
+    pull_bytes = np.diff(pull_bounds, prepend=0)
+    _, pull_end = _channel(gate.tolist(), np.asarray(ps.pull(pull_bytes), dtype=np.float64).tolist())
+
+    forward, update = profile.forward.tolist(), profile.update.tolist()
+    if problem.sync == "barrier":
+        clock = max(backward_end, pull_end[-1]) + profile.U
+        for i in range(n):
+            clock += forward[i]
+        return clock
+    pieces = np.bincount(owner, minlength=n)
+    last_message = np.searchsorted(pull_bounds, pull_stream_end, side="left").tolist()
+    clock = backward_end
+    if not split:
+        for i in range(n):
+            clock = max(clock, pull_end[last_message[i]]) + update[i]
+            clock += forward[i]
+        return clock
+    sizes_list = sizes.tolist()
+    piece = 0
+    for i in range(n):
+        count = int(pieces[i])
+        if count == 1:
+            clock = max(clock, pull_end[last_message[i]]) + update[i]
+            clock += forward[i]
+            piece += 1
+            continue
+        for q in range(count):
+            clock = max(clock, pull_end[int(message_of_piece[piece])])
+            if q == 0:
+                clock += update[i]
+            clock += forward[i] * int(ends[piece] - begins[piece]) / sizes_list[i] + delta
+            piece += 1
+    return clock
+
+
+def _range_max(values: np.ndarray, first: np.ndarray, last: np.ndarray) -> np.ndarray:
+    """``max(values[first[j] .. last[j]])`` for each ``j`` (inclusive), by a sparse table."""
+    table = [values]
+    width = 1
+    longest = int((last - first).max()) + 1 if len(first) else 1
+    while 2 * width <= longest:
+        previous = table[-1]
+        table.append(np.maximum(previous[:-width], previous[width:]))
+        width *= 2
+    span = last - first + 1
+    level = np.floor(np.log2(span)).astype(np.int64)
+    out = np.empty(len(first))
+    for k, row in enumerate(table):
+        chosen = level == k
+        if chosen.any():
+            a, b = first[chosen], last[chosen] - (1 << k) + 1
+            out[chosen] = np.maximum(row[a], row[b])
+    return out
+
+
+# ---------------------------------------------------------------------------- bounds
+def ps_lower_bound(problem: Problem) -> float:
+    """A lower bound in seconds on ``T`` of every PS plan of ``problem``.
+
+    The largest of:
+
+    * ``B + F + U``: compute only grows with partitioning (``delta >= 0``);
+    * the last chunk: the backward's last piece (a piece of tensor 0) ends at ``B`` or later;
+      its push, server update and pull (each of at least one byte) follow, then the forward:
+      ``U + F`` (barrier, or layerwise without partitioned compute) or at least the
+      updates and forwards of tensors ``1..n-1`` (tensor 0's forward may be split);
+    * for an affine push cost, the push channel: it opens no earlier than the first chunk
+      is ready and carries every byte (``sum_k c(S_k) >= c(total)`` when ``alpha >= 0``);
+      the last push's bytes are then updated and pulled; likewise for the pull channel,
+      which opens after the first push and its update;
+    * without partitioned compute, every all-reduce bound of
+      :func:`fusionopt.model.bounds.best_bound` for the push cost: pulls and updates only
+      delay each tensor's return, so ``T`` is at least the all-reduce ``T`` of the push plan.
+
+    >>> from fusionopt.model import AlphaBeta, Problem, Profile
+    >>> from fusionopt.model.ps import ParameterServer
+    >>> profile = Profile.from_arrays([4e6, 1e6, 2e6], [1e-3] * 3, [3e-3, 2e-3, 1e-3])
+    >>> ps = ParameterServer(AlphaBeta(1e-3, 1e-9), partition_compute=True)
+    >>> round(ps_lower_bound(Problem(profile, ps=ps)) * 1e3, 6)   # 0 + 8 pushing + 1 pulling + 3
+    12.000001
+    """
+    require_ps(problem, "ps_lower_bound")
+    profile, ps = problem.profile, problem.ps
+    split = ps.partition_compute
+    tails = (profile.update + profile.forward)[::-1].cumsum()[::-1]
+    everything = profile.U + profile.F
+    after_tensor_0 = float(tails[1]) if profile.n > 1 else 0.0
+    barrier = problem.sync == "barrier"
+    last_tail = everything if barrier or not split else after_tensor_0
+    one_byte = float(problem.cost(1)) + ps.server_update(1) + float(ps.pull(1))
+    bounds = [profile.compute_time, profile.B + one_byte + last_tail]
+    # After the last push or pull of some tensor: U + F (barrier), the last tensor's own
+    # update and forward (layerwise, whole forwards), or nothing certain (split forwards).
+    least_tail = everything if barrier else (0.0 if split else float(tails[-1]))
+    last_backward = float(profile.backward[-1])
+    first_ready = min(last_backward, ps.delta) if split else last_backward
+    total = profile.total_bytes
+    if problem.cost.affine is not None:
+        bounds.append(first_ready + float(problem.cost(total)) + ps.server_update(1) + float(ps.pull(1)) + least_tail)
+    if ps.pull.affine is not None:
+        bounds.append(first_ready + float(problem.cost(1)) + ps.server_update(1) + float(ps.pull(total)) + least_tail)
+    if not split:
+        from fusionopt.model.bounds import best_bound
+
+        bounds.append(best_bound(problem.plain(), space="any"))
+    return float(max(bounds))

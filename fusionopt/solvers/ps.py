@@ -1,0 +1,111 @@
+"""Parameter-server baselines (PAPERS.md, seed 4) and the result path of PS methods.
+
+Each method is a plain function ``f(problem) -> Result`` on a problem with
+``ps=ParameterServer(...)``; its :class:`~fusionopt.model.ps.PSPlan` is re-evaluated by the
+simulator through :func:`finish_ps`, which every PS method (iBatch, iPart, exact searches)
+should end with.
+
+Neither baseline's system publishes the schedule as fusionopt states it; both are our
+reading of iPart's and iBatch's abstracts [reconstructed]: the "default PS" pushes the
+whole gradient after the backward and pulls every parameter before the forward (BigDL's
+synchronous parameter exchange), and "layer-by-layer" sends each layer as its own
+message in both directions, overlapping pushes with the backward and pulls with the
+forward. fusionopt's unit is the tensor, not the layer: a layer's weight and bias are two
+messages in ``ps-layer`` (group them in the profile to model one message per layer).
+Neither baseline cuts a tensor, so partitioned compute, if on, never splits a piece.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Mapping
+
+from fusionopt.model.problem import Problem
+from fusionopt.model.ps import PSPlan
+from fusionopt.model.ps_timing import ps_lower_bound, require_ps, simulate_ps
+from fusionopt.solvers.result import Result, Status, conclude
+
+__all__ = ["finish_ps", "ps_default", "ps_layer"]
+
+
+def finish_ps(problem: Problem, plan: PSPlan, method: str, started: float, *,
+              stats: Mapping[str, Any] | None = None, lower_bound: float | None = None,
+              status: Status = Status.FEASIBLE, tolerance: float = 0.0, optimal: bool = False) -> Result:
+    """Validate and simulate a PS plan, attach the best known bound and build the Result.
+
+    The parameter-server counterpart of :func:`fusionopt.solvers.result.finish` (same
+    arguments, without ``space``): the bound is the larger of
+    :func:`~fusionopt.model.ps_timing.ps_lower_bound` and ``lower_bound``; ``OPTIMAL`` only
+    when the simulated time meets it; an ``optimal`` claim is checked against the simulation.
+
+    >>> from fusionopt.model import AlphaBeta, Profile
+    >>> from fusionopt.model.ps import ParameterServer
+    >>> profile = Profile.from_arrays([8], [1e-3], [1e-3])
+    >>> problem = Problem(profile, ps=ParameterServer(AlphaBeta(1e-3, 0.0)))
+    >>> r = finish_ps(problem, PSPlan.from_offsets(profile), "one", time.perf_counter())
+    >>> round(r.iteration_time * 1e3, 9), str(r.status)      # 1 + 1 + 1 + 1: meets the bound
+    (4.0, 'OPTIMAL')
+    """
+    require_ps(problem, method)
+    if not isinstance(plan, PSPlan):
+        raise AssertionError(f"{method}: a parameter-server method returned a {type(plan).__name__}, not a PSPlan")
+    timeline = simulate_ps(problem, plan, validate=True)
+    return conclude(plan, method, started, timeline, ps_lower_bound(problem), stats=stats,
+                    lower_bound=lower_bound, status=status, tolerance=tolerance, optimal=optimal)
+
+
+def ps_default(problem: Problem) -> Result:
+    """Default parameter server: one push after the backward, one pull before the forward.
+
+    The push message carries every gradient (backward order) and is ready when the
+    backward ends; the pull message carries every parameter (forward order) and waits for
+    the push and its server update; the forward waits for the pull (in both sync modes:
+    one pull brings every tensor back at once). [reconstructed]
+
+    Examples
+    --------
+    MODEL.md section 5's profile, ``alpha = 1 ms``, ``beta = 1 ns/B`` both ways: push
+    6 -> 14, pull 14 -> 22, forward 22 -> 25 ms.
+
+    >>> from fusionopt.model import AlphaBeta, Profile
+    >>> from fusionopt.model.ps import ParameterServer
+    >>> profile = Profile.from_arrays([4e6, 1e6, 2e6], [1e-3] * 3, [3e-3, 2e-3, 1e-3])
+    >>> r = ps_default(Problem(profile, ps=ParameterServer(AlphaBeta(1e-3, 1e-9))))
+    >>> round(r.iteration_time * 1e3, 9), r.plan.push.groups(), r.plan.pull.groups()
+    (25.0, [[2, 1, 0]], [[0, 1, 2]])
+    """
+    started = time.perf_counter()
+    require_ps(problem, "ps-default")
+    return finish_ps(problem, PSPlan.from_offsets(problem.profile), "ps-default", started)
+
+
+def ps_layer(problem: Problem) -> Result:
+    """Layer-by-layer parameter server: one push per tensor, one pull per tensor.
+
+    Pushes run in backward order, each as soon as its gradient is ready and the push
+    channel is free (WFBP on the push channel); pulls run in forward order, each as soon as
+    its tensor is pushed and updated and the pull channel is free. Under layerwise sync
+    tensor ``i``'s forward waits only for its own pull, so pulls overlap the forward; under
+    barrier sync the forward waits for every pull. [reconstructed]
+
+    Examples
+    --------
+    The profile of :func:`ps_default`, layerwise sync: pushes end at 4, 6 and 11 ms, pulls
+    (t1, t2, t3) at 16, 18 and 21, forwards t1 16 -> 17, t2 18 -> 19, t3 21 -> 22 ms.
+
+    >>> from fusionopt.model import AlphaBeta, Profile
+    >>> from fusionopt.model.ps import ParameterServer
+    >>> profile = Profile.from_arrays([4e6, 1e6, 2e6], [1e-3] * 3, [3e-3, 2e-3, 1e-3])
+    >>> ps = ParameterServer(AlphaBeta(1e-3, 1e-9))
+    >>> r = ps_layer(Problem(profile, ps=ps, sync="layerwise"))
+    >>> round(r.iteration_time * 1e3, 9), r.plan.push.groups(), r.plan.pull.groups()
+    (22.0, [[2], [1], [0]], [[0], [1], [2]])
+    >>> round(ps_layer(Problem(profile, ps=ps)).iteration_time * 1e3, 9)   # barrier: 21 + 3
+    24.0
+    """
+    started = time.perf_counter()
+    require_ps(problem, "ps-layer")
+    n = problem.profile.n
+    plan = PSPlan.from_groups(problem.profile, push=[[i] for i in range(n - 1, -1, -1)],
+                              pull=[[i] for i in range(n)])
+    return finish_ps(problem, plan, "ps-layer", started)
