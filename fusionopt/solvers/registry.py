@@ -95,6 +95,11 @@ register("ps-default", "fusionopt.solvers.ps:ps_default",
          "parameter server: one push after the backward, one pull before the forward", ps_only=True)
 register("ps-layer", "fusionopt.solvers.ps:ps_layer",
          "parameter server: one push and one pull per tensor, overlapping the compute", ps_only=True)
+register("ibatch", "fusionopt.solvers.ipart:ibatch",
+         "iBatch: pulls batched greedily with the forward (parameter server; reconstructed)", ps_only=True)
+register("ipart", "fusionopt.solvers.ipart:ipart",
+         "iPart: greedy partitions both ways with partitioned compute (parameter server; reconstructed)",
+         ps_only=True)
 register("usbyte", "fusionopt.solvers.usbyte:usbyte", "US-Byte: unequal blocks in gaps, priority search (layerwise)",
          in_default_comparison=False, plain_only=True, layerwise_only=True)
 
