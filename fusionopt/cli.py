@@ -141,7 +141,8 @@ def _cmd_solve(args: argparse.Namespace) -> None:
         _print_result(result, profile)
 
 
-def _cmd_simulate(args: argparse.Namespace) -> None:
+def _read_problem_and_plan(args: argparse.Namespace) -> tuple[Profile, Problem, Plan]:
+    """The profile, problem and validated plan named by ``args`` (errors name the plan file)."""
     profile = Profile.read(args.profile)
     problem = _problem(profile, args)
     plan = Plan.read(args.plan)
@@ -149,6 +150,11 @@ def _cmd_simulate(args: argparse.Namespace) -> None:
         plan.validate(profile)
     except ValueError as exc:
         raise ValueError(f"{args.plan}: {exc}") from None
+    return profile, problem, plan
+
+
+def _cmd_simulate(args: argparse.Namespace) -> None:
+    profile, problem, plan = _read_problem_and_plan(args)
     timeline = simulate(problem, plan, validate=False)
     document = {
         "iteration_time": timeline.iteration_time,
@@ -220,6 +226,88 @@ def _cmd_profile(args: argparse.Namespace) -> None:
         print(profile.to_json())
 
 
+# ---------------------------------------------------------------------- executor (run, calibrate)
+def _cmd_run(args: argparse.Namespace) -> None:
+    from fusionopt.executor import CorrectnessError, run
+
+    profile, problem, plan = _read_problem_and_plan(args)
+    try:
+        measurement = run(problem, plan, args.backend, ranks=args.ranks, iterations=args.iterations,
+                          warmup=args.warmup, time_scale=args.time_scale, timeout=args.timeout,
+                          emulate_link=args.emulate_link)
+        failure = None
+    except CorrectnessError as exc:
+        measurement, failure = exc.measurement, exc
+    except ImportError as exc:
+        raise UsageError(str(exc)) from None
+    except RuntimeError as exc:     # the run itself failed (a rank, a GPU): status 1
+        _fail(exc)
+    print(json.dumps(measurement.to_dict(), indent=1) if args.json else measurement.summary())
+    if failure is not None:
+        _fail(failure)
+
+
+def _fail(exc: BaseException) -> None:
+    """Report a run that failed (not a usage error) in one line; exit status 1."""
+    print(f"fusionopt: error: {' '.join(str(exc).split())}", file=sys.stderr)
+    raise SystemExit(1)
+
+
+def _cmd_calibrate(args: argparse.Namespace) -> None:
+    from fusionopt.executor import calibrate
+
+    try:
+        result = calibrate(args.backend, ranks=args.ranks, min_bytes=args.min_bytes, max_bytes=args.max_bytes,
+                           iterations=args.iterations, timeout=args.timeout)
+    except ImportError as exc:
+        raise UsageError(str(exc)) from None
+    except RuntimeError as exc:
+        _fail(exc)
+    if args.output:
+        result.write(args.output, args.model)
+    if args.json:
+        print(json.dumps(result.to_dict(args.model), indent=1))
+        return
+    print(f"backend  {result.description}")
+    print(result.table())
+    if args.output:
+        print(f"wrote {args.output}: the {args.model} fit (read it with --cost {args.output})")
+
+
+def _add_executor_parsers(commands: Any) -> None:
+    p = commands.add_parser("run", help="run a plan with real collectives; measured vs predicted")
+    p.add_argument("profile", metavar="PROFILE.json")
+    p.add_argument("--plan", required=True, metavar="PLAN.json")
+    p.add_argument("--backend", default="local", choices=("local", "mpi", "nccl"),
+                   help="local: threads; mpi: processes under mpiexec (extra mpi); nccl: GPUs (extra gpu)")
+    p.add_argument("--ranks", type=int, help="number of ranks (default 2; 1 with --emulate-link)")
+    p.add_argument("--iterations", type=int, default=10, help="timed steps (default 10)")
+    p.add_argument("--warmup", type=int, default=2, help="untimed steps first (default 2)")
+    p.add_argument("--time-scale", type=float, default=1.0, metavar="X",
+                   help="emulated compute runs X times the profile's seconds (default 1)")
+    p.add_argument("--timeout", type=float, default=60.0, metavar="SECONDS",
+                   help="seconds a collective may take (default 60)")
+    p.add_argument("--emulate-link", action="store_true",
+                   help="nccl on one GPU: hold the stream for the cost model's time per message")
+    p.add_argument("--json", action="store_true", help="print the measurement as JSON")
+    _add_cost_arguments(p)
+    p.set_defaults(run=_cmd_run)
+
+    p = commands.add_parser("calibrate", help="time all-reduce against size on a backend; fit cost models")
+    p.add_argument("--backend", default="local", choices=("local", "mpi", "nccl"))
+    p.add_argument("--ranks", type=int, default=2, help="number of ranks (default 2)")
+    p.add_argument("--output", metavar="COST.json", help="write the fitted cost model (for --cost)")
+    p.add_argument("--model", default="piecewise", choices=("piecewise", "alpha-beta"),
+                   help="which fit --output holds (both are recorded; default piecewise)")
+    p.add_argument("--min-bytes", type=int, default=256, help="smallest message (default 256)")
+    p.add_argument("--max-bytes", type=int, default=64 << 20, help="largest message (default 64 MiB)")
+    p.add_argument("--iterations", type=int, default=20, help="timed messages per size, at most (default 20)")
+    p.add_argument("--timeout", type=float, default=60.0, metavar="SECONDS",
+                   help="seconds a collective may take (default 60)")
+    p.add_argument("--json", action="store_true", help="print the cost JSON instead of a table")
+    p.set_defaults(run=_cmd_calibrate)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="fusionopt", description="Tensor fusion and partition schedules for data-parallel training.")
     commands = parser.add_subparsers(dest="command", parser_class=_Parser, metavar="COMMAND")
@@ -264,6 +352,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--batch", type=int, default=64)
     p.add_argument("--output", metavar="PROFILE.json")
     p.set_defaults(run=_cmd_profile)
+
+    _add_executor_parsers(commands)
     return parser
 
 

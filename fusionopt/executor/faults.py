@@ -1,0 +1,88 @@
+"""A communicator that breaks on purpose (:class:`~fusionopt.executor.job.Fault`), for tests.
+
+It wraps a real communicator and misbehaves on one rank for one message of one step:
+it drops the reduced values of half the message, corrupts one word, or stalls. The plan
+runner must then fail with a message naming the tensor and byte range, or the message that
+timed out.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from fusionopt.executor.communicator import Communicator
+from fusionopt.executor.errors import GroupAborted
+from fusionopt.executor.job import Fault
+
+
+class FaultyCommunicator(Communicator):
+    """``inner`` with ``fault`` injected (only on ``fault.rank``; others pass through)."""
+
+    def __init__(self, inner: Communicator, fault: Fault) -> None:
+        self.inner, self.fault = inner, fault
+        self.name, self.xp, self.emulated = inner.name, inner.xp, inner.emulated
+        self.word_sizes = inner.word_sizes
+
+    @property
+    def rank(self) -> int:
+        return self.inner.rank
+
+    @property
+    def size(self) -> int:
+        return self.inner.size
+
+    @property
+    def aborted(self) -> bool:
+        return self.inner.aborted
+
+    def _hit(self, tag: tuple[int, int] | None) -> bool:
+        f = self.fault
+        return self.inner.rank == f.rank and tag == (f.step, f.message)
+
+    def allreduce(self, buffer: Any, *, timeout: float, tag: tuple[int, int] | None = None) -> None:
+        if not self._hit(tag):
+            self.inner.allreduce(buffer, timeout=timeout, tag=tag)
+            return
+        kind = self.fault.kind
+        if kind == "stall":
+            # Never join; wait to be stopped (another rank's timeout aborts the group).
+            deadline = time.monotonic() + 10 * timeout + 10
+            while not self.inner.aborted and time.monotonic() < deadline:
+                time.sleep(0.01)
+            raise GroupAborted(f"rank {self.rank} stalled on purpose (fault {kind!r})")
+        half = max(1, buffer.shape[0] // 2)
+        kept = buffer[:half].copy() if kind == "drop" else None
+        self.inner.allreduce(buffer, timeout=timeout, tag=tag)
+        if kind == "drop":
+            buffer[:half] = kept
+        else:
+            middle = buffer.shape[0] // 2
+            buffer[middle] ^= buffer.dtype.type(1 << 3)
+
+    def barrier(self, *, timeout: float) -> None:
+        self.inner.barrier(timeout=timeout)
+
+    def allgather(self, value: Any, *, timeout: float) -> list[Any]:
+        return self.inner.allgather(value, timeout=timeout)
+
+    def abort(self, reason: str) -> None:
+        self.inner.abort(reason)
+
+    def bind_thread(self) -> None:
+        self.inner.bind_thread()
+
+    def synchronize(self, *, timeout: float) -> None:
+        self.inner.synchronize(timeout=timeout)
+
+    def step_timer(self):
+        return self.inner.step_timer()
+
+    def empty(self, words: int, dtype):
+        return self.inner.empty(words, dtype)
+
+    def close(self) -> None:
+        self.inner.close()
+
+    def describe(self) -> str:
+        return f"{self.inner.describe()}, fault {self.fault.kind!r} on rank {self.fault.rank}"

@@ -1,0 +1,298 @@
+"""The plan runner: one rank's training steps with emulated compute and real collectives.
+
+Each step, on every rank (MODEL.md sections 3 and 4):
+
+1. (not timed) the rank writes its gradient values for the step
+   (:class:`~fusionopt.executor.gradients.Gradients`) and all ranks meet at a barrier;
+2. the clock starts: the compute thread emulates the backward, emitting tensor ``i``'s
+   gradient at ``r_i`` (times ``time_scale``), in backward order (it wakes only at the
+   emissions that make a message ready, the only ones the run can observe);
+3. the communication thread runs the plan's messages **in plan order**, one at a time: it
+   waits until every chunk of message ``k`` is emitted, packs the chunks into one fused
+   buffer, all-reduces it, unpacks it; tensor ``i`` is reduced (``C_i``) when its last
+   message ends;
+4. the compute thread runs the next forward per ``sync``: after every ``C_i`` and the
+   updates (barrier), or tensor by tensor, each after its own ``C_i`` and update
+   (layerwise); the step's measured ``T`` is when that forward ends;
+5. (not timed) every byte of every tensor is compared with the exact sum; the ranks
+   exchange their verdicts, and a failure stops the run after this step.
+
+Emulated compute waits until absolute deadlines (``time.sleep``), so sleep overshoot does
+not accumulate. The forward keeps a compute clock ``phi`` like the simulator's and waits
+until it has passed: late wake-ups show up in the measured ``T``, they are not hidden.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import threading
+import time
+from contextlib import contextmanager
+from typing import Any, Iterator
+
+import numpy as np
+
+from fusionopt.executor.communicator import Communicator, HostTimer
+from fusionopt.executor.errors import CollectiveTimeout, GroupAborted, PlanMismatchError
+from fusionopt.executor.gradients import Gradients
+from fusionopt.executor.job import Job
+from fusionopt.executor.layout import Layout, MessageLayout
+
+# Emulated compute sleeps in slices of at most this, to notice a failed group.
+_POLL = 0.05
+# While ranks run, the interpreter switches threads this often (default 5 ms): a thread that
+# holds the lock must not delay another's deadline by more.
+SWITCH_INTERVAL = 1e-4
+
+
+@contextmanager
+def fast_thread_switching() -> Iterator[None]:
+    """Lower the interpreter's thread switch interval while the block runs."""
+    previous = sys.getswitchinterval()
+    sys.setswitchinterval(min(previous, SWITCH_INTERVAL))
+    try:
+        yield
+    finally:
+        sys.setswitchinterval(previous)
+
+
+def _sleep_until(deadline: float, comm: Communicator) -> None:
+    while True:
+        remaining = deadline - time.perf_counter()
+        if remaining <= 0:
+            return
+        if comm.aborted:
+            raise GroupAborted("stopped: another rank failed")
+        time.sleep(min(remaining, _POLL))
+
+
+class _Step:
+    """What the two threads of a rank share during one step (guarded by ``cond``)."""
+
+    def __init__(self, n: int, messages: int) -> None:
+        self.cond = threading.Condition()
+        self.number = -1           # step the communication thread is asked to run
+        self.finished = -1         # last step it completed
+        self.stop = False
+        self.failure: BaseException | None = None
+        self.n, self.messages = n, messages
+        self.reset(-1, 0.0)
+
+    def reset(self, number: int, t0: float) -> None:
+        self.t0 = t0
+        self.emitted = 0                            # tensors emitted, in backward order
+        self.done = 0                               # messages completed
+        self.reduced = np.full(self.n, math.nan)    # host seconds since t0
+        self.in_flight: tuple[int, float] | None = None
+        self.start_tokens: list[Any] = [None] * self.messages
+        self.end_tokens: list[Any] = [None] * self.messages
+        self.number = number
+
+
+class RankRunner:
+    """Runs a :class:`Job` on one rank through ``comm``; :meth:`run` returns its record."""
+
+    def __init__(self, comm: Communicator, job: Job) -> None:
+        self.comm, self.job = comm, job
+        self.problem = job.scaled_problem()
+        self.profile = self.problem.profile
+        self.layout = Layout(self.profile, job.plan, word_sizes=comm.word_sizes)
+        self.timeout = job.timeout
+        # Emission counts at which some message becomes ready, increasing.
+        self.wake_points = sorted({m.need for m in self.layout.messages})
+
+    # ------------------------------------------------------------------ set-up
+    def check_agreement(self) -> None:
+        """Stop every rank if any rank holds a different plan or different settings."""
+        mine = self.job.digests()
+        everyone = self.comm.allgather(mine, timeout=self.timeout)
+        for what, index in (("plan", 0), ("run settings (profile, cost, sync, steps, options)", 1)):
+            values = [d[index] for d in everyone]
+            if len(set(values)) > 1:
+                other = next(r for r, v in enumerate(values) if v != values[0])
+                raise PlanMismatchError(
+                    f"ranks disagree on the {what}: rank 0 has sha256 {values[0][:12]}..., "
+                    f"rank {other} has {values[other][:12]}... (checked before the first step)")
+
+    # ------------------------------------------------------------------ the step loop
+    def run(self) -> dict[str, Any]:
+        comm, job, layout = self.comm, self.job, self.layout
+        comm.bind_thread()
+        self.check_agreement()
+        self.grads = Gradients(layout, rank=comm.rank, size=comm.size, xp=comm.xp,
+                               allocate=lambda words: comm.empty(words, layout.dtype))
+        self.fused = comm.empty(layout.max_words, layout.dtype)
+        self.state = _Step(self.profile.n, len(layout.messages))
+        thread = threading.Thread(target=self._communication_thread, daemon=True,
+                                  name=f"fusionopt-comm-{comm.rank}")
+        record: dict[str, Any] = {
+            "rank": comm.rank, "iteration_times": [], "message_start": [], "message_end": [],
+            "reduced": [], "forward_start": [], "backward_late": [], "errors": [],
+            "checked_bytes": 0, "steps": 0,
+        }
+        thread.start()
+        try:
+            for step in range(job.steps):
+                timed = step >= job.warmup
+                figures = self._step(step)
+                errors = self.grads.verify(step) if job.verify else []
+                if job.verify:
+                    record["checked_bytes"] += self.grads.nbytes
+                record["steps"] = step + 1
+                verdicts = comm.allgather(errors, timeout=self.timeout)
+                for r, rank_errors in enumerate(verdicts):
+                    record["errors"].extend(f"rank {r}, step {step}: {e}" for e in rank_errors)
+                if timed:
+                    for key, value in figures.items():
+                        record[key].append(value)
+                if record["errors"]:
+                    break
+        finally:
+            with self.state.cond:
+                self.state.stop = True
+                self.state.cond.notify_all()
+        thread.join(timeout=1.0)
+        return record
+
+    def _step(self, step: int) -> dict[str, Any]:
+        comm, state, profile = self.comm, self.state, self.profile
+        self.grads.fill(step)
+        comm.barrier(timeout=self.timeout)
+        timer = comm.step_timer()
+        # On the host clock, step times and message times share their origin exactly.
+        t0 = timer.start if isinstance(timer, HostTimer) else time.perf_counter()
+        with state.cond:
+            state.reset(step, t0)
+            state.timer = timer
+            state.cond.notify_all()
+
+        # Backward: tensor i's gradient is emitted at r_i, in backward order n-1 .. 0. Only the
+        # emissions that make a message ready are observable, so the thread wakes for those
+        # alone (a wake-up per tensor costs the communication thread time on a busy host).
+        ready = profile.ready_times
+        late = 0.0
+        for need in self.wake_points:
+            deadline = t0 + ready[profile.n - need]
+            _sleep_until(deadline, comm)
+            late = max(late, time.perf_counter() - deadline)
+            with state.cond:
+                state.emitted = need
+                state.cond.notify_all()
+
+        # Forward of the next step, per sync (MODEL.md section 4), on a compute clock.
+        forward, update = profile.forward, profile.update
+        phi = np.empty(profile.n)
+        if self.problem.sync == "barrier":
+            self._wait(lambda: state.done == state.messages, "every message")
+            clock = max(profile.B, float(np.nanmax(state.reduced))) + profile.U
+            for i in range(profile.n):
+                phi[i] = clock
+                clock += forward[i]
+            _sleep_until(t0 + clock, comm)
+        else:
+            # The forward of tensor i may start once its own gradient is reduced; a tensor's
+            # forward has no effect the run can observe, so the clock is kept and the thread
+            # waits only for reductions not yet done and for the end of the forward.
+            clock = profile.B
+            for i in range(profile.n):
+                if self.layout.sent[i]:
+                    self._wait(lambda i=i: not math.isnan(state.reduced[i]), f"tensor {i}")
+                    clock = max(clock, float(state.reduced[i]))
+                clock += update[i]
+                phi[i] = clock
+                clock += forward[i]
+            _sleep_until(t0 + clock, comm)
+        iteration_time = time.perf_counter() - t0
+        self._wait(lambda: state.done == state.messages, "every message")
+        timer = state.timer
+        return {
+            "iteration_times": iteration_time,
+            "message_start": [timer.seconds(t) for t in state.start_tokens],
+            "message_end": [timer.seconds(t) for t in state.end_tokens],
+            "reduced": state.reduced.tolist(),
+            "forward_start": phi.tolist(),
+            "backward_late": late,
+        }
+
+    def _wait(self, predicate, what: str) -> None:
+        """Wait on the communication thread, failing on its error, an abort or a timeout."""
+        state, comm = self.state, self.comm
+        with state.cond:
+            while not predicate():
+                if state.failure is not None:
+                    raise state.failure
+                if comm.aborted:
+                    raise GroupAborted("stopped: another rank failed")
+                now = time.perf_counter()
+                if state.in_flight is not None and now - state.in_flight[1] > self.timeout:
+                    k = state.in_flight[0]
+                    raise CollectiveTimeout(
+                        f"{self.layout.describe(k)}: all-reduce did not complete within "
+                        f"{self.timeout:g} s on rank {comm.rank} (step {state.number})")
+                state.cond.wait(_POLL)
+
+    # ------------------------------------------------------------------ communication thread
+    def _communication_thread(self) -> None:
+        state = self.state
+        try:
+            self.comm.bind_thread()
+            while True:
+                with state.cond:
+                    while not state.stop and state.number <= state.finished:
+                        state.cond.wait()
+                    if state.stop:
+                        return
+                    number = state.number
+                for message in self.layout.messages:
+                    self._send(message, number)
+                with state.cond:
+                    state.finished = number
+        except BaseException as exc:  # noqa: BLE001 - the compute thread raises it
+            with state.cond:
+                state.failure = exc
+                state.cond.notify_all()
+
+    def _send(self, message: MessageLayout, step: int) -> None:
+        state, comm, grads = self.state, self.comm, self.grads.grads
+        with state.cond:
+            while state.emitted < message.need:
+                if state.stop or comm.aborted:
+                    raise GroupAborted("stopped: another rank failed")
+                state.cond.wait(_POLL)
+            state.in_flight = (message.index, time.perf_counter())
+            timer = state.timer
+        start = timer.mark()
+        fused = self.fused[: message.words]
+        for p in message.pieces:
+            fused[p.offset: p.offset + p.hi - p.lo] = grads[p.tensor][p.lo: p.hi]
+        try:
+            comm.allreduce(fused, timeout=self.timeout, tag=(step, message.index))
+            for p in message.pieces:
+                grads[p.tensor][p.lo: p.hi] = fused[p.offset: p.offset + p.hi - p.lo]
+            comm.synchronize(timeout=self.timeout)
+        except CollectiveTimeout as exc:
+            raise CollectiveTimeout(f"{self.layout.describe(message.index)}: {exc} on rank {comm.rank} "
+                                    f"(step {step})") from None
+        end = timer.mark()
+        now = time.perf_counter() - state.t0
+        with state.cond:
+            state.start_tokens[message.index] = start
+            state.end_tokens[message.index] = end
+            state.in_flight = None
+            for i in message.completes:
+                state.reduced[i] = now
+            state.done += 1
+            state.cond.notify_all()
+
+
+def run_rank(comm: Communicator, job: Job) -> dict[str, Any]:
+    """Run ``job`` on this rank; returns its record (plain lists, JSON-ready)."""
+    if job.fault is not None:
+        from fusionopt.executor.faults import FaultyCommunicator
+
+        comm = FaultyCommunicator(comm, job.fault)
+    return RankRunner(comm, job).run()
+
+
+__all__ = ["RankRunner", "fast_thread_switching", "run_rank"]

@@ -1,0 +1,23 @@
+"""Small problems for the executor tests (MODEL.md section 5's worked example, shrunk)."""
+
+from __future__ import annotations
+
+from fusionopt.model import AlphaBeta, Chunk, Message, Plan, Problem, Profile
+
+# The worked example's shape with kilobyte tensors: 4, 1 and 2 KiB, backward 3, 2, 1 ms.
+SIZES = [4096, 1024, 2048]
+
+
+def small_profile(sizes=SIZES, *, forward=1e-3, update=0.0) -> Profile:
+    n = len(sizes)
+    backward = [1e-3 * (n - i) for i in range(n)]
+    return Profile.from_arrays(sizes, [forward] * n, backward, update=[update] * n)
+
+
+def small_problem(sync: str = "barrier", **kwargs) -> Problem:
+    return Problem(small_profile(**kwargs), AlphaBeta(alpha=1e-4, beta=1e-9), sync=sync)
+
+
+def plan_of(*messages) -> Plan:
+    """A plan from chunk triples, bypassing validation: ``plan_of([(0, 0, 8)], ...)``."""
+    return Plan(tuple(Message(tuple(Chunk(*c) for c in m)) for m in messages))

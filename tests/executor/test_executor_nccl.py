@@ -1,0 +1,160 @@
+"""The nccl backend: imports cleanly without CuPy, names the gpu extra, runs where a GPU is."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+import pytest
+
+from executor_helpers import small_problem
+from fusionopt.executor import run
+from fusionopt.model import Plan
+
+
+def test_the_module_imports_without_cupy(monkeypatch):
+    monkeypatch.setitem(sys.modules, "cupy", None)
+    import fusionopt.executor.nccl as nccl
+
+    importlib.reload(nccl)
+    assert nccl.NcclCommunicator.word_sizes == (8, 4, 1)     # NCCL has no 16-bit integers
+
+
+def test_selecting_nccl_without_cupy_names_the_gpu_extra(monkeypatch):
+    monkeypatch.setitem(sys.modules, "cupy", None)
+    problem = small_problem()
+    with pytest.raises(ImportError, match=r"the nccl backend needs CuPy with NCCL .*pip install 'fusionopt\[gpu\]'"):
+        run(problem, Plan.per_tensor(problem.profile), "nccl", ranks=1, emulate_link=True)
+
+
+def _one_gpu():
+    cupy = pytest.importorskip("cupy", reason="the gpu extra (CuPy) is not installed")
+    try:
+        count = cupy.cuda.runtime.getDeviceCount()
+    except Exception as exc:  # noqa: BLE001 - no driver, no device
+        pytest.skip(f"no usable GPU: {exc}")
+    if count < 1:
+        pytest.skip("no GPU")
+    return count
+
+
+def test_emulated_link_on_one_gpu_is_correct_and_labelled():
+    _one_gpu()
+    problem = small_problem()
+    plan = Plan.from_groups(problem.profile, [[2], [1, 0]])
+    m = run(problem, plan, "nccl", ranks=1, emulate_link=True, iterations=3, warmup=1, time_scale=1.0)
+    assert m.correct and m.emulated and "EMULATED" in m.description
+    # Each message holds the stream for at least c(S).
+    durations = m.message_end - m.message_start
+    assert (durations >= problem.cost(plan.message_bytes) * 0.999).all()
+
+
+def test_real_nccl_on_two_gpus():
+    if _one_gpu() < 2:
+        pytest.skip("needs two GPUs")
+    problem = small_problem(sync="layerwise")
+    m = run(problem, Plan.per_tensor(problem.profile), "nccl", ranks=2, iterations=2, warmup=1)
+    assert m.correct and not m.emulated
+
+
+# ---------------------------------------------------------------------- without a GPU
+def fake_cupy():
+    """A stand-in for CuPy built on numpy: streams finish at once, events read the host clock,
+    the hold kernel sleeps on the host, a one-rank NCCL all-reduce leaves the buffer as it is.
+    It checks the backend's control flow and calls, not CUDA."""
+    import time
+    import types
+
+    import numpy as np
+
+    class Array(np.ndarray):
+        @property
+        def data(self):
+            return types.SimpleNamespace(ptr=self.__array_interface__["data"][0])
+
+    class Device:
+        def __init__(self, index=0):
+            self.index = index
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+        def use(self):
+            return None
+
+    class Stream:
+        def __init__(self, non_blocking=False):
+            self.ptr, self.done = 0, True
+
+        def use(self):
+            return self
+
+    class Event:
+        def record(self, stream=None):
+            self.time = time.perf_counter()
+
+        def synchronize(self):
+            return None
+
+    class Communicator:
+        calls = []
+
+        @staticmethod
+        def initAll(devices):
+            return [Communicator() for _ in devices]
+
+        def allReduce(self, send, recv, count, datatype, op, stream):
+            Communicator.calls.append((count, datatype, op))
+
+        def destroy(self):
+            return None
+
+        def abort(self):
+            return None
+
+    def hold(source, name):
+        def launch(grid, block, args):
+            time.sleep(int(args[0]) / 1e9)
+        return launch
+
+    cupy = types.ModuleType("cupy")
+    cuda = types.ModuleType("cupy.cuda")
+    nccl = types.ModuleType("cupy.cuda.nccl")
+    cupy.cuda = cuda
+    cuda.nccl = nccl
+    cupy.empty = lambda n, dtype: np.empty(n, dtype=dtype).view(Array)
+    for name in ("arange", "multiply", "array_equal", "argmax", "argmin"):
+        setattr(cupy, name, getattr(np, name))
+    cupy.RawKernel = hold
+    cuda.Device, cuda.Stream, cuda.Event = Device, Stream, Event
+    cuda.get_elapsed_time = lambda start, end: (end.time - start.time) * 1e3
+    cuda.runtime = types.SimpleNamespace(getDeviceCount=lambda: 1,
+                                         getDeviceProperties=lambda i: {"name": b"Fake GPU"})
+    nccl.available = True
+    nccl.NCCL_SUM, nccl.NCCL_UINT8, nccl.NCCL_UINT32, nccl.NCCL_UINT64 = 0, 1, 3, 5
+    nccl.NcclCommunicator = Communicator
+    nccl.get_version = lambda: 22005
+    return cupy, cuda, nccl
+
+
+def test_emulated_link_control_flow_on_a_fake_cupy(monkeypatch):
+    cupy, cuda, nccl = fake_cupy()
+    monkeypatch.setitem(sys.modules, "cupy", cupy)
+    monkeypatch.setitem(sys.modules, "cupy.cuda", cuda)
+    monkeypatch.setitem(sys.modules, "cupy.cuda.nccl", nccl)
+    problem = small_problem()
+    plan = Plan.from_groups(problem.profile, [[2], [1, 0]])
+    m = run(problem, plan, "nccl", emulate_link=True, iterations=2, warmup=1, time_scale=0.0)
+    assert m.correct and m.emulated and m.backend == "nccl" and m.ranks == 1
+    assert m.description == "nccl, 1 GPU(s) (Fake GPU, NCCL 22005), EMULATED link (one GPU holds its stream for c(S))"
+    durations = m.message_end - m.message_start
+    assert (durations >= problem.cost(plan.message_bytes)).all()
+    # Two messages per step, three steps, summed as 64-bit unsigned integers.
+    assert nccl.NcclCommunicator.calls == [(256, 5, 0), (640, 5, 0)] * 3
+    with pytest.raises(RuntimeError, match="the nccl backend needs 2 GPU"):
+        run(problem, plan, "nccl", ranks=2)
+    with pytest.raises(ValueError, match="an emulated link runs on one GPU: ranks must be 1, got 2"):
+        run(problem, plan, "nccl", ranks=2, emulate_link=True)

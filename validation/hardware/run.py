@@ -1,0 +1,248 @@
+"""The model against real collectives: WFBP, DP, DDP, Horovod and US-Byte plans of ResNet-50 and
+BERT-base run through an executor backend, measured iteration time beside the prediction.
+
+Before each model the script calibrates the backend (``fusionopt.executor.calibrate``: a
+message's time against its size, fitted by ``PiecewiseLinear``), so the prediction prices
+messages as this backend sends them, as of a minute ago. Compute is emulated from the zoo's
+roofline profile, scaled by a ``time_scale`` chosen per model so that the backward lasts
+``--overlap`` (default 0.5) times one all-reduce of every gradient: communication is then
+partly exposed, so the plans differ and the prediction of the channel is put to the test (a
+step takes a fraction of a second to about a second). ``--time-scale`` fixes the scale
+instead. Plans are made for the scaled problem: DP, WFBP, DDP and Horovod with barrier sync
+on the calibrated curve; US-Byte with layerwise sync on the calibrated AlphaBeta (it needs
+an affine cost), its prediction still on the curve.
+
+Every run checks every byte of every tensor after every step against its exact sum.
+
+Writes ``validation/results/<backend>-<cpu|gpu>.json``, named by the hardware that ran the
+collectives (inside: the zoo device of the profiles, hardware, versions, date, each model's
+calibrated cost, per model and method measured and predicted times) and
+``<backend>-<cpu|gpu>.md`` (the summary table), and prints the table.
+
+    python validation/hardware/run.py --backend local --ranks 4
+    python validation/hardware/run.py --backend mpi --ranks 4
+    python validation/hardware/run.py --backend nccl --ranks 8                # 8 GPUs
+    python validation/hardware/run.py --backend nccl --emulate-network 100gb-ib --workers 8  # 1 GPU
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import importlib.metadata
+import os
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from fusionopt import zoo
+from fusionopt.cost import network
+from fusionopt.executor import calibrate, run, scale_compute
+from fusionopt.model import Problem
+from fusionopt.model._io import write_json_atomic, write_text_atomic
+from fusionopt.solvers import methods, solve
+
+ROOT = Path(__file__).resolve().parents[2]
+METHODS = ("wfbp", "dp", "ddp", "horovod", "usbyte")
+LAYERWISE = {"usbyte"}
+
+
+def versions(backend: str) -> dict[str, str]:
+    found = {"python": platform.python_version()}
+    for package in ("fusionopt", "numpy", "scipy", "mpi4py", "mpich", "cupy"):
+        try:
+            found[package] = importlib.metadata.version(package)
+        except importlib.metadata.PackageNotFoundError:
+            pass
+    if backend == "mpi":
+        from mpi4py import MPI
+
+        found["mpi_library"] = MPI.Get_library_version().splitlines()[0].strip()
+    if backend == "nccl":
+        from cupy.cuda import nccl
+
+        found["nccl"] = str(nccl.get_version())
+    return found
+
+
+def hardware(backend: str) -> dict[str, object]:
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    found: dict[str, object] = {"cpu": cpu, "cores": os.cpu_count(), "system": platform.system()}
+    if backend == "nccl":
+        import cupy
+
+        props = cupy.cuda.runtime.getDeviceProperties(0)
+        name = props["name"]
+        found["gpu"] = name.decode() if isinstance(name, bytes) else str(name)
+        found["gpus"] = cupy.cuda.runtime.getDeviceCount()
+    return found
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--backend", default="local", choices=("local", "mpi", "nccl"))
+    parser.add_argument("--ranks", type=int, default=4)
+    parser.add_argument("--device", default="h100", help="zoo device of the profiles (default h100)")
+    parser.add_argument("--batch", type=int, default=64, help="zoo batch per worker (default 64)")
+    parser.add_argument("--models", default="resnet50,bert-base")
+    parser.add_argument("--methods", default=",".join(METHODS))
+    parser.add_argument("--iterations", type=int, default=8)
+    parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--overlap", type=float, default=0.5,
+                        help="backward = OVERLAP x one all-reduce of every gradient (default 0.5)")
+    parser.add_argument("--time-scale", type=float, help="compute scale for every model (instead of --overlap)")
+    parser.add_argument("--emulate-network", metavar="NAME",
+                        help="nccl on one GPU: emulate this network preset's link (with --workers)")
+    parser.add_argument("--workers", type=int, default=8, help="workers of --emulate-network (default 8)")
+    parser.add_argument("--output-dir", default=str(ROOT / "validation" / "results"))
+    args = parser.parse_args(argv)
+
+    models = args.models.split(",")
+    profiles = {name: zoo.profile(name, device=args.device, batch=args.batch) for name in models}
+    registered = set(methods())
+    chosen = [m for m in args.methods.split(",") if m in registered]
+    skipped = [m for m in args.methods.split(",") if m not in registered]
+    emulated = args.emulate_network is not None
+    if emulated and args.backend != "nccl":
+        parser.error("--emulate-network applies to --backend nccl with one GPU")
+    if emulated:
+        args.ranks = 1
+
+    started = time.perf_counter()
+    load_before = os.getloadavg()
+    costs: dict[str, dict] = {}
+    rows = []
+    for model, profile in profiles.items():
+        if emulated:
+            cost = affine = network(args.emulate_network, args.workers)
+            costs[model] = cost.to_dict()
+            print(f"{model}: emulated link: {args.emulate_network}, {args.workers} workers: {cost!r}")
+        else:
+            # Calibrated again before each model: other work on the host shifts the timings.
+            t = time.perf_counter()
+            max_bytes = 1 << int(np.ceil(np.log2(profile.total_bytes)))
+            calibration = calibrate(args.backend, ranks=args.ranks, max_bytes=max_bytes, iterations=100)
+            cost, affine = calibration.piecewise, calibration.alpha_beta
+            costs[model] = calibration.to_dict()
+            print(f"{model}: calibrated {calibration.description} in {time.perf_counter() - t:.1f} s")
+            print(calibration.table())
+        print()
+        scale = (args.time_scale if args.time_scale is not None
+                 else args.overlap * float(cost(profile.total_bytes)) / profile.B)
+        scaled = scale_compute(profile, scale)
+        for method in chosen:
+            sync = "layerwise" if method in LAYERWISE else "barrier"
+            plan_cost = affine if method in LAYERWISE else cost
+            plan = solve(Problem(scaled, plan_cost, sync=sync), method).plan
+            t = time.perf_counter()
+            m = run(Problem(profile, cost, sync=sync), plan, args.backend, ranks=args.ranks,
+                    iterations=args.iterations, warmup=args.warmup, time_scale=scale, emulate_link=emulated,
+                    timeout=120.0)
+            message_errors = np.abs(m.message_errors)
+            row = {
+                "model": model, "method": method, "sync": sync, "messages": plan.num_messages,
+                "time_scale": scale, "compute_time": scaled.compute_time,
+                "predicted_time": m.predicted_time, "measured_time": m.iteration_time,
+                "relative_error": m.relative_error, "iteration_times": m.iteration_times.tolist(),
+                "median_abs_message_error": float(np.median(message_errors)),
+                "backward_late": m.backward_late, "correct": m.correct, "checked_bytes": m.checked_bytes,
+                "emulated": m.emulated, "seconds": time.perf_counter() - t,
+            }
+            rows.append(row)
+            print(f"{model:10s} {method:8s} {sync:9s} {plan.num_messages:4d} msgs  predicted "
+                  f"{1e3 * m.predicted_time:9.2f} ms  measured {1e3 * m.iteration_time:9.2f} ms  "
+                  f"{100 * m.relative_error:+7.2f} %  {'ok' if m.correct else 'WRONG'}  ({row['seconds']:.1f} s)",
+                  flush=True)
+        if not emulated:
+            # The same sweep after the runs: how far the host's speed moved meanwhile.
+            after = calibrate(args.backend, ranks=args.ranks, max_bytes=max_bytes, iterations=100)
+            drift = float(after.piecewise(profile.total_bytes) / cost(profile.total_bytes)) - 1
+            small = float(after.piecewise(1 << 16) / cost(1 << 16)) - 1
+            costs[model]["calibration"]["after_runs"] = {
+                "points": [[int(a), float(b)] for a, b in zip(after.sizes, after.times)],
+                "drift_total_bytes": drift, "drift_64KiB": small}
+            for row in rows[-len(chosen):]:
+                row["calibration_drift"] = drift
+            print(f"{model}: calibration after the runs: c(all gradients) {100 * drift:+.1f} %, "
+                  f"c(64 KiB) {100 * small:+.1f} %")
+
+    by_method = {method: statistics.median(abs(r["relative_error"]) for r in rows if r["method"] == method)
+                 for method in chosen}
+    summary = {"median_abs_relative_error": statistics.median(abs(r["relative_error"]) for r in rows),
+               "median_abs_relative_error_by_method": by_method,
+               "all_correct": all(r["correct"] for r in rows)}
+    # Named by the hardware that ran the collectives (not the profiles' zoo device).
+    label = f"{args.backend}-{'gpu' if args.backend == 'nccl' else 'cpu'}"
+    document = {
+        "schema": "fusionopt.validation.hardware", "version": 1, "backend": args.backend,
+        "device": args.device, "batch": args.batch, "ranks": args.ranks, "emulated": emulated,
+        "overlap": None if args.time_scale is not None else args.overlap,
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "hardware": hardware(args.backend), "versions": versions(args.backend),
+        "cost": costs,
+        "methods_not_registered": skipped, "iterations": args.iterations, "warmup": args.warmup,
+        "results": rows, "summary": summary, "seconds": time.perf_counter() - started,
+        # Other work on the host disturbs the timings: the 1-minute load before and after.
+        "load_average": {"before": load_before[0], "after": os.getloadavg()[0]},
+    }
+    output = Path(args.output_dir)
+    output.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(output / f"{label}.json", document)
+    table = markdown(document)
+    write_text_atomic(output / f"{label}.md", table)
+    print()
+    print(table)
+    return 0 if summary["all_correct"] else 1
+
+
+def markdown(document: dict) -> str:
+    hw = document["hardware"]
+    where = hw.get("gpu") or hw["cpu"]
+    lines = [
+        f"# Executor validation: {document['backend']} backend, {document['device']} profiles",
+        "",
+        f"{document['date']}; {document['ranks']} ranks on {where} ({hw['cores']} cores); "
+        f"zoo profiles for {document['device']}, batch {document['batch']}; {document['iterations']} timed steps "
+        f"after {document['warmup']} warm-up; compute emulated (scaled by the time scale"
+        + (f": backward = {document['overlap']:g} x one all-reduce of every gradient" if document["overlap"] else "")
+        + "), communication real"
+        + (" (EMULATED link)" if document["emulated"] else "") + "; predictions by `simulate` on the backend's "
+        f"calibrated cost; host load average {document['load_average']['before']:.2f} before, "
+        f"{document['load_average']['after']:.2f} after. Written by `validation/hardware/run.py`.",
+        "",
+        "| model | method | sync | messages | time scale | predicted T (ms) | measured T (ms) | error | "
+        "median message error | calibration drift | checked |",
+        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---|",
+    ]
+    for r in document["results"]:
+        drift = f"{100 * r['calibration_drift']:+.1f}%" if "calibration_drift" in r else "-"
+        lines.append(
+            f"| {r['model']} | {r['method']} | {r['sync']} | {r['messages']} | {r['time_scale']:.3g} | "
+            f"{1e3 * r['predicted_time']:.2f} | {1e3 * r['measured_time']:.2f} | {100 * r['relative_error']:+.2f}% | "
+            f"{100 * r['median_abs_message_error']:.1f}% | {drift} | "
+            f"{'all bytes exact' if r['correct'] else 'WRONG'} |")
+    s = document["summary"]
+    lines += ["", f"Median |measured - predicted| / predicted: {100 * s['median_abs_relative_error']:.2f}% over all "
+              "runs; by method: " + ", ".join(f"{m} {100 * v:.2f}%" for m, v in
+                                             s["median_abs_relative_error_by_method"].items()) + "."]
+    lines.append("Message error: median over a plan's messages of |measured - c(S)| / c(S) (small messages are "
+                 "noisy). Calibration drift: c(all gradients) from the same sweep repeated after the model's "
+                 "runs, against the one the predictions used (the host is shared; its speed moves).")
+    if document["methods_not_registered"]:
+        lines.append(f"Not registered, skipped: {', '.join(document['methods_not_registered'])}.")
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    sys.exit(main())
