@@ -100,6 +100,15 @@ register("ibatch", "fusionopt.solvers.ipart:ibatch",
 register("ipart", "fusionopt.solvers.ipart:ipart",
          "iPart: greedy partitions both ways with partitioned compute (parameter server; reconstructed)",
          ps_only=True)
+register("ps-brute", "fusionopt.solvers.ps_exact:ps_brute",
+         "parameter server, exact: every push and pull grouping (whole tensors or a unit grid), small n",
+         in_default_comparison=False, ps_only=True)
+register("ps-dp", "fusionopt.solvers.ps_exact:ps_dp",
+         "parameter server: push and pull DPs (exact over whole tensors when updates cost no time per byte)",
+         ps_only=True)
+register("ps-cpsat", "fusionopt.solvers.ps_exact:ps_cpsat",
+         "parameter server, exact: CP-SAT over push and pull groupings, anytime", in_default_comparison=False,
+         ps_only=True)
 register("usbyte", "fusionopt.solvers.usbyte:usbyte", "US-Byte: unequal blocks in gaps, priority search (layerwise)",
          in_default_comparison=False, plain_only=True, layerwise_only=True)
 

@@ -140,13 +140,13 @@ def test_the_registry_keeps_parameter_server_and_all_reduce_methods_apart():
     from fusionopt.solvers.registry import default_methods
 
     problem = Problem(worked_profile(), sync="layerwise", ps=worked_server())
-    assert default_methods(problem) == ["ps-default", "ps-layer", "ibatch", "ipart"]
+    assert default_methods(problem) == ["ps-default", "ps-layer", "ibatch", "ipart", "ps-dp"]
     rows = {row.method: row for row in compare(problem)}
     # Speedups are over ps-default on a parameter server: 21.7 / 17.4 ms (hand values above).
     assert rows["ps-default"].speedup == 1.0
     assert rows["ps-layer"].speedup == pytest.approx(21.7 / 17.4, rel=1e-9)
     with pytest.raises(ValueError, match=r"method 'wfbp' is an all-reduce method and this problem uses a "
-                                         r"parameter server; methods for it: ps-default, ps-layer, ibatch, ipart"):
+                                         r"parameter server; methods for it: ps-default, ps-layer, ibatch, ipart, ps-brute, ps-dp, ps-cpsat"):
         solve(problem, "wfbp")
     with pytest.raises(ValueError, match=r"method 'ps-layer' is a parameter-server method and this problem "
                                          r"uses all-reduce"):
