@@ -44,13 +44,13 @@ import io
 import math
 import os
 import sys
-import tempfile
 import time
 from dataclasses import dataclass, field
 
 import numpy as np
 
 import fusionopt
+from fusionopt.reporting import command_line, markdown_table as table, write_bytes_atomic
 from fusionopt import zoo
 from fusionopt.cost import network_link
 from fusionopt.model import Problem, Profile
@@ -106,23 +106,6 @@ COLORS = {"default": "tab:gray", "layer": "tab:blue", "ibatch": "tab:orange", "i
 
 
 # ----------------------------------------------------------------------------- helpers
-def write_bytes_atomic(path: str, data: bytes) -> None:
-    """Write ``data`` to ``path`` through a temporary file in the same folder and os.replace."""
-    folder = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=os.path.basename(path), dir=folder)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)   # mkstemp makes 0600; give the usual file mode
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
 def layer_profile(name: str, device: str, batch: int) -> tuple[Profile, Profile]:
     """The zoo profile merged to one tensor per layer (module), and the per-tensor profile.
 
@@ -223,35 +206,6 @@ def fmt_s(s: float) -> str:
     if s < 1 and abs(inv - round(inv)) < 1e-9:
         return f"1/{int(round(inv))}"
     return f"{s:.3g}"
-
-
-def table(header, rows) -> list[str]:
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
-    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
-    return lines
-
-
-def command_line(args, argv) -> str:
-    """The command, with the output folder written relative to the repository when possible."""
-    parts = ["python", SCRIPT]
-    skip = False
-    for a in argv:
-        if skip:
-            skip = False
-            continue
-        if a in ("--out", "-o"):
-            skip = True
-            parts += ["--out", _safe_out(args.out)]
-        elif a.startswith("--out="):
-            parts.append("--out=" + _safe_out(args.out))
-        else:
-            parts.append(a)
-    return " ".join(parts)
-
-
-def _safe_out(out: str) -> str:
-    rel = os.path.relpath(os.path.abspath(out), os.getcwd())
-    return rel if not rel.startswith("..") and not os.path.isabs(rel) else "<output folder>"
 
 
 # ----------------------------------------------------------------------------- experiments
@@ -1025,7 +979,7 @@ def main(argv=None) -> int:
         plots.append(plot_scalability(plt, args.out, nodes_data, plot_models, node_list, labels))
         plots.append(plot_sensitivity(plt, args.out, st, sw, models, startup_list, grid, main_startups, labels))
 
-    ctx = dict(args=args, command=command_line(args, argv), date=datetime.date.today().isoformat(),
+    ctx = dict(args=args, command=command_line(SCRIPT, argv, args.out), date=datetime.date.today().isoformat(),
                elapsed=time.perf_counter() - started, labels=labels, units=units, models=models,
                profiles=profiles, tensor_profiles=tensor_profiles, device=DEVICE, batch=args.batch,
                delta=args.delta, main_startups=main_startups, main=main_data, nodes=nodes_data,

@@ -36,13 +36,13 @@ import datetime
 import math
 import os
 import sys
-import tempfile
 import time
 from dataclasses import dataclass, field
 
 import numpy as np
 
 import fusionopt
+from fusionopt.reporting import command_line, markdown_table as table, write_bytes_atomic
 from fusionopt import zoo
 from fusionopt.cost import network
 from fusionopt.solvers.registry import get_method
@@ -71,23 +71,6 @@ METHOD_LABEL = {"wfbp": "WFBP", "single": "SyncEASGD (single)", "mgwfbp": "MG-WF
 
 
 # ----------------------------------------------------------------------------- helpers
-def write_atomic(path: str, data: bytes) -> None:
-    """Write ``data`` to ``path`` through a temporary file in the same folder and os.replace."""
-    folder = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=os.path.basename(path), dir=folder)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)   # mkstemp makes 0600; give the usual file mode
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
 def scaled(profile: fusionopt.Profile, s: float) -> fusionopt.Profile:
     """The same tensors with every forward and backward time multiplied by ``s``."""
     return fusionopt.Profile.from_arrays(profile.sizes, profile.forward * s, profile.backward * s,
@@ -245,7 +228,7 @@ def make_plots(out_dir, grid, sweep_data, scaling_data, scales, methods, workers
         buf = io.BytesIO()
         fig.savefig(buf, format="png", dpi=120, bbox_inches="tight")
         plt.close(fig)
-        write_atomic(os.path.join(out_dir, name), buf.getvalue())
+        write_bytes_atomic(os.path.join(out_dir, name), buf.getvalue())
         return name
 
     written = []
@@ -316,35 +299,6 @@ def fmt_ranges(rs) -> str:
 
 def fmt_list(xs) -> str:
     return ", ".join(f"{x:.3g}" for x in xs) if xs else "none"
-
-
-def table(header, rows) -> list[str]:
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
-    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
-    return lines
-
-
-def command_line(args, argv) -> str:
-    """The command, with the output folder written relative to the repository when possible."""
-    parts = ["python", SCRIPT]
-    skip = False
-    for i, a in enumerate(argv):
-        if skip:
-            skip = False
-            continue
-        if a in ("--out", "-o"):
-            skip = True
-            parts += ["--out", _safe_out(args.out)]
-        elif a.startswith("--out="):
-            parts.append("--out=" + _safe_out(args.out))
-        else:
-            parts.append(a)
-    return " ".join(parts)
-
-
-def _safe_out(out: str) -> str:
-    rel = os.path.relpath(os.path.abspath(out), os.getcwd())
-    return rel if not rel.startswith("..") and not os.path.isabs(rel) else "<output folder>"
 
 
 def report(ctx) -> str:
@@ -638,7 +592,7 @@ def main(argv=None) -> int:
 
     scaling_methods = ["wfbp", "single"] + methods[2:]
     plots = make_plots(args.out, grid, sw, sc, scales, scaling_methods, workers, args.tolerance)
-    ctx = dict(args=args, command=command_line(args, argv), date=datetime.date.today().isoformat(),
+    ctx = dict(args=args, command=command_line(SCRIPT, argv, args.out), date=datetime.date.today().isoformat(),
                elapsed=time.perf_counter() - started, gradssa_note=gradssa_note, profiles=profiles,
                cost8=cost8, cost8_nominal=network(NOMINAL, NODES),
                link=fusionopt.cost.network_link(NOMINAL), methods=methods, paper_rows=paper_rows,
@@ -646,7 +600,7 @@ def main(argv=None) -> int:
                dp_wfbp_at=dp_wfbp_at, scales=scales, scaling=sc, plots=plots, workers=workers)
     ctx["methods_scaling"] = scaling_methods
     text = report(ctx)
-    write_atomic(os.path.join(args.out, "RESULTS.md"), (text + "\n").encode())
+    write_bytes_atomic(os.path.join(args.out, "RESULTS.md"), (text + "\n").encode())
     print(f"wrote RESULTS.md and {len(plots)} plot(s) in {time.perf_counter() - started:.1f} s")
     return 0
 

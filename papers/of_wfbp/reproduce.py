@@ -41,13 +41,13 @@ import io
 import os
 import statistics
 import sys
-import tempfile
 import time
 from dataclasses import dataclass
 
 import numpy as np
 
 import fusionopt
+from fusionopt.reporting import command_line, markdown_table as table, write_bytes_atomic
 from fusionopt import zoo
 from fusionopt.cost import network, network_link
 from fusionopt.model import Problem, Profile, simulate
@@ -99,23 +99,6 @@ LABEL.update({"of-wfbp": "OF-WFBP", "dp": "DP (exact optimum)", "best": "best ba
 
 
 # ----------------------------------------------------------------------------- helpers
-def write_bytes_atomic(path: str, data: bytes) -> None:
-    """Write ``data`` to ``path`` through a temporary file in the same folder and os.replace."""
-    folder = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=os.path.basename(path), dir=folder)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)   # mkstemp makes 0600; give the usual file mode
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
 @dataclass
 class Outcome:
     """One method's result on one problem (times in seconds)."""
@@ -150,35 +133,6 @@ def tail(profile: Profile, n: int) -> Profile:
 
 def fmt_ms(t: float) -> str:
     return f"{1e3 * t:.2f}" if t >= 0.1 else f"{1e3 * t:.3f}"
-
-
-def table(header, rows) -> list[str]:
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
-    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
-    return lines
-
-
-def command_line(args, argv) -> str:
-    """The command, with the output folder written relative to the repository when possible."""
-    parts = ["python", SCRIPT]
-    skip = False
-    for a in argv:
-        if skip:
-            skip = False
-            continue
-        if a in ("--out", "-o"):
-            skip = True
-            parts += ["--out", _safe_out(args.out)]
-        elif a.startswith("--out="):
-            parts.append("--out=" + _safe_out(args.out))
-        else:
-            parts.append(a)
-    return " ".join(parts)
-
-
-def _safe_out(out: str) -> str:
-    rel = os.path.relpath(os.path.abspath(out), os.getcwd())
-    return rel if not rel.startswith("..") and not os.path.isabs(rel) else "<output folder>"
 
 
 # ----------------------------------------------------------------------------- part 1: plain grid
@@ -709,7 +663,7 @@ def main(argv=None) -> int:
                                args.cpsat_time_limit, args.time_quantum)
 
     plots = make_plot(args.out, pdata, plot_models, PLOT_NETWORKS, plot_workers, labels)
-    ctx = dict(args=args, command=command_line(args, argv), date=datetime.date.today().isoformat(),
+    ctx = dict(args=args, command=command_line(SCRIPT, argv, args.out), date=datetime.date.today().isoformat(),
                elapsed=time.perf_counter() - started, labels=labels, batches=batches, models=models,
                networks=networks, workers=workers, profiles={m: profiles[m] for m in models},
                profiles_all=profiles,

@@ -39,13 +39,13 @@ import datetime
 import io
 import os
 import sys
-import tempfile
 import time
 from dataclasses import dataclass
 
 import numpy as np
 
 import fusionopt
+from fusionopt.reporting import command_line, markdown_table as table, write_bytes_atomic
 from fusionopt import zoo
 from fusionopt.cost import network, network_link
 from fusionopt.model import Problem, Profile
@@ -99,23 +99,6 @@ SWEEP_KEYS = ("wfbp", "bs", "bs-advised", "bs-tuned", "usbyte", "dp")
 
 
 # ----------------------------------------------------------------------------- helpers
-def write_bytes_atomic(path: str, data: bytes) -> None:
-    """Write ``data`` to ``path`` through a temporary file in the same folder and os.replace."""
-    folder = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=os.path.basename(path), dir=folder)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)   # mkstemp makes 0600; give the usual file mode
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
 def scaled(profile: Profile, s: float) -> Profile:
     """The same tensors with every forward and backward time multiplied by ``s``."""
     return Profile.from_arrays(profile.sizes, profile.forward * s, profile.backward * s, profile.names,
@@ -178,35 +161,6 @@ def fmt_ms(t: float) -> str:
 
 def fmt_s(s: float) -> str:
     return f"1/{1 / s:.3g}" if s < 1 else f"{s:.3g}"
-
-
-def table(header, rows) -> list[str]:
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
-    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
-    return lines
-
-
-def command_line(args, argv) -> str:
-    """The command, with the output folder written relative to the repository when possible."""
-    parts = ["python", SCRIPT]
-    skip = False
-    for a in argv:
-        if skip:
-            skip = False
-            continue
-        if a in ("--out", "-o"):
-            skip = True
-            parts += ["--out", _safe_out(args.out)]
-        elif a.startswith("--out="):
-            parts.append("--out=" + _safe_out(args.out))
-        else:
-            parts.append(a)
-    return " ".join(parts)
-
-
-def _safe_out(out: str) -> str:
-    rel = os.path.relpath(os.path.abspath(out), os.getcwd())
-    return rel if not rel.startswith("..") and not os.path.isabs(rel) else "<output folder>"
 
 
 # ----------------------------------------------------------------------------- experiments
@@ -879,7 +833,7 @@ def main(argv=None) -> int:
         plots.append(name)
         gantt = (name, inst, gantt_reading(inst, labels[args.gantt_model], max(workers)))
 
-    ctx = dict(args=args, command=command_line(args, argv), date=datetime.date.today().isoformat(),
+    ctx = dict(args=args, command=command_line(SCRIPT, argv, args.out), date=datetime.date.today().isoformat(),
                elapsed=time.perf_counter() - started, labels=labels, batches=batches, models=models,
                profiles=profiles, device_s=device_s, lwo_options=lwo_options, settings=setting_list,
                settings_by_key=sbk, main=main_data, grid=grid, sweep=sw, fitted_keys=fitted_keys,
