@@ -13,6 +13,7 @@ from typing import Any, Sequence
 from fusionopt import zoo
 from fusionopt.cost import cost_from_dict, network, networks, ALGORITHMS
 from fusionopt.model import AlphaBeta, Plan, Problem, Profile, simulate
+from fusionopt.model.ps import ParameterServer, PSPlan
 from fusionopt.model._io import read_json_document, write_json_atomic
 from fusionopt.solvers import compare, format_table, methods, solve
 from fusionopt.solvers.result import Result
@@ -47,11 +48,39 @@ def _add_cost_arguments(parser: argparse.ArgumentParser, *, required: bool = Tru
                             help="compute slowdown while a message is in flight (>= 1)")
     extensions.add_argument("--channels", type=int, default=1, metavar="K",
                             help="concurrent channels sharing the bandwidth (default 1)")
+    server = parser.add_argument_group("parameter server instead of all-reduce (default off)")
+    server.add_argument("--ps-servers", type=int, metavar="K",
+                        help="K servers: push and pull channels (with --network, the BytePS-style terms)")
+    server.add_argument("--ps-colocated", action="store_true", help="servers run on the workers' machines")
+    server.add_argument("--ps-update-per-byte", type=float, default=0.0, metavar="S",
+                        help="server update time, seconds per byte pushed")
+    server.add_argument("--ps-update-overhead", type=float, default=0.0, metavar="S",
+                        help="server update time, seconds per push message")
+    server.add_argument("--ps-partition-compute", action="store_true",
+                        help="split a tensor's backward and forward along its pushed and pulled chunks")
+    server.add_argument("--ps-delta", type=float, default=0.0, metavar="S",
+                        help="seconds of overhead per compute piece with --ps-partition-compute")
 
 
 def _problem(profile: Profile, args: argparse.Namespace) -> Problem:
+    if args.ps_servers is not None:
+        return Problem(profile, sync=args.sync, ps=_parameter_server(args))
     return Problem(profile, _cost(args), sync=args.sync, copy_cost=args.copy_cost, copy_on=args.copy_on,
                    contention=args.contention, channels=args.channels)
+
+
+def _parameter_server(args: argparse.Namespace) -> ParameterServer:
+    if args.copy_cost != 0.0 or args.contention != 1.0 or args.channels != 1:
+        raise UsageError("--ps-servers cannot be combined with --copy-cost, --contention or --channels")
+    options = {"update_per_byte": args.ps_update_per_byte, "update_overhead": args.ps_update_overhead,
+               "partition_compute": args.ps_partition_compute, "delta": args.ps_delta}
+    if args.network is not None and args.alpha is None and args.beta is None and args.cost is None:
+        if args.workers is None:
+            raise UsageError("--network needs --workers")
+        return ParameterServer.from_network(args.network, args.workers, args.ps_servers,
+                                            colocated=args.ps_colocated, **options)
+    return ParameterServer(_cost(args), servers=args.ps_servers, workers=args.workers,
+                           colocated=args.ps_colocated, **options)
 
 
 def _cost(args: argparse.Namespace):
@@ -111,6 +140,9 @@ def _print_result(result: Result, profile: Profile) -> None:
     print(f"lower bound     {bound}")
     print(f"exposed         {1e3 * timeline.exposed:.6f} ms")
     print(f"messages        {result.num_messages}")
+    if isinstance(result.plan, PSPlan):
+        print(f"  push {result.plan.push.num_messages}, pull {result.plan.pull.num_messages} (use --json for all)")
+        return
     for k, message in enumerate(result.plan.messages[:20]):
         tensors = message.tensors
         names = ", ".join(profile.names[i] for i in tensors[:4])
@@ -204,7 +236,7 @@ def _cmd_compare(args: argparse.Namespace) -> None:
     print(format_table(rows))
     print()
     print("gap to bound: to the best lower bound for the plans each method searches (for the fusion")
-    print("methods, the best fusion plan; for the partition schedulers, any plan); OPTIMAL: gap 0.")
+    print("methods and ps-dp, their own plan space; for the others, any plan); OPTIMAL: gap 0.")
 
 
 def _cmd_zoo(args: argparse.Namespace) -> None:

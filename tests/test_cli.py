@@ -645,3 +645,25 @@ def test_long_messages_are_abbreviated_in_text_output(capsys, tmp_path):
     assert status == 0
     line = next(text for text in out.splitlines() if " B  [" in text)
     assert line.endswith("[t8, t7, t6, t5, ... (9 tensors, t0 last)]")
+
+
+def test_parameter_server_from_the_command_line(capsys, tmp_path):
+    common = ("--model", "resnet50", "--device", "k80", "--batch", "32", "--network", "10gbe", "--workers", "8",
+              "--ps-servers", "8", "--ps-colocated", "--sync", "layerwise")
+    doc = run_json(capsys, "compare", *common, "--json")
+    assert [row["method"] for row in doc] == ["ps-default", "ps-layer", "ibatch", "ipart", "ps-dp"]
+    by_method = {row["method"]: row for row in doc}
+    assert by_method["ps-default"]["speedup"] == 1.0
+    # iPart is never slower than the default PS or layer by layer (tests/solvers/test_ipart.py).
+    assert by_method["ipart"]["iteration_time"] <= by_method["ps-layer"]["iteration_time"]
+    profile = tmp_path / "resnet50.json"
+    run(capsys, "profile", "--model", "resnet50", "--device", "k80", "--batch", "32", "--output", profile)
+    status, out, err = run(capsys, "solve", profile, "--network", "10gbe", "--workers", "8", "--ps-servers", "8",
+                           "--method", "ps-default")
+    assert status == 0 and err == ""
+    assert "  push 1, pull 1 (use --json for all)" in out
+    assert "cannot be combined with --copy-cost, --contention or --channels" in run_error(
+        capsys, "solve", profile, "--alpha", "1e-3", "--beta", "1e-9", "--ps-servers", "2", "--channels", "2")
+    assert "--network needs --workers" in run_error(capsys, "solve", profile, "--network", "10gbe", "--ps-servers", "2")
+    assert "is an all-reduce method and this problem uses a parameter server" in run_error(
+        capsys, "solve", profile, "--alpha", "1e-3", "--beta", "1e-9", "--ps-servers", "2", "--method", "dp")
