@@ -239,6 +239,34 @@ def _cmd_compare(args: argparse.Namespace) -> None:
     print("methods and ps-dp, their own plan space; for the others, any plan); OPTIMAL: gap 0.")
 
 
+def _cmd_advise(args: argparse.Namespace) -> None:
+    from fusionopt.solvers.advise import ddp_settings, horovod_settings
+
+    problem, label = _problem_for_compare(args)
+    plan_result = solve(problem, args.method)
+    ddp = ddp_settings(problem, plan_result.plan)
+    hvd = horovod_settings(problem, plan_result.plan)
+    if args.json:
+        print(json.dumps({"method": args.method, "iteration_time": plan_result.iteration_time,
+                          "messages": plan_result.num_messages,
+                          "ddp": ddp.to_dict(), "horovod": hvd.to_dict()}, indent=1))
+        return
+    names = problem.profile.names
+    order = ", ".join(names[i] for i in ddp.parameter_order[:4])
+    if len(ddp.parameter_order) > 4:
+        order += ", ..."
+    print(f"workload  {label}: {problem.profile.n} tensors")
+    print(f"plan      {args.method}: T = {1e3 * plan_result.iteration_time:.3f} ms, "
+          f"{plan_result.num_messages} messages")
+    print(f"ddp       bucket_cap_mb={ddp.bucket_cap_mb:.6g} (first bucket {ddp.first_bucket_bytes} B, "
+          f"{len(ddp.buckets)} buckets): T = {1e3 * ddp.iteration_time:.3f} ms "
+          f"(default 25 MiB: {1e3 * ddp.default_iteration_time:.3f} ms)")
+    print(f"          parameter order (reverse registration): {order}")
+    print(f"horovod   HOROVOD_FUSION_THRESHOLD={hvd.fusion_threshold_bytes} "
+          f"HOROVOD_CYCLE_TIME={hvd.environment['HOROVOD_CYCLE_TIME']}: T = {1e3 * hvd.iteration_time:.3f} ms "
+          f"(defaults: {1e3 * hvd.default_iteration_time:.3f} ms)")
+
+
 def _cmd_zoo(args: argparse.Namespace) -> None:
     rows = [("model", "parameters", "tensors", "GFLOPs/sample", "description")]
     for name, description in zoo.models().items():
@@ -374,6 +402,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print the rows as JSON")
     _add_cost_arguments(p)
     p.set_defaults(run=_cmd_compare)
+
+    p = commands.add_parser("advise", help="DDP and Horovod settings closest to a method's plan")
+    p.add_argument("--model", help=f"a zoo model: {', '.join(zoo.models())}")
+    p.add_argument("--profile", metavar="PROFILE.json", help="a profile instead of a zoo model")
+    p.add_argument("--device", default="h100", help=f"device for the zoo estimate: {', '.join(zoo.devices())}")
+    p.add_argument("--batch", type=int, default=64, help="per-worker batch for the zoo estimate (default 64)")
+    p.add_argument("--method", default="dp", help="the method whose plan to follow (default dp)")
+    p.add_argument("--json", action="store_true", help="print the settings as JSON")
+    _add_cost_arguments(p)
+    p.set_defaults(run=_cmd_advise)
 
     p = commands.add_parser("zoo", help="list the zoo models")
     p.set_defaults(run=_cmd_zoo)

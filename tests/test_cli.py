@@ -315,13 +315,18 @@ def test_zoo_lists_the_models_with_parameter_counts(capsys):
     lines = out.splitlines()
     assert "parameters" in lines[0]
     rows = {line.split()[0]: line.split() for line in lines[1:]}
-    assert set(rows) == {"resnet50", "resnet152", "vgg16", "googlenet", "bert-base"}
+    assert set(rows) == {
+        "resnet18", "resnet50", "resnet101", "resnet152", "vgg16", "vgg19", "alexnet",
+        "googlenet", "bert-base", "bert-large", "gpt2",
+    }
     assert rows["resnet50"][1] == "25,557,032"
     assert rows["vgg16"][1] == "138,357,544"
     assert rows["googlenet"][1] == "6,624,904"
     assert rows["bert-base"][1] == "109,482,240"
     assert rows["resnet50"][2] == "161"
     assert rows["vgg16"][2] == "32"
+    assert rows["bert-large"][1] == "335,141,888"
+    assert rows["gpt2"][1] == "124,439,808"
 
 
 def test_profile_writes_a_zoo_profile(capsys, tmp_path):
@@ -511,12 +516,12 @@ def test_error_unknown_algorithm(capsys, profile_path):
 
 
 @pytest.mark.parametrize("command", [
-    ["profile", "--model", "alexnet"],
-    ["compare", "--model", "alexnet", "--network", "10gbe", "--workers", "4"],
+    ["profile", "--model", "resnet34"],
+    ["compare", "--model", "resnet34", "--network", "10gbe", "--workers", "4"],
 ])
 def test_error_unknown_zoo_model(capsys, command):
     line = run_error(capsys, *command)
-    assert "'alexnet'" in line
+    assert "'resnet34'" in line
     assert "resnet50" in line
 
 
@@ -667,3 +672,22 @@ def test_parameter_server_from_the_command_line(capsys, tmp_path):
     assert "--network needs --workers" in run_error(capsys, "solve", profile, "--network", "10gbe", "--ps-servers", "2")
     assert "is an all-reduce method and this problem uses a parameter server" in run_error(
         capsys, "solve", profile, "--alpha", "1e-3", "--beta", "1e-9", "--ps-servers", "2", "--method", "dp")
+
+
+# ---------------------------------------------------------------------- advise
+def test_advise_prints_ddp_and_horovod_settings_with_their_own_times(capsys, profile_path):
+    doc = run_json(capsys, "advise", "--profile", profile_path, *AB3, "--json")
+    assert doc["method"] == "dp"
+    ddp = doc["ddp"]
+    assert ddp["buckets"] == [[2], [1, 0]] and ddp["parameter_order"] == [2, 1, 0]
+    solved = run_json(capsys, "solve", profile_path, *AB3, "--method", "ddp",
+                      "--option", f"bucket_cap_bytes={ddp['bucket_cap_bytes']}",
+                      "--option", f"first_bucket_bytes={ddp['first_bucket_bytes']}", "--json")
+    assert ddp["iteration_time"] == solved["iteration_time"]
+    assert ddp["iteration_time"] <= ddp["default_iteration_time"]
+    assert doc["horovod"]["environment"]["HOROVOD_FUSION_THRESHOLD"] == str(doc["horovod"]["fusion_threshold_bytes"])
+    status, out, err = run(capsys, "advise", *RESNET_10GBE)
+    assert status == 0, err
+    assert "bucket_cap_mb=" in out and "HOROVOD_CYCLE_TIME=" in out and "plan      dp: T =" in out
+    assert "give exactly one of --model" in run_error(capsys, "advise", *AB3)
+    assert "unknown method" in run_error(capsys, "advise", "--profile", profile_path, *AB3, "--method", "nope")

@@ -2,8 +2,9 @@
 
 The architectures are derived in plain Python (no deep-learning framework) and list their
 parameter tensors with the names, shapes and order of ``model.named_parameters()`` in
-torchvision (``resnet50``, ``resnet152``, ``vgg16``, ``googlenet``) and HuggingFace
-(``bert-base``).
+torchvision (``resnet18``, ``resnet50``, ``resnet101``, ``resnet152``, ``vgg16``,
+``vgg19``, ``alexnet``, ``googlenet``) and HuggingFace (``bert-base``, ``bert-large``,
+``gpt2``).
 FLOP counts follow the convention in :mod:`fusionopt.zoo.layers` (a multiply-add is
 2 FLOPs; per sample).
 
@@ -12,8 +13,9 @@ with a **roofline ESTIMATE** of the compute times, not a measurement.
 
 Examples
 --------
->>> sorted(models())
-['bert-base', 'googlenet', 'resnet152', 'resnet50', 'vgg16']
+>>> sorted(models())  # doctest: +NORMALIZE_WHITESPACE
+['alexnet', 'bert-base', 'bert-large', 'googlenet', 'gpt2', 'resnet101', 'resnet152',
+ 'resnet18', 'resnet50', 'vgg16', 'vgg19']
 >>> architecture("resnet50").parameters
 25557032
 """
@@ -24,12 +26,14 @@ import math
 from typing import Any, Callable
 
 from fusionopt.model.profile import Profile
-from fusionopt.zoo.bert import bert_base
+from fusionopt.zoo.alexnet import alexnet
+from fusionopt.zoo.bert import bert_base, bert_large
 from fusionopt.zoo.devices import PRESETS, Device
 from fusionopt.zoo.googlenet import googlenet
+from fusionopt.zoo.gpt2 import gpt2
 from fusionopt.zoo.layers import Architecture, Layer, check_positive_int
-from fusionopt.zoo.resnet import resnet50, resnet152
-from fusionopt.zoo.vgg import vgg16
+from fusionopt.zoo.resnet import resnet18, resnet50, resnet101, resnet152
+from fusionopt.zoo.vgg import vgg16, vgg19
 
 __all__ = [
     "Architecture",
@@ -44,11 +48,17 @@ __all__ = [
 
 # name -> (builder, one-line description)
 _MODELS: dict[str, tuple[Callable[..., Architecture], str]] = {
+    "resnet18": (resnet18, "ResNet-18, torchvision layout, 224x224 ImageNet (11.7M parameters)"),
     "resnet50": (resnet50, "ResNet-50 v1.5, torchvision layout, 224x224 ImageNet (25.6M parameters)"),
+    "resnet101": (resnet101, "ResNet-101 v1.5, torchvision layout, 224x224 ImageNet (44.5M parameters)"),
     "resnet152": (resnet152, "ResNet-152 v1.5, torchvision layout, 224x224 ImageNet (60.2M parameters)"),
     "vgg16": (vgg16, "VGG-16 without BatchNorm, torchvision layout, 224x224 ImageNet (138.4M parameters)"),
+    "vgg19": (vgg19, "VGG-19 without BatchNorm, torchvision layout, 224x224 ImageNet (143.7M parameters)"),
+    "alexnet": (alexnet, "AlexNet, torchvision layout, 224x224 ImageNet (61.1M parameters)"),
     "googlenet": (googlenet, "GoogLeNet / Inception v1, torchvision layout, no aux heads, 224x224 (6.6M parameters)"),
     "bert-base": (bert_base, "BERT-base uncased with pooler, HuggingFace layout, seq_len 128 (109.5M parameters)"),
+    "bert-large": (bert_large, "BERT-large uncased with pooler, HuggingFace layout, seq_len 128 (335.1M parameters)"),
+    "gpt2": (gpt2, "GPT-2 small, HuggingFace GPT2Model, tied LM head, seq_len 1024 (124.4M parameters)"),
 }
 
 
@@ -76,11 +86,14 @@ def architecture(name: str, **kwargs: Any) -> Architecture:
     Parameters
     ----------
     name : str
-        Model name (case-insensitive): ``"resnet50"``, ``"resnet152"``, ``"vgg16"``,
-        ``"googlenet"`` or ``"bert-base"``.
+        Model name (case-insensitive): ``"resnet18"``, ``"resnet50"``, ``"resnet101"``,
+        ``"resnet152"``, ``"vgg16"``, ``"vgg19"``, ``"alexnet"``, ``"googlenet"``,
+        ``"bert-base"``, ``"bert-large"`` or ``"gpt2"``.
     **kwargs
         Passed to the builder: ``image_size`` (pixels, default 224) and ``num_classes``
-        (default 1000) for the CNNs; ``seq_len`` (tokens, default 128) for ``bert-base``.
+        (default 1000) for the CNNs; ``seq_len`` (tokens) for the transformers: default
+        128 (at most 512) for ``bert-base`` and ``bert-large``, 1024 (at most 1024) for
+        ``gpt2``.
 
     Raises
     ------
@@ -96,7 +109,7 @@ def architecture(name: str, **kwargs: Any) -> Architecture:
     >>> architecture("resnet51")
     Traceback (most recent call last):
     ...
-    ValueError: unknown model 'resnet51'; known: bert-base, googlenet, resnet152, resnet50, vgg16
+    ValueError: unknown model 'resnet51'; known: alexnet, bert-base, bert-large, googlenet, gpt2, resnet101, resnet152, resnet18, resnet50, vgg16, vgg19
     """
     builder, _ = _MODELS[_lookup("model", name, _MODELS)]
     return builder(**kwargs)

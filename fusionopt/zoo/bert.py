@@ -1,14 +1,15 @@
-"""BERT-base uncased in the layout of HuggingFace ``transformers.BertModel`` (with pooler).
+"""BERT-base and BERT-large uncased in the layout of HuggingFace
+``transformers.BertModel`` (with pooler).
 
 ``named_parameters()`` order: the three embedding tables and the embedding LayerNorm;
-then for each of the 12 encoder layers ``attention.self.{query,key,value}``,
+then for each of the 12 (base) or 24 (large) encoder layers ``attention.self.{query,key,value}``,
 ``attention.output.dense``, ``attention.output.LayerNorm``, ``intermediate.dense``,
 ``output.dense``, ``output.LayerNorm``; then ``pooler.dense``. Every Linear and LayerNorm
 has a weight and a bias (16 tensors per encoder layer).
 
 FLOPs (convention in :mod:`fusionopt.zoo.layers`) are for one sequence of ``seq_len``
 tokens. Token-wise Linear layers cost ``2 * in * out`` per token. The attention matmuls
-``Q K^T`` and ``softmax(.) V`` cost ``2 * seq_len^2 * hidden`` each (summed over the 12
+``Q K^T`` and ``softmax(.) V`` cost ``2 * seq_len^2 * hidden`` each (summed over the
 heads) and are **attributed to the** ``attention.self.value`` **layer**: it is the last
 parameter layer before them in forward order and the first after them in backward order,
 so the attention core's backward time lands just before the value/key/query gradients
@@ -23,26 +24,31 @@ from fusionopt.zoo.layers import Architecture, Layer, check_positive_int, embedd
 VOCAB_SIZE = 30522  # bert-base-uncased WordPiece vocabulary
 MAX_POSITIONS = 512
 TYPE_VOCAB_SIZE = 2
-HIDDEN = 768
+HIDDEN = 768  # BERT-base
 INTERMEDIATE = 3072
 NUM_LAYERS = 12
 NUM_HEADS = 12  # does not change shapes or FLOPs; recorded for the description
+LARGE_HIDDEN = 1024  # BERT-large
+LARGE_INTERMEDIATE = 4096
+LARGE_NUM_LAYERS = 24
+LARGE_NUM_HEADS = 16
 
 
-def _encoder_layer(prefix: str, seq_len: int) -> list[Layer]:
+def _encoder_layer(prefix: str, seq_len: int, hidden: int = HIDDEN,
+                   intermediate: int = INTERMEDIATE) -> list[Layer]:
     """One ``BertLayer``: self-attention, its output projection, the feed-forward block."""
-    value = linear(f"{prefix}.attention.self.value", HIDDEN, HIDDEN, tokens=seq_len)
-    attention_core = 2 * (2.0 * seq_len * seq_len * HIDDEN)  # Q K^T and softmax(.) V
+    value = linear(f"{prefix}.attention.self.value", hidden, hidden, tokens=seq_len)
+    attention_core = 2 * (2.0 * seq_len * seq_len * hidden)  # Q K^T and softmax(.) V
     value = Layer(value.name, value.tensors, value.flops + attention_core)
     return [
-        linear(f"{prefix}.attention.self.query", HIDDEN, HIDDEN, tokens=seq_len),
-        linear(f"{prefix}.attention.self.key", HIDDEN, HIDDEN, tokens=seq_len),
+        linear(f"{prefix}.attention.self.query", hidden, hidden, tokens=seq_len),
+        linear(f"{prefix}.attention.self.key", hidden, hidden, tokens=seq_len),
         value,
-        linear(f"{prefix}.attention.output.dense", HIDDEN, HIDDEN, tokens=seq_len),
-        layernorm(f"{prefix}.attention.output.LayerNorm", HIDDEN, tokens=seq_len),
-        linear(f"{prefix}.intermediate.dense", HIDDEN, INTERMEDIATE, tokens=seq_len),
-        linear(f"{prefix}.output.dense", INTERMEDIATE, HIDDEN, tokens=seq_len),
-        layernorm(f"{prefix}.output.LayerNorm", HIDDEN, tokens=seq_len),
+        linear(f"{prefix}.attention.output.dense", hidden, hidden, tokens=seq_len),
+        layernorm(f"{prefix}.attention.output.LayerNorm", hidden, tokens=seq_len),
+        linear(f"{prefix}.intermediate.dense", hidden, intermediate, tokens=seq_len),
+        linear(f"{prefix}.output.dense", intermediate, hidden, tokens=seq_len),
+        layernorm(f"{prefix}.output.LayerNorm", hidden, tokens=seq_len),
     ]
 
 
@@ -72,25 +78,58 @@ def bert_base(seq_len: int = 128) -> Architecture:
     ...
     ValueError: seq_len must be at most 512 (BERT's position embeddings), got 513
     """
+    return _bert("bert-base", "BERT-base", seq_len, HIDDEN, INTERMEDIATE, NUM_LAYERS, NUM_HEADS)
+
+
+def bert_large(seq_len: int = 128) -> Architecture:
+    """BERT-large uncased (HuggingFace ``BertModel`` with pooler): 24 layers, hidden 1024.
+
+    Parameters
+    ----------
+    seq_len : int
+        Tokens per sequence, 1 to 512 (default 128). Shapes do not depend on it; FLOPs do.
+
+    Returns
+    -------
+    Architecture
+        391 tensors (5 embedding, 16 per encoder layer, 2 pooler) and 335,141,888
+        parameters (``BertModel`` with pooler, as ``from_pretrained("bert-large-uncased")``
+        builds it; without the pooler 334,092,288); about 79 GFLOPs per 128-token sequence.
+
+    Examples
+    --------
+    >>> net = bert_large()
+    >>> net.parameters, len(net.tensors)
+    (335141888, 391)
+    >>> net.tensors[5]
+    ('encoder.layer.0.attention.self.query.weight', (1024, 1024))
+    """
+    return _bert("bert-large", "BERT-large", seq_len, LARGE_HIDDEN, LARGE_INTERMEDIATE,
+                 LARGE_NUM_LAYERS, LARGE_NUM_HEADS)
+
+
+def _bert(name: str, label: str, seq_len: int, hidden: int, intermediate: int, num_layers: int,
+          num_heads: int) -> Architecture:
+    """A HuggingFace ``BertModel`` with pooler and the bert-uncased vocabulary."""
     seq_len = check_positive_int("seq_len", seq_len)
     if seq_len > MAX_POSITIONS:
         raise ValueError(
             f"seq_len must be at most {MAX_POSITIONS} (BERT's position embeddings), got {seq_len}"
         )
     layers = [
-        embedding("embeddings.word_embeddings", VOCAB_SIZE, HIDDEN),
-        embedding("embeddings.position_embeddings", MAX_POSITIONS, HIDDEN),
-        embedding("embeddings.token_type_embeddings", TYPE_VOCAB_SIZE, HIDDEN),
-        layernorm("embeddings.LayerNorm", HIDDEN, tokens=seq_len),
+        embedding("embeddings.word_embeddings", VOCAB_SIZE, hidden),
+        embedding("embeddings.position_embeddings", MAX_POSITIONS, hidden),
+        embedding("embeddings.token_type_embeddings", TYPE_VOCAB_SIZE, hidden),
+        layernorm("embeddings.LayerNorm", hidden, tokens=seq_len),
     ]
-    for i in range(NUM_LAYERS):
-        layers += _encoder_layer(f"encoder.layer.{i}", seq_len)
-    layers.append(linear("pooler.dense", HIDDEN, HIDDEN, tokens=1))  # [CLS] token only
+    for i in range(num_layers):
+        layers += _encoder_layer(f"encoder.layer.{i}", seq_len, hidden, intermediate)
+    layers.append(linear("pooler.dense", hidden, hidden, tokens=1))  # [CLS] token only
     return Architecture(
-        name="bert-base",
+        name=name,
         layers=tuple(layers),
         description=(
-            f"BERT-base uncased, {NUM_LAYERS} layers, hidden {HIDDEN}, {NUM_HEADS} heads, "
+            f"{label} uncased, {num_layers} layers, hidden {hidden}, {num_heads} heads, "
             "with pooler (HuggingFace BertModel)"
         ),
         input_description=f"one sequence of {seq_len} tokens",

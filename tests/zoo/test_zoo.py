@@ -11,31 +11,51 @@ import pytest
 from fusionopt.model.profile import Profile
 from fusionopt.zoo import Architecture, Device, Layer, architecture, device, devices, models, profile
 
-# Reference parameter counts: torchvision resnet50 / resnet152 / vgg16 /
-# googlenet(aux_logits=False) and HuggingFace BertModel("bert-base-uncased") with pooler.
+# Reference parameter counts: torchvision resnet18 / resnet50 / resnet101 / resnet152 /
+# vgg16 / vgg19 / alexnet / googlenet(aux_logits=False); HuggingFace BertModel
+# ("bert-base-uncased", "bert-large-uncased") with pooler; HuggingFace GPT2Model("gpt2"),
+# whose tied LM head counts the embedding matrix once.
 PARAMETERS = {
+    "resnet18": 11_689_512,
     "resnet50": 25_557_032,
+    "resnet101": 44_549_160,
     "resnet152": 60_192_808,
     "vgg16": 138_357_544,
+    "vgg19": 143_667_240,
+    "alexnet": 61_100_840,
     "googlenet": 6_624_904,
     "bert-base": 109_482_240,
+    "bert-large": 335_141_888,
+    "gpt2": 124_439_808,
 }
 
 # Tensor counts derived from the structure, independently of the zoo code:
 #   ResNet-50: 1 stem conv + 16 bottlenecks x 3 convs + 4 downsample convs = 53 convs
 #              (no bias), 53 BatchNorms x (weight, bias), fc weight + bias.
 #   ResNet-152: the same with 3 + 8 + 36 + 3 = 50 bottlenecks: 1 + 150 + 4 = 155 convs.
+#   ResNet-101: 3 + 4 + 23 + 3 = 33 bottlenecks: 1 + 99 + 4 = 104 convs.
+#   ResNet-18: 8 basic blocks x 2 convs + 1 stem + 3 downsamples (layer2..4) = 20 convs.
 #   VGG-16:    13 convs + 3 linears, each weight + bias.
+#   VGG-19:    16 convs + 3 linears, each weight + bias.
+#   AlexNet:   5 convs + 3 linears, each weight + bias.
 #   GoogLeNet: 3 stem BasicConv2d + 9 inceptions x 6 BasicConv2d = 57, each conv weight +
 #              bn weight + bn bias; fc weight + bias.
 #   BERT-base: 3 embedding tables + LayerNorm (2); 12 layers x (q, k, v, attn-out dense,
 #              LayerNorm, intermediate, output dense, LayerNorm) x 2; pooler weight + bias.
+#   BERT-large: the same with 24 layers.
+#   GPT-2:     wte + wpe; 12 blocks x (ln_1, c_attn, c_proj, ln_2, c_fc, c_proj) x 2; ln_f x 2.
 TENSORS = {
+    "resnet18": 20 + 20 * 2 + 2,
     "resnet50": 53 + 53 * 2 + 2,
+    "resnet101": 104 + 104 * 2 + 2,
     "resnet152": 155 + 155 * 2 + 2,
     "vgg16": 16 * 2,
+    "vgg19": 19 * 2,
+    "alexnet": 8 * 2,
     "googlenet": 57 * 3 + 2,
     "bert-base": 3 + 2 + 12 * 8 * 2 + 2,
+    "bert-large": 3 + 2 + 24 * 8 * 2 + 2,
+    "gpt2": 2 + 12 * 6 * 2 + 2,
 }
 
 
@@ -44,8 +64,8 @@ def shapes(name: str, **kwargs) -> dict[str, tuple[int, ...]]:
 
 
 # ---------------------------------------------------------------------- catalogue
-def test_models_lists_the_five_models():
-    assert set(models()) == {"resnet50", "resnet152", "vgg16", "googlenet", "bert-base"}
+def test_models_lists_the_models():
+    assert set(models()) == set(PARAMETERS) == set(TENSORS)
     assert all(isinstance(d, str) and d for d in models().values())
 
 
@@ -143,6 +163,48 @@ def test_resnet152_flops_about_23_gflops():
     assert architecture("resnet152").flops == pytest.approx(2 * 11.51e9, rel=0.01)
 
 
+# ---------------------------------------------------------------------- ResNet-18 / -101
+def test_resnet18_basic_blocks():
+    arch = architecture("resnet18")
+    names = [n for n, _ in arch.tensors]
+    assert names[3:12] == [
+        "layer1.0.conv1.weight", "layer1.0.bn1.weight", "layer1.0.bn1.bias",
+        "layer1.0.conv2.weight", "layer1.0.bn2.weight", "layer1.0.bn2.bias",
+        "layer1.1.conv1.weight", "layer1.1.bn1.weight", "layer1.1.bn1.bias",
+    ]
+    assert not any(".conv3." in n for n in names)
+    # layer1 keeps 64 channels at stride 1, so it has no downsample.
+    assert sorted(n for n in names if n.endswith("downsample.0.weight")) == [
+        f"layer{k}.0.downsample.0.weight" for k in range(2, 5)
+    ]
+    s = dict(arch.tensors)
+    assert s["layer2.0.conv1.weight"] == (128, 64, 3, 3)
+    assert s["layer2.0.downsample.0.weight"] == (128, 64, 1, 1)
+    assert s["layer4.1.conv2.weight"] == (512, 512, 3, 3)
+    assert "layer4.1.bn2.bias" in s and "layer4.2.conv1.weight" not in s
+    assert s["fc.weight"] == (1000, 512)
+
+
+def test_resnet18_flops_about_3_6_gflops():
+    # torchvision reports 1.81 GMACs per 224 x 224 image.
+    assert architecture("resnet18").flops == pytest.approx(2 * 1.81e9, rel=0.01)
+
+
+def test_resnet101_blocks_and_flops():
+    arch = architecture("resnet101")
+    s = dict(arch.tensors)
+    for stage, blocks in enumerate((3, 4, 23, 3), start=1):
+        assert f"layer{stage}.{blocks - 1}.conv3.weight" in s
+        assert f"layer{stage}.{blocks}.conv1.weight" not in s
+    assert s["layer3.22.conv2.weight"] == (256, 256, 3, 3)
+    # The stem, layer1, layer2 and the first six blocks of layer3 are ResNet-50's.
+    prefix = 3 + (12 + 9 * 2) + (12 + 9 * 3) + (12 + 9 * 5)
+    assert arch.tensors[:prefix] == architecture("resnet50").tensors[:prefix]
+    assert arch.tensors[prefix][0] == "layer3.6.conv1.weight"
+    # torchvision reports 7.80 GMACs per 224 x 224 image.
+    assert arch.flops == pytest.approx(2 * 7.80e9, rel=0.01)
+
+
 # ---------------------------------------------------------------------- VGG-16
 def test_vgg16_names_and_shapes():
     arch = architecture("vgg16")
@@ -165,6 +227,42 @@ def test_vgg16_classifier_does_not_depend_on_image_size():
     small = architecture("vgg16", image_size=64)
     assert small.parameters == PARAMETERS["vgg16"]
     assert small.flops < architecture("vgg16").flops
+
+
+# ---------------------------------------------------------------------- VGG-19, AlexNet
+def test_vgg19_names_and_flops():
+    arch = architecture("vgg19")
+    conv_idx = [0, 2, 5, 7, 10, 12, 14, 16, 19, 21, 23, 25, 28, 30, 32, 34]
+    expected = [f"features.{i}.{p}" for i in conv_idx for p in ("weight", "bias")]
+    expected += [f"classifier.{i}.{p}" for i in (0, 3, 6) for p in ("weight", "bias")]
+    assert [n for n, _ in arch.tensors] == expected
+    s = dict(arch.tensors)
+    assert s["features.16.weight"] == (256, 256, 3, 3)
+    assert s["features.34.weight"] == (512, 512, 3, 3)
+    assert s["classifier.0.weight"] == (4096, 25088)
+    # torchvision reports 19.63 GMACs per 224 x 224 image.
+    assert arch.flops == pytest.approx(2 * 19.63e9, rel=0.01)
+    assert architecture("vgg19", image_size=64).parameters == PARAMETERS["vgg19"]
+
+
+def test_alexnet_names_shapes_and_flops():
+    arch = architecture("alexnet")
+    expected = [f"features.{i}.{p}" for i in (0, 3, 6, 8, 10) for p in ("weight", "bias")]
+    expected += [f"classifier.{i}.{p}" for i in (1, 4, 6) for p in ("weight", "bias")]
+    assert [n for n, _ in arch.tensors] == expected
+    s = dict(arch.tensors)
+    assert s["features.0.weight"] == (64, 3, 11, 11)
+    assert s["features.3.weight"] == (192, 64, 5, 5)
+    assert s["features.6.weight"] == (384, 192, 3, 3)
+    assert s["features.10.weight"] == (256, 256, 3, 3)
+    assert s["classifier.1.weight"] == (4096, 9216)
+    # conv1: 11x11x3 -> 64 at 55x55.
+    assert arch.layers[0].flops == 2 * 3 * 121 * 64 * 55 * 55
+    # torchvision reports 0.71 GMACs per 224 x 224 image.
+    assert arch.flops == pytest.approx(2 * 0.714e9, rel=0.01)
+    assert architecture("alexnet", image_size=63).parameters == PARAMETERS["alexnet"]
+    with pytest.raises(ValueError, match="too small"):
+        architecture("alexnet", image_size=62)
 
 
 # ---------------------------------------------------------------------- GoogLeNet
@@ -245,6 +343,57 @@ def test_bert_attention_core_goes_on_value():
     v = by_name["encoder.layer.0.attention.self.value"]
     assert v - q == 2 * 2 * 128 * 128 * 768
     assert by_name["embeddings.word_embeddings"] == 0
+
+
+def test_bert_large_shapes_and_flops():
+    arch = architecture("bert-large", seq_len=128)
+    names = [n for n, _ in arch.tensors]
+    assert names[:5] == [n for n, _ in architecture("bert-base").tensors[:5]]
+    assert names[-4:] == [
+        "encoder.layer.23.output.LayerNorm.weight", "encoder.layer.23.output.LayerNorm.bias",
+        "pooler.dense.weight", "pooler.dense.bias",
+    ]
+    s = dict(arch.tensors)
+    assert s["embeddings.word_embeddings.weight"] == (30522, 1024)
+    assert s["encoder.layer.7.intermediate.dense.weight"] == (4096, 1024)
+    assert s["encoder.layer.7.output.dense.weight"] == (1024, 4096)
+    # HuggingFace BertModel without the pooler: 334,092,288 parameters.
+    assert arch.parameters - 1024 * 1024 - 1024 == 334_092_288
+    seq, h, ff = 128, 1024, 4096
+    per_layer = 2 * seq * (4 * h * h + 2 * h * ff) + 2 * 2 * seq * seq * h + 2 * 4 * h * seq
+    assert arch.flops == 24 * per_layer + 4 * h * seq + 2 * h * h
+
+
+def test_gpt2_names_shapes_and_flops():
+    arch = architecture("gpt2", seq_len=256)
+    names = [n for n, _ in arch.tensors]
+    assert names[:2] == ["wte.weight", "wpe.weight"]
+    assert names[2:14] == [
+        f"h.0.{m}.{p}"
+        for m in ("ln_1", "attn.c_attn", "attn.c_proj", "ln_2", "mlp.c_fc", "mlp.c_proj")
+        for p in ("weight", "bias")
+    ]
+    assert names[-2:] == ["ln_f.weight", "ln_f.bias"]
+    s = dict(arch.tensors)
+    assert s["wte.weight"] == (50257, 768)
+    assert s["wpe.weight"] == (1024, 768)
+    # Conv1D weights are (in, out).
+    assert s["h.11.attn.c_attn.weight"] == (768, 2304)
+    assert s["h.11.mlp.c_fc.weight"] == (768, 3072)
+    assert s["h.11.mlp.c_proj.weight"] == (3072, 768)
+    assert "lm_head.weight" not in s
+    seq, h = 256, 768
+    per_layer = 2 * seq * (12 * h * h) + 2 * 2 * seq * seq * h + 2 * 4 * h * seq
+    assert arch.flops == 12 * per_layer + 4 * h * seq
+    by_name = {layer.name: layer.flops for layer in arch.layers}
+    assert by_name["h.0.attn.c_attn"] == 2 * seq * h * 3 * h + 2 * 2 * seq * seq * h
+    assert architecture("gpt2").input_description == "one sequence of 1024 tokens"
+
+
+@pytest.mark.parametrize("bad", [0, 1025, 2.0])
+def test_gpt2_bad_seq_len(bad):
+    with pytest.raises(ValueError, match="seq_len"):
+        architecture("gpt2", seq_len=bad)
 
 
 @pytest.mark.parametrize("bad", [0, -1, 513, 1.5, "128"])
@@ -343,7 +492,7 @@ def test_profile_roundtrips_through_json():
 
 
 # ---------------------------------------------------------------------- errors
-@pytest.mark.parametrize("bad", ["resnet-50", "alexnet", "", None])
+@pytest.mark.parametrize("bad", ["resnet-50", "resnet34", "", None])
 def test_unknown_model(bad):
     with pytest.raises(ValueError, match="unknown model") as err:
         architecture(bad)  # type: ignore[arg-type]

@@ -1,0 +1,117 @@
+"""DDP and Horovod settings derived from a plan (fusionopt.solvers.advise)."""
+
+import pytest
+from hypothesis import given, settings
+
+from strategies import partition_plans, problems
+
+from fusionopt import zoo
+from fusionopt.cost import AlphaBeta, network
+from fusionopt.model import Plan, Problem, Profile
+from fusionopt.model.ps import ParameterServer
+from fusionopt.solvers import solve
+from fusionopt.solvers.advise import DDPSettings, HorovodSettings, ddp_settings, horovod_settings
+
+MS = 1e-3
+MiB = 2**20
+
+
+def example_problem(alpha: float = 3 * MS) -> Problem:
+    profile = Profile.from_arrays([4e6, 1e6, 2e6], [MS] * 3, [3 * MS, 2 * MS, MS])
+    return Problem(profile, AlphaBeta(alpha, 1e-9))
+
+
+@pytest.fixture(scope="module")
+def resnet_problem() -> Problem:
+    return Problem(zoo.profile("resnet50"), network("10gbe", 64))
+
+
+def check_ddp(problem: Problem, s: DDPSettings) -> None:
+    # The setting's T is its own DDP schedule, by the same rule as the ddp baseline.
+    assert s.bucket_cap_bytes == int(s.bucket_cap_mb * 1024 * 1024)
+    r = solve(problem, "ddp", bucket_cap_bytes=s.bucket_cap_bytes, first_bucket_bytes=s.first_bucket_bytes)
+    assert s.iteration_time == r.iteration_time
+    assert [list(b) for b in s.buckets] == r.plan.groups()
+    assert s.bucket_caps_bytes == (s.first_bucket_bytes,) + (s.bucket_cap_bytes,) * (len(s.buckets) - 1)
+    assert s.parameter_order == tuple(range(problem.profile.n - 1, -1, -1))
+    assert [i for b in s.buckets for i in b] == list(s.parameter_order)
+    # Never worse than DDP's default bucket_cap_mb=25.
+    default = solve(problem, "ddp").iteration_time
+    assert s.default_iteration_time == default
+    assert s.iteration_time <= default * (1 + 1e-9)
+
+
+def check_horovod(problem: Problem, s: HorovodSettings) -> None:
+    r = solve(problem, "horovod", cycle_time=s.cycle_time_ms / 1e3, fusion_threshold_bytes=s.fusion_threshold_bytes)
+    assert s.iteration_time == r.iteration_time
+    assert s.messages == r.num_messages
+    assert s.environment == {"HOROVOD_FUSION_THRESHOLD": str(s.fusion_threshold_bytes),
+                             "HOROVOD_CYCLE_TIME": f"{s.cycle_time_ms:g}"}
+    default = solve(problem, "horovod").iteration_time
+    assert s.default_iteration_time == default
+    assert s.iteration_time <= default * (1 + 1e-9)
+
+
+def test_ddp_reproduces_the_dp_plan_of_the_worked_example():
+    problem = example_problem()
+    plan = solve(problem, "dp")
+    s = ddp_settings(problem, plan.plan)
+    check_ddp(problem, s)
+    assert s.buckets == ((2,), (1, 0))
+    assert s.plan_iteration_time == plan.iteration_time
+    assert s.iteration_time == plan.iteration_time
+    assert s.bucket_cap_bytes in {int(b) for b in plan.plan.message_bytes}
+
+
+def test_settings_on_resnet50_are_their_own_simulations(resnet_problem):
+    plan = solve(resnet_problem, "dp").plan
+    check_ddp(resnet_problem, ddp_settings(resnet_problem, plan))
+    check_horovod(resnet_problem, horovod_settings(resnet_problem, plan))
+
+
+def test_ddp_beats_the_default_when_small_buckets_pay(resnet_problem):
+    # One big message is best here; 25 MiB buckets expose more communication.
+    s = ddp_settings(resnet_problem, solve(resnet_problem, "dp").plan)
+    assert s.iteration_time < s.default_iteration_time
+    assert s.bucket_cap_bytes != 25 * MiB
+
+
+def test_settings_from_a_per_tensor_plan():
+    problem = example_problem(alpha=MS)
+    plan = solve(problem, "wfbp").plan
+    check_ddp(problem, ddp_settings(problem, plan))
+    check_horovod(problem, horovod_settings(problem, plan))
+
+
+@settings(max_examples=25, deadline=None)
+@given(problems(max_n=6))
+def test_settings_hold_on_any_problem(problem):
+    plan = solve(problem, "wfbp").plan
+    check_ddp(problem, ddp_settings(problem, plan))
+    check_horovod(problem, horovod_settings(problem, plan))
+
+
+def test_to_dict_is_plain_json():
+    import json
+
+    problem = example_problem()
+    plan = solve(problem, "dp").plan
+    ddp = ddp_settings(problem, plan).to_dict()
+    hvd = horovod_settings(problem, plan).to_dict()
+    assert json.loads(json.dumps(ddp))["buckets"] == [[2], [1, 0]]
+    assert set(json.loads(json.dumps(hvd))["environment"]) == {"HOROVOD_FUSION_THRESHOLD", "HOROVOD_CYCLE_TIME"}
+
+
+@pytest.mark.parametrize("advise", [ddp_settings, horovod_settings])
+def test_bad_input(advise):
+    problem = example_problem()
+    plan = solve(problem, "dp").plan
+    with pytest.raises(ValueError, match="problem must be a Problem, got Plan"):
+        advise(plan, plan)
+    with pytest.raises(ValueError, match="plan must be a Plan, got list"):
+        advise(problem, [[2], [1, 0]])
+    with pytest.raises(ValueError, match="missing"):
+        advise(problem, Plan.from_groups(problem.profile, [[2, 1]]))
+    ps = Problem(problem.profile, ps=ParameterServer(AlphaBeta(MS, 1e-9), servers=1, workers=2))
+    with pytest.raises(ValueError, match="all-reduce problem"):
+        advise(ps, plan)
