@@ -162,6 +162,15 @@ class Problem:
                 f"{', '.join(self.extensions)} on; use simulate, or cpsat (one channel)"
             )
 
+    def require_layerwise(self, what: str) -> None:
+        """Raise ``ValueError`` unless ``sync="layerwise"``: ``what`` reorders and cuts
+        messages so that the next forward can start tensor by tensor."""
+        if self.sync != "layerwise":
+            raise ValueError(
+                f"{what} is for sync='layerwise' only (it reorders and cuts messages so that the "
+                f"next forward starts early), and this problem has sync={self.sync!r}"
+            )
+
     def __repr__(self) -> str:
         extras = "".join(f", {name}={getattr(self, name)!r}" for name in ("copy_cost", "copy_on", "contention", "channels", "ps")
                          if getattr(self, name) != getattr(Problem, name))

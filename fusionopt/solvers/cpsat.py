@@ -190,10 +190,10 @@ QUANTUM_PRECISION = 1e-7
 # The quantum when every plan ends at time 0 (no compute, free communication): any q works.
 _SMALLEST_QUANTUM = 2.0 ** -100
 # The largest integer time a model may use. CP-SAT works in int64, but with horizons of
-# about 1e10 steps (OR-Tools 9.15, the contention model, 48 tensors) its presolve returned
-# a wrong "optimum" and bound, and an infeasible verdict on a feasible model; at 2^32 steps
-# it was right. The automatic quantum keeps the horizon at or below 2^30, trading precision
-# (the rounding bound grows) for a sound solver.
+# about 1e10 steps (OR-Tools 9.15, the contention model, 48 tensors: the instance of
+# tests/solvers/test_cpsat_extensions.py::test_large_integer_horizons_are_avoided) it
+# returned a wrong "optimum" and bound. The automatic quantum keeps the horizon at or below
+# 2^29, trading precision (the rounding bound grows) for a sound solver.
 MAX_INTEGER_TIME = 2 ** 30
 HINT_BASELINES = ("wfbp", "single", "ddp", "horovod", "threshold")
 

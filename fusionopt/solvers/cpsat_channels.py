@@ -83,7 +83,8 @@ from fusionopt.model.fusion import arc_times, backward_arrays
 from fusionopt.model.plan import Plan
 from fusionopt.model.problem import Problem
 from fusionopt.model.sharing import channel_schedule, message_phases
-from fusionopt.solvers.cpsat import MAX_INTEGER_TIME, _arc_positions, _automatic_quantum, add_path_constraints
+from fusionopt.model.bounds import _tails
+from fusionopt.solvers.cpsat import MAX_INTEGER_TIME, _arc_positions, _automatic_quantum, _path, add_path_constraints
 from fusionopt.solvers.result import Result, Status, finish
 
 class ChannelRelaxation:
@@ -281,7 +282,7 @@ def cpsat_channels(problem: Problem, *, started: float, time_limit: float, worke
             best[:] = [schedule["iteration_time"], path, source]
         return schedule
 
-    anchor_path = _path(hint_plan if hint_used else reference, profile)
+    anchor_path = tuple(_path(hint_plan if hint_used else reference, profile))
     anchor = evaluate(anchor_path, "hint" if hint_used else "reference")
     q = time_quantum if time_quantum is not None else _automatic_quantum(anchor["iteration_time"], 1)
     horizon = math.floor(anchor["iteration_time"] / q)
@@ -292,7 +293,7 @@ def cpsat_channels(problem: Problem, *, started: float, time_limit: float, worke
                                    keep_path=anchor_path)
     relaxation.add_cuts(anchor_path, anchor)
     if hint_used:
-        path = _path(reference, profile)            # it meets the caps
+        path = tuple(_path(reference, profile))     # it meets the caps
         if path not in simulated:
             relaxation.add_cuts(path, evaluate(path, "reference"))
 
@@ -363,17 +364,6 @@ def _cuts_of(path: tuple[int, ...], n: int) -> np.ndarray:
     cuts = np.zeros(n - 1, dtype=bool)
     cuts[np.asarray(path[1:-1], dtype=np.int64) - 1] = True
     return cuts
-
-
-def _tails(problem: Problem) -> np.ndarray:
-    """``tail_i = sum_{l >= i} (u_l + f_l)``: the compute after ``C_i``, layerwise sync."""
-    profile = problem.profile
-    return np.cumsum((profile.update + profile.forward)[::-1])[::-1]
-
-
-def _path(plan: Plan, profile: Any) -> tuple[int, ...]:
-    """Nodes ``0, ..., n`` visited by a fusion plan (the last position of each message)."""
-    return (0, *(np.flatnonzero(plan.cuts(profile)) + 1).tolist(), profile.n)
 
 
 def _arc_set(path: tuple[int, ...]) -> set[tuple[int, int]]:

@@ -223,8 +223,9 @@ def cpsat_partition(problem: Problem, *, started: float, unit_parameters: int, t
 
 def _partition_quantum(upper: float, factor: int) -> float:
     """The automatic quantum of this model: as :func:`~fusionopt.solvers.cpsat._automatic_quantum`,
-    but never finer than ``upper / 2^16``. NoOverlap over fine grids is slow to prove: with
-    ``alpha = 0`` a 5-unit instance took over 10 s at 4e5 steps and 0.01 s at 4e4."""
+    but never finer than ``upper / 2^16``: NoOverlap over fine time grids is slow to prove
+    (with ``alpha = 0``, tiny instances whose many plans tie; the hypothesis tests of
+    ``tests/solvers/test_cpsat_partition.py`` run into it without this cap)."""
     _, exponent = math.frexp(upper / 2 ** 16)
     return max(_automatic_quantum(upper, factor), math.ldexp(1.0, exponent))
 

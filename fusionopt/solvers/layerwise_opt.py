@@ -27,9 +27,8 @@ method starts from the best of them and improves it:
 
    A move is kept when it lowers ``T`` by more than a relative ``1e-12``, and a merge also
    when it does not raise ``T`` (one message fewer, so the search cannot cycle). Plans are
-   scored by a vectorised evaluator of the plain one-channel model (the recursion of
-   MODEL.md sections 3 and 4 as cumulative maxima), or by :func:`~fusionopt.model.simulate`
-   with an extension on; :func:`~fusionopt.solvers.result.finish` re-simulates the result.
+   scored by the model: :func:`~fusionopt.model.blocks.block_iteration_time` on the plain
+   model, :func:`~fusionopt.model.simulate` with an extension on; :func:`~fusionopt.solvers.result.finish` re-simulates the result.
 
 The moves, their order and the acceptance rule are our design; the search is a heuristic
 (no optimality claim): its ``Result`` carries the fluid bound and the gap to it, and
@@ -44,6 +43,7 @@ from typing import Any
 
 import numpy as np
 
+from fusionopt.model.blocks import Block, block_iteration_time
 from fusionopt.model.plan import Chunk, Message, Plan
 from fusionopt.model.problem import Problem
 from fusionopt.model.timeline import simulate
@@ -52,7 +52,6 @@ from fusionopt.solvers.result import Result, finish
 STARTS = ("dp", "wfbp", "p3", "bytescheduler", "bytescheduler-tuned", "usbyte")
 _IMPROVEMENT = 1e-12
 
-Block = tuple[int, int, int]          # (tensor, lo, hi) bytes
 
 
 def layerwise_opt(problem: Problem, *, time_limit: float = 2.0, kicks: int = 200, rng: int | None = 0,
@@ -95,11 +94,7 @@ def layerwise_opt(problem: Problem, *, time_limit: float = 2.0, kicks: int = 200
     (14.0, 'usbyte')
     """
     started = time.perf_counter()
-    if problem.sync != "layerwise":
-        raise ValueError(
-            f"layerwise-opt is for sync='layerwise' only (it reorders and cuts messages so that the "
-            f"next forward starts early), and this problem has sync={problem.sync!r}"
-        )
+    problem.require_layerwise("layerwise-opt")
     if isinstance(time_limit, bool) or not isinstance(time_limit, (int, float)) or not (
             math.isfinite(time_limit) and time_limit > 0):
         raise ValueError(f"time_limit must be positive and finite (seconds), got {time_limit!r}")
@@ -266,37 +261,15 @@ def _plan(messages: list[list[Block]]) -> Plan:
 
 
 class _Evaluator:
-    """``T`` of a plan given as lists of ``(tensor, lo, hi)``; counts its calls."""
+    """``T`` of a plan given as lists of ``(tensor, lo, hi)``, asked of the model (the
+    byte-range fast path on the plain model, else the simulator); counts its calls."""
 
     def __init__(self, problem: Problem) -> None:
         self.problem = problem
         self.count = 0
-        profile = problem.profile
-        self.plain = not problem.extensions
-        self.ready = profile.ready_times
-        self.update = profile.update
-        # A_i = sum_(j <= i) (f_(j-1) + u_j), f_(-1) = 0: phi_i - A_i is a running maximum.
-        self.offsets = np.cumsum(profile.update + np.concatenate(([0.0], profile.forward[:-1])))
-        self.B = profile.B
-        self.last_forward = float(profile.forward[-1])
-        self.n = profile.n
 
     def __call__(self, messages: list[list[Block]]) -> float:
         self.count += 1
-        if not self.plain:
+        if self.problem.extensions:
             return simulate(self.problem, _plan(messages), validate=False).iteration_time
-        first = np.array([m[0][0] for m in messages])              # chunks sorted: min tensor
-        sizes = np.array([sum(hi - lo for _, lo, hi in m) for m in messages], dtype=np.float64)
-        durations = np.asarray(self.problem.cost(sizes), dtype=np.float64)
-        ready = self.ready[first]
-        total = np.cumsum(durations)
-        ends = total + np.maximum.accumulate(ready - (total - durations))
-        reduced = np.full(self.n, -np.inf)
-        owners = np.repeat(np.arange(len(messages)), [len(m) for m in messages])
-        tensors = np.array([block[0] for m in messages for block in m])
-        np.maximum.at(reduced, tensors, ends[owners])
-        # phi_i = max(phi_(i-1) + f_(i-1), C_i) + u_i, phi_0 = max(B, C_0) + u_0 (MODEL.md
-        # section 4): phi_i = A_i + max_(j <= i) (C_j + u_j - A_j), with B joining C_0.
-        reduced[0] = max(reduced[0], self.B)
-        phi = self.offsets + np.maximum.accumulate(reduced + self.update - self.offsets)
-        return float(phi[-1] + self.last_forward)
+        return block_iteration_time(self.problem, messages)

@@ -97,11 +97,7 @@ def _whole_parameters(label: str, value: Any) -> int:
 def _require_layerwise(problem: Problem, method: str) -> None:
     if not isinstance(problem, Problem):
         raise ValueError(f"problem must be a Problem, got {type(problem).__name__}")
-    if problem.sync != "layerwise":
-        raise ValueError(
-            f"{method} is for sync='layerwise' only (it reorders slices so that the next forward "
-            f"starts early), and this problem has sync={problem.sync!r}"
-        )
+    problem.require_layerwise(method)
 
 
 def _check_credit(partition: int, credit: int) -> None:

@@ -10,6 +10,7 @@ from strategies import alpha_beta, partition_plans, profiles
 
 from fusionopt.cost import AlphaBeta
 from fusionopt.model import Problem, Profile, simulate
+from fusionopt.model.blocks import block_iteration_time
 from fusionopt.model.bounds import fluid_bound, fluid_latency_bound
 from fusionopt.solvers import solve
 from fusionopt.solvers.layerwise_opt import _Evaluator, layerwise_opt
@@ -20,12 +21,14 @@ RTOL = 1e-9
 
 @settings(deadline=None)
 @given(st.data())
-def test_evaluator_matches_the_simulator(data):
-    problem = Problem(data.draw(profiles(1, 6)), data.draw(alpha_beta), sync="layerwise")
+def test_block_fast_path_matches_the_simulator(data):
+    problem = Problem(data.draw(profiles(1, 6)), data.draw(alpha_beta),
+                      sync=data.draw(st.sampled_from(["layerwise", "barrier"])))
     plan = data.draw(partition_plans(problem.profile))
     messages = [sorted((c.tensor, c.lo, c.hi) for c in m.chunks) for m in plan.messages]
     expected = simulate(problem, plan).iteration_time
-    assert _Evaluator(problem)(messages) == pytest.approx(expected, rel=1e-12, abs=1e-18)
+    assert block_iteration_time(problem, messages) == pytest.approx(expected, rel=1e-12, abs=1e-18)
+    assert _Evaluator(problem)(messages) == block_iteration_time(problem, messages)
 
 
 def test_three_tensor_case_reaches_the_optimum():

@@ -1,0 +1,53 @@
+"""A fast path for plans given as lists of byte ranges: the time of a partition plan without
+building a :class:`~fusionopt.model.plan.Plan`.
+
+For searches that try thousands of partition plans (``layerwise-opt``). The recursion of
+MODEL.md sections 3 and 4 on one channel, written as cumulative maxima; tests pin it to
+:func:`~fusionopt.model.simulate`.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+from fusionopt.model.problem import Problem
+
+Block = tuple[int, int, int]          # (tensor, lo, hi) bytes
+
+
+def block_iteration_time(problem: Problem, messages: Sequence[Sequence[Block]]) -> float:
+    """``T`` in seconds of the plan whose messages, in channel order, hold the byte ranges
+    ``(tensor, lo, hi)`` given (no validation: the caller keeps every byte exactly once).
+
+    Plain model only (``problem.require_plain``): ``end_k = max(R_k, end_(k-1)) + c(S_k)``
+    is ``D_k + max_(j <= k) (R_j - D_(j-1))`` with ``D`` the cumulative durations, and the
+    forward chain ``phi_i = max(phi_(i-1) + f_(i-1), C_i) + u_i`` (layerwise; barrier waits
+    for every ``C_i``) likewise.
+
+    >>> from fusionopt.model import AlphaBeta, Profile
+    >>> profile = Profile.from_arrays([4e6, 1e6, 2e6], [1e-3] * 3, [3e-3, 2e-3, 1e-3])
+    >>> wfbp = [[(2, 0, 2_000_000)], [(1, 0, 1_000_000)], [(0, 0, 4_000_000)]]
+    >>> round(block_iteration_time(Problem(profile, AlphaBeta(1e-3, 1e-9)), wfbp) * 1e3, 9)
+    14.0
+    """
+    problem.require_plain("block_iteration_time")
+    profile = problem.profile
+    first = np.array([min(block[0] for block in m) for m in messages])
+    sizes = np.array([sum(hi - lo for _, lo, hi in m) for m in messages], dtype=np.float64)
+    durations = np.asarray(problem.cost(sizes), dtype=np.float64)
+    total = np.cumsum(durations)
+    ends = total + np.maximum.accumulate(profile.ready_times[first] - (total - durations))
+    reduced = np.full(profile.n, -np.inf)
+    owners = np.repeat(np.arange(len(messages)), [len(m) for m in messages])
+    tensors = np.array([block[0] for m in messages for block in m])
+    np.maximum.at(reduced, tensors, ends[owners])
+    if problem.sync == "barrier":
+        return float(max(profile.B, float(reduced.max()))) + profile.U + profile.F
+    # phi_i = A_i + max_(j <= i) (C_j + u_j - A_j) with A_i = sum_(j <= i) (f_(j-1) + u_j),
+    # f_(-1) = 0, and B joining C_0 (phi_0 = max(B, C_0) + u_0).
+    offsets = np.cumsum(profile.update + np.concatenate(([0.0], profile.forward[:-1])))
+    reduced[0] = max(reduced[0], profile.B)
+    phi = offsets + np.maximum.accumulate(reduced + profile.update - offsets)
+    return float(phi[-1] + profile.forward[-1])
