@@ -317,7 +317,8 @@ def test_zoo_lists_the_models_with_parameter_counts(capsys):
     rows = {line.split()[0]: line.split() for line in lines[1:]}
     assert set(rows) == {
         "resnet18", "resnet50", "resnet101", "resnet152", "vgg16", "vgg19", "alexnet",
-        "googlenet", "bert-base", "bert-large", "gpt2",
+        "googlenet", "bert-base", "bert-large", "gpt2", "gpt2-medium", "densenet121", "densenet201",
+        "inception-v3", "mobilenet-v2", "vit-b16", "lstm-lm",
     }
     assert rows["resnet50"][1] == "25,557,032"
     assert rows["vgg16"][1] == "138,357,544"
@@ -327,6 +328,8 @@ def test_zoo_lists_the_models_with_parameter_counts(capsys):
     assert rows["vgg16"][2] == "32"
     assert rows["bert-large"][1] == "335,141,888"
     assert rows["gpt2"][1] == "124,439,808"
+    assert rows["densenet121"][1] == "7,978,856"
+    assert rows["vit-b16"][1] == "86,567,656"
 
 
 def test_profile_writes_a_zoo_profile(capsys, tmp_path):

@@ -3,8 +3,10 @@
 The architectures are derived in plain Python (no deep-learning framework) and list their
 parameter tensors with the names, shapes and order of ``model.named_parameters()`` in
 torchvision (``resnet18``, ``resnet50``, ``resnet101``, ``resnet152``, ``vgg16``,
-``vgg19``, ``alexnet``, ``googlenet``) and HuggingFace (``bert-base``, ``bert-large``,
-``gpt2``).
+``vgg19``, ``alexnet``, ``googlenet``, ``inception-v3``, ``densenet121``,
+``densenet201``, ``mobilenet-v2``, ``vit-b16``), HuggingFace (``bert-base``,
+``bert-large``, ``gpt2``, ``gpt2-medium``) and PyTorch's word-language-model example
+(``lstm-lm``).
 FLOP counts follow the convention in :mod:`fusionopt.zoo.layers` (a multiply-add is
 2 FLOPs; per sample).
 
@@ -14,8 +16,9 @@ with a **roofline ESTIMATE** of the compute times, not a measurement.
 Examples
 --------
 >>> sorted(models())  # doctest: +NORMALIZE_WHITESPACE
-['alexnet', 'bert-base', 'bert-large', 'googlenet', 'gpt2', 'resnet101', 'resnet152',
- 'resnet18', 'resnet50', 'vgg16', 'vgg19']
+['alexnet', 'bert-base', 'bert-large', 'densenet121', 'densenet201', 'googlenet', 'gpt2',
+ 'gpt2-medium', 'inception-v3', 'lstm-lm', 'mobilenet-v2', 'resnet101', 'resnet152',
+ 'resnet18', 'resnet50', 'vgg16', 'vgg19', 'vit-b16']
 >>> architecture("resnet50").parameters
 25557032
 """
@@ -28,12 +31,17 @@ from typing import Any, Callable
 from fusionopt.model.profile import Profile
 from fusionopt.zoo.alexnet import alexnet
 from fusionopt.zoo.bert import bert_base, bert_large
+from fusionopt.zoo.densenet import densenet121, densenet201
 from fusionopt.zoo.devices import PRESETS, Device
 from fusionopt.zoo.googlenet import googlenet
-from fusionopt.zoo.gpt2 import gpt2
+from fusionopt.zoo.gpt2 import gpt2, gpt2_medium
+from fusionopt.zoo.inception import inception_v3
 from fusionopt.zoo.layers import Architecture, Layer, check_positive_int
+from fusionopt.zoo.lstm import lstm_lm
+from fusionopt.zoo.mobilenet import mobilenet_v2
 from fusionopt.zoo.resnet import resnet18, resnet50, resnet101, resnet152
 from fusionopt.zoo.vgg import vgg16, vgg19
+from fusionopt.zoo.vit import vit_b16
 
 __all__ = [
     "Architecture",
@@ -56,9 +64,16 @@ _MODELS: dict[str, tuple[Callable[..., Architecture], str]] = {
     "vgg19": (vgg19, "VGG-19 without BatchNorm, torchvision layout, 224x224 ImageNet (143.7M parameters)"),
     "alexnet": (alexnet, "AlexNet, torchvision layout, 224x224 ImageNet (61.1M parameters)"),
     "googlenet": (googlenet, "GoogLeNet / Inception v1, torchvision layout, no aux heads, 224x224 (6.6M parameters)"),
+    "inception-v3": (inception_v3, "Inception-v3 with aux classifier, torchvision layout, 299x299 (27.2M parameters)"),
+    "densenet121": (densenet121, "DenseNet-121, torchvision layout, 224x224 ImageNet (8.0M parameters)"),
+    "densenet201": (densenet201, "DenseNet-201, torchvision layout, 224x224 ImageNet (20.0M parameters)"),
+    "mobilenet-v2": (mobilenet_v2, "MobileNet-v2, width 1.0, torchvision layout, 224x224 ImageNet (3.5M parameters)"),
+    "vit-b16": (vit_b16, "ViT-B/16, torchvision layout, 224x224 ImageNet, 197 tokens (86.6M parameters)"),
     "bert-base": (bert_base, "BERT-base uncased with pooler, HuggingFace layout, seq_len 128 (109.5M parameters)"),
     "bert-large": (bert_large, "BERT-large uncased with pooler, HuggingFace layout, seq_len 128 (335.1M parameters)"),
     "gpt2": (gpt2, "GPT-2 small, HuggingFace GPT2Model, tied LM head, seq_len 1024 (124.4M parameters)"),
+    "gpt2-medium": (gpt2_medium, "GPT-2 medium, HuggingFace GPT2Model, tied LM head, seq_len 1024 (354.8M parameters)"),
+    "lstm-lm": (lstm_lm, "2-layer LSTM LM (Zaremba large), PyTorch example layout, PTB, seq_len 35 (66.0M parameters)"),
 }
 
 
@@ -86,14 +101,18 @@ def architecture(name: str, **kwargs: Any) -> Architecture:
     Parameters
     ----------
     name : str
-        Model name (case-insensitive): ``"resnet18"``, ``"resnet50"``, ``"resnet101"``,
-        ``"resnet152"``, ``"vgg16"``, ``"vgg19"``, ``"alexnet"``, ``"googlenet"``,
-        ``"bert-base"``, ``"bert-large"`` or ``"gpt2"``.
+        Model name (case-insensitive), one of the keys of :func:`models`: ``"resnet18"``,
+        ``"resnet50"``, ``"resnet101"``, ``"resnet152"``, ``"vgg16"``, ``"vgg19"``,
+        ``"alexnet"``, ``"googlenet"``, ``"inception-v3"``, ``"densenet121"``,
+        ``"densenet201"``, ``"mobilenet-v2"``, ``"vit-b16"``, ``"bert-base"``,
+        ``"bert-large"``, ``"gpt2"``, ``"gpt2-medium"`` or ``"lstm-lm"``.
     **kwargs
-        Passed to the builder: ``image_size`` (pixels, default 224) and ``num_classes``
-        (default 1000) for the CNNs; ``seq_len`` (tokens) for the transformers: default
-        128 (at most 512) for ``bert-base`` and ``bert-large``, 1024 (at most 1024) for
-        ``gpt2``.
+        Passed to the builder: ``image_size`` (pixels; default 224, for ``inception-v3``
+        299, which is also its minimum; a multiple of 16 for ``vit-b16``) and
+        ``num_classes`` (default 1000) for the image models; ``seq_len`` (tokens) for
+        the sequence models: default 128 (at most 512) for ``bert-base`` and
+        ``bert-large``, 1024 (at most 1024) for ``gpt2`` and ``gpt2-medium``, 35 for
+        ``lstm-lm``.
 
     Raises
     ------
@@ -109,7 +128,7 @@ def architecture(name: str, **kwargs: Any) -> Architecture:
     >>> architecture("resnet51")
     Traceback (most recent call last):
     ...
-    ValueError: unknown model 'resnet51'; known: alexnet, bert-base, bert-large, googlenet, gpt2, resnet101, resnet152, resnet18, resnet50, vgg16, vgg19
+    ValueError: unknown model 'resnet51'; known: alexnet, bert-base, bert-large, densenet121, densenet201, googlenet, gpt2, gpt2-medium, inception-v3, lstm-lm, mobilenet-v2, resnet101, resnet152, resnet18, resnet50, vgg16, vgg19, vit-b16
     """
     builder, _ = _MODELS[_lookup("model", name, _MODELS)]
     return builder(**kwargs)
