@@ -310,9 +310,11 @@ def cpsat_channels(problem: Problem, *, started: float, time_limit: float, worke
             found.append(relaxation.path_of(self))
 
     deadline = time.perf_counter() + time_limit
+    timed_out = False  # the time limit, not a proof or a spent relaxation, ended the search
     while True:
         left = deadline - time.perf_counter()
         if left <= 0:
+            timed_out = True
             break
         rounds += 1
         solver.parameters.max_time_in_seconds = left
@@ -327,6 +329,7 @@ def cpsat_channels(problem: Problem, *, started: float, time_limit: float, worke
             # The first plan is in the model, so this cannot happen with valid cuts.
             raise AssertionError("cpsat: the channel relaxation lost every plan")
         if outcome not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+            timed_out = True    # UNKNOWN: the time limit is the only limit set
             break
         objective = solver.objective_value * q
         if math.isfinite(solver.best_objective_bound):
@@ -334,7 +337,11 @@ def cpsat_channels(problem: Problem, *, started: float, time_limit: float, worke
         fresh = [path for path in dict.fromkeys(found) if path not in simulated]
         for path in fresh:
             relaxation.add_cuts(path, evaluate(path, "cpsat"))
-        if best[0] - lower <= q or outcome != cp_model.OPTIMAL or not fresh:
+        if outcome != cp_model.OPTIMAL:
+            # CP-SAT stops on its own clock, which can run out just before ours.
+            timed_out = True
+            break
+        if best[0] - lower <= q or not fresh:
             break
 
     lower_bound = lower if math.isfinite(lower) else None
@@ -354,7 +361,7 @@ def cpsat_channels(problem: Problem, *, started: float, time_limit: float, worke
         "plan_source": best[2],
         "extensions": problem.extensions,
     }
-    status = Status.TIME_LIMIT if time.perf_counter() >= deadline else Status.FEASIBLE
+    status = Status.TIME_LIMIT if timed_out else Status.FEASIBLE
     plan = Plan.from_cuts(profile, _cuts_of(best[1], n))
     return finish(problem, plan, "cpsat", started, stats=stats, lower_bound=lower_bound,
                   status=status, tolerance=q)
