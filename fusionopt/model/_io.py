@@ -1,7 +1,9 @@
-"""JSON reading with clear errors, and atomic writing."""
+"""JSON and CSV reading with clear errors, and atomic writing."""
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import os
 import tempfile
@@ -51,3 +53,38 @@ def write_text_atomic(path: str | Path, text: str, *, make_folder: bool = False)
 def write_json_atomic(path: str | Path, document: Any) -> None:
     """Write ``document`` as indented JSON to ``path`` atomically."""
     write_text_atomic(path, json.dumps(document, indent=1) + "\n")
+
+
+def read_csv_rows(path: str | Path) -> list[tuple[int, list[str]]]:
+    """Parse the CSV file at ``path`` into ``(line number, cells)`` pairs, blank lines left out.
+
+    Line numbers count from 1 at the file's first line, as an editor shows them. A byte-order
+    mark is skipped. Raises ``FileNotFoundError`` or ``ValueError`` naming the file.
+    """
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8-sig")
+    except FileNotFoundError:
+        raise FileNotFoundError(f"{path}: no such file") from None
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"{path}: not UTF-8 text (byte {exc.start}): expected CSV") from None
+    reader = csv.reader(io.StringIO(text, newline=""), strict=True)
+    rows: list[tuple[int, list[str]]] = []
+    try:
+        start = 1
+        for cells in reader:
+            if any(cell.strip() for cell in cells):
+                rows.append((start, cells))
+            start = reader.line_num + 1
+    except csv.Error as exc:
+        raise ValueError(f"{path}: malformed CSV at line {reader.line_num}: {exc}") from None
+    return rows
+
+
+def csv_text(header: list[str], rows: list[list[Any]]) -> str:
+    """``header`` and ``rows`` as CSV text with ``\\n`` line ends (cells quoted where needed)."""
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(header)
+    writer.writerows(rows)
+    return out.getvalue()

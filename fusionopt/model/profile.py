@@ -18,6 +18,13 @@ JSON schema (``version`` 1)::
         ...
       ]
     }
+
+CSV form (:meth:`Profile.to_csv`, :meth:`Profile.read_csv`): a header naming the columns,
+then one row per tensor in forward order; ``update_s`` may be left out (0 s). The name,
+``dtype_bytes`` and metadata of a profile do not travel in CSV::
+
+    name,size_bytes,forward_s,backward_s,update_s
+    conv1.weight,37632,0.00012,0.00024,0.0
 """
 
 from __future__ import annotations
@@ -30,10 +37,12 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from fusionopt.model._io import read_json_document, write_json_atomic
+from fusionopt.model._io import csv_text, read_csv_rows, read_json_document, write_json_atomic, write_text_atomic
 
 PROFILE_SCHEMA = "fusionopt.profile"
 PROFILE_VERSION = 1
+CSV_COLUMNS = ("name", "size_bytes", "forward_s", "backward_s", "update_s")
+_CSV_OPTIONAL = ("update_s",)
 
 
 def _frozen(values: np.ndarray) -> np.ndarray:
@@ -360,3 +369,159 @@ class Profile:
     def read(cls, path: str | Path) -> "Profile":
         """Read a profile JSON file; malformed files raise ``ValueError`` naming the file."""
         return cls.from_dict(read_json_document(path), source=str(path))
+
+    # ------------------------------------------------------------------ CSV
+    def to_csv(self, path: str | Path) -> None:
+        """Write the profile to ``path`` as CSV, atomically (temporary file, then rename).
+
+        Columns ``name,size_bytes,forward_s,backward_s,update_s`` (bytes and seconds), one
+        row per tensor in forward order. Times are written with Python's shortest exact
+        float form, so :meth:`read_csv` gives the same numbers back. The profile's
+        ``name``, ``dtype_bytes`` and ``metadata`` are not written.
+
+        Examples
+        --------
+        >>> import pathlib, tempfile
+        >>> p = Profile.from_arrays([4e6, 1e6], [1e-3, 1e-3], [3e-3, 2e-3], ["fc1.weight", "fc2.weight"])
+        >>> path = pathlib.Path(tempfile.mkdtemp()) / "toy.csv"
+        >>> p.to_csv(path)
+        >>> print(path.read_text(), end="")
+        name,size_bytes,forward_s,backward_s,update_s
+        fc1.weight,4000000,0.001,0.003,0.0
+        fc2.weight,1000000,0.001,0.002,0.0
+        >>> Profile.read_csv(path) == p
+        True
+        """
+        write_text_atomic(path, self.to_csv_text())
+
+    def to_csv_text(self) -> str:
+        """The CSV text that :meth:`to_csv` writes.
+
+        Examples
+        --------
+        >>> print(Profile.from_arrays([8], [0.5], [0.25]).to_csv_text(), end="")
+        name,size_bytes,forward_s,backward_s,update_s
+        t0,8,0.5,0.25,0.0
+        """
+        rows = [
+            [nm, int(self.sizes[i]), repr(float(self.forward[i])), repr(float(self.backward[i])),
+             repr(float(self.update[i]))]
+            for i, nm in enumerate(self.names)
+        ]
+        return csv_text(list(CSV_COLUMNS), rows)
+
+    @classmethod
+    def read_csv(
+        cls,
+        path: str | Path,
+        *,
+        name: str = "",
+        dtype_bytes: int = 4,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> "Profile":
+        """Read a profile from the CSV file at ``path`` (format of :meth:`to_csv`).
+
+        The header is required and names each column once, in any order; ``update_s`` may
+        be left out (0 s). Sizes are whole numbers of bytes ``> 0``, times seconds ``>= 0``.
+        ``name``, ``dtype_bytes`` and ``metadata`` are given to the profile as they are,
+        since CSV does not carry them.
+
+        Raises
+        ------
+        FileNotFoundError
+            No file at ``path``.
+        ValueError
+            Naming the file, and the line and column of a bad cell: an empty file, a missing,
+            unknown or repeated column, a row with the wrong number of cells, a cell that is
+            not a number, NaN, infinite or negative, a size that is zero or not whole, a
+            repeated tensor name.
+
+        Examples
+        --------
+        >>> import pathlib, tempfile
+        >>> path = pathlib.Path(tempfile.mkdtemp()) / "bad.csv"
+        >>> _ = path.write_text("name,size_bytes,forward_s,backward_s\\nfc1.weight,4096,0.001,fast\\n")
+        >>> Profile.read_csv(path)
+        Traceback (most recent call last):
+        ...
+        ValueError: ...bad.csv: line 2, column 'backward_s' (tensor 'fc1.weight'): not a number: 'fast'
+        """
+        source = str(path)
+        rows = read_csv_rows(path)
+        if not rows:
+            raise ValueError(f"{source}: empty file: expected a header line {','.join(CSV_COLUMNS)}")
+        header_line, header = rows[0]
+        columns: dict[str, int] = {}
+        for k, cell in enumerate(header):
+            label = cell.strip()
+            if label not in CSV_COLUMNS:
+                raise ValueError(
+                    f"{source}: line {header_line}: unknown column {label!r} "
+                    f"(the columns are {', '.join(CSV_COLUMNS)})"
+                )
+            if label in columns:
+                raise ValueError(f"{source}: line {header_line}: column {label!r} repeated")
+            columns[label] = k
+        for label in CSV_COLUMNS:
+            if label not in columns and label not in _CSV_OPTIONAL:
+                raise ValueError(
+                    f"{source}: line {header_line}: missing column {label!r} "
+                    f"(the header must name {', '.join(c for c in CSV_COLUMNS if c not in _CSV_OPTIONAL)})"
+                )
+        if len(rows) == 1:
+            raise ValueError(f"{source}: no tensor rows after the header: profile is empty")
+        values: dict[str, list[Any]] = {label: [] for label in CSV_COLUMNS}
+        for line, cells in rows[1:]:
+            if len(cells) != len(header):
+                raise ValueError(f"{source}: line {line}: {len(cells)} cells, expected {len(header)} (one per column)")
+            tensor = cells[columns["name"]].strip()
+            if not tensor:
+                raise ValueError(f"{source}: line {line}, column 'name': empty tensor name")
+            values["name"].append(tensor)
+            for label in CSV_COLUMNS[1:]:
+                if label not in columns:
+                    values[label].append(0.0)
+                    continue
+                where = f"{source}: line {line}, column {label!r} (tensor {tensor!r})"
+                values[label].append(_csv_number(cells[columns[label]], label, where))
+        try:
+            return cls.from_arrays(
+                [int(v) for v in values["size_bytes"]], values["forward_s"], values["backward_s"], values["name"],
+                update=values["update_s"], name=name, dtype_bytes=dtype_bytes, metadata=metadata,
+            )
+        except ValueError as exc:
+            raise ValueError(f"{source}: {exc}") from None
+
+
+def _csv_number(cell: str, column: str, where: str) -> float | int:
+    """One numeric CSV cell, checked: a finite number ``>= 0``; for sizes, a whole number ``> 0``."""
+    text = cell.strip()
+    if column == "size_bytes":
+        try:  # whole numbers exactly, past float's 2**53
+            whole = int(text)
+        except ValueError:
+            pass
+        else:
+            if whole < 0:
+                raise ValueError(f"{where}: negative ({text} bytes)")
+            if whole == 0:
+                raise ValueError(f"{where}: zero bytes")
+            return whole
+    try:
+        value = float(text)
+    except ValueError:
+        raise ValueError(f"{where}: not a number: {text!r}") from None
+    unit = "bytes" if column == "size_bytes" else "s"
+    if math.isnan(value):
+        raise ValueError(f"{where}: NaN")
+    if math.isinf(value):
+        raise ValueError(f"{where}: infinite")
+    if value < 0:
+        raise ValueError(f"{where}: negative ({text} {unit})")
+    if column == "size_bytes":
+        if value != int(value):
+            raise ValueError(f"{where}: not a whole number of bytes: {text!r}")
+        if value == 0:
+            raise ValueError(f"{where}: zero bytes")
+    return value
+

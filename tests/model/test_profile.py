@@ -97,3 +97,94 @@ def test_equality_sees_every_field():
     assert p != make(forward=[1.0, 1.0, 2.0])
     assert p != make(sizes=[400, 100, 201])
     assert not np.array_equal(make(update=[0, 0, 1.0]).update, p.update)
+
+
+# ---------------------------------------------------------------------------- CSV
+from hypothesis import given, settings, strategies as st  # noqa: E402
+
+
+def test_csv_round_trip_exact_values(tmp_path):
+    p = make(update=[0.5, 0.0, 0.25], names=["conv1.weight", "a,b", 'c"d'])
+    path = tmp_path / "toy.csv"
+    p.to_csv(path)
+    lines = path.read_text().splitlines()
+    assert lines[0] == "name,size_bytes,forward_s,backward_s,update_s"
+    assert lines[1] == "conv1.weight,400,1.0,3.0,0.5"
+    assert lines[2] == '"a,b",100,1.0,2.0,0.0'
+    assert lines[3] == '"c""d",200,1.0,1.0,0.25'
+    q = Profile.read_csv(path)
+    assert q == p
+    assert not list(tmp_path.glob(".*.tmp")), "atomic writer left its temporary file"
+    # name, dtype_bytes and metadata do not travel in CSV; read_csv takes them.
+    r = Profile.read_csv(path, name="toy", dtype_bytes=2, metadata={"batch": 8})
+    assert (r.name, r.dtype_bytes, dict(r.metadata)) == ("toy", 2, {"batch": 8})
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(
+    st.tuples(st.integers(1, 2**62),
+              st.floats(0, 1e3, allow_nan=False), st.floats(0, 1e3, allow_nan=False),
+              st.floats(0, 1e3, allow_nan=False)),
+    min_size=1, max_size=8,
+))
+def test_csv_round_trip_any_values(tmp_path_factory, rows):
+    sizes, fwd, bwd, upd = (list(x) for x in zip(*rows))
+    p = Profile.from_arrays(sizes, fwd, bwd, [f"layer{i}.weight" for i in range(len(rows))], update=upd)
+    path = tmp_path_factory.mktemp("csv") / "p.csv"
+    p.to_csv(path)
+    assert Profile.read_csv(path) == p
+
+
+def test_csv_columns_in_any_order_and_update_optional(tmp_path):
+    path = tmp_path / "p.csv"
+    path.write_text("backward_s,name,forward_s,size_bytes\n3.0,a,1.0,400\n2.0,b,1.0,100\n\n")
+    p = Profile.read_csv(path)
+    assert p.names == ("a", "b")
+    assert p.sizes.tolist() == [400, 100]
+    assert p.backward.tolist() == [3.0, 2.0] and p.update.tolist() == [0.0, 0.0]
+
+
+HEADER = "name,size_bytes,forward_s,backward_s,update_s\n"
+
+
+@pytest.mark.parametrize("text,message", [
+    ("", "empty file: expected a header line name,size_bytes"),
+    ("\n\n", "empty file"),
+    (HEADER, "no tensor rows after the header"),
+    ("name,size_bytes,forward_s,update_s\na,4,0,0\n", "line 1: missing column 'backward_s'"),
+    ("name,size_bytes,forward_s,backward_s,extra\n", "line 1: unknown column 'extra'"),
+    ("name,size_bytes,forward_s,backward_s,name\n", "line 1: column 'name' repeated"),
+    ("a,4,0,0,0\n", "line 1: unknown column 'a'"),
+    (HEADER + "a,4,0,0,0\nb,4,0,0\n", "line 3: 4 cells, expected 5"),
+    (HEADER + "a,4,0.1,x,0\n", "line 2, column 'backward_s' \\(tensor 'a'\\): not a number: 'x'"),
+    (HEADER + "a,4,nan,0,0\n", "line 2, column 'forward_s' \\(tensor 'a'\\): NaN"),
+    (HEADER + "a,4,0,inf,0\n", "line 2, column 'backward_s' \\(tensor 'a'\\): infinite"),
+    (HEADER + "a,4,0,0,0\nb,4,0,0,-1e-3\n", "line 3, column 'update_s' \\(tensor 'b'\\): negative \\(-1e-3 s\\)"),
+    (HEADER + "a,-4,0,0,0\n", "line 2, column 'size_bytes' \\(tensor 'a'\\): negative \\(-4 bytes\\)"),
+    (HEADER + "a,0,0,0,0\n", "line 2, column 'size_bytes' \\(tensor 'a'\\): zero bytes"),
+    (HEADER + "a,4.5,0,0,0\n", "line 2, column 'size_bytes' \\(tensor 'a'\\): not a whole number of bytes"),
+    (HEADER + "a,,0,0,0\n", "line 2, column 'size_bytes' \\(tensor 'a'\\): not a number: ''"),
+    (HEADER + ",4,0,0,0\n", "line 2, column 'name': empty tensor name"),
+    (HEADER + "a,4,0,0,0\na,8,0,0,0\n", "tensor 'a': name repeated"),
+    (HEADER + '"a,4,0,0,0\n', "malformed CSV"),
+])
+def test_bad_csv_is_named(tmp_path, text, message):
+    path = tmp_path / "bad.csv"
+    path.write_text(text)
+    with pytest.raises(ValueError, match=message) as info:
+        Profile.read_csv(path)
+    assert str(info.value).startswith(str(path))
+
+
+def test_csv_missing_file_and_binary(tmp_path):
+    with pytest.raises(FileNotFoundError, match="nope.csv"):
+        Profile.read_csv(tmp_path / "nope.csv")
+    path = tmp_path / "bin.csv"
+    path.write_bytes(b"\xff\xfe\x00name")
+    with pytest.raises(ValueError, match="bin.csv: not UTF-8 text"):
+        Profile.read_csv(path)
+
+
+def test_csv_to_missing_folder_is_named(tmp_path):
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        make().to_csv(tmp_path / "no" / "p.csv")

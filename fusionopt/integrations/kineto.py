@@ -1,0 +1,450 @@
+"""Read a :class:`~fusionopt.model.profile.Profile` from a PyTorch profiler (Kineto) trace.
+
+:func:`profile_from_trace` reads the chrome-trace JSON that
+``torch.profiler.profile(...).export_chrome_trace(path)`` writes, with the parameter list
+(names and gradient sizes in bytes, forward order) from the user. It needs no torch.
+
+The mapping (timestamps ``ts`` and durations ``dur`` of ``"ph": "X"`` events, microseconds)
+---------------------------------------------------------------------------------------
+* **Steps.** Each ``ProfilerStep#k`` event (written when the profiler runs with a
+  ``schedule`` and ``prof.step()`` is called each step) is one training step: the events
+  that start inside it are its events. A trace without them is one step. Every time is the
+  median over the steps (the ready times after the envelope below, tensor by tensor).
+* **Backward.** Each ``torch::autograd::AccumulateGrad`` event (or, in traces without it,
+  ``autograd::engine::evaluate_function: torch::autograd::AccumulateGrad``) accumulates the
+  gradient of one parameter; it ends when the gradient is ready. The ``k``-th of them in a
+  step, in time order, is the ``k``-th parameter in backward ready order: the reverse of
+  the forward order (MODEL.md section 1), unless ``ready_order`` says otherwise. A step must
+  hold one per parameter. When the trace recorded shapes (``record_shapes=True``) each
+  AccumulateGrad's gradient size is checked against its parameter's. A parameter's ready
+  time is measured from the start of the step's first ``autograd::engine::evaluate_function``
+  event; ready times become backward times by the rule of
+  :mod:`fusionopt.integrations._attribution` (each tensor gets the gap from the ready event
+  before it; out-of-order ready times are enveloped, never moved earlier).
+* **Forward.** The autograd node that ran just before a parameter's AccumulateGrad, on the
+  same thread, made its gradient; that node's ``Sequence number`` is also carried by the
+  forward operator that created it, which used the parameter. The *unit* of that operator
+  is the innermost ``nn.Module: ...`` event holding it (traces taken with
+  ``with_stack=True``) or else the outermost operator holding it (``aten::linear``, say). A
+  unit's duration, less that of the units nested in it, goes to the last of its
+  parameters in forward order. Parameters whose unit is not found get forward time 0 and
+  are listed in ``metadata["forward_unmatched"]``; time in no unit (activations without a
+  parameter, the loss) is left out of ``F``.
+* **GPU.** When the trace holds GPU work (``kernel``, ``gpu_memcpy``, ``gpu_memset`` events
+  linked by ``correlation`` to their ``cuda_runtime`` or ``cuda_driver`` launch), the
+  GPU's clock is used: a gradient is ready
+  when all GPU work launched up to the end of its AccumulateGrad has finished, the backward
+  starts with the first GPU work launched from it, and a unit lasts from the start of the
+  first to the end of the last GPU work launched inside it. ``timeline="cpu"`` forces the
+  host's timestamps (launch times, on a GPU).
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from fusionopt.integrations import _attribution
+from fusionopt.model._io import read_json_document
+from fusionopt.model.profile import Profile
+
+ACCUMULATE_GRAD = "torch::autograd::AccumulateGrad"
+EVALUATE_FUNCTION = "autograd::engine::evaluate_function: "
+MODULE_PREFIX = "nn.Module: "
+STEP_PREFIX = "ProfilerStep#"
+# Event categories, lower-cased (older traces spell them "Operator", "Kernel", "Runtime", ...).
+OPERATOR_CATEGORIES = ("cpu_op", "operator")
+DEVICE_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset", "memcpy", "memset")
+LAUNCH_CATEGORIES = ("cuda_runtime", "cuda_driver", "runtime")
+TIMELINES = ("auto", "cpu", "gpu")
+
+# Element sizes of the type names the profiler writes in "Input type" (c10 spellings).
+ELEMENT_BYTES = {
+    "float": 4, "double": 8, "c10::Half": 2, "c10::BFloat16": 2, "bool": 1,
+    "signed char": 1, "unsigned char": 1, "short int": 2, "int": 4, "long int": 8,
+    "c10::complex<float>": 8, "c10::complex<double>": 16, "c10::complex<c10::Half>": 4,
+    "c10::Float8_e4m3fn": 1, "c10::Float8_e5m2": 1, "c10::Float8_e4m3fnuz": 1, "c10::Float8_e5m2fnuz": 1,
+}
+
+
+class _Event:
+    """One complete ('X') event, times in microseconds."""
+
+    __slots__ = ("name", "cat", "tid", "ts", "dur", "end", "args", "seq")
+
+    def __init__(self, raw: Mapping[str, Any]) -> None:
+        self.name = str(raw.get("name", ""))
+        self.cat = str(raw.get("cat", "")).lower()
+        self.tid = raw.get("tid")
+        self.ts = float(raw["ts"])
+        self.dur = max(float(raw.get("dur", 0.0)), 0.0)
+        self.end = self.ts + self.dur
+        args = raw.get("args")
+        self.args = args if isinstance(args, Mapping) else {}
+        seq = self.args.get("Sequence number")
+        self.seq = seq if isinstance(seq, int) and not isinstance(seq, bool) else None
+
+
+def _parameter_list(parameters: Any) -> tuple[list[str], list[int], list[str] | None]:
+    """Names and byte sizes (forward order) and any ready order a profile carries."""
+    carried = None
+    if isinstance(parameters, Profile):
+        names, sizes = list(parameters.names), [int(s) for s in parameters.sizes]
+        order = parameters.metadata.get("ready_order")
+        if isinstance(order, list) and sorted(map(str, order)) == sorted(names):
+            carried = [str(x) for x in order]
+        return names, sizes, carried
+    if hasattr(parameters, "named_parameters"):   # a torch.nn.Module, duck-typed
+        pairs = [(nm, p.numel() * p.element_size()) for nm, p in parameters.named_parameters() if p.requires_grad]
+    elif isinstance(parameters, Mapping):
+        pairs = list(parameters.items())
+    elif isinstance(parameters, (list, tuple)):
+        pairs = []
+        for k, item in enumerate(parameters):
+            if not isinstance(item, (list, tuple)) or len(item) != 2:
+                raise ValueError(f"parameters[{k}] must be a (name, size_bytes) pair, got {item!r}")
+            pairs.append((item[0], item[1]))
+    else:
+        raise ValueError(
+            "parameters must be a torch.nn.Module, a Profile, a dict of name -> size_bytes or a "
+            f"list of (name, size_bytes) pairs, got {type(parameters).__name__}"
+        )
+    if not pairs:
+        raise ValueError("parameters is empty: give every trainable parameter, in forward order")
+    names, sizes = [], []
+    for nm, size in pairs:
+        if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or size <= 0:
+            raise ValueError(f"parameter {nm!r}: size must be a positive whole number of bytes, got {size!r}")
+        names.append(str(nm))
+        sizes.append(int(size))
+    seen: set[str] = set()
+    for nm in names:
+        if nm in seen:
+            raise ValueError(f"parameter {nm!r}: name repeated")
+        seen.add(nm)
+    return names, sizes, carried
+
+
+def _ready_positions(names: list[str], ready_order: Sequence[str] | None) -> list[int]:
+    """Forward index of the k-th parameter to become ready."""
+    n = len(names)
+    if ready_order is None:
+        return list(range(n - 1, -1, -1))
+    order = [str(x) for x in ready_order]
+    index = {nm: i for i, nm in enumerate(names)}
+    unknown = [nm for nm in order if nm not in index]
+    if unknown:
+        raise ValueError(f"ready_order names unknown parameters: {', '.join(map(repr, unknown))}")
+    missing = [nm for nm in names if nm not in set(order)]
+    if missing or len(order) != n:
+        listed = ", ".join(map(repr, missing)) or "none"
+        raise ValueError(f"ready_order must name each parameter once; missing: {listed}")
+    return [index[nm] for nm in order]
+
+
+def _load(trace: Any) -> tuple[str, list[_Event], Mapping[str, Any]]:
+    if isinstance(trace, (str, Path)):
+        source = str(trace)
+        doc = read_json_document(trace)
+    else:
+        source = "trace"
+        doc = trace
+    if isinstance(doc, Mapping):
+        raw_events = doc.get("traceEvents")
+        header: Mapping[str, Any] = doc
+    else:
+        raw_events, header = doc, {}
+    if not isinstance(raw_events, list):
+        raise ValueError(f"{source}: not a chrome trace: expected an object with a 'traceEvents' list")
+    events = []
+    for k, raw in enumerate(raw_events):
+        if not isinstance(raw, Mapping) or raw.get("ph") != "X":
+            continue
+        try:
+            event = _Event(raw)
+        except (KeyError, TypeError, ValueError):
+            raise ValueError(
+                f"{source}: traceEvents[{k}] ({raw.get('name')!r}): 'ts' and 'dur' must be numbers"
+            ) from None
+        if not (math.isfinite(event.ts) and math.isfinite(event.dur)):
+            raise ValueError(f"{source}: traceEvents[{k}] ({event.name!r}): 'ts' and 'dur' must be finite")
+        events.append(event)
+    if not events:
+        raise ValueError(f"{source}: no complete ('ph': 'X') events: not a PyTorch profiler trace")
+    events.sort(key=lambda e: (e.ts, -e.dur))
+    return source, events, header
+
+
+class _GpuClock:
+    """GPU work linked to its launch on the host; times in microseconds."""
+
+    def __init__(self, events: list[_Event]) -> None:
+        launches: dict[Any, _Event] = {}
+        device: list[_Event] = []
+        for e in events:
+            corr = e.args.get("correlation")
+            if corr is None:
+                continue
+            if e.cat in DEVICE_CATEGORIES:
+                device.append(e)
+            elif e.cat in LAUNCH_CATEGORIES:
+                launches.setdefault(corr, e)
+        linked = sorted(
+            ((launches[e.args["correlation"]].ts, launches[e.args["correlation"]].tid, e.ts, e.end)
+             for e in device if e.args["correlation"] in launches),
+            key=lambda x: x[0],
+        )
+        self.launch_ts = [x[0] for x in linked]
+        self.linked = linked
+        self.done_by = list(np.maximum.accumulate([x[3] for x in linked])) if linked else []
+
+    def __bool__(self) -> bool:
+        return bool(self.linked)
+
+    def finished(self, host_time: float) -> float | None:
+        """When all GPU work launched up to ``host_time`` has finished."""
+        k = bisect.bisect_right(self.launch_ts, host_time)
+        return float(self.done_by[k - 1]) if k else None
+
+    def first_start(self, host_from: float, host_to: float, tid: Any = None) -> float | None:
+        """GPU start of the first work launched in ``[host_from, host_to]`` (from ``tid``)."""
+        lo = bisect.bisect_left(self.launch_ts, host_from)
+        hi = bisect.bisect_right(self.launch_ts, host_to)
+        starts = [x[2] for x in self.linked[lo:hi] if tid is None or x[1] == tid]
+        return min(starts) if starts else None
+
+    def span(self, host_from: float, host_to: float, tid: Any) -> tuple[float, float] | None:
+        """GPU ``(start, end)`` of the work launched from ``tid`` in ``[host_from, host_to]``."""
+        lo = bisect.bisect_left(self.launch_ts, host_from)
+        hi = bisect.bisect_right(self.launch_ts, host_to)
+        picked = [x for x in self.linked[lo:hi] if x[1] == tid]
+        if not picked:
+            return None
+        return min(x[2] for x in picked), max(x[3] for x in picked)
+
+
+def _innermost(candidates: list[_Event], tid: Any, t: float) -> _Event | None:
+    best = None
+    for e in candidates:
+        if e.tid == tid and e.ts <= t <= e.end and (best is None or (e.ts, -e.dur) > (best.ts, -best.dur)):
+            best = e
+    return best
+
+
+def _top_level(ops: list[_Event]) -> list[_Event]:
+    """Operators not nested in another on their thread (``ops`` sorted by start)."""
+    tops: list[_Event] = []
+    last_end: dict[Any, float] = {}
+    for e in ops:
+        if e.ts >= last_end.get(e.tid, -math.inf):
+            tops.append(e)
+            last_end[e.tid] = e.end
+    return tops
+
+
+def profile_from_trace(
+    trace: Any,
+    parameters: Any,
+    *,
+    ready_order: Sequence[str] | None = None,
+    timeline: str = "auto",
+    name: str = "",
+    dtype_bytes: int | None = None,
+) -> Profile:
+    """A profile from a PyTorch profiler chrome trace and the model's parameter list.
+
+    Parameters
+    ----------
+    trace : str, Path or dict
+        The trace file (``export_chrome_trace``), or its parsed JSON.
+    parameters : torch.nn.Module, Profile, dict or list of (name, size_bytes)
+        The trainable parameters in forward order, with gradient sizes in bytes. A module
+        gives its ``named_parameters()`` with ``requires_grad`` in registration order,
+        taken as the forward order; a profile gives its names and sizes (and its
+        ``metadata["ready_order"]`` when ``ready_order`` is not given).
+    ready_order : sequence of str, optional
+        Parameter names in the order their gradients become ready in the backward;
+        default: the reverse of the forward order.
+    timeline : {"auto", "cpu", "gpu"}
+        Which clock to read (module docstring): the GPU's when the trace has linked GPU
+        work (``"auto"``), or always the host's or the GPU's.
+    name : str
+        The profile's name.
+    dtype_bytes : int, optional
+        Bytes per gradient element; default: 4.
+
+    Returns
+    -------
+    Profile
+        Forward and backward times in seconds (medians over the trace's steps), update
+        times 0; ``metadata`` says where they came from (``source``, ``trace``, ``steps``,
+        ``timeline``, ``forward_units``, ``ready_order``, ``forward_unmatched``).
+
+    Raises
+    ------
+    ValueError
+        Naming the file (or ``trace`` for a dict) and the problem: malformed JSON, no
+        complete events, no AccumulateGrad event, a step whose AccumulateGrad count is not
+        the number of parameters, a gradient size that does not match its parameter, a bad
+        parameter list or ``ready_order``.
+
+    Examples
+    --------
+    A hand-made trace of one step of a model with two parameters: ``w`` (used by
+    ``aten::mm`` in module ``Linear_0``, 30 us) and ``v`` (``aten::add`` in ``Linear_1``,
+    10 us). The backward starts at 100 us; ``v``'s gradient is ready at 120 us and ``w``'s
+    at 150 us.
+
+    >>> op = lambda name, ts, dur, **args: {"ph": "X", "cat": "cpu_op", "name": name, "tid": 1,
+    ...                                    "ts": ts, "dur": dur, "args": args}
+    >>> module = lambda name, ts, dur: dict(op(name, ts, dur), cat="python_function")
+    >>> events = [
+    ...     module("nn.Module: Linear_0", 0, 30), op("aten::mm", 5, 20, **{"Sequence number": 1}),
+    ...     module("nn.Module: Linear_1", 40, 10), op("aten::add", 42, 5, **{"Sequence number": 2}),
+    ...     op("autograd::engine::evaluate_function: AddBackward0", 100, 15, **{"Sequence number": 2}),
+    ...     op("torch::autograd::AccumulateGrad", 116, 4),
+    ...     op("autograd::engine::evaluate_function: MmBackward0", 121, 25, **{"Sequence number": 1}),
+    ...     op("torch::autograd::AccumulateGrad", 147, 3),
+    ... ]
+    >>> p = profile_from_trace({"traceEvents": events}, [("w", 4096), ("v", 64)])
+    >>> p.names, (p.forward * 1e6).round(6).tolist(), (p.backward * 1e6).round(6).tolist()
+    (('w', 'v'), [30.0, 10.0], [30.0, 20.0])
+    """
+    if timeline not in TIMELINES:
+        raise ValueError(f"unknown timeline {timeline!r}: choose one of {', '.join(map(repr, TIMELINES))}")
+    names, sizes, carried = _parameter_list(parameters)
+    n = len(names)
+    positions = _ready_positions(names, ready_order if ready_order is not None else carried)
+    source, events, header = _load(trace)
+
+    acc_name = ACCUMULATE_GRAD
+    if not any(e.name == acc_name for e in events):
+        acc_name = EVALUATE_FUNCTION + ACCUMULATE_GRAD
+        if not any(e.name == acc_name for e in events):
+            raise ValueError(
+                f"{source}: no AccumulateGrad events: the trace holds no backward pass "
+                "(profile the training step, loss.backward() included, with ProfilerActivity.CPU)"
+            )
+    gpu = _GpuClock(events)
+    if timeline == "gpu" and not gpu:
+        raise ValueError(f"{source}: timeline='gpu' but the trace holds no GPU work linked to its launch")
+    use_gpu = bool(gpu) and timeline != "cpu"
+
+    step_events = [e for e in events if e.name.startswith(STEP_PREFIX)]
+    if step_events:
+        windows = [(e.name, e.ts, e.end) for e in step_events]
+    else:
+        windows = [("the whole trace", events[0].ts, max(e.end for e in events))]
+    starts = [e.ts for e in events]
+
+    ready_rows, forward_rows = [], []
+    unmatched: set[str] = set()
+    units_kind = None
+    for label, w_start, w_end in windows:
+        lo = bisect.bisect_left(starts, w_start)
+        hi = bisect.bisect_left(starts, w_end)
+        inside = [e for e in events[lo:hi] if not e.name.startswith(STEP_PREFIX)]
+        acc = sorted((e for e in inside if e.name == acc_name), key=lambda e: e.end)
+        if len(acc) != n:
+            raise ValueError(
+                f"{source}: {label}: {len(acc)} AccumulateGrad events but {n} parameters given "
+                "(one per trainable parameter and step: check the parameter list, and that each "
+                "ProfilerStep holds one backward)"
+            )
+        evaluations = [e for e in inside if e.name.startswith(EVALUATE_FUNCTION)]
+        backward_start = min(e.ts for e in evaluations + acc)
+
+        for k, e in enumerate(acc):
+            dims, types = e.args.get("Input Dims"), e.args.get("Input type")
+            if isinstance(dims, list) and dims and isinstance(dims[0], list) and isinstance(types, list) and types:
+                elem = ELEMENT_BYTES.get(types[0])
+                if elem is not None:
+                    nbytes = math.prod(int(d) for d in dims[0]) * elem
+                    i = positions[k]
+                    if nbytes != sizes[i]:
+                        raise ValueError(
+                            f"{source}: {label}: AccumulateGrad {k} (ready order) holds a gradient of "
+                            f"{nbytes} bytes (shape {dims[0]}, {types[0]}) but maps to parameter {names[i]!r} "
+                            f"of {sizes[i]} bytes: give the parameters in forward order, or ready_order"
+                        )
+
+        ready = np.zeros(n)
+        gpu_start = gpu.first_start(backward_start, w_end) if use_gpu else None
+        if gpu_start is not None:
+            for k, e in enumerate(acc):
+                done = gpu.finished(e.end)
+                ready[positions[k]] = max((done if done is not None else gpu_start) - gpu_start, 0.0) / 1e6
+        else:
+            for k, e in enumerate(acc):
+                ready[positions[k]] = (e.end - backward_start) / 1e6
+        ready_rows.append(ready)
+
+        # Forward: AccumulateGrad -> the node before it -> its forward operator -> its unit.
+        producers: dict[Any, list[_Event]] = {}
+        for e in evaluations:
+            if e.seq is not None and ACCUMULATE_GRAD not in e.name:
+                producers.setdefault(e.tid, []).append(e)
+        producer_ends = {tid: [e.end for e in sorted(evs, key=lambda e: e.end)] for tid, evs in producers.items()}
+        for tid in producers:
+            producers[tid].sort(key=lambda e: e.end)
+        forward_ops = [e for e in inside if e.ts < backward_start and e.cat in OPERATOR_CATEGORIES]
+        first_with_seq: dict[int, _Event] = {}
+        for e in forward_ops:
+            if e.seq is not None and e.seq not in first_with_seq:
+                first_with_seq[e.seq] = e
+        modules = [e for e in inside if e.ts < backward_start and e.name.startswith(MODULE_PREFIX)]
+        units_kind = "nn.Module events" if modules else "outermost operators"
+        tops = None if modules else _top_level(forward_ops)
+
+        unit_of: dict[int, _Event] = {}
+        for k, e in enumerate(acc):
+            i = positions[k]
+            ends = producer_ends.get(e.tid, [])
+            j = bisect.bisect_right(ends, e.ts + 1e-3) - 1
+            use = first_with_seq.get(producers[e.tid][j].seq) if j >= 0 else None
+            unit = None
+            if use is not None:
+                unit = _innermost(modules, use.tid, use.ts) if modules else _innermost(tops, use.tid, use.ts)
+            if unit is None:
+                unmatched.add(names[i])
+            else:
+                unit_of[i] = unit
+        units: list[_Event] = []
+        for u in unit_of.values():
+            if not any(u is v for v in units):
+                units.append(u)
+        parents = []
+        for u in units:
+            outer = [v for v in units if v is not u and v.tid == u.tid and v.ts <= u.ts and u.end <= v.end]
+            parents.append(units.index(max(outer, key=lambda v: (v.ts, -v.dur))) if outer else None)
+        if use_gpu:
+            spans = [gpu.span(u.ts, u.end, u.tid) or (0.0, 0.0) for u in units]
+        else:
+            spans = [(u.ts, u.end) for u in units]
+        own = _attribution.exclusive_times(spans, parents) / 1e6
+        members = [[i for i, u in unit_of.items() if u is v] for v in units]
+        forward_rows.append(_attribution.forward_times(n, members, own))
+
+    _, backward = _attribution.median_backward(ready_rows)
+    forward = np.median(np.array(forward_rows), axis=0)
+    metadata: dict[str, Any] = {
+        "source": "fusionopt.integrations.kineto.profile_from_trace",
+        "trace": Path(source).name if isinstance(trace, (str, Path)) else "dict",
+        "steps": len(windows),
+        "timeline": "gpu" if use_gpu else "cpu",
+        "forward_units": units_kind,
+        "ready_order": [names[i] for i in positions],
+        "forward_unmatched": sorted(unmatched, key=names.index),
+    }
+    properties = header.get("deviceProperties")
+    if isinstance(properties, list) and properties:
+        metadata["devices"] = [str(p.get("name")) for p in properties if isinstance(p, Mapping)]
+    try:
+        return Profile.from_arrays(sizes, forward, backward, names, name=name,
+                                   dtype_bytes=4 if dtype_bytes is None else dtype_bytes, metadata=metadata)
+    except ValueError as exc:
+        raise ValueError(f"{source}: {exc}") from None

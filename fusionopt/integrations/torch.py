@@ -1,0 +1,428 @@
+"""Measure a :class:`~fusionopt.model.profile.Profile` from a PyTorch model.
+
+:func:`profile_model` runs training steps of a ``torch.nn.Module`` on CPU or CUDA and times
+each trainable parameter tensor's forward and backward (MODEL.md section 1). It needs
+PyTorch 2.1 or later (``pip install 'fusionopt[torch]'``); torch is imported only when the
+function is called.
+
+How the times are taken
+-----------------------
+* **Forward order** is the order in which the parameters are first used: one untimed step
+  runs under a ``torch.overrides.TorchFunctionMode`` that notes the first torch call taking
+  each parameter as an argument. A parameter that no call takes directly (one computed
+  inside a custom extension, say) is placed where its owning module is first called.
+  Tensors of one call keep their registration order (``weight`` before ``bias``).
+* **Backward**: a ``register_post_accumulate_grad_hook`` on each parameter stamps the
+  moment its gradient is accumulated (ready for communication). Ready times, in seconds
+  from the start of ``loss.backward()``, become backward times by the rule of
+  :mod:`fusionopt.integrations._attribution`: each tensor gets the gap from the ready
+  event before it (the first from the start of the backward), and if autograd did not
+  finish the gradients in reverse forward order, a tensor counts as ready once every
+  tensor after it is (never earlier than measured). The measured ready order is kept in
+  ``metadata["ready_order"]``.
+* **Forward**: forward pre- and post-hooks on every module that owns trainable parameters
+  directly time each call; a call's time less that of the hooked modules called inside it
+  goes to the module's last parameter in forward order (MODEL.md: a layer puts its time on
+  one tensor). The time of parameter-free modules and functions (activations, pooling, the
+  loss) is left out of ``F``; ``metadata["forward_step_s"]`` holds the measured forward
+  and loss together.
+* Each time is the median over ``steps`` timed steps, after ``warmup`` untimed ones. CPU
+  steps are timed with ``time.perf_counter``; CUDA steps with ``torch.cuda.Event`` s recorded
+  in the hooks and read after ``torch.cuda.synchronize``, so the times are when the GPU did
+  the work.
+* Gradients are set to ``None`` before each step (as ``optimizer.zero_grad()`` does), so
+  every step's gradient accumulation is the first. The optimiser update is not measured:
+  update times are 0.
+
+Frozen parameters (``requires_grad=False``) are left out. A trainable parameter that gets no
+gradient (not used by the forward, or not reaching the loss) is an error naming it, as in
+DDP without ``find_unused_parameters``: freeze it, or profile a model that uses it. Tied
+parameters (one tensor under two names) count once, under the name ``named_parameters()``
+gives first.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import math
+import platform
+import time
+from typing import Any, Callable, Mapping
+
+import numpy as np
+
+from fusionopt.integrations import _attribution
+from fusionopt.model.profile import Profile
+
+TORCH_EXTRA = "pip install 'fusionopt[torch]'"
+
+
+def require_torch() -> Any:
+    """Import and return ``torch`` (2.1 or later), or raise ``ImportError`` naming the extra."""
+    try:
+        import torch
+    except ImportError:
+        raise ImportError(f"measuring a PyTorch model needs PyTorch: {TORCH_EXTRA}") from None
+    if not hasattr(torch.Tensor, "register_post_accumulate_grad_hook"):
+        raise ImportError(f"measuring a PyTorch model needs torch >= 2.1, found {torch.__version__}: {TORCH_EXTRA}")
+    return torch
+
+
+def _count(label: str, value: Any, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
+        raise ValueError(f"{label} must be an integer >= {minimum}, got {value!r}")
+    return int(value)
+
+
+def _leaves(value: Any) -> list[Any]:
+    """The non-container leaves of nested tuples, lists and dicts."""
+    if isinstance(value, (tuple, list)):
+        return [leaf for item in value for leaf in _leaves(item)]
+    if isinstance(value, Mapping):
+        return [leaf for item in value.values() for leaf in _leaves(item)]
+    return [value]
+
+
+def _to_device(value: Any, torch: Any, device: Any) -> Any:
+    if isinstance(value, torch.Tensor):
+        return value.to(device)
+    if isinstance(value, tuple):
+        return tuple(_to_device(v, torch, device) for v in value)
+    if isinstance(value, list):
+        return [_to_device(v, torch, device) for v in value]
+    if isinstance(value, Mapping):
+        return {k: _to_device(v, torch, device) for k, v in value.items()}
+    return value
+
+
+def _batch_size(inputs: Any, torch: Any) -> int | None:
+    """The leading dimension shared by every input tensor of rank >= 1, if there is one."""
+    leads = {int(t.shape[0]) for t in _leaves(inputs) if isinstance(t, torch.Tensor) and t.dim() >= 1}
+    return leads.pop() if len(leads) == 1 else None
+
+
+def _default_loss(output: Any, torch: Any) -> Any:
+    parts = [t for t in _leaves(output)
+             if isinstance(t, torch.Tensor) and t.is_floating_point() and t.requires_grad]
+    if not parts:
+        raise ValueError("the model's output holds no floating-point tensor that requires grad: pass loss_fn")
+    loss = parts[0].sum()
+    for t in parts[1:]:
+        loss = loss + t.sum()
+    return loss
+
+
+class _CpuClock:
+    """Marks are ``time.perf_counter`` readings."""
+
+    label = "time.perf_counter"
+
+    def mark(self) -> float:
+        return time.perf_counter()
+
+    def sync(self) -> None:
+        pass
+
+    @staticmethod
+    def seconds(origin: float, mark: float) -> float:
+        return mark - origin
+
+
+class _CudaClock:
+    """Marks are CUDA events recorded on the current stream; read after a synchronize."""
+
+    label = "torch.cuda.Event"
+
+    def __init__(self, torch: Any, device: Any) -> None:
+        self.torch = torch
+        self.device = device
+
+    def mark(self) -> Any:
+        event = self.torch.cuda.Event(enable_timing=True)
+        event.record()
+        return event
+
+    def sync(self) -> None:
+        self.torch.cuda.synchronize(self.device)
+
+    @staticmethod
+    def seconds(origin: Any, mark: Any) -> float:
+        return origin.elapsed_time(mark) / 1e3   # milliseconds
+
+
+def profile_model(
+    model: Any,
+    example_inputs: Any,
+    *,
+    loss_fn: Callable[[Any], Any] | None = None,
+    steps: int = 10,
+    warmup: int = 3,
+    device: Any = None,
+    batch: int | None = None,
+    name: str = "",
+) -> Profile:
+    """Measure the per-parameter forward and backward times of a PyTorch model.
+
+    Parameters
+    ----------
+    model : torch.nn.Module
+        The model, in the mode it should be measured in (``model.train()`` for training).
+        With ``device`` it is moved there (``Module.to`` moves it in place).
+    example_inputs : Tensor, tuple or dict
+        One batch: a tensor, a tuple or list of positional arguments, or a dict of keyword
+        arguments for ``model``; tensors in it are moved to the device.
+    loss_fn : callable, optional
+        ``loss_fn(output) -> scalar tensor``; default: the sum of every floating-point
+        tensor in the output that requires grad.
+    steps : int
+        Timed steps (``>= 1``); each time is the median over them.
+    warmup : int
+        Untimed steps before them (``>= 0``), after the one untimed step that finds the
+        forward order and checks that every parameter gets a gradient.
+    device : str or torch.device, optional
+        ``"cpu"`` or a CUDA device; default: where the model's first trainable parameter is.
+    batch : int, optional
+        Batch size for the metadata; default: the leading dimension shared by every input
+        tensor, when they share one.
+    name : str
+        The profile's name; default: the model's class name.
+
+    Returns
+    -------
+    Profile
+        Trainable parameters in forward order: sizes ``numel * element_size`` bytes, forward
+        and backward times in seconds, update times 0. ``dtype_bytes`` is the greatest
+        common divisor of the parameters' element sizes. ``metadata`` holds ``source``,
+        ``device``, ``device_name``, ``torch``, ``batch``, ``date`` (UTC), ``steps``,
+        ``warmup``, ``timer``, ``ready_order`` (names in the order their gradients became
+        ready, medians over the timed steps), ``ready_order_is_reverse_forward``,
+        ``forward_step_s`` and ``backward_step_s`` (median wall time of the forward with
+        the loss, and of the backward, in seconds).
+
+    Raises
+    ------
+    ImportError
+        Without PyTorch 2.1 or later.
+    ValueError
+        No trainable parameter; a trainable parameter that gets no gradient (named); a loss
+        that is not a single number; a bad ``steps``, ``warmup`` or ``device``.
+
+    Examples
+    --------
+    >>> import torch                                                       # doctest: +SKIP
+    >>> from fusionopt.integrations.torch import profile_model             # doctest: +SKIP
+    >>> model = torch.nn.Sequential(torch.nn.Linear(256, 512), torch.nn.ReLU(),
+    ...                             torch.nn.Linear(512, 10))              # doctest: +SKIP
+    >>> p = profile_model(model, torch.randn(32, 256), steps=5)            # doctest: +SKIP
+    >>> p.names, p.sizes.tolist()                                          # doctest: +SKIP
+    (('0.weight', '0.bias', '2.weight', '2.bias'), [524288, 2048, 20480, 40])
+    >>> p.metadata["ready_order"]                                          # doctest: +SKIP
+    ['2.bias', '2.weight', '0.bias', '0.weight']
+    """
+    torch = require_torch()
+    steps = _count("steps", steps, 1)
+    warmup = _count("warmup", warmup, 0)
+    if not isinstance(model, torch.nn.Module):
+        raise ValueError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+    named = [(nm, p) for nm, p in model.named_parameters() if p.requires_grad]
+    if not named:
+        raise ValueError(f"model {type(model).__name__} has no trainable parameter (requires_grad=True)")
+
+    if device is None:
+        target = named[0][1].device
+    else:
+        try:
+            target = torch.device(device)
+        except (RuntimeError, TypeError) as exc:
+            raise ValueError(f"device {device!r} is not a torch device: {exc}") from None
+    if target.type not in ("cpu", "cuda"):
+        raise ValueError(f"device {str(target)!r}: profile_model times CPU and CUDA devices only")
+    if target.type == "cuda" and target.index is None:
+        target = torch.device("cuda", torch.cuda.current_device())
+    if device is not None:
+        model.to(target)
+    clock: Any = _CudaClock(torch, target) if target.type == "cuda" else _CpuClock()
+    named = [(nm, p) for nm, p in model.named_parameters() if p.requires_grad]   # after .to()
+    stray = [nm for nm, p in named if p.device != target]
+    if stray:
+        raise ValueError(f"parameters not on {target}: {', '.join(map(repr, stray))}")
+
+    args = _to_device(example_inputs, torch, target)
+    if isinstance(args, Mapping):
+        call_args, call_kwargs = (), dict(args)
+    elif isinstance(args, (tuple, list)):
+        call_args, call_kwargs = tuple(args), {}
+    else:
+        call_args, call_kwargs = (args,), {}
+
+    params = [p for _, p in named]
+    index = {id(p): k for k, p in enumerate(params)}
+    owners: list[tuple[Any, list[int]]] = []
+    for module in model.modules():
+        own = [index[id(p)] for p in module.parameters(recurse=False) if id(p) in index]
+        if own:
+            owners.append((module, own))
+
+    state: dict[str, Any] = {"phase": None, "calls": [], "stack": [], "ready": [], "first_call": {}}
+    first_use: dict[int, int] = {}
+
+    class _FirstUse(torch.overrides.TorchFunctionMode):
+        """Notes, per parameter, the number of the first torch call that takes it."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.calls = 0
+
+        def __torch_function__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
+            kwargs = kwargs or {}
+            for leaf in _leaves((args, kwargs)):
+                k = index.get(id(leaf))
+                if k is not None and k not in first_use:
+                    first_use[k] = self.calls
+            self.calls += 1
+            return func(*args, **kwargs)
+
+    mode_box: dict[str, Any] = {"mode": None}
+
+    def pre_hook(unit: int) -> Callable[..., None]:
+        def hook(module: Any, inputs: Any) -> None:
+            if state["phase"] != "forward":
+                return
+            mode = mode_box["mode"]
+            if mode is not None:
+                state["first_call"].setdefault(unit, mode.calls)
+            parent = state["stack"][-1] if state["stack"] else None
+            state["calls"].append([unit, clock.mark(), None, parent])
+            state["stack"].append(len(state["calls"]) - 1)
+        return hook
+
+    def post_hook(module: Any, inputs: Any, output: Any) -> None:
+        if state["phase"] != "forward" or not state["stack"]:
+            return
+        state["calls"][state["stack"].pop()][2] = clock.mark()
+
+    def grad_hook(k: int) -> Callable[[Any], None]:
+        def hook(param: Any) -> None:
+            if state["phase"] == "backward":
+                state["ready"].append((k, clock.mark()))
+        return hook
+
+    def run_step(mode: Any = None) -> tuple[Any, Any, Any]:
+        for p in params:
+            p.grad = None
+        state.update(phase="forward", calls=[], stack=[], ready=[])
+        start = clock.mark()
+        with mode if mode is not None else contextlib.nullcontext():
+            mode_box["mode"] = mode
+            try:
+                output = model(*call_args, **call_kwargs)
+            finally:
+                mode_box["mode"] = None
+        loss = _default_loss(output, torch) if loss_fn is None else loss_fn(output)
+        if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
+            raise ValueError(f"the loss must be a tensor holding one number, got {type(loss).__name__}"
+                             + (f" of shape {tuple(loss.shape)}" if isinstance(loss, torch.Tensor) else ""))
+        state["phase"] = "backward"
+        backward_start = clock.mark()
+        loss.backward()
+        end = clock.mark()
+        state["phase"] = None
+        clock.sync()
+        return start, backward_start, end
+
+    saved_grads = [p.grad for p in params]
+    handles = []
+    try:
+        for unit, (module, _) in enumerate(owners):
+            handles.append(module.register_forward_pre_hook(pre_hook(unit)))
+            handles.append(module.register_forward_hook(post_hook))
+        for k, p in enumerate(params):
+            handles.append(p.register_post_accumulate_grad_hook(grad_hook(k)))
+
+        # Untimed step: forward order and unused parameters.
+        run_step(_FirstUse())
+        got = {k for k, _ in state["ready"]}
+        missing = [named[k][0] for k in range(len(params)) if k not in got]
+        if missing:
+            raise ValueError(
+                f"parameters that got no gradient (not used in the forward, or not reaching the loss): "
+                f"{', '.join(map(repr, missing))}; freeze them (requires_grad_(False)) or use them"
+            )
+
+        for _ in range(warmup):
+            run_step()
+        ready_rows, forward_rows, forward_walls, backward_walls = [], [], [], []
+        for _ in range(steps):
+            start, backward_start, end = run_step()
+            ready = np.zeros(len(params))
+            for k, mark in state["ready"]:
+                ready[k] = clock.seconds(backward_start, mark)
+            ready_rows.append(ready)
+            calls = [c for c in state["calls"] if c[2] is not None]
+            spans = [(0.0, clock.seconds(c[1], c[2])) for c in calls]
+            kept = {id(c): j for j, c in enumerate(calls)}
+            parents = [kept.get(id(state["calls"][c[3]])) if c[3] is not None else None for c in calls]
+            own = _attribution.exclusive_times(spans, parents)
+            per_unit = np.zeros(len(owners))
+            for c, t in zip(calls, own):
+                per_unit[c[0]] += t
+            forward_rows.append(per_unit)
+            forward_walls.append(clock.seconds(start, backward_start))
+            backward_walls.append(clock.seconds(backward_start, end))
+    finally:
+        state["phase"] = None
+        for handle in handles:
+            handle.remove()
+        for p, g in zip(params, saved_grads):
+            p.grad = g
+
+    # Forward order: first use; else the owning module's first call; ties by registration.
+    fallback: dict[int, int] = {}
+    for unit, (_, own) in enumerate(owners):
+        if unit in state["first_call"]:
+            for k in own:
+                fallback[k] = min(fallback.get(k, math.inf), state["first_call"][unit])
+    def order_key(k: int) -> tuple[float, int]:
+        return (first_use.get(k, fallback.get(k, math.inf)), k)
+    order = sorted(range(len(params)), key=order_key)
+    position = {k: i for i, k in enumerate(order)}
+
+    ready_matrix = np.array(ready_rows)[:, order]
+    _, backward = _attribution.median_backward(ready_matrix)
+    unit_times = np.median(np.array(forward_rows), axis=0)
+    forward = _attribution.forward_times(
+        len(params), [[position[k] for k in own] for _, own in owners], unit_times,
+    )
+    raw_ready = np.median(ready_matrix, axis=0)
+    ready_seq = _attribution.ready_order(raw_ready)
+    names = [named[k][0] for k in order]
+    elem_sizes = {p.element_size() for p in params}
+
+    if target.type == "cuda":
+        device_name = torch.cuda.get_device_name(target)
+    else:
+        device_name = platform.processor() or platform.machine()
+    metadata = {
+        "source": "fusionopt.integrations.torch.profile_model",
+        "device": str(target),
+        "device_name": device_name,
+        "torch": str(torch.__version__),
+        "batch": batch if batch is not None else _batch_size(example_inputs, torch),
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "steps": steps,
+        "warmup": warmup,
+        "timer": clock.label,
+        "dtypes": sorted({str(p.dtype).removeprefix("torch.") for p in params}),
+        "ready_order": [names[i] for i in ready_seq],
+        "ready_order_is_reverse_forward": _attribution.is_reverse_forward(ready_seq),
+        "forward_step_s": float(np.median(forward_walls)),
+        "backward_step_s": float(np.median(backward_walls)),
+    }
+    return Profile.from_arrays(
+        [params[k].numel() * params[k].element_size() for k in order],
+        forward, backward, names,
+        name=name or type(model).__name__,
+        dtype_bytes=math.gcd(*elem_sizes),
+        metadata=metadata,
+    )

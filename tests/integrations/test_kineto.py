@@ -1,0 +1,293 @@
+"""Kineto chrome traces -> Profile (fusionopt.integrations.kineto): hand-made traces with
+known timestamps, the error cases, and a real trace from torch.profiler on CPU."""
+
+import json
+
+import numpy as np
+import pytest
+
+from fusionopt.integrations.kineto import profile_from_trace
+from fusionopt.model import Profile
+
+US = 1e-6
+# Forward order; sizes match the shapes in the trace (float32): fc1 64 -> 16, fc2 16 -> 10.
+PARAMS = [("fc1.weight", 4096), ("fc1.bias", 64), ("fc2.weight", 640), ("fc2.bias", 40)]
+SHAPES = {"fc1.weight": [16, 64], "fc1.bias": [16], "fc2.weight": [10, 16], "fc2.bias": [10]}
+
+
+def op(name, ts, dur, tid=1, cat="cpu_op", **args):
+    return {"ph": "X", "cat": cat, "name": name, "pid": 7, "tid": tid, "ts": ts, "dur": dur, "args": args}
+
+
+def seq(n):
+    return {"Sequence number": n}
+
+
+def accumulate(ts, dur, param, tid=1, shapes=True):
+    args = {"Input Dims": [SHAPES[param]], "Input type": ["float"]} if shapes else {}
+    return [
+        op("autograd::engine::evaluate_function: torch::autograd::AccumulateGrad", ts - 1, dur + 2, tid),
+        op("torch::autograd::AccumulateGrad", ts, dur, tid, **args),
+    ]
+
+
+def cpu_step(t0, linear0, linear1, ready_ends, *, modules=True, shapes=True, step=1):
+    """One training step of Linear(64, 16) -> ReLU -> Linear(16, 10) -> sum, starting at t0 (us).
+
+    ``linear0``/``linear1``: the modules' durations; ``ready_ends``: when the AccumulateGrad
+    of fc2.bias, fc2.weight, fc1.bias, fc1.weight end (the backward starts at t0 + 300).
+    """
+    s = lambda k: seq(10 * step + k)   # noqa: E731  sequence numbers grow from step to step
+    events = [op(f"ProfilerStep#{step}", t0, 1000, cat="user_annotation")]
+    if modules:
+        events += [
+            op("nn.Module: Linear_0", t0 + 10, linear0, cat="python_function"),
+            op("nn.Module: ReLU_0", t0 + 120, 20, cat="python_function"),
+            op("nn.Module: Linear_1", t0 + 150, linear1, cat="python_function"),
+        ]
+    events += [
+        op("aten::linear", t0 + 12, linear0 - 10, **s(0)), op("aten::t", t0 + 13, 5, **s(0)),
+        op("aten::addmm", t0 + 20, linear0 - 20, **s(1)),
+        op("aten::relu", t0 + 121, 18, **s(2)),
+        op("aten::linear", t0 + 151, linear1 - 2, **s(3)), op("aten::t", t0 + 152, 2, **s(3)),
+        op("aten::addmm", t0 + 155, linear1 - 10, **s(4)),
+        op("aten::sum", t0 + 210, 10, **s(5)),
+        op("autograd::engine::evaluate_function: SumBackward0", t0 + 300, 10, **s(5)),
+        op("autograd::engine::evaluate_function: AddmmBackward0", t0 + 312, 30, **s(4)),
+        *accumulate(t0 + ready_ends[0] - 5, 5, "fc2.bias", shapes=shapes),
+        op("autograd::engine::evaluate_function: TBackward0", t0 + ready_ends[0] + 2, 4, **s(3)),
+        *accumulate(t0 + ready_ends[1] - 3, 3, "fc2.weight", shapes=shapes),
+        op("autograd::engine::evaluate_function: ReluBackward0", t0 + ready_ends[1] + 2, 8, **s(2)),
+        op("autograd::engine::evaluate_function: AddmmBackward0", t0 + ready_ends[1] + 12, 40, **s(1)),
+        *accumulate(t0 + ready_ends[2] - 5, 5, "fc1.bias", shapes=shapes),
+        op("autograd::engine::evaluate_function: TBackward0", t0 + ready_ends[2] + 2, 3, **s(0)),
+        *accumulate(t0 + ready_ends[3] - 4, 4, "fc1.weight", shapes=shapes),
+    ]
+    return events
+
+
+def two_step_trace(**options):
+    meta = [{"ph": "M", "name": "thread_name", "pid": 7, "tid": 1, "args": {"name": "python"}},
+            {"ph": "s", "cat": "fwdbwd", "name": "fwdbwd", "id": 1, "pid": 7, "tid": 1, "ts": 12}]
+    events = meta + cpu_step(0, 100, 50, [350, 360, 420, 430], step=1, **options)
+    events += cpu_step(1000, 120, 70, [360, 370, 440, 450], step=2, **options)
+    return {"schemaVersion": 1, "deviceProperties": [], "traceEvents": events}
+
+
+def check_times(p, forward_us, backward_us):
+    np.testing.assert_allclose(p.forward / US, forward_us, rtol=1e-12, atol=1e-9)
+    np.testing.assert_allclose(p.backward / US, backward_us, rtol=1e-12, atol=1e-9)
+
+
+def test_two_steps_with_module_events():
+    p = profile_from_trace(two_step_trace(), PARAMS)
+    assert p.names == tuple(nm for nm, _ in PARAMS)
+    assert p.sizes.tolist() == [4096, 64, 640, 40]
+    # Step 1: ready (from 300 us) fc1.w 130, fc1.b 120, fc2.w 60, fc2.b 50 us;
+    # step 2: 150, 140, 70, 60. Medians 140, 130, 65, 55 -> gaps 10, 65, 10, 55.
+    # Forward: Linear_0 100 and 120 us -> 110 on fc1.bias; Linear_1 50, 70 -> 60 on fc2.bias.
+    check_times(p, [0, 110, 0, 60], [10, 65, 10, 55])
+    assert p.metadata["steps"] == 2
+    assert p.metadata["timeline"] == "cpu"
+    assert p.metadata["forward_units"] == "nn.Module events"
+    assert p.metadata["ready_order"] == ["fc2.bias", "fc2.weight", "fc1.bias", "fc1.weight"]
+    assert p.metadata["forward_unmatched"] == []
+    assert p.update.tolist() == [0.0] * 4
+
+
+def test_outermost_operators_without_module_events():
+    p = profile_from_trace(two_step_trace(modules=False), PARAMS)
+    # aten::linear lasts linear0 - 10 and linear1 - 2 us: 90, 110 -> 100; 48, 68 -> 58.
+    check_times(p, [0, 100, 0, 58], [10, 65, 10, 55])
+    assert p.metadata["forward_units"] == "outermost operators"
+
+
+def test_one_step_without_profiler_steps_and_a_bare_event_list():
+    events = [e for e in cpu_step(0, 100, 50, [350, 360, 420, 430]) if e["name"] != "ProfilerStep#1"]
+    p = profile_from_trace(events, dict(PARAMS), name="toy")
+    check_times(p, [0, 100, 0, 50], [10, 60, 10, 50])
+    assert (p.name, p.metadata["steps"], p.metadata["trace"]) == ("toy", 1, "dict")
+
+
+def test_ready_order_and_the_envelope():
+    # The gradients of fc2 arrive weight first: fc2.weight at 50 us, fc2.bias at 60 us.
+    trace = {"traceEvents": cpu_step(0, 100, 50, [350, 360, 420, 430], shapes=False)}
+    order = ["fc2.weight", "fc2.bias", "fc1.bias", "fc1.weight"]
+    p = profile_from_trace(trace, PARAMS, ready_order=order)
+    # Forward order R = [130, 120, 50, 60]: fc2.weight counts as ready with fc2.bias, at 60.
+    check_times(p, [0, 100, 0, 50], [10, 60, 0, 60])
+    assert p.metadata["ready_order"] == order
+    assert p.ready_times.tolist() == pytest.approx([130 * US, 120 * US, 60 * US, 60 * US], rel=1e-12)
+    # A profile carries its ready order in its metadata.
+    carrier = Profile.from_arrays([s for _, s in PARAMS], [0.0] * 4, [0.0] * 4, [nm for nm, _ in PARAMS],
+                                  metadata={"ready_order": order})
+    assert profile_from_trace(trace, carrier) == p
+
+
+def test_nested_units_subtract_their_children():
+    params = [("block.scale", 4), ("block.fc.weight", 64)]
+    events = [
+        op("nn.Module: Block_0", 0, 100, cat="python_function"),
+        op("aten::mul", 5, 10, **seq(0)),
+        op("nn.Module: Linear_0", 20, 60, cat="python_function"),
+        op("aten::mm", 25, 50, **seq(1)),
+        op("autograd::engine::evaluate_function: MmBackward0", 200, 20, **seq(1)),
+        op("torch::autograd::AccumulateGrad", 221, 4),
+        op("autograd::engine::evaluate_function: MulBackward0", 226, 10, **seq(0)),
+        op("torch::autograd::AccumulateGrad", 237, 3),
+    ]
+    p = profile_from_trace({"traceEvents": events}, params)
+    # Block_0 100 us less Linear_0's 60 -> 40 on block.scale; 60 on block.fc.weight.
+    # Ready from 200 us: fc.weight 25, scale 40.
+    check_times(p, [40, 60], [15, 25])
+
+
+def gpu_trace():
+    """One step on a GPU: forward on host thread 1, backward on the autograd thread 2,
+    kernels on stream 7, far behind their launches."""
+    def launch(ts, corr, tid):
+        return op("cudaLaunchKernel", ts, 2, tid, cat="cuda_runtime", correlation=corr)
+
+    def kernel(ts, dur, corr, cat="kernel"):
+        return op("kernel", ts, dur, 7, cat=cat, correlation=corr, stream=7)
+
+    events = [
+        op("ProfilerStep#4", 0, 1000, cat="user_annotation"),
+        op("nn.Module: Linear_0", 10, 100, cat="python_function"),
+        op("aten::linear", 12, 90, **seq(0)), op("aten::addmm", 20, 80, **seq(1)),
+        launch(30, 1, 1), kernel(500, 40, 1),
+        op("nn.Module: Linear_1", 150, 50, cat="python_function"),
+        op("aten::linear", 151, 48, **seq(3)), op("aten::addmm", 155, 40, **seq(4)),
+        launch(160, 2, 1), kernel(545, 20, 2),
+        op("aten::sum", 210, 10, **seq(5)),
+        op("autograd::engine::evaluate_function: SumBackward0", 300, 10, 2, **seq(5)),
+        launch(305, 3, 2), kernel(570, 5, 3),
+        op("autograd::engine::evaluate_function: AddmmBackward0", 312, 30, 2, **seq(4)),
+        launch(320, 4, 2), kernel(575, 25, 4),
+        op("torch::autograd::AccumulateGrad", 345, 5, 2),
+        op("autograd::engine::evaluate_function: TBackward0", 352, 4, 2, **seq(3)),
+        op("torch::autograd::AccumulateGrad", 357, 3, 2),
+        op("autograd::engine::evaluate_function: ReluBackward0", 362, 8, 2, **seq(2)),
+        launch(365, 5, 2), kernel(600, 10, 5),
+        op("autograd::engine::evaluate_function: AddmmBackward0", 372, 40, 2, **seq(1)),
+        launch(380, 6, 2), kernel(610, 50, 6),
+        op("torch::autograd::AccumulateGrad", 415, 5, 2),
+        op("autograd::engine::evaluate_function: TBackward0", 422, 3, 2, **seq(0)),
+        op("torch::autograd::AccumulateGrad", 426, 4, 2),
+        launch(427, 7, 2), kernel(660, 5, 7, cat="gpu_memcpy"),
+        {"ph": "X", "cat": "gpu_user_annotation", "name": "x", "pid": 0, "tid": 7, "ts": 0, "dur": 900,
+         "args": {"correlation": 3}},
+    ]
+    return {"traceEvents": events, "deviceProperties": [{"id": 0, "name": "Some GPU"}]}
+
+
+def test_gpu_clock():
+    p = profile_from_trace(gpu_trace(), PARAMS)
+    # The backward starts on the GPU at 570 us (first kernel launched from it). fc2's
+    # gradients are ready once the work launched before their AccumulateGrad is done (600),
+    # fc1.bias at 660, fc1.weight after its copy at 665: R = [95, 90, 30, 30].
+    # Forward: Linear_0's kernel 500-540, Linear_1's 545-565.
+    check_times(p, [0, 40, 0, 20], [5, 60, 0, 30])
+    assert p.metadata["timeline"] == "gpu"
+    assert p.metadata["devices"] == ["Some GPU"]
+    # The host's clock on the same trace: launch times.
+    q = profile_from_trace(gpu_trace(), PARAMS, timeline="cpu")
+    check_times(q, [0, 100, 0, 50], [10, 60, 10, 50])
+    assert q.metadata["timeline"] == "cpu"
+
+
+def test_file_round_trip(tmp_path):
+    path = tmp_path / "trace.json"
+    path.write_text(json.dumps(two_step_trace()))
+    p = profile_from_trace(path, PARAMS)
+    assert p.metadata["trace"] == "trace.json"
+    check_times(p, [0, 110, 0, 60], [10, 65, 10, 55])
+    # What it read writes and reads back as JSON and CSV.
+    p.write(tmp_path / "p.json")
+    assert Profile.read(tmp_path / "p.json") == p
+    p.to_csv(tmp_path / "p.csv")
+    assert Profile.read_csv(tmp_path / "p.csv", metadata=p.metadata) == p
+
+
+@pytest.mark.parametrize("trace,params,options,message", [
+    ({"traceEvents": {}}, PARAMS, {}, "trace: not a chrome trace"),
+    ({"traceEvents": [{"ph": "M", "name": "x"}]}, PARAMS, {}, "trace: no complete"),
+    ({"traceEvents": [op("aten::mm", "soon", 1)]}, PARAMS, {},
+     r"traceEvents\[0\] \('aten::mm'\): 'ts' and 'dur' must be numbers"),
+    ({"traceEvents": [op("aten::mm", 0, 5)]}, PARAMS, {}, "trace: no AccumulateGrad events"),
+    (two_step_trace(), PARAMS[:3], {}, "trace: ProfilerStep#1: 4 AccumulateGrad events but 3 parameters given"),
+    (two_step_trace(), PARAMS, {"ready_order": ["fc2.weight", "fc2.bias", "fc1.bias", "fc1.weight"]},
+     r"AccumulateGrad 0 \(ready order\) holds a gradient of 40 bytes \(shape \[10\], float\) "
+     r"but maps to parameter 'fc2.weight' of 640 bytes"),
+    (two_step_trace(), [PARAMS[1], PARAMS[0], *PARAMS[2:]], {},
+     "AccumulateGrad 2 .* maps to parameter 'fc1.weight' of 4096 bytes"),
+    (two_step_trace(), PARAMS, {"ready_order": ["fc2.bias", "nope"]}, "ready_order names unknown parameters: 'nope'"),
+    (two_step_trace(), PARAMS, {"ready_order": ["fc2.bias"]}, "ready_order must name each parameter once"),
+    (two_step_trace(), PARAMS, {"timeline": "gpu"}, "timeline='gpu' but the trace holds no GPU work"),
+    (two_step_trace(), PARAMS, {"timeline": "wall"}, "unknown timeline 'wall'"),
+    (two_step_trace(), [], {}, "parameters is empty"),
+    (two_step_trace(), [("a", 0)], {}, "parameter 'a': size must be a positive whole number of bytes"),
+    (two_step_trace(), [("a", 4), ("a", 8)], {}, "parameter 'a': name repeated"),
+    (two_step_trace(), [("a", 4, 1)], {}, r"parameters\[0\] must be a \(name, size_bytes\) pair"),
+    (two_step_trace(), 5, {}, "parameters must be a torch.nn.Module, a Profile"),
+])
+def test_bad_input_is_named(trace, params, options, message):
+    with pytest.raises(ValueError, match=message):
+        profile_from_trace(trace, params, **options)
+
+
+def test_bad_files_are_named(tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"traceEvents": [')
+    with pytest.raises(ValueError, match="bad.json: malformed JSON at line 1"):
+        profile_from_trace(bad, PARAMS)
+    empty = tmp_path / "forward_only.json"
+    empty.write_text(json.dumps({"traceEvents": [op("aten::mm", 0, 5)]}))
+    with pytest.raises(ValueError, match="forward_only.json: no AccumulateGrad events"):
+        profile_from_trace(empty, PARAMS)
+    mismatch = tmp_path / "two.json"
+    mismatch.write_text(json.dumps(two_step_trace()))
+    with pytest.raises(ValueError, match="two.json: ProfilerStep#1: 4 AccumulateGrad events but 2 parameters"):
+        profile_from_trace(mismatch, PARAMS[:2])
+    with pytest.raises(FileNotFoundError, match="missing.json"):
+        profile_from_trace(tmp_path / "missing.json", PARAMS)
+
+
+# ---------------------------------------------------------------------------- a real trace
+@pytest.mark.filterwarnings("ignore:Warning. Profiler clears events")
+@pytest.mark.parametrize("with_stack", [False, True])
+def test_a_real_torch_profiler_trace(tmp_path, with_stack):
+    torch = pytest.importorskip("torch")
+    from torch.profiler import ProfilerActivity, profile, schedule
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(128, 256), torch.nn.ReLU(), torch.nn.Linear(256, 256),
+                                torch.nn.ReLU(), torch.nn.Linear(256, 10))
+    x = torch.randn(32, 128)
+    path = tmp_path / "trace.json"
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True, with_stack=with_stack,
+                 schedule=schedule(wait=0, warmup=1, active=1),
+                 on_trace_ready=lambda prof: prof.export_chrome_trace(str(path))) as prof:
+        for _ in range(2):
+            model.zero_grad(set_to_none=True)
+            model(x).sum().backward()
+            prof.step()
+    doc = json.loads(path.read_text())
+    steps = [e for e in doc["traceEvents"] if e.get("ph") == "X" and e["name"].startswith("ProfilerStep#")]
+    assert len(steps) == 1
+
+    p = profile_from_trace(path, model)   # shapes recorded: every gradient size is checked
+    named = list(model.named_parameters())
+    assert p.n == len(named) == 6
+    assert p.names == tuple(nm for nm, _ in named)
+    assert p.sizes.tolist() == [t.numel() * t.element_size() for _, t in named]
+    assert (p.forward >= 0).all() and (p.backward >= 0).all()
+    assert p.F > 0 and p.B > 0
+    assert p.F + p.B <= steps[0]["dur"] * US
+    # Each Linear's forward time sits on its bias, the last of its tensors.
+    assert p.forward[0::2].tolist() == [0.0, 0.0, 0.0] and (p.forward[1::2] > 0).all()
+    assert p.metadata["forward_unmatched"] == []
+    assert p.metadata["forward_units"] == ("nn.Module events" if with_stack else "outermost operators")
+    # Read against a wrong order, the recorded shapes give the mapping away.
+    with pytest.raises(ValueError, match="trace.json: ProfilerStep#.*maps to parameter"):
+        profile_from_trace(path, [(nm, int(s)) for nm, s in zip(p.names, p.sizes[::-1])])
