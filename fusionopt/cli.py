@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 from typing import Any, Sequence
 
 from fusionopt import zoo
@@ -153,6 +154,20 @@ def _print_result(result: Result, profile: Profile) -> None:
         print(f"  ... {result.num_messages - 20} more messages (use --json for all)")
 
 
+def _read_profile(path: str) -> Profile:
+    """A profile file: CSV (``.csv``, named after the file) or JSON (anything else)."""
+    if path.lower().endswith(".csv"):
+        return Profile.read_csv(path, name=Path(path).stem)
+    return Profile.read(path)
+
+
+def _write_profile(profile: Profile, path: str) -> None:
+    if path.lower().endswith(".csv"):
+        profile.to_csv(path)
+    else:
+        profile.write(path)
+
+
 # ---------------------------------------------------------------------- commands
 def _cmd_methods(args: argparse.Namespace) -> None:
     listing = methods()
@@ -162,7 +177,7 @@ def _cmd_methods(args: argparse.Namespace) -> None:
 
 
 def _cmd_solve(args: argparse.Namespace) -> None:
-    profile = Profile.read(args.profile)
+    profile = _read_profile(args.profile)
     problem = _problem(profile, args)
     result = solve(problem, args.method, **_parse_options(args.option))
     if args.output:
@@ -175,7 +190,7 @@ def _cmd_solve(args: argparse.Namespace) -> None:
 
 def _read_problem_and_plan(args: argparse.Namespace) -> tuple[Profile, Problem, Plan]:
     """The profile, problem and validated plan named by ``args`` (errors name the plan file)."""
-    profile = Profile.read(args.profile)
+    profile = _read_profile(args.profile)
     problem = _problem(profile, args)
     plan = Plan.read(args.plan)
     try:
@@ -212,7 +227,7 @@ def _problem_for_compare(args: argparse.Namespace) -> tuple[Problem, str]:
     if (args.model is None) == (args.profile is None):
         raise UsageError("give exactly one of --model NAME or --profile PROFILE.json")
     if args.profile is not None:
-        profile = Profile.read(args.profile)
+        profile = _read_profile(args.profile)
         label = args.profile
     else:
         profile = zoo.profile(args.model, device=args.device, batch=args.batch)
@@ -278,12 +293,124 @@ def _cmd_zoo(args: argparse.Namespace) -> None:
 
 
 def _cmd_profile(args: argparse.Namespace) -> None:
-    profile = zoo.profile(args.model, device=args.device, batch=args.batch)
+    sources = [name for name in ("model", "input", "trace", "torch") if getattr(args, name) is not None]
+    if len(sources) != 1:
+        raise UsageError("give exactly one of --model, --input, --trace or --torch")
+    if args.parameters is not None and args.trace is None:
+        raise UsageError("--parameters goes with --trace")
+    if args.input_shape is not None and args.torch is None:
+        raise UsageError("--input-shape goes with --torch")
+    if args.model is not None:
+        profile = zoo.profile(args.model, device=args.device, batch=args.batch)
+    elif args.input is not None:
+        profile = _read_profile(args.input)
+    elif args.trace is not None:
+        profile = _profile_from_trace(args)
+    else:
+        profile = _profile_from_torch(args)
     if args.output:
-        profile.write(args.output)
+        _write_profile(profile, args.output)
         print(f"wrote {args.output}: {profile!r}")
+    elif args.csv:
+        sys.stdout.write(profile.to_csv_text())
     else:
         print(profile.to_json())
+
+
+def _profile_from_trace(args: argparse.Namespace) -> Profile:
+    from fusionopt.integrations.kineto import profile_from_trace
+
+    if args.parameters is None:
+        raise UsageError("--trace needs --parameters PARAMS.json|PARAMS.csv (the tensors' names and bytes, "
+                         "in forward order)")
+    parameters = _read_profile(args.parameters)
+    return profile_from_trace(args.trace, parameters, timeline=args.timeline, name=Path(args.trace).stem)
+
+
+def _profile_from_torch(args: argparse.Namespace) -> Profile:
+    import importlib
+
+    from fusionopt.integrations.torch import profile_model, require_torch
+
+    module_name, _, factory_name = args.torch.partition(":")
+    if not module_name or not factory_name:
+        raise UsageError(f"--torch takes MODULE:FACTORY (a function returning a torch.nn.Module), got {args.torch!r}")
+    if args.input_shape is None:
+        raise UsageError("--torch needs --input-shape, e.g. 32,3,224,224 (a float tensor of that shape)")
+    shape = _comma_list("--input-shape", args.input_shape, int)
+    try:
+        torch = require_torch()
+    except ImportError as exc:
+        raise UsageError(str(exc)) from None
+    try:
+        factory = getattr(importlib.import_module(module_name), factory_name)
+    except (ImportError, AttributeError) as exc:
+        raise UsageError(f"--torch {args.torch}: {exc}") from None
+    model = factory()
+    if not isinstance(model, torch.nn.Module):
+        raise UsageError(f"--torch {args.torch} returned {type(model).__name__}, not a torch.nn.Module")
+    device = args.torch_device
+    inputs = torch.randn(*shape, device=device)
+    return profile_model(model.to(device), inputs, steps=args.steps, warmup=args.warmup, device=device,
+                         name=factory_name)
+
+
+# ---------------------------------------------------------------------- sweep
+def _comma_list(option: str, text: str, convert: Any = str) -> list[Any]:
+    items = [item.strip() for item in text.split(",") if item.strip()]
+    if not items:
+        raise UsageError(f"{option} needs at least one comma-separated value")
+    try:
+        return [convert(item) for item in items]
+    except ValueError:
+        raise UsageError(f"{option} takes comma-separated integers, got {text!r}") from None
+
+
+def _cmd_sweep(args: argparse.Namespace) -> None:
+    from fusionopt import sweep
+
+    grid = sweep.cells(_comma_list("--models", args.models), _comma_list("--workers", args.workers, int),
+                       _comma_list("--networks", args.networks),
+                       _comma_list("--methods", args.methods) if args.methods is not None else None,
+                       device=args.device, batch=args.batch, sync=args.sync, algorithm=args.algorithm)
+    to_run = len(sweep.pending_cells(grid, args.output))
+    try:
+        records = sweep.run_sweep(grid, args.output, jobs=args.jobs, time_limit=args.time_limit,
+                                  progress=not args.no_progress)
+    except RuntimeError as exc:     # a worker process died: status 1, the file is kept
+        _fail(exc)
+    except KeyboardInterrupt:
+        print(f"fusionopt: interrupted; the finished cells are in {args.output}: run the same command again "
+              "to go on", file=sys.stderr)
+        raise SystemExit(130) from None
+    errors = [r for r in records if r["status"] == "ERROR"]
+    print(f"sweep: {len(grid)} cells: {to_run} run now, {len(grid) - to_run} skipped as already done, "
+          f"{len(errors)} error(s)")
+    for r in errors[:3]:
+        print(f"  ERROR {r['model']} {r['workers']} {r['network']} {r['method']}: {r['error']}")
+    if len(errors) > 3:
+        print(f"  ... and {len(errors) - 3} more (status ERROR in the results)")
+    print(f"results: {args.output}")
+
+
+def _add_sweep_parser(commands: Any) -> None:
+    p = commands.add_parser("sweep", help="solve models x workers x networks x methods in parallel; resumable")
+    p.add_argument("--models", required=True, help="comma-separated zoo models (`fusionopt zoo`)")
+    p.add_argument("--workers", required=True, help="comma-separated worker counts, e.g. 8,64,512")
+    p.add_argument("--networks", required=True, help=f"comma-separated network presets: {', '.join(networks())}")
+    p.add_argument("--methods", help="comma-separated methods (default: the default comparison for --sync)")
+    p.add_argument("--output", required=True, metavar="RESULTS.jsonl|RESULTS.csv",
+                   help="results file, one record per cell; run again on it to resume")
+    p.add_argument("--device", default="h100", help=f"device for the zoo estimate: {', '.join(zoo.devices())}")
+    p.add_argument("--batch", type=int, default=64, help="per-worker batch for the zoo estimate (default 64)")
+    p.add_argument("--sync", default="barrier", choices=("barrier", "layerwise"),
+                   help="when the next forward may start (default barrier)")
+    p.add_argument("--algorithm", default="ring", help=f"all-reduce algorithm: {', '.join(ALGORITHMS)}")
+    p.add_argument("--jobs", type=int, help="worker processes (default: the number of CPUs)")
+    p.add_argument("--time-limit", type=float, metavar="S",
+                   help="seconds per solve for the methods that take a time limit (the searches)")
+    p.add_argument("--no-progress", action="store_true", help="no progress on stderr")
+    p.set_defaults(run=_cmd_sweep)
 
 
 # ---------------------------------------------------------------------- executor (run, calibrate)
@@ -336,7 +463,7 @@ def _cmd_calibrate(args: argparse.Namespace) -> None:
 
 def _add_executor_parsers(commands: Any) -> None:
     p = commands.add_parser("run", help="run a plan with real collectives; measured vs predicted")
-    p.add_argument("profile", metavar="PROFILE.json")
+    p.add_argument("profile", metavar="PROFILE.json|.csv")
     p.add_argument("--plan", required=True, metavar="PLAN.json")
     p.add_argument("--backend", default="local", choices=("local", "mpi", "nccl"),
                    help="local: threads; mpi: processes under mpiexec (extra mpi); nccl: GPUs (extra gpu)")
@@ -368,6 +495,105 @@ def _add_executor_parsers(commands: Any) -> None:
     p.set_defaults(run=_cmd_calibrate)
 
 
+# ---------------------------------------------------------------------- plot (timeline, sweep)
+def _outputs(args: argparse.Namespace) -> list[str]:
+    """The --output files, their formats checked before any work is done."""
+    from fusionopt.viz import image_format
+
+    for path in args.output:
+        image_format(path)
+    return args.output
+
+
+def _cmd_plot_timeline(args: argparse.Namespace) -> None:
+    from fusionopt import viz
+
+    outputs = _outputs(args)
+    problem, label = _problem_for_compare(args)
+    if args.plan is not None:
+        if args.method is not None or args.option:
+            raise UsageError("give --method (with --option) or --plan, not both")
+        plan = PSPlan.read(args.plan) if problem.ps is not None else Plan.read(args.plan)
+        try:
+            plan.validate(problem.profile)
+        except ValueError as exc:
+            raise ValueError(f"{args.plan}: {exc}") from None
+        source, name = plan, args.plan
+    else:
+        name = args.method or ("ps-dp" if problem.ps is not None else "dp")
+        source = solve(problem, name, **_parse_options(args.option))
+    setting = (f"{args.workers} workers, {args.network}" if args.network is not None
+               else f"{problem.cost!r}")
+    plan_note = f"; plan {args.plan}" if args.plan is not None else ""
+    title = args.title if args.title is not None else f"{label}; {setting}{plan_note}"
+    try:
+        written = viz.save_timeline(source, problem, outputs, title=title, color_by=args.color_by, dpi=args.dpi)
+    except ImportError as exc:
+        raise UsageError(str(exc)) from None
+    timeline = source.timeline if args.plan is None else simulate(problem, source, validate=False)
+    count = timeline.num_messages
+    print(f"{name}: T = {1e3 * timeline.iteration_time:.6f} ms, exposed {1e3 * timeline.exposed:.6f} ms, "
+          f"{count} message{'s' if count != 1 else ''}")
+    for path in written:
+        print(f"wrote {path}")
+
+
+def _cmd_plot_sweep(args: argparse.Namespace) -> None:
+    from fusionopt import viz
+    from fusionopt.sweep import read_results
+
+    outputs = _outputs(args)
+    records = read_results(args.results)
+    try:
+        written = viz.save_sweep(records, outputs, metric=args.metric, model=args.model, network=args.network,
+                                 title=args.title, dpi=args.dpi)
+    except ImportError as exc:
+        raise UsageError(str(exc)) from None
+    errors = sum(1 for r in records if str(r.get("status")).upper() == "ERROR")
+    if errors:
+        print(f"skipped {errors} record{'s' if errors != 1 else ''} with status ERROR (no numbers)")
+    for path in written:
+        print(f"wrote {path}")
+
+
+def _add_plot_parsers(commands: Any) -> None:
+    from fusionopt.viz import SWEEP_METRICS
+
+    plot = commands.add_parser("plot", help="draw a timeline (Gantt chart) or a sweep as PNG or SVG (extra plot)")
+    kinds = plot.add_subparsers(dest="plot", parser_class=_Parser, metavar="PLOT")
+    kinds.required = True
+
+    p = kinds.add_parser("timeline", help="Gantt chart of one plan: compute stream, channel(s), exposed time")
+    p.add_argument("--model", help=f"a zoo model: {', '.join(zoo.models())}")
+    p.add_argument("--profile", metavar="PROFILE.json|.csv", help="a profile instead of a zoo model")
+    p.add_argument("--device", default="h100", help=f"device for the zoo estimate: {', '.join(zoo.devices())}")
+    p.add_argument("--batch", type=int, default=64, help="per-worker batch for the zoo estimate (default 64)")
+    p.add_argument("--method", help="the method whose plan to draw (default dp; ps-dp on a parameter server)")
+    p.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
+                   help="a method option, VALUE parsed as JSON when it can be (repeatable)")
+    p.add_argument("--plan", metavar="PLAN.json", help="draw this plan instead of solving")
+    p.add_argument("--output", action="append", required=True, metavar="FILE.png|FILE.svg",
+                   help="image to write, format by extension (repeatable)")
+    p.add_argument("--title", help="first title line (default: the workload, network and method)")
+    p.add_argument("--color-by", default="kind", choices=("kind", "tensor"),
+                   help="colour bars by what they are or by tensor (default kind)")
+    p.add_argument("--dpi", type=float, default=110, help="PNG resolution (default 110)")
+    _add_cost_arguments(p)
+    p.set_defaults(run=_cmd_plot_timeline)
+
+    p = kinds.add_parser("sweep", help="a sweep's metric against workers, one line per method")
+    p.add_argument("results", metavar="RESULTS.jsonl|RESULTS.csv", help="results of `fusionopt sweep`")
+    p.add_argument("--metric", default="scaling_efficiency", choices=SWEEP_METRICS,
+                   help="y axis (default scaling_efficiency)")
+    p.add_argument("--model", help="draw only this model (default: one panel per model and network)")
+    p.add_argument("--network", help="draw only this network")
+    p.add_argument("--output", action="append", required=True, metavar="FILE.png|FILE.svg",
+                   help="image to write, format by extension (repeatable)")
+    p.add_argument("--title", help="figure title (default: the metric)")
+    p.add_argument("--dpi", type=float, default=110, help="PNG resolution (default 110)")
+    p.set_defaults(run=_cmd_plot_sweep)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="fusionopt", description="Tensor fusion and partition schedules for data-parallel training.")
     commands = parser.add_subparsers(dest="command", parser_class=_Parser, metavar="COMMAND")
@@ -377,7 +603,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(run=_cmd_methods)
 
     p = commands.add_parser("solve", help="solve a profile with one method")
-    p.add_argument("profile", metavar="PROFILE.json")
+    p.add_argument("profile", metavar="PROFILE.json|.csv")
     p.add_argument("--method", default="wfbp", help="a name from `fusionopt methods` (default wfbp)")
     p.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
                    help="a method option, VALUE parsed as JSON when it can be (repeatable)")
@@ -387,7 +613,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(run=_cmd_solve)
 
     p = commands.add_parser("simulate", help="simulate a plan on a profile")
-    p.add_argument("profile", metavar="PROFILE.json")
+    p.add_argument("profile", metavar="PROFILE.json|.csv")
     p.add_argument("--plan", required=True, metavar="PLAN.json")
     p.add_argument("--json", action="store_true", help="print the timeline as JSON")
     _add_cost_arguments(p)
@@ -395,7 +621,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = commands.add_parser("compare", help="compare methods on a zoo model or a profile")
     p.add_argument("--model", help=f"a zoo model: {', '.join(zoo.models())}")
-    p.add_argument("--profile", metavar="PROFILE.json", help="a profile instead of a zoo model")
+    p.add_argument("--profile", metavar="PROFILE.json|.csv", help="a profile instead of a zoo model")
     p.add_argument("--device", default="h100", help=f"device for the zoo estimate: {', '.join(zoo.devices())}")
     p.add_argument("--batch", type=int, default=64, help="per-worker batch for the zoo estimate (default 64)")
     p.add_argument("--methods", help="comma-separated method names (default: all)")
@@ -405,7 +631,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = commands.add_parser("advise", help="DDP and Horovod settings closest to a method's plan")
     p.add_argument("--model", help=f"a zoo model: {', '.join(zoo.models())}")
-    p.add_argument("--profile", metavar="PROFILE.json", help="a profile instead of a zoo model")
+    p.add_argument("--profile", metavar="PROFILE.json|.csv", help="a profile instead of a zoo model")
     p.add_argument("--device", default="h100", help=f"device for the zoo estimate: {', '.join(zoo.devices())}")
     p.add_argument("--batch", type=int, default=64, help="per-worker batch for the zoo estimate (default 64)")
     p.add_argument("--method", default="dp", help="the method whose plan to follow (default dp)")
@@ -416,14 +642,31 @@ def build_parser() -> argparse.ArgumentParser:
     p = commands.add_parser("zoo", help="list the zoo models")
     p.set_defaults(run=_cmd_zoo)
 
-    p = commands.add_parser("profile", help="write a zoo model's roofline profile as JSON")
-    p.add_argument("--model", required=True)
-    p.add_argument("--device", default="h100")
-    p.add_argument("--batch", type=int, default=64)
-    p.add_argument("--output", metavar="PROFILE.json")
+    p = commands.add_parser("profile", help="a profile from a zoo model, a file, a PyTorch trace or a PyTorch model")
+    source = p.add_argument_group("source (exactly one)")
+    source.add_argument("--model", help=f"a zoo model's roofline estimate: {', '.join(zoo.models())}")
+    source.add_argument("--input", metavar="PROFILE.json|PROFILE.csv", help="a profile file (to convert it)")
+    source.add_argument("--trace", metavar="TRACE.json",
+                        help="a PyTorch profiler (Kineto) chrome trace of training steps; needs --parameters")
+    source.add_argument("--torch", metavar="MODULE:FACTORY",
+                        help="measure a PyTorch model: MODULE.FACTORY() returns it; needs --input-shape (extra torch)")
+    p.add_argument("--device", default="h100", help=f"device for --model: {', '.join(zoo.devices())}")
+    p.add_argument("--batch", type=int, default=64, help="per-worker batch for --model (default 64)")
+    p.add_argument("--parameters", metavar="PARAMS.json|PARAMS.csv",
+                   help="for --trace: a profile file whose names and sizes list the parameters in forward order")
+    p.add_argument("--timeline", default="auto", choices=("auto", "cpu", "gpu"),
+                   help="for --trace: which clock times the steps (default auto: GPU kernels if present)")
+    p.add_argument("--input-shape", metavar="D0,D1,...", help="for --torch: shape of a random float input")
+    p.add_argument("--torch-device", default="cpu", help="for --torch: cpu or cuda (default cpu)")
+    p.add_argument("--steps", type=int, default=10, help="for --torch: timed steps, medians taken (default 10)")
+    p.add_argument("--warmup", type=int, default=3, help="for --torch: untimed steps first (default 3)")
+    p.add_argument("--output", metavar="PROFILE.json|PROFILE.csv", help="write the profile (format by extension)")
+    p.add_argument("--csv", action="store_true", help="print CSV instead of JSON when there is no --output")
     p.set_defaults(run=_cmd_profile)
 
     _add_executor_parsers(commands)
+    _add_plot_parsers(commands)
+    _add_sweep_parser(commands)
     return parser
 
 

@@ -268,57 +268,25 @@ def _save(plt, fig, out_dir, name) -> str:
 
 
 def plot_gantt(plt, out_dir, inst: Instance, label: str, title: str) -> str:
-    """Channel messages coloured by tensor and the compute stream, US-Byte above layerwise-opt."""
+    """US-Byte above layerwise-opt on one time axis, each drawn by fusionopt.viz.plot_timeline
+    with bars coloured by tensor."""
     from matplotlib.colors import Normalize
-    from matplotlib.patches import Patch
+
+    from fusionopt.viz import plot_timeline
 
     profile = inst.problem.profile
-    cmap = plt.get_cmap("viridis")
-    norm = Normalize(0, max(profile.n - 1, 1))
-    ready = profile.ready_times
-    fig, axes = plt.subplots(2, 1, figsize=(13, 5.4), sharex=True)
-    for ax, key in zip(axes, ("usbyte", "lwo")):
-        r = inst.res[key].result
-        tl = r.timeline
-        ms = 1e3
-        # Channel (row 1): one bar per message, coloured by its first tensor in forward order;
-        # hatched when it fuses several tensors.
-        for k, msg in enumerate(r.plan.messages):
-            tensors = msg.tensors
-            ax.broken_barh([(tl.message_start[k] * ms, (tl.message_end[k] - tl.message_start[k]) * ms)], (1.1, 0.8),
-                           facecolors=cmap(norm(min(tensors))), edgecolors="black", linewidth=0.4,
-                           hatch="///" if len(set(tensors)) > 1 else None)
-        # Compute (row 0): backward n-1 .. 0, then the next forward 0 .. n-1 at phi_i.
-        for i in range(profile.n):
-            color = cmap(norm(i))
-            if profile.backward[i] > 0:
-                ax.broken_barh([((ready[i] - profile.backward[i]) * ms, profile.backward[i] * ms)], (0.1, 0.8),
-                               facecolors=color, edgecolors="white", linewidth=0.3)
-            if profile.forward[i] > 0:
-                ax.broken_barh([(tl.forward_start[i] * ms, profile.forward[i] * ms)], (0.1, 0.8),
-                               facecolors=color, edgecolors="black", linewidth=0.3, alpha=0.55)
-            if profile.update[i] > 0:
-                ax.broken_barh([((tl.forward_start[i] - profile.update[i]) * ms, profile.update[i] * ms)],
-                               (0.1, 0.8), facecolors="lightgray", edgecolors="black", linewidth=0.3)
-        ax.axvline(profile.B * ms, color="black", ls=":", lw=1)
-        ax.axvline(tl.iteration_time * ms, color="tab:red", ls="--", lw=1.2)
-        ax.text(tl.iteration_time * ms, 2.0, f" T = {tl.iteration_time * ms:.1f} ms", color="tab:red",
-                va="bottom", ha="right", fontsize=8)
-        ax.text(profile.B * ms, 2.0, "B ", va="bottom", ha="right", fontsize=8)
-        ax.set_yticks([0.5, 1.5])
-        ax.set_yticklabels(["compute", "channel"])
-        ax.set_ylim(0, 2.35)
-        ax.set_title(f"{LABEL[key]}: {r.num_messages} messages, T = {tl.iteration_time * ms:.1f} ms "
-                     f"(bound {inst.best_bound * ms:.1f} ms)", fontsize=10)
-        ax.grid(True, axis="x", alpha=0.3)
-    axes[-1].set_xlabel("time from the start of the backward (ms)")
-    sm = plt.cm.ScalarMappable(norm=norm, cmap=cmap)
+    results = [(key, inst.res[key].result) for key in ("usbyte", "lwo")]
+    xlim = (0.0, 1.02e3 * max(r.iteration_time for _, r in results))
+    fig, axes = plt.subplots(2, 1, figsize=(13, 6.6), sharex=True)
+    for ax, (key, r) in zip(axes, results):
+        plot_timeline(r, inst.problem, ax=ax, color_by="tensor", xlim=xlim, legend=ax is axes[-1])
+        ax.set_title(f"{LABEL[key]}: {r.num_messages} messages, T = {r.iteration_time * 1e3:.1f} ms "
+                     f"(bound {inst.best_bound * 1e3:.1f} ms), exposed {r.timeline.exposed * 1e3:.1f} ms",
+                     fontsize=10)
+    axes[0].set_xlabel("")
+    sm = plt.cm.ScalarMappable(norm=Normalize(0, max(profile.n - 1, 1)), cmap=plt.get_cmap("viridis"))
     cbar = fig.colorbar(sm, ax=list(axes), pad=0.01, fraction=0.03)
     cbar.set_label("tensor (forward index)")
-    axes[0].legend(handles=[Patch(facecolor="white", edgecolor="black", hatch="///", label="fused message"),
-                            Patch(facecolor="gray", edgecolor="white", label="backward (solid)"),
-                            Patch(facecolor="gray", alpha=0.55, edgecolor="black", label="next forward (light)")],
-                   fontsize=7, loc="upper left", ncol=3)
     fig.suptitle(title, fontsize=11)
     return _save(plt, fig, out_dir, f"gantt_{label}.png")
 
@@ -860,8 +828,9 @@ def gantt_reading(inst: Instance, label: str, P: int) -> str:
     cut = sum(1 for i in range(p.n) if sum(1 for m in lw.plan.messages for c in m.chunks if c.tensor == i) > 1)
     return (f"The chart: {label} at P = {P} with the fitted constants (s = 1), US-Byte above, layerwise-opt "
             "below; channel messages are coloured by their first tensor in forward order (hatched: several "
-            "tensors fused), the compute row shows the backward (solid, from tensor n-1 down to 0) and the "
-            f"next forward (light). US-Byte sends {us.num_messages} blocks, T = {fmt_ms(us.iteration_time)} ms; "
+            "tensors fused), the compute row shows the backward (solid, from tensor n-1 down to 0), the "
+            "next forward (light) and, cross-hatched in red, the time it waits for communication. US-Byte "
+            f"sends {us.num_messages} blocks, T = {fmt_ms(us.iteration_time)} ms; "
             f"the channel idles {fmt_ms(idle_before_B(us.timeline))} ms between the first gradient and B, and "
             f"the forward of tensor 0 starts {fmt_ms(first_forward_wait(us.timeline))} ms after B. layerwise-opt "
             f"sends {lw.num_messages} messages ({fused} fusing several tensors; {cut} tensors cut into "

@@ -1,0 +1,1050 @@
+"""Pictures of schedules: timelines (Gantt charts) of one plan and comparison plots of sweeps.
+
+Two pure helpers compute what is drawn and are tested on their own:
+:func:`timeline_bars` (every bar of a Gantt chart: the compute pieces, each message on its
+channel, the exposed communication) and :func:`sweep_series` (one line per method of a
+sweep). :func:`plot_timeline` and :func:`plot_sweep` draw them with matplotlib and return
+the figure; :func:`save_timeline` and :func:`save_sweep` write PNG or SVG files.
+
+matplotlib is imported only inside the drawing functions; without it they raise an
+``ImportError`` naming the ``plot`` extra (``pip install 'fusionopt[plot]'``). The pure
+helpers need numpy only.
+
+Times in the helpers' results are seconds from the start of the backward, as in
+:class:`~fusionopt.model.timeline.Timeline`; the pictures show milliseconds.
+"""
+
+from __future__ import annotations
+
+import bisect
+import io
+import math
+import os
+from dataclasses import dataclass
+from typing import Any, Iterable, Mapping, Sequence
+
+import numpy as np
+
+from fusionopt.model.plan import Plan
+from fusionopt.model.problem import Problem
+from fusionopt.model.ps import PSPlan
+from fusionopt.model.timeline import Timeline, simulate
+from fusionopt.reporting import write_bytes_atomic
+
+__all__ = [
+    "Bar", "IMAGE_FORMATS", "SWEEP_METRICS", "image_format", "plot_sweep", "plot_timeline", "save_sweep",
+    "save_timeline", "sweep_series", "timeline_bars",
+]
+
+IMAGE_FORMATS = ("png", "svg")
+SWEEP_METRICS = ("scaling_efficiency", "speedup", "iteration_time")
+
+# A replayed compute stream must agree with the simulator's figures to this relative
+# tolerance (the event-driven simulator stops each task within 1e-13 of the time scale).
+_MATCH_RTOL = 1e-6
+
+_KIND_COLORS = {
+    "backward": "#4c72b0",
+    "forward": "#55a868",
+    "update": "#9a9a9a",
+    "pack": "#dd8452",
+    "exposed": "#fbe3e3",
+}
+_ROW_COLORS = {                      # two alternating shades, so neighbouring messages part
+    "message": ("#8172b3", "#b7aee0"),
+    "push": ("#8172b3", "#b7aee0"),
+    "pull": ("#2a8fa8", "#86c8da"),
+}
+_EXPOSED_EDGE = "#c44e52"
+_KIND_NAMES = {
+    "backward": "backward",
+    "forward": "next forward",
+    "update": "optimiser update",
+    "pack": "packing (copy)",
+    "message": "message",
+    "push": "push",
+    "pull": "pull",
+}
+
+
+# ============================================================================ timelines
+@dataclass(frozen=True)
+class Bar:
+    """One bar of a timeline chart.
+
+    Attributes
+    ----------
+    row : str
+        ``"compute"``, ``"channel"`` (``"channel 1"`` .. ``"channel K"`` with ``K > 1``
+        concurrent channels), or ``"push"`` and ``"pull"`` on a parameter server.
+    start, end : float
+        Seconds from the start of the backward.
+    kind : str
+        ``"backward"``, ``"forward"``, ``"update"``, ``"pack"`` (packing a fused message on
+        the compute stream), ``"message"``, ``"push"``, ``"pull"``, or ``"exposed"``: an
+        interval in which the compute stream waits for communication.
+    label : str
+        What the bar says when it is wide enough: ``"m3: t12-t17"`` is message 3 (channel
+        order, from 0) carrying tensors 12 to 17 (forward index, from 0).
+    short : str
+        A shorter label for narrower bars (the number of tensors, or the size).
+    index : int or None
+        The message's index in its channel's order, or the tensor of a compute piece.
+    tensor : int or None
+        The first tensor (smallest forward index) the bar concerns.
+    fused : bool
+        A message carrying more than one tensor.
+    """
+
+    row: str
+    start: float
+    end: float
+    kind: str
+    label: str = ""
+    short: str = ""
+    index: int | None = None
+    tensor: int | None = None
+    fused: bool = False
+
+    @property
+    def duration(self) -> float:
+        """``end - start`` in seconds."""
+        return self.end - self.start
+
+
+@dataclass(frozen=True)
+class _Task:
+    kind: str
+    tensor: int
+    work: float      # seconds at full speed
+    gate: float      # the task may not start before this time (seconds)
+
+
+def _resolve(source: Any, problem: Problem, plan: Plan | PSPlan | None, *, fn: str) -> tuple[Timeline, Any, str | None]:
+    """The timeline, the plan and the method name (if known) behind ``source``."""
+    if not isinstance(problem, Problem):
+        raise ValueError(f"{fn} needs the Problem the plan was simulated on (its profile gives the compute "
+                         f"stream), got {type(problem).__name__}")
+    method = None
+    if isinstance(source, (Plan, PSPlan)):
+        if plan is not None:
+            raise ValueError(f"{fn}: give the plan once, as the first argument or as plan=, not both")
+        return simulate(problem, source), source, None
+    if isinstance(source, Timeline):
+        timeline = source
+        if plan is None:
+            raise ValueError(f"{fn}: a Timeline does not record which tensors each message carries; "
+                             "pass plan= (or pass the Result or the Plan instead)")
+    elif hasattr(source, "plan") and hasattr(source, "timeline") and hasattr(source, "method"):
+        if plan is not None and plan is not source.plan:
+            raise ValueError(f"{fn}: the Result carries its own plan; leave plan= out")
+        plan, method = source.plan, source.method
+        timeline = source.timeline if source.timeline is not None else simulate(problem, plan)
+    else:
+        raise ValueError(f"{fn} draws a Result, a Plan, a PSPlan or a Timeline (with plan=), "
+                         f"got {type(source).__name__}")
+    if problem.ps is not None and not isinstance(plan, PSPlan):
+        raise ValueError(f"{fn}: a parameter-server problem needs a PSPlan, got {type(plan).__name__}")
+    if problem.ps is None and not isinstance(plan, Plan):
+        raise ValueError(f"{fn}: an all-reduce problem needs a Plan, got {type(plan).__name__}")
+    push = plan.push if isinstance(plan, PSPlan) else plan
+    if push.num_messages != len(timeline.message_start) or not np.array_equal(push.message_bytes,
+                                                                               timeline.message_bytes):
+        raise ValueError(f"{fn}: the plan's messages ({push.num_messages}, {int(push.message_bytes.sum())} B) "
+                         f"differ from the timeline's ({len(timeline.message_start)}, "
+                         f"{int(timeline.message_bytes.sum())} B): they do not belong together")
+    return timeline, plan, method
+
+
+def _tensor_text(message, sizes: np.ndarray) -> tuple[str, str, bool]:
+    """The tensor part of a message label, its short form, and whether it is fused."""
+    tensors = sorted(set(message.tensors))
+    nbytes = message.nbytes
+    size = _format_bytes(nbytes)
+    if len(tensors) == 1:
+        (i,) = tensors
+        whole = nbytes == int(sizes[i]) and len(message.chunks) == 1
+        return (f"t{i}" if whole else f"part of t{i}"), size, False
+    if tensors[-1] - tensors[0] + 1 == len(tensors):
+        text = f"t{tensors[0]}-t{tensors[-1]}"
+    else:
+        text = f"{len(tensors)} tensors in t{tensors[0]}-t{tensors[-1]}"
+    return text, f"{len(tensors)} tensors", True
+
+
+def _format_bytes(nbytes: int) -> str:
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if nbytes >= scale:
+            return f"{nbytes / scale:.3g} {unit}"
+    return f"{nbytes} B"
+
+
+def _message_bars(plan: Plan, start: np.ndarray, end: np.ndarray, sizes: np.ndarray, *, kind: str,
+                  rows: Sequence[str]) -> list[Bar]:
+    """One bar per message; with several rows (channels), each message on the first row free
+    at its start (at most ``len(rows)`` are in flight at once)."""
+    free = [-math.inf] * len(rows)
+    bars = []
+    for k, message in enumerate(plan.messages):
+        s, e = float(start[k]), float(end[k])
+        lane = next((j for j, f in enumerate(free) if f <= s), int(np.argmin(free)))
+        free[lane] = e
+        text, short, fused = _tensor_text(message, sizes)
+        bars.append(Bar(rows[lane], s, e, kind, label=f"m{k}: {text}", short=short, index=k,
+                        tensor=min(message.tensors), fused=fused))
+    return bars
+
+
+def _allreduce_tasks(problem: Problem, plan: Plan, end: np.ndarray) -> list[_Task]:
+    """The compute stream of MODEL.md sections 3, 4 and 6 (contention, packing on compute):
+    the backward ``n-1 .. 0``, each followed by the packing of the fused messages it makes
+    ready when packing runs on the compute stream, then updates and forwards gated by
+    ``sync``. Gates are the simulated message ends."""
+    profile = problem.profile
+    n = profile.n
+    made_ready: dict[int, list[int]] = {}
+    for k, message in enumerate(plan.messages):
+        made_ready.setdefault(min(c.tensor for c in message.chunks), []).append(k)
+    packing = problem.copy_on == "compute" and problem.copy_cost > 0
+    tasks = []
+    for i in range(n - 1, -1, -1):
+        tasks.append(_Task("backward", i, float(profile.backward[i]), -math.inf))
+        if packing:
+            for k in made_ready.get(i, []):
+                if len(plan.messages[k].tensors) > 1:
+                    tasks.append(_Task("pack", i, problem.copy_cost * plan.messages[k].nbytes, -math.inf))
+    if problem.sync == "barrier":
+        everything = float(end.max())
+        for i in range(n):
+            tasks.append(_Task("update", i, float(profile.update[i]), everything if i == 0 else -math.inf))
+        for i in range(n):
+            tasks.append(_Task("forward", i, float(profile.forward[i]), -math.inf))
+    else:
+        reduced = np.full(n, -math.inf)
+        for k, message in enumerate(plan.messages):
+            for c in message.chunks:
+                reduced[c.tensor] = max(reduced[c.tensor], float(end[k]))
+        for i in range(n):
+            tasks.append(_Task("update", i, float(profile.update[i]), float(reduced[i])))
+            tasks.append(_Task("forward", i, float(profile.forward[i]), -math.inf))
+    return tasks
+
+
+def _ps_tasks(problem: Problem, plan: PSPlan, timeline: Timeline) -> list[_Task]:
+    """The compute stream of a parameter-server plan (see
+    :func:`~fusionopt.model.ps_timing.simulate_ps`): backward pieces along the push chunks,
+    forward pieces along the pull chunks when ``partition_compute`` is on."""
+    profile, ps = problem.profile, problem.ps
+    n, sizes = profile.n, profile.sizes
+    split, delta = ps.partition_compute, ps.delta
+
+    def pieces(p: Plan) -> list[list[tuple[int, int, int]]]:
+        out: list[list[tuple[int, int, int]]] = [[] for _ in range(n)]
+        for k, message in enumerate(p.messages):
+            for c in message.chunks:
+                out[c.tensor].append((k, c.lo, c.hi))
+        return out
+
+    tasks = []
+    for i, own in reversed(list(enumerate(pieces(plan.push)))):
+        if split and len(own) > 1:
+            tasks += [_Task("backward", i, float(profile.backward[i]) * (hi - lo) / int(sizes[i]) + delta, -math.inf)
+                      for _, lo, hi in own]
+        else:
+            tasks.append(_Task("backward", i, float(profile.backward[i]), -math.inf))
+    pull_end = timeline.pull_end
+    if problem.sync == "barrier":
+        everything = float(pull_end.max())
+        tasks += [_Task("update", i, float(profile.update[i]), everything if i == 0 else -math.inf) for i in range(n)]
+        tasks += [_Task("forward", i, float(profile.forward[i]), -math.inf) for i in range(n)]
+        return tasks
+    for i, own in enumerate(pieces(plan.pull)):
+        if split and len(own) > 1:
+            for q, (m, lo, hi) in enumerate(own):
+                if q == 0:
+                    tasks.append(_Task("update", i, float(profile.update[i]), float(pull_end[m])))
+                tasks.append(_Task("forward", i, float(profile.forward[i]) * (hi - lo) / int(sizes[i]) + delta,
+                                   float(pull_end[m])))
+        else:
+            gate = max(float(pull_end[m]) for m, _, _ in own)
+            tasks.append(_Task("update", i, float(profile.update[i]), gate))
+            tasks.append(_Task("forward", i, float(profile.forward[i]), -math.inf))
+    return tasks
+
+
+def _busy_intervals(start: np.ndarray, end: np.ndarray) -> list[tuple[float, float]]:
+    """The union of the intervals ``[start_k, end_k)``, sorted and disjoint."""
+    merged: list[list[float]] = []
+    for s, e in sorted(zip(start.tolist(), end.tolist())):
+        if e <= s:
+            continue
+        if merged and s <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], e)
+        else:
+            merged.append([s, e])
+    return [(s, e) for s, e in merged]
+
+
+def _finish(start: float, work: float, busy: list[tuple[float, float]], ends: list[float], slowdown: float) -> float:
+    """When ``work`` seconds of compute started at ``start`` end, at ``1 / slowdown`` of full
+    speed inside the busy intervals (MODEL.md section 6, contention)."""
+    if slowdown == 1.0 or work <= 0.0:
+        return start + work
+    t, left = start, work
+    for a, b in busy[bisect.bisect_right(ends, start):]:
+        if t < a:
+            if left <= a - t:
+                return t + left
+            left -= a - t
+            t = a
+        capacity = (b - t) / slowdown
+        if left <= capacity:
+            return t + left * slowdown
+        left -= capacity
+        t = b
+    return t + left
+
+
+def timeline_bars(source: Any, problem: Problem, *, plan: Plan | PSPlan | None = None) -> list[Bar]:
+    """Every bar of the timeline chart of a plan: compute pieces, messages, exposed waits.
+
+    The compute stream (row ``"compute"``) runs the backward of tensors ``n-1 .. 0`` from
+    time 0, then the optimiser updates and the next step's forward: all after the last
+    message under ``sync="barrier"``, tensor by tensor as each gradient is reduced under
+    ``"layerwise"`` (MODEL.md section 4). With contention, compute runs ``kappa`` times
+    slower while a message is in flight; with packing on the compute stream, the packing
+    of each fused message follows the backward that makes it ready; on a parameter server
+    with partitioned compute, backward and forward pieces follow the push and pull chunks
+    (MODEL.md section 6). The stream is replayed from the simulated message times, and its
+    forward starts and end are checked against the timeline's ``forward_start`` and ``T``.
+
+    Messages go on row ``"channel"`` (``"channel 1"`` .. ``"channel K"`` with ``K``
+    concurrent channels, each message on the first one free at its start), or on rows
+    ``"push"`` and ``"pull"`` on a parameter server; their start and end are the timeline's
+    ``message_start`` and ``message_end`` (``pull_start`` and ``pull_end``).
+
+    Bars of kind ``"exposed"`` (row ``"compute"``) are the intervals in which the compute
+    stream waits for communication. In the plain model (no contention, no partitioned
+    compute) their widths add up to the timeline's ``exposed = T - (B + F + U)``; with
+    contention or compute overheads, ``exposed`` also counts the slowed or extra compute.
+
+    Parameters
+    ----------
+    source : Result, Plan, PSPlan or Timeline
+        What to draw: a solver's :class:`~fusionopt.solvers.result.Result`, a plan (it is
+        simulated), or a timeline together with its ``plan``.
+    problem : Problem
+        The problem the plan is judged on.
+    plan : Plan or PSPlan, optional
+        The plan of a ``Timeline`` source.
+
+    Returns
+    -------
+    list of Bar
+        Compute bars in stream order (zero-length pieces left out), then the messages in
+        channel order (pushes, then pulls), then the exposed waits in time order. Seconds.
+
+    Examples
+    --------
+    MODEL.md section 5 with ``alpha = 3 ms``, groups ``{t3}, {t2, t1}`` (0-based ``{2}``,
+    ``{1, 0}``): the second message ends at 14 ms, 8 ms after the backward; the forward
+    waits for it.
+
+    >>> from fusionopt.model import AlphaBeta, Plan, Problem, Profile
+    >>> profile = Profile.from_arrays([4e6, 1e6, 2e6], [1e-3] * 3, [3e-3, 2e-3, 1e-3])
+    >>> problem = Problem(profile, AlphaBeta(3e-3, 1e-9))
+    >>> bars = timeline_bars(Plan.from_groups(profile, [[2], [1, 0]]), problem)
+    >>> [(b.kind, round(b.start * 1e3, 9), round(b.end * 1e3, 9)) for b in bars if b.row == "compute"]
+    ... # doctest: +NORMALIZE_WHITESPACE
+    [('backward', 0.0, 1.0), ('backward', 1.0, 3.0), ('backward', 3.0, 6.0),
+     ('forward', 14.0, 15.0), ('forward', 15.0, 16.0), ('forward', 16.0, 17.0),
+     ('exposed', 6.0, 14.0)]
+    >>> [(b.label, round(b.start * 1e3, 9), round(b.end * 1e3, 9)) for b in bars if b.row == "channel"]
+    [('m0: t2', 1.0, 6.0), ('m1: t0-t1', 6.0, 14.0)]
+    """
+    timeline, plan, _ = _resolve(source, problem, plan, fn="timeline_bars")
+    profile = problem.profile
+    sizes = profile.sizes
+    T = timeline.iteration_time
+    if isinstance(plan, PSPlan):
+        comm = _message_bars(plan.push, timeline.message_start, timeline.message_end, sizes, kind="push", rows=["push"])
+        comm += _message_bars(plan.pull, timeline.pull_start, timeline.pull_end, sizes, kind="pull", rows=["pull"])
+        tasks = _ps_tasks(problem, plan, timeline)
+        busy, slowdown = [], 1.0
+    else:
+        channels = problem.channels
+        rows = ["channel"] if channels == 1 else [f"channel {j + 1}" for j in range(channels)]
+        comm = _message_bars(plan, timeline.message_start, timeline.message_end, sizes, kind="message", rows=rows)
+        tasks = _allreduce_tasks(problem, plan, timeline.message_end)
+        busy, slowdown = _busy_intervals(timeline.message_start, timeline.message_end), problem.contention
+    ends = [b for _, b in busy]
+
+    compute, waits = [], []
+    forward_start = np.full(profile.n, math.nan)
+    clock = 0.0
+    for task in tasks:
+        begin = max(clock, task.gate)
+        if begin > clock:
+            waits.append((clock, begin))
+        end = _finish(begin, task.work, busy, ends, slowdown)
+        if task.kind == "forward" and math.isnan(forward_start[task.tensor]):
+            forward_start[task.tensor] = begin
+        if end > begin:
+            compute.append(Bar("compute", begin, end, task.kind, label=profile.names[task.tensor],
+                               index=task.tensor, tensor=task.tensor))
+        clock = end
+    scale = _MATCH_RTOL * max(T, 1e-300)
+    if abs(clock - T) > scale or np.max(np.abs(forward_start - timeline.forward_start)) > scale:
+        raise ValueError(f"timeline_bars: the compute stream replayed from the messages ends at {clock:.9g} s, the "
+                         f"timeline at T = {T:.9g} s: the timeline does not belong to this problem and plan")
+    exposed = [Bar("compute", s, e, "exposed", label="exposed", short="exposed")
+               for s, e in waits if e - s > 1e-9 * T]
+    return compute + comm + exposed
+
+
+# ============================================================================ sweeps
+_METRIC_LABELS = {          # (axis label, figure title)
+    "scaling_efficiency": ("scaling efficiency", "Scaling efficiency (B + F + U) / T against workers"),
+    "speedup": ("speedup over one worker", "Speedup over one worker, P (B + F + U) / T, against workers"),
+    "iteration_time": ("iteration time T (ms)", "Iteration time T against workers"),
+}
+_VARIANT_KEYS = ("device", "batch", "algorithm", "sync")
+
+
+def _is_error(record: Mapping[str, Any]) -> bool:
+    return str(record.get("status", "")).upper() == "ERROR"
+
+
+def _check_metric(metric: str) -> None:
+    if metric not in SWEEP_METRICS:
+        raise ValueError(f"unknown metric {metric!r}: choose one of {', '.join(repr(m) for m in SWEEP_METRICS)}")
+
+
+def _select(records: Iterable[Mapping[str, Any]], model: str | None, network: str | None) -> list[Mapping[str, Any]]:
+    records = list(records)
+    for r in records:
+        if not isinstance(r, Mapping):
+            raise ValueError(f"a sweep record is a mapping (dict), got {type(r).__name__}")
+        for key in ("model", "network", "method", "workers"):
+            if key not in r:
+                raise ValueError(f"sweep record without {key!r}: {dict(r)!r}")
+    chosen = []
+    for key, wanted in (("model", model), ("network", network)):
+        if wanted is None:
+            continue
+        values = sorted({str(r[key]) for r in records})
+        if str(wanted) not in values:
+            raise ValueError(f"no sweep record has {key} {wanted!r}: the records hold {', '.join(map(repr, values))}")
+    for r in records:
+        if model is not None and str(r["model"]) != str(model):
+            continue
+        if network is not None and str(r["network"]) != str(network):
+            continue
+        chosen.append(r)
+    return chosen
+
+
+def _panels(records: list[Mapping[str, Any]]) -> list[tuple[str, str]]:
+    """The (model, network) pairs in order of first appearance."""
+    return list(dict.fromkeys((str(r["model"]), str(r["network"])) for r in records))
+
+
+def sweep_series(records: Iterable[Mapping[str, Any]], metric: str = "scaling_efficiency", *,
+                 model: str | None = None, network: str | None = None) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """One line per method of a sweep: the workers and the metric's values.
+
+    Parameters
+    ----------
+    records : iterable of dict
+        Rows of a sweep (``fusionopt.sweep.read_results``), each with at least ``model``,
+        ``network``, ``method``, ``workers``, ``status`` and the metric. Records with status
+        ``"ERROR"`` carry no numbers and are skipped.
+    metric : {"scaling_efficiency", "speedup", "iteration_time"}
+        The value drawn: ``(B + F + U) / T`` (a fraction), the speedup over one worker
+        ``P (B + F + U) / T``, or ``T`` in seconds.
+    model, network : str, optional
+        Keep only the records of this model and network. Without them, the records must
+        hold a single model and a single network (``ValueError`` lists the choices).
+
+    Returns
+    -------
+    dict
+        ``{label: (workers, values)}``, labels in order of first appearance, workers
+        ascending (int), values as float. The label is the method; when the records differ
+        in ``device``, ``batch``, ``algorithm`` or ``sync``, those values follow it in
+        parentheses, so that every line is one setting.
+
+    Examples
+    --------
+    >>> records = [
+    ...     {"model": "resnet50", "network": "10gbe", "method": "dp", "workers": 8, "status": "OPTIMAL",
+    ...      "scaling_efficiency": 0.9},
+    ...     {"model": "resnet50", "network": "10gbe", "method": "dp", "workers": 4, "status": "OPTIMAL",
+    ...      "scaling_efficiency": 0.95},
+    ...     {"model": "resnet50", "network": "10gbe", "method": "wfbp", "workers": 4, "status": "ERROR",
+    ...      "scaling_efficiency": None},
+    ... ]
+    >>> {k: (w.tolist(), v.tolist()) for k, (w, v) in sweep_series(records).items()}
+    {'dp': ([4, 8], [0.95, 0.9])}
+    >>> sweep_series(records + [dict(records[0], model="vgg16")])
+    Traceback (most recent call last):
+    ...
+    ValueError: the records hold 2 models: 'resnet50', 'vgg16'; choose one with model=
+    """
+    _check_metric(metric)
+    chosen = _select(records, model, network)
+    for key in ("model", "network"):
+        values = list(dict.fromkeys(str(r[key]) for r in chosen))
+        if len(values) > 1:
+            raise ValueError(f"the records hold {len(values)} {key}s: {', '.join(map(repr, values))}; "
+                             f"choose one with {key}=")
+    return _series(chosen, metric)
+
+
+def _series(records: list[Mapping[str, Any]], metric: str) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    valid = [r for r in records if not _is_error(r)]
+    varying = [k for k in _VARIANT_KEYS if len({str(r.get(k)) for r in valid}) > 1]
+    points: dict[str, dict[int, float]] = {}
+    for r in valid:
+        label = str(r["method"])
+        if varying:
+            label += " (" + ", ".join(f"{k} {r.get(k)}" for k in varying) + ")"
+        try:
+            workers = int(r["workers"])
+            value = float(r[metric])
+        except (KeyError, TypeError, ValueError):
+            raise ValueError(f"sweep record of {r['method']!r} at {r['workers']!r} workers (status "
+                             f"{r.get('status')!r}): {metric} is {r.get(metric)!r}, not a number") from None
+        line = points.setdefault(label, {})
+        if workers in line:
+            raise ValueError(f"two sweep records of {label!r} at {workers} workers ({r['model']}, {r['network']}): "
+                             "the records differ in a field other than model, network, device, batch, "
+                             "algorithm and sync")
+        line[workers] = value
+    out = {}
+    for label, line in points.items():
+        workers = np.array(sorted(line), dtype=np.int64)
+        out[label] = (workers, np.array([line[w] for w in workers.tolist()], dtype=np.float64))
+    return out
+
+
+# ============================================================================ drawing
+def _matplotlib():
+    try:
+        import matplotlib
+    except ImportError as exc:
+        raise ImportError("fusionopt's plots need matplotlib: pip install 'fusionopt[plot]'") from exc
+    return matplotlib
+
+
+def _new_figure(figsize: tuple[float, float], managed: bool):
+    """A figure: through pyplot when the caller gets it back (so ``plt.show()`` works), else
+    a bare figure that nothing keeps alive (saving renders it with Agg or the SVG backend,
+    whatever the display)."""
+    _matplotlib()
+    if managed:
+        import matplotlib.pyplot as plt
+
+        return plt.figure(figsize=figsize)
+    from matplotlib.figure import Figure
+
+    return Figure(figsize=figsize)
+
+
+def image_format(path: str | os.PathLike) -> str:
+    """The image format of an output file, by its extension: ``"png"`` or ``"svg"``.
+
+    Examples
+    --------
+    >>> image_format("docs/timeline.SVG")
+    'svg'
+    >>> image_format("timeline.pdf")
+    Traceback (most recent call last):
+    ...
+    ValueError: timeline.pdf: unknown image format .pdf: write .png or .svg
+    """
+    path = os.fspath(path)
+    ext = os.path.splitext(path)[1].lower().lstrip(".")
+    if ext not in IMAGE_FORMATS:
+        raise ValueError(f"{path}: unknown image format {'.' + ext if ext else '(no extension)'}: "
+                         "write .png or .svg")
+    return ext
+
+
+def _image_paths(path: str | os.PathLike | Sequence[str | os.PathLike]) -> list[tuple[str, str]]:
+    paths = [path] if isinstance(path, (str, os.PathLike)) else list(path)
+    if not paths:
+        raise ValueError("no output file given: name a .png or .svg file")
+    return [(os.fspath(p), image_format(p)) for p in paths]
+
+
+def _write_figure(fig, paths: list[tuple[str, str]], dpi: float) -> list[str]:
+    """Render ``fig`` to each path atomically (a temporary file in the same folder, then
+    ``os.replace``)."""
+    import matplotlib
+
+    written = []
+    for path, ext in paths:
+        buffer = io.BytesIO()
+        # A fixed hash salt and no date keep an SVG of the same figure byte-identical.
+        with matplotlib.rc_context({"svg.hashsalt": "fusionopt"}):
+            fig.savefig(buffer, format=ext, dpi=dpi, bbox_inches="tight",
+                        metadata={"Date": None} if ext == "svg" else {"Software": None})
+        write_bytes_atomic(path, buffer.getvalue())
+        written.append(path)
+    return written
+
+
+def _ms(seconds: float) -> str:
+    return f"{1e3 * seconds:.4g}"
+
+
+def _label_fits(text: str, width_in: float, fontsize: float) -> bool:
+    # DejaVu Sans averages about 0.6 em per character; keep a margin on both sides.
+    return len(text) * 0.6 * fontsize / 72 + 6 / 72 <= width_in
+
+
+def plot_timeline(source: Any, problem: Problem, *, plan: Plan | PSPlan | None = None, ax=None,
+                  title: str | None = None, label_messages: bool = True, color_by: str = "kind",
+                  legend: bool = True, xlim: tuple[float, float] | None = None,
+                  figsize: tuple[float, float] | None = None):
+    """A Gantt chart of one training step under a plan.
+
+    One row for the compute stream (backward pieces from tensor ``n-1`` down to 0, then the
+    next forward, at the times the sync rule gives them) and one row per channel (``push``
+    and ``pull`` on a parameter server), each message a bar labelled with its index and the
+    tensors it carries (``m3: t12-t17``; the number of tensors or the size when the bar is
+    narrow; nothing when it is narrower still). The compute stream's waits for
+    communication are cross-hatched in red; the exposed communication ``T - (B + F + U)``
+    in ms is written on the widest of them (when it fits) and in the title. Dotted line:
+    the end of the backward (``B``, or later when contention, packing or compute overheads
+    stretch it); dashed: the iteration time ``T``. The x axis is in ms from the start of
+    the backward. What is drawn is :func:`timeline_bars`.
+
+    Parameters
+    ----------
+    source : Result, Plan, PSPlan or Timeline
+        See :func:`timeline_bars`.
+    problem : Problem
+        The problem the plan is judged on.
+    plan : Plan or PSPlan, optional
+        The plan of a ``Timeline`` source.
+    ax : matplotlib Axes, optional
+        Draw into these axes (e.g. one panel of a comparison); default: a new figure.
+    title : str, optional
+        A first title line; the second always gives the method, ``T``, the exposed time and
+        the number of messages.
+    label_messages : bool
+        Write the labels on the message bars that are wide enough.
+    color_by : {"kind", "tensor"}
+        Colour bars by what they are (backward, forward, message, ...), or by tensor
+        (viridis over the forward index; a message by its first tensor, hatched when it
+        fuses several; forward pieces lighter than backward ones).
+    legend : bool
+        Draw the legend (below the axes).
+    xlim : (float, float), optional
+        The x axis range in ms (to compare several plans on one scale); default 0 to
+        ``1.02 T``.
+    figsize : (float, float), optional
+        Inches, for a new figure; default 11 wide and 0.6 per row plus 1.6 tall.
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+        The figure drawn into (a new pyplot figure unless ``ax`` is given).
+
+    Raises
+    ------
+    ImportError
+        Without matplotlib (``pip install 'fusionopt[plot]'``).
+
+    Examples
+    --------
+    >>> import pytest; _ = pytest.importorskip("matplotlib")
+    >>> import matplotlib.pyplot as plt
+    >>> from fusionopt.model import AlphaBeta, Plan, Problem, Profile
+    >>> profile = Profile.from_arrays([4e6, 1e6, 2e6], [1e-3] * 3, [3e-3, 2e-3, 1e-3])
+    >>> problem = Problem(profile, AlphaBeta(3e-3, 1e-9))
+    >>> fig = plot_timeline(Plan.from_groups(profile, [[2], [1, 0]]), problem)
+    >>> [t.get_text() for t in fig.axes[0].get_yticklabels()]
+    ['compute', 'channel']
+    >>> plt.close(fig)
+    """
+    return _timeline_figure(source, problem, plan, ax=ax, managed=True, title=title, label_messages=label_messages,
+                            color_by=color_by, legend=legend, xlim=xlim, figsize=figsize)
+
+
+def _timeline_figure(source, problem, plan, *, ax, managed, title=None, label_messages=True, color_by="kind",
+                     legend=True, xlim=None, figsize=None, fn="plot_timeline"):
+    if color_by not in ("kind", "tensor"):
+        raise ValueError(f"unknown color_by {color_by!r}: choose 'kind' or 'tensor'")
+    timeline, plan, method = _resolve(source, problem, plan, fn=fn)
+    bars = timeline_bars(timeline, problem, plan=plan)
+    if problem.ps is not None:
+        rows = ["compute", "push", "pull"]
+    elif problem.channels > 1:
+        rows = ["compute"] + [f"channel {j + 1}" for j in range(problem.channels)]
+    else:
+        rows = ["compute", "channel"]
+    if ax is None:
+        fig = _new_figure(figsize or (11.0, 1.6 + 0.6 * len(rows)), managed=managed)
+        ax = fig.add_subplot()
+    else:
+        _matplotlib()
+        fig = ax.figure
+    _draw_timeline(ax, bars, rows, timeline, problem, method, title=title, label_messages=label_messages,
+                   color_by=color_by, legend=legend, xlim=xlim)
+    return fig
+
+
+def _draw_timeline(ax, bars: list[Bar], rows: list[str], timeline: Timeline, problem: Problem, method: str | None,
+                   *, title, label_messages, color_by, legend, xlim) -> None:
+    from matplotlib.patches import Patch
+    from matplotlib.lines import Line2D
+    import matplotlib
+
+    profile = problem.profile
+    T = timeline.iteration_time
+    # The backward ends at B, later with contention, packing on the compute stream or pieces' overheads.
+    B = max((b.end for b in bars if b.kind in ("backward", "pack")), default=0.0)
+    plain_backward = abs(B - profile.B) <= 1e-9 * max(T, 1e-300)
+    left, right = (0.0, 1e3 * T * 1.02) if xlim is None else (float(xlim[0]), float(xlim[1]))
+    if not right > left:
+        raise ValueError(f"xlim must be (left, right) in ms with left < right, got {xlim!r}")
+    span = (right - left) / 1e3                                      # seconds across the axes
+    y = {row: len(rows) - 1 - j for j, row in enumerate(rows)}       # first row on top
+    height = 0.72
+    cmap = matplotlib.colormaps["viridis"]
+    top = max(profile.n - 1, 1)
+    shade: dict[str, int] = {}
+    present: dict[str, Any] = {}
+
+    # Piece boundaries (thin white edges) only where a piece is wide enough to show them.
+    fig_width = ax.figure.get_figwidth() * ax.get_position().width
+    min_edged = 0.04 / fig_width * span
+    for bar in bars:
+        if bar.kind == "exposed":
+            continue
+        if bar.kind in _ROW_COLORS:
+            if color_by == "tensor":
+                color = cmap(bar.tensor / top)
+            else:
+                parity = shade.get(bar.row, 0)
+                shade[bar.row] = parity + 1
+                color = _ROW_COLORS[bar.kind][parity % 2]
+            style = dict(facecolor=color, edgecolor="black", linewidth=0.4,
+                         hatch="///" if color_by == "tensor" and bar.fused else None)
+        else:
+            edge = bar.duration >= min_edged
+            if color_by == "tensor" and bar.kind in ("backward", "forward"):
+                color = cmap(bar.tensor / top)
+                style = dict(facecolor=color, edgecolor="white" if bar.kind == "backward" else "black",
+                             linewidth=0.3 if edge else 0.0, alpha=1.0 if bar.kind == "backward" else 0.55)
+            else:
+                style = dict(facecolor=_KIND_COLORS[bar.kind], edgecolor="white", linewidth=0.3 if edge else 0.0)
+        ax.broken_barh([(1e3 * bar.start, 1e3 * bar.duration)], (y[bar.row] - height / 2, height), **style)
+        present.setdefault(bar.kind, style)
+
+    exposed = [b for b in bars if b.kind == "exposed"]
+    for bar in exposed:
+        ax.broken_barh([(1e3 * bar.start, 1e3 * bar.duration)], (y["compute"] - height / 2, height),
+                       facecolor=_KIND_COLORS["exposed"], edgecolor=_EXPOSED_EDGE, linewidth=0.8, hatch="xxx")
+
+    ax.set_xlim(left, right)
+    ax.set_ylim(-0.6, len(rows) - 0.2)
+    ax.set_yticks([y[row] for row in rows])
+    ax.set_yticklabels(rows)
+    ax.axvline(1e3 * B, color="black", ls=":", lw=1)
+    ax.axvline(1e3 * T, color=_EXPOSED_EDGE, ls="--", lw=1.2)
+    ax.text(1e3 * B, len(rows) - 0.45, "B " if plain_backward else "backward ends ", ha="right", va="center",
+            fontsize=8)
+    ax.text(1e3 * T, len(rows) - 0.45, f"T = {_ms(T)} ms ", ha="right", va="center", fontsize=8, color=_EXPOSED_EDGE)
+    ax.set_xlabel("time from the start of the backward (ms)")
+    ax.grid(True, axis="x", alpha=0.3)
+    ax.set_axisbelow(True)
+
+    if exposed:
+        widest = max(exposed, key=lambda b: b.duration)
+        text = f"exposed {_ms(timeline.exposed)} ms"
+        if _label_fits(text, fig_width * widest.duration / span / 1.15, 8):
+            ax.text(1e3 * (widest.start + widest.end) / 2, y["compute"], text, ha="center", va="center",
+                    fontsize=8, color=_EXPOSED_EDGE, fontweight="bold",
+                    bbox=dict(facecolor="white", edgecolor="none", pad=1.0, alpha=0.85))
+
+    if label_messages:
+        # Axes width in inches per second of the x axis; a margin for the layout shrinking it.
+        inches_per_second = fig_width / span / 1.15
+        for bar in bars:
+            if bar.kind not in _ROW_COLORS:
+                continue
+            width = bar.duration * inches_per_second
+            text = next((t for t in (bar.label, bar.short) if t and _label_fits(t, width, 7)), None)
+            if text is not None:
+                ax.text(1e3 * (bar.start + bar.end) / 2, y[bar.row], text, ha="center", va="center", fontsize=7,
+                        color="black", clip_on=True,
+                        bbox=dict(facecolor="white", edgecolor="none", pad=0.6, alpha=0.7)
+                        if color_by == "tensor" else None)
+
+    n_messages = timeline.num_messages
+    summary = (f"{method + ': ' if method else ''}T = {_ms(T)} ms, exposed {_ms(timeline.exposed)} ms, "
+               f"{n_messages} message{'s' if n_messages != 1 else ''}, {problem.sync} sync")
+    ax.set_title(summary if title is None else f"{title}\n{summary}", fontsize=10)
+
+    if legend:
+        handles = []
+        for kind in ("backward", "forward", "update", "pack", "message", "push", "pull"):
+            if kind not in present:
+                continue
+            style = dict(present[kind])
+            if color_by == "tensor":
+                style["facecolor"] = "gray"
+                style["hatch"] = None
+            handles.append(Patch(label=_KIND_NAMES[kind], **style))
+        if color_by == "tensor" and any(b.fused for b in bars):
+            handles.append(Patch(facecolor="white", edgecolor="black", hatch="///", label="fused message"))
+        handles.append(Patch(facecolor=_KIND_COLORS["exposed"], edgecolor=_EXPOSED_EDGE, hatch="xxx",
+                             label="compute waits for communication"))
+        handles.append(Line2D([], [], color="black", ls=":",
+                              label="B: end of the backward" if plain_backward else "end of the backward"))
+        handles.append(Line2D([], [], color=_EXPOSED_EDGE, ls="--", label="T: iteration time"))
+        # Below the tick labels and the x label: about 0.55 inch under the axes.
+        axes_height = ax.figure.get_figheight() * ax.get_position().height
+        ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.55 / axes_height),
+                  ncol=min(len(handles), 6), fontsize=8, frameon=False)
+
+
+def save_timeline(source: Any, problem: Problem, path: str | os.PathLike | Sequence[str | os.PathLike], *,
+                  dpi: float = 110, **options: Any) -> list[str]:
+    """Draw :func:`plot_timeline` and write it to ``path`` (one path or several).
+
+    The format follows each file's extension, ``.png`` or ``.svg`` (anything else is a
+    ``ValueError`` naming the file, raised before drawing). Each file is written through a
+    temporary file in its folder and ``os.replace``, so a reader never sees half an image.
+    The figure is not kept: nothing is left open in pyplot.
+
+    Parameters
+    ----------
+    dpi : float
+        Resolution of PNG files (dots per inch).
+    **options
+        Keyword arguments of :func:`plot_timeline` (``plan``, ``title``, ``color_by``, ...).
+
+    Returns
+    -------
+    list of str
+        The paths written.
+
+    Examples
+    --------
+    >>> save_timeline(None, None, "timeline.jpg")
+    Traceback (most recent call last):
+    ...
+    ValueError: timeline.jpg: unknown image format .jpg: write .png or .svg
+    """
+    paths = _image_paths(path)
+    if "ax" in options:
+        raise ValueError("save_timeline draws its own figure; leave ax out")
+    allowed = {"plan", "title", "label_messages", "color_by", "legend", "xlim", "figsize"}
+    unknown = sorted(set(options) - allowed)
+    if unknown:
+        raise TypeError(f"save_timeline got unknown option(s) {', '.join(unknown)}: use {', '.join(sorted(allowed))}")
+    plan = options.pop("plan", None)
+    fig = _timeline_figure(source, problem, plan, ax=None, managed=False, fn="save_timeline", **options)
+    try:
+        return _write_figure(fig, paths, dpi)
+    finally:
+        fig.clear()
+
+
+def plot_sweep(records: Iterable[Mapping[str, Any]], *, metric: str = "scaling_efficiency", model: str | None = None,
+               network: str | None = None, ax=None, title: str | None = None):
+    """Each method's metric against the number of workers, one line per method.
+
+    The x axis is logarithmic in base 2 (the workers swept), each point a marker; every
+    method keeps its colour and marker across panels. Records of several models or
+    networks are drawn as small multiples, one panel per (model, network) pair (rows:
+    models, columns: networks), sharing the y axis; ``model`` and ``network`` keep one of
+    each. Records with status ``"ERROR"`` carry no numbers: they are left out and a note
+    under the plot counts them.
+
+    Parameters
+    ----------
+    records : iterable of dict
+        Rows of a sweep (see :func:`sweep_series`).
+    metric : {"scaling_efficiency", "speedup", "iteration_time"}
+        The y axis: ``(B + F + U) / T``, the speedup over one worker ``P (B + F + U) / T``
+        (log scale, with the ideal ``P`` dotted), or ``T`` in ms.
+    model, network : str, optional
+        Keep only these.
+    ax : matplotlib Axes, optional
+        Draw into these axes; the records (after ``model`` and ``network``) must then hold
+        one model and one network.
+    title : str, optional
+        The figure's title; default names the metric.
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+
+    Raises
+    ------
+    ImportError
+        Without matplotlib (``pip install 'fusionopt[plot]'``).
+    ValueError
+        No valid record, an unknown metric, model or network, or several panels for one ``ax``.
+
+    Examples
+    --------
+    >>> import pytest; _ = pytest.importorskip("matplotlib")
+    >>> import matplotlib.pyplot as plt
+    >>> records = [{"model": m, "network": "10gbe", "method": "dp", "workers": p, "status": "OPTIMAL",
+    ...             "scaling_efficiency": e}
+    ...            for m in ("resnet50", "vgg16") for p, e in ((4, 0.9), (8, 0.8))]
+    >>> fig = plot_sweep(records)
+    >>> [a.get_title() for a in fig.axes]
+    ['resnet50, 10gbe', 'vgg16, 10gbe']
+    >>> plt.close(fig)
+    """
+    return _plot_sweep(records, metric=metric, model=model, network=network, ax=ax, title=title, managed=True)
+
+
+def _plot_sweep(records, *, metric, model, network, ax, title, managed):
+    _check_metric(metric)
+    chosen = _select(records, model, network)
+    panels = _panels(chosen)
+    errors = [r for r in chosen if _is_error(r)]
+    if not panels or len(errors) == len(chosen):
+        raise ValueError(f"no sweep record with numbers to plot ({len(errors)} with status ERROR)")
+    if ax is not None and len(panels) > 1:
+        choices = "; ".join(f"{m}, {n}" for m, n in panels)
+        raise ValueError(f"one Axes draws one model and one network, the records hold {len(panels)}: {choices}; "
+                         "choose with model= and network=, or leave ax out for one panel each")
+    models = list(dict.fromkeys(m for m, _ in panels))
+    networks = list(dict.fromkeys(n for _, n in panels))
+    shared = metric != "iteration_time"          # fractions and speedups compare across panels; times do not
+    if ax is None:
+        nrows, ncols = len(models), len(networks)
+        fig = _new_figure((1.2 + 4.2 * ncols, 1.0 + 3.1 * nrows), managed=managed)
+        grid = fig.subplots(nrows, ncols, squeeze=False, sharey=shared)
+        axes = {(m, n): grid[models.index(m)][networks.index(n)] for m, n in panels}
+        for r in range(nrows):
+            for c in range(ncols):
+                if (models[r], networks[c]) not in axes:
+                    grid[r][c].axis("off")
+    else:
+        _matplotlib()
+        fig = ax.figure
+        axes = {panels[0]: ax}
+
+    import matplotlib
+    from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
+
+    series = {key: _series([r for r in chosen if (str(r["model"]), str(r["network"])) == key], metric)
+              for key in panels}
+    # Colours and markers by name, so a method looks the same in every picture.
+    labels = sorted({label for s in series.values() for label in s})
+    colors = matplotlib.colormaps["tab10"].colors
+    markers = "osD^vP*Xph<>"
+    scale = 1e3 if metric == "iteration_time" else 1.0
+    for key, panel_ax in axes.items():
+        all_workers: set[int] = set()
+        for label, (workers, values) in series[key].items():
+            j = labels.index(label)
+            panel_ax.plot(workers, values * scale, marker=markers[j % len(markers)], color=colors[j % len(colors)],
+                          lw=1.4, ms=5, label=label)
+            all_workers.update(workers.tolist())
+        if metric == "speedup" and all_workers:
+            ideal = sorted(all_workers)
+            panel_ax.plot(ideal, ideal, color="gray", lw=0.8, ls=":", label="ideal (speedup = workers)")
+            panel_ax.set_yscale("log", base=2)
+            panel_ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+        panel_ax.set_xscale("log", base=2)
+        ticks = sorted(all_workers)
+        panel_ax.xaxis.set_major_locator(FixedLocator(ticks))
+        panel_ax.xaxis.set_minor_locator(NullLocator())
+        panel_ax.set_xticklabels([str(w) for w in ticks], fontsize=8)
+        panel_ax.set_xlabel("workers")
+        panel_ax.grid(True, alpha=0.3)
+        if len(axes) > 1 or ax is None:
+            panel_ax.set_title(f"{key[0]}, {key[1]}", fontsize=10)
+        if not shared or ax is not None or networks.index(key[1]) == 0:
+            panel_ax.set_ylabel(_METRIC_LABELS[metric][0])
+    if metric == "scaling_efficiency":
+        # From 0; up to 1 when the efficiencies come near it, else just above the largest.
+        largest = max(float(v.max()) for s in series.values() for _, v in s.values())
+        top = 1.05 if largest > 0.5 else largest * 1.15
+        for panel_ax in axes.values():
+            panel_ax.set_ylim(0, max(top, largest * 1.03))
+            if top >= 1.0:
+                panel_ax.axhline(1.0, color="gray", lw=0.8, ls=":")
+
+    # The legend lists the lines top to bottom as they end (largest workers) in the first panel.
+    def rank(label: str) -> tuple[int, float]:
+        for s in series.values():
+            if label in s:
+                return 0, -float(s[label][1][-1])
+        return 1, 0.0
+
+    entries: dict[str, Any] = {}
+    for panel_ax in axes.values():
+        for h, n in zip(*panel_ax.get_legend_handles_labels()):
+            entries.setdefault(n, h)
+    names = sorted((n for n in entries if n in labels), key=rank) + [n for n in entries if n not in labels]
+    handles = [entries[n] for n in names]
+    if ax is None:
+        ncol = len(names) if len(names) <= 7 else math.ceil(len(names) / 2)
+        note = 0.2 if errors else 0.0                      # inches for the note on skipped records
+        fig.legend(handles, names, loc="lower center", ncol=ncol, fontsize=8, frameon=False,
+                   bbox_to_anchor=(0.5, note / fig.get_figheight()))
+        legend_height = 0.1 + 0.22 * math.ceil(len(names) / ncol) + note
+        fig.suptitle(title or _METRIC_LABELS[metric][1], fontsize=11)
+        fig.tight_layout(rect=(0, legend_height / fig.get_figheight(), 1, 1))
+    else:
+        ax.legend(handles, names, fontsize=8)
+        if title:
+            ax.set_title(title, fontsize=10)
+    if errors:
+        shown = ", ".join(f"{r['method']} at {r['workers']}" for r in errors[:6])
+        more = f" and {len(errors) - 6} more" if len(errors) > 6 else ""
+        fig.text(0.01, 0.005, f"skipped {len(errors)} record{'s' if len(errors) != 1 else ''} with status ERROR: "
+                 f"{shown}{more}", fontsize=7, color="gray", ha="left", va="bottom")
+    return fig
+
+
+def save_sweep(records: Iterable[Mapping[str, Any]], path: str | os.PathLike | Sequence[str | os.PathLike], *,
+               dpi: float = 110, **options: Any) -> list[str]:
+    """Draw :func:`plot_sweep` and write it to ``path`` (one path or several), ``.png`` or
+    ``.svg`` by extension, atomically, like :func:`save_timeline`.
+
+    Parameters
+    ----------
+    dpi : float
+        Resolution of PNG files (dots per inch).
+    **options
+        Keyword arguments of :func:`plot_sweep` (``metric``, ``model``, ``network``, ``title``).
+
+    Returns
+    -------
+    list of str
+        The paths written.
+
+    Examples
+    --------
+    >>> save_sweep([], "sweep.pdf")
+    Traceback (most recent call last):
+    ...
+    ValueError: sweep.pdf: unknown image format .pdf: write .png or .svg
+    """
+    paths = _image_paths(path)
+    if "ax" in options:
+        raise ValueError("save_sweep draws its own figure; leave ax out")
+    allowed = {"metric", "model", "network", "title"}
+    unknown = sorted(set(options) - allowed)
+    if unknown:
+        raise TypeError(f"save_sweep got unknown option(s) {', '.join(unknown)}: use {', '.join(sorted(allowed))}")
+    fig = _plot_sweep(records, metric=options.get("metric", "scaling_efficiency"), model=options.get("model"),
+                      network=options.get("network"), ax=None, title=options.get("title"), managed=False)
+    try:
+        return _write_figure(fig, paths, dpi)
+    finally:
+        fig.clear()

@@ -1,0 +1,130 @@
+"""``fusionopt profile`` from each source (zoo, file, Kineto trace, PyTorch model) and CSV
+profiles wherever the command line reads a profile."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from fusionopt import zoo
+from fusionopt.cli import main
+from fusionopt.integrations.kineto import profile_from_trace
+from fusionopt.model import Profile
+
+
+def run(capsys, *argv: str) -> tuple[int, str, str]:
+    status = main(list(argv))
+    captured = capsys.readouterr()
+    return status, captured.out, captured.err
+
+
+def test_zoo_profile_to_csv_and_back_to_json_is_exact(tmp_path, capsys):
+    csv_path, json_path = tmp_path / "r18.csv", tmp_path / "r18.json"
+    assert run(capsys, "profile", "--model", "resnet18", "--output", str(csv_path))[0] == 0
+    assert csv_path.read_text().splitlines()[0] == "name,size_bytes,forward_s,backward_s,update_s"
+    assert run(capsys, "profile", "--input", str(csv_path), "--output", str(json_path))[0] == 0
+    reference = zoo.profile("resnet18", device="h100", batch=64)
+    back = Profile.read(json_path)
+    assert back.names == reference.names and back.name == "r18"
+    assert back.sizes.tolist() == reference.sizes.tolist()
+    assert back.forward.tolist() == reference.forward.tolist()
+    assert back.backward.tolist() == reference.backward.tolist()
+    status, out, _ = run(capsys, "profile", "--input", str(json_path), "--csv")
+    assert status == 0 and out == csv_path.read_text()
+
+
+def test_csv_and_json_profiles_give_the_same_comparison(tmp_path, capsys):
+    reference = zoo.profile("alexnet", device="v100", batch=32)
+    reference.to_csv(tmp_path / "a.csv")
+    reference.write(tmp_path / "a.json")
+    network = ["--workers", "16", "--network", "10gbe", "--methods", "wfbp,dp,ddp", "--json"]
+    _, from_csv, _ = run(capsys, "compare", "--profile", str(tmp_path / "a.csv"), *network)
+    _, from_json, _ = run(capsys, "compare", "--profile", str(tmp_path / "a.json"), *network)
+    times = [{r["method"]: r["iteration_time"] for r in json.loads(doc)} for doc in (from_csv, from_json)]
+    assert times[0] == times[1] and set(times[0]) == {"wfbp", "dp", "ddp"}
+    status, out, _ = run(capsys, "solve", str(tmp_path / "a.csv"), "--method", "dp", "--alpha", "1e-3",
+                         "--beta", "1e-9", "--json")
+    assert status == 0 and json.loads(out)["iteration_time"] > reference.compute_time
+
+
+@pytest.mark.parametrize("argv, message", [
+    ([], "give exactly one of --model, --input, --trace or --torch"),
+    (["--model", "resnet18", "--input", "x.csv"], "give exactly one of"),
+    (["--trace", "t.json"], "--trace needs --parameters"),
+    (["--model", "resnet18", "--parameters", "p.csv"], "--parameters goes with --trace"),
+    (["--model", "resnet18", "--input-shape", "1,2"], "--input-shape goes with --torch"),
+    (["--torch", "no_module_here:build", "--input-shape", "2,3"], "--torch no_module_here:build: No module named"),
+    (["--torch", "just_a_module", "--input-shape", "2,3"], "--torch takes MODULE:FACTORY"),
+    (["--torch", "math:pi", "--input-shape", "2,x"], "--input-shape takes comma-separated integers"),
+])
+def test_bad_profile_sources_exit_2_with_one_line(capsys, argv, message):
+    status, out, err = run(capsys, "profile", *argv)
+    assert status == 2 and out == ""
+    assert err.startswith("fusionopt: error: ") and message in err and err.count("\n") == 1
+
+
+def test_a_bad_csv_cell_is_named(tmp_path, capsys):
+    bad = tmp_path / "bad.csv"
+    bad.write_text("name,size_bytes,forward_s,backward_s\nfc.weight,4096,0.001,-1\n")
+    status, _, err = run(capsys, "profile", "--input", str(bad))
+    assert status == 2 and "bad.csv" in err and "backward_s" in err and err.count("\n") == 1
+
+
+# ---------------------------------------------------------------------- with PyTorch
+def test_profile_a_torch_model_from_the_command_line(tmp_path, capsys, monkeypatch):
+    pytest.importorskip("torch")
+    (tmp_path / "tiny_models.py").write_text(textwrap.dedent("""
+        import torch
+
+        def mlp():
+            torch.manual_seed(0)
+            return torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 10))
+
+        def not_a_model():
+            return 3
+    """))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    out_path = tmp_path / "mlp.csv"
+    status, out, err = run(capsys, "profile", "--torch", "tiny_models:mlp", "--input-shape", "16,64",
+                           "--steps", "2", "--warmup", "1", "--output", str(out_path))
+    assert status == 0, err
+    p = Profile.read_csv(out_path)
+    assert p.names == ("0.weight", "0.bias", "2.weight", "2.bias")
+    assert p.sizes.tolist() == [128 * 64 * 4, 128 * 4, 10 * 128 * 4, 10 * 4]
+    assert p.B > 0 and p.F > 0
+    status, _, err = run(capsys, "profile", "--torch", "tiny_models:not_a_model", "--input-shape", "2,3")
+    assert status == 2 and "returned int, not a torch.nn.Module" in err
+
+
+@pytest.mark.filterwarnings("ignore:Warning. Profiler clears events")
+def test_profile_from_a_real_trace_equals_the_library_reader(tmp_path, capsys):
+    torch = pytest.importorskip("torch")
+    from torch.profiler import ProfilerActivity, profile, schedule
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 8))
+    trace = tmp_path / "trace.json"
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True,
+                 schedule=schedule(wait=0, warmup=1, active=1),
+                 on_trace_ready=lambda prof: prof.export_chrome_trace(str(trace))) as prof:
+        for _ in range(2):
+            model.zero_grad(set_to_none=True)
+            model(torch.randn(8, 32)).sum().backward()
+            prof.step()
+    # The parameter list as a CSV profile with zero times: names and bytes in forward order.
+    params = Profile.from_arrays([t.numel() * 4 for _, t in model.named_parameters()], [0.0] * 4, [0.0] * 4,
+                                 [name for name, _ in model.named_parameters()])
+    params.to_csv(tmp_path / "params.csv")
+    out_path = tmp_path / "measured.json"
+    status, _, err = run(capsys, "profile", "--trace", str(trace), "--parameters", str(tmp_path / "params.csv"),
+                         "--output", str(out_path))
+    assert status == 0, err
+    measured = Profile.read(out_path)
+    direct = profile_from_trace(trace, model)
+    assert measured.names == direct.names and measured.sizes.tolist() == direct.sizes.tolist()
+    assert measured.forward.tolist() == direct.forward.tolist()
+    assert measured.backward.tolist() == direct.backward.tolist()
+    assert Path(out_path).exists() and measured.B > 0

@@ -1,0 +1,411 @@
+"""``fusionopt.sweep`` and ``fusionopt sweep``: records, resuming, repair, formats, errors.
+
+The cells are zoo models on preset networks (roofline compute estimates); every figure a
+test checks is compared with :func:`fusionopt.solve` on the same problem, or with the
+record's own definition, never with a wall-clock time.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import fusionopt
+from fusionopt import zoo
+from fusionopt.cli import main
+from fusionopt.cost import network
+from fusionopt.solvers import default_methods
+from fusionopt import sweep
+from fusionopt.sweep import FIELDS, Cell, cells, pending_cells, read_results, run_sweep
+
+SMALL = dict(models=["resnet18", "alexnet"], workers=[8, 64], networks=["10gbe", "100gb-ib"],
+             methods=["wfbp", "single", "ddp", "dp"])
+
+
+def small_grid() -> list[Cell]:
+    return cells(**SMALL)
+
+
+def key(record) -> tuple:
+    return tuple(record[name] for name in sweep.CELL_FIELDS)
+
+
+def in_cell_order(records: list[dict], grid: list[Cell]) -> list[dict]:
+    return sorted(records, key=lambda record: grid.index(Cell(*key(record))))
+
+
+def direct(cell: Cell) -> fusionopt.Result:
+    """The cell solved without the sweep."""
+    problem = fusionopt.Problem(zoo.profile(cell.model, device=cell.device, batch=cell.batch),
+                                network(cell.network, cell.workers, algorithm=cell.algorithm), sync=cell.sync)
+    return fusionopt.solve(problem, cell.method)
+
+
+def run(capsys, *argv) -> tuple[int, str, str]:
+    status = main([str(a) for a in argv])
+    captured = capsys.readouterr()
+    return status, captured.out, captured.err
+
+
+def run_error(capsys, *argv) -> str:
+    """A command that must fail: status 2, no stdout, one line on stderr; returns it."""
+    status, out, err = run(capsys, *argv)
+    assert status == 2, (status, out, err)
+    assert out == ""
+    lines = err.splitlines()
+    assert len(lines) == 1, err
+    assert lines[0].startswith("fusionopt: error: ")
+    return lines[0]
+
+
+# ---------------------------------------------------------------------- cells
+def test_cells_is_the_product_in_order_and_skips_methods_the_registry_refuses(capsys):
+    grid = cells(["resnet18", "AlexNet"], [8, 64, 8], ["10gbe", "100GB-IB"], ["wfbp", "p3", "dp", "ps-dp"])
+    err = capsys.readouterr().err
+    assert len(grid) == 2 * 2 * 2 * 2
+    assert [c.label for c in grid[:3]] == ["resnet18 8 10gbe wfbp", "resnet18 8 10gbe dp", "resnet18 8 100gb-ib wfbp"]
+    assert grid[-1] == Cell("alexnet", "h100", 64, "100gb-ib", "ring", 64, "barrier", "dp")
+    assert len(set(grid)) == len(grid)
+    # one line names both skipped methods and why
+    assert err.count("\n") == 1 and "p3" in err and "layerwise" in err and "ps-dp" in err
+    # under layerwise sync p3 runs; the parameter-server method never does
+    layerwise = cells(["resnet18"], [8], ["10gbe"], ["wfbp", "p3", "ps-dp"], sync="layerwise")
+    assert [c.method for c in layerwise] == ["wfbp", "p3"]
+
+
+def test_cells_default_methods_are_the_default_comparison_for_the_sync(capsys):
+    assert [c.method for c in cells(["resnet18"], [8], ["10gbe"])] == default_methods()
+    layerwise = [c.method for c in cells(["resnet18"], [8], ["10gbe"], sync="layerwise")]
+    assert set(default_methods()) < set(layerwise) and "p3" in layerwise
+    assert capsys.readouterr().err == ""
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(methods=["wfpb"]), r"unknown method 'wfpb'; known methods: .*wfbp"),
+    (dict(models=["resnet51"]), r"unknown model 'resnet51'; known: .*resnet50"),
+    (dict(networks=["5gbe"]), r"unknown network '5gbe'; known: .*10gbe"),
+    (dict(workers=[8, 0]), r"workers must be integers >= 1, got 0"),
+    (dict(device="tpu"), r"unknown device 'tpu'; known: .*h100"),
+    (dict(sync="eager"), r"unknown sync 'eager'; known: barrier, layerwise"),
+    (dict(algorithm="tree"), r"unknown algorithm 'tree'"),
+    (dict(batch=0), r"batch must be a positive integer, got 0"),
+    (dict(networks=["mgwfbp-10gbe"], workers=[3]), r"mgwfbp-10gbe.* not 3"),
+    (dict(methods=["p3"]), r"no method left to run: skipped p3"),
+    (dict(models=[]), r"models: give at least one"),
+])
+def test_cells_bad_inputs_name_the_culprit(kwargs, message):
+    arguments = dict(SMALL, **kwargs)
+    with pytest.raises(ValueError, match=message):
+        cells(arguments.pop("models"), arguments.pop("workers"), arguments.pop("networks"),
+              arguments.pop("methods"), **arguments)
+
+
+# ---------------------------------------------------------------------- records
+def test_records_equal_a_direct_solve_and_their_definitions(tmp_path):
+    grid = small_grid()
+    records = run_sweep(grid, tmp_path / "sweep.jsonl", jobs=2, progress=False)
+    assert [key(r) for r in records] == [sweep._key(c) for c in grid]
+    for cell, record in zip(grid, records):
+        assert tuple(record) == FIELDS            # exactly these keys, in this order
+        result = direct(cell)
+        assert record["iteration_time"] == result.iteration_time
+        assert record["lower_bound"] == result.lower_bound
+        assert record["status"] == str(result.status)
+        assert record["messages"] == result.num_messages
+        compute = zoo.profile(cell.model).compute_time
+        assert record["compute_time"] == compute
+        assert record["scaling_efficiency"] == compute / result.iteration_time
+        assert record["speedup"] == cell.workers * compute / result.iteration_time
+        assert 0 < record["scaling_efficiency"] < 1
+        assert record["fusionopt_version"] == fusionopt.__version__
+        assert record["solve_seconds"] >= 0
+    by_key = {key(r)[:-1] + (r["method"],): r for r in records}
+    for record in records:
+        # the DP is exact over fusion plans: no baseline beats it; single sends one message
+        dp = by_key[key(record)[:-1] + ("dp",)]
+        assert dp["status"] == "OPTIMAL"
+        assert dp["iteration_time"] <= record["iteration_time"]
+        if record["method"] == "single":
+            assert record["messages"] == 1
+        if record["method"] == "wfbp":
+            assert record["messages"] == zoo.profile(record["model"]).n
+
+
+def test_a_failing_cell_is_an_error_record_and_the_sweep_goes_on(tmp_path):
+    grid = cells(["resnet18"], [8], ["10gbe"], ["brute", "wfbp"])   # brute refuses 62 tensors
+    brute, wfbp = run_sweep(grid, tmp_path / "sweep.jsonl", jobs=2, progress=False)
+    assert brute["status"] == "ERROR"
+    assert brute["error"].startswith("ValueError: brute force") and "62" in brute["error"]
+    assert brute["iteration_time"] is None and brute["messages"] is None and brute["speedup"] is None
+    assert brute["compute_time"] == zoo.profile("resnet18").compute_time
+    assert set(brute) == set(FIELDS) | {"error"}
+    assert wfbp["status"] == "FEASIBLE" and "error" not in wfbp
+    assert wfbp["iteration_time"] == direct(grid[1]).iteration_time
+
+
+def test_time_limit_goes_to_the_methods_that_take_one(tmp_path, monkeypatch):
+    seen = {}
+
+    def spy(problem, method, **options):
+        seen[method] = options
+        return fusionopt.solve(problem, "wfbp")
+
+    monkeypatch.setattr(sweep, "solve", spy)
+    grid = cells(["alexnet"], [8], ["10gbe"], ["wfbp", "layerwise-opt"], sync="layerwise")
+    run_sweep(grid, tmp_path / "sweep.jsonl", jobs=1, time_limit=0.5, progress=False)
+    assert seen == {"wfbp": {}, "layerwise-opt": {"time_limit": 0.5}}
+    with pytest.raises(ValueError, match="time_limit must be a positive number"):
+        run_sweep(grid, tmp_path / "sweep.jsonl", time_limit=0)
+    with pytest.raises(ValueError, match="jobs must be an integer >= 1, got 0"):
+        run_sweep(grid, tmp_path / "sweep.jsonl", jobs=0)
+
+
+# ---------------------------------------------------------------------- resuming
+def test_rerun_solves_nothing_and_leaves_the_file_alone(tmp_path, monkeypatch):
+    path = tmp_path / "sweep.jsonl"
+    grid = small_grid()
+    first = run_sweep(grid, path, jobs=2, progress=False)
+    content = path.read_bytes()
+    assert content.count(b"\n") == len(grid)
+
+    calls = []
+
+    def counting(problem, method, **options):
+        calls.append(method)
+        return fusionopt.solve(problem, method, **options)
+
+    monkeypatch.setattr(sweep, "solve", counting)
+    assert run_sweep(grid, path, jobs=1, progress=False) == first   # solve_seconds too: not recomputed
+    assert run_sweep(grid, path, jobs=2, progress=False) == first
+    assert calls == [] and path.read_bytes() == content
+    # one more network: only its cells are solved, appended after the old bytes
+    wider = cells(SMALL["models"], SMALL["workers"], SMALL["networks"] + ["25gbe"], SMALL["methods"])
+    assert len(pending_cells(wider, path)) == len(wider) - len(grid) == 16
+    records = run_sweep(wider, path, jobs=1, progress=False)
+    assert len(calls) == 16 and all(r["network"] == "25gbe" for r in records if r not in first)
+    assert path.read_bytes().startswith(content)
+    assert [r for r in records if r["network"] != "25gbe"] == first
+    # a sweep of a subset returns just its cells, in its order; the file keeps all
+    subset = list(reversed(grid[:3]))
+    assert run_sweep(subset, path, jobs=1, progress=False) == [first[2], first[1], first[0]]
+    assert len(read_results(path)) == len(wider)
+
+
+def _live_group(pgid: int) -> list[int]:
+    """Processes of group ``pgid`` that are not zombies (Linux /proc)."""
+    alive = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+            except OSError:
+                continue
+            state, _, pgrp = stat.rpartition(")")[2].split()[:3]
+            if int(pgrp) == pgid and state != "Z":
+                alive.append(int(entry))
+    return alive
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc"), reason="uses /proc to find the worker processes")
+def test_sigkill_mid_sweep_then_rerun_completes_without_recomputing(tmp_path, capsys):
+    path = tmp_path / "sweep.jsonl"
+    # resnet101 under mgwfbp takes a noticeable fraction of a second per cell
+    argv = ["sweep", "--models", "resnet101", "--workers", "8,16,32,64,128,256", "--networks", "10gbe,25gbe",
+            "--methods", "mgwfbp,wfbp", "--jobs", "2", "--output", str(path)]
+    grid = cells(["resnet101"], [8, 16, 32, 64, 128, 256], ["10gbe", "25gbe"], ["mgwfbp", "wfbp"])
+    assert len(grid) == 24
+    process = subprocess.Popen([sys.executable, "-m", "fusionopt.cli", *argv], start_new_session=True,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 120        # a guard against hanging, not a timing assertion
+        while process.poll() is None and time.monotonic() < deadline:
+            if path.exists() and path.read_bytes().count(b"\n") >= 2:
+                break
+            time.sleep(0.005)
+        os.kill(process.pid, signal.SIGKILL)
+        assert process.wait() == -signal.SIGKILL
+        # the orphaned workers notice their parent is gone and exit by themselves
+        while _live_group(process.pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert _live_group(process.pid) == []
+    finally:
+        try:
+            os.killpg(process.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    before = path.read_bytes()
+    kept = before[:before.rfind(b"\n") + 1]                 # complete lines only
+    written = kept.count(b"\n")
+    assert 2 <= written < len(grid), "the sweep must be killed part-way"
+    old = [json.loads(line) for line in kept.splitlines()]
+    # a write torn by a kill: half a record, no newline
+    with open(path, "ab") as handle:
+        handle.write(b'{"model": "resnet101", "device": "h1')
+
+    status, out, err = run(capsys, *argv, "--no-progress")
+    assert status == 0, err
+    assert "dropped a last line cut short" in err and '"model": "resnet101"' in err
+    assert f"{len(grid) - written} run now, {written} skipped as already done, 0 error(s)" in out
+
+    after = path.read_bytes()
+    assert after.startswith(kept)                            # the old records, byte for byte
+    lines = after.splitlines()
+    assert after.endswith(b"\n") and len(lines) == len(grid)
+    final = [json.loads(line) for line in lines]             # every line parses
+    assert sorted(key(r) for r in final) == sorted(sweep._key(c) for c in grid)   # each cell once
+    assert final[:written] == old                            # solve_seconds and all: not recomputed
+
+    fresh = run_sweep(grid, tmp_path / "fresh.jsonl", jobs=2, progress=False)
+    assert {key(r): r["iteration_time"] for r in final} == {key(r): r["iteration_time"] for r in fresh}
+    assert read_results(path) == final
+
+
+def test_lines_that_are_not_records_are_dropped_with_a_warning(tmp_path, capsys):
+    path = tmp_path / "sweep.jsonl"
+    grid = cells(["alexnet"], [8, 16, 32], ["10gbe"], ["single"])
+    first = run_sweep(grid, path, jobs=1, progress=False)
+    lines = path.read_bytes().splitlines(keepends=True)
+    path.write_bytes(lines[0] + b"not json\n" + lines[1] + b'{"model": 1}\n')   # and cell 32 lost
+    with pytest.raises(ValueError, match=r"sweep.jsonl: line 2 is not a sweep record: 'not json'"):
+        read_results(path)
+    records = run_sweep(grid, path, jobs=1, progress=False)
+    err = capsys.readouterr().err
+    assert "dropped 2 line(s) that are not records" in err and "line 4" in err and "kept 2 record(s)" in err
+    assert records[:2] == first[:2] and records[2]["iteration_time"] == first[2]["iteration_time"]
+    assert path.read_bytes().startswith(lines[0] + lines[1])
+    assert read_results(path) == records
+
+
+def test_read_results_ignores_a_last_line_still_being_written(tmp_path):
+    path = tmp_path / "sweep.jsonl"
+    records = run_sweep(cells(["alexnet"], [8], ["10gbe"], ["single"]), path, jobs=1, progress=False)
+    with open(path, "ab") as handle:
+        handle.write(b'{"model": "alex')
+    assert read_results(path) == records
+    assert len(pending_cells(cells(["alexnet"], [8, 16], ["10gbe"], ["single"]), path)) == 1
+
+
+# ---------------------------------------------------------------------- formats
+def test_csv_and_jsonl_round_trip_the_same_records(tmp_path):
+    grid = cells(["resnet18"], [8, 64], ["10gbe"], ["brute", "single", "dp"])
+    as_jsonl = run_sweep(grid, tmp_path / "sweep.jsonl", jobs=2, progress=False)
+    as_csv = run_sweep(grid, tmp_path / "sweep.csv", jobs=2, progress=False)
+    strip = [{k: v for k, v in r.items() if k != "solve_seconds"} for r in as_jsonl]
+    assert [{k: v for k, v in r.items() if k != "solve_seconds"} for r in as_csv] == strip
+    # the files hold the records in the order they finished
+    assert in_cell_order(read_results(tmp_path / "sweep.jsonl"), grid) == as_jsonl
+    from_csv = in_cell_order(read_results(tmp_path / "sweep.csv"), grid)
+    assert from_csv == as_csv
+    errors = [r for r in from_csv if r["status"] == "ERROR"]
+    assert len(errors) == 2 and all(r["iteration_time"] is None and "brute force" in r["error"] for r in errors)
+    ok = [r for r in from_csv if r["status"] != "ERROR"]
+    assert all("error" not in r and type(r["workers"]) is int and type(r["messages"]) is int
+               and type(r["iteration_time"]) is float for r in ok)
+    text = (tmp_path / "sweep.csv").read_text()
+    assert text.startswith(",".join(FIELDS) + ",error\n") and text.count("model,") == 1
+    # rerun on the CSV: nothing solved, header not repeated
+    assert run_sweep(grid, tmp_path / "sweep.csv", jobs=1, progress=False) == from_csv
+    assert (tmp_path / "sweep.csv").read_text() == text
+
+
+def test_csv_torn_line_is_repaired_and_a_foreign_csv_refused(tmp_path, capsys):
+    path = tmp_path / "sweep.csv"
+    grid = cells(["alexnet"], [8, 16], ["10gbe"], ["single"])
+    first = run_sweep(grid[:1], path, jobs=1, progress=False)
+    with open(path, "a") as handle:
+        handle.write("alexnet,h100,64,10gbe,ring,16,barrier,single,0.3")
+    records = run_sweep(grid, path, jobs=1, progress=False)
+    assert "dropped a last line cut short (line 3" in capsys.readouterr().err
+    assert records[0] == first[0] and read_results(path) == records
+    foreign = tmp_path / "other.csv"
+    foreign.write_text("a,b\n1,2\n")
+    with pytest.raises(ValueError, match="other.csv: not a sweep CSV file"):
+        run_sweep(grid, foreign, jobs=1, progress=False)
+    assert foreign.read_text() == "a,b\n1,2\n"
+
+
+def test_unknown_extension_is_refused(tmp_path):
+    with pytest.raises(ValueError, match=r"sweep.txt: unknown results format '.txt'; use .jsonl or .csv"):
+        run_sweep(small_grid(), tmp_path / "sweep.txt")
+    with pytest.raises(ValueError, match="unknown results format"):
+        read_results(tmp_path / "sweep.json")
+    assert list(tmp_path.iterdir()) == []
+
+
+# ---------------------------------------------------------------------- progress
+def test_progress_on_a_log_is_a_few_lines_and_off_is_silent(tmp_path, capsys):
+    grid = cells(["resnet18", "alexnet"], [8, 16, 32, 64], ["10gbe", "25gbe", "100gb-ib"], ["single"])
+    run_sweep(grid, tmp_path / "a.jsonl", jobs=1)
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 8 and lines[-1].startswith("sweep: 24/24 cells  ")
+    assert all("ETA" in line for line in lines)
+    run_sweep(grid, tmp_path / "b.jsonl", jobs=1, progress=False)
+    assert capsys.readouterr().err == ""
+
+
+def test_progress_on_a_terminal_is_a_bar_redrawn_in_place(tmp_path, monkeypatch):
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    terminal = Terminal()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    run_sweep(cells(["alexnet"], [8, 16], ["10gbe"], ["single", "wfbp"]), tmp_path / "a.jsonl", jobs=1)
+    text = terminal.getvalue()
+    assert text.count("\r") == 4 and text.endswith("\n") and text.count("\n") == 1
+    assert "\r[#####...............] 1/4 cells  alexnet 8 10gbe single  ETA " in text
+    assert "\r[####################] 4/4 cells  alexnet 16 10gbe wfbp  ETA 0:00" in text
+
+
+# ---------------------------------------------------------------------- command line
+def test_cli_sweep_runs_then_skips(tmp_path, capsys):
+    path = tmp_path / "sweep.csv"
+    argv = ["sweep", "--models", "resnet18,alexnet", "--workers", "8,64", "--networks", "10gbe, 100gb-ib",
+            "--methods", "wfbp,single,ddp,dp", "--output", path, "--jobs", "2", "--no-progress"]
+    status, out, err = run(capsys, *argv)
+    assert status == 0 and err == ""
+    assert out.splitlines() == ["sweep: 32 cells: 32 run now, 0 skipped as already done, 0 error(s)",
+                                f"results: {path}"]
+    records = read_results(path)
+    assert sorted(key(r) for r in records) == sorted(sweep._key(c) for c in small_grid())
+    status, out, err = run(capsys, *argv)
+    assert status == 0 and "0 run now, 32 skipped as already done" in out
+    assert read_results(path) == records
+    # default methods, an error cell reported in the summary
+    status, out, _ = run(capsys, "sweep", "--models", "resnet18", "--workers", "8", "--networks", "10gbe",
+                         "--methods", "brute", "--output", tmp_path / "b.jsonl", "--jobs", "1", "--no-progress")
+    assert status == 0 and "1 error(s)" in out and "ERROR resnet18 8 10gbe brute: ValueError: brute force" in out
+
+
+@pytest.mark.parametrize("change, message", [
+    (["--methods", "wfbp,wfpb"], "unknown method 'wfpb'; known methods:"),
+    (["--models", "resnet51"], "unknown model 'resnet51'; known:"),
+    (["--networks", "5gbe"], "unknown network '5gbe'; known:"),
+    (["--workers", "8,0"], "workers must be integers >= 1, got 0"),
+    (["--workers", "8,x"], "--workers takes comma-separated integers, got '8,x'"),
+    (["--workers", ","], "--workers needs at least one comma-separated value"),
+    (["--output", "sweep.txt"], "sweep.txt: unknown results format '.txt'; use .jsonl or .csv"),
+    (["--output", "missing/sweep.jsonl"], "folder missing does not exist"),
+    (["--methods", "p3"], "no method left to run: skipped p3"),
+    (["--jobs", "0"], "jobs must be an integer >= 1, got 0"),
+    (["--sync", "eager"], "argument --sync: invalid choice: 'eager'"),
+])
+def test_cli_sweep_bad_arguments_exit_2_with_one_line(tmp_path, capsys, monkeypatch, change, message):
+    monkeypatch.chdir(tmp_path)
+    argv = ["sweep", "--models", "alexnet", "--workers", "8", "--networks", "10gbe", "--methods", "single",
+            "--output", "sweep.jsonl", "--no-progress"]
+    for option, value in zip(change[::2], change[1::2]):
+        if option in argv:
+            argv[argv.index(option) + 1] = value
+        else:
+            argv += [option, value]
+    assert message in run_error(capsys, *argv)
+    assert not (tmp_path / "sweep.jsonl").exists()
