@@ -421,7 +421,7 @@ def _cmd_run(args: argparse.Namespace) -> None:
     try:
         measurement = run(problem, plan, args.backend, ranks=args.ranks, iterations=args.iterations,
                           warmup=args.warmup, time_scale=args.time_scale, timeout=args.timeout,
-                          emulate_link=args.emulate_link)
+                          emulate_link=args.emulate_link, compute=args.compute)
         failure = None
     except CorrectnessError as exc:
         measurement, failure = exc.measurement, exc
@@ -476,6 +476,9 @@ def _add_executor_parsers(commands: Any) -> None:
                    help="seconds a collective may take (default 60)")
     p.add_argument("--emulate-link", action="store_true",
                    help="nccl on one GPU: hold the stream for the cost model's time per message")
+    p.add_argument("--compute", default="host", choices=("host", "spin", "gemm"),
+                   help="emulated compute: host sleeps (default), or for nccl the whole step queued on GPU "
+                        "streams with spin kernels (exact) or GEMMs (contending with NCCL)")
     p.add_argument("--json", action="store_true", help="print the measurement as JSON")
     _add_cost_arguments(p)
     p.set_defaults(run=_cmd_run)

@@ -15,7 +15,7 @@ from fusionopt.model.problem import Problem
 def run(problem: Problem, plan: Plan, backend: str = "local", *, ranks: int | None = None, iterations: int = 10,
         warmup: int = 2, time_scale: float = 1.0, timeout: float = 60.0, verify: bool = True,
         validate: bool = True, raise_on_error: bool = True, emulate_link: bool = False,
-        fault: Fault | None = None) -> Measurement:
+        compute: str = "host", fault: Fault | None = None) -> Measurement:
     """Run ``plan`` on ``problem`` through a communication backend and measure it.
 
     Every rank emulates the compute of ``problem.profile`` (scaled by ``time_scale``),
@@ -52,6 +52,11 @@ def run(problem: Problem, plan: Plan, backend: str = "local", *, ranks: int | No
         measurement with ``correct`` false.
     emulate_link : bool
         ``nccl`` on one GPU: hold the stream for ``c(S)`` per message (labelled emulated).
+    compute : {"host", "spin", "gemm"}
+        ``host`` (default): compute emulated by host sleeps (:mod:`fusionopt.executor.runner`).
+        ``nccl`` only: the whole step queued on a compute and a communication stream
+        (:mod:`fusionopt.executor.streams`), compute as spin kernels of exact durations
+        (``spin``) or as GEMMs that compete with NCCL for the GPU (``gemm``).
     fault : Fault, optional
         Break one rank on purpose (tests of the checks).
 
@@ -97,7 +102,7 @@ def run(problem: Problem, plan: Plan, backend: str = "local", *, ranks: int | No
     if isinstance(ranks, bool) or not isinstance(ranks, int) or ranks < 1:
         raise ValueError(f"ranks must be an integer >= 1, got {ranks!r}")
     job = Job(problem, plan, iterations=iterations, warmup=warmup, time_scale=time_scale, timeout=timeout,
-              verify=verify, fault=fault, emulate_link=emulate_link, backend=backend)
+              verify=verify, fault=fault, emulate_link=emulate_link, backend=backend, compute=compute)
     if fault is not None and fault.rank >= ranks and backend != "mpi":
         raise ValueError(f"fault on rank {fault.rank}, but the run has {ranks} ranks")
     if backend == "local":
@@ -154,12 +159,26 @@ def _run_nccl(job: Job, ranks: int) -> Measurement:
 
     group = NcclGroup(ranks, link_cost=job.problem.cost if job.emulate_link else None)
     comms = group.communicators()
+    description = comms[0].describe()
     try:
-        with fast_thread_switching():
-            records = run_threads([lambda c=c: run_rank(c, job) for c in comms], group.host)
+        if job.compute == "host":
+            with fast_thread_switching():
+                records = run_threads([lambda c=c: run_rank(c, job) for c in comms], group.host)
+        else:
+            from fusionopt.executor.cuda_streams import CudaStreams
+            from fusionopt.executor.streams import run_stream_rank
+
+            def rank(comm):
+                comm.bind_thread()
+                streams = CudaStreams(comm, job.compute)
+                return run_stream_rank(comm, streams, job), streams.describe()
+
+            results = run_threads([lambda c=c: rank(c) for c in comms], group.host)
+            records = [record for record, _ in results]
+            description = f"{description}; {results[0][1]}"
     finally:
         group.close()
-    return assemble(job, records, backend="nccl", description=comms[0].describe(), emulated=job.emulate_link)
+    return assemble(job, records, backend="nccl", description=description, emulated=job.emulate_link)
 
 
 __all__ = ["run", "run_local"]

@@ -21,6 +21,7 @@ from fusionopt.model.problem import Problem
 from fusionopt.model.profile import Profile
 
 JOB_SCHEMA = "fusionopt.executor.job"
+COMPUTE_MODES = ("host", "spin", "gemm")
 JOB_VERSION = 1
 FAULT_KINDS = ("drop", "corrupt", "stall")
 
@@ -95,6 +96,10 @@ class Job:
     emulate_link : bool
         GPU backend with one device: hold the stream for ``c(S)`` per message (results are
         labelled emulated).
+    compute : {"host", "spin", "gemm"}
+        How compute is emulated: ``"host"``, by the host sleeping until each deadline (every
+        backend; :mod:`fusionopt.executor.runner`); ``"spin"`` or ``"gemm"``, by device work
+        queued on a compute stream (``nccl`` only; :mod:`fusionopt.executor.streams`).
     """
 
     problem: Problem
@@ -107,6 +112,7 @@ class Job:
     fault: Fault | None = None
     emulate_link: bool = False
     backend: str = "local"
+    compute: str = "host"
 
     def __post_init__(self) -> None:
         if not isinstance(self.problem, Problem):
@@ -121,6 +127,11 @@ class Job:
         _positive_int("warmup", self.warmup, 0)
         _positive_float("time_scale", self.time_scale, allow_zero=True)
         _positive_float("timeout", self.timeout)
+        if self.compute not in COMPUTE_MODES:
+            raise ValueError(f"unknown compute mode {self.compute!r}: choose one of {', '.join(COMPUTE_MODES)}")
+        if self.compute != "host" and self.backend != "nccl":
+            raise ValueError(f"compute={self.compute!r} queues device work: it needs the nccl backend, "
+                             f"not {self.backend!r} (use compute='host')")
 
     @property
     def steps(self) -> int:
@@ -140,7 +151,7 @@ class Job:
             "iterations": self.iterations, "warmup": self.warmup, "time_scale": self.time_scale,
             "timeout": self.timeout, "verify": self.verify,
             "fault": None if self.fault is None else self.fault.to_dict(),
-            "emulate_link": self.emulate_link,
+            "emulate_link": self.emulate_link, "compute": self.compute,
         }
 
     @classmethod
@@ -157,7 +168,7 @@ class Job:
         return cls(problem, plan, iterations=doc["iterations"], warmup=doc["warmup"],
                    time_scale=doc["time_scale"], timeout=doc["timeout"], verify=doc["verify"],
                    fault=fault, emulate_link=doc.get("emulate_link", False),
-                   backend=doc.get("backend", "local"))
+                   backend=doc.get("backend", "local"), compute=doc.get("compute", "host"))
 
     def digests(self) -> tuple[str, str]:
         """SHA-256 of the plan, and of every other setting that shapes the collectives."""

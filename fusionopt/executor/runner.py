@@ -90,6 +90,57 @@ class _Step:
         self.number = number
 
 
+def check_agreement(comm: Communicator, job: Job) -> None:
+    """Raise :class:`PlanMismatchError` on every rank if any rank holds a different plan or settings."""
+    mine = job.digests()
+    everyone = comm.allgather(mine, timeout=job.timeout)
+    for what, index in (("plan", 0), ("run settings (profile, cost, sync, steps, options)", 1)):
+        values = [d[index] for d in everyone]
+        if len(set(values)) > 1:
+            other = next(r for r, v in enumerate(values) if v != values[0])
+            raise PlanMismatchError(
+                f"ranks disagree on the {what}: rank 0 has sha256 {values[0][:12]}..., "
+                f"rank {other} has {values[other][:12]}... (checked before the first step)")
+
+
+class RankRecord:
+    """One rank's buffers and record over a run: set-up, and the check after every step.
+
+    Set-up binds the rank's device, checks that every rank holds the same plan and settings,
+    and allocates the gradients and the fused buffer. :meth:`add` checks a finished step's
+    bytes, shares the verdict with every rank and keeps the step's figures once warm-up is
+    over; ``fields`` is the record both runners return (plain lists, JSON-ready).
+    """
+
+    def __init__(self, comm: Communicator, job: Job, layout: Layout) -> None:
+        self.comm, self.job = comm, job
+        comm.bind_thread()
+        check_agreement(comm, job)
+        self.grads = Gradients(layout, rank=comm.rank, size=comm.size, xp=comm.xp,
+                               allocate=lambda words: comm.empty(words, layout.dtype))
+        self.fused = comm.empty(layout.max_words, layout.dtype)
+        self.fields: dict[str, Any] = {
+            "rank": comm.rank, "iteration_times": [], "message_start": [], "message_end": [],
+            "reduced": [], "forward_start": [], "backward_late": [], "errors": [],
+            "checked_bytes": 0, "steps": 0,
+        }
+
+    def add(self, step: int, figures: dict[str, Any]) -> bool:
+        """Check step ``step`` and keep its figures; True when a check failed (stop the run)."""
+        job, fields = self.job, self.fields
+        errors = self.grads.verify(step) if job.verify else []
+        if job.verify:
+            fields["checked_bytes"] += self.grads.nbytes
+        fields["steps"] = step + 1
+        verdicts = self.comm.allgather(errors, timeout=job.timeout)
+        for r, rank_errors in enumerate(verdicts):
+            fields["errors"].extend(f"rank {r}, step {step}: {e}" for e in rank_errors)
+        if step >= job.warmup:
+            for key, value in figures.items():
+                fields[key].append(value)
+        return bool(fields["errors"])
+
+
 class RankRunner:
     """Runs a :class:`Job` on one rank through ``comm``; :meth:`run` returns its record."""
 
@@ -102,58 +153,25 @@ class RankRunner:
         # Emission counts at which some message becomes ready, increasing.
         self.wake_points = sorted({m.need for m in self.layout.messages})
 
-    # ------------------------------------------------------------------ set-up
-    def check_agreement(self) -> None:
-        """Stop every rank if any rank holds a different plan or different settings."""
-        mine = self.job.digests()
-        everyone = self.comm.allgather(mine, timeout=self.timeout)
-        for what, index in (("plan", 0), ("run settings (profile, cost, sync, steps, options)", 1)):
-            values = [d[index] for d in everyone]
-            if len(set(values)) > 1:
-                other = next(r for r, v in enumerate(values) if v != values[0])
-                raise PlanMismatchError(
-                    f"ranks disagree on the {what}: rank 0 has sha256 {values[0][:12]}..., "
-                    f"rank {other} has {values[other][:12]}... (checked before the first step)")
-
     # ------------------------------------------------------------------ the step loop
     def run(self) -> dict[str, Any]:
-        comm, job, layout = self.comm, self.job, self.layout
-        comm.bind_thread()
-        self.check_agreement()
-        self.grads = Gradients(layout, rank=comm.rank, size=comm.size, xp=comm.xp,
-                               allocate=lambda words: comm.empty(words, layout.dtype))
-        self.fused = comm.empty(layout.max_words, layout.dtype)
-        self.state = _Step(self.profile.n, len(layout.messages))
+        comm, job = self.comm, self.job
+        record = RankRecord(comm, job, self.layout)
+        self.grads, self.fused = record.grads, record.fused
+        self.state = _Step(self.profile.n, len(self.layout.messages))
         thread = threading.Thread(target=self._communication_thread, daemon=True,
                                   name=f"fusionopt-comm-{comm.rank}")
-        record: dict[str, Any] = {
-            "rank": comm.rank, "iteration_times": [], "message_start": [], "message_end": [],
-            "reduced": [], "forward_start": [], "backward_late": [], "errors": [],
-            "checked_bytes": 0, "steps": 0,
-        }
         thread.start()
         try:
             for step in range(job.steps):
-                timed = step >= job.warmup
-                figures = self._step(step)
-                errors = self.grads.verify(step) if job.verify else []
-                if job.verify:
-                    record["checked_bytes"] += self.grads.nbytes
-                record["steps"] = step + 1
-                verdicts = comm.allgather(errors, timeout=self.timeout)
-                for r, rank_errors in enumerate(verdicts):
-                    record["errors"].extend(f"rank {r}, step {step}: {e}" for e in rank_errors)
-                if timed:
-                    for key, value in figures.items():
-                        record[key].append(value)
-                if record["errors"]:
+                if record.add(step, self._step(step)):
                     break
         finally:
             with self.state.cond:
                 self.state.stop = True
                 self.state.cond.notify_all()
         thread.join(timeout=1.0)
-        return record
+        return record.fields
 
     def _step(self, step: int) -> dict[str, Any]:
         comm, state, profile = self.comm, self.state, self.profile
@@ -295,4 +313,4 @@ def run_rank(comm: Communicator, job: Job) -> dict[str, Any]:
     return RankRunner(comm, job).run()
 
 
-__all__ = ["RankRunner", "fast_thread_switching", "run_rank"]
+__all__ = ["RankRecord", "RankRunner", "check_agreement", "fast_thread_switching", "run_rank"]

@@ -49,6 +49,20 @@ def test_emulated_link_on_one_gpu_is_correct_and_labelled():
     assert (durations >= problem.cost(plan.message_bytes) * 0.999).all()
 
 
+@pytest.mark.parametrize("compute", ["spin", "gemm"])
+@pytest.mark.parametrize("sync", ["barrier", "layerwise"])
+def test_queued_steps_on_one_gpu_are_correct(compute, sync):
+    _one_gpu()
+    problem = small_problem(sync)
+    plan = Plan.from_groups(problem.profile, [[2], [1, 0]])
+    m = run(problem, plan, "nccl", ranks=1, emulate_link=True, compute=compute, iterations=3, warmup=1)
+    assert m.correct and m.emulated and compute in m.description
+    durations = m.message_end - m.message_start
+    assert (durations >= problem.cost(plan.message_bytes) * 0.999).all()
+    # The forward waits for the reductions: phi_i >= C_i of every tensor, in every step.
+    assert (m.forward_start >= m.reduced - 1e-6).all()
+
+
 def test_real_nccl_on_two_gpus():
     if _one_gpu() < 2:
         pytest.skip("needs two GPUs")
@@ -58,6 +72,23 @@ def test_real_nccl_on_two_gpus():
 
 
 # ---------------------------------------------------------------------- without a GPU
+def test_device_compute_needs_the_nccl_backend():
+    problem = small_problem()
+    plan = Plan.per_tensor(problem.profile)
+    with pytest.raises(ValueError, match=r"compute='spin' queues device work: it needs the nccl backend, not 'local'"):
+        run(problem, plan, "local", compute="spin")
+    with pytest.raises(ValueError, match=r"unknown compute mode 'cuda': choose one of host, spin, gemm"):
+        run(problem, plan, "local", compute="cuda")
+
+
+def test_cuda_streams_import_without_cupy(monkeypatch):
+    monkeypatch.setitem(sys.modules, "cupy", None)
+    import fusionopt.executor.cuda_streams as cuda_streams
+
+    importlib.reload(cuda_streams)
+    assert cuda_streams.GEMM_SIDE == 2048
+
+
 def fake_cupy():
     """A stand-in for CuPy built on numpy: streams finish at once, events read the host clock,
     the hold kernel sleeps on the host, a one-rank NCCL all-reduce leaves the buffer as it is.

@@ -23,6 +23,13 @@ calibrated cost, per model and method measured and predicted times) and
     python validation/hardware/run.py --backend mpi --ranks 4
     python validation/hardware/run.py --backend nccl --ranks 8                # 8 GPUs
     python validation/hardware/run.py --backend nccl --emulate-network 100gb-ib --workers 8  # 1 GPU
+    python validation/hardware/run.py --backend nccl --emulate-network 100gb-ib --workers 8 --compute spin
+    python validation/hardware/run.py --backend nccl --emulate-network 100gb-ib --workers 8 --compute gemm
+
+With ``--compute spin`` or ``gemm`` (nccl only) each step is queued whole on two GPU streams
+(``fusionopt.executor.streams``): compute as spin kernels of exact durations, or as GEMMs
+that contend with NCCL; the file name then ends in ``-spin`` or ``-gemm``. The summary gives
+each model's methods ordered by predicted and by measured ``T``.
 """
 
 from __future__ import annotations
@@ -105,6 +112,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--emulate-network", metavar="NAME",
                         help="nccl on one GPU: emulate this network preset's link (with --workers)")
     parser.add_argument("--workers", type=int, default=8, help="workers of --emulate-network (default 8)")
+    parser.add_argument("--compute", default="host", choices=("host", "spin", "gemm"),
+                        help="emulated compute: host sleeps (default), or for nccl GPU spin kernels or GEMMs")
     parser.add_argument("--output-dir", default=str(ROOT / "validation" / "results"))
     args = parser.parse_args(argv)
 
@@ -118,6 +127,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--emulate-network applies to --backend nccl with one GPU")
     if emulated:
         args.ranks = 1
+    if args.compute != "host" and args.backend != "nccl":
+        parser.error("--compute spin|gemm applies to --backend nccl")
 
     started = time.perf_counter()
     load_before = os.getloadavg()
@@ -148,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
             t = time.perf_counter()
             m = run(Problem(profile, cost, sync=sync), plan, args.backend, ranks=args.ranks,
                     iterations=args.iterations, warmup=args.warmup, time_scale=scale, emulate_link=emulated,
-                    timeout=120.0)
+                    compute=args.compute, timeout=120.0)
             message_errors = np.abs(m.message_errors)
             row = {
                 "model": model, "method": method, "sync": sync, "messages": plan.num_messages,
@@ -181,12 +192,16 @@ def main(argv: list[str] | None = None) -> int:
                  for method in chosen}
     summary = {"median_abs_relative_error": statistics.median(abs(r["relative_error"]) for r in rows),
                "median_abs_relative_error_by_method": by_method,
+               "ranking": {model: ranking([r for r in rows if r["model"] == model]) for model in profiles},
                "all_correct": all(r["correct"] for r in rows)}
     # Named by the hardware that ran the collectives (not the profiles' zoo device).
     label = f"{args.backend}-{'gpu' if args.backend == 'nccl' else 'cpu'}"
+    if args.compute != "host":
+        label += f"-{args.compute}"
     document = {
         "schema": "fusionopt.validation.hardware", "version": 1, "backend": args.backend,
         "device": args.device, "batch": args.batch, "ranks": args.ranks, "emulated": emulated,
+        "compute": args.compute,
         "overlap": None if args.time_scale is not None else args.overlap,
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "hardware": hardware(args.backend), "versions": versions(args.backend),
@@ -204,6 +219,20 @@ def main(argv: list[str] | None = None) -> int:
     print()
     print(table)
     return 0 if summary["all_correct"] else 1
+
+
+def ranking(rows: list[dict], tie: float = 0.01) -> dict:
+    """Methods ordered by predicted and by measured T; whether the orders agree.
+
+    ``equal``: the two orders are the same. ``agree_beyond_ties``: every pair of methods whose
+    predicted times differ by more than ``tie`` (relative) is measured in the predicted order.
+    """
+    predicted = [r["method"] for r in sorted(rows, key=lambda r: r["predicted_time"])]
+    measured = [r["method"] for r in sorted(rows, key=lambda r: r["measured_time"])]
+    disagree = [(a["method"], b["method"]) for a in rows for b in rows
+                if a["predicted_time"] < b["predicted_time"] * (1 - tie) and a["measured_time"] > b["measured_time"]]
+    return {"predicted": predicted, "measured": measured, "equal": predicted == measured,
+            "agree_beyond_ties": not disagree, "tie": tie, "disagreements": disagree}
 
 
 def markdown(document: dict) -> str:
@@ -239,6 +268,13 @@ def markdown(document: dict) -> str:
     lines.append("Message error: median over a plan's messages of |measured - c(S)| / c(S) (small messages are "
                  "noisy). Calibration drift: c(all gradients) from the same sweep repeated after the model's "
                  "runs, against the one the predictions used (the host is shared; its speed moves).")
+    for model, order in s.get("ranking", {}).items():
+        verdict = ("equal" if order["equal"] else
+                   f"agree beyond {100 * order['tie']:g}% ties" if order["agree_beyond_ties"] else "DIFFERENT")
+        lines.append(f"Ranking on {model}: predicted {' < '.join(order['predicted'])}; measured "
+                     f"{' < '.join(order['measured'])}: {verdict}.")
+    if document.get("compute", "host") != "host":
+        lines.append(f"Compute queued on the GPU as {document['compute']} work (`--compute {document['compute']}`).")
     if document["methods_not_registered"]:
         lines.append(f"Not registered, skipped: {', '.join(document['methods_not_registered'])}.")
     return "\n".join(lines) + "\n"
