@@ -37,6 +37,7 @@ from fusionopt.zoo.googlenet import googlenet
 from fusionopt.zoo.gpt2 import gpt2, gpt2_medium
 from fusionopt.zoo.inception import inception_v3
 from fusionopt.zoo.layers import Architecture, Layer, check_positive_int
+from fusionopt.zoo.measured import measured_profile, measured_profiles
 from fusionopt.zoo.lstm import lstm_lm
 from fusionopt.zoo.mobilenet import mobilenet_v2
 from fusionopt.zoo.resnet import resnet18, resnet50, resnet101, resnet152
@@ -50,6 +51,8 @@ __all__ = [
     "architecture",
     "device",
     "devices",
+    "measured_profile",
+    "measured_profiles",
     "models",
     "profile",
 ]

@@ -1,0 +1,200 @@
+"""Measured PyTorch profiles of zoo models beside the zoo's roofline estimates.
+
+For each model that PyTorch can build here (the LSTM language model from ``torch.nn`` alone;
+the CNNs and ViT when torchvision is installed), the script measures per-tensor forward and
+backward times with :func:`fusionopt.integrations.torch.profile_model` (hooks, medians of
+``--steps`` steps, CUDA events on a GPU), checks that the measured tensors' names and byte
+sizes equal the zoo architecture's exactly, and sets the measured compute beside the
+roofline estimate of the same model on the chosen zoo device preset.
+
+Writes each measured profile as JSON (device, torch version, batch and date in its
+metadata) to ``--profiles-dir`` as ``<model>-<hardware>-b<batch>.json`` (default: the zoo's
+``fusionopt/zoo/measured/``, read by ``fusionopt.zoo.measured_profile``; ``hardware`` is
+``cpu`` or the GPU's short name, e.g. ``h100``), and the comparison to
+``validation/results/profiles-<cpu|gpu>.{json,md}``.
+
+    python validation/profiles/run.py --device cuda --zoo-device h100          # on a GPU
+    python validation/profiles/run.py --device cpu --models lstm-lm --steps 3  # smoke run
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import platform
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from fusionopt import zoo  # noqa: E402
+from fusionopt.integrations.torch import profile_model, require_torch  # noqa: E402
+from fusionopt.model._io import write_json_atomic, write_text_atomic  # noqa: E402
+from fusionopt.zoo.measured import MEASURED_DIR  # noqa: E402
+
+# zoo name -> torchvision builder name (weights not needed: shapes and times only)
+TORCHVISION = {
+    "resnet18": "resnet18", "resnet50": "resnet50", "resnet101": "resnet101", "resnet152": "resnet152",
+    "vgg16": "vgg16", "vgg19": "vgg19", "alexnet": "alexnet", "densenet121": "densenet121",
+    "densenet201": "densenet201", "mobilenet-v2": "mobilenet_v2", "vit-b16": "vit_b_16",
+    "inception-v3": "inception_v3", "googlenet": "googlenet",
+}
+DEFAULT_MODELS = "resnet50,vgg16,densenet121,mobilenet-v2,vit-b16,lstm-lm"
+
+
+def lstm_language_model(torch: Any) -> Any:
+    """PyTorch's word-language-model ``RNNModel('LSTM', 10000, 1500, 1500, 2)``, zoo names."""
+    from fusionopt.zoo import lstm
+
+    class RNNModel(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.encoder = torch.nn.Embedding(lstm.NTOKEN, lstm.NINP)
+            self.rnn = torch.nn.LSTM(lstm.NINP, lstm.NHID, lstm.NLAYERS)
+            self.decoder = torch.nn.Linear(lstm.NHID, lstm.NTOKEN)
+
+        def forward(self, tokens: Any) -> Any:
+            output, _ = self.rnn(self.encoder(tokens))
+            return self.decoder(output)
+
+    return RNNModel()
+
+
+def builder(name: str, torch: Any) -> tuple[Callable[[], Any], Callable[[int, Any], Any]] | None:
+    """(model factory, input factory for a batch on a device), or None where it cannot be built."""
+    if name == "lstm-lm":
+        return (lambda: lstm_language_model(torch),
+                lambda batch, device: torch.randint(0, 10000, (35, batch), device=device))
+    if name in TORCHVISION:
+        try:
+            import torchvision
+        except ImportError:
+            return None
+        factory = getattr(torchvision.models, TORCHVISION[name])
+        side = 299 if name == "inception-v3" else 224
+        options = {"aux_logits": False, "init_weights": False} if name == "googlenet" else {}
+        if name == "inception-v3":
+            options = {"init_weights": False}
+        return (lambda: factory(weights=None, **options),
+                lambda batch, device: torch.randn(batch, 3, side, side, device=device))
+    return None
+
+
+def hardware_tag(gpu_name: str) -> str:
+    """A short lower-case tag of a GPU's name: "NVIDIA H100 80GB HBM3" -> "h100"."""
+    for word in gpu_name.replace("NVIDIA", "").split():
+        if any(ch.isdigit() for ch in word):
+            return word.lower().replace("-", "")
+    return gpu_name.split()[-1].lower()
+
+
+def loss_of(output: Any) -> Any:
+    """Sum of the logits (Inception-v3 in training mode returns its aux logits as well)."""
+    if hasattr(output, "logits"):
+        total = output.logits.sum()
+        aux = getattr(output, "aux_logits", None)
+        return total if aux is None else total + aux.sum()
+    return output.sum()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--device", default="cuda", help="torch device to measure on (default cuda)")
+    parser.add_argument("--zoo-device", default="h100", help="zoo preset of the roofline estimate (default h100)")
+    parser.add_argument("--models", default=DEFAULT_MODELS)
+    parser.add_argument("--batch", type=int, default=32, help="per-worker batch (default 32)")
+    parser.add_argument("--steps", type=int, default=20, help="timed steps; medians taken (default 20)")
+    parser.add_argument("--warmup", type=int, default=5)
+    parser.add_argument("--profiles-dir", default=str(MEASURED_DIR))
+    parser.add_argument("--output-dir", default=str(ROOT / "validation" / "results"))
+    args = parser.parse_args(argv)
+
+    torch = require_torch()
+    device = torch.device(args.device)
+    label = "gpu" if device.type == "cuda" else "cpu"
+    hardware = torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "cpu"
+    short = hardware_tag(hardware) if device.type == "cuda" else "cpu"
+    rows, skipped = [], []
+    for name in args.models.split(","):
+        made = builder(name, torch)
+        if made is None:
+            skipped.append(name)
+            print(f"{name}: cannot be built here (needs torchvision), skipped")
+            continue
+        build, inputs = made
+        torch.manual_seed(0)
+        model = build().to(device).train()
+        started = time.perf_counter()
+        measured = profile_model(model, inputs(args.batch, device), loss_fn=loss_of, steps=args.steps,
+                                 warmup=args.warmup, device=device, batch=args.batch, name=name)
+        seconds = time.perf_counter() - started
+        estimate = zoo.profile(name, device=args.zoo_device, batch=args.batch)
+        same_tensors = (measured.names == estimate.names
+                        and measured.sizes.tolist() == estimate.sizes.tolist())
+        path = Path(args.profiles_dir) / f"{name}-{short}-b{args.batch}.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        measured.write(path)
+        ratio_b = measured.B / estimate.B
+        ratio_f = measured.F / estimate.F
+        # How well the estimate's per-tensor split matches: correlation of backward times.
+        correlation = float(np.corrcoef(measured.backward, estimate.backward)[0, 1]) if measured.n > 2 else None
+        rows.append({"model": name, "tensors": measured.n, "same_tensors_as_zoo": bool(same_tensors),
+                     "measured_B": measured.B, "measured_F": measured.F, "estimate_B": estimate.B,
+                     "estimate_F": estimate.F, "ratio_B": ratio_b, "ratio_F": ratio_f,
+                     "backward_correlation": correlation,
+                     "ready_order_is_reverse_forward": measured.metadata.get("ready_order_is_reverse_forward"),
+                     "profile": str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else path.name,
+                     "seconds": seconds})
+        print(f"{name:14s} {measured.n:4d} tensors  tensors as zoo: {same_tensors}  B {1e3 * measured.B:8.2f} ms "
+              f"(estimate {1e3 * estimate.B:8.2f}, x{ratio_b:.2f})  F {1e3 * measured.F:8.2f} ms "
+              f"(estimate {1e3 * estimate.F:8.2f}, x{ratio_f:.2f})", flush=True)
+
+    document = {
+        "schema": "fusionopt.validation.profiles", "version": 1, "device": str(device), "hardware": hardware,
+        "zoo_device": args.zoo_device, "batch": args.batch, "steps": args.steps, "warmup": args.warmup,
+        "torch": torch.__version__, "cuda": torch.version.cuda if device.type == "cuda" else None,
+        "python": platform.python_version(),
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "results": rows, "skipped": skipped,
+    }
+    output = Path(args.output_dir)
+    output.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(output / f"profiles-{label}.json", document)
+    table = markdown(document)
+    write_text_atomic(output / f"profiles-{label}.md", table)
+    print()
+    print(table)
+    return 0 if all(r["same_tensors_as_zoo"] for r in rows) else 1
+
+
+def markdown(document: dict) -> str:
+    lines = [
+        f"# Measured profiles against the roofline estimate ({document['hardware']})",
+        "",
+        f"{document['date']}; torch {document['torch']}" + (f", CUDA {document['cuda']}" if document["cuda"] else "")
+        + f"; batch {document['batch']}; medians of {document['steps']} steps after {document['warmup']}; "
+        f"estimates from the zoo's `{document['zoo_device']}` preset. Written by `validation/profiles/run.py`.",
+        "",
+        "| model | tensors | names and sizes as zoo | measured B (ms) | estimate B (ms) | B ratio | "
+        "measured F (ms) | estimate F (ms) | F ratio | per-tensor backward correlation |",
+        "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in document["results"]:
+        corr = "-" if r["backward_correlation"] is None else f"{r['backward_correlation']:.2f}"
+        lines.append(f"| {r['model']} | {r['tensors']} | {'yes' if r['same_tensors_as_zoo'] else 'NO'} | "
+                     f"{1e3 * r['measured_B']:.2f} | {1e3 * r['estimate_B']:.2f} | {r['ratio_B']:.2f} | "
+                     f"{1e3 * r['measured_F']:.2f} | {1e3 * r['estimate_F']:.2f} | {r['ratio_F']:.2f} | {corr} |")
+    if document["skipped"]:
+        lines += ["", f"Not built here (torchvision missing): {', '.join(document['skipped'])}."]
+    lines += ["", "Ratio: measured over estimated. F counts only modules that own parameters (see "
+              "`fusionopt.integrations.torch`)."]
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    sys.exit(main())
