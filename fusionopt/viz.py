@@ -16,7 +16,6 @@ Times in the helpers' results are seconds from the start of the backward, as in
 
 from __future__ import annotations
 
-import bisect
 import io
 import math
 import os
@@ -28,7 +27,7 @@ import numpy as np
 from fusionopt.model.plan import Plan
 from fusionopt.model.problem import Problem
 from fusionopt.model.ps import PSPlan
-from fusionopt.model.timeline import Timeline, simulate
+from fusionopt.model.timeline import Timeline, compute_pieces, simulate
 from fusionopt.reporting import write_bytes_atomic
 
 __all__ = [
@@ -39,8 +38,9 @@ __all__ = [
 IMAGE_FORMATS = ("png", "svg")
 SWEEP_METRICS = ("scaling_efficiency", "speedup", "iteration_time")
 
-# A replayed compute stream must agree with the simulator's figures to this relative
-# tolerance (the event-driven simulator stops each task within 1e-13 of the time scale).
+# The compute stream, simulated again from the problem and plan, must agree with the
+# timeline drawn to this relative tolerance: the event-driven simulator that records it
+# stops each task within 1e-13 of the time scale, the plain model's recursion rounds alike.
 _MATCH_RTOL = 1e-6
 
 _KIND_COLORS = {
@@ -110,14 +110,6 @@ class Bar:
     def duration(self) -> float:
         """``end - start`` in seconds."""
         return self.end - self.start
-
-
-@dataclass(frozen=True)
-class _Task:
-    kind: str
-    tensor: int
-    work: float      # seconds at full speed
-    gate: float      # the task may not start before this time (seconds)
 
 
 def _resolve(source: Any, problem: Problem, plan: Plan | PSPlan | None, *, fn: str) -> tuple[Timeline, Any, str | None]:
@@ -195,116 +187,6 @@ def _message_bars(plan: Plan, start: np.ndarray, end: np.ndarray, sizes: np.ndar
     return bars
 
 
-def _allreduce_tasks(problem: Problem, plan: Plan, end: np.ndarray) -> list[_Task]:
-    """The compute stream of MODEL.md sections 3, 4 and 6 (contention, packing on compute):
-    the backward ``n-1 .. 0``, each followed by the packing of the fused messages it makes
-    ready when packing runs on the compute stream, then updates and forwards gated by
-    ``sync``. Gates are the simulated message ends."""
-    profile = problem.profile
-    n = profile.n
-    made_ready: dict[int, list[int]] = {}
-    for k, message in enumerate(plan.messages):
-        made_ready.setdefault(min(c.tensor for c in message.chunks), []).append(k)
-    packing = problem.copy_on == "compute" and problem.copy_cost > 0
-    tasks = []
-    for i in range(n - 1, -1, -1):
-        tasks.append(_Task("backward", i, float(profile.backward[i]), -math.inf))
-        if packing:
-            for k in made_ready.get(i, []):
-                if len(plan.messages[k].tensors) > 1:
-                    tasks.append(_Task("pack", i, problem.copy_cost * plan.messages[k].nbytes, -math.inf))
-    if problem.sync == "barrier":
-        everything = float(end.max())
-        for i in range(n):
-            tasks.append(_Task("update", i, float(profile.update[i]), everything if i == 0 else -math.inf))
-        for i in range(n):
-            tasks.append(_Task("forward", i, float(profile.forward[i]), -math.inf))
-    else:
-        reduced = np.full(n, -math.inf)
-        for k, message in enumerate(plan.messages):
-            for c in message.chunks:
-                reduced[c.tensor] = max(reduced[c.tensor], float(end[k]))
-        for i in range(n):
-            tasks.append(_Task("update", i, float(profile.update[i]), float(reduced[i])))
-            tasks.append(_Task("forward", i, float(profile.forward[i]), -math.inf))
-    return tasks
-
-
-def _ps_tasks(problem: Problem, plan: PSPlan, timeline: Timeline) -> list[_Task]:
-    """The compute stream of a parameter-server plan (see
-    :func:`~fusionopt.model.ps_timing.simulate_ps`): backward pieces along the push chunks,
-    forward pieces along the pull chunks when ``partition_compute`` is on."""
-    profile, ps = problem.profile, problem.ps
-    n, sizes = profile.n, profile.sizes
-    split, delta = ps.partition_compute, ps.delta
-
-    def pieces(p: Plan) -> list[list[tuple[int, int, int]]]:
-        out: list[list[tuple[int, int, int]]] = [[] for _ in range(n)]
-        for k, message in enumerate(p.messages):
-            for c in message.chunks:
-                out[c.tensor].append((k, c.lo, c.hi))
-        return out
-
-    tasks = []
-    for i, own in reversed(list(enumerate(pieces(plan.push)))):
-        if split and len(own) > 1:
-            tasks += [_Task("backward", i, float(profile.backward[i]) * (hi - lo) / int(sizes[i]) + delta, -math.inf)
-                      for _, lo, hi in own]
-        else:
-            tasks.append(_Task("backward", i, float(profile.backward[i]), -math.inf))
-    pull_end = timeline.pull_end
-    if problem.sync == "barrier":
-        everything = float(pull_end.max())
-        tasks += [_Task("update", i, float(profile.update[i]), everything if i == 0 else -math.inf) for i in range(n)]
-        tasks += [_Task("forward", i, float(profile.forward[i]), -math.inf) for i in range(n)]
-        return tasks
-    for i, own in enumerate(pieces(plan.pull)):
-        if split and len(own) > 1:
-            for q, (m, lo, hi) in enumerate(own):
-                if q == 0:
-                    tasks.append(_Task("update", i, float(profile.update[i]), float(pull_end[m])))
-                tasks.append(_Task("forward", i, float(profile.forward[i]) * (hi - lo) / int(sizes[i]) + delta,
-                                   float(pull_end[m])))
-        else:
-            gate = max(float(pull_end[m]) for m, _, _ in own)
-            tasks.append(_Task("update", i, float(profile.update[i]), gate))
-            tasks.append(_Task("forward", i, float(profile.forward[i]), -math.inf))
-    return tasks
-
-
-def _busy_intervals(start: np.ndarray, end: np.ndarray) -> list[tuple[float, float]]:
-    """The union of the intervals ``[start_k, end_k)``, sorted and disjoint."""
-    merged: list[list[float]] = []
-    for s, e in sorted(zip(start.tolist(), end.tolist())):
-        if e <= s:
-            continue
-        if merged and s <= merged[-1][1]:
-            merged[-1][1] = max(merged[-1][1], e)
-        else:
-            merged.append([s, e])
-    return [(s, e) for s, e in merged]
-
-
-def _finish(start: float, work: float, busy: list[tuple[float, float]], ends: list[float], slowdown: float) -> float:
-    """When ``work`` seconds of compute started at ``start`` end, at ``1 / slowdown`` of full
-    speed inside the busy intervals (MODEL.md section 6, contention)."""
-    if slowdown == 1.0 or work <= 0.0:
-        return start + work
-    t, left = start, work
-    for a, b in busy[bisect.bisect_right(ends, start):]:
-        if t < a:
-            if left <= a - t:
-                return t + left
-            left -= a - t
-            t = a
-        capacity = (b - t) / slowdown
-        if left <= capacity:
-            return t + left * slowdown
-        left -= capacity
-        t = b
-    return t + left
-
-
 def timeline_bars(source: Any, problem: Problem, *, plan: Plan | PSPlan | None = None) -> list[Bar]:
     """Every bar of the timeline chart of a plan: compute pieces, messages, exposed waits.
 
@@ -315,8 +197,10 @@ def timeline_bars(source: Any, problem: Problem, *, plan: Plan | PSPlan | None =
     slower while a message is in flight; with packing on the compute stream, the packing
     of each fused message follows the backward that makes it ready; on a parameter server
     with partitioned compute, backward and forward pieces follow the push and pull chunks
-    (MODEL.md section 6). The stream is replayed from the simulated message times, and its
-    forward starts and end are checked against the timeline's ``forward_start`` and ``T``.
+    (MODEL.md section 6). The pieces are the model's
+    (:func:`~fusionopt.model.timeline.compute_pieces`); their forward starts and end are
+    checked against the timeline's ``forward_start`` and ``T``, so that a timeline of
+    another problem is refused.
 
     Messages go on row ``"channel"`` (``"channel 1"`` .. ``"channel K"`` with ``K``
     concurrent channels, each message on the first one free at its start), or on rows
@@ -324,7 +208,7 @@ def timeline_bars(source: Any, problem: Problem, *, plan: Plan | PSPlan | None =
     ``message_start`` and ``message_end`` (``pull_start`` and ``pull_end``).
 
     Bars of kind ``"exposed"`` (row ``"compute"``) are the intervals in which the compute
-    stream waits for communication. In the plain model (no contention, no partitioned
+    stream waits for communication: the gaps between its pieces. In the plain model (no contention, no partitioned
     compute) their widths add up to the timeline's ``exposed = T - (B + F + U)``; with
     contention or compute overheads, ``exposed`` also counts the slowed or extra compute.
 
@@ -369,33 +253,27 @@ def timeline_bars(source: Any, problem: Problem, *, plan: Plan | PSPlan | None =
     if isinstance(plan, PSPlan):
         comm = _message_bars(plan.push, timeline.message_start, timeline.message_end, sizes, kind="push", rows=["push"])
         comm += _message_bars(plan.pull, timeline.pull_start, timeline.pull_end, sizes, kind="pull", rows=["pull"])
-        tasks = _ps_tasks(problem, plan, timeline)
-        busy, slowdown = [], 1.0
     else:
         channels = problem.channels
         rows = ["channel"] if channels == 1 else [f"channel {j + 1}" for j in range(channels)]
         comm = _message_bars(plan, timeline.message_start, timeline.message_end, sizes, kind="message", rows=rows)
-        tasks = _allreduce_tasks(problem, plan, timeline.message_end)
-        busy, slowdown = _busy_intervals(timeline.message_start, timeline.message_end), problem.contention
-    ends = [b for _, b in busy]
 
+    pieces = compute_pieces(problem, plan)
     compute, waits = [], []
     forward_start = np.full(profile.n, math.nan)
     clock = 0.0
-    for task in tasks:
-        begin = max(clock, task.gate)
-        if begin > clock:
-            waits.append((clock, begin))
-        end = _finish(begin, task.work, busy, ends, slowdown)
-        if task.kind == "forward" and math.isnan(forward_start[task.tensor]):
-            forward_start[task.tensor] = begin
-        if end > begin:
-            compute.append(Bar("compute", begin, end, task.kind, label=profile.names[task.tensor],
-                               index=task.tensor, tensor=task.tensor))
-        clock = end
+    for piece in pieces:
+        if piece.start > clock:
+            waits.append((clock, piece.start))
+        if piece.kind == "forward" and math.isnan(forward_start[piece.tensor]):
+            forward_start[piece.tensor] = piece.start
+        if piece.end > piece.start:
+            compute.append(Bar("compute", piece.start, piece.end, piece.kind, label=profile.names[piece.tensor],
+                               index=piece.tensor, tensor=piece.tensor))
+        clock = piece.end
     scale = _MATCH_RTOL * max(T, 1e-300)
     if abs(clock - T) > scale or np.max(np.abs(forward_start - timeline.forward_start)) > scale:
-        raise ValueError(f"timeline_bars: the compute stream replayed from the messages ends at {clock:.9g} s, the "
+        raise ValueError(f"timeline_bars: the compute stream of this problem and plan ends at {clock:.9g} s, the "
                          f"timeline at T = {T:.9g} s: the timeline does not belong to this problem and plan")
     exposed = [Bar("compute", s, e, "exposed", label="exposed", short="exposed")
                for s, e in waits if e - s > 1e-9 * T]

@@ -10,9 +10,9 @@ from fusionopt.model.plan import Chunk, Message, Plan
 from fusionopt.model.problem import Problem
 from fusionopt.model.profile import Profile
 from fusionopt.model.ps import ParameterServer, PSPlan
-from fusionopt.model.timeline import Timeline, simulate
+from fusionopt.model.timeline import ComputePiece, Timeline, compute_pieces, simulate
 
 __all__ = [
-    "AlphaBeta", "Chunk", "CommCost", "Message", "PSPlan", "ParameterServer", "Plan", "Problem", "Profile", "Timeline",
-    "best_bound", "evaluate_cuts", "fusion_iteration_time", "simulate",
+    "AlphaBeta", "Chunk", "CommCost", "ComputePiece", "Message", "PSPlan", "ParameterServer", "Plan", "Problem",
+    "Profile", "Timeline", "best_bound", "compute_pieces", "evaluate_cuts", "fusion_iteration_time", "simulate",
 ]

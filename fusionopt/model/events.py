@@ -35,11 +35,12 @@ _EPS = 1e-13
 
 @dataclass
 class _Task:
-    work: float
+    kind: str                                      # "backward", "pack", "update" or "forward"
+    tensor: int                                    # forward index (packing: the backward's)
+    work: float                                    # seconds at full speed
     gate: set[int] = field(default_factory=set)   # messages that must be done first
     on_done: list[int] = field(default_factory=list)  # messages made ready when it ends
-    forward_of: int | None = None                  # tensor whose forward this is
-    update_of: int | None = None
+    message: int | None = None                     # the message a packing task packs
 
 
 @dataclass
@@ -61,13 +62,14 @@ def _compute_tasks(problem: Problem, plan: Plan) -> list[_Task]:
     tasks: list[_Task] = []
     for i in range(n - 1, -1, -1):
         ready = made_ready.get(i, [])
-        tasks.append(_Task(work=float(profile.backward[i])))
+        tasks.append(_Task("backward", i, float(profile.backward[i])))
         if packing_on_compute:
             plain = [k for k in ready if len(plan.messages[k].tensors) == 1]
             tasks[-1].on_done.extend(plain)
             for k in ready:
                 if len(plan.messages[k].tensors) > 1:
-                    tasks.append(_Task(work=problem.copy_cost * plan.messages[k].nbytes, on_done=[k]))
+                    tasks.append(_Task("pack", i, problem.copy_cost * plan.messages[k].nbytes, on_done=[k],
+                                       message=k))
         else:
             tasks[-1].on_done.extend(ready)
     carried_by: dict[int, set[int]] = {}
@@ -77,13 +79,13 @@ def _compute_tasks(problem: Problem, plan: Plan) -> list[_Task]:
     everything = set(range(len(plan.messages)))
     if problem.sync == "barrier":
         for i in range(n):
-            tasks.append(_Task(work=float(profile.update[i]), gate=everything if i == 0 else set(), update_of=i))
+            tasks.append(_Task("update", i, float(profile.update[i]), gate=everything if i == 0 else set()))
         for i in range(n):
-            tasks.append(_Task(work=float(profile.forward[i]), forward_of=i))
+            tasks.append(_Task("forward", i, float(profile.forward[i])))
     else:
         for i in range(n):
-            tasks.append(_Task(work=float(profile.update[i]), gate=carried_by[i], update_of=i))
-            tasks.append(_Task(work=float(profile.forward[i]), forward_of=i))
+            tasks.append(_Task("update", i, float(profile.update[i]), gate=carried_by[i]))
+            tasks.append(_Task("forward", i, float(profile.forward[i])))
     return tasks
 
 
@@ -99,9 +101,18 @@ def _phases(problem: Problem, plan: Plan) -> tuple[np.ndarray, np.ndarray]:
     return np.where(sizes > 0, alpha, 0.0) + packing, beta * sizes
 
 
-def simulate_events(problem: Problem, plan: Plan):
-    """The :class:`~fusionopt.model.timeline.Timeline` of ``plan`` under the extensions."""
-    from fusionopt.model.timeline import build_timeline, reduction_times
+def simulate_events(problem: Problem, plan: Plan, *, pieces: list | None = None):
+    """The :class:`~fusionopt.model.timeline.Timeline` of ``plan`` under the extensions.
+
+    Parameters
+    ----------
+    pieces : list, optional
+        If given, one :class:`~fusionopt.model.timeline.ComputePiece` per compute task is
+        appended to it in stream order: its start (seconds) is when the task is next on the
+        stream and every message it waits for has ended, its end when its work is done.
+        Recording changes no number of the timeline.
+    """
+    from fusionopt.model.timeline import ComputePiece, build_timeline, reduction_times
 
     profile = problem.profile
     n_messages = len(plan.messages)
@@ -117,6 +128,7 @@ def simulate_events(problem: Problem, plan: Plan):
     phi = np.zeros(profile.n)
     next_dispatch = 0
     task_index, remaining = 0, tasks[0].work
+    task_start = None            # when the current task began computing (its gate met)
     clock = 0.0
     finished_at = None
     tolerance = _EPS * (profile.compute_time + float(latency.sum() + transfer.sum()) + 1e-300)
@@ -128,16 +140,21 @@ def simulate_events(problem: Problem, plan: Plan):
             progressed = False
             if task_index < len(tasks):
                 task = tasks[task_index]
+                if task_start is None and task.gate <= done:
+                    task_start = clock
                 if task.gate <= done and remaining <= 0.0:
                     for k in task.on_done:
                         ready[k] = clock
+                    if pieces is not None:
+                        pieces.append(ComputePiece(task.kind, task.tensor, task_start, clock, task.message))
+                    task_start = None
                     task_index += 1
                     if task_index == len(tasks):
                         finished_at = clock
                     else:
                         remaining = tasks[task_index].work
-                        if tasks[task_index].forward_of is not None:
-                            phi[tasks[task_index].forward_of] = clock
+                        if tasks[task_index].kind == "forward":
+                            phi[tasks[task_index].tensor] = clock
                     progressed = True
             while (next_dispatch < n_messages and ready[next_dispatch] <= clock
                    and len(flights) < problem.channels):

@@ -18,7 +18,7 @@ import numpy as np
 from fusionopt.model.plan import Plan
 from fusionopt.model.problem import Problem
 from fusionopt.model.ps import PSPlan, _check_offsets, stream_offsets
-from fusionopt.model.timeline import Timeline
+from fusionopt.model.timeline import ComputePiece, Timeline
 
 __all__ = ["simulate_ps", "offsets_iteration_time", "ps_lower_bound", "require_ps"]
 
@@ -51,7 +51,7 @@ def _pieces_by_tensor(plan: Plan, n: int) -> list[list[tuple[int, int, int]]]:
     return pieces
 
 
-def simulate_ps(problem: Problem, plan: PSPlan, *, validate: bool = True) -> Timeline:
+def simulate_ps(problem: Problem, plan: PSPlan, *, validate: bool = True, pieces: list | None = None) -> Timeline:
     """Simulate a parameter-server plan (MODEL.md section 6, "Parameter server").
 
     The model, times in seconds from the start of the backward, sizes in bytes:
@@ -91,6 +91,18 @@ def simulate_ps(problem: Problem, plan: PSPlan, *, validate: bool = True) -> Tim
     no partitioned compute and the pull plan equal to the push plan
     (:meth:`PSPlan.mirror`), the timeline is the all-reduce simulator's under the push cost.
 
+    Parameters
+    ----------
+    validate : bool
+        Check first that both plans send every byte exactly once.
+    pieces : list, optional
+        If given, one :class:`~fusionopt.model.timeline.ComputePiece` per compute piece is
+        appended to it in stream order (backward pieces, then updates and forward pieces),
+        with its start and end in seconds and, for a piece of a split tensor, the push or
+        pull message of its chunk. Under barrier sync the updates run back to back from
+        ``max(backward end, last pull end)`` and the last one ends where the forward
+        starts. Recording changes no number of the timeline.
+
     Returns
     -------
     Timeline
@@ -127,18 +139,23 @@ def simulate_ps(problem: Problem, plan: PSPlan, *, validate: bool = True) -> Tim
     push_pieces = _pieces_by_tensor(plan.push, n)
     n_push = plan.push.num_messages
     push_ready = [-np.inf] * n_push
+    stream: list[tuple] = []      # the compute pieces as ComputePiece fields, in order
     clock = 0.0
     for i in range(n - 1, -1, -1):
-        pieces = push_pieces[i]
-        if split and len(pieces) > 1:
-            for k, lo, hi in pieces:
+        chunks = push_pieces[i]
+        if split and len(chunks) > 1:
+            for k, lo, hi in chunks:
+                begin = clock
                 clock += backward[i] * (hi - lo) / sizes[i] + delta
                 overhead += delta
                 push_ready[k] = max(push_ready[k], clock)
+                stream.append(("backward", i, begin, clock, k))
         else:
+            begin = clock
             clock += backward[i]
-            for k, _, _ in pieces:
+            for k, _, _ in chunks:
                 push_ready[k] = max(push_ready[k], clock)
+            stream.append(("backward", i, begin, clock))
     backward_end = clock
 
     # 2. Push channel; 3. server updates.
@@ -148,7 +165,7 @@ def simulate_ps(problem: Problem, plan: PSPlan, *, validate: bool = True) -> Tim
     updated = (np.array(push_end) + ps.server_update(push_bytes)).tolist()
 
     # 4. Pull channel: each pull waits for the pushes its bytes came in.
-    intervals = [sorted((lo, hi, k) for k, lo, hi in pieces) for pieces in push_pieces]
+    intervals = [sorted((lo, hi, k) for k, lo, hi in chunks) for chunks in push_pieces]
     starts = [[lo for lo, _, _ in tensor] for tensor in intervals]
     n_pull = plan.pull.num_messages
     gate = [-np.inf] * n_pull
@@ -169,26 +186,45 @@ def simulate_ps(problem: Problem, plan: PSPlan, *, validate: bool = True) -> Tim
     # 5. Forward.
     phi = [0.0] * n
     if problem.sync == "barrier":
-        clock = max(backward_end, max(pull_end)) + profile.U
+        begin = max(backward_end, max(pull_end))
+        clock = begin + profile.U
+        if pieces is not None:
+            # The updates back to back; the last ends where the forward starts.
+            ends = np.minimum(begin + np.cumsum(update), clock).tolist()
+            ends[-1] = clock
+            for i in range(n):
+                stream.append(("update", i, begin, ends[i]))
+                begin = ends[i]
         for i in range(n):
             phi[i] = clock
             clock += forward[i]
+            stream.append(("forward", i, phi[i], clock))
     else:
         clock = backward_end
         for i in range(n):
-            pieces = pull_pieces[i]
-            if split and len(pieces) > 1:
-                for q, (m, lo, hi) in enumerate(pieces):
+            chunks = pull_pieces[i]
+            if split and len(chunks) > 1:
+                for q, (m, lo, hi) in enumerate(chunks):
                     clock = max(clock, pull_end[m])
                     if q == 0:
+                        begin = clock
                         clock += update[i]
                         phi[i] = clock
+                        stream.append(("update", i, begin, clock))
+                    begin = clock
                     clock += forward[i] * (hi - lo) / sizes[i] + delta
                     overhead += delta
+                    stream.append(("forward", i, begin, clock, m))
             else:
-                clock = max(clock, reduced[i]) + update[i]
+                begin = max(clock, reduced[i])
+                clock = begin + update[i]
                 phi[i] = clock
                 clock += forward[i]
+                stream.append(("update", i, begin, phi[i]))
+                stream.append(("forward", i, phi[i], clock))
+
+    if pieces is not None:
+        pieces.extend(ComputePiece(*fields) for fields in stream)
 
     def frozen(values) -> np.ndarray:
         array = np.array(values, dtype=np.float64)

@@ -1,4 +1,4 @@
-"""The simulator: the iteration time of a plan and every figure of MODEL.md section 4."""
+"""The simulator: the iteration time of a plan, every figure of MODEL.md section 4, and the compute stream."""
 
 from __future__ import annotations
 
@@ -111,6 +111,103 @@ class Timeline:
             f"Timeline(T={self.iteration_time:.6g} s, exposed={self.exposed:.6g} s, "
             f"messages={self.num_messages}, sync={self.sync!r})"
         )
+
+
+@dataclass(frozen=True)
+class ComputePiece:
+    """One task of the compute stream, as the general simulator ran it.
+
+    Attributes
+    ----------
+    kind : str
+        ``"backward"``, ``"pack"`` (packing a fused message on the compute stream),
+        ``"update"`` (the optimiser step of a tensor) or ``"forward"`` (the next step's).
+    tensor : int
+        The tensor, forward index from 0. For ``"pack"``: the tensor whose backward made the
+        message ready (its smallest forward index).
+    start, end : float
+        Seconds from the start of the backward: when the task begins computing (it is next
+        on the stream and every message it waits for has ended) and when its work is done.
+        With contention ``end - start`` exceeds the work by the slowed part.
+    message : int or None
+        ``"pack"``: the message packed (channel order). On a parameter server with
+        partitioned compute, a backward piece's push message or a forward piece's pull
+        message (its chunk's); ``None`` for a task of a whole tensor.
+    """
+
+    kind: str
+    tensor: int
+    start: float
+    end: float
+    message: int | None = None
+
+    @property
+    def duration(self) -> float:
+        """``end - start`` in seconds."""
+        return self.end - self.start
+
+
+def compute_pieces(problem: Problem, plan: Plan | PSPlan, *, validate: bool = True) -> list[ComputePiece]:
+    """The compute stream of ``plan`` on ``problem``, task by task, in stream order.
+
+    The general simulators record the pieces as they run them: the event simulator
+    (:func:`~fusionopt.model.events.simulate_events`, which covers the plain model and every
+    all-reduce extension) for a :class:`~fusionopt.model.plan.Plan`, and
+    :func:`~fusionopt.model.ps_timing.simulate_ps` for a parameter-server problem. The
+    stream is the backward of tensors ``n-1 .. 0`` (on a parameter server with partitioned
+    compute, one piece per push chunk), each followed by the packing of the fused messages
+    it makes ready when packing runs on the compute stream, then the updates and forwards
+    of the next step (MODEL.md sections 4 and 6). Every task is listed, zero-length ones
+    included; a gap between one piece's ``end`` and the next one's ``start`` is the stream
+    waiting for communication. The last ``end`` is the iteration time ``T`` and each
+    tensor's first forward piece starts at its ``forward_start``, as :func:`simulate` gives
+    them (the plain model's recursion to rounding).
+
+    Parameters
+    ----------
+    validate : bool
+        Check first that the plan sends every byte exactly once.
+
+    Returns
+    -------
+    list of ComputePiece
+        Times in seconds from the start of the backward.
+
+    Examples
+    --------
+    MODEL.md section 5, ``alpha = 3 ms``, groups ``{t3}, {t2, t1}``: the backward runs
+    t3 0 -> 1, t2 1 -> 3, t1 3 -> 6 ms; the second message ends at 14 ms, so the updates
+    (of zero seconds) and the forwards wait until then: forwards 14 -> 15 -> 16 -> 17 ms.
+
+    >>> from fusionopt.model.cost import AlphaBeta
+    >>> from fusionopt.model.profile import Profile
+    >>> profile = Profile.from_arrays([4e6, 1e6, 2e6], [1e-3] * 3, [3e-3, 2e-3, 1e-3])
+    >>> problem = Problem(profile, AlphaBeta(alpha=3e-3, beta=1e-9))
+    >>> pieces = compute_pieces(problem, Plan.from_groups(profile, [[2], [1, 0]]))
+    >>> for p in pieces:
+    ...     print(p.kind, p.tensor, round(p.start * 1e3, 9), round(p.end * 1e3, 9))
+    backward 2 0.0 1.0
+    backward 1 1.0 3.0
+    backward 0 3.0 6.0
+    update 0 14.0 14.0
+    update 1 14.0 14.0
+    update 2 14.0 14.0
+    forward 0 14.0 15.0
+    forward 1 15.0 16.0
+    forward 2 16.0 17.0
+    """
+    pieces: list[ComputePiece] = []
+    if problem.ps is not None or not isinstance(plan, Plan):
+        from fusionopt.model.ps_timing import simulate_ps
+
+        simulate_ps(problem, plan, validate=validate, pieces=pieces)
+        return pieces
+    if validate:
+        plan.validate(problem.profile)
+    from fusionopt.model.events import simulate_events
+
+    simulate_events(problem, plan, pieces=pieces)
+    return pieces
 
 
 def simulate(problem: Problem, plan: Plan | PSPlan, *, validate: bool = True) -> Timeline:
