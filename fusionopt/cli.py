@@ -373,10 +373,10 @@ def _cmd_sweep(args: argparse.Namespace) -> None:
                        _comma_list("--networks", args.networks),
                        _comma_list("--methods", args.methods) if args.methods is not None else None,
                        device=args.device, batch=args.batch, sync=args.sync, algorithm=args.algorithm)
-    to_run = len(sweep.pending_cells(grid, args.output))
+    to_run = len(sweep.pending_cells(grid, args.output, retry_errors=args.retry_errors))
     try:
         records = sweep.run_sweep(grid, args.output, jobs=args.jobs, time_limit=args.time_limit,
-                                  progress=not args.no_progress)
+                                  progress=not args.no_progress, retry_errors=args.retry_errors)
     except RuntimeError as exc:     # a worker process died: status 1, the file is kept
         _fail(exc)
     except KeyboardInterrupt:
@@ -410,6 +410,8 @@ def _add_sweep_parser(commands: Any) -> None:
     p.add_argument("--time-limit", type=float, metavar="S",
                    help="seconds per solve for the methods that take a time limit (the searches)")
     p.add_argument("--no-progress", action="store_true", help="no progress on stderr")
+    p.add_argument("--retry-errors", action="store_true",
+                   help="solve again the cells whose record has status ERROR (default: they count as done)")
     p.set_defaults(run=_cmd_sweep)
 
 

@@ -451,8 +451,9 @@ def read_results(path: str | os.PathLike) -> list[dict[str, Any]]:
     return scan.records
 
 
-def pending_cells(cells: Iterable[Cell], path: str | os.PathLike) -> list[Cell]:
-    """The cells without a record in ``path`` yet (all of them when there is no file).
+def pending_cells(cells: Iterable[Cell], path: str | os.PathLike, *, retry_errors: bool = False) -> list[Cell]:
+    """The cells without a record in ``path`` yet (all of them when there is no file); with
+    ``retry_errors``, also those whose record has status ``ERROR``.
 
     Lines that are not records are ignored here (:func:`run_sweep` drops them).
 
@@ -471,7 +472,8 @@ def pending_cells(cells: Iterable[Cell], path: str | os.PathLike) -> list[Cell]:
     """
     fmt = _format(path)
     path = Path(path)
-    done = {_key(record) for record in _scan(path, fmt).records} if path.is_file() else set()
+    records = _scan(path, fmt).records if path.is_file() else []
+    done = {_key(r) for r in records if not (retry_errors and r["status"] == "ERROR")}
     return [cell for cell in dict.fromkeys(cells) if _key(cell) not in done]
 
 
@@ -488,8 +490,9 @@ def _repair(path: Path, fmt: str, scan: _Scan) -> None:
         shown = "; ".join(f"line {number}: {_preview(line)}" for number, line in scan.dropped[:3])
         more = f" and {len(scan.dropped) - 3} more" if len(scan.dropped) > 3 else ""
         parts.append(f"{len(scan.dropped)} line(s) that are not records ({shown}{more})")
-    print(f"fusionopt sweep: warning: {path}: dropped {' and '.join(parts)}; kept {len(scan.records)} "
-          f"record(s)", file=sys.stderr)
+    if parts:
+        print(f"fusionopt sweep: warning: {path}: dropped {' and '.join(parts)}; kept {len(scan.records)} "
+              f"record(s)", file=sys.stderr)
 
 
 def _append(fd: int, line: bytes) -> None:
@@ -507,6 +510,7 @@ def run_sweep(
     jobs: int | None = None,
     time_limit: float | None = None,
     progress: bool = True,
+    retry_errors: bool = False,
 ) -> list[dict[str, Any]]:
     """Solve the cells not yet recorded in ``path`` in parallel, appending each record as it
     arrives; return the records of all ``cells``.
@@ -531,6 +535,13 @@ def run_sweep(
     progress : bool
         Show progress on stderr: a bar redrawn per cell on a terminal, else about ten
         lines in all.
+    retry_errors : bool
+        Solve again the cells whose record has status ``ERROR`` (their old records are
+        removed from the file first, atomically); by default an ERROR record counts as done.
+
+    One sweep at a time may write a file: a second one started on the same file while the
+    first runs stops with a ``RuntimeError`` (a lock on ``<path>.lock``, where the system
+    has ``fcntl``).
 
     Returns
     -------
@@ -543,7 +554,8 @@ def run_sweep(
         For an unknown extension, a CSV file with another header, a bad ``jobs`` or
         ``time_limit``.
     RuntimeError
-        When a worker process died (the records written so far stay; run again to go on).
+        When a worker process died (the records written so far stay; run again to go on),
+        or another sweep is writing ``path``.
 
     Examples
     --------
@@ -570,10 +582,57 @@ def run_sweep(
     path = Path(path)
     if not path.parent.is_dir():
         raise FileNotFoundError(f"{path}: folder {path.parent} does not exist")
+    with _writer_lock(path):
+        return _run_locked(cells, path, fmt, jobs, time_limit, progress, retry_errors)
+
+
+@contextlib.contextmanager
+def _writer_lock(path: Path):
+    """Hold an exclusive lock on ``<path>.lock`` while a sweep writes ``path``."""
+    try:
+        import fcntl
+    except ImportError:        # no advisory locks on this system: one writer is up to the user
+        yield
+        return
+    lock_path = path.with_name(path.name + ".lock")
+    while True:
+        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o666)
+        try:
+            # A POSIX record lock: unlike flock, the worker processes forked while it is held
+            # do not inherit it, so it ends with this sweep.
+            fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            raise RuntimeError(f"{path}: another sweep is writing this file (it holds {lock_path.name}); "
+                               "wait for it, or write another file") from None
+        try:
+            if os.stat(lock_path).st_ino == os.fstat(fd).st_ino:
+                break
+        except FileNotFoundError:
+            pass
+        os.close(fd)       # the sweep that held it removed that file as it finished: lock the new one
+    try:
+        yield
+    finally:
+        with contextlib.suppress(OSError):
+            lock_path.unlink()         # while still held, so a sweep that opened it sees it gone
+        os.close(fd)
+
+
+def _run_locked(cells: list[Cell], path: Path, fmt: str, jobs: int, time_limit: float | None, progress: bool,
+                retry_errors: bool) -> list[dict[str, Any]]:
     done: dict[tuple, dict[str, Any]] = {}
     if path.is_file():
         scan = _scan(path, fmt)
-        if scan.dropped or scan.torn is not None:
+        retried: list[int] = []
+        if retry_errors:
+            retried = [i for i, record in enumerate(scan.records) if record["status"] == "ERROR"]
+            if retried:
+                keep = sorted(set(range(len(scan.records))) - set(retried))
+                scan.lines = [scan.lines[i] for i in keep]
+                scan.records = [scan.records[i] for i in keep]
+                print(f"fusionopt sweep: {path}: solving {len(retried)} ERROR cell(s) again", file=sys.stderr)
+        if scan.dropped or scan.torn is not None or retried:
             _repair(path, fmt, scan)
         for record in scan.records:
             done.setdefault(_key(record), record)

@@ -151,6 +151,49 @@ def test_a_failing_cell_is_an_error_record_and_the_sweep_goes_on(tmp_path):
     assert wfbp["iteration_time"] == direct(grid[1]).iteration_time
 
 
+def test_error_cells_are_done_unless_retried(tmp_path, monkeypatch, capsys):
+    path = tmp_path / "sweep.jsonl"
+    grid = cells(["alexnet"], [8, 16], ["10gbe"], ["wfbp"])
+    real = sweep.solve
+
+    def flaky(problem, method, **options):
+        if problem.cost(1) > 0 and flaky.fail:
+            raise RuntimeError("solver crashed")
+        return real(problem, method, **options)
+
+    flaky.fail = True
+    monkeypatch.setattr(sweep, "solve", flaky)
+    first = run_sweep(grid, path, jobs=1, progress=False)
+    assert [r["status"] for r in first] == ["ERROR", "ERROR"]
+    flaky.fail = False
+    assert run_sweep(grid, path, jobs=1, progress=False) == first          # ERROR counts as done
+    assert pending_cells(grid, path) == [] and pending_cells(grid, path, retry_errors=True) == grid
+    again = run_sweep(grid, path, jobs=1, progress=False, retry_errors=True)
+    assert [r["status"] for r in again] == ["FEASIBLE", "FEASIBLE"]
+    assert [r["iteration_time"] for r in again] == [direct(c).iteration_time for c in grid]
+    assert read_results(path) == again        # the ERROR records are gone from the file
+    assert "solving 2 ERROR cell(s) again" in capsys.readouterr().err
+
+
+def test_a_second_writer_of_the_same_file_is_refused(tmp_path):
+    pytest.importorskip("fcntl")
+    path = tmp_path / "sweep.jsonl"
+    # Another process holds the lock a running sweep would hold, until told to let go.
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import fcntl, os, sys; fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT); "
+         "fcntl.lockf(fd, fcntl.LOCK_EX); print('held', flush=True); sys.stdin.read()",
+         str(tmp_path / "sweep.jsonl.lock")], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(RuntimeError, match="another sweep is writing this file"):
+            run_sweep(cells(["alexnet"], [8], ["10gbe"], ["wfbp"]), path, jobs=1, progress=False)
+    finally:
+        holder.communicate("", timeout=10)
+    assert not path.exists() or path.read_bytes() == b""
+    assert len(run_sweep(cells(["alexnet"], [8], ["10gbe"], ["wfbp"]), path, jobs=1, progress=False)) == 1
+    assert not (tmp_path / "sweep.jsonl.lock").exists()      # removed when the sweep ends
+
+
 def test_time_limit_goes_to_the_methods_that_take_one(tmp_path, monkeypatch):
     seen = {}
 
