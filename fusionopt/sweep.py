@@ -280,12 +280,12 @@ def run_cell(cell: Cell, *, time_limit: float | None = None) -> dict[str, Any]:
         record["solve_seconds"] = time.perf_counter() - started
         record["error"] = " ".join(f"{type(exc).__name__}: {exc}".split())
         return record
-    iteration_time = float(result.iteration_time)
-    compute_time = record["compute_time"]
+    timeline = result.timeline
+    efficiency = float(timeline.scaling_efficiency()) if timeline.iteration_time > 0 else None
     record.update(
-        iteration_time=iteration_time,
-        scaling_efficiency=compute_time / iteration_time if iteration_time > 0 else None,
-        speedup=cell.workers * compute_time / iteration_time if iteration_time > 0 else None,
+        iteration_time=float(result.iteration_time),
+        scaling_efficiency=efficiency,
+        speedup=None if efficiency is None else cell.workers * efficiency,
         lower_bound=None if result.lower_bound is None else float(result.lower_bound),
         status=str(result.status),
         messages=int(result.num_messages),

@@ -86,7 +86,8 @@ def test_cuda_streams_import_without_cupy(monkeypatch):
     import fusionopt.executor.cuda_streams as cuda_streams
 
     importlib.reload(cuda_streams)
-    assert cuda_streams.GEMM_SIDE == 2048
+    with pytest.raises(ValueError, match="unknown GPU compute mode 'host': choose spin or gemm"):
+        cuda_streams.CudaStreams(None, "host")
 
 
 def fake_cupy():

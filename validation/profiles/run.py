@@ -44,6 +44,8 @@ TORCHVISION = {
     "densenet201": "densenet201", "mobilenet-v2": "mobilenet_v2", "vit-b16": "vit_b_16",
     "inception-v3": "inception_v3", "googlenet": "googlenet",
 }
+# The zoo's GoogLeNet has no aux heads; Inception-v3 keeps its aux head, as the zoo does.
+OPTIONS = {"googlenet": {"aux_logits": False, "init_weights": False}, "inception-v3": {"init_weights": False}}
 DEFAULT_MODELS = "resnet50,vgg16,densenet121,mobilenet-v2,vit-b16,lstm-lm"
 
 
@@ -77,9 +79,7 @@ def builder(name: str, torch: Any) -> tuple[Callable[[], Any], Callable[[int, An
             return None
         factory = getattr(torchvision.models, TORCHVISION[name])
         side = 299 if name == "inception-v3" else 224
-        options = {"aux_logits": False, "init_weights": False} if name == "googlenet" else {}
-        if name == "inception-v3":
-            options = {"init_weights": False}
+        options = OPTIONS.get(name, {})
         return (lambda: factory(weights=None, **options),
                 lambda batch, device: torch.randn(batch, 3, side, side, device=device))
     return None
