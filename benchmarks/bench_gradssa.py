@@ -28,12 +28,12 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import io
 import math
 import os
 import platform
 import statistics
 import sys
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,7 +45,7 @@ import fusionopt
 from fusionopt import zoo
 from fusionopt.cost import network
 from fusionopt.model import Problem, Profile
-from fusionopt.model._io import write_text_atomic
+from fusionopt.model._io import write_bytes_atomic, write_text_atomic
 from fusionopt.model.fusion import score_cuts
 from fusionopt.solvers import solve
 from fusionopt.solvers.result import Status
@@ -390,15 +390,12 @@ def plot(path: Path, panels: dict[str, list[tuple[Run, float]]], horizon: float)
         row[0].set_ylabel(f"gap to the optimum (clipped at {PLOT_FLOOR:g})")
     axes[0][0].legend(loc="lower left", fontsize=8)
     fig.tight_layout()
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".png", dir=path.parent)
-    os.close(fd)
+    image = io.BytesIO()
     try:
-        fig.savefig(tmp, dpi=110)
-        os.replace(tmp, path)
+        fig.savefig(image, format="png", dpi=110)
     finally:
         plt.close(fig)
-        if os.path.exists(tmp):
-            os.remove(tmp)
+    write_bytes_atomic(path, image.getvalue())
     return True
 
 

@@ -8,9 +8,25 @@
 
 from __future__ import annotations
 
+import argparse
 import os
-import tempfile
 from typing import Any, Iterable, Sequence
+
+from fusionopt.model._io import write_bytes_atomic  # noqa: F401 - the scripts' writer, from here
+
+
+def reproduction_parser(doc: str, out: str, quick: str) -> argparse.ArgumentParser:
+    """The command line every paper reproduction starts from: ``--out`` (default ``out``) and
+    ``--quick`` (help text ``quick``); the description is ``doc``'s first paragraph.
+
+    >>> reproduction_parser("Reproduce X.\\n\\nMore.", "here", "a small grid").parse_args(["--quick"])
+    Namespace(out='here', quick=True)
+    """
+    parser = argparse.ArgumentParser(description=doc.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", "-o", default=out, help="output folder (default: this script's folder)")
+    parser.add_argument("--quick", action="store_true", help=quick)
+    return parser
 
 
 def markdown_table(header: Sequence[Any], rows: Iterable[Sequence[Any]]) -> list[str]:
@@ -43,20 +59,3 @@ def command_line(script: str, argv: Sequence[str], out: str) -> str:
 def _relative(out: str) -> str:
     rel = os.path.relpath(os.path.abspath(out), os.getcwd())
     return rel if not rel.startswith("..") and not os.path.isabs(rel) else "<output folder>"
-
-
-def write_bytes_atomic(path: str, data: bytes) -> None:
-    """Write ``data`` to ``path`` through a temporary file in the same folder and os.replace."""
-    folder = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=os.path.basename(path), dir=folder)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)   # mkstemp makes 0600; give the usual file mode
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise

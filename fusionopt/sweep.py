@@ -63,7 +63,7 @@ from typing import Any, Iterable, Sequence, TextIO
 from fusionopt import __version__, zoo
 from fusionopt.model.collectives import network
 from fusionopt.model.problem import Problem
-from fusionopt.model._io import write_text_atomic
+from fusionopt.model._io import write_bytes_atomic
 from fusionopt.solvers.registry import default_methods, get_method, solve
 
 __all__ = ["Cell", "FIELDS", "cells", "pending_cells", "read_results", "run_cell", "run_sweep"]
@@ -481,7 +481,7 @@ def _repair(path: Path, fmt: str, scan: _Scan) -> None:
     """Rewrite ``path`` with its good lines only (atomically), saying on stderr what went."""
     header = scan.header if scan.header is not None else (_csv_line(_CSV_COLUMNS) if fmt == "csv" else b"")
     mode = path.stat().st_mode & 0o777
-    write_text_atomic(path, (header + b"".join(scan.lines)).decode("utf-8"))
+    write_bytes_atomic(path, header + b"".join(scan.lines))
     os.chmod(path, mode)
     parts = []
     if scan.torn is not None:

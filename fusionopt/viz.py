@@ -28,7 +28,7 @@ from fusionopt.model.plan import Plan
 from fusionopt.model.problem import Problem
 from fusionopt.model.ps import PSPlan
 from fusionopt.model.timeline import Timeline, compute_pieces, simulate
-from fusionopt.reporting import write_bytes_atomic
+from fusionopt.model._io import write_bytes_atomic
 
 __all__ = [
     "Bar", "IMAGE_FORMATS", "SWEEP_METRICS", "image_format", "plot_sweep", "plot_timeline", "save_sweep",

@@ -27,8 +27,14 @@ def read_json_document(path: str | Path) -> Any:
 
 
 def write_text_atomic(path: str | Path, text: str, *, make_folder: bool = False) -> None:
-    """Write ``text`` to ``path`` through a temporary file in the same folder and a rename,
-    so a reader never sees a half-written file. ``make_folder`` creates a missing folder."""
+    """Write ``text`` (UTF-8) to ``path`` atomically: see :func:`write_bytes_atomic`."""
+    write_bytes_atomic(path, text.encode("utf-8"), make_folder=make_folder)
+
+
+def write_bytes_atomic(path: str | Path, data: bytes, *, make_folder: bool = False) -> None:
+    """Write ``data`` to ``path`` through a temporary file in the same folder and a rename,
+    so a reader never sees a half-written file. The file gets the usual mode (``0666`` less
+    the umask). ``make_folder`` creates a missing folder."""
     path = Path(path)
     directory = path.parent if str(path.parent) else Path(".")
     if make_folder:
@@ -37,10 +43,13 @@ def write_text_atomic(path: str | Path, text: str, *, make_folder: bool = False)
         raise FileNotFoundError(f"{path}: folder {directory} does not exist")
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)   # mkstemp makes 0600
         os.replace(tmp, path)
     except BaseException:
         try:

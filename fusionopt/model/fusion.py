@@ -34,6 +34,19 @@ def backward_arrays(problem: Problem) -> tuple[np.ndarray, np.ndarray]:
     return rho, prefix
 
 
+def time_after_channel(profile: Any, channel_end: float) -> float:
+    """``T = max(B, E) + U + F`` of a fusion plan whose last message ends at ``E`` (seconds).
+
+    Both sync modes (MODEL.md section 7); also a lower bound on ``T`` from a lower bound on
+    ``E``, which is how the exact solvers turn their bounds into iteration times.
+
+    >>> from fusionopt.model.profile import Profile
+    >>> time_after_channel(Profile.from_arrays([8, 8], [1.0, 2.0], [4.0, 3.0]), 5.0)
+    10.0
+    """
+    return max(profile.B, float(channel_end)) + profile.U + profile.F
+
+
 def _check_cuts(problem: Problem, cuts: np.ndarray, batch: bool) -> np.ndarray:
     cuts = np.asarray(cuts)
     n = problem.profile.n
@@ -80,8 +93,7 @@ def fusion_iteration_time(problem: Problem, cuts: np.ndarray) -> float:
     starts = np.concatenate(([0], ends[:-1] + 1))
     costs = problem.cost(prefix[ends + 1] - prefix[starts])
     tail = np.cumsum(costs[::-1])[::-1]                     # sum_{k >= j} c(S_k)
-    last_end = float(np.max(rho[ends] + tail))
-    return max(profile.B, last_end) + profile.U + profile.F
+    return time_after_channel(profile, float(np.max(rho[ends] + tail)))
 
 
 def evaluate_cuts(problem: Problem, cuts: np.ndarray) -> np.ndarray:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 
+from fusionopt.model.fusion import time_after_channel
 from fusionopt.model.plan import Plan
 from fusionopt.model.problem import Problem
 from fusionopt.solvers.result import Result, finish
@@ -43,13 +44,13 @@ def closed_form(problem: Problem) -> Result | None:
     message_costs = problem.cost(profile.sizes)
     if bool((message_costs[1:] <= profile.backward[:-1]).all()):
         plan = Plan.per_tensor(profile)
-        claimed = profile.B + float(message_costs[0]) + profile.U + profile.F
+        claimed = time_after_channel(profile, profile.B + float(message_costs[0]))
         return finish(problem, plan, "closed-form", started, lower_bound=claimed, optimal=True,
                       stats={"case": "wfbp"})
     affine = problem.cost.affine
     if affine is not None and profile.B - float(profile.ready_times.min()) <= affine[0]:
         plan = Plan.from_groups(profile, [list(range(profile.n - 1, -1, -1))])
-        claimed = profile.B + float(problem.cost(profile.total_bytes)) + profile.U + profile.F
+        claimed = time_after_channel(profile, profile.B + float(problem.cost(profile.total_bytes)))
         return finish(problem, plan, "closed-form", started, lower_bound=claimed, optimal=True,
                       stats={"case": "single"})
     return None

@@ -177,7 +177,8 @@ from typing import Any
 
 import numpy as np
 
-from fusionopt.model.fusion import arc_times, backward_arrays, fusion_iteration_time, fusion_message_times
+from fusionopt.model.fusion import (arc_times, backward_arrays, fusion_iteration_time, fusion_message_times,
+                                    time_after_channel)
 from fusionopt.model.fusion_dp import _check_caps
 from fusionopt.model.plan import Plan
 from fusionopt.model.problem import Problem
@@ -501,7 +502,7 @@ def cpsat(
         raw_bound = solver.best_objective_bound
         if math.isfinite(raw_bound):
             bound = max(0.0, raw_bound) * q
-            time_bound = max(profile.B, bound) + profile.U + profile.F
+            time_bound = time_after_channel(profile, bound)
     if hint_used:
         candidates.append(("hint", hint_plan))
     if not candidates:

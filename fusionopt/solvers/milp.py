@@ -66,7 +66,7 @@ from typing import Any
 
 import numpy as np
 
-from fusionopt.model.fusion import backward_arrays
+from fusionopt.model.fusion import backward_arrays, time_after_channel
 from fusionopt.model.fusion_dp import _check_caps
 from fusionopt.model.plan import Plan
 from fusionopt.model.problem import Problem
@@ -218,7 +218,7 @@ def milp(
         "time_scale": tau,
         "tolerance": tolerance,
     }
-    lower_bound = None if dual_end is None else max(profile.B, dual_end) + profile.U + profile.F
+    lower_bound = None if dual_end is None else time_after_channel(profile, dual_end)
     status = Status.TIME_LIMIT if res.status == 1 else Status.FEASIBLE
     return finish(problem, plan, "milp", started, stats=stats, lower_bound=lower_bound,
                   status=status, tolerance=tolerance)

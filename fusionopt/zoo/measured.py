@@ -8,8 +8,8 @@ torch version, the batch, the number of steps and the date. Unlike :func:`fusion
 
 Examples
 --------
->>> isinstance(measured_profiles(), dict)
-True
+>>> measured_profiles("a-folder-that-does-not-exist")
+{}
 >>> measured_profile("resnet50", hardware="tpu-v9", batch=32)
 Traceback (most recent call last):
 ...

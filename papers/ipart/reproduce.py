@@ -38,7 +38,6 @@ throughput(N) / (N x throughput(1)) = (B + F + U) / T_N``; "X% better scalabilit
 
 from __future__ import annotations
 
-import argparse
 import datetime
 import io
 import math
@@ -50,7 +49,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 import fusionopt
-from fusionopt.reporting import command_line, markdown_table as table, write_bytes_atomic
+from fusionopt.reporting import command_line, markdown_table as table, reproduction_parser, write_bytes_atomic
 from fusionopt import zoo
 from fusionopt.cost import network_link
 from fusionopt.model import Problem, Profile
@@ -573,33 +572,18 @@ def report(ctx) -> str:
     L += [f"## Result 3: the per-message startup ({PAPER_NODES} nodes, s = 1)", ""]
     L += ["Gains over layer-by-layer and over the default PS as the startup `a` grows (iPart / iBatch, "
           "as `T_ref / T_method - 1`).", ""]
-    rows = []
-    for a in ctx["startup_list"]:
-        cells = [fmt_us(a)]
-        for m in models:
-            inst = st[(m, a)]
-            cells.append(f"{pct(inst.gain('ipart', 'layer'))} / {pct(inst.gain('ibatch', 'layer'))}")
-        rows.append(cells)
-    L += ["**Over layer-by-layer** (iPart / iBatch)", ""]
-    L += table(("startup a", *(labels[m] for m in models)), rows)
-    rows = []
-    for a in ctx["startup_list"]:
-        cells = [fmt_us(a)]
-        for m in models:
-            inst = st[(m, a)]
-            cells.append(f"{pct(inst.gain('ipart', 'default'))} / {pct(inst.gain('ibatch', 'default'))}")
-        rows.append(cells)
-    L += ["", "**Over the default PS** (iPart / iBatch)", ""]
-    L += table(("startup a", *(labels[m] for m in models)), rows)
-    rows = []
-    for a in ctx["startup_list"]:
-        cells = [fmt_us(a)]
-        for m in models:
-            inst = st[(m, a)]
-            cells.append(f"{inst.S('ipart'):.3f} / {inst.S('layer'):.3f} / {inst.S('bound'):.3f}")
-        rows.append(cells)
-    L += ["", "**Scalability** (iPart / layer-by-layer / bound)", ""]
-    L += table(("startup a", *(labels[m] for m in models)), rows)
+    cell_of = {
+        "**Over layer-by-layer** (iPart / iBatch)":
+            lambda inst: f"{pct(inst.gain('ipart', 'layer'))} / {pct(inst.gain('ibatch', 'layer'))}",
+        "**Over the default PS** (iPart / iBatch)":
+            lambda inst: f"{pct(inst.gain('ipart', 'default'))} / {pct(inst.gain('ibatch', 'default'))}",
+        "**Scalability** (iPart / layer-by-layer / bound)":
+            lambda inst: f"{inst.S('ipart'):.3f} / {inst.S('layer'):.3f} / {inst.S('bound'):.3f}",
+    }
+    for k, (title, cell) in enumerate(cell_of.items()):
+        rows = [[fmt_us(a), *(cell(st[(m, a)]) for m in models)] for a in ctx["startup_list"]]
+        L += ([] if k == 0 else [""]) + [title, ""]
+        L += table(("startup a", *(labels[m] for m in models)), rows)
     L += ["", result3_reading(ctx), ""]
     if "sensitivity.png" in ctx["plots"]:
         L += ["![gains against the startup and the compute scale](sensitivity.png)", "",
@@ -923,11 +907,7 @@ def why(ctx) -> list[str]:
 # ----------------------------------------------------------------------------- main
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--out", "-o", default=HERE, help="output folder (default: this script's folder)")
-    parser.add_argument("--quick", action="store_true",
-                        help="ResNet-50 and VGG-16 only, fewer node counts, startups and deltas, 1 sweep point per octave")
+    parser = reproduction_parser(__doc__, HERE, "ResNet-50 and VGG-16 only, fewer node counts, startups and deltas, 1 sweep point per octave")
     parser.add_argument("--per-octave", type=int, default=None,
                         help="compute-scale sweep points per octave of s (default 4; 1 with --quick)")
     parser.add_argument("--octaves", type=int, nargs=2, default=(-5, 2), metavar=("LO", "HI"),

@@ -31,7 +31,6 @@ GradSSA (``"gradssa"``) is used only if it is registered when the script runs.
 
 from __future__ import annotations
 
-import argparse
 import datetime
 import math
 import os
@@ -42,7 +41,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 import fusionopt
-from fusionopt.reporting import command_line, markdown_table as table, write_bytes_atomic
+from fusionopt.reporting import command_line, markdown_table as table, reproduction_parser, write_bytes_atomic
 from fusionopt import zoo
 from fusionopt.cost import network
 from fusionopt.solvers.registry import get_method
@@ -535,11 +534,7 @@ def report(ctx) -> str:
 # ----------------------------------------------------------------------------- main
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--out", "-o", default=HERE, help="output folder (default: this script's folder)")
-    parser.add_argument("--quick", action="store_true",
-                        help="coarse sweep (2 points per octave), fewer worker counts, small GradSSA budget")
+    parser = reproduction_parser(__doc__, HERE, "coarse sweep (2 points per octave), fewer worker counts, small GradSSA budget")
     parser.add_argument("--per-octave", type=int, default=None,
                         help="sweep points per octave of s (default 16; 2 with --quick)")
     parser.add_argument("--octaves", type=int, default=6, help="sweep s from 2**-octaves to 1 (default 6)")

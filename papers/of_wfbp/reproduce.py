@@ -35,7 +35,6 @@ Profiles are roofline ESTIMATES (``fusionopt.zoo``: peak x efficiency 0.4), not 
 
 from __future__ import annotations
 
-import argparse
 import datetime
 import io
 import os
@@ -47,7 +46,7 @@ from dataclasses import dataclass
 import numpy as np
 
 import fusionopt
-from fusionopt.reporting import command_line, markdown_table as table, write_bytes_atomic
+from fusionopt.reporting import command_line, markdown_table as table, reproduction_parser, write_bytes_atomic
 from fusionopt import zoo
 from fusionopt.cost import network, network_link
 from fusionopt.model import Problem, Profile, simulate
@@ -613,11 +612,7 @@ def plot_reading(ctx) -> str:
 # ----------------------------------------------------------------------------- main
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--out", "-o", default=HERE, help="output folder (default: this script's folder)")
-    parser.add_argument("--quick", action="store_true",
-                        help="a small grid (2 models, 2 networks, 2 worker counts), one plot model, few CP-SAT runs")
+    parser = reproduction_parser(__doc__, HERE, "a small grid (2 models, 2 networks, 2 worker counts), one plot model, few CP-SAT runs")
     parser.add_argument("--rng", type=int, default=0, help="GradSSA's seed (default 0)")
     parser.add_argument("--contention", type=float, default=1.3, help="kappa for result 2 (default 1.3)")
     parser.add_argument("--copy-cost", type=float, default=2.2e-12,

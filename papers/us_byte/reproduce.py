@@ -34,7 +34,6 @@ What it does (see RESULTS.md for the numbers and the reasons they differ from th
 
 from __future__ import annotations
 
-import argparse
 import datetime
 import io
 import os
@@ -45,7 +44,7 @@ from dataclasses import dataclass
 import numpy as np
 
 import fusionopt
-from fusionopt.reporting import command_line, markdown_table as table, write_bytes_atomic
+from fusionopt.reporting import command_line, markdown_table as table, reproduction_parser, write_bytes_atomic
 from fusionopt import zoo
 from fusionopt.cost import network, network_link
 from fusionopt.model import Problem, Profile
@@ -730,11 +729,7 @@ def why(ctx) -> list[str]:
 # ----------------------------------------------------------------------------- main
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--out", "-o", default=HERE, help="output folder (default: this script's folder)")
-    parser.add_argument("--quick", action="store_true",
-                        help="VGG-16 and ResNet-152 only, P = 8 and 25GbE at 128, 1 sweep point per octave")
+    parser = reproduction_parser(__doc__, HERE, "VGG-16 and ResNet-152 only, P = 8 and 25GbE at 128, 1 sweep point per octave")
     parser.add_argument("--per-octave", type=int, default=None,
                         help="sweep points per octave of s (default 2; 1 with --quick)")
     parser.add_argument("--octaves", type=int, nargs=2, default=(-4, 6), metavar=("LO", "HI"),
