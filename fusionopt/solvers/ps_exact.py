@@ -605,13 +605,16 @@ class _Grid:
                                    [int(self.pull_prefix[m]) for m in pull_nodes])
 
     # ------------------------------------------------------------------ integer constants
-    def constants(self, q: float) -> dict[str, Any]:
-        """Every constant of the model in whole quanta (Python ints), rounded down."""
+    def constants(self, q: float, horizon: int) -> dict[str, Any]:
+        """Every constant of the model in whole quanta, rounded down and capped at
+        ``horizon + 1``: a constant past the horizon only appears in plans slower than the
+        anchor plan (which set the horizon), and the cap keeps it a 64-bit integer when a
+        tiny automatic quantum meets a long duration."""
         problem, profile, ps = self.problem, self.problem.profile, self.problem.ps
         N = self.N
 
         def quanta(seconds: Any) -> np.ndarray:
-            return np.floor(np.asarray(seconds, dtype=np.float64) / q)
+            return np.minimum(np.floor(np.asarray(seconds, dtype=np.float64) / q), horizon + 1)
 
         tails, heads = np.triu_indices(N + 1, k=1)
         push_bytes = self.push_prefix[heads] - self.push_prefix[tails]
@@ -1082,7 +1085,7 @@ def ps_cpsat(
     if not horizon < MAX_INTEGER_TIME:
         raise ValueError(f"time_quantum = {q!r} s is too small: the {'hint' if hint_plan is not None else 'reference'} "
                          f"plan takes {horizon:.3g} steps, more than 2^30 (MAX_INTEGER_TIME)")
-    constants = grid.constants(q)
+    constants = grid.constants(q, horizon)
     floor_T = min(int(math.floor(ps_lower_bound(problem) / q)), horizon)
     model = cp_model.CpModel()
     variables = grid.build(model, constants, horizon, floor_T)

@@ -19,7 +19,7 @@ from fusionopt.cost import AlphaBeta, PiecewiseLinear
 from fusionopt.model import Plan, Problem, Profile, simulate
 from fusionopt.model.ps import ParameterServer, PSPlan
 from fusionopt.model.ps_timing import offsets_iteration_time, ps_lower_bound
-from fusionopt.solvers import Status
+from fusionopt.solvers import Status, solve
 from fusionopt.solvers.ps import ps_default, ps_layer
 from fusionopt.solvers.ps_exact import (
     MAX_BRUTE_CUTS,
@@ -211,10 +211,11 @@ def test_cpsat_rounding_claim(case, data):
     units = ps_units(problem, unit)
     grid = _Grid(problem, units)
     q = data.draw(st.sampled_from([2.0 ** -20, 2.0 ** -14, 2.0 ** -9]))
-    constants = grid.constants(q)
     push = sorted(data.draw(st.sets(st.sampled_from(_candidate_cuts(problem, units, "push")))) if len(units) > 1 else [])
     pull = sorted(data.draw(st.sets(st.sampled_from(_candidate_cuts(problem, units, "pull")))) if len(units) > 1 else [])
     true = offsets_iteration_time(problem, push, pull)
+    # A horizon this plan fits in, as the anchor plan's does in ps_cpsat: none of its constants capped.
+    constants = grid.constants(q, math.floor(true / q) + 1)
     nodes = ([int(np.searchsorted(grid.push_prefix, x)) for x in push],
              [int(np.searchsorted(grid.pull_prefix, x)) for x in pull])
     least = grid.least_values(constants, *nodes)["T"]
@@ -347,3 +348,16 @@ def test_piecewise_costs_are_fine():
     assert brute.iteration_time <= cp.iteration_time <= brute.iteration_time + cp.stats["rounding_bound"]
     assert simulate(problem, brute.plan).iteration_time == brute.iteration_time
     assert isinstance(brute.plan.push, Plan)
+
+
+def test_cpsat_with_a_zero_time_anchor_caps_its_constants():
+    # Found by hypothesis: every time 0 but the piece overhead, so the anchor plan takes 0 s,
+    # the automatic quantum is the smallest one and delta / q was 2.5e27, past CP-SAT's 64-bit
+    # integers. Constants are now capped just past the horizon; the optimum is still 0.
+    profile = Profile.from_arrays([8], [0.0], [0.0])
+    ps = ParameterServer(push=AlphaBeta(0.0, 0.0), pull=AlphaBeta(0.0, 0.0), partition_compute=True,
+                         delta=2.0 ** -9)
+    problem = Problem(profile, ps=ps)
+    result = solve(problem, "ps-cpsat", granularity=1)
+    assert result.iteration_time == solve(problem, "ps-brute", granularity=1).iteration_time == 0.0
+    assert result.status == Status.OPTIMAL
