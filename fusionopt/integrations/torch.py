@@ -9,7 +9,8 @@ How the times are taken
 -----------------------
 * **Forward order** is the order in which the parameters are first used: one untimed step
   runs under a ``torch.overrides.TorchFunctionMode`` that notes the first torch call taking
-  each parameter as an argument. A parameter that no call takes directly (one computed
+  each parameter as an argument; reading its metadata (``dtype``, ``shape``, ``size()``, ...)
+  is not a use. A parameter that no call takes directly (one computed
   inside a custom extension, say) is placed where its owning module is first called.
   Tensors of one call keep their registration order (``weight`` before ``bias``).
 * **Backward**: a ``register_post_accumulate_grad_hook`` on each parameter stamps the
@@ -73,6 +74,16 @@ def _count(label: str, value: Any, minimum: int) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
         raise ValueError(f"{label} must be an integer >= {minimum}, got {value!r}")
     return int(value)
+
+
+# Torch calls that read a tensor's metadata, not its values: a parameter whose ``dtype`` a
+# module checks before computing (``nn.MultiheadAttention`` reads ``in_proj_bias.dtype``
+# first) is not used there. ``__get__`` is every attribute read (``dtype``, ``shape``, ...).
+_METADATA_CALLS = frozenset({
+    "__get__", "size", "dim", "ndimension", "numel", "nelement", "stride", "storage_offset",
+    "element_size", "is_contiguous", "is_floating_point", "is_complex", "get_device",
+    "data_ptr", "__len__", "__hash__", "__format__", "__repr__",
+})
 
 
 def _leaves(value: Any) -> list[Any]:
@@ -276,6 +287,8 @@ def profile_model(
 
         def __torch_function__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
             kwargs = kwargs or {}
+            if getattr(func, "__name__", None) in _METADATA_CALLS:
+                return func(*args, **kwargs)      # reads dtype, shape, ...: not a use
             for leaf in _leaves((args, kwargs)):
                 k = index.get(id(leaf))
                 if k is not None and k not in first_use:

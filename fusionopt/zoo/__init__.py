@@ -1,7 +1,9 @@
 """Model zoo: parameter tensors and forward FLOPs of standard networks, and roofline profiles.
 
 The architectures are derived in plain Python (no deep-learning framework) and list their
-parameter tensors with the names, shapes and order of ``model.named_parameters()`` in
+parameter tensors with the names and shapes of ``model.named_parameters()``, in forward
+order (the order the forward first uses them; MODEL.md section 1: ``named_parameters()``
+order for every model but ViT-B/16, whose class token follows the patch embedding), in
 torchvision (``resnet18``, ``resnet50``, ``resnet101``, ``resnet152``, ``vgg16``,
 ``vgg19``, ``alexnet``, ``googlenet``, ``inception-v3``, ``densenet121``,
 ``densenet201``, ``mobilenet-v2``, ``vit-b16``), HuggingFace (``bert-base``,
@@ -209,8 +211,8 @@ def profile(
     Returns
     -------
     Profile
-        One tensor per parameter tensor, in ``named_parameters()`` order and with those
-        names; sizes ``numel * dtype_bytes`` bytes; times in seconds; ``name`` is the
+        One tensor per parameter tensor, in forward order and with the
+        ``named_parameters()`` names; sizes ``numel * dtype_bytes`` bytes; times in seconds; ``name`` is the
         model name; ``metadata`` records the source ("roofline estimate"), device,
         batch, peak_flops (FLOP/s) and efficiency.
 

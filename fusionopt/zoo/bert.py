@@ -1,7 +1,10 @@
 """BERT-base and BERT-large uncased in the layout of HuggingFace
 ``transformers.BertModel`` (with pooler).
 
-``named_parameters()`` order: the three embedding tables and the embedding LayerNorm;
+Tensor order is forward order (MODEL.md section 1): the three embedding tables as
+``BertEmbeddings.forward`` uses them (word, then token type, then position: the position
+table is registered before the token-type table but used after it) and the embedding
+LayerNorm;
 then for each of the 12 (base) or 24 (large) encoder layers ``attention.self.{query,key,value}``,
 ``attention.output.dense``, ``attention.output.LayerNorm``, ``intermediate.dense``,
 ``output.dense``, ``output.LayerNorm``; then ``pooler.dense``. Every Linear and LayerNorm
@@ -118,8 +121,8 @@ def _bert(name: str, label: str, seq_len: int, hidden: int, intermediate: int, n
         )
     layers = [
         embedding("embeddings.word_embeddings", VOCAB_SIZE, hidden),
-        embedding("embeddings.position_embeddings", MAX_POSITIONS, hidden),
-        embedding("embeddings.token_type_embeddings", TYPE_VOCAB_SIZE, hidden),
+        embedding("embeddings.token_type_embeddings", TYPE_VOCAB_SIZE, hidden),   # used before
+        embedding("embeddings.position_embeddings", MAX_POSITIONS, hidden),       # the positions
         layernorm("embeddings.LayerNorm", hidden, tokens=seq_len),
     ]
     for i in range(num_layers):

@@ -1,7 +1,9 @@
 """The zoo's data model (:class:`Layer`, :class:`Architecture`) and layer constructors.
 
-An architecture is a sequence of layers in the order ``model.named_parameters()`` of the
-reference implementation (torchvision, HuggingFace) yields their parameters. Each layer
+An architecture is a sequence of layers in forward order: the order in which the reference
+implementation (torchvision, HuggingFace) first uses their parameters, which is the order
+``model.named_parameters()`` yields them except where a module registers a parameter
+before it uses it (ViT-B/16's class token). Each layer
 owns one or more parameter tensors (for example a weight and a bias) and the forward
 FLOPs of one sample through it.
 
@@ -91,7 +93,7 @@ class Architecture:
     name : str
         Short model name, e.g. ``"resnet50"``.
     layers : tuple of Layer
-        Layers in ``named_parameters()`` order of the reference implementation.
+        Layers in forward order of the reference implementation.
     description : str
         One line describing the model and its reference implementation.
     input_description : str
@@ -135,7 +137,7 @@ class Architecture:
 
     @property
     def tensors(self) -> list[tuple[str, Shape]]:
-        """``(name, shape)`` of every parameter tensor, in ``named_parameters()`` order.
+        """``(name, shape)`` of every parameter tensor, in forward order.
 
         Examples
         --------

@@ -1,9 +1,11 @@
 """ViT-B/16 in the layout of ``torchvision.models.vit_b_16`` (12 layers, hidden 768,
 12 heads, MLP 3072, 16 x 16 patches, a class token, no pre-logits layer).
 
-``named_parameters()`` order: the model's own ``class_token`` (1 x 1 x 768) comes first,
-then ``conv_proj`` (the 16 x 16 stride-16 patch embedding, with bias), then the encoder's
-own ``encoder.pos_embedding`` (1 x (patches + 1) x 768); then for each encoder layer
+Tensor order is forward order (MODEL.md section 1), which is ``named_parameters()`` order
+but for one tensor: the model's own ``class_token`` (1 x 1 x 768) is registered first, yet
+the forward runs ``conv_proj`` (the 16 x 16 stride-16 patch embedding, with bias) before it
+prepends the class token to the patches, so ``conv_proj`` comes first, then ``class_token``,
+then the encoder's own ``encoder.pos_embedding`` (1 x (patches + 1) x 768); then for each encoder layer
 ``encoder.layers.encoder_layer_{i}``: ``ln_1``, ``self_attention.in_proj_weight`` and
 ``in_proj_bias`` (the fused query/key/value projection of ``nn.MultiheadAttention``,
 (3 x 768) x 768), ``self_attention.out_proj``, ``ln_2``, ``mlp.0`` (768 -> 3072) and
@@ -77,7 +79,7 @@ def vit_b16(image_size: int = 224, num_classes: int = 1000) -> Architecture:
     Returns
     -------
     Architecture
-        152 tensors (``class_token``, ``conv_proj`` x 2, ``encoder.pos_embedding``, 12 per
+        152 tensors (``conv_proj`` x 2, ``class_token``, ``encoder.pos_embedding``, 12 per
         encoder layer, ``encoder.ln`` x 2, ``heads.head`` x 2) and 86,567,656 parameters
         at 224 x 224 with 1000 classes; about 35.2 GFLOPs per 224 x 224 image.
 
@@ -93,8 +95,8 @@ def vit_b16(image_size: int = 224, num_classes: int = 1000) -> Architecture:
     >>> net.parameters, len(net.tensors)
     (86567656, 152)
     >>> net.tensors[:4]  # doctest: +NORMALIZE_WHITESPACE
-    [('class_token', (1, 1, 768)), ('conv_proj.weight', (768, 3, 16, 16)),
-     ('conv_proj.bias', (768,)), ('encoder.pos_embedding', (1, 197, 768))]
+    [('conv_proj.weight', (768, 3, 16, 16)), ('conv_proj.bias', (768,)),
+     ('class_token', (1, 1, 768)), ('encoder.pos_embedding', (1, 197, 768))]
     >>> net.tensors[6]
     ('encoder.layers.encoder_layer_0.self_attention.in_proj_weight', (2304, 768))
     >>> vit_b16(image_size=200)
@@ -109,8 +111,8 @@ def vit_b16(image_size: int = 224, num_classes: int = 1000) -> Architecture:
     side = out_size(image_size, PATCH, PATCH)
     tokens = side * side + 1  # patches and the class token
     layers = [
-        _parameter("class_token", (1, 1, HIDDEN)),
         conv2d("conv_proj", 3, HIDDEN, PATCH, side, bias=True),  # the patch embedding
+        _parameter("class_token", (1, 1, HIDDEN)),              # prepended to its output
         _parameter("encoder.pos_embedding", (1, tokens, HIDDEN)),
     ]
     for i in range(NUM_LAYERS):

@@ -120,6 +120,27 @@ def test_forward_order_is_order_of_first_use():
     assert p.metadata["ready_order_is_reverse_forward"] is True
 
 
+def test_reading_a_parameters_metadata_is_not_a_use():
+    # nn.MultiheadAttention reads in_proj_bias.dtype before it touches in_proj_weight; the
+    # first call that computes with them takes both, so registration order decides.
+    class Checked(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.first = nn.Linear(16, 16)
+            self.second = nn.Linear(16, 4)
+
+        def forward(self, x):
+            assert self.second.weight.dtype == x.dtype and self.second.bias.shape == (4,)
+            assert self.second.weight.size(0) == 4 and self.second.weight.dim() == 2
+            return self.second(torch.relu(self.first(x)))
+
+    p = profile_model(Checked(), torch.randn(4, 16), steps=1, warmup=0)
+    assert p.names == ("first.weight", "first.bias", "second.weight", "second.bias")
+    attention = profile_model(nn.MultiheadAttention(8, 2), (torch.randn(3, 1, 8),) * 3,
+                              loss_fn=lambda out: out[0].sum(), steps=1, warmup=0)
+    assert attention.names == ("in_proj_weight", "in_proj_bias", "out_proj.weight", "out_proj.bias")
+
+
 def test_dtypes_frozen_tied_and_nested():
     class Mixed(nn.Module):
         def __init__(self):

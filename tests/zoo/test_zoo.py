@@ -61,7 +61,7 @@ PARAMETERS = {
 #   DenseNet-201: the same with 6 + 12 + 48 + 32 = 98 dense layers.
 #   MobileNet-v2: 52 convs (stem, 2 in block 1, 3 in each of 16 blocks, head) + 52 BNs x 2 +
 #              classifier x 2.
-#   ViT-B/16:  class_token, conv_proj x 2, pos_embedding; 12 layers x (ln_1, in_proj,
+#   ViT-B/16:  conv_proj x 2, class_token, pos_embedding; 12 layers x (ln_1, in_proj,
 #              out_proj, ln_2, mlp.0, mlp.3) x 2; encoder.ln x 2; heads.head x 2.
 #   LSTM LM:   encoder; 2 LSTM layers x (weight_ih, weight_hh, bias_ih, bias_hh); decoder x 2.
 TENSORS = {
@@ -328,10 +328,11 @@ def test_googlenet_flops_about_3_gflops():
 def test_bert_names_and_shapes():
     arch = architecture("bert-base")
     names = [n for n, _ in arch.tensors]
+    # Forward order: BertEmbeddings adds the token-type embedding before the position one.
     assert names[:5] == [
         "embeddings.word_embeddings.weight",
-        "embeddings.position_embeddings.weight",
         "embeddings.token_type_embeddings.weight",
+        "embeddings.position_embeddings.weight",
         "embeddings.LayerNorm.weight",
         "embeddings.LayerNorm.bias",
     ]

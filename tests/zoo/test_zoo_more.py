@@ -230,7 +230,9 @@ def test_mobilenet_v2_depthwise_flops():
 def test_vit_b16_names_and_shapes():
     arch = architecture("vit-b16")
     n = names(arch)
-    assert n[:4] == ["class_token", "conv_proj.weight", "conv_proj.bias", "encoder.pos_embedding"]
+    # Forward order: torchvision registers class_token first but prepends it to conv_proj's
+    # output, so the patch embedding comes first (as profile_model measures it).
+    assert n[:4] == ["conv_proj.weight", "conv_proj.bias", "class_token", "encoder.pos_embedding"]
     p = "encoder.layers.encoder_layer_0"
     assert n[4:16] == [
         f"{p}.ln_1.weight", f"{p}.ln_1.bias",

@@ -1,16 +1,18 @@
 """Measured PyTorch profiles of zoo models beside the zoo's roofline estimates.
 
 For each model that PyTorch can build here (the LSTM language model from ``torch.nn`` alone;
-the CNNs and ViT when torchvision is installed), the script measures per-tensor forward and
+the CNNs and ViT when torchvision is installed; BERT and GPT-2 when transformers is, built
+from their configurations, no download), the script measures per-tensor forward and
 backward times with :func:`fusionopt.integrations.torch.profile_model` (hooks, medians of
-``--steps`` steps, CUDA events on a GPU), checks that the measured tensors' names and byte
-sizes equal the zoo architecture's exactly, and sets the measured compute beside the
+``--steps`` steps, CUDA events on a GPU), checks that the measured tensors' names, forward
+order and byte sizes equal the zoo architecture's exactly, and sets the measured compute beside the
 roofline estimate of the same model on the chosen zoo device preset.
 
 Writes each measured profile as JSON (device, torch version, batch and date in its
 metadata) to ``--profiles-dir`` as ``<model>-<hardware>-b<batch>.json`` (default: the zoo's
 ``fusionopt/zoo/measured/``, read by ``fusionopt.zoo.measured_profile``; ``hardware`` is
-``cpu`` or the GPU's short name, e.g. ``h100``), and the comparison to
+``cpu`` or the GPU's short name, e.g. ``h100``; ``--profiles-dir ""`` keeps none), and the
+comparison, with the versions of torch, torchvision and transformers, to
 ``validation/results/profiles-<cpu|gpu>.{json,md}``.
 
     python validation/profiles/run.py --device cuda --zoo-device h100          # on a GPU
@@ -46,6 +48,17 @@ TORCHVISION = {
 }
 # The zoo's GoogLeNet has no aux heads; Inception-v3 keeps its aux head, as the zoo does.
 OPTIONS = {"googlenet": {"aux_logits": False, "init_weights": False}, "inception-v3": {"init_weights": False}}
+# zoo name -> (transformers model class, config class, config, tokens per sequence) of the
+# zoo's layout, built from the config (no download; the default configs are BERT-base and
+# GPT-2 small); sequences as long as the zoo's default ``seq_len``, so the estimates compare.
+HUGGINGFACE = {
+    "bert-base": ("BertModel", "BertConfig", {}, 128),
+    "bert-large": ("BertModel", "BertConfig",
+                   {"hidden_size": 1024, "num_hidden_layers": 24, "num_attention_heads": 16,
+                    "intermediate_size": 4096}, 128),
+    "gpt2": ("GPT2Model", "GPT2Config", {}, 1024),
+    "gpt2-medium": ("GPT2Model", "GPT2Config", {"n_embd": 1024, "n_layer": 24, "n_head": 16}, 1024),
+}
 DEFAULT_MODELS = "resnet50,vgg16,densenet121,mobilenet-v2,vit-b16,lstm-lm"
 
 
@@ -82,6 +95,16 @@ def builder(name: str, torch: Any) -> tuple[Callable[[], Any], Callable[[int, An
         options = OPTIONS.get(name, {})
         return (lambda: factory(weights=None, **options),
                 lambda batch, device: torch.randn(batch, 3, side, side, device=device))
+    if name in HUGGINGFACE:
+        try:
+            import transformers
+        except ImportError:
+            return None
+        model_class, config_class, config, seq_len = HUGGINGFACE[name]
+        made = getattr(transformers, config_class)(**config)
+        return (lambda: getattr(transformers, model_class)(made),
+                lambda batch, device: {"input_ids": torch.randint(0, made.vocab_size, (batch, seq_len),
+                                                                  device=device)})
     return None
 
 
@@ -95,6 +118,10 @@ def hardware_tag(gpu_name: str) -> str:
 
 def loss_of(output: Any) -> Any:
     """Sum of the logits (Inception-v3 in training mode returns its aux logits as well)."""
+    if hasattr(output, "last_hidden_state"):      # transformers: every hidden state, pooled too
+        total = output.last_hidden_state.sum()
+        pooled = getattr(output, "pooler_output", None)
+        return total if pooled is None else total + pooled.sum()
     if hasattr(output, "logits"):
         total = output.logits.sum()
         aux = getattr(output, "aux_logits", None)
@@ -110,7 +137,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch", type=int, default=32, help="per-worker batch (default 32)")
     parser.add_argument("--steps", type=int, default=20, help="timed steps; medians taken (default 20)")
     parser.add_argument("--warmup", type=int, default=5)
-    parser.add_argument("--profiles-dir", default=str(MEASURED_DIR))
+    parser.add_argument("--profiles-dir", default=str(MEASURED_DIR),
+                        help='where the measured profiles go (default the zoo\'s; "" keeps none)')
     parser.add_argument("--output-dir", default=str(ROOT / "validation" / "results"))
     args = parser.parse_args(argv)
 
@@ -124,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
         made = builder(name, torch)
         if made is None:
             skipped.append(name)
-            print(f"{name}: cannot be built here (needs torchvision), skipped")
+            print(f"{name}: cannot be built here (needs torchvision or transformers), skipped")
             continue
         build, inputs = made
         torch.manual_seed(0)
@@ -136,9 +164,12 @@ def main(argv: list[str] | None = None) -> int:
         estimate = zoo.profile(name, device=args.zoo_device, batch=args.batch)
         same_tensors = (measured.names == estimate.names
                         and measured.sizes.tolist() == estimate.sizes.tolist())
-        path = Path(args.profiles_dir) / f"{name}-{short}-b{args.batch}.json"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        measured.write(path)
+        stored = None
+        if args.profiles_dir:
+            path = Path(args.profiles_dir) / f"{name}-{short}-b{args.batch}.json"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            measured.write(path)
+            stored = str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
         ratio_b = measured.B / estimate.B
         ratio_f = measured.F / estimate.F
         # How well the estimate's per-tensor split matches: correlation of backward times.
@@ -148,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
                      "estimate_F": estimate.F, "ratio_B": ratio_b, "ratio_F": ratio_f,
                      "backward_correlation": correlation,
                      "ready_order_is_reverse_forward": measured.metadata.get("ready_order_is_reverse_forward"),
-                     "profile": str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else path.name,
+                     "profile": stored,
                      "seconds": seconds})
         print(f"{name:14s} {measured.n:4d} tensors  tensors as zoo: {same_tensors}  B {1e3 * measured.B:8.2f} ms "
               f"(estimate {1e3 * estimate.B:8.2f}, x{ratio_b:.2f})  F {1e3 * measured.F:8.2f} ms "
@@ -158,7 +189,7 @@ def main(argv: list[str] | None = None) -> int:
         "schema": "fusionopt.validation.profiles", "version": 1, "device": str(device), "hardware": hardware,
         "zoo_device": args.zoo_device, "batch": args.batch, "steps": args.steps, "warmup": args.warmup,
         "torch": torch.__version__, "cuda": torch.version.cuda if device.type == "cuda" else None,
-        "python": platform.python_version(),
+        "python": platform.python_version(), "libraries": library_versions(),
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "results": rows, "skipped": skipped,
     }
@@ -172,15 +203,28 @@ def main(argv: list[str] | None = None) -> int:
     return 0 if all(r["same_tensors_as_zoo"] for r in rows) else 1
 
 
+def library_versions() -> dict[str, str | None]:
+    """Versions of the libraries that built the models, None where one is missing."""
+    versions: dict[str, str | None] = {}
+    for module in ("torch", "torchvision", "transformers"):
+        try:
+            versions[module] = __import__(module).__version__
+        except ImportError:
+            versions[module] = None
+    return versions
+
+
 def markdown(document: dict) -> str:
     lines = [
         f"# Measured profiles against the roofline estimate ({document['hardware']})",
         "",
-        f"{document['date']}; torch {document['torch']}" + (f", CUDA {document['cuda']}" if document["cuda"] else "")
+        f"{document['date']}; "
+        + ", ".join(f"{k} {v}" for k, v in document.get("libraries", {"torch": document["torch"]}).items() if v)
+        + (f", CUDA {document['cuda']}" if document["cuda"] else "")
         + f"; batch {document['batch']}; medians of {document['steps']} steps after {document['warmup']}; "
         f"estimates from the zoo's `{document['zoo_device']}` preset. Written by `validation/profiles/run.py`.",
         "",
-        "| model | tensors | names and sizes as zoo | measured B (ms) | estimate B (ms) | B ratio | "
+        "| model | tensors | names, order and sizes as zoo | measured B (ms) | estimate B (ms) | B ratio | "
         "measured F (ms) | estimate F (ms) | F ratio | per-tensor backward correlation |",
         "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
@@ -190,7 +234,7 @@ def markdown(document: dict) -> str:
                      f"{1e3 * r['measured_B']:.2f} | {1e3 * r['estimate_B']:.2f} | {r['ratio_B']:.2f} | "
                      f"{1e3 * r['measured_F']:.2f} | {1e3 * r['estimate_F']:.2f} | {r['ratio_F']:.2f} | {corr} |")
     if document["skipped"]:
-        lines += ["", f"Not built here (torchvision missing): {', '.join(document['skipped'])}."]
+        lines += ["", f"Not built here (torchvision or transformers missing): {', '.join(document['skipped'])}."]
     lines += ["", "Ratio: measured over estimated. F counts only modules that own parameters (see "
               "`fusionopt.integrations.torch`)."]
     return "\n".join(lines) + "\n"
