@@ -187,8 +187,11 @@ def profile(
 
     **This is an estimate, not a measurement.** Each layer's forward time is
     ``flops * batch / (peak_flops * efficiency)`` seconds, its backward time twice that;
-    both go on the layer's first (weight) tensor and 0 on its other tensors (biases,
-    BatchNorm/LayerNorm biases). Real kernels do not run at a fixed fraction of peak:
+    both go on the layer's **last** tensor in forward order (its bias, where it has one)
+    and 0 on its other tensors, as :func:`fusionopt.integrations.torch.profile_model`
+    attributes measured times: the layer's backward makes all of its gradients ready
+    (``r_i = sum_{k >= i} b_k`` then counts it for every one of them), and under
+    ``sync="layerwise"`` its forward waits for all of its tensors. Real kernels do not run at a fixed fraction of peak:
     small, memory-bound layers (normalisation, embeddings, depthwise or 1x1 convs at
     small batch) are much slower than this predicts and layers without parameters
     (activations, pooling, softmax) are not counted at all. Use measured profiles for
@@ -227,10 +230,12 @@ def profile(
     >>> p = profile("resnet50", device="v100", batch=32)
     >>> p.n, p.total_bytes == 4 * architecture("resnet50").parameters
     (161, True)
-    >>> p.metadata["source"], bool(p.backward[0] == 2 * p.forward[0]), float(p.forward[2])
+    >>> p.metadata["source"], bool(p.backward[0] == 2 * p.forward[0]), float(p.forward[1])
     ('roofline estimate', True, 0.0)
-    >>> p.names[2], round(p.F * 1e3, 3)   # bn1.bias carries no time; F in milliseconds
-    ('bn1.bias', 5.263)
+    >>> p.names[1:3], round(p.F * 1e3, 3)   # bn1 on its bias, not its weight; F in ms
+    (('bn1.weight', 'bn1.bias'), 5.263)
+    >>> bool(p.forward[2] > 0), bool(p.ready_times[1] == p.ready_times[2])
+    (True, True)
     >>> profile("resnet50", batch=0)
     Traceback (most recent call last):
     ...
@@ -249,7 +254,7 @@ def profile(
         for k, (tname, shape) in enumerate(layer.tensors):
             names.append(tname)
             sizes.append(math.prod(shape) * dtype_bytes)
-            forward.append(seconds if k == 0 else 0.0)
+            forward.append(seconds if k == len(layer.tensors) - 1 else 0.0)
     return Profile.from_arrays(
         sizes,
         forward,

@@ -486,23 +486,30 @@ def test_profile_is_a_consistent_roofline_estimate(name, dev):
     assert np.array_equal(p.backward, 2 * p.forward)
     assert p.F == pytest.approx(arch.flops * batch / (d.peak_flops * d.efficiency), rel=1e-12)
     for i, n in enumerate(p.names):
-        if n.endswith(".bias"):
-            assert p.forward[i] == 0 and p.backward[i] == 0
+        if n.endswith(".weight") and i + 1 < p.n and p.names[i + 1] == n[:-len("weight")] + "bias":
+            assert p.forward[i] == 0 and p.backward[i] == 0   # the layer's time is on its bias
     assert p.metadata == {
         "source": "roofline estimate", "device": dev, "batch": batch,
         "peak_flops": d.peak_flops, "efficiency": d.efficiency,
     }
 
 
-def test_profile_times_go_on_each_layers_weight():
-    arch = architecture("googlenet")
-    p = profile("googlenet", device="a100", batch=8)
+@pytest.mark.parametrize("name", ["googlenet", "bert-base", "lstm-lm"])
+def test_profile_times_go_on_each_layers_last_tensor(name):
+    # As profile_model attributes measured times: every gradient of a layer is ready only
+    # after the layer's backward, and a layerwise forward waits for all of its tensors.
+    arch = architecture(name)
+    p = profile(name, device="a100", batch=8)
     rate = device("a100").peak_flops * device("a100").efficiency
+    ready = p.ready_times
     for layer in arch.layers:
         first = p.index(layer.tensors[0][0])
-        assert p.forward[first] == pytest.approx(layer.flops * 8 / rate, rel=1e-15)
-        for k in range(1, len(layer.tensors)):
-            assert p.forward[first + k] == 0.0
+        last = first + len(layer.tensors) - 1
+        assert p.forward[last] == pytest.approx(layer.flops * 8 / rate, rel=1e-15)
+        assert p.backward[last] == 2 * p.forward[last]
+        for k in range(first, last):
+            assert p.forward[k] == 0.0 and p.backward[k] == 0.0
+            assert ready[k] == ready[last]     # the whole layer ready at once
 
 
 def test_profile_passes_architecture_arguments():

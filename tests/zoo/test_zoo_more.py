@@ -359,20 +359,20 @@ def test_lstm_lm_bad_seq_len(bad):
     assert repr(bad) in str(err.value)
 
 
-def test_lstm_profile_puts_each_layers_time_on_its_input_weights():
+def test_lstm_profile_puts_each_layers_time_on_its_last_tensor():
     p = profile("lstm-lm", device="v100", batch=20)
     assert p.names == tuple(n for n, _ in LSTM_TENSORS)
     nonzero = [n for n, f in zip(p.names, p.forward) if f > 0]
-    assert nonzero == ["rnn.weight_ih_l0", "rnn.weight_ih_l1", "decoder.weight"]
-    assert p.forward[1] == pytest.approx(p.forward[5], rel=1e-15)  # both layers 1500 -> 1500
+    assert nonzero == ["rnn.bias_hh_l0", "rnn.bias_hh_l1", "decoder.bias"]
+    assert p.forward[4] == pytest.approx(p.forward[8], rel=1e-15)  # both layers 1500 -> 1500
 
 
 def test_vit_profile_gives_bare_parameters_no_time():
     p = profile("vit-b16", device="h100", batch=8)
     assert p.forward[p.index("class_token")] == 0
     assert p.forward[p.index("encoder.pos_embedding")] == 0
-    assert p.forward[p.index("conv_proj.weight")] > 0
-    assert p.forward[p.index("encoder.layers.encoder_layer_0.self_attention.in_proj_weight")] > 0
+    assert p.forward[p.index("conv_proj.bias")] > 0
+    assert p.forward[p.index("encoder.layers.encoder_layer_0.self_attention.in_proj_bias")] > 0
 
 
 # ---------------------------------------------------------------------- against torch.nn
