@@ -9,7 +9,9 @@
 from __future__ import annotations
 
 import argparse
+import io
 import os
+import sys
 from typing import Any, Iterable, Sequence
 
 from fusionopt.model._io import write_bytes_atomic  # noqa: F401 - the scripts' writer, from here
@@ -27,6 +29,28 @@ def reproduction_parser(doc: str, out: str, quick: str) -> argparse.ArgumentPars
     parser.add_argument("--out", "-o", default=out, help="output folder (default: this script's folder)")
     parser.add_argument("--quick", action="store_true", help=quick)
     return parser
+
+
+def pyplot() -> Any:
+    """``matplotlib.pyplot`` on the Agg backend, or None (saying so on stderr) where
+    matplotlib is not installed, so that a script writes its tables without its plots."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib is not installed: plots skipped (pip install matplotlib to get them)", file=sys.stderr)
+        return None
+    return plt
+
+
+def save_png(plt: Any, fig: Any, out_dir: str, name: str, dpi: int = 110) -> str:
+    """Write ``fig`` as ``out_dir/name`` (PNG, atomically), close it and return ``name``."""
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=dpi, bbox_inches="tight")
+    plt.close(fig)
+    write_bytes_atomic(os.path.join(out_dir, name), buf.getvalue())
+    return name
 
 
 def markdown_table(header: Sequence[Any], rows: Iterable[Sequence[Any]]) -> list[str]:

@@ -39,7 +39,6 @@ throughput(N) / (N x throughput(1)) = (B + F + U) / T_N``; "X% better scalabilit
 from __future__ import annotations
 
 import datetime
-import io
 import math
 import os
 import sys
@@ -49,7 +48,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 import fusionopt
-from fusionopt.reporting import command_line, markdown_table as table, reproduction_parser, write_bytes_atomic
+from fusionopt.reporting import (
+    command_line, markdown_table as table, pyplot, reproduction_parser, save_png,
+)
 from fusionopt import zoo
 from fusionopt.cost import network_link
 from fusionopt.model import Problem, Profile
@@ -303,25 +304,6 @@ def ceiling(ratio_fn, lo=1e-3, hi=1e3, points=20001):
 
 
 # ----------------------------------------------------------------------------- plots
-def _pyplot():
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("matplotlib is not installed: plots skipped (pip install matplotlib to get them)", file=sys.stderr)
-        return None
-    return plt
-
-
-def _save(plt, fig, out_dir, name) -> str:
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
-    plt.close(fig)
-    write_bytes_atomic(os.path.join(out_dir, name), buf.getvalue())
-    return name
-
-
 def plot_scalability(plt, out_dir, data, models, nodes, labels) -> str:
     variants = node_startups(PAPER_NODES)
     fig, axes = plt.subplots(len(models), len(variants), figsize=(4.6 * len(variants), 3.5 * len(models)),
@@ -357,7 +339,7 @@ def plot_scalability(plt, out_dir, data, models, nodes, labels) -> str:
     fig.suptitle(f"Scalability against node count, {DEVICE.upper()} roofline estimate, batch {BATCH}, "
                  "layerwise sync, partitioned compute", fontsize=10)
     fig.tight_layout(rect=(0, 0.05, 1, 0.97))
-    return _save(plt, fig, out_dir, "scalability.png")
+    return save_png(plt, fig, out_dir, "scalability.png")
 
 
 def plot_sensitivity(plt, out_dir, st, sw, models, startups, grid, sweep_startups, labels) -> str:
@@ -411,7 +393,7 @@ def plot_sensitivity(plt, out_dir, st, sw, models, startups, grid, sweep_startup
             ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}x"))
             ax.legend(fontsize=6, ncol=2)
     fig.tight_layout()
-    return _save(plt, fig, out_dir, "sensitivity.png")
+    return save_png(plt, fig, out_dir, "sensitivity.png")
 
 
 # ----------------------------------------------------------------------------- report
@@ -954,7 +936,7 @@ def main(argv=None) -> int:
     probe = {key: first_layer_probe(inst) for key, inst in main_data.items()}
 
     plots = []
-    plt = _pyplot()
+    plt = pyplot()
     if plt is not None:
         plots.append(plot_scalability(plt, args.out, nodes_data, plot_models, node_list, labels))
         plots.append(plot_sensitivity(plt, args.out, st, sw, models, startup_list, grid, main_startups, labels))

@@ -36,12 +36,14 @@ import math
 import os
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
 import fusionopt
-from fusionopt.reporting import command_line, markdown_table as table, reproduction_parser, write_bytes_atomic
+from fusionopt.reporting import (
+    command_line, markdown_table as table, pyplot, reproduction_parser, save_png, write_bytes_atomic,
+)
 from fusionopt import zoo
 from fusionopt.cost import network
 from fusionopt.solvers.registry import get_method
@@ -213,22 +215,12 @@ def scaling(profiles, scales, methods, gradssa_kwargs, workers):
 # ----------------------------------------------------------------------------- plots
 def make_plots(out_dir, grid, sweep_data, scaling_data, scales, methods, workers, tol):
     """Write sweep.png and scaling_<model>.png; return their file names (empty if no matplotlib)."""
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("matplotlib is not installed: plots skipped (pip install matplotlib to get them)",
-              file=sys.stderr)
+    plt = pyplot()
+    if plt is None:
         return []
-    import io
 
     def save(fig, name):
-        buf = io.BytesIO()
-        fig.savefig(buf, format="png", dpi=120, bbox_inches="tight")
-        plt.close(fig)
-        write_bytes_atomic(os.path.join(out_dir, name), buf.getvalue())
-        return name
+        return save_png(plt, fig, out_dir, name, dpi=120)
 
     written = []
     colors = {"wfbp": "tab:blue", "single": "tab:gray", "mgwfbp": "tab:orange", "dp": "tab:green",

@@ -36,7 +36,6 @@ Profiles are roofline ESTIMATES (``fusionopt.zoo``: peak x efficiency 0.4), not 
 from __future__ import annotations
 
 import datetime
-import io
 import os
 import statistics
 import sys
@@ -46,7 +45,9 @@ from dataclasses import dataclass
 import numpy as np
 
 import fusionopt
-from fusionopt.reporting import command_line, markdown_table as table, reproduction_parser, write_bytes_atomic
+from fusionopt.reporting import (
+    command_line, markdown_table as table, pyplot, reproduction_parser, save_png, write_bytes_atomic,
+)
 from fusionopt import zoo
 from fusionopt.cost import network, network_link
 from fusionopt.model import Problem, Profile, simulate
@@ -277,12 +278,8 @@ def plot_data(grid: Grid, models, networks, workers):
 
 def make_plot(out_dir, data, models, networks, workers, labels) -> list[str]:
     """Write speedup_over_ddp.png; return the file names written (empty without matplotlib)."""
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("matplotlib is not installed: plot skipped (pip install matplotlib to get it)", file=sys.stderr)
+    plt = pyplot()
+    if plt is None:
         return []
     styles = {
         "horovod": dict(color="tab:blue", ls="-", lw=1.4, marker="s", ms=3.5),
@@ -312,12 +309,7 @@ def make_plot(out_dir, data, models, networks, workers, labels) -> list[str]:
             if c == 0:
                 ax.set_ylabel("speedup over DDP (T_DDP / T)")
     axes[0][0].legend(fontsize=8, loc="upper left")
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
-    plt.close(fig)
-    name = "speedup_over_ddp.png"
-    write_bytes_atomic(os.path.join(out_dir, name), buf.getvalue())
-    return [name]
+    return [save_png(plt, fig, out_dir, "speedup_over_ddp.png")]
 
 
 # ----------------------------------------------------------------------------- report
@@ -466,7 +458,7 @@ def report(ctx) -> str:
     sens = ctx["sensitivity"]
     L += ["**Other devices** (same models, batches, networks and workers; only the compute estimate "
           "changes). To keep the run short this pass uses the DP optimum in place of OF-WFBP (they agree "
-          f"on every instance above); OF-WFBP was run at each device's maximum over the best baseline to "
+          "on every instance above); OF-WFBP was run at each device's maximum over the best baseline to "
           "confirm it there.", ""]
     rows = []
     for device in DEVICES_SENSITIVITY:

@@ -35,7 +35,6 @@ What it does (see RESULTS.md for the numbers and the reasons they differ from th
 from __future__ import annotations
 
 import datetime
-import io
 import os
 import sys
 import time
@@ -44,7 +43,9 @@ from dataclasses import dataclass
 import numpy as np
 
 import fusionopt
-from fusionopt.reporting import command_line, markdown_table as table, reproduction_parser, write_bytes_atomic
+from fusionopt.reporting import (
+    command_line, markdown_table as table, pyplot, reproduction_parser, save_png,
+)
 from fusionopt import zoo
 from fusionopt.cost import network, network_link
 from fusionopt.model import Problem, Profile
@@ -247,25 +248,6 @@ def unit_study(profiles, models, units, P):
 
 
 # ----------------------------------------------------------------------------- plots
-def _pyplot():
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("matplotlib is not installed: plots skipped (pip install matplotlib to get them)", file=sys.stderr)
-        return None
-    return plt
-
-
-def _save(plt, fig, out_dir, name) -> str:
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
-    plt.close(fig)
-    write_bytes_atomic(os.path.join(out_dir, name), buf.getvalue())
-    return name
-
-
 def plot_gantt(plt, out_dir, inst: Instance, label: str, title: str) -> str:
     """US-Byte above layerwise-opt on one time axis, each drawn by fusionopt.viz.plot_timeline
     with bars coloured by tensor."""
@@ -287,7 +269,7 @@ def plot_gantt(plt, out_dir, inst: Instance, label: str, title: str) -> str:
     cbar = fig.colorbar(sm, ax=list(axes), pad=0.01, fraction=0.03)
     cbar.set_label("tensor (forward index)")
     fig.suptitle(title, fontsize=11)
-    return _save(plt, fig, out_dir, f"gantt_{label}.png")
+    return save_png(plt, fig, out_dir, f"gantt_{label}.png")
 
 
 def plot_main(plt, out_dir, table_data, models, setting_list, labels) -> str:
@@ -324,7 +306,7 @@ def plot_main(plt, out_dir, table_data, models, setting_list, labels) -> str:
     fig.suptitle(f"Layerwise sync, {DEVICE.upper()} roofline estimate at our batches: iteration time over the "
                  "best lower bound (1 = provably optimal)", fontsize=10)
     fig.tight_layout(rect=(0, 0.05, 1, 1))
-    return _save(plt, fig, out_dir, "main.png")
+    return save_png(plt, fig, out_dir, "main.png")
 
 
 def plot_sweep(plt, out_dir, sweep_data, grid, models, setting_list, labels, device_s) -> str:
@@ -371,7 +353,7 @@ def plot_sweep(plt, out_dir, sweep_data, grid, models, setting_list, labels, dev
                 names.append(n)
     fig.legend(handles, names, loc="lower center", ncol=4, fontsize=8, frameon=False, bbox_to_anchor=(0.5, -0.02))
     fig.tight_layout(rect=(0, 0.05, 1, 1))
-    return _save(plt, fig, out_dir, "sweep.png")
+    return save_png(plt, fig, out_dir, "sweep.png")
 
 
 # ----------------------------------------------------------------------------- report
@@ -784,7 +766,7 @@ def main(argv=None) -> int:
 
     plots = []
     gantt = None
-    plt = _pyplot()
+    plt = pyplot()
     if plt is not None:
         plots.append(plot_main(plt, args.out, main_data, models, setting_list, labels))
         plots.append(plot_sweep(plt, args.out, sw, grid, models, setting_list, labels, device_s))
