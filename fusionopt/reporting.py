@@ -14,7 +14,7 @@ import os
 import sys
 from typing import Any, Iterable, Sequence
 
-from fusionopt.model._io import write_bytes_atomic  # noqa: F401 - the scripts' writer, from here
+from fusionopt.model._io import write_bytes_atomic, write_json_atomic, write_text_atomic
 
 
 def reproduction_parser(doc: str, out: str, quick: str) -> argparse.ArgumentParser:
@@ -51,6 +51,26 @@ def save_png(plt: Any, fig: Any, out_dir: str, name: str, dpi: int = 110) -> str
     plt.close(fig)
     write_bytes_atomic(os.path.join(out_dir, name), buf.getvalue())
     return name
+
+
+def write_result(folder: str | os.PathLike, stem: str, document: Any, table: str) -> None:
+    """Write a validation result as ``folder/stem.json`` (``document``) and ``folder/stem.md``
+    (``table``), each atomically, making ``folder`` if needed; then print the table.
+
+    >>> import tempfile, pathlib
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     write_result(pathlib.Path(d) / "out", "x", {"T": 1.5}, "| T |")
+    ...     sorted(p.name for p in (pathlib.Path(d) / "out").iterdir())
+    <BLANKLINE>
+    | T |
+    ['x.json', 'x.md']
+    """
+    folder = os.fspath(folder)
+    os.makedirs(folder, exist_ok=True)
+    write_json_atomic(os.path.join(folder, f"{stem}.json"), document)
+    write_text_atomic(os.path.join(folder, f"{stem}.md"), table)
+    print()
+    print(table)
 
 
 def markdown_table(header: Sequence[Any], rows: Iterable[Sequence[Any]]) -> list[str]:

@@ -50,7 +50,7 @@ from fusionopt import zoo
 from fusionopt.cost import network
 from fusionopt.executor import calibrate, run, scale_compute
 from fusionopt.model import Problem
-from fusionopt.model._io import write_json_atomic, write_text_atomic
+from fusionopt.reporting import write_result
 from fusionopt.solvers import methods, solve
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -211,13 +211,7 @@ def main(argv: list[str] | None = None) -> int:
         # Other work on the host disturbs the timings: the 1-minute load before and after.
         "load_average": {"before": load_before[0], "after": os.getloadavg()[0]},
     }
-    output = Path(args.output_dir)
-    output.mkdir(parents=True, exist_ok=True)
-    write_json_atomic(output / f"{label}.json", document)
-    table = markdown(document)
-    write_text_atomic(output / f"{label}.md", table)
-    print()
-    print(table)
+    write_result(args.output_dir, label, document, markdown(document))
     return 0 if summary["all_correct"] else 1
 
 

@@ -36,7 +36,7 @@ sys.path.insert(0, str(ROOT))
 
 from fusionopt import zoo  # noqa: E402
 from fusionopt.integrations.torch import profile_model, require_torch  # noqa: E402
-from fusionopt.model._io import write_json_atomic, write_text_atomic  # noqa: E402
+from fusionopt.reporting import write_result  # noqa: E402
 from fusionopt.zoo.measured import MEASURED_DIR  # noqa: E402
 
 # zoo name -> torchvision builder name (weights not needed: shapes and times only)
@@ -193,13 +193,7 @@ def main(argv: list[str] | None = None) -> int:
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "results": rows, "skipped": skipped,
     }
-    output = Path(args.output_dir)
-    output.mkdir(parents=True, exist_ok=True)
-    write_json_atomic(output / f"profiles-{label}.json", document)
-    table = markdown(document)
-    write_text_atomic(output / f"profiles-{label}.md", table)
-    print()
-    print(table)
+    write_result(args.output_dir, f"profiles-{label}", document, markdown(document))
     return 0 if all(r["same_tensors_as_zoo"] for r in rows) else 1
 
 
@@ -219,7 +213,7 @@ def markdown(document: dict) -> str:
         f"# Measured profiles against the roofline estimate ({document['hardware']})",
         "",
         f"{document['date']}; "
-        + ", ".join(f"{k} {v}" for k, v in document.get("libraries", {"torch": document["torch"]}).items() if v)
+        + ", ".join(f"{k} {v}" for k, v in document["libraries"].items() if v)
         + (f", CUDA {document['cuda']}" if document["cuda"] else "")
         + f"; batch {document['batch']}; medians of {document['steps']} steps after {document['warmup']}; "
         f"estimates from the zoo's `{document['zoo_device']}` preset. Written by `validation/profiles/run.py`.",
