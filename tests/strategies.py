@@ -17,12 +17,26 @@ sizes = st.integers(min_value=1, max_value=10_000_000)
 def profiles(draw, min_n: int = 1, max_n: int = 8, with_updates: bool = True) -> Profile:
     n = draw(st.integers(min_n, max_n))
     update = draw(st.lists(times, min_size=n, max_size=n)) if with_updates and draw(st.booleans()) else None
-    return Profile.from_arrays(
+    profile = Profile.from_arrays(
         draw(st.lists(sizes, min_size=n, max_size=n)),
         draw(st.lists(times, min_size=n, max_size=n)),
         draw(st.lists(times, min_size=n, max_size=n)),
         update=update,
     )
+    if not draw(st.booleans()):
+        return profile
+    # A ready order other than reverse forward order: shuffle each run of tensors that are
+    # ready at the same moment (as autograd orders a layer's weight and bias).
+    order: list[int] = []
+    run: list[int] = []
+    ready = profile.ready_times
+    for i in range(n - 1, -1, -1):
+        if run and ready[i] != ready[run[0]]:
+            order.extend(draw(st.permutations(run)))
+            run = []
+        run.append(i)
+    order.extend(draw(st.permutations(run)))
+    return profile.with_orders(ready_order=order)
 
 
 alpha_beta = st.builds(

@@ -11,9 +11,9 @@ gated by the sync rule. While at least one message is in flight the stream progr
 ``1 / contention`` of full speed.
 
 A message is *ready* when the backward of every tensor it carries has ended (and its
-packing, on the compute stream); it is *dispatched* in plan order, once ready, once the
-message before it has been dispatched and while fewer than ``channels`` messages are in
-flight. It then runs a latency phase (``alpha``, plus the packing ``copy_cost * S`` when it
+packing, on the compute stream); it is *dispatched* in plan order, once ready and past its
+release time, once the message before it has been dispatched and while fewer than
+``channels`` messages are in flight. It then runs a latency phase (``alpha``, plus the packing ``copy_cost * S`` when it
 runs on the channel) and a transfer phase (``beta * S`` seconds of exclusive bandwidth),
 the transfers in flight sharing the bandwidth equally. With one channel the whole
 ``c(S)`` is the latency phase, so any cost model works.
@@ -117,6 +117,7 @@ def simulate_events(problem: Problem, plan: Plan, *, pieces: list | None = None)
     profile = problem.profile
     n_messages = len(plan.messages)
     latency, transfer = _phases(problem, plan)
+    release = plan.release
     tasks = _compute_tasks(problem, plan)
     slowdown = problem.contention
 
@@ -157,7 +158,7 @@ def simulate_events(problem: Problem, plan: Plan, *, pieces: list | None = None)
                             phi[tasks[task_index].tensor] = clock
                     progressed = True
             while (next_dispatch < n_messages and ready[next_dispatch] <= clock
-                   and len(flights) < problem.channels):
+                   and release[next_dispatch] <= clock and len(flights) < problem.channels):
                 start[next_dispatch] = clock
                 flights.append(_Flight(next_dispatch, float(latency[next_dispatch]), float(transfer[next_dispatch])))
                 next_dispatch += 1
@@ -181,6 +182,9 @@ def simulate_events(problem: Problem, plan: Plan, *, pieces: list | None = None)
         share = len(transferring)
         for f in flights:
             candidates.append(f.latency if f.latency > 0.0 else f.transfer * share)
+        if (next_dispatch < n_messages and ready[next_dispatch] <= clock
+                and len(flights) < problem.channels and release[next_dispatch] > clock):
+            candidates.append(release[next_dispatch] - clock)
         if not candidates:
             raise AssertionError("simulation stalled: a gate waits for a message that never runs")
         step = min(candidates)

@@ -6,6 +6,14 @@ A fusion plan on one channel is a cut vector ``x`` over backward order (see
 give ``T = max(B, E) + U + F``. :func:`fusion_iteration_time` evaluates one cut vector with
 that closed form; :func:`evaluate_cuts` scores a whole batch at once with numpy, for
 metaheuristics and exhaustive search. Tests pin both to :func:`simulate`.
+
+The closed form needs the last message to gate every update and forward. Under layerwise
+sync that holds when the last tensor in the ready order, ``l``, has no update or forward
+work before it (``sum_{i < l} (u_i + f_i) = 0``): always in reverse forward order
+(``l = 0``), and for a profile whose layers keep their time on their last tensor. Where it
+fails (a layer's weight ready before its bias, with work of its own), tensors of earlier
+messages may be updated and run forward while the last message is on the channel;
+:func:`layerwise_slack` says by how much at most, and the evaluators here simulate.
 """
 
 from __future__ import annotations
@@ -23,15 +31,43 @@ _TILE = 4096
 
 
 def backward_arrays(problem: Problem) -> tuple[np.ndarray, np.ndarray]:
-    """Ready times ``rho_j`` and prefix sizes ``Q_j`` in backward order (``Q_0 = 0``).
+    """Ready times ``rho_j`` and prefix sizes ``Q_j`` in backward order, the profile's
+    ready order (``Q_0 = 0``).
 
     ``rho`` has ``n`` entries (seconds, non-decreasing), ``Q`` has ``n + 1`` (bytes).
     """
     profile = problem.profile
-    rho = profile.ready_times[::-1].copy()
+    order = profile.backward_order
+    rho = profile.ready_times[order]
     prefix = np.zeros(profile.n + 1, dtype=np.float64)
-    np.cumsum(profile.sizes[::-1], out=prefix[1:])
+    np.cumsum(profile.sizes[order], out=prefix[1:])
     return rho, prefix
+
+
+def layerwise_slack(problem: Problem) -> float:
+    """Seconds of update and forward work that may run before the last message of a fusion
+    plan ends: ``sum_{i < l} (u_i + f_i)`` with ``l`` the last tensor in the ready order,
+    under layerwise sync; 0 under barrier sync. ``T = max(B, E) + U + F`` holds for every
+    fusion plan when it is 0, and ``T >= max(B + U + F, E + U + F - slack)`` always.
+
+    >>> from fusionopt.model.cost import AlphaBeta
+    >>> from fusionopt.model.profile import Profile
+    >>> p = Profile.from_arrays([8, 8], [1.0, 2.0], [0.0, 3.0], update=[0.5, 0.5], ready_order=[0, 1])
+    >>> layerwise_slack(Problem(p, AlphaBeta(0, 1), sync="layerwise"))
+    1.5
+    """
+    if problem.sync != "layerwise":
+        return 0.0
+    profile = problem.profile
+    last = int(profile.ready_order[-1])
+    return float(profile.update[:last].sum() + profile.forward[:last].sum())
+
+
+def _simulated(problem: Problem, cuts: np.ndarray) -> float:
+    from fusionopt.model.plan import Plan
+    from fusionopt.model.timeline import simulate
+
+    return simulate(problem, Plan.from_cuts(problem.profile, cuts), validate=False).iteration_time
 
 
 def time_after_channel(profile: Any, channel_end: float) -> float:
@@ -45,6 +81,15 @@ def time_after_channel(profile: Any, channel_end: float) -> float:
     10.0
     """
     return max(profile.B, float(channel_end)) + profile.U + profile.F
+
+
+def time_bound_after_channel(problem: Problem, channel_end: float) -> float:
+    """A lower bound on ``T`` from a lower bound ``channel_end`` on the last message's end
+    (seconds): :func:`time_after_channel` less the :func:`layerwise_slack`, never below
+    ``B + U + F``. Equal to :func:`time_after_channel` when the slack is 0."""
+    profile = problem.profile
+    exact = time_after_channel(profile, channel_end)
+    return max(profile.B + profile.U + profile.F, exact - layerwise_slack(problem))
 
 
 def _check_cuts(problem: Problem, cuts: np.ndarray, batch: bool) -> np.ndarray:
@@ -83,6 +128,8 @@ def fusion_iteration_time(problem: Problem, cuts: np.ndarray) -> float:
     """
     cuts = _check_cuts(problem, cuts, batch=False)
     profile = problem.profile
+    if layerwise_slack(problem) > 0.0:
+        return _simulated(problem, cuts)
     if problem.extensions:
         if problem.channels > 1:
             problem.require_plain("fusion_iteration_time with several channels")
@@ -133,6 +180,8 @@ def evaluate_cuts(problem: Problem, cuts: np.ndarray) -> np.ndarray:
     out = np.empty(m)
     if m == 0:
         return out
+    if layerwise_slack(problem) > 0.0:
+        return np.array([_simulated(problem, row) for row in cuts])
     rho, prefix = backward_arrays(problem)
     affine = problem.cost.affine
     # The sweep reads one contiguous row of cuts per tensor position, so each block is
@@ -278,6 +327,8 @@ def score_cuts(problem: Problem, cuts: np.ndarray) -> np.ndarray:
     if not problem.extensions:
         return evaluate_cuts(problem, cuts)
     cuts = _check_cuts(problem, cuts, batch=True)
+    if problem.channels == 1 and layerwise_slack(problem) > 0.0:
+        return np.array([_simulated(problem, row) for row in cuts])
     if problem.channels == 1:
         return _evaluate_extended(problem, cuts)
     if problem.contention == 1.0:

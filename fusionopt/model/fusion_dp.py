@@ -21,6 +21,20 @@ Three algorithms, all exact:
 ``max_message_bytes`` restricts the last message to ``Q_j - Q_{i-1} <= cap``; it keeps the
 complexity (the window's left end only moves right) and ``G`` non-decreasing (dropping the
 last tensor of a capped plan leaves a capped plan that ends no later).
+
+Layerwise sync with a ready order whose last tensor ``l`` has update or forward work before
+it (:func:`~fusionopt.model.fusion.layerwise_slack` > 0; a first layer's weight ready
+before its bias) breaks ``T = max(B, E) + U + F``: tensors of earlier messages may be
+updated and run forward while the last message is on the channel. Only messages holding a
+tensor of the last group ``L`` (the positions ready at ``B``, forward indices ``0..g``) can
+decide ``T``: any other message ends earlier and gates less work. Those messages start at
+``B`` or later, back to back, so with ``V(p)`` the least ``max_k (sum of costs up to
+message k + tail(min index of message k))`` over splits of positions ``p..n-1``,
+
+    T* = min_{a <= s <= e} max(B + U + F, max(G(a), B) + c(Q_{e+1} - Q_a) + max(tail(a..e), V(e+1))),
+
+where ``s`` is the first position of ``L``, the first message holding ``L`` spans positions
+``a..e``, and ``tail_i = sum_{k >= i} (u_k + f_k)``. O(n |L| + |L|^2) after the DP.
 """
 
 from __future__ import annotations
@@ -30,7 +44,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from fusionopt.model.fusion import backward_arrays
+from fusionopt.model.fusion import backward_arrays, layerwise_slack
 from fusionopt.model.problem import Problem
 
 
@@ -66,10 +80,10 @@ def _check_caps(problem: Problem, max_message_bytes: float | None, max_messages:
         if isinstance(max_messages, bool) or not isinstance(max_messages, (int, np.integer)) or max_messages < 1:
             raise ValueError(f"max_messages must be an integer >= 1, got {max_messages!r}")
         max_messages = int(max_messages)
-        if cap < math.inf and _fewest_messages(profile.sizes[::-1], cap) > max_messages:
+        if cap < math.inf and _fewest_messages(profile.sizes[profile.backward_order], cap) > max_messages:
             raise ValueError(
                 f"infeasible: max_message_bytes = {max_message_bytes!r} needs at least "
-                f"{_fewest_messages(profile.sizes[::-1], cap)} messages, more than max_messages = {max_messages}"
+                f"{_fewest_messages(profile.sizes[profile.backward_order], cap)} messages, more than max_messages = {max_messages}"
             )
         if max_messages >= profile.n:
             max_messages = None
@@ -124,31 +138,46 @@ def optimal_fusion(
     if algorithm == "linear" and affine is None:
         raise ValueError("the linear-time DP needs an affine cost (AlphaBeta); use algorithm='quadratic'")
     rho, prefix = backward_arrays(problem)
+    n = problem.profile.n
+    layers: list[np.ndarray] = []
+    parents: list[np.ndarray] = []
     if max_messages is not None:
-        last_end, parent = _layered(problem, rho, prefix, cap, max_messages)
+        layers, parents = _layered(problem, rho, prefix, cap, max_messages)
+        G = layers[-1].tolist()
+        parent = _walk_layers(parents, n, max_messages - 1)
         used = "layered"
     elif affine is not None and algorithm != "quadratic":
-        last_end, parent = _linear(rho, prefix, cap, *affine)
+        G, parent = _linear(rho, prefix, cap, *affine)
         used = "linear"
     else:
-        last_end, parent = _quadratic(problem, rho, prefix, cap)
+        G, parent = _quadratic(problem, rho, prefix, cap)
         used = "quadratic"
-    n = problem.profile.n
-    cuts = np.zeros(n - 1, dtype=bool)
-    j = n
-    while True:
-        k = parent[j]
-        if k == 0:
-            break
-        cuts[k - 1] = True
-        j = k
     profile = problem.profile
-    iteration_time = max(profile.B, last_end) + profile.U + profile.F
+    if layerwise_slack(problem) > 0.0:
+        def prefix_end(a: int, budget: int | None) -> float:
+            if a == 0:
+                return -math.inf
+            if budget is None:
+                return float(G[a])
+            return float(layers[budget - 1][a]) if budget > 0 else math.inf
+
+        iteration_time, last_end, a, e, ends, k_prefix = _layerwise_tail(
+            problem, rho, prefix, cap, prefix_end, max_messages)
+        if k_prefix is not None and a > 0:
+            parent = _walk_layers(parents, a, k_prefix - 1)
+        cuts = _cuts_of(parent, a, n)
+        for position in [a - 1, e] + ends[:-1]:
+            if 0 <= position < n - 1:
+                cuts[position] = True
+    else:
+        last_end = float(G[n])
+        cuts = _cuts_of(parent, n, n)
+        iteration_time = max(profile.B, last_end) + profile.U + profile.F
     cuts.setflags(write=False)
     return FusionOptimum(cuts=cuts, communication_end=last_end, iteration_time=iteration_time, algorithm=used)
 
 
-def _linear(rho: np.ndarray, prefix: np.ndarray, cap: float, alpha: float, beta: float) -> tuple[float, list[int]]:
+def _linear(rho: np.ndarray, prefix: np.ndarray, cap: float, alpha: float, beta: float) -> tuple[list[float], list[int]]:
     # G[k] for k = 0..n (k = i - 1 in the module docstring); H[k] = G[k] - beta Q_k.
     n = len(rho)
     r = rho.tolist()
@@ -184,10 +213,10 @@ def _linear(rho: np.ndarray, prefix: np.ndarray, cap: float, alpha: float, beta:
         G[j] = best
         H[j] = best - beta * qj
         parent[j] = arg
-    return G[n], parent
+    return G, parent
 
 
-def _quadratic(problem: Problem, rho: np.ndarray, prefix: np.ndarray, cap: float) -> tuple[float, list[int]]:
+def _quadratic(problem: Problem, rho: np.ndarray, prefix: np.ndarray, cap: float) -> tuple[list[float], list[int]]:
     n = len(rho)
     G = np.full(n + 1, -np.inf)
     parent = [0] * (n + 1)
@@ -201,16 +230,18 @@ def _quadratic(problem: Problem, rho: np.ndarray, prefix: np.ndarray, cap: float
         k = int(np.argmin(values))
         G[j] = values[k]
         parent[j] = lowest + k
-    return float(G[n]), parent
+    return G.tolist(), parent
 
 
-def _layered(problem: Problem, rho: np.ndarray, prefix: np.ndarray, cap: float, max_messages: int) -> tuple[float, list[int]]:
+def _layered(problem: Problem, rho: np.ndarray, prefix: np.ndarray, cap: float,
+             max_messages: int) -> tuple[list[np.ndarray], list[np.ndarray]]:
     # G_m(j): earliest end of the first j tensors in at most m messages; G_m(0) = -inf.
     n = len(rho)
     cost = problem.cost
     previous = np.full(n + 1, np.inf)
     previous[0] = -np.inf
     parents: list[np.ndarray] = []
+    layers: list[np.ndarray] = []
     for _ in range(max_messages):
         current = np.full(n + 1, np.inf)
         current[0] = -np.inf
@@ -224,12 +255,108 @@ def _layered(problem: Problem, rho: np.ndarray, prefix: np.ndarray, cap: float, 
             current[j] = values[k]
             choice[j] = lowest + k
         parents.append(choice)
+        layers.append(current)
         previous = current
+    return layers, parents
+
+
+def _walk_layers(parents: list[np.ndarray], j: int, layer: int) -> list[int]:
     # Walk back through the layers: the message ending at j chose k in layer m.
-    parent = [0] * (n + 1)
-    j, layer = n, max_messages - 1
+    parent = [0] * (len(parents[0]))
     while j > 0:
         k = int(parents[layer][j])
         parent[j] = k
         j, layer = k, layer - 1
-    return float(previous[n]), parent
+    return parent
+
+
+def _cuts_of(parent: list[int], j: int, n: int) -> np.ndarray:
+    # The cuts of the best prefix of j positions, from the parent of each message's end.
+    cuts = np.zeros(n - 1, dtype=bool)
+    while j > 0:
+        k = parent[j]
+        if k == 0:
+            break
+        cuts[k - 1] = True
+        j = k
+    return cuts
+
+
+def _layerwise_tail(problem: Problem, rho: np.ndarray, prefix: np.ndarray, cap: float,
+                    prefix_end, max_messages: int | None) -> tuple[float, float, int, int, list[int], int]:
+    """The module docstring's ``T*`` when the layerwise slack is positive.
+
+    ``prefix_end(a, budget)`` is ``G(a)`` with at most ``budget`` messages (``None``: no
+    limit). Returns ``(T*, E, a, e, suffix message ends, prefix budget)``.
+    """
+    profile = problem.profile
+    n = profile.n
+    order = profile.backward_order
+    B = profile.B
+    tail = (profile.update + profile.forward)[::-1].cumsum()[::-1]
+    s = int(np.searchsorted(rho, B, side="left"))
+    cost = problem.cost
+    budgets = [None] if max_messages is None else list(range(max_messages + 1))
+    # V[(p, k)]: best suffix value for positions p..n-1 in at most k messages, and the
+    # end position of its first message.
+    V: dict[tuple[int, int | None], tuple[float, int]] = {}
+    for k in budgets:
+        V[(n, k)] = (-math.inf, n)
+    for p in range(n - 1, s - 1, -1):
+        lows = []
+        least = n
+        for e in range(p, n):
+            least = min(least, int(order[e]))
+            size = prefix[e + 1] - prefix[p]
+            if size > cap:
+                break
+            lows.append((e, float(cost(size)), float(tail[least])))
+        for k in budgets:
+            if k == 0:
+                V[(p, k)] = (math.inf, n)
+                continue
+            best = (math.inf, n)
+            for e, c, t in lows:
+                value = c + max(t, V[(e + 1, None if k is None else k - 1)][0])
+                if value < best[0]:
+                    best = (value, e)
+            V[(p, k)] = best
+    before = np.minimum.accumulate(order[:s][::-1])[::-1] if s else np.zeros(0, dtype=np.int64)
+    found = (math.inf, math.inf, -1, -1, None)
+    for e in range(s, n):
+        least_in_l = int(order[s:e + 1].min())
+        a_values = np.arange(0, s + 1)
+        sizes = prefix[e + 1] - prefix[a_values]
+        allowed = sizes <= cap
+        if not allowed.any():
+            continue
+        durations = np.asarray(cost(sizes), dtype=np.float64)
+        least = np.array([min(least_in_l, int(before[a])) if a < s else least_in_l for a in a_values])
+        for k_prefix in budgets:
+            if k_prefix is None:
+                k_suffix = None
+            else:
+                k_suffix = max_messages - 1 - k_prefix
+                if k_suffix < 0:
+                    continue
+            after = V[(e + 1, k_suffix)][0]
+            if after == math.inf:
+                continue
+            for a in np.flatnonzero(allowed).tolist():
+                g = prefix_end(a, k_prefix)
+                if g == math.inf:
+                    continue
+                start = max(g, B)
+                value = max(B + tail[0], start + durations[a] + max(float(tail[least[a]]), after))
+                if value < found[0]:
+                    found = (value, start + durations[a], a, e, k_prefix)
+    value, first_end, a, e, k_prefix = found
+    ends = []
+    end = first_end
+    p, k = e + 1, (None if k_prefix is None else max_messages - 1 - k_prefix)
+    while p < n:
+        _, last = V[(p, k)]
+        end += float(cost(prefix[last + 1] - prefix[p]))
+        ends.append(last)
+        p, k = last + 1, (None if k is None else k - 1)
+    return value, end, a, e, ends, k_prefix

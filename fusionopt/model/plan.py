@@ -2,17 +2,21 @@
 
 A :class:`Chunk` is bytes ``[lo, hi)`` of one tensor (0-based forward index), a
 :class:`Message` a non-empty list of chunks sent together, and a :class:`Plan` the messages
-in channel order. A valid plan sends every byte of every tensor exactly once.
+in channel order. A valid plan sends every byte of every tensor exactly once. A message may
+carry a *release* time: the moment the framework posts it (Horovod's cycle tick), before
+which it cannot start even when its chunks are ready (the model specification, section 3).
 
-JSON schema (``version`` 1)::
+JSON schema (``version`` 1; ``version`` 2 when some message has a release time)::
 
     {"schema": "fusionopt.plan", "version": 1,
-     "messages": [[[tensor, lo, hi], ...], ...]}    # channel order; tensor = forward index
+     "messages": [[[tensor, lo, hi], ...], ...],    # channel order; tensor = forward index
+     "release": [0.0, 0.001, ...]}                  # version 2 only: seconds, one per message
 """
 
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
@@ -24,6 +28,7 @@ from fusionopt.model.profile import Profile
 
 PLAN_SCHEMA = "fusionopt.plan"
 PLAN_VERSION = 1
+PLAN_VERSION_RELEASE = 2
 
 
 @dataclass(frozen=True, order=True)
@@ -61,11 +66,16 @@ class Chunk:
 class Message:
     """A non-empty tuple of chunks reduced together as one collective call.
 
+    ``release`` (seconds from the start of the backward, default 0) is the earliest moment
+    the message may start: when its framework posts it, if that is after its chunks are
+    ready.
+
     >>> Message((Chunk(1, 0, 10), Chunk(0, 0, 5))).nbytes
     15
     """
 
     chunks: tuple[Chunk, ...]
+    release: float = 0.0
 
     def __post_init__(self) -> None:
         chunks = tuple(self.chunks)
@@ -75,6 +85,12 @@ class Message:
             if not isinstance(c, Chunk):
                 raise ValueError(f"a message holds Chunk objects, got {c!r}")
         object.__setattr__(self, "chunks", chunks)
+        release = self.release
+        if isinstance(release, (bool, np.bool_)) or not isinstance(release, (int, float, np.integer, np.floating)):
+            raise ValueError(f"a message's release time must be a number of seconds, got {release!r}")
+        if not math.isfinite(release) or release < 0:
+            raise ValueError(f"a message's release time must be finite and >= 0 s, got {release!r}")
+        object.__setattr__(self, "release", float(release))
 
     @property
     def nbytes(self) -> int:
@@ -125,13 +141,16 @@ class Plan:
 
     # ------------------------------------------------------------------ constructors
     @classmethod
-    def from_groups(cls, profile: Profile, groups: Iterable[Iterable[int]]) -> "Plan":
+    def from_groups(cls, profile: Profile, groups: Iterable[Iterable[int]],
+                    release: Sequence[float] | None = None) -> "Plan":
         """A plan of whole tensors: one message per group, groups in channel order.
 
         Parameters
         ----------
         groups : iterable of iterables of int
             0-based forward indices; each group becomes one message.
+        release : sequence of float, optional
+            Release time of each message in seconds (default 0 for all).
         """
         messages = []
         for k, group in enumerate(groups):
@@ -139,22 +158,28 @@ class Plan:
             if not chunks:
                 raise ValueError(f"group {k} is empty")
             messages.append(Message(chunks))
+        if release is not None:
+            release = list(release)
+            if len(release) != len(messages):
+                raise ValueError(f"{len(release)} release times for {len(messages)} messages")
+            messages = [Message(m.chunks, r) for m, r in zip(messages, release)]
         return cls(tuple(messages))
 
     @classmethod
     def per_tensor(cls, profile: Profile, order: Sequence[int] | None = None) -> "Plan":
-        """One message per tensor, in backward order (WFBP) unless ``order`` is given."""
+        """One message per tensor, in backward order (the profile's ready order: WFBP)
+        unless ``order`` is given."""
         if order is None:
-            order = range(profile.n - 1, -1, -1)
+            order = profile.ready_order
         return cls.from_groups(profile, [[i] for i in order])
 
     @classmethod
     def from_cuts(cls, profile: Profile, cuts: Sequence[bool] | np.ndarray) -> "Plan":
-        """The fusion plan of a cut vector over backward order.
+        """The fusion plan of a cut vector over backward order (the profile's ready order).
 
         ``cuts`` has ``n - 1`` entries; ``cuts[j]`` true means a message boundary after the
-        ``(j+1)``-th tensor in backward order (forward index ``n - 1 - j``). All false is the
-        single message, all true is WFBP.
+        ``(j+1)``-th tensor in backward order (forward index ``profile.ready_order[j]``,
+        which is ``n - 1 - j`` by default). All false is the single message, all true is WFBP.
 
         >>> from fusionopt.model.profile import Profile
         >>> p = Profile.from_arrays([8, 8, 8], [0] * 3, [1, 1, 1])
@@ -166,7 +191,7 @@ class Plan:
             raise ValueError(f"cut vector must have n - 1 = {profile.n - 1} entries, got shape {cuts.shape}")
         cuts = cuts.astype(bool)
         groups: list[list[int]] = [[]]
-        for j, i in enumerate(range(profile.n - 1, -1, -1)):
+        for j, i in enumerate(profile.ready_order):
             groups[-1].append(i)
             if j < profile.n - 1 and cuts[j]:
                 groups.append([])
@@ -186,21 +211,41 @@ class Plan:
         """The tensors of each message, as forward indices (chunks of one tensor counted once)."""
         return [list(m.tensors) for m in self.messages]
 
+    @property
+    def release(self) -> np.ndarray:
+        """Release time of each message in seconds, channel order."""
+        return np.array([m.release for m in self.messages], dtype=np.float64)
+
+    @property
+    def has_release(self) -> bool:
+        """True if some message has a release time after 0."""
+        return any(m.release > 0.0 for m in self.messages)
+
+    def without_release(self) -> "Plan":
+        """The same messages with every release time 0."""
+        return Plan(tuple(Message(m.chunks) for m in self.messages))
+
     def is_fusion(self, profile: Profile) -> bool:
-        """True if every message holds whole tensors, contiguous in backward order, and the
-        messages run in backward order (MODEL.md section 3: a fusion plan)."""
-        expected = profile.n - 1
+        """True if every message holds whole tensors, contiguous in backward order (the
+        profile's ready order), the messages run in that order and none has a release time
+        (MODEL.md section 3: a fusion plan)."""
+        order = profile.ready_order
+        position = 0
         for m in self.messages:
+            if m.release > 0.0:
+                return False
             for c in m.chunks:
-                if c.tensor != expected or c.lo != 0 or c.hi != int(profile.sizes[c.tensor]):
+                if (position >= len(order) or c.tensor != order[position] or c.lo != 0
+                        or c.hi != int(profile.sizes[c.tensor])):
                     return False
-                expected -= 1
-        return expected == -1
+                position += 1
+        return position == len(order)
 
     def cuts(self, profile: Profile) -> np.ndarray:
         """The cut vector (see :meth:`from_cuts`) of a fusion plan; ``ValueError`` otherwise."""
         if not self.is_fusion(profile):
-            raise ValueError("plan is not a fusion plan (whole tensors, contiguous, backward order)")
+            raise ValueError("plan is not a fusion plan (whole tensors, contiguous in backward order, "
+                             "in backward order, no release times)")
         cuts = np.zeros(profile.n - 1, dtype=bool)
         position = 0
         for m in self.messages[:-1]:
@@ -253,11 +298,14 @@ class Plan:
 
     # ------------------------------------------------------------------ JSON
     def to_dict(self) -> dict[str, Any]:
-        return {
+        doc: dict[str, Any] = {
             "schema": PLAN_SCHEMA,
-            "version": PLAN_VERSION,
+            "version": PLAN_VERSION_RELEASE if self.has_release else PLAN_VERSION,
             "messages": [[[c.tensor, c.lo, c.hi] for c in m.chunks] for m in self.messages],
         }
+        if self.has_release:
+            doc["release"] = [m.release for m in self.messages]
+        return doc
 
     @classmethod
     def from_dict(cls, doc: Mapping[str, Any], *, source: str = "plan") -> "Plan":
@@ -265,8 +313,13 @@ class Plan:
             raise ValueError(f"{source}: expected a JSON object")
         if doc.get("schema", PLAN_SCHEMA) != PLAN_SCHEMA:
             raise ValueError(f"{source}: schema is {doc.get('schema')!r}, expected {PLAN_SCHEMA!r}")
-        if doc.get("version") != PLAN_VERSION:
-            raise ValueError(f"{source}: unsupported plan version {doc.get('version')!r} (this fusionopt reads {PLAN_VERSION})")
+        version = doc.get("version")
+        if version not in (PLAN_VERSION, PLAN_VERSION_RELEASE):
+            raise ValueError(f"{source}: unsupported plan version {version!r} "
+                             f"(this fusionopt reads {PLAN_VERSION} and {PLAN_VERSION_RELEASE})")
+        release = doc.get("release")
+        if release is not None and version != PLAN_VERSION_RELEASE:
+            raise ValueError(f"{source}: 'release' needs plan version {PLAN_VERSION_RELEASE}, the file says {version!r}")
         raw = doc.get("messages")
         if not isinstance(raw, list):
             raise ValueError(f"{source}: 'messages' must be a list")
@@ -286,6 +339,14 @@ class Plan:
                 messages.append(Message(tuple(chunks)))
             except ValueError as exc:
                 raise ValueError(f"{source}: messages[{k}]: {exc}") from None
+        if release is not None:
+            if not isinstance(release, list) or len(release) != len(messages):
+                raise ValueError(f"{source}: 'release' must be a list of {len(messages)} numbers, one per message")
+            for k, r in enumerate(release):
+                try:
+                    messages[k] = Message(messages[k].chunks, r)
+                except ValueError as exc:
+                    raise ValueError(f"{source}: release[{k}]: {exc}") from None
         try:
             return cls(tuple(messages))
         except ValueError as exc:

@@ -14,14 +14,27 @@ JSON schema (``version`` 1)::
       "metadata": {...},               # optional, free JSON object (device, batch, source)
       "tensors": [                     # forward order
         {"name": "conv1.weight", "size": 37632,
-         "forward": 1.2e-4, "backward": 2.4e-4, "update": 0.0},   # update optional
+         "forward": 1.2e-4, "backward": 2.4e-4, "update": 0.0,    # update optional
+         "dtype": "float32", "shape": [64, 3, 7, 7]},             # optional
         ...
-      ]
+      ],
+      "ready_order": ["conv1.bias", "conv1.weight", ...],   # optional (see below)
+      "registration_order": ["conv1.weight", ...]           # optional
     }
 
+Two orders besides the forward order tell what a framework sees (the model specification,
+section 1): ``ready_order``, the tensors in the order autograd accumulates their gradients
+(default: reverse forward order), and ``registration_order``, the order of
+``model.parameters()`` (default: forward order). The ready order may only reorder tensors
+whose gradients are ready at the same moment (a layer's weight and bias): the ready times
+stay ``r_i = sum_{k >= i} b_k``. Both are written only when they differ from the default.
+
 CSV form (:meth:`Profile.to_csv`, :meth:`Profile.read_csv`): a header naming the columns,
-then one row per tensor in forward order; ``update_s`` may be left out (0 s). The name,
-``dtype_bytes`` and metadata of a profile do not travel in CSV::
+then one row per tensor in forward order; ``update_s`` may be left out (0 s). Four optional
+columns carry what JSON carries per tensor or as orders: ``ready_index`` (the tensor's
+position in the ready order, 0 first), ``registration_index``, ``dtype`` and ``shape``
+(dimensions joined by ``x``, e.g. ``64x3x7x7``); the writer adds each only when the profile
+has it. The name, ``dtype_bytes`` and metadata of a profile do not travel in CSV::
 
     name,size_bytes,forward_s,backward_s,update_s
     conv1.weight,37632,0.00012,0.00024,0.0
@@ -42,7 +55,14 @@ from fusionopt.model._io import csv_text, read_csv_rows, read_json_document, wri
 PROFILE_SCHEMA = "fusionopt.profile"
 PROFILE_VERSION = 1
 CSV_COLUMNS = ("name", "size_bytes", "forward_s", "backward_s", "update_s")
-_CSV_OPTIONAL = ("update_s",)
+CSV_EXTRA_COLUMNS = ("ready_index", "registration_index", "dtype", "shape")
+_CSV_OPTIONAL = ("update_s",) + CSV_EXTRA_COLUMNS
+
+# Bytes per element of the dtypes a profile may name (torch's names, without "torch.").
+DTYPE_BYTES = {
+    "float64": 8, "float32": 4, "float16": 2, "bfloat16": 2, "float8_e4m3fn": 1, "float8_e5m2": 1,
+    "complex128": 16, "complex64": 8, "int64": 8, "int32": 4, "int16": 2, "int8": 1, "uint8": 1, "bool": 1,
+}
 
 
 def _frozen(values: np.ndarray) -> np.ndarray:
@@ -90,6 +110,73 @@ def _check_sizes(values: Sequence[int], names: Sequence[str]) -> np.ndarray:
     return sizes
 
 
+def _check_order(kind: str, order: Sequence[int], names: Sequence[str]) -> tuple[int, ...]:
+    """A permutation of ``0 .. n-1`` given as forward indices or tensor names."""
+    n = len(names)
+    position = {nm: i for i, nm in enumerate(names)}
+    if isinstance(order, (str, bytes)):
+        raise ValueError(f"{kind} must be a sequence of tensor names or forward indices, got a string")
+    indices = []
+    for entry in order:
+        if isinstance(entry, str):
+            if entry not in position:
+                raise ValueError(f"{kind} names {entry!r}, which is not a tensor of the profile")
+            indices.append(position[entry])
+        elif isinstance(entry, (int, np.integer)) and not isinstance(entry, (bool, np.bool_)):
+            if not 0 <= int(entry) < n:
+                raise ValueError(f"{kind} holds index {int(entry)}, out of range for {n} tensors")
+            indices.append(int(entry))
+        else:
+            raise ValueError(f"{kind} holds {entry!r}: expected a tensor name or a forward index")
+    seen: dict[int, int] = {}
+    for k, i in enumerate(indices):
+        if i in seen:
+            raise ValueError(f"{kind} lists tensor {names[i]!r} twice (positions {seen[i]} and {k})")
+        seen[i] = k
+    if len(indices) != n:
+        missing = next(names[i] for i in range(n) if i not in seen)
+        raise ValueError(f"{kind} lists {len(indices)} of {n} tensors; {missing!r} is missing")
+    return tuple(indices)
+
+
+def _check_dtypes(values: Sequence[str], names: Sequence[str], sizes: np.ndarray) -> tuple[str, ...]:
+    if isinstance(values, (str, bytes)):
+        raise ValueError("dtypes must be a sequence of dtype names, one per tensor, got a string")
+    dtypes = tuple(values)
+    if len(dtypes) != len(names):
+        raise ValueError(f"length mismatch: {len(names)} tensor names but {len(dtypes)} dtypes")
+    for i, d in enumerate(dtypes):
+        label = str(d).removeprefix("torch.")
+        if label not in DTYPE_BYTES:
+            raise ValueError(f"tensor {names[i]!r}: unknown dtype {d!r} (known: {', '.join(DTYPE_BYTES)})")
+        if int(sizes[i]) % DTYPE_BYTES[label]:
+            raise ValueError(f"tensor {names[i]!r}: {int(sizes[i])} bytes is not a whole number of "
+                             f"{label} elements ({DTYPE_BYTES[label]} bytes each)")
+    return tuple(str(d).removeprefix("torch.") for d in dtypes)
+
+
+def _check_shapes(values: Sequence[Sequence[int]], names: Sequence[str], sizes: np.ndarray,
+                  element_bytes: np.ndarray) -> tuple[tuple[int, ...], ...]:
+    shapes = tuple(values)
+    if len(shapes) != len(names):
+        raise ValueError(f"length mismatch: {len(names)} tensor names but {len(shapes)} shapes")
+    out = []
+    for i, shape in enumerate(shapes):
+        if isinstance(shape, (str, bytes)) or not isinstance(shape, Sequence):
+            raise ValueError(f"tensor {names[i]!r}: shape must be a list of dimensions, got {shape!r}")
+        dims = []
+        for d in shape:
+            if isinstance(d, (bool, np.bool_)) or not isinstance(d, (int, np.integer)) or d <= 0:
+                raise ValueError(f"tensor {names[i]!r}: shape {list(shape)!r} must hold positive whole dimensions")
+            dims.append(int(d))
+        elements = math.prod(dims)
+        if elements * int(element_bytes[i]) != int(sizes[i]):
+            raise ValueError(f"tensor {names[i]!r}: shape {dims} holds {elements} elements of "
+                             f"{int(element_bytes[i])} bytes, not its {int(sizes[i])} bytes")
+        out.append(tuple(dims))
+    return tuple(out)
+
+
 @dataclass(frozen=True, eq=False)
 class Profile:
     """Per-tensor gradient sizes and compute times of one training step.
@@ -111,6 +198,22 @@ class Profile:
         Bytes per gradient element (used by schedulers that slice by parameter count).
     metadata : dict
         Free information: device, batch size, source of the timings.
+    ready_order : tuple of int
+        Forward indices in the order autograd accumulates the gradients (the *backward
+        order* of the model specification: fusion plans are contiguous in it, DDP and
+        Horovod fill their buckets in it). Default ``n-1, ..., 0``. It may only reorder
+        tensors that are ready at the same moment, since the ready times stay
+        ``r_i = sum_{k >= i} b_k``; a constructor given names or indices checks that.
+    registration_order : tuple of int
+        Forward indices in the order ``model.parameters()`` yields them (DDP's initial
+        buckets and ByteScheduler's priorities follow it). Default ``0, ..., n-1``.
+    dtypes : tuple of str or None
+        Each tensor's dtype (torch's names: ``"float32"``, ``"bfloat16"``, ...); DDP
+        buckets and Horovod fuses one dtype at a time. ``None``: every tensor has one dtype
+        of ``dtype_bytes`` bytes.
+    shapes : tuple of tuple of int or None
+        Each tensor's shape, when known (ByteScheduler cuts whole rows of the first
+        dimension).
 
     Examples
     --------
@@ -122,6 +225,19 @@ class Profile:
     (3, 0.006, 0.003)
     >>> p.ready_times.round(6).tolist()   # tensor 0 is ready last, at B
     [0.006, 0.003, 0.001]
+
+    A layer's weight and bias are ready together (its time sits on the bias, the layer's
+    last tensor in forward order); autograd accumulates a convolution's weight first:
+
+    >>> conv = Profile.from_arrays([1728, 64], [0.0, 1e-3], [0.0, 2e-3], ["conv.weight", "conv.bias"],
+    ...                            ready_order=["conv.weight", "conv.bias"])
+    >>> conv.ready_order, conv.ready_times.tolist()
+    ((0, 1), [0.002, 0.002])
+    >>> Profile.from_arrays([1728, 64], [0.0, 1e-3], [1e-3, 2e-3], ["conv.weight", "conv.bias"],
+    ...                     ready_order=["conv.weight", "conv.bias"])
+    Traceback (most recent call last):
+    ...
+    ValueError: ready_order puts tensor 'conv.weight' (ready at 0.003 s) before 'conv.bias' (ready at 0.002 s): it may only reorder tensors ready at the same moment
     """
 
     names: tuple[str, ...]
@@ -132,6 +248,10 @@ class Profile:
     name: str = ""
     dtype_bytes: int = 4
     metadata: Mapping[str, Any] = field(default_factory=dict)
+    ready_order: Sequence[int] | None = None
+    registration_order: Sequence[int] | None = None
+    dtypes: Sequence[str] | None = None
+    shapes: Sequence[Sequence[int]] | None = None
 
     def __post_init__(self) -> None:
         names = tuple(str(x) for x in self.names)
@@ -166,6 +286,31 @@ class Profile:
         # r_i = sum_{k >= i} b_k: backward runs n-1 .. 0 from time 0.
         ready = np.cumsum(self.backward[::-1])[::-1].copy()
         object.__setattr__(self, "_ready", _frozen(ready))
+        if self.ready_order is None:
+            order = tuple(range(n - 1, -1, -1))
+        else:
+            order = _check_order("ready_order", self.ready_order, names)
+            for a, b in zip(order, order[1:]):
+                if ready[a] > ready[b]:
+                    raise ValueError(
+                        f"ready_order puts tensor {names[a]!r} (ready at {ready[a]:.6g} s) before {names[b]!r} "
+                        f"(ready at {ready[b]:.6g} s): it may only reorder tensors ready at the same moment"
+                    )
+        object.__setattr__(self, "ready_order", order)
+        object.__setattr__(self, "_backward_order", _frozen(np.array(order, dtype=np.int64)))
+        registration = (tuple(range(n)) if self.registration_order is None
+                        else _check_order("registration_order", self.registration_order, names))
+        object.__setattr__(self, "registration_order", registration)
+        if self.dtypes is not None:
+            dtypes = _check_dtypes(self.dtypes, names, self.sizes)
+            element = np.array([DTYPE_BYTES[d] for d in dtypes], dtype=np.int64)
+        else:
+            dtypes = None
+            element = np.full(n, self.dtype_bytes, dtype=np.int64)
+        object.__setattr__(self, "dtypes", dtypes)
+        object.__setattr__(self, "_element_bytes", _frozen(element))
+        if self.shapes is not None:
+            object.__setattr__(self, "shapes", _check_shapes(self.shapes, names, self.sizes, element))
 
     # ------------------------------------------------------------------ constructors
     @classmethod
@@ -180,6 +325,10 @@ class Profile:
         name: str = "",
         dtype_bytes: int = 4,
         metadata: Mapping[str, Any] | None = None,
+        ready_order: Sequence[int | str] | None = None,
+        registration_order: Sequence[int | str] | None = None,
+        dtypes: Sequence[str] | None = None,
+        shapes: Sequence[Sequence[int]] | None = None,
     ) -> "Profile":
         """Build a profile from per-tensor arrays in forward order.
 
@@ -193,6 +342,10 @@ class Profile:
             Tensor names; default ``t0, t1, ...``.
         update : sequence of float, optional
             Optimiser-update times in seconds; default 0.
+        ready_order, registration_order : sequence of int or str, optional
+            The two orders of the class docstring, as forward indices or tensor names.
+        dtypes, shapes : sequence, optional
+            Per-tensor dtype names and shapes (class docstring).
 
         Examples
         --------
@@ -219,6 +372,10 @@ class Profile:
             name=name,
             dtype_bytes=dtype_bytes,
             metadata=metadata or {},
+            ready_order=ready_order,
+            registration_order=registration_order,
+            dtypes=dtypes,
+            shapes=shapes,
         )
 
     # ------------------------------------------------------------------ derived figures
@@ -231,6 +388,41 @@ class Profile:
     def ready_times(self) -> np.ndarray:
         """Ready time ``r_i`` of each tensor's gradient in seconds, forward order."""
         return self._ready  # type: ignore[attr-defined]
+
+    @property
+    def backward_order(self) -> np.ndarray:
+        """``ready_order`` as a read-only int64 array: forward indices in the order the
+        gradients become ready (ready times non-decreasing along it)."""
+        return self._backward_order  # type: ignore[attr-defined]
+
+    @property
+    def element_bytes(self) -> np.ndarray:
+        """Bytes per element of each tensor (its dtype's, else ``dtype_bytes``), forward order."""
+        return self._element_bytes  # type: ignore[attr-defined]
+
+    @property
+    def elements(self) -> np.ndarray:
+        """Elements (parameters) of each tensor: ``sizes // element_bytes``, forward order."""
+        return self.sizes // self._element_bytes  # type: ignore[attr-defined]
+
+    @property
+    def has_default_orders(self) -> bool:
+        """True when the ready order is reverse forward order and the registration order is
+        forward order."""
+        n = self.n
+        return (self.ready_order == tuple(range(n - 1, -1, -1))
+                and self.registration_order == tuple(range(n)))
+
+    def with_orders(self, *, ready_order: Sequence[int | str] | None = None,
+                    registration_order: Sequence[int | str] | None = None) -> "Profile":
+        """The same profile with other orders (each left as it is when not given)."""
+        return Profile(
+            names=self.names, sizes=self.sizes, forward=self.forward, backward=self.backward,
+            update=self.update, name=self.name, dtype_bytes=self.dtype_bytes, metadata=self.metadata,
+            ready_order=self.ready_order if ready_order is None else ready_order,
+            registration_order=self.registration_order if registration_order is None else registration_order,
+            dtypes=self.dtypes, shapes=self.shapes,
+        )
 
     @property
     def B(self) -> float:
@@ -279,6 +471,10 @@ class Profile:
             and np.array_equal(self.backward, other.backward)
             and np.array_equal(self.update, other.update)
             and dict(self.metadata) == dict(other.metadata)
+            and self.ready_order == other.ready_order
+            and self.registration_order == other.registration_order
+            and self.dtypes == other.dtypes
+            and self.shapes == other.shapes
         )
 
     __hash__ = None  # type: ignore[assignment]
@@ -303,8 +499,12 @@ class Profile:
             }
             if self.update[i] != 0.0:
                 entry["update"] = float(self.update[i])
+            if self.dtypes is not None:
+                entry["dtype"] = self.dtypes[i]
+            if self.shapes is not None:
+                entry["shape"] = list(self.shapes[i])
             tensors.append(entry)
-        return {
+        doc: dict[str, Any] = {
             "schema": PROFILE_SCHEMA,
             "version": PROFILE_VERSION,
             "name": self.name,
@@ -312,6 +512,11 @@ class Profile:
             "metadata": dict(self.metadata),
             "tensors": tensors,
         }
+        if self.ready_order != tuple(range(self.n - 1, -1, -1)):
+            doc["ready_order"] = [self.names[i] for i in self.ready_order]
+        if self.registration_order != tuple(range(self.n)):
+            doc["registration_order"] = [self.names[i] for i in self.registration_order]
+        return doc
 
     @classmethod
     def from_dict(cls, doc: Mapping[str, Any], *, source: str = "profile") -> "Profile":
@@ -327,7 +532,7 @@ class Profile:
         tensors = doc.get("tensors")
         if not isinstance(tensors, list):
             raise ValueError(f"{source}: 'tensors' must be a list of tensor objects")
-        names, sizes, fwd, bwd, upd = [], [], [], [], []
+        names, sizes, fwd, bwd, upd, dtypes, shapes = [], [], [], [], [], [], []
         for k, t in enumerate(tensors):
             if not isinstance(t, Mapping):
                 raise ValueError(f"{source}: tensors[{k}] is not an object")
@@ -346,13 +551,29 @@ class Profile:
             fwd.append(t["forward"])
             bwd.append(t["backward"])
             upd.append(t.get("update") or 0.0)
+            dtypes.append(t.get("dtype"))
+            shapes.append(t.get("shape"))
+        optional = {}
+        for key, values in (("dtype", dtypes), ("shape", shapes)):
+            given = [v is not None for v in values]
+            if any(given) and not all(given):
+                missing = names[given.index(False)]
+                raise ValueError(f"{source}: tensor {missing!r} has no {key!r}, though other tensors have one: "
+                                 f"give every tensor a {key!r} or none")
+            if all(given) and values:
+                optional[key + "s"] = values
+        for key in ("ready_order", "registration_order"):
+            if key in doc:
+                if not isinstance(doc[key], list):
+                    raise ValueError(f"{source}: {key!r} must be a list of tensor names")
+                optional[key] = doc[key]
         metadata = doc.get("metadata") or {}
         if not isinstance(metadata, Mapping):
             raise ValueError(f"{source}: 'metadata' must be an object")
         try:
             return cls.from_arrays(
                 sizes, fwd, bwd, names, update=upd, name=str(doc.get("name") or ""),
-                dtype_bytes=doc.get("dtype_bytes", 4), metadata=metadata,
+                dtype_bytes=doc.get("dtype_bytes", 4), metadata=metadata, **optional,
             )
         except ValueError as exc:
             raise ValueError(f"{source}: {exc}") from None
@@ -403,12 +624,24 @@ class Profile:
         name,size_bytes,forward_s,backward_s,update_s
         t0,8,0.5,0.25,0.0
         """
+        n = self.n
+        extras: list[tuple[str, list[str]]] = []
+        if self.ready_order != tuple(range(n - 1, -1, -1)):
+            position = {i: k for k, i in enumerate(self.ready_order)}
+            extras.append(("ready_index", [str(position[i]) for i in range(n)]))
+        if self.registration_order != tuple(range(n)):
+            position = {i: k for k, i in enumerate(self.registration_order)}
+            extras.append(("registration_index", [str(position[i]) for i in range(n)]))
+        if self.dtypes is not None:
+            extras.append(("dtype", list(self.dtypes)))
+        if self.shapes is not None:
+            extras.append(("shape", ["x".join(str(d) for d in shape) for shape in self.shapes]))
         rows = [
             [nm, int(self.sizes[i]), repr(float(self.forward[i])), repr(float(self.backward[i])),
-             repr(float(self.update[i]))]
+             repr(float(self.update[i]))] + [column[i] for _, column in extras]
             for i, nm in enumerate(self.names)
         ]
-        return csv_text(list(CSV_COLUMNS), rows)
+        return csv_text(list(CSV_COLUMNS) + [label for label, _ in extras], rows)
 
     @classmethod
     def read_csv(
@@ -454,10 +687,10 @@ class Profile:
         columns: dict[str, int] = {}
         for k, cell in enumerate(header):
             label = cell.strip()
-            if label not in CSV_COLUMNS:
+            if label not in CSV_COLUMNS + CSV_EXTRA_COLUMNS:
                 raise ValueError(
                     f"{source}: line {header_line}: unknown column {label!r} "
-                    f"(the columns are {', '.join(CSV_COLUMNS)})"
+                    f"(the columns are {', '.join(CSV_COLUMNS + CSV_EXTRA_COLUMNS)})"
                 )
             if label in columns:
                 raise ValueError(f"{source}: line {header_line}: column {label!r} repeated")
@@ -470,7 +703,7 @@ class Profile:
                 )
         if len(rows) == 1:
             raise ValueError(f"{source}: no tensor rows after the header: profile is empty")
-        values: dict[str, list[Any]] = {label: [] for label in CSV_COLUMNS}
+        values: dict[str, list[Any]] = {label: [] for label in CSV_COLUMNS + CSV_EXTRA_COLUMNS}
         for line, cells in rows[1:]:
             if len(cells) != len(header):
                 raise ValueError(f"{source}: line {line}: {len(cells)} cells, expected {len(header)} (one per column)")
@@ -484,13 +717,63 @@ class Profile:
                     continue
                 where = f"{source}: line {line}, column {label!r} (tensor {tensor!r})"
                 values[label].append(_csv_number(cells[columns[label]], label, where))
+            for label in CSV_EXTRA_COLUMNS:
+                if label in columns:
+                    where = f"{source}: line {line}, column {label!r} (tensor {tensor!r})"
+                    values[label].append(_csv_extra(cells[columns[label]], label, where))
+        optional: dict[str, Any] = {}
+        for label, key in (("ready_index", "ready_order"), ("registration_index", "registration_order")):
+            if label in columns:
+                optional[key] = _order_from_positions(values[label], values["name"], f"{source}: column {label!r}")
+        if "dtype" in columns:
+            optional["dtypes"] = values["dtype"]
+        if "shape" in columns:
+            optional["shapes"] = values["shape"]
         try:
             return cls.from_arrays(
                 [int(v) for v in values["size_bytes"]], values["forward_s"], values["backward_s"], values["name"],
-                update=values["update_s"], name=name, dtype_bytes=dtype_bytes, metadata=metadata,
+                update=values["update_s"], name=name, dtype_bytes=dtype_bytes, metadata=metadata, **optional,
             )
         except ValueError as exc:
             raise ValueError(f"{source}: {exc}") from None
+
+
+def _csv_extra(cell: str, column: str, where: str) -> Any:
+    """One cell of an optional CSV column: a position (whole number >= 0), a dtype name or a
+    shape ``AxBxC``."""
+    text = cell.strip()
+    if column in ("ready_index", "registration_index"):
+        try:
+            position = int(text)
+        except ValueError:
+            raise ValueError(f"{where}: not a whole number: {text!r}") from None
+        if position < 0:
+            raise ValueError(f"{where}: negative ({text})")
+        return position
+    if column == "shape":
+        try:
+            return tuple(int(d) for d in text.split("x"))
+        except ValueError:
+            raise ValueError(f"{where}: not a shape of whole dimensions joined by 'x': {text!r}") from None
+    if not text:
+        raise ValueError(f"{where}: empty dtype")
+    return text
+
+
+def _order_from_positions(positions: list[int], names: list[str], where: str) -> list[int]:
+    """Forward indices in the order their positions give, the positions ``0 .. n-1`` once each."""
+    n = len(positions)
+    holder: dict[int, str] = {}
+    for nm, k in zip(names, positions):
+        if k >= n:
+            raise ValueError(f"{where}: tensor {nm!r} has position {k}, beyond the {n} tensors (positions count from 0)")
+        if k in holder:
+            raise ValueError(f"{where}: position {k} is given to both {holder[k]!r} and {nm!r}")
+        holder[k] = nm
+    order = [0] * n
+    for i, k in enumerate(positions):
+        order[k] = i
+    return order
 
 
 def _csv_number(cell: str, column: str, where: str) -> float | int:

@@ -366,6 +366,9 @@ class PSPlan:
         for label in DIRECTIONS:
             if not isinstance(getattr(self, label), Plan):
                 raise ValueError(f"the {label} plan must be a Plan, got {type(getattr(self, label)).__name__}")
+            if getattr(self, label).has_release:
+                raise ValueError(f"the {label} plan has release times: the parameter-server model "
+                                 "sends each message when its bytes are ready and has no release times")
 
     # ------------------------------------------------------------------ constructors
     @classmethod

@@ -147,8 +147,9 @@ def _iteration_time(problem: Problem, heads: np.ndarray, backward_end: float, en
         return max(backward_end, float(end.max())) + profile.U + profile.F
     n = profile.n
     reduced = np.empty(n)
+    order = profile.backward_order
     for m, (k, j) in enumerate(zip(np.concatenate(([0], heads[:-1])), heads)):
-        reduced[n - j:n - k] = end[m]               # backward positions k+1..j
+        reduced[order[k:j]] = end[m]                # backward positions k+1..j
     clock = backward_end
     for i in range(n):
         clock = max(clock, reduced[i]) + profile.update[i] + profile.forward[i]

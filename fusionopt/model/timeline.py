@@ -213,8 +213,9 @@ def compute_pieces(problem: Problem, plan: Plan | PSPlan, *, validate: bool = Tr
 def simulate(problem: Problem, plan: Plan | PSPlan, *, validate: bool = True) -> Timeline:
     """Simulate ``plan`` on ``problem`` (MODEL.md sections 3 and 4).
 
-    Messages run one at a time in plan order: ``start_k = max(R_k, end_{k-1})``,
-    ``end_k = start_k + c(S_k)``. Tensor ``i`` is reduced at ``C_i = max end_k`` over the
+    Messages run one at a time in plan order: ``start_k = max(R_k, Q_k, end_{k-1})``,
+    ``end_k = start_k + c(S_k)``, with ``Q_k`` the message's release time (0 unless the
+    plan gives one). Tensor ``i`` is reduced at ``C_i = max end_k`` over the
     messages carrying it; the next forward then starts after a barrier on every ``C_i`` or
     tensor by tensor (``problem.sync``). A problem with extensions on (copy cost,
     contention, several channels) is simulated event by event instead
@@ -258,12 +259,13 @@ def simulate(problem: Problem, plan: Plan | PSPlan, *, validate: bool = True) ->
     for k, message in enumerate(plan.messages):
         ready[k] = max(ready_times[c.tensor] for c in message.chunks)
     durations = problem.cost(plan.message_bytes)
+    release = plan.release
 
     start = np.empty(n_messages)
     end = np.empty(n_messages)
     channel_free = -np.inf
     for k in range(n_messages):
-        start[k] = max(ready[k], channel_free)
+        start[k] = max(ready[k], release[k], channel_free)
         end[k] = channel_free = start[k] + durations[k]
 
     reduced = reduction_times(plan, end, profile.n)

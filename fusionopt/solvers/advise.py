@@ -161,7 +161,7 @@ def ddp_settings(problem: Problem, plan: Plan) -> DDPSettings:
         bucket_cap_bytes=cap,
         first_bucket_bytes=DDP_FIRST_BUCKET_BYTES,
         bucket_caps_bytes=tuple([DDP_FIRST_BUCKET_BYTES] + [cap] * (len(buckets) - 1)),
-        parameter_order=tuple(range(problem.profile.n - 1, -1, -1)),
+        parameter_order=tuple(problem.profile.ready_order),
         buckets=buckets,
         iteration_time=t,
         plan_iteration_time=plan_time,

@@ -36,7 +36,7 @@ def _positive_seconds(label: str, value: float) -> float:
 
 
 def _backward_order(problem: Problem) -> list[int]:
-    return list(range(problem.profile.n - 1, -1, -1))
+    return list(problem.profile.ready_order)
 
 
 def wfbp(problem: Problem) -> Result:

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import time
 
-from fusionopt.model.fusion import time_after_channel
+import numpy as np
+
+from fusionopt.model.fusion import layerwise_slack, time_after_channel
 from fusionopt.model.plan import Plan
 from fusionopt.model.problem import Problem
 from fusionopt.solvers.result import Result, finish
@@ -40,16 +42,20 @@ def closed_form(problem: Problem) -> Result | None:
     started = time.perf_counter()
     if problem.extensions:
         return None             # the two cases are proved for the plain model only
+    if layerwise_slack(problem) > 0.0:
+        return None             # T is not max(B, E) + U + F for every fusion plan
     profile = problem.profile
-    message_costs = problem.cost(profile.sizes)
-    if bool((message_costs[1:] <= profile.backward[:-1]).all()):
+    order = profile.backward_order
+    message_costs = problem.cost(profile.sizes[order])             # WFBP's messages, channel order
+    gaps = np.diff(profile.ready_times[order])                     # until the next gradient is ready
+    if bool((message_costs[:-1] <= gaps).all()):
         plan = Plan.per_tensor(profile)
-        claimed = time_after_channel(profile, profile.B + float(message_costs[0]))
+        claimed = time_after_channel(profile, profile.B + float(message_costs[-1]))
         return finish(problem, plan, "closed-form", started, lower_bound=claimed, optimal=True,
                       stats={"case": "wfbp"})
     affine = problem.cost.affine
     if affine is not None and profile.B - float(profile.ready_times.min()) <= affine[0]:
-        plan = Plan.from_groups(profile, [list(range(profile.n - 1, -1, -1))])
+        plan = Plan.from_groups(profile, [list(profile.ready_order)])
         claimed = time_after_channel(profile, profile.B + float(problem.cost(profile.total_bytes)))
         return finish(problem, plan, "closed-form", started, lower_bound=claimed, optimal=True,
                       stats={"case": "single"})

@@ -14,7 +14,10 @@ for ``d_kj = c(Q_j - Q_k)``. The model has
   ``x_kj``: ``e_j >= e_k + d_kj`` and ``e_j >= rho_j + d_kj``;
 * the objective ``min e_n``, the end ``E`` of the last message. ``B``, ``U`` and ``F`` are
   constants, so ``T = max(B, E) + U + F`` (MODEL.md section 7, both sync modes) is minimised
-  with it. ``max_message_bytes`` removes arcs, ``max_messages = K`` adds ``sum x <= K``;
+  with it. ``max_message_bytes`` removes arcs, ``max_messages = K`` adds ``sum x <= K``.
+  (Under layerwise sync with a positive :func:`~fusionopt.model.fusion.layerwise_slack`
+  ``E`` no longer decides ``T``: the plan found is then feasible, the bound is lowered by
+  the slack, and ``OPTIMAL`` comes only from meeting the DP's optimum);
 * redundant cuts for the LP relaxation, which sees the enforced constraints only through
   big-M terms: ``e_n >= rho_p + sum_{(k, j): j >= p} d_kj x_kj`` for each position ``p``
   (the message holding ``p`` is ready no earlier than ``rho_p``, and it and all later
@@ -178,7 +181,7 @@ from typing import Any
 import numpy as np
 
 from fusionopt.model.fusion import (arc_times, backward_arrays, fusion_iteration_time, fusion_message_times,
-                                    time_after_channel)
+                                    time_bound_after_channel)
 from fusionopt.model.fusion_dp import _check_caps
 from fusionopt.model.plan import Plan
 from fusionopt.model.problem import Problem
@@ -502,7 +505,7 @@ def cpsat(
         raw_bound = solver.best_objective_bound
         if math.isfinite(raw_bound):
             bound = max(0.0, raw_bound) * q
-            time_bound = time_after_channel(profile, bound)
+            time_bound = time_bound_after_channel(problem, bound)
     if hint_used:
         candidates.append(("hint", hint_plan))
     if not candidates:
@@ -750,7 +753,7 @@ def _reference_cuts(problem: Problem, cap: float, limit: int | None) -> np.ndarr
     n = problem.profile.n
     if limit is None:
         return np.ones(n - 1, dtype=bool)
-    sizes = problem.profile.sizes[::-1].tolist()
+    sizes = problem.profile.sizes[problem.profile.backward_order].tolist()
     cuts = np.zeros(n - 1, dtype=bool)
     current = 0
     for j, s in enumerate(sizes):

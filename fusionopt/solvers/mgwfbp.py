@@ -46,14 +46,15 @@ def mgwfbp(problem: Problem) -> Result:
     alpha = affine[0] if affine is not None else float(problem.cost(1))
     ready_times = profile.ready_times
     # Groups in backward order; groups[-1] is the open group that l belongs to.
-    groups: list[list[int]] = [[i] for i in range(profile.n - 1, -1, -1)]
+    order = profile.ready_order
+    groups: list[list[int]] = [[i] for i in order]
     merges = 0
     position = 0                      # index in groups of the message holding l
     timeline = simulate(problem, Plan.from_groups(profile, groups), validate=False)
-    for l in range(profile.n - 1, 0, -1):
+    for following in order[1:]:
         start = float(timeline.message_start[position])
         end = float(timeline.message_end[position])
-        ready = float(ready_times[l - 1])
+        ready = float(ready_times[following])
         if ready < end and (start > ready or ready - start < alpha):
             groups[position] = groups[position] + groups.pop(position + 1)
             merges += 1

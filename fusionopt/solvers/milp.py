@@ -45,7 +45,10 @@ prefix sizes ``Q_j`` (``Q_0 = 0``). For an affine cost ``c(S) = alpha + beta S``
   adds a message; moving such cuts right one at a time ends in an optimal plan with none
   of them. A byte cap can forbid the move, so the fixing is skipped with one.
 
-Then ``T = max(B, E) + U + F`` in both sync modes (section 7).
+Then ``T = max(B, E) + U + F`` in both sync modes (section 7), unless the layerwise slack
+of :func:`~fusionopt.model.fusion.layerwise_slack` is positive: the MILP then still minimises
+``E``, its bound is lowered by the slack, and ``OPTIMAL`` comes only from meeting the DP's
+optimum.
 
 Numerics: times are divided by ``tau = rho_n + alpha n + beta Q_n`` (the largest
 right-hand side, an upper bound on ``E`` for every plan) and bytes by ``Q_n``, so every
@@ -66,7 +69,7 @@ from typing import Any
 
 import numpy as np
 
-from fusionopt.model.fusion import backward_arrays, time_after_channel
+from fusionopt.model.fusion import backward_arrays, time_bound_after_channel
 from fusionopt.model.fusion_dp import _check_caps
 from fusionopt.model.plan import Plan
 from fusionopt.model.problem import Problem
@@ -218,7 +221,7 @@ def milp(
         "time_scale": tau,
         "tolerance": tolerance,
     }
-    lower_bound = None if dual_end is None else time_after_channel(profile, dual_end)
+    lower_bound = None if dual_end is None else time_bound_after_channel(problem, dual_end)
     status = Status.TIME_LIMIT if res.status == 1 else Status.FEASIBLE
     return finish(problem, plan, "milp", started, stats=stats, lower_bound=lower_bound,
                   status=status, tolerance=tolerance)

@@ -246,8 +246,8 @@ def _dispatch(problem: Problem, order: list[int], alpha: float, beta: float, uni
         sent[i] = hi
         return end
 
-    # Gradients arrive in backward order n-1 .. 0 (ready times are non-increasing in i).
-    releases = list(range(n - 1, -1, -1))
+    # Gradients arrive in the profile's ready order (ready times non-decreasing along it).
+    releases = list(profile.ready_order)
     released = 0
     pending: list[tuple[int, int]] = []              # heap of (rank, tensor)
     t = ready[releases[0]]

@@ -9,6 +9,7 @@ from strategies import alpha_beta, cut_vectors, partition_plans, problems
 
 from fusionopt.checks import longest_path_time
 from fusionopt.model import Plan, Problem, Profile, evaluate_cuts, fusion_iteration_time, simulate
+from fusionopt.model.fusion import layerwise_slack
 from fusionopt.model.bounds import best_bound
 
 REL = 1e-9
@@ -75,7 +76,15 @@ def test_layerwise_equals_barrier_for_fifo_fusion_plans(data, problem):
     profile = problem.profile
     plan = Plan.from_cuts(profile, data.draw(cut_vectors(profile.n)))
     layerwise = Problem(profile, problem.cost, sync="layerwise")
-    assert close(simulate(layerwise, plan).iteration_time, simulate(problem, plan).iteration_time)
+    barrier_time = simulate(problem, plan).iteration_time
+    layerwise_time = simulate(layerwise, plan).iteration_time
+    slack = layerwise_slack(layerwise)
+    if slack == 0.0:
+        assert close(layerwise_time, barrier_time)
+    else:
+        # Work before the last tensor in the ready order may overlap the last message.
+        assert layerwise_time <= barrier_time * (1 + 1e-12) + 1e-15
+        assert layerwise_time >= barrier_time - slack - 1e-12
 
 
 @given(problem=problems(min_n=2, max_n=6, cost=alpha_beta), seed=st.integers(0, 2**32 - 1))

@@ -33,7 +33,7 @@ def check_ddp(problem: Problem, s: DDPSettings) -> None:
     assert s.iteration_time == r.iteration_time
     assert [list(b) for b in s.buckets] == r.plan.groups()
     assert s.bucket_caps_bytes == (s.first_bucket_bytes,) + (s.bucket_cap_bytes,) * (len(s.buckets) - 1)
-    assert s.parameter_order == tuple(range(problem.profile.n - 1, -1, -1))
+    assert s.parameter_order == tuple(problem.profile.ready_order)
     assert [i for b in s.buckets for i in b] == list(s.parameter_order)
     # Never worse than DDP's default bucket_cap_mb=25.
     default = solve(problem, "ddp").iteration_time

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from strategies import problems
 
 import fusionopt.zoo
+from fusionopt.model.fusion import layerwise_slack
 from fusionopt.cost import AlphaBeta
 from fusionopt.model import Chunk, Message, Plan, Problem, Profile, simulate
 from fusionopt.model.fusion_dp import _fewest_messages
@@ -37,6 +38,13 @@ def best_baseline_time(problem: Problem) -> float:
 def check_against_dp(problem: Problem, result, optimum: float) -> None:
     """The claims cpsat makes, each checked against the DP optimum."""
     rounding = result.stats["rounding_bound"]
+    if layerwise_slack(problem) > 0.0:
+        # CP-SAT minimises the last message's end, which no longer decides T: its plan is
+        # no better than the optimum and its bound stays below it.
+        assert optimum - SLACK <= result.iteration_time
+        assert result.stats["iteration_time_bound"] <= optimum + SLACK
+        assert result.lower_bound <= optimum + SLACK
+        return
     assert result.status is Status.OPTIMAL
     assert result.stats["cpsat_status"] == "OPTIMAL"
     assert result.plan.is_fusion(problem.profile)

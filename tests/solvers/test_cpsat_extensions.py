@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from strategies import cut_vectors, problems
 
+from fusionopt.model.fusion import layerwise_slack
 from fusionopt.cost import AlphaBeta
 from fusionopt.model import Plan, Problem, Profile, simulate
 from fusionopt.model.fusion import arc_times as _arc_times, backward_arrays, fusion_iteration_time
@@ -61,6 +62,13 @@ def check_against_exhaustive(problem: Problem, result, optimum: float) -> None:
     """Each claim cpsat makes, checked against the exhaustive optimum."""
     rounding = result.stats["rounding_bound"]
     tiny = slack(optimum)
+    if layerwise_slack(problem) > 0.0:
+        # CP-SAT minimises the last message's end, which no longer decides T: its plan is
+        # no better than the optimum and its bound stays below it.
+        assert optimum - tiny <= result.iteration_time
+        assert result.stats["iteration_time_bound"] <= optimum + tiny
+        assert result.lower_bound <= optimum + tiny
+        return
     assert result.stats["cpsat_status"] == "OPTIMAL"
     assert result.status is Status.OPTIMAL
     assert result.plan.is_fusion(problem.profile)
@@ -127,7 +135,7 @@ def test_rounded_recursion_brackets_the_true_end(data, problem, gamma, copy_on, 
     # For every plan: q V <= E (the model never overstates a plan: its bound is valid) and
     # E < q V + rounding_bound, with V the least integer end the model allows for the plan.
     problem = extend(problem, gamma, copy_on, kappa)
-    assume(problem.extensions)
+    assume(problem.extensions and layerwise_slack(problem) == 0.0)
     profile = problem.profile
     n = profile.n
     plan = Plan.from_cuts(profile, data.draw(cut_vectors(n)))

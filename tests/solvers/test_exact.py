@@ -76,8 +76,8 @@ def test_closed_forms_are_optimal_when_recognised(problem):
         return
     assert result.status is Status.OPTIMAL
     assert result.iteration_time == pytest.approx(dp(problem).iteration_time, rel=1e-9, abs=1e-15)
-    expected = [[i] for i in range(problem.profile.n - 1, -1, -1)] if result.stats["case"] == "wfbp" \
-        else [list(range(problem.profile.n - 1, -1, -1))]
+    order = list(problem.profile.ready_order)
+    expected = [[i] for i in order] if result.stats["case"] == "wfbp" else [order]
     assert result.plan.groups() == expected
 
 
