@@ -24,7 +24,8 @@ def run(capsys, *argv: str) -> tuple[int, str, str]:
 def test_zoo_profile_to_csv_and_back_to_json_is_exact(tmp_path, capsys):
     csv_path, json_path = tmp_path / "r18.csv", tmp_path / "r18.json"
     assert run(capsys, "profile", "--model", "resnet18", "--output", str(csv_path))[0] == 0
-    assert csv_path.read_text().splitlines()[0] == "name,size_bytes,forward_s,backward_s,update_s"
+    assert csv_path.read_text().splitlines()[0] == ("name,size_bytes,forward_s,backward_s,update_s,"
+                                                    "ready_index,shape")
     assert run(capsys, "profile", "--input", str(csv_path), "--output", str(json_path))[0] == 0
     reference = zoo.profile("resnet18", device="h100", batch=64)
     back = Profile.read(json_path)
@@ -32,6 +33,7 @@ def test_zoo_profile_to_csv_and_back_to_json_is_exact(tmp_path, capsys):
     assert back.sizes.tolist() == reference.sizes.tolist()
     assert back.forward.tolist() == reference.forward.tolist()
     assert back.backward.tolist() == reference.backward.tolist()
+    assert back.ready_order == reference.ready_order and back.shapes == reference.shapes
     status, out, _ = run(capsys, "profile", "--input", str(json_path), "--csv")
     assert status == 0 and out == csv_path.read_text()
 

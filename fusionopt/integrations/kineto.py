@@ -97,6 +97,8 @@ def _parameter_list(parameters: Any) -> tuple[list[str], list[int], list[str] | 
         order = parameters.metadata.get("ready_order")
         if isinstance(order, list) and sorted(map(str, order)) == sorted(names):
             carried = [str(x) for x in order]
+        elif not parameters.has_default_orders:
+            carried = [names[i] for i in parameters.ready_order]
         return names, sizes, carried
     if hasattr(parameters, "named_parameters"):   # a torch.nn.Module, duck-typed
         pairs = [(nm, p.numel() * p.element_size()) for nm, p in parameters.named_parameters() if p.requires_grad]
@@ -444,7 +446,11 @@ def profile_from_trace(
     if isinstance(properties, list) and properties:
         metadata["devices"] = [str(p.get("name")) for p in properties if isinstance(p, Mapping)]
     try:
-        return Profile.from_arrays(sizes, forward, backward, names, name=name,
-                                   dtype_bytes=4 if dtype_bytes is None else dtype_bytes, metadata=metadata)
+        profile = Profile.from_arrays(sizes, forward, backward, names, name=name,
+                                      dtype_bytes=4 if dtype_bytes is None else dtype_bytes, metadata=metadata)
     except ValueError as exc:
         raise ValueError(f"{source}: {exc}") from None
+    # The ready order: the given one where the corrected ready times tie, theirs elsewhere.
+    rank = {i: k for k, i in enumerate(positions)}
+    ready_times = profile.ready_times
+    return profile.with_orders(ready_order=sorted(range(n), key=lambda i: (float(ready_times[i]), rank[i])))

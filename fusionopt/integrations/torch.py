@@ -20,7 +20,11 @@ How the times are taken
   event before it (the first from the start of the backward), and if autograd did not
   finish the gradients in reverse forward order, a tensor counts as ready once every
   tensor after it is (never earlier than measured). The measured ready order is kept in
-  ``metadata["ready_order"]``.
+  ``metadata["ready_order"]``; the profile's :attr:`~fusionopt.model.profile.Profile.ready_order`
+  is the hooks' order (of the first, untimed step) among tensors whose ready times tie (a
+  layer's weight and bias: a convolution's weight comes first) and the order of the ready
+  times elsewhere. Registration order (``named_parameters()``), dtypes and shapes are kept
+  too.
 * **Forward**: forward pre- and post-hooks on every module that owns trainable parameters
   directly time each call; a call's time less that of the hooked modules called inside it
   goes to the module's last parameter in forward order (MODEL.md: a layer puts its time on
@@ -228,7 +232,7 @@ def profile_model(
     >>> p = profile_model(model, torch.randn(32, 256), steps=5)            # doctest: +SKIP
     >>> p.names, p.sizes.tolist()                                          # doctest: +SKIP
     (('0.weight', '0.bias', '2.weight', '2.bias'), [524288, 2048, 20480, 40])
-    >>> p.metadata["ready_order"]                                          # doctest: +SKIP
+    >>> [p.names[i] for i in p.ready_order]                                # doctest: +SKIP
     ['2.bias', '2.weight', '0.bias', '0.weight']
     """
     torch = require_torch()
@@ -355,6 +359,7 @@ def profile_model(
 
         # Untimed step: forward order and unused parameters.
         run_step(_FirstUse())
+        hook_sequence = {k: j for j, (k, _) in enumerate(state["ready"])}
         got = {k for k, _ in state["ready"]}
         missing = [named[k][0] for k in range(len(params)) if k not in got]
         if missing:
@@ -432,10 +437,18 @@ def profile_model(
         "forward_step_s": float(np.median(forward_walls)),
         "backward_step_s": float(np.median(backward_walls)),
     }
-    return Profile.from_arrays(
+    profile = Profile.from_arrays(
         [params[k].numel() * params[k].element_size() for k in order],
         forward, backward, names,
         name=name or type(model).__name__,
         dtype_bytes=math.gcd(*elem_sizes),
         metadata=metadata,
+        registration_order=[nm for nm, _ in named],
+        dtypes=[str(params[k].dtype).removeprefix("torch.") for k in order],
+        shapes=[tuple(int(d) for d in params[k].shape) for k in order],
     )
+    # The ready order: as the hooks fired, kept where the corrected ready times tie (a
+    # layer's weight and bias) and sorted by them elsewhere.
+    ready_times = profile.ready_times
+    return profile.with_orders(ready_order=sorted(
+        range(len(order)), key=lambda i: (float(ready_times[i]), hook_sequence[order[i]])))

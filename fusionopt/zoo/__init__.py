@@ -249,11 +249,13 @@ def profile(
     names: list[str] = []
     sizes: list[int] = []
     forward: list[float] = []
+    shapes: list[tuple[int, ...]] = []
     for layer in arch.layers:
         seconds = layer.flops * batch / throughput
         for k, (tname, shape) in enumerate(layer.tensors):
             names.append(tname)
             sizes.append(math.prod(shape) * dtype_bytes)
+            shapes.append(tuple(shape))
             forward.append(seconds if k == len(layer.tensors) - 1 else 0.0)
     return Profile.from_arrays(
         sizes,
@@ -262,6 +264,9 @@ def profile(
         names,
         name=arch.name,
         dtype_bytes=dtype_bytes,
+        ready_order=arch.ready_order,
+        registration_order=list(arch.registration),
+        shapes=shapes,
         metadata={
             "source": "roofline estimate",
             "device": dev.name,

@@ -136,4 +136,14 @@ def _bert(name: str, label: str, seq_len: int, hidden: int, intermediate: int, n
             "with pooler (HuggingFace BertModel)"
         ),
         input_description=f"one sequence of {seq_len} tokens",
+        registration=_registration(layers),
     )
+
+
+def _registration(layers: list[Layer]) -> tuple[str, ...]:
+    # BertEmbeddings registers the position table before the token-type table.
+    names = [t for layer in layers for t, _ in layer.tensors]
+    token_type = names.index("embeddings.token_type_embeddings.weight")
+    position = names.index("embeddings.position_embeddings.weight")
+    names[token_type], names[position] = names[position], names[token_type]
+    return tuple(names)

@@ -51,21 +51,35 @@ class Layer:
         a profile is built; the others get 0.
     flops : float
         Forward FLOPs of one sample through this layer (convention in the module docstring).
+    ready : tuple of int, optional
+        The order in which autograd accumulates the layer's gradients, as indices into
+        ``tensors``; default the reverse of ``tensors``. One backward node produces all of
+        a layer's gradients, and PyTorch (2.13, CPU, checked with
+        ``register_post_accumulate_grad_hook`` by ``validation/profiles/run.py``) accumulates
+        a convolution's, batch norm's and layer norm's weight before its bias, a linear
+        layer's bias before its weight and an LSTM layer's ``weight_ih, weight_hh,
+        bias_hh, bias_ih``.
 
     Examples
     --------
     >>> fc = Layer("fc", (("fc.weight", (10, 4)), ("fc.bias", (10,))), flops=80.0)
-    >>> fc.parameters
-    50
+    >>> fc.parameters, fc.ready
+    (50, (1, 0))
     """
 
     name: str
     tensors: tuple[tuple[str, Shape], ...]
     flops: float
+    ready: tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
         if not self.tensors:
             raise ValueError(f"layer {self.name!r} owns no parameter tensors")
+        if self.ready is None:
+            object.__setattr__(self, "ready", tuple(range(len(self.tensors) - 1, -1, -1)))
+        elif sorted(self.ready) != list(range(len(self.tensors))):
+            raise ValueError(f"layer {self.name!r}: ready must order its {len(self.tensors)} tensors, "
+                             f"got {self.ready!r}")
         if not (self.flops >= 0 and math.isfinite(self.flops)):
             raise ValueError(f"layer {self.name!r}: flops must be finite and >= 0, got {self.flops!r}")
         for tname, shape in self.tensors:
@@ -98,6 +112,10 @@ class Architecture:
         One line describing the model and its reference implementation.
     input_description : str
         The input the FLOP counts assume, e.g. ``"1 x 3 x 224 x 224 image"``.
+    registration : tuple of str, optional
+        Tensor names in the order the reference implementation registers them
+        (``named_parameters()``), where it differs from forward order; default forward
+        order. DDP's initial buckets follow it.
 
     Examples
     --------
@@ -113,6 +131,7 @@ class Architecture:
     layers: tuple[Layer, ...]
     description: str
     input_description: str
+    registration: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "layers", tuple(self.layers))
@@ -123,6 +142,21 @@ class Architecture:
             if tname in seen:
                 raise ValueError(f"architecture {self.name!r}: tensor name {tname!r} repeated")
             seen.add(tname)
+        if self.registration is None:
+            object.__setattr__(self, "registration", tuple(t for t, _ in self.tensors))
+        elif sorted(self.registration) != sorted(seen):
+            raise ValueError(f"architecture {self.name!r}: registration must name each tensor once")
+
+    @property
+    def ready_order(self) -> list[str]:
+        """Tensor names in the order autograd accumulates their gradients: layers in reverse
+        forward order, each in its own :attr:`Layer.ready` order.
+
+        >>> from fusionopt.zoo.layers import conv2d, linear
+        >>> Architecture("x", (conv2d("c", 3, 4, 3, 8, bias=True), linear("f", 4, 2)), "", "").ready_order
+        ['f.bias', 'f.weight', 'c.weight', 'c.bias']
+        """
+        return [layer.tensors[k][0] for layer in reversed(self.layers) for k in layer.ready]
 
     @property
     def parameters(self) -> int:
@@ -214,7 +248,7 @@ def conv2d(name: str, cin: int, cout: int, kernel: int, out: int, *, bias: bool 
     if bias:
         tensors.append((f"{name}.bias", (cout,)))
     flops = 2.0 * (cin // groups) * kernel * kernel * cout * out * out
-    return Layer(name, tuple(tensors), flops)
+    return Layer(name, tuple(tensors), flops, ready=tuple(range(len(tensors))))   # weight first
 
 
 def batchnorm2d(name: str, channels: int, out: int) -> Layer:
@@ -230,7 +264,7 @@ def batchnorm2d(name: str, channels: int, out: int) -> Layer:
     (['bn1.weight', 'bn1.bias'], 3211264.0)
     """
     flops = float(NORM_FLOPS_PER_ELEMENT * channels * out * out)
-    return Layer(name, ((f"{name}.weight", (channels,)), (f"{name}.bias", (channels,))), flops)
+    return Layer(name, ((f"{name}.weight", (channels,)), (f"{name}.bias", (channels,))), flops, ready=(0, 1))
 
 
 def linear(name: str, fan_in: int, fan_out: int, *, tokens: int = 1, bias: bool = True) -> Layer:
@@ -261,7 +295,7 @@ def layernorm(name: str, dim: int, *, tokens: int = 1) -> Layer:
     393216.0
     """
     flops = float(NORM_FLOPS_PER_ELEMENT * dim * tokens)
-    return Layer(name, ((f"{name}.weight", (dim,)), (f"{name}.bias", (dim,))), flops)
+    return Layer(name, ((f"{name}.weight", (dim,)), (f"{name}.bias", (dim,))), flops, ready=(0, 1))
 
 
 def embedding(name: str, num: int, dim: int) -> Layer:

@@ -39,7 +39,8 @@ def _lstm_layer(k: int, fan_in: int, hidden: int, seq_len: int) -> Layer:
         (f"rnn.bias_ih_l{k}", (GATES * hidden,)),
         (f"rnn.bias_hh_l{k}", (GATES * hidden,)),
     )
-    return Layer(f"rnn.l{k}", tensors, 2.0 * GATES * hidden * (fan_in + hidden) * seq_len)
+    # autograd accumulates weight_ih, weight_hh, bias_hh, bias_ih (torch 2.13, CPU)
+    return Layer(f"rnn.l{k}", tensors, 2.0 * GATES * hidden * (fan_in + hidden) * seq_len, ready=(0, 1, 3, 2))
 
 
 def lstm_lm(seq_len: int = 35) -> Architecture:

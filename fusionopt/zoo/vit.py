@@ -127,4 +127,5 @@ def vit_b16(image_size: int = 224, num_classes: int = 1000) -> Architecture:
             "class token (torchvision.models.vit_b_16)"
         ),
         input_description=f"one 3 x {image_size} x {image_size} image ({tokens} tokens), {num_classes} classes",
+        registration=("class_token",) + tuple(t for layer in layers for t, _ in layer.tensors if t != "class_token"),
     )

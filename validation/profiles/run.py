@@ -5,7 +5,9 @@ the CNNs and ViT when torchvision is installed; BERT and GPT-2 when transformers
 from their configurations, no download), the script measures per-tensor forward and
 backward times with :func:`fusionopt.integrations.torch.profile_model` (hooks, medians of
 ``--steps`` steps, CUDA events on a GPU), checks that the measured tensors' names, forward
-order and byte sizes equal the zoo architecture's exactly, and sets the measured compute beside the
+order and byte sizes equal the zoo architecture's exactly (and its ready and registration
+orders: the order the gradient hooks fire, and ``named_parameters()`` order), and sets the
+measured compute beside the
 roofline estimate of the same model on the chosen zoo device preset.
 
 Writes each measured profile as JSON (device, torch version, batch and date in its
@@ -88,7 +90,7 @@ def builder(name: str, torch: Any) -> tuple[Callable[[], Any], Callable[[int, An
     if name in TORCHVISION:
         try:
             import torchvision
-        except ImportError:
+        except (ImportError, RuntimeError):      # missing, or built for another torch
             return None
         factory = getattr(torchvision.models, TORCHVISION[name])
         side = 299 if name == "inception-v3" else 224
@@ -164,6 +166,11 @@ def main(argv: list[str] | None = None) -> int:
         estimate = zoo.profile(name, device=args.zoo_device, batch=args.batch)
         same_tensors = (measured.names == estimate.names
                         and measured.sizes.tolist() == estimate.sizes.tolist())
+        # The order in which the hooks saw the gradients, and the order torch registers the
+        # parameters, against the zoo's.
+        same_ready = measured.metadata["ready_order"] == [estimate.names[i] for i in estimate.ready_order]
+        same_registration = ([measured.names[i] for i in measured.registration_order]
+                             == [estimate.names[i] for i in estimate.registration_order])
         stored = None
         if args.profiles_dir:
             path = Path(args.profiles_dir) / f"{name}-{short}-b{args.batch}.json"
@@ -175,13 +182,16 @@ def main(argv: list[str] | None = None) -> int:
         # How well the estimate's per-tensor split matches: correlation of backward times.
         correlation = float(np.corrcoef(measured.backward, estimate.backward)[0, 1]) if measured.n > 2 else None
         rows.append({"model": name, "tensors": measured.n, "same_tensors_as_zoo": bool(same_tensors),
+                     "same_ready_order_as_zoo": bool(same_ready),
+                     "same_registration_order_as_zoo": bool(same_registration),
                      "measured_B": measured.B, "measured_F": measured.F, "estimate_B": estimate.B,
                      "estimate_F": estimate.F, "ratio_B": ratio_b, "ratio_F": ratio_f,
                      "backward_correlation": correlation,
                      "ready_order_is_reverse_forward": measured.metadata.get("ready_order_is_reverse_forward"),
                      "profile": stored,
                      "seconds": seconds})
-        print(f"{name:14s} {measured.n:4d} tensors  tensors as zoo: {same_tensors}  B {1e3 * measured.B:8.2f} ms "
+        print(f"{name:14s} {measured.n:4d} tensors  tensors as zoo: {same_tensors}  ready order as zoo: "
+              f"{same_ready}  registration as zoo: {same_registration}  B {1e3 * measured.B:8.2f} ms "
               f"(estimate {1e3 * estimate.B:8.2f}, x{ratio_b:.2f})  F {1e3 * measured.F:8.2f} ms "
               f"(estimate {1e3 * estimate.F:8.2f}, x{ratio_f:.2f})", flush=True)
 
@@ -194,7 +204,8 @@ def main(argv: list[str] | None = None) -> int:
         "results": rows, "skipped": skipped,
     }
     write_result(args.output_dir, f"profiles-{label}", document, markdown(document))
-    return 0 if all(r["same_tensors_as_zoo"] for r in rows) else 1
+    return 0 if all(r["same_tensors_as_zoo"] and r["same_ready_order_as_zoo"]
+                    and r["same_registration_order_as_zoo"] for r in rows) else 1
 
 
 def library_versions() -> dict[str, str | None]:
@@ -218,13 +229,16 @@ def markdown(document: dict) -> str:
         + f"; batch {document['batch']}; medians of {document['steps']} steps after {document['warmup']}; "
         f"estimates from the zoo's `{document['zoo_device']}` preset. Written by `validation/profiles/run.py`.",
         "",
-        "| model | tensors | names, order and sizes as zoo | measured B (ms) | estimate B (ms) | B ratio | "
+        "| model | tensors | names, order and sizes as zoo | ready order as zoo | registration order as zoo | "
+        "measured B (ms) | estimate B (ms) | B ratio | "
         "measured F (ms) | estimate F (ms) | F ratio | per-tensor backward correlation |",
-        "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|",
+        "|---|---:|---|---|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in document["results"]:
         corr = "-" if r["backward_correlation"] is None else f"{r['backward_correlation']:.2f}"
-        lines.append(f"| {r['model']} | {r['tensors']} | {'yes' if r['same_tensors_as_zoo'] else 'NO'} | "
+        flags = " | ".join("yes" if r.get(key) else ("-" if r.get(key) is None else "NO") for key in
+                           ("same_tensors_as_zoo", "same_ready_order_as_zoo", "same_registration_order_as_zoo"))
+        lines.append(f"| {r['model']} | {r['tensors']} | {flags} | "
                      f"{1e3 * r['measured_B']:.2f} | {1e3 * r['estimate_B']:.2f} | {r['ratio_B']:.2f} | "
                      f"{1e3 * r['measured_F']:.2f} | {1e3 * r['estimate_F']:.2f} | {r['ratio_F']:.2f} | {corr} |")
     if document["skipped"]:
