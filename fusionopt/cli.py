@@ -266,17 +266,23 @@ def _cmd_advise(args: argparse.Namespace) -> None:
                           "messages": plan_result.num_messages,
                           "ddp": ddp.to_dict(), "horovod": hvd.to_dict()}, indent=1))
         return
-    names = problem.profile.names
-    order = ", ".join(names[i] for i in ddp.parameter_order[:4])
-    if len(ddp.parameter_order) > 4:
-        order += ", ..."
     print(f"workload  {label}: {problem.profile.n} tensors")
     print(f"plan      {args.method}: T = {1e3 * plan_result.iteration_time:.3f} ms, "
           f"{plan_result.num_messages} messages")
-    print(f"ddp       bucket_cap_mb={ddp.bucket_cap_mb:.6g} (first bucket {ddp.first_bucket_bytes} B, "
-          f"{len(ddp.buckets)} buckets): T = {1e3 * ddp.iteration_time:.3f} ms "
-          f"(default 25 MiB: {1e3 * ddp.default_iteration_time:.3f} ms)")
-    print(f"          parameter order (reverse registration): {order}")
+    ms = 1e3
+    if ddp.bucket_cap_mb_list is not None:
+        caps = ", ".join(f"{m:g}" for m in ddp.bucket_cap_mb_list)
+        print(f"ddp       bucket_cap_mb_list=[{caps}] ({len(ddp.bucket_cap_mb_list)} buckets, "
+              f"the plan's): T = {ms * ddp.list_iteration_time:.3f} ms")
+    else:
+        print("ddp       no bucket_cap_mb_list reproduces this plan (not contiguous in the gradient-ready "
+              "order, or it mixes dtypes)")
+    single = ("leave bucket_cap_mb unset" if ddp.bucket_cap_mb is None
+              else f"bucket_cap_mb={ddp.bucket_cap_mb:g} (every bucket, the first too)")
+    print(f"          best single cap: {single}: T = {ms * ddp.cap_iteration_time:.3f} ms "
+          f"(unset, 1 MiB first then 25 MiB: {ms * ddp.default_iteration_time:.3f} ms)")
+    print(f"          find_unused_parameters=True (no bucket rebuild; registration order): "
+          f"T = {ms * ddp.find_unused_iteration_time:.3f} ms")
     print(f"horovod   HOROVOD_FUSION_THRESHOLD={hvd.fusion_threshold_bytes} "
           f"HOROVOD_CYCLE_TIME={hvd.environment['HOROVOD_CYCLE_TIME']}: T = {1e3 * hvd.iteration_time:.3f} ms "
           f"(defaults: {1e3 * hvd.default_iteration_time:.3f} ms)")

@@ -154,8 +154,7 @@ def test_solve_output_writes_a_readable_plan(capsys, profile_path, tmp_path):
 
 def test_solve_ddp_options(capsys, profile_path):
     doc = run_json(capsys, "solve", profile_path, *AB3, "--method", "ddp",
-                   "--option", "bucket_cap_bytes=2500000",
-                   "--option", "first_bucket_bytes=1000000", "--json")
+                   "--option", "bucket_cap_mb_list=[0.95, 4]", "--json")
     assert doc["method"] == "ddp"
     assert plan_groups(doc["plan"]) == [[2], [1, 0]]
     assert doc["messages"] == 2
@@ -163,11 +162,10 @@ def test_solve_ddp_options(capsys, profile_path):
 
 
 def test_solve_ddp_default_options_differ_from_small_buckets(capsys, profile_path):
-    # the 25 MiB default cap fuses tensors 1 and 0; a 1 MiB first bucket holds t2 alone
+    # the 25 MiB default cap fuses tensors 1 and 0; a 0.95 MiB cap for every bucket does not
     doc = run_json(capsys, "solve", profile_path, *AB3, "--method", "ddp", "--json")
     small = run_json(capsys, "solve", profile_path, *AB3, "--method", "ddp",
-                     "--option", "bucket_cap_bytes=1000000",
-                     "--option", "first_bucket_bytes=1000000", "--json")
+                     "--option", "bucket_cap_mb=0.95", "--json")
     assert plan_groups(small["plan"]) == [[2], [1], [0]]
     assert plan_groups(doc["plan"]) != plan_groups(small["plan"])
 
@@ -387,7 +385,7 @@ def test_error_unknown_method_in_compare(capsys, profile_path):
 def test_error_unknown_option(capsys, profile_path):
     line = run_error(capsys, "solve", profile_path, *AB3, "--method", "ddp", "--option", "foo=1")
     assert "'foo'" in line
-    assert "bucket_cap_bytes" in line  # lists the options it does take
+    assert "bucket_cap_mb_list" in line  # lists the options it does take
 
 
 @pytest.mark.parametrize("pair", ["foo", "=3"])
@@ -399,8 +397,8 @@ def test_error_malformed_option(capsys, profile_path, pair):
 
 def test_error_bad_option_value(capsys, profile_path):
     line = run_error(capsys, "solve", profile_path, *AB3, "--method", "ddp",
-                     "--option", "bucket_cap_bytes=-5")
-    assert "bucket_cap_bytes" in line
+                     "--option", "bucket_cap_mb=-5")
+    assert "bucket_cap_mb must be a positive" in line
 
 
 def test_error_malformed_profile_json(capsys, tmp_path):
@@ -620,7 +618,7 @@ def test_extension_flags_reach_the_simulator(capsys, profile_path, tmp_path):
                    "--contention", "2", "--json")
     assert doc["iteration_time"] == pytest.approx(0.0165, rel=1e-12)
     doc = run_json(capsys, "solve", profile_path, "--alpha", "0.003", "--beta", "1e-9", "--method", "ddp",
-                   "--option", "bucket_cap_bytes=2500000", "--option", "first_bucket_bytes=1000000",
+                   "--option", "bucket_cap_mb_list=[0.95, 4]",
                    "--copy-cost", "1e-9", "--json")
     assert doc["iteration_time"] == pytest.approx(0.022, rel=1e-12)   # {t3}, {t2, t1} packed: 22 ms
     assert "contention must be >= 1" in run_error(capsys, "solve", profile_path, "--alpha", "0.001", "--beta", "1e-9",
@@ -682,15 +680,15 @@ def test_advise_prints_ddp_and_horovod_settings_with_their_own_times(capsys, pro
     doc = run_json(capsys, "advise", "--profile", profile_path, *AB3, "--json")
     assert doc["method"] == "dp"
     ddp = doc["ddp"]
-    assert ddp["buckets"] == [[2], [1, 0]] and ddp["parameter_order"] == [2, 1, 0]
+    assert ddp["buckets"] == [[2], [1, 0]] and ddp["bucket_cap_mb_list"] == [1.0, 1.0]
     solved = run_json(capsys, "solve", profile_path, *AB3, "--method", "ddp",
-                      "--option", f"bucket_cap_bytes={ddp['bucket_cap_bytes']}",
-                      "--option", f"first_bucket_bytes={ddp['first_bucket_bytes']}", "--json")
+                      *[f"--option={k}={json.dumps(v)}" for k, v in ddp["arguments"].items()], "--json")
     assert ddp["iteration_time"] == solved["iteration_time"]
-    assert ddp["iteration_time"] <= ddp["default_iteration_time"]
+    assert ddp["cap_iteration_time"] <= ddp["default_iteration_time"]
     assert doc["horovod"]["environment"]["HOROVOD_FUSION_THRESHOLD"] == str(doc["horovod"]["fusion_threshold_bytes"])
     status, out, err = run(capsys, "advise", *RESNET_10GBE)
     assert status == 0, err
-    assert "bucket_cap_mb=" in out and "HOROVOD_CYCLE_TIME=" in out and "plan      dp: T =" in out
+    assert "bucket_cap_mb_list=[" in out and "HOROVOD_CYCLE_TIME=" in out and "plan      dp: T =" in out
+    assert "find_unused_parameters=True" in out
     assert "give exactly one of --model" in run_error(capsys, "advise", *AB3)
     assert "unknown method" in run_error(capsys, "advise", "--profile", profile_path, *AB3, "--method", "nope")

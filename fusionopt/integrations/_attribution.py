@@ -42,6 +42,38 @@ def enveloped_ready_times(ready: Sequence[float]) -> np.ndarray:
     return np.maximum.accumulate(measured[::-1])[::-1].copy()
 
 
+def layer_consistent_ready_times(ready: Sequence[float], sequence: Sequence[int],
+                                 unit_of: Sequence[int]) -> np.ndarray:
+    """Enveloped ready times (forward order, seconds) under which the hooks' order within
+    each layer is a ready order: along ``sequence`` (forward indices in the order the hooks
+    fired), a tensor counts as ready no earlier than the tensors of its layer (``unit_of``)
+    whose hooks fired before it. Raising never moves a time earlier; the envelope and this
+    rule are applied until neither changes anything.
+
+    An LSTM layer's gradients arrive ``weight_ih, weight_hh, bias_hh, bias_ih`` (forward
+    order ``weight_ih, weight_hh, bias_ih, bias_hh``), microseconds apart: the envelope
+    alone would put ``bias_hh`` strictly first; with the rule the four tie, in hook order.
+
+    >>> layer_consistent_ready_times([4.0, 5.0, 7.0, 6.0], [0, 1, 3, 2], [0, 0, 0, 0]).tolist()
+    [7.0, 7.0, 7.0, 7.0]
+    >>> layer_consistent_ready_times([6.0, 1.0, 3.0], [1, 2, 0], [0, 1, 2]).tolist()
+    [6.0, 3.0, 3.0]
+    """
+    r = enveloped_ready_times(ready)
+    while True:
+        raised = r.copy()
+        latest: dict[int, float] = {}
+        for i in sequence:
+            unit = unit_of[i]
+            if unit in latest and latest[unit] > raised[i]:
+                raised[i] = latest[unit]
+            latest[unit] = max(latest.get(unit, -np.inf), raised[i])
+        raised = enveloped_ready_times(raised)
+        if np.array_equal(raised, r):
+            return r
+        r = raised
+
+
 def backward_times(ready: Sequence[float]) -> np.ndarray:
     """Backward time ``b_i`` of each tensor (seconds, forward order) from ready times
     ``r_i`` that are already non-increasing (see :func:`enveloped_ready_times`).
@@ -56,18 +88,25 @@ def backward_times(ready: Sequence[float]) -> np.ndarray:
     return np.maximum(r - nxt, 0.0)
 
 
-def median_backward(ready_per_step: Iterable[Sequence[float]]) -> tuple[np.ndarray, np.ndarray]:
+def median_backward(ready_per_step: Iterable[Sequence[float]], sequence: Sequence[int] | None = None,
+                    unit_of: Sequence[int] | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Median over steps of the enveloped ready times, and the backward times they give.
 
     Each step's measured ready times (forward order, seconds from the start of its
-    backward) are enveloped, then the median is taken tensor by tensor; medians of
-    non-increasing vectors are non-increasing, so every ``b_i >= 0``.
+    backward) are enveloped (with ``sequence`` and ``unit_of``, made consistent with the
+    hooks' order within each layer: :func:`layer_consistent_ready_times`), then the median is
+    taken tensor by tensor; medians of non-increasing vectors are non-increasing, so every
+    ``b_i >= 0``, and tensors tied in every step stay tied.
 
     >>> r, b = median_backward([[6.0, 3.0, 1.0], [8.0, 3.0, 2.0], [7.0, 5.0, 1.0]])
     >>> r.tolist(), b.tolist()
     ([7.0, 3.0, 1.0], [4.0, 2.0, 1.0])
     """
-    table = np.array([enveloped_ready_times(step) for step in ready_per_step], dtype=np.float64)
+    if sequence is not None and unit_of is not None:
+        table = np.array([layer_consistent_ready_times(step, sequence, unit_of) for step in ready_per_step],
+                         dtype=np.float64)
+    else:
+        table = np.array([enveloped_ready_times(step) for step in ready_per_step], dtype=np.float64)
     ready = np.median(table, axis=0)
     return ready, backward_times(ready)
 

@@ -19,7 +19,9 @@ How the times are taken
   :mod:`fusionopt.integrations._attribution`: each tensor gets the gap from the ready
   event before it (the first from the start of the backward), and if autograd did not
   finish the gradients in reverse forward order, a tensor counts as ready once every
-  tensor after it is (never earlier than measured). The measured ready order is kept in
+  tensor after it is (never earlier than measured), and no earlier than the tensors of its
+  own module whose hooks fired before it (so an LSTM layer's four gradients tie, in the
+  order autograd gave them). The measured ready order is kept in
   ``metadata["ready_order"]``; the profile's :attr:`~fusionopt.model.profile.Profile.ready_order`
   is the hooks' order (of the first, untimed step) among tensors whose ready times tie (a
   layer's weight and bias: a convolution's weight comes first) and the order of the ready
@@ -407,7 +409,12 @@ def profile_model(
     position = {k: i for i, k in enumerate(order)}
 
     ready_matrix = np.array(ready_rows)[:, order]
-    _, backward = _attribution.median_backward(ready_matrix)
+    unit_of = [0] * len(params)
+    for unit, (_, own) in enumerate(owners):
+        for k in own:
+            unit_of[position[k]] = unit
+    sequence = sorted(range(len(params)), key=lambda i: hook_sequence[order[i]])
+    _, backward = _attribution.median_backward(ready_matrix, sequence, unit_of)
     unit_times = np.median(np.array(forward_rows), axis=0)
     forward = _attribution.forward_times(
         len(params), [[position[k] for k in own] for _, own in owners], unit_times,

@@ -1,17 +1,21 @@
-"""Framework settings from a fusion plan: the closest PyTorch DDP and Horovod configuration.
+"""Framework settings from a plan: PyTorch DDP and Horovod configurations, each judged by the
+layout the framework will actually build from it.
 
-A plan (the DP's, say) fixes every message; DDP and Horovod only take a few knobs. These
-functions pick the knobs whose schedule, built by the :func:`~fusionopt.solvers.baselines.ddp`
-and :func:`~fusionopt.solvers.baselines.horovod` baselines, simulates fastest, and report
-the model's predicted ``T`` *of the setting itself* (its own schedule simulated, not the
-plan's) beside the plan's ``T``.
+A plan (the DP's, say) fixes every message; DDP and Horovod take a few knobs. For each
+setting these functions report the model's ``T`` of the schedule the framework builds from
+it (:mod:`fusionopt.solvers.ddp`, :func:`~fusionopt.solvers.baselines.horovod`), beside the
+plan's own ``T``.
 
-* :func:`ddp_settings`: one ``bucket_cap_mb`` for every bucket but the first (PyTorch's
-  fixed 1 MiB), chosen among the caps implied by the plan's message sizes and DDP's
-  default 25 MiB; never slower than the default.
+* :func:`ddp_settings`: the ``bucket_cap_mb_list`` that makes torch build the plan's
+  buckets exactly (an argument of recent torch releases; checked on 2.13), when the plan is
+  a fusion plan DDP can express; the best
+  single ``bucket_cap_mb`` under torch's rule for an explicit cap (the first bucket gets
+  the same cap), or ``None`` ("leave it unset") when torch's default layout is faster; and
+  what ``find_unused_parameters=True`` would cost (DDP then never rebuilds its buckets).
 * :func:`horovod_settings`: ``HOROVOD_FUSION_THRESHOLD`` (bytes) and ``HOROVOD_CYCLE_TIME``
   (milliseconds) on a small grid (the plan's message sizes and Horovod's defaults, times a
-  few cycle times); never slower than the current defaults (1 ms, 128 MiB).
+  few cycle times), judged under the backend's behaviour; never slower than the current
+  defaults (1 ms, 128 MiB).
 
 Ties in ``T`` (within a relative ``1e-9``) go to the schedule whose message boundaries
 differ least from the plan's, then to the smaller knob.
@@ -19,6 +23,7 @@ differ least from the plan's, then to the smaller knob.
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -27,11 +32,11 @@ import numpy as np
 from fusionopt.model.plan import Plan
 from fusionopt.model.problem import Problem
 from fusionopt.model import simulate
-from fusionopt.solvers.baselines import HOROVOD_DEFAULTS, MiB
+from fusionopt.solvers.baselines import HOROVOD_DEFAULTS
+from fusionopt.solvers.ddp import MiB, ddp_buckets
 from fusionopt.solvers.registry import solve
 
-DDP_DEFAULT_CAP_BYTES = 25 * MiB
-DDP_FIRST_BUCKET_BYTES = 1 * MiB
+DDP_CAP_CANDIDATES_MB = (1, 2, 5, 10, 25, 50, 100, 200, 500, 1000)
 HOROVOD_CYCLE_TIMES_MS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 HOROVOD_MAX_THRESHOLDS = 16       # plan sizes beyond this many are thinned to quantiles
 _TIE = 1e-9                       # relative tolerance on T for ties
@@ -39,32 +44,43 @@ _TIE = 1e-9                       # relative tolerance on T for ties
 
 @dataclass(frozen=True)
 class DDPSettings:
-    """A PyTorch DDP configuration and its predicted iteration time (seconds).
+    """PyTorch DDP settings for a plan, each with the model's ``T`` (seconds) of the buckets
+    torch builds from it.
 
-    ``bucket_cap_mb`` is what ``DistributedDataParallel(..., bucket_cap_mb=...)`` takes
-    (PyTorch multiplies it by ``1024 * 1024``: ``bucket_cap_bytes``). ``bucket_caps_bytes``
-    is the cap of each bucket in turn (the first is PyTorch's fixed first-bucket cap), and
-    ``parameter_order`` the order DDP walks the parameters: reverse registration order,
-    which here is the backward order (forward indices of the profile). ``buckets`` holds
-    the tensors of each bucket that order yields.
+    ``bucket_cap_mb_list`` (MiB per bucket, for ``DistributedDataParallel(...,
+    bucket_cap_mb_list=...)``) reproduces the plan exactly; ``None`` when no list can (the
+    plan is not contiguous in the gradient-ready order, or mixes dtypes DDP keeps apart).
+    ``bucket_cap_mb`` is the best single cap, ``None`` when leaving it unset (1 MiB first
+    bucket, then 25 MiB) is at least as fast. ``buckets`` is the layout of the recommended
+    setting (the list when there is one, else the single cap or the default): tensor
+    indices per bucket in the order DDP fills them, buckets in reduction order;
+    ``iteration_time`` its ``T``. ``find_unused_iteration_time`` is the ``T`` of the
+    recommended setting with ``find_unused_parameters=True``.
     """
 
-    bucket_cap_mb: float
-    bucket_cap_bytes: int
-    first_bucket_bytes: int
-    bucket_caps_bytes: tuple[int, ...]
-    parameter_order: tuple[int, ...]
+    bucket_cap_mb_list: tuple[float, ...] | None
+    list_iteration_time: float | None     # T of the list's layout (the plan's, when it exists)
+    bucket_cap_mb: float | None
+    cap_iteration_time: float             # T of the single cap's layout (the default's when None)
+    default_iteration_time: float         # T of torch's default (bucket_cap_mb unset)
     buckets: tuple[tuple[int, ...], ...]
-    iteration_time: float          # T of this setting, simulated through the ddp baseline
-    plan_iteration_time: float     # T of the plan it was derived from
-    default_iteration_time: float  # T of DDP's default bucket_cap_mb=25
-    candidates: int                # caps tried
+    iteration_time: float                 # T of the recommended setting's layout
+    plan_iteration_time: float
+    find_unused_iteration_time: float
+    candidates: int                       # single caps tried
+
+    @property
+    def arguments(self) -> dict[str, Any]:
+        """The keyword arguments to give ``DistributedDataParallel``."""
+        if self.bucket_cap_mb_list is not None:
+            return {"bucket_cap_mb_list": list(self.bucket_cap_mb_list)}
+        return {} if self.bucket_cap_mb is None else {"bucket_cap_mb": self.bucket_cap_mb}
 
     def to_dict(self) -> dict[str, Any]:
         doc = asdict(self)
-        doc["bucket_caps_bytes"] = list(self.bucket_caps_bytes)
-        doc["parameter_order"] = list(self.parameter_order)
+        doc["bucket_cap_mb_list"] = None if self.bucket_cap_mb_list is None else list(self.bucket_cap_mb_list)
         doc["buckets"] = [list(b) for b in self.buckets]
+        doc["arguments"] = self.arguments
         return doc
 
 
@@ -119,53 +135,119 @@ def _pick(trials: list[tuple[float, int, Any, Any]]) -> tuple[float, int, Any, A
     return min(near, key=lambda t: (t[1], t[2]))
 
 
+def shortest_megabytes(low: int, high: int) -> float | None:
+    """The shortest decimal ``m`` (fewest digits after the point) with
+    ``low < int(m * 2**20) <= high``, as torch turns MiB into bytes; ``None`` if none has
+    up to 9 decimals.
+
+    >>> shortest_megabytes(0, 2 * MiB), shortest_megabytes(MiB + 100, MiB + 600)
+    (1.0, 1.0001)
+    """
+    for digits in range(10):
+        scale = 10 ** digits
+        m = math.ceil((low + 1) / MiB * scale) / scale
+        for candidate in (m, m + 1 / scale):
+            if low < int(candidate * MiB) <= high:
+                return float(round(candidate, digits))
+    return None
+
+
+def _exact_list(problem: Problem, plan: Plan) -> tuple[float, ...] | None:
+    """A ``bucket_cap_mb_list`` whose buckets are the plan's messages, or None."""
+    profile = problem.profile
+    if not plan.is_fusion(profile):
+        return None
+    caps = []
+    for k, message in enumerate(plan.messages):
+        sizes = [int(profile.sizes[c.tensor]) for c in message.chunks]
+        total = sum(sizes)
+        before = total - sizes[-1]                 # the bucket must not close earlier
+        high = total if k < len(plan.messages) - 1 else max(total, before + 1)
+        m = shortest_megabytes(before, high)
+        if m is None:
+            return None
+        caps.append(m)
+    if ddp_buckets(profile, bucket_cap_mb_list=caps) != plan.groups():
+        return None                                # dtypes DDP keeps in separate buckets
+    return tuple(caps)
+
+
+def _single_caps(problem: Problem, plan: Plan) -> list[float]:
+    """Single caps to try (MiB): each message size of the plan as its shortest decimal
+    that yields the same buckets, and a few round numbers."""
+    profile = problem.profile
+    tried: dict[tuple[tuple[int, ...], ...], float] = {}
+    sizes = sorted({int(b) for b in plan.message_bytes})
+    for size in sizes:
+        target = ddp_buckets(profile, bucket_cap_mb=size / MiB)
+        for digits in range(10):
+            m = round(size / MiB, digits)
+            if m > 0 and int(m * MiB) >= 1 and ddp_buckets(profile, bucket_cap_mb=m) == target:
+                break
+        else:
+            m = size / MiB
+        tried.setdefault(tuple(map(tuple, target)), m)
+    for m in DDP_CAP_CANDIDATES_MB:
+        tried.setdefault(tuple(map(tuple, ddp_buckets(profile, bucket_cap_mb=m))), float(m))
+    return sorted(tried.values())
+
+
 def ddp_settings(problem: Problem, plan: Plan) -> DDPSettings:
-    """The PyTorch DDP ``bucket_cap_mb`` closest to ``plan``, with its predicted ``T``.
+    """PyTorch DDP settings for ``plan``, each judged by the buckets torch builds from it.
 
-    Each distinct message size of the plan is tried as the cap (DDP closes a bucket once
-    it reaches the cap, so a message of ``S`` bytes is reproduced with cap ``S`` when the
-    buckets before it line up), and so is DDP's default 25 MiB; the cap whose DDP buckets
-    (the ``ddp`` baseline, first bucket 1 MiB) simulate fastest is kept.
-
-    Examples
-    --------
-    MODEL.md section 5 with ``alpha = 3 ms``: the DP sends the 2 MB tensor, then the 1 and
-    4 MB tensors together; DDP reproduces that (first bucket 1 MiB, then a 2 MB cap, the
-    smallest of the plan's sizes that does) at the plan's T.
+    MODEL.md section 5, ``alpha = 3 ms``: the DP sends t3 (2 MB) alone, then t2 (1 MB) and
+    t1 (4 MB) together. A bucket closes once it *reaches* its cap, so the first cap lies in
+    ``(0, 2e6]`` bytes and the second in ``(1e6, 5e6]``: 1 MiB (1,048,576 B) fits both. The
+    default layout (1 MiB first, then 25 MiB) happens to be the same plan here, so no
+    single cap is advised.
 
     >>> from fusionopt.model.cost import AlphaBeta
     >>> from fusionopt.model.profile import Profile
     >>> profile = Profile.from_arrays([4e6, 1e6, 2e6], [1e-3] * 3, [3e-3, 2e-3, 1e-3])
     >>> problem = Problem(profile, AlphaBeta(3e-3, 1e-9))
     >>> s = ddp_settings(problem, solve(problem, "dp").plan)
-    >>> s.bucket_cap_bytes, s.buckets, s.bucket_caps_bytes
-    (2000000, ((2,), (1, 0)), (1048576, 2000000))
-    >>> s.iteration_time == s.plan_iteration_time <= s.default_iteration_time
-    True
+    >>> s.bucket_cap_mb_list, [list(b) for b in s.buckets], round(s.iteration_time * 1e3, 9)
+    ((1.0, 1.0), [[2], [1, 0]], 17.0)
+    >>> s.bucket_cap_mb, s.arguments, round(s.find_unused_iteration_time * 1e3, 9)
+    (None, {'bucket_cap_mb_list': [1.0, 1.0]}, 19.0)
     """
     plan_time = _check(problem, plan)
+    profile = problem.profile
     target = _boundaries(plan)
-    caps = sorted({int(b) for b in plan.message_bytes} | {DDP_DEFAULT_CAP_BYTES})
+
+    def timed(**options: Any) -> tuple[float, list[list[int]]]:
+        buckets = ddp_buckets(profile, **options)
+        layout = Plan.from_groups(profile, buckets)
+        return simulate(problem, layout, validate=False).iteration_time, buckets
+
+    default_time, default_buckets = timed()
+    exact = _exact_list(problem, plan)
+    list_time = timed(bucket_cap_mb_list=list(exact))[0] if exact is not None else None
+    caps = _single_caps(problem, plan)
     trials = []
-    default = None
-    for cap in caps:
-        result = solve(problem, "ddp", bucket_cap_bytes=cap, first_bucket_bytes=DDP_FIRST_BUCKET_BYTES)
-        distance = len(_boundaries(result.plan) ^ target)
-        trials.append((result.iteration_time, distance, cap, result))
-        if cap == DDP_DEFAULT_CAP_BYTES:
-            default = result
-    t, _, cap, result = _pick(trials)
-    buckets = tuple(tuple(g) for g in result.plan.groups())
+    for m in caps:
+        t, buckets = timed(bucket_cap_mb=m)
+        trials.append((t, len(_boundaries(Plan.from_groups(profile, buckets)) ^ target), m, buckets))
+    cap_time, _, cap, cap_buckets = _pick(trials)
+    if default_time <= cap_time + _TIE * abs(cap_time):
+        cap, cap_time, cap_buckets = None, default_time, default_buckets
+    if exact is not None:
+        recommended: dict[str, Any] = {"bucket_cap_mb_list": list(exact)}
+        time_now, buckets = list_time, plan.groups()
+    else:
+        recommended = {} if cap is None else {"bucket_cap_mb": cap}
+        time_now, buckets = cap_time, cap_buckets
+    unused_time, _ = timed(find_unused_parameters=True, **recommended)
     return DDPSettings(
-        bucket_cap_mb=cap / MiB,
-        bucket_cap_bytes=cap,
-        first_bucket_bytes=DDP_FIRST_BUCKET_BYTES,
-        bucket_caps_bytes=tuple([DDP_FIRST_BUCKET_BYTES] + [cap] * (len(buckets) - 1)),
-        parameter_order=tuple(problem.profile.ready_order),
-        buckets=buckets,
-        iteration_time=t,
+        bucket_cap_mb_list=exact,
+        list_iteration_time=list_time,
+        bucket_cap_mb=cap,
+        cap_iteration_time=cap_time,
+        default_iteration_time=default_time,
+        buckets=tuple(tuple(b) for b in buckets),
+        iteration_time=float(time_now),
         plan_iteration_time=plan_time,
-        default_iteration_time=default.iteration_time,
+        find_unused_iteration_time=unused_time,
         candidates=len(caps),
     )
 

@@ -100,49 +100,6 @@ def threshold(problem: Problem, *, threshold_bytes: float = 25 * MiB) -> Result:
     return finish(problem, plan, "threshold", started, stats={"threshold_bytes": cap})
 
 
-def ddp(
-    problem: Problem,
-    *,
-    bucket_cap_bytes: float = 25 * MiB,
-    first_bucket_bytes: float = 1 * MiB,
-) -> Result:
-    """PyTorch DistributedDataParallel gradient buckets.
-
-    PyTorch's rule (``compute_bucket_assignment_by_size``): walk the parameters in reverse
-    order, add each to the open bucket, and close the bucket as soon as its size reaches
-    the current cap, so a bucket may exceed the cap and a tensor is never split. The first
-    bucket's cap is ``first_bucket_bytes`` (PyTorch's 1 MiB), the others
-    ``bucket_cap_bytes`` (``bucket_cap_mb=25``). Buckets are reduced in order. The
-    profile's forward order stands in for the parameter order, and one dtype is assumed.
-
-    >>> from fusionopt.model.cost import AlphaBeta
-    >>> from fusionopt.model.profile import Profile
-    >>> profile = Profile.from_arrays([4e6, 1e6, 2e6], [1e-3] * 3, [3e-3, 2e-3, 1e-3])
-    >>> ddp(Problem(profile, AlphaBeta(3e-3, 1e-9)), bucket_cap_bytes=2.5e6,
-    ...     first_bucket_bytes=1e6).plan.groups()
-    [[2], [1, 0]]
-    """
-    started = time.perf_counter()
-    cap = _positive_bytes("bucket_cap_bytes", bucket_cap_bytes)
-    first = _positive_bytes("first_bucket_bytes", first_bucket_bytes)
-    sizes = problem.profile.sizes
-    groups: list[list[int]] = []
-    current: list[int] = []
-    current_bytes = 0
-    for i in _backward_order(problem):
-        current.append(i)
-        current_bytes += int(sizes[i])
-        limit = first if not groups else cap
-        if current_bytes >= limit:
-            groups.append(current)
-            current, current_bytes = [], 0
-    if current:
-        groups.append(current)
-    plan = Plan.from_groups(problem.profile, groups)
-    return finish(problem, plan, "ddp", started,
-                  stats={"bucket_cap_bytes": cap, "first_bucket_bytes": first})
-
-
 HOROVOD_DEFAULTS = {"current": (1e-3, 128 * MiB), "legacy": (5e-3, 64 * MiB)}
 
 

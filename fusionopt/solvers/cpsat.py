@@ -705,12 +705,13 @@ def _hint_plan(problem: Problem, hint: Any, cap: float, limit: int | None,
             f"hint must be 'best-baseline', a method name, a Plan or None; got {type(hint).__name__}"
         )
     if hint == "best-baseline":
-        from fusionopt.solvers import baselines
+        from fusionopt.solvers.registry import solve as solve_with
 
         best: tuple[float, str, Plan] | None = None
         for name in HINT_BASELINES:
-            result = getattr(baselines, name)(problem)
-            if _respects_caps(result.plan, cap, limit) and (best is None or result.iteration_time < best[0]):
+            result = solve_with(problem, name)
+            if (result.plan.is_fusion(problem.profile) and _respects_caps(result.plan, cap, limit)
+                    and (best is None or result.iteration_time < best[0])):
                 best = (result.iteration_time, name, result.plan)
         if best is None:
             return None, "best-baseline (none respects the caps)"

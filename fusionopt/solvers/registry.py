@@ -68,7 +68,7 @@ def register(name: str, target: Callable[..., Result] | str, summary: str, *,
 register("wfbp", baselines.wfbp, "wait-free backpropagation: one message per tensor")
 register("single", baselines.single, "SyncEASGD: one message after the backward")
 register("threshold", baselines.threshold, "fuse consecutive tensors up to a byte threshold")
-register("ddp", baselines.ddp, "PyTorch DDP buckets (25 MiB cap, 1 MiB first bucket)")
+register("ddp", "fusionopt.solvers.ddp:ddp", "PyTorch DDP buckets as torch 2.13 builds them (1 MiB first, then 25 MiB)")
 register("horovod", baselines.horovod, "Horovod cycle-time tensor fusion (1 ms, 128 MiB)")
 register("mgwfbp", "fusionopt.solvers.mgwfbp:mgwfbp", "MG-WFBP merge rule (a greedy; not optimal in general)")
 register("ssa", "fusionopt.solvers.ssa:ssa", "sparrow search (Xue and Shen 2020) over cut vectors", in_default_comparison=False)
@@ -170,7 +170,7 @@ def solve(problem: Problem, method: str = "wfbp", **options: Any) -> Result:
     >>> solve(problem, method="ddp", bucket_mb=25)
     Traceback (most recent call last):
     ...
-    ValueError: unknown option 'bucket_mb' for method 'ddp'; its options: bucket_cap_bytes, first_bucket_bytes
+    ValueError: unknown option 'bucket_mb' for method 'ddp'; its options: bucket_cap_mb, bucket_cap_mb_list, find_unused_parameters, static_graph
     """
     if not isinstance(problem, Problem):
         raise ValueError(f"problem must be a Problem, got {type(problem).__name__}")

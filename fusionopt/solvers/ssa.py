@@ -702,8 +702,10 @@ def gradssa(
     if neighbours is None and problem.channels > 1:
         neighbours = SAMPLED_NEIGHBOURS
     profile = problem.profile
-    seed_cuts = np.array([solve(problem, name).plan.cuts(profile) for name in GRADSSA_SEEDS])
-    seed_cuts = setting.repair_all(seed_cuts)
+    seeds = [(name, solve(problem, name).plan) for name in GRADSSA_SEEDS]
+    seeds = [(name, plan) for name, plan in seeds if plan.is_fusion(profile)]   # DDP over dtypes may not be
+    seed_names = [name for name, _ in seeds]
+    seed_cuts = setting.repair_all(np.array([plan.cuts(profile) for _, plan in seeds]))
     count = max(0, population - len(seed_cuts))
     top = 1.0 if setting.max_messages is None else min(1.0, (setting.max_messages - 1) / d)
     density = generator.uniform(0.0, top, size=(count, 1))
@@ -713,7 +715,7 @@ def gradssa(
     algorithm = GradSSA(d, population=population, iterations=iterations, neighbours=neighbours, kick=kick,
                         initial=np.vstack([encode(seed_cuts), random_positions]),
                         repair=setting.repair, rng=generator)
-    return setting.run("gradssa", algorithm, dict(zip(GRADSSA_SEEDS, seed_cuts)), time_limit, started, rng_seed,
+    return setting.run("gradssa", algorithm, dict(zip(seed_names, seed_cuts)), time_limit, started, rng_seed,
                        extra=lambda: {"descents": algorithm.descents, "kicks": algorithm.kicks,
                                       "neighbours": "all" if neighbours is None else neighbours})
 

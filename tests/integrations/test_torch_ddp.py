@@ -18,7 +18,7 @@ from fusionopt.integrations import profile_model  # noqa: E402
 from fusionopt.integrations.torch import require_torch  # noqa: E402
 from fusionopt.model import Problem, Profile, simulate  # noqa: E402
 from fusionopt.solvers import solve  # noqa: E402
-from fusionopt.solvers.advise import DDP_DEFAULT_CAP_BYTES, ddp_settings  # noqa: E402
+from fusionopt.solvers.advise import ddp_settings  # noqa: E402
 
 
 def small_cnn() -> nn.Module:
@@ -249,21 +249,18 @@ def fusion_problem(profile: Profile) -> Problem:
 def check_ddp_end_to_end(problem: Problem) -> None:
     dp = solve(problem, method="dp")
     s = ddp_settings(problem, dp.plan)
-    # The emitted setting's T is the ddp baseline's T for that cap, exactly: advise
-    # simulates the setting through the same bucketing rule (its ties use a relative 1e-9).
-    baseline = solve(problem, method="ddp", bucket_cap_bytes=s.bucket_cap_bytes,
-                     first_bucket_bytes=s.first_bucket_bytes)
-    assert s.iteration_time == pytest.approx(baseline.iteration_time, rel=1e-9, abs=0)
+    # The emitted setting's T is the ddp model's T for those arguments, exactly, and the
+    # list reproduces the DP's plan (one dtype here).
+    baseline = solve(problem, method="ddp", **s.arguments)
     assert s.iteration_time == baseline.iteration_time
     assert [list(b) for b in s.buckets] == baseline.plan.groups()
-    assert s.bucket_cap_bytes == int(s.bucket_cap_mb * 1024 * 1024)
-    assert s.bucket_cap_bytes in {int(b) for b in dp.plan.message_bytes} | {DDP_DEFAULT_CAP_BYTES}
+    assert s.bucket_cap_mb_list is not None and baseline.plan.groups() == dp.plan.groups()
     assert simulate(problem, baseline.plan).iteration_time == baseline.iteration_time
-    # The DP is optimal over fusion plans and DDP buckets are fusion plans; the chosen cap
-    # is never slower than DDP's default 25 MiB.
+    # The DP is optimal over fusion plans and DDP buckets are fusion plans; the single cap
+    # is never slower than leaving it unset.
     assert s.plan_iteration_time == dp.iteration_time
-    assert dp.iteration_time <= s.iteration_time * (1 + 1e-12)
-    assert s.iteration_time <= s.default_iteration_time * (1 + 1e-9)
+    assert dp.iteration_time <= s.cap_iteration_time * (1 + 1e-12)
+    assert s.cap_iteration_time <= s.default_iteration_time * (1 + 1e-9)
     assert s.default_iteration_time == solve(problem, method="ddp").iteration_time
 
 

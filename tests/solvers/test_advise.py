@@ -7,7 +7,7 @@ from strategies import partition_plans, problems
 
 from fusionopt import zoo
 from fusionopt.cost import AlphaBeta, network
-from fusionopt.model import Plan, Problem, Profile
+from fusionopt.model import Plan, Problem, Profile, simulate
 from fusionopt.model.ps import ParameterServer
 from fusionopt.solvers import solve
 from fusionopt.solvers.advise import DDPSettings, HorovodSettings, ddp_settings, horovod_settings
@@ -26,19 +26,23 @@ def resnet_problem() -> Problem:
     return Problem(zoo.profile("resnet50"), network("10gbe", 64))
 
 
-def check_ddp(problem: Problem, s: DDPSettings) -> None:
-    # The setting's T is its own DDP schedule, by the same rule as the ddp baseline.
-    assert s.bucket_cap_bytes == int(s.bucket_cap_mb * 1024 * 1024)
-    r = solve(problem, "ddp", bucket_cap_bytes=s.bucket_cap_bytes, first_bucket_bytes=s.first_bucket_bytes)
+def check_ddp(problem: Problem, s: DDPSettings, plan: Plan) -> None:
+    # Each setting's T is that of the buckets the ddp model (torch's rules) builds from it.
+    r = solve(problem, "ddp", **s.arguments)
     assert s.iteration_time == r.iteration_time
     assert [list(b) for b in s.buckets] == r.plan.groups()
-    assert s.bucket_caps_bytes == (s.first_bucket_bytes,) + (s.bucket_cap_bytes,) * (len(s.buckets) - 1)
-    assert s.parameter_order == tuple(problem.profile.ready_order)
-    assert [i for b in s.buckets for i in b] == list(s.parameter_order)
-    # Never worse than DDP's default bucket_cap_mb=25.
+    if s.bucket_cap_mb_list is not None:
+        # The list reproduces the plan exactly.
+        assert r.plan.groups() == plan.groups()
+        assert s.list_iteration_time == s.iteration_time == simulate(problem, plan).iteration_time
+    single = solve(problem, "ddp") if s.bucket_cap_mb is None else solve(problem, "ddp", bucket_cap_mb=s.bucket_cap_mb)
+    assert s.cap_iteration_time == single.iteration_time
+    unused = solve(problem, "ddp", find_unused_parameters=True, **s.arguments)
+    assert s.find_unused_iteration_time == unused.iteration_time
+    # The single cap is never worse than leaving it unset.
     default = solve(problem, "ddp").iteration_time
     assert s.default_iteration_time == default
-    assert s.iteration_time <= default * (1 + 1e-9)
+    assert s.cap_iteration_time <= default * (1 + 1e-9)
 
 
 def check_horovod(problem: Problem, s: HorovodSettings) -> None:
@@ -56,16 +60,17 @@ def test_ddp_reproduces_the_dp_plan_of_the_worked_example():
     problem = example_problem()
     plan = solve(problem, "dp")
     s = ddp_settings(problem, plan.plan)
-    check_ddp(problem, s)
+    check_ddp(problem, s, plan.plan)
     assert s.buckets == ((2,), (1, 0))
     assert s.plan_iteration_time == plan.iteration_time
     assert s.iteration_time == plan.iteration_time
-    assert s.bucket_cap_bytes in {int(b) for b in plan.plan.message_bytes}
+    # t3 (2e6 B) closes at a cap in (0, 2e6]; t2 + t1 at one in (1e6, 5e6]: 1 MiB fits both.
+    assert s.bucket_cap_mb_list == (1.0, 1.0)
 
 
 def test_settings_on_resnet50_are_their_own_simulations(resnet_problem):
     plan = solve(resnet_problem, "dp").plan
-    check_ddp(resnet_problem, ddp_settings(resnet_problem, plan))
+    check_ddp(resnet_problem, ddp_settings(resnet_problem, plan), plan)
     check_horovod(resnet_problem, horovod_settings(resnet_problem, plan))
 
 
@@ -73,21 +78,27 @@ def test_ddp_beats_the_default_when_small_buckets_pay(resnet_problem):
     # One big message is best here; 25 MiB buckets expose more communication.
     s = ddp_settings(resnet_problem, solve(resnet_problem, "dp").plan)
     assert s.iteration_time < s.default_iteration_time
-    assert s.bucket_cap_bytes != 25 * MiB
+    assert s.bucket_cap_mb is not None and s.cap_iteration_time < s.default_iteration_time
+    # Every cap of the list turns into bytes the way torch does, and lands where it should.
+    assert all(int(m * MiB) >= 1 for m in s.bucket_cap_mb_list)
 
 
 def test_settings_from_a_per_tensor_plan():
     problem = example_problem(alpha=MS)
     plan = solve(problem, "wfbp").plan
-    check_ddp(problem, ddp_settings(problem, plan))
+    s = ddp_settings(problem, plan)
+    check_ddp(problem, s, plan)
+    assert s.bucket_cap_mb_list is not None        # one bucket per tensor is expressible
     check_horovod(problem, horovod_settings(problem, plan))
 
 
 @settings(max_examples=25, deadline=None)
 @given(problems(max_n=6))
 def test_settings_hold_on_any_problem(problem):
-    plan = solve(problem, "wfbp").plan
-    check_ddp(problem, ddp_settings(problem, plan))
+    plan = solve(problem, "dp").plan if not problem.extensions else solve(problem, "wfbp").plan
+    s = ddp_settings(problem, plan)
+    check_ddp(problem, s, plan)
+    assert s.bucket_cap_mb_list is not None        # single dtype: every fusion plan is expressible
     check_horovod(problem, horovod_settings(problem, plan))
 
 

@@ -33,10 +33,13 @@ def test_ddp_buckets_close_once_they_reach_the_cap():
     assert result.plan.groups() == [[5, 4], [3, 2, 1], [0]]
     assert result.plan.message_bytes.tolist() == [5 * MiB // 4, 26 * MiB, 30 * MiB]
     assert result.iteration_time == simulate(problem, result.plan).iteration_time
-    # A 1 MiB first bucket and 8 MiB buckets: [5,4] | 3, 2 (16 >= 8) | 1 | 0.
-    assert solve(problem, "ddp", bucket_cap_bytes=8 * MiB).plan.groups() == [[5, 4], [3, 2], [1], [0]]
-    # A first bucket as large as the rest: 0.75 + 0.5 + 6 + 10 + 10 >= 25.
-    assert solve(problem, "ddp", first_bucket_bytes=25 * MiB).plan.groups() == [[5, 4, 3, 2, 1], [0]]
+    # An explicit cap applies to the first bucket too (torch's rule): 8 MiB gives
+    # [5, 4, 3, 2] (7.25 < 8 <= 17.25) | 1 | 0.
+    assert solve(problem, "ddp", bucket_cap_mb=8).plan.groups() == [[5, 4, 3, 2], [1], [0]]
+    # A list: 1 MiB, then 8 MiB: [5,4] | 3, 2 (16 >= 8) | 1 | 0.
+    assert solve(problem, "ddp", bucket_cap_mb_list=[1, 8]).plan.groups() == [[5, 4], [3, 2], [1], [0]]
+    # An explicit 25 MiB: 0.75 + 0.5 + 6 + 10 + 10 >= 25.
+    assert solve(problem, "ddp", bucket_cap_mb=25).plan.groups() == [[5, 4, 3, 2, 1], [0]]
 
 
 def test_threshold_closes_before_overflowing():
@@ -117,8 +120,12 @@ def test_registry_errors_name_the_culprit():
         solve(problem, "ddp", cycle_time=1e-3)
     with pytest.raises(ValueError, match="unknown option 'threshold' for method 'wfbp'; its options: none"):
         solve(problem, "wfbp", threshold=1)
-    with pytest.raises(ValueError, match="bucket_cap_bytes must be a positive, finite number of bytes, got -5"):
-        solve(problem, "ddp", bucket_cap_bytes=-5)
+    with pytest.raises(ValueError, match="bucket_cap_mb must be a positive, finite number of MiB, got -5"):
+        solve(problem, "ddp", bucket_cap_mb=-5)
+    with pytest.raises(ValueError, match=r"bucket_cap_mb_list\[1\] must be a number of MiB, got 'x'"):
+        solve(problem, "ddp", bucket_cap_mb_list=[1, "x"])
+    with pytest.raises(ValueError, match="find_unused_parameters must be True or False, got 1"):
+        solve(problem, "ddp", find_unused_parameters=1)
     with pytest.raises(ValueError, match="cycle_time must be a positive, finite number of seconds, got nan"):
         solve(problem, "horovod", cycle_time=float("nan"))
     with pytest.raises(ValueError, match="unknown defaults 'old'"):

@@ -16,7 +16,6 @@ from fusionopt.cost import AlphaBeta
 from fusionopt.model import Chunk, Message, Plan, Problem, Profile, simulate
 from fusionopt.model.fusion_dp import _fewest_messages
 from fusionopt.solvers import Status, solve
-from fusionopt.solvers import baselines
 from fusionopt.solvers.cpsat import cpsat
 from fusionopt.solvers.dp import dp
 
@@ -31,7 +30,7 @@ def worked(alpha_ms: float, sync: str = "barrier") -> Problem:
 
 
 def best_baseline_time(problem: Problem) -> float:
-    return min(getattr(baselines, name)(problem).iteration_time
+    return min(solve(problem, name).iteration_time
                for name in ("wfbp", "single", "ddp", "horovod", "threshold"))
 
 
