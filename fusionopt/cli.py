@@ -260,7 +260,7 @@ def _cmd_advise(args: argparse.Namespace) -> None:
     problem, label = _problem_for_compare(args)
     plan_result = solve(problem, args.method)
     ddp = ddp_settings(problem, plan_result.plan)
-    hvd = horovod_settings(problem, plan_result.plan)
+    hvd = horovod_settings(problem, plan_result.plan, backend=args.horovod_backend)
     if args.json:
         print(json.dumps({"method": args.method, "iteration_time": plan_result.iteration_time,
                           "messages": plan_result.num_messages,
@@ -284,8 +284,8 @@ def _cmd_advise(args: argparse.Namespace) -> None:
     print(f"          find_unused_parameters=True (no bucket rebuild; registration order): "
           f"T = {ms * ddp.find_unused_iteration_time:.3f} ms")
     print(f"horovod   HOROVOD_FUSION_THRESHOLD={hvd.fusion_threshold_bytes} "
-          f"HOROVOD_CYCLE_TIME={hvd.environment['HOROVOD_CYCLE_TIME']}: T = {1e3 * hvd.iteration_time:.3f} ms "
-          f"(defaults: {1e3 * hvd.default_iteration_time:.3f} ms)")
+          f"HOROVOD_CYCLE_TIME={hvd.environment['HOROVOD_CYCLE_TIME']} ({hvd.backend}): "
+          f"T = {1e3 * hvd.iteration_time:.3f} ms (defaults: {1e3 * hvd.default_iteration_time:.3f} ms)")
 
 
 def _cmd_zoo(args: argparse.Namespace) -> None:
@@ -646,6 +646,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", default="h100", help=f"device for the zoo estimate: {', '.join(zoo.devices())}")
     p.add_argument("--batch", type=int, default=64, help="per-worker batch for the zoo estimate (default 64)")
     p.add_argument("--method", default="dp", help="the method whose plan to follow (default dp)")
+    p.add_argument("--horovod-backend", default="nccl", choices=("nccl", "gloo", "mpi"),
+                   help="judge Horovod settings under GPU (nccl, default) or CPU (gloo, mpi) behaviour")
     p.add_argument("--json", action="store_true", help="print the settings as JSON")
     _add_cost_arguments(p)
     p.set_defaults(run=_cmd_advise)

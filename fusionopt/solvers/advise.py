@@ -32,8 +32,8 @@ import numpy as np
 from fusionopt.model.plan import Plan
 from fusionopt.model.problem import Problem
 from fusionopt.model import simulate
-from fusionopt.solvers.baselines import HOROVOD_DEFAULTS
 from fusionopt.solvers.ddp import MiB, ddp_buckets
+from fusionopt.solvers.horovod import HOROVOD_DEFAULTS
 from fusionopt.solvers.registry import solve
 
 DDP_CAP_CANDIDATES_MB = (1, 2, 5, 10, 25, 50, 100, 200, 500, 1000)
@@ -89,9 +89,11 @@ class HorovodSettings:
     """Horovod tensor-fusion settings and their predicted iteration time (seconds).
 
     ``environment`` gives them as Horovod reads them: ``HOROVOD_FUSION_THRESHOLD`` in bytes
-    and ``HOROVOD_CYCLE_TIME`` in milliseconds.
+    and ``HOROVOD_CYCLE_TIME`` in milliseconds; ``backend`` the behaviour they were judged
+    under.
     """
 
+    backend: str
     fusion_threshold_bytes: int
     cycle_time_ms: float
     messages: int
@@ -261,12 +263,14 @@ def _thresholds(plan: Plan) -> list[int]:
     return sorted(set(sizes) | defaults)
 
 
-def horovod_settings(problem: Problem, plan: Plan) -> HorovodSettings:
+def horovod_settings(problem: Problem, plan: Plan, *, backend: str = "nccl") -> HorovodSettings:
     """Horovod's fusion threshold and cycle time closest to ``plan``, with its predicted ``T``.
 
     The grid: the plan's distinct message sizes (thinned to 16 quantiles when there are
     more) and Horovod's 64 and 128 MiB as thresholds, times cycle times of 0.1 to 10 ms;
-    each pair is simulated through the ``horovod`` baseline and the fastest kept.
+    each pair is simulated through the ``horovod`` model under ``backend`` (``"nccl"``: GPU
+    behaviour, a tick every cycle; ``"gloo"``/``"mpi"``: a cycle waits for its collectives)
+    and the fastest kept.
 
     >>> from fusionopt.model.cost import AlphaBeta
     >>> from fusionopt.model.profile import Profile
@@ -285,12 +289,15 @@ def horovod_settings(problem: Problem, plan: Plan) -> HorovodSettings:
     trials = []
     for threshold in thresholds:
         for cycle_ms in HOROVOD_CYCLE_TIMES_MS:
-            result = solve(problem, "horovod", cycle_time=cycle_ms / 1e3, fusion_threshold_bytes=threshold)
+            result = solve(problem, "horovod", cycle_time=cycle_ms / 1e3, fusion_threshold_bytes=threshold,
+                           backend=backend)
             distance = len(_boundaries(result.plan) ^ target)
             trials.append((result.iteration_time, distance, (threshold, cycle_ms), result))
-    default = solve(problem, "horovod", cycle_time=default_cycle, fusion_threshold_bytes=default_threshold)
+    default = solve(problem, "horovod", cycle_time=default_cycle, fusion_threshold_bytes=default_threshold,
+                    backend=backend)
     t, _, (threshold, cycle_ms), result = _pick(trials)
     return HorovodSettings(
+        backend=backend,
         fusion_threshold_bytes=threshold,
         cycle_time_ms=cycle_ms,
         messages=result.num_messages,

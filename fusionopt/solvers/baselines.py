@@ -2,7 +2,9 @@
 
 Each is a plain function ``f(problem, *, options) -> Result``; the plan it builds is
 re-evaluated by the simulator (:func:`fusionopt.solvers.result.finish`). All of them emit
-fusion plans: whole tensors, contiguous in backward order, in backward order.
+fusion plans: whole tensors, contiguous in backward order, in backward order. The
+frameworks' own schedules live in :mod:`fusionopt.solvers.ddp` and
+:mod:`fusionopt.solvers.horovod`.
 """
 
 from __future__ import annotations
@@ -25,14 +27,6 @@ def _positive_bytes(label: str, value: float) -> int:
     if math.isnan(value) or math.isinf(value) or value <= 0:
         raise ValueError(f"{label} must be a positive, finite number of bytes, got {value!r}")
     return int(value)
-
-
-def _positive_seconds(label: str, value: float) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
-        raise ValueError(f"{label} must be a number of seconds, got {value!r}")
-    if math.isnan(value) or math.isinf(value) or value <= 0:
-        raise ValueError(f"{label} must be a positive, finite number of seconds, got {value!r}")
-    return float(value)
 
 
 def _backward_order(problem: Problem) -> list[int]:
@@ -98,86 +92,3 @@ def threshold(problem: Problem, *, threshold_bytes: float = 25 * MiB) -> Result:
     groups.append(current)
     plan = Plan.from_groups(problem.profile, groups)
     return finish(problem, plan, "threshold", started, stats={"threshold_bytes": cap})
-
-
-HOROVOD_DEFAULTS = {"current": (1e-3, 128 * MiB), "legacy": (5e-3, 64 * MiB)}
-
-
-def horovod(
-    problem: Problem,
-    *,
-    cycle_time: float | None = None,
-    fusion_threshold_bytes: float | None = None,
-    defaults: str = "current",
-) -> Result:
-    """Horovod's tensor fusion, simulated cycle by cycle and emitted as a static plan.
-
-    Horovod's background thread starts a cycle every ``cycle_time`` seconds, or as soon as
-    the previous cycle's collectives are done if they took longer; a cycle fuses the
-    tensors that became ready since the last one, in ready order, into messages of at
-    most ``fusion_threshold_bytes`` (a larger tensor travels alone), and runs them one
-    after the other. Cycles start at ``0, cycle_time, ...`` from the start of the backward
-    (the thread's phase is not known; this is our choice).
-
-    The emitted plan keeps Horovod's grouping and order; like every dynamic policy it is
-    judged by the simulator (MODEL.md section 3), in which a message starts when it is
-    ready and the channel is free, without waiting for the cycle tick.
-
-    Parameters
-    ----------
-    cycle_time : float, optional
-        Seconds between cycles (``HOROVOD_CYCLE_TIME``); default per ``defaults``.
-    fusion_threshold_bytes : float, optional
-        Largest fused message (``HOROVOD_FUSION_THRESHOLD``); default per ``defaults``.
-    defaults : {"current", "legacy"}
-        ``"current"``: 1 ms and 128 MiB (Horovod since late 2020);
-        ``"legacy"``: 5 ms and 64 MiB.
-
-    >>> from fusionopt.model.cost import AlphaBeta
-    >>> from fusionopt.model.profile import Profile
-    >>> profile = Profile.from_arrays([4e6, 1e6, 2e6], [1e-3] * 3, [3e-3, 2e-3, 1e-3])
-    >>> horovod(Problem(profile, AlphaBeta(3e-3, 1e-9))).plan.groups()
-    [[2], [1, 0]]
-    """
-    started = time.perf_counter()
-    if defaults not in HOROVOD_DEFAULTS:
-        raise ValueError(f"unknown defaults {defaults!r}: choose 'current' or 'legacy'")
-    default_cycle, default_threshold = HOROVOD_DEFAULTS[defaults]
-    cycle = _positive_seconds("cycle_time", default_cycle if cycle_time is None else cycle_time)
-    cap = _positive_bytes(
-        "fusion_threshold_bytes",
-        default_threshold if fusion_threshold_bytes is None else fusion_threshold_bytes,
-    )
-    profile = problem.profile
-    ready = profile.ready_times
-    sizes = profile.sizes
-    pending = _backward_order(problem)     # ready order: backward order
-    groups: list[list[int]] = []
-    cycle_start, channel_free, busy_cycles = 0.0, 0.0, 0
-    while pending:
-        batch = [i for i in pending if ready[i] <= cycle_start]
-        if batch:
-            busy_cycles += 1
-            pending = pending[len(batch):]
-            fused: list[list[int]] = [[]]
-            fused_bytes = 0
-            for i in batch:
-                if fused[-1] and fused_bytes + int(sizes[i]) > cap:
-                    fused.append([])
-                    fused_bytes = 0
-                fused[-1].append(i)
-                fused_bytes += int(sizes[i])
-            for group in fused:
-                message_bytes = int(sizes[group].sum())
-                channel_free = max(channel_free, cycle_start) + float(problem.cost(message_bytes))
-            groups.extend(fused)
-        next_tick = cycle_start + cycle
-        if pending and not batch:
-            # Nothing was ready: skip idle ticks up to the next gradient.
-            ticks = math.ceil((ready[pending[0]] - cycle_start) / cycle)
-            next_tick = cycle_start + max(1, ticks) * cycle
-        cycle_start = max(next_tick, channel_free)
-    plan = Plan.from_groups(profile, groups)
-    return finish(problem, plan, "horovod", started, stats={
-        "cycle_time": cycle, "fusion_threshold_bytes": cap, "cycles": busy_cycles,
-    })

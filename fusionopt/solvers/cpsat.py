@@ -710,9 +710,9 @@ def _hint_plan(problem: Problem, hint: Any, cap: float, limit: int | None,
         best: tuple[float, str, Plan] | None = None
         for name in HINT_BASELINES:
             result = solve_with(problem, name)
-            if (result.plan.is_fusion(problem.profile) and _respects_caps(result.plan, cap, limit)
+            if (result.plan.without_release().is_fusion(problem.profile) and _respects_caps(result.plan, cap, limit)
                     and (best is None or result.iteration_time < best[0])):
-                best = (result.iteration_time, name, result.plan)
+                best = (result.iteration_time, name, result.plan.without_release())
         if best is None:
             return None, "best-baseline (none respects the caps)"
         return best[2], best[1]

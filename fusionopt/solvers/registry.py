@@ -69,7 +69,8 @@ register("wfbp", baselines.wfbp, "wait-free backpropagation: one message per ten
 register("single", baselines.single, "SyncEASGD: one message after the backward")
 register("threshold", baselines.threshold, "fuse consecutive tensors up to a byte threshold")
 register("ddp", "fusionopt.solvers.ddp:ddp", "PyTorch DDP buckets as torch 2.13 builds them (1 MiB first, then 25 MiB)")
-register("horovod", baselines.horovod, "Horovod cycle-time tensor fusion (1 ms, 128 MiB)")
+register("horovod", "fusionopt.solvers.horovod:horovod",
+         "Horovod tensor fusion at cycle ticks (1 ms, 128 MiB; NCCL behaviour by default)")
 register("mgwfbp", "fusionopt.solvers.mgwfbp:mgwfbp", "MG-WFBP merge rule (a greedy; not optimal in general)")
 register("ssa", "fusionopt.solvers.ssa:ssa", "sparrow search (Xue and Shen 2020) over cut vectors", in_default_comparison=False)
 register("gradssa", "fusionopt.solvers.ssa:gradssa", "our sparrow search for fusion: seeded, with local search", in_default_comparison=False)

@@ -702,7 +702,7 @@ def gradssa(
     if neighbours is None and problem.channels > 1:
         neighbours = SAMPLED_NEIGHBOURS
     profile = problem.profile
-    seeds = [(name, solve(problem, name).plan) for name in GRADSSA_SEEDS]
+    seeds = [(name, solve(problem, name).plan.without_release()) for name in GRADSSA_SEEDS]
     seeds = [(name, plan) for name, plan in seeds if plan.is_fusion(profile)]   # DDP over dtypes may not be
     seed_names = [name for name, _ in seeds]
     seed_cuts = setting.repair_all(np.array([plan.cuts(profile) for _, plan in seeds]))

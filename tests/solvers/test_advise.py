@@ -46,12 +46,13 @@ def check_ddp(problem: Problem, s: DDPSettings, plan: Plan) -> None:
 
 
 def check_horovod(problem: Problem, s: HorovodSettings) -> None:
-    r = solve(problem, "horovod", cycle_time=s.cycle_time_ms / 1e3, fusion_threshold_bytes=s.fusion_threshold_bytes)
+    r = solve(problem, "horovod", cycle_time=s.cycle_time_ms / 1e3, fusion_threshold_bytes=s.fusion_threshold_bytes,
+              backend=s.backend)
     assert s.iteration_time == r.iteration_time
     assert s.messages == r.num_messages
     assert s.environment == {"HOROVOD_FUSION_THRESHOLD": str(s.fusion_threshold_bytes),
                              "HOROVOD_CYCLE_TIME": f"{s.cycle_time_ms:g}"}
-    default = solve(problem, "horovod").iteration_time
+    default = solve(problem, "horovod", backend=s.backend).iteration_time
     assert s.default_iteration_time == default
     assert s.iteration_time <= default * (1 + 1e-9)
 
@@ -72,6 +73,9 @@ def test_settings_on_resnet50_are_their_own_simulations(resnet_problem):
     plan = solve(resnet_problem, "dp").plan
     check_ddp(resnet_problem, ddp_settings(resnet_problem, plan), plan)
     check_horovod(resnet_problem, horovod_settings(resnet_problem, plan))
+    cpu = horovod_settings(resnet_problem, plan, backend="gloo")
+    check_horovod(resnet_problem, cpu)
+    assert cpu.backend == "gloo"
 
 
 def test_ddp_beats_the_default_when_small_buckets_pay(resnet_problem):
