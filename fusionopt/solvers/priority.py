@@ -10,10 +10,10 @@ then judges like every other plan (MODEL.md section 3).
 * :func:`p3` (Jayarajan et al., SysML 2019): slices of ``slice_parameters`` parameters;
   whenever a channel is free, the ready slice of best priority is sent (non-preemptive
   per slice).
-* :func:`bytescheduler` (Peng et al., SOSP 2019): tensors above the partition size are
-  cut into nearly equal slices; a credit window of parameters in flight (below).
-* :func:`bytescheduler_tuned`: partition and credit searched on the model, standing in for
-  ByteScheduler's auto-tuner.
+* ByteScheduler (Peng et al., SOSP 2019; :mod:`fusionopt.solvers.bytescheduler`): tensors
+  above the partition size are cut into slices; a credit window of parameters in flight
+  (below), on top of Horovod's cycle-tick fusion or, with that turned off, with this
+  module's scheduler.
 
 The credit, as we model it (our reconstruction)
 ------------------------------------------------
@@ -69,13 +69,6 @@ from fusionopt.model.timeline import simulate
 from fusionopt.solvers.result import Result, finish
 
 P3_SLICE_PARAMETERS = 40_000
-BYTESCHEDULER_PRESETS = {
-    "default": (1_000_000, 4_000_000),   # BYTESCHEDULER_PARTITION, BYTESCHEDULER_CREDIT
-    "advised": (8_000_000, 16_000_000),  # the paper's advice for all-reduce
-}
-TUNING_PARTITIONS = tuple(2**k for k in range(16, 25))     # 65,536 .. 16,777,216 parameters
-TUNING_CREDIT_MULTIPLES = (1, 2, 4, 8)
-
 # Remaining work below this fraction of the problem's time scale counts as finished
 # (the rule of fusionopt.model.events).
 _EPS = 1e-13
@@ -100,14 +93,6 @@ def _require_layerwise(problem: Problem, method: str) -> None:
     problem.require_layerwise(method)
 
 
-def _check_credit(partition: int, credit: int) -> None:
-    if credit < partition:
-        raise ValueError(
-            f"credit_parameters = {credit} is smaller than one partition (partition_parameters = "
-            f"{partition}); the credit must admit at least one partition"
-        )
-
-
 # ---------------------------------------------------------------------------- slicing
 def p3_slices(problem: Problem, slice_parameters: int) -> list[Chunk]:
     """P3's slices: each tensor cut into pieces of ``slice_parameters`` parameters
@@ -126,30 +111,6 @@ def p3_slices(problem: Problem, slice_parameters: int) -> list[Chunk]:
             for i, size in enumerate(profile.sizes.tolist()) for lo in range(0, size, step)]
 
 
-def bytescheduler_slices(problem: Problem, partition_parameters: int) -> list[Chunk]:
-    """ByteScheduler's slices: a tensor of more than ``partition_parameters`` parameters is
-    cut into ``ceil(size / partition)`` nearly equal slices (their parameter counts differ
-    by at most one; a tensor whose size is not a whole number of elements ends in a partial
-    element), a smaller tensor is one slice; in priority order.
-
-    >>> from fusionopt.model import AlphaBeta, Profile
-    >>> profile = Profile.from_arrays([40, 8], [0.0] * 2, [1e-3] * 2)   # float32: 10 and 2 parameters
-    >>> [(c.tensor, c.lo, c.hi) for c in bytescheduler_slices(Problem(profile, AlphaBeta(0, 1e-9)), 4)]
-    [(0, 0, 12), (0, 12, 24), (0, 24, 40), (1, 0, 8)]
-    """
-    partition_parameters = _whole_parameters("partition_parameters", partition_parameters)
-    profile = problem.profile
-    dtype = profile.dtype_bytes
-    partition = partition_parameters * dtype
-    slices = []
-    for i, size in enumerate(profile.sizes.tolist()):
-        pieces = -(-size // partition)
-        elements = -(-size // dtype)
-        bounds = [dtype * (j * elements // pieces) for j in range(pieces)] + [size]
-        slices.extend(Chunk(i, lo, hi) for lo, hi in zip(bounds, bounds[1:]))
-    return slices
-
-
 # ---------------------------------------------------------------------------- the policies
 @dataclass(frozen=True)
 class _Schedule:
@@ -165,12 +126,14 @@ class _Schedule:
         return Plan(tuple(Message((slices[s],)) for s in self.order))
 
 
-def _schedule(problem: Problem, slices: list[Chunk], window: Window) -> _Schedule:
+def _schedule(problem: Problem, slices: list[Chunk], window: Window, rank: list[int] | None = None) -> _Schedule:
     """Simulate the priority policy with ``window`` on ``problem``: the exact one-channel
-    recursion when it applies, the event semantics of the extensions otherwise."""
+    recursion when it applies, the event semantics of the extensions otherwise. ``rank[i]``
+    is tensor ``i``'s priority (lower first; default the forward index)."""
+    rank = list(range(problem.profile.n)) if rank is None else rank
     if problem.channels == 1 and problem.contention == 1.0:
-        return _serial_schedule(problem, slices, window)
-    return _event_schedule(problem, slices, window)
+        return _serial_schedule(problem, slices, window, rank)
+    return _event_schedule(problem, slices, window, rank)
 
 
 def _tensor_slices(n: int, slices: list[Chunk]) -> tuple[list[int], list[int]]:
@@ -183,7 +146,18 @@ def _tensor_slices(n: int, slices: list[Chunk]) -> tuple[list[int], list[int]]:
     return first, stop
 
 
-def _serial_schedule(problem: Problem, slices: list[Chunk], window: Window) -> _Schedule:
+def _next_slice(heap: list[tuple[int, int]], following: list[int], stop: list[int]) -> int:
+    """The next slice of the ready tensor of best priority (``heap`` holds ``(rank, tensor)``
+    of ready tensors with slices left); the tensor leaves the heap with its last slice."""
+    i = heap[0][1]
+    s = following[i]
+    following[i] += 1
+    if following[i] == stop[i]:
+        heapq.heappop(heap)
+    return s
+
+
+def _serial_schedule(problem: Problem, slices: list[Chunk], window: Window, rank: list[int]) -> _Schedule:
     """One channel, no contention: ready times are fixed, and a posted slice's times follow
     at once from MODEL.md section 3's ``start_k = max(R_k, end_{k-1})`` (the library runs
     posted slices in order), computed exactly as the simulator does."""
@@ -194,7 +168,7 @@ def _serial_schedule(problem: Problem, slices: list[Chunk], window: Window) -> _
     durations = problem.cost(sizes)
     first, stop = _tensor_slices(n, slices)
     releases = sorted(range(n), key=lambda i: ready[i])
-    heap: list[int] = []                     # ready tensors with slices left, by priority
+    heap: list[tuple[int, int]] = []         # (rank, tensor): ready tensors with slices left
     following = list(first)
     outstanding: deque[tuple[float, int]] = deque()   # (end, bytes) posted, not yet reduced
     outstanding_bytes = 0
@@ -206,19 +180,15 @@ def _serial_schedule(problem: Problem, slices: list[Chunk], window: Window) -> _
     clock = ready[releases[0]]
     while len(order) < len(slices):
         while released < n and ready[releases[released]] <= clock:
-            heapq.heappush(heap, releases[released])
+            heapq.heappush(heap, (rank[releases[released]], releases[released]))
             released += 1
         while outstanding and outstanding[0][0] <= clock:
             outstanding_bytes -= outstanding.popleft()[1]
         while heap and window(len(outstanding), outstanding_bytes):
-            i = heap[0]
-            s = following[i]
-            following[i] += 1
-            if following[i] == stop[i]:
-                heapq.heappop(heap)
+            s = _next_slice(heap, following, stop)
             k = len(order)
             order.append(s)
-            start[k] = max(ready[i], channel_free)
+            start[k] = max(ready[slices[s].tensor], channel_free)
             end[k] = channel_free = start[k] + durations[s]
             outstanding.append((end[k], int(sizes[s])))
             outstanding_bytes += int(sizes[s])
@@ -241,7 +211,7 @@ def _serial_schedule(problem: Problem, slices: list[Chunk], window: Window) -> _
     return _Schedule(order, start, end, float(phi + profile.forward[-1]))
 
 
-def _event_schedule(problem: Problem, slices: list[Chunk], window: Window) -> _Schedule:
+def _event_schedule(problem: Problem, slices: list[Chunk], window: Window, rank: list[int]) -> _Schedule:
     """The policy under contention and several channels, in the semantics of
     :mod:`fusionopt.model.events`: the compute stream runs the backward ``n-1 .. 0`` (a
     tensor's slices are ready when its backward ends), then each tensor's update, gated by
@@ -265,7 +235,7 @@ def _event_schedule(problem: Problem, slices: list[Chunk], window: Window) -> _S
     first, stop = _tensor_slices(n, slices)
     unreduced = [stop[i] - first[i] for i in range(n)]
     following = list(first)
-    heap: list[int] = []
+    heap: list[tuple[int, int]] = []
     library: deque[int] = deque()            # posted, waiting for a channel
     flights: list[list[float]] = []          # [slice, latency left, transfer left]
     posted_count = posted_bytes = 0
@@ -287,7 +257,7 @@ def _event_schedule(problem: Problem, slices: list[Chunk], window: Window) -> _S
             while task_index < len(tasks) and remaining <= 0.0 and gate_open():
                 made_ready = tasks[task_index][1]
                 if made_ready is not None:
-                    heapq.heappush(heap, made_ready)
+                    heapq.heappush(heap, (rank[made_ready], made_ready))
                 task_index += 1
                 if task_index < len(tasks):
                     remaining = tasks[task_index][0]
@@ -303,11 +273,7 @@ def _event_schedule(problem: Problem, slices: list[Chunk], window: Window) -> _S
             if progressed:
                 continue                     # every event of this instant before a decision
             while heap and window(posted_count, posted_bytes):
-                i = heap[0]
-                s = following[i]
-                following[i] += 1
-                if following[i] == stop[i]:
-                    heapq.heappop(heap)
+                s = _next_slice(heap, following, stop)
                 order.append(s)
                 library.append(s)
                 posted_count += 1
@@ -426,201 +392,4 @@ def p3(problem: Problem, *, slice_parameters: int = P3_SLICE_PARAMETERS) -> Resu
         "policy_iteration_time": schedule.iteration_time,
     })
     _check_reproduced(problem, result, schedule, "p3")
-    return result
-
-
-# ---------------------------------------------------------------------------- ByteScheduler
-def _bytescheduler_schedule(problem: Problem, partition: int, credit: int,
-                            slices: list[Chunk] | None = None) -> tuple[list[Chunk], _Schedule]:
-    if slices is None:
-        slices = bytescheduler_slices(problem, partition)
-    credit_bytes = credit * problem.profile.dtype_bytes
-    return slices, _schedule(problem, slices, _credit_window(problem.channels, credit_bytes))
-
-
-def _bytescheduler_stats(partition: int, credit: int, slices: list[Chunk], schedule: _Schedule) -> dict[str, Any]:
-    return {
-        "partition_parameters": partition,
-        "credit_parameters": credit,
-        "slices": len(slices),
-        "policy_iteration_time": schedule.iteration_time,
-    }
-
-
-def bytescheduler(
-    problem: Problem,
-    *,
-    partition_parameters: int = BYTESCHEDULER_PRESETS["default"][0],
-    credit_parameters: int = BYTESCHEDULER_PRESETS["default"][1],
-    preset: str | None = None,
-) -> Result:
-    """ByteScheduler (Peng et al. 2019) for layerwise sync: partitions, priority, credit.
-
-    A tensor of more than ``partition_parameters`` parameters is cut into
-    ``ceil(size / partition)`` nearly equal slices (:func:`bytescheduler_slices`), each
-    slice its own message; priority is the forward index, then byte order. The scheduler
-    posts the ready slice of best priority to the communication library while the
-    parameters posted and not yet reduced are fewer than ``credit_parameters``; the library
-    runs posted slices in the order posted, and a slice once posted is never overtaken.
-    This credit rule is **our reconstruction** (module docstring); with several channels
-    the credit bounds the parameters in flight across them, but never holds a ready slice
-    back from a free channel.
-
-    Parameters
-    ----------
-    partition_parameters : int
-        Largest slice, in parameters (``BYTESCHEDULER_PARTITION``, default 1,000,000).
-    credit_parameters : int
-        Parameters posted and not yet reduced (``BYTESCHEDULER_CREDIT``, default 4,000,000);
-        at least one partition (a smaller credit is an error, not clamped).
-    preset : {None, "default", "advised"}
-        ``"advised"``: 8,000,000 / 16,000,000, the paper's advice for all-reduce;
-        ``"default"``: 1,000,000 / 4,000,000. A preset sets both values; passing a
-        different value with it is an error.
-
-    Returns
-    -------
-    Result
-        ``stats``: ``partition_parameters``, ``credit_parameters``, ``preset``,
-        ``slices`` and ``policy_iteration_time`` (seconds).
-
-    Raises
-    ------
-    ValueError
-        For ``sync="barrier"``, an unknown preset, a value that is not a positive whole
-        number of parameters, or a credit smaller than one partition.
-
-    Examples
-    --------
-    MODEL.md section 5 with ``alpha = 1 ms``, partitions of 250,000 float32 parameters
-    (1 MB, 2 ms a slice) and a credit of two. At 1 ms both of t2's slices are posted
-    (1-3, 3-5); t1, ready at 3 ms, queues behind them (5-7) where P3 would let it overtake;
-    t0's slices follow, 7-15 ms.
-
-    >>> from fusionopt.model import AlphaBeta, Profile
-    >>> profile = Profile.from_arrays([4e6, 1e6, 2e6], [1e-3] * 3, [3e-3, 2e-3, 1e-3])
-    >>> problem = Problem(profile, AlphaBeta(1e-3, 1e-9), sync="layerwise")
-    >>> result = bytescheduler(problem, partition_parameters=250_000, credit_parameters=500_000)
-    >>> result.plan.groups(), round(result.iteration_time * 1e3, 9)
-    ([[2], [2], [1], [0], [0], [0], [0]], 18.0)
-
-    With the defaults no tensor is split (the largest holds 1M parameters): WFBP's order.
-
-    >>> round(bytescheduler(problem).iteration_time * 1e3, 9)
-    14.0
-    >>> bytescheduler(problem, preset="tuned")
-    Traceback (most recent call last):
-    ...
-    ValueError: unknown preset 'tuned': choose 'default' or 'advised'
-    """
-    started = time.perf_counter()
-    _require_layerwise(problem, "bytescheduler")
-    defaults = BYTESCHEDULER_PRESETS["default"]
-    if preset is not None:
-        if preset not in BYTESCHEDULER_PRESETS:
-            raise ValueError(f"unknown preset {preset!r}: choose 'default' or 'advised'")
-        for label, value, default in (("partition_parameters", partition_parameters, defaults[0]),
-                                      ("credit_parameters", credit_parameters, defaults[1])):
-            if value != default:
-                raise ValueError(f"preset={preset!r} sets {label}; do not pass {label}={value!r} with it")
-        partition_parameters, credit_parameters = BYTESCHEDULER_PRESETS[preset]
-    partition = _whole_parameters("partition_parameters", partition_parameters)
-    credit = _whole_parameters("credit_parameters", credit_parameters)
-    _check_credit(partition, credit)
-    slices, schedule = _bytescheduler_schedule(problem, partition, credit)
-    stats = _bytescheduler_stats(partition, credit, slices, schedule)
-    stats["preset"] = preset
-    result = finish(problem, schedule.plan(slices), "bytescheduler", started, space="any", stats=stats)
-    _check_reproduced(problem, result, schedule, "bytescheduler")
-    return result
-
-
-def bytescheduler_tuned(
-    problem: Problem,
-    *,
-    partitions: Iterable[int] | None = None,
-    credits: Iterable[int] | None = None,
-) -> Result:
-    """ByteScheduler with partition and credit searched on the model.
-
-    ByteScheduler's auto-tuner tries settings on the hardware for a few steps each; here
-    every candidate is scored by :func:`~fusionopt.model.simulate` on ``problem`` and the
-    best is kept (the first best in the order below: ties keep the earlier one). Candidates,
-    in order: ByteScheduler's defaults (1M, 4M) and the advised preset (8M, 16M), where its
-    tuner starts, so the result is never worse than :func:`bytescheduler` with either; then
-    the grid ``partitions x credits`` by increasing partition and credit, without pairs
-    whose credit is smaller than the partition.
-
-    Parameters
-    ----------
-    partitions : iterable of int, optional
-        Partition sizes in parameters; default the powers of two ``2^16 .. 2^24``
-        (65,536 to 16,777,216).
-    credits : iterable of int, optional
-        Credits in parameters, tried with every partition they are not smaller than;
-        default ``partition x {1, 2, 4, 8}`` for each partition (36 pairs with the
-        default partitions, 38 candidates in all).
-
-    Returns
-    -------
-    Result
-        ``stats``: the chosen ``partition_parameters`` and ``credit_parameters``,
-        ``evaluated`` (candidates simulated), ``slices`` and ``policy_iteration_time``
-        of the chosen setting, and ``default_iteration_time``
-        (seconds, ByteScheduler's defaults).
-
-    Examples
-    --------
-    MODEL.md section 5 with ``alpha = 1 ms``: tensor 0 is ready last, so no slicing
-    lets it go earlier, and every slice costs a startup: the defaults (no tensor split,
-    WFBP's order, 14 ms) are the best of the 38 candidates.
-
-    >>> from fusionopt.model import AlphaBeta, Profile
-    >>> profile = Profile.from_arrays([4e6, 1e6, 2e6], [1e-3] * 3, [3e-3, 2e-3, 1e-3])
-    >>> tuned = bytescheduler_tuned(Problem(profile, AlphaBeta(1e-3, 1e-9), sync="layerwise"))
-    >>> round(tuned.iteration_time * 1e3, 9), tuned.stats["evaluated"]
-    (14.0, 38)
-    >>> tuned.stats["partition_parameters"], tuned.stats["credit_parameters"]
-    (1000000, 4000000)
-    """
-    started = time.perf_counter()
-    _require_layerwise(problem, "bytescheduler-tuned")
-    if partitions is None:
-        partition_grid = list(TUNING_PARTITIONS)
-    else:
-        partition_grid = sorted({_whole_parameters("partitions", p) for p in partitions})
-        if not partition_grid:
-            raise ValueError("partitions is empty: give at least one partition size")
-    if credits is None:
-        pairs = [(p, p * m) for p in partition_grid for m in TUNING_CREDIT_MULTIPLES]
-    else:
-        credit_grid = sorted({_whole_parameters("credits", c) for c in credits})
-        if not credit_grid:
-            raise ValueError("credits is empty: give at least one credit")
-        pairs = [(p, c) for p in partition_grid for c in credit_grid if c >= p]
-        if not pairs:
-            raise ValueError(
-                f"no credit in {credit_grid} is at least one of the partitions {partition_grid}: "
-                f"the credit must admit at least one partition"
-            )
-    candidates = list(dict.fromkeys(list(BYTESCHEDULER_PRESETS.values()) + pairs))
-
-    sliced: dict[int, list[Chunk]] = {}
-    best: tuple[float, int, int, Plan, list[Chunk], _Schedule] | None = None
-    default_time = math.nan
-    for partition, credit in candidates:
-        if partition not in sliced:
-            sliced[partition] = bytescheduler_slices(problem, partition)
-        slices, schedule = _bytescheduler_schedule(problem, partition, credit, sliced[partition])
-        plan = schedule.plan(slices)
-        iteration_time = simulate(problem, plan, validate=False).iteration_time
-        if (partition, credit) == BYTESCHEDULER_PRESETS["default"]:
-            default_time = iteration_time
-        if best is None or iteration_time < best[0]:
-            best = (iteration_time, partition, credit, plan, slices, schedule)
-    _, partition, credit, plan, slices, schedule = best
-    stats = _bytescheduler_stats(partition, credit, slices, schedule)
-    stats.update(evaluated=len(candidates), default_iteration_time=default_time)
-    result = finish(problem, plan, "bytescheduler-tuned", started, space="any", stats=stats)
-    _check_reproduced(problem, result, schedule, "bytescheduler-tuned")
     return result

@@ -86,9 +86,9 @@ register("milp", "fusionopt.solvers.milp:milp", "exact: MILP solved by HiGHS, in
          in_default_comparison=False, plain_only=True)
 register("p3", "fusionopt.solvers.priority:p3", "P3: 40k-parameter slices, priority by forward index (layerwise)",
          layerwise_only=True)
-register("bytescheduler", "fusionopt.solvers.priority:bytescheduler",
-         "ByteScheduler: partitions, credit window, priority by forward index (layerwise)", layerwise_only=True)
-register("bytescheduler-tuned", "fusionopt.solvers.priority:bytescheduler_tuned",
+register("bytescheduler", "fusionopt.solvers.bytescheduler:bytescheduler",
+         "ByteScheduler on Horovod 0.16: partitions, credit, cycle-tick fusion (layerwise)", layerwise_only=True)
+register("bytescheduler-tuned", "fusionopt.solvers.bytescheduler:bytescheduler_tuned",
          "ByteScheduler with partition and credit searched on a grid (layerwise)", layerwise_only=True)
 register("layerwise-opt", "fusionopt.solvers.layerwise_opt:layerwise_opt",
          "ours: the best layerwise start improved by local search (layerwise)", layerwise_only=True)

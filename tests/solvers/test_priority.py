@@ -14,13 +14,21 @@ from fusionopt.cost import AlphaBeta
 from fusionopt.model import Chunk, Problem, Profile, simulate
 from fusionopt.model.bounds import fluid_bound
 from fusionopt.solvers import Status
-from fusionopt.solvers.priority import (
-    bytescheduler,
-    bytescheduler_slices,
-    bytescheduler_tuned,
-    p3,
-    p3_slices,
-)
+from fusionopt.solvers.bytescheduler import bytescheduler as deployed
+from fusionopt.solvers.bytescheduler import bytescheduler_slices
+from fusionopt.solvers.bytescheduler import bytescheduler_tuned as deployed_tuned
+from fusionopt.solvers.priority import p3, p3_slices
+
+# The unfused policy: no Horovod fusion, no cycle, the credit as given.
+UNFUSED = {"fusion_threshold_bytes": 0, "cycle_time": 0}
+
+
+def bytescheduler(problem, **options):
+    return deployed(problem, **UNFUSED, credit_tuning=False, **options)
+
+
+def bytescheduler_tuned(problem, **options):
+    return deployed_tuned(problem, **UNFUSED, **options)
 
 MS = 1e-3
 MB = 1_000_000                       # bytes: 250,000 float32 parameters
@@ -292,8 +300,8 @@ def test_presets():
         bytescheduler(problem, preset="advised", partition_parameters=2_000_000)
 
 
-@pytest.mark.parametrize("solver, method", [(p3, "p3"), (bytescheduler, "bytescheduler"),
-                                            (bytescheduler_tuned, "bytescheduler-tuned")])
+@pytest.mark.parametrize("solver, method", [(p3, "p3"), (deployed, "bytescheduler"),
+                                            (deployed_tuned, "bytescheduler-tuned")])
 def test_barrier_sync_is_refused(solver, method):
     problem = Problem(worked_example(MS).profile, AlphaBeta(MS, 1e-9), sync="barrier")
     with pytest.raises(ValueError, match=f"^{method} is for sync='layerwise' only"):

@@ -1,0 +1,428 @@
+"""ByteScheduler (Peng et al., SOSP 2019) as its code runs on Horovod, for layerwise sync.
+
+Checked against ``bytescheduler/common/bytecore.py``, ``bytescheduler/pytorch/horovod.py``
+and ``horovod_task.py`` of the byteps repository (branch ``bytescheduler``), deployed on
+Horovod 0.16 (the release its plugin targets) with NCCL; reconstructed from the code, not
+run here.
+
+* **Partitions.** A tensor of more than ``partition_parameters`` elements is cut into
+  ``number = ceil(numel / partition)`` pieces along its first dimension, at most one per
+  row: ``rows // number`` rows each, the remainder one extra row for each of the last
+  pieces. Without shapes, pieces of nearly equal element counts.
+* **Priority.** A partition's priority is its tensor's position in ``model.parameters()``
+  (the profile's registration order), then its index: lower first.
+* **Credit.** The core posts the ready partition of best priority while its credit is
+  positive, taking the partition's elements from it (so it may go negative), and gives them
+  back when the communication completes (module :mod:`fusionopt.solvers.priority` has the
+  same rule). By default the core also tunes the credit online (a Bayesian search over 4M
+  to 64M elements); here ``credit_tuning`` tries that range's powers of two on the model
+  and keeps the best, what the online search could at most reach.
+* **Horovod underneath.** Posting calls ``allreduce_async_``: the partition joins
+  Horovod's queue, and Horovod's next cycle tick fuses the partitions pending then, up to
+  its fusion threshold, into messages released at that tick (:mod:`fusionopt.solvers.horovod`).
+  The deployment's defaults: Horovod 0.16's 5 ms cycle and 64 MiB threshold, NCCL
+  behaviour (a tick every cycle). A partition's credit comes back when its fused message
+  ends.
+
+``fusion_threshold_bytes=0`` turns Horovod's fusion off (each partition its own message;
+US-Byte's runtime sets ``HOROVOD_FUSION_THRESHOLD=0``), and ``cycle_time=0`` hands posted
+partitions straight to the channel: with both, the schedule is the unfused policy of
+:mod:`fusionopt.solvers.priority`, which also runs under contention and several channels.
+The Horovod path models one channel without contention or copy cost.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import time
+from typing import Any, Iterable
+
+import numpy as np
+
+from fusionopt.model.plan import Chunk, Message, Plan
+from fusionopt.model.problem import Problem
+from fusionopt.model.timeline import simulate
+from fusionopt.solvers.horovod import HOROVOD_DEFAULTS, PADDING_BYTES, fuse
+from fusionopt.solvers.priority import (
+    _check_reproduced,
+    _credit_window,
+    _next_slice,
+    _require_layerwise,
+    _schedule,
+    _Schedule,
+    _tensor_slices,
+    _whole_parameters,
+)
+from fusionopt.solvers.result import Result, finish
+
+MiB = 1024 * 1024
+BYTESCHEDULER_PRESETS = {
+    "default": (1_000_000, 4_000_000),   # BYTESCHEDULER_PARTITION, BYTESCHEDULER_CREDIT
+    "advised": (8_000_000, 16_000_000),  # the paper's advice for all-reduce
+}
+CREDIT_TUNING_RANGE = tuple(m * 1_000_000 for m in (4, 8, 16, 32, 64))
+TUNING_PARTITIONS = tuple(2**k for k in range(16, 25))     # 65,536 .. 16,777,216 parameters
+TUNING_CREDIT_MULTIPLES = (1, 2, 4, 8)
+DEPLOYED_HOROVOD = "legacy"                                  # Horovod 0.16: 5 ms, 64 MiB
+
+
+def _check_credit(partition: int, credit: int) -> None:
+    if credit < partition:
+        raise ValueError(
+            f"credit_parameters = {credit} is smaller than one partition (partition_parameters = "
+            f"{partition}); the credit must admit at least one partition"
+        )
+
+
+def bytescheduler_slices(problem: Problem, partition_parameters: int) -> list[Chunk]:
+    """ByteScheduler's partitions in forward order (each tensor's in byte order).
+
+    With the profile's shapes, a tensor of more than ``partition_parameters`` elements is
+    cut along its first dimension into ``min(ceil(numel / partition), rows)`` pieces of
+    whole rows, the last ``rows % pieces`` pieces one row longer. Without shapes, into
+    ``ceil(size / partition)`` pieces whose element counts differ by at most one (a tensor
+    whose size is not a whole number of elements ends in a partial element).
+
+    >>> from fusionopt.model import AlphaBeta, Profile
+    >>> profile = Profile.from_arrays([40, 8], [0.0] * 2, [1e-3] * 2)   # float32: 10 and 2 parameters
+    >>> [(c.tensor, c.lo, c.hi) for c in bytescheduler_slices(Problem(profile, AlphaBeta(0, 1e-9)), 4)]
+    [(0, 0, 12), (0, 12, 24), (0, 24, 40), (1, 0, 8)]
+    >>> rows = Profile.from_arrays([40, 8], [0.0] * 2, [1e-3] * 2, shapes=[(5, 2), (2,)])
+    >>> [(c.tensor, c.lo, c.hi) for c in bytescheduler_slices(Problem(rows, AlphaBeta(0, 1e-9)), 4)]
+    [(0, 0, 8), (0, 8, 24), (0, 24, 40), (1, 0, 8)]
+    """
+    partition_parameters = _whole_parameters("partition_parameters", partition_parameters)
+    profile = problem.profile
+    slices = []
+    for i, size in enumerate(profile.sizes.tolist()):
+        element = int(profile.element_bytes[i])
+        elements = -(-size // element)
+        pieces = -(-elements // partition_parameters)
+        if profile.shapes is not None and pieces > 1:
+            rows = int(profile.shapes[i][0])
+            pieces = min(pieces, rows)
+            row_bytes = size // rows
+            base, extra = divmod(rows, pieces)
+            counts = [base] * (pieces - extra) + [base + 1] * extra
+            bounds = [0] + np.cumsum([c * row_bytes for c in counts]).tolist()
+        else:
+            bounds = [element * (j * elements // pieces) for j in range(pieces)] + [size]
+        slices.extend(Chunk(i, lo, hi) for lo, hi in zip(bounds, bounds[1:]))
+    return slices
+
+
+def _registration_rank(problem: Problem) -> list[int]:
+    rank = [0] * problem.profile.n
+    for position, i in enumerate(problem.profile.registration_order):
+        rank[i] = position
+    return rank
+
+
+def _horovod_schedule(problem: Problem, slices: list[Chunk], rank: list[int], credit_bytes: int,
+                      threshold: int, cycle: float, gpu: bool, lookahead: bool) -> tuple[Plan, int]:
+    """The core's credit loop over Horovod's cycle ticks (module docstring): the plan of
+    fused messages with their release times, and the number of busy cycles."""
+    profile = problem.profile
+    n = profile.n
+    ready = profile.ready_times
+    arrivals = list(profile.ready_order)
+    sizes = np.array([c.nbytes for c in slices], dtype=np.int64)
+    kinds = None if profile.dtypes is None else tuple(profile.dtypes[c.tensor] for c in slices)
+    padding = PADDING_BYTES if gpu and lookahead else 1        # the current code pads on GPUs
+    first, stop = _tensor_slices(n, slices)
+    following = list(first)
+    heap: list[tuple[int, int]] = []                           # (rank, tensor) with partitions left
+    posted: list[int] = []                                     # waiting for Horovod's tick
+    returns: list[tuple[float, int]] = []                      # (end, bytes): credit coming back
+    held = 0
+    messages: list[Message] = []
+    channel_free = -math.inf
+    clock = float(ready[arrivals[0]])
+    tick = math.ceil(clock / cycle) * cycle if cycle > 0 else clock     # ticks at 0, cycle, ...
+    released = sent = cycles = 0
+    while sent < len(slices):
+        while released < n and ready[arrivals[released]] <= clock:
+            i = arrivals[released]
+            heapq.heappush(heap, (rank[i], i))
+            released += 1
+        while returns and returns[0][0] <= clock:
+            held -= heapq.heappop(returns)[1]
+        while heap and held < credit_bytes:
+            s = _next_slice(heap, following, stop)
+            posted.append(s)
+            held += int(sizes[s])
+        if posted and (cycle == 0 or clock >= tick):
+            cycles += 1
+            for group in fuse(posted, sizes, kinds, threshold, lookahead, padding):
+                nbytes = int(sizes[group].sum())
+                channel_free = max(channel_free, clock) + float(problem.cost(nbytes))
+                messages.append(Message(tuple(slices[s] for s in group), clock))
+                heapq.heappush(returns, (channel_free, nbytes))
+                sent += len(group)
+            posted = []
+            if cycle > 0:
+                tick = clock + cycle if gpu else max(clock + cycle, channel_free)
+        upcoming = []
+        if released < n:
+            upcoming.append(float(ready[arrivals[released]]))
+        if returns:
+            upcoming.append(returns[0][0])
+        if posted:
+            upcoming.append(tick)
+        if not upcoming:
+            if sent < len(slices):
+                raise AssertionError("bytescheduler: partitions left and no event to come")
+            break
+        clock = min(upcoming)
+        if cycle > 0 and tick < clock:                         # idle ticks on the grid
+            tick += math.ceil((clock - tick) / cycle) * cycle
+    return Plan(tuple(messages)), cycles
+
+
+def _run(problem: Problem, partition: int, credit: int, options: dict[str, Any],
+         slices: list[Chunk] | None = None) -> tuple[Plan, dict[str, Any], _Schedule | None]:
+    """One setting: its plan, its stats, and the unfused policy's own schedule (or None)."""
+    if slices is None:
+        slices = bytescheduler_slices(problem, partition)
+    rank = _registration_rank(problem)
+    credit_bytes = credit * problem.profile.dtype_bytes
+    stats = {"partition_parameters": partition, "credit_parameters": credit, "slices": len(slices)}
+    if options["unfused"]:
+        schedule = _schedule(problem, slices, _credit_window(problem.channels, credit_bytes), rank)
+        stats["policy_iteration_time"] = schedule.iteration_time
+        return schedule.plan(slices), stats, schedule
+    plan, cycles = _horovod_schedule(problem, slices, rank, credit_bytes, options["threshold"],
+                                     options["cycle"], options["gpu"], options["lookahead"])
+    stats["cycles"] = cycles
+    return plan, stats, None
+
+
+def _horovod_options(problem: Problem, fusion_threshold_bytes: float | None, cycle_time: float | None,
+                     backend: str, horovod_defaults: str) -> dict[str, Any]:
+    if horovod_defaults not in HOROVOD_DEFAULTS:
+        raise ValueError(f"unknown horovod_defaults {horovod_defaults!r}: choose 'current' or 'legacy'")
+    if backend not in ("nccl", "gloo", "mpi"):
+        raise ValueError(f"unknown backend {backend!r}: choose 'nccl' (GPU), 'gloo' or 'mpi' (CPU)")
+    default_cycle, default_threshold = HOROVOD_DEFAULTS[horovod_defaults]
+    values = {}
+    for label, value, default, unit in (("fusion_threshold_bytes", fusion_threshold_bytes, default_threshold, "bytes"),
+                                        ("cycle_time", cycle_time, default_cycle, "seconds")):
+        value = default if value is None else value
+        if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)) \
+                or not math.isfinite(value) or value < 0:
+            raise ValueError(f"{label} must be a number of {unit} >= 0, got {value!r}")
+        values[label] = value
+    unfused = values["fusion_threshold_bytes"] == 0 and values["cycle_time"] == 0
+    if not unfused and problem.extensions:
+        raise ValueError("bytescheduler over Horovod's fusion models one channel without contention or copy "
+                         "cost; pass fusion_threshold_bytes=0 and cycle_time=0 for the unfused policy, "
+                         "which runs on every model option")
+    threshold = int(values["fusion_threshold_bytes"])
+    if horovod_defaults == "current" and threshold > 0:
+        threshold = -(-threshold // 512) * 512
+    return {"unfused": unfused, "threshold": threshold, "cycle": float(values["cycle_time"]),
+            "gpu": backend == "nccl", "lookahead": horovod_defaults == "current",
+            "backend": backend, "horovod_defaults": horovod_defaults}
+
+
+def _finish(problem: Problem, method: str, started: float, plan: Plan, stats: dict[str, Any],
+            schedule: _Schedule | None, options: dict[str, Any]) -> Result:
+    stats.update(fusion_threshold_bytes=options["threshold"], cycle_time=options["cycle"],
+                 backend=options["backend"], horovod_defaults=options["horovod_defaults"])
+    result = finish(problem, plan, method, started, space="any", stats=stats)
+    if schedule is not None:
+        _check_reproduced(problem, result, schedule, method)
+    return result
+
+
+def bytescheduler(
+    problem: Problem,
+    *,
+    partition_parameters: int = BYTESCHEDULER_PRESETS["default"][0],
+    credit_parameters: int = BYTESCHEDULER_PRESETS["default"][1],
+    preset: str | None = None,
+    credit_tuning: bool = True,
+    fusion_threshold_bytes: float | None = None,
+    cycle_time: float | None = None,
+    backend: str = "nccl",
+    horovod_defaults: str = DEPLOYED_HOROVOD,
+) -> Result:
+    """ByteScheduler on Horovod (module docstring) for layerwise sync.
+
+    Parameters
+    ----------
+    partition_parameters : int
+        Largest partition, in elements (``BYTESCHEDULER_PARTITION``, default 1,000,000).
+    credit_parameters : int
+        The credit in elements (``BYTESCHEDULER_CREDIT``, default 4,000,000); at least one
+        partition. With ``credit_tuning`` the starting point of the search.
+    preset : {None, "default", "advised"}
+        ``"advised"``: 8M / 16M, the paper's advice for all-reduce; ``"default"``: 1M / 4M.
+        A preset sets both values; passing a different value with it is an error.
+    credit_tuning : bool
+        Tune the credit as the code does by default (the best of ``credit_parameters`` and
+        4M, 8M, 16M, 32M, 64M on the model); ``False`` keeps ``credit_parameters``.
+    fusion_threshold_bytes, cycle_time : float, optional
+        Horovod's ``HOROVOD_FUSION_THRESHOLD`` (bytes) and ``HOROVOD_CYCLE_TIME`` (seconds);
+        default per ``horovod_defaults``. ``0`` and ``0``: no Horovod fusion, no cycle (the
+        unfused policy).
+    backend : {"nccl", "gloo", "mpi"}
+        Horovod's behaviour: a tick every cycle (NCCL, GPU) or after the cycle's collectives.
+    horovod_defaults : {"legacy", "current"}
+        ``"legacy"`` (default): Horovod 0.16, ByteScheduler's deployment (5 ms, 64 MiB, no
+        dtype look-ahead); ``"current"``: 1 ms, 128 MiB, look-ahead, padding, rounding.
+
+    Returns
+    -------
+    Result
+        ``stats``: ``partition_parameters``, ``credit_parameters`` (the one kept),
+        ``preset``, ``slices``, the Horovod settings, ``cycles`` (busy Horovod cycles) or,
+        unfused, ``policy_iteration_time``; with tuning, ``credits_tried``.
+
+    Examples
+    --------
+    MODEL.md section 5 with ``alpha = 1 ms``, partitions of 250,000 float32 elements (1 MB,
+    2 ms a message), no Horovod fusion and no cycle, a fixed credit of two partitions: at
+    1 ms both of t2's partitions are posted (1-3, 3-5); t1, ready at 3 ms, queues behind
+    them (5-7) where P3 would let it overtake; t0's partitions follow, 7-15 ms.
+
+    >>> from fusionopt.model import AlphaBeta, Profile
+    >>> profile = Profile.from_arrays([4e6, 1e6, 2e6], [1e-3] * 3, [3e-3, 2e-3, 1e-3])
+    >>> problem = Problem(profile, AlphaBeta(1e-3, 1e-9), sync="layerwise")
+    >>> unfused = bytescheduler(problem, partition_parameters=250_000, credit_parameters=500_000,
+    ...                         credit_tuning=False, fusion_threshold_bytes=0, cycle_time=0)
+    >>> unfused.plan.groups(), round(unfused.iteration_time * 1e3, 9)
+    ([[2], [2], [1], [0], [0], [0], [0]], 18.0)
+
+    On Horovod 0.16 (5 ms ticks, 64 MiB): at the 5 ms tick t2's two partitions and t1 are
+    posted (credit 4M elements) and fused into one 4 MB message, 5 -> 10 ms; t0's
+    partitions go at the 10 ms tick, 10 -> 15: ``T = 15 + 3 = 18`` ms.
+
+    >>> fused = bytescheduler(problem, partition_parameters=250_000)
+    >>> fused.plan.groups(), (fused.plan.release * 1e3).round(9).tolist(), round(fused.iteration_time * 1e3, 9)
+    ([[2, 1], [0]], [5.0, 10.0], 18.0)
+    """
+    started = time.perf_counter()
+    _require_layerwise(problem, "bytescheduler")
+    defaults = BYTESCHEDULER_PRESETS["default"]
+    if preset is not None:
+        if preset not in BYTESCHEDULER_PRESETS:
+            raise ValueError(f"unknown preset {preset!r}: choose 'default' or 'advised'")
+        for label, value, default in (("partition_parameters", partition_parameters, defaults[0]),
+                                      ("credit_parameters", credit_parameters, defaults[1])):
+            if value != default:
+                raise ValueError(f"preset={preset!r} sets {label}; do not pass {label}={value!r} with it")
+        partition_parameters, credit_parameters = BYTESCHEDULER_PRESETS[preset]
+    partition = _whole_parameters("partition_parameters", partition_parameters)
+    credit = _whole_parameters("credit_parameters", credit_parameters)
+    _check_credit(partition, credit)
+    if not isinstance(credit_tuning, (bool, np.bool_)):
+        raise ValueError(f"credit_tuning must be True or False, got {credit_tuning!r}")
+    options = _horovod_options(problem, fusion_threshold_bytes, cycle_time, backend, horovod_defaults)
+    credits = [credit]
+    if credit_tuning:
+        credits += [c for c in CREDIT_TUNING_RANGE if c >= partition and c != credit]
+    slices = bytescheduler_slices(problem, partition)
+    best = None
+    for c in credits:
+        plan, stats, schedule = _run(problem, partition, c, options, slices)
+        t = simulate(problem, plan, validate=False).iteration_time
+        if best is None or t < best[0]:
+            best = (t, plan, stats, schedule)
+    _, plan, stats, schedule = best
+    stats["preset"] = preset
+    if credit_tuning:
+        stats["credits_tried"] = len(credits)
+    return _finish(problem, "bytescheduler", started, plan, stats, schedule, options)
+
+
+def bytescheduler_tuned(
+    problem: Problem,
+    *,
+    partitions: Iterable[int] | None = None,
+    credits: Iterable[int] | None = None,
+    fusion_threshold_bytes: float | None = None,
+    cycle_time: float | None = None,
+    backend: str = "nccl",
+    horovod_defaults: str = DEPLOYED_HOROVOD,
+) -> Result:
+    """ByteScheduler with partition and credit searched on the model (on the same Horovod
+    settings as :func:`bytescheduler`).
+
+    ByteScheduler's auto-tuner tries settings on the hardware for a few steps each; here
+    every candidate is scored by :func:`~fusionopt.model.simulate` on ``problem`` and the
+    best is kept (the first best in the order below: ties keep the earlier one). Candidates,
+    in order: ByteScheduler's defaults (1M, 4M) and the advised preset (8M, 16M), where its
+    tuner starts; then the grid ``partitions x credits`` by increasing partition and
+    credit, without pairs whose credit is smaller than the partition.
+
+    Parameters
+    ----------
+    partitions : iterable of int, optional
+        Partition sizes in elements; default the powers of two ``2^16 .. 2^24``.
+    credits : iterable of int, optional
+        Credits in elements, tried with every partition they are not smaller than; default
+        ``partition x {1, 2, 4, 8}`` for each partition (38 candidates in all).
+    fusion_threshold_bytes, cycle_time, backend, horovod_defaults
+        Horovod underneath, as for :func:`bytescheduler`.
+
+    Returns
+    -------
+    Result
+        ``stats``: the chosen ``partition_parameters`` and ``credit_parameters``,
+        ``evaluated`` (candidates simulated), ``slices``, and ``default_iteration_time``
+        (seconds, ByteScheduler's defaults without credit tuning).
+
+    Examples
+    --------
+    MODEL.md section 5 with ``alpha = 1 ms``, unfused: tensor 0 is ready last, so no
+    slicing lets it go earlier, and every slice costs a startup: the defaults (no tensor
+    split, WFBP's order, 14 ms) are the best of the 38 candidates.
+
+    >>> from fusionopt.model import AlphaBeta, Profile
+    >>> profile = Profile.from_arrays([4e6, 1e6, 2e6], [1e-3] * 3, [3e-3, 2e-3, 1e-3])
+    >>> problem = Problem(profile, AlphaBeta(1e-3, 1e-9), sync="layerwise")
+    >>> tuned = bytescheduler_tuned(problem, fusion_threshold_bytes=0, cycle_time=0)
+    >>> round(tuned.iteration_time * 1e3, 9), tuned.stats["evaluated"]
+    (14.0, 38)
+    >>> tuned.stats["partition_parameters"], tuned.stats["credit_parameters"]
+    (1000000, 4000000)
+    """
+    started = time.perf_counter()
+    _require_layerwise(problem, "bytescheduler-tuned")
+    options = _horovod_options(problem, fusion_threshold_bytes, cycle_time, backend, horovod_defaults)
+    if partitions is None:
+        partition_grid = list(TUNING_PARTITIONS)
+    else:
+        partition_grid = sorted({_whole_parameters("partitions", p) for p in partitions})
+        if not partition_grid:
+            raise ValueError("partitions is empty: give at least one partition size")
+    if credits is None:
+        pairs = [(p, p * m) for p in partition_grid for m in TUNING_CREDIT_MULTIPLES]
+    else:
+        credit_grid = sorted({_whole_parameters("credits", c) for c in credits})
+        if not credit_grid:
+            raise ValueError("credits is empty: give at least one credit")
+        pairs = [(p, c) for p in partition_grid for c in credit_grid if c >= p]
+        if not pairs:
+            raise ValueError(
+                f"no credit in {credit_grid} is at least one of the partitions {partition_grid}: "
+                f"the credit must admit at least one partition"
+            )
+    candidates = list(dict.fromkeys(list(BYTESCHEDULER_PRESETS.values()) + pairs))
+    sliced: dict[int, list[Chunk]] = {}
+    best = None
+    default_time = math.nan
+    for partition, credit in candidates:
+        if partition not in sliced:
+            sliced[partition] = bytescheduler_slices(problem, partition)
+        plan, stats, schedule = _run(problem, partition, credit, options, sliced[partition])
+        iteration_time = simulate(problem, plan, validate=False).iteration_time
+        if (partition, credit) == BYTESCHEDULER_PRESETS["default"]:
+            default_time = iteration_time
+        if best is None or iteration_time < best[0]:
+            best = (iteration_time, plan, stats, schedule)
+    _, plan, stats, schedule = best
+    stats.update(evaluated=len(candidates), default_iteration_time=default_time)
+    return _finish(problem, "bytescheduler-tuned", started, plan, stats, schedule, options)
