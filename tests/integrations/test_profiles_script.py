@@ -48,7 +48,8 @@ def test_lstm_language_model_is_the_zoos_to_the_byte(script, tmp_path):
     assert measured.names == profile("lstm-lm", device="v100", batch=2).names
     assert measured.metadata["batch"] == 2
     table = (tmp_path / "profiles-cpu.md").read_text()
-    assert "| lstm-lm | 11 | yes |" in table
+    assert "| lstm-lm | 11 | yes | yes | yes |" in table      # tensors, ready and registration orders
+    assert row["same_ready_order_as_zoo"] is True and row["same_registration_order_as_zoo"] is True
 
 
 def test_no_store_and_unbuildable_models_are_reported(script, tmp_path, monkeypatch):

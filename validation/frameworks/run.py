@@ -1,0 +1,164 @@
+"""fusionopt's DDP buckets against real DistributedDataParallel, for every zoo model torch
+can build here.
+
+For each model (built as in ``validation/models.py``: torch.nn, torchvision, transformers;
+no download), the script wraps it in ``DistributedDataParallel`` on a one-process gloo group
+on the CPU, records with a comm hook which parameters each bucket holds in the third step
+(after DDP's rebuild), and compares that with ``fusionopt.solvers.ddp.ddp_buckets`` on the
+zoo's profile of the model: for ``bucket_cap_mb`` unset, 1, 5, 25 and 100 MiB, with
+``find_unused_parameters=True``, and for the ``bucket_cap_mb_list`` and single cap that
+``advise`` prints for the DP's plan (``--network``, ``--workers``). Layouts depend on sizes,
+orders and dtypes only, so the inputs are tiny. Writes ``validation/results/frameworks.{json,md}``.
+
+    python validation/frameworks/run.py                       # every model torch can build here
+    python validation/frameworks/run.py --models lstm-lm      # one
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import platform
+import socket
+import sys
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "validation"))
+
+from fusionopt import zoo  # noqa: E402
+from fusionopt.cost import network  # noqa: E402
+from fusionopt.integrations.torch import require_torch  # noqa: E402
+from fusionopt.model import Problem  # noqa: E402
+from fusionopt.reporting import write_result  # noqa: E402
+from fusionopt.solvers import solve  # noqa: E402
+from fusionopt.solvers.advise import ddp_settings  # noqa: E402
+from fusionopt.solvers.ddp import ddp_buckets  # noqa: E402
+from models import HUGGINGFACE, builder, loss_of  # noqa: E402
+
+SETTINGS = [("unset", {}), ("1 MiB", {"bucket_cap_mb": 1}), ("5 MiB", {"bucket_cap_mb": 5}),
+            ("25 MiB", {"bucket_cap_mb": 25}), ("100 MiB", {"bucket_cap_mb": 100}),
+            ("find_unused", {"find_unused_parameters": True})]
+
+
+def tiny_inputs(name: str, torch: Any) -> Any:
+    """The smallest input each model takes (layouts do not depend on it)."""
+    if name == "lstm-lm":
+        return torch.randint(0, 10000, (4, 1))
+    if name in HUGGINGFACE:
+        return {"input_ids": torch.randint(0, 1000, (1, 8))}
+    side = 299 if name == "inception-v3" else 224
+    return torch.randn(2, 3, side, side)       # two samples: batch norm needs more than one value
+
+
+def torch_layout(torch: Any, model: Any, inputs: Any, options: dict[str, Any]) -> list[list[str]]:
+    """Parameter names per bucket, in bucket order, as DDP reduces them in its third step."""
+    ddp = torch.nn.parallel.DistributedDataParallel(model, **options)
+    names = {p: n for n, p in model.named_parameters()}
+    seen: dict[int, list[tuple[int, list[str]]]] = {}
+    state = {"step": 0}
+
+    def hook(state, bucket):                  # DDP checks the annotations: none, or its own
+        seen.setdefault(state["step"], []).append((bucket.index(), [names[p] for p in bucket.parameters()]))
+        future = torch.futures.Future()
+        future.set_result(bucket.buffer())
+        return future
+
+    ddp.register_comm_hook(state, hook)
+    for step in range(3):
+        state["step"] = step
+        output = ddp(**inputs) if isinstance(inputs, dict) else ddp(inputs)
+        loss_of(output).backward()
+    return [bucket for _, bucket in sorted(seen[2])]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--models", default=",".join(zoo.models()))
+    parser.add_argument("--network", default="10gbe", help="network preset for the advised settings")
+    parser.add_argument("--workers", type=int, default=64)
+    parser.add_argument("--output-dir", default=str(ROOT / "validation" / "results"))
+    args = parser.parse_args(argv)
+
+    torch = require_torch()
+    import torch.distributed as dist
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
+    rows, skipped = [], []
+    try:
+        for name in args.models.split(","):
+            made = builder(name, torch)
+            if made is None:
+                skipped.append(name)
+                print(f"{name}: cannot be built here (needs torchvision or transformers), skipped", flush=True)
+                continue
+            torch.manual_seed(0)
+            model = made[0]().train()
+            inputs = tiny_inputs(name, torch)
+            profile = zoo.profile(name)
+            problem = Problem(profile, network(args.network, args.workers))
+            advised = ddp_settings(problem, solve(problem, "dp").plan)
+            settings = list(SETTINGS)
+            if advised.bucket_cap_mb_list is not None:
+                settings.append(("advised list", {"bucket_cap_mb_list": list(advised.bucket_cap_mb_list)}))
+            if advised.bucket_cap_mb is not None:
+                settings.append((f"advised cap {advised.bucket_cap_mb:g} MiB", {"bucket_cap_mb": advised.bucket_cap_mb}))
+            for label, options in settings:
+                built = torch_layout(torch, model, inputs, options)
+                predicted = [[profile.names[i] for i in bucket] for bucket in ddp_buckets(profile, **options)]
+                rows.append({"model": name, "setting": label, "options": options, "buckets_torch": len(built),
+                             "buckets_fusionopt": len(predicted), "identical": built == predicted})
+                print(f"{name:14s} {label:24s} torch {len(built):3d} buckets, fusionopt {len(predicted):3d}: "
+                      f"{'identical' if built == predicted else 'DIFFERENT'}", flush=True)
+    finally:
+        dist.destroy_process_group()
+
+    document = {
+        "schema": "fusionopt.validation.frameworks", "version": 1, "torch": torch.__version__,
+        "libraries": {m: _version(m) for m in ("torch", "torchvision", "transformers")},
+        "python": platform.python_version(), "network": args.network, "workers": args.workers,
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "results": rows, "skipped": skipped,
+    }
+    write_result(args.output_dir, "frameworks", document, markdown(document))
+    return 0 if all(r["identical"] for r in rows) else 1
+
+
+def _version(module: str) -> str | None:
+    try:
+        return __import__(module).__version__
+    except (ImportError, RuntimeError):
+        return None
+
+
+def markdown(document: dict) -> str:
+    identical = sum(r["identical"] for r in document["results"])
+    lines = [
+        "# DDP bucket layouts: fusionopt against real DistributedDataParallel",
+        "",
+        f"{document['date']}; " + ", ".join(f"{k} {v}" for k, v in document["libraries"].items() if v)
+        + "; gloo, CPU, world size 1; the layout of the third step (after DDP's rebuild). "
+        f"Advised settings for the DP's plan on `{document['network']}`, {document['workers']} workers. "
+        "Written by `validation/frameworks/run.py`.",
+        "",
+        f"**{identical} of {len(document['results'])} layouts identical**, bucket by bucket and parameter by parameter.",
+        "",
+        "| model | setting | buckets (torch) | buckets (fusionopt) | identical |",
+        "|---|---|---:|---:|---|",
+    ]
+    for r in document["results"]:
+        lines.append(f"| {r['model']} | {r['setting']} | {r['buckets_torch']} | {r['buckets_fusionopt']} | "
+                     f"{'yes' if r['identical'] else 'NO'} |")
+    if document["skipped"]:
+        lines += ["", f"Not built here (torchvision or transformers missing or unusable): "
+                      f"{', '.join(document['skipped'])}."]
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    sys.exit(main())
