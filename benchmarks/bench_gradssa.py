@@ -44,7 +44,7 @@ import numpy as np
 import fusionopt
 from fusionopt import zoo
 from fusionopt.cost import network
-from fusionopt.model import Problem, Profile
+from fusionopt.model import Problem
 from fusionopt.model._io import write_bytes_atomic, write_text_atomic
 from fusionopt.model.fusion import score_cuts
 from fusionopt.solvers import solve
@@ -93,9 +93,7 @@ class Instance:
     def problem(self) -> Problem:
         profile = zoo.profile(self.model, device=self.device, batch=BATCH)
         if self.tail is not None and self.tail < profile.n:
-            keep = slice(profile.n - self.tail, profile.n)
-            profile = Profile.from_arrays(profile.sizes[keep], profile.forward[keep], profile.backward[keep],
-                                          profile.names[keep])
+            profile = profile.tail(self.tail, name="")
         options = {} if self.variant == "plain" else EXTENSIONS[self.variant]
         return Problem(profile, network(self.net, self.workers), **options)
 

@@ -191,7 +191,4 @@ def scale_compute(profile: Profile, factor: float) -> Profile:
     """
     if factor == 1.0:
         return profile
-    return Profile.from_arrays(profile.sizes.tolist(), (profile.forward * factor).tolist(),
-                               (profile.backward * factor).tolist(), profile.names,
-                               update=(profile.update * factor).tolist(), name=profile.name,
-                               dtype_bytes=profile.dtype_bytes, metadata=profile.metadata)
+    return profile.scaled(factor)

@@ -39,8 +39,11 @@ class MessageLayout:
     words, nbytes : int
         Size of the fused buffer.
     need : int
-        How many tensors the backward must have emitted (in backward order) before the
-        message is ready: ``n - min(tensor)``.
+        How many tensors the backward must have emitted (in the profile's ready order)
+        before the message is ready: one past the latest ready position of its tensors.
+    release : float
+        Seconds from the start of the backward before which the message may not start (the
+        plan's release time; 0 when it has none).
     completes : tuple of int
         The tensors whose last message (in channel order) this is: they are reduced at its end.
     """
@@ -51,6 +54,7 @@ class MessageLayout:
     nbytes: int
     need: int
     completes: tuple[int, ...]
+    release: float = 0.0
 
 
 class Layout:
@@ -99,6 +103,7 @@ class Layout:
         self.sent = tuple(i in last for i in range(n))
         self.carriers: list[list[tuple[int, int, int]]] = [[] for _ in range(n)]
         messages = []
+        position = {i: p for p, i in enumerate(profile.ready_order)}
         for k, message in enumerate(plan.messages):
             pieces, offset = [], 0
             for c in message.chunks:
@@ -106,8 +111,9 @@ class Layout:
                 offset += (c.hi - c.lo) // w
                 self.carriers[c.tensor].append((c.lo, c.hi, k))
             completes = tuple(sorted({c.tensor for c in message.chunks if last[c.tensor] == k}))
-            messages.append(MessageLayout(k, tuple(pieces), offset, offset * w,
-                                          n - min(c.tensor for c in message.chunks), completes))
+            need = 1 + max(position[c.tensor] for c in message.chunks)
+            messages.append(MessageLayout(k, tuple(pieces), offset, offset * w, need, completes,
+                                          message.release))
         self.messages = tuple(messages)
         self.max_words = max(m.words for m in messages)
 

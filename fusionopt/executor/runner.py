@@ -5,10 +5,11 @@ Each step, on every rank (MODEL.md sections 3 and 4):
 1. (not timed) the rank writes its gradient values for the step
    (:class:`~fusionopt.executor.gradients.Gradients`) and all ranks meet at a barrier;
 2. the clock starts: the compute thread emulates the backward, emitting tensor ``i``'s
-   gradient at ``r_i`` (times ``time_scale``), in backward order (it wakes only at the
-   emissions that make a message ready, the only ones the run can observe);
+   gradient at ``r_i`` (times ``time_scale``), in the profile's ready order (it wakes only at
+   the emissions that make a message ready, the only ones the run can observe);
 3. the communication thread runs the plan's messages **in plan order**, one at a time: it
-   waits until every chunk of message ``k`` is emitted, packs the chunks into one fused
+   waits until every chunk of message ``k`` is emitted and its release time has passed
+   (seconds of the run, not scaled: the prediction simulates the same plan), packs the chunks into one fused
    buffer, all-reduces it, unpacks it; tensor ``i`` is reduced (``C_i``) when its last
    message ends;
 4. the compute thread runs the next forward per ``sync``: after every ``C_i`` and the
@@ -189,9 +190,10 @@ class RankRunner:
         # emissions that make a message ready are observable, so the thread wakes for those
         # alone (a wake-up per tensor costs the communication thread time on a busy host).
         ready = profile.ready_times
+        order = profile.ready_order
         late = 0.0
         for need in self.wake_points:
-            deadline = t0 + ready[profile.n - need]
+            deadline = t0 + ready[order[need - 1]]
             _sleep_until(deadline, comm)
             late = max(late, time.perf_counter() - deadline)
             with state.cond:
@@ -278,6 +280,10 @@ class RankRunner:
                 if state.stop or comm.aborted:
                     raise GroupAborted("stopped: another rank failed")
                 state.cond.wait(_POLL)
+        if message.release > 0.0:
+            # The framework posts it then: seconds of the run, like the simulated prediction.
+            _sleep_until(state.t0 + message.release, comm)
+        with state.cond:
             state.in_flight = (message.index, time.perf_counter())
             timer = state.timer
         start = timer.mark()

@@ -89,6 +89,10 @@ class StreamRunner:
         self.comm, self.streams, self.job = comm, streams, job
         self.problem = job.scaled_problem()
         self.profile = self.problem.profile
+        if job.plan.has_release:
+            raise ValueError("the CUDA-stream runner has no timer to hold a message until its release time; "
+                             "run plans with release times (horovod's) with compute='host', or drop them "
+                             "with plan.without_release()")
         self.layout = Layout(self.profile, job.plan, word_sizes=comm.word_sizes)
         self.timeout = job.timeout
         self.gate = float(gate)
@@ -113,15 +117,15 @@ class StreamRunner:
         origin = streams.record(compute)
         streams.wait(channel, origin)
 
-        # Backward n-1 .. 0: one piece per stretch between observable emissions.
-        backward = profile.backward
+        # Backward in the ready order: one piece per stretch between observable emissions.
+        backward = profile.backward[profile.backward_order]
         ready_events: dict[int, Any] = {}
         emitted = 0
         for need in self.wake_points:
-            streams.work(compute, float(backward[n - need: n - emitted].sum()))
+            streams.work(compute, float(backward[emitted:need].sum()))
             emitted = need
             ready_events[need] = streams.record(compute)
-        streams.work(compute, float(backward[: n - emitted].sum()))
+        streams.work(compute, float(backward[emitted:].sum()))
         backward_end = streams.record(compute)
 
         # Messages in plan order on the communication stream.

@@ -424,6 +424,47 @@ class Profile:
             dtypes=self.dtypes, shapes=self.shapes,
         )
 
+    def tail(self, count: int, name: str | None = None) -> "Profile":
+        """The last ``count`` tensors in forward order (the first gradients the backward makes
+        ready), with their times, orders, dtypes and shapes; ``name`` defaults to this one's.
+
+        >>> p = Profile.from_arrays([4, 8, 8], [0.0] * 3, [1e-3, 0.0, 2e-3], ready_order=[1, 2, 0]).tail(2)
+        >>> p.names, p.ready_order
+        (('t1', 't2'), (0, 1))
+        """
+        if isinstance(count, bool) or not isinstance(count, (int, np.integer)) or not 1 <= count <= self.n:
+            raise ValueError(f"count must be a whole number in 1..{self.n}, got {count!r}")
+        start = self.n - int(count)
+        keep = slice(start, self.n)
+        return Profile(
+            names=self.names[keep], sizes=self.sizes[keep], forward=self.forward[keep],
+            backward=self.backward[keep], update=self.update[keep],
+            name=self.name if name is None else name, dtype_bytes=self.dtype_bytes, metadata=self.metadata,
+            ready_order=[i - start for i in self.ready_order if i >= start],
+            registration_order=[i - start for i in self.registration_order if i >= start],
+            dtypes=None if self.dtypes is None else self.dtypes[keep],
+            shapes=None if self.shapes is None else self.shapes[keep],
+        )
+
+    def scaled(self, factor: float) -> "Profile":
+        """The same tensors and orders with every forward, backward and update time
+        multiplied by ``factor`` (``>= 0``): ties in ready time stay ties, so the ready order
+        holds.
+
+        >>> p = Profile.from_arrays([8, 8], [1e-3, 0.0], [0.0, 2e-3], ready_order=[0, 1]).scaled(0.5)
+        >>> p.F, p.B, p.ready_order
+        (0.0005, 0.001, (0, 1))
+        """
+        if isinstance(factor, bool) or not isinstance(factor, (int, float, np.integer, np.floating)) \
+                or not math.isfinite(factor) or factor < 0:
+            raise ValueError(f"a compute scale must be a finite number >= 0, got {factor!r}")
+        return Profile(
+            names=self.names, sizes=self.sizes, forward=self.forward * factor, backward=self.backward * factor,
+            update=self.update * factor, name=self.name, dtype_bytes=self.dtype_bytes, metadata=self.metadata,
+            ready_order=self.ready_order, registration_order=self.registration_order,
+            dtypes=self.dtypes, shapes=self.shapes,
+        )
+
     @property
     def B(self) -> float:
         """Total backward time in seconds."""

@@ -134,8 +134,7 @@ def layer_profile(name: str, device: str, batch: int) -> tuple[Profile, Profile]
 
 def scaled(profile: Profile, s: float) -> Profile:
     """The same tensors with every forward and backward time multiplied by ``s``."""
-    return Profile.from_arrays(profile.sizes, profile.forward * s, profile.backward * s, profile.names,
-                               name=profile.name, dtype_bytes=profile.dtype_bytes)
+    return profile.scaled(s)
 
 
 def make_ps(nodes: int, startup: float, delta: float) -> ParameterServer:

@@ -74,8 +74,7 @@ METHOD_LABEL = {"wfbp": "WFBP", "single": "SyncEASGD (single)", "mgwfbp": "MG-WF
 # ----------------------------------------------------------------------------- helpers
 def scaled(profile: fusionopt.Profile, s: float) -> fusionopt.Profile:
     """The same tensors with every forward and backward time multiplied by ``s``."""
-    return fusionopt.Profile.from_arrays(profile.sizes, profile.forward * s, profile.backward * s,
-                                         profile.names, name=profile.name)
+    return profile.scaled(s)
 
 
 def gradssa_setup(time_limit: float) -> tuple[dict | None, str]:

@@ -126,9 +126,7 @@ def best_baseline(res: dict[str, Outcome]) -> str:
 
 def tail(profile: Profile, n: int) -> Profile:
     """The last ``n`` tensors in forward order (the first ``n`` gradients of the backward)."""
-    keep = slice(profile.n - n, profile.n)
-    return Profile.from_arrays(profile.sizes[keep], profile.forward[keep], profile.backward[keep],
-                               profile.names[keep], name=f"{profile.name}, last {n} tensors")
+    return profile.tail(n, name=f"{profile.name}, last {n} tensors")
 
 
 def fmt_ms(t: float) -> str:

@@ -103,8 +103,7 @@ SWEEP_KEYS = ("wfbp", "bs", "bs-advised", "bs-tuned", "bs-unfused", "usbyte", "d
 # ----------------------------------------------------------------------------- helpers
 def scaled(profile: Profile, s: float) -> Profile:
     """The same tensors with every forward and backward time multiplied by ``s``."""
-    return Profile.from_arrays(profile.sizes, profile.forward * s, profile.backward * s, profile.names,
-                               name=profile.name, dtype_bytes=profile.dtype_bytes)
+    return profile.scaled(s)
 
 
 @dataclass

@@ -204,3 +204,20 @@ def test_any_valid_plan_runs_correctly_and_in_order(instance, ranks, sync):
             assert start[k] >= end[k - 1]
     assert m.iteration_times[0] >= profile.B + profile.F
     assert not math.isnan(m.relative_error)
+
+
+def test_release_times_hold_messages_and_gradients_follow_the_ready_order():
+    # Tensors 1 and 2 tie (tensor 1 has no backward time of its own) and the ready order
+    # puts 1 first; a message released at 20 ms starts no earlier, on the run's clock.
+    profile = Profile.from_arrays(SIZES, [1e-3] * 3, [3e-3, 0.0, 2e-3], ready_order=[1, 2, 0])
+    problem = Problem(profile, AlphaBeta(1e-4, 1e-9))
+    plan = Plan.from_groups(profile, [[1], [2], [0]], release=[0.0, 20e-3, 0.0])
+    m = run(problem, plan, ranks=2, iterations=2, warmup=0, time_scale=1.0)
+    assert m.correct
+    for step in range(2):
+        start = m.message_start[step]
+        assert start[0] >= profile.ready_times[1] - 1e-3
+        assert start[1] >= 20e-3                                    # held until its release
+        assert start[2] >= m.message_end[step][1]
+    assert m.predicted_time == simulate(problem, plan).iteration_time
+    assert Layout(profile, plan).messages[1].need == 2 and Layout(profile, plan).messages[1].release == 20e-3

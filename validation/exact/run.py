@@ -254,10 +254,7 @@ def zoo_suite(time_limit: float, quick: bool) -> list[str]:
 def prefix_problem(n: int) -> Problem:
     # The last n tensors of BERT-base in forward order: the first n in backward order.
     profile = zoo.profile("bert-base", device="h100", batch=64)
-    keep = slice(profile.n - n, profile.n)
-    sub = Profile.from_arrays(profile.sizes[keep], profile.forward[keep], profile.backward[keep],
-                              profile.names[keep])
-    return Problem(sub, network("10gbe", 64))
+    return Problem(profile.tail(n, name=""), network("10gbe", 64))
 
 
 def largest_n(method: str, time_limit: float, ceiling: int, **extensions) -> tuple[int, list[str]]:

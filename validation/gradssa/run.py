@@ -83,8 +83,7 @@ def plain_suite(quick: bool, seed: int) -> list[str]:
 
 
 def tail(profile: Profile, n: int) -> Profile:
-    keep = slice(profile.n - n, profile.n)
-    return Profile.from_arrays(profile.sizes[keep], profile.forward[keep], profile.backward[keep], profile.names[keep])
+    return profile.tail(n, name="")
 
 
 def extension_suite(quick: bool, seed: int, time_limit: float) -> list[str]:
