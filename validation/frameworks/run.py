@@ -8,7 +8,9 @@ on the CPU, records with a comm hook which parameters each bucket holds in the t
 zoo's profile of the model: for ``bucket_cap_mb`` unset, 1, 5, 25 and 100 MiB, with
 ``find_unused_parameters=True``, and for the ``bucket_cap_mb_list`` and single cap that
 ``advise`` prints for the DP's plan (``--network``, ``--workers``). Layouts depend on sizes,
-orders and dtypes only, so the inputs are tiny. Writes ``validation/results/frameworks.{json,md}``.
+orders and dtypes only, so the inputs are tiny. A second table, from the model alone, gives
+what ``advise`` prints for every zoo model on four networks and the T of each setting.
+Writes ``validation/results/frameworks.{json,md}``.
 
     python validation/frameworks/run.py                       # every model torch can build here
     python validation/frameworks/run.py --models lstm-lm      # one
@@ -37,6 +39,30 @@ from fusionopt.solvers import solve  # noqa: E402
 from fusionopt.solvers.advise import ddp_settings  # noqa: E402
 from fusionopt.solvers.ddp import ddp_buckets  # noqa: E402
 from models import HUGGINGFACE, builder, loss_of  # noqa: E402
+
+ADVICE_NETWORKS = ("10gbe", "25gbe", "100gb-ib", "nvlink-h100")
+
+
+def advice_rows(workers: int) -> list[dict[str, Any]]:
+    """What ``advise`` prints for the DP's plan on every zoo model and network (the model
+    alone, no torch): whether the list reproduces the plan, and each setting's T."""
+    from fusionopt.solvers.advise import horovod_settings
+
+    rows = []
+    for name in zoo.models():
+        profile = zoo.profile(name)
+        for net in ADVICE_NETWORKS:
+            problem = Problem(profile, network(net, workers))
+            plan = solve(problem, "dp").plan
+            s = ddp_settings(problem, plan)
+            h = horovod_settings(problem, plan)
+            rows.append({"model": name, "network": net, "plan": s.plan_iteration_time,
+                         "list": s.list_iteration_time, "list_caps": None if s.bucket_cap_mb_list is None
+                         else list(s.bucket_cap_mb_list), "cap": s.bucket_cap_mb, "cap_time": s.cap_iteration_time,
+                         "unset": s.default_iteration_time, "find_unused": s.find_unused_iteration_time,
+                         "horovod": h.iteration_time, "horovod_defaults": h.default_iteration_time})
+    return rows
+
 
 SETTINGS = [("unset", {}), ("1 MiB", {"bucket_cap_mb": 1}), ("5 MiB", {"bucket_cap_mb": 5}),
             ("25 MiB", {"bucket_cap_mb": 25}), ("100 MiB", {"bucket_cap_mb": 100}),
@@ -82,6 +108,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--output-dir", default=str(ROOT / "validation" / "results"))
     args = parser.parse_args(argv)
 
+    advice = advice_rows(args.workers)
     torch = require_torch()
     import torch.distributed as dist
 
@@ -123,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
         "libraries": {m: _version(m) for m in ("torch", "torchvision", "transformers")},
         "python": platform.python_version(), "network": args.network, "workers": args.workers,
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "results": rows, "skipped": skipped,
+        "results": rows, "skipped": skipped, "advice": advice,
     }
     write_result(args.output_dir, "frameworks", document, markdown(document))
     return 0 if all(r["identical"] for r in rows) else 1
@@ -157,6 +184,21 @@ def markdown(document: dict) -> str:
     if document["skipped"]:
         lines += ["", f"Not built here (torchvision or transformers missing or unusable): "
                       f"{', '.join(document['skipped'])}."]
+    advice = document["advice"]
+    exact = sum(r["list"] is not None and r["list"] == r["plan"] for r in advice)
+    lines += ["", f"## What `advise` prints for the DP's plan ({document['workers']} workers)", "",
+              f"On {len(advice)} cases (every zoo model x {', '.join(ADVICE_NETWORKS)}; zoo roofline estimates on "
+              f"H100, batch 64), the printed `bucket_cap_mb_list` makes the ddp model (checked above against "
+              f"torch) build the DP's plan exactly in **{exact} of {len(advice)}**. T in ms:", "",
+              "| model | network | DP plan | `bucket_cap_mb_list` | best single cap | T (cap) | unset | "
+              "find_unused (list) | Horovod advised (NCCL) | Horovod defaults (NCCL) |",
+              "|---|---|---:|---:|---|---:|---:|---:|---:|---:|"]
+    for r in advice:
+        cap = "unset" if r["cap"] is None else f"{r['cap']:g} MiB"
+        listed = "-" if r["list"] is None else f"{1e3 * r['list']:.2f}"
+        lines.append(f"| {r['model']} | {r['network']} | {1e3 * r['plan']:.2f} | {listed} | {cap} | "
+                     f"{1e3 * r['cap_time']:.2f} | {1e3 * r['unset']:.2f} | {1e3 * r['find_unused']:.2f} | "
+                     f"{1e3 * r['horovod']:.2f} | {1e3 * r['horovod_defaults']:.2f} |")
     return "\n".join(lines) + "\n"
 
 
