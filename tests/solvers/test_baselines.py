@@ -199,3 +199,19 @@ def test_layerwise_schedulers_join_the_default_comparison_only_under_layerwise_s
     # forward (1 ms) follows: 54 ms.
     assert rows["p3"].iteration_time == pytest.approx(0.054, rel=1e-12)
     assert rows["p3"].messages == 45
+
+
+def test_horovod_gpu_padding_and_threshold_rounding():
+    # Ten 100-byte gradients ready together. The current code pads each to 112 bytes on
+    # GPUs: four fit a 512-byte threshold (448), a fifth would not (560); on the CPU five do.
+    profile = Profile.from_arrays([100] * 10, [0.0] * 10, [0.0] * 9 + [MS])
+    problem = Problem(profile, AlphaBeta(MS, 1e-9))
+    gpu = solve(problem, "horovod", fusion_threshold_bytes=512)
+    cpu = solve(problem, "horovod", fusion_threshold_bytes=512, backend="gloo")
+    assert [len(g) for g in gpu.plan.groups()] == [4, 4, 2]
+    assert [len(g) for g in cpu.plan.groups()] == [5, 5]
+    # 500 bytes round up to 512 (8 x 64 x local_size 1); legacy v0.16 neither rounds nor pads.
+    assert solve(problem, "horovod", fusion_threshold_bytes=500).stats["fusion_threshold_bytes"] == 512
+    legacy = solve(problem, "horovod", fusion_threshold_bytes=500, defaults="legacy")
+    assert [len(g) for g in legacy.plan.groups()] == [5, 5]
+    assert solve(problem, "horovod", fusion_threshold_bytes=500, local_size=2).stats["fusion_threshold_bytes"] == 1024
