@@ -182,6 +182,8 @@ def _message_bars(plan: Plan, start: np.ndarray, end: np.ndarray, sizes: np.ndar
         lane = next((j for j, f in enumerate(free) if f <= s), int(np.argmin(free)))
         free[lane] = e
         text, short, fused = _tensor_text(message, sizes)
+        if message.release > 0.0:            # the framework posted it then (Horovod's tick)
+            text += f", posted at {1e3 * message.release:.4g} ms"
         bars.append(Bar(rows[lane], s, e, kind, label=f"m{k}: {text}", short=short, index=k,
                         tensor=min(message.tensors), fused=fused))
     return bars

@@ -513,3 +513,13 @@ def test_cli_plot_sweep_reads_results(plt, capsys, tmp_path):
     assert err.strip() == "fusionopt: error: no sweep record has model 'vgg16': the records hold 'alexnet'"
     status, _, err = run(capsys, "plot", "sweep", tmp_path / "missing.jsonl", "--output", png)
     assert status == 2 and len(err.strip().splitlines()) == 1
+
+
+def test_message_labels_say_when_the_framework_posted_them():
+    from fusionopt.viz import timeline_bars
+
+    profile = Profile.from_arrays([4e6, 1e6, 2e6], [1e-3] * 3, [3e-3, 2e-3, 1e-3])
+    problem = Problem(profile, AlphaBeta(3e-3, 1e-9))
+    result = solve(problem, "horovod", cycle_time=3e-3)      # ticks at 3 and 6 ms
+    labels = [b.label for b in timeline_bars(result, problem) if b.kind == "message"]
+    assert labels == ["m0: t1-t2, posted at 3 ms", "m1: t0, posted at 6 ms"]
