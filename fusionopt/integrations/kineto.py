@@ -6,17 +6,25 @@
 
 The mapping (timestamps ``ts`` and durations ``dur`` of ``"ph": "X"`` events, microseconds)
 ---------------------------------------------------------------------------------------
-* **Steps.** Each ``ProfilerStep#k`` event (written when the profiler runs with a
-  ``schedule`` and ``prof.step()`` is called each step) is one training step: the events
-  that start inside it are its events. A trace without them is one step. Every time is the
-  median over the steps (the ready times after the envelope below, tensor by tensor).
+* **Steps.** Each host-side ``ProfilerStep#k`` event (written when the profiler runs with
+  a ``schedule`` and ``prof.step()`` is called each step; the copy a GPU trace keeps on the
+  device's timeline is ignored) is one training step: the events that start inside it are
+  its events. A trace without them is split at its backward passes: every ``n``
+  AccumulateGrad events close a step. A last step with fewer gradients than parameters (cut
+  off by the end of the trace) is skipped with a warning, and named in
+  ``metadata["steps_skipped"]``. Every time is the median over the steps (the ready times
+  after the envelope below, tensor by tensor). Traces may be gzip-compressed
+  (``.json.gz``, as ``tensorboard_trace_handler`` writes them).
 * **Backward.** Each ``torch::autograd::AccumulateGrad`` event (or, in traces without it,
   ``autograd::engine::evaluate_function: torch::autograd::AccumulateGrad``) accumulates the
   gradient of one parameter; it ends when the gradient is ready. The ``k``-th of them in a
   step, in time order, is the ``k``-th parameter in backward ready order: the reverse of
-  the forward order (MODEL.md section 1), unless ``ready_order`` says otherwise. A step must
-  hold one per parameter. When the trace recorded shapes (``record_shapes=True``) each
-  AccumulateGrad's gradient size is checked against its parameter's. A parameter's ready
+  the forward order (MODEL.md section 1), unless ``ready_order`` says otherwise, or, when
+  the trace recorded shapes (``record_shapes=True``), the first of the next few parameters
+  in that order whose size is the gradient's (a convolution's weight arrives before its
+  bias; equal-sized tensors of one layer keep reverse forward order). A step must hold one
+  per parameter, and each AccumulateGrad's recorded gradient size is checked against its
+  parameter's. A parameter's ready
   time is measured from the start of the step's first ``autograd::engine::evaluate_function``
   event; ready times become backward times by the rule of
   :mod:`fusionopt.integrations._attribution` (each tensor gets the gap from the ready event
@@ -43,6 +51,7 @@ from __future__ import annotations
 
 import bisect
 import math
+import warnings
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -146,6 +155,64 @@ def _ready_positions(names: list[str], ready_order: Sequence[str] | None) -> lis
         listed = ", ".join(map(repr, missing)) or "none"
         raise ValueError(f"ready_order must name each parameter once; missing: {listed}")
     return [index[nm] for nm in order]
+
+
+# How far ahead of reverse forward order a gradient may arrive within its layer (an LSTM
+# layer's four tensors), when the trace's shapes say which parameter it is.
+MATCH_WINDOW = 4
+
+
+def _gradient_bytes(event: _Event) -> int | None:
+    """Bytes of the gradient an AccumulateGrad event holds, when the trace recorded shapes."""
+    dims, types = event.args.get("Input Dims"), event.args.get("Input type")
+    if isinstance(dims, list) and dims and isinstance(dims[0], list) and isinstance(types, list) and types:
+        elem = ELEMENT_BYTES.get(types[0])
+        if elem is not None:
+            return math.prod(int(d) for d in dims[0]) * elem
+    return None
+
+
+def _match_sizes(recorded: list[int | None], positions: list[int], sizes: list[int]) -> list[int]:
+    """The parameter of each AccumulateGrad (time order): the first of the next
+    ``MATCH_WINDOW`` parameters in reverse forward order whose size is the recorded
+    gradient's (a convolution's weight arrives before its bias); the next one where the size
+    is unknown or matches none (then the size check names the fault). Tensors of equal size
+    within a layer (a norm's weight and bias) cannot be told apart: they keep reverse forward
+    order unless ``ready_order`` is given.
+
+    >>> _match_sizes([864, 32, None], [2, 1, 0], [32, 864, 64])
+    [1, 0, 2]
+    """
+    remaining = list(positions)
+    matched = []
+    for nbytes in recorded:
+        pick = 0
+        if nbytes is not None:
+            pick = next((j for j, i in enumerate(remaining[:MATCH_WINDOW]) if sizes[i] == nbytes), 0)
+        matched.append(remaining.pop(pick))
+    return matched
+
+
+def _backward_windows(events: list[_Event], acc_name: str, n: int, source: str) -> list[tuple[str, float, float]]:
+    """Training steps of a trace without ProfilerStep annotations, found from the backward:
+    every ``n`` AccumulateGrad events in time order close one step, which began where the
+    previous one closed (the first at the start of the trace). A trailing group of fewer
+    than ``n`` (a step cut off by the end of the trace) is skipped with a warning."""
+    acc = sorted((e for e in events if e.name == acc_name), key=lambda e: e.end)
+    start = events[0].ts
+    trace_end = max(e.end for e in events)
+    if len(acc) <= n:
+        return [("the whole trace", start, trace_end)]
+    windows = []
+    for g in range(len(acc) // n):
+        end = acc[(g + 1) * n - 1].end
+        windows.append((f"iteration {g + 1} (found from its backward)", start, end + 1e-3))
+        start = end + 1e-3
+    left = len(acc) % n
+    if left:
+        warnings.warn(f"{source}: the last {left} AccumulateGrad events do not make a whole backward "
+                      f"of {n} parameters: a truncated step, skipped", stacklevel=3)
+    return windows
 
 
 def _load(trace: Any) -> tuple[str, list[_Event], Mapping[str, Any]]:
@@ -320,7 +387,9 @@ def profile_from_trace(
         raise ValueError(f"unknown timeline {timeline!r}: choose one of {', '.join(map(repr, TIMELINES))}")
     names, sizes, carried = _parameter_list(parameters)
     n = len(names)
-    positions = _ready_positions(names, ready_order if ready_order is not None else carried)
+    given = ready_order if ready_order is not None else carried
+    positions = _ready_positions(names, given)
+    first_positions: list[int] | None = None
     source, events, header = _load(trace)
 
     acc_name = ACCUMULATE_GRAD
@@ -336,53 +405,59 @@ def profile_from_trace(
         raise ValueError(f"{source}: timeline='gpu' but the trace holds no GPU work linked to its launch")
     use_gpu = bool(gpu) and timeline != "cpu"
 
-    step_events = [e for e in events if e.name.startswith(STEP_PREFIX)]
+    # The host's ProfilerStep annotations (a GPU trace repeats them on the device's timeline).
+    step_events = [e for e in events if e.name.startswith(STEP_PREFIX) and not e.cat.startswith("gpu")]
     if step_events:
         windows = [(e.name, e.ts, e.end) for e in step_events]
     else:
-        windows = [("the whole trace", events[0].ts, max(e.end for e in events))]
+        windows = _backward_windows(events, acc_name, n, source)
     starts = [e.ts for e in events]
 
     ready_rows, forward_rows = [], []
     unmatched: set[str] = set()
     units_kind = None
-    for label, w_start, w_end in windows:
+    skipped: list[str] = []
+    for number, (label, w_start, w_end) in enumerate(windows):
         lo = bisect.bisect_left(starts, w_start)
         hi = bisect.bisect_left(starts, w_end)
         inside = [e for e in events[lo:hi] if not e.name.startswith(STEP_PREFIX)]
         acc = sorted((e for e in inside if e.name == acc_name), key=lambda e: e.end)
         if len(acc) != n:
-            raise ValueError(
-                f"{source}: {label}: {len(acc)} AccumulateGrad events but {n} parameters given "
-                "(one per trainable parameter and step: check the parameter list, and that each "
-                "ProfilerStep holds one backward)"
-            )
+            message = (f"{source}: {label}: {len(acc)} AccumulateGrad events but {n} parameters given "
+                       "(one per trainable parameter and step: check the parameter list, and that each "
+                       "ProfilerStep holds one backward)")
+            if len(acc) < n and number == len(windows) - 1 and ready_rows:
+                warnings.warn(f"{source}: {label} holds {len(acc)} of {n} gradients: a truncated last step, "
+                              "skipped", stacklevel=2)
+                skipped.append(label)
+                continue
+            raise ValueError(message)
         evaluations = [e for e in inside if e.name.startswith(EVALUATE_FUNCTION)]
         backward_start = min(e.ts for e in evaluations + acc)
 
-        for k, e in enumerate(acc):
-            dims, types = e.args.get("Input Dims"), e.args.get("Input type")
-            if isinstance(dims, list) and dims and isinstance(dims[0], list) and isinstance(types, list) and types:
-                elem = ELEMENT_BYTES.get(types[0])
-                if elem is not None:
-                    nbytes = math.prod(int(d) for d in dims[0]) * elem
-                    i = positions[k]
-                    if nbytes != sizes[i]:
-                        raise ValueError(
-                            f"{source}: {label}: AccumulateGrad {k} (ready order) holds a gradient of "
-                            f"{nbytes} bytes (shape {dims[0]}, {types[0]}) but maps to parameter {names[i]!r} "
-                            f"of {sizes[i]} bytes: give the parameters in forward order, or ready_order"
-                        )
+        recorded = [_gradient_bytes(e) for e in acc]
+        step_positions = positions if given is not None else _match_sizes(recorded, positions, sizes)
+        if first_positions is None:
+            first_positions = step_positions
+        for k, (e, nbytes) in enumerate(zip(acc, recorded)):
+            i = step_positions[k]
+            if nbytes is not None and nbytes != sizes[i]:
+                dims, types = e.args["Input Dims"], e.args["Input type"]
+                raise ValueError(
+                    f"{source}: {label}: AccumulateGrad {k} (ready order) holds a gradient of "
+                    f"{nbytes} bytes (shape {dims[0]}, {types[0]}) but maps to parameter {names[i]!r} "
+                    f"of {sizes[i]} bytes: give the parameters in forward order, or ready_order"
+                )
 
         ready = np.zeros(n)
         gpu_start = gpu.first_start(backward_start, w_end) if use_gpu else None
         if gpu_start is not None:
             for k, e in enumerate(acc):
                 done = gpu.finished(e.end)
-                ready[positions[k]] = max((done if done is not None else gpu_start) - gpu_start, 0.0) / 1e6
+                ready[step_positions[k]] = max((done if done is not None else gpu_start) - gpu_start, 0.0) / 1e6
         else:
             for k, e in enumerate(acc):
-                ready[positions[k]] = (e.end - backward_start) / 1e6
+                ready[step_positions[k]] = (e.end - backward_start) / 1e6
         ready_rows.append(ready)
 
         # Forward: AccumulateGrad -> the node before it -> its forward operator -> its unit.
@@ -404,7 +479,7 @@ def profile_from_trace(
 
         unit_of: dict[int, _Event] = {}
         for k, e in enumerate(acc):
-            i = positions[k]
+            i = step_positions[k]
             ends = producer_ends.get(e.tid, [])
             j = bisect.bisect_right(ends, e.ts + 1e-3) - 1
             use = first_with_seq.get(producers[e.tid][j].seq) if j >= 0 else None
@@ -436,10 +511,11 @@ def profile_from_trace(
     metadata: dict[str, Any] = {
         "source": "fusionopt.integrations.kineto.profile_from_trace",
         "trace": Path(source).name if isinstance(trace, (str, Path)) else "dict",
-        "steps": len(windows),
+        "steps": len(windows) - len(skipped),
+        "steps_skipped": skipped,
         "timeline": "gpu" if use_gpu else "cpu",
         "forward_units": units_kind,
-        "ready_order": [names[i] for i in positions],
+        "ready_order": [names[i] for i in first_positions],
         "forward_unmatched": sorted(unmatched, key=names.index),
     }
     properties = header.get("deviceProperties")
@@ -451,6 +527,6 @@ def profile_from_trace(
     except ValueError as exc:
         raise ValueError(f"{source}: {exc}") from None
     # The ready order: the given one where the corrected ready times tie, theirs elsewhere.
-    rank = {i: k for k, i in enumerate(positions)}
+    rank = {i: k for k, i in enumerate(first_positions)}
     ready_times = profile.ready_times
     return profile.with_orders(ready_order=sorted(range(n), key=lambda i: (float(ready_times[i]), rank[i])))

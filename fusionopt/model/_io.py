@@ -3,21 +3,32 @@
 from __future__ import annotations
 
 import csv
+import gzip
 import io
 import json
 import os
 import tempfile
+import zlib
 from pathlib import Path
 from typing import Any
 
 
 def read_json_document(path: str | Path) -> Any:
-    """Parse the JSON file at ``path``; raise ``ValueError`` naming the file and the fault."""
+    """Parse the JSON file at ``path``, gzip-compressed or not (``.json.gz``, as torch's
+    ``tensorboard_trace_handler`` writes traces); raise ``ValueError`` naming the file and
+    the fault."""
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        data = path.read_bytes()
     except FileNotFoundError:
         raise FileNotFoundError(f"{path}: no such file") from None
+    if data[:2] == b"\x1f\x8b":
+        try:
+            data = gzip.decompress(data)
+        except (OSError, EOFError, zlib.error) as exc:
+            raise ValueError(f"{path}: a gzip file that does not decompress ({exc}): truncated or damaged") from None
+    try:
+        text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise ValueError(f"{path}: not UTF-8 text (byte {exc.start}): expected JSON") from None
     try:

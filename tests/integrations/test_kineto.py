@@ -219,8 +219,6 @@ def test_file_round_trip(tmp_path):
     (two_step_trace(), PARAMS, {"ready_order": ["fc2.weight", "fc2.bias", "fc1.bias", "fc1.weight"]},
      r"AccumulateGrad 0 \(ready order\) holds a gradient of 40 bytes \(shape \[10\], float\) "
      r"but maps to parameter 'fc2.weight' of 640 bytes"),
-    (two_step_trace(), [PARAMS[1], PARAMS[0], *PARAMS[2:]], {},
-     "AccumulateGrad 2 .* maps to parameter 'fc1.weight' of 4096 bytes"),
     (two_step_trace(), PARAMS, {"ready_order": ["fc2.bias", "nope"]}, "ready_order names unknown parameters: 'nope'"),
     (two_step_trace(), PARAMS, {"ready_order": ["fc2.bias"]}, "ready_order must name each parameter once"),
     (two_step_trace(), PARAMS, {"timeline": "gpu"}, "timeline='gpu' but the trace holds no GPU work"),
@@ -291,3 +289,95 @@ def test_a_real_torch_profiler_trace(tmp_path, with_stack):
     # Read against a wrong order, the recorded shapes give the mapping away.
     with pytest.raises(ValueError, match="trace.json: ProfilerStep#.*maps to parameter"):
         profile_from_trace(path, [(nm, int(s)) for nm, s in zip(p.names, p.sizes[::-1])])
+
+
+def strip_steps(trace):
+    return {**trace, "traceEvents": [e for e in trace["traceEvents"] if not e.get("name", "").startswith("ProfilerStep")]}
+
+
+def test_steps_are_found_from_the_backward_without_profiler_steps():
+    # Every 4 AccumulateGrad events close a step: the same two steps, the same times.
+    with_steps = profile_from_trace(two_step_trace(), PARAMS)
+    found = profile_from_trace(strip_steps(two_step_trace()), PARAMS)
+    check_times(found, [0, 110, 0, 60], [10, 65, 10, 55])
+    assert found.metadata["steps"] == 2
+    assert found.forward.tolist() == with_steps.forward.tolist()
+    assert found.backward.tolist() == with_steps.backward.tolist()
+
+
+def test_a_truncated_last_step_is_skipped_with_a_warning():
+    trace = two_step_trace()
+    partial = [e for e in cpu_step(2000, 100, 50, [350, 360, 420, 430], step=3)
+               if not (e["name"].endswith("AccumulateGrad") and e["ts"] > 2000 + 400)]
+    trace["traceEvents"] += partial                           # step 3 ends after fc2's gradients
+    with pytest.warns(UserWarning, match=r"ProfilerStep#3 holds 2 of 4 gradients: a truncated last step"):
+        p = profile_from_trace(trace, PARAMS)
+    check_times(p, [0, 110, 0, 60], [10, 65, 10, 55])
+    assert p.metadata["steps"] == 2 and p.metadata["steps_skipped"] == ["ProfilerStep#3"]
+    # Without ProfilerSteps the cut-off backward is found the same way.
+    with pytest.warns(UserWarning, match="the last 2 AccumulateGrad events do not make a whole backward"):
+        q = profile_from_trace(strip_steps(trace), PARAMS)
+    check_times(q, [0, 110, 0, 60], [10, 65, 10, 55])
+    # A step in the middle that misses gradients is an error, not skipped.
+    middle = two_step_trace()
+    middle["traceEvents"] = [e for e in middle["traceEvents"]
+                             if not (e.get("name") == "torch::autograd::AccumulateGrad" and 400 < e["ts"] < 500)]
+    with pytest.raises(ValueError, match="ProfilerStep#1: 2 AccumulateGrad events but 4 parameters"):
+        profile_from_trace(middle, PARAMS)
+
+
+def test_gpu_side_profiler_steps_are_not_steps():
+    trace = two_step_trace()
+    trace["traceEvents"] += [op("ProfilerStep#1", 5, 900, cat="gpu_user_annotation", tid=7),
+                             op("ProfilerStep#2", 1005, 900, cat="gpu_user_annotation", tid=7)]
+    p = profile_from_trace(trace, PARAMS)
+    assert p.metadata["steps"] == 2
+    check_times(p, [0, 110, 0, 60], [10, 65, 10, 55])
+
+
+def test_gzip_traces(tmp_path):
+    import gzip
+
+    path = tmp_path / "rank0.pt.trace.json.gz"
+    path.write_bytes(gzip.compress(json.dumps(two_step_trace()).encode()))
+    from_file = profile_from_trace(path, PARAMS)
+    check_times(from_file, [0, 110, 0, 60], [10, 65, 10, 55])
+    assert from_file.metadata["trace"] == "rank0.pt.trace.json.gz"
+    (tmp_path / "cut.json.gz").write_bytes(path.read_bytes()[:200])
+    with pytest.raises(ValueError, match="cut.json.gz: a gzip file that does not decompress"):
+        profile_from_trace(tmp_path / "cut.json.gz", PARAMS)
+
+
+@pytest.mark.filterwarnings("ignore:Warning. Profiler clears events")
+def test_a_real_gzip_trace_without_a_schedule_is_split_at_its_backwards(tmp_path):
+    # Three steps under torch.profiler without a schedule (no ProfilerStep annotations),
+    # written gzip-compressed by tensorboard_trace_handler, as published traces often are.
+    torch = pytest.importorskip("torch")
+    from torch.profiler import ProfilerActivity, profile, tensorboard_trace_handler
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.BatchNorm2d(8), torch.nn.ReLU(),
+                                torch.nn.Flatten(), torch.nn.Linear(8 * 6 * 6, 10))
+    x = torch.randn(4, 3, 8, 8)
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True,
+                 on_trace_ready=tensorboard_trace_handler(str(tmp_path), use_gzip=True)):
+        for _ in range(3):
+            model.zero_grad(set_to_none=True)
+            model(x).sum().backward()
+    [path] = list(tmp_path.glob("*.json.gz"))
+    p = profile_from_trace(path, model)
+    assert p.metadata["steps"] == 3 and p.metadata["steps_skipped"] == []
+    assert p.names == tuple(nm for nm, _ in model.named_parameters())
+    assert p.B > 0 and p.F > 0
+    # The hooks' order where ready times tie: the convolution's and batch norm's weights
+    # before their biases (autograd's order on torch 2.13).
+    assert p.metadata["ready_order"][-2:] == ["0.weight", "0.bias"]
+
+
+def test_recorded_shapes_say_which_parameter_each_gradient_is():
+    # The list puts fc1's bias before its weight; the recorded sizes still map each gradient
+    # to its parameter (the last two gradients are fc1.bias, then fc1.weight).
+    p = profile_from_trace(two_step_trace(), [PARAMS[1], PARAMS[0], *PARAMS[2:]])
+    assert p.metadata["ready_order"] == ["fc2.bias", "fc2.weight", "fc1.bias", "fc1.weight"]
+    assert p.ready_times[1] >= p.ready_times[0]          # fc1.weight (index 1 here) ready last
+
