@@ -6,10 +6,11 @@ Bad arguments and bad input files exit with status 2 and a one-line message.
 from __future__ import annotations
 
 import argparse
+import csv
 import json
 import sys
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 from fusionopt import zoo
 from fusionopt.cost import cost_from_dict, network, networks, ALGORITHMS
@@ -329,8 +330,44 @@ def _profile_from_trace(args: argparse.Namespace) -> Profile:
     if args.parameters is None:
         raise UsageError("--trace needs --parameters PARAMS.json|PARAMS.csv (the tensors' names and bytes, "
                          "in forward order)")
-    parameters = _read_profile(args.parameters)
-    return profile_from_trace(args.trace, parameters, timeline=args.timeline, name=Path(args.trace).stem)
+    parameters = _read_parameters(args.parameters)
+    stem = Path(args.trace).name.split(".")[0]
+    return profile_from_trace(args.trace, parameters, timeline=args.timeline, name=stem)
+
+
+def _read_parameters(path: str) -> Profile | list[tuple[str, int]]:
+    """``--parameters``: a profile file, or just the parameters' names and bytes in forward
+    order: a CSV with ``name`` and ``size_bytes`` columns, or a JSON list of ``[name, bytes]``
+    pairs or object of ``name: bytes``."""
+    if path.lower().endswith(".csv"):
+        try:
+            with open(path, newline="", encoding="utf-8") as handle:
+                rows = list(csv.reader(handle))
+        except FileNotFoundError:
+            raise UsageError(f"{path}: no such file") from None
+        header = [h.strip() for h in rows[0]] if rows else []
+        if "forward_s" in header or "backward_s" in header:
+            return Profile.read_csv(path, name=Path(path).stem)
+        if "name" not in header or "size_bytes" not in header:
+            raise UsageError(f"{path}: a parameter list needs 'name' and 'size_bytes' columns, "
+                             f"got {', '.join(header) or 'no header'}")
+        at, pairs = (header.index("name"), header.index("size_bytes")), []
+        for line, row in enumerate(rows[1:], start=2):
+            if not any(cell.strip() for cell in row):
+                continue
+            try:
+                pairs.append((row[at[0]].strip(), int(row[at[1]])))
+            except (IndexError, ValueError):
+                raise UsageError(f"{path}: line {line}: size_bytes must be a whole number of bytes") from None
+        return pairs
+    document = read_json_document(path)
+    if isinstance(document, Mapping) and "tensors" in document:
+        return Profile.read(path)
+    if isinstance(document, Mapping):
+        return dict(document)
+    if isinstance(document, list):
+        return [tuple(item) if isinstance(item, list) else item for item in document]
+    raise UsageError(f"{path}: expected a profile, a list of [name, bytes] pairs or an object of name: bytes")
 
 
 def _profile_from_torch(args: argparse.Namespace) -> Profile:
@@ -666,7 +703,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", default="h100", help=f"device for --model: {', '.join(zoo.devices())}")
     p.add_argument("--batch", type=int, default=64, help="per-worker batch for --model (default 64)")
     p.add_argument("--parameters", metavar="PARAMS.json|PARAMS.csv",
-                   help="for --trace: a profile file whose names and sizes list the parameters in forward order")
+                   help="for --trace: the parameters' names and bytes in forward order: a CSV with name and "
+                        "size_bytes columns, a JSON list of [name, bytes] or object of name: bytes, or a profile")
     p.add_argument("--timeline", default="auto", choices=("auto", "cpu", "gpu"),
                    help="for --trace: which clock times the steps (default auto: GPU kernels if present)")
     p.add_argument("--input-shape", metavar="D0,D1,...", help="for --torch: shape of a random float input")

@@ -130,3 +130,27 @@ def test_profile_from_a_real_trace_equals_the_library_reader(tmp_path, capsys):
     assert measured.forward.tolist() == direct.forward.tolist()
     assert measured.backward.tolist() == direct.backward.tolist()
     assert Path(out_path).exists() and measured.B > 0
+
+
+def test_trace_with_a_names_and_bytes_parameter_list(capsys, tmp_path):
+    # What --parameters' help describes: names and bytes alone, as CSV or JSON; the trace
+    # gzip-compressed, as tensorboard_trace_handler writes it.
+    import gzip
+
+    from kineto_traces import PARAMS, two_step_trace
+    trace = tmp_path / "rank0.pt.trace.json.gz"
+    trace.write_bytes(gzip.compress(json.dumps(two_step_trace()).encode()))
+    (tmp_path / "params.csv").write_text("name,size_bytes\n" + "".join(f"{n},{s}\n" for n, s in PARAMS))
+    (tmp_path / "params.json").write_text(json.dumps(PARAMS))
+    outputs = []
+    for params in ("params.csv", "params.json"):
+        out = tmp_path / f"from-{params}.json"
+        status, _, err = run(capsys, "profile", "--trace", str(trace), "--parameters", str(tmp_path / params),
+                             "--output", str(out))
+        assert status == 0, err
+        outputs.append(Profile.read(out))
+    assert outputs[0] == outputs[1] and outputs[0].name == "rank0"
+    assert outputs[0].names == tuple(n for n, _ in PARAMS) and outputs[0].metadata["steps"] == 2
+    (tmp_path / "bad.csv").write_text("name,bytes\nfc1.weight,4096\n")
+    status, _, err = run(capsys, "profile", "--trace", str(trace), "--parameters", str(tmp_path / "bad.csv"))
+    assert status != 0 and "bad.csv: a parameter list needs 'name' and 'size_bytes' columns, got name, bytes" in err
