@@ -31,7 +31,9 @@ The mapping (timestamps ``ts`` and durations ``dur`` of ``"ph": "X"`` events, mi
   before it; out-of-order ready times are enveloped, never moved earlier).
 * **Forward.** The autograd node that ran just before a parameter's AccumulateGrad, on the
   same thread, made its gradient; that node's ``Sequence number`` is also carried by the
-  forward operator that created it, which used the parameter. The *unit* of that operator
+  forward operator that created it, which used the parameter (of the operators stamped with
+  that number, the longest: batch norm's ``num_batches_tracked.add_`` carries its number
+  too). The *unit* of that operator
   is the innermost ``nn.Module: ...`` event holding it (traces taken with
   ``with_stack=True``) or else the outermost operator holding it (``aten::linear``, say). A
   unit's duration, less that of the units nested in it, goes to the last of its
@@ -41,7 +43,8 @@ The mapping (timestamps ``ts`` and durations ``dur`` of ``"ph": "X"`` events, mi
 * **GPU.** When the trace holds GPU work (``kernel``, ``gpu_memcpy``, ``gpu_memset`` events
   linked by ``correlation`` to their ``cuda_runtime`` or ``cuda_driver`` launch), the
   GPU's clock is used: a gradient is ready
-  when all GPU work launched up to the end of its AccumulateGrad has finished, the backward
+  when all GPU work launched up to the end of its AccumulateGrad has finished (NCCL
+  kernels left out: a collective is communication, not the gradient's compute), the backward
   starts with the first GPU work launched from it, and a unit lasts from the start of the
   first to the end of the last GPU work launched inside it. ``timeline="cpu"`` forces the
   host's timestamps (launch times, on a GPU).
@@ -249,7 +252,9 @@ def _load(trace: Any) -> tuple[str, list[_Event], Mapping[str, Any]]:
 
 
 class _GpuClock:
-    """GPU work linked to its launch on the host; times in microseconds."""
+    """GPU work linked to its launch on the host; times in microseconds. NCCL kernels (a
+    framework's collectives, launched while the backward runs) are left out: a gradient is
+    ready when the compute launched before it ends, not when a collective before it does."""
 
     def __init__(self, events: list[_Event]) -> None:
         launches: dict[Any, _Event] = {}
@@ -259,7 +264,8 @@ class _GpuClock:
             if corr is None:
                 continue
             if e.cat in DEVICE_CATEGORIES:
-                device.append(e)
+                if "nccl" not in e.name.lower():       # collectives are communication, not compute
+                    device.append(e)
             elif e.cat in LAUNCH_CATEGORIES:
                 launches.setdefault(corr, e)
         linked = sorted(
@@ -469,9 +475,12 @@ def profile_from_trace(
         for tid in producers:
             producers[tid].sort(key=lambda e: e.end)
         forward_ops = [e for e in inside if e.ts < backward_start and e.cat in OPERATOR_CATEGORIES]
+        # The forward operator that made an autograd node: of the operators recorded with the
+        # node's sequence number, the longest (batch norm's, not the num_batches_tracked.add_
+        # before it that the profiler stamps with the same number).
         first_with_seq: dict[int, _Event] = {}
         for e in forward_ops:
-            if e.seq is not None and e.seq not in first_with_seq:
+            if e.seq is not None and (e.seq not in first_with_seq or e.dur > first_with_seq[e.seq].dur):
                 first_with_seq[e.seq] = e
         modules = [e for e in inside if e.ts < backward_start and e.name.startswith(MODULE_PREFIX)]
         units_kind = "nn.Module events" if modules else "outermost operators"

@@ -319,3 +319,28 @@ def test_recorded_shapes_say_which_parameter_each_gradient_is():
     assert p.metadata["ready_order"] == ["fc2.bias", "fc2.weight", "fc1.bias", "fc1.weight"]
     assert p.ready_times[1] >= p.ready_times[0]          # fc1.weight (index 1 here) ready last
 
+
+
+def test_nccl_kernels_do_not_delay_gradient_ready_times():
+    # DDP's all-reduce of fc2's bucket, launched at 358 us from the comm thread and running
+    # on the GPU 610-900 us, must not make fc1's gradients "ready" at 900.
+    trace = gpu_trace()
+    trace["traceEvents"] += [
+        op("cudaLaunchKernel", 358, 2, 3, cat="cuda_runtime", correlation=99),
+        op("ncclDevKernel_AllReduce_Sum_f32_RING_LL", 610, 290, 8, cat="kernel", correlation=99, stream=8),
+    ]
+    check_times(profile_from_trace(trace, PARAMS), [0, 40, 0, 20], [5, 60, 0, 30])
+
+
+def test_batch_norm_forward_time_is_the_batch_norm_operator():
+    # The profiler stamps num_batches_tracked.add_ with batch_norm's sequence number; the
+    # forward time is batch_norm's 40 us, not add_'s 5.
+    events = [
+        op("aten::add_", 0, 5, **seq(1)), op("aten::batch_norm", 10, 40, **seq(1)),
+        op("aten::sum", 60, 5, **seq(2)),
+        op("autograd::engine::evaluate_function: SumBackward0", 100, 5, **seq(2)),
+        op("autograd::engine::evaluate_function: NativeBatchNormBackward0", 106, 20, **seq(1)),
+        op("torch::autograd::AccumulateGrad", 127, 2), op("torch::autograd::AccumulateGrad", 130, 2),
+    ]
+    p = profile_from_trace(events, [("bn.weight", 64), ("bn.bias", 64)])
+    assert (p.forward / US).round(9).tolist() == [0.0, 40.0]
