@@ -233,6 +233,12 @@ _PRESETS: dict[str, _Link] = {
     "100gb-ib": _Link(12.5e9, 2e-6, "100 Gb/s InfiniBand EDR, RDMA: 12.5e9 B/s, nominal 2 us latency"),
     "nvlink-h100": _Link(450e9, 1e-6, "NVLink 4 on H100 (per GPU, per direction): 450e9 B/s, "
                                       "nominal 1 us latency"),
+    "nvlink-a100": _Link(300e9, 1e-6, "NVLink 3 on A100 (per GPU, per direction): 300e9 B/s, "
+                                      "nominal 1 us latency"),
+    "pcie4": _Link(32e9, 5e-6, "PCIe 4.0 x16 (per direction): 32e9 B/s, nominal 5 us latency"),
+    "pcie5": _Link(64e9, 5e-6, "PCIe 5.0 x16 (per direction): 64e9 B/s, nominal 5 us latency"),
+    "200gb-ib": _Link(25e9, 2e-6, "200 Gb/s InfiniBand HDR, RDMA: 25e9 B/s, nominal 2 us latency"),
+    "400gb-ib": _Link(50e9, 2e-6, "400 Gb/s InfiniBand NDR, RDMA: 50e9 B/s, nominal 2 us latency"),
 }
 
 
@@ -272,7 +278,7 @@ def networks() -> dict[str, str]:
     Examples
     --------
     >>> sorted(networks())
-    ['100gb-ib', '10gbe', '25gbe', 'mgwfbp-10gbe', 'mgwfbp-56gbib', 'nvlink-h100', 'usbyte']
+    ['100gb-ib', '10gbe', '200gb-ib', '25gbe', '400gb-ib', 'mgwfbp-10gbe', 'mgwfbp-56gbib', 'nvlink-a100', 'nvlink-h100', 'pcie4', 'pcie5', 'usbyte']
     """
     listing = {name: link.description for name, link in _PRESETS.items()}
     listing.update({name: description for name, (description, _) in _FITTED.items()})
@@ -308,7 +314,13 @@ def network(name: str, workers: int, *, algorithm: str = "ring") -> AlphaBeta:
     * ``"25gbe"``: 25 Gb/s = 3.125e9 B/s, IEEE 802.3 line rate;
     * ``"100gb-ib"``: 100 Gb/s = 12.5e9 B/s, InfiniBand EDR 4x data rate;
     * ``"nvlink-h100"``: 450e9 B/s per GPU per direction, half of the 900 GB/s bidirectional
-      NVLink 4 bandwidth in the NVIDIA H100 datasheet.
+      NVLink 4 bandwidth in the NVIDIA H100 datasheet;
+    * ``"nvlink-a100"``: 300e9 B/s per GPU per direction, half of the 600 GB/s bidirectional
+      NVLink 3 bandwidth in the NVIDIA A100 datasheet;
+    * ``"pcie4"``, ``"pcie5"``: 32e9 and 64e9 B/s per direction, the x16 link rates of the
+      PCI-SIG PCIe 4.0 (16 GT/s) and 5.0 (32 GT/s) specifications, before protocol overhead;
+    * ``"200gb-ib"``, ``"400gb-ib"``: 200 and 400 Gb/s = 25e9 and 50e9 B/s, InfiniBand HDR
+      and NDR 4x data rates (InfiniBand Trade Association roadmap).
 
     ``"mgwfbp-10gbe"`` and ``"mgwfbp-56gbib"`` are the all-reduce constants fitted in the
     MG-WFBP reference code for ``P`` = 2, 4, 8 and 16 (other ``P`` and other algorithms are
@@ -317,7 +329,8 @@ def network(name: str, workers: int, *, algorithm: str = "ring") -> AlphaBeta:
     the preset's ``beta`` is ``b / 4`` seconds per byte (FP32 gradients, 4 bytes per parameter).
 
     The link latencies are **nominal, not fitted**: 25 us for TCP over Ethernet, 2 us for
-    InfiniBand, 1 us for NVLink, chosen as typical orders of magnitude. Real per-message
+    InfiniBand, 1 us for NVLink, 5 us for PCIe (through host memory), chosen as typical
+    orders of magnitude. Real per-message
     costs depend on the library, protocol, message size and topology (NCCL's own model uses
     base latencies of a few to tens of microseconds per algorithm and protocol), and line
     rates are upper bounds on achieved bandwidth. For anything quantitative, fit your own
