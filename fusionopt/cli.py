@@ -325,13 +325,15 @@ def _cmd_profile(args: argparse.Namespace) -> None:
 
 
 def _profile_from_trace(args: argparse.Namespace) -> Profile:
-    from fusionopt.integrations.kineto import profile_from_trace
+    from fusionopt.integrations.kineto import profile_from_trace, profile_from_traces
 
     if args.parameters is None:
         raise UsageError("--trace needs --parameters PARAMS.json|PARAMS.csv (the tensors' names and bytes, "
                          "in forward order)")
     parameters = _read_parameters(args.parameters)
     stem = Path(args.trace).name.split(".")[0]
+    if Path(args.trace).is_dir():                 # one trace per rank
+        return profile_from_traces(args.trace, parameters, timeline=args.timeline, name=stem)
     return profile_from_trace(args.trace, parameters, timeline=args.timeline, name=stem)
 
 
@@ -696,8 +698,9 @@ def build_parser() -> argparse.ArgumentParser:
     source = p.add_argument_group("source (exactly one)")
     source.add_argument("--model", help=f"a zoo model's roofline estimate: {', '.join(zoo.models())}")
     source.add_argument("--input", metavar="PROFILE.json|PROFILE.csv", help="a profile file (to convert it)")
-    source.add_argument("--trace", metavar="TRACE.json",
-                        help="a PyTorch profiler (Kineto) chrome trace of training steps; needs --parameters")
+    source.add_argument("--trace", metavar="TRACE.json[.gz]|FOLDER",
+                        help="a PyTorch profiler (Kineto) chrome trace of training steps, or a folder of "
+                             "one per rank; needs --parameters")
     source.add_argument("--torch", metavar="MODULE:FACTORY",
                         help="measure a PyTorch model: MODULE.FACTORY() returns it; needs --input-shape (extra torch)")
     p.add_argument("--device", default="h100", help=f"device for --model: {', '.join(zoo.devices())}")

@@ -218,10 +218,19 @@ def _backward_windows(events: list[_Event], acc_name: str, n: int, source: str) 
     return windows
 
 
+class _Named:
+    """A trace already parsed, with the file it came from (so it is read once)."""
+
+    def __init__(self, source: str, doc: Any) -> None:
+        self.source, self.doc = source, doc
+
+
 def _load(trace: Any) -> tuple[str, list[_Event], Mapping[str, Any]]:
     if isinstance(trace, (str, Path)):
         source = str(trace)
         doc = read_json_document(trace)
+    elif isinstance(trace, _Named):
+        source, doc = trace.source, trace.doc
     else:
         source = "trace"
         doc = trace
@@ -519,7 +528,7 @@ def profile_from_trace(
     forward = np.median(np.array(forward_rows), axis=0)
     metadata: dict[str, Any] = {
         "source": "fusionopt.integrations.kineto.profile_from_trace",
-        "trace": Path(source).name if isinstance(trace, (str, Path)) else "dict",
+        "trace": Path(source).name if isinstance(trace, (str, Path, _Named)) else "dict",
         "steps": len(windows) - len(skipped),
         "steps_skipped": skipped,
         "timeline": "gpu" if use_gpu else "cpu",
@@ -539,3 +548,64 @@ def profile_from_trace(
     rank = {i: k for k, i in enumerate(first_positions)}
     ready_times = profile.ready_times
     return profile.with_orders(ready_order=sorted(range(n), key=lambda i: (float(ready_times[i]), rank[i])))
+
+
+def _trace_files(traces: Any) -> list[Path]:
+    if isinstance(traces, (str, Path)) and Path(traces).is_dir():
+        folder = Path(traces)
+        files = sorted(p for p in folder.iterdir() if p.name.endswith((".json", ".json.gz")))
+        if not files:
+            raise ValueError(f"{folder}: no trace files (*.json, *.json.gz) in this folder")
+        return files
+    if isinstance(traces, (str, Path)):
+        return [Path(traces)]
+    files = [Path(t) for t in traces]
+    if not files:
+        raise ValueError("no trace files given")
+    return files
+
+
+def _rank_of(doc: Any) -> int | None:
+    info = doc.get("distributedInfo") if isinstance(doc, Mapping) else None
+    rank = info.get("rank") if isinstance(info, Mapping) else None
+    return rank if isinstance(rank, int) and not isinstance(rank, bool) else None
+
+
+def profile_from_traces(traces: Any, parameters: Any, **options: Any) -> Profile:
+    """One profile from the traces of several ranks of one job: a folder of them (``*.json``
+    and ``*.json.gz``, as ``tensorboard_trace_handler`` writes one per rank) or a list of files;
+    ``options`` (``ready_order``, ``timeline``, ``name``, ``dtype_bytes``) as for
+    :func:`profile_from_trace`.
+
+    Each file is read by :func:`profile_from_trace`; its rank is the trace's own
+    (``distributedInfo.rank``, which torch writes under ``torch.distributed``) or else its
+    position in the sorted list, and two files of one rank are refused. The profile's ready
+    times and forward times are the medians over the ranks, tensor by tensor (medians of
+    non-increasing ready times stay non-increasing); its ready order is the lowest rank's
+    where the medians tie. ``metadata``: ``ranks`` (rank -> file), ``steps`` (over all ranks)
+    and the per-rank figures of the lowest rank otherwise.
+    """
+    files = _trace_files(traces)
+    by_rank: dict[int, tuple[Path, Profile]] = {}
+    for position, path in enumerate(files):
+        doc = read_json_document(path)
+        rank = _rank_of(doc)
+        rank = position if rank is None else rank
+        if rank in by_rank:
+            raise ValueError(f"{path}: rank {rank} again (also {by_rank[rank][0]}): give one trace per rank")
+        by_rank[rank] = (path, profile_from_trace(_Named(str(path), doc), parameters, **options))
+    ranks = sorted(by_rank)
+    first = by_rank[ranks[0]][1]
+    ready = np.median(np.array([by_rank[r][1].ready_times for r in ranks]), axis=0)
+    forward = np.median(np.array([by_rank[r][1].forward for r in ranks]), axis=0)
+    metadata = dict(first.metadata)
+    metadata.update(source="fusionopt.integrations.kineto.profile_from_traces",
+                    ranks={str(r): by_rank[r][0].name for r in ranks},
+                    steps=sum(by_rank[r][1].metadata["steps"] for r in ranks))
+    profile = Profile.from_arrays(first.sizes, forward, _attribution.backward_times(ready), first.names,
+                                  name=first.name, dtype_bytes=first.dtype_bytes, metadata=metadata)
+    position = {i: k for k, i in enumerate(first.ready_order)}
+    ready_times = profile.ready_times
+    return profile.with_orders(ready_order=sorted(range(profile.n),
+                                                  key=lambda i: (float(ready_times[i]), position[i])))
+

@@ -344,3 +344,32 @@ def test_batch_norm_forward_time_is_the_batch_norm_operator():
     ]
     p = profile_from_trace(events, [("bn.weight", 64), ("bn.bias", 64)])
     assert (p.forward / US).round(9).tolist() == [0.0, 40.0]
+
+
+def test_one_trace_per_rank(tmp_path):
+    import gzip
+
+    from fusionopt.integrations.kineto import profile_from_traces
+
+    def write(rank, events, shift):
+        doc = {"traceEvents": events, "distributedInfo": {"backend": "gloo", "rank": rank, "world_size": 3}}
+        for e in doc["traceEvents"]:
+            e["ts"] += shift
+        (tmp_path / f"worker{rank}.pt.trace.json.gz").write_bytes(gzip.compress(json.dumps(doc).encode()))
+
+    # Ranks 0 and 1 run the same steps; rank 2 is slower everywhere. The median over the
+    # ranks is then ranks 0 and 1's figures (a mean would move).
+    same = lambda: cpu_step(0, 100, 50, [350, 360, 420, 430], step=1) + cpu_step(1000, 120, 70, [360, 370, 440, 450], step=2)  # noqa: E731
+    write(0, same(), 0)
+    write(1, same(), 5000)
+    write(2, cpu_step(0, 300, 200, [400, 450, 600, 700], step=1) + cpu_step(1000, 300, 200, [400, 450, 600, 700], step=2), 9000)
+    p = profile_from_traces(tmp_path, PARAMS)
+    check_times(p, [0, 110, 0, 60], [10, 65, 10, 55])
+    assert p.metadata["ranks"] == {str(r): f"worker{r}.pt.trace.json.gz" for r in range(3)}
+    assert p.metadata["steps"] == 6
+    (tmp_path / "again.json").write_bytes(gzip.decompress((tmp_path / "worker1.pt.trace.json.gz").read_bytes()))
+    with pytest.raises(ValueError, match=r"worker1.pt.trace.json.gz: rank 1 again \(also .*again.json\)"):
+        profile_from_traces(tmp_path, PARAMS)
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ValueError, match="empty: no trace files"):
+        profile_from_traces(tmp_path / "empty", PARAMS)
