@@ -41,13 +41,16 @@ The mapping (timestamps ``ts`` and durations ``dur`` of ``"ph": "X"`` events, mi
   are listed in ``metadata["forward_unmatched"]``; time in no unit (activations without a
   parameter, the loss) is left out of ``F``.
 * **GPU.** When the trace holds GPU work (``kernel``, ``gpu_memcpy``, ``gpu_memset`` events
-  linked by ``correlation`` to their ``cuda_runtime`` or ``cuda_driver`` launch), the
-  GPU's clock is used: a gradient is ready
+  linked by ``correlation`` to their ``cuda_runtime`` or ``cuda_driver`` launch) and the
+  steps are **GPU-bound** (the GPU busy, NCCL aside, for at least half of the steps' host
+  time: ``metadata["gpu_busy_fraction"]``, ``metadata["bound"]``), the GPU's clock is used;
+  a **host-bound** step is paced by the host, whose timestamps are then used. On the GPU's
+  clock a gradient is ready
   when all GPU work launched up to the end of its AccumulateGrad has finished (NCCL
   kernels left out: a collective is communication, not the gradient's compute), the backward
   starts with the first GPU work launched from it, and a unit lasts from the start of the
-  first to the end of the last GPU work launched inside it. ``timeline="cpu"`` forces the
-  host's timestamps (launch times, on a GPU).
+  first to the end of the last GPU work launched inside it. ``timeline="cpu"`` or ``"gpu"``
+  forces one clock; ``metadata["timeline"]`` says which one the times come from.
 """
 
 from __future__ import annotations
@@ -73,6 +76,8 @@ OPERATOR_CATEGORIES = ("cpu_op", "operator")
 DEVICE_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset", "memcpy", "memset")
 LAUNCH_CATEGORIES = ("cuda_runtime", "cuda_driver", "runtime")
 TIMELINES = ("auto", "cpu", "gpu")
+# A step whose GPU is busy for less than this share of it is host-bound: the host's clock paces it.
+GPU_BOUND = 0.5
 
 # Element sizes of the type names the profiler writes in "Input type" (c10 spellings).
 ELEMENT_BYTES = {
@@ -289,6 +294,21 @@ class _GpuClock:
     def __bool__(self) -> bool:
         return bool(self.linked)
 
+    def busy_fraction(self, windows: list[tuple[float, float]]) -> float:
+        """The share of the steps' host time in which the GPU runs work launched in them
+        (the union of its busy intervals over the sum of the steps' lengths)."""
+        busy = total = 0.0
+        for start, end in windows:
+            total += end - start
+            lo = bisect.bisect_left(self.launch_ts, start)
+            hi = bisect.bisect_right(self.launch_ts, end)
+            reach = -math.inf
+            for _, _, s, e in sorted(self.linked[lo:hi], key=lambda x: x[2]):
+                if e > reach:
+                    busy += e - max(s, reach)
+                    reach = e
+        return busy / total if total > 0 else 0.0
+
     def finished(self, host_time: float) -> float | None:
         """When all GPU work launched up to ``host_time`` has finished."""
         k = bisect.bisect_right(self.launch_ts, host_time)
@@ -418,7 +438,6 @@ def profile_from_trace(
     gpu = _GpuClock(events)
     if timeline == "gpu" and not gpu:
         raise ValueError(f"{source}: timeline='gpu' but the trace holds no GPU work linked to its launch")
-    use_gpu = bool(gpu) and timeline != "cpu"
 
     # The host's ProfilerStep annotations (a GPU trace repeats them on the device's timeline).
     step_events = [e for e in events if e.name.startswith(STEP_PREFIX) and not e.cat.startswith("gpu")]
@@ -426,6 +445,9 @@ def profile_from_trace(
         windows = [(e.name, e.ts, e.end) for e in step_events]
     else:
         windows = _backward_windows(events, acc_name, n, source)
+    busy = gpu.busy_fraction([(w_start, w_end) for _, w_start, w_end in windows]) if gpu else None
+    bound = None if busy is None else ("gpu" if busy >= GPU_BOUND else "host")
+    use_gpu = bool(gpu) and (timeline == "gpu" or (timeline == "auto" and bound == "gpu"))
     starts = [e.ts for e in events]
 
     ready_rows, forward_rows = [], []
@@ -532,6 +554,8 @@ def profile_from_trace(
         "steps": len(windows) - len(skipped),
         "steps_skipped": skipped,
         "timeline": "gpu" if use_gpu else "cpu",
+        "gpu_busy_fraction": busy,
+        "bound": bound,
         "forward_units": units_kind,
         "ready_order": [names[i] for i in first_positions],
         "forward_unmatched": sorted(unmatched, key=names.index),

@@ -120,7 +120,7 @@ def gpu_trace():
 
 
 def test_gpu_clock():
-    p = profile_from_trace(gpu_trace(), PARAMS)
+    p = profile_from_trace(gpu_trace(), PARAMS, timeline="gpu")
     # The backward starts on the GPU at 570 us (first kernel launched from it). fc2's
     # gradients are ready once the work launched before their AccumulateGrad is done (600),
     # fc1.bias at 660, fc1.weight after its copy at 665: R = [95, 90, 30, 30].
@@ -132,6 +132,12 @@ def test_gpu_clock():
     q = profile_from_trace(gpu_trace(), PARAMS, timeline="cpu")
     check_times(q, [0, 100, 0, 50], [10, 60, 10, 50])
     assert q.metadata["timeline"] == "cpu"
+    # The GPU is busy 40 + 20 + 5 + 25 + 10 + 50 + 5 = 155 us of the 1000 us step: the step
+    # is host-bound, and by default the host's clock paces it.
+    auto = profile_from_trace(gpu_trace(), PARAMS)
+    assert auto.metadata["bound"] == "host" and auto.metadata["gpu_busy_fraction"] == pytest.approx(0.155)
+    assert auto.metadata["timeline"] == "cpu"
+    check_times(auto, [0, 100, 0, 50], [10, 60, 10, 50])
 
 
 def test_file_round_trip(tmp_path):
@@ -329,7 +335,7 @@ def test_nccl_kernels_do_not_delay_gradient_ready_times():
         op("cudaLaunchKernel", 358, 2, 3, cat="cuda_runtime", correlation=99),
         op("ncclDevKernel_AllReduce_Sum_f32_RING_LL", 610, 290, 8, cat="kernel", correlation=99, stream=8),
     ]
-    check_times(profile_from_trace(trace, PARAMS), [0, 40, 0, 20], [5, 60, 0, 30])
+    check_times(profile_from_trace(trace, PARAMS, timeline="gpu"), [0, 40, 0, 20], [5, 60, 0, 30])
 
 
 def test_batch_norm_forward_time_is_the_batch_norm_operator():
