@@ -148,6 +148,21 @@ def exclusive_times(spans: Sequence[tuple[float, float]], parents: Sequence[int 
     return np.maximum(own, 0.0)
 
 
+def span_times(spans: Sequence[tuple[float, float]], forward_end: float) -> np.ndarray:
+    """Per unit, the span from its start to the next unit's start (the last one's to
+    ``forward_end``): every moment from the first unit's start to the end of the forward goes
+    to the unit running, or last started, then. Units whose span is ``None`` get 0.
+
+    >>> span_times([(0.0, 30.0), (40.0, 50.0), None], 100.0).tolist()
+    [40.0, 60.0, 0.0]
+    """
+    timed = sorted((s[0], k) for k, s in enumerate(spans) if s is not None)
+    out = np.zeros(len(spans), dtype=np.float64)
+    for (start, k), following in zip(timed, timed[1:] + [(forward_end, None)]):
+        out[k] = max(following[0] - start, 0.0)
+    return out
+
+
 def forward_times(n: int, unit_tensors: Sequence[Sequence[int]], unit_times: Sequence[float]) -> np.ndarray:
     """Per-tensor forward times (seconds, forward order): each unit's time goes to the last
     of its tensors in forward order; units without tensors are left out.

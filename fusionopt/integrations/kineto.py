@@ -35,11 +35,15 @@ The mapping (timestamps ``ts`` and durations ``dur`` of ``"ph": "X"`` events, mi
   that number, the longest: batch norm's ``num_batches_tracked.add_`` carries its number
   too). The *unit* of that operator
   is the innermost ``nn.Module: ...`` event holding it (traces taken with
-  ``with_stack=True``) or else the outermost operator holding it (``aten::linear``, say). A
-  unit's duration, less that of the units nested in it, goes to the last of its
+  ``with_stack=True``) or else the outermost operator holding it (``aten::linear``, say).
+  By default (``forward="span"``) a unit's forward time is its **span**, from its start to
+  the next unit's start (the last unit's: to the start of the backward), so the operators
+  between parameter uses (activations, pooling, residual additions, the loss) count for the
+  layer before them and ``F`` is the forward as measured, from the first layer's start to
+  the backward's; ``forward="exclusive"`` takes a unit's own duration less that of the units
+  nested in it, leaving the rest out of ``F``. The time goes to the last of the unit's
   parameters in forward order. Parameters whose unit is not found get forward time 0 and
-  are listed in ``metadata["forward_unmatched"]``; time in no unit (activations without a
-  parameter, the loss) is left out of ``F``.
+  are listed in ``metadata["forward_unmatched"]``.
 * **GPU.** When the trace holds GPU work (``kernel``, ``gpu_memcpy``, ``gpu_memset`` events
   linked by ``correlation`` to their ``cuda_runtime`` or ``cuda_driver`` launch) and the
   steps are **GPU-bound** (the GPU busy, NCCL aside, for at least half of the steps' host
@@ -358,6 +362,7 @@ def profile_from_trace(
     timeline: str = "auto",
     name: str = "",
     dtype_bytes: int | None = None,
+    forward: str = "span",
 ) -> Profile:
     """A profile from a PyTorch profiler chrome trace and the model's parameter list.
 
@@ -380,6 +385,9 @@ def profile_from_trace(
         The profile's name.
     dtype_bytes : int, optional
         Bytes per gradient element; default: 4.
+    forward : {"span", "exclusive"}
+        How a unit's forward time is measured (module docstring): its span to the next unit,
+        or its own duration.
 
     Returns
     -------
@@ -401,7 +409,8 @@ def profile_from_trace(
     A hand-made trace of one step of a model with two parameters: ``w`` (used by
     ``aten::mm`` in module ``Linear_0``, 30 us) and ``v`` (``aten::add`` in ``Linear_1``,
     10 us). The backward starts at 100 us; ``v``'s gradient is ready at 120 us and ``w``'s
-    at 150 us.
+    at 150 us. ``w``'s forward spans 0 to 40 us (the next layer's start) and ``v``'s 40 to
+    100 us (the loss included); their own durations are 30 and 10 us.
 
     >>> op = lambda name, ts, dur, **args: {"ph": "X", "cat": "cpu_op", "name": name, "tid": 1,
     ...                                    "ts": ts, "dur": dur, "args": args}
@@ -416,10 +425,16 @@ def profile_from_trace(
     ... ]
     >>> p = profile_from_trace({"traceEvents": events}, [("w", 4096), ("v", 64)])
     >>> p.names, (p.forward * 1e6).round(6).tolist(), (p.backward * 1e6).round(6).tolist()
-    (('w', 'v'), [30.0, 10.0], [30.0, 20.0])
+    (('w', 'v'), [40.0, 60.0], [30.0, 20.0])
+    >>> own = profile_from_trace({"traceEvents": events}, [("w", 4096), ("v", 64)], forward="exclusive")
+    >>> (own.forward * 1e6).round(6).tolist()
+    [30.0, 10.0]
     """
     if timeline not in TIMELINES:
         raise ValueError(f"unknown timeline {timeline!r}: choose one of {', '.join(map(repr, TIMELINES))}")
+    if forward not in ("span", "exclusive"):
+        raise ValueError(f"unknown forward attribution {forward!r}: choose 'span' or 'exclusive'")
+    attribution = forward
     names, sizes, carried = _parameter_list(parameters)
     n = len(names)
     given = ready_order if ready_order is not None else carried
@@ -539,10 +554,15 @@ def profile_from_trace(
             outer = [v for v in units if v is not u and v.tid == u.tid and v.ts <= u.ts and u.end <= v.end]
             parents.append(units.index(max(outer, key=lambda v: (v.ts, -v.dur))) if outer else None)
         if use_gpu:
-            spans = [gpu.span(u.ts, u.end, u.tid) or (0.0, 0.0) for u in units]
+            spans = [gpu.span(u.ts, u.end, u.tid) for u in units]
+            forward_end = gpu_start if gpu_start is not None else backward_start
         else:
             spans = [(u.ts, u.end) for u in units]
-        own = _attribution.exclusive_times(spans, parents) / 1e6
+            forward_end = backward_start
+        if attribution == "span":
+            own = _attribution.span_times(spans, forward_end) / 1e6
+        else:
+            own = _attribution.exclusive_times([s or (0.0, 0.0) for s in spans], parents) / 1e6
         members = [[i for i, u in unit_of.items() if u is v] for v in units]
         forward_rows.append(_attribution.forward_times(n, members, own))
 
@@ -557,6 +577,7 @@ def profile_from_trace(
         "gpu_busy_fraction": busy,
         "bound": bound,
         "forward_units": units_kind,
+        "forward_attribution": attribution,
         "ready_order": [names[i] for i in first_positions],
         "forward_unmatched": sorted(unmatched, key=names.index),
     }

@@ -12,13 +12,19 @@ from fusionopt.integrations.kineto import profile_from_trace
 from fusionopt.model import Profile
 
 
+def read_trace(*args, **options):
+    """The reader with each unit's own duration as its forward time, which the hand-made
+    traces below were worked out for (the span attribution has tests of its own)."""
+    return profile_from_trace(*args, **{"forward": "exclusive", **options})
+
+
 def check_times(p, forward_us, backward_us):
     np.testing.assert_allclose(p.forward / US, forward_us, rtol=1e-12, atol=1e-9)
     np.testing.assert_allclose(p.backward / US, backward_us, rtol=1e-12, atol=1e-9)
 
 
 def test_two_steps_with_module_events():
-    p = profile_from_trace(two_step_trace(), PARAMS)
+    p = read_trace(two_step_trace(), PARAMS)
     assert p.names == tuple(nm for nm, _ in PARAMS)
     assert p.sizes.tolist() == [4096, 64, 640, 40]
     # Step 1: ready (from 300 us) fc1.w 130, fc1.b 120, fc2.w 60, fc2.b 50 us;
@@ -34,7 +40,7 @@ def test_two_steps_with_module_events():
 
 
 def test_outermost_operators_without_module_events():
-    p = profile_from_trace(two_step_trace(modules=False), PARAMS)
+    p = read_trace(two_step_trace(modules=False), PARAMS)
     # aten::linear lasts linear0 - 10 and linear1 - 2 us: 90, 110 -> 100; 48, 68 -> 58.
     check_times(p, [0, 100, 0, 58], [10, 65, 10, 55])
     assert p.metadata["forward_units"] == "outermost operators"
@@ -42,7 +48,7 @@ def test_outermost_operators_without_module_events():
 
 def test_one_step_without_profiler_steps_and_a_bare_event_list():
     events = [e for e in cpu_step(0, 100, 50, [350, 360, 420, 430]) if e["name"] != "ProfilerStep#1"]
-    p = profile_from_trace(events, dict(PARAMS), name="toy")
+    p = read_trace(events, dict(PARAMS), name="toy")
     check_times(p, [0, 100, 0, 50], [10, 60, 10, 50])
     assert (p.name, p.metadata["steps"], p.metadata["trace"]) == ("toy", 1, "dict")
 
@@ -51,7 +57,7 @@ def test_ready_order_and_the_envelope():
     # The gradients of fc2 arrive weight first: fc2.weight at 50 us, fc2.bias at 60 us.
     trace = {"traceEvents": cpu_step(0, 100, 50, [350, 360, 420, 430], shapes=False)}
     order = ["fc2.weight", "fc2.bias", "fc1.bias", "fc1.weight"]
-    p = profile_from_trace(trace, PARAMS, ready_order=order)
+    p = read_trace(trace, PARAMS, ready_order=order)
     # Forward order R = [130, 120, 50, 60]: fc2.weight counts as ready with fc2.bias, at 60.
     check_times(p, [0, 100, 0, 50], [10, 60, 0, 60])
     assert p.metadata["ready_order"] == order
@@ -59,7 +65,7 @@ def test_ready_order_and_the_envelope():
     # A profile carries its ready order in its metadata.
     carrier = Profile.from_arrays([s for _, s in PARAMS], [0.0] * 4, [0.0] * 4, [nm for nm, _ in PARAMS],
                                   metadata={"ready_order": order})
-    assert profile_from_trace(trace, carrier) == p
+    assert read_trace(trace, carrier) == p
 
 
 def test_nested_units_subtract_their_children():
@@ -74,7 +80,7 @@ def test_nested_units_subtract_their_children():
         op("autograd::engine::evaluate_function: MulBackward0", 226, 10, **seq(0)),
         op("torch::autograd::AccumulateGrad", 237, 3),
     ]
-    p = profile_from_trace({"traceEvents": events}, params)
+    p = read_trace({"traceEvents": events}, params)
     # Block_0 100 us less Linear_0's 60 -> 40 on block.scale; 60 on block.fc.weight.
     # Ready from 200 us: fc.weight 25, scale 40.
     check_times(p, [40, 60], [15, 25])
@@ -120,7 +126,7 @@ def gpu_trace():
 
 
 def test_gpu_clock():
-    p = profile_from_trace(gpu_trace(), PARAMS, timeline="gpu")
+    p = read_trace(gpu_trace(), PARAMS, timeline="gpu")
     # The backward starts on the GPU at 570 us (first kernel launched from it). fc2's
     # gradients are ready once the work launched before their AccumulateGrad is done (600),
     # fc1.bias at 660, fc1.weight after its copy at 665: R = [95, 90, 30, 30].
@@ -129,12 +135,12 @@ def test_gpu_clock():
     assert p.metadata["timeline"] == "gpu"
     assert p.metadata["devices"] == ["Some GPU"]
     # The host's clock on the same trace: launch times.
-    q = profile_from_trace(gpu_trace(), PARAMS, timeline="cpu")
+    q = read_trace(gpu_trace(), PARAMS, timeline="cpu")
     check_times(q, [0, 100, 0, 50], [10, 60, 10, 50])
     assert q.metadata["timeline"] == "cpu"
     # The GPU is busy 40 + 20 + 5 + 25 + 10 + 50 + 5 = 155 us of the 1000 us step: the step
     # is host-bound, and by default the host's clock paces it.
-    auto = profile_from_trace(gpu_trace(), PARAMS)
+    auto = read_trace(gpu_trace(), PARAMS)
     assert auto.metadata["bound"] == "host" and auto.metadata["gpu_busy_fraction"] == pytest.approx(0.155)
     assert auto.metadata["timeline"] == "cpu"
     check_times(auto, [0, 100, 0, 50], [10, 60, 10, 50])
@@ -143,7 +149,7 @@ def test_gpu_clock():
 def test_file_round_trip(tmp_path):
     path = tmp_path / "trace.json"
     path.write_text(json.dumps(two_step_trace()))
-    p = profile_from_trace(path, PARAMS)
+    p = read_trace(path, PARAMS)
     assert p.metadata["trace"] == "trace.json"
     check_times(p, [0, 110, 0, 60], [10, 65, 10, 55])
     # What it read writes and reads back as JSON and CSV.
@@ -175,24 +181,24 @@ def test_file_round_trip(tmp_path):
 ])
 def test_bad_input_is_named(trace, params, options, message):
     with pytest.raises(ValueError, match=message):
-        profile_from_trace(trace, params, **options)
+        read_trace(trace, params, **options)
 
 
 def test_bad_files_are_named(tmp_path):
     bad = tmp_path / "bad.json"
     bad.write_text('{"traceEvents": [')
     with pytest.raises(ValueError, match="bad.json: malformed JSON at line 1"):
-        profile_from_trace(bad, PARAMS)
+        read_trace(bad, PARAMS)
     empty = tmp_path / "forward_only.json"
     empty.write_text(json.dumps({"traceEvents": [op("aten::mm", 0, 5)]}))
     with pytest.raises(ValueError, match="forward_only.json: no AccumulateGrad events"):
-        profile_from_trace(empty, PARAMS)
+        read_trace(empty, PARAMS)
     mismatch = tmp_path / "two.json"
     mismatch.write_text(json.dumps(two_step_trace()))
     with pytest.raises(ValueError, match="two.json: ProfilerStep#1: 4 AccumulateGrad events but 2 parameters"):
-        profile_from_trace(mismatch, PARAMS[:2])
+        read_trace(mismatch, PARAMS[:2])
     with pytest.raises(FileNotFoundError, match="missing.json"):
-        profile_from_trace(tmp_path / "missing.json", PARAMS)
+        read_trace(tmp_path / "missing.json", PARAMS)
 
 
 # ---------------------------------------------------------------------------- a real trace
@@ -218,7 +224,7 @@ def test_a_real_torch_profiler_trace(tmp_path, with_stack):
     steps = [e for e in doc["traceEvents"] if e.get("ph") == "X" and e["name"].startswith("ProfilerStep#")]
     assert len(steps) == 1
 
-    p = profile_from_trace(path, model)   # shapes recorded: every gradient size is checked
+    p = read_trace(path, model)   # shapes recorded: every gradient size is checked
     named = list(model.named_parameters())
     assert p.n == len(named) == 6
     assert p.names == tuple(nm for nm, _ in named)
@@ -232,7 +238,7 @@ def test_a_real_torch_profiler_trace(tmp_path, with_stack):
     assert p.metadata["forward_units"] == ("nn.Module events" if with_stack else "outermost operators")
     # Read against a wrong order, the recorded shapes give the mapping away.
     with pytest.raises(ValueError, match="trace.json: ProfilerStep#.*maps to parameter"):
-        profile_from_trace(path, [(nm, int(s)) for nm, s in zip(p.names, p.sizes[::-1])])
+        read_trace(path, [(nm, int(s)) for nm, s in zip(p.names, p.sizes[::-1])])
 
 
 def strip_steps(trace):
@@ -241,8 +247,8 @@ def strip_steps(trace):
 
 def test_steps_are_found_from_the_backward_without_profiler_steps():
     # Every 4 AccumulateGrad events close a step: the same two steps, the same times.
-    with_steps = profile_from_trace(two_step_trace(), PARAMS)
-    found = profile_from_trace(strip_steps(two_step_trace()), PARAMS)
+    with_steps = read_trace(two_step_trace(), PARAMS)
+    found = read_trace(strip_steps(two_step_trace()), PARAMS)
     check_times(found, [0, 110, 0, 60], [10, 65, 10, 55])
     assert found.metadata["steps"] == 2
     assert found.forward.tolist() == with_steps.forward.tolist()
@@ -255,26 +261,26 @@ def test_a_truncated_last_step_is_skipped_with_a_warning():
                if not (e["name"].endswith("AccumulateGrad") and e["ts"] > 2000 + 400)]
     trace["traceEvents"] += partial                           # step 3 ends after fc2's gradients
     with pytest.warns(UserWarning, match=r"ProfilerStep#3 holds 2 of 4 gradients: a truncated last step"):
-        p = profile_from_trace(trace, PARAMS)
+        p = read_trace(trace, PARAMS)
     check_times(p, [0, 110, 0, 60], [10, 65, 10, 55])
     assert p.metadata["steps"] == 2 and p.metadata["steps_skipped"] == ["ProfilerStep#3"]
     # Without ProfilerSteps the cut-off backward is found the same way.
     with pytest.warns(UserWarning, match="the last 2 AccumulateGrad events do not make a whole backward"):
-        q = profile_from_trace(strip_steps(trace), PARAMS)
+        q = read_trace(strip_steps(trace), PARAMS)
     check_times(q, [0, 110, 0, 60], [10, 65, 10, 55])
     # A step in the middle that misses gradients is an error, not skipped.
     middle = two_step_trace()
     middle["traceEvents"] = [e for e in middle["traceEvents"]
                              if not (e.get("name") == "torch::autograd::AccumulateGrad" and 400 < e["ts"] < 500)]
     with pytest.raises(ValueError, match="ProfilerStep#1: 2 AccumulateGrad events but 4 parameters"):
-        profile_from_trace(middle, PARAMS)
+        read_trace(middle, PARAMS)
 
 
 def test_gpu_side_profiler_steps_are_not_steps():
     trace = two_step_trace()
     trace["traceEvents"] += [op("ProfilerStep#1", 5, 900, cat="gpu_user_annotation", tid=7),
                              op("ProfilerStep#2", 1005, 900, cat="gpu_user_annotation", tid=7)]
-    p = profile_from_trace(trace, PARAMS)
+    p = read_trace(trace, PARAMS)
     assert p.metadata["steps"] == 2
     check_times(p, [0, 110, 0, 60], [10, 65, 10, 55])
 
@@ -284,12 +290,12 @@ def test_gzip_traces(tmp_path):
 
     path = tmp_path / "rank0.pt.trace.json.gz"
     path.write_bytes(gzip.compress(json.dumps(two_step_trace()).encode()))
-    from_file = profile_from_trace(path, PARAMS)
+    from_file = read_trace(path, PARAMS)
     check_times(from_file, [0, 110, 0, 60], [10, 65, 10, 55])
     assert from_file.metadata["trace"] == "rank0.pt.trace.json.gz"
     (tmp_path / "cut.json.gz").write_bytes(path.read_bytes()[:200])
     with pytest.raises(ValueError, match="cut.json.gz: a gzip file that does not decompress"):
-        profile_from_trace(tmp_path / "cut.json.gz", PARAMS)
+        read_trace(tmp_path / "cut.json.gz", PARAMS)
 
 
 @pytest.mark.filterwarnings("ignore:Warning. Profiler clears events")
@@ -309,7 +315,7 @@ def test_a_real_gzip_trace_without_a_schedule_is_split_at_its_backwards(tmp_path
             model.zero_grad(set_to_none=True)
             model(x).sum().backward()
     [path] = list(tmp_path.glob("*.json.gz"))
-    p = profile_from_trace(path, model)
+    p = read_trace(path, model)
     assert p.metadata["steps"] == 3 and p.metadata["steps_skipped"] == []
     assert p.names == tuple(nm for nm, _ in model.named_parameters())
     assert p.B > 0 and p.F > 0
@@ -321,7 +327,7 @@ def test_a_real_gzip_trace_without_a_schedule_is_split_at_its_backwards(tmp_path
 def test_recorded_shapes_say_which_parameter_each_gradient_is():
     # The list puts fc1's bias before its weight; the recorded sizes still map each gradient
     # to its parameter (the last two gradients are fc1.bias, then fc1.weight).
-    p = profile_from_trace(two_step_trace(), [PARAMS[1], PARAMS[0], *PARAMS[2:]])
+    p = read_trace(two_step_trace(), [PARAMS[1], PARAMS[0], *PARAMS[2:]])
     assert p.metadata["ready_order"] == ["fc2.bias", "fc2.weight", "fc1.bias", "fc1.weight"]
     assert p.ready_times[1] >= p.ready_times[0]          # fc1.weight (index 1 here) ready last
 
@@ -335,7 +341,7 @@ def test_nccl_kernels_do_not_delay_gradient_ready_times():
         op("cudaLaunchKernel", 358, 2, 3, cat="cuda_runtime", correlation=99),
         op("ncclDevKernel_AllReduce_Sum_f32_RING_LL", 610, 290, 8, cat="kernel", correlation=99, stream=8),
     ]
-    check_times(profile_from_trace(trace, PARAMS, timeline="gpu"), [0, 40, 0, 20], [5, 60, 0, 30])
+    check_times(read_trace(trace, PARAMS, timeline="gpu"), [0, 40, 0, 20], [5, 60, 0, 30])
 
 
 def test_batch_norm_forward_time_is_the_batch_norm_operator():
@@ -348,7 +354,7 @@ def test_batch_norm_forward_time_is_the_batch_norm_operator():
         op("autograd::engine::evaluate_function: NativeBatchNormBackward0", 106, 20, **seq(1)),
         op("torch::autograd::AccumulateGrad", 127, 2), op("torch::autograd::AccumulateGrad", 130, 2),
     ]
-    p = profile_from_trace(events, [("bn.weight", 64), ("bn.bias", 64)])
+    p = read_trace(events, [("bn.weight", 64), ("bn.bias", 64)])
     assert (p.forward / US).round(9).tolist() == [0.0, 40.0]
 
 
@@ -369,7 +375,7 @@ def test_one_trace_per_rank(tmp_path):
     write(0, same(), 0)
     write(1, same(), 5000)
     write(2, cpu_step(0, 300, 200, [400, 450, 600, 700], step=1) + cpu_step(1000, 300, 200, [400, 450, 600, 700], step=2), 9000)
-    p = profile_from_traces(tmp_path, PARAMS)
+    p = profile_from_traces(tmp_path, PARAMS, forward="exclusive")
     check_times(p, [0, 110, 0, 60], [10, 65, 10, 55])
     assert p.metadata["ranks"] == {str(r): f"worker{r}.pt.trace.json.gz" for r in range(3)}
     assert p.metadata["steps"] == 6
@@ -379,3 +385,15 @@ def test_one_trace_per_rank(tmp_path):
     (tmp_path / "empty").mkdir()
     with pytest.raises(ValueError, match="empty: no trace files"):
         profile_from_traces(tmp_path / "empty", PARAMS)
+
+
+def test_forward_spans_count_every_operator_between_parameter_uses():
+    # Step 1: Linear_0 starts at 10 us, Linear_1 at 150, the backward at 300: spans 140 and
+    # 150 (ReLU and the loss included); step 2 the same. F is the measured forward, 290 us,
+    # where the modules' own times add up to 150 and 190.
+    p = profile_from_trace(two_step_trace(), PARAMS)
+    check_times(p, [0, 140, 0, 150], [10, 65, 10, 55])
+    assert p.metadata["forward_attribution"] == "span"
+    assert p.F == pytest.approx(290 * US)
+    with pytest.raises(ValueError, match="unknown forward attribution 'both'"):
+        profile_from_trace(two_step_trace(), PARAMS, forward="both")
