@@ -28,10 +28,13 @@ How the times are taken
   times elsewhere. Registration order (``named_parameters()``), dtypes and shapes are kept
   too.
 * **Forward**: forward pre- and post-hooks on every module that owns trainable parameters
-  directly time each call; a call's time less that of the hooked modules called inside it
-  goes to the module's last parameter in forward order (MODEL.md: a layer puts its time on
-  one tensor). The time of parameter-free modules and functions (activations, pooling, the
-  loss) is left out of ``F``; ``metadata["forward_step_s"]`` holds the measured forward
+  directly time each call. By default (``forward="span"``) a call's time is its span to the
+  next such call's start (the last one's to the start of the backward), so parameter-free
+  modules and functions (activations, pooling, the loss) count for the layer before them and
+  ``F`` is the measured forward, as the Kineto reader measures it; ``forward="exclusive"``
+  takes a call's time less that of the hooked modules called inside it, leaving the rest out
+  of ``F``. The time goes to the module's last parameter in forward order (MODEL.md: a layer
+  puts its time on one tensor); ``metadata["forward_step_s"]`` holds the measured forward
   and loss together.
 * Each time is the median over ``steps`` timed steps, after ``warmup`` untimed ones. CPU
   steps are timed with ``time.perf_counter``; CUDA steps with ``torch.cuda.Event`` s recorded
@@ -178,6 +181,7 @@ def profile_model(
     device: Any = None,
     batch: int | None = None,
     name: str = "",
+    forward: str = "span",
 ) -> Profile:
     """Measure the per-parameter forward and backward times of a PyTorch model.
 
@@ -204,6 +208,11 @@ def profile_model(
         tensor, when they share one.
     name : str
         The profile's name; default: the model's class name.
+    forward : {"span", "exclusive"}
+        A module call's forward time: its span to the next parameter-owning call's start (the
+        last one's to the start of the loss's backward), so parameter-free modules and
+        functions count for the layer before them and ``F`` is the measured forward with the
+        loss (default); or its own duration less that of the calls nested in it.
 
     Returns
     -------
@@ -239,6 +248,9 @@ def profile_model(
     """
     torch = require_torch()
     steps = _count("steps", steps, 1)
+    if forward not in ("span", "exclusive"):
+        raise ValueError(f"unknown forward attribution {forward!r}: choose 'span' or 'exclusive'")
+    attribution = forward
     warmup = _count("warmup", warmup, 0)
     if not isinstance(model, torch.nn.Module):
         raise ValueError(f"model must be a torch.nn.Module, got {type(model).__name__}")
@@ -380,10 +392,14 @@ def profile_model(
                 ready[k] = clock.seconds(backward_start, mark)
             ready_rows.append(ready)
             calls = [c for c in state["calls"] if c[2] is not None]
-            spans = [(0.0, clock.seconds(c[1], c[2])) for c in calls]
-            kept = {id(c): j for j, c in enumerate(calls)}
-            parents = [kept.get(id(state["calls"][c[3]])) if c[3] is not None else None for c in calls]
-            own = _attribution.exclusive_times(spans, parents)
+            if attribution == "span":
+                spans = [(clock.seconds(start, c[1]), clock.seconds(start, c[2])) for c in calls]
+                own = _attribution.span_times(spans, clock.seconds(start, backward_start))
+            else:
+                spans = [(0.0, clock.seconds(c[1], c[2])) for c in calls]
+                kept = {id(c): j for j, c in enumerate(calls)}
+                parents = [kept.get(id(state["calls"][c[3]])) if c[3] is not None else None for c in calls]
+                own = _attribution.exclusive_times(spans, parents)
             per_unit = np.zeros(len(owners))
             for c, t in zip(calls, own):
                 per_unit[c[0]] += t
@@ -438,6 +454,7 @@ def profile_model(
         "steps": steps,
         "warmup": warmup,
         "timer": clock.label,
+        "forward_attribution": attribution,
         "dtypes": sorted({str(p.dtype).removeprefix("torch.") for p in params}),
         "ready_order": [names[i] for i in ready_seq],
         "ready_order_is_reverse_forward": _attribution.is_reverse_forward(ready_seq),

@@ -285,3 +285,24 @@ def test_csv_round_trip_of_a_measured_profile(cnn_profile, tmp_path):
     back = Profile.read_csv(tmp_path / "cnn.csv", name=profile.name, metadata=profile.metadata)
     assert back == profile
     check_ddp_end_to_end(fusion_problem(back))
+
+
+def test_forward_spans_count_parameter_free_work():
+    # A parameter-free module that sleeps 5 ms between two Linear layers: with spans its
+    # time counts for the first layer (on its bias), with exclusive times it is left out.
+    import time as _time
+
+    class Pause(torch.nn.Module):
+        def forward(self, x):
+            _time.sleep(5e-3)
+            return x
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), Pause(), torch.nn.Linear(8, 2))
+    span = profile_model(model, torch.randn(4, 8), steps=3, warmup=1)
+    own = profile_model(model, torch.randn(4, 8), steps=3, warmup=1, forward="exclusive")
+    assert span.metadata["forward_attribution"] == "span" and own.metadata["forward_attribution"] == "exclusive"
+    assert span.forward[1] >= 5e-3 and own.forward[1] < 5e-3
+    assert span.forward[0] == own.forward[0] == 0.0
+    with pytest.raises(ValueError, match="unknown forward attribution 'all'"):
+        profile_model(model, torch.randn(4, 8), forward="all")
