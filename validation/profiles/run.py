@@ -164,8 +164,9 @@ def markdown(document: dict) -> str:
                      f"{1e3 * r['measured_F']:.2f} | {1e3 * r['estimate_F']:.2f} | {r['ratio_F']:.2f} | {corr} |")
     if document["skipped"]:
         lines += ["", f"Not built here (torchvision or transformers missing): {', '.join(document['skipped'])}."]
-    lines += ["", "Ratio: measured over estimated. F counts only modules that own parameters (see "
-              "`fusionopt.integrations.torch`)."]
+    lines += ["", "Ratio: measured over estimated. F is each parameter-owning layer's span to the next, the "
+              "last one's to the backward: the measured forward with the loss (see "
+              "`fusionopt.integrations.torch`); the roofline estimate counts layers with parameters only."]
     return "\n".join(lines) + "\n"
 
 
