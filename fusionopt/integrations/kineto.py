@@ -616,6 +616,21 @@ def _rank_of(doc: Any) -> int | None:
     return rank if isinstance(rank, int) and not isinstance(rank, bool) else None
 
 
+def documents_by_rank(traces: Any) -> dict[int, tuple[Path, Any]]:
+    """The parsed traces of one job by rank: a trace, a folder of them or a list of files;
+    a trace's rank is its own (``distributedInfo.rank``) or else its position in the sorted
+    list, and two files of one rank are refused."""
+    by_rank: dict[int, tuple[Path, Any]] = {}
+    for position, path in enumerate(_trace_files(traces)):
+        doc = read_json_document(path)
+        rank = _rank_of(doc)
+        rank = position if rank is None else rank
+        if rank in by_rank:
+            raise ValueError(f"{path}: rank {rank} again (also {by_rank[rank][0]}): give one trace per rank")
+        by_rank[rank] = (path, doc)
+    return by_rank
+
+
 def profile_from_traces(traces: Any, parameters: Any, **options: Any) -> Profile:
     """One profile from the traces of several ranks of one job: a folder of them (``*.json``
     and ``*.json.gz``, as ``tensorboard_trace_handler`` writes one per rank) or a list of files;
@@ -630,15 +645,8 @@ def profile_from_traces(traces: Any, parameters: Any, **options: Any) -> Profile
     where the medians tie. ``metadata``: ``ranks`` (rank -> file), ``steps`` (over all ranks)
     and the per-rank figures of the lowest rank otherwise.
     """
-    files = _trace_files(traces)
-    by_rank: dict[int, tuple[Path, Profile]] = {}
-    for position, path in enumerate(files):
-        doc = read_json_document(path)
-        rank = _rank_of(doc)
-        rank = position if rank is None else rank
-        if rank in by_rank:
-            raise ValueError(f"{path}: rank {rank} again (also {by_rank[rank][0]}): give one trace per rank")
-        by_rank[rank] = (path, profile_from_trace(_Named(str(path), doc), parameters, **options))
+    by_rank = {rank: (path, profile_from_trace(_Named(str(path), doc), parameters, **options))
+               for rank, (path, doc) in documents_by_rank(traces).items()}
     ranks = sorted(by_rank)
     first = by_rank[ranks[0]][1]
     ready = np.median(np.array([by_rank[r][1].ready_times for r in ranks]), axis=0)

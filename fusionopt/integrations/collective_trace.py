@@ -1,0 +1,131 @@
+"""All-reduce costs read from PyTorch profiler traces of a data-parallel job (no torch needed).
+
+torch records each collective a process group runs as a host annotation named after the
+backend and the collective, ``gloo:all_reduce`` or ``nccl:all_reduce``, whose first input's
+shape and type give the message size. A kernel's or an annotation's duration includes the
+time the rank waited for its peers, so it overstates the collective's cost (an 8 MB
+all-reduce can take longer than a 31 MB one that found every rank ready). Hence:
+
+* **Traces of several ranks** (one file per rank, as :func:`collective_samples` takes them):
+  the ``k``-th all-reduce of every rank is one collective (same size, checked). It cannot
+  start before the last rank has entered it, so its cost is from the latest entry to the
+  latest exit. The ranks' clocks must agree (one host, or synchronised hosts).
+* **One rank**: its durations, each an upper bound on the cost; the fit keeps their lower
+  envelope (the fastest repeat of each size).
+
+:func:`fit_collective_cost` fits ``AlphaBeta`` (least squares over the lower envelope, with
+``alpha, beta >= 0``) and a ``PiecewiseLinear`` through that envelope, and reports each
+fit's residuals.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import numpy as np
+
+from fusionopt.integrations.kineto import ELEMENT_BYTES, documents_by_rank
+from fusionopt.model.cost import AlphaBeta, PiecewiseLinear
+
+ALLREDUCE_NAMES = ("gloo:all_reduce", "nccl:all_reduce", "mpi:all_reduce")
+
+
+def _allreduces(doc: Any, source: str) -> list[tuple[int, float, float]]:
+    """``(bytes, start, end)`` of each all-reduce annotation, host side, in time order (us)."""
+    events = doc.get("traceEvents") if isinstance(doc, dict) else doc
+    if not isinstance(events, list):
+        raise ValueError(f"{source}: not a chrome trace: expected an object with a 'traceEvents' list")
+    found = []
+    for e in events:
+        if not isinstance(e, dict) or e.get("ph") != "X" or e.get("name") not in ALLREDUCE_NAMES:
+            continue
+        if str(e.get("cat", "")).lower().startswith("gpu"):
+            continue
+        args = e.get("args") or {}
+        dims, types = args.get("Input Dims"), args.get("Input type")
+        if not (isinstance(dims, list) and dims and isinstance(dims[0], list) and isinstance(types, list) and types):
+            raise ValueError(f"{source}: {e['name']} at {e.get('ts')} us has no input shape: "
+                             "record the trace with record_shapes=True")
+        element = ELEMENT_BYTES.get(types[0])
+        if element is None:
+            raise ValueError(f"{source}: {e['name']} at {e.get('ts')} us: unknown element type {types[0]!r}")
+        found.append((math.prod(int(d) for d in dims[0]) * element, float(e["ts"]), float(e["ts"]) + float(e["dur"])))
+    found.sort(key=lambda x: x[1])
+    return found
+
+
+def collective_samples(traces: Any) -> tuple[np.ndarray, np.ndarray, str]:
+    """``(bytes, seconds, how)`` of every all-reduce in the traces of one job: a trace, a
+    folder of them or a list of files (module docstring). ``how`` is ``"ranks"`` (latest
+    entry to latest exit over the ranks) or ``"one rank"`` (durations)."""
+    by_rank = {rank: (path, _allreduces(doc, str(path))) for rank, (path, doc) in documents_by_rank(traces).items()}
+    ranks = sorted(by_rank)
+    counts = {r: len(by_rank[r][1]) for r in ranks}
+    if not any(counts.values()):
+        raise ValueError(f"{by_rank[ranks[0]][0]}: no all-reduce annotations ({', '.join(ALLREDUCE_NAMES)}) in the trace")
+    if len(ranks) == 1:
+        calls = by_rank[ranks[0]][1]
+        return (np.array([c[0] for c in calls], dtype=np.float64),
+                np.array([(c[2] - c[1]) / 1e6 for c in calls]), "one rank")
+    if len(set(counts.values())) > 1:
+        listed = ", ".join(f"rank {r}: {counts[r]}" for r in ranks)
+        raise ValueError(f"the ranks' traces hold different numbers of all-reduces ({listed}): "
+                         "trace the same steps on every rank")
+    sizes, seconds = [], []
+    for k in range(counts[ranks[0]]):
+        calls = [by_rank[r][1][k] for r in ranks]
+        if len({c[0] for c in calls}) > 1:
+            raise ValueError(f"all-reduce {k}: the ranks disagree on its size "
+                             f"({', '.join(f'rank {r}: {c[0]} B' for r, c in zip(ranks, calls))})")
+        sizes.append(calls[0][0])
+        seconds.append(max(0.0, max(c[2] for c in calls) - max(c[1] for c in calls)) / 1e6)
+    return np.array(sizes, dtype=np.float64), np.array(seconds), "ranks"
+
+
+@dataclass(frozen=True)
+class CollectiveFit:
+    """Costs fitted to measured all-reduces: ``affine`` (``AlphaBeta``) and ``curve``
+    (``PiecewiseLinear`` through the lower envelope), with their residuals in seconds at the
+    envelope's points (measured minus model) and the envelope itself."""
+
+    affine: AlphaBeta
+    curve: PiecewiseLinear
+    sizes: np.ndarray
+    seconds: np.ndarray
+    affine_residuals: np.ndarray
+    curve_residuals: np.ndarray
+
+
+def fit_collective_cost(sizes: Sequence[float], seconds: Sequence[float]) -> CollectiveFit:
+    """Fit the lower envelope of ``(bytes, seconds)`` samples (the fastest of each size).
+
+    >>> fit = fit_collective_cost([1e6, 1e6, 2e6, 4e6], [3e-3, 2e-3, 3e-3, 5e-3])
+    >>> round(fit.affine.alpha * 1e3, 9), round(fit.affine.beta * 1e9, 9)
+    (1.0, 1.0)
+    >>> fit.sizes.tolist(), (fit.affine_residuals * 1e3).round(9).tolist()
+    ([1000000.0, 2000000.0, 4000000.0], [0.0, 0.0, 0.0])
+    """
+    sizes = np.asarray(sizes, dtype=np.float64)
+    seconds = np.asarray(seconds, dtype=np.float64)
+    if sizes.shape != seconds.shape or sizes.ndim != 1 or sizes.size == 0:
+        raise ValueError("give as many sizes as times, at least one")
+    if (sizes <= 0).any() or not np.isfinite(sizes).all() or (seconds < 0).any() or not np.isfinite(seconds).all():
+        raise ValueError("sizes must be positive bytes and times finite seconds >= 0")
+    envelope: dict[float, float] = {}
+    for s, t in zip(sizes.tolist(), seconds.tolist()):
+        envelope[s] = min(t, envelope.get(s, math.inf))
+    xs = np.array(sorted(envelope))
+    ys = np.array([envelope[x] for x in xs])
+    if xs.size == 1:
+        alpha, beta = 0.0, float(ys[0] / xs[0])
+    else:
+        beta, alpha = np.polyfit(xs, ys, 1)
+        if alpha < 0:                                  # through the origin instead
+            alpha, beta = 0.0, float(xs @ ys / (xs @ xs))
+        if beta < 0:                                   # a flat cost
+            alpha, beta = float(ys.mean()), 0.0
+    affine = AlphaBeta(float(alpha), float(beta))
+    curve = PiecewiseLinear(xs, ys, repair=True)
+    return CollectiveFit(affine, curve, xs, ys, ys - np.asarray(affine(xs)), ys - np.asarray(curve(xs)))

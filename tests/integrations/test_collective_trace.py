@@ -1,0 +1,55 @@
+"""All-reduce costs from profiler traces (fusionopt.integrations.collective_trace)."""
+
+import json
+
+import numpy as np
+import pytest
+
+from fusionopt.integrations.collective_trace import collective_samples, fit_collective_cost
+
+
+def allreduce(ts, dur, elements, backend="nccl"):
+    return {"ph": "X", "cat": "user_annotation", "name": f"{backend}:all_reduce", "ts": ts, "dur": dur,
+            "args": {"Input Dims": [[elements]], "Input type": ["float"]}}
+
+
+def write(folder, rank, events):
+    doc = {"traceEvents": events, "distributedInfo": {"rank": rank, "world_size": 2}}
+    (folder / f"rank{rank}.json").write_text(json.dumps(doc))
+
+
+def test_ranks_give_latest_entry_to_latest_exit(tmp_path):
+    # Rank 1 enters the 1 MB all-reduce 300 us late: rank 0's 500 us were mostly waiting;
+    # the collective itself ran from 300 to 520 us: 220 us. The 4 MB one: 600-1100, both in.
+    write(tmp_path, 0, [allreduce(0, 500, 250_000), allreduce(600, 500, 1_000_000)])
+    write(tmp_path, 1, [allreduce(300, 220, 250_000), allreduce(600, 500, 1_000_000)])
+    sizes, seconds, how = collective_samples(tmp_path)
+    assert how == "ranks" and sizes.tolist() == [1e6, 4e6]
+    assert (seconds * 1e6).round(6).tolist() == [220.0, 500.0]
+    # One rank alone: its durations, waiting included.
+    sizes, seconds, how = collective_samples(tmp_path / "rank0.json")
+    assert how == "one rank" and (seconds * 1e6).round(6).tolist() == [500.0, 500.0]
+
+
+def test_fit_keeps_the_fastest_repeat_and_reports_residuals():
+    # 1 MB at 120 us (and a slow repeat at 900), 2 MB at 220, 4 MB at 420: 20 us + 100 us/MB.
+    fit = fit_collective_cost([1e6, 1e6, 2e6, 4e6], [120e-6, 900e-6, 220e-6, 420e-6])
+    assert fit.affine.alpha == pytest.approx(20e-6) and fit.affine.beta == pytest.approx(1e-10)
+    assert np.allclose(fit.affine_residuals, 0.0, atol=1e-15)
+    assert fit.curve(3e6) == pytest.approx(320e-6)
+    with pytest.raises(ValueError, match="give as many sizes as times"):
+        fit_collective_cost([1e6], [])
+
+
+def test_refusals_name_the_fault(tmp_path):
+    write(tmp_path, 0, [allreduce(0, 500, 250_000)])
+    write(tmp_path, 1, [allreduce(0, 500, 250_000), allreduce(600, 500, 10)])
+    with pytest.raises(ValueError, match=r"different numbers of all-reduces \(rank 0: 1, rank 1: 2\)"):
+        collective_samples(tmp_path)
+    write(tmp_path, 1, [allreduce(0, 500, 999)])
+    with pytest.raises(ValueError, match="all-reduce 0: the ranks disagree on its size"):
+        collective_samples(tmp_path)
+    bare = tmp_path / "bare.json"
+    bare.write_text(json.dumps({"traceEvents": [{"ph": "X", "name": "nccl:all_reduce", "ts": 0, "dur": 1}]}))
+    with pytest.raises(ValueError, match="no input shape: record the trace with record_shapes=True"):
+        collective_samples(bare)
