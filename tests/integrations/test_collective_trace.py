@@ -53,3 +53,52 @@ def test_refusals_name_the_fault(tmp_path):
     bare.write_text(json.dumps({"traceEvents": [{"ph": "X", "name": "nccl:all_reduce", "ts": 0, "dur": 1}]}))
     with pytest.raises(ValueError, match="no input shape: record the trace with record_shapes=True"):
         collective_samples(bare)
+
+
+def _traced_ddp_rank(rank, folder, port):
+    # One rank of a 2-process gloo DDP job, three steps traced without a schedule, gzip on.
+    import os
+
+    import torch
+    import torch.distributed as dist
+    from torch.profiler import ProfilerActivity, profile, tensorboard_trace_handler
+
+    os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", str(port)
+    dist.init_process_group("gloo", rank=rank, world_size=2)
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(256, 512), torch.nn.ReLU(), torch.nn.Linear(512, 512),
+                                torch.nn.ReLU(), torch.nn.Linear(512, 10))
+    ddp = torch.nn.parallel.DistributedDataParallel(model, bucket_cap_mb=0.5)
+    x = torch.randn(16, 256)
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True,
+                 on_trace_ready=tensorboard_trace_handler(folder, worker_name=f"rank{rank}", use_gzip=True)):
+        for _ in range(3):
+            ddp.zero_grad()
+            ddp(x).sum().backward()
+    dist.destroy_process_group()
+
+
+def test_real_ddp_traces_of_two_ranks(tmp_path):
+    # The all-reduces two real gloo ranks recorded are DDP's buckets: one bucket of every
+    # parameter in the first step, then the rebuilt layout the ddp model predicts, twice.
+    torch = pytest.importorskip("torch")
+    import socket
+
+    import torch.multiprocessing as mp
+
+    from fusionopt.integrations.kineto import profile_from_traces
+    from fusionopt.solvers.ddp import ddp_buckets
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    mp.spawn(_traced_ddp_rank, args=(str(tmp_path), port), nprocs=2, join=True)
+    model = torch.nn.Sequential(torch.nn.Linear(256, 512), torch.nn.ReLU(), torch.nn.Linear(512, 512),
+                                torch.nn.ReLU(), torch.nn.Linear(512, 10))
+    profile = profile_from_traces(tmp_path, model)
+    assert sorted(profile.metadata["ranks"]) == ["0", "1"] and profile.metadata["steps"] == 6
+    assert profile.B > 0 and profile.F > 0
+    layout = [int(profile.sizes[b].sum()) for b in ddp_buckets(profile, bucket_cap_mb=0.5)]
+    sizes, seconds, how = collective_samples(tmp_path)
+    assert how == "ranks" and (seconds >= 0).all()
+    assert sizes.astype(int).tolist() == [profile.total_bytes] + layout * 2
