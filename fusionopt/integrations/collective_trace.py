@@ -7,7 +7,8 @@ time the rank waited for its peers, so it overstates the collective's cost (an 8
 all-reduce can take longer than a 31 MB one that found every rank ready). Hence:
 
 * **Traces of several ranks** (one file per rank, as :func:`collective_samples` takes them):
-  the ``k``-th all-reduce of every rank is one collective (same size, checked). It cannot
+  the ``j``-th all-reduce of a given size on every rank is one collective (a backend may run
+  two on two threads, in either order). It cannot
   start before the last rank has entered it, so its cost is from the latest entry to the
   latest exit. The ranks' clocks must agree (one host, or synchronised hosts).
 * **One rank**: its durations, each an upper bound on the cost; the fit keeps their lower
@@ -73,14 +74,22 @@ def collective_samples(traces: Any) -> tuple[np.ndarray, np.ndarray, str]:
         listed = ", ".join(f"rank {r}: {counts[r]}" for r in ranks)
         raise ValueError(f"the ranks' traces hold different numbers of all-reduces ({listed}): "
                          "trace the same steps on every rank")
-    sizes, seconds = [], []
-    for k in range(counts[ranks[0]]):
-        calls = [by_rank[r][1][k] for r in ranks]
-        if len({c[0] for c in calls}) > 1:
-            raise ValueError(f"all-reduce {k}: the ranks disagree on its size "
-                             f"({', '.join(f'rank {r}: {c[0]} B' for r, c in zip(ranks, calls))})")
-        sizes.append(calls[0][0])
-        seconds.append(max(0.0, max(c[2] for c in calls) - max(c[1] for c in calls)) / 1e6)
+    # The j-th all-reduce of a size on one rank is the j-th of that size on every rank (a
+    # backend may run two of them on two threads, in either order).
+    per_size = [{} for _ in ranks]
+    for slot, r in enumerate(ranks):
+        for call in by_rank[r][1]:
+            per_size[slot].setdefault(call[0], []).append(call)
+    for size in per_size[0]:
+        numbers = [len(calls.get(size, [])) for calls in per_size]
+        if len(set(numbers)) > 1:
+            raise ValueError(f"the ranks disagree on the all-reduces of {size} bytes "
+                             f"({', '.join(f'rank {r}: {k}' for r, k in zip(ranks, numbers))})")
+    matched = sorted((min(c[1] for c in group), size, group)
+                     for size in per_size[0]
+                     for group in zip(*(calls[size] for calls in per_size)))
+    sizes = [size for _, size, _ in matched]
+    seconds = [max(0.0, max(c[2] for c in group) - max(c[1] for c in group)) / 1e6 for _, _, group in matched]
     return np.array(sizes, dtype=np.float64), np.array(seconds), "ranks"
 
 
