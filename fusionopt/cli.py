@@ -6,7 +6,6 @@ Bad arguments and bad input files exit with status 2 and a one-line message.
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import sys
 from pathlib import Path
@@ -16,7 +15,7 @@ from fusionopt import zoo
 from fusionopt.cost import cost_from_dict, network, networks, ALGORITHMS
 from fusionopt.model import AlphaBeta, Plan, Problem, Profile, simulate
 from fusionopt.model.ps import ParameterServer, PSPlan
-from fusionopt.model._io import read_json_document, write_json_atomic
+from fusionopt.model._io import read_csv_rows, read_json_document, write_json_atomic
 from fusionopt.solvers import compare, format_table, methods, solve
 from fusionopt.solvers.result import Result
 
@@ -342,21 +341,15 @@ def _read_parameters(path: str) -> Profile | list[tuple[str, int]]:
     order: a CSV with ``name`` and ``size_bytes`` columns, or a JSON list of ``[name, bytes]``
     pairs or object of ``name: bytes``."""
     if path.lower().endswith(".csv"):
-        try:
-            with open(path, newline="", encoding="utf-8") as handle:
-                rows = list(csv.reader(handle))
-        except FileNotFoundError:
-            raise UsageError(f"{path}: no such file") from None
-        header = [h.strip() for h in rows[0]] if rows else []
+        rows = read_csv_rows(path)
+        header = [h.strip() for h in rows[0][1]] if rows else []
         if "forward_s" in header or "backward_s" in header:
             return Profile.read_csv(path, name=Path(path).stem)
         if "name" not in header or "size_bytes" not in header:
             raise UsageError(f"{path}: a parameter list needs 'name' and 'size_bytes' columns, "
                              f"got {', '.join(header) or 'no header'}")
         at, pairs = (header.index("name"), header.index("size_bytes")), []
-        for line, row in enumerate(rows[1:], start=2):
-            if not any(cell.strip() for cell in row):
-                continue
+        for line, row in rows[1:]:
             try:
                 pairs.append((row[at[0]].strip(), int(row[at[1]])))
             except (IndexError, ValueError):

@@ -401,11 +401,6 @@ class Profile:
         return self._element_bytes  # type: ignore[attr-defined]
 
     @property
-    def elements(self) -> np.ndarray:
-        """Elements (parameters) of each tensor: ``sizes // element_bytes``, forward order."""
-        return self.sizes // self._element_bytes  # type: ignore[attr-defined]
-
-    @property
     def has_default_orders(self) -> bool:
         """True when the ready order is reverse forward order and the registration order is
         forward order."""

@@ -59,15 +59,23 @@ class DDPSettings:
     """
 
     bucket_cap_mb_list: tuple[float, ...] | None
-    list_iteration_time: float | None     # T of the list's layout (the plan's, when it exists)
     bucket_cap_mb: float | None
     cap_iteration_time: float             # T of the single cap's layout (the default's when None)
     default_iteration_time: float         # T of torch's default (bucket_cap_mb unset)
     buckets: tuple[tuple[int, ...], ...]
-    iteration_time: float                 # T of the recommended setting's layout
     plan_iteration_time: float
     find_unused_iteration_time: float
     candidates: int                       # single caps tried
+
+    @property
+    def list_iteration_time(self) -> float | None:
+        """T of the list's layout: the plan's own, since the list rebuilds it (None without one)."""
+        return None if self.bucket_cap_mb_list is None else self.plan_iteration_time
+
+    @property
+    def iteration_time(self) -> float:
+        """T of the recommended setting's layout (the list's, else the single cap's)."""
+        return self.cap_iteration_time if self.bucket_cap_mb_list is None else self.plan_iteration_time
 
     @property
     def arguments(self) -> dict[str, Any]:
@@ -80,7 +88,8 @@ class DDPSettings:
         doc = asdict(self)
         doc["bucket_cap_mb_list"] = None if self.bucket_cap_mb_list is None else list(self.bucket_cap_mb_list)
         doc["buckets"] = [list(b) for b in self.buckets]
-        doc["arguments"] = self.arguments
+        doc.update(arguments=self.arguments, list_iteration_time=self.list_iteration_time,
+                   iteration_time=self.iteration_time)
         return doc
 
 
@@ -223,8 +232,7 @@ def ddp_settings(problem: Problem, plan: Plan) -> DDPSettings:
         return simulate(problem, layout, validate=False).iteration_time, buckets
 
     default_time, default_buckets = timed()
-    exact = _exact_list(problem, plan)
-    list_time = timed(bucket_cap_mb_list=list(exact))[0] if exact is not None else None
+    exact = _exact_list(problem, plan)          # its layout is the plan: T is the plan's
     caps = _single_caps(problem, plan)
     trials = []
     for m in caps:
@@ -235,19 +243,17 @@ def ddp_settings(problem: Problem, plan: Plan) -> DDPSettings:
         cap, cap_time, cap_buckets = None, default_time, default_buckets
     if exact is not None:
         recommended: dict[str, Any] = {"bucket_cap_mb_list": list(exact)}
-        time_now, buckets = list_time, plan.groups()
+        buckets = plan.groups()
     else:
         recommended = {} if cap is None else {"bucket_cap_mb": cap}
-        time_now, buckets = cap_time, cap_buckets
+        buckets = cap_buckets
     unused_time, _ = timed(find_unused_parameters=True, **recommended)
     return DDPSettings(
         bucket_cap_mb_list=exact,
-        list_iteration_time=list_time,
         bucket_cap_mb=cap,
         cap_iteration_time=cap_time,
         default_iteration_time=default_time,
         buckets=tuple(tuple(b) for b in buckets),
-        iteration_time=float(time_now),
         plan_iteration_time=plan_time,
         find_unused_iteration_time=unused_time,
         candidates=len(caps),

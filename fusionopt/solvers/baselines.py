@@ -21,12 +21,18 @@ from fusionopt.solvers.result import Result, finish
 MiB = 1024 * 1024
 
 
-def _positive_bytes(label: str, value: float) -> int:
+def positive_number(label: str, value: float, unit: str) -> float:
+    """``value`` as a float, or one line naming ``label`` unless it is a positive, finite
+    number (of ``unit``, for the message)."""
     if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
-        raise ValueError(f"{label} must be a number of bytes, got {value!r}")
+        raise ValueError(f"{label} must be a number of {unit}, got {value!r}")
     if math.isnan(value) or math.isinf(value) or value <= 0:
-        raise ValueError(f"{label} must be a positive, finite number of bytes, got {value!r}")
-    return int(value)
+        raise ValueError(f"{label} must be a positive, finite number of {unit}, got {value!r}")
+    return float(value)
+
+
+def _positive_bytes(label: str, value: float) -> int:
+    return int(positive_number(label, value, "bytes"))
 
 
 def _backward_order(problem: Problem) -> list[int]:

@@ -43,10 +43,11 @@ import numpy as np
 from fusionopt.model.plan import Chunk, Message, Plan
 from fusionopt.model.problem import Problem
 from fusionopt.model.timeline import simulate
-from fusionopt.solvers.horovod import HOROVOD_DEFAULTS, PADDING_BYTES, fuse
+from fusionopt.solvers.horovod import BACKENDS, HOROVOD_DEFAULTS, PADDING_BYTES, fuse
 from fusionopt.solvers.priority import (
     _check_reproduced,
     _credit_window,
+    check_message_ends,
     _next_slice,
     _require_layerwise,
     _schedule,
@@ -120,9 +121,10 @@ def _registration_rank(problem: Problem) -> list[int]:
 
 
 def _horovod_schedule(problem: Problem, slices: list[Chunk], rank: list[int], credit_bytes: int,
-                      threshold: int, cycle: float, gpu: bool, lookahead: bool) -> tuple[Plan, int]:
+                      threshold: int, cycle: float, gpu: bool, lookahead: bool) -> tuple[Plan, int, list[float]]:
     """The core's credit loop over Horovod's cycle ticks (module docstring): the plan of
-    fused messages with their release times, and the number of busy cycles."""
+    fused messages with their release times, the number of busy cycles, and the message
+    ends the loop returned credit at (the simulator must agree: :func:`_finish` checks)."""
     profile = problem.profile
     n = profile.n
     ready = profile.ready_times
@@ -137,6 +139,7 @@ def _horovod_schedule(problem: Problem, slices: list[Chunk], rank: list[int], cr
     returns: list[tuple[float, int]] = []                      # (end, bytes): credit coming back
     held = 0
     messages: list[Message] = []
+    ends: list[float] = []
     channel_free = -math.inf
     clock = float(ready[arrivals[0]])
     tick = math.ceil(clock / cycle) * cycle if cycle > 0 else clock     # ticks at 0, cycle, ...
@@ -159,6 +162,7 @@ def _horovod_schedule(problem: Problem, slices: list[Chunk], rank: list[int], cr
                 channel_free = max(channel_free, clock) + float(problem.cost(nbytes))
                 messages.append(Message(tuple(slices[s] for s in group), clock))
                 heapq.heappush(returns, (channel_free, nbytes))
+                ends.append(channel_free)
                 sent += len(group)
             posted = []
             if cycle > 0:
@@ -177,12 +181,13 @@ def _horovod_schedule(problem: Problem, slices: list[Chunk], rank: list[int], cr
         clock = min(upcoming)
         if cycle > 0 and tick < clock:                         # idle ticks on the grid
             tick += math.ceil((clock - tick) / cycle) * cycle
-    return Plan(tuple(messages)), cycles
+    return Plan(tuple(messages)), cycles, ends
 
 
 def _run(problem: Problem, partition: int, credit: int, options: dict[str, Any],
-         slices: list[Chunk] | None = None) -> tuple[Plan, dict[str, Any], _Schedule | None]:
-    """One setting: its plan, its stats, and the unfused policy's own schedule (or None)."""
+         slices: list[Chunk] | None = None) -> tuple[Plan, dict[str, Any], _Schedule | list[float]]:
+    """One setting: its plan, its stats, and the policy's own timing for the simulator to
+    agree with: the unfused policy's schedule, or the message ends on Horovod."""
     if slices is None:
         slices = bytescheduler_slices(problem, partition)
     rank = _registration_rank(problem)
@@ -192,17 +197,17 @@ def _run(problem: Problem, partition: int, credit: int, options: dict[str, Any],
         schedule = _schedule(problem, slices, _credit_window(problem.channels, credit_bytes), rank)
         stats["policy_iteration_time"] = schedule.iteration_time
         return schedule.plan(slices), stats, schedule
-    plan, cycles = _horovod_schedule(problem, slices, rank, credit_bytes, options["threshold"],
-                                     options["cycle"], options["gpu"], options["lookahead"])
+    plan, cycles, ends = _horovod_schedule(problem, slices, rank, credit_bytes, options["threshold"],
+                                           options["cycle"], options["gpu"], options["lookahead"])
     stats["cycles"] = cycles
-    return plan, stats, None
+    return plan, stats, ends
 
 
 def _horovod_options(problem: Problem, fusion_threshold_bytes: float | None, cycle_time: float | None,
                      backend: str, horovod_defaults: str) -> dict[str, Any]:
     if horovod_defaults not in HOROVOD_DEFAULTS:
         raise ValueError(f"unknown horovod_defaults {horovod_defaults!r}: choose 'current' or 'legacy'")
-    if backend not in ("nccl", "gloo", "mpi"):
+    if backend not in BACKENDS:
         raise ValueError(f"unknown backend {backend!r}: choose 'nccl' (GPU), 'gloo' or 'mpi' (CPU)")
     default_cycle, default_threshold = HOROVOD_DEFAULTS[horovod_defaults]
     values = {}
@@ -227,12 +232,14 @@ def _horovod_options(problem: Problem, fusion_threshold_bytes: float | None, cyc
 
 
 def _finish(problem: Problem, method: str, started: float, plan: Plan, stats: dict[str, Any],
-            schedule: _Schedule | None, options: dict[str, Any]) -> Result:
+            timing: _Schedule | list[float], options: dict[str, Any]) -> Result:
     stats.update(fusion_threshold_bytes=options["threshold"], cycle_time=options["cycle"],
                  backend=options["backend"], horovod_defaults=options["horovod_defaults"])
     result = finish(problem, plan, method, started, space="any", stats=stats)
-    if schedule is not None:
-        _check_reproduced(problem, result, schedule, method)
+    if isinstance(timing, _Schedule):
+        _check_reproduced(problem, result, timing, method)
+    else:
+        check_message_ends(problem, result, timing, method)
     return result
 
 
@@ -302,6 +309,19 @@ def bytescheduler(
     >>> fused = bytescheduler(problem, partition_parameters=250_000)
     >>> fused.plan.groups(), (fused.plan.release * 1e3).round(9).tolist(), round(fused.iteration_time * 1e3, 9)
     ([[2, 1], [0]], [5.0, 10.0], 18.0)
+
+    ResNet-50 (the zoo's H100 estimate), 10GbE ring, 64 workers: Horovod fuses the model into
+    2 messages; the unfused scheduler pays a 3.15 ms startup on each of its 176 partitions.
+
+    >>> from fusionopt import zoo
+    >>> from fusionopt.cost import network
+    >>> resnet = Problem(zoo.profile("resnet50"), network("10gbe", 64), sync="layerwise")
+    >>> on_horovod = bytescheduler(resnet)
+    >>> alone = bytescheduler(resnet, fusion_threshold_bytes=0, cycle_time=0, credit_tuning=False)
+    >>> round(on_horovod.iteration_time * 1e3, 1), on_horovod.num_messages
+    (173.6, 2)
+    >>> round(alone.iteration_time * 1e3, 1), alone.num_messages
+    (715.5, 176)
     """
     started = time.perf_counter()
     _require_layerwise(problem, "bytescheduler")

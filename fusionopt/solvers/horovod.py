@@ -25,7 +25,10 @@ When the next tick comes depends on the backend:
   With the current code each tensor is padded to 16 bytes when the fusion buffer is
   counted (batched device copies); the padding counts against the threshold only.
 * ``backend="gloo"`` or ``"mpi"`` (CPU): the thread runs the cycle's collectives itself,
-  so the next tick is ``max(tick + cycle_time, end of the cycle's collectives)``.
+  so the next tick is ``max(tick + cycle_time, end of the cycle's collectives)``. Those ends
+  are the one-channel recursion of MODEL.md section 3, which the simulator reproduces
+  exactly on the plain model (checked on every call); under model extensions the ticks
+  follow that plain recursion and the simulator judges the plan.
 
 ``cycle_phase`` (seconds in ``[0, cycle_time)``) places the first tick after the start of
 the backward; the thread's phase is not known in a real job, and 0 is our choice.
@@ -42,20 +45,14 @@ import numpy as np
 
 from fusionopt.model.plan import Plan
 from fusionopt.model.problem import Problem
+from fusionopt.solvers.baselines import positive_number
+from fusionopt.solvers.priority import check_message_ends
 from fusionopt.solvers.result import Result, finish
 
 MiB = 1024 * 1024
 HOROVOD_DEFAULTS = {"current": (1e-3, 128 * MiB), "legacy": (5e-3, 64 * MiB)}
 BACKENDS = ("nccl", "gloo", "mpi")
 PADDING_BYTES = 16                 # BATCHED_D2D_PADDING of the current code
-
-
-def _positive(label: str, value: float, unit: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
-        raise ValueError(f"{label} must be a number of {unit}, got {value!r}")
-    if math.isnan(value) or math.isinf(value) or value <= 0:
-        raise ValueError(f"{label} must be a positive, finite number of {unit}, got {value!r}")
-    return float(value)
 
 
 def fuse(batch: list[int], sizes: np.ndarray, dtypes: tuple[str, ...] | None, threshold: int,
@@ -146,9 +143,9 @@ def horovod(
     if backend not in BACKENDS:
         raise ValueError(f"unknown backend {backend!r}: choose 'nccl' (GPU), 'gloo' or 'mpi' (CPU)")
     default_cycle, default_threshold = HOROVOD_DEFAULTS[defaults]
-    cycle = _positive("cycle_time", default_cycle if cycle_time is None else cycle_time, "seconds")
+    cycle = positive_number("cycle_time", default_cycle if cycle_time is None else cycle_time, "seconds")
     threshold_value = default_threshold if fusion_threshold_bytes is None else fusion_threshold_bytes
-    threshold = int(_positive("fusion_threshold_bytes", threshold_value, "bytes"))
+    threshold = int(positive_number("fusion_threshold_bytes", threshold_value, "bytes"))
     if isinstance(cycle_phase, bool) or not isinstance(cycle_phase, (int, float, np.integer, np.floating)) \
             or not 0.0 <= cycle_phase < cycle:
         raise ValueError(f"cycle_phase must be a number of seconds in [0, cycle_time = {cycle!r}), got {cycle_phase!r}")
@@ -167,6 +164,7 @@ def horovod(
     groups: list[list[int]] = []
     release: list[float] = []
     tick, channel_free, busy_cycles = float(cycle_phase), 0.0, 0
+    ends: list[float] = []                             # the policy's own message ends
     while pending:
         count = 0
         while count < len(pending) and ready[pending[count]] <= tick:
@@ -178,6 +176,7 @@ def horovod(
                 groups.append(group)
                 release.append(tick)
                 channel_free = max(channel_free, tick) + float(problem.cost(int(profile.sizes[group].sum())))
+                ends.append(channel_free)
         if not pending:
             break
         # The next tick; idle ticks up to the next gradient are skipped.
@@ -187,7 +186,9 @@ def horovod(
             tick = max(tick, channel_free)
     plan = Plan.from_groups(profile, groups, release=release)
     space = "fusion" if plan.is_fusion(profile) else "any"     # releases make it another plan
-    return finish(problem, plan, "horovod", started, space=space, stats={
+    result = finish(problem, plan, "horovod", started, space=space, stats={
         "cycle_time": cycle, "fusion_threshold_bytes": threshold, "cycles": busy_cycles,
         "backend": backend, "defaults": defaults, "cycle_phase": float(cycle_phase),
     })
+    check_message_ends(problem, result, ends, "horovod")
+    return result

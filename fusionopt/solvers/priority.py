@@ -321,6 +321,13 @@ def _credit_window(channels: int, credit_bytes: int) -> Window:
     return lambda count, nbytes: count < channels or nbytes < credit_bytes
 
 
+def check_message_ends(problem: Problem, result: Result, ends: list[float], method: str) -> None:
+    """A policy that timed its own messages (to return a credit, to start a cycle) must agree
+    with the simulator that judges its plan: on the plain model, exactly."""
+    if not problem.extensions and not np.array_equal(result.timeline.message_end, np.asarray(ends)):
+        raise AssertionError(f"{method}: the simulator does not reproduce the policy's message ends")
+
+
 def _check_reproduced(problem: Problem, result: Result, schedule: _Schedule, method: str) -> None:
     # On the plain model the policy's recursion is the simulator's, term for term.
     if problem.extensions:

@@ -15,6 +15,7 @@ dist = pytest.importorskip("torch.distributed")
 nn = torch.nn
 
 from fusionopt.cost import AlphaBeta  # noqa: E402
+from fusionopt.integrations.ddp_layout import ddp_bucket_layout  # noqa: E402
 from fusionopt.integrations.torch import profile_model  # noqa: E402
 from fusionopt.model import Problem  # noqa: E402
 from fusionopt.solvers import solve  # noqa: E402
@@ -70,26 +71,6 @@ class TwoDtypes(nn.Module):
         return self.d(self.c(y.double()).float())
 
 
-def torch_layout(model: nn.Module, inputs, **options) -> list[list[str]]:
-    """The buckets real DDP reduces in its third step: parameter names per bucket index."""
-    ddp = nn.parallel.DistributedDataParallel(model, **options)
-    names = {p: n for n, p in model.named_parameters()}
-    seen: dict[int, list[tuple[int, list[str]]]] = {}
-    state = {"step": 0}
-
-    def hook(state, bucket):
-        seen.setdefault(state["step"], []).append((bucket.index(), [names[p] for p in bucket.parameters()]))
-        future = torch.futures.Future()
-        future.set_result(bucket.buffer())
-        return future
-
-    ddp.register_comm_hook(state, hook)
-    for step in range(3):
-        state["step"] = step
-        ddp(inputs).float().sum().backward()
-    return [names for _, names in sorted(seen[2])]
-
-
 def model_layout(profile, **options) -> list[list[str]]:
     return [[profile.names[i] for i in bucket] for bucket in ddp_buckets(profile, **options)]
 
@@ -126,13 +107,13 @@ def two_dtypes():
 @pytest.mark.parametrize("options", CASES, ids=lambda o: ",".join(f"{k}={v}" for k, v in o.items()) or "default")
 def test_layouts_equal_real_ddp(mixed, options):
     model, inputs, profile = mixed
-    assert model_layout(profile, **options) == torch_layout(model, inputs, **options)
+    assert model_layout(profile, **options) == ddp_bucket_layout(model, inputs, **options)
 
 
 @pytest.mark.parametrize("options", CASES, ids=lambda o: ",".join(f"{k}={v}" for k, v in o.items()) or "default")
 def test_layouts_over_two_dtypes_equal_real_ddp(two_dtypes, options):
     model, inputs, profile = two_dtypes
-    assert model_layout(profile, **options) == torch_layout(model, inputs, **options)
+    assert model_layout(profile, **options) == ddp_bucket_layout(model, inputs, **options)
 
 
 def test_the_unset_cap_differs_from_an_explicit_25(mixed):
@@ -149,8 +130,8 @@ def test_the_advised_list_makes_ddp_build_the_plan(mixed, alpha):
         plan = solve(problem, method).plan
         s = ddp_settings(problem, plan)
         assert s.bucket_cap_mb_list is not None
-        built = torch_layout(model, inputs, bucket_cap_mb_list=list(s.bucket_cap_mb_list))
+        built = ddp_bucket_layout(model, inputs, bucket_cap_mb_list=list(s.bucket_cap_mb_list))
         assert built == [[profile.names[i] for i in group] for group in plan.groups()]
         if s.bucket_cap_mb is not None:
-            assert torch_layout(model, inputs, bucket_cap_mb=s.bucket_cap_mb) == model_layout(
+            assert ddp_bucket_layout(model, inputs, bucket_cap_mb=s.bucket_cap_mb) == model_layout(
                 profile, bucket_cap_mb=s.bucket_cap_mb)

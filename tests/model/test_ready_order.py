@@ -86,8 +86,47 @@ def test_release_round_trips_through_json_and_refuses_bad_values(tmp_path):
         PSPlan(plan, plan.without_release())
 
 
-def test_plan_with_release_is_not_a_fusion_plan_for_dp_bounds():
+def test_a_single_message_waits_for_its_release():
     profile = Profile.from_arrays([1e6, 1e6], [0.0, 0.0], [0.0, 1e-3])
     plan = Plan.from_groups(profile, [[1, 0]], release=[4e-3])
     t = simulate(Problem(profile, AlphaBeta(1e-3, 1e-9)), plan).message_start
     assert np.allclose(t, [4e-3])
+
+
+def test_dp_is_exact_when_the_last_tie_group_has_work_before_its_last_tensor():
+    # Seeded random profiles whose final tie group is reordered and carries update/forward
+    # work: T = max(B, E) + U + F fails there, and the DP's tail enumeration must still equal
+    # brute force over every fusion plan (with and without message caps).
+    import itertools
+
+    from fusionopt.model.fusion import layerwise_slack
+    from fusionopt.model.fusion_dp import optimal_fusion
+
+    rng = np.random.default_rng(0)
+    checked = 0
+    while checked < 150:
+        n = int(rng.integers(2, 7))
+        backward = np.where(rng.random(n) < 0.5, 0.0, rng.uniform(1e-4, 3e-3, n))
+        profile = Profile.from_arrays(rng.integers(1, 4_000_000, n), rng.uniform(0, 2e-3, n), backward,
+                                      update=rng.uniform(0, 2e-3, n))
+        ready, order, run = profile.ready_times, [], []
+        for i in range(n - 1, -1, -1):
+            if run and ready[i] != ready[run[0]]:
+                order += list(rng.permutation(run))
+                run = []
+            run.append(i)
+        order += list(rng.permutation(run))
+        problem = Problem(profile.with_orders(ready_order=[int(i) for i in order]),
+                          AlphaBeta(float(rng.uniform(0, 3e-3)), 1e-9), sync="layerwise")
+        if layerwise_slack(problem) == 0.0:
+            continue
+        checked += 1
+        limit = int(rng.integers(1, n + 1)) if rng.random() < 0.3 else None
+        best = min(simulate(problem, plan).iteration_time
+                   for cuts in itertools.product([False, True], repeat=n - 1)
+                   for plan in [Plan.from_cuts(problem.profile, cuts)]
+                   if limit is None or plan.num_messages <= limit)
+        found = optimal_fusion(problem, max_messages=limit)
+        assert simulate(problem, Plan.from_cuts(problem.profile, found.cuts)).iteration_time == \
+            pytest.approx(found.iteration_time, rel=1e-12, abs=1e-15)
+        assert found.iteration_time == pytest.approx(best, rel=1e-12, abs=1e-15)

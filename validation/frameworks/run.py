@@ -32,6 +32,7 @@ sys.path.insert(0, str(ROOT / "validation"))
 
 from fusionopt import zoo  # noqa: E402
 from fusionopt.cost import network  # noqa: E402
+from fusionopt.integrations.ddp_layout import ddp_bucket_layout  # noqa: E402
 from fusionopt.integrations.torch import require_torch  # noqa: E402
 from fusionopt.model import Problem  # noqa: E402
 from fusionopt.reporting import write_result  # noqa: E402
@@ -79,27 +80,6 @@ def tiny_inputs(name: str, torch: Any) -> Any:
     return torch.randn(2, 3, side, side)       # two samples: batch norm needs more than one value
 
 
-def torch_layout(torch: Any, model: Any, inputs: Any, options: dict[str, Any]) -> list[list[str]]:
-    """Parameter names per bucket, in bucket order, as DDP reduces them in its third step."""
-    ddp = torch.nn.parallel.DistributedDataParallel(model, **options)
-    names = {p: n for n, p in model.named_parameters()}
-    seen: dict[int, list[tuple[int, list[str]]]] = {}
-    state = {"step": 0}
-
-    def hook(state, bucket):                  # DDP checks the annotations: none, or its own
-        seen.setdefault(state["step"], []).append((bucket.index(), [names[p] for p in bucket.parameters()]))
-        future = torch.futures.Future()
-        future.set_result(bucket.buffer())
-        return future
-
-    ddp.register_comm_hook(state, hook)
-    for step in range(3):
-        state["step"] = step
-        output = ddp(**inputs) if isinstance(inputs, dict) else ddp(inputs)
-        loss_of(output).backward()
-    return [bucket for _, bucket in sorted(seen[2])]
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--models", default=",".join(zoo.models()))
@@ -136,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
             if advised.bucket_cap_mb is not None:
                 settings.append((f"advised cap {advised.bucket_cap_mb:g} MiB", {"bucket_cap_mb": advised.bucket_cap_mb}))
             for label, options in settings:
-                built = torch_layout(torch, model, inputs, options)
+                built = ddp_bucket_layout(model, inputs, loss_fn=loss_of, **options)
                 predicted = [[profile.names[i] for i in bucket] for bucket in ddp_buckets(profile, **options)]
                 rows.append({"model": name, "setting": label, "options": options, "buckets_torch": len(built),
                              "buckets_fusionopt": len(predicted), "identical": built == predicted})
