@@ -22,15 +22,18 @@ def schedule_graph(problem: Problem, plan: Plan | PSPlan) -> nx.DiGraph:
 
     A parameter-server problem gets :func:`ps_schedule_graph`.
 
-    Nodes: ``("start",)``, ``("backward", i)``, ``("message", k)``, ``("update", i)``,
-    ``("forward", i)`` and ``("end",)``; durations in seconds.
+    Nodes: ``("start",)``, ``("backward", i)``, ``("message", k)``, ``("step",)`` (barrier
+    sync), ``("update", i)``, ``("forward", i)``, ``("host",)`` and ``("end",)``; durations
+    in seconds.
 
     - backward runs ``n-1 .. 0`` in a chain from the start;
     - message ``k`` follows message ``k - 1`` and the backward of every tensor it carries;
-    - ``barrier``: the updates (a chain) follow the backward and every message, and the
-      forward chain follows the updates;
+    - ``barrier``: the step's post-backward work and update lump (``("step",)``) follow the
+      backward and every message, the updates (a chain) follow it, and the forward chain
+      follows the updates;
     - ``layerwise``: update ``i`` follows forward ``i - 1`` (the backward for ``i = 0``)
-      and every message carrying tensor ``i``; forward ``i`` follows update ``i``.
+      and every message carrying tensor ``i``; forward ``i`` follows update ``i``;
+    - the host's share (``("host",)``) follows the last forward and ends the step.
     """
     if problem.ps is not None:
         return ps_schedule_graph(problem, plan)
@@ -65,9 +68,12 @@ def schedule_graph(problem: Problem, plan: Plan | PSPlan) -> nx.DiGraph:
             carried_by.setdefault(c.tensor, []).append(k)
 
     if problem.sync == "barrier":
-        link(backward_done, ("update", 0), backward_last)
+        # The whole-step work (MODEL.md section 4) waits for every gradient, before the updates.
+        whole = profile.post_backward + profile.update_lump
+        link(backward_done, ("step",), backward_last)
         for k in range(len(plan.messages)):
-            link(("message", k), ("update", 0), message_costs[k])
+            link(("message", k), ("step",), message_costs[k])
+        link(("step",), ("update", 0), whole)
         for i in range(1, n):
             link(("update", i - 1), ("update", i), profile.update[i - 1])
         link(("update", n - 1), ("forward", 0), profile.update[n - 1])
@@ -81,7 +87,8 @@ def schedule_graph(problem: Problem, plan: Plan | PSPlan) -> nx.DiGraph:
             for k in carried_by[i]:
                 link(("message", k), ("update", i), message_costs[k])
             link(("update", i), ("forward", i), profile.update[i])
-    link(("forward", n - 1), end, profile.forward[n - 1])
+    link(("forward", n - 1), ("host",), profile.forward[n - 1])
+    link(("host",), end, profile.host_overhead)
     return graph
 
 
@@ -106,7 +113,8 @@ def ps_schedule_graph(problem: Problem, plan: PSPlan) -> nx.DiGraph:
     - ``layerwise``: update ``i`` follows tensor ``i - 1``'s last forward piece (the backward
       for ``i = 0``) and the pull of its first forward piece's chunk (of every chunk, when the
       forward is not split); forward piece ``q`` follows update ``i`` or piece ``q - 1`` and
-      the pull of its own chunk.
+      the pull of its own chunk;
+    - the step parts as in :func:`schedule_graph` (nodes ``("step",)`` and ``("host",)``).
     """
     from fusionopt.model.ps_timing import _check_inputs
 
@@ -163,9 +171,10 @@ def ps_schedule_graph(problem: Problem, plan: PSPlan) -> nx.DiGraph:
 
     pull_chunks = by_tensor(plan.pull)
     if problem.sync == "barrier":
-        link(backward_done, ("update", 0), backward_last)
+        link(backward_done, ("step",), backward_last)
         for m in range(plan.pull.num_messages):
-            link(("pull", m), ("update", 0), pull_cost[m])
+            link(("pull", m), ("step",), pull_cost[m])
+        link(("step",), ("update", 0), profile.post_backward + profile.update_lump)
         for i in range(1, n):
             link(("update", i - 1), ("update", i), profile.update[i - 1])
         link(("update", n - 1), ("forward", 0, 0), profile.update[n - 1])
@@ -191,7 +200,8 @@ def ps_schedule_graph(problem: Problem, plan: PSPlan) -> nx.DiGraph:
                 if m is not None and q:
                     link(("pull", m), node, pull_cost[m])
                 last, last_duration = node, duration
-    link(last, ("end",), last_duration)
+    link(last, ("host",), last_duration)
+    link(("host",), ("end",), profile.host_overhead)
     return graph
 
 

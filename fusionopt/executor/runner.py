@@ -205,11 +205,11 @@ class RankRunner:
         phi = np.empty(profile.n)
         if self.problem.sync == "barrier":
             self._wait(lambda: state.done == state.messages, "every message")
-            clock = max(profile.B, float(np.nanmax(state.reduced))) + profile.U
+            clock = max(profile.B, float(np.nanmax(state.reduced))) + profile.post_backward + profile.update_lump + profile.U
             for i in range(profile.n):
                 phi[i] = clock
                 clock += forward[i]
-            _sleep_until(t0 + clock, comm)
+            _sleep_until(t0 + clock + profile.host_overhead, comm)
         else:
             # The forward of tensor i may start once its own gradient is reduced; a tensor's
             # forward has no effect the run can observe, so the clock is kept and the thread
@@ -222,7 +222,7 @@ class RankRunner:
                 clock += update[i]
                 phi[i] = clock
                 clock += forward[i]
-            _sleep_until(t0 + clock, comm)
+            _sleep_until(t0 + clock + profile.host_overhead, comm)      # the host's share (MODEL.md 4)
         iteration_time = time.perf_counter() - t0
         self._wait(lambda: state.done == state.messages, "every message")
         timer = state.timer

@@ -153,7 +153,7 @@ class StreamRunner:
         if self.problem.sync == "barrier":
             if ends:
                 streams.wait(compute, ends[-1])
-            streams.work(compute, profile.U)
+            streams.work(compute, profile.post_backward + profile.update_lump + profile.U)
             offsets = np.concatenate(([0.0], np.cumsum(forward)[:-1])).tolist()
             piece_starts.append((streams.record(compute), list(range(n)), offsets))
             streams.work(compute, profile.F)
@@ -175,6 +175,7 @@ class StreamRunner:
                 current[2].append(pending + float(update[i]))
                 pending += float(update[i] + forward[i])
             streams.work(compute, pending)
+        streams.work(compute, profile.host_overhead)       # the host's share ends the step (MODEL.md 4)
         finish = streams.record(compute)
         self._synchronize(finish, ends)
 

@@ -44,10 +44,10 @@ def block_iteration_time(problem: Problem, messages: Sequence[Sequence[Block]]) 
     tensors = np.array([block[0] for m in messages for block in m])
     np.maximum.at(reduced, tensors, ends[owners])
     if problem.sync == "barrier":
-        return float(max(profile.B, float(reduced.max()))) + profile.U + profile.F
+        return float(max(profile.B, float(reduced.max()))) + profile.U + profile.F + profile.W
     # phi_i = A_i + max_(j <= i) (C_j + u_j - A_j) with A_i = sum_(j <= i) (f_(j-1) + u_j),
     # f_(-1) = 0, and B joining C_0 (phi_0 = max(B, C_0) + u_0).
     offsets = np.cumsum(profile.update + np.concatenate(([0.0], profile.forward[:-1])))
     reduced[0] = max(reduced[0], profile.B)
     phi = offsets + np.maximum.accumulate(reduced + profile.update - offsets)
-    return float(phi[-1] + profile.forward[-1])
+    return float(phi[-1] + profile.forward[-1]) + profile.W     # layerwise: the host's share

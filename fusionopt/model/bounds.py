@@ -20,7 +20,7 @@ _FUSION_OPTIMA: "weakref.WeakKeyDictionary[Problem, float]" = weakref.WeakKeyDic
 
 
 def compute_bound(problem: Problem) -> float:
-    """``B + F + U`` in seconds: no plan finishes a step before its compute does.
+    """``B + F + U + W`` in seconds: no plan finishes a step before its compute does.
 
     >>> from fusionopt.model.cost import AlphaBeta
     >>> from fusionopt.model.profile import Profile
@@ -32,7 +32,7 @@ def compute_bound(problem: Problem) -> float:
 
 
 def last_message_bound(problem: Problem) -> float:
-    """``B + c(1) + U + F``: tensor 0's last chunk is ready at ``B`` and its message carries
+    """``B + c(1) + U + F + W``: tensor 0's last chunk is ready at ``B`` and its message carries
     at least one byte; its update and every forward follow it in both sync modes.
 
     >>> from fusionopt.model.cost import AlphaBeta
@@ -55,15 +55,16 @@ def channel_bound(problem: Problem) -> float | None:
     profile = problem.profile
     channel_end = float(profile.ready_times.min()) + float(problem.cost(profile.total_bytes))
     if problem.sync == "barrier":
-        return channel_end + profile.U + profile.F
+        return channel_end + profile.U + profile.F + profile.W
     # The tensor i reduced last is then updated and runs forward i .. n-1.
     return channel_end + float(_tails(problem).min())
 
 
 def _tails(problem: Problem) -> np.ndarray:
-    # tail_i = u_i + f_i + sum_{k > i} (u_k + f_k): what follows C_i on the compute stream.
+    # tail_i = u_i + f_i + sum_{k > i} (u_k + f_k) + W: what follows C_i on the compute stream
+    # under layerwise sync (whose W is the host's share, MODEL.md section 4).
     profile = problem.profile
-    return (profile.update + profile.forward)[::-1].cumsum()[::-1]
+    return (profile.update + profile.forward)[::-1].cumsum()[::-1] + profile.W
 
 
 def fluid_bound(problem: Problem) -> float | None:
@@ -108,7 +109,7 @@ def fluid_latency_bound(problem: Problem) -> float | None:
     channel after ``B``, and the message with tensor 0's last byte starts at ``B`` or later
     and pays ``alpha``: all of tensors ``0..i`` are reduced no earlier than
     ``B + alpha + R_i``. With ``tail_i`` the updates and forwards that follow (layerwise;
-    ``U + F`` after the last, barrier), ``T >= max_i (B + alpha + R_i + tail_i)``.
+    ``U + F + W`` after the last, barrier), ``T >= max_i (B + alpha + R_i + tail_i)``.
 
     ``R_i = max_j (sum of the work of tensors l <= i released at or after r_j) - (B - r_j)``
     over ``j <= i`` (Lindley's recursion for the busy period ending at ``B``); ready times
@@ -144,7 +145,7 @@ def fluid_latency_bound(problem: Problem) -> float | None:
     unserved = np.maximum(earlier, served + ready) - B
     latency = alpha if profile.sizes.min() > 0 else 0.0
     if problem.sync == "barrier":
-        return float(B + latency + unserved[-1] + profile.U + profile.F)
+        return float(B + latency + unserved[-1] + profile.U + profile.F + profile.W)
     return float((B + latency + unserved + _tails(problem)).max())
 
 

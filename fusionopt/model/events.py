@@ -7,7 +7,7 @@ together with every extension off.
 The compute stream runs a fixed list of tasks, each an amount of work in seconds at full
 speed: the backward of tensors ``n-1 .. 0``, each followed by the packing of the messages
 it makes ready when ``copy_on="compute"`` (plan order), then the updates and forwards
-gated by the sync rule. While at least one message is in flight the stream progresses at
+gated by the sync rule, with the profile's step parts where MODEL.md section 4 puts them. While at least one message is in flight the stream progresses at
 ``1 / contention`` of full speed.
 
 A message is *ready* when the backward of every tensor it carries has ended (and its
@@ -35,8 +35,8 @@ _EPS = 1e-13
 
 @dataclass
 class _Task:
-    kind: str                                      # "backward", "pack", "update" or "forward"
-    tensor: int                                    # forward index (packing: the backward's)
+    kind: str                                      # "backward", "pack", "update", "forward" or a step part
+    tensor: int                                    # forward index (packing: the backward's; a step part: -1)
     work: float                                    # seconds at full speed
     gate: set[int] = field(default_factory=set)   # messages that must be done first
     on_done: list[int] = field(default_factory=list)  # messages made ready when it ends
@@ -78,6 +78,10 @@ def _compute_tasks(problem: Problem, plan: Plan) -> list[_Task]:
             carried_by.setdefault(c.tensor, set()).add(k)
     everything = set(range(len(plan.messages)))
     if problem.sync == "barrier":
+        # Whole-step work waits for every gradient (MODEL.md section 4; layerwise sync has none).
+        for part in ("post_backward", "update_lump"):
+            if getattr(profile, part):
+                tasks.append(_Task(part, -1, getattr(profile, part), gate=everything))
         for i in range(n):
             tasks.append(_Task("update", i, float(profile.update[i]), gate=everything if i == 0 else set()))
         for i in range(n):
@@ -86,6 +90,8 @@ def _compute_tasks(problem: Problem, plan: Plan) -> list[_Task]:
         for i in range(n):
             tasks.append(_Task("update", i, float(profile.update[i]), gate=carried_by[i]))
             tasks.append(_Task("forward", i, float(profile.forward[i])))
+    if profile.host_overhead:
+        tasks.append(_Task("host_overhead", -1, profile.host_overhead))
     return tasks
 
 

@@ -3,7 +3,7 @@
 A fusion plan on one channel is a cut vector ``x`` over backward order (see
 :meth:`Plan.from_cuts`). Its last message ends at
 ``E = max_j [ R_j + sum_{k >= j} c(S_k) ]`` and, with FIFO backward order, both sync modes
-give ``T = max(B, E) + U + F``. :func:`fusion_iteration_time` evaluates one cut vector with
+give ``T = max(B, E) + U + F + W``. :func:`fusion_iteration_time` evaluates one cut vector with
 that closed form; :func:`evaluate_cuts` scores a whole batch at once with numpy, for
 metaheuristics and exhaustive search. Tests pin both to :func:`simulate`.
 
@@ -47,8 +47,8 @@ def backward_arrays(problem: Problem) -> tuple[np.ndarray, np.ndarray]:
 def layerwise_slack(problem: Problem) -> float:
     """Seconds of update and forward work that may run before the last message of a fusion
     plan ends: ``sum_{i < l} (u_i + f_i)`` with ``l`` the last tensor in the ready order,
-    under layerwise sync; 0 under barrier sync. ``T = max(B, E) + U + F`` holds for every
-    fusion plan when it is 0, and ``T >= max(B + U + F, E + U + F - slack)`` always.
+    under layerwise sync; 0 under barrier sync. ``T = max(B, E) + U + F + W`` holds for every
+    fusion plan when it is 0, and ``T >= max(B + U + F + W, E + U + F + W - slack)`` always.
 
     >>> from fusionopt.model.cost import AlphaBeta
     >>> from fusionopt.model.profile import Profile
@@ -71,7 +71,7 @@ def _simulated(problem: Problem, cuts: np.ndarray) -> float:
 
 
 def time_after_channel(profile: Any, channel_end: float) -> float:
-    """``T = max(B, E) + U + F`` of a fusion plan whose last message ends at ``E`` (seconds).
+    """``T = max(B, E) + U + F + W`` of a fusion plan whose last message ends at ``E`` (seconds).
 
     Both sync modes (MODEL.md section 7); also a lower bound on ``T`` from a lower bound on
     ``E``, which is how the exact solvers turn their bounds into iteration times.
@@ -80,16 +80,16 @@ def time_after_channel(profile: Any, channel_end: float) -> float:
     >>> time_after_channel(Profile.from_arrays([8, 8], [1.0, 2.0], [4.0, 3.0]), 5.0)
     10.0
     """
-    return max(profile.B, float(channel_end)) + profile.U + profile.F
+    return max(profile.B, float(channel_end)) + profile.U + profile.F + profile.W
 
 
 def time_bound_after_channel(problem: Problem, channel_end: float) -> float:
     """A lower bound on ``T`` from a lower bound ``channel_end`` on the last message's end
     (seconds): :func:`time_after_channel` less the :func:`layerwise_slack`, never below
-    ``B + U + F``. Equal to :func:`time_after_channel` when the slack is 0."""
+    ``B + U + F + W``. Equal to :func:`time_after_channel` when the slack is 0."""
     profile = problem.profile
     exact = time_after_channel(profile, channel_end)
-    return max(profile.B + profile.U + profile.F, exact - layerwise_slack(problem))
+    return max(profile.B + profile.U + profile.F + profile.W, exact - layerwise_slack(problem))
 
 
 def _check_cuts(problem: Problem, cuts: np.ndarray, batch: bool) -> np.ndarray:
@@ -134,7 +134,7 @@ def fusion_iteration_time(problem: Problem, cuts: np.ndarray) -> float:
         if problem.channels > 1:
             problem.require_plain("fusion_iteration_time with several channels")
         _, end = fusion_message_times(problem, cuts)
-        return float(end[-1]) + profile.U + profile.F
+        return float(end[-1]) + profile.U + profile.F + profile.W
     rho, prefix = backward_arrays(problem)
     ends = np.flatnonzero(np.append(cuts, True))            # last position of each message
     starts = np.concatenate(([0], ends[:-1] + 1))
@@ -197,7 +197,7 @@ def evaluate_cuts(problem: Problem, cuts: np.ndarray) -> np.ndarray:
         else:
             out[lo:hi] = _sweep_general(rho, prefix, block, problem.cost)
     np.maximum(out, profile.B, out=out)
-    out += profile.U + profile.F
+    out += profile.U + profile.F + profile.W
     return out
 
 
@@ -271,7 +271,7 @@ def fusion_message_times(problem: Problem, cuts: Any) -> tuple[np.ndarray, np.nd
     the channel is FIFO and busy exactly on ``[R_m, e_m]``, the compute stream runs at
     ``1 / kappa`` there, so with ``Delta_m`` the compute work between two ready times,
     ``R_1 = Delta_1``, ``R_{m+1} = R_m + min(kappa Delta, Delta + (1 - 1/kappa)(e_m - R_m))``
-    and ``e_m = max(R_m, e_{m-1}) + d_m``; ``T = e_M + U + F`` in both sync modes. A fast
+    and ``e_m = max(R_m, e_{m-1}) + d_m``; ``T = e_M + U + F + W`` in both sync modes. A fast
     path for :func:`simulate`, which tests pin it to; the CP-SAT model encodes it.
 
     >>> from fusionopt.model import AlphaBeta, Profile
@@ -365,7 +365,7 @@ def _evaluate_extended(problem: Problem, cuts: np.ndarray) -> np.ndarray:
         for tile in range(lo, hi, _TILE):
             block[:, tile - lo: min(hi, tile + _TILE) - lo] = cuts[tile: min(hi, tile + _TILE)].T
         out[lo:hi] = _sweep_extended(problem, block)
-    return out + profile.U + profile.F
+    return out + profile.U + profile.F + profile.W
 
 
 def _sweep_extended(problem: Problem, block: np.ndarray) -> np.ndarray:

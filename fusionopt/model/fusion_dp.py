@@ -6,7 +6,7 @@ For one channel and fusion plans (whole tensors, contiguous groups, backward ord
     G(0) = -inf,   G(j) = min_{1 <= i <= j} max(rho_j, G(i-1)) + c(Q_j - Q_{i-1}),
 
 is the earliest time the channel can have sent the first ``j`` tensors, and ``E* = G(n)``.
-Both sync modes then give ``T* = max(B, E*) + U + F`` (section 7: FIFO fusion plans do not
+Both sync modes then give ``T* = max(B, E*) + U + F + W`` (section 7: FIFO fusion plans do not
 overlap the forward).
 
 Three algorithms, all exact:
@@ -24,14 +24,14 @@ last tensor of a capped plan leaves a capped plan that ends no later).
 
 Layerwise sync with a ready order whose last tensor ``l`` has update or forward work before
 it (:func:`~fusionopt.model.fusion.layerwise_slack` > 0; a first layer's weight ready
-before its bias) breaks ``T = max(B, E) + U + F``: tensors of earlier messages may be
+before its bias) breaks ``T = max(B, E) + U + F + W``: tensors of earlier messages may be
 updated and run forward while the last message is on the channel. Only messages holding a
 tensor of the last group ``L`` (the positions ready at ``B``, forward indices ``0..g``) can
 decide ``T``: any other message ends earlier and gates less work. Those messages start at
 ``B`` or later, back to back, so with ``V(p)`` the least ``max_k (sum of costs up to
 message k + tail(min index of message k))`` over splits of positions ``p..n-1``,
 
-    T* = min_{a <= s <= e} max(B + U + F, max(G(a), B) + c(Q_{e+1} - Q_a) + max(tail(a..e), V(e+1))),
+    T* = min_{a <= s <= e} max(B + U + F + W, max(G(a), B) + c(Q_{e+1} - Q_a) + max(tail(a..e), V(e+1))),
 
 where ``s`` is the first position of ``L``, the first message holding ``L`` spans positions
 ``a..e``, and ``tail_i = sum_{k >= i} (u_k + f_k)``. O(n |L| + |L|^2) after the DP.
@@ -172,7 +172,7 @@ def optimal_fusion(
     else:
         last_end = float(G[n])
         cuts = _cuts_of(parent, n, n)
-        iteration_time = max(profile.B, last_end) + profile.U + profile.F
+        iteration_time = max(profile.B, last_end) + profile.U + profile.F + profile.W
     cuts.setflags(write=False)
     return FusionOptimum(cuts=cuts, communication_end=last_end, iteration_time=iteration_time, algorithm=used)
 
@@ -293,7 +293,9 @@ def _layerwise_tail(problem: Problem, rho: np.ndarray, prefix: np.ndarray, cap: 
     n = profile.n
     order = profile.backward_order
     B = profile.B
-    tail = (profile.update + profile.forward)[::-1].cumsum()[::-1]
+    # What follows a tensor's reduction: its and later updates and forwards, and the step
+    # parts (under layerwise sync only the host's, MODEL.md section 4).
+    tail = (profile.update + profile.forward)[::-1].cumsum()[::-1] + profile.W
     s = int(np.searchsorted(rho, B, side="left"))
     cost = problem.cost
     budgets = [None] if max_messages is None else list(range(max_messages + 1))

@@ -39,7 +39,9 @@ class Problem:
     sync : {"barrier", "layerwise"}
         When the next forward may start (MODEL.md section 4): after every gradient is
         reduced (``"barrier"``: DDP, Horovod, MG-WFBP) or tensor by tensor as each gradient
-        is reduced (``"layerwise"``: P3, ByteScheduler, US-Byte).
+        is reduced (``"layerwise"``: P3, ByteScheduler, US-Byte). A profile with an
+        ``update_lump`` or ``post_backward`` (work that waits for every gradient) takes
+        barrier sync only.
 
     Extensions (MODEL.md section 6; each off by default; with any of them on, the plain
     model's closed forms and the fusion DP no longer apply and :func:`simulate` runs an
@@ -102,6 +104,13 @@ class Problem:
         if self.sync not in SYNC_MODES:
             choices = ", ".join(repr(s) for s in SYNC_MODES)
             raise ValueError(f"unknown sync {self.sync!r}: choose one of {choices}")
+        whole = [part for part in ("update_lump", "post_backward") if getattr(self.profile, part)]
+        if self.sync == "layerwise" and whole:
+            raise ValueError(
+                f"profile {self.profile.name or 'without a name'!r} has {' and '.join(whole)} time, which waits for "
+                "every gradient (MODEL.md section 4), so it cannot run tensor by tensor under sync='layerwise': "
+                "use sync='barrier', or move it onto the tensors' update times"
+            )
         object.__setattr__(self, "copy_cost", _finite("copy_cost", self.copy_cost, minimum=0.0))
         if self.copy_on not in COPY_PLACES:
             raise ValueError(f"unknown copy_on {self.copy_on!r}: choose 'channel' or 'compute'")

@@ -19,8 +19,16 @@ JSON schema (``version`` 1)::
         ...
       ],
       "ready_order": ["conv1.bias", "conv1.weight", ...],   # optional (see below)
-      "registration_order": ["conv1.weight", ...]           # optional
+      "registration_order": ["conv1.weight", ...],          # optional
+      "step": {"update_lump": 2e-3, "post_backward": 1e-3,  # optional, seconds, each
+               "host_overhead": 5e-3}                       #   written when not 0
     }
+
+Besides its tensors' times, a step has three named parts that belong to no tensor (MODEL.md
+section 4): ``update_lump`` (optimiser step and ``zero_grad`` time not split by tensor),
+``post_backward`` (the framework's work once the gradients are reduced, DDP's copy of each
+reduced bucket into ``.grad``) and ``host_overhead`` (time the step waits for the host: data
+loading, Python, launches).
 
 Two orders besides the forward order tell what a framework sees (the model specification,
 section 1): ``ready_order``, the tensors in the order autograd accumulates their gradients
@@ -34,7 +42,8 @@ then one row per tensor in forward order; ``update_s`` may be left out (0 s). Fo
 columns carry what JSON carries per tensor or as orders: ``ready_index`` (the tensor's
 position in the ready order, 0 first), ``registration_index``, ``dtype`` and ``shape``
 (dimensions joined by ``x``, e.g. ``64x3x7x7``); the writer adds each only when the profile
-has it. The name, ``dtype_bytes`` and metadata of a profile do not travel in CSV::
+has it. The name, ``dtype_bytes``, metadata and step parts of a profile do not travel in CSV (a profile
+with step parts is refused by the writer, so that they are never lost silently)::
 
     name,size_bytes,forward_s,backward_s,update_s
     conv1.weight,37632,0.00012,0.00024,0.0
@@ -57,6 +66,8 @@ PROFILE_VERSION = 1
 CSV_COLUMNS = ("name", "size_bytes", "forward_s", "backward_s", "update_s")
 CSV_EXTRA_COLUMNS = ("ready_index", "registration_index", "dtype", "shape")
 _CSV_OPTIONAL = ("update_s",) + CSV_EXTRA_COLUMNS
+# The parts of a step that belong to no tensor (MODEL.md section 4), seconds.
+STEP_PARTS = ("update_lump", "post_backward", "host_overhead")
 
 # Bytes per element of the dtypes a profile may name (torch's names, without "torch.").
 DTYPE_BYTES = {
@@ -139,6 +150,14 @@ def _check_order(kind: str, order: Sequence[int], names: Sequence[str]) -> tuple
     return tuple(indices)
 
 
+def _check_part(part: str, value: Any) -> float:
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise ValueError(f"{part} must be a number of seconds, got {value!r}")
+    if not math.isfinite(value) or value < 0:
+        raise ValueError(f"{part} must be a finite number of seconds >= 0, got {value!r}")
+    return float(value)
+
+
 def _check_dtypes(values: Sequence[str], names: Sequence[str], sizes: np.ndarray) -> tuple[str, ...]:
     if isinstance(values, (str, bytes)):
         raise ValueError("dtypes must be a sequence of dtype names, one per tensor, got a string")
@@ -214,6 +233,12 @@ class Profile:
     shapes : tuple of tuple of int or None
         Each tensor's shape, when known (ByteScheduler cuts whole rows of the first
         dimension).
+    update_lump, post_backward, host_overhead : float
+        The step's parts that belong to no tensor, in seconds, ``>= 0`` (default 0; MODEL.md
+        section 4): optimiser and ``zero_grad`` time not split by tensor; the framework's
+        work after every gradient is reduced (DDP's bucket copies into ``.grad``); time the
+        compute stream waits for the host. ``W`` is their sum and :attr:`parts` names every
+        part of the step.
 
     Examples
     --------
@@ -252,6 +277,9 @@ class Profile:
     registration_order: Sequence[int] | None = None
     dtypes: Sequence[str] | None = None
     shapes: Sequence[Sequence[int]] | None = None
+    update_lump: float = 0.0
+    post_backward: float = 0.0
+    host_overhead: float = 0.0
 
     def __post_init__(self) -> None:
         names = tuple(str(x) for x in self.names)
@@ -311,6 +339,8 @@ class Profile:
         object.__setattr__(self, "_element_bytes", _frozen(element))
         if self.shapes is not None:
             object.__setattr__(self, "shapes", _check_shapes(self.shapes, names, self.sizes, element))
+        for part in STEP_PARTS:
+            object.__setattr__(self, part, _check_part(part, getattr(self, part)))
 
     # ------------------------------------------------------------------ constructors
     @classmethod
@@ -329,6 +359,9 @@ class Profile:
         registration_order: Sequence[int | str] | None = None,
         dtypes: Sequence[str] | None = None,
         shapes: Sequence[Sequence[int]] | None = None,
+        update_lump: float = 0.0,
+        post_backward: float = 0.0,
+        host_overhead: float = 0.0,
     ) -> "Profile":
         """Build a profile from per-tensor arrays in forward order.
 
@@ -346,6 +379,8 @@ class Profile:
             The two orders of the class docstring, as forward indices or tensor names.
         dtypes, shapes : sequence, optional
             Per-tensor dtype names and shapes (class docstring).
+        update_lump, post_backward, host_overhead : float, optional
+            The step's parts that belong to no tensor, seconds (class docstring); default 0.
 
         Examples
         --------
@@ -376,6 +411,9 @@ class Profile:
             registration_order=registration_order,
             dtypes=dtypes,
             shapes=shapes,
+            update_lump=update_lump,
+            post_backward=post_backward,
+            host_overhead=host_overhead,
         )
 
     # ------------------------------------------------------------------ derived figures
@@ -416,12 +454,32 @@ class Profile:
             update=self.update, name=self.name, dtype_bytes=self.dtype_bytes, metadata=self.metadata,
             ready_order=self.ready_order if ready_order is None else ready_order,
             registration_order=self.registration_order if registration_order is None else registration_order,
-            dtypes=self.dtypes, shapes=self.shapes,
+            dtypes=self.dtypes, shapes=self.shapes, **self.step_parts,
+        )
+
+    def with_step_parts(self, **parts: float) -> "Profile":
+        """The same profile with other step parts (``update_lump``, ``post_backward``,
+        ``host_overhead``, seconds); the parts not given stay as they are.
+
+        >>> p = Profile.from_arrays([8], [1.0], [2.0]).with_step_parts(host_overhead=0.5)
+        >>> p.W, p.compute_time
+        (0.5, 3.5)
+        """
+        unknown = sorted(set(parts) - set(STEP_PARTS))
+        if unknown:
+            raise ValueError(f"unknown step part {unknown[0]!r}: the parts are {', '.join(STEP_PARTS)}")
+        merged = {**self.step_parts, **parts}
+        return Profile(
+            names=self.names, sizes=self.sizes, forward=self.forward, backward=self.backward,
+            update=self.update, name=self.name, dtype_bytes=self.dtype_bytes, metadata=self.metadata,
+            ready_order=self.ready_order, registration_order=self.registration_order,
+            dtypes=self.dtypes, shapes=self.shapes, **merged,
         )
 
     def tail(self, count: int, name: str | None = None) -> "Profile":
         """The last ``count`` tensors in forward order (the first gradients the backward makes
         ready), with their times, orders, dtypes and shapes; ``name`` defaults to this one's.
+        The step parts of the whole step (``W``) are not carried: a tail is part of a model.
 
         >>> p = Profile.from_arrays([4, 8, 8], [0.0] * 3, [1e-3, 0.0, 2e-3], ready_order=[1, 2, 0]).tail(2)
         >>> p.names, p.ready_order
@@ -442,9 +500,9 @@ class Profile:
         )
 
     def scaled(self, factor: float) -> "Profile":
-        """The same tensors and orders with every forward, backward and update time
-        multiplied by ``factor`` (``>= 0``): ties in ready time stay ties, so the ready order
-        holds.
+        """The same tensors and orders with every forward, backward and update time, and the
+        step parts, multiplied by ``factor`` (``>= 0``): ties in ready time stay ties, so the
+        ready order holds.
 
         >>> p = Profile.from_arrays([8, 8], [1e-3, 0.0], [0.0, 2e-3], ready_order=[0, 1]).scaled(0.5)
         >>> p.F, p.B, p.ready_order
@@ -458,6 +516,7 @@ class Profile:
             update=self.update * factor, name=self.name, dtype_bytes=self.dtype_bytes, metadata=self.metadata,
             ready_order=self.ready_order, registration_order=self.registration_order,
             dtypes=self.dtypes, shapes=self.shapes,
+            **{part: value * factor for part, value in self.step_parts.items()},
         )
 
     @property
@@ -476,14 +535,37 @@ class Profile:
         return float(self.update.sum())
 
     @property
+    def W(self) -> float:
+        """The step parts that belong to no tensor, summed, in seconds: ``update_lump +
+        post_backward + host_overhead`` (MODEL.md section 4)."""
+        return self.update_lump + self.post_backward + self.host_overhead
+
+    @property
+    def step_parts(self) -> dict[str, float]:
+        """``update_lump``, ``post_backward`` and ``host_overhead`` by name, in seconds."""
+        return {part: getattr(self, part) for part in STEP_PARTS}
+
+    @property
+    def parts(self) -> dict[str, float]:
+        """Where a step's compute time goes, in seconds: ``forward`` (``F``), ``backward``
+        (``B``), ``update`` (``U``, per tensor), then the three step parts; they sum to
+        :attr:`compute_time`.
+
+        >>> p = Profile.from_arrays([8, 8], [1.0, 2.0], [4.0, 3.0], update_lump=0.5)
+        >>> p.parts
+        {'forward': 3.0, 'backward': 7.0, 'update': 0.0, 'update_lump': 0.5, 'post_backward': 0.0, 'host_overhead': 0.0}
+        """
+        return {"forward": self.F, "backward": self.B, "update": self.U, **self.step_parts}
+
+    @property
     def total_bytes(self) -> int:
         """Sum of the gradient sizes in bytes."""
         return int(self.sizes.sum())
 
     @property
     def compute_time(self) -> float:
-        """``B + F + U`` in seconds: the iteration time with free communication."""
-        return self.B + self.F + self.U
+        """``B + F + U + W`` in seconds: the iteration time with free communication."""
+        return self.B + self.F + self.U + self.W
 
     def index(self, name: str) -> int:
         """Forward index of the tensor called ``name``."""
@@ -511,6 +593,7 @@ class Profile:
             and self.registration_order == other.registration_order
             and self.dtypes == other.dtypes
             and self.shapes == other.shapes
+            and self.step_parts == other.step_parts
         )
 
     __hash__ = None  # type: ignore[assignment]
@@ -552,6 +635,9 @@ class Profile:
             doc["ready_order"] = [self.names[i] for i in self.ready_order]
         if self.registration_order != tuple(range(self.n)):
             doc["registration_order"] = [self.names[i] for i in self.registration_order]
+        step = {part: value for part, value in self.step_parts.items() if value != 0.0}
+        if step:
+            doc["step"] = step
         return doc
 
     @classmethod
@@ -603,6 +689,15 @@ class Profile:
                 if not isinstance(doc[key], list):
                     raise ValueError(f"{source}: {key!r} must be a list of tensor names")
                 optional[key] = doc[key]
+        step = doc.get("step") or {}
+        if not isinstance(step, Mapping):
+            raise ValueError(f"{source}: 'step' must be an object of {', '.join(STEP_PARTS)} (seconds)")
+        for part, value in step.items():
+            if part not in STEP_PARTS:
+                raise ValueError(f"{source}: 'step' has an unknown part {part!r} (the parts are {', '.join(STEP_PARTS)})")
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise ValueError(f"{source}: step part {part!r} must be a number of seconds, got {value!r}")
+            optional[part] = value
         metadata = doc.get("metadata") or {}
         if not isinstance(metadata, Mapping):
             raise ValueError(f"{source}: 'metadata' must be an object")
@@ -660,6 +755,10 @@ class Profile:
         name,size_bytes,forward_s,backward_s,update_s
         t0,8,0.5,0.25,0.0
         """
+        if self.W:
+            given = ", ".join(f"{part} = {value:.6g} s" for part, value in self.step_parts.items() if value)
+            raise ValueError(f"profile {self.name or 'without a name'!r} has step parts ({given}) that CSV "
+                             "cannot carry: write it as JSON (Profile.write)")
         n = self.n
         extras: list[tuple[str, list[str]]] = []
         if self.ready_order != tuple(range(n - 1, -1, -1)):

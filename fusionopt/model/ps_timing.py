@@ -187,6 +187,10 @@ def simulate_ps(problem: Problem, plan: PSPlan, *, validate: bool = True, pieces
     phi = [0.0] * n
     if problem.sync == "barrier":
         begin = max(backward_end, max(pull_end))
+        for part in ("post_backward", "update_lump"):     # whole-step work (MODEL.md section 4)
+            if getattr(profile, part):
+                stream.append((part, -1, begin, begin + getattr(profile, part)))
+                begin += getattr(profile, part)
         clock = begin + profile.U
         if pieces is not None:
             # The updates back to back; the last ends where the forward starts.
@@ -222,6 +226,9 @@ def simulate_ps(problem: Problem, plan: PSPlan, *, validate: bool = True, pieces
                 clock += forward[i]
                 stream.append(("update", i, begin, phi[i]))
                 stream.append(("forward", i, phi[i], clock))
+    if profile.host_overhead:
+        stream.append(("host_overhead", -1, clock, clock + profile.host_overhead))
+        clock += profile.host_overhead
 
     if pieces is not None:
         pieces.extend(ComputePiece(*fields) for fields in stream)
@@ -345,7 +352,7 @@ def offsets_iteration_time(problem: Problem, push: Iterable[int] = (), pull: Ite
 
     forward, update = profile.forward.tolist(), profile.update.tolist()
     if problem.sync == "barrier":
-        clock = max(backward_end, pull_end[-1]) + profile.U
+        clock = max(backward_end, pull_end[-1]) + profile.U + profile.W
         for i in range(n):
             clock += forward[i]
         return clock
@@ -356,7 +363,7 @@ def offsets_iteration_time(problem: Problem, push: Iterable[int] = (), pull: Ite
         for i in range(n):
             clock = max(clock, pull_end[last_message[i]]) + update[i]
             clock += forward[i]
-        return clock
+        return clock + profile.W      # layerwise: W is the host's share (MODEL.md section 4)
     sizes_list = sizes.tolist()
     piece = 0
     for i in range(n):
@@ -372,7 +379,7 @@ def offsets_iteration_time(problem: Problem, push: Iterable[int] = (), pull: Ite
                 clock += update[i]
             clock += forward[i] * int(ends[piece] - begins[piece]) / sizes_list[i] + delta
             piece += 1
-    return clock
+    return clock + profile.W
 
 
 def _range_max(values: np.ndarray, first: np.ndarray, last: np.ndarray) -> np.ndarray:
@@ -401,10 +408,10 @@ def ps_lower_bound(problem: Problem) -> float:
 
     The largest of:
 
-    * ``B + F + U``: compute only grows with partitioning (``delta >= 0``);
+    * ``B + F + U + W``: compute only grows with partitioning (``delta >= 0``);
     * the last chunk: the backward's last piece (a piece of tensor 0) ends at ``B`` or later;
       its push, server update and pull (each of at least one byte) follow, then the forward:
-      ``U + F`` (barrier, or layerwise without partitioned compute) or at least the
+      ``U + F + W`` (barrier, or layerwise without partitioned compute) or at least the
       updates and forwards of tensors ``1..n-1`` (tensor 0's forward may be split);
     * for an affine push cost, the push channel: it opens no earlier than the first chunk
       is ready and carries every byte (``sum_k c(S_k) >= c(total)`` when ``alpha >= 0``);
@@ -424,16 +431,17 @@ def ps_lower_bound(problem: Problem) -> float:
     require_ps(problem, "ps_lower_bound")
     profile, ps = problem.profile, problem.ps
     split = ps.partition_compute
-    tails = (profile.update + profile.forward)[::-1].cumsum()[::-1]
-    everything = profile.U + profile.F
-    after_tensor_0 = float(tails[1]) if profile.n > 1 else 0.0
+    # Work left after tensor i's update starts, the step parts included (layerwise: the host's).
+    tails = (profile.update + profile.forward)[::-1].cumsum()[::-1] + profile.W
+    everything = profile.U + profile.F + profile.W
+    after_tensor_0 = float(tails[1]) if profile.n > 1 else profile.W
     barrier = problem.sync == "barrier"
     last_tail = everything if barrier or not split else after_tensor_0
     one_byte = float(problem.cost(1)) + ps.server_update(1) + float(ps.pull(1))
     bounds = [profile.compute_time, profile.B + one_byte + last_tail]
-    # After the last push or pull of some tensor: U + F (barrier), the last tensor's own
+    # After the last push or pull of some tensor: U + F + W (barrier), the last tensor's own
     # update and forward (layerwise, whole forwards), or nothing certain (split forwards).
-    least_tail = everything if barrier else (0.0 if split else float(tails[-1]))
+    least_tail = everything if barrier else (profile.W if split else float(tails[-1]))
     last_backward = float(profile.backward[-1])
     first_ready = min(last_backward, ps.delta) if split else last_backward
     total = profile.total_bytes

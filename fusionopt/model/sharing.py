@@ -144,7 +144,7 @@ def _left(amount: float, progress: float, tolerance: float) -> float:
 def _iteration_time(problem: Problem, heads: np.ndarray, backward_end: float, end: np.ndarray) -> float:
     profile = problem.profile
     if problem.sync == "barrier":
-        return max(backward_end, float(end.max())) + profile.U + profile.F
+        return max(backward_end, float(end.max())) + profile.U + profile.F + profile.W
     n = profile.n
     reduced = np.empty(n)
     order = profile.backward_order
@@ -153,4 +153,4 @@ def _iteration_time(problem: Problem, heads: np.ndarray, backward_end: float, en
     clock = backward_end
     for i in range(n):
         clock = max(clock, reduced[i]) + profile.update[i] + profile.forward[i]
-    return float(clock)
+    return float(clock) + profile.W      # layerwise: the host's share (MODEL.md section 4)

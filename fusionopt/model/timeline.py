@@ -22,9 +22,9 @@ class Timeline:
     iteration_time : float
         ``T``, the steady-state period of a training step.
     exposed : float
-        ``T - (B + F + U)``: communication not hidden behind compute.
+        ``T - (B + F + U + W)``: communication not hidden behind compute.
     compute_time : float
-        ``B + F + U``.
+        ``B + F + U + W``.
     message_ready, message_start, message_end : ndarray
         ``R_k``, ``start_k`` and ``end_k`` of each message.
     message_bytes : ndarray of int64
@@ -48,7 +48,7 @@ class Timeline:
         When the servers finish updating each push message's bytes.
     compute_overhead : float
         Seconds of partitioned-compute overhead (``delta`` per piece) on the compute
-        stream; it counts in ``exposed``, since ``compute_time`` is the profile's ``B + F + U``.
+        stream; it counts in ``exposed``, since ``compute_time`` is the profile's ``B + F + U + W``.
     """
 
     sync: str
@@ -99,7 +99,7 @@ class Timeline:
         return len(self.message_bytes) + pulls
 
     def scaling_efficiency(self) -> float:
-        """``(B + F + U) / T`` (MODEL.md section 4)."""
+        """``(B + F + U + W) / T`` (MODEL.md section 4)."""
         return self.compute_time / self.iteration_time
 
     def throughput(self, workers: int, batch: int) -> float:
@@ -121,10 +121,12 @@ class ComputePiece:
     ----------
     kind : str
         ``"backward"``, ``"pack"`` (packing a fused message on the compute stream),
-        ``"update"`` (the optimiser step of a tensor) or ``"forward"`` (the next step's).
+        ``"update"`` (the optimiser step of a tensor), ``"forward"`` (the next step's), or a
+        step part the profile has (``"post_backward"``, ``"update_lump"``,
+        ``"host_overhead"``; MODEL.md section 4).
     tensor : int
         The tensor, forward index from 0. For ``"pack"``: the tensor whose backward made the
-        message ready (its smallest forward index).
+        message ready (its smallest forward index); for a step part: -1.
     start, end : float
         Seconds from the start of the backward: when the task begins computing (it is next
         on the stream and every message it waits for has ended) and when its work is done.
@@ -157,8 +159,9 @@ def compute_pieces(problem: Problem, plan: Plan | PSPlan, *, validate: bool = Tr
     stream is the backward of tensors ``n-1 .. 0`` (on a parameter server with partitioned
     compute, one piece per push chunk), each followed by the packing of the fused messages
     it makes ready when packing runs on the compute stream, then the updates and forwards
-    of the next step (MODEL.md sections 4 and 6). Every task is listed, zero-length ones
-    included; a gap between one piece's ``end`` and the next one's ``start`` is the stream
+    of the next step (MODEL.md sections 4 and 6), and the profile's step parts where they
+    run. Every task is listed, zero-length ones included (a step part only when the profile
+    has it); a gap between one piece's ``end`` and the next one's ``start`` is the stream
     waiting for communication. The last ``end`` is the iteration time ``T`` and each
     tensor's first forward piece starts at its ``forward_start``, as :func:`simulate` gives
     them (the plain model's recursion to rounding).
@@ -273,8 +276,9 @@ def simulate(problem: Problem, plan: Plan | PSPlan, *, validate: bool = True) ->
     B = profile.B
     phi = np.empty(profile.n)
     if problem.sync == "barrier":
-        # The optimiser steps once every gradient is reduced, then the forward runs.
-        clock = max(B, float(end.max())) + profile.U
+        # Once every gradient is reduced: the framework's post-backward work, the optimiser
+        # (its lump and per-tensor updates), then the forward.
+        clock = max(B, float(end.max())) + profile.post_backward + profile.update_lump + profile.U
         for i in range(profile.n):
             phi[i] = clock
             clock += forward[i]
@@ -285,7 +289,9 @@ def simulate(problem: Problem, plan: Plan | PSPlan, *, validate: bool = True) ->
             clock = max(clock, reduced[i]) + update[i]
             phi[i] = clock
             clock += forward[i]
-    return build_timeline(problem, plan, float(phi[-1] + forward[-1]), ready, start, end, reduced, phi)
+    # The host's share of the step follows the forward (MODEL.md section 4).
+    iteration_time = float(phi[-1] + forward[-1]) + profile.host_overhead
+    return build_timeline(problem, plan, iteration_time, ready, start, end, reduced, phi)
 
 
 def reduction_times(plan: Plan, end: np.ndarray, n: int) -> np.ndarray:

@@ -43,7 +43,7 @@ def closed_form(problem: Problem) -> Result | None:
     if problem.extensions:
         return None             # the two cases are proved for the plain model only
     if layerwise_slack(problem) > 0.0:
-        return None             # T is not max(B, E) + U + F for every fusion plan
+        return None             # T is not max(B, E) + U + F + W for every fusion plan
     profile = problem.profile
     order = profile.backward_order
     message_costs = problem.cost(profile.sizes[order])             # WFBP's messages, channel order

@@ -13,7 +13,7 @@ for ``d_kj = c(Q_j - Q_k)``. The model has
 * an integer ``e_j`` per node ``j >= 1`` (``e_0 = 0``) with, for each arc, enforced by
   ``x_kj``: ``e_j >= e_k + d_kj`` and ``e_j >= rho_j + d_kj``;
 * the objective ``min e_n``, the end ``E`` of the last message. ``B``, ``U`` and ``F`` are
-  constants, so ``T = max(B, E) + U + F`` (MODEL.md section 7, both sync modes) is minimised
+  constants, so ``T = max(B, E) + U + F + W`` (MODEL.md section 7, both sync modes) is minimised
   with it. ``max_message_bytes`` removes arcs, ``max_messages = K`` adds ``sum x <= K``.
   (Under layerwise sync with a positive :func:`~fusionopt.model.fusion.layerwise_slack`
   ``E`` no longer decides ``T``: the plan found is then feasible, the bound is lowered by
@@ -51,7 +51,7 @@ plans tighten until it meets the best of them. Let message ``m = 1..M`` be the a
   the backlog outlasts, ``L_{m+1} = max(L_m + (1 - 1/kappa) d_{m+1} - (kappa - 1) Delta_{m+1},
   (1 - 1/kappa) d_{m+1})`` and ``R_{m+1} = R_m + min(kappa Delta_{m+1}, Delta_{m+1} + L_m)``.
 * Tensor 0 is in the last message, so the backward ends at ``R_M <= e_M`` and in both sync
-  modes ``T = e_M + U + F`` (no forward or update overlaps the channel, which is idle
+  modes ``T = e_M + U + F + W`` (no forward or update overlaps the channel, which is idle
   after ``e_M``).
 
 :func:`fusionopt.model.fusion.fusion_message_times` computes ``R_m`` and ``e_m``; tests pin it to
@@ -105,7 +105,7 @@ rounded **down**: ``rho'_j = floor(rho_j / q)``, ``d'_kj = floor(d_kj / q)``.
 * Lower bound. A plan's end ``E`` is a composition of ``max`` and ``+`` of its ready times
   and durations, hence non-decreasing in each of them: the rounded end ``E'(P)`` of every plan
   ``P`` satisfies ``E'(P) q <= E(P)``. CP-SAT's objective bound is at most ``min_P E'(P)``, so
-  ``bound * q`` is at most the optimal ``E``, and ``max(B, bound q) + U + F`` is a lower
+  ``bound * q`` is at most the optimal ``E``, and ``max(B, bound q) + U + F + W`` is a lower
   bound on the optimal ``T``.
 * Rounding bound. A plan of ``m <= n`` messages ends at ``E = max_j [R_j + sum_{k>=j} c_k]``;
   each term is a sum of at most ``m + 1`` rounded values, each short by less than ``q``,
@@ -126,7 +126,7 @@ raises the model's value of a plan (the horizon takes both into account).
 * Lower bound. A plan's least ``e_n`` in the model is the larger of its rounded
   recursion's end and its cuts. The recursion's least values (above) are non-decreasing
   in every constant, so rounded down they are at most the true ones over ``q``; so are
-  the cuts. Hence, for every plan, ``bound * q <= E*`` and ``max(B, bound q) + U + F <= T*``
+  the cuts. Hence, for every plan, ``bound * q <= E*`` and ``max(B, bound q) + U + F + W <= T*``
   as before.
 * Rounding bound. Along a path, write ``a_m``, ``l_m``, ``eps_m`` for the true ``R``,
   ``L`` and ``e`` over ``q`` minus the rounded least values. ``max``, ``+`` and ``min``
@@ -138,7 +138,7 @@ raises the model's value of a plan (the horizon takes both into account).
   ``rounding_bound = (M^2 + M + 2) / 2 * q`` with ``M = n``, or ``max_messages`` when
   smaller. With ``kappa = 1`` (copy cost only) ``a_{m+1} < a_m + 1``, so ``a_m < m``,
   ``eps_M < M + 1`` and ``rounding_bound = (M + 1) q``. CP-SAT's objective is at least
-  its plan's rounded least end, so the plan's true ``T`` exceeds ``objective q + U + F``
+  its plan's rounded least end, so the plan's true ``T`` exceeds ``objective q + U + F + W``
   by less than ``rounding_bound``, and a plan CP-SAT proves optimal is within
   ``rounding_bound`` of the lower bound, hence of the optimal ``T``.
 

@@ -23,7 +23,7 @@ Arcs ``x_kj`` form a path ``0 -> n`` as in the one-channel model (message ``m`` 
 positions ``k+1..j`` in backward order). Per node ``j``, for the message ending there: its
 dispatch ``D_j`` and a lower bound ``E_j`` on its end; and ``T``. Write ``tail_i`` for the
 updates and forwards from tensor ``i`` on (layerwise sync: ``T >= C_i + tail_i``) and
-``after`` for what follows a set of messages: ``U + F`` with barrier sync, ``tail`` of the
+``after`` for what follows a set of messages: ``U + F + W`` with barrier sync, ``tail`` of the
 smallest forward index they hold with layerwise sync. Enforced by ``x_kj``:
 
 * ready: ``D_j >= rho_j`` (plus the packing on the compute stream; with packing there,
@@ -46,7 +46,7 @@ Every constraint holds for every plan's true times, so ``T'(P) <= T(P)``
 
 The cuts of a simulated plan ``m_1..m_M`` (arcs ``a_1..a_M``): for each prefix ``m <= M``,
 enforced by ``x_a1 and .. and x_am``, the exact ``D_(j_m) >= D_m``; with barrier sync
-``T >= D_m + max(backlog_m, alpha) + beta (Q_n - Q_(k_m)) + U + F``, where the backlog is
+``T >= D_m + max(backlog_m, alpha) + beta (Q_n - Q_(k_m)) + U + F + W``, where the backlog is
 the transfer work of earlier messages unfinished at ``D_m``; and ``E_(j_m) >= s_m + w_m +
 sum min(r_i, w_m)`` over the earlier transfers in flight when ``m``'s transfer starts at
 ``s_m`` with ``r_i`` left (each gets the bandwidth ``m`` gets while both run). ``D_m``,
@@ -117,8 +117,8 @@ class ChannelRelaxation:
             self.alone_after, self.all_after = tail[n - heads], tail[n - tails - 1]
             cut_after = tail[n - np.arange(1, n + 1)]
         else:
-            self.alone_after = self.all_after = np.full(len(heads), profile.U + profile.F)
-            cut_after = np.full(n, profile.U + profile.F)
+            self.alone_after = self.all_after = np.full(len(heads), profile.U + profile.F + profile.W)
+            cut_after = np.full(n, profile.U + profile.F + profile.W)
         self.alpha_base = alpha_base = alpha if profile.sizes.min() > 0 else 0.0
         self.rest = rest = self.beta * (prefix[n] - prefix[tails])   # transfer from this message on
 

@@ -20,7 +20,7 @@ time of the tensors it touches), present iff ``x_ab``; one ``NoOverlap`` puts th
 ones on the channel, in any order. Then, enforced by ``x_ab``, ``C_i >= end_ab`` for each
 tensor ``i`` the interval touches, and the sync rule of MODEL.md section 4 on the compute
 stream: layerwise ``phi_0 >= max(B, C_0) + u_0``, ``phi_i >= max(phi_(i-1) + f_(i-1), C_i)
-+ u_i``, ``T >= phi_(n-1) + f_(n-1)``; barrier ``T >= max(B, C_i) + U + F``. The objective
++ u_i``, ``T >= phi_(n-1) + f_(n-1) + W``; barrier ``T >= max(B, C_i) + U + F + W``. The objective
 is ``min T``; ``T >=`` the model's lower bound (the fluid bound with an affine cost) is
 added as a redundant constraint. A plan's least ``T`` in the model is its simulated ``T``
 (every constraint is a ``max`` or ``+`` of the recursion, relaxed to ``>=``) when its
@@ -158,9 +158,9 @@ def cpsat_partition(problem: Problem, *, started: float, unit_parameters: int, t
             model.add(phi[i] >= reduced[i] + int(update_q[i]))
             if i > 0:
                 model.add(phi[i] >= phi[i - 1] + int(forward_q[i - 1]) + int(update_q[i]))
-        model.add(total >= phi[-1] + int(forward_q[-1]))
+        model.add(total >= phi[-1] + int(forward_q[-1]) + int(quanta(profile.W)))   # + the host's share
     else:
-        after = int(quanta(profile.U + profile.F))
+        after = int(quanta(profile.U + profile.F + profile.W))
         model.add(total >= backward_q + after)
         for i in range(profile.n):
             model.add(total >= reduced[i] + after)

@@ -45,7 +45,7 @@ prefix sizes ``Q_j`` (``Q_0 = 0``). For an affine cost ``c(S) = alpha + beta S``
   adds a message; moving such cuts right one at a time ends in an optimal plan with none
   of them. A byte cap can forbid the move, so the fixing is skipped with one.
 
-Then ``T = max(B, E) + U + F`` in both sync modes (section 7), unless the layerwise slack
+Then ``T = max(B, E) + U + F + W`` in both sync modes (section 7), unless the layerwise slack
 of :func:`~fusionopt.model.fusion.layerwise_slack` is positive: the MILP then still minimises
 ``E``, its bound is lowered by the slack, and ``OPTIMAL`` comes only from meeting the DP's
 optimum.
@@ -118,7 +118,7 @@ def milp(
     -------
     Result
         The decoded plan, re-simulated. ``lower_bound`` includes HiGHS's dual bound turned
-        into an iteration time, ``max(B, E_dual) + U + F``; ``status`` is ``OPTIMAL`` when
+        into an iteration time, ``max(B, E_dual) + U + F + W``; ``status`` is ``OPTIMAL`` when
         the simulated time meets the bound within ``stats["tolerance"]`` seconds, else
         ``TIME_LIMIT`` when HiGHS stopped on its time limit (``FEASIBLE`` otherwise).
         ``stats``: HiGHS's status code and message, its objective and dual bound in

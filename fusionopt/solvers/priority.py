@@ -208,7 +208,8 @@ def _serial_schedule(problem: Problem, slices: list[Chunk], window: Window, rank
         forward_clock = max(forward_clock, reduced[i]) + profile.update[i]
         phi = forward_clock
         forward_clock += profile.forward[i]
-    return _Schedule(order, start, end, float(phi + profile.forward[-1]))
+    # The host's share of the step follows the forward (MODEL.md section 4).
+    return _Schedule(order, start, end, float(phi + profile.forward[-1]) + profile.W)
 
 
 def _event_schedule(problem: Problem, slices: list[Chunk], window: Window, rank: list[int]) -> _Schedule:
@@ -302,7 +303,7 @@ def _event_schedule(problem: Problem, slices: list[Chunk], window: Window, rank:
                 f[1] = _advance(f[1], step, tolerance)
             else:
                 f[2] = _advance(f[2], step / share, tolerance)
-    return _Schedule(order, start[order], end[order], clock)
+    return _Schedule(order, start[order], end[order], clock + profile.W)
 
 
 def _advance(amount: float, progress: float, tolerance: float) -> float:

@@ -192,10 +192,10 @@ class _WholeTensors:
         self.Q = np.concatenate(([0.0], np.cumsum(profile.sizes[::-1].astype(np.float64))))
         self.P = np.concatenate(([0.0], np.cumsum(profile.sizes.astype(np.float64))))
         self.work = (profile.update + profile.forward).astype(np.float64)
-        self.tail = np.concatenate((self.work[::-1].cumsum()[::-1], [0.0]))
+        self.tail = np.concatenate((self.work[::-1].cumsum()[::-1], [0.0])) + profile.W   # + the host's share
         self.B = profile.B
         self.barrier = problem.sync == "barrier"
-        self.after = profile.U + profile.F               # barrier: after the last pull
+        self.after = profile.U + profile.F + profile.W               # barrier: after the last pull
 
     # ------------------------------------------------------------------ plans
     def offsets(self, push_cuts: np.ndarray, pull_cuts: np.ndarray) -> tuple[list[int], list[int]]:
@@ -240,7 +240,7 @@ class _WholeTensors:
 
     @property
     def floor(self) -> float:
-        """``T`` with free communication: ``B + U + F``."""
+        """``T`` with free communication: ``B + U + F + W``."""
         return self.B + self.after
 
     # ------------------------------------------------------------------ relaxation
@@ -264,7 +264,7 @@ class _WholeTensors:
         H = np.full(n + 1, math.inf)
         choice = np.zeros(n + 1, dtype=np.int64)
         if self.barrier:
-            # H[j]: least channel time of the first j forward positions; then U + F.
+            # H[j]: least channel time of the first j forward positions; then U + F + W.
             H[0] = 0.0
             for j in range(1, n + 1):
                 values = H[:j] + np.asarray(self.pull_cost(self.P[j] - self.P[:j]), dtype=np.float64)
@@ -412,7 +412,7 @@ def ps_dp(problem: Problem, *, max_rounds: int = 50, exhaustive_up_to: int = 10)
        o + u (Q_n - Q_(i-1))``, exact for any cost (the earliest end of a prefix is the
        only state the rest depends on, monotonically).
     2. **The pull phase, every tensor ready at ``t``.** The pull channel then runs without
-       idling. Barrier: ``T = t + min sum c_pull(groups) + U + F`` (a min-sum partition
+       idling. Barrier: ``T = t + min sum c_pull(groups) + U + F + W`` (a min-sum partition
        DP). Layerwise: ``T = t + H(0)`` with ``H(i) = min_j c_pull(P_j - P_i) +
        max(W_i, H(j))``, ``H(n) = -inf`` (the forward of group ``g`` ends no earlier than
        its pull's end plus the work from its first tensor on, and the forward clock,
@@ -428,10 +428,10 @@ def ps_dp(problem: Problem, *, max_rounds: int = 50, exhaustive_up_to: int = 10)
 
        * pulls for fixed gates ``V`` (forward order): barrier
          ``G'(j) = min_i max(max_{i<=l<=j} V_l, G'(i-1)) + c_pull(P_j - P_(i-1))`` (the
-         section 7 DP with unsorted ready times, exact), ``T = max(B, G'(n)) + U + F``;
+         section 7 DP with unsorted ready times, exact), ``T = max(B, G'(n)) + U + F + W``;
          layerwise a DP whose state is the Pareto set of (pull channel end, forward
          clock) pairs after each prefix (exact: every later time is non-decreasing in both);
-       * pushes for a fixed pull plan: ``T = max(B + U + F, max_i (V_i + lambda_i))`` with
+       * pushes for a fixed pull plan: ``T = max(B + U + F + W, max_i (V_i + lambda_i))`` with
          ``lambda_i`` the time from tensor ``i``'s pull gate to the end, fixed by the pull
          plan, so a DP over (push channel end, largest ``U_k + max lambda`` so far)
          Pareto pairs (exact).
@@ -626,7 +626,8 @@ class _Grid:
             "ready": quanta(self.backward_prefix if self.split else self.push_ready),
             "backward": float(quanta(profile.B)),
             "delta": float(quanta(ps.delta)) if self.split else 0.0,
-            "after": float(quanta(profile.U + profile.F)),
+            "after": float(quanta(profile.U + profile.F + profile.W)),
+            "host": float(quanta(profile.W)),         # layerwise: the host's share ends the step
             "work": quanta(profile.update + profile.forward),           # per tensor, unsplit forward
             "update_compute": quanta(profile.update),                  # per tensor, split forward
             "forward_share": quanta(self.forward_share),               # per pull unit, split forward
@@ -684,7 +685,7 @@ class _Grid:
             for i in range(n):
                 clock = max(clock, held[self.pull_span[i][1]]) + int(k["work"][i])
                 forward.append(clock)
-            values["forward"], values["T"] = forward, clock
+            values["forward"], values["T"] = forward, clock + int(k["host"])
             return values
         _, split_pull = self._pieces(zp, direction="pull")
         clock, forward = backward_end, [0] * (N + 1)
@@ -696,7 +697,7 @@ class _Grid:
             ends_piece = zp[q] if q < last else split_pull[i]
             clock = max(clock, held[q]) + step + delta * ends_piece
             forward[q] = clock
-        values["split_pull"], values["forward"], values["T"] = split_pull, forward, clock
+        values["split_pull"], values["forward"], values["T"] = split_pull, forward, clock + int(k["host"])
         return values
 
     def _pieces(self, z: list[int], direction: str = "push") -> tuple[list[int], dict[int, int]]:
@@ -815,7 +816,7 @@ class _Grid:
                 model.add(forward >= held[self.pull_span[i][1]] + w)
                 clock = forward
                 forwards.append(forward)
-            model.add(total >= clock)
+            model.add(total >= clock + int(k["host"]))
         else:
             split_pull, _ = self._piece_expressions(model, cut_pull, self.pull_span, self.pull_units, "sp")
             clock = backward_end
@@ -829,7 +830,7 @@ class _Grid:
                 model.add(forward >= held[q] + step + delta * ends_piece)
                 clock = forward
                 forwards.append(forward)
-            model.add(total >= clock)
+            model.add(total >= clock + int(k["host"]))
         # Valid inequalities for the LP relaxation (each holds for every plan's least values):
         # the message holding a position starts no earlier than its gate (its ready time),
         # then it and every later message run one at a time; and the message holding a pull
@@ -867,12 +868,12 @@ class _Grid:
         if not self.split:
             work = [int(w) for w in k["work"]]
             tails = np.cumsum(work[::-1])[::-1].tolist()
-            return [(self.pull_span[i][1], int(tails[i])) for i in range(self.n)]
+            return [(self.pull_span[i][1], int(tails[i]) + int(k["host"])) for i in range(self.n)]
         steps = [int(k["forward_share"][q - 1]) + (int(k["update_compute"][self.pull_units[q - 1][0]])
                                                      if q == self.pull_span[self.pull_units[q - 1][0]][0] + 1 else 0)
                  for q in range(1, self.N + 1)]
         tails = np.cumsum(steps[::-1])[::-1].tolist()
-        return [(q, int(tails[q - 1])) for q in range(1, self.N + 1)]
+        return [(q, int(tails[q - 1]) + int(k["host"])) for q in range(1, self.N + 1)]
 
     def _piece_expressions(self, model: Any, cut: list[Any], span: dict[int, tuple[int, int]],
                            layout: list[tuple[int, int, int]], name: str) -> tuple[dict[int, Any], list[Any]]:
@@ -971,7 +972,7 @@ def ps_cpsat(
     * **Pull channel**, enforced by ``y_ab``: ``f_b >= f_a + d'_ab``, ``f_b >= g_(a+1) + d'_ab``;
       ``h_q >= f_q`` if ``z'_q`` and ``h_q >= h_(q+1)`` if not (the end of the pull message
       holding ``q``).
-    * **Forward** (``sync``): barrier ``T >= f_N + U + F`` and ``T >= Bend + U + F``
+    * **Forward** (``sync``): barrier ``T >= f_N + U + F + W`` and ``T >= Bend + U + F + W``
       (``Bend = B + delta D_N``); layerwise ``phi_i >= phi_(i-1) + u_i + f_i`` and
       ``phi_i >= h_(last unit of i) + u_i + f_i``, ``phi_(-1) = Bend``; with split compute
       the same chain per pull unit, each unit adding its byte share of ``f_i`` (plus

@@ -288,6 +288,7 @@ def _dispatch(problem: Problem, order: list[int], alpha: float, beta: float, uni
     for i in range(n):
         clock = max(clock, reduced[i]) + update[i]
         clock += forward[i]
+    clock += profile.W                               # the host's share (MODEL.md section 4)
     start_array, end_array = np.array(starts), np.array(ends)
     start_array.setflags(write=False)
     end_array.setflags(write=False)
