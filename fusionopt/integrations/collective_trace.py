@@ -16,7 +16,8 @@ all-reduce can take longer than a 31 MB one that found every rank ready). Hence:
 
 :func:`fit_collective_cost` fits ``AlphaBeta`` (least squares over the lower envelope, with
 ``alpha, beta >= 0``) and a ``PiecewiseLinear`` through that envelope, and reports each
-fit's residuals.
+fit's residuals. :func:`recorded_buckets` reads which gradients each all-reduce of a DDP
+step carried, from the order and sizes in which the job launched them.
 """
 
 from __future__ import annotations
@@ -27,10 +28,14 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from fusionopt.integrations.kineto import ELEMENT_BYTES, documents_by_rank
+from fusionopt.integrations.kineto import ALLREDUCE_NAMES, ELEMENT_BYTES, documents_by_rank
 from fusionopt.model.cost import AlphaBeta, PiecewiseLinear
+from fusionopt.model.profile import Profile
 
-ALLREDUCE_NAMES = ("gloo:all_reduce", "nccl:all_reduce", "mpi:all_reduce")
+# The dispatcher's all-reduce op, on the launching thread in launch order (its first input
+# is the list of tensors reduced).
+LAUNCH_OP = "c10d::allreduce_"
+
 
 
 def _allreduces(doc: Any, source: str) -> list[tuple[int, float, float]]:
@@ -138,3 +143,83 @@ def fit_collective_cost(sizes: Sequence[float], seconds: Sequence[float]) -> Col
     affine = AlphaBeta(float(alpha), float(beta))
     curve = PiecewiseLinear(xs, ys, repair=True)
     return CollectiveFit(affine, curve, xs, ys, ys - np.asarray(affine(xs)), ys - np.asarray(curve(xs)))
+
+
+def _launched_counts(doc: Any, source: str) -> list[int]:
+    """Elements of each all-reduce the rank launched, in launch order: the dispatcher's
+    ``c10d::allreduce_`` ops, else the backend's annotations by start."""
+    events = doc.get("traceEvents") if isinstance(doc, dict) else doc
+    if not isinstance(events, list):
+        raise ValueError(f"{source}: not a chrome trace: expected an object with a 'traceEvents' list")
+    launches, annotated = [], []
+    for e in events:
+        if not isinstance(e, dict) or e.get("ph") != "X" or str(e.get("cat", "")).lower().startswith("gpu"):
+            continue
+        dims = (e.get("args") or {}).get("Input Dims")
+        if e.get("name") == LAUNCH_OP and isinstance(dims, list) and dims and isinstance(dims[0], list):
+            tensors = dims[0]
+            if tensors and all(isinstance(t, list) for t in tensors):
+                launches.append((float(e["ts"]), sum(math.prod(int(d) for d in t) for t in tensors)))
+        elif e.get("name") in ALLREDUCE_NAMES and isinstance(dims, list) and dims and isinstance(dims[0], list):
+            annotated.append((float(e["ts"]), math.prod(int(d) for d in dims[0])))
+    chosen = launches or annotated
+    if not chosen:
+        raise ValueError(f"{source}: no all-reduce with its input shape ({LAUNCH_OP} or "
+                         f"{', '.join(ALLREDUCE_NAMES)}): record the trace with record_shapes=True")
+    return [count for _, count in sorted(chosen)]
+
+
+def recorded_buckets(traces: Any, profile: Profile) -> list[list[int]]:
+    """The buckets of the last complete step a DDP job traced, as groups of forward indices in
+    launch order (a :meth:`~fusionopt.model.plan.Plan.from_groups` input).
+
+    The lowest rank's all-reduces, in launch order, are cut into steps of the profile's total
+    element count; each one's element count must then close a run of the profile's ready
+    order (DDP fills its buckets, after its rebuild, in the order the gradients became
+    ready, and launches them in that order). The last complete step is taken: DDP's first
+    step runs its initial, registration-order buckets.
+
+    >>> import json, pathlib, tempfile
+    >>> launch = lambda ts, n: {"ph": "X", "cat": "cpu_op", "name": "c10d::allreduce_", "ts": ts, "dur": 1,
+    ...                         "args": {"Input Dims": [[[n]], [], []]}}
+    >>> folder = pathlib.Path(tempfile.mkdtemp())
+    >>> _ = (folder / "rank0.json").write_text(json.dumps({"traceEvents": [launch(0, 8), launch(9, 4), launch(10, 4)]}))
+    >>> profile = Profile.from_arrays([8, 8, 16], [0.0] * 3, [1e-3] * 3)     # 2, 2 and 4 floats
+    >>> recorded_buckets(folder, profile)          # step 1: one bucket; step 2: {t2}, {t1, t0}
+    [[2], [1, 0]]
+    """
+    by_rank = documents_by_rank(traces)
+    rank = min(by_rank)
+    path, doc = by_rank[rank]
+    counts = _launched_counts(doc, str(path))
+    elements = (profile.sizes // profile.element_bytes).astype(np.int64)
+    total = int(elements.sum())
+    steps: list[list[int]] = [[]]
+    filled = 0
+    for count in counts:
+        steps[-1].append(count)
+        filled += count
+        if filled == total:
+            steps.append([])
+            filled = 0
+        elif filled > total:
+            raise ValueError(f"{path}: the all-reduces do not add up to the profile's {total} gradient elements "
+                             f"per step (a step's run reaches {filled}): is the profile this job's model?")
+    complete = [step for step in steps if step and sum(step) == total]
+    if not complete:
+        raise ValueError(f"{path}: no complete step of all-reduces ({sum(counts)} elements traced, "
+                         f"{total} per step)")
+    groups: list[list[int]] = []
+    order = [int(i) for i in profile.backward_order]
+    k = 0
+    for number, count in enumerate(complete[-1]):
+        group, held = [], 0
+        while held < count and k < len(order):
+            group.append(order[k])
+            held += int(elements[order[k]])
+            k += 1
+        if held != count:
+            raise ValueError(f"{path}: all-reduce {number} of the last step holds {count} elements, which does not "
+                             "close a run of the profile's ready order: the buckets do not follow it")
+        groups.append(group)
+    return groups

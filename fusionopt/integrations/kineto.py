@@ -55,6 +55,21 @@ The mapping (timestamps ``ts`` and durations ``dur`` of ``"ph": "X"`` events, mi
   starts with the first GPU work launched from it, and a unit lasts from the start of the
   first to the end of the last GPU work launched inside it. ``timeline="cpu"`` or ``"gpu"``
   forces one clock; ``metadata["timeline"]`` says which one the times come from.
+* **The whole step** (MODEL.md section 4's step parts), per step on the same clock, each the
+  median over the steps; ``metadata["step"]`` keeps every part, the measured ``exposed``
+  wait and the steps' ``periods`` (host lengths, seconds):
+
+  - ``post_backward``: DDP's copies of the reduced buckets into ``.grad`` (the reducer's
+    ``copy_bucket_to_grad`` ops) after the backward; on the host's clock less the time a
+    collective of the step was in flight (waiting for it, or competing with it for the
+    host, is communication), on the GPU's the device work they launched;
+  - ``update_lump``: the optimiser's ``Optimizer.step#...`` and ``Optimizer.zero_grad#...``
+    annotations (host time, or the device work launched in them), not split by tensor;
+  - ``exposed``: from the backward's end to the end of the post-backward copies, less the
+    copies: the wait for communication the model predicts (not a profile field);
+  - ``host_overhead``: the step's period less its forward (first unit to the backward),
+    backward, post-backward window and update lump: data loading, Python, launches, idle
+    device time; never below 0.
 """
 
 from __future__ import annotations
@@ -69,7 +84,7 @@ import numpy as np
 
 from fusionopt.integrations import _attribution
 from fusionopt.model._io import read_json_document
-from fusionopt.model.profile import Profile
+from fusionopt.model.profile import STEP_PARTS, Profile
 
 ACCUMULATE_GRAD = "torch::autograd::AccumulateGrad"
 EVALUATE_FUNCTION = "autograd::engine::evaluate_function: "
@@ -80,6 +95,12 @@ OPERATOR_CATEGORIES = ("cpu_op", "operator")
 DEVICE_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset", "memcpy", "memset")
 LAUNCH_CATEGORIES = ("cuda_runtime", "cuda_driver", "runtime")
 TIMELINES = ("auto", "cpu", "gpu")
+# The host annotations of a process group's all-reduce (backend:collective).
+ALLREDUCE_NAMES = ("gloo:all_reduce", "nccl:all_reduce", "mpi:all_reduce")
+# The optimiser's annotations (torch.optim names them "Optimizer.step#SGD.step", ...).
+OPTIMIZER_PREFIXES = ("Optimizer.step#", "Optimizer.zero_grad#")
+# DDP's copy of a reduced bucket back into the parameters' .grad (torch 2.13's reducer).
+POST_BACKWARD_OPS = ("torch.distributed.ddp.reducer::copy_bucket_to_grad",)
 # A step whose GPU is busy for less than this share of it is host-bound: the host's clock paces it.
 GPU_BOUND = 0.5
 
@@ -325,6 +346,12 @@ class _GpuClock:
         starts = [x[2] for x in self.linked[lo:hi] if tid is None or x[1] == tid]
         return min(starts) if starts else None
 
+    def intervals(self, host_from: float, host_to: float, tid: Any) -> list[tuple[float, float]]:
+        """GPU ``(start, end)`` of each piece of work launched from ``tid`` in ``[host_from, host_to]``."""
+        lo = bisect.bisect_left(self.launch_ts, host_from)
+        hi = bisect.bisect_right(self.launch_ts, host_to)
+        return [(x[2], x[3]) for x in self.linked[lo:hi] if x[1] == tid]
+
     def span(self, host_from: float, host_to: float, tid: Any) -> tuple[float, float] | None:
         """GPU ``(start, end)`` of the work launched from ``tid`` in ``[host_from, host_to]``."""
         lo = bisect.bisect_left(self.launch_ts, host_from)
@@ -333,6 +360,63 @@ class _GpuClock:
         if not picked:
             return None
         return min(x[2] for x in picked), max(x[3] for x in picked)
+
+
+def _union(intervals: Sequence[tuple[float, float]]) -> list[tuple[float, float]]:
+    """Disjoint sorted intervals covering the same time."""
+    merged: list[tuple[float, float]] = []
+    for start, end in sorted(intervals):
+        if merged and start <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], end))
+        elif end > start:
+            merged.append((start, end))
+    return merged
+
+
+def _length(intervals: Sequence[tuple[float, float]]) -> float:
+    return sum(end - start for start, end in _union(intervals))
+
+
+def _outside(interval: tuple[float, float], cover: list[tuple[float, float]]) -> float:
+    """The time of ``interval`` not covered by the disjoint intervals ``cover``."""
+    start, end = interval
+    inside = sum(max(0.0, min(end, b) - max(start, a)) for a, b in cover)
+    return max(0.0, end - start - inside)
+
+
+def _step_parts(inside: list[_Event], period: float, forward_start: float, backward_start: float,
+                backward: float, gpu: "_GpuClock | None") -> dict[str, float]:
+    """The parts of one step (module docstring, "The whole step"), in microseconds, on the
+    GPU's clock when ``gpu`` is given, else the host's; ``backward_start`` on that clock."""
+    backward_end = backward_start + backward
+    copies = [e for e in inside if e.name in POST_BACKWARD_OPS]
+    optimizer = [e for e in inside if e.name.startswith(OPTIMIZER_PREFIXES) and not e.cat.startswith("gpu")]
+    if gpu is not None:
+        copy_work = [iv for e in copies for iv in gpu.intervals(e.ts, e.end, e.tid)]
+        copy_work = [iv for iv in copy_work if iv[1] > backward_start]
+        post_backward = _length(copy_work)
+        post_end = max([backward_end] + [end for _, end in copy_work])
+        update_lump = _length([iv for e in optimizer for iv in gpu.intervals(e.ts, e.end, e.tid)])
+    else:
+        # A copy that runs while a collective is in flight waits for it (or competes with it
+        # for the host): that share is communication, the rest is the copy.
+        collectives = _union([(e.ts, e.end) for e in inside if e.name in ALLREDUCE_NAMES])
+        copies = [e for e in copies if e.end > backward_end]
+        post_backward = sum(_outside((max(e.ts, backward_end), e.end), collectives) for e in copies)
+        post_end = max([backward_end] + [e.end for e in copies])
+        update_lump = _length([(e.ts, e.end) for e in optimizer])
+    forward = backward_start - forward_start
+    exposed = max(0.0, post_end - backward_end - post_backward)
+    host = max(0.0, period - forward - backward - (post_end - backward_end) - update_lump)
+    return {"period": period, "forward": forward, "backward": backward, "exposed": exposed,
+            "post_backward": post_backward, "update_lump": update_lump, "host_overhead": host}
+
+
+def _median_parts(rows: list[dict[str, float]]) -> dict[str, Any]:
+    """Each part's median over the steps, in seconds, with the steps' periods."""
+    step: dict[str, Any] = {key: float(np.median([row[key] for row in rows])) / 1e6 for key in rows[0]}
+    step["periods"] = [row["period"] / 1e6 for row in rows]
+    return step
 
 
 def _innermost(candidates: list[_Event], tid: Any, t: float) -> _Event | None:
@@ -393,8 +477,9 @@ def profile_from_trace(
     -------
     Profile
         Forward and backward times in seconds (medians over the trace's steps), update
-        times 0; ``metadata`` says where they came from (``source``, ``trace``, ``steps``,
-        ``timeline``, ``forward_units``, ``ready_order``, ``forward_unmatched``).
+        times 0, the step parts ``update_lump``, ``post_backward`` and ``host_overhead``;
+        ``metadata`` says where they came from (``source``, ``trace``, ``steps``,
+        ``timeline``, ``forward_units``, ``ready_order``, ``forward_unmatched``, ``step``).
 
     Raises
     ------
@@ -465,7 +550,7 @@ def profile_from_trace(
     use_gpu = bool(gpu) and (timeline == "gpu" or (timeline == "auto" and bound == "gpu"))
     starts = [e.ts for e in events]
 
-    ready_rows, forward_rows = [], []
+    ready_rows, forward_rows, parts_rows = [], [], []
     unmatched: set[str] = set()
     units_kind = None
     skipped: list[str] = []
@@ -565,9 +650,13 @@ def profile_from_trace(
             own = _attribution.exclusive_times([s or (0.0, 0.0) for s in spans], parents) / 1e6
         members = [[i for i, u in unit_of.items() if u is v] for v in units]
         forward_rows.append(_attribution.forward_times(n, members, own))
+        first_use = min((span[0] for span in spans if span), default=forward_end)
+        parts_rows.append(_step_parts(inside, w_end - w_start, first_use, forward_end, float(ready.max()) * 1e6,
+                                      gpu if gpu_start is not None else None))
 
     _, backward = _attribution.median_backward(ready_rows)
     forward = np.median(np.array(forward_rows), axis=0)
+    step = _median_parts(parts_rows)
     metadata: dict[str, Any] = {
         "source": "fusionopt.integrations.kineto.profile_from_trace",
         "trace": Path(source).name if isinstance(trace, (str, Path, _Named)) else "dict",
@@ -580,19 +669,48 @@ def profile_from_trace(
         "forward_attribution": attribution,
         "ready_order": [names[i] for i in first_positions],
         "forward_unmatched": sorted(unmatched, key=names.index),
+        "step": step,
     }
     properties = header.get("deviceProperties")
     if isinstance(properties, list) and properties:
         metadata["devices"] = [str(p.get("name")) for p in properties if isinstance(p, Mapping)]
     try:
         profile = Profile.from_arrays(sizes, forward, backward, names, name=name,
-                                      dtype_bytes=4 if dtype_bytes is None else dtype_bytes, metadata=metadata)
+                                      dtype_bytes=4 if dtype_bytes is None else dtype_bytes, metadata=metadata,
+                                      **{part: step[part] for part in STEP_PARTS})
     except ValueError as exc:
         raise ValueError(f"{source}: {exc}") from None
     # The ready order: the given one where the corrected ready times tie, theirs elsewhere.
     rank = {i: k for k, i in enumerate(first_positions)}
     ready_times = profile.ready_times
     return profile.with_orders(ready_order=sorted(range(n), key=lambda i: (float(ready_times[i]), rank[i])))
+
+
+def parameters_from_trace(trace: Any) -> list[tuple[str, int]]:
+    """The parameter list of a traced model from the trace alone, for traces taken with
+    ``record_shapes=True`` and a ``schedule`` (one ``ProfilerStep`` per step): the gradient
+    sizes the first step's AccumulateGrad events hold, in forward order (the reverse of the
+    order they became ready), named ``param0, param1, ...``.
+
+    Use it when the model's own parameter list is not at hand (a trace someone published);
+    its profile then has the reverse of the trace's ready order as its forward order.
+    """
+    source, events, _ = _load(trace)
+    steps = sorted((e for e in events if e.name.startswith(STEP_PREFIX) and not e.cat.startswith("gpu")),
+                   key=lambda e: e.ts)
+    if not steps:
+        raise ValueError(f"{source}: no ProfilerStep annotations: give the model's parameter list (names and bytes, "
+                         "forward order) to read a trace without them")
+    acc_name = ACCUMULATE_GRAD if any(e.name == ACCUMULATE_GRAD for e in events) else EVALUATE_FUNCTION + ACCUMULATE_GRAD
+    first = steps[0]
+    acc = sorted((e for e in events if e.name == acc_name and first.ts <= e.ts < first.end), key=lambda e: e.end)
+    if not acc:
+        raise ValueError(f"{source}: {first.name} holds no AccumulateGrad event: the trace holds no backward pass")
+    sizes = [_gradient_bytes(e) for e in acc]
+    if any(size is None for size in sizes):
+        raise ValueError(f"{source}: AccumulateGrad events without input shapes: record the trace with "
+                         "record_shapes=True, or give the model's parameter list")
+    return [(f"param{i}", int(size)) for i, size in enumerate(reversed(sizes))]
 
 
 def _trace_files(traces: Any) -> list[Path]:
@@ -641,9 +759,10 @@ def profile_from_traces(traces: Any, parameters: Any, **options: Any) -> Profile
     (``distributedInfo.rank``, which torch writes under ``torch.distributed``) or else its
     position in the sorted list, and two files of one rank are refused. The profile's ready
     times and forward times are the medians over the ranks, tensor by tensor (medians of
-    non-increasing ready times stay non-increasing); its ready order is the lowest rank's
-    where the medians tie. ``metadata``: ``ranks`` (rank -> file), ``steps`` (over all ranks)
-    and the per-rank figures of the lowest rank otherwise.
+    non-increasing ready times stay non-increasing), and so are its step parts; its ready
+    order is the lowest rank's where the medians tie. ``metadata``: ``ranks`` (rank -> file),
+    ``steps`` (over all ranks), ``step`` (each part's median over the ranks, the periods of
+    every rank's steps) and the per-rank figures of the lowest rank otherwise.
     """
     by_rank = {rank: (path, profile_from_trace(_Named(str(path), doc), parameters, **options))
                for rank, (path, doc) in documents_by_rank(traces).items()}
@@ -651,12 +770,16 @@ def profile_from_traces(traces: Any, parameters: Any, **options: Any) -> Profile
     first = by_rank[ranks[0]][1]
     ready = np.median(np.array([by_rank[r][1].ready_times for r in ranks]), axis=0)
     forward = np.median(np.array([by_rank[r][1].forward for r in ranks]), axis=0)
+    steps = [by_rank[r][1].metadata["step"] for r in ranks]
+    step: dict[str, Any] = {key: float(np.median([st[key] for st in steps])) for key in steps[0] if key != "periods"}
+    step["periods"] = [t for st in steps for t in st["periods"]]
     metadata = dict(first.metadata)
     metadata.update(source="fusionopt.integrations.kineto.profile_from_traces",
                     ranks={str(r): by_rank[r][0].name for r in ranks},
-                    steps=sum(by_rank[r][1].metadata["steps"] for r in ranks))
+                    steps=sum(by_rank[r][1].metadata["steps"] for r in ranks), step=step)
     profile = Profile.from_arrays(first.sizes, forward, _attribution.backward_times(ready), first.names,
-                                  name=first.name, dtype_bytes=first.dtype_bytes, metadata=metadata)
+                                  name=first.name, dtype_bytes=first.dtype_bytes, metadata=metadata,
+                                  **{part: step[part] for part in STEP_PARTS})
     position = {i: k for k, i in enumerate(first.ready_order)}
     ready_times = profile.ready_times
     return profile.with_orders(ready_order=sorted(range(profile.n),

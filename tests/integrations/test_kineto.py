@@ -155,8 +155,35 @@ def test_file_round_trip(tmp_path):
     # What it read writes and reads back as JSON and CSV.
     p.write(tmp_path / "p.json")
     assert Profile.read(tmp_path / "p.json") == p
-    p.to_csv(tmp_path / "p.csv")
-    assert Profile.read_csv(tmp_path / "p.csv", metadata=p.metadata) == p
+    # CSV carries no step parts: it refuses them rather than lose them.
+    with pytest.raises(ValueError, match=r"step parts \(host_overhead = 0.00057 s\) that CSV cannot carry"):
+        p.to_csv(tmp_path / "p.csv")
+    bare = p.with_step_parts(host_overhead=0.0)
+    bare.to_csv(tmp_path / "p.csv")
+    assert Profile.read_csv(tmp_path / "p.csv", metadata=p.metadata) == bare
+
+
+def test_the_whole_step_in_named_parts():
+    # Each step of the hand-made trace: period 1000 us, forward 10 -> 300, backward 300 ->
+    # 430 (step 2: 450). Added: an all-reduce in flight 400 -> 600 on a gloo thread, DDP's
+    # bucket copy 460 -> 620 (20 us of it after the all-reduce: the copy; the rest waiting),
+    # zero_grad 2 -> 7 and the optimiser 700 -> 800 (update lump 105 us). Host: 1000 - 290 -
+    # 130 - 190 - 105 = 285 us (step 2: 1000 - 290 - 150 - 170 - 105 = 285).
+    trace = two_step_trace()
+    for t0 in (0, 1000):
+        trace["traceEvents"] += [
+            op("gloo:all_reduce", t0 + 400, 200, tid=2, cat="user_annotation"),
+            op("torch.distributed.ddp.reducer::copy_bucket_to_grad", t0 + 460, 160),
+            op("Optimizer.zero_grad#SGD.zero_grad", t0 + 2, 5, cat="user_annotation"),
+            op("Optimizer.step#SGD.step", t0 + 700, 100, cat="user_annotation"),
+        ]
+    p = profile_from_trace(trace, PARAMS)
+    assert {k: round(v / US, 6) for k, v in p.step_parts.items()} == {
+        "update_lump": 105.0, "post_backward": 20.0, "host_overhead": 285.0}
+    step = p.metadata["step"]
+    assert round(step["exposed"] / US, 6) == 160.0 and [round(t / US, 6) for t in step["periods"]] == [1000.0, 1000.0]
+    # The parts (forward as spans: 290 us) and the measured wait account for the whole period.
+    assert round((p.compute_time + step["exposed"]) / US, 6) == 1000.0
 
 
 @pytest.mark.parametrize("trace,params,options,message", [
