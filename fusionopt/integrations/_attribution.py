@@ -29,6 +29,10 @@ from typing import Iterable, Sequence
 import numpy as np
 
 
+# How the reader sums up the steps it measured: each figure's median or mean over them.
+STATISTICS = {"median": np.median, "mean": np.mean}
+
+
 def enveloped_ready_times(ready: Sequence[float]) -> np.ndarray:
     """``r_i = max_{k >= i} R_k``: measured ready times (forward order, seconds) made
     non-increasing in the forward index without moving any earlier.
@@ -88,26 +92,29 @@ def backward_times(ready: Sequence[float]) -> np.ndarray:
     return np.maximum(r - nxt, 0.0)
 
 
-def median_backward(ready_per_step: Iterable[Sequence[float]], sequence: Sequence[int] | None = None,
-                    unit_of: Sequence[int] | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """Median over steps of the enveloped ready times, and the backward times they give.
+def step_backward(ready_per_step: Iterable[Sequence[float]], sequence: Sequence[int] | None = None,
+                  unit_of: Sequence[int] | None = None, *, statistic: str = "median") -> tuple[np.ndarray, np.ndarray]:
+    """Median (or mean) over steps of the enveloped ready times, and the backward times they give.
 
     Each step's measured ready times (forward order, seconds from the start of its
     backward) are enveloped (with ``sequence`` and ``unit_of``, made consistent with the
-    hooks' order within each layer: :func:`layer_consistent_ready_times`), then the median is
-    taken tensor by tensor; medians of non-increasing vectors are non-increasing, so every
-    ``b_i >= 0``, and tensors tied in every step stay tied.
+    hooks' order within each layer: :func:`layer_consistent_ready_times`), then the median
+    (``statistic="mean"``: the mean) is taken tensor by tensor; medians and means of
+    non-increasing vectors are non-increasing, so every ``b_i >= 0``, and tensors tied in
+    every step stay tied.
 
-    >>> r, b = median_backward([[6.0, 3.0, 1.0], [8.0, 3.0, 2.0], [7.0, 5.0, 1.0]])
+    >>> r, b = step_backward([[6.0, 3.0, 1.0], [8.0, 3.0, 2.0], [7.0, 5.0, 1.0]])
     >>> r.tolist(), b.tolist()
     ([7.0, 3.0, 1.0], [4.0, 2.0, 1.0])
+    >>> step_backward([[6.0, 3.0, 1.0], [8.0, 3.0, 2.0], [7.0, 6.0, 3.0]], statistic="mean")[0].tolist()
+    [7.0, 4.0, 2.0]
     """
     if sequence is not None and unit_of is not None:
         table = np.array([layer_consistent_ready_times(step, sequence, unit_of) for step in ready_per_step],
                          dtype=np.float64)
     else:
         table = np.array([enveloped_ready_times(step) for step in ready_per_step], dtype=np.float64)
-    ready = np.median(table, axis=0)
+    ready = STATISTICS[statistic](table, axis=0)
     return ready, backward_times(ready)
 
 

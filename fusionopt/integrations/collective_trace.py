@@ -13,6 +13,10 @@ all-reduce can take longer than a 31 MB one that found every rank ready). Hence:
   latest exit. The ranks' clocks must agree (one host, or synchronised hosts).
 * **One rank**: its durations, each an upper bound on the cost; the fit keeps their lower
   envelope (the fastest repeat of each size).
+* **Collectives in flight together** (gloo runs two at once, on two threads) share the
+  link: every instant is divided equally among the collectives holding it
+  (:func:`shared_seconds`), so a sample is the time the collective would have held the link
+  alone, and one channel running them back to back is busy as long as the job's was.
 
 :func:`fit_collective_cost` fits ``AlphaBeta`` (least squares over the lower envelope, with
 ``alpha, beta >= 0``) and a ``PiecewiseLinear`` through that envelope, and reports each
@@ -74,7 +78,7 @@ def collective_samples(traces: Any) -> tuple[np.ndarray, np.ndarray, str]:
     if len(ranks) == 1:
         calls = by_rank[ranks[0]][1]
         return (np.array([c[0] for c in calls], dtype=np.float64),
-                np.array([(c[2] - c[1]) / 1e6 for c in calls]), "one rank")
+                shared_seconds([(c[1], c[2]) for c in calls]) / 1e6, "one rank")
     if len(set(counts.values())) > 1:
         listed = ", ".join(f"rank {r}: {counts[r]}" for r in ranks)
         raise ValueError(f"the ranks' traces hold different numbers of all-reduces ({listed}): "
@@ -94,8 +98,25 @@ def collective_samples(traces: Any) -> tuple[np.ndarray, np.ndarray, str]:
                      for size in per_size[0]
                      for group in zip(*(calls[size] for calls in per_size)))
     sizes = [size for _, size, _ in matched]
-    seconds = [max(0.0, max(c[2] for c in group) - max(c[1] for c in group)) / 1e6 for _, _, group in matched]
-    return np.array(sizes, dtype=np.float64), np.array(seconds), "ranks"
+    spans = [(max(c[1] for c in group), max(c[2] for c in group)) for _, _, group in matched]
+    return np.array(sizes, dtype=np.float64), shared_seconds(spans) / 1e6, "ranks"
+
+
+def shared_seconds(spans: Sequence[tuple[float, float]]) -> np.ndarray:
+    """Each interval's length with every instant divided equally among the intervals that
+    hold it: the time each collective held the link alone, when collectives in flight
+    together share it (processor sharing). Units as given; an empty interval gives 0.
+
+    >>> shared_seconds([(0, 4), (2, 6), (10, 11)]).tolist()     # 2 + 2/2, 2/2 + 2, alone
+    [3.0, 3.0, 1.0]
+    """
+    points = sorted({t for span in spans for t in span})
+    out = np.zeros(len(spans))
+    for lo, hi in zip(points, points[1:]):
+        holding = [k for k, (a, b) in enumerate(spans) if a <= lo and hi <= b]
+        for k in holding:
+            out[k] += (hi - lo) / len(holding)
+    return out
 
 
 @dataclass(frozen=True)
@@ -112,14 +133,18 @@ class CollectiveFit:
     curve_residuals: np.ndarray
 
 
-def fit_collective_cost(sizes: Sequence[float], seconds: Sequence[float]) -> CollectiveFit:
-    """Fit the lower envelope of ``(bytes, seconds)`` samples (the fastest of each size).
+def fit_collective_cost(sizes: Sequence[float], seconds: Sequence[float], *,
+                        statistic: str = "min") -> CollectiveFit:
+    """Fit the lower envelope of ``(bytes, seconds)`` samples (the fastest of each size), or
+    with ``statistic="median"`` or ``"mean"`` the median or mean of each size.
 
     >>> fit = fit_collective_cost([1e6, 1e6, 2e6, 4e6], [3e-3, 2e-3, 3e-3, 5e-3])
     >>> round(fit.affine.alpha * 1e3, 9), round(fit.affine.beta * 1e9, 9)
     (1.0, 1.0)
     >>> fit.sizes.tolist(), (fit.affine_residuals * 1e3).round(9).tolist()
     ([1000000.0, 2000000.0, 4000000.0], [0.0, 0.0, 0.0])
+    >>> (fit_collective_cost([1e6, 1e6, 1e6], [1e-3, 5e-3, 2e-3], statistic="median").seconds * 1e3).tolist()
+    [2.0]
     """
     sizes = np.asarray(sizes, dtype=np.float64)
     seconds = np.asarray(seconds, dtype=np.float64)
@@ -127,9 +152,14 @@ def fit_collective_cost(sizes: Sequence[float], seconds: Sequence[float]) -> Col
         raise ValueError("give as many sizes as times, at least one")
     if (sizes <= 0).any() or not np.isfinite(sizes).all() or (seconds < 0).any() or not np.isfinite(seconds).all():
         raise ValueError("sizes must be positive bytes and times finite seconds >= 0")
-    envelope: dict[float, float] = {}
+    picks = {"min": min, "median": lambda ts: float(np.median(ts)), "mean": lambda ts: float(np.mean(ts))}
+    if statistic not in picks:
+        raise ValueError(f"unknown statistic {statistic!r}: choose 'min', 'median' or 'mean'")
+    repeats: dict[float, list[float]] = {}
     for s, t in zip(sizes.tolist(), seconds.tolist()):
-        envelope[s] = min(t, envelope.get(s, math.inf))
+        repeats.setdefault(s, []).append(t)
+    pick = picks[statistic]
+    envelope = {s: pick(ts) for s, ts in repeats.items()}
     xs = np.array(sorted(envelope))
     ys = np.array([envelope[x] for x in xs])
     if xs.size == 1:

@@ -12,8 +12,11 @@ The mapping (timestamps ``ts`` and durations ``dur`` of ``"ph": "X"`` events, mi
   its events. A trace without them is split at its backward passes: every ``n``
   AccumulateGrad events close a step. A last step with fewer gradients than parameters (cut
   off by the end of the trace) is skipped with a warning, and named in
-  ``metadata["steps_skipped"]``. Every time is the median over the steps (the ready times
-  after the envelope below, tensor by tensor). Traces may be gzip-compressed
+  ``metadata["steps_skipped"]``; so is the first of the steps found from the backward when
+  there are others (it starts at the trace's start, not at a step's: it is read and checked,
+  not counted). Every time is the median over the steps (the ready times after the envelope
+  below, tensor by tensor), or with ``statistic="mean"`` the mean (means add up: the mean
+  period is the sum of the mean parts, as a throughput figure wants). Traces may be gzip-compressed
   (``.json.gz``, as ``tensorboard_trace_handler`` writes them).
 * **Backward.** Each ``torch::autograd::AccumulateGrad`` event (or, in traces without it,
   ``autograd::engine::evaluate_function: torch::autograd::AccumulateGrad``) accumulates the
@@ -56,7 +59,7 @@ The mapping (timestamps ``ts`` and durations ``dur`` of ``"ph": "X"`` events, mi
   first to the end of the last GPU work launched inside it. ``timeline="cpu"`` or ``"gpu"``
   forces one clock; ``metadata["timeline"]`` says which one the times come from.
 * **The whole step** (MODEL.md section 4's step parts), per step on the same clock, each the
-  median over the steps; ``metadata["step"]`` keeps every part, the measured ``exposed``
+  median (or mean) over the steps; ``metadata["step"]`` keeps every part, the measured ``exposed``
   wait and the steps' ``periods`` (host lengths, seconds):
 
   - ``post_backward``: DDP's copies of the reduced buckets into ``.grad`` (the reducer's
@@ -384,37 +387,46 @@ def _outside(interval: tuple[float, float], cover: list[tuple[float, float]]) ->
     return max(0.0, end - start - inside)
 
 
-def _step_parts(inside: list[_Event], period: float, forward_start: float, backward_start: float,
+def _step_parts(inside: list[_Event], window: tuple[float, float], forward_start: float, backward_start: float,
                 backward: float, gpu: "_GpuClock | None") -> dict[str, float]:
     """The parts of one step (module docstring, "The whole step"), in microseconds, on the
-    GPU's clock when ``gpu`` is given, else the host's; ``backward_start`` on that clock."""
+    GPU's clock when ``gpu`` is given, else the host's; ``backward_start`` on that clock.
+
+    The post-backward copies follow the step's backward, or, in a window found from the
+    backward (which closes at a backward's end), open the window: they then follow the
+    previous step's backward, which ended where the window starts."""
+    w_start, w_end = window
     backward_end = backward_start + backward
     copies = [e for e in inside if e.name in POST_BACKWARD_OPS]
     optimizer = [e for e in inside if e.name.startswith(OPTIMIZER_PREFIXES) and not e.cat.startswith("gpu")]
     if gpu is not None:
         copy_work = [iv for e in copies for iv in gpu.intervals(e.ts, e.end, e.tid)]
-        copy_work = [iv for iv in copy_work if iv[1] > backward_start]
+        before = [iv for iv in copy_work if iv[0] < backward_start]
+        anchor = (gpu.finished(w_start) or min(iv[0] for iv in before)) if before else backward_end
         post_backward = _length(copy_work)
-        post_end = max([backward_end] + [end for _, end in copy_work])
+        post_end = max([anchor] + [end for _, end in copy_work])
         update_lump = _length([iv for e in optimizer for iv in gpu.intervals(e.ts, e.end, e.tid)])
     else:
         # A copy that runs while a collective is in flight waits for it (or competes with it
         # for the host): that share is communication, the rest is the copy.
+        anchor = w_start if any(e.end <= backward_start for e in copies) else backward_end
         collectives = _union([(e.ts, e.end) for e in inside if e.name in ALLREDUCE_NAMES])
-        copies = [e for e in copies if e.end > backward_end]
-        post_backward = sum(_outside((max(e.ts, backward_end), e.end), collectives) for e in copies)
-        post_end = max([backward_end] + [e.end for e in copies])
+        copies = [e for e in copies if e.end > anchor]
+        post_backward = sum(_outside((max(e.ts, anchor), e.end), collectives) for e in copies)
+        post_end = max([anchor] + [e.end for e in copies])
         update_lump = _length([(e.ts, e.end) for e in optimizer])
+    period = w_end - w_start
     forward = backward_start - forward_start
-    exposed = max(0.0, post_end - backward_end - post_backward)
-    host = max(0.0, period - forward - backward - (post_end - backward_end) - update_lump)
+    exposed = max(0.0, post_end - anchor - post_backward)
+    host = max(0.0, period - forward - backward - (post_end - anchor) - update_lump)
     return {"period": period, "forward": forward, "backward": backward, "exposed": exposed,
             "post_backward": post_backward, "update_lump": update_lump, "host_overhead": host}
 
 
-def _median_parts(rows: list[dict[str, float]]) -> dict[str, Any]:
-    """Each part's median over the steps, in seconds, with the steps' periods."""
-    step: dict[str, Any] = {key: float(np.median([row[key] for row in rows])) / 1e6 for key in rows[0]}
+def _summed_up(rows: list[dict[str, float]], statistic: str) -> dict[str, Any]:
+    """Each part's median or mean over the steps, in seconds, with the steps' periods."""
+    pick = _attribution.STATISTICS[statistic]
+    step: dict[str, Any] = {key: float(pick([row[key] for row in rows])) / 1e6 for key in rows[0]}
     step["periods"] = [row["period"] / 1e6 for row in rows]
     return step
 
@@ -447,6 +459,7 @@ def profile_from_trace(
     name: str = "",
     dtype_bytes: int | None = None,
     forward: str = "span",
+    statistic: str = "median",
 ) -> Profile:
     """A profile from a PyTorch profiler chrome trace and the model's parameter list.
 
@@ -472,6 +485,8 @@ def profile_from_trace(
     forward : {"span", "exclusive"}
         How a unit's forward time is measured (module docstring): its span to the next unit,
         or its own duration.
+    statistic : {"median", "mean"}
+        How the steps are summed up (module docstring).
 
     Returns
     -------
@@ -519,6 +534,8 @@ def profile_from_trace(
         raise ValueError(f"unknown timeline {timeline!r}: choose one of {', '.join(map(repr, TIMELINES))}")
     if forward not in ("span", "exclusive"):
         raise ValueError(f"unknown forward attribution {forward!r}: choose 'span' or 'exclusive'")
+    if statistic not in _attribution.STATISTICS:
+        raise ValueError(f"unknown statistic {statistic!r}: choose 'median' or 'mean'")
     attribution = forward
     names, sizes, carried = _parameter_list(parameters)
     n = len(names)
@@ -545,6 +562,7 @@ def profile_from_trace(
         windows = [(e.name, e.ts, e.end) for e in step_events]
     else:
         windows = _backward_windows(events, acc_name, n, source)
+    uncounted = 1 if not step_events and len(windows) > 1 else 0
     busy = gpu.busy_fraction([(w_start, w_end) for _, w_start, w_end in windows]) if gpu else None
     bound = None if busy is None else ("gpu" if busy >= GPU_BOUND else "host")
     use_gpu = bool(gpu) and (timeline == "gpu" or (timeline == "auto" and bound == "gpu"))
@@ -586,6 +604,19 @@ def profile_from_trace(
                     f"of {sizes[i]} bytes: give the parameters in forward order, or ready_order"
                 )
 
+        # The autograd node that ran just before each AccumulateGrad, on its thread, made its gradient.
+        producers: dict[Any, list[_Event]] = {}
+        for e in evaluations:
+            if e.seq is not None and ACCUMULATE_GRAD not in e.name:
+                producers.setdefault(e.tid, []).append(e)
+        for tid in producers:
+            producers[tid].sort(key=lambda e: e.end)
+        producer_ends = {tid: [e.end for e in evs] for tid, evs in producers.items()}
+        made_by: list[_Event | None] = []
+        for e in acc:
+            j = bisect.bisect_right(producer_ends.get(e.tid, []), e.ts + 1e-3) - 1
+            made_by.append(producers[e.tid][j] if j >= 0 else None)
+
         ready = np.zeros(n)
         gpu_start = gpu.first_start(backward_start, w_end) if use_gpu else None
         if gpu_start is not None:
@@ -595,16 +626,13 @@ def profile_from_trace(
         else:
             for k, e in enumerate(acc):
                 ready[step_positions[k]] = (e.end - backward_start) / 1e6
+        # The gradients one node made (a layer's) are ready together, when the last of them is.
+        for node in {id(m): m for m in made_by if m is not None}.values():
+            group = [step_positions[k] for k, m in enumerate(made_by) if m is node]
+            ready[group] = ready[group].max()
         ready_rows.append(ready)
 
         # Forward: AccumulateGrad -> the node before it -> its forward operator -> its unit.
-        producers: dict[Any, list[_Event]] = {}
-        for e in evaluations:
-            if e.seq is not None and ACCUMULATE_GRAD not in e.name:
-                producers.setdefault(e.tid, []).append(e)
-        producer_ends = {tid: [e.end for e in sorted(evs, key=lambda e: e.end)] for tid, evs in producers.items()}
-        for tid in producers:
-            producers[tid].sort(key=lambda e: e.end)
         forward_ops = [e for e in inside if e.ts < backward_start and e.cat in OPERATOR_CATEGORIES]
         # The forward operator that made an autograd node: of the operators recorded with the
         # node's sequence number, the longest (batch norm's, not the num_batches_tracked.add_
@@ -620,9 +648,7 @@ def profile_from_trace(
         unit_of: dict[int, _Event] = {}
         for k, e in enumerate(acc):
             i = step_positions[k]
-            ends = producer_ends.get(e.tid, [])
-            j = bisect.bisect_right(ends, e.ts + 1e-3) - 1
-            use = first_with_seq.get(producers[e.tid][j].seq) if j >= 0 else None
+            use = first_with_seq.get(made_by[k].seq) if made_by[k] is not None else None
             unit = None
             if use is not None:
                 unit = _innermost(modules, use.tid, use.ts) if modules else _innermost(tops, use.tid, use.ts)
@@ -651,22 +677,26 @@ def profile_from_trace(
         members = [[i for i, u in unit_of.items() if u is v] for v in units]
         forward_rows.append(_attribution.forward_times(n, members, own))
         first_use = min((span[0] for span in spans if span), default=forward_end)
-        parts_rows.append(_step_parts(inside, w_end - w_start, first_use, forward_end, float(ready.max()) * 1e6,
+        parts_rows.append(_step_parts(inside, (w_start, w_end), first_use, forward_end, float(ready.max()) * 1e6,
                                       gpu if gpu_start is not None else None))
 
-    _, backward = _attribution.median_backward(ready_rows)
-    forward = np.median(np.array(forward_rows), axis=0)
-    step = _median_parts(parts_rows)
+    if uncounted:
+        skipped.insert(0, windows[0][0])
+        ready_rows, forward_rows, parts_rows = ready_rows[1:], forward_rows[1:], parts_rows[1:]
+    _, backward = _attribution.step_backward(ready_rows, statistic=statistic)
+    forward = _attribution.STATISTICS[statistic](np.array(forward_rows), axis=0)
+    step = _summed_up(parts_rows, statistic)
     metadata: dict[str, Any] = {
         "source": "fusionopt.integrations.kineto.profile_from_trace",
         "trace": Path(source).name if isinstance(trace, (str, Path, _Named)) else "dict",
-        "steps": len(windows) - len(skipped),
+        "steps": len(ready_rows),
         "steps_skipped": skipped,
         "timeline": "gpu" if use_gpu else "cpu",
         "gpu_busy_fraction": busy,
         "bound": bound,
         "forward_units": units_kind,
         "forward_attribution": attribution,
+        "statistic": statistic,
         "ready_order": [names[i] for i in first_positions],
         "forward_unmatched": sorted(unmatched, key=names.index),
         "step": step,
@@ -693,8 +723,13 @@ def parameters_from_trace(trace: Any) -> list[tuple[str, int]]:
     order they became ready), named ``param0, param1, ...``.
 
     Use it when the model's own parameter list is not at hand (a trace someone published);
-    its profile then has the reverse of the trace's ready order as its forward order.
+    its profile then has the reverse of the trace's ready order as its forward order. A
+    folder or list of a job's traces gives the lowest rank's list.
     """
+    if not isinstance(trace, (Mapping, _Named)) and (not isinstance(trace, (str, Path)) or Path(trace).is_dir()):
+        by_rank = documents_by_rank(trace)
+        path, doc = by_rank[min(by_rank)]
+        trace = _Named(str(path), doc)
     source, events, _ = _load(trace)
     steps = sorted((e for e in events if e.name.startswith(STEP_PREFIX) and not e.cat.startswith("gpu")),
                    key=lambda e: e.ts)
@@ -752,7 +787,8 @@ def documents_by_rank(traces: Any) -> dict[int, tuple[Path, Any]]:
 def profile_from_traces(traces: Any, parameters: Any, **options: Any) -> Profile:
     """One profile from the traces of several ranks of one job: a folder of them (``*.json``
     and ``*.json.gz``, as ``tensorboard_trace_handler`` writes one per rank) or a list of files;
-    ``options`` (``ready_order``, ``timeline``, ``name``, ``dtype_bytes``) as for
+    ``options`` (``ready_order``, ``timeline``, ``name``, ``dtype_bytes``, ``forward``,
+    ``statistic``) as for
     :func:`profile_from_trace`.
 
     Each file is read by :func:`profile_from_trace`; its rank is the trace's own
@@ -762,16 +798,18 @@ def profile_from_traces(traces: Any, parameters: Any, **options: Any) -> Profile
     non-increasing ready times stay non-increasing), and so are its step parts; its ready
     order is the lowest rank's where the medians tie. ``metadata``: ``ranks`` (rank -> file),
     ``steps`` (over all ranks), ``step`` (each part's median over the ranks, the periods of
-    every rank's steps) and the per-rank figures of the lowest rank otherwise.
+    every rank's steps) and the per-rank figures of the lowest rank otherwise. With
+    ``statistic="mean"`` every median over the ranks is a mean too.
     """
     by_rank = {rank: (path, profile_from_trace(_Named(str(path), doc), parameters, **options))
                for rank, (path, doc) in documents_by_rank(traces).items()}
+    pick = _attribution.STATISTICS[options.get("statistic", "median")]
     ranks = sorted(by_rank)
     first = by_rank[ranks[0]][1]
-    ready = np.median(np.array([by_rank[r][1].ready_times for r in ranks]), axis=0)
-    forward = np.median(np.array([by_rank[r][1].forward for r in ranks]), axis=0)
+    ready = pick(np.array([by_rank[r][1].ready_times for r in ranks]), axis=0)
+    forward = pick(np.array([by_rank[r][1].forward for r in ranks]), axis=0)
     steps = [by_rank[r][1].metadata["step"] for r in ranks]
-    step: dict[str, Any] = {key: float(np.median([st[key] for st in steps])) for key in steps[0] if key != "periods"}
+    step: dict[str, Any] = {key: float(pick([st[key] for st in steps])) for key in steps[0] if key != "periods"}
     step["periods"] = [t for st in steps for t in st["periods"]]
     metadata = dict(first.metadata)
     metadata.update(source="fusionopt.integrations.kineto.profile_from_traces",

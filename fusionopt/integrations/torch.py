@@ -430,7 +430,7 @@ def profile_model(
         for k in own:
             unit_of[position[k]] = unit
     sequence = sorted(range(len(params)), key=lambda i: hook_sequence[order[i]])
-    _, backward = _attribution.median_backward(ready_matrix, sequence, unit_of)
+    _, backward = _attribution.step_backward(ready_matrix, sequence, unit_of)
     unit_times = np.median(np.array(forward_rows), axis=0)
     forward = _attribution.forward_times(
         len(params), [[position[k] for k in own] for _, own in owners], unit_times,

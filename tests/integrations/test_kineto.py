@@ -273,13 +273,12 @@ def strip_steps(trace):
 
 
 def test_steps_are_found_from_the_backward_without_profiler_steps():
-    # Every 4 AccumulateGrad events close a step: the same two steps, the same times.
-    with_steps = read_trace(two_step_trace(), PARAMS)
+    # Every 4 AccumulateGrad events close a step. The first runs from the trace's start, not
+    # from a step's: it is read, not counted, so the times are the second step's.
     found = read_trace(strip_steps(two_step_trace()), PARAMS)
-    check_times(found, [0, 110, 0, 60], [10, 65, 10, 55])
-    assert found.metadata["steps"] == 2
-    assert found.forward.tolist() == with_steps.forward.tolist()
-    assert found.backward.tolist() == with_steps.backward.tolist()
+    check_times(found, [0, 120, 0, 70], [10, 70, 10, 60])
+    assert found.metadata["steps"] == 1
+    assert found.metadata["steps_skipped"] == ["iteration 1 (found from its backward)"]
 
 
 def test_a_truncated_last_step_is_skipped_with_a_warning():
@@ -294,7 +293,7 @@ def test_a_truncated_last_step_is_skipped_with_a_warning():
     # Without ProfilerSteps the cut-off backward is found the same way.
     with pytest.warns(UserWarning, match="the last 2 AccumulateGrad events do not make a whole backward"):
         q = read_trace(strip_steps(trace), PARAMS)
-    check_times(q, [0, 110, 0, 60], [10, 65, 10, 55])
+    check_times(q, [0, 120, 0, 70], [10, 70, 10, 60])        # the second step's (the first not counted)
     # A step in the middle that misses gradients is an error, not skipped.
     middle = two_step_trace()
     middle["traceEvents"] = [e for e in middle["traceEvents"]
@@ -343,7 +342,7 @@ def test_a_real_gzip_trace_without_a_schedule_is_split_at_its_backwards(tmp_path
             model(x).sum().backward()
     [path] = list(tmp_path.glob("*.json.gz"))
     p = read_trace(path, model)
-    assert p.metadata["steps"] == 3 and p.metadata["steps_skipped"] == []
+    assert p.metadata["steps"] == 2 and p.metadata["steps_skipped"] == ["iteration 1 (found from its backward)"]
     assert p.names == tuple(nm for nm, _ in model.named_parameters())
     assert p.B > 0 and p.F > 0
     # The hooks' order where ready times tie: the convolution's and batch norm's weights

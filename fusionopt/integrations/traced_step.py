@@ -1,0 +1,136 @@
+"""A traced data-parallel job's step time, predicted by the model from the job's own traces
+and set against the time the traces measured (no torch needed).
+
+:func:`predict_traced_step` reads one job (a folder of per-rank traces, or one trace):
+
+1. the profile: :func:`~fusionopt.integrations.kineto.profile_from_traces`, forward and
+   backward per tensor and the step parts (update lump, post-backward copies, host
+   overhead), medians over steps and ranks;
+2. the collective cost: :func:`~fusionopt.integrations.collective_trace.collective_samples`
+   (with every rank's trace, each all-reduce from the last rank's entry to the last exit,
+   the time shared with the collectives in flight beside it divided among them), fitted by
+   :func:`~fusionopt.integrations.collective_trace.fit_collective_cost`: a
+   ``PiecewiseLinear`` through each size's mean;
+3. the plan the framework ran: DDP's buckets of the last traced step, in launch order
+   (:func:`~fusionopt.integrations.collective_trace.recorded_buckets`);
+4. ``T`` by :func:`~fusionopt.model.timeline.simulate` under barrier sync (DDP waits for every
+   bucket before the optimiser), set against the mean period of the traced steps.
+
+Every figure is a mean over the steps (``statistic="mean"``): the mean step is what a job's
+throughput is, and means add up (the mean period is the sum of the mean parts), where a
+sum of medians of skewed parts falls short of the median period. ``statistic="median"``
+takes medians throughout instead.
+
+The breakdown names where the prediction and the measurement differ: the compute parts
+come from the same trace, so the difference is the exposed communication the model predicts
+(``T - compute_time``) against the wait the trace shows (``metadata["step"]["exposed"]``),
+plus the gap between a sum of medians and the median of sums.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from fusionopt.integrations.collective_trace import collective_samples, fit_collective_cost, recorded_buckets
+from fusionopt.integrations.kineto import parameters_from_trace, profile_from_traces
+from fusionopt.model import Plan, Problem, Profile, simulate
+from fusionopt.model._io import read_csv_rows
+from fusionopt.model.cost import CommCost
+
+STATISTICS = ("mean", "median")
+# A job folder's parameter list, when it has one: name,size_bytes in forward order.
+PARAMETERS_FILE = "parameters.csv"
+
+
+def folder_parameters(traces: Any) -> list[tuple[str, int]] | None:
+    """The parameter list in a job folder's ``parameters.csv`` (a header, then
+    ``name,size_bytes`` rows in forward order), or ``None`` when it has none."""
+    if not isinstance(traces, (str, Path)) or not Path(traces).is_dir():
+        return None
+    listing = Path(traces) / PARAMETERS_FILE
+    if not listing.exists():
+        return None
+    rows = read_csv_rows(listing)
+    if not rows or [c.strip() for c in rows[0][1]] != ["name", "size_bytes"]:
+        raise ValueError(f"{listing}: the first line must be the header name,size_bytes")
+    out = []
+    for line, cells in rows[1:]:
+        if len(cells) != 2 or not cells[1].strip().isdigit() or int(cells[1]) <= 0:
+            raise ValueError(f"{listing}: line {line}: expected a name and a positive whole number of bytes")
+        out.append((cells[0].strip(), int(cells[1])))
+    return out
+
+
+@dataclass(frozen=True)
+class TracedStep:
+    """One job's predicted and measured step, times in seconds.
+
+    Attributes
+    ----------
+    profile : Profile
+        Read from the traces, step parts included.
+    cost : CommCost
+        The all-reduce cost fitted to the traced collectives.
+    plan : Plan
+        DDP's buckets as the job launched them.
+    predicted, measured : float
+        The simulator's ``T`` and the mean (or median) period of the traced steps.
+    predicted_parts, measured_parts : dict
+        Forward, backward, update, the step parts and the exposed communication: the
+        profile's and the simulator's (predicted) and the trace's (measured).
+    """
+
+    profile: Profile
+    cost: CommCost
+    plan: Plan
+    predicted: float
+    measured: float
+    predicted_parts: dict[str, float] = field(default_factory=dict)
+    measured_parts: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def error(self) -> float:
+        """``(predicted - measured) / measured``."""
+        return (self.predicted - self.measured) / self.measured
+
+
+def predict_traced_step(traces: Any, parameters: Any = None, *, statistic: str = "mean",
+                        **options: Any) -> TracedStep:
+    """Predict a traced DDP job's step time from its traces and compare it with the traces.
+
+    Parameters
+    ----------
+    traces : str, Path or list
+        A folder of the job's traces (one per rank, ``*.json`` or ``*.json.gz``), a trace, or a
+        list of files.
+    parameters : optional
+        The model's parameter list as :func:`~fusionopt.integrations.kineto.profile_from_trace`
+        takes it; default: the folder's ``parameters.csv`` (:func:`folder_parameters`), else
+        read from the lowest rank's trace
+        (:func:`~fusionopt.integrations.kineto.parameters_from_trace`).
+    statistic : {"mean", "median"}
+        How the steps, the ranks and the repeats of each all-reduce size are summed up
+        (module docstring).
+    **options
+        For :func:`~fusionopt.integrations.kineto.profile_from_trace` (``timeline``, ...).
+    """
+    if statistic not in STATISTICS:
+        raise ValueError(f"unknown statistic {statistic!r}: choose one of {', '.join(map(repr, STATISTICS))}")
+    if parameters is None:
+        parameters = folder_parameters(traces) or parameters_from_trace(traces)
+    profile = profile_from_traces(traces, parameters, statistic=statistic, **options)
+    sizes, seconds, _ = collective_samples(traces)
+    cost = fit_collective_cost(sizes, seconds, statistic=statistic).curve
+    plan = Plan.from_groups(profile, recorded_buckets(traces, profile))
+    timeline = simulate(Problem(profile, cost, sync="barrier"), plan)
+    step = profile.metadata["step"]
+    predicted_parts = {**profile.parts, "exposed": timeline.exposed}
+    measured_parts = {key: step[key] for key in ("forward", "backward")}
+    measured_parts.update(update=0.0, **{part: step[part] for part in profile.step_parts}, exposed=step["exposed"])
+    measured = float(np.mean(step["periods"]) if statistic == "mean" else np.median(step["periods"]))
+    return TracedStep(profile, cost, plan, timeline.iteration_time, measured,
+                      predicted_parts, measured_parts)

@@ -1,0 +1,167 @@
+"""Traced steps against the model: for each data-parallel job traced by the PyTorch profiler,
+the step time fusionopt predicts from the job's own traces against the time they measured.
+
+For each job (a folder with one trace per rank), ``fusionopt.integrations.traced_step``
+reads the profile (forward, backward, the step parts), fits the all-reduce cost to the traced
+collectives, takes DDP's buckets as the job launched them and simulates the step; the table
+sets the predicted step against the measured one (means over the steps), part by part.
+
+By default the script first records its own jobs: 2-rank gloo DDP of small ``torch.nn``
+models on this host's CPU (``fusionopt.integrations.ddp_record``), gzip on, with and
+without a profiler ``schedule``, into a scratch folder it removes afterwards (``--keep``
+keeps them). ``--traces DIR`` reads the jobs under ``DIR`` instead: every folder holding
+``*.json`` or ``*.json.gz`` traces is one job, its parameter list read from the traces
+(``record_shapes=True`` and a ``schedule`` needed) unless the folder holds a
+``parameters.csv`` (``name,size_bytes`` in forward order). Traces are only read: keep the
+ones you did not make out of the repository.
+
+The figures are timings of this host (named in the result with its CPU count and the
+library versions); the recording is seeded, the timings are not reproducible to the digit.
+Writes ``validation/results/traces-cpu.{json,md}`` (``--out`` to choose the folder).
+
+    python validation/traces/run.py                      # record and check the jobs below
+    python validation/traces/run.py --traces DIR --out /tmp/check
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import platform
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from fusionopt.integrations.traced_step import TracedStep, predict_traced_step  # noqa: E402
+from fusionopt.reporting import command_line, markdown_table, write_result  # noqa: E402
+
+# (job name, small model, batch, profiler schedule, bucket_cap_mb): two buckets or one,
+# a few layers to a few dozen tensors.
+JOBS = (
+    ("mlp-b64", "mlp", 64, True, 0.5),
+    ("mlp-b64-noschedule", "mlp", 64, False, 0.5),
+    ("mlp-b256", "mlp", 256, True, None),
+    ("cnn-b16", "cnn", 16, True, None),
+    ("cnn-b16-noschedule", "cnn", 16, False, None),
+    ("lstm-b32", "lstm", 32, True, 0.5),
+)
+STEPS = 42
+PARTS = ("forward", "backward", "update_lump", "post_backward", "host_overhead", "exposed")
+
+
+def job_folders(root: Path) -> list[Path]:
+    """Every folder under ``root`` (``root`` included) that holds traces, sorted."""
+    found = []
+    for folder, _, files in os.walk(root):
+        if any(f.endswith((".json", ".json.gz")) for f in files):
+            found.append(Path(folder))
+    if not found:
+        raise ValueError(f"{root}: no traces (*.json, *.json.gz) in it or below it")
+    return sorted(found)
+
+
+def row(name: str, result: TracedStep) -> dict[str, Any]:
+    return {
+        "job": name,
+        "tensors": result.profile.n,
+        "buckets": result.plan.num_messages,
+        "steps": result.profile.metadata["steps"],
+        "predicted": result.predicted,
+        "measured": result.measured,
+        "error": result.error,
+        "predicted_parts": {k: result.predicted_parts[k] for k in PARTS},
+        "measured_parts": {k: result.measured_parts[k] for k in PARTS},
+    }
+
+
+def record(folder: Path) -> list[tuple[str, Path]]:
+    from fusionopt.integrations.ddp_record import record_ddp_traces
+
+    jobs = []
+    for name, model, batch, schedule, cap in JOBS:
+        record_ddp_traces(folder / name, model, batch=batch, schedule=schedule, steps=STEPS, bucket_cap_mb=cap)
+        jobs.append((name, folder / name))
+    return jobs
+
+
+def markdown(document: dict[str, Any]) -> str:
+    rows = document["results"]
+    errors = sorted(abs(r["error"]) for r in rows)
+    median = errors[len(errors) // 2] if len(errors) % 2 else sum(errors[len(errors) // 2 - 1: len(errors) // 2 + 1]) / 2
+    ms = lambda x: f"{1e3 * x:.3f}"  # noqa: E731
+    lines = [
+        "# Traced steps: predicted against measured",
+        "",
+        f"{document['date']}; {document['host']}; {document['source']}. "
+        f"Written by `{document['command']}`.",
+        "",
+        f"**Median |predicted - measured| / measured: {100 * median:.1f}%** over {len(rows)} jobs "
+        "(timings of this host: they vary from run to run).",
+        "",
+    ]
+    lines += markdown_table(
+        ["job", "tensors", "buckets", "steps", "measured (ms)", "predicted (ms)", "error"],
+        [[r["job"], r["tensors"], r["buckets"], r["steps"], ms(r["measured"]), ms(r["predicted"]),
+          f"{100 * r['error']:+.1f}%"] for r in rows])
+    lines += ["", "Where the time goes, ms per step, measured / predicted (the compute parts come from the same "
+              "traces; the difference is the exposed communication and how the parts add up):", ""]
+    lines += markdown_table(
+        ["job"] + list(PARTS),
+        [[r["job"]] + [f"{ms(r['measured_parts'][k])} / {ms(r['predicted_parts'][k])}" for k in PARTS] for r in rows])
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--traces", help="read the jobs under this folder instead of recording them")
+    parser.add_argument("--keep", help="record the jobs into this folder and keep them there")
+    parser.add_argument("--out", default=str(ROOT / "validation" / "results"), help="folder of the result files")
+    args = parser.parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    scratch = None
+    try:
+        if args.traces:
+            root = Path(args.traces)
+            jobs = [(str(folder.relative_to(root)) if folder != root else root.name, folder)
+                    for folder in job_folders(root)]
+            source = "traces read from a folder"
+        else:
+            if args.keep:
+                root = Path(args.keep)
+                if root.exists() and any(root.iterdir()):
+                    raise ValueError(f"{root}: not empty: --keep records into a new or empty folder")
+            else:
+                root = Path(tempfile.mkdtemp(prefix="traces-"))
+                scratch = root
+            jobs = record(root)
+            source = (f"2-rank gloo DDP on this host's CPU, {STEPS} steps per job (2 not recorded with a "
+                      "schedule), SGD with momentum, 1 thread per rank")
+        results = [row(name, predict_traced_step(folder)) for name, folder in jobs]
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    finally:
+        if scratch is not None:
+            shutil.rmtree(scratch, ignore_errors=True)
+    import torch
+
+    document = {
+        "date": datetime.date.today().isoformat(),
+        "host": f"{platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}, torch {torch.__version__}",
+        "source": source,
+        "command": command_line("validation/traces/run.py", argv, args.out),
+        "timings": "measured on the host named; not reproducible to the digit",
+        "results": results,
+    }
+    write_result(args.out, "traces-cpu", document, markdown(document))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
