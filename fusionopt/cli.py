@@ -326,14 +326,42 @@ def _cmd_profile(args: argparse.Namespace) -> None:
 def _profile_from_trace(args: argparse.Namespace) -> Profile:
     from fusionopt.integrations.kineto import profile_from_trace, profile_from_traces
 
-    if args.parameters is None:
-        raise UsageError("--trace needs --parameters PARAMS.json|PARAMS.csv (the tensors' names and bytes, "
-                         "in forward order)")
-    parameters = _read_parameters(args.parameters)
+    parameters = _trace_parameters(args.trace, args.parameters)
     stem = Path(args.trace).name.split(".")[0]
     if Path(args.trace).is_dir():                 # one trace per rank
         return profile_from_traces(args.trace, parameters, timeline=args.timeline, name=stem)
     return profile_from_trace(args.trace, parameters, timeline=args.timeline, name=stem)
+
+
+def _trace_parameters(trace: str, path: str | None) -> Any:
+    """``--parameters`` for a trace; without it, a folder's ``parameters.csv`` or the list the
+    trace's recorded shapes give (names ``param0, param1, ...``)."""
+    from fusionopt.integrations.kineto import parameters_from_trace
+    from fusionopt.integrations.traced_step import folder_parameters
+
+    if path is not None:
+        return _read_parameters(path)
+    return folder_parameters(trace) or parameters_from_trace(trace)
+
+
+def _cmd_traced(args: argparse.Namespace) -> None:
+    from fusionopt.integrations.traced_step import predict_traced_step
+
+    result = predict_traced_step(args.traces, _trace_parameters(args.traces, args.parameters),
+                                 statistic=args.statistic, timeline=args.timeline)
+    if args.json:
+        print(json.dumps({"predicted": result.predicted, "measured": result.measured, "error": result.error,
+                          "predicted_parts": result.predicted_parts, "measured_parts": result.measured_parts,
+                          "buckets": [m.nbytes for m in result.plan.messages], "timeline": result.profile.metadata["timeline"]},
+                         indent=1))
+        return
+    print(f"{args.traces}: {result.profile.n} tensors, {result.plan.num_messages} buckets, "
+          f"{result.profile.metadata['steps']} steps ({args.statistic}s), {result.profile.metadata['timeline']} clock")
+    print(f"{'part':<15} {'measured ms':>12} {'predicted ms':>13}")
+    for part, measured in result.measured_parts.items():
+        print(f"{part:<15} {1e3 * measured:>12.3f} {1e3 * result.predicted_parts[part]:>13.3f}")
+    print(f"{'step':<15} {1e3 * result.measured:>12.3f} {1e3 * result.predicted:>13.3f}   "
+          f"error {100 * result.error:+.1f}%")
 
 
 def _read_parameters(path: str) -> Profile | list[tuple[str, int]]:
@@ -693,14 +721,15 @@ def build_parser() -> argparse.ArgumentParser:
     source.add_argument("--input", metavar="PROFILE.json|PROFILE.csv", help="a profile file (to convert it)")
     source.add_argument("--trace", metavar="TRACE.json[.gz]|FOLDER",
                         help="a PyTorch profiler (Kineto) chrome trace of training steps, or a folder of "
-                             "one per rank; needs --parameters")
+                             "one per rank")
     source.add_argument("--torch", metavar="MODULE:FACTORY",
                         help="measure a PyTorch model: MODULE.FACTORY() returns it; needs --input-shape (extra torch)")
     p.add_argument("--device", default="h100", help=f"device for --model: {', '.join(zoo.devices())}")
     p.add_argument("--batch", type=int, default=64, help="per-worker batch for --model (default 64)")
     p.add_argument("--parameters", metavar="PARAMS.json|PARAMS.csv",
                    help="for --trace: the parameters' names and bytes in forward order: a CSV with name and "
-                        "size_bytes columns, a JSON list of [name, bytes] or object of name: bytes, or a profile")
+                        "size_bytes columns, a JSON list of [name, bytes] or object of name: bytes, or a profile "
+                        "(default: the folder's parameters.csv, else read from the trace's recorded shapes)")
     p.add_argument("--timeline", default="auto", choices=("auto", "cpu", "gpu"),
                    help="for --trace: which clock times the steps (default auto: GPU kernels if present)")
     p.add_argument("--input-shape", metavar="D0,D1,...", help="for --torch: shape of a random float input")
@@ -710,6 +739,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--output", metavar="PROFILE.json|PROFILE.csv", help="write the profile (format by extension)")
     p.add_argument("--csv", action="store_true", help="print CSV instead of JSON when there is no --output")
     p.set_defaults(run=_cmd_profile)
+
+    p = commands.add_parser("traced", help="a traced DDP job's step: predicted from its traces against measured")
+    p.add_argument("traces", metavar="FOLDER|TRACE.json[.gz]", help="the job's traces, one per rank")
+    p.add_argument("--parameters", metavar="PARAMS.json|PARAMS.csv",
+                   help="the parameters' names and bytes in forward order (as for `profile --trace`; default: "
+                        "the folder's parameters.csv, else read from the trace's recorded shapes)")
+    p.add_argument("--statistic", default="mean", choices=("mean", "median"),
+                   help="how steps, ranks and repeats are summed up (default mean: throughput)")
+    p.add_argument("--timeline", default="auto", choices=("auto", "cpu", "gpu"),
+                   help="which clock times the steps (default auto)")
+    p.add_argument("--json", action="store_true", help="print the figures as JSON")
+    p.set_defaults(run=_cmd_traced)
 
     _add_executor_parsers(commands)
     _add_plot_parsers(commands)

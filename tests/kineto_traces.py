@@ -63,3 +63,28 @@ def two_step_trace(**options):
     events = meta + cpu_step(0, 100, 50, [350, 360, 420, 430], step=1, **options)
     events += cpu_step(1000, 120, 70, [360, 370, 440, 450], step=2, **options)
     return {"schemaVersion": 1, "deviceProperties": [], "traceEvents": events}
+
+
+def ddp_tail(t0, backward_end, *, allreduce_us=200, copy_delay=0, elements=(1210,)):
+    """What DDP adds to a step of :func:`cpu_step`: buckets of ``elements`` launched when the
+    backward ends (at ``t0 + backward_end``), reduced on a gloo thread for ``allreduce_us``
+    (the first; the others take no time), copied back into ``.grad`` for 20 us
+    ``copy_delay`` us later; zero_grad 2 -> 7 us and the optimiser 700 -> 800 us into the step."""
+    start = t0 + backward_end
+    launches = [op("c10d::allreduce_", start + k, 1, **{"Input Dims": [[[count]], [], []]})
+                for k, count in enumerate(elements)]
+    return launches + [
+        op("gloo:all_reduce", start, allreduce_us, tid=2, cat="user_annotation",
+           **{"Input Dims": [[sum(elements)]], "Input type": ["float"]}),
+        op("torch.distributed.ddp.reducer::copy_bucket_to_grad", start + allreduce_us + copy_delay, 20),
+        op("Optimizer.zero_grad#SGD.zero_grad", t0 + 2, 5, cat="user_annotation"),
+        op("Optimizer.step#SGD.step", t0 + 700, 100, cat="user_annotation"),
+    ]
+
+
+def ddp_job(rank, **options):
+    """One rank's trace of :func:`two_step_trace` under DDP (:func:`ddp_tail` in each step)."""
+    trace = two_step_trace()
+    trace["traceEvents"] += ddp_tail(0, 430, **options) + ddp_tail(1000, 450, **options)
+    trace["distributedInfo"] = {"rank": rank, "world_size": 2}
+    return trace
