@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import warnings
 import sys
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -758,11 +759,17 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _show_warning(message: Any, category: Any, filename: str, lineno: int, file: Any = None, line: Any = None) -> None:
+    print(f"fusionopt: warning: {' '.join(str(message).split())}", file=sys.stderr)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command line; returns the exit status."""
+    """Run the command line; returns the exit status. Warnings print as one line each."""
     try:
-        args = build_parser().parse_args(argv)
-        args.run(args)
+        with warnings.catch_warnings():
+            warnings.showwarning = _show_warning
+            args = build_parser().parse_args(argv)
+            args.run(args)
     except SystemExit as exc:  # --help
         return exc.code if isinstance(exc.code, int) else 0
     except (UsageError, ValueError, KeyError, OSError) as exc:

@@ -87,7 +87,7 @@ import numpy as np
 
 from fusionopt.integrations import _attribution
 from fusionopt.model._io import read_json_document
-from fusionopt.model.profile import STEP_PARTS, Profile
+from fusionopt.model.profile import DTYPE_BYTES, STEP_PARTS, Profile
 
 ACCUMULATE_GRAD = "torch::autograd::AccumulateGrad"
 EVALUATE_FUNCTION = "autograd::engine::evaluate_function: "
@@ -113,6 +113,13 @@ ELEMENT_BYTES = {
     "signed char": 1, "unsigned char": 1, "short int": 2, "int": 4, "long int": 8,
     "c10::complex<float>": 8, "c10::complex<double>": 16, "c10::complex<c10::Half>": 4,
     "c10::Float8_e4m3fn": 1, "c10::Float8_e5m2": 1, "c10::Float8_e4m3fnuz": 1, "c10::Float8_e5m2fnuz": 1,
+}
+# The same types by the names a profile gives them (torch's dtype names).
+TRACE_DTYPES = {
+    "float": "float32", "double": "float64", "c10::Half": "float16", "c10::BFloat16": "bfloat16", "bool": "bool",
+    "signed char": "int8", "unsigned char": "uint8", "short int": "int16", "int": "int32", "long int": "int64",
+    "c10::complex<float>": "complex64", "c10::complex<double>": "complex128",
+    "c10::Float8_e4m3fn": "float8_e4m3fn", "c10::Float8_e5m2": "float8_e5m2",
 }
 
 
@@ -481,7 +488,8 @@ def profile_from_trace(
     name : str
         The profile's name.
     dtype_bytes : int, optional
-        Bytes per gradient element; default: 4.
+        Bytes per gradient element; default: the greatest common divisor of the recorded
+        gradients' element sizes, 4 when the trace recorded no types.
     forward : {"span", "exclusive"}
         How a unit's forward time is measured (module docstring): its span to the next unit,
         or its own duration.
@@ -594,6 +602,8 @@ def profile_from_trace(
         step_positions = positions if given is not None else _match_sizes(recorded, positions, sizes)
         if first_positions is None:
             first_positions = step_positions
+            traced_types = {step_positions[k]: TRACE_DTYPES.get((e.args.get("Input type") or [None])[0])
+                            for k, e in enumerate(acc)}
         for k, (e, nbytes) in enumerate(zip(acc, recorded)):
             i = step_positions[k]
             if nbytes is not None and nbytes != sizes[i]:
@@ -704,10 +714,14 @@ def profile_from_trace(
     properties = header.get("deviceProperties")
     if isinstance(properties, list) and properties:
         metadata["devices"] = [str(p.get("name")) for p in properties if isinstance(p, Mapping)]
+    # The gradients' dtypes, when the trace recorded every one (DDP buckets one dtype at a time).
+    dtypes = [traced_types.get(i) for i in range(n)]
+    dtypes = dtypes if all(dtypes) else None
+    if dtype_bytes is None:
+        dtype_bytes = math.gcd(*(DTYPE_BYTES[d] for d in dtypes)) if dtypes else 4
     try:
-        profile = Profile.from_arrays(sizes, forward, backward, names, name=name,
-                                      dtype_bytes=4 if dtype_bytes is None else dtype_bytes, metadata=metadata,
-                                      **{part: step[part] for part in STEP_PARTS})
+        profile = Profile.from_arrays(sizes, forward, backward, names, name=name, dtype_bytes=dtype_bytes,
+                                      metadata=metadata, dtypes=dtypes, **{part: step[part] for part in STEP_PARTS})
     except ValueError as exc:
         raise ValueError(f"{source}: {exc}") from None
     # The ready order: the given one where the corrected ready times tie, theirs elsewhere.
@@ -816,7 +830,7 @@ def profile_from_traces(traces: Any, parameters: Any, **options: Any) -> Profile
                     ranks={str(r): by_rank[r][0].name for r in ranks},
                     steps=sum(by_rank[r][1].metadata["steps"] for r in ranks), step=step)
     profile = Profile.from_arrays(first.sizes, forward, _attribution.backward_times(ready), first.names,
-                                  name=first.name, dtype_bytes=first.dtype_bytes, metadata=metadata,
+                                  name=first.name, dtype_bytes=first.dtype_bytes, metadata=metadata, dtypes=first.dtypes,
                                   **{part: step[part] for part in STEP_PARTS})
     position = {i: k for k, i in enumerate(first.ready_order)}
     ready_times = profile.ready_times

@@ -54,6 +54,7 @@ gives first.
 from __future__ import annotations
 
 import contextlib
+import copy
 import datetime
 import math
 import platform
@@ -63,7 +64,7 @@ from typing import Any, Callable, Mapping
 import numpy as np
 
 from fusionopt.integrations import _attribution
-from fusionopt.model.profile import Profile
+from fusionopt.model.profile import STEP_PARTS, Profile
 
 TORCH_EXTRA = "pip install 'fusionopt[torch]'"
 
@@ -171,6 +172,14 @@ class _CudaClock:
         return origin.elapsed_time(mark) / 1e3   # milliseconds
 
 
+def _step_parts(*, period: float, forward: float, backward: float, update_lump: float) -> dict[str, float]:
+    """One timed step's parts in seconds, by the rule of the trace reader (no framework, no
+    communication: nothing is exposed, nothing copied after the backward)."""
+    host = max(0.0, period - forward - backward - update_lump)
+    return {"period": period, "forward": forward, "backward": backward, "exposed": 0.0, "post_backward": 0.0,
+            "update_lump": update_lump, "host_overhead": host}
+
+
 def profile_model(
     model: Any,
     example_inputs: Any,
@@ -182,8 +191,10 @@ def profile_model(
     batch: int | None = None,
     name: str = "",
     forward: str = "span",
+    optimizer: Any = None,
 ) -> Profile:
-    """Measure the per-parameter forward and backward times of a PyTorch model.
+    """Measure the per-parameter forward and backward times of a PyTorch model, and the
+    parts of its training step that belong to no parameter.
 
     Parameters
     ----------
@@ -213,12 +224,24 @@ def profile_model(
         last one's to the start of the loss's backward), so parameter-free modules and
         functions count for the layer before them and ``F`` is the measured forward with the
         loss (default); or its own duration less that of the calls nested in it.
+    optimizer : torch.optim.Optimizer, optional
+        The training job's optimiser over the model's parameters: each step then runs
+        ``optimizer.zero_grad()`` before the forward and ``optimizer.step()`` after the
+        backward, and their time is the profile's ``update_lump`` (the parameters and the
+        optimiser's state are restored afterwards). Without it the update lump is 0.
 
     Returns
     -------
     Profile
         Trainable parameters in forward order: sizes ``numel * element_size`` bytes, forward
-        and backward times in seconds, update times 0. ``dtype_bytes`` is the greatest
+        and backward times in seconds, update times 0; the step parts as
+        :func:`~fusionopt.integrations.kineto.profile_from_trace` measures them:
+        ``update_lump`` (the optimiser, above), ``post_backward`` 0 (one process: no
+        framework copies gradients back) and ``host_overhead`` (the step less the forward
+        from the first layer's call to the backward, the backward to its last gradient, and
+        the update lump: the call before the first layer, autograd's finish), each the median
+        over the timed steps; ``metadata["step"]`` keeps them with the steps' ``periods``.
+        ``dtype_bytes`` is the greatest
         common divisor of the parameters' element sizes. ``metadata`` holds ``source``,
         ``device``, ``device_name``, ``torch``, ``batch``, ``date`` (UTC), ``steps``,
         ``warmup``, ``timer``, ``ready_order`` (names in the order their gradients became
@@ -339,10 +362,13 @@ def profile_model(
                 state["ready"].append((k, clock.mark()))
         return hook
 
-    def run_step(mode: Any = None) -> tuple[Any, Any, Any]:
+    def run_step(mode: Any = None) -> tuple[Any, Any, Any, Any, Any]:
         for p in params:
             p.grad = None
         state.update(phase="forward", calls=[], stack=[], ready=[])
+        opened = clock.mark()
+        if optimizer is not None:
+            optimizer.zero_grad()
         start = clock.mark()
         with mode if mode is not None else contextlib.nullcontext():
             mode_box["mode"] = mode
@@ -359,10 +385,18 @@ def profile_model(
         loss.backward()
         end = clock.mark()
         state["phase"] = None
+        if optimizer is not None:
+            optimizer.step()
+        closed = clock.mark()
         clock.sync()
-        return start, backward_start, end
+        return opened, start, backward_start, end, closed
 
     saved_grads = [p.grad for p in params]
+    if optimizer is not None:
+        if not isinstance(optimizer, torch.optim.Optimizer):
+            raise ValueError(f"optimizer must be a torch.optim.Optimizer, got {type(optimizer).__name__}")
+        saved_values = [p.detach().clone() for p in params]
+        saved_state = copy.deepcopy(optimizer.state_dict())
     handles = []
     try:
         for unit, (module, _) in enumerate(owners):
@@ -384,14 +418,19 @@ def profile_model(
 
         for _ in range(warmup):
             run_step()
-        ready_rows, forward_rows, forward_walls, backward_walls = [], [], [], []
+        ready_rows, forward_rows, forward_walls, backward_walls, parts_rows = [], [], [], [], []
         for _ in range(steps):
-            start, backward_start, end = run_step()
+            opened, start, backward_start, end, closed = run_step()
             ready = np.zeros(len(params))
             for k, mark in state["ready"]:
                 ready[k] = clock.seconds(backward_start, mark)
             ready_rows.append(ready)
             calls = [c for c in state["calls"] if c[2] is not None]
+            first_call = min((clock.seconds(opened, c[1]) for c in calls), default=clock.seconds(opened, start))
+            lump = clock.seconds(opened, start) + clock.seconds(end, closed) if optimizer is not None else 0.0
+            parts_rows.append(_step_parts(period=clock.seconds(opened, closed),
+                                          forward=clock.seconds(opened, backward_start) - first_call,
+                                          backward=float(ready.max()), update_lump=lump))
             if attribution == "span":
                 spans = [(clock.seconds(start, c[1]), clock.seconds(start, c[2])) for c in calls]
                 own = _attribution.span_times(spans, clock.seconds(start, backward_start))
@@ -412,6 +451,11 @@ def profile_model(
             handle.remove()
         for p, g in zip(params, saved_grads):
             p.grad = g
+        if optimizer is not None:
+            with torch.no_grad():
+                for p, value in zip(params, saved_values):
+                    p.copy_(value)
+            optimizer.load_state_dict(saved_state)
 
     # Forward order: first use; else the owning module's first call; ties by registration.
     fallback: dict[int, int] = {}
@@ -435,6 +479,8 @@ def profile_model(
     forward = _attribution.forward_times(
         len(params), [[position[k] for k in own] for _, own in owners], unit_times,
     )
+    step: dict[str, Any] = {key: float(np.median([row[key] for row in parts_rows])) for key in parts_rows[0]}
+    step["periods"] = [row["period"] for row in parts_rows]
     raw_ready = np.median(ready_matrix, axis=0)
     ready_seq = _attribution.ready_order(raw_ready)
     names = [named[k][0] for k in order]
@@ -460,6 +506,7 @@ def profile_model(
         "ready_order_is_reverse_forward": _attribution.is_reverse_forward(ready_seq),
         "forward_step_s": float(np.median(forward_walls)),
         "backward_step_s": float(np.median(backward_walls)),
+        "step": step,
     }
     profile = Profile.from_arrays(
         [params[k].numel() * params[k].element_size() for k in order],
@@ -470,6 +517,7 @@ def profile_model(
         registration_order=[nm for nm, _ in named],
         dtypes=[str(params[k].dtype).removeprefix("torch.") for k in order],
         shapes=[tuple(int(d) for d in params[k].shape) for k in order],
+        **{part: step[part] for part in STEP_PARTS},
     )
     # The ready order: as the hooks fired, kept where the corrected ready times tie (a
     # layer's weight and bias) and sorted by them elsewhere.

@@ -42,8 +42,8 @@ then one row per tensor in forward order; ``update_s`` may be left out (0 s). Fo
 columns carry what JSON carries per tensor or as orders: ``ready_index`` (the tensor's
 position in the ready order, 0 first), ``registration_index``, ``dtype`` and ``shape``
 (dimensions joined by ``x``, e.g. ``64x3x7x7``); the writer adds each only when the profile
-has it. The name, ``dtype_bytes``, metadata and step parts of a profile do not travel in CSV (a profile
-with step parts is refused by the writer, so that they are never lost silently)::
+has it. The name, ``dtype_bytes``, metadata and step parts of a profile do not travel in CSV (the writer
+warns when it leaves step parts out)::
 
     name,size_bytes,forward_s,backward_s,update_s
     conv1.weight,37632,0.00012,0.00024,0.0
@@ -53,6 +53,7 @@ from __future__ import annotations
 
 import json
 import math
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
@@ -757,8 +758,8 @@ class Profile:
         """
         if self.W:
             given = ", ".join(f"{part} = {value:.6g} s" for part, value in self.step_parts.items() if value)
-            raise ValueError(f"profile {self.name or 'without a name'!r} has step parts ({given}) that CSV "
-                             "cannot carry: write it as JSON (Profile.write)")
+            warnings.warn(f"profile {self.name or 'without a name'!r}: its step parts ({given}) are not written: "
+                          "CSV carries the tensors only; write JSON (Profile.write) to keep them", stacklevel=3)
         n = self.n
         extras: list[tuple[str, list[str]]] = []
         if self.ready_order != tuple(range(n - 1, -1, -1)):
