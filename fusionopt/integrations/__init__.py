@@ -5,8 +5,15 @@
 * :func:`fusionopt.integrations.kineto.profile_from_trace` reads the chrome-trace JSON that
   ``torch.profiler.profile(...).export_chrome_trace`` writes; it does not need torch.
 
-Both return a :class:`~fusionopt.model.profile.Profile` in forward order, and share the rules
-of :mod:`fusionopt.integrations._attribution` for turning ready events into backward times.
+Both return a :class:`~fusionopt.model.profile.Profile` in forward order, the step's parts
+that belong to no tensor included, and share the rules of
+:mod:`fusionopt.integrations._attribution` for turning ready events into backward times.
+
+A data-parallel job's traces say more: :mod:`~fusionopt.integrations.collective_trace` fits
+the all-reduce cost and reads the buckets DDP launched, and
+:mod:`~fusionopt.integrations.traced_step` predicts the job's step from them against the step
+they measured; :mod:`~fusionopt.integrations.ddp_record` records such jobs (gloo, CPU) and
+:mod:`~fusionopt.integrations.ddp_layout` reads DDP's buckets with a comm hook.
 Profiles also travel as CSV: :meth:`~fusionopt.model.profile.Profile.to_csv` and
 :meth:`~fusionopt.model.profile.Profile.read_csv`.
 """
