@@ -24,7 +24,7 @@ from fusionopt.executor.local import LocalGroup, run_threads
 from fusionopt.executor.measurement import assemble
 from fusionopt.executor.faults import FaultyCommunicator
 from fusionopt.executor.streams import Streams, run_stream_rank
-from fusionopt.model import AlphaBeta, Plan, Problem, simulate
+from fusionopt.model import AlphaBeta, Plan, Problem, Profile, simulate
 from executor_helpers import small_problem
 from strategies import partition_plans, profiles
 
@@ -130,6 +130,18 @@ def test_queued_step_reproduces_the_simulator(data, sync):
     problem = Problem(profile, AlphaBeta(alpha=data.draw(st.floats(0, 1e-3)), beta=1e-9), sync=sync)
     m = run_virtual(problem, plan, iterations=1, warmup=0)
     assert_matches_model(m, problem, plan)
+
+
+def test_tied_tensors_ready_before_the_one_carrying_their_time():
+    # Six tensors ready together at 7.8125 ms, their time on t5 (the last in forward order),
+    # which the ready order puts last: the message of t0..t4 cannot start before 7.8125 ms
+    # (it did, at 0, when the queued backward ran b_i in the ready order).
+    profile = Profile.from_arrays([1] * 6, [0.0] * 6, [0.0] * 5 + [0.0078125], ready_order=[4, 3, 2, 1, 0, 5])
+    problem = Problem(profile, AlphaBeta(alpha=0.0, beta=1e-9))
+    plan = Plan.from_groups(profile, [[4, 3, 2, 1, 0], [5]])
+    m = run_virtual(problem, plan, iterations=1, warmup=0)
+    assert_matches_model(m, problem, plan)
+    assert round(simulate(problem, plan).iteration_time, 15) == 0.0078125 + 6e-9
 
 
 def test_a_corrupted_chunk_fails_the_data_check():
