@@ -66,8 +66,12 @@ The mapping (timestamps ``ts`` and durations ``dur`` of ``"ph": "X"`` events, mi
     ``copy_bucket_to_grad`` ops) after the backward; on the host's clock less the time a
     collective of the step was in flight (waiting for it, or competing with it for the
     host, is communication), on the GPU's the device work they launched;
-  - ``update_lump``: the optimiser's ``Optimizer.step#...`` and ``Optimizer.zero_grad#...``
-    annotations (host time, or the device work launched in them), not split by tensor;
+  - ``update``, per tensor, where the trace shows it: on the host's clock, an optimiser step
+    whose operators split into one equal run per parameter with the parameter's shapes (a
+    single-tensor optimiser, :func:`_update_per_tensor`), in every counted step;
+  - ``update_lump``: the rest of the optimiser's ``Optimizer.step#...`` and all of
+    ``Optimizer.zero_grad#...`` annotations (host time, or the device work launched in
+    them): the whole step for a ``foreach`` or fused optimiser;
   - ``exposed``: from the backward's end to the end of the post-backward copies, less the
     copies: the wait for communication the model predicts (not a profile field);
   - ``host_overhead``: the step's period less its forward (first unit to the backward),
@@ -430,6 +434,31 @@ def _step_parts(inside: list[_Event], window: tuple[float, float], forward_start
             "post_backward": post_backward, "update_lump": update_lump, "host_overhead": host}
 
 
+def _update_per_tensor(inside: list[_Event], sizes: list[int]) -> np.ndarray | None:
+    """Host time of the optimiser's step per parameter (forward order, microseconds), where the
+    trace shows it: one ``Optimizer.step#...`` annotation whose top-level operators split into
+    one equal run per parameter, in the parameter list's order (``model.parameters()``, which
+    a single-tensor optimiser walks), each run's first inputs the parameter's size. A run
+    lasts from its first operator to the next run's (the last: to the annotation's end); the
+    time before the first run stays in the lump. ``None`` otherwise (a multi-tensor
+    ``foreach`` or fused optimiser, no shapes)."""
+    steps = [e for e in inside if e.name.startswith(OPTIMIZER_PREFIXES[0]) and not e.cat.startswith("gpu")]
+    if len(steps) != 1:
+        return None
+    step = steps[0]
+    ops = _top_level([e for e in inside if e.tid == step.tid and e.cat in OPERATOR_CATEGORIES
+                      and step.ts <= e.ts and e.end <= step.end])
+    n = len(sizes)
+    if not ops or len(ops) % n:
+        return None
+    per = len(ops) // n
+    runs = [ops[k * per:(k + 1) * per] for k in range(n)]
+    if any(_gradient_bytes(e) != sizes[k] for k, run in enumerate(runs) for e in run):
+        return None
+    starts = [run[0].ts for run in runs] + [step.end]
+    return np.diff(np.array(starts))
+
+
 def _summed_up(rows: list[dict[str, float]], statistic: str) -> dict[str, Any]:
     """Each part's median or mean over the steps, in seconds, with the steps' periods."""
     pick = _attribution.STATISTICS[statistic]
@@ -576,7 +605,7 @@ def profile_from_trace(
     use_gpu = bool(gpu) and (timeline == "gpu" or (timeline == "auto" and bound == "gpu"))
     starts = [e.ts for e in events]
 
-    ready_rows, forward_rows, parts_rows = [], [], []
+    ready_rows, forward_rows, parts_rows, update_rows = [], [], [], []
     unmatched: set[str] = set()
     units_kind = None
     skipped: list[str] = []
@@ -687,14 +716,27 @@ def profile_from_trace(
         members = [[i for i, u in unit_of.items() if u is v] for v in units]
         forward_rows.append(_attribution.forward_times(n, members, own))
         first_use = min((span[0] for span in spans if span), default=forward_end)
-        parts_rows.append(_step_parts(inside, (w_start, w_end), first_use, forward_end, float(ready.max()) * 1e6,
-                                      gpu if gpu_start is not None else None))
+        parts = _step_parts(inside, (w_start, w_end), first_use, forward_end, float(ready.max()) * 1e6,
+                            gpu if gpu_start is not None else None)
+        per_tensor = None if gpu_start is not None else _update_per_tensor(inside, sizes)
+        if per_tensor is not None:
+            parts["update_lump"] -= float(per_tensor.sum())
+            per_tensor = per_tensor / 1e6
+        update_rows.append(per_tensor)
+        parts_rows.append(parts)
 
     if uncounted:
         skipped.insert(0, windows[0][0])
-        ready_rows, forward_rows, parts_rows = ready_rows[1:], forward_rows[1:], parts_rows[1:]
+        ready_rows, forward_rows, parts_rows, update_rows = ready_rows[1:], forward_rows[1:], parts_rows[1:], update_rows[1:]
     _, backward = _attribution.step_backward(ready_rows, statistic=statistic)
     forward = _attribution.STATISTICS[statistic](np.array(forward_rows), axis=0)
+    if update_rows and all(row is not None for row in update_rows):
+        update = _attribution.STATISTICS[statistic](np.array(update_rows), axis=0)
+    else:                   # the optimiser's time in a lump, where a step's does not split by tensor
+        for parts, row in zip(parts_rows, update_rows):
+            if row is not None:
+                parts["update_lump"] += float(row.sum()) * 1e6
+        update = np.zeros(n)
     step = _summed_up(parts_rows, statistic)
     metadata: dict[str, Any] = {
         "source": "fusionopt.integrations.kineto.profile_from_trace",
@@ -720,7 +762,7 @@ def profile_from_trace(
     if dtype_bytes is None:
         dtype_bytes = math.gcd(*(DTYPE_BYTES[d] for d in dtypes)) if dtypes else 4
     try:
-        profile = Profile.from_arrays(sizes, forward, backward, names, name=name, dtype_bytes=dtype_bytes,
+        profile = Profile.from_arrays(sizes, forward, backward, names, update=update, name=name, dtype_bytes=dtype_bytes,
                                       metadata=metadata, dtypes=dtypes, **{part: step[part] for part in STEP_PARTS})
     except ValueError as exc:
         raise ValueError(f"{source}: {exc}") from None
@@ -829,8 +871,9 @@ def profile_from_traces(traces: Any, parameters: Any, **options: Any) -> Profile
     metadata.update(source="fusionopt.integrations.kineto.profile_from_traces",
                     ranks={str(r): by_rank[r][0].name for r in ranks},
                     steps=sum(by_rank[r][1].metadata["steps"] for r in ranks), step=step)
+    update = pick(np.array([by_rank[r][1].update for r in ranks]), axis=0)
     profile = Profile.from_arrays(first.sizes, forward, _attribution.backward_times(ready), first.names,
-                                  name=first.name, dtype_bytes=first.dtype_bytes, metadata=metadata, dtypes=first.dtypes,
+                                  update=update, name=first.name, dtype_bytes=first.dtype_bytes, metadata=metadata, dtypes=first.dtypes,
                                   **{part: step[part] for part in STEP_PARTS})
     position = {i: k for k, i in enumerate(first.ready_order)}
     ready_times = profile.ready_times

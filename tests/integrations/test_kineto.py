@@ -6,7 +6,7 @@ import json
 import numpy as np
 import pytest
 
-from kineto_traces import PARAMS, US, cpu_step, op, seq, two_step_trace
+from kineto_traces import PARAMS, SHAPES, US, cpu_step, op, seq, two_step_trace
 
 from fusionopt.integrations.kineto import profile_from_trace
 from fusionopt.model import Profile
@@ -182,6 +182,32 @@ def test_the_whole_step_in_named_parts():
     assert round(step["exposed"] / US, 6) == 160.0 and [round(t / US, 6) for t in step["periods"]] == [1000.0, 1000.0]
     # The parts (forward as spans: 290 us) and the measured wait account for the whole period.
     assert round((p.compute_time + step["exposed"]) / US, 6) == 1000.0
+
+
+def test_a_single_tensor_optimizer_is_timed_per_parameter():
+    # The optimiser's step 700 -> 800 us runs two operators per parameter, in the parameter
+    # list's order, from 710, 730, 760 and 780 us: 20, 30, 20 and 20 us per tensor; the 10 us
+    # before the first and zero_grad's 5 us stay in the lump. Operators whose shapes do not
+    # follow the parameters leave the whole step in the lump.
+    def optimizer_ops(t0, shapes):
+        events = []
+        for start, shape in zip((710, 730, 760, 780), shapes):
+            for k in range(2):
+                events.append(op("aten::add_", t0 + start + 6 * k, 5,
+                                 **{"Input Dims": [shape, shape], "Input type": ["float", "float"]}))
+        return events
+
+    shapes = [SHAPES[name] for name, _ in PARAMS]
+    for order, per_tensor, lump in ((shapes, [20.0, 30.0, 20.0, 20.0], 15.0), (shapes[::-1], [0.0] * 4, 105.0)):
+        trace = two_step_trace()
+        for t0 in (0, 1000):
+            trace["traceEvents"] += [
+                op("Optimizer.zero_grad#SGD.zero_grad", t0 + 2, 5, cat="user_annotation"),
+                op("Optimizer.step#SGD.step", t0 + 700, 100, cat="user_annotation"),
+                *optimizer_ops(t0, order),
+            ]
+        p = profile_from_trace(trace, PARAMS)
+        assert (p.update / US).round(6).tolist() == per_tensor and round(p.update_lump / US, 6) == lump
 
 
 @pytest.mark.parametrize("trace,params,options,message", [
