@@ -524,3 +524,12 @@ def profile_model(
     ready_times = profile.ready_times
     return profile.with_orders(ready_order=sorted(
         range(len(order)), key=lambda i: (float(ready_times[i]), hook_sequence[order[i]])))
+
+
+def __getattr__(name: str) -> Any:
+    # ``PlanReducer`` lives in its own module (which needs this one); reachable from here too.
+    if name == "PlanReducer":
+        from fusionopt.integrations.plan_reducer import PlanReducer
+
+        return PlanReducer
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
