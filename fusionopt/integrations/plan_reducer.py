@@ -156,10 +156,12 @@ class PlanReducer:
         self._cuda = self._device.type == "cuda"
         self._stream = torch.cuda.Stream(self._device) if self._cuda else None
         self._closed = False
-        self._handles = [p.register_post_accumulate_grad_hook(self._hook(i)) for i, p in enumerate(self.params)]
-        self._optimizers: list[tuple[Any, Any]] = []
+        self._optimizers: list[tuple[list[int], list[int], Any, Any]] = []
         if sync == "layerwise":
-            self._install_layerwise(optimizer)
+            self._build_optimizers(optimizer)     # checked before any hook is installed
+        self._handles = [p.register_post_accumulate_grad_hook(self._hook(i)) for i, p in enumerate(self.params)]
+        for own, needed, step, module in self._optimizers:
+            self._handles.append(module.register_forward_pre_hook(self._update_hook(own, needed, step)))
         self._thread = threading.Thread(target=self._communicate, name="fusionopt-plan-reducer", daemon=True)
         self._thread.start()
 
@@ -200,7 +202,7 @@ class PlanReducer:
             raise ValueError(f"ranks hold different plans: rank {odd[0]} differs from rank 0 (plan, profile and "
                              f"sync hash {every[odd[0]]} against {every[0]}); give every rank the same plan")
 
-    def _install_layerwise(self, factory: Callable[[list[Any]], Any]) -> None:
+    def _build_optimizers(self, factory: Callable[[list[Any]], Any]) -> None:
         index = {id(p): i for i, p in enumerate(self.params)}
         for module in self.module.modules():
             own = [index[id(p)] for p in module.parameters(recurse=False) if id(p) in index]
@@ -210,8 +212,7 @@ class PlanReducer:
             if not isinstance(optimizer, self._torch.optim.Optimizer):
                 raise ValueError(f"optimizer(params) must return a torch.optim.Optimizer, got {type(optimizer).__name__}")
             needed = sorted({k for i in own for k in self.carriers[i]})
-            self._optimizers.append((own, needed, optimizer))
-            self._handles.append(module.register_forward_pre_hook(self._update_hook(own, needed, optimizer)))
+            self._optimizers.append((own, needed, optimizer, module))
 
     # ------------------------------------------------------------------ backward
     def _hook(self, i: int) -> Callable[[Any], None]:
@@ -387,7 +388,7 @@ class PlanReducer:
     def flush(self) -> None:
         """``sync="layerwise"``: run every update the last step left pending (before evaluating,
         saving or stopping); a no-op under barrier sync."""
-        for own, needed, optimizer in self._optimizers:
+        for own, needed, optimizer, _ in self._optimizers:
             self._update(own, needed, optimizer)
 
     # ------------------------------------------------------------------ results

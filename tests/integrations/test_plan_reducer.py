@@ -128,6 +128,13 @@ def _worker(rank, port, out):
             PlanReducer(model, mine, profile)
         except ValueError as exc:
             report["different plans"] = str(exc)
+        # An emulated link of 50 ms per message: the one message holds the channel that long.
+        from fusionopt.model.cost import AlphaBeta
+
+        with PlanReducer(model, plans(profile)["single"], profile, link=AlphaBeta(0.05, 0.0)) as slow:
+            model(batch("mlp", rank, 0)).sum().backward()
+            held = slow.message_times()[0]
+            report["emulated"] = {"flag": slow.emulated_link, "held": held["end"] - held["start"]}
         # Rank 1 never runs its backward: rank 0's first message outlives the timeout.
         import time
 
@@ -185,8 +192,53 @@ def test_a_collective_that_outlives_the_timeout_stops_the_rank_with_one_line(rep
     assert "\n" not in message
 
 
+def test_an_emulated_link_holds_each_message_for_its_cost(reports):
+    for report in reports:
+        assert report["emulated"]["flag"] is True
+        assert 0.05 <= report["emulated"]["held"] < 0.5
+
+
 def test_refusals_before_any_collective():
     model = build("mlp")
     profile = profile_of(model)
     with pytest.raises(ValueError, match="needs an initialised torch.distributed process group"):
         PlanReducer(model, plans(profile)["single"], profile)
+
+
+@pytest.fixture()
+def one_rank():
+    import torch.distributed as dist
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
+    yield
+    dist.destroy_process_group()
+
+
+def test_bad_arguments_are_named(one_rank):
+    model = build("mlp")
+    profile = profile_of(model)
+    plan = plans(profile)["single"]
+    cases = [
+        (dict(sync="eager"), "unknown sync 'eager'"),
+        (dict(sync="layerwise"), "sync='layerwise' runs each module's update in its forward pre-hook: give optimizer="),
+        (dict(optimizer=lambda ps: torch.optim.SGD(ps, lr=1.0)), "optimizer= is for sync='layerwise'"),
+        (dict(timeout=0), "timeout must be a positive number of seconds"),
+        (dict(link="10gbe"), "link must be a fusionopt cost model"),
+    ]
+    for options, message in cases:
+        with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
+            PlanReducer(model, plan, profile, **options)
+    # A chunk boundary inside a float, and a profile whose sizes are not the module's.
+    odd = Plan((Message((Chunk(0, 0, 6),)), Message((Chunk(0, 6, int(profile.sizes[0])),)),
+                *[Message((Chunk(i, 0, int(profile.sizes[i])),)) for i in range(1, profile.n)]))
+    with pytest.raises(ValueError, match=r"message 0: bytes \[0, 6\) of '0.weight' cut its 4-byte elements"):
+        PlanReducer(model, odd, profile)
+    bigger = Profile.from_arrays([int(profile.sizes[0]) + 4, *profile.sizes[1:]], [0.0] * profile.n,
+                                 [0.0] * profile.n, profile.names)
+    with pytest.raises(ValueError, match=r"tensor '0.weight': the profile says 644 bytes, the module's parameter holds 640"):
+        PlanReducer(model, plans(bigger)["single"], bigger)
+    with pytest.raises(ValueError, match=r"optimizer\(params\) must return a torch.optim.Optimizer, got list"):
+        PlanReducer(model, plan, profile, sync="layerwise", optimizer=lambda ps: list(ps))
