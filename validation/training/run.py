@@ -20,7 +20,8 @@ ranks on this host's CPU, one thread each:
    step on rank 0.
 
 The targets (issue text) are printed with the results, met or not. Writes
-``validation/results/training-cpu.{json,md}`` (``--out`` to choose the folder). Timings of
+``validation/results/training-cpu.{json,md}`` (``--backend nccl``, one GPU per rank:
+``training-gpu``; ``--out`` to choose the folder). Timings of
 this host: they vary from run to run.
 
     python validation/training/run.py
@@ -89,13 +90,15 @@ def solve_plans(profile: Profile, cost: Any) -> dict[str, tuple[str, Plan, float
             for name, (sync, plan) in plans.items()}
 
 
-def _time_steps(step: Any, warmup: int, steps: int, dist: Any) -> float:
+def _time_steps(step: Any, warmup: int, steps: int, dist: Any, settle: Any) -> float:
     for _ in range(warmup):
         step()
+    settle()
     dist.barrier()
     start = time.perf_counter()
     for _ in range(steps):
         step()
+    settle()
     return (time.perf_counter() - start) / steps
 
 
@@ -109,14 +112,19 @@ def _rank(rank: int, port: int, out: str, args: dict[str, Any]) -> None:
 
     torch.set_num_threads(1)
     os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", str(port)
-    dist.init_process_group("gloo", rank=rank, world_size=2)
+    gpu = args["backend"] == "nccl"          # one GPU per rank
+    if gpu:
+        torch.cuda.set_device(rank)
+    device = torch.device("cuda", rank) if gpu else torch.device("cpu")
+    settle = torch.cuda.synchronize if gpu else (lambda: None)    # the device's queued work done
+    dist.init_process_group(args["backend"], rank=rank, world_size=2)
     cost = network(args["network"], args["workers"])
     report: dict[str, Any] = {}
     try:
         for name in args["models"]:
             torch.manual_seed(0)
-            model = small_model(name)
-            x = torch.randn(args["batch"], *SMALL_INPUTS[name], generator=torch.Generator().manual_seed(rank))
+            model = small_model(name).to(device)
+            x = torch.randn(args["batch"], *SMALL_INPUTS[name], generator=torch.Generator().manual_seed(rank)).to(device)
             optimizer = torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9)
             dist.barrier()
             measured = profile_model(model, x, loss_fn=lambda out: out.sum(), steps=args["profile_steps"],
@@ -145,7 +153,7 @@ def _rank(rank: int, port: int, out: str, args: dict[str, Any]) -> None:
                     def step() -> None:
                         model(x).sum().backward()
                 with reducer:
-                    seconds = _time_steps(step, args["warmup"], args["steps"], dist)
+                    seconds = _time_steps(step, args["warmup"], args["steps"], dist, settle)
                     reducer.flush()
                 row["plans"][plan_name] = {"sync": sync, "messages": plan.num_messages, "predicted": predicted,
                                            "measured": seconds, "plan": plan_doc}
@@ -179,7 +187,7 @@ def _rank(rank: int, port: int, out: str, args: dict[str, Any]) -> None:
                 optimizer.zero_grad()
                 ddp(x).sum().backward()
                 optimizer.step()
-            row["real_ddp"] = _time_steps(ddp_step, args["warmup"], args["steps"], dist)
+            row["real_ddp"] = _time_steps(ddp_step, args["warmup"], args["steps"], dist, settle)
             report[name] = row
     finally:
         if rank == 0:
@@ -232,7 +240,10 @@ def targets(results: dict[str, Any], key: str) -> dict[str, Any]:
 def markdown(document: dict[str, Any]) -> str:
     ms = lambda s: f"{1e3 * s:.2f}"  # noqa: E731
     lines = ["# Plans trained for real: measured against predicted (emulated link)", "",
-             f"{document['date']}; {document['host']}; 2 gloo ranks on this host's CPU, 1 thread each; "
+             f"{document['date']}; {document['host']}; "
+             + ("2 NCCL ranks, one GPU each; " if document.get("backend") == "nccl"
+                else "2 gloo ranks on this host's CPU, 1 thread each; ")
+             +
              f"**emulated link** `network({document['network']!r}, {document['workers']})`, one message at a time; "
              f"{document['steps']} timed steps after {document['warmup']}. Written by `{document['command']}`. "
              "Timings of this host: they vary from run to run.", "",
@@ -273,6 +284,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--network", default="10gbe", help="the emulated link's network preset (default 10gbe)")
     parser.add_argument("--workers", type=int, default=64, help="the emulated link's workers (default 64)")
     parser.add_argument("--batch", type=int, default=32)
+    parser.add_argument("--backend", default="gloo", choices=("gloo", "nccl"),
+                        help="gloo on the CPU (default) or nccl with one GPU per rank (two GPUs needed)")
     parser.add_argument("--steps", type=int, default=30, help="timed steps per plan (default 30)")
     parser.add_argument("--warmup", type=int, default=10, help="untimed steps first (default 10)")
     parser.add_argument("--profile-steps", type=int, default=20, help="profile_model's timed steps (default 20)")
@@ -292,18 +305,26 @@ def main(argv: list[str] | None = None) -> int:
     import torch
     import torch.multiprocessing as mp
 
+    if args.backend == "nccl" and torch.cuda.device_count() < 2:
+        print(f"error: --backend nccl runs one rank per GPU and needs 2 GPUs; this host has "
+              f"{torch.cuda.device_count()}", file=sys.stderr)
+        return 2
+
     with tempfile.TemporaryDirectory() as scratch, socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
         s.close()
         out = os.path.join(scratch, "rank0.json")
-        settings = {"models": models, "network": args.network, "workers": args.workers, "batch": args.batch,
+        settings = {"backend": args.backend, "models": models, "network": args.network, "workers": args.workers, "batch": args.batch,
                     "steps": args.steps, "warmup": args.warmup, "profile_steps": args.profile_steps}
         mp.spawn(_rank, args=(port, out, settings), nprocs=2, join=True)
         results = json.loads(Path(out).read_text())
     document = {
         "date": datetime.date.today().isoformat(),
-        "host": f"{platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}, torch {torch.__version__}",
+        "host": (f"{platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}, torch {torch.__version__}"
+                 + (f", {torch.cuda.get_device_name(0)}, NCCL {'.'.join(map(str, torch.cuda.nccl.version()))}"
+                    if args.backend == "nccl" else "")),
+        "backend": args.backend,
         "link": "emulated", "network": args.network, "workers": args.workers, "steps": args.steps, "warmup": args.warmup,
         "command": command_line("validation/training/run.py", argv, args.out),
         "timings": "measured on the host named; not reproducible to the digit",
@@ -311,7 +332,7 @@ def main(argv: list[str] | None = None) -> int:
     }
     calibrate(results, network(args.network, args.workers))
     document["targets"] = {key: targets(results, key) for key in ("predicted", "calibrated")}
-    write_result(args.out, "training-cpu", document, markdown(document))
+    write_result(args.out, "training-gpu" if args.backend == "nccl" else "training-cpu", document, markdown(document))
     return 0
 
 
