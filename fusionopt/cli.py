@@ -177,7 +177,21 @@ def _cmd_methods(args: argparse.Namespace) -> None:
         print(f"{name.ljust(width)}  {summary}")
 
 
+def _refuse_writing_over(output: str | None, args: argparse.Namespace, *inputs: str) -> None:
+    """An ``--output`` that is one of the command's input files is refused: it would be lost."""
+    if output is None:
+        return
+    target = Path(output).resolve()
+    for name in inputs:
+        given = getattr(args, name, None)
+        if given and Path(given).resolve() == target:
+            label = "the profile" if name == "profile" else f"the --{name.replace('_', '-')}"
+            raise UsageError(f"--output {output} is {label} file itself: writing it would lose the input; "
+                             "give another file")
+
+
 def _cmd_solve(args: argparse.Namespace) -> None:
+    _refuse_writing_over(args.output, args, "profile", "cost")
     profile = _read_profile(args.profile)
     problem = _problem(profile, args)
     result = solve(problem, args.method, **_parse_options(args.option))
@@ -316,6 +330,7 @@ def _cmd_profile(args: argparse.Namespace) -> None:
     else:
         profile = _profile_from_torch(args)
     if args.output:
+        _refuse_writing_over(args.output, args, "input", "parameters", "trace")
         _write_profile(profile, args.output)
         print(f"wrote {args.output}: {profile!r}")
     elif args.csv:

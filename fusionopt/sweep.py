@@ -518,8 +518,9 @@ def run_sweep(
     The file's format follows its extension: ``.jsonl`` (one JSON object a line) or
     ``.csv`` (a header line written when the file is created). Cells already recorded,
     matched on the :class:`Cell` fields (``time_limit`` is not one of them), are not
-    solved again; a partial last line or any line that is not a record is dropped first
-    by rewriting the file atomically, with a warning on stderr. Records of other cells in
+    solved again; a partial last line (a sweep killed while writing it) is dropped first by
+    rewriting the file atomically, with a warning on stderr. A file with a complete line
+    that is not a record is not a sweep's: it is refused, and left as it is. Records of other cells in
     the file are kept there, not returned.
 
     Parameters
@@ -551,8 +552,8 @@ def run_sweep(
     Raises
     ------
     ValueError
-        For an unknown extension, a CSV file with another header, a bad ``jobs`` or
-        ``time_limit``.
+        For an unknown extension, a CSV file with another header, a file with lines that are
+        not records, a bad ``jobs`` or ``time_limit``.
     RuntimeError
         When a worker process died (the records written so far stay; run again to go on),
         or another sweep is writing ``path``.
@@ -624,6 +625,11 @@ def _run_locked(cells: list[Cell], path: Path, fmt: str, jobs: int, time_limit: 
     done: dict[tuple, dict[str, Any]] = {}
     if path.is_file():
         scan = _scan(path, fmt)
+        if scan.dropped:          # not this sweep's file, or edited by hand: never delete a user's lines
+            number, line = scan.dropped[0]
+            more = f" ({len(scan.dropped)} such lines)" if len(scan.dropped) > 1 else ""
+            raise ValueError(f"{path}: line {number} is not a sweep record: {_preview(line)}{more}; "
+                             "this is not a sweep's results file: write the sweep to another file")
         retried: list[int] = []
         if retry_errors:
             retried = [i for i, record in enumerate(scan.records) if record["status"] == "ERROR"]

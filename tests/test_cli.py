@@ -692,3 +692,15 @@ def test_advise_prints_ddp_and_horovod_settings_with_their_own_times(capsys, pro
     assert "find_unused_parameters=True" in out
     assert "give exactly one of --model" in run_error(capsys, "advise", *AB3)
     assert "unknown method" in run_error(capsys, "advise", "--profile", profile_path, *AB3, "--method", "nope")
+
+
+def test_an_output_that_is_an_input_is_refused_and_the_input_kept(tmp_path, capsys):
+    profile = tmp_path / "alexnet.json"
+    assert run(capsys, "profile", "--model", "alexnet", "--output", profile)[0] == 0
+    before = profile.read_bytes()
+    status, _, err = run(capsys, "solve", profile, "--alpha", "1e-3", "--beta", "1e-9", "--output", profile)
+    assert status == 2 and err == (f"fusionopt: error: --output {profile} is the profile file itself: writing it "
+                                   "would lose the input; give another file\n")
+    status, _, err = run(capsys, "profile", "--input", profile, "--output", profile)
+    assert status == 2 and "is the --input file itself" in err
+    assert profile.read_bytes() == before

@@ -311,20 +311,24 @@ def test_sigkill_mid_sweep_then_rerun_completes_without_recomputing(tmp_path, ca
     assert read_results(path) == final
 
 
-def test_lines_that_are_not_records_are_dropped_with_a_warning(tmp_path, capsys):
+def test_a_file_with_lines_that_are_not_records_is_refused_and_kept(tmp_path):
     path = tmp_path / "sweep.jsonl"
     grid = cells(["alexnet"], [8, 16, 32], ["10gbe"], ["single"])
-    first = run_sweep(grid, path, jobs=1, progress=False)
+    run_sweep(grid, path, jobs=1, progress=False)
     lines = path.read_bytes().splitlines(keepends=True)
     path.write_bytes(lines[0] + b"not json\n" + lines[1] + b'{"model": 1}\n')   # and cell 32 lost
+    before = path.read_bytes()
     with pytest.raises(ValueError, match=r"sweep.jsonl: line 2 is not a sweep record: 'not json'"):
         read_results(path)
-    records = run_sweep(grid, path, jobs=1, progress=False)
-    err = capsys.readouterr().err
-    assert "dropped 2 line(s) that are not records" in err and "line 4" in err and "kept 2 record(s)" in err
-    assert records[:2] == first[:2] and records[2]["iteration_time"] == first[2]["iteration_time"]
-    assert path.read_bytes().startswith(lines[0] + lines[1])
-    assert read_results(path) == records
+    with pytest.raises(ValueError, match=r"sweep.jsonl: line 2 is not a sweep record: 'not json' \(2 such lines\); "
+                                         r"this is not a sweep's results file"):
+        run_sweep(grid, path, jobs=1, progress=False)
+    assert path.read_bytes() == before                       # nothing of the user's is lost
+    notes = tmp_path / "notes.jsonl"
+    notes.write_text('{"my": "own data"}\n')
+    with pytest.raises(ValueError, match="notes.jsonl: line 1 is not a sweep record"):
+        run_sweep(grid, notes, jobs=1, progress=False)
+    assert notes.read_text() == '{"my": "own data"}\n'
 
 
 def test_read_results_ignores_a_last_line_still_being_written(tmp_path):
