@@ -38,14 +38,14 @@ def _add_cost_arguments(parser: argparse.ArgumentParser, *, required: bool = Tru
     group.add_argument("--cost", metavar="COST.json", help="a cost model written as JSON")
     group.add_argument("--network", help=f"a network preset: {', '.join(networks())}")
     group.add_argument("--workers", type=int, help="number of workers for --network")
-    group.add_argument("--algorithm", default="ring", help=f"all-reduce for --network: {', '.join(ALGORITHMS)}")
+    group.add_argument("--algorithm", help=f"all-reduce for --network: {', '.join(ALGORITHMS)} (default ring)")
     parser.add_argument("--sync", default="barrier", choices=("barrier", "layerwise"),
                         help="when the next forward may start (default barrier)")
     extensions = parser.add_argument_group("model extensions (default off)")
     extensions.add_argument("--copy-cost", type=float, default=0.0, metavar="GAMMA",
                             help="seconds per byte to pack a message of several tensors")
-    extensions.add_argument("--copy-on", default="channel", choices=("channel", "compute"),
-                            help="where packing runs (default channel)")
+    extensions.add_argument("--copy-on", choices=("channel", "compute"),
+                            help="where packing runs, with --copy-cost (default channel)")
     extensions.add_argument("--contention", type=float, default=1.0, metavar="KAPPA",
                             help="compute slowdown while a message is in flight (>= 1)")
     extensions.add_argument("--channels", type=int, default=1, metavar="K",
@@ -65,10 +65,18 @@ def _add_cost_arguments(parser: argparse.ArgumentParser, *, required: bool = Tru
 
 
 def _problem(profile: Profile, args: argparse.Namespace) -> Problem:
-    if args.ps_servers is not None:
-        return Problem(profile, sync=args.sync, ps=_parameter_server(args))
-    return Problem(profile, _cost(args), sync=args.sync, copy_cost=args.copy_cost, copy_on=args.copy_on,
-                   contention=args.contention, channels=args.channels)
+    if args.copy_on is not None and not args.copy_cost:
+        raise UsageError("--copy-on says where packing runs and goes with --copy-cost GAMMA")
+    if args.ps_servers is None:
+        given = [f"--{name.replace('_', '-')}" for name in ("ps_colocated", "ps_partition_compute")
+                 if getattr(args, name)]
+        given += [f"--{name.replace('_', '-')}" for name in ("ps_update_per_byte", "ps_update_overhead", "ps_delta")
+                  if getattr(args, name) != 0.0]
+        if given:
+            raise UsageError(f"{given[0]} is a parameter-server option and goes with --ps-servers K")
+        return Problem(profile, _cost(args), sync=args.sync, copy_cost=args.copy_cost,
+                       copy_on=args.copy_on or "channel", contention=args.contention, channels=args.channels)
+    return Problem(profile, sync=args.sync, ps=_parameter_server(args))
 
 
 def _parameter_server(args: argparse.Namespace) -> ParameterServer:
@@ -93,6 +101,11 @@ def _cost(args: argparse.Namespace):
     ) if given]
     if len(chosen) != 1:
         raise UsageError("give exactly one cost: --alpha and --beta, --cost COST.json, or --network with --workers")
+    if args.network is None:
+        if args.algorithm is not None:
+            raise UsageError("--algorithm chooses --network's all-reduce and goes with --network")
+        if args.workers is not None and getattr(args, "ps_servers", None) is None:
+            raise UsageError(f"--workers sets --network's worker count and changes nothing with {chosen[0]}")
     if args.alpha is not None or args.beta is not None:
         if args.alpha is None or args.beta is None:
             raise UsageError("--alpha and --beta go together")
@@ -101,7 +114,7 @@ def _cost(args: argparse.Namespace):
         return cost_from_dict(read_json_document(args.cost), source=args.cost)
     if args.workers is None:
         raise UsageError("--network needs --workers")
-    return network(args.network, args.workers, algorithm=args.algorithm)
+    return network(args.network, args.workers, algorithm=args.algorithm or "ring")
 
 
 def _parse_options(pairs: Sequence[str]) -> dict[str, Any]:
@@ -110,6 +123,8 @@ def _parse_options(pairs: Sequence[str]) -> dict[str, Any]:
         key, sep, text = pair.partition("=")
         if not sep or not key:
             raise UsageError(f"--option takes KEY=VALUE, got {pair!r}")
+        if key in options:
+            raise UsageError(f"--option {key} is given twice; give each option once")
         try:
             options[key] = json.loads(text)
         except json.JSONDecodeError:
@@ -190,8 +205,15 @@ def _refuse_writing_over(output: str | None, args: argparse.Namespace, *inputs: 
                              "give another file")
 
 
+def _json_output(path: str | None, what: str) -> None:
+    """An ``--output`` that is written as JSON must say so by its name."""
+    if path is not None and not path.lower().endswith(".json"):
+        raise UsageError(f"--output {path}: {what} is written as JSON: give a .json file name")
+
+
 def _cmd_solve(args: argparse.Namespace) -> None:
     _refuse_writing_over(args.output, args, "profile", "cost")
+    _json_output(args.output, "the plan")
     profile = _read_profile(args.profile)
     problem = _problem(profile, args)
     result = solve(problem, args.method, **_parse_options(args.option))
@@ -238,21 +260,35 @@ def _cmd_simulate(args: argparse.Namespace) -> None:
     print(f"messages        {timeline.num_messages}")
 
 
+ZOO_DEVICE, ZOO_BATCH = "h100", 64
+
+
+def _zoo_settings(args: argparse.Namespace, source: str | None) -> tuple[str, int]:
+    """--device and --batch for a zoo estimate (their defaults when not given); refused with
+    another ``source`` of the profile, which they would not change."""
+    if source is not None:
+        for option in ("device", "batch"):
+            if getattr(args, option, None) is not None:
+                raise UsageError(f"--{option} is for a zoo model's estimate and changes nothing with {source}")
+    return args.device or ZOO_DEVICE, args.batch if args.batch is not None else ZOO_BATCH
+
+
 def _problem_for_compare(args: argparse.Namespace) -> tuple[Problem, str]:
     if (args.model is None) == (args.profile is None):
         raise UsageError("give exactly one of --model NAME or --profile PROFILE.json")
+    device, batch = _zoo_settings(args, "--profile" if args.profile is not None else None)
     if args.profile is not None:
         profile = _read_profile(args.profile)
         label = args.profile
     else:
-        profile = zoo.profile(args.model, device=args.device, batch=args.batch)
-        label = f"{args.model} on {args.device}, batch {args.batch} (roofline estimate)"
+        profile = zoo.profile(args.model, device=device, batch=batch)
+        label = f"{args.model} on {device}, batch {batch} (roofline estimate)"
     return _problem(profile, args), label
 
 
 def _cmd_compare(args: argparse.Namespace) -> None:
     problem, label = _problem_for_compare(args)
-    names = args.methods.split(",") if args.methods else None
+    names = _comma_list("--methods", args.methods) if args.methods is not None else None
     rows = compare(problem, names)
     if args.json:
         print(json.dumps([row.__dict__ for row in rows], indent=1))
@@ -274,6 +310,10 @@ def _cmd_advise(args: argparse.Namespace) -> None:
 
     problem, label = _problem_for_compare(args)
     plan_result = solve(problem, args.method)
+    if problem.ps is not None or not plan_result.plan.is_fusion(problem.profile):
+        raise UsageError(f"method {args.method!r} gives a plan that is not a fusion plan (it cuts tensors, reorders "
+                         "them or sets release times), which DDP and Horovod cannot build: advise on a fusion "
+                         "method (dp, wfbp, mgwfbp, ddp, ...)")
     ddp = ddp_settings(problem, plan_result.plan)
     hvd = horovod_settings(problem, plan_result.plan, backend=args.horovod_backend)
     if args.json:
@@ -321,8 +361,9 @@ def _cmd_profile(args: argparse.Namespace) -> None:
         raise UsageError("--parameters goes with --trace")
     if args.input_shape is not None and args.torch is None:
         raise UsageError("--input-shape goes with --torch")
+    device, batch = _zoo_settings(args, None if args.model is not None else f"--{sources[0]}")
     if args.model is not None:
-        profile = zoo.profile(args.model, device=args.device, batch=args.batch)
+        profile = zoo.profile(args.model, device=device, batch=batch)
     elif args.input is not None:
         profile = _read_profile(args.input)
     elif args.trace is not None:
@@ -331,6 +372,8 @@ def _cmd_profile(args: argparse.Namespace) -> None:
         profile = _profile_from_torch(args)
     if args.output:
         _refuse_writing_over(args.output, args, "input", "parameters", "trace")
+        if not args.output.lower().endswith((".json", ".csv")):
+            raise UsageError(f"--output {args.output}: a profile is written as JSON or CSV: give a .json or .csv file name")
         _write_profile(profile, args.output)
         print(f"wrote {args.output}: {profile!r}")
     elif args.csv:
@@ -454,7 +497,8 @@ def _cmd_sweep(args: argparse.Namespace) -> None:
     grid = sweep.cells(_comma_list("--models", args.models), _comma_list("--workers", args.workers, int),
                        _comma_list("--networks", args.networks),
                        _comma_list("--methods", args.methods) if args.methods is not None else None,
-                       device=args.device, batch=args.batch, sync=args.sync, algorithm=args.algorithm)
+                       device=args.device or ZOO_DEVICE, batch=args.batch if args.batch is not None else ZOO_BATCH,
+                       sync=args.sync, algorithm=args.algorithm or "ring")
     to_run = len(sweep.pending_cells(grid, args.output, retry_errors=args.retry_errors))
     try:
         records = sweep.run_sweep(grid, args.output, jobs=args.jobs, time_limit=args.time_limit,
@@ -483,8 +527,8 @@ def _add_sweep_parser(commands: Any) -> None:
     p.add_argument("--methods", help="comma-separated methods (default: the default comparison for --sync)")
     p.add_argument("--output", required=True, metavar="RESULTS.jsonl|RESULTS.csv",
                    help="results file, one record per cell; run again on it to resume")
-    p.add_argument("--device", default="h100", help=f"device for the zoo estimate: {', '.join(zoo.devices())}")
-    p.add_argument("--batch", type=int, default=64, help="per-worker batch for the zoo estimate (default 64)")
+    p.add_argument("--device", help=f"device for the zoo estimate: {', '.join(zoo.devices())} (default h100)")
+    p.add_argument("--batch", type=int, help="per-worker batch for the zoo estimate (default 64)")
     p.add_argument("--sync", default="barrier", choices=("barrier", "layerwise"),
                    help="when the next forward may start (default barrier)")
     p.add_argument("--algorithm", default="ring", help=f"all-reduce algorithm: {', '.join(ALGORITHMS)}")
@@ -527,6 +571,7 @@ def _fail(exc: BaseException) -> None:
 def _cmd_calibrate(args: argparse.Namespace) -> None:
     from fusionopt.executor import calibrate
 
+    _json_output(args.output, "the cost")
     try:
         result = calibrate(args.backend, ranks=args.ranks, min_bytes=args.min_bytes, max_bytes=args.max_bytes,
                            iterations=args.iterations, timeout=args.timeout)
@@ -653,8 +698,8 @@ def _add_plot_parsers(commands: Any) -> None:
     p = kinds.add_parser("timeline", help="Gantt chart of one plan: compute stream, channel(s), exposed time")
     p.add_argument("--model", help=f"a zoo model: {', '.join(zoo.models())}")
     p.add_argument("--profile", metavar="PROFILE.json|.csv", help="a profile instead of a zoo model")
-    p.add_argument("--device", default="h100", help=f"device for the zoo estimate: {', '.join(zoo.devices())}")
-    p.add_argument("--batch", type=int, default=64, help="per-worker batch for the zoo estimate (default 64)")
+    p.add_argument("--device", help=f"device for the zoo estimate: {', '.join(zoo.devices())} (default h100)")
+    p.add_argument("--batch", type=int, help="per-worker batch for the zoo estimate (default 64)")
     p.add_argument("--method", help="the method whose plan to draw (default dp; ps-dp on a parameter server)")
     p.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
                    help="a method option, VALUE parsed as JSON when it can be (repeatable)")
@@ -709,8 +754,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = commands.add_parser("compare", help="compare methods on a zoo model or a profile")
     p.add_argument("--model", help=f"a zoo model: {', '.join(zoo.models())}")
     p.add_argument("--profile", metavar="PROFILE.json|.csv", help="a profile instead of a zoo model")
-    p.add_argument("--device", default="h100", help=f"device for the zoo estimate: {', '.join(zoo.devices())}")
-    p.add_argument("--batch", type=int, default=64, help="per-worker batch for the zoo estimate (default 64)")
+    p.add_argument("--device", help=f"device for the zoo estimate: {', '.join(zoo.devices())} (default h100)")
+    p.add_argument("--batch", type=int, help="per-worker batch for the zoo estimate (default 64)")
     p.add_argument("--methods", help="comma-separated method names (default: all)")
     p.add_argument("--json", action="store_true", help="print the rows as JSON")
     _add_cost_arguments(p)
@@ -719,8 +764,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = commands.add_parser("advise", help="DDP and Horovod settings closest to a method's plan")
     p.add_argument("--model", help=f"a zoo model: {', '.join(zoo.models())}")
     p.add_argument("--profile", metavar="PROFILE.json|.csv", help="a profile instead of a zoo model")
-    p.add_argument("--device", default="h100", help=f"device for the zoo estimate: {', '.join(zoo.devices())}")
-    p.add_argument("--batch", type=int, default=64, help="per-worker batch for the zoo estimate (default 64)")
+    p.add_argument("--device", help=f"device for the zoo estimate: {', '.join(zoo.devices())} (default h100)")
+    p.add_argument("--batch", type=int, help="per-worker batch for the zoo estimate (default 64)")
     p.add_argument("--method", default="dp", help="the method whose plan to follow (default dp)")
     p.add_argument("--horovod-backend", default="nccl", choices=("nccl", "gloo", "mpi"),
                    help="judge Horovod settings under GPU (nccl, default) or CPU (gloo, mpi) behaviour")
@@ -740,8 +785,8 @@ def build_parser() -> argparse.ArgumentParser:
                              "one per rank")
     source.add_argument("--torch", metavar="MODULE:FACTORY",
                         help="measure a PyTorch model: MODULE.FACTORY() returns it; needs --input-shape (extra torch)")
-    p.add_argument("--device", default="h100", help=f"device for --model: {', '.join(zoo.devices())}")
-    p.add_argument("--batch", type=int, default=64, help="per-worker batch for --model (default 64)")
+    p.add_argument("--device", help=f"device for --model: {', '.join(zoo.devices())} (default h100)")
+    p.add_argument("--batch", type=int, help="per-worker batch for --model (default 64)")
     p.add_argument("--parameters", metavar="PARAMS.json|PARAMS.csv",
                    help="for --trace: the parameters' names and bytes in forward order: a CSV with name and "
                         "size_bytes columns, a JSON list of [name, bytes] or object of name: bytes, or a profile "

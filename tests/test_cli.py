@@ -704,3 +704,44 @@ def test_an_output_that_is_an_input_is_refused_and_the_input_kept(tmp_path, caps
     status, _, err = run(capsys, "profile", "--input", profile, "--output", profile)
     assert status == 2 and "is the --input file itself" in err
     assert profile.read_bytes() == before
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["compare", "--model", "alexnet", "--alpha", "1e-3", "--beta", "1e-9", "--workers", "8"],
+     "--workers sets --network's worker count and changes nothing with --alpha/--beta"),
+    (["compare", "--model", "alexnet", "--alpha", "1e-3", "--beta", "1e-9", "--algorithm", "tree"],
+     "--algorithm chooses --network's all-reduce and goes with --network"),
+    (["compare", "--profile", "{profile}", "--device", "v100", "--network", "10gbe", "--workers", "8"],
+     "--device is for a zoo model's estimate and changes nothing with --profile"),
+    (["compare", "--model", "alexnet", "--network", "10gbe", "--workers", "8", "--copy-on", "compute"],
+     "--copy-on says where packing runs and goes with --copy-cost GAMMA"),
+    (["compare", "--model", "alexnet", "--network", "10gbe", "--workers", "8", "--ps-colocated"],
+     "--ps-colocated is a parameter-server option and goes with --ps-servers K"),
+    (["compare", "--model", "alexnet", "--network", "10gbe", "--workers", "8", "--methods", ","],
+     "--methods needs at least one comma-separated value"),
+    (["solve", "{profile}", "--alpha", "1e-3", "--beta", "1e-9", "--option", "cap=1", "--option", "cap=2"],
+     "--option cap is given twice"),
+    (["solve", "{profile}", "--alpha", "1e-3", "--beta", "1e-9", "--output", "plan.csv"],
+     "--output plan.csv: the plan is written as JSON: give a .json file name"),
+    (["profile", "--model", "alexnet", "--output", "alexnet.txt"],
+     "--output alexnet.txt: a profile is written as JSON or CSV"),
+    (["profile", "--input", "{profile}", "--batch", "32"],
+     "--batch is for a zoo model's estimate and changes nothing with --input"),
+    (["advise", "--model", "alexnet", "--network", "10gbe", "--workers", "8", "--method", "p3", "--sync", "layerwise"],
+     "method 'p3' gives a plan that is not a fusion plan"),
+])
+def test_options_that_would_change_nothing_are_refused(tmp_path, capsys, argv, message):
+    profile = tmp_path / "alexnet.json"
+    assert run(capsys, "profile", "--model", "alexnet", "--output", profile)[0] == 0
+    status, out, err = run(capsys, *[a.replace("{profile}", str(profile)) for a in argv])
+    assert status == 2 and out == "" and message in err and err.count("\n") == 1
+
+
+def test_compare_refuses_a_string_of_methods():
+    from fusionopt import zoo
+    from fusionopt.model import AlphaBeta, Problem
+    from fusionopt.solvers import compare
+
+    problem = Problem(zoo.profile("alexnet"), AlphaBeta(1e-3, 1e-9))
+    with pytest.raises(ValueError, match=r"methods must be a list of method names, got the string 'dp' \(write \['dp'\]\)"):
+        compare(problem, "dp")

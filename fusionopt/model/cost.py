@@ -358,6 +358,11 @@ class Composite(CommCost):
         return f"Composite({list(self.terms)!r})"
 
 
+# The keys each kind of cost file may hold ("calibration": what `fusionopt calibrate` measured).
+_COST_KEYS = {kind: ("schema", "version", "kind", "calibration") + keys for kind, keys in
+              {"alpha_beta": ("alpha", "beta"), "piecewise_linear": ("points",), "composite": ("terms",)}.items()}
+
+
 def cost_from_dict(doc: Mapping[str, Any], *, source: str = "cost") -> CommCost:
     """Rebuild a cost model from its :meth:`CommCost.to_dict` form.
 
@@ -385,6 +390,11 @@ def cost_from_dict(doc: Mapping[str, Any], *, source: str = "cost") -> CommCost:
     if doc.get("version", COST_VERSION) != COST_VERSION:
         raise ValueError(f"{source}: unsupported cost version {doc.get('version')!r}")
     kind = doc.get("kind")
+    known = _COST_KEYS.get(kind)
+    if known is not None:
+        unknown = [key for key in doc if key not in known]
+        if unknown:
+            raise ValueError(f"{source}: unknown key {unknown[0]!r} in a {kind} cost (its keys: {', '.join(known)})")
     if kind == "alpha_beta":
         for key in ("alpha", "beta"):
             if key not in doc:

@@ -313,6 +313,9 @@ class Plan:
             raise ValueError(f"{source}: expected a JSON object")
         if doc.get("schema", PLAN_SCHEMA) != PLAN_SCHEMA:
             raise ValueError(f"{source}: schema is {doc.get('schema')!r}, expected {PLAN_SCHEMA!r}")
+        unknown = [key for key in doc if key not in ("schema", "version", "messages", "release")]
+        if unknown:
+            raise ValueError(f"{source}: unknown key {unknown[0]!r} (a plan holds schema, version, messages, release)")
         version = doc.get("version")
         if version not in (PLAN_VERSION, PLAN_VERSION_RELEASE):
             raise ValueError(f"{source}: unsupported plan version {version!r} "

@@ -67,6 +67,10 @@ PROFILE_VERSION = 1
 CSV_COLUMNS = ("name", "size_bytes", "forward_s", "backward_s", "update_s")
 CSV_EXTRA_COLUMNS = ("ready_index", "registration_index", "dtype", "shape")
 _CSV_OPTIONAL = ("update_s",) + CSV_EXTRA_COLUMNS
+# What a profile's JSON may hold, at the top and per tensor.
+_PROFILE_KEYS = ("schema", "version", "name", "dtype_bytes", "metadata", "tensors", "ready_order",
+                 "registration_order", "step")
+_TENSOR_KEYS = ("name", "size", "forward", "backward", "update", "dtype", "shape")
 # The parts of a step that belong to no tensor (MODEL.md section 4), seconds.
 STEP_PARTS = ("update_lump", "post_backward", "host_overhead")
 
@@ -99,6 +103,9 @@ def _check_times(kind: str, values: Sequence[float], names: Sequence[str]) -> np
     return times
 
 
+_MAX_BYTES = 2**63 - 1
+
+
 def _check_sizes(values: Sequence[int], names: Sequence[str]) -> np.ndarray:
     sizes = np.empty(len(values), dtype=np.int64)
     for i, s in enumerate(values):
@@ -118,7 +125,10 @@ def _check_sizes(values: Sequence[int], names: Sequence[str]) -> np.ndarray:
             raise ValueError(f"tensor {names[i]!r}: size is negative ({s!r} bytes)")
         if as_float == 0:
             raise ValueError(f"tensor {names[i]!r}: size is zero bytes")
-        sizes[i] = int(as_float)
+        whole = int(s) if isinstance(s, (int, np.integer)) else int(as_float)
+        if whole > _MAX_BYTES:
+            raise ValueError(f"tensor {names[i]!r}: size {whole} bytes is more than 2**63 - 1, the most a profile holds")
+        sizes[i] = whole
     return sizes
 
 
@@ -392,6 +402,10 @@ class Profile:
         ...
         ValueError: tensor 't1': size is zero bytes
         """
+        for label, values in (("sizes", sizes), ("forward", forward), ("backward", backward), ("update", update),
+                              ("names", names)):
+            if isinstance(values, (str, bytes)):
+                raise ValueError(f"{label} must be a sequence, one entry per tensor, got the string {values!r}")
         sizes = list(sizes)
         forward = list(forward)
         backward = list(backward)
@@ -652,6 +666,9 @@ class Profile:
         version = doc.get("version")
         if version != PROFILE_VERSION:
             raise ValueError(f"{source}: unsupported profile version {version!r} (this fusionopt reads {PROFILE_VERSION})")
+        unknown = [key for key in doc if key not in _PROFILE_KEYS]
+        if unknown:
+            raise ValueError(f"{source}: unknown key {unknown[0]!r} (a profile holds {', '.join(_PROFILE_KEYS)})")
         tensors = doc.get("tensors")
         if not isinstance(tensors, list):
             raise ValueError(f"{source}: 'tensors' must be a list of tensor objects")
@@ -660,6 +677,10 @@ class Profile:
             if not isinstance(t, Mapping):
                 raise ValueError(f"{source}: tensors[{k}] is not an object")
             label = t.get("name", f"tensors[{k}]")
+            unknown = [key for key in t if key not in _TENSOR_KEYS]
+            if unknown:
+                raise ValueError(f"{source}: tensor {label!r} has an unknown key {unknown[0]!r} "
+                                 f"(a tensor holds {', '.join(_TENSOR_KEYS)})")
             for key in ("name", "size", "forward", "backward"):
                 if key not in t:
                     raise ValueError(f"{source}: tensor {label!r} has no {key!r}")

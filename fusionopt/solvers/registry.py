@@ -223,6 +223,8 @@ def compare(problem: Problem, methods: Iterable[str] | None = None) -> list[Comp
     >>> [(r.method, round(r.iteration_time * 1e3, 6), round(r.speedup, 4)) for r in rows]
     [('wfbp', 20.0, 1.0), ('single', 19.0, 1.0526)]
     """
+    if isinstance(methods, (str, bytes)):
+        raise ValueError(f"methods must be a list of method names, got the string {methods!r} (write [{methods!r}])")
     names = default_methods(problem) if methods is None else list(methods)
     if not names:
         raise ValueError("compare needs at least one method")

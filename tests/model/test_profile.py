@@ -188,3 +188,26 @@ def test_csv_missing_file_and_binary(tmp_path):
 def test_csv_to_missing_folder_is_named(tmp_path):
     with pytest.raises(FileNotFoundError, match="does not exist"):
         make().to_csv(tmp_path / "no" / "p.csv")
+
+
+def test_nothing_given_is_ignored_or_misread(tmp_path):
+    import json
+
+    from fusionopt.model import Plan
+    from fusionopt.model.cost import cost_from_dict
+
+    with pytest.raises(ValueError, match=r"sizes must be a sequence, one entry per tensor, got the string '123'"):
+        Profile.from_arrays("123", [0.0] * 3, [0.0] * 3)
+    with pytest.raises(ValueError, match=r"tensor 't0': size 18446744073709551616 bytes is more than 2\*\*63 - 1"):
+        Profile.from_arrays([2**64], [0.0], [0.0])
+    doc = Profile.from_arrays([8], [0.0], [1e-3]).to_dict()
+    doc["tensors"][0]["updte"] = 1e-3                   # a typo gave update time 0 and a wrong T
+    with pytest.raises(ValueError, match=r"tensor 't0' has an unknown key 'updte' \(a tensor holds name, size"):
+        Profile.from_dict(doc)
+    with pytest.raises(ValueError, match=r"profile: unknown key 'tensor' \(a profile holds schema"):
+        Profile.from_dict({"version": 1, "tensor": []})
+    with pytest.raises(ValueError, match=r"plan: unknown key 'mesages'"):
+        Plan.from_dict({"version": 1, "mesages": []})
+    with pytest.raises(ValueError, match=r"cost: unknown key 'alfa' in a alpha_beta cost"):
+        cost_from_dict({"kind": "alpha_beta", "alpha": 1e-3, "beta": 1e-9, "alfa": 2e-3})
+    assert cost_from_dict({"kind": "alpha_beta", "alpha": 1e-3, "beta": 1e-9, "calibration": {}}).alpha == 1e-3
