@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import warnings
 import sys
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from fusionopt import zoo
+from fusionopt import __version__
 from fusionopt.cost import cost_from_dict, network, networks, ALGORITHMS
 from fusionopt.model import AlphaBeta, Plan, Problem, Profile, simulate
 from fusionopt.model.ps import ParameterServer, PSPlan
@@ -26,6 +28,12 @@ class UsageError(Exception):
 
 
 class _Parser(argparse.ArgumentParser):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # Negative numbers, 1e-3 forms included, are values (``--alpha -1e-3``), so the
+        # option's own check speaks, not "expected one argument".
+        self._negative_number_matcher = re.compile(r"^-(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$")
+
     def error(self, message: str) -> None:  # argparse prints usage and two lines otherwise
         raise UsageError(message)
 
@@ -728,6 +736,7 @@ def _add_plot_parsers(commands: Any) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="fusionopt", description="Tensor fusion and partition schedules for data-parallel training.")
+    parser.add_argument("--version", action="version", version=f"fusionopt {__version__}")
     commands = parser.add_subparsers(dest="command", parser_class=_Parser, metavar="COMMAND")
     commands.required = True
 

@@ -458,11 +458,17 @@ def _image_paths(path: str | os.PathLike | Sequence[str | os.PathLike]) -> list[
     return [(os.fspath(p), image_format(p)) for p in paths]
 
 
+# Beyond this a figure's PNG runs to gigabytes (and matplotlib runs out of memory).
+MAX_DPI = 2400
+
+
 def _write_figure(fig, paths: list[tuple[str, str]], dpi: float) -> list[str]:
     """Render ``fig`` to each path atomically (a temporary file in the same folder, then
     ``os.replace``)."""
     import matplotlib
 
+    if not (isinstance(dpi, (int, float)) and 0 < dpi <= MAX_DPI):
+        raise ValueError(f"dpi must be a number in (0, {MAX_DPI}], got {dpi!r} (a print-quality PNG needs 300)")
     written = []
     for path, ext in paths:
         buffer = io.BytesIO()

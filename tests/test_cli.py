@@ -745,3 +745,24 @@ def test_compare_refuses_a_string_of_methods():
     problem = Problem(zoo.profile("alexnet"), AlphaBeta(1e-3, 1e-9))
     with pytest.raises(ValueError, match=r"methods must be a list of method names, got the string 'dp' \(write \['dp'\]\)"):
         compare(problem, "dp")
+
+
+def test_negative_numbers_reach_their_check_and_versions_print(tmp_path, capsys):
+    profile = tmp_path / "alexnet.json"
+    assert run(capsys, "profile", "--model", "alexnet", "--output", profile)[0] == 0
+    status, _, err = run(capsys, "solve", profile, "--alpha", "-1e-3", "--beta", "1e-9")
+    assert status == 2 and err == "fusionopt: error: alpha must be >= 0, got -0.001\n"
+    status, out, _ = run(capsys, "--version")
+    assert status == 0 and out == f"fusionopt {fusionopt.__version__}\n"
+    done = subprocess.run([sys.executable, "-m", "fusionopt", "--version"], capture_output=True, text=True)
+    assert done.returncode == 0 and done.stdout == f"fusionopt {fusionopt.__version__}\n"
+
+
+def test_write_errors_name_the_users_file(tmp_path, capsys):
+    missing = tmp_path / "no-such-folder" / "alexnet.json"
+    status, _, err = run(capsys, "profile", "--model", "alexnet", "--output", missing)
+    assert status == 2 and err == f"fusionopt: error: {missing}: folder {missing.parent} does not exist\n"
+    folder = tmp_path / "taken.json"
+    folder.mkdir()
+    status, _, err = run(capsys, "profile", "--model", "alexnet", "--output", folder)
+    assert status == 2 and err == f"fusionopt: error: {folder}: is a folder, not a file\n"

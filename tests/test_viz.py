@@ -369,6 +369,8 @@ def test_save_refuses_an_unknown_format_before_drawing(plt, tmp_path):
         save_timeline(solve(problem, "dp"), problem, [tmp_path / "t.png", tmp_path / "t.pdf"])
     with pytest.raises(ValueError, match=r"s.gif: unknown image format .gif"):
         save_sweep(RECORDS, tmp_path / "s.gif")
+    with pytest.raises(ValueError, match=r"dpi must be a number in \(0, 2400\], got 100000"):
+        save_timeline(solve(problem, "dp"), problem, tmp_path / "t.png", dpi=100000)
     assert list(tmp_path.iterdir()) == []
 
 

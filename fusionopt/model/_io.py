@@ -52,7 +52,12 @@ def write_bytes_atomic(path: str | Path, data: bytes, *, make_folder: bool = Fal
         directory.mkdir(parents=True, exist_ok=True)
     if not directory.is_dir():
         raise FileNotFoundError(f"{path}: folder {directory} does not exist")
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
+    if path.is_dir():
+        raise IsADirectoryError(f"{path}: is a folder, not a file")
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
+    except OSError as exc:       # name the user's file, not the hidden temporary one
+        raise type(exc)(f"{path}: cannot write ({exc.strerror or exc})") from None
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
@@ -62,11 +67,13 @@ def write_bytes_atomic(path: str | Path, data: bytes, *, make_folder: bool = Fal
         os.umask(umask)
         os.chmod(tmp, 0o666 & ~umask)   # mkstemp makes 0600
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         try:
             os.unlink(tmp)
         except FileNotFoundError:
             pass
+        if isinstance(exc, OSError) and not str(exc).startswith(str(path)):
+            raise type(exc)(f"{path}: cannot write ({exc.strerror or exc})") from None
         raise
 
 
