@@ -154,15 +154,9 @@ def _check_problem(problem: Problem, unit_parameters: Any) -> tuple[float, float
             or unit_parameters < 1):
         raise ValueError(f"unit_parameters must be an integer >= 1, got {unit_parameters!r}")
     profile = problem.profile
+    # A unit larger than every tensor cuts nothing: each tensor is then one (short) unit and
+    # the phases schedule whole tensors.
     unit_bytes = int(unit_parameters) * profile.dtype_bytes
-    largest = int(np.argmax(profile.sizes))
-    largest_bytes = int(profile.sizes[largest])
-    if unit_bytes > largest_bytes:
-        raise ValueError(
-            f"unit_parameters = {int(unit_parameters)} ({unit_bytes} bytes at {profile.dtype_bytes} bytes "
-            f"per parameter) is larger than every tensor (the largest, {profile.names[largest]!r}, has "
-            f"{largest_bytes} bytes): US-Byte would cut nothing; choose a smaller unit"
-        )
     return float(affine[0]), float(affine[1]), unit_bytes
 
 
