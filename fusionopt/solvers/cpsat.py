@@ -231,8 +231,10 @@ def cpsat(
     Parameters
     ----------
     time_limit : float
-        Seconds CP-SAT may search (positive, finite). Building the model and solving the
-        hint are not counted.
+        Seconds for the whole solve from its start (positive, finite): building the model
+        counts, and CP-SAT searches for what is left. A model not built in time is not
+        searched: the result is the reference (or hint) plan with status ``TIME_LIMIT`` and
+        ``stats["cpsat_status"] == "NOT_BUILT"``. Solving the hint is not counted.
     workers : int
         CP-SAT search workers (threads), ``>= 1``. With one worker and a search that ends
         before ``time_limit``, runs are reproducible; parallel workers may find different
@@ -418,6 +420,19 @@ def cpsat(
     horizon = int(horizon)
     ready_int = ready_q.astype(np.int64).tolist()
 
+    deadline = started + time_limit
+
+    def unbuilt() -> Result:
+        """The time limit passed while the model was being built: the anchor plan, honestly."""
+        stats = {"time_quantum": q, "cpsat_status": "NOT_BUILT", "arcs": len(arc_tails), "hint": hint_label,
+                 "hint_used": hint_used, "plan_source": "hint" if hint_used else "reference",
+                 "model": f"not built within time_limit = {time_limit:g} s ({len(arc_tails)} arcs); "
+                          "raise time_limit, or use method='dp'",
+                 "extensions": problem.extensions}
+        return finish(problem, anchor, "cpsat", started, stats=stats, status=Status.TIME_LIMIT)
+
+    if time.perf_counter() > deadline:
+        return unbuilt()
     model = cp_model.CpModel()
     ends = [model.new_constant(0)]
     ends += [model.new_int_var(0, horizon, f"e{j}") for j in range(1, n + 1)]
@@ -432,10 +447,12 @@ def cpsat(
                                                        arc_heads, ends, horizon)
     else:
         extended_variables = {}
-        for x, k, j, d in zip(arcs, arc_tails, arc_heads, arc_durations):
+        for a, (x, k, j, d) in enumerate(zip(arcs, arc_tails, arc_heads, arc_durations)):
             if k > 0:                                   # e_0 = 0 <= rho_j: implied below
                 model.add(ends[j] >= ends[k] + d).only_enforce_if(x)
             model.add(ends[j] >= ready_int[j] + d).only_enforce_if(x)
+            if a % 4096 == 0 and time.perf_counter() > deadline:
+                return unbuilt()
     add_path_constraints(model, arcs, leaving, entering, limit)
     # Valid inequalities, redundant for integer solutions: the message holding position p
     # is ready no earlier than rho_p, and it and every later message (the arcs entering
@@ -454,12 +471,16 @@ def cpsat(
             continue                                    # the cuts below are stronger
         if p == 1 or ready_int[p - 1] < ready_int[p]:   # else the cut at p - 1 dominates it
             model.add(ends[n] >= ready_int[p] + cp_model.LinearExpr.weighted_sum(later_arcs, later_durations))
+            if time.perf_counter() > deadline:
+                return unbuilt()
     if delays:
         # The delay cuts of the module docstring: packing on the compute stream and the
         # compute time lost while earlier messages hold the channel.
         before, holding = constants["before"][kept], constants["holding"][kept]
         kept_tails, kept_heads = np.asarray(arc_tails), np.asarray(arc_heads)
         for p in range(1, n + 1):
+            if time.perf_counter() > deadline:
+                return unbuilt()
             weights = np.where(kept_heads < p, before, np.where(kept_tails < p, holding, arc_durations))
             used = np.flatnonzero(weights > 0).tolist()
             model.add(ends[n] >= cp_model.LinearExpr.weighted_sum(
@@ -476,8 +497,11 @@ def cpsat(
             for j in range(1, n + 1):
                 model.add_hint(ends[j], hinted_ends.get(j, 0))
 
+    if time.perf_counter() > deadline:
+        return unbuilt()
     solver = cp_model.CpSolver()
-    solver.parameters.max_time_in_seconds = time_limit
+    # What is left of the limit once the model is built (the search gets at least 10 ms).
+    solver.parameters.max_time_in_seconds = max(deadline - time.perf_counter(), 0.01)
     solver.parameters.num_workers = int(workers)
     solver.parameters.random_seed = int(random_seed)
     # Presolve probing derives millions of clauses from the arc model's implications and

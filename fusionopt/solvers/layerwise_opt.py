@@ -71,7 +71,7 @@ def layerwise_opt(problem: Problem, *, time_limit: float = 2.0, kicks: int = 200
         Seed of the kicks.
     starts : tuple of str, optional
         Methods whose plans compete for the start (default :data:`STARTS`). A start that
-        refuses the problem (e.g. US-Byte with a unit larger than every tensor) is skipped.
+        refuses the problem (e.g. US-Byte on a cost that is not affine) is skipped.
 
     Returns
     -------

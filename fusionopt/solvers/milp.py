@@ -182,16 +182,20 @@ def milp(
             constraints=LinearConstraint(model.matrix, model.row_lower, model.row_upper),
             options=options,
         )
-    if res.x is None:
-        if res.status == 1:
-            raise RuntimeError(
-                f"milp: HiGHS found no feasible plan within time_limit = {time_limit!r} s "
-                f"({res.message}); raise time_limit or use method='dp'"
-            )
-        raise RuntimeError(f"milp: HiGHS ended without a plan, status {res.status}: {res.message}")
-
     profile = problem.profile
     tau = model.time_scale
+    if res.x is None:
+        if res.status != 1:
+            raise RuntimeError(f"milp: HiGHS ended without a plan, status {res.status}: {res.message}")
+        # The time limit came before HiGHS's first incumbent: the best plan so far is the
+        # fewest-messages plan within the caps (greedy, in ready order), with TIME_LIMIT.
+        plan = _fewest_messages_plan(profile, cap)
+        if max_messages is not None and plan.num_messages > max_messages:
+            return finish(problem, plan, "milp", started, status=Status.INFEASIBLE,
+                          stats={"highs_status": int(res.status), "highs_message": str(res.message)})
+        stats = {"highs_status": int(res.status), "highs_message": str(res.message),
+                 "plan": "fewest messages within the caps: HiGHS found no plan within the time limit"}
+        return finish(problem, plan, "milp", started, stats=stats, status=Status.TIME_LIMIT)
     cuts = np.asarray(res.x[: profile.n - 1]) > 0.5
     plan = Plan.from_cuts(profile, cuts)
     # HiGHS's incumbent meets the caps to its tolerance; the rounded plan must meet them exactly.
@@ -225,6 +229,20 @@ def milp(
     status = Status.TIME_LIMIT if res.status == 1 else Status.FEASIBLE
     return finish(problem, plan, "milp", started, stats=stats, lower_bound=lower_bound,
                   status=status, tolerance=tolerance)
+
+
+def _fewest_messages_plan(profile: Any, cap: float) -> Plan:
+    """Whole tensors in ready order, each message filled up to ``cap`` bytes."""
+    cuts = np.zeros(profile.n - 1, dtype=bool)
+    held = 0
+    order = profile.backward_order
+    for k, i in enumerate(order):
+        size = int(profile.sizes[i])
+        if k and held + size > cap:
+            cuts[k - 1] = True
+            held = 0
+        held += size
+    return Plan.from_cuts(profile, cuts)
 
 
 def _check_options(time_limit: float, mip_rel_gap: float) -> tuple[float, float]:

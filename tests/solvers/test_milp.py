@@ -205,3 +205,18 @@ def test_time_limit_without_a_plan_or_with_one():
     else:                                        # HiGHS found a plan before its first clock check
         assert result.status in (Status.TIME_LIMIT, Status.OPTIMAL)
         assert result.iteration_time >= reference - 1e-12 * reference
+
+
+def test_a_time_limit_before_the_first_incumbent_gives_a_plan_not_a_traceback():
+    # DenseNet-201 (V100 estimate, 64 workers on 100 Gb IB): HiGHS finds no plan in 1 us; the
+    # result is the fewest-messages plan with TIME_LIMIT and says why.
+    from fusionopt import zoo
+    from fusionopt.cost import network
+    from fusionopt.solvers import solve
+
+    problem = Problem(zoo.profile("densenet201", device="v100"), network("100gb-ib", 64))
+    result = solve(problem, "milp", time_limit=1e-6)
+    assert str(result.status) == "TIME_LIMIT"
+    assert result.stats["plan"].startswith("fewest messages within the caps")
+    result.plan.validate(problem.profile)
+    assert result.num_messages == 1                       # no cap: one message holds everything

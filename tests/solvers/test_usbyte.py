@@ -257,16 +257,16 @@ def test_bad_unit_is_refused(unit):
         usbyte(worked_example(1), unit_parameters=unit)
 
 
-def test_unit_larger_than_every_tensor_is_refused():
+def test_a_unit_larger_than_every_tensor_sends_whole_tensors():
     problem = worked_example(1)                    # largest tensor: 4e6 bytes = 1e6 parameters
-    assert usbyte(problem, unit_parameters=1_000_000).num_messages == 3      # equal: accepted
-    with pytest.raises(ValueError, match=r"unit_parameters = 1000001 \(4000004 bytes at 4 bytes per parameter\) "
-                                         r"is larger than every tensor \(the largest, 't0', has 4000000 bytes\)"):
-        usbyte(problem, unit_parameters=1_000_001)
+    equal = usbyte(problem, unit_parameters=1_000_000)
+    larger = usbyte(problem, unit_parameters=1_000_001)
+    assert equal.num_messages == larger.num_messages == 3
+    assert [m.nbytes for m in larger.plan.messages] == [int(problem.profile.sizes[i]) for i in (2, 1, 0)]
+    assert larger.iteration_time == equal.iteration_time
     assert DEFAULT_UNIT_PARAMETERS == 1_000_000
     small = Problem(Profile.from_arrays([4e5, 1e5], [MS] * 2, [MS] * 2), AlphaBeta(MS, 1e-9), sync="layerwise")
-    with pytest.raises(ValueError, match="larger than every tensor"):
-        usbyte(small)                              # the default unit, 4 MB, on 0.4 MB tensors
+    assert usbyte(small).num_messages == 2          # the default unit, 4 MB, on 0.4 MB tensors
 
 
 def test_non_affine_cost_and_extensions_are_refused():
