@@ -59,6 +59,11 @@ _EPSILON = np.finfo(np.float64).tiny
 _BLOCK_ENTRIES = 1 << 22
 # Baselines GradSSA seeds its population with, solved through the registry.
 GRADSSA_SEEDS = ("wfbp", "single", "threshold", "ddp", "horovod", "mgwfbp")
+# Seeds whose solve grows with n^2 (MG-WFBP's merges), and about how long they take per
+# n^2 (1.4 s for DenseNet-201's 604 tensors on the reference host): with a time_limit below
+# that, GradSSA seeds without them rather than overrun.
+QUADRATIC_SEEDS = ("mgwfbp",)
+QUADRATIC_SEED_SECONDS = 4e-6
 # Neighbours sampled per iteration by GradSSA when each plan is simulated (channels > 1).
 SAMPLED_NEIGHBOURS = 32
 
@@ -653,7 +658,9 @@ def gradssa(
     zoo models on the h100, a100 and v100 presets, batch 64, six network presets, 2 to
     16 workers, three seeds), with a largest gap of 0.003% (our measurement, not a
     test: tests never assert times). One iteration may take a full descent of ``O(n)``
-    steps of ``O(n^2)`` plans each, so ``time_limit`` can be overrun by one iteration.
+    steps of ``O(n^2)`` plans each, so ``time_limit`` can be overrun by one iteration. A
+    seed whose solve grows with ``n^2`` (MG-WFBP) is skipped when its estimated time
+    (:data:`QUADRATIC_SEED_SECONDS` ``* n^2``) exceeds ``time_limit`` (``stats["seeds_skipped"]``).
 
     Parameters
     ----------
@@ -702,7 +709,12 @@ def gradssa(
     if neighbours is None and problem.channels > 1:
         neighbours = SAMPLED_NEIGHBOURS
     profile = problem.profile
-    seeds = [(name, solve(problem, name).plan.without_release()) for name in GRADSSA_SEEDS]
+    seeds, skipped = [], []
+    for name in GRADSSA_SEEDS:
+        if time_limit is not None and name in QUADRATIC_SEEDS and QUADRATIC_SEED_SECONDS * d * d > time_limit:
+            skipped.append(name)      # it would take the whole limit (MG-WFBP: 1.4 s for n = 604)
+            continue
+        seeds.append((name, solve(problem, name).plan.without_release()))
     seeds = [(name, plan) for name, plan in seeds if plan.is_fusion(profile)]   # DDP over dtypes may not be
     seed_names = [name for name, _ in seeds]
     seed_cuts = setting.repair_all(np.array([plan.cuts(profile) for _, plan in seeds]))
@@ -717,7 +729,8 @@ def gradssa(
                         repair=setting.repair, rng=generator)
     return setting.run("gradssa", algorithm, dict(zip(seed_names, seed_cuts)), time_limit, started, rng_seed,
                        extra=lambda: {"descents": algorithm.descents, "kicks": algorithm.kicks,
-                                      "neighbours": "all" if neighbours is None else neighbours})
+                                      "neighbours": "all" if neighbours is None else neighbours,
+                                      "seeds_skipped": skipped})
 
 
 # ---------------------------------------------------------------------------- shared driver

@@ -293,3 +293,19 @@ def test_one_tensor_is_one_message():
     for method in ("ssa", "gradssa"):
         result = solve(problem, method, rng=0)
         assert result.num_messages == 1 and result.stats["history"] == (result.iteration_time,)
+
+
+def test_gradssa_does_not_overrun_its_time_limit_while_seeding():
+    # DenseNet-201 (604 tensors): MG-WFBP's seed alone took 1.4 s against a 10 ms limit.
+    import time
+
+    from fusionopt import zoo
+    from fusionopt.cost import network
+    from fusionopt.model import Problem
+
+    problem = Problem(zoo.profile("densenet201", device="v100"), network("100gb-ib", 64))
+    started = time.perf_counter()
+    result = solve(problem, "gradssa", time_limit=0.01, rng=0)
+    assert time.perf_counter() - started < 1.0
+    assert result.stats["seeds_skipped"] == ["mgwfbp"] and "mgwfbp" not in result.stats["seeds"]
+    assert solve(Problem(zoo.profile("alexnet"), network("10gbe", 8)), "gradssa", rng=0).stats["seeds_skipped"] == []
