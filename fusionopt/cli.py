@@ -507,7 +507,7 @@ def _cmd_sweep(args: argparse.Namespace) -> None:
                        _comma_list("--methods", args.methods) if args.methods is not None else None,
                        device=args.device or ZOO_DEVICE, batch=args.batch if args.batch is not None else ZOO_BATCH,
                        sync=args.sync, algorithm=args.algorithm or "ring")
-    to_run = len(sweep.pending_cells(grid, args.output, retry_errors=args.retry_errors))
+    to_run = len(sweep.pending_cells(grid, args.output, retry_errors=args.retry_errors, time_limit=args.time_limit))
     try:
         records = sweep.run_sweep(grid, args.output, jobs=args.jobs, time_limit=args.time_limit,
                                   progress=not args.no_progress, retry_errors=args.retry_errors)
@@ -525,6 +525,8 @@ def _cmd_sweep(args: argparse.Namespace) -> None:
     if len(errors) > 3:
         print(f"  ... and {len(errors) - 3} more (status ERROR in the results)")
     print(f"results: {args.output}")
+    if errors:      # the records are kept; the exit status says the sweep is not all done
+        raise SystemExit(1)
 
 
 def _add_sweep_parser(commands: Any) -> None:

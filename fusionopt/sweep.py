@@ -13,8 +13,10 @@ leaves at worst one partial last line, which the next run drops (with a warning)
 Records (:data:`FIELDS`; times in seconds):
 
 * ``model, device, batch, network, algorithm, workers, sync, method``: the cell;
+* ``time_limit``: the time limit its solve ran under (None for a method without one): a
+  rerun with another limit solves those cells again;
 * ``iteration_time``: the plan's simulated iteration time;
-* ``compute_time``: ``B + F + U`` of the profile, one worker's iteration time without
+* ``compute_time``: ``B + F + U + W`` of the profile, one worker's iteration time without
   communication;
 * ``scaling_efficiency``: ``compute_time / iteration_time``;
 * ``speedup``: ``workers * compute_time / iteration_time``, throughput relative to one
@@ -112,12 +114,13 @@ class Cell:
 CELL_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(Cell))
 #: The keys of every record, in order (an ERROR record adds ``error``).
 FIELDS: tuple[str, ...] = CELL_FIELDS + (
+    "time_limit",          # the solve's time limit, for the methods that take one (else None)
     "iteration_time", "compute_time", "scaling_efficiency", "speedup", "lower_bound", "status",
     "messages", "solve_seconds", "fusionopt_version",
 )
 _CSV_COLUMNS = FIELDS + ("error",)
 _INT_FIELDS = frozenset({"batch", "workers", "messages"})
-_FLOAT_FIELDS = frozenset({"iteration_time", "compute_time", "scaling_efficiency", "speedup", "lower_bound",
+_FLOAT_FIELDS = frozenset({"time_limit", "iteration_time", "compute_time", "scaling_efficiency", "speedup", "lower_bound",
                            "solve_seconds"})
 _FORMATS = {".jsonl": "jsonl", ".csv": "csv"}
 
@@ -272,7 +275,8 @@ def run_cell(cell: Cell, *, time_limit: float | None = None) -> dict[str, Any]:
         record["compute_time"] = float(profile.compute_time)
         problem = Problem(profile, network(cell.network, cell.workers, algorithm=cell.algorithm), sync=cell.sync)
         options = {}
-        if time_limit is not None and "time_limit" in get_method(cell.method).options:
+        record["time_limit"] = _applied_limit(cell, time_limit)
+        if record["time_limit"] is not None:
             options["time_limit"] = time_limit
         result = solve(problem, cell.method, **options)
     except Exception as exc:   # a failed cell is a record; the sweep goes on
@@ -303,10 +307,22 @@ def _format(path: str | os.PathLike) -> str:
     return _FORMATS[suffix]
 
 
-def _key(item: Cell | dict[str, Any]) -> tuple:
+def _applied_limit(cell: Cell, time_limit: float | None) -> float | None:
+    """The time limit a cell's solve runs under: ``time_limit`` for a method that takes one."""
+    if time_limit is None:
+        return None
+    try:
+        return float(time_limit) if "time_limit" in get_method(cell.method).options else None
+    except ValueError:            # an unknown method: its record is an ERROR either way
+        return None
+
+
+def _key(item: Cell | dict[str, Any], time_limit: float | None = None) -> tuple:
+    """What identifies a result: the cell, and the time limit its solve ran under (a rerun
+    with another limit solves the limited cells again)."""
     if isinstance(item, Cell):
-        return tuple(getattr(item, name) for name in CELL_FIELDS)
-    return tuple(item.get(name) for name in CELL_FIELDS)
+        return tuple(getattr(item, name) for name in CELL_FIELDS) + (_applied_limit(item, time_limit),)
+    return tuple(item.get(name) for name in CELL_FIELDS) + (item.get("time_limit"),)
 
 
 def _encode(record: dict[str, Any], fmt: str) -> bytes:
@@ -385,6 +401,10 @@ def _scan(path: Path, fmt: str) -> _Scan:
     if fmt == "csv" and complete:
         found = complete[0].decode("utf-8", errors="replace")
         if found != ",".join(_CSV_COLUMNS):
+            older = ",".join(c for c in _CSV_COLUMNS if c != "time_limit")
+            if found == older:
+                raise ValueError(f"{path}: a sweep CSV file of an older fusionopt (no time_limit column): "
+                                 "write this sweep to a new file")
             raise ValueError(f"{path}: not a sweep CSV file: its header is {found[:80]!r}, "
                              f"expected {','.join(_CSV_COLUMNS)!r}")
         scan.header = complete[0] + b"\n"
@@ -451,8 +471,10 @@ def read_results(path: str | os.PathLike) -> list[dict[str, Any]]:
     return scan.records
 
 
-def pending_cells(cells: Iterable[Cell], path: str | os.PathLike, *, retry_errors: bool = False) -> list[Cell]:
-    """The cells without a record in ``path`` yet (all of them when there is no file); with
+def pending_cells(cells: Iterable[Cell], path: str | os.PathLike, *, retry_errors: bool = False,
+                  time_limit: float | None = None) -> list[Cell]:
+    """The cells without a record in ``path`` yet (all of them when there is no file), a
+    record of a method with a time limit counting only under the same ``time_limit``; with
     ``retry_errors``, also those whose record has status ``ERROR``.
 
     Lines that are not records are ignored here (:func:`run_sweep` drops them).
@@ -474,7 +496,7 @@ def pending_cells(cells: Iterable[Cell], path: str | os.PathLike, *, retry_error
     path = Path(path)
     records = _scan(path, fmt).records if path.is_file() else []
     done = {_key(r) for r in records if not (retry_errors and r["status"] == "ERROR")}
-    return [cell for cell in dict.fromkeys(cells) if _key(cell) not in done]
+    return [cell for cell in dict.fromkeys(cells) if _key(cell, time_limit) not in done]
 
 
 def _repair(path: Path, fmt: str, scan: _Scan) -> None:
@@ -517,8 +539,9 @@ def run_sweep(
 
     The file's format follows its extension: ``.jsonl`` (one JSON object a line) or
     ``.csv`` (a header line written when the file is created). Cells already recorded,
-    matched on the :class:`Cell` fields (``time_limit`` is not one of them), are not
-    solved again; a partial last line (a sweep killed while writing it) is dropped first by
+    matched on the :class:`Cell` fields and, for the methods that take one, the
+    ``time_limit`` their record was solved under, are not solved again (a rerun with another
+    limit solves those cells again and adds their records); a partial last line (a sweep killed while writing it) is dropped first by
     rewriting the file atomically, with a warning on stderr. A file with a complete line
     that is not a record is not a sweep's: it is refused, and left as it is. Records of other cells in
     the file are kept there, not returned.
@@ -642,7 +665,7 @@ def _run_locked(cells: list[Cell], path: Path, fmt: str, jobs: int, time_limit: 
             _repair(path, fmt, scan)
         for record in scan.records:
             done.setdefault(_key(record), record)
-    pending = [cell for cell in cells if _key(cell) not in done]
+    pending = [cell for cell in cells if _key(cell, time_limit) not in done]
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
     try:
         if fmt == "csv" and os.fstat(fd).st_size == 0:
@@ -658,7 +681,7 @@ def _run_locked(cells: list[Cell], path: Path, fmt: str, jobs: int, time_limit: 
             bar.close()
     finally:
         os.close(fd)
-    return [done[_key(cell)] for cell in cells]
+    return [done[_key(cell, time_limit)] for cell in cells]
 
 
 def _solve_all(pending: list[Cell], jobs: int, time_limit: float | None) -> Iterable[dict[str, Any]]:

@@ -35,11 +35,11 @@ def small_grid() -> list[Cell]:
 
 
 def key(record) -> tuple:
-    return tuple(record[name] for name in sweep.CELL_FIELDS)
+    return tuple(record[name] for name in sweep.CELL_FIELDS) + (record["time_limit"],)
 
 
 def in_cell_order(records: list[dict], grid: list[Cell]) -> list[dict]:
-    return sorted(records, key=lambda record: grid.index(Cell(*key(record))))
+    return sorted(records, key=lambda record: grid.index(Cell(*key(record)[:-1])))
 
 
 def direct(cell: Cell) -> fusionopt.Result:
@@ -127,10 +127,10 @@ def test_records_equal_a_direct_solve_and_their_definitions(tmp_path):
         assert 0 < record["scaling_efficiency"] < 1
         assert record["fusionopt_version"] == fusionopt.__version__
         assert record["solve_seconds"] >= 0
-    by_key = {key(r)[:-1] + (r["method"],): r for r in records}
+    by_key = {key(r)[:-2] + (r["method"],): r for r in records}
     for record in records:
         # the DP is exact over fusion plans: no baseline beats it; single sends one message
-        dp = by_key[key(record)[:-1] + ("dp",)]
+        dp = by_key[key(record)[:-2] + ("dp",)]
         assert dp["status"] == "OPTIMAL"
         assert dp["iteration_time"] <= record["iteration_time"]
         if record["method"] == "single":
@@ -429,7 +429,7 @@ def test_cli_sweep_runs_then_skips(tmp_path, capsys):
     # default methods, an error cell reported in the summary
     status, out, _ = run(capsys, "sweep", "--models", "resnet18", "--workers", "8", "--networks", "10gbe",
                          "--methods", "brute", "--output", tmp_path / "b.jsonl", "--jobs", "1", "--no-progress")
-    assert status == 0 and "1 error(s)" in out and "ERROR resnet18 8 10gbe brute: ValueError: brute force" in out
+    assert status == 1 and "1 error(s)" in out and "ERROR resnet18 8 10gbe brute: ValueError: brute force" in out
 
 
 @pytest.mark.parametrize("change, message", [
@@ -456,3 +456,29 @@ def test_cli_sweep_bad_arguments_exit_2_with_one_line(tmp_path, capsys, monkeypa
             argv += [option, value]
     assert message in run_error(capsys, *argv)
     assert not (tmp_path / "sweep.jsonl").exists()
+
+
+def test_a_rerun_with_another_time_limit_solves_the_limited_cells_again(tmp_path):
+    # gradssa takes a time limit, wfbp does not: a rerun with a larger limit solves the
+    # gradssa cell again (a new record under the new limit) and keeps wfbp's as done.
+    path = tmp_path / "sweep.jsonl"
+    grid = cells(["alexnet"], [8], ["10gbe"], ["wfbp", "gradssa"])
+    first = run_sweep(grid, path, jobs=1, time_limit=0.05, progress=False)
+    assert [r["time_limit"] for r in first] == [None, 0.05]
+    assert [c.method for c in pending_cells(grid, path, time_limit=0.05)] == []
+    assert [c.method for c in pending_cells(grid, path, time_limit=0.5)] == ["gradssa"]
+    second = run_sweep(grid, path, jobs=1, time_limit=0.5, progress=False)
+    assert second[0] == first[0] and second[1]["time_limit"] == 0.5
+    assert sorted((r["method"], r["time_limit"]) for r in read_results(path)) == [
+        ("gradssa", 0.05), ("gradssa", 0.5), ("wfbp", None)]
+
+
+def test_a_sweep_with_failed_cells_exits_non_zero(tmp_path, capsys):
+    from fusionopt.cli import main
+
+    path = tmp_path / "sweep.jsonl"
+    status = main(["sweep", "--models", "resnet18", "--workers", "8", "--networks", "10gbe", "--methods",
+                   "wfbp,brute", "--output", str(path), "--jobs", "1", "--no-progress"])
+    out = capsys.readouterr().out
+    assert status == 1 and "1 error(s)" in out and "ERROR resnet18 8 10gbe brute" in out
+    assert [r["status"] for r in read_results(path)] == ["FEASIBLE", "ERROR"]
