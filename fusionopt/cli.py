@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import warnings
 import sys
@@ -194,10 +195,18 @@ def _write_profile(profile: Profile, path: str) -> None:
 
 # ---------------------------------------------------------------------- commands
 def _cmd_methods(args: argparse.Namespace) -> None:
+    from fusionopt.solvers.registry import get_method
+
     listing = methods()
     width = max(len(name) for name in listing)
     for name, summary in listing.items():
         print(f"{name.ljust(width)}  {summary}")
+        if args.options:
+            options = get_method(name).options
+            for option, default in options.items():
+                print(f"{'':{width}}    --option {option}=...  (default {default!r})")
+            if not options:
+                print(f"{'':{width}}    (no options)")
 
 
 def _refuse_writing_over(output: str | None, args: argparse.Namespace, *inputs: str) -> None:
@@ -475,10 +484,14 @@ def _profile_from_torch(args: argparse.Namespace) -> Profile:
         torch = require_torch()
     except ImportError as exc:
         raise UsageError(str(exc)) from None
+    here = os.getcwd()                # a module in the current folder, as `python -c` would find it
+    sys.path.insert(0, here)
     try:
         factory = getattr(importlib.import_module(module_name), factory_name)
     except (ImportError, AttributeError) as exc:
         raise UsageError(f"--torch {args.torch}: {exc}") from None
+    finally:
+        sys.path.remove(here)
     model = factory()
     if not isinstance(model, torch.nn.Module):
         raise UsageError(f"--torch {args.torch} returned {type(model).__name__}, not a torch.nn.Module")
@@ -743,6 +756,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands.required = True
 
     p = commands.add_parser("methods", help="list the methods with a one-line description")
+    p.add_argument("--options", action="store_true", help="also list each method's options and their defaults")
     p.set_defaults(run=_cmd_methods)
 
     p = commands.add_parser("solve", help="solve a profile with one method")

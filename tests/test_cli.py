@@ -766,3 +766,12 @@ def test_write_errors_name_the_users_file(tmp_path, capsys):
     folder.mkdir()
     status, _, err = run(capsys, "profile", "--model", "alexnet", "--output", folder)
     assert status == 2 and err == f"fusionopt: error: {folder}: is a folder, not a file\n"
+
+
+def test_methods_lists_each_methods_options(capsys):
+    status, out, _ = run(capsys, "methods", "--options")
+    lines = out.splitlines()
+    ddp = lines.index(next(line for line in lines if line.startswith("ddp ")))
+    assert status == 0 and "--option bucket_cap_mb=...  (default None)" in lines[ddp + 1]
+    assert any("--option time_limit=...  (default 10.0)" in line for line in lines)     # cpsat
+    assert "(no options)" in lines[lines.index(next(line for line in lines if line.startswith("wfbp "))) + 1]

@@ -88,7 +88,7 @@ def test_profile_a_torch_model_from_the_command_line(tmp_path, capsys, monkeypat
         def not_a_model():
             return 3
     """))
-    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.chdir(tmp_path)          # found in the current folder, as the command line is run
     out_path = tmp_path / "mlp.csv"
     status, out, err = run(capsys, "profile", "--torch", "tiny_models:mlp", "--input-shape", "16,64",
                            "--steps", "2", "--warmup", "1", "--output", str(out_path))
