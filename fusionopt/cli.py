@@ -701,7 +701,7 @@ def _cmd_plot_sweep(args: argparse.Namespace) -> None:
     records = read_results(args.results)
     try:
         written = viz.save_sweep(records, outputs, metric=args.metric, model=args.model, network=args.network,
-                                 title=args.title, dpi=args.dpi)
+                                 title=args.title, dpi=args.dpi, log_y=args.log_y)
     except ImportError as exc:
         raise UsageError(str(exc)) from None
     errors = sum(1 for r in records if str(r.get("status")).upper() == "ERROR")
@@ -745,6 +745,7 @@ def _add_plot_parsers(commands: Any) -> None:
     p.add_argument("--output", action="append", required=True, metavar="FILE.png|FILE.svg",
                    help="image to write, format by extension (repeatable)")
     p.add_argument("--title", help="figure title (default: the metric)")
+    p.add_argument("--log-y", action="store_true", help="a logarithmic y axis in every panel")
     p.add_argument("--dpi", type=float, default=110, help="PNG resolution (default 110)")
     p.set_defaults(run=_cmd_plot_sweep)
 

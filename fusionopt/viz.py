@@ -743,7 +743,7 @@ def save_timeline(source: Any, problem: Problem, path: str | os.PathLike | Seque
 
 
 def plot_sweep(records: Iterable[Mapping[str, Any]], *, metric: str = "scaling_efficiency", model: str | None = None,
-               network: str | None = None, ax=None, title: str | None = None):
+               network: str | None = None, ax=None, title: str | None = None, log_y: bool = False):
     """Each method's metric against the number of workers, one line per method.
 
     The x axis is logarithmic in base 2 (the workers swept), each point a marker; every
@@ -767,6 +767,9 @@ def plot_sweep(records: Iterable[Mapping[str, Any]], *, metric: str = "scaling_e
         one model and one network.
     title : str, optional
         The figure's title; default names the metric.
+    log_y : bool
+        A logarithmic y axis in every panel, so that a network of small values is not
+        flattened by one of large values (the speedup's axis is always logarithmic).
 
     Returns
     -------
@@ -791,10 +794,11 @@ def plot_sweep(records: Iterable[Mapping[str, Any]], *, metric: str = "scaling_e
     ['resnet50, 10gbe', 'vgg16, 10gbe']
     >>> plt.close(fig)
     """
-    return _plot_sweep(records, metric=metric, model=model, network=network, ax=ax, title=title, managed=True)
+    return _plot_sweep(records, metric=metric, model=model, network=network, ax=ax, title=title, managed=True,
+                       log_y=log_y)
 
 
-def _plot_sweep(records, *, metric, model, network, ax, title, managed):
+def _plot_sweep(records, *, metric, model, network, ax, title, managed, log_y=False):
     _check_metric(metric)
     chosen = _select(records, model, network)
     panels = _panels(chosen)
@@ -844,6 +848,8 @@ def _plot_sweep(records, *, metric, model, network, ax, title, managed):
             panel_ax.plot(ideal, ideal, color="gray", lw=0.8, ls=":", label="ideal (speedup = workers)")
             panel_ax.set_yscale("log", base=2)
             panel_ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+        elif log_y:
+            panel_ax.set_yscale("log")
         panel_ax.set_xscale("log", base=2)
         ticks = sorted(all_workers)
         panel_ax.xaxis.set_major_locator(FixedLocator(ticks))
@@ -855,7 +861,7 @@ def _plot_sweep(records, *, metric, model, network, ax, title, managed):
             panel_ax.set_title(f"{key[0]}, {key[1]}", fontsize=10)
         if not shared or ax is not None or networks.index(key[1]) == 0:
             panel_ax.set_ylabel(_METRIC_LABELS[metric][0])
-    if metric == "scaling_efficiency":
+    if metric == "scaling_efficiency" and not log_y:
         # From 0; up to 1 when the efficiencies come near it, else just above the largest.
         largest = max(float(v.max()) for s in series.values() for _, v in s.values())
         top = 1.05 if largest > 0.5 else largest * 1.15
@@ -884,7 +890,8 @@ def _plot_sweep(records, *, metric, model, network, ax, title, managed):
                    bbox_to_anchor=(0.5, note / fig.get_figheight()))
         legend_height = 0.1 + 0.22 * math.ceil(len(names) / ncol) + note
         fig.suptitle(title or _METRIC_LABELS[metric][1], fontsize=11)
-        fig.tight_layout(rect=(0, legend_height / fig.get_figheight(), 1, 1))
+        # The panels stay below the title (0.45 in) and above the legend.
+        fig.tight_layout(rect=(0, legend_height / fig.get_figheight(), 1, 1 - 0.45 / fig.get_figheight()))
     else:
         ax.legend(handles, names, fontsize=8)
         if title:
@@ -907,7 +914,8 @@ def save_sweep(records: Iterable[Mapping[str, Any]], path: str | os.PathLike | S
     dpi : float
         Resolution of PNG files (dots per inch).
     **options
-        Keyword arguments of :func:`plot_sweep` (``metric``, ``model``, ``network``, ``title``).
+        Keyword arguments of :func:`plot_sweep` (``metric``, ``model``, ``network``, ``title``,
+        ``log_y``).
 
     Returns
     -------
@@ -924,12 +932,13 @@ def save_sweep(records: Iterable[Mapping[str, Any]], path: str | os.PathLike | S
     paths = _image_paths(path)
     if "ax" in options:
         raise ValueError("save_sweep draws its own figure; leave ax out")
-    allowed = {"metric", "model", "network", "title"}
+    allowed = {"metric", "model", "network", "title", "log_y"}
     unknown = sorted(set(options) - allowed)
     if unknown:
         raise TypeError(f"save_sweep got unknown option(s) {', '.join(unknown)}: use {', '.join(sorted(allowed))}")
     fig = _plot_sweep(records, metric=options.get("metric", "scaling_efficiency"), model=options.get("model"),
-                      network=options.get("network"), ax=None, title=options.get("title"), managed=False)
+                      network=options.get("network"), ax=None, title=options.get("title"), managed=False,
+                      log_y=bool(options.get("log_y", False)))
     try:
         return _write_figure(fig, paths, dpi)
     finally:

@@ -525,3 +525,23 @@ def test_message_labels_say_when_the_framework_posted_them():
     result = solve(problem, "horovod", cycle_time=3e-3)      # ticks at 3 and 6 ms
     labels = [b.label for b in timeline_bars(result, problem) if b.kind == "message"]
     assert labels == ["m0: t1-t2, posted at 3 ms", "m1: t0, posted at 6 ms"]
+
+
+def test_many_panels_keep_the_title_clear_and_log_y_is_logarithmic(plt):
+    from fusionopt.viz import plot_sweep
+
+    # 6 models x 4 networks: the first row's titles ran into the figure's title.
+    records = [{"model": f"model{i}", "network": f"net{j}", "method": "dp", "workers": p, "status": "OPTIMAL",
+                "scaling_efficiency": e, "iteration_time": t}
+               for i in range(6) for j in range(4) for p, e, t in ((4, 0.9, 0.1), (8, 0.8, 0.2))]
+    fig = plot_sweep(records)
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    title = fig._suptitle.get_window_extent(renderer)
+    top_row = [a.title.get_window_extent(renderer) for a in fig.axes[:4]]
+    assert all(t.y1 < title.y0 for t in top_row)            # the first row's titles sit below it
+    logged = plot_sweep(records, metric="iteration_time", log_y=True)
+    assert {a.get_yscale() for a in logged.axes} == {"log"}
+    assert {a.get_yscale() for a in plot_sweep(records, metric="iteration_time").axes} == {"linear"}
+    for f in (fig, logged):
+        plt.close(f)
