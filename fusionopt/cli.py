@@ -6,6 +6,7 @@ Bad arguments and bad input files exit with status 2 and a one-line message.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
@@ -522,9 +523,12 @@ def _cmd_sweep(args: argparse.Namespace) -> None:
                        sync=args.sync, algorithm=args.algorithm or "ring")
     to_run = len(sweep.pending_cells(grid, args.output, retry_errors=args.retry_errors, time_limit=args.time_limit))
     try:
-        records = sweep.run_sweep(grid, args.output, jobs=args.jobs, time_limit=args.time_limit,
-                                  progress=not args.no_progress, retry_errors=args.retry_errors)
-    except RuntimeError as exc:     # a worker process died: status 1, the file is kept
+        with contextlib.ExitStack() as stack:
+            executor = _dask_executor(args, stack) if (args.dask or args.scheduler) and to_run else None
+            records = sweep.run_sweep(grid, args.output, jobs=args.jobs, time_limit=args.time_limit,
+                                      progress=not args.no_progress, retry_errors=args.retry_errors,
+                                      executor=executor)
+    except RuntimeError as exc:     # a worker died or a task was lost: status 1, the file is kept
         _fail(exc)
     except KeyboardInterrupt:
         print(f"fusionopt: interrupted; the finished cells are in {args.output}: run the same command again "
@@ -540,6 +544,24 @@ def _cmd_sweep(args: argparse.Namespace) -> None:
     print(f"results: {args.output}")
     if errors:      # the records are kept; the exit status says the sweep is not all done
         raise SystemExit(1)
+
+
+def _dask_executor(args: argparse.Namespace, stack: contextlib.ExitStack) -> Any:
+    """A Dask client's executor: a local cluster of ``--jobs`` workers, or ``--scheduler``'s."""
+    try:
+        from distributed import Client, LocalCluster
+    except ImportError:
+        raise UsageError("--dask and --scheduler need Dask: pip install 'fusionopt[dask]'") from None
+    if args.scheduler:
+        try:
+            client = stack.enter_context(Client(args.scheduler, timeout=10))
+        except OSError as exc:
+            raise UsageError(f"--scheduler {args.scheduler}: no Dask scheduler answered ({exc})") from None
+    else:
+        workers = args.jobs or os.cpu_count() or 1
+        cluster = stack.enter_context(LocalCluster(n_workers=workers, threads_per_worker=1, dashboard_address=None))
+        client = stack.enter_context(Client(cluster))
+    return client.get_executor()
 
 
 def _add_sweep_parser(commands: Any) -> None:
@@ -559,6 +581,11 @@ def _add_sweep_parser(commands: Any) -> None:
     p.add_argument("--time-limit", type=float, metavar="S",
                    help="seconds per solve for the methods that take a time limit (the searches)")
     p.add_argument("--no-progress", action="store_true", help="no progress on stderr")
+    engine = p.add_mutually_exclusive_group()
+    engine.add_argument("--dask", action="store_true",
+                        help="run the cells on a local Dask cluster of --jobs workers (extra dask)")
+    engine.add_argument("--scheduler", metavar="tcp://HOST:8786",
+                        help="run the cells on the Dask cluster of this scheduler (extra dask)")
     p.add_argument("--retry-errors", action="store_true",
                    help="solve again the cells whose record has status ERROR (default: they count as done)")
     p.set_defaults(run=_cmd_sweep)

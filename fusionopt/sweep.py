@@ -239,7 +239,7 @@ def _distinct(kind: str, values: Iterable[Any]) -> list[Any]:
 
 
 # ---------------------------------------------------------------------- one cell
-def run_cell(cell: Cell, *, time_limit: float | None = None) -> dict[str, Any]:
+def run_cell(cell: Cell, *, time_limit: float | None = None, search_workers: int | None = None) -> dict[str, Any]:
     """Solve one cell; its record (see :data:`FIELDS`), never an exception from the solve.
 
     Parameters
@@ -248,6 +248,9 @@ def run_cell(cell: Cell, *, time_limit: float | None = None) -> dict[str, Any]:
     time_limit : float, optional
         Seconds, passed as ``time_limit`` to the methods that take that option (the
         anytime searches); the others ignore it.
+    search_workers : int, optional
+        Passed as ``workers`` to the methods that take it (CP-SAT's search threads): one
+        per task when a cluster runs many cells at once.
 
     Returns
     -------
@@ -278,6 +281,8 @@ def run_cell(cell: Cell, *, time_limit: float | None = None) -> dict[str, Any]:
         record["time_limit"] = _applied_limit(cell, time_limit)
         if record["time_limit"] is not None:
             options["time_limit"] = time_limit
+        if search_workers is not None and "workers" in get_method(cell.method).options:
+            options["workers"] = search_workers
         result = solve(problem, cell.method, **options)
     except Exception as exc:   # a failed cell is a record; the sweep goes on
         record["status"] = "ERROR"
@@ -533,6 +538,7 @@ def run_sweep(
     time_limit: float | None = None,
     progress: bool = True,
     retry_errors: bool = False,
+    executor: Any = None,
 ) -> list[dict[str, Any]]:
     """Solve the cells not yet recorded in ``path`` in parallel, appending each record as it
     arrives; return the records of all ``cells``.
@@ -562,6 +568,12 @@ def run_sweep(
     retry_errors : bool
         Solve again the cells whose record has status ``ERROR`` (their old records are
         removed from the file first, atomically); by default an ERROR record counts as done.
+    executor : concurrent.futures.Executor, optional
+        The engine that runs the cells instead of the local process pool (``jobs`` is then
+        not used): a Dask cluster's, ``distributed.Client(...).get_executor()``, say. Only
+        this process writes the file; the cheap cells go :data:`CHEAP_BATCH` to a task,
+        CP-SAT runs one search worker per task, and the cells of a task that fails are
+        named and left for the next run (``RuntimeError`` after the others are written).
 
     One sweep at a time may write a file: a second one started on the same file while the
     first runs stops with a ``RuntimeError`` (a lock on ``<path>.lock``, where the system
@@ -607,7 +619,7 @@ def run_sweep(
     if not path.parent.is_dir():
         raise FileNotFoundError(f"{path}: folder {path.parent} does not exist")
     with _writer_lock(path):
-        return _run_locked(cells, path, fmt, jobs, time_limit, progress, retry_errors)
+        return _run_locked(cells, path, fmt, jobs, time_limit, progress, retry_errors, executor)
 
 
 @contextlib.contextmanager
@@ -644,7 +656,7 @@ def _writer_lock(path: Path):
 
 
 def _run_locked(cells: list[Cell], path: Path, fmt: str, jobs: int, time_limit: float | None, progress: bool,
-                retry_errors: bool) -> list[dict[str, Any]]:
+                retry_errors: bool, executor: Any = None) -> list[dict[str, Any]]:
     done: dict[tuple, dict[str, Any]] = {}
     if path.is_file():
         scan = _scan(path, fmt)
@@ -671,7 +683,7 @@ def _run_locked(cells: list[Cell], path: Path, fmt: str, jobs: int, time_limit: 
         if fmt == "csv" and os.fstat(fd).st_size == 0:
             _append(fd, _csv_line(_CSV_COLUMNS))
         bar = _Progress(len(pending), len(cells) - len(pending), path, sys.stderr) if progress else None
-        with contextlib.closing(_solve_all(pending, jobs, time_limit)) as finished:
+        with contextlib.closing(_solve_all(pending, jobs, time_limit, executor)) as finished:
             for record in finished:
                 _append(fd, _encode(record, fmt))
                 done[_key(record)] = record
@@ -684,9 +696,66 @@ def _run_locked(cells: list[Cell], path: Path, fmt: str, jobs: int, time_limit: 
     return [done[_key(cell, time_limit)] for cell in cells]
 
 
-def _solve_all(pending: list[Cell], jobs: int, time_limit: float | None) -> Iterable[dict[str, Any]]:
+# Cells of a method without a time limit (a baseline, the DP) take milliseconds: on an
+# injected executor (a cluster) this many go in one task, so that a task lasts about a second.
+CHEAP_BATCH = 16
+
+
+def run_cells(cells: Sequence[Cell], *, time_limit: float | None = None,
+              search_workers: int | None = None) -> list[dict[str, Any]]:
+    """:func:`run_cell` on each of ``cells``: one task of a sweep on an injected executor."""
+    return [run_cell(cell, time_limit=time_limit, search_workers=search_workers) for cell in cells]
+
+
+def _tasks(pending: list[Cell]) -> list[list[Cell]]:
+    """The cells grouped into tasks: the cheap ones :data:`CHEAP_BATCH` at a time, the
+    others (searches with a time limit, brute force) one each."""
+    def cheap(cell: Cell) -> bool:
+        try:
+            return cell.method != "brute" and "time_limit" not in get_method(cell.method).options
+        except ValueError:
+            return True
+    quick = [c for c in pending if cheap(c)]
+    tasks = [quick[k: k + CHEAP_BATCH] for k in range(0, len(quick), CHEAP_BATCH)]
+    return tasks + [[c] for c in pending if not cheap(c)]
+
+
+def _solve_on(executor: Any, pending: list[Cell], time_limit: float | None) -> Iterable[dict[str, Any]]:
+    """Records of ``pending`` from an injected ``concurrent.futures.Executor`` (a Dask
+    client's, say), as tasks finish. A task that fails (its worker died and the engine gave
+    up on it) loses no record: its cells are named and left for the next run."""
+    running = {executor.submit(run_cells, task, time_limit=time_limit, search_workers=1): task
+               for task in _tasks(pending)}
+    lost: list[Cell] = []
+    reason = ""
+    try:
+        while running:
+            finished, _ = wait(list(running), return_when=FIRST_COMPLETED)
+            for future in finished:
+                task = running.pop(future)
+                try:
+                    records = future.result()
+                except Exception as exc:  # noqa: BLE001 - the engine's failure, reported below
+                    lost.extend(task)
+                    reason = " ".join(f"{type(exc).__name__}: {exc}".split())
+                    continue
+                yield from records
+    finally:
+        for future in running:
+            future.cancel()
+    if lost:
+        shown = ", ".join(cell.label for cell in lost[:3]) + (f" and {len(lost) - 3} more" if len(lost) > 3 else "")
+        raise RuntimeError(f"{len(lost)} cell(s) were lost with their task ({shown}; {reason}); the records "
+                           "written so far are kept: run the same sweep again to solve them")
+
+
+def _solve_all(pending: list[Cell], jobs: int, time_limit: float | None,
+               executor: Any = None) -> Iterable[dict[str, Any]]:
     """Records of ``pending`` in the order they finish."""
     if not pending:
+        return
+    if executor is not None:
+        yield from _solve_on(executor, pending, time_limit)
         return
     if jobs == 1:
         for cell in pending:

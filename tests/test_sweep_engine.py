@@ -1,0 +1,68 @@
+"""Sweeps on an injected execution engine: a Dask cluster, or any concurrent.futures.Executor."""
+
+from __future__ import annotations
+
+import json
+from concurrent.futures import Future, ThreadPoolExecutor
+
+import pytest
+
+from fusionopt import sweep
+from fusionopt.sweep import cells, read_results, run_sweep
+
+GRID = dict(models=["alexnet", "resnet18"], workers=[8, 64], networks=["10gbe"], methods=["wfbp", "ddp", "dp", "gradssa"])
+
+
+def by_cell(records):
+    return {sweep._key(r): r["iteration_time"] for r in records}
+
+
+class Failing(ThreadPoolExecutor):
+    """An engine whose tasks holding a ``resnet18`` cell fail, as if their worker died."""
+
+    def submit(self, fn, *args, **kwargs):
+        if any(cell.model == "resnet18" for cell in args[0]):
+            future: Future = Future()
+            future.set_exception(RuntimeError("worker tcp://10.0.0.7 died"))
+            return future
+        return super().submit(fn, *args, **kwargs)
+
+
+def test_an_injected_engine_gives_the_local_records(tmp_path):
+    grid = cells(**GRID)
+    local = run_sweep(grid, tmp_path / "local.jsonl", jobs=1, progress=False)
+    with ThreadPoolExecutor(2) as engine:
+        injected = run_sweep(grid, tmp_path / "injected.jsonl", executor=engine, progress=False)
+    deterministic = [r for r in local if r["method"] != "gradssa"]
+    assert by_cell(deterministic).items() <= by_cell(injected).items()
+    assert len(read_results(tmp_path / "injected.jsonl")) == len(grid)
+    # Cheap cells share a task (16 at most); a search has its own.
+    tasks = sweep._tasks(grid)
+    assert sorted(len(t) for t in tasks) == [1, 1, 1, 1, 12]
+
+
+def test_a_lost_task_loses_no_record_and_the_rerun_completes(tmp_path):
+    path = tmp_path / "sweep.jsonl"
+    grid = cells(**GRID)
+    with Failing(2) as engine, pytest.raises(RuntimeError, match=r"cell\(s\) were lost with their task \(resnet18 .*"
+                                                                 r"worker tcp://10.0.0.7 died\); the records written "
+                                                                 r"so far are kept"):
+        run_sweep(grid, path, executor=engine, progress=False)
+    # The cheap cells of both models share the failed task; alexnet's two searches finish.
+    kept = read_results(path)
+    assert sorted((r["model"], r["method"]) for r in kept) == [("alexnet", "gradssa")] * 2
+    assert all(json.loads(line) for line in path.read_text().splitlines())   # the file is whole
+    with ThreadPoolExecutor(2) as engine:
+        records = run_sweep(grid, path, executor=engine, progress=False)
+    assert len(records) == len(grid) == len(read_results(path))
+
+
+def test_a_local_dask_cluster_runs_a_sweep(tmp_path):
+    distributed = pytest.importorskip("distributed")
+    grid = cells(["alexnet"], [8, 64], ["10gbe", "25gbe"], ["wfbp", "dp", "cpsat"])
+    local = run_sweep(grid, tmp_path / "local.jsonl", jobs=1, progress=False)
+    with distributed.LocalCluster(n_workers=2, processes=False, threads_per_worker=1, dashboard_address=None) as cluster, \
+            distributed.Client(cluster) as client:
+        records = run_sweep(grid, tmp_path / "dask.jsonl", executor=client.get_executor(), progress=False)
+    assert by_cell(records) == pytest.approx(by_cell(local), rel=1e-12)
+    assert [r["status"] for r in records if r["method"] == "cpsat"] == ["OPTIMAL"] * 4
