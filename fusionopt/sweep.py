@@ -744,6 +744,8 @@ def _solve_on(executor: Any, pending: list[Cell], time_limit: float | None) -> I
         for future in running:
             future.cancel()
     if lost:
+        position = {cell: k for k, cell in enumerate(pending)}
+        lost.sort(key=position.__getitem__)         # named in the sweep's order, whatever finished first
         shown = ", ".join(cell.label for cell in lost[:3]) + (f" and {len(lost) - 3} more" if len(lost) > 3 else "")
         raise RuntimeError(f"{len(lost)} cell(s) were lost with their task ({shown}; {reason}); the records "
                            "written so far are kept: run the same sweep again to solve them")
