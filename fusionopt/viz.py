@@ -890,8 +890,8 @@ def _plot_sweep(records, *, metric, model, network, ax, title, managed, log_y=Fa
                    bbox_to_anchor=(0.5, note / fig.get_figheight()))
         legend_height = 0.1 + 0.22 * math.ceil(len(names) / ncol) + note
         fig.suptitle(title or _METRIC_LABELS[metric][1], fontsize=11)
-        # The panels stay below the title (0.45 in) and above the legend.
-        fig.tight_layout(rect=(0, legend_height / fig.get_figheight(), 1, 1 - 0.45 / fig.get_figheight()))
+        # The panels stay below the title (0.3 in) and above the legend.
+        fig.tight_layout(rect=(0, legend_height / fig.get_figheight(), 1, 1 - 0.3 / fig.get_figheight()))
     else:
         ax.legend(handles, names, fontsize=8)
         if title:
