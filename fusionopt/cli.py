@@ -265,8 +265,9 @@ def _cmd_simulate(args: argparse.Namespace) -> None:
         "communication_end": timeline.communication_end,
         "busy": timeline.busy,
         "messages": [
-            {"start": s, "end": e, "bytes": int(b)}
-            for s, e, b in zip(timeline.message_start, timeline.message_end, timeline.message_bytes)
+            {"ready": r, "start": s, "end": e, "bytes": int(b)}
+            for r, s, e, b in zip(timeline.message_ready, timeline.message_start, timeline.message_end,
+                                  timeline.message_bytes)
         ],
     }
     if args.json:
@@ -276,6 +277,13 @@ def _cmd_simulate(args: argparse.Namespace) -> None:
     print(f"compute         {1e3 * timeline.compute_time:.6f} ms")
     print(f"exposed         {1e3 * timeline.exposed:.6f} ms")
     print(f"messages        {timeline.num_messages}")
+    # The timeline, message by message (ms from the start of the backward).
+    print(f"  {'k':>4}  {'bytes':>12}  {'ready ms':>10}  {'start ms':>10}  {'end ms':>10}")
+    shown = document["messages"][:20]
+    for k, m in enumerate(shown):
+        print(f"  {k:>4}  {m['bytes']:>12d}  {1e3 * m['ready']:>10.3f}  {1e3 * m['start']:>10.3f}  {1e3 * m['end']:>10.3f}")
+    if timeline.num_messages > len(shown):
+        print(f"  ... {timeline.num_messages - len(shown)} more messages (use --json for all)")
 
 
 ZOO_DEVICE, ZOO_BATCH = "h100", 64

@@ -211,6 +211,9 @@ def test_simulate_text_output(capsys, profile_path, tmp_path):
     assert "iteration time  17.000000 ms" in out
     assert "compute         9.000000 ms" in out
     assert "messages        2" in out
+    # The timeline, message by message: t3 ready at 1 ms, 1 -> 6; t2 + t1 ready at 6, 6 -> 14.
+    rows = [line.split() for line in out.splitlines()[-2:]]
+    assert rows == [["0", "2000000", "1.000", "1.000", "6.000"], ["1", "5000000", "6.000", "6.000", "14.000"]]
 
 
 def test_solve_output_round_trips_through_simulate(capsys, profile_path, tmp_path):
