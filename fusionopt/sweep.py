@@ -19,8 +19,9 @@ Records (:data:`FIELDS`; times in seconds):
 * ``compute_time``: ``B + F + U + W`` of the profile, one worker's iteration time without
   communication;
 * ``scaling_efficiency``: ``compute_time / iteration_time``;
-* ``speedup``: ``workers * compute_time / iteration_time``, throughput relative to one
-  worker;
+* ``throughput``: ``workers * compute_time / iteration_time``, the job's steps per unit
+  time in one worker's (``workers`` at perfect scaling; "speedup" is kept for a ratio of two
+  iteration times, as ``compare`` reports it; records of older sweeps call this ``speedup``);
 * ``lower_bound`` (or None), ``status``, ``messages`` (in the plan), ``solve_seconds``
   (wall time of the solve) and ``fusionopt_version``.
 
@@ -115,12 +116,12 @@ CELL_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(Cell))
 #: The keys of every record, in order (an ERROR record adds ``error``).
 FIELDS: tuple[str, ...] = CELL_FIELDS + (
     "time_limit",          # the solve's time limit, for the methods that take one (else None)
-    "iteration_time", "compute_time", "scaling_efficiency", "speedup", "lower_bound", "status",
+    "iteration_time", "compute_time", "scaling_efficiency", "throughput", "lower_bound", "status",
     "messages", "solve_seconds", "fusionopt_version",
 )
 _CSV_COLUMNS = FIELDS + ("error",)
 _INT_FIELDS = frozenset({"batch", "workers", "messages"})
-_FLOAT_FIELDS = frozenset({"time_limit", "iteration_time", "compute_time", "scaling_efficiency", "speedup", "lower_bound",
+_FLOAT_FIELDS = frozenset({"time_limit", "iteration_time", "compute_time", "scaling_efficiency", "throughput", "lower_bound",
                            "solve_seconds"})
 _FORMATS = {".jsonl": "jsonl", ".csv": "csv"}
 
@@ -264,7 +265,7 @@ def run_cell(cell: Cell, *, time_limit: float | None = None, search_workers: int
     >>> record = run_cell(Cell("alexnet", "h100", 64, "10gbe", "ring", 8, "barrier", "single"))
     >>> record["messages"], record["status"], round(record["iteration_time"], 6)
     (1, 'FEASIBLE', 0.343208)
-    >>> record["speedup"] == 8 * record["compute_time"] / record["iteration_time"]
+    >>> record["throughput"] == 8 * record["compute_time"] / record["iteration_time"]
     True
     >>> run_cell(Cell("alexnet", "h100", 64, "10gbe", "ring", 8, "barrier", "p3"))["error"]
     "ValueError: p3 is for sync='layerwise' only ..."
@@ -294,7 +295,7 @@ def run_cell(cell: Cell, *, time_limit: float | None = None, search_workers: int
     record.update(
         iteration_time=float(result.iteration_time),
         scaling_efficiency=efficiency,
-        speedup=None if efficiency is None else cell.workers * efficiency,
+        throughput=None if efficiency is None else cell.workers * efficiency,
         lower_bound=None if result.lower_bound is None else float(result.lower_bound),
         status=str(result.status),
         messages=int(result.num_messages),
@@ -600,7 +601,7 @@ def run_sweep(
     >>> path = os.path.join(folder, "sweep.jsonl")
     >>> grid = cells(["resnet50"], [8, 64], ["10gbe", "100gb-ib"], ["dp"])
     >>> records = run_sweep(grid, path, jobs=2, progress=False)
-    >>> [(r["workers"], r["network"], round(r["speedup"], 2)) for r in records]   # vs one worker
+    >>> [(r["workers"], r["network"], round(r["throughput"], 2)) for r in records]   # in one worker's steps
     [(8, '10gbe', 0.22), (8, '100gb-ib', 2.03), (64, '10gbe', 1.52), (64, '100gb-ib', 14.15)]
     >>> with open(path) as handle:
     ...     len(handle.readlines())

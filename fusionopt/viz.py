@@ -36,7 +36,7 @@ __all__ = [
 ]
 
 IMAGE_FORMATS = ("png", "svg")
-SWEEP_METRICS = ("scaling_efficiency", "speedup", "iteration_time")
+SWEEP_METRICS = ("scaling_efficiency", "throughput", "iteration_time")
 
 # The compute stream, simulated again from the problem and plan, must agree with the
 # timeline drawn to this relative tolerance: the event-driven simulator that records it
@@ -285,7 +285,7 @@ def timeline_bars(source: Any, problem: Problem, *, plan: Plan | PSPlan | None =
 # ============================================================================ sweeps
 _METRIC_LABELS = {          # (axis label, figure title)
     "scaling_efficiency": ("scaling efficiency", "Scaling efficiency (B + F + U) / T against workers"),
-    "speedup": ("speedup over one worker", "Speedup over one worker, P (B + F + U) / T, against workers"),
+    "throughput": ("throughput (one-worker steps)", "Throughput in one worker's steps, P (B + F + U + W) / T, against workers"),
     "iteration_time": ("iteration time T (ms)", "Iteration time T against workers"),
 }
 _VARIANT_KEYS = ("device", "batch", "algorithm", "sync")
@@ -339,8 +339,8 @@ def sweep_series(records: Iterable[Mapping[str, Any]], metric: str = "scaling_ef
         Rows of a sweep (``fusionopt.sweep.read_results``), each with at least ``model``,
         ``network``, ``method``, ``workers``, ``status`` and the metric. Records with status
         ``"ERROR"`` carry no numbers and are skipped.
-    metric : {"scaling_efficiency", "speedup", "iteration_time"}
-        The value drawn: ``(B + F + U) / T`` (a fraction), the speedup over one worker
+    metric : {"scaling_efficiency", "throughput", "iteration_time"}
+        The value drawn: ``(B + F + U) / T`` (a fraction), the throughput in one worker's steps
         ``P (B + F + U) / T``, or ``T`` in seconds.
     model, network : str, optional
         Keep only the records of this model and network. Without them, the records must
@@ -391,7 +391,8 @@ def _series(records: list[Mapping[str, Any]], metric: str) -> dict[str, tuple[np
             label += " (" + ", ".join(f"{k} {r.get(k)}" for k in varying) + ")"
         try:
             workers = int(r["workers"])
-            value = float(r[metric])
+            # Records of older sweeps called the throughput "speedup".
+            value = float(r[metric] if metric != "throughput" or "throughput" in r else r["speedup"])
         except (KeyError, TypeError, ValueError):
             raise ValueError(f"sweep record of {r['method']!r} at {r['workers']!r} workers (status "
                              f"{r.get('status')!r}): {metric} is {r.get(metric)!r}, not a number") from None
@@ -757,8 +758,8 @@ def plot_sweep(records: Iterable[Mapping[str, Any]], *, metric: str = "scaling_e
     ----------
     records : iterable of dict
         Rows of a sweep (see :func:`sweep_series`).
-    metric : {"scaling_efficiency", "speedup", "iteration_time"}
-        The y axis: ``(B + F + U) / T``, the speedup over one worker ``P (B + F + U) / T``
+    metric : {"scaling_efficiency", "throughput", "iteration_time"}
+        The y axis: ``(B + F + U) / T``, the throughput in one worker's steps ``P (B + F + U) / T``
         (log scale, with the ideal ``P`` dotted), or ``T`` in ms.
     model, network : str, optional
         Keep only these.
@@ -769,7 +770,7 @@ def plot_sweep(records: Iterable[Mapping[str, Any]], *, metric: str = "scaling_e
         The figure's title; default names the metric.
     log_y : bool
         A logarithmic y axis in every panel, so that a network of small values is not
-        flattened by one of large values (the speedup's axis is always logarithmic).
+        flattened by one of large values (the throughput's axis is always logarithmic).
 
     Returns
     -------
@@ -811,7 +812,7 @@ def _plot_sweep(records, *, metric, model, network, ax, title, managed, log_y=Fa
                          "choose with model= and network=, or leave ax out for one panel each")
     models = list(dict.fromkeys(m for m, _ in panels))
     networks = list(dict.fromkeys(n for _, n in panels))
-    shared = metric != "iteration_time"          # fractions and speedups compare across panels; times do not
+    shared = metric != "iteration_time"          # fractions and throughputs compare across panels; times do not
     if ax is None:
         nrows, ncols = len(models), len(networks)
         fig = _new_figure((1.2 + 4.2 * ncols, 1.0 + 3.1 * nrows), managed=managed)
@@ -843,9 +844,9 @@ def _plot_sweep(records, *, metric, model, network, ax, title, managed, log_y=Fa
             panel_ax.plot(workers, values * scale, marker=markers[j % len(markers)], color=colors[j % len(colors)],
                           lw=1.4, ms=5, label=label)
             all_workers.update(workers.tolist())
-        if metric == "speedup" and all_workers:
+        if metric == "throughput" and all_workers:
             ideal = sorted(all_workers)
-            panel_ax.plot(ideal, ideal, color="gray", lw=0.8, ls=":", label="ideal (speedup = workers)")
+            panel_ax.plot(ideal, ideal, color="gray", lw=0.8, ls=":", label="ideal (throughput = workers)")
             panel_ax.set_yscale("log", base=2)
             panel_ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
         elif log_y:

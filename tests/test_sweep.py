@@ -123,7 +123,7 @@ def test_records_equal_a_direct_solve_and_their_definitions(tmp_path):
         compute = zoo.profile(cell.model).compute_time
         assert record["compute_time"] == compute
         assert record["scaling_efficiency"] == compute / result.iteration_time
-        assert record["speedup"] == cell.workers * compute / result.iteration_time
+        assert record["throughput"] == cell.workers * compute / result.iteration_time
         assert 0 < record["scaling_efficiency"] < 1
         assert record["fusionopt_version"] == fusionopt.__version__
         assert record["solve_seconds"] >= 0
@@ -144,7 +144,7 @@ def test_a_failing_cell_is_an_error_record_and_the_sweep_goes_on(tmp_path):
     brute, wfbp = run_sweep(grid, tmp_path / "sweep.jsonl", jobs=2, progress=False)
     assert brute["status"] == "ERROR"
     assert brute["error"].startswith("ValueError: brute force") and "62" in brute["error"]
-    assert brute["iteration_time"] is None and brute["messages"] is None and brute["speedup"] is None
+    assert brute["iteration_time"] is None and brute["messages"] is None and brute["throughput"] is None
     assert brute["compute_time"] == zoo.profile("resnet18").compute_time
     assert set(brute) == set(FIELDS) | {"error"}
     assert wfbp["status"] == "FEASIBLE" and "error" not in wfbp

@@ -215,7 +215,7 @@ def test_bars_refuse_a_timeline_without_its_plan_or_of_another_plan():
 def record(method, workers, value, *, model="resnet50", network="10gbe", status="FEASIBLE", **extra):
     r = {"model": model, "device": "h100", "batch": 64, "network": network, "algorithm": "ring",
          "workers": workers, "sync": "barrier", "method": method, "iteration_time": None,
-         "compute_time": 0.01, "scaling_efficiency": value, "speedup": None if value is None else workers * value,
+         "compute_time": 0.01, "scaling_efficiency": value, "throughput": None if value is None else workers * value,
          "lower_bound": None, "status": status, "messages": 3, "solve_seconds": 0.0}
     if value is not None:
         r["iteration_time"] = 0.01 / value
@@ -236,8 +236,11 @@ def test_sweep_series_sorts_workers_and_skips_error_records():
     assert series["dp"][1].tolist() == [0.8, 0.5, 0.4]
     assert series["wfbp"][0].tolist() == [4, 8]                  # the ERROR record at 16 is left out
     assert series["wfbp"][1].tolist() == [0.75, 0.25]
-    speedup = sweep_series(RECORDS, "speedup")
-    assert speedup["dp"][1].tolist() == [3.2, 4.0, 6.4]
+    throughput = sweep_series(RECORDS, "throughput")
+    assert throughput["dp"][1].tolist() == [3.2, 4.0, 6.4]
+    # A record of an older sweep names the throughput "speedup": it reads the same.
+    older = [{**{k: v for k, v in r.items() if k != "throughput"}, "speedup": r["throughput"]} for r in RECORDS]
+    assert sweep_series(older, "throughput")["dp"][1].tolist() == [3.2, 4.0, 6.4]
     times = sweep_series(RECORDS, "iteration_time")
     assert times["wfbp"][1].tolist() == [0.01 / 0.75, 0.01 / 0.25]
 
@@ -261,8 +264,8 @@ def test_sweep_series_labels_settings_that_differ_and_refuses_duplicates():
                               "wfbp (algorithm tree)"]
     with pytest.raises(ValueError, match="two sweep records of 'dp' at 4 workers"):
         sweep_series(RECORDS + [record("dp", 4, 0.1)])
-    with pytest.raises(ValueError, match="unknown metric 'throughput'"):
-        sweep_series(RECORDS, "throughput")
+    with pytest.raises(ValueError, match="unknown metric 'speedup'"):
+        sweep_series(RECORDS, "speedup")             # "speedup" is a ratio of two times, not a sweep metric
     with pytest.raises(ValueError, match="scaling_efficiency is None, not a number"):
         sweep_series([record("dp", 4, None, status="FEASIBLE")])
 
@@ -409,7 +412,7 @@ def test_plot_sweep_small_multiples_or_one_axes(plt):
 def test_save_sweep_png_and_svg(plt, tmp_path):
     from fusionopt.viz import save_sweep
 
-    assert save_sweep(RECORDS, [tmp_path / "s.png", tmp_path / "s.svg"], metric="speedup") == [
+    assert save_sweep(RECORDS, [tmp_path / "s.png", tmp_path / "s.svg"], metric="throughput") == [
         str(tmp_path / "s.png"), str(tmp_path / "s.svg")]
     assert (tmp_path / "s.png").read_bytes()[:8] == PNG_SIGNATURE
     assert ET.parse(tmp_path / "s.svg").getroot().tag.endswith("svg")
@@ -492,18 +495,18 @@ def test_cli_plot_sweep_reads_results(plt, capsys, tmp_path):
     sweep.run_sweep(sweep.cells(["alexnet"], [4, 8], ["10gbe"], ["wfbp", "dp"]), results, jobs=1, progress=False)
     records = sweep.read_results(results)
     png, svg = tmp_path / "s.png", tmp_path / "s.svg"
-    status, out, err = run(capsys, "plot", "sweep", results, "--metric", "speedup", "--output", png, "--output", svg)
+    status, out, err = run(capsys, "plot", "sweep", results, "--metric", "throughput", "--output", png, "--output", svg)
     assert (status, err) == (0, "")
     assert out.splitlines() == [f"wrote {png}", f"wrote {svg}"]
     assert png.read_bytes().startswith(PNG_SIGNATURE)
     assert ET.parse(svg).getroot().tag.endswith("svg")
-    series = sweep_series(records, "speedup")
+    series = sweep_series(records, "throughput")
     assert sorted(series) == ["dp", "wfbp"]
     assert series["dp"][0].tolist() == [4, 8]
 
     # An ERROR record (written by hand, as a sweep writes one) is skipped with a note.
     error = dict(records[0], workers=16, status="ERROR", iteration_time=None, scaling_efficiency=None,
-                 speedup=None, lower_bound=None, messages=None, error="ValueError: example")
+                 throughput=None, lower_bound=None, messages=None, error="ValueError: example")
     with results.open("a") as handle:
         handle.write(json.dumps(error) + "\n")
     status, out, _ = run(capsys, "plot", "sweep", results, "--output", png)
