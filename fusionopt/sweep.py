@@ -407,10 +407,10 @@ def _scan(path: Path, fmt: str) -> _Scan:
     if fmt == "csv" and complete:
         found = complete[0].decode("utf-8", errors="replace")
         if found != ",".join(_CSV_COLUMNS):
-            older = ",".join(c for c in _CSV_COLUMNS if c != "time_limit")
+            older = ",".join("speedup" if c == "throughput" else c for c in _CSV_COLUMNS if c != "time_limit")
             if found == older:
-                raise ValueError(f"{path}: a sweep CSV file of an older fusionopt (no time_limit column): "
-                                 "write this sweep to a new file")
+                raise ValueError(f"{path}: a sweep CSV file of an older fusionopt (no time_limit column, "
+                                 "'speedup' for throughput): write this sweep to a new file")
             raise ValueError(f"{path}: not a sweep CSV file: its header is {found[:80]!r}, "
                              f"expected {','.join(_CSV_COLUMNS)!r}")
         scan.header = complete[0] + b"\n"

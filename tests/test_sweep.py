@@ -482,3 +482,13 @@ def test_a_sweep_with_failed_cells_exits_non_zero(tmp_path, capsys):
     out = capsys.readouterr().out
     assert status == 1 and "1 error(s)" in out and "ERROR resnet18 8 10gbe brute" in out
     assert [r["status"] for r in read_results(path)] == ["FEASIBLE", "ERROR"]
+
+
+def test_an_older_sweep_csv_is_refused_with_one_line(tmp_path):
+    old = [c for c in sweep._CSV_COLUMNS if c != "time_limit"]
+    old[old.index("throughput")] = "speedup"
+    path = tmp_path / "old.csv"
+    path.write_text(",".join(old) + "\n")
+    with pytest.raises(ValueError, match=r"old.csv: a sweep CSV file of an older fusionopt \(no time_limit column"):
+        run_sweep(cells(["alexnet"], [8], ["10gbe"], ["wfbp"]), path, jobs=1, progress=False)
+    assert path.read_text() == ",".join(old) + "\n"
