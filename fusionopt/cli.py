@@ -12,6 +12,7 @@ import os
 import re
 import warnings
 import sys
+import threading
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -229,12 +230,35 @@ def _json_output(path: str | None, what: str) -> None:
         raise UsageError(f"--output {path}: {what} is written as JSON: give a .json file name")
 
 
+@contextlib.contextmanager
+def _announce_search(method: str, options: Mapping[str, Any]):
+    """A line on stderr when a solve is still running after a second: how long it may take."""
+    from fusionopt.solvers.registry import get_method
+
+    try:
+        limit = options.get("time_limit", get_method(method).options.get("time_limit"))
+    except ValueError:
+        limit = None
+    bound = f"up to {limit:g} s in all (--option time_limit=S to change)" if isinstance(limit, (int, float)) \
+        else "no time limit"
+    timer = threading.Timer(1.0, lambda: print(f"fusionopt: {method}: still searching, {bound}",
+                                                 file=sys.stderr, flush=True))
+    timer.daemon = True
+    timer.start()
+    try:
+        yield
+    finally:
+        timer.cancel()
+
+
 def _cmd_solve(args: argparse.Namespace) -> None:
     _refuse_writing_over(args.output, args, "profile", "cost")
     _json_output(args.output, "the plan")
     profile = _read_profile(args.profile)
     problem = _problem(profile, args)
-    result = solve(problem, args.method, **_parse_options(args.option))
+    options = _parse_options(args.option)
+    with _announce_search(args.method, options):
+        result = solve(problem, args.method, **options)
     if args.output:
         result.plan.write(args.output)
     if args.json:
@@ -630,6 +654,11 @@ def _cmd_calibrate(args: argparse.Namespace) -> None:
     from fusionopt.executor import calibrate
 
     _json_output(args.output, "the cost")
+    from fusionopt.executor.calibrate import default_sizes
+
+    count = len(default_sizes(args.min_bytes, args.max_bytes))
+    print(f"fusionopt calibrate: timing {count} message sizes on {args.backend} with {args.ranks} ranks, "
+          f"about {count * 0.2 * 2:.0f} s", file=sys.stderr, flush=True)
     try:
         result = calibrate(args.backend, ranks=args.ranks, min_bytes=args.min_bytes, max_bytes=args.max_bytes,
                            iterations=args.iterations, timeout=args.timeout)
