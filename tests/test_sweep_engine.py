@@ -67,3 +67,43 @@ def test_a_local_dask_cluster_runs_a_sweep(tmp_path):
         records = run_sweep(grid, tmp_path / "dask.jsonl", executor=client.get_executor(), progress=False)
     assert by_cell(records) == pytest.approx(by_cell(local), rel=1e-12)
     assert [r["status"] for r in records if r["method"] == "cpsat"] == ["OPTIMAL"] * 4
+
+
+def test_a_dask_worker_killed_mid_sweep_loses_nothing(tmp_path):
+    # Two worker processes; one is killed once the first records are in. Dask moves its
+    # tasks to the other worker (or the sweep names them for the rerun): either way the file
+    # stays whole and, after at most one rerun, holds every cell once.
+    import os
+    import signal
+    import threading
+    import time
+
+    distributed = pytest.importorskip("distributed")
+    path = tmp_path / "sweep.jsonl"
+    grid = cells(["alexnet", "resnet18", "vgg16"], [8, 64], ["10gbe", "100gb-ib"], ["wfbp", "dp", "gradssa"])
+    with distributed.LocalCluster(n_workers=2, processes=True, threads_per_worker=1, dashboard_address=None) as cluster, \
+            distributed.Client(cluster) as client:
+        pids = list(client.run(os.getpid).values())
+
+        moments = {}
+
+        def kill_one():
+            while not path.exists() or not path.read_text().strip():
+                time.sleep(0.05)
+            os.kill(pids[0], signal.SIGKILL)
+            moments["killed"] = time.perf_counter()
+
+        killer = threading.Thread(target=kill_one, daemon=True)
+        killer.start()
+        try:
+            run_sweep(grid, path, executor=client.get_executor(), time_limit=0.3, progress=False)
+        except RuntimeError as exc:
+            assert "were lost with their task" in str(exc)
+        moments["ended"] = time.perf_counter()
+        killer.join(timeout=30)
+        assert moments["killed"] < moments["ended"]                                   # killed mid-sweep
+        assert all(json.loads(line) for line in path.read_text().splitlines())      # the file is whole
+        records = run_sweep(grid, path, executor=client.get_executor(), time_limit=0.3, progress=False)
+    assert len(records) == len(grid)
+    assert sorted(by_cell(read_results(path))) == sorted(set(by_cell(read_results(path))))   # each cell once
+    assert len(read_results(path)) == len(grid)
