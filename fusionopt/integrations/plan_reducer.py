@@ -49,7 +49,7 @@ import time
 from datetime import timedelta
 from typing import Any, Callable
 
-from fusionopt.integrations.torch import require_torch
+from fusionopt.integrations._torch_import import require_torch
 from fusionopt.model.cost import CommCost
 from fusionopt.model.plan import Plan
 from fusionopt.model.profile import Profile

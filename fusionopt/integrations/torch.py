@@ -64,20 +64,9 @@ from typing import Any, Callable, Mapping
 import numpy as np
 
 from fusionopt.integrations import _attribution
+from fusionopt.integrations._torch_import import TORCH_EXTRA, require_torch  # noqa: F401 - re-exported
 from fusionopt.model.profile import STEP_PARTS, Profile
 
-TORCH_EXTRA = "pip install 'fusionopt[torch]'"
-
-
-def require_torch() -> Any:
-    """Import and return ``torch`` (2.1 or later), or raise ``ImportError`` naming the extra."""
-    try:
-        import torch
-    except ImportError:
-        raise ImportError(f"measuring a PyTorch model needs PyTorch: {TORCH_EXTRA}") from None
-    if not hasattr(torch.Tensor, "register_post_accumulate_grad_hook"):
-        raise ImportError(f"measuring a PyTorch model needs torch >= 2.1, found {torch.__version__}: {TORCH_EXTRA}")
-    return torch
 
 
 def _count(label: str, value: Any, minimum: int) -> int:
