@@ -84,7 +84,8 @@ def record(folder: Path) -> list[tuple[str, Path]]:
     from fusionopt.integrations.ddp_record import record_ddp_traces
 
     jobs = []
-    for name, model, batch, schedule, cap in JOBS:
+    for k, (name, model, batch, schedule, cap) in enumerate(JOBS, start=1):
+        print(f"recording job {k}/{len(JOBS)}: {name}", file=sys.stderr, flush=True)
         record_ddp_traces(folder / name, model, batch=batch, schedule=schedule, steps=STEPS, bucket_cap_mb=cap)
         jobs.append((name, folder / name))
     return jobs
@@ -142,7 +143,18 @@ def main(argv: list[str] | None = None) -> int:
             jobs = record(root)
             source = (f"2-rank gloo DDP on this host's CPU, {STEPS} steps per job (2 not recorded with a "
                       "schedule), SGD with momentum, 1 thread per rank")
-        results = [row(name, predict_traced_step(folder)) for name, folder in jobs]
+        results = []
+        try:
+            for k, (name, folder) in enumerate(jobs, start=1):
+                results.append(row(name, predict_traced_step(folder)))
+                r = results[-1]
+                print(f"job {k}/{len(jobs)} {name}: measured {1e3 * r['measured']:.3f} ms, predicted "
+                      f"{1e3 * r['predicted']:.3f} ms ({100 * r['error']:+.1f}%)", file=sys.stderr, flush=True)
+        except KeyboardInterrupt:
+            if not results:
+                raise
+            source += f"; interrupted after {len(results)} of {len(jobs)} jobs"
+            print(f"interrupted: writing the {len(results)} job(s) done", file=sys.stderr)
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

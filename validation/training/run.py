@@ -157,6 +157,9 @@ def _rank(rank: int, port: int, out: str, args: dict[str, Any]) -> None:
                     reducer.flush()
                 row["plans"][plan_name] = {"sync": sync, "messages": plan.num_messages, "predicted": predicted,
                                            "measured": seconds, "plan": plan_doc}
+                if rank == 0:
+                    print(f"{name} {plan_name}: predicted {1e3 * predicted:.2f} ms, measured {1e3 * seconds:.2f} ms",
+                          file=sys.stderr, flush=True)
             # Real DDP, its default layout, its buckets held on one emulated link by a comm hook:
             # a bucket holds the link for c(S) from when it is posted or the link frees, the
             # later (gloo runs two buckets at once; one link carries one at a time).
