@@ -20,7 +20,7 @@ library versions); the recording is seeded, the timings are not reproducible to 
 Writes ``validation/results/traces-cpu.{json,md}`` (``--out`` to choose the folder).
 
     python validation/traces/run.py                      # record and check the jobs below
-    python validation/traces/run.py --traces DIR --out /tmp/check
+    python validation/traces/run.py --traces DIR --out OUT_FOLDER
 """
 
 from __future__ import annotations
