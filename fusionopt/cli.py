@@ -482,16 +482,9 @@ def _read_parameters(path: str) -> Profile | list[tuple[str, int]]:
         header = [h.strip() for h in rows[0][1]] if rows else []
         if "forward_s" in header or "backward_s" in header:
             return Profile.read_csv(path, name=Path(path).stem)
-        if "name" not in header or "size_bytes" not in header:
-            raise UsageError(f"{path}: a parameter list needs 'name' and 'size_bytes' columns, "
-                             f"got {', '.join(header) or 'no header'}")
-        at, pairs = (header.index("name"), header.index("size_bytes")), []
-        for line, row in rows[1:]:
-            try:
-                pairs.append((row[at[0]].strip(), int(row[at[1]])))
-            except (IndexError, ValueError):
-                raise UsageError(f"{path}: line {line}: size_bytes must be a whole number of bytes") from None
-        return pairs
+        from fusionopt.integrations.kineto import read_parameter_csv
+
+        return read_parameter_csv(path)
     document = read_json_document(path)
     if isinstance(document, Mapping) and "tensors" in document:
         return Profile.read(path)

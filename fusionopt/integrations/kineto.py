@@ -90,7 +90,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from fusionopt.integrations import _attribution
-from fusionopt.model._io import read_json_document
+from fusionopt.model._io import read_csv_rows, read_json_document
 from fusionopt.model.profile import DTYPE_BYTES, STEP_PARTS, Profile
 
 ACCUMULATE_GRAD = "torch::autograd::AccumulateGrad"
@@ -770,6 +770,24 @@ def profile_from_trace(
     rank = {i: k for k, i in enumerate(first_positions)}
     ready_times = profile.ready_times
     return profile.with_orders(ready_order=sorted(range(n), key=lambda i: (float(ready_times[i]), rank[i])))
+
+
+def read_parameter_csv(path: str | Path) -> list[tuple[str, int]]:
+    """A parameter list from a CSV file: a header with ``name`` and ``size_bytes`` columns
+    (in any order, other columns ignored), then one row per trainable parameter in forward
+    order; errors name the file and the line."""
+    rows = read_csv_rows(path)
+    header = [h.strip() for h in rows[0][1]] if rows else []
+    if "name" not in header or "size_bytes" not in header:
+        raise ValueError(f"{path}: a parameter list needs 'name' and 'size_bytes' columns, "
+                         f"got {', '.join(header) or 'no header'}")
+    at, pairs = (header.index("name"), header.index("size_bytes")), []
+    for line, row in rows[1:]:
+        try:
+            pairs.append((row[at[0]].strip(), int(row[at[1]])))
+        except (IndexError, ValueError):
+            raise ValueError(f"{path}: line {line}: size_bytes must be a whole number of bytes") from None
+    return pairs
 
 
 def parameters_from_trace(trace: Any) -> list[tuple[str, int]]:

@@ -41,6 +41,7 @@ run on a GPU here.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import math
@@ -250,7 +251,7 @@ class PlanReducer:
 
     def _pack(self, message: _Message) -> None:
         torch = self._torch
-        context = torch.cuda.stream(torch.cuda.current_stream(self._device)) if self._cuda else _nothing()
+        context = torch.cuda.stream(torch.cuda.current_stream(self._device)) if self._cuda else contextlib.nullcontext()
         with torch.no_grad(), context:
             for p, lo, hi, offset in message.pieces:
                 grad = self.params[p].grad
@@ -289,7 +290,7 @@ class PlanReducer:
                     if delay > 0:
                         time.sleep(delay)
                     start = time.perf_counter()
-                    context = torch.cuda.stream(self._stream) if self._cuda else _nothing()
+                    context = torch.cuda.stream(self._stream) if self._cuda else contextlib.nullcontext()
                     with context:
                         if self._cuda:
                             self._stream.wait_event(message.event)
@@ -416,14 +417,6 @@ class PlanReducer:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
-
-
-class _nothing:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: Any) -> None:
-        return None
 
 
 def _match_parameters(module: Any, profile: Profile) -> list[Any]:

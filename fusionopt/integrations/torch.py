@@ -65,6 +65,7 @@ import numpy as np
 
 from fusionopt.integrations import _attribution
 from fusionopt.integrations._torch_import import TORCH_EXTRA, require_torch  # noqa: F401 - re-exported
+from fusionopt.integrations.plan_reducer import PlanReducer  # noqa: F401 - reachable from here too
 from fusionopt.model.profile import STEP_PARTS, Profile
 
 
@@ -513,12 +514,3 @@ def profile_model(
     ready_times = profile.ready_times
     return profile.with_orders(ready_order=sorted(
         range(len(order)), key=lambda i: (float(ready_times[i]), hook_sequence[order[i]])))
-
-
-def __getattr__(name: str) -> Any:
-    # ``PlanReducer`` lives in its own module (which needs this one); reachable from here too.
-    if name == "PlanReducer":
-        from fusionopt.integrations.plan_reducer import PlanReducer
-
-        return PlanReducer
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

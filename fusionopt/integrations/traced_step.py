@@ -36,9 +36,8 @@ from typing import Any
 import numpy as np
 
 from fusionopt.integrations.collective_trace import collective_samples, fit_collective_cost, recorded_buckets
-from fusionopt.integrations.kineto import parameters_from_trace, profile_from_traces
+from fusionopt.integrations.kineto import parameters_from_trace, profile_from_traces, read_parameter_csv
 from fusionopt.model import Plan, Problem, Profile, simulate
-from fusionopt.model._io import read_csv_rows
 from fusionopt.model.cost import CommCost
 
 STATISTICS = ("mean", "median")
@@ -47,22 +46,12 @@ PARAMETERS_FILE = "parameters.csv"
 
 
 def folder_parameters(traces: Any) -> list[tuple[str, int]] | None:
-    """The parameter list in a job folder's ``parameters.csv`` (a header, then
-    ``name,size_bytes`` rows in forward order), or ``None`` when it has none."""
+    """The parameter list in a job folder's ``parameters.csv``
+    (:func:`~fusionopt.integrations.kineto.read_parameter_csv`), or ``None`` when it has none."""
     if not isinstance(traces, (str, Path)) or not Path(traces).is_dir():
         return None
     listing = Path(traces) / PARAMETERS_FILE
-    if not listing.exists():
-        return None
-    rows = read_csv_rows(listing)
-    if not rows or [c.strip() for c in rows[0][1]] != ["name", "size_bytes"]:
-        raise ValueError(f"{listing}: the first line must be the header name,size_bytes")
-    out = []
-    for line, cells in rows[1:]:
-        if len(cells) != 2 or not cells[1].strip().isdigit() or int(cells[1]) <= 0:
-            raise ValueError(f"{listing}: line {line}: expected a name and a positive whole number of bytes")
-        out.append((cells[0].strip(), int(cells[1])))
-    return out
+    return read_parameter_csv(listing) if listing.exists() else None
 
 
 @dataclass(frozen=True)

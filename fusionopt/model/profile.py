@@ -51,6 +51,7 @@ warns when it leaves step parts out)::
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import warnings
@@ -483,13 +484,7 @@ class Profile:
         unknown = sorted(set(parts) - set(STEP_PARTS))
         if unknown:
             raise ValueError(f"unknown step part {unknown[0]!r}: the parts are {', '.join(STEP_PARTS)}")
-        merged = {**self.step_parts, **parts}
-        return Profile(
-            names=self.names, sizes=self.sizes, forward=self.forward, backward=self.backward,
-            update=self.update, name=self.name, dtype_bytes=self.dtype_bytes, metadata=self.metadata,
-            ready_order=self.ready_order, registration_order=self.registration_order,
-            dtypes=self.dtypes, shapes=self.shapes, **merged,
-        )
+        return dataclasses.replace(self, **parts)
 
     def tail(self, count: int, name: str | None = None) -> "Profile":
         """The last ``count`` tensors in forward order (the first gradients the backward makes

@@ -73,6 +73,7 @@ from fusionopt.model.fusion import backward_arrays, time_bound_after_channel
 from fusionopt.model.fusion_dp import _check_caps
 from fusionopt.model.plan import Plan
 from fusionopt.model.problem import Problem
+from fusionopt.solvers.cpsat import _reference_cuts
 from fusionopt.solvers.result import Result, Status, finish
 
 # HiGHS's primal, dual and MIP feasibility tolerances on the scaled model, where they are
@@ -189,7 +190,7 @@ def milp(
             raise RuntimeError(f"milp: HiGHS ended without a plan, status {res.status}: {res.message}")
         # The time limit came before HiGHS's first incumbent: the best plan so far is the
         # fewest-messages plan within the caps (greedy, in ready order), with TIME_LIMIT.
-        plan = _fewest_messages_plan(profile, cap)
+        plan = Plan.from_cuts(profile, _reference_cuts(problem, cap, profile.n))   # greedy packing under cap
         if max_messages is not None and plan.num_messages > max_messages:
             return finish(problem, plan, "milp", started, status=Status.INFEASIBLE,
                           stats={"highs_status": int(res.status), "highs_message": str(res.message)})
@@ -229,20 +230,6 @@ def milp(
     status = Status.TIME_LIMIT if res.status == 1 else Status.FEASIBLE
     return finish(problem, plan, "milp", started, stats=stats, lower_bound=lower_bound,
                   status=status, tolerance=tolerance)
-
-
-def _fewest_messages_plan(profile: Any, cap: float) -> Plan:
-    """Whole tensors in ready order, each message filled up to ``cap`` bytes."""
-    cuts = np.zeros(profile.n - 1, dtype=bool)
-    held = 0
-    order = profile.backward_order
-    for k, i in enumerate(order):
-        size = int(profile.sizes[i])
-        if k and held + size > cap:
-            cuts[k - 1] = True
-            held = 0
-        held += size
-    return Plan.from_cuts(profile, cuts)
 
 
 def _check_options(time_limit: float, mip_rel_gap: float) -> tuple[float, float]:

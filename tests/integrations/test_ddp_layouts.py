@@ -6,13 +6,13 @@ rebuild (third step) that is the steady-state layout the ``ddp`` model claims.
 
 from __future__ import annotations
 
-import socket
-
 import pytest
 
 torch = pytest.importorskip("torch")
 dist = pytest.importorskip("torch.distributed")
 nn = torch.nn
+
+from dist_helpers import one_rank_group  # noqa: E402
 
 from fusionopt.cost import AlphaBeta  # noqa: E402
 from fusionopt.integrations.ddp_layout import ddp_bucket_layout  # noqa: E402
@@ -28,12 +28,8 @@ if not dist.is_available():
 
 @pytest.fixture(scope="module", autouse=True)
 def process_group():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
-    yield
-    dist.destroy_process_group()
+    with one_rank_group():
+        yield
 
 
 class Mixed(nn.Module):

@@ -4,11 +4,12 @@ gradients are checked against real DistributedDataParallel's after every step.""
 from __future__ import annotations
 
 import json
-import socket
 
 import pytest
 
 torch = pytest.importorskip("torch")
+
+from dist_helpers import free_port, one_rank_group  # noqa: E402
 
 from fusionopt.integrations.plan_reducer import PlanReducer  # noqa: E402
 from fusionopt.model import Chunk, Message, Plan, Profile  # noqa: E402
@@ -158,10 +159,7 @@ def reports(tmp_path_factory):
     import torch.multiprocessing as mp
 
     out = tmp_path_factory.mktemp("reducer")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    mp.spawn(_worker, args=(port, str(out)), nprocs=2, join=True)
+    mp.spawn(_worker, args=(free_port(), str(out)), nprocs=2, join=True)
     return [json.loads((out / f"rank{r}.json").read_text()) for r in (0, 1)]
 
 
@@ -207,14 +205,8 @@ def test_refusals_before_any_collective():
 
 @pytest.fixture()
 def one_rank():
-    import torch.distributed as dist
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
-    yield
-    dist.destroy_process_group()
+    with one_rank_group():
+        yield
 
 
 def test_bad_arguments_are_named(one_rank):

@@ -47,7 +47,8 @@ def test_parameters_come_from_the_folder_or_the_trace(tmp_path):
     (job / "parameters.csv").write_text("name,size_bytes\n" + "".join(f"{n},{s}\n" for n, s in PARAMS))
     assert folder_parameters(job) == PARAMS and predict_traced_step(job).profile.names == tuple(n for n, _ in PARAMS)
     (job / "parameters.csv").write_text("name,bytes\nfc1.weight,4096\n")
-    with pytest.raises(ValueError, match=r"parameters.csv: the first line must be the header name,size_bytes"):
+    with pytest.raises(ValueError, match=r"parameters.csv: a parameter list needs 'name' and 'size_bytes' columns, "
+                                         r"got name, bytes"):
         predict_traced_step(job)
     (job / "parameters.csv").unlink()
     with pytest.raises(ValueError, match="unknown statistic 'mode'"):

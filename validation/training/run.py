@@ -31,6 +31,7 @@ this host: they vary from run to run.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
 import itertools
 import json
@@ -62,12 +63,7 @@ def layerwise_profile(profile: Profile) -> Profile:
     """The profile with its update lump spread over the tensors by size (layerwise sync
     updates tensor by tensor and takes no lump); the other parts kept."""
     share = profile.sizes / profile.sizes.sum()
-    return Profile.from_arrays(profile.sizes, profile.forward, profile.backward, profile.names,
-                               update=profile.update + profile.update_lump * share, name=profile.name,
-                               dtype_bytes=profile.dtype_bytes, metadata=profile.metadata,
-                               ready_order=profile.ready_order, registration_order=profile.registration_order,
-                               dtypes=profile.dtypes, shapes=profile.shapes, post_backward=profile.post_backward,
-                               host_overhead=profile.host_overhead)
+    return dataclasses.replace(profile, update=profile.update + profile.update_lump * share, update_lump=0.0)
 
 
 def solve_plans(profile: Profile, cost: Any) -> dict[str, tuple[str, Plan, float]]:
