@@ -103,3 +103,94 @@ def command_line(script: str, argv: Sequence[str], out: str) -> str:
 def _relative(out: str) -> str:
     rel = os.path.relpath(os.path.abspath(out), os.getcwd())
     return rel if not rel.startswith("..") and not os.path.isabs(rel) else "<output folder>"
+
+
+class Progress:
+    """A line on stderr per finished step of a long script, with the time so far and an
+    estimate of the rest of the stage; and, when the user interrupts (Ctrl-C), the lines so far
+    written to ``log`` (atomically) instead of a traceback, leaving the full result files as they
+    were. Use it around the whole run and return :attr:`exit_code`::
+
+        with Progress(out / "RESULTS.interrupted.md") as progress:
+            progress.stage("the grid", total=len(cells))
+            for cell in cells:
+                ...
+                progress.step(f"{cell}: T = ...")
+            write_result(...)
+        return progress.exit_code
+
+    The estimate assumes the stage's remaining steps take as long as its finished ones did on
+    average (``clock`` returns seconds; a test passes its own).
+
+    >>> ticks = iter([0.0, 0.0, 2.0])
+    >>> import io as _io; err = _io.StringIO()
+    >>> with Progress(None, clock=lambda: next(ticks), stream=err) as p:
+    ...     p.stage("grid", total=3)
+    ...     p.step("a")
+    >>> err.getvalue()
+    'grid 1/3, 2 s, about 4 s left: a\\n'
+    """
+
+    def __init__(self, log: str | os.PathLike | None, *, clock: Any = None, stream: Any = None):
+        import time
+        self.log = None if log is None else os.fspath(log)
+        self._clock = clock or time.perf_counter
+        self._stream = stream
+        self.lines: list[str] = []
+        self.interrupted = False
+        self._stage, self._total, self._done = "", None, 0
+
+    def __enter__(self) -> "Progress":
+        self._started = self._stage_started = self._clock()
+        return self
+
+    def stage(self, name: str, total: int | None = None) -> None:
+        """Begin a stage of ``total`` steps (None: not known beforehand)."""
+        self._stage, self._total, self._done = name, total, 0
+        self._stage_started = self._clock()
+        self.lines.append(f"## {name}")
+
+    def step(self, line: str) -> None:
+        """One step of the stage is done: print ``line`` with the stage's count and times."""
+        self._done += 1
+        now = self._clock()
+        count = f"{self._done}/{self._total}" if self._total else f"{self._done}"
+        where = f"{self._stage} {count}, {now - self._started:.0f} s" if self._stage else f"{now - self._started:.0f} s"
+        if self._total and self._done < self._total:
+            left = (now - self._stage_started) / self._done * (self._total - self._done)
+            where += f", about {left:.0f} s left"
+        self.lines.append(line)
+        print(f"{where}: {line}", file=self._stream or sys.stderr, flush=True)
+
+    @property
+    def exit_code(self) -> int:
+        """0, or 130 (the shell's code for Ctrl-C) when the run was interrupted."""
+        return 130 if self.interrupted else 0
+
+    def __exit__(self, kind: Any, exc: Any, tb: Any) -> bool:
+        if kind is not KeyboardInterrupt:
+            return False
+        self.interrupted = True
+        stream = self._stream or sys.stderr
+        elapsed = self._clock() - self._started
+        if self.log is None or not any(not line.startswith("## ") for line in self.lines):
+            print(f"interrupted after {elapsed:.0f} s, nothing finished: nothing written", file=stream)
+            return True
+        where = f" during {self._stage} ({self._done} of {self._total or '?'} steps done)" if self._stage else ""
+        text = "\n".join([f"# Interrupted after {elapsed:.0f} s{where}", "",
+                          "The steps finished before the interruption, as the run printed them. The full "
+                          "result files were left as they were.", "", *self.lines, ""])
+        write_text_atomic(self.log, text, make_folder=True)
+        print(f"interrupted after {elapsed:.0f} s: the finished steps are in {self.log}", file=stream)
+        return True
+
+
+def interrupted_path(result: str | os.PathLike) -> str:
+    """Where :class:`Progress` writes an interrupted run's lines: beside ``result``, as
+    ``STEM.interrupted.md``.
+
+    >>> interrupted_path("validation/results/ps.md")
+    'validation/results/ps.interrupted.md'
+    """
+    head, name = os.path.split(os.fspath(result))
+    return os.path.join(head, name.split(".")[0] + ".interrupted.md")

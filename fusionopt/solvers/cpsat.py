@@ -188,6 +188,7 @@ from fusionopt.model.problem import Problem
 from fusionopt.model.profile import Profile
 from fusionopt.model.timeline import simulate
 from fusionopt.solvers.result import Result, Status, finish
+from fusionopt.solvers.cpsat_search import check_deterministic_time, set_search
 
 # Relative precision of the automatic time quantum: rounding_bound <= QUANTUM_PRECISION * E_ub.
 QUANTUM_PRECISION = 1e-7
@@ -214,6 +215,7 @@ def cpsat(
     random_seed: int = 0,
     unit_parameters: int | None = None,
     max_units: int = 40,
+    deterministic_time: float | None = None,
 ) -> Result:
     """The optimal fusion plan by the CP-SAT arc (shortest-path) model of the module docstring.
 
@@ -257,6 +259,13 @@ def cpsat(
         Most messages allowed.
     random_seed : int
         CP-SAT's random seed.
+    deterministic_time : float, optional
+        A limit on CP-SAT's work, in its deterministic time units (close to seconds on a
+        typical core), beside ``time_limit``: a seeded search stopped by it stops at the same
+        point on every machine, with several workers too (they are then interleaved; see
+        :mod:`fusionopt.solvers.cpsat_search`). Use it, with a ``time_limit`` far out of the
+        way, for results that must reproduce exactly; ``stats["deterministic_time"]`` is the
+        work spent.
     unit_parameters : int, optional
         Optimise over **partition plans** instead (:mod:`fusionopt.solvers.cpsat_partition`):
         tensors cut into units of this many parameters, messages of consecutive units in any
@@ -334,6 +343,7 @@ def cpsat(
             f"{problem.channels}: use method='brute' (n <= 14) or a metaheuristic ('gradssa')"
         )
     time_limit = _positive_seconds("time_limit", time_limit)
+    deterministic_time = check_deterministic_time(deterministic_time)
     if isinstance(workers, bool) or not isinstance(workers, (int, np.integer)) or workers < 1:
         raise ValueError(f"workers must be an integer >= 1, got {workers!r}")
     if time_quantum is not None:
@@ -352,7 +362,7 @@ def cpsat(
                                time_limit=time_limit, workers=int(workers), hint=hint,
                                time_quantum=time_quantum, max_message_bytes=max_message_bytes,
                                max_messages=max_messages, random_seed=int(random_seed),
-                               max_units=max_units)
+                               max_units=max_units, deterministic_time=deterministic_time)
     cap, limit = _check_caps(problem, max_message_bytes, max_messages)
 
     profile = problem.profile
@@ -369,7 +379,7 @@ def cpsat(
         return cpsat_channels(problem, started=started, time_limit=time_limit, workers=int(workers),
                               hint_plan=hint_plan, hint_label=hint_label, hint_used=hint_used,
                               reference=reference, cap=cap, limit=limit, time_quantum=time_quantum,
-                              random_seed=int(random_seed))
+                              random_seed=int(random_seed), deterministic_time=deterministic_time)
     # The plan that sets the quantum and the horizon: a feasible one, so the model is too.
     anchor = hint_plan if hint_used else reference
 
@@ -501,9 +511,8 @@ def cpsat(
         return unbuilt()
     solver = cp_model.CpSolver()
     # What is left of the limit once the model is built (the search gets at least 10 ms).
-    solver.parameters.max_time_in_seconds = max(deadline - time.perf_counter(), 0.01)
-    solver.parameters.num_workers = int(workers)
-    solver.parameters.random_seed = int(random_seed)
+    set_search(solver, seconds=max(deadline - time.perf_counter(), 0.01), workers=workers,
+               random_seed=random_seed, deterministic_time=deterministic_time)
     # Presolve probing derives millions of clauses from the arc model's implications and
     # can use the whole time limit before the search starts (n >= 60); without it CP-SAT
     # proves optimality sooner on every instance we tried.
@@ -545,12 +554,13 @@ def cpsat(
         "iteration_time_bound": time_bound,
         "arcs": len(arcs),
         "wall_time": solver.wall_time,
+        "deterministic_time": solver.deterministic_time,
         "hint": hint_label,
         "hint_used": hint_used,
         "plan_source": source,
         "extensions": problem.extensions,
     }
-    # FEASIBLE or UNKNOWN: the time limit is the only limit set, so it stopped the search.
+    # FEASIBLE or UNKNOWN: a limit (time or work) stopped the search.
     status = Status.FEASIBLE if outcome == cp_model.OPTIMAL else Status.TIME_LIMIT
     return finish(problem, plan, "cpsat", started, stats=stats, lower_bound=time_bound,
                   status=status, tolerance=rounding_bound)

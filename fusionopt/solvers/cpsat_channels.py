@@ -85,6 +85,7 @@ from fusionopt.model.problem import Problem
 from fusionopt.model.sharing import channel_schedule, message_phases
 from fusionopt.model.bounds import _tails
 from fusionopt.solvers.cpsat import MAX_INTEGER_TIME, _arc_positions, _automatic_quantum, _path, add_path_constraints
+from fusionopt.solvers.cpsat_search import set_search
 from fusionopt.solvers.result import Result, Status, finish
 
 class ChannelRelaxation:
@@ -266,7 +267,7 @@ class ChannelRelaxation:
 def cpsat_channels(problem: Problem, *, started: float, time_limit: float, workers: int,
                    hint_plan: Plan | None, hint_label: str, hint_used: bool, reference: Plan,
                    cap: float, limit: int | None, time_quantum: float | None,
-                   random_seed: int) -> Result:
+                   random_seed: int, deterministic_time: float | None = None) -> Result:
     """The relaxation-and-cuts scheme of the module docstring (called by ``cpsat``)."""
     from ortools.sat.python import cp_model
 
@@ -298,10 +299,8 @@ def cpsat_channels(problem: Problem, *, started: float, time_limit: float, worke
             relaxation.add_cuts(path, evaluate(path, "reference"))
 
     solver = cp_model.CpSolver()
-    solver.parameters.num_workers = int(workers)
-    solver.parameters.random_seed = int(random_seed)
     solver.parameters.cp_model_probing_level = 0
-    lower, rounds, wall = -math.inf, 0, 0.0
+    lower, rounds, wall, work = -math.inf, 0, 0.0, 0.0
     status_name, objective = "UNKNOWN", None
     found: list[tuple[int, ...]] = []
 
@@ -313,15 +312,17 @@ def cpsat_channels(problem: Problem, *, started: float, time_limit: float, worke
     timed_out = False  # the time limit, not a proof or a spent relaxation, ended the search
     while True:
         left = deadline - time.perf_counter()
-        if left <= 0:
+        work_left = None if deterministic_time is None else deterministic_time - work
+        if left <= 0 or (work_left is not None and work_left <= 0):
             timed_out = True
             break
         rounds += 1
-        solver.parameters.max_time_in_seconds = left
+        set_search(solver, seconds=left, workers=workers, random_seed=random_seed, deterministic_time=work_left)
         relaxation.hint(best[1])
         found.clear()
         outcome = solver.solve(relaxation.model, Collector())
         wall += solver.wall_time
+        work += solver.deterministic_time
         status_name = solver.status_name(outcome)
         if outcome == cp_model.MODEL_INVALID:
             raise RuntimeError(f"cpsat: CP-SAT rejected the model: {relaxation.model.validate()}")
@@ -329,7 +330,7 @@ def cpsat_channels(problem: Problem, *, started: float, time_limit: float, worke
             # The first plan is in the model, so this cannot happen with valid cuts.
             raise AssertionError("cpsat: the channel relaxation lost every plan")
         if outcome not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-            timed_out = True    # UNKNOWN: the time limit is the only limit set
+            timed_out = True    # UNKNOWN: a limit (time or work) stopped it
             break
         objective = solver.objective_value * q
         if math.isfinite(solver.best_objective_bound):
@@ -356,6 +357,7 @@ def cpsat_channels(problem: Problem, *, started: float, time_limit: float, worke
         "rounds": rounds,
         "plans_simulated": len(simulated),
         "wall_time": wall,
+        "deterministic_time": work,
         "hint": hint_label,
         "hint_used": hint_used,
         "plan_source": best[2],

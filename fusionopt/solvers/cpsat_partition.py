@@ -51,6 +51,7 @@ from fusionopt.model.plan import Chunk, Message, Plan
 from fusionopt.model.problem import Problem
 from fusionopt.model.timeline import simulate
 from fusionopt.solvers.cpsat import MAX_INTEGER_TIME, _automatic_quantum, add_path_constraints
+from fusionopt.solvers.cpsat_search import set_search
 from fusionopt.solvers.result import Result, Status, finish
 
 DEFAULT_MAX_UNITS = 40
@@ -77,7 +78,8 @@ def unit_grid(problem: Problem, unit_parameters: Any) -> list[tuple[int, int, in
 
 def cpsat_partition(problem: Problem, *, started: float, unit_parameters: int, time_limit: float,
                     workers: int, hint: Any, time_quantum: float | None, max_message_bytes: float | None,
-                    max_messages: int | None, random_seed: int, max_units: int = DEFAULT_MAX_UNITS) -> Result:
+                    max_messages: int | None, random_seed: int, max_units: int = DEFAULT_MAX_UNITS,
+                    deterministic_time: float | None = None) -> Result:
     """``cpsat(problem, unit_parameters=...)``: the optimal plan on the unit grid (module docstring)."""
     from ortools.sat.python import cp_model
 
@@ -176,9 +178,8 @@ def cpsat_partition(problem: Problem, *, started: float, unit_parameters: int, t
                 model.add_hint(start, int(math.floor(hinted[key] / q)))
 
     solver = cp_model.CpSolver()
-    solver.parameters.max_time_in_seconds = time_limit
-    solver.parameters.num_workers = int(workers)
-    solver.parameters.random_seed = int(random_seed)
+    set_search(solver, seconds=time_limit, workers=workers, random_seed=random_seed,
+               deterministic_time=deterministic_time)
     outcome = solver.solve(model)
     status_name = solver.status_name(outcome)
     if outcome == cp_model.MODEL_INVALID:
@@ -211,6 +212,7 @@ def cpsat_partition(problem: Problem, *, started: float, unit_parameters: int, t
         "bound": bound,
         "iteration_time_bound": bound,
         "wall_time": solver.wall_time,
+        "deterministic_time": solver.deterministic_time,
         "hint": hint_label,
         "hint_used": hint_plan is not None,
         "plan_source": source,

@@ -95,6 +95,7 @@ def milp(
     mip_rel_gap: float = 1e-9,
     max_message_bytes: float | None = None,
     max_messages: int | None = None,
+    node_limit: int | None = None,
 ) -> Result:
     """The optimal fusion plan by a mixed-integer linear programme over the cut vector.
 
@@ -114,6 +115,11 @@ def milp(
         Largest message in bytes; a tensor larger than it is infeasible (``ValueError``).
     max_messages : int, optional
         Most messages allowed.
+    node_limit : int, optional
+        Most branch-and-bound nodes HiGHS may explore, beside ``time_limit``: HiGHS's search
+        is deterministic, so a solve stopped by it stops at the same point on every machine.
+        Use it, with a ``time_limit`` far out of the way, for results that must reproduce
+        exactly; a solve it stops has status ``TIME_LIMIT``, as for the time limit.
 
     Returns
     -------
@@ -154,6 +160,9 @@ def milp(
     started = time.perf_counter()
     problem.require_plain("milp")
     time_limit, mip_rel_gap = _check_options(time_limit, mip_rel_gap)
+    if node_limit is not None and (isinstance(node_limit, bool) or not isinstance(node_limit, (int, np.integer))
+                                   or node_limit < 1):
+        raise ValueError(f"node_limit must be an integer >= 1, got {node_limit!r}")
     affine = problem.cost.affine
     if affine is None:
         raise ValueError(
@@ -174,6 +183,8 @@ def milp(
         "primal_feasibility_tolerance": HIGHS_FEASIBILITY,
         "dual_feasibility_tolerance": HIGHS_FEASIBILITY,
     }
+    if node_limit is not None:
+        options["node_limit"] = int(node_limit)
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="Unrecognized options detected", category=RuntimeWarning)
         res = highs_milp(
@@ -185,17 +196,20 @@ def milp(
         )
     profile = problem.profile
     tau = model.time_scale
+    # scipy says 1 for HiGHS's time limit; HiGHS's node limit comes through as 4 ("not recognized"),
+    # its message naming the limit.
+    stopped = res.status == 1 or (res.status == 4 and "limit reached" in str(res.message))
     if res.x is None:
-        if res.status != 1:
+        if not stopped:
             raise RuntimeError(f"milp: HiGHS ended without a plan, status {res.status}: {res.message}")
-        # The time limit came before HiGHS's first incumbent: the best plan so far is the
+        # The limit came before HiGHS's first incumbent: the best plan so far is the
         # fewest-messages plan within the caps (greedy, in ready order), with TIME_LIMIT.
         plan = Plan.from_cuts(profile, _reference_cuts(problem, cap, profile.n))   # greedy packing under cap
         if max_messages is not None and plan.num_messages > max_messages:
             return finish(problem, plan, "milp", started, status=Status.INFEASIBLE,
                           stats={"highs_status": int(res.status), "highs_message": str(res.message)})
         stats = {"highs_status": int(res.status), "highs_message": str(res.message),
-                 "plan": "fewest messages within the caps: HiGHS found no plan within the time limit"}
+                 "plan": "fewest messages within the caps: HiGHS found no plan within its limit"}
         return finish(problem, plan, "milp", started, stats=stats, status=Status.TIME_LIMIT)
     cuts = np.asarray(res.x[: profile.n - 1]) > 0.5
     plan = Plan.from_cuts(profile, cuts)
@@ -227,7 +241,7 @@ def milp(
         "tolerance": tolerance,
     }
     lower_bound = None if dual_end is None else time_bound_after_channel(problem, dual_end)
-    status = Status.TIME_LIMIT if res.status == 1 else Status.FEASIBLE
+    status = Status.TIME_LIMIT if stopped else Status.FEASIBLE
     return finish(problem, plan, "milp", started, stats=stats, lower_bound=lower_bound,
                   status=status, tolerance=tolerance)
 

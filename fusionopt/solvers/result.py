@@ -22,7 +22,7 @@ class Status(str, Enum):
 
     OPTIMAL = "OPTIMAL"          # iteration_time meets a proven lower bound
     FEASIBLE = "FEASIBLE"        # a valid plan, optimality not proven
-    TIME_LIMIT = "TIME_LIMIT"    # search stopped by its time limit with a valid plan
+    TIME_LIMIT = "TIME_LIMIT"    # search stopped by its time (or work) limit with a valid plan
     INFEASIBLE = "INFEASIBLE"    # no plan satisfies the constraints asked for
     ERROR = "ERROR"
 

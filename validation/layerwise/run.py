@@ -29,6 +29,7 @@ from fusionopt.cost import network
 from fusionopt.model import Problem
 from fusionopt.model._io import write_text_atomic
 from fusionopt.model.bounds import best_bound, fluid_bound
+from fusionopt.reporting import Progress, interrupted_path
 from fusionopt.solvers import solve
 
 RESULTS = Path(__file__).resolve().parents[1] / "results" / "layerwise.md"
@@ -112,14 +113,20 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     models = MODELS[:2] if args.quick else MODELS
     workers = WORKERS[::2] if args.quick else WORKERS
-    rows = []
-    for model in models:
-        for net in NETWORKS:
-            for p in workers:
-                rows.append(run_instance(model, net, p))
-                r = rows[-1]
-                print(f"{model} {net} P={p}: layerwise-opt +{100 * (r['T']['layerwise-opt'] / r['fluid'] - 1):.2f}% "
-                      f"over the fluid bound", flush=True)
+    cells = [(model, net, p) for model in models for net in NETWORKS for p in workers]
+    with Progress(interrupted_path(args.output)) as progress:
+        progress.stage("instances", total=len(cells))
+        rows = []
+        for model, net, p in cells:
+            rows.append(run_instance(model, net, p))
+            r = rows[-1]
+            progress.step(f"{model} {net} P={p}: layerwise-opt +{100 * (r['T']['layerwise-opt'] / r['fluid'] - 1):.2f}%"
+                          " over the fluid bound")
+        write(args, rows, models, workers, started)
+    return progress.exit_code
+
+
+def write(args: argparse.Namespace, rows: list[dict], models: tuple, workers: tuple, started: float) -> None:
     opt = sorted(r["T"]["layerwise-opt"] / r["fluid"] - 1 for r in rows)
     refused = sorted({f"{label}: {why}" for r in rows for label, why in r.get("refused", {}).items()})
     lines = [
@@ -164,7 +171,6 @@ def main(argv: list[str] | None = None) -> int:
     text = "\n".join(lines)
     write_text_atomic(args.output, text, make_folder=True)
     print(text)
-    return 0
 
 
 if __name__ == "__main__":

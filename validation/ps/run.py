@@ -29,6 +29,7 @@ from fusionopt.model import Problem
 from fusionopt.model._io import write_text_atomic
 from fusionopt.model.ps import ParameterServer
 from fusionopt.model.ps_timing import ps_lower_bound
+from fusionopt.reporting import Progress, interrupted_path
 from fusionopt.solvers import Status, solve
 
 RESULTS = Path(__file__).resolve().parents[1] / "results" / "ps.md"
@@ -65,7 +66,19 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     models = MODELS[:2] if args.quick else MODELS
     nodes = NODES[::2] if args.quick else NODES
-    rows = [run_instance(m, d, b, p) for d, b in DEVICES for m in models for p in nodes]
+    cells = [(m, d, b, p) for d, b in DEVICES for m in models for p in nodes]
+    with Progress(interrupted_path(args.output)) as progress:
+        progress.stage("instances", total=len(cells))
+        rows = []
+        for m, d, b, p in cells:
+            rows.append(run_instance(m, d, b, p))
+            progress.step(f"{m} {d} P={p}: iPart {1e3 * rows[-1]['T']['ipart']:.3f} ms, ps-dp "
+                          f"{1e3 * rows[-1]['T']['ps-dp']:.3f} ms, bound {1e3 * rows[-1]['bound']:.3f} ms")
+        write(args, rows, started)
+    return progress.exit_code
+
+
+def write(args: argparse.Namespace, rows: list[dict], started: float) -> None:
     to_dp = [r["T"]["ipart"] / r["T"]["ps-dp"] - 1 for r in rows]
     to_bound = [r["T"]["ipart"] / r["bound"] - 1 for r in rows]
     lines = [
@@ -98,7 +111,6 @@ def main(argv: list[str] | None = None) -> int:
     text = "\n".join(lines)
     write_text_atomic(args.output, text, make_folder=True)
     print(text)
-    return 0
 
 
 if __name__ == "__main__":

@@ -1,0 +1,91 @@
+"""``fusionopt.reporting.Progress``: progress lines, and what an interrupted script keeps."""
+
+import importlib.util
+import io
+from pathlib import Path
+
+import pytest
+
+from fusionopt.reporting import Progress, interrupted_path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def clock(*ticks):
+    values = iter(ticks)
+    return lambda: next(values)
+
+
+def test_estimate_is_the_stage_mean_times_the_steps_left():
+    err = io.StringIO()
+    with Progress(None, clock=clock(0.0, 10.0, 13.0, 19.0, 30.0), stream=err) as progress:
+        progress.stage("grid", total=4)       # starts at 10 s
+        progress.step("a")                    # 3 s for 1 step: 3 left -> 9 s
+        progress.step("b")                    # 9 s for 2 steps: 2 left -> 9 s
+        progress.step("c")                    # 20 s for 3 steps: 1 left -> about 7 s
+    assert err.getvalue().splitlines() == ["grid 1/4, 13 s, about 9 s left: a",
+                                           "grid 2/4, 19 s, about 9 s left: b",
+                                           "grid 3/4, 30 s, about 7 s left: c"]
+    assert progress.exit_code == 0 and not progress.interrupted
+
+
+def test_interrupt_writes_the_finished_steps_and_sets_exit_code(tmp_path):
+    log = tmp_path / "sub" / "x.interrupted.md"
+    err = io.StringIO()
+    with Progress(log, clock=clock(0.0, 0.0, 1.0, 2.0, 5.0), stream=err) as progress:
+        progress.stage("grid", total=3)
+        progress.step("row one")
+        progress.step("row two")
+        raise KeyboardInterrupt
+    assert progress.interrupted and progress.exit_code == 130
+    text = log.read_text()
+    assert text.startswith("# Interrupted after 5 s during grid (2 of 3 steps done)")
+    assert text.splitlines()[-3:] == ["## grid", "row one", "row two"]
+    assert err.getvalue().splitlines()[-1] == f"interrupted after 5 s: the finished steps are in {log}"
+
+
+def test_interrupt_before_any_step_writes_nothing(tmp_path):
+    log = tmp_path / "x.interrupted.md"
+    with Progress(log, stream=io.StringIO()) as progress:
+        progress.stage("grid", total=3)
+        raise KeyboardInterrupt
+    assert progress.exit_code == 130 and not log.exists()
+
+
+def test_other_errors_pass_through(tmp_path):
+    with pytest.raises(ValueError):
+        with Progress(tmp_path / "x.interrupted.md", stream=io.StringIO()):
+            raise ValueError("boom")
+    assert not (tmp_path / "x.interrupted.md").exists()
+
+
+def test_interrupted_path_sits_beside_the_result():
+    assert interrupted_path(Path("a") / "RESULTS.md") == str(Path("a") / "RESULTS.interrupted.md")
+    assert interrupted_path("frameworks") == "frameworks.interrupted.md"
+
+
+def load(script: str):
+    spec = importlib.util.spec_from_file_location(script.replace("/", "_"), ROOT / script)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_an_interrupted_validation_script_keeps_its_rows_and_leaves_the_result(tmp_path, monkeypatch, capsys):
+    ps = load("validation/ps/run.py")
+    real, calls = ps.run_instance, []
+
+    def interrupted_on_the_third(*args):
+        calls.append(args)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return real(*args)
+
+    monkeypatch.setattr(ps, "run_instance", interrupted_on_the_third)
+    result = tmp_path / "ps.md"
+    result.write_text("the stored result\n")
+    assert ps.main(["--quick", "--output", str(result)]) == 130
+    assert result.read_text() == "the stored result\n"
+    rows = [line for line in (tmp_path / "ps.interrupted.md").read_text().splitlines()
+            if line.startswith("resnet50 k80")]
+    assert [row.split(":")[0] for row in rows] == ["resnet50 k80 P=4", "resnet50 k80 P=16"]
