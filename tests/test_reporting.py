@@ -2,6 +2,7 @@
 
 import importlib.util
 import io
+import sys
 from pathlib import Path
 
 import pytest
@@ -66,7 +67,8 @@ def test_interrupted_path_sits_beside_the_result():
 
 def load(script: str):
     spec = importlib.util.spec_from_file_location(script.replace("/", "_"), ROOT / script)
-    module = importlib.util.module_from_spec(spec)
+    # Registered before it runs: dataclasses look their module up by name.
+    module = sys.modules.setdefault(spec.name, importlib.util.module_from_spec(spec))
     spec.loader.exec_module(module)
     return module
 
@@ -89,3 +91,19 @@ def test_an_interrupted_validation_script_keeps_its_rows_and_leaves_the_result(t
     rows = [line for line in (tmp_path / "ps.interrupted.md").read_text().splitlines()
             if line.startswith("resnet50 k80")]
     assert [row.split(":")[0] for row in rows] == ["resnet50 k80 P=4", "resnet50 k80 P=16"]
+
+
+def test_an_interrupted_paper_reproduction_keeps_its_finished_results(tmp_path, monkeypatch):
+    mg = load("papers/mg_wfbp/reproduce.py")
+
+    def interrupted(*args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(mg, "sweep", interrupted)           # result 2 is interrupted
+    (tmp_path / "RESULTS.md").write_text("the stored reproduction\n")
+    assert mg.main(["--quick", "--out", str(tmp_path)]) == 130
+    assert (tmp_path / "RESULTS.md").read_text() == "the stored reproduction\n"
+    log = (tmp_path / "RESULTS.interrupted.md").read_text().splitlines()
+    assert log[0].startswith("# Interrupted after") and "during result 2" in log[0]
+    finished = [line for line in log if line.startswith(("googlenet: wfbp", "resnet50: wfbp"))]
+    assert len(finished) == 2          # result 1, every model, as printed

@@ -29,6 +29,17 @@ HUGGINGFACE = {
 DEFAULT_MODELS = "resnet50,vgg16,densenet121,mobilenet-v2,vit-b16,lstm-lm"
 
 
+def zoo_names(text: str) -> list[str]:
+    """The comma-separated zoo models of ``--models``; a ``ValueError`` naming any not in the zoo."""
+    from fusionopt import zoo
+
+    names = text.split(",")
+    unknown = [m for m in names if m not in zoo.models()]
+    if unknown:
+        raise ValueError(f"--models: not in the zoo: {', '.join(unknown)} (see fusionopt zoo)")
+    return names
+
+
 def lstm_language_model(torch: Any) -> Any:
     """PyTorch's word-language-model ``RNNModel('LSTM', 10000, 1500, 1500, 2)``, zoo names."""
     from fusionopt.zoo import lstm

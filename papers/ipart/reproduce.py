@@ -49,7 +49,7 @@ import numpy as np
 
 import fusionopt
 from fusionopt.reporting import (
-    command_line, markdown_table as table, pyplot, reproduction_parser, save_png,
+    Progress, command_line, interrupted_path, markdown_table as table, pyplot, reproduction_parser, save_png,
 )
 from fusionopt import zoo
 from fusionopt.cost import network_link
@@ -220,24 +220,24 @@ def node_startups(nodes_ref: int):
     )
 
 
-def main_study(profiles, models, startups, delta):
+def main_study(profiles, models, startups, delta, progress):
     out = {}
     for m in models:
         for a in startups:
             out[(m, a)] = solve_all(profiles[m], make_ps(PAPER_NODES, a, delta))
-        print(f"  {m}: " + "; ".join(f"{fmt_us(a)}: iPart {pct(out[(m, a)].gain('ipart', 'default'))} over "
-                                     f"default, {pct(out[(m, a)].gain('ipart', 'layer'))} over layer"
-                                     for a in startups), flush=True)
+        progress.step(f"{m}: " + "; ".join(f"{fmt_us(a)}: iPart {pct(out[(m, a)].gain('ipart', 'default'))} over "
+                                           f"default, {pct(out[(m, a)].gain('ipart', 'layer'))} over layer"
+                                           for a in startups))
     return out
 
 
-def node_study(profiles, models, nodes, delta):
+def node_study(profiles, models, nodes, delta, progress):
     out = {}
     for m in models:
         for key, _, startup in node_startups(PAPER_NODES):
             for n in nodes:
                 out[(m, key, n)] = solve_all(profiles[m], make_ps(n, startup(n), delta))
-        print(f"  {m} done", flush=True)
+        progress.step(f"{m}: {len(nodes)} node counts x {len(node_startups(PAPER_NODES))} startups")
     return out
 
 
@@ -245,14 +245,14 @@ def startup_study(profiles, models, startups, delta):
     return {(m, a): solve_all(profiles[m], make_ps(PAPER_NODES, a, delta)) for m in models for a in startups}
 
 
-def compute_sweep(profiles, models, grid, startups, delta):
+def compute_sweep(profiles, models, grid, startups, delta, progress):
     out = {}
     for m in models:
         for a in startups:
             ps = make_ps(PAPER_NODES, a, delta)
             for s in grid:
                 out[(m, a, float(s))] = solve_all(scaled(profiles[m], s), ps)
-        print(f"  {m} done", flush=True)
+        progress.step(f"{m}: {len(grid)} values of s x {len(startups)} startups")
     return out
 
 
@@ -920,36 +920,40 @@ def main(argv=None) -> int:
         delta_list = tuple(sorted(set(delta_list) | {args.delta}))
     plot_models = tuple(m for m in PLOT_MODELS if m in models)
 
-    print(f"result 1: {PAPER_NODES} nodes", flush=True)
-    main_data = main_study(profiles, models, main_startups, args.delta)
-    print("result 2: node counts", flush=True)
-    nodes_data = node_study(profiles, plot_models, node_list, args.delta)
-    print("result 3: startup", flush=True)
-    st = startup_study(profiles, models, startup_list, args.delta)
-    print("result 4: compute-scale sweep", flush=True)
-    grid = 2.0 ** np.linspace(lo, hi, (hi - lo) * args.per_octave + 1)
-    sw = compute_sweep(profiles, models, grid, main_startups, args.delta)
-    print("result 5: delta and the layer unit", flush=True)
-    deltas = delta_study(profiles, models, main_startups, delta_list)
-    unit = unit_study(tensor_profiles, models, main_startups, args.delta)
-    probe = {key: first_layer_probe(inst) for key, inst in main_data.items()}
+    with Progress(interrupted_path(os.path.join(args.out, "RESULTS.md"))) as progress:
+        progress.stage(f"result 1: {PAPER_NODES} nodes", total=len(models))
+        main_data = main_study(profiles, models, main_startups, args.delta, progress)
+        progress.stage("result 2: node counts", total=len(plot_models))
+        nodes_data = node_study(profiles, plot_models, node_list, args.delta, progress)
+        progress.stage("results 3 and 5: startup, delta, the layer unit and the probe", total=4)
+        st = startup_study(profiles, models, startup_list, args.delta)
+        progress.step(f"startup: {len(st)} instances")
+        deltas = delta_study(profiles, models, main_startups, delta_list)
+        progress.step(f"delta: {len(deltas)} instances")
+        unit = unit_study(tensor_profiles, models, main_startups, args.delta)
+        progress.step(f"layer unit: {len(unit)} instances")
+        probe = {key: first_layer_probe(inst) for key, inst in main_data.items()}
+        progress.step(f"first-layer probe: {len(probe)} instances")
+        grid = 2.0 ** np.linspace(lo, hi, (hi - lo) * args.per_octave + 1)
+        progress.stage("result 4: compute-scale sweep", total=len(models))
+        sw = compute_sweep(profiles, models, grid, main_startups, args.delta, progress)
 
-    plots = []
-    plt = pyplot()
-    if plt is not None:
-        plots.append(plot_scalability(plt, args.out, nodes_data, plot_models, node_list, labels))
-        plots.append(plot_sensitivity(plt, args.out, st, sw, models, startup_list, grid, main_startups, labels))
+        plots = []
+        plt = pyplot()
+        if plt is not None:
+            plots.append(plot_scalability(plt, args.out, nodes_data, plot_models, node_list, labels))
+            plots.append(plot_sensitivity(plt, args.out, st, sw, models, startup_list, grid, main_startups, labels))
 
-    ctx = dict(args=args, command=command_line(SCRIPT, argv, args.out), date=datetime.date.today().isoformat(),
-               elapsed=time.perf_counter() - started, labels=labels, units=units, models=models,
-               profiles=profiles, tensor_profiles=tensor_profiles, device=DEVICE, batch=args.batch,
-               delta=args.delta, main_startups=main_startups, main=main_data, nodes=nodes_data,
-               node_list=node_list, plot_models=plot_models, startup=st, startup_list=startup_list,
-               sweep=sw, grid=grid, per_octave=args.per_octave, sweep_startups=main_startups,
-               deltas=deltas, delta_list=delta_list, unit=unit, probe=probe, plots=plots)
-    write_text_atomic(os.path.join(args.out, "RESULTS.md"), report(ctx) + "\n")
-    print(f"wrote RESULTS.md and {len(plots)} plot(s) in {time.perf_counter() - started:.1f} s")
-    return 0
+        ctx = dict(args=args, command=command_line(SCRIPT, argv, args.out), date=datetime.date.today().isoformat(),
+                   elapsed=time.perf_counter() - started, labels=labels, units=units, models=models,
+                   profiles=profiles, tensor_profiles=tensor_profiles, device=DEVICE, batch=args.batch,
+                   delta=args.delta, main_startups=main_startups, main=main_data, nodes=nodes_data,
+                   node_list=node_list, plot_models=plot_models, startup=st, startup_list=startup_list,
+                   sweep=sw, grid=grid, per_octave=args.per_octave, sweep_startups=main_startups,
+                   deltas=deltas, delta_list=delta_list, unit=unit, probe=probe, plots=plots)
+        write_text_atomic(os.path.join(args.out, "RESULTS.md"), report(ctx) + "\n")
+        print(f"wrote RESULTS.md and {len(plots)} plot(s) in {time.perf_counter() - started:.1f} s")
+    return progress.exit_code
 
 
 if __name__ == "__main__":

@@ -42,7 +42,8 @@ import numpy as np
 
 import fusionopt
 from fusionopt.reporting import (
-    command_line, markdown_table as table, pyplot, reproduction_parser, save_png, write_bytes_atomic,
+    Progress, command_line, interrupted_path, markdown_table as table, pyplot, reproduction_parser, save_png,
+    write_bytes_atomic,
 )
 from fusionopt import zoo
 from fusionopt.cost import network
@@ -123,18 +124,19 @@ def ratio(a: float, b: float) -> float:
 
 
 # ----------------------------------------------------------------------------- part 1
-def paper_comparison(profiles, methods, gradssa_kwargs):
+def paper_comparison(profiles, methods, gradssa_kwargs, progress):
     cost = network(FITTED, NODES)
     rows = {}
     for key, _, _ in MODELS:
         p = profiles[key]
         res = run_methods(fusionopt.Problem(p, cost), methods, gradssa_kwargs)
         rows[key] = res
+        progress.step(f"{key}: " + ", ".join(f"{m} {1e3 * o.T:.3f} ms" for m, o in res.items()))
     return cost, rows
 
 
 # ----------------------------------------------------------------------------- part 2
-def sweep(profiles, grid):
+def sweep(profiles, grid, progress):
     cost = network(FITTED, NODES)
     data = {}
     for key, _, _ in MODELS:
@@ -147,6 +149,7 @@ def sweep(profiles, grid):
             cols["dp_wfbp"].append(ratio(T["wfbp"], T["dp"]))
             cols["mg_gap"].append(T["mgwfbp"] / T["dp"] - 1.0)
         data[key] = {k: np.array(v) for k, v in cols.items()}
+        progress.step(f"{key}: {len(grid)} values of s, MG-WFBP at most {100 * max(cols['mg_gap']):.3f}% over the DP")
     return data
 
 
@@ -192,7 +195,7 @@ def wfbp_optimal_from(grid, dp_wfbp):
 
 
 # ----------------------------------------------------------------------------- part 3
-def scaling(profiles, scales, methods, gradssa_kwargs, workers):
+def scaling(profiles, scales, methods, gradssa_kwargs, workers, progress):
     data = {}
     for key, _, _ in MODELS:
         for s in scales:
@@ -210,6 +213,7 @@ def scaling(profiles, scales, methods, gradssa_kwargs, workers):
             per = {m: np.array(v) for m, v in per.items()}
             per.update({f"{m}:messages": np.array(v) for m, v in messages.items()})
             data[(key, s)] = (per, errors)
+            progress.step(f"{key} s = {s:g}: {len(workers)} worker counts")
     return data
 
 
@@ -547,50 +551,51 @@ def main(argv=None) -> int:
     os.makedirs(args.out, exist_ok=True)
     started = time.perf_counter()
 
-    gradssa_kwargs, gradssa_note = gradssa_setup(args.gradssa_iterations)
-    methods = list(BASE_METHODS) + (["gradssa"] if gradssa_kwargs is not None else [])
-    print(f"GradSSA: {gradssa_note}")
+    with Progress(interrupted_path(os.path.join(args.out, "RESULTS.md"))) as progress:
+        gradssa_kwargs, gradssa_note = gradssa_setup(args.gradssa_iterations)
+        methods = list(BASE_METHODS) + (["gradssa"] if gradssa_kwargs is not None else [])
+        print(f"GradSSA: {gradssa_note}")
 
-    profiles = {key: zoo.profile(key, device=DEVICE, batch=batch) for key, _, batch in MODELS}
-    cost8, paper_rows = paper_comparison(profiles, methods, gradssa_kwargs)
-    print("result 1 done")
+        profiles = {key: zoo.profile(key, device=DEVICE, batch=batch) for key, _, batch in MODELS}
+        progress.stage("result 1: the paper's comparison", total=len(MODELS))
+        cost8, paper_rows = paper_comparison(profiles, methods, gradssa_kwargs, progress)
 
-    grid = 2.0 ** np.linspace(-args.octaves, 0, args.octaves * args.per_octave + 1)
-    if not np.any(np.isclose(grid, args.scaling_s)):
-        grid = np.unique(np.append(grid, args.scaling_s)) if args.scaling_s < 1 else grid
-    sw = sweep(profiles, grid)
-    cross, within, wfbp_from = {}, {}, {}
-    for key, _, _ in MODELS:
-        d = sw[key]
-        cross[key] = {c: crossings(grid, d[c], PAPER[key][c]) for c in ("mg_wfbp", "mg_single")}
-        ok = {c: np.abs(d[c] / PAPER[key][c] - 1) <= args.tolerance for c in ("mg_wfbp", "mg_single")}
-        within[key] = {c: runs(grid, ok[c]) for c in ok}
-        within[key]["both"] = runs(grid, ok["mg_wfbp"] & ok["mg_single"])
-        wfbp_from[key] = wfbp_optimal_from(grid, d["dp_wfbp"])
-    dp_wfbp_at = {}
-    for key, _, _ in MODELS:
-        prob = fusionopt.Problem(scaled(profiles[key], args.scaling_s), cost8)
-        dp_wfbp_at[key] = fusionopt.solve(prob, "wfbp").iteration_time / fusionopt.solve(prob, "dp").iteration_time
-    print(f"result 2 done ({len(grid)} values of s)")
+        grid = 2.0 ** np.linspace(-args.octaves, 0, args.octaves * args.per_octave + 1)
+        if not np.any(np.isclose(grid, args.scaling_s)):
+            grid = np.unique(np.append(grid, args.scaling_s)) if args.scaling_s < 1 else grid
+        progress.stage(f"result 2: the sweep over {len(grid)} values of s", total=len(MODELS))
+        sw = sweep(profiles, grid, progress)
+        cross, within, wfbp_from = {}, {}, {}
+        for key, _, _ in MODELS:
+            d = sw[key]
+            cross[key] = {c: crossings(grid, d[c], PAPER[key][c]) for c in ("mg_wfbp", "mg_single")}
+            ok = {c: np.abs(d[c] / PAPER[key][c] - 1) <= args.tolerance for c in ("mg_wfbp", "mg_single")}
+            within[key] = {c: runs(grid, ok[c]) for c in ok}
+            within[key]["both"] = runs(grid, ok["mg_wfbp"] & ok["mg_single"])
+            wfbp_from[key] = wfbp_optimal_from(grid, d["dp_wfbp"])
+        dp_wfbp_at = {}
+        for key, _, _ in MODELS:
+            prob = fusionopt.Problem(scaled(profiles[key], args.scaling_s), cost8)
+            dp_wfbp_at[key] = fusionopt.solve(prob, "wfbp").iteration_time / fusionopt.solve(prob, "dp").iteration_time
 
-    scales = (1.0, args.scaling_s) if args.scaling_s != 1.0 else (1.0,)
-    workers = WORKERS_QUICK if args.quick else WORKERS
-    sc = scaling(profiles, scales, ["wfbp", "single"] + methods[2:], gradssa_kwargs, workers)
-    print("result 3 done")
+        scales = (1.0, args.scaling_s) if args.scaling_s != 1.0 else (1.0,)
+        workers = WORKERS_QUICK if args.quick else WORKERS
+        progress.stage("result 3: scaling", total=len(MODELS) * len(scales))
+        sc = scaling(profiles, scales, ["wfbp", "single"] + methods[2:], gradssa_kwargs, workers, progress)
 
-    scaling_methods = ["wfbp", "single"] + methods[2:]
-    plots = make_plots(args.out, grid, sw, sc, scales, scaling_methods, workers, args.tolerance)
-    ctx = dict(args=args, command=command_line(SCRIPT, argv, args.out), date=datetime.date.today().isoformat(),
-               elapsed=time.perf_counter() - started, gradssa_note=gradssa_note, profiles=profiles,
-               cost8=cost8, cost8_nominal=network(NOMINAL, NODES),
-               link=fusionopt.cost.network_link(NOMINAL), methods=methods, paper_rows=paper_rows,
-               grid=grid, sweep=sw, cross=cross, within=within, wfbp_from=wfbp_from,
-               dp_wfbp_at=dp_wfbp_at, scales=scales, scaling=sc, plots=plots, workers=workers)
-    ctx["methods_scaling"] = scaling_methods
-    text = report(ctx)
-    write_bytes_atomic(os.path.join(args.out, "RESULTS.md"), (text + "\n").encode())
-    print(f"wrote RESULTS.md and {len(plots)} plot(s) in {time.perf_counter() - started:.1f} s")
-    return 0
+        scaling_methods = ["wfbp", "single"] + methods[2:]
+        plots = make_plots(args.out, grid, sw, sc, scales, scaling_methods, workers, args.tolerance)
+        ctx = dict(args=args, command=command_line(SCRIPT, argv, args.out), date=datetime.date.today().isoformat(),
+                   elapsed=time.perf_counter() - started, gradssa_note=gradssa_note, profiles=profiles,
+                   cost8=cost8, cost8_nominal=network(NOMINAL, NODES),
+                   link=fusionopt.cost.network_link(NOMINAL), methods=methods, paper_rows=paper_rows,
+                   grid=grid, sweep=sw, cross=cross, within=within, wfbp_from=wfbp_from,
+                   dp_wfbp_at=dp_wfbp_at, scales=scales, scaling=sc, plots=plots, workers=workers)
+        ctx["methods_scaling"] = scaling_methods
+        text = report(ctx)
+        write_bytes_atomic(os.path.join(args.out, "RESULTS.md"), (text + "\n").encode())
+        print(f"wrote RESULTS.md and {len(plots)} plot(s) in {time.perf_counter() - started:.1f} s")
+    return progress.exit_code
 
 
 if __name__ == "__main__":

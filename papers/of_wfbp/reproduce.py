@@ -46,7 +46,8 @@ import numpy as np
 
 import fusionopt
 from fusionopt.reporting import (
-    command_line, markdown_table as table, pyplot, reproduction_parser, save_png, write_bytes_atomic,
+    Progress, command_line, interrupted_path, markdown_table as table, pyplot, reproduction_parser, save_png,
+    write_bytes_atomic,
 )
 from fusionopt import zoo
 from fusionopt.cost import network, network_link
@@ -84,6 +85,7 @@ TAIL_MODELS = ("googlenet", "resnet50", "bert-base")
 TAIL_MODELS_QUICK = ("resnet50",)
 
 EQUAL_RTOL = 1e-9
+SAFEGUARD = 600.0                # CP-SAT's wall-clock limit, far beyond its work budget
 
 # Baselines: (key, registered method, options, label). "State-of-the-art tensor fusion".
 BASELINES = (
@@ -170,19 +172,19 @@ def speedups(res: dict[str, Outcome], method: str) -> dict[str, float]:
     return out
 
 
-def main_grid(grid: Grid, models, networks, workers):
+def main_grid(grid: Grid, models, networks, workers, progress):
     rows = []
     for model in models:
         for net in networks:
             for P in workers:
                 res = grid.solve(model, DEVICE, net, P)
                 rows.append(((model, net, P), res))
-                print(f"  {model} {net} P={P}: OF-WFBP {fmt_ms(res['of-wfbp'].T)} ms "
-                      f"({res['of-wfbp'].case}), best baseline {fmt_ms(res[best_baseline(res)].T)} ms", flush=True)
+                progress.step(f"{model} {net} P={P}: OF-WFBP {fmt_ms(res['of-wfbp'].T)} ms "
+                              f"({res['of-wfbp'].case}), best baseline {fmt_ms(res[best_baseline(res)].T)} ms")
     return rows
 
 
-def sensitivity(grid: Grid, models, networks, workers, confirm: bool):
+def sensitivity(grid: Grid, models, networks, workers, confirm: bool, progress):
     """Per device: the largest DP-over-baseline speedups over the grid (plain model)."""
     out = {}
     for device in DEVICES_SENSITIVITY:
@@ -200,11 +202,12 @@ def sensitivity(grid: Grid, models, networks, workers, confirm: bool):
             res = grid.solve(model, device, net, P)
             checked = abs(res["of-wfbp"].T / res["dp"].T - 1) <= EQUAL_RTOL
         out[device] = (per_ref, checked)
+        progress.step(f"{device}: largest DP speedup over the best baseline {per_ref['best'][0]:.3f}x")
     return out
 
 
 # ----------------------------------------------------------------------------- part 2: extensions
-def extended_full(profiles, models, points, options, rng):
+def extended_full(profiles, models, points, options, rng, progress):
     rows = []
     for model in models:
         for net, P in points:
@@ -216,8 +219,8 @@ def extended_full(profiles, models, points, options, rng):
             res["plain-optimum"] = Outcome(plain_dp.iteration_time, plain_dp.num_messages, "-", 0.0)
             res["of-wfbp"] = outcome(fusionopt.solve(problem, "of-wfbp", rng=rng))
             rows.append(((model, net, P), res))
-            print(f"  extended {model} {net} P={P}: OF-WFBP {fmt_ms(res['of-wfbp'].T)} ms, "
-                  f"best baseline {fmt_ms(res[best_baseline(res)].T)} ms", flush=True)
+            progress.step(f"extended {model} {net} P={P}: OF-WFBP {fmt_ms(res['of-wfbp'].T)} ms, "
+                          f"best baseline {fmt_ms(res[best_baseline(res)].T)} ms")
     return rows
 
 
@@ -238,7 +241,7 @@ def cpsat_outcome(result: fusionopt.Result) -> CpsatOutcome:
                         s["rounding_bound"], s["time_quantum"], result.solve_seconds)
 
 
-def extended_small(profiles, instances, points, options, rng, time_limit, quantum):
+def extended_small(profiles, instances, points, options, rng, work, quantum, progress):
     """OF-WFBP against CP-SAT on instances small enough for CP-SAT to prove its optimum."""
     rows = []
     for model, n in instances:
@@ -250,17 +253,17 @@ def extended_small(profiles, instances, points, options, rng, time_limit, quantu
             res["dp-plain"] = Outcome(simulate(problem, fusionopt.solve(problem.plain(), "dp").plan).iteration_time,
                                       0, "-", 0.0)
             res["of-wfbp"] = outcome(fusionopt.solve(problem, "of-wfbp", rng=rng))
-            options = {} if quantum is None else {"time_quantum": quantum}
-            exact = cpsat_outcome(fusionopt.solve(problem, "cpsat", time_limit=time_limit, workers=1,
-                                                  random_seed=0, **options))
+            cpsat_options = {} if quantum is None else {"time_quantum": quantum}
+            exact = cpsat_outcome(fusionopt.solve(problem, "cpsat", deterministic_time=work, time_limit=SAFEGUARD,
+                                                  workers=1, random_seed=0, **cpsat_options))
             rows.append(((model, profile.n, net, P), res, exact))
-            print(f"  CP-SAT {model} n={profile.n} {net} P={P}: {exact.cpsat_status} {fmt_ms(exact.T)} ms, "
-                  f"OF-WFBP {fmt_ms(res['of-wfbp'].T)} ms", flush=True)
+            progress.step(f"CP-SAT {model} n={profile.n} {net} P={P}: {exact.cpsat_status} {fmt_ms(exact.T)} ms, "
+                          f"OF-WFBP {fmt_ms(res['of-wfbp'].T)} ms")
     return rows
 
 
 # ----------------------------------------------------------------------------- part 3: plot
-def plot_data(grid: Grid, models, networks, workers):
+def plot_data(grid: Grid, models, networks, workers, progress):
     data = {}
     for model in models:
         for net in networks:
@@ -270,7 +273,7 @@ def plot_data(grid: Grid, models, networks, workers):
                 for m in per:
                     per[m].append(res[m].T)
             data[(model, net)] = {m: np.array(v) for m, v in per.items()}
-        print(f"  plot data {model} done", flush=True)
+        progress.step(f"plot data {model}")
     return data
 
 
@@ -530,7 +533,8 @@ def report(ctx) -> str:
     L += [f"**Against CP-SAT's proven optimum** (same constants): the full VGG-16 (32 tensors) and the "
           f"last n tensors of the other models in forward order (the first n gradients of the backward: "
           f"sub-instances, not the whole models). CP-SAT (`method=\"cpsat\"`, exact for copy cost and "
-          f"contention on one channel) runs with a {a.cpsat_time_limit:g} s limit, 1 worker and "
+          f"contention on one channel) runs with a budget of {a.cpsat_work:g} of its work units (deterministic, so "
+          f"the table is the same on every machine), 1 worker and "
           + ("its automatic time quantum" if q is None else f"`time_quantum={q:g}` s")
           + "; its status, its proven lower bound and its rounding bound are shown. "
           "'OF-WFBP vs CP-SAT' is (T_OF-WFBP / T_CP-SAT - 1).", ""]
@@ -615,13 +619,14 @@ def main(argv=None) -> int:
     parser.add_argument("--contention", type=float, default=1.3, help="kappa for result 2 (default 1.3)")
     parser.add_argument("--copy-cost", type=float, default=2.2e-12,
                         help="gamma in s/B for result 2, on the compute stream (default 2.2e-12)")
-    parser.add_argument("--cpsat-time-limit", type=float, default=10.0, help="CP-SAT's limit per solve (default 10 s)")
+    parser.add_argument("--cpsat-work", type=float, default=10.0,
+                        help="CP-SAT's budget per solve, in its deterministic work units (default 10)")
     parser.add_argument("--time-quantum", type=float, default=None,
                         help="CP-SAT's time quantum in seconds (default: its automatic quantum)")
     args = parser.parse_args(argv)
-    if not (args.contention >= 1 and args.copy_cost >= 0 and args.cpsat_time_limit > 0
+    if not (args.contention >= 1 and args.copy_cost >= 0 and args.cpsat_work > 0
             and (args.time_quantum is None or args.time_quantum > 0)):
-        parser.error("--contention must be >= 1, --copy-cost >= 0, --cpsat-time-limit and --time-quantum > 0")
+        parser.error("--contention must be >= 1, --copy-cost >= 0, --cpsat-work and --time-quantum > 0")
     if "of-wfbp" not in methods():
         parser.error("this fusionopt has no 'of-wfbp' method registered")
     os.makedirs(args.out, exist_ok=True)
@@ -634,39 +639,42 @@ def main(argv=None) -> int:
     workers = WORKERS_QUICK if args.quick else WORKERS
     grid = Grid(batches, args.rng)
 
-    print("result 1: the plain grid", flush=True)
-    grid_rows = main_grid(grid, models, networks, workers)
-    sens = sensitivity(grid, models, networks, workers, confirm=not args.quick)
+    with Progress(interrupted_path(os.path.join(args.out, "RESULTS.md"))) as progress:
+        progress.stage("result 1: the plain grid", total=len(models) * len(networks) * len(workers))
+        grid_rows = main_grid(grid, models, networks, workers, progress)
+        progress.stage("result 1: sensitivity to the device", total=len(DEVICES_SENSITIVITY))
+        sens = sensitivity(grid, models, networks, workers, not args.quick, progress)
 
-    print("plot data", flush=True)
-    plot_models = PLOT_MODELS_QUICK if args.quick else PLOT_MODELS
-    plot_workers = PLOT_WORKERS_QUICK if args.quick else PLOT_WORKERS
-    pdata = plot_data(grid, plot_models, PLOT_NETWORKS, plot_workers)
+        plot_models = PLOT_MODELS_QUICK if args.quick else PLOT_MODELS
+        plot_workers = PLOT_WORKERS_QUICK if args.quick else PLOT_WORKERS
+        progress.stage("plot data", total=len(plot_models))
+        pdata = plot_data(grid, plot_models, PLOT_NETWORKS, plot_workers, progress)
 
-    print("result 2: the extended model", flush=True)
-    ext_options = {"contention": args.contention, "copy_cost": args.copy_cost, "copy_on": "compute"}
-    profiles = {key: grid.profile(key, DEVICE) for key in labels}
-    ext_models = EXT_MODELS_QUICK if args.quick else tuple(key for key, _, _ in MODELS)
-    ext_points = EXT_POINTS_QUICK if args.quick else EXT_POINTS
-    ext_full = extended_full(profiles, ext_models, ext_points, ext_options, args.rng)
-    tail_models = TAIL_MODELS_QUICK if args.quick else TAIL_MODELS
-    tail_sizes = TAIL_SIZES_QUICK if args.quick else TAIL_SIZES
-    instances = [("vgg16", profiles["vgg16"].n)] + [(m, n) for m in tail_models for n in tail_sizes]
-    ext_small = extended_small(profiles, instances, ext_points, ext_options, args.rng,
-                               args.cpsat_time_limit, args.time_quantum)
+        ext_options = {"contention": args.contention, "copy_cost": args.copy_cost, "copy_on": "compute"}
+        profiles = {key: grid.profile(key, DEVICE) for key in labels}
+        ext_models = EXT_MODELS_QUICK if args.quick else tuple(key for key, _, _ in MODELS)
+        ext_points = EXT_POINTS_QUICK if args.quick else EXT_POINTS
+        progress.stage("result 2: the extended model", total=len(ext_models) * len(ext_points))
+        ext_full = extended_full(profiles, ext_models, ext_points, ext_options, args.rng, progress)
+        tail_models = TAIL_MODELS_QUICK if args.quick else TAIL_MODELS
+        tail_sizes = TAIL_SIZES_QUICK if args.quick else TAIL_SIZES
+        instances = [("vgg16", profiles["vgg16"].n)] + [(m, n) for m in tail_models for n in tail_sizes]
+        progress.stage("result 2: against CP-SAT", total=len(instances) * len(ext_points))
+        ext_small = extended_small(profiles, instances, ext_points, ext_options, args.rng,
+                                   args.cpsat_work, args.time_quantum, progress)
 
-    plots = make_plot(args.out, pdata, plot_models, PLOT_NETWORKS, plot_workers, labels)
-    ctx = dict(args=args, command=command_line(SCRIPT, argv, args.out), date=datetime.date.today().isoformat(),
-               elapsed=time.perf_counter() - started, labels=labels, batches=batches, models=models,
-               networks=networks, workers=workers, profiles={m: profiles[m] for m in models},
-               profiles_all=profiles,
-               grid_rows=grid_rows, sensitivity=sens, plot_data=pdata, plot_models=plot_models,
-               plot_workers=plot_workers, ext_options=ext_options, ext_full=ext_full, ext_small=ext_small,
-               plots=plots)
-    text = report(ctx)
-    write_bytes_atomic(os.path.join(args.out, "RESULTS.md"), (text + "\n").encode("utf-8"))
-    print(f"wrote RESULTS.md and {len(plots)} plot(s) in {time.perf_counter() - started:.1f} s")
-    return 0
+        plots = make_plot(args.out, pdata, plot_models, PLOT_NETWORKS, plot_workers, labels)
+        ctx = dict(args=args, command=command_line(SCRIPT, argv, args.out), date=datetime.date.today().isoformat(),
+                   elapsed=time.perf_counter() - started, labels=labels, batches=batches, models=models,
+                   networks=networks, workers=workers, profiles={m: profiles[m] for m in models},
+                   profiles_all=profiles,
+                   grid_rows=grid_rows, sensitivity=sens, plot_data=pdata, plot_models=plot_models,
+                   plot_workers=plot_workers, ext_options=ext_options, ext_full=ext_full, ext_small=ext_small,
+                   plots=plots)
+        text = report(ctx)
+        write_bytes_atomic(os.path.join(args.out, "RESULTS.md"), (text + "\n").encode("utf-8"))
+        print(f"wrote RESULTS.md and {len(plots)} plot(s) in {time.perf_counter() - started:.1f} s")
+    return progress.exit_code
 
 
 if __name__ == "__main__":

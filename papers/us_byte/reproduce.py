@@ -44,7 +44,7 @@ import numpy as np
 
 import fusionopt
 from fusionopt.reporting import (
-    command_line, markdown_table as table, pyplot, reproduction_parser, save_png,
+    Progress, command_line, interrupted_path, markdown_table as table, pyplot, reproduction_parser, save_png,
 )
 from fusionopt import zoo
 from fusionopt.cost import network, network_link
@@ -174,7 +174,7 @@ def settings(workers, nets):
     return out
 
 
-def main_table(profiles, models, setting_list, lwo_options):
+def main_table(profiles, models, setting_list, lwo_options, progress):
     """Every method at s = 1 on every (model, setting)."""
     keys = [key for key, _, _, _ in METHODS]
     out = {}
@@ -182,12 +182,12 @@ def main_table(profiles, models, setting_list, lwo_options):
         for skey, net, P, _ in setting_list:
             inst = solve_instance(Problem(profiles[model], network(net, P), sync="layerwise"), keys, lwo_options)
             out[(model, skey)] = inst
-            print(f"  {model} {skey}: US-Byte {fmt_ms(inst.T('usbyte'))} ms, layerwise-opt "
-                  f"{fmt_ms(inst.T('lwo'))} ms, bound {fmt_ms(inst.best_bound)} ms", flush=True)
+            progress.step(f"{model} {skey}: US-Byte {fmt_ms(inst.T('usbyte'))} ms, layerwise-opt "
+                          f"{fmt_ms(inst.T('lwo'))} ms, bound {fmt_ms(inst.best_bound)} ms")
     return out
 
 
-def sweep(profiles, models, setting_list, grid):
+def sweep(profiles, models, setting_list, grid, progress):
     """US-Byte and its baselines (no layerwise-opt) at every compute scale ``s`` in ``grid``."""
     data = {}
     for model in models:
@@ -200,7 +200,7 @@ def sweep(profiles, models, setting_list, grid):
                     cols[k].append(inst.T(k))
                 cols["bound"].append(inst.best_bound)
             data[(model, skey)] = {k: np.array(v) for k, v in cols.items()}
-        print(f"  sweep {model} done", flush=True)
+        progress.step(f"sweep {model}: {len(setting_list)} settings x {len(grid)} values of s")
     return data
 
 
@@ -233,7 +233,7 @@ def at_maxima(profiles, settings_by_key, found, lwo_options):
     return out
 
 
-def unit_study(profiles, models, units, P):
+def unit_study(profiles, models, units, P, progress):
     rows = {}
     cost = network(FITTED, P)
     for model in models:
@@ -247,6 +247,9 @@ def unit_study(profiles, models, units, P):
                 except ValueError as exc:
                     out[prio] = Outcome(error=str(exc))
             rows[(model, unit)] = out
+        progress.step(f"unit {model}: " + ", ".join(
+            f"{unit}: {fmt_ms(rows[(model, unit)]['search'].T)} ms" if not rows[(model, unit)]["search"].error
+            else f"{unit}: refused" for unit in units))
     return rows
 
 
@@ -764,48 +767,49 @@ def main(argv=None) -> int:
     setting_list = settings(workers, nets)
     sbk = {st[0]: st for st in setting_list}
 
-    print("results 1 and 2: every method at s = 1", flush=True)
-    main_data = main_table(profiles, models, setting_list, lwo_options)
+    with Progress(interrupted_path(os.path.join(args.out, "RESULTS.md"))) as progress:
+        progress.stage("results 1 and 2: every method at s = 1", total=len(models) * len(setting_list))
+        main_data = main_table(profiles, models, setting_list, lwo_options, progress)
 
-    print("result 3: compute-scale sweeps", flush=True)
-    grid = 2.0 ** np.linspace(lo, hi, (hi - lo) * args.per_octave + 1)
-    sw = sweep(profiles, models, setting_list, grid)
-    fitted_keys = [(m, sk) for m in models for sk, net, _, _ in setting_list if net == FITTED]
-    ring_keys = [(m, sk) for m in models for sk, net, _, _ in setting_list if net != FITTED]
-    found = {"2 to 8 nodes (fitted)": maxima(sw, grid, fitted_keys)}
-    if ring_keys:
-        found[f"{LARGE_P} GPUs (ring)"] = maxima(sw, grid, ring_keys)
-    at_max = {}
-    for f in found.values():
-        at_max.update(at_maxima(profiles, sbk, f, lwo_options))
+        grid = 2.0 ** np.linspace(lo, hi, (hi - lo) * args.per_octave + 1)
+        progress.stage("result 3: compute-scale sweeps", total=len(models))
+        sw = sweep(profiles, models, setting_list, grid, progress)
+        fitted_keys = [(m, sk) for m in models for sk, net, _, _ in setting_list if net == FITTED]
+        ring_keys = [(m, sk) for m in models for sk, net, _, _ in setting_list if net != FITTED]
+        found = {"2 to 8 nodes (fitted)": maxima(sw, grid, fitted_keys)}
+        if ring_keys:
+            found[f"{LARGE_P} GPUs (ring)"] = maxima(sw, grid, ring_keys)
+        at_max = {}
+        for f in found.values():
+            at_max.update(at_maxima(profiles, sbk, f, lwo_options))
 
-    print("result 4: US-Byte's unit", flush=True)
-    units = UNITS_QUICK if args.quick else UNITS
-    unit_rows = unit_study(profiles, models, units, max(workers))
+        units = UNITS_QUICK if args.quick else UNITS
+        progress.stage("result 4: US-Byte's unit", total=len(models))
+        unit_rows = unit_study(profiles, models, units, max(workers), progress)
 
-    plots = []
-    gantt = None
-    plt = pyplot()
-    if plt is not None:
-        plots.append(plot_main(plt, args.out, main_data, models, setting_list, labels))
-        plots.append(plot_sweep(plt, args.out, sw, grid, models, setting_list, labels, device_s))
-        gkey = (args.gantt_model, f"{FITTED}-{max(workers)}")
-        inst = main_data[gkey]
-        title = (f"{labels[args.gantt_model]}, {DEVICE.upper()} estimate, batch {batches[args.gantt_model]}, "
-                 f"US-Byte fit P = {max(workers)}, layerwise sync")
-        name = plot_gantt(plt, args.out, inst, args.gantt_model, title)
-        plots.append(name)
-        gantt = (name, inst, gantt_reading(inst, labels[args.gantt_model], max(workers)))
+        plots = []
+        gantt = None
+        plt = pyplot()
+        if plt is not None:
+            plots.append(plot_main(plt, args.out, main_data, models, setting_list, labels))
+            plots.append(plot_sweep(plt, args.out, sw, grid, models, setting_list, labels, device_s))
+            gkey = (args.gantt_model, f"{FITTED}-{max(workers)}")
+            inst = main_data[gkey]
+            title = (f"{labels[args.gantt_model]}, {DEVICE.upper()} estimate, batch {batches[args.gantt_model]}, "
+                     f"US-Byte fit P = {max(workers)}, layerwise sync")
+            name = plot_gantt(plt, args.out, inst, args.gantt_model, title)
+            plots.append(name)
+            gantt = (name, inst, gantt_reading(inst, labels[args.gantt_model], max(workers)))
 
-    ctx = dict(args=args, command=command_line(SCRIPT, argv, args.out), date=datetime.date.today().isoformat(),
-               elapsed=time.perf_counter() - started, labels=labels, batches=batches, models=models,
-               profiles=profiles, device_s=device_s, lwo_options=lwo_options, settings=setting_list,
-               settings_by_key=sbk, main=main_data, grid=grid, sweep=sw, fitted_keys=fitted_keys,
-               ring_keys=ring_keys, maxima=found, at_max=at_max, units=units, unit_rows=unit_rows,
-               plots=plots, gantt=gantt)
-    write_text_atomic(os.path.join(args.out, "RESULTS.md"), report(ctx) + "\n")
-    print(f"wrote RESULTS.md and {len(plots)} plot(s) in {time.perf_counter() - started:.1f} s")
-    return 0
+        ctx = dict(args=args, command=command_line(SCRIPT, argv, args.out), date=datetime.date.today().isoformat(),
+                   elapsed=time.perf_counter() - started, labels=labels, batches=batches, models=models,
+                   profiles=profiles, device_s=device_s, lwo_options=lwo_options, settings=setting_list,
+                   settings_by_key=sbk, main=main_data, grid=grid, sweep=sw, fitted_keys=fitted_keys,
+                   ring_keys=ring_keys, maxima=found, at_max=at_max, units=units, unit_rows=unit_rows,
+                   plots=plots, gantt=gantt)
+        write_text_atomic(os.path.join(args.out, "RESULTS.md"), report(ctx) + "\n")
+        print(f"wrote RESULTS.md and {len(plots)} plot(s) in {time.perf_counter() - started:.1f} s")
+    return progress.exit_code
 
 
 def gantt_reading(inst: Instance, label: str, P: int) -> str:

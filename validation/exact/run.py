@@ -8,15 +8,20 @@ Five suites, written to ``validation/results/exact.md``:
 2. **extensions**: CP-SAT with copy cost and contention against every fusion plan simulated
    event by event (n <= 8), where the DP does not apply;
 3. **zoo**: the zoo models x networks x worker counts 4..2048; the DP against CP-SAT and
-   the MILP, each within its time limit (agreement counted only where the solver proves
+   the MILP, each within its budget (agreement counted only where the solver proves
    optimality by itself; otherwise the DP must not be beaten);
 4. **channels**: CP-SAT with two to four channels sharing the bandwidth against every
    fusion plan simulated event by event (n <= 10);
 5. **largest n**: for CP-SAT and the MILP (and CP-SAT with two channels), the largest n
    (doubling, then bisection) whose instance, the first n tensors of BERT-base on 10GbE at
-   64 workers in backward order, each proves optimal within the time limit.
+   64 workers in backward order, each proves optimal within its budget.
 
-Run: ``python validation/exact/run.py [--time-limit 10] [--random 200] [--quick]``
+CP-SAT and HiGHS stop on deterministic budgets, CP-SAT's work units (``--work``) and HiGHS's
+branch-and-bound nodes (``--nodes``), not on the wall clock, so every count and optimum the
+run writes is the same on every machine; only the columns of seconds are timings. The time
+limit (``--time-limit``) is a safeguard far out of the way.
+
+Run: ``python validation/exact/run.py [--work 10] [--nodes 1000] [--random 200] [--quick]``
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ from fusionopt import zoo
 from fusionopt.cost import AlphaBeta, PiecewiseLinear, network
 from fusionopt.model import Plan, Problem, Profile, simulate
 from fusionopt.model._io import write_text_atomic
+from fusionopt.reporting import Progress, interrupted_path
 from fusionopt.solvers import Status, solve
 
 RESULTS = Path(__file__).resolve().parents[1] / "results" / "exact.md"
@@ -81,7 +87,24 @@ def solver_proved(result) -> bool:
     return result.status is Status.OPTIMAL
 
 
-def random_suite(count: int, time_limit: float, seed: int) -> list[str]:
+class Budget:
+    """The deterministic budgets of the exact solvers, with a wall-clock safeguard."""
+
+    def __init__(self, work: float, nodes: int, safeguard: float):
+        self.work, self.nodes, self.safeguard = work, nodes, safeguard
+
+    def options(self, method: str, **extra) -> dict:
+        if method == "cpsat":
+            return {"deterministic_time": self.work, "time_limit": self.safeguard, **extra}
+        if method == "milp":
+            return {"node_limit": self.nodes, "time_limit": self.safeguard, **extra}
+        return dict(extra)
+
+    def __str__(self) -> str:
+        return f"CP-SAT {self.work:g} work units, HiGHS {self.nodes} nodes"
+
+
+def random_suite(count: int, budget: Budget, seed: int, progress: Progress) -> list[str]:
     rng = np.random.default_rng(seed)
     methods = ("dp", "cpsat", "milp")
     agree = {m: 0 for m in methods}
@@ -95,18 +118,18 @@ def random_suite(count: int, time_limit: float, seed: int) -> list[str]:
         for method in methods:
             if method == "milp" and problem.cost.affine is None:
                 continue
-            options = {} if method == "dp" else {"time_limit": time_limit}
-            result = solve(problem, method, **options)
+            result = solve(problem, method, **budget.options(method))
             ran[method] += 1
             seconds[method].append(result.solve_seconds)
             difference = abs(result.iteration_time - reference.iteration_time)
             worst[method] = max(worst[method], difference)
             if solver_proved(result) and difference <= tolerance(result):
                 agree[method] += 1
+        progress.step(f"n = {problem.profile.n}, {problem.sync}: brute force {1e3 * reference.iteration_time:.4f} ms")
     lines = [
         f"## Random problems against brute force ({count} instances, n = 2..12)",
         "",
-        "| method | instances | proved optimal by itself and equal to brute force (within its tolerance) | largest difference (s) | median solve (s) |",
+        "| method | instances | proved optimal by itself and equal to brute force (within its tolerance) | largest difference (s) | median solve (s, a timing) |",
         "|---|---|---|---|---|",
         f"| brute | {count} | reference | - | {statistics.median(seconds['brute']):.4f} |",
     ]
@@ -117,7 +140,7 @@ def random_suite(count: int, time_limit: float, seed: int) -> list[str]:
     return lines
 
 
-def extension_suite(count: int, time_limit: float, seed: int) -> list[str]:
+def extension_suite(count: int, budget: Budget, seed: int, progress: Progress) -> list[str]:
     """CP-SAT against every fusion plan simulated event by event, with copy cost and
     contention on: where the DP does not apply, CP-SAT is the exact reference."""
     rng = np.random.default_rng(seed + 1)
@@ -137,12 +160,13 @@ def extension_suite(count: int, time_limit: float, seed: int) -> list[str]:
                           contention=float(rng.choice([1.0, 1.0 + 2 * rng.random()])))
         every = min(simulate(problem, Plan.from_cuts(problem.profile, np.array(
             [(code >> k) & 1 for k in range(n - 1)], dtype=bool))).iteration_time for code in range(1 << (n - 1)))
-        result = solve(problem, "cpsat", time_limit=time_limit, workers=1)
+        result = solve(problem, "cpsat", **budget.options("cpsat", workers=1))
         seconds.append(result.solve_seconds)
         difference = abs(result.iteration_time - every)
         worst = max(worst, difference)
         proved += solver_proved(result)
         agree += solver_proved(result) and difference <= tolerance(result)
+        progress.step(f"n = {n}: exhaustive {1e3 * every:.4f} ms, CP-SAT {1e3 * result.iteration_time:.4f} ms")
     return [
         f"## Extensions: CP-SAT against exhaustive simulation ({count} instances, n = 2..8)",
         "",
@@ -151,14 +175,14 @@ def extension_suite(count: int, time_limit: float, seed: int) -> list[str]:
         "event by event.",
         "",
         "| instances | CP-SAT proved optimal | equal to the exhaustive optimum (within its rounding bound) |"
-        " largest difference (s) | median solve (s) |",
+        " largest difference (s) | median solve (s, a timing) |",
         "|---|---|---|---|---|",
         f"| {count} | {proved} | {agree} | {worst:.1e} | {statistics.median(seconds):.4f} |",
         "",
     ]
 
 
-def channel_suite(count: int, time_limit: float, seed: int) -> list[str]:
+def channel_suite(count: int, budget: Budget, seed: int, progress: Progress) -> list[str]:
     """CP-SAT with several channels (processor sharing) against every fusion plan simulated
     event by event."""
     rng = np.random.default_rng(seed + 2)
@@ -173,11 +197,13 @@ def channel_suite(count: int, time_limit: float, seed: int) -> list[str]:
                           copy_on=str(rng.choice(["channel", "compute"])))
         every = min(simulate(problem, Plan.from_cuts(profile, np.array(
             [(code >> k) & 1 for k in range(n - 1)], dtype=bool))).iteration_time for code in range(1 << (n - 1)))
-        result = solve(problem, "cpsat", time_limit=time_limit, workers=1)
+        result = solve(problem, "cpsat", **budget.options("cpsat", workers=1))
         difference = abs(result.iteration_time - every)
         proved = solver_proved(result)
         tallies[sync].append((proved, proved and difference <= tolerance(result), difference,
                               result.solve_seconds, result.stats["rounds"]))
+        progress.step(f"n = {n}, {problem.channels} channels, {sync}: exhaustive {1e3 * every:.4f} ms, "
+                      f"CP-SAT {1e3 * result.iteration_time:.4f} ms in {result.stats['rounds']} rounds")
     rows = []
     for sync, runs in tallies.items():
         if not runs:
@@ -202,7 +228,7 @@ def channel_suite(count: int, time_limit: float, seed: int) -> list[str]:
     ]
 
 
-def zoo_suite(time_limit: float, quick: bool) -> list[str]:
+def zoo_suite(budget: Budget, quick: bool, progress: Progress) -> list[str]:
     models = MODELS[:2] if quick else MODELS
     workers = WORKERS[::2] if quick else WORKERS
     rows = []
@@ -216,7 +242,7 @@ def zoo_suite(time_limit: float, quick: bool) -> list[str]:
                 cells = [model, net, str(p), str(profile.n), f"{1e3 * exact.iteration_time:.3f}",
                          str(exact.num_messages), f"{exact.solve_seconds:.4f}"]
                 for method in ("cpsat", "milp"):
-                    result = solve(problem, method, time_limit=time_limit)
+                    result = solve(problem, method, **budget.options(method))
                     if result.iteration_time < exact.iteration_time - tolerance(result):
                         raise AssertionError(f"{method} beat the DP on {model}/{net}/{p}: the DP is wrong")
                     tallies[method][2] += 1
@@ -229,18 +255,19 @@ def zoo_suite(time_limit: float, quick: bool) -> list[str]:
                         verdict = f"not proved, +{100 * (result.iteration_time / exact.iteration_time - 1):.3f}%"
                     cells += [f"{result.solve_seconds:.2f}", verdict]
                 rows.append("| " + " | ".join(cells) + " |")
-                print(rows[-1], flush=True)
+                progress.step(rows[-1])
     lines = [
-        f"## Zoo models x networks x workers (time limit {time_limit:g} s)",
+        f"## Zoo models x networks x workers ({budget})",
         "",
         "Roofline profiles on H100 at batch 64, ring all-reduce presets. \"agrees\": the solver proved",
         "optimality by itself (CP-SAT's or HiGHS's own status) and equals the DP within its stated",
-        "tolerance; otherwise its excess over the DP optimum when the time limit stopped it.",
+        "tolerance; otherwise its excess over the DP optimum when its budget stopped it. The columns of",
+        "seconds are timings.",
         "",
     ]
     for method, (proven, open_, total) in tallies.items():
         lines.append(f"* {method}: {proven} of {total} proved optimal by the solver itself and equal to the DP;"
-                     f" {open_} stopped by the time limit, none better than the DP.")
+                     f" {open_} stopped by the budget, none better than the DP.")
     lines += [
         "",
         "| model | network | workers | n | DP T (ms) | messages | DP (s) | CP-SAT (s) | CP-SAT | MILP (s) | MILP |",
@@ -257,11 +284,11 @@ def prefix_problem(n: int) -> Problem:
     return Problem(profile.tail(n, name=""), network("10gbe", 64))
 
 
-def largest_n(method: str, time_limit: float, ceiling: int, **extensions) -> tuple[int, list[str]]:
+def largest_n(method: str, budget: Budget, ceiling: int, **extensions) -> tuple[int, list[str]]:
     def proves(n: int) -> tuple[bool, float]:
         base = prefix_problem(n)
         problem = Problem(base.profile, base.cost, **extensions)
-        result = solve(problem, method, time_limit=time_limit)
+        result = solve(problem, method, **budget.options(method))
         ok = solver_proved(result)
         if ok:
             reference = "dp" if not problem.extensions else "brute" if n <= 14 else None
@@ -291,40 +318,57 @@ def largest_n(method: str, time_limit: float, ceiling: int, **extensions) -> tup
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--time-limit", type=float, default=10.0)
+    parser.add_argument("--work", type=float, default=10.0, help="CP-SAT's budget per solve, in its work units")
+    parser.add_argument("--nodes", type=int, default=1000, help="HiGHS's budget per solve, in branch-and-bound nodes")
+    parser.add_argument("--time-limit", type=float, default=600.0, help="wall-clock safeguard per solve (s)")
     parser.add_argument("--random", type=int, default=200, help="random instances")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--quick", action="store_true", help="fewer zoo instances")
     parser.add_argument("--output", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
+    if not (args.work > 0 and args.nodes >= 1 and args.time_limit > 0 and args.random >= 1):
+        parser.error("--work, --nodes, --time-limit and --random must be positive")
+    budget = Budget(args.work, args.nodes, args.time_limit)
     started = time.perf_counter()
+    command = (f"python validation/exact/run.py --work {args.work:g} --nodes {args.nodes} --random {args.random}"
+               f" --seed {args.seed}{' --quick' if args.quick else ''}")
     lines = [
         "# Exact methods cross-validated",
         "",
-        f"Run {datetime.date.today().isoformat()} by `python validation/exact/run.py --time-limit {args.time_limit:g}"
-        f" --random {args.random} --seed {args.seed}{' --quick' if args.quick else ''}` on {os.cpu_count()} cores"
+        f"Run {datetime.date.today().isoformat()} by `{command}` on {os.cpu_count()} cores"
         f" ({platform.machine()}), Python {platform.python_version()}, fusionopt {fusionopt.__version__}.",
+        f"Budgets per solve: {budget} (deterministic: every count and optimum below is the same on"
+        f" every machine), wall-clock safeguard {args.time_limit:g} s; columns of seconds are timings of this host.",
         "",
     ]
-    lines += random_suite(args.random, args.time_limit, args.seed)
-    lines += extension_suite(max(1, args.random // 2), args.time_limit, args.seed)
-    lines += channel_suite(max(1, args.random // 2), args.time_limit, args.seed)
-    lines += zoo_suite(args.time_limit, args.quick)
     ceiling = zoo.profile("bert-base").n
-    lines += [f"## Largest n proved optimal within {args.time_limit:g} s", "",
-              "Instance: the first n tensors (backward order) of BERT-base on 10GbE, 64 workers.", ""]
     runs = (("cpsat", "cpsat", {}), ("milp", "milp", {}),
             ("cpsat, 2 channels, barrier", "cpsat", {"channels": 2}),
             ("cpsat, 2 channels, layerwise", "cpsat", {"channels": 2, "sync": "layerwise"}))
-    for label, method, extensions in runs:
-        n, trail = largest_n(method, args.time_limit, ceiling, **extensions)
-        lines.append(f"* **{label}**: n = {n}{' (all tensors)' if n == ceiling else ''}. Trail: " + "; ".join(trail) + ".")
-    lines += ["", "With channels the instance has no DP; a proof at n <= 14 is checked against brute force."]
-    lines += ["", f"Total run time {time.perf_counter() - started:.0f} s.", ""]
-    text = "\n".join(lines)
-    write_text_atomic(args.output, text, make_folder=True)
-    print(text)
-    return 0
+    zoo_cells = (2 if args.quick else len(MODELS)) * len(NETWORKS) * len(WORKERS[::2] if args.quick else WORKERS)
+    with Progress(interrupted_path(args.output)) as progress:
+        progress.stage("random problems against brute force", total=args.random)
+        lines += random_suite(args.random, budget, args.seed, progress)
+        progress.stage("extensions against exhaustive simulation", total=max(1, args.random // 2))
+        lines += extension_suite(max(1, args.random // 2), budget, args.seed, progress)
+        progress.stage("channels against exhaustive simulation", total=max(1, args.random // 2))
+        lines += channel_suite(max(1, args.random // 2), budget, args.seed, progress)
+        progress.stage("zoo", total=zoo_cells)
+        lines += zoo_suite(budget, args.quick, progress)
+        lines += [f"## Largest n proved optimal within the budget ({budget})", "",
+                  "Instance: the first n tensors (backward order) of BERT-base on 10GbE, 64 workers.", ""]
+        progress.stage("largest n", total=len(runs))
+        for label, method, extensions in runs:
+            n, trail = largest_n(method, budget, ceiling, **extensions)
+            lines.append(f"* **{label}**: n = {n}{' (all tensors)' if n == ceiling else ''}. Trail: "
+                         + "; ".join(trail) + ".")
+            progress.step(lines[-1])
+        lines += ["", "With channels the instance has no DP; a proof at n <= 14 is checked against brute force."]
+        lines += ["", f"Total run time {time.perf_counter() - started:.0f} s (a timing).", ""]
+        text = "\n".join(lines)
+        write_text_atomic(args.output, text, make_folder=True)
+        print(text)
+    return progress.exit_code
 
 
 if __name__ == "__main__":

@@ -35,11 +35,11 @@ from fusionopt.cost import network  # noqa: E402
 from fusionopt.integrations.ddp_layout import ddp_bucket_layout  # noqa: E402
 from fusionopt.integrations.torch import require_torch  # noqa: E402
 from fusionopt.model import Problem  # noqa: E402
-from fusionopt.reporting import write_result  # noqa: E402
+from fusionopt.reporting import Progress, interrupted_path, write_result  # noqa: E402
 from fusionopt.solvers import solve  # noqa: E402
 from fusionopt.solvers.advise import ddp_settings  # noqa: E402
 from fusionopt.solvers.ddp import ddp_buckets  # noqa: E402
-from models import HUGGINGFACE, builder, loss_of  # noqa: E402
+from models import HUGGINGFACE, builder, loss_of, zoo_names  # noqa: E402
 
 ADVICE_NETWORKS = ("10gbe", "25gbe", "100gb-ib", "nvlink-h100")
 
@@ -87,6 +87,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, default=64)
     parser.add_argument("--output-dir", default=str(ROOT / "validation" / "results"))
     args = parser.parse_args(argv)
+    try:
+        models = zoo_names(args.models)
+    except ValueError as exc:
+        parser.error(str(exc))
 
     advice = advice_rows(args.workers)
     torch = require_torch()
@@ -96,43 +100,49 @@ def main(argv: list[str] | None = None) -> int:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
-    rows, skipped = [], []
-    try:
-        for name in args.models.split(","):
-            made = builder(name, torch)
-            if made is None:
-                skipped.append(name)
-                print(f"{name}: cannot be built here (needs torchvision or transformers), skipped", flush=True)
-                continue
-            torch.manual_seed(0)
-            model = made[0]().train()
-            inputs = tiny_inputs(name, torch)
-            profile = zoo.profile(name)
-            problem = Problem(profile, network(args.network, args.workers))
-            advised = ddp_settings(problem, solve(problem, "dp").plan)
-            settings = list(SETTINGS)
-            if advised.bucket_cap_mb_list is not None:
-                settings.append(("advised list", {"bucket_cap_mb_list": list(advised.bucket_cap_mb_list)}))
-            if advised.bucket_cap_mb is not None:
-                settings.append((f"advised cap {advised.bucket_cap_mb:g} MiB", {"bucket_cap_mb": advised.bucket_cap_mb}))
-            for label, options in settings:
-                built = ddp_bucket_layout(model, inputs, loss_fn=loss_of, **options)
-                predicted = [[profile.names[i] for i in bucket] for bucket in ddp_buckets(profile, **options)]
-                rows.append({"model": name, "setting": label, "options": options, "buckets_torch": len(built),
-                             "buckets_fusionopt": len(predicted), "identical": built == predicted})
-                print(f"{name:14s} {label:24s} torch {len(built):3d} buckets, fusionopt {len(predicted):3d}: "
-                      f"{'identical' if built == predicted else 'DIFFERENT'}", flush=True)
-    finally:
-        dist.destroy_process_group()
+    with Progress(interrupted_path(Path(args.output_dir) / "frameworks.md")) as progress:
+        progress.stage("models", total=len(models))
+        rows, skipped = [], []
+        try:
+            for name in models:
+                made = builder(name, torch)
+                if made is None:
+                    skipped.append(name)
+                    progress.step(f"{name}: cannot be built here (needs torchvision or transformers), skipped")
+                    continue
+                torch.manual_seed(0)
+                model = made[0]().train()
+                inputs = tiny_inputs(name, torch)
+                profile = zoo.profile(name)
+                problem = Problem(profile, network(args.network, args.workers))
+                advised = ddp_settings(problem, solve(problem, "dp").plan)
+                settings = list(SETTINGS)
+                if advised.bucket_cap_mb_list is not None:
+                    settings.append(("advised list", {"bucket_cap_mb_list": list(advised.bucket_cap_mb_list)}))
+                if advised.bucket_cap_mb is not None:
+                    settings.append((f"advised cap {advised.bucket_cap_mb:g} MiB", {"bucket_cap_mb": advised.bucket_cap_mb}))
+                for label, options in settings:
+                    built = ddp_bucket_layout(model, inputs, loss_fn=loss_of, **options)
+                    predicted = [[profile.names[i] for i in bucket] for bucket in ddp_buckets(profile, **options)]
+                    rows.append({"model": name, "setting": label, "options": options, "buckets_torch": len(built),
+                                 "buckets_fusionopt": len(predicted), "identical": built == predicted})
+                    print(f"{name:14s} {label:24s} torch {len(built):3d} buckets, fusionopt {len(predicted):3d}: "
+                          f"{'identical' if built == predicted else 'DIFFERENT'}", file=sys.stderr, flush=True)
+                progress.step(f"{name}: " + ", ".join(f"{r['setting']} {'identical' if r['identical'] else 'DIFFERENT'}"
+                                                      for r in rows if r["model"] == name))
+        finally:
+            dist.destroy_process_group()
 
-    document = {
-        "schema": "fusionopt.validation.frameworks", "version": 1, "torch": torch.__version__,
-        "libraries": {m: _version(m) for m in ("torch", "torchvision", "transformers")},
-        "python": platform.python_version(), "network": args.network, "workers": args.workers,
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "results": rows, "skipped": skipped, "advice": advice,
-    }
-    write_result(args.output_dir, "frameworks", document, markdown(document))
+        document = {
+            "schema": "fusionopt.validation.frameworks", "version": 1, "torch": torch.__version__,
+            "libraries": {m: _version(m) for m in ("torch", "torchvision", "transformers")},
+            "python": platform.python_version(), "network": args.network, "workers": args.workers,
+            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "results": rows, "skipped": skipped, "advice": advice,
+        }
+        write_result(args.output_dir, "frameworks", document, markdown(document))
+    if progress.interrupted:
+        return progress.exit_code
     return 0 if all(r["identical"] for r in rows) else 1
 
 

@@ -50,7 +50,7 @@ from fusionopt import zoo
 from fusionopt.cost import network
 from fusionopt.executor import calibrate, run, scale_compute
 from fusionopt.model import Problem
-from fusionopt.reporting import write_result
+from fusionopt.reporting import Progress, interrupted_path, write_result
 from fusionopt.solvers import methods, solve
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -133,89 +133,92 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     load_before = os.getloadavg()
     costs: dict[str, dict] = {}
-    rows = []
-    for model, profile in profiles.items():
-        if emulated:
-            cost = affine = network(args.emulate_network, args.workers)
-            costs[model] = cost.to_dict()
-            print(f"{model}: emulated link: {args.emulate_network}, {args.workers} workers: {cost!r}")
-        else:
-            # Calibrated again before each model: other work on the host shifts the timings.
-            t = time.perf_counter()
-            max_bytes = 1 << int(np.ceil(np.log2(profile.total_bytes)))
-            calibration = calibrate(args.backend, ranks=args.ranks, max_bytes=max_bytes, iterations=100)
-            cost, affine = calibration.piecewise, calibration.alpha_beta
-            costs[model] = calibration.to_dict()
-            print(f"{model}: calibrated {calibration.description} in {time.perf_counter() - t:.1f} s")
-            print(calibration.table())
-        print()
-        scale = (args.time_scale if args.time_scale is not None
-                 else args.overlap * float(cost(profile.total_bytes)) / profile.B)
-        scaled = scale_compute(profile, scale)
-        for method in chosen:
-            sync = "layerwise" if method in LAYERWISE else "barrier"
-            plan_cost = affine if method in LAYERWISE else cost
-            plan = solve(Problem(scaled, plan_cost, sync=sync), method).plan
-            if plan.has_release and args.compute != "host":
-                print(f"{method}: the CUDA-stream runner cannot hold messages until their release times; "
-                      "running its grouping without them")
-                plan = plan.without_release()
-            t = time.perf_counter()
-            m = run(Problem(profile, cost, sync=sync), plan, args.backend, ranks=args.ranks,
-                    iterations=args.iterations, warmup=args.warmup, time_scale=scale, emulate_link=emulated,
-                    compute=args.compute, timeout=120.0)
-            message_errors = np.abs(m.message_errors)
-            row = {
-                "model": model, "method": method, "sync": sync, "messages": plan.num_messages,
-                "time_scale": scale, "compute_time": scaled.compute_time,
-                "predicted_time": m.predicted_time, "measured_time": m.iteration_time,
-                "relative_error": m.relative_error, "iteration_times": m.iteration_times.tolist(),
-                "median_abs_message_error": float(np.median(message_errors)),
-                "backward_late": m.backward_late, "correct": m.correct, "checked_bytes": m.checked_bytes,
-                "emulated": m.emulated, "seconds": time.perf_counter() - t,
-            }
-            rows.append(row)
-            print(f"{model:10s} {method:8s} {sync:9s} {plan.num_messages:4d} msgs  predicted "
-                  f"{1e3 * m.predicted_time:9.2f} ms  measured {1e3 * m.iteration_time:9.2f} ms  "
-                  f"{100 * m.relative_error:+7.2f} %  {'ok' if m.correct else 'WRONG'}  ({row['seconds']:.1f} s)",
-                  flush=True)
-        if not emulated:
-            # The same sweep after the runs: how far the host's speed moved meanwhile.
-            after = calibrate(args.backend, ranks=args.ranks, max_bytes=max_bytes, iterations=100)
-            drift = float(after.piecewise(profile.total_bytes) / cost(profile.total_bytes)) - 1
-            small = float(after.piecewise(1 << 16) / cost(1 << 16)) - 1
-            costs[model]["calibration"]["after_runs"] = {
-                "points": [[int(a), float(b)] for a, b in zip(after.sizes, after.times)],
-                "drift_total_bytes": drift, "drift_64KiB": small}
-            for row in rows[-len(chosen):]:
-                row["calibration_drift"] = drift
-            print(f"{model}: calibration after the runs: c(all gradients) {100 * drift:+.1f} %, "
-                  f"c(64 KiB) {100 * small:+.1f} %")
-
-    by_method = {method: statistics.median(abs(r["relative_error"]) for r in rows if r["method"] == method)
-                 for method in chosen}
-    summary = {"median_abs_relative_error": statistics.median(abs(r["relative_error"]) for r in rows),
-               "median_abs_relative_error_by_method": by_method,
-               "ranking": {model: ranking([r for r in rows if r["model"] == model]) for model in profiles},
-               "all_correct": all(r["correct"] for r in rows)}
     # Named by the hardware that ran the collectives (not the profiles' zoo device).
     label = f"{args.backend}-{'gpu' if args.backend == 'nccl' else 'cpu'}"
     if args.compute != "host":
         label += f"-{args.compute}"
-    document = {
-        "schema": "fusionopt.validation.hardware", "version": 1, "backend": args.backend,
-        "device": args.device, "batch": args.batch, "ranks": args.ranks, "emulated": emulated,
-        "compute": args.compute,
-        "overlap": None if args.time_scale is not None else args.overlap,
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "hardware": hardware(args.backend), "versions": versions(args.backend),
-        "cost": costs,
-        "methods_not_registered": skipped, "iterations": args.iterations, "warmup": args.warmup,
-        "results": rows, "summary": summary, "seconds": time.perf_counter() - started,
-        # Other work on the host disturbs the timings: the 1-minute load before and after.
-        "load_average": {"before": load_before[0], "after": os.getloadavg()[0]},
-    }
-    write_result(args.output_dir, label, document, markdown(document))
+    with Progress(interrupted_path(Path(args.output_dir) / f"{label}.md")) as progress:
+        progress.stage("runs", total=len(profiles) * len(chosen))
+        rows = []
+        for model, profile in profiles.items():
+            if emulated:
+                cost = affine = network(args.emulate_network, args.workers)
+                costs[model] = cost.to_dict()
+                print(f"{model}: emulated link: {args.emulate_network}, {args.workers} workers: {cost!r}")
+            else:
+                # Calibrated again before each model: other work on the host shifts the timings.
+                t = time.perf_counter()
+                max_bytes = 1 << int(np.ceil(np.log2(profile.total_bytes)))
+                calibration = calibrate(args.backend, ranks=args.ranks, max_bytes=max_bytes, iterations=100)
+                cost, affine = calibration.piecewise, calibration.alpha_beta
+                costs[model] = calibration.to_dict()
+                print(f"{model}: calibrated {calibration.description} in {time.perf_counter() - t:.1f} s")
+                print(calibration.table())
+            print()
+            scale = (args.time_scale if args.time_scale is not None
+                     else args.overlap * float(cost(profile.total_bytes)) / profile.B)
+            scaled = scale_compute(profile, scale)
+            for method in chosen:
+                sync = "layerwise" if method in LAYERWISE else "barrier"
+                plan_cost = affine if method in LAYERWISE else cost
+                plan = solve(Problem(scaled, plan_cost, sync=sync), method).plan
+                if plan.has_release and args.compute != "host":
+                    print(f"{method}: the CUDA-stream runner cannot hold messages until their release times; "
+                          "running its grouping without them")
+                    plan = plan.without_release()
+                t = time.perf_counter()
+                m = run(Problem(profile, cost, sync=sync), plan, args.backend, ranks=args.ranks,
+                        iterations=args.iterations, warmup=args.warmup, time_scale=scale, emulate_link=emulated,
+                        compute=args.compute, timeout=120.0)
+                message_errors = np.abs(m.message_errors)
+                row = {
+                    "model": model, "method": method, "sync": sync, "messages": plan.num_messages,
+                    "time_scale": scale, "compute_time": scaled.compute_time,
+                    "predicted_time": m.predicted_time, "measured_time": m.iteration_time,
+                    "relative_error": m.relative_error, "iteration_times": m.iteration_times.tolist(),
+                    "median_abs_message_error": float(np.median(message_errors)),
+                    "backward_late": m.backward_late, "correct": m.correct, "checked_bytes": m.checked_bytes,
+                    "emulated": m.emulated, "seconds": time.perf_counter() - t,
+                }
+                rows.append(row)
+                progress.step(f"{model:10s} {method:8s} {sync:9s} {plan.num_messages:4d} msgs  predicted "
+                              f"{1e3 * m.predicted_time:9.2f} ms  measured {1e3 * m.iteration_time:9.2f} ms  "
+                              f"{100 * m.relative_error:+7.2f} %  {'ok' if m.correct else 'WRONG'}  ({row['seconds']:.1f} s)")
+            if not emulated:
+                # The same sweep after the runs: how far the host's speed moved meanwhile.
+                after = calibrate(args.backend, ranks=args.ranks, max_bytes=max_bytes, iterations=100)
+                drift = float(after.piecewise(profile.total_bytes) / cost(profile.total_bytes)) - 1
+                small = float(after.piecewise(1 << 16) / cost(1 << 16)) - 1
+                costs[model]["calibration"]["after_runs"] = {
+                    "points": [[int(a), float(b)] for a, b in zip(after.sizes, after.times)],
+                    "drift_total_bytes": drift, "drift_64KiB": small}
+                for row in rows[-len(chosen):]:
+                    row["calibration_drift"] = drift
+                print(f"{model}: calibration after the runs: c(all gradients) {100 * drift:+.1f} %, "
+                      f"c(64 KiB) {100 * small:+.1f} %")
+
+        by_method = {method: statistics.median(abs(r["relative_error"]) for r in rows if r["method"] == method)
+                     for method in chosen}
+        summary = {"median_abs_relative_error": statistics.median(abs(r["relative_error"]) for r in rows),
+                   "median_abs_relative_error_by_method": by_method,
+                   "ranking": {model: ranking([r for r in rows if r["model"] == model]) for model in profiles},
+                   "all_correct": all(r["correct"] for r in rows)}
+        document = {
+            "schema": "fusionopt.validation.hardware", "version": 1, "backend": args.backend,
+            "device": args.device, "batch": args.batch, "ranks": args.ranks, "emulated": emulated,
+            "compute": args.compute,
+            "overlap": None if args.time_scale is not None else args.overlap,
+            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "hardware": hardware(args.backend), "versions": versions(args.backend),
+            "cost": costs,
+            "methods_not_registered": skipped, "iterations": args.iterations, "warmup": args.warmup,
+            "results": rows, "summary": summary, "seconds": time.perf_counter() - started,
+            # Other work on the host disturbs the timings: the 1-minute load before and after.
+            "load_average": {"before": load_before[0], "after": os.getloadavg()[0]},
+        }
+        write_result(args.output_dir, label, document, markdown(document))
+    if progress.interrupted:
+        return progress.exit_code
     return 0 if summary["all_correct"] else 1
 
 

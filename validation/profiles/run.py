@@ -38,11 +38,11 @@ sys.path.insert(0, str(ROOT))
 
 from fusionopt import zoo  # noqa: E402
 from fusionopt.integrations.torch import profile_model, require_torch  # noqa: E402
-from fusionopt.reporting import write_result  # noqa: E402
+from fusionopt.reporting import Progress, interrupted_path, write_result  # noqa: E402
 from fusionopt.zoo.measured import MEASURED_DIR  # noqa: E402
 
 sys.path.insert(0, str(ROOT / "validation"))
-from models import DEFAULT_MODELS, builder, loss_of  # noqa: E402
+from models import DEFAULT_MODELS, builder, loss_of, zoo_names  # noqa: E402
 
 def hardware_tag(gpu_name: str) -> str:
     """A short lower-case tag of a GPU's name: "NVIDIA H100 80GB HBM3" -> "h100"."""
@@ -64,67 +64,75 @@ def main(argv: list[str] | None = None) -> int:
                         help='where the measured profiles go (default the zoo\'s; "" keeps none)')
     parser.add_argument("--output-dir", default=str(ROOT / "validation" / "results"))
     args = parser.parse_args(argv)
+    try:
+        models = zoo_names(args.models)
+    except ValueError as exc:
+        parser.error(str(exc))
 
     torch = require_torch()
     device = torch.device(args.device)
     label = "gpu" if device.type == "cuda" else "cpu"
     hardware = torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "cpu"
     short = hardware_tag(hardware) if device.type == "cuda" else "cpu"
-    rows, skipped = [], []
-    for name in args.models.split(","):
-        made = builder(name, torch)
-        if made is None:
-            skipped.append(name)
-            print(f"{name}: cannot be built here (needs torchvision or transformers), skipped")
-            continue
-        build, inputs = made
-        torch.manual_seed(0)
-        model = build().to(device).train()
-        started = time.perf_counter()
-        measured = profile_model(model, inputs(args.batch, device), loss_fn=loss_of, steps=args.steps,
-                                 warmup=args.warmup, device=device, batch=args.batch, name=name)
-        seconds = time.perf_counter() - started
-        estimate = zoo.profile(name, device=args.zoo_device, batch=args.batch)
-        same_tensors = (measured.names == estimate.names
-                        and measured.sizes.tolist() == estimate.sizes.tolist())
-        # The order in which the hooks saw the gradients, and the order torch registers the
-        # parameters, against the zoo's.
-        same_ready = measured.metadata["ready_order"] == [estimate.names[i] for i in estimate.ready_order]
-        same_registration = ([measured.names[i] for i in measured.registration_order]
-                             == [estimate.names[i] for i in estimate.registration_order])
-        stored = None
-        if args.profiles_dir:
-            path = Path(args.profiles_dir) / f"{name}-{short}-b{args.batch}.json"
-            path.parent.mkdir(parents=True, exist_ok=True)
-            measured.write(path)
-            stored = str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
-        ratio_b = measured.B / estimate.B
-        ratio_f = measured.F / estimate.F
-        # How well the estimate's per-tensor split matches: correlation of backward times.
-        correlation = float(np.corrcoef(measured.backward, estimate.backward)[0, 1]) if measured.n > 2 else None
-        rows.append({"model": name, "tensors": measured.n, "same_tensors_as_zoo": bool(same_tensors),
-                     "same_ready_order_as_zoo": bool(same_ready),
-                     "same_registration_order_as_zoo": bool(same_registration),
-                     "measured_B": measured.B, "measured_F": measured.F, "estimate_B": estimate.B,
-                     "estimate_F": estimate.F, "ratio_B": ratio_b, "ratio_F": ratio_f,
-                     "backward_correlation": correlation,
-                     "ready_order_is_reverse_forward": measured.metadata.get("ready_order_is_reverse_forward"),
-                     "profile": stored,
-                     "seconds": seconds})
-        print(f"{name:14s} {measured.n:4d} tensors  tensors as zoo: {same_tensors}  ready order as zoo: "
-              f"{same_ready}  registration as zoo: {same_registration}  B {1e3 * measured.B:8.2f} ms "
-              f"(estimate {1e3 * estimate.B:8.2f}, x{ratio_b:.2f})  F {1e3 * measured.F:8.2f} ms "
-              f"(estimate {1e3 * estimate.F:8.2f}, x{ratio_f:.2f})", flush=True)
+    with Progress(interrupted_path(Path(args.output_dir) / f"profiles-{label}.md")) as progress:
+        progress.stage("models", total=len(models))
+        rows, skipped = [], []
+        for name in models:
+            made = builder(name, torch)
+            if made is None:
+                skipped.append(name)
+                progress.step(f"{name}: cannot be built here (needs torchvision or transformers), skipped")
+                continue
+            build, inputs = made
+            torch.manual_seed(0)
+            model = build().to(device).train()
+            started = time.perf_counter()
+            measured = profile_model(model, inputs(args.batch, device), loss_fn=loss_of, steps=args.steps,
+                                     warmup=args.warmup, device=device, batch=args.batch, name=name)
+            seconds = time.perf_counter() - started
+            estimate = zoo.profile(name, device=args.zoo_device, batch=args.batch)
+            same_tensors = (measured.names == estimate.names
+                            and measured.sizes.tolist() == estimate.sizes.tolist())
+            # The order in which the hooks saw the gradients, and the order torch registers the
+            # parameters, against the zoo's.
+            same_ready = measured.metadata["ready_order"] == [estimate.names[i] for i in estimate.ready_order]
+            same_registration = ([measured.names[i] for i in measured.registration_order]
+                                 == [estimate.names[i] for i in estimate.registration_order])
+            stored = None
+            if args.profiles_dir:
+                path = Path(args.profiles_dir) / f"{name}-{short}-b{args.batch}.json"
+                path.parent.mkdir(parents=True, exist_ok=True)
+                measured.write(path)
+                stored = str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
+            ratio_b = measured.B / estimate.B
+            ratio_f = measured.F / estimate.F
+            # How well the estimate's per-tensor split matches: correlation of backward times.
+            correlation = float(np.corrcoef(measured.backward, estimate.backward)[0, 1]) if measured.n > 2 else None
+            rows.append({"model": name, "tensors": measured.n, "same_tensors_as_zoo": bool(same_tensors),
+                         "same_ready_order_as_zoo": bool(same_ready),
+                         "same_registration_order_as_zoo": bool(same_registration),
+                         "measured_B": measured.B, "measured_F": measured.F, "estimate_B": estimate.B,
+                         "estimate_F": estimate.F, "ratio_B": ratio_b, "ratio_F": ratio_f,
+                         "backward_correlation": correlation,
+                         "ready_order_is_reverse_forward": measured.metadata.get("ready_order_is_reverse_forward"),
+                         "profile": stored,
+                         "seconds": seconds})
+            progress.step(f"{name:14s} {measured.n:4d} tensors  tensors as zoo: {same_tensors}  ready order as zoo: "
+                  f"{same_ready}  registration as zoo: {same_registration}  B {1e3 * measured.B:8.2f} ms "
+                  f"(estimate {1e3 * estimate.B:8.2f}, x{ratio_b:.2f})  F {1e3 * measured.F:8.2f} ms "
+                  f"(estimate {1e3 * estimate.F:8.2f}, x{ratio_f:.2f})")
 
-    document = {
-        "schema": "fusionopt.validation.profiles", "version": 1, "device": str(device), "hardware": hardware,
-        "zoo_device": args.zoo_device, "batch": args.batch, "steps": args.steps, "warmup": args.warmup,
-        "torch": torch.__version__, "cuda": torch.version.cuda if device.type == "cuda" else None,
-        "python": platform.python_version(), "libraries": library_versions(),
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "results": rows, "skipped": skipped,
-    }
-    write_result(args.output_dir, f"profiles-{label}", document, markdown(document))
+        document = {
+            "schema": "fusionopt.validation.profiles", "version": 1, "device": str(device), "hardware": hardware,
+            "zoo_device": args.zoo_device, "batch": args.batch, "steps": args.steps, "warmup": args.warmup,
+            "torch": torch.__version__, "cuda": torch.version.cuda if device.type == "cuda" else None,
+            "python": platform.python_version(), "libraries": library_versions(),
+            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "results": rows, "skipped": skipped,
+        }
+        write_result(args.output_dir, f"profiles-{label}", document, markdown(document))
+    if progress.interrupted:
+        return progress.exit_code
     return 0 if all(r["same_tensors_as_zoo"] and r["same_ready_order_as_zoo"]
                     and r["same_registration_order_as_zoo"] for r in rows) else 1
 
