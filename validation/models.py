@@ -4,7 +4,7 @@ BERT and GPT-2 from transformers configurations (no download)."""
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 # zoo name -> torchvision builder name (weights not needed: shapes and times only)
 TORCHVISION = {
@@ -99,3 +99,15 @@ def loss_of(output: Any) -> Any:
     return output.sum()
 
 
+def buildable(names: list[str], torch: Any, progress: Any, skipped: list[str]) -> Iterator[tuple[str, Callable, Callable]]:
+    """``(name, build, inputs)`` for each model of ``names`` that builds here, the torch seed set
+    to 0 before each; a model whose library is missing is added to ``skipped``, with a progress
+    step saying so."""
+    for name in names:
+        made = builder(name, torch)
+        if made is None:
+            skipped.append(name)
+            progress.step(f"{name}: cannot be built here (needs torchvision or transformers), skipped")
+            continue
+        torch.manual_seed(0)
+        yield name, made[0], made[1]

@@ -39,7 +39,7 @@ from fusionopt.reporting import Progress, interrupted_path, write_result  # noqa
 from fusionopt.solvers import solve  # noqa: E402
 from fusionopt.solvers.advise import ddp_settings  # noqa: E402
 from fusionopt.solvers.ddp import ddp_buckets  # noqa: E402
-from models import HUGGINGFACE, builder, loss_of, zoo_names  # noqa: E402
+from models import HUGGINGFACE, buildable, loss_of, zoo_names  # noqa: E402
 
 ADVICE_NETWORKS = ("10gbe", "25gbe", "100gb-ib", "nvlink-h100")
 
@@ -104,14 +104,8 @@ def main(argv: list[str] | None = None) -> int:
         progress.stage("models", total=len(models))
         rows, skipped = [], []
         try:
-            for name in models:
-                made = builder(name, torch)
-                if made is None:
-                    skipped.append(name)
-                    progress.step(f"{name}: cannot be built here (needs torchvision or transformers), skipped")
-                    continue
-                torch.manual_seed(0)
-                model = made[0]().train()
+            for name, build, _ in buildable(models, torch, progress, skipped):
+                model = build().train()
                 inputs = tiny_inputs(name, torch)
                 profile = zoo.profile(name)
                 problem = Problem(profile, network(args.network, args.workers))

@@ -42,7 +42,7 @@ from fusionopt.reporting import Progress, interrupted_path, write_result  # noqa
 from fusionopt.zoo.measured import MEASURED_DIR  # noqa: E402
 
 sys.path.insert(0, str(ROOT / "validation"))
-from models import DEFAULT_MODELS, builder, loss_of, zoo_names  # noqa: E402
+from models import DEFAULT_MODELS, buildable, loss_of, zoo_names  # noqa: E402
 
 def hardware_tag(gpu_name: str) -> str:
     """A short lower-case tag of a GPU's name: "NVIDIA H100 80GB HBM3" -> "h100"."""
@@ -77,14 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     with Progress(interrupted_path(Path(args.output_dir) / f"profiles-{label}.md")) as progress:
         progress.stage("models", total=len(models))
         rows, skipped = [], []
-        for name in models:
-            made = builder(name, torch)
-            if made is None:
-                skipped.append(name)
-                progress.step(f"{name}: cannot be built here (needs torchvision or transformers), skipped")
-                continue
-            build, inputs = made
-            torch.manual_seed(0)
+        for name, build, inputs in buildable(models, torch, progress, skipped):
             model = build().to(device).train()
             started = time.perf_counter()
             measured = profile_model(model, inputs(args.batch, device), loss_fn=loss_of, steps=args.steps,
