@@ -61,7 +61,7 @@ class FusionOptimum:
     algorithm: str
 
 
-def _check_caps(problem: Problem, max_message_bytes: float | None, max_messages: int | None) -> tuple[float, int | None]:
+def check_caps(problem: Problem, max_message_bytes: float | None, max_messages: int | None) -> tuple[float, int | None]:
     profile = problem.profile
     cap = math.inf
     if max_message_bytes is not None:
@@ -133,7 +133,7 @@ def optimal_fusion(
     problem.require_plain("the fusion DP")
     if algorithm not in ("auto", "linear", "quadratic"):
         raise ValueError(f"unknown algorithm {algorithm!r}: choose 'auto', 'linear' or 'quadratic'")
-    cap, max_messages = _check_caps(problem, max_message_bytes, max_messages)
+    cap, max_messages = check_caps(problem, max_message_bytes, max_messages)
     affine = problem.cost.affine
     if algorithm == "linear" and affine is None:
         raise ValueError("the linear-time DP needs an affine cost (AlphaBeta); use algorithm='quadratic'")

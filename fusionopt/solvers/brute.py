@@ -8,7 +8,7 @@ import time
 import numpy as np
 
 from fusionopt.model.fusion import evaluate_cuts, fusion_iteration_time
-from fusionopt.model.fusion_dp import _check_caps, backward_arrays
+from fusionopt.model.fusion_dp import check_caps, backward_arrays
 from fusionopt.model.plan import Plan
 from fusionopt.model.problem import Problem
 from fusionopt.model.timeline import simulate
@@ -51,7 +51,7 @@ def brute(
             f"brute force enumerates 2^(n-1) plans and refuses n = {n} > {limit}"
             + ("" if problem.extensions else "; use method='dp'")
         )
-    cap, max_messages = _check_caps(problem, max_message_bytes, max_messages)
+    cap, max_messages = check_caps(problem, max_message_bytes, max_messages)
     _, prefix = backward_arrays(problem)
     total = 1 << (n - 1)
     best_time, best_cuts, feasible = math.inf, None, 0

@@ -182,24 +182,16 @@ import numpy as np
 
 from fusionopt.model.fusion import (arc_times, backward_arrays, fusion_iteration_time, fusion_message_times,
                                     time_bound_after_channel)
-from fusionopt.model.fusion_dp import _check_caps
+from fusionopt.model.fusion_dp import check_caps
 from fusionopt.model.plan import Plan
 from fusionopt.model.problem import Problem
 from fusionopt.model.profile import Profile
 from fusionopt.model.timeline import simulate
 from fusionopt.solvers.result import Result, Status, finish
+from fusionopt.solvers.cpsat_arcs import (MAX_INTEGER_TIME, add_path_constraints, arc_positions, automatic_quantum,
+                                          plan_path, positive_seconds, reference_cuts)
 from fusionopt.solvers.cpsat_search import check_deterministic_time, set_search
 
-# Relative precision of the automatic time quantum: rounding_bound <= QUANTUM_PRECISION * E_ub.
-QUANTUM_PRECISION = 1e-7
-# The quantum when every plan ends at time 0 (no compute, free communication): any q works.
-_SMALLEST_QUANTUM = 2.0 ** -100
-# The largest integer time a model may use. CP-SAT works in int64, but with horizons of
-# about 1e10 steps (OR-Tools 9.15, the contention model, 48 tensors: the instance of
-# tests/solvers/test_cpsat_extensions.py::test_large_integer_horizons_are_avoided) it
-# returned a wrong "optimum" and bound. The automatic quantum keeps the horizon at or below
-# 2^29, trading precision (the rounding bound grows) for a sound solver.
-MAX_INTEGER_TIME = 2 ** 30
 HINT_BASELINES = ("wfbp", "single", "ddp", "horovod", "threshold")
 
 
@@ -342,12 +334,12 @@ def cpsat(
             f"cpsat does not model contention = {problem.contention!r} with channels = "
             f"{problem.channels}: use method='brute' (n <= 14) or a metaheuristic ('gradssa')"
         )
-    time_limit = _positive_seconds("time_limit", time_limit)
+    time_limit = positive_seconds("time_limit", time_limit)
     deterministic_time = check_deterministic_time(deterministic_time)
     if isinstance(workers, bool) or not isinstance(workers, (int, np.integer)) or workers < 1:
         raise ValueError(f"workers must be an integer >= 1, got {workers!r}")
     if time_quantum is not None:
-        time_quantum = _positive_seconds("time_quantum", time_quantum)
+        time_quantum = positive_seconds("time_quantum", time_quantum)
     if (isinstance(random_seed, bool) or not isinstance(random_seed, (int, np.integer))
             or not -2**31 <= random_seed < 2**31):
         raise ValueError(f"random_seed must be a 32-bit integer, got {random_seed!r}")
@@ -363,7 +355,7 @@ def cpsat(
                                time_quantum=time_quantum, max_message_bytes=max_message_bytes,
                                max_messages=max_messages, random_seed=int(random_seed),
                                max_units=max_units, deterministic_time=deterministic_time)
-    cap, limit = _check_caps(problem, max_message_bytes, max_messages)
+    cap, limit = check_caps(problem, max_message_bytes, max_messages)
 
     profile = problem.profile
     n = profile.n
@@ -372,7 +364,7 @@ def cpsat(
     hint_used = hint_plan is not None and _respects_caps(hint_plan, cap, limit)
     if hint_plan is not None and not hint_used:
         hint_label += " (not used: it breaks the caps)"
-    reference = Plan.from_cuts(profile, _reference_cuts(problem, cap, limit))
+    reference = Plan.from_cuts(profile, reference_cuts(problem, cap, limit))
     if problem.channels > 1:
         from fusionopt.solvers.cpsat_channels import cpsat_channels
 
@@ -389,15 +381,15 @@ def cpsat(
     sizes = prefix[heads] - prefix[tails]
     times = arc_times(problem, ready, prefix, tails, heads)
     durations = times["duration"]
-    anchor_path = _path(anchor, profile)
-    anchor_arcs = _arc_positions(anchor_path, n)
+    anchor_path = plan_path(anchor, profile)
+    anchor_arcs = arc_positions(anchor_path, n)
     factor = _rounding_factor(problem, n if limit is None else limit)
     if time_quantum is None:
         if extended:
             anchor_end = float(fusion_message_times(problem, anchor.cuts(profile))[1][-1])
         else:
             anchor_end = _path_end(anchor_path, ready, durations[anchor_arcs])
-        time_quantum = _automatic_quantum(anchor_end, factor)
+        time_quantum = automatic_quantum(anchor_end, factor)
     q = time_quantum
     rounding_bound = factor * q
     ready_q = np.floor(ready / q)
@@ -564,40 +556,6 @@ def cpsat(
     status = Status.FEASIBLE if outcome == cp_model.OPTIMAL else Status.TIME_LIMIT
     return finish(problem, plan, "cpsat", started, stats=stats, lower_bound=time_bound,
                   status=status, tolerance=rounding_bound)
-
-
-def add_path_constraints(model: Any, arcs: list[Any], leaving: list[list[Any]],
-                         entering: list[list[Any]], limit: int | None) -> None:
-    """The chosen arcs form one path from node 0 to node ``n`` (the DAG has no cycle), of
-    at most ``limit`` arcs (messages)."""
-    n = len(leaving) - 1
-    model.add(sum(leaving[0]) == 1)
-    model.add(sum(entering[n]) == 1)
-    for m in range(1, n):
-        model.add(sum(entering[m]) == sum(leaving[m]))
-    if limit is not None:
-        model.add(sum(arcs) <= limit)
-
-
-def _positive_seconds(label: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
-        raise ValueError(f"{label} must be a number of seconds, got {value!r}")
-    if not (math.isfinite(value) and value > 0):
-        raise ValueError(f"{label} must be positive and finite (seconds), got {value!r}")
-    return float(value)
-
-
-def _automatic_quantum(upper_end: float, factor: int) -> float:
-    """The largest power of two ``q`` with ``factor * q <= QUANTUM_PRECISION * upper_end``
-    (``factor * q`` is the rounding bound: ``n + 1`` for the plain model), or, when that
-    would take ``upper_end`` past ``MAX_INTEGER_TIME / 2`` steps, the smallest power of
-    two that does not."""
-    target = QUANTUM_PRECISION * upper_end / factor
-    if not target >= _SMALLEST_QUANTUM:
-        return _SMALLEST_QUANTUM
-    _, exponent = math.frexp(target)                    # target = m 2^e, 0.5 <= m < 1
-    _, coarsest = math.frexp(2 * upper_end / MAX_INTEGER_TIME)
-    return math.ldexp(1.0, max(exponent - 1, coarsest))
 
 
 def _rounding_factor(problem: Problem, messages: int) -> int:
@@ -780,36 +738,6 @@ def _respects_caps(plan: Plan, cap: float, limit: int | None) -> bool:
     if limit is not None and plan.num_messages > limit:
         return False
     return bool(plan.message_bytes.max() <= cap)
-
-
-def _reference_cuts(problem: Problem, cap: float, limit: int | None) -> np.ndarray:
-    """A fusion plan that meets the caps: WFBP, or with a message limit the greedy packing
-    of contiguous groups under ``cap`` (the fewest messages, which ``_check_caps`` checked)."""
-    n = problem.profile.n
-    if limit is None:
-        return np.ones(n - 1, dtype=bool)
-    sizes = problem.profile.sizes[problem.profile.backward_order].tolist()
-    cuts = np.zeros(n - 1, dtype=bool)
-    current = 0
-    for j, s in enumerate(sizes):
-        if j > 0 and current + s > cap:
-            cuts[j - 1] = True
-            current = 0
-        current += s
-    return cuts
-
-
-def _path(plan: Plan, profile: Profile) -> list[int]:
-    """Nodes ``0, ..., n`` visited by a fusion plan (the last position of each message)."""
-    cuts = plan.cuts(profile)
-    return [0] + (np.flatnonzero(cuts) + 1).tolist() + [profile.n]
-
-
-def _arc_positions(path: list[int], n: int) -> np.ndarray:
-    """Indices into the row-major ``triu_indices(n + 1, 1)`` arc list of a path's arcs."""
-    k = np.asarray(path[:-1], dtype=np.int64)
-    j = np.asarray(path[1:], dtype=np.int64)
-    return k * n - k * (k - 1) // 2 + (j - k - 1)
 
 
 def _path_end(path: list[int], ready: np.ndarray, durations: np.ndarray) -> float:

@@ -84,7 +84,8 @@ from fusionopt.model.plan import Plan
 from fusionopt.model.problem import Problem
 from fusionopt.model.sharing import channel_schedule, message_phases
 from fusionopt.model.bounds import _tails
-from fusionopt.solvers.cpsat import MAX_INTEGER_TIME, _arc_positions, _automatic_quantum, _path, add_path_constraints
+from fusionopt.solvers.cpsat_arcs import (MAX_INTEGER_TIME, add_path_constraints, arc_positions, automatic_quantum,
+                                          plan_path)
 from fusionopt.solvers.cpsat_search import set_search
 from fusionopt.solvers.result import Result, Status, finish
 
@@ -113,10 +114,15 @@ class ChannelRelaxation:
         latency, transfer = message_phases(problem, sizes, heads - tails)
         tail = _tails(problem)                      # seconds after C_i, by forward index
         if problem.sync == "layerwise":
-            # After this message alone / after every message from this one on / after
-            # every message holding a position >= p.
-            self.alone_after, self.all_after = tail[n - heads], tail[n - tails - 1]
-            cut_after = tail[n - np.arange(1, n + 1)]
+            # After this message alone: the tail of its smallest forward index. After every
+            # message from position k on, or every one holding a position >= p - 1: at least
+            # the tail of the largest forward index there (the tail falls with the index).
+            # In the ready order, not assumed to be the reverse of the forward order.
+            order = np.asarray(profile.backward_order, dtype=np.int64)
+            largest_from = np.maximum.accumulate(order[::-1])[::-1]
+            smallest_in = np.concatenate([np.minimum.accumulate(order[k:]) for k in range(n)])
+            self.alone_after, self.all_after = tail[smallest_in], tail[largest_from[tails]]
+            cut_after = tail[largest_from]
         else:
             self.alone_after = self.all_after = np.full(len(heads), profile.U + profile.F + profile.W)
             cut_after = np.full(n, profile.U + profile.F + profile.W)
@@ -125,7 +131,7 @@ class ChannelRelaxation:
 
         alone = self.quanta(times["nominal"] + latency + transfer + self.alone_after)
         keep = (sizes <= cap) & (alone <= horizon)
-        keep[_arc_positions(keep_path, n)] = True
+        keep[arc_positions(keep_path, n)] = True
         self.kept = kept = np.flatnonzero(keep)
         self.tails, self.heads = tails, heads
         self.index_of = {(int(tails[a]), int(heads[a])): i for i, a in enumerate(kept)}
@@ -221,7 +227,7 @@ class ChannelRelaxation:
             self.cut_prefixes.add(key)
             k, j = path[m], path[m + 1]
             d = float(schedule["dispatch"][m])
-            a = int(_arc_positions((k, j), n)[0])
+            a = int(arc_positions((k, j), n)[0])
             model.add(self.dispatch[j] >= int(self.quanta(d))).only_enforce_if(literals[:m + 1])
             # Barrier sync waits for the backlog too; layerwise only for this and later messages.
             backlog = float(schedule["backlog"][m]) if self.problem.sync == "barrier" else 0.0
@@ -283,9 +289,9 @@ def cpsat_channels(problem: Problem, *, started: float, time_limit: float, worke
             best[:] = [schedule["iteration_time"], path, source]
         return schedule
 
-    anchor_path = tuple(_path(hint_plan if hint_used else reference, profile))
+    anchor_path = tuple(plan_path(hint_plan if hint_used else reference, profile))
     anchor = evaluate(anchor_path, "hint" if hint_used else "reference")
-    q = time_quantum if time_quantum is not None else _automatic_quantum(anchor["iteration_time"], 1)
+    q = time_quantum if time_quantum is not None else automatic_quantum(anchor["iteration_time"], 1)
     horizon = math.floor(anchor["iteration_time"] / q)
     if not horizon < MAX_INTEGER_TIME:
         raise ValueError(f"time_quantum = {q!r} s is too small: the first plan takes {horizon:.3g} "
@@ -294,7 +300,7 @@ def cpsat_channels(problem: Problem, *, started: float, time_limit: float, worke
                                    keep_path=anchor_path)
     relaxation.add_cuts(anchor_path, anchor)
     if hint_used:
-        path = tuple(_path(reference, profile))     # it meets the caps
+        path = tuple(plan_path(reference, profile))     # it meets the caps
         if path not in simulated:
             relaxation.add_cuts(path, evaluate(path, "reference"))
 

@@ -50,7 +50,7 @@ from fusionopt.model.bounds import best_bound
 from fusionopt.model.plan import Chunk, Message, Plan
 from fusionopt.model.problem import Problem
 from fusionopt.model.timeline import simulate
-from fusionopt.solvers.cpsat import MAX_INTEGER_TIME, _automatic_quantum, add_path_constraints
+from fusionopt.solvers.cpsat_arcs import MAX_INTEGER_TIME, add_path_constraints, automatic_quantum
 from fusionopt.solvers.cpsat_search import set_search
 from fusionopt.solvers.result import Result, Status, finish
 
@@ -224,12 +224,12 @@ def cpsat_partition(problem: Problem, *, started: float, unit_parameters: int, t
 
 
 def _partition_quantum(upper: float, factor: int) -> float:
-    """The automatic quantum of this model: as :func:`~fusionopt.solvers.cpsat._automatic_quantum`,
+    """The automatic quantum of this model: as :func:`~fusionopt.solvers.cpsat.automatic_quantum`,
     but never finer than ``upper / 2^16``: NoOverlap over fine time grids is slow to prove
     (with ``alpha = 0``, tiny instances whose many plans tie; the hypothesis tests of
     ``tests/solvers/test_cpsat_partition.py`` run into it without this cap)."""
     _, exponent = math.frexp(upper / 2 ** 16)
-    return max(_automatic_quantum(upper, factor), math.ldexp(1.0, exponent))
+    return max(automatic_quantum(upper, factor), math.ldexp(1.0, exponent))
 
 
 def _interval_index(a: int, b: int, count: int) -> int:

@@ -36,7 +36,7 @@ prefix sizes ``Q_j`` (``Q_0 = 0``). For an affine cost ``c(S) = alpha + beta S``
   largest right-hand side, is also safe, but only weakens the LP relaxation.)
 * ``max_message_bytes = cap``: ``Q_j - P_j <= cap + M'_j (1 - x_j)`` with ``M'_j = 0``
   by the same dominance (the bytes from a message's start to ``j`` are at most the whole
-  message's). The first position needs no row: ``_check_caps`` has ``s <= cap``.
+  message's). The first position needs no row: ``check_caps`` has ``s <= cap``.
 * ``max_messages = K``: ``sum_{j < n} x_j <= K - 1``.
 * Without a byte cap, ``x_j = 0`` is fixed where ``rho_{j+1} = rho_j`` (the tensor at
   ``j + 1`` has no backward time, e.g. a bias): moving such a cut from ``j`` to ``j + 1``
@@ -70,10 +70,10 @@ from typing import Any
 import numpy as np
 
 from fusionopt.model.fusion import backward_arrays, time_bound_after_channel
-from fusionopt.model.fusion_dp import _check_caps
+from fusionopt.model.fusion_dp import check_caps
 from fusionopt.model.plan import Plan
 from fusionopt.model.problem import Problem
-from fusionopt.solvers.cpsat import _reference_cuts
+from fusionopt.solvers.cpsat_arcs import reference_cuts
 from fusionopt.solvers.result import Result, Status, finish
 
 # HiGHS's primal, dual and MIP feasibility tolerances on the scaled model, where they are
@@ -169,7 +169,7 @@ def milp(
             f"milp needs an affine cost such as AlphaBeta, got {type(problem.cost).__name__}; "
             "use method='cpsat' or 'dp' for other cost models"
         )
-    cap, max_messages = _check_caps(problem, max_message_bytes, max_messages)
+    cap, max_messages = check_caps(problem, max_message_bytes, max_messages)
     from scipy.optimize import Bounds, LinearConstraint
     from scipy.optimize import milp as highs_milp
 
@@ -204,7 +204,7 @@ def milp(
             raise RuntimeError(f"milp: HiGHS ended without a plan, status {res.status}: {res.message}")
         # The limit came before HiGHS's first incumbent: the best plan so far is the
         # fewest-messages plan within the caps (greedy, in ready order), with TIME_LIMIT.
-        plan = Plan.from_cuts(profile, _reference_cuts(problem, cap, profile.n))   # greedy packing under cap
+        plan = Plan.from_cuts(profile, reference_cuts(problem, cap, profile.n))   # greedy packing under cap
         if max_messages is not None and plan.num_messages > max_messages:
             return finish(problem, plan, "milp", started, status=Status.INFEASIBLE,
                           stats={"highs_status": int(res.status), "highs_message": str(res.message)})

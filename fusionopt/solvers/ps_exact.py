@@ -743,7 +743,7 @@ class _Grid:
                 pull_arcs.append((t, a, b))
                 pull_in[b].append(y[(a, b)])
                 pull_out[a].append(y[(a, b)])
-        from fusionopt.solvers.cpsat import add_path_constraints
+        from fusionopt.solvers.cpsat_arcs import add_path_constraints
 
         add_path_constraints(model, list(x.values()), push_out, push_in, None)
         add_path_constraints(model, list(y.values()), pull_out, pull_in, None)
@@ -1054,13 +1054,13 @@ def ps_cpsat(
     """
     started = time.perf_counter()
     require_ps(problem, "ps-cpsat")
-    from fusionopt.solvers.cpsat import MAX_INTEGER_TIME, _automatic_quantum, _positive_seconds
+    from fusionopt.solvers.cpsat_arcs import MAX_INTEGER_TIME, automatic_quantum, positive_seconds
 
-    time_limit = _positive_seconds("time_limit", time_limit)
+    time_limit = positive_seconds("time_limit", time_limit)
     if isinstance(workers, bool) or not isinstance(workers, numbers.Integral) or workers < 1:
         raise ValueError(f"workers must be an integer >= 1, got {workers!r}")
     if time_quantum is not None:
-        time_quantum = _positive_seconds("time_quantum", time_quantum)
+        time_quantum = positive_seconds("time_quantum", time_quantum)
     if isinstance(random_seed, bool) or not isinstance(random_seed, numbers.Integral) or not -2**31 <= random_seed < 2**31:
         raise ValueError(f"random_seed must be a 32-bit integer, got {random_seed!r}")
     if isinstance(max_units, bool) or not isinstance(max_units, numbers.Integral) or max_units < 1:
@@ -1081,7 +1081,7 @@ def ps_cpsat(
     anchor = hint_plan if hint_plan is not None else reference
     upper = offsets_iteration_time(problem, *_offsets_of(grid, anchor))
     factor = grid.rounding_factor
-    q = time_quantum if time_quantum is not None else _automatic_quantum(upper, factor)
+    q = time_quantum if time_quantum is not None else automatic_quantum(upper, factor)
     horizon = math.floor(upper / q) + 1
     if not horizon < MAX_INTEGER_TIME:
         raise ValueError(f"time_quantum = {q!r} s is too small: the {'hint' if hint_plan is not None else 'reference'} "

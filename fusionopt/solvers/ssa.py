@@ -24,7 +24,7 @@ backward order, the rule of the ``threshold`` baseline) and written back (mirror
 before it is evaluated, so every evaluated plan respects the byte cap. ``max_messages`` is
 enforced by a *death penalty*: a plan with too many messages scores ``+inf``. The seeds
 include the single message repaired for the byte cap, the plan with the fewest messages,
-which :func:`~fusionopt.model.fusion_dp._check_caps` has checked to be feasible, so a
+which :func:`~fusionopt.model.fusion_dp.check_caps` has checked to be feasible, so a
 feasible plan is always known; the returned plan is checked against both caps.
 
 **Cost.** On the plain model ``score_cuts`` evaluates over a million plans per second;
@@ -46,7 +46,7 @@ from typing import Any, Callable
 import numpy as np
 
 from fusionopt.model.fusion import backward_arrays, score_cuts
-from fusionopt.model.fusion_dp import _check_caps
+from fusionopt.model.fusion_dp import check_caps
 from fusionopt.model.plan import Plan
 from fusionopt.model.problem import Problem
 from fusionopt.model.timeline import simulate
@@ -741,7 +741,7 @@ class _Setting:
         if not isinstance(problem, Problem):
             raise ValueError(f"problem must be a Problem, got {type(problem).__name__}")
         self.problem = problem
-        self.cap, self.max_messages = _check_caps(problem, max_message_bytes, max_messages)
+        self.cap, self.max_messages = check_caps(problem, max_message_bytes, max_messages)
         _, self.prefix = backward_arrays(problem)
 
     # ------------------------------------------------------------------ caps

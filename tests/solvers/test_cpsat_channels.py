@@ -16,7 +16,7 @@ from fusionopt.cost import AlphaBeta
 from fusionopt.model import Plan, Problem, Profile, simulate
 from fusionopt.solvers import Status, solve
 from fusionopt.solvers.cpsat import cpsat
-from fusionopt.solvers.cpsat import _automatic_quantum
+from fusionopt.solvers.cpsat_arcs import automatic_quantum
 from fusionopt.model.sharing import channel_schedule
 from fusionopt.solvers.cpsat_channels import ChannelRelaxation
 
@@ -99,7 +99,7 @@ def test_relaxation_is_below_every_plan_before_and_after_cuts(problem, data):
     paths = list(all_paths(n))
     schedules = {path: channel_schedule(problem, cuts) for path, cuts in paths}
     worst = max(s["iteration_time"] for s in schedules.values())
-    q = _automatic_quantum(worst, 1)
+    q = automatic_quantum(worst, 1)
     relaxation = ChannelRelaxation(problem, quantum=q, horizon=math.floor(worst / q) + 1, cap=math.inf,
                                    limit=None, keep_path=paths[0][0])
     for path in data.draw(st.lists(st.sampled_from([p for p, _ in paths]), max_size=3)):
@@ -175,3 +175,16 @@ def test_contention_with_several_channels_is_refused():
         solve(problem, "cpsat")
     with pytest.raises(ValueError, match="does not model contention"):
         channel_schedule(problem, [True, True])
+
+
+def test_a_ready_order_that_is_not_the_reverse_forward_order():
+    # Found by hypothesis: tensor 1's gradient is ready before tensor 2's, so the position of a
+    # message no longer tells its smallest forward index; the relaxation had assumed it did,
+    # overstated what follows a message and lost every plan.
+    profile = Profile.from_arrays([1, 1, 4, 1, 1, 1, 1], [0, 0.00763024, 0, 0, 0, 0, 0],
+                                  [0, 0, 0, 0, 0.0078125, 0, 0], ready_order=(6, 5, 4, 3, 1, 2, 0))
+    problem = Problem(profile, AlphaBeta(0.0, 6.5777167014938345e-09), sync="layerwise", channels=2)
+    result = solve(problem, "cpsat", time_limit=60)
+    assert result.status is Status.OPTIMAL
+    assert result.iteration_time == pytest.approx(solve(problem, "brute").iteration_time,
+                                                  abs=result.stats["rounding_bound"])
