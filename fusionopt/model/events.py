@@ -5,8 +5,11 @@ or ``channels`` on. The plain model's recursion is a special case; tests pin the
 together with every extension off.
 
 The compute stream runs a fixed list of tasks, each an amount of work in seconds at full
-speed: the backward of tensors ``n-1 .. 0``, each followed by the packing of the messages
-it makes ready when ``copy_on="compute"`` (plan order), then the updates and forwards
+speed: the backward of the tensors in the ready order (``n-1 .. 0`` unless the profile's
+``ready_order`` reorders tensors ready at one moment; each backward takes its tensor's ready
+time less the one before, so every gradient is ready when the profile says, in the order it
+says), each followed by the packing of the messages it makes ready when
+``copy_on="compute"`` (plan order), then the updates and forwards
 gated by the sync rule, with the profile's step parts where MODEL.md section 4 puts them. While at least one message is in flight the stream progresses at
 ``1 / contention`` of full speed.
 
@@ -53,16 +56,21 @@ class _Flight:
 def _compute_tasks(problem: Problem, plan: Plan) -> list[_Task]:
     profile = problem.profile
     n = profile.n
-    # The backward of tensor i makes ready the messages whose last-finished tensor is i
-    # (the smallest forward index among their chunks: backward runs n-1 .. 0).
+    # The backward of tensor i makes ready the messages whose last tensor in the ready
+    # order is i.
+    order = profile.backward_order
+    position = np.empty(n, dtype=np.int64)
+    position[order] = np.arange(n)
     made_ready: dict[int, list[int]] = {}
     for k, message in enumerate(plan.messages):
-        made_ready.setdefault(min(c.tensor for c in message.chunks), []).append(k)
+        made_ready.setdefault(int(order[max(position[c.tensor] for c in message.chunks)]), []).append(k)
     packing_on_compute = problem.copy_on == "compute" and problem.copy_cost > 0
+    rho = profile.ready_times[order]
+    backward = np.diff(rho, prepend=0.0)
     tasks: list[_Task] = []
-    for i in range(n - 1, -1, -1):
+    for p, i in enumerate(order.tolist()):
         ready = made_ready.get(i, [])
-        tasks.append(_Task("backward", i, float(profile.backward[i])))
+        tasks.append(_Task("backward", i, float(backward[p])))
         if packing_on_compute:
             plain = [k for k in ready if len(plan.messages[k].tensors) == 1]
             tasks[-1].on_done.extend(plain)

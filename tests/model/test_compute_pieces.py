@@ -209,11 +209,11 @@ def test_allreduce_pieces_are_the_simulated_stream(data, problem):
     pieces = compute_pieces(problem, plan)
     assert_a_stream(pieces)
 
-    # The backward n-1 .. 0 from 0 with the packings in between, back to back; then the
-    # updates and forwards in sync order.
+    # The backward in the ready order from 0 with the packings in between, back to back; then
+    # the updates and forwards in sync order.
     head = [p for p in pieces if p.kind in ("backward", "pack")]
     assert pieces[:len(head)] == head
-    assert [p.tensor for p in head if p.kind == "backward"] == list(range(n - 1, -1, -1))
+    assert [p.tensor for p in head if p.kind == "backward"] == profile.backward_order.tolist()
     assert head[0].start == 0.0
     assert all(after.start == before.end for before, after in zip(head, head[1:]))
     tail = [(p.kind, p.tensor) for p in pieces[len(head):]]
@@ -227,10 +227,12 @@ def test_allreduce_pieces_are_the_simulated_stream(data, problem):
     packs = [p for p in pieces if p.kind == "pack"]
     packing = problem.copy_on == "compute" and problem.copy_cost > 0
     fused = [k for k, m in enumerate(plan.messages) if len(m.tensors) > 1]
-    assert [p.message for p in packs] == (sorted(fused, key=lambda k: -min(plan.messages[k].tensors))
+    position = {int(t): q for q, t in enumerate(profile.backward_order)}
+    last_ready = {k: max(m.tensors, key=position.get) for k, m in enumerate(plan.messages)}
+    assert [p.message for p in packs] == (sorted(fused, key=lambda k: position[last_ready[k]])
                                           if packing else [])
     for p in packs:
-        assert p.tensor == min(plan.messages[p.message].tensors)
+        assert p.tensor == last_ready[p.message]
         assert events.message_ready[p.message] == p.end
 
     # The gates: an update after the messages it waits for.
