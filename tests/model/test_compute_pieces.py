@@ -183,6 +183,12 @@ def overlap(start: float, end: float, intervals) -> float:
     return sum(max(0.0, min(end, b) - max(start, a)) for a, b in intervals)
 
 
+def backward_work(profile) -> np.ndarray:
+    """The backward pieces' work in the ready order: each ready time less the one before
+    (the profile's backward times unless ``ready_order`` reorders tensors ready together)."""
+    return np.diff(profile.ready_times[profile.backward_order], prepend=0.0)
+
+
 def assert_a_stream(pieces) -> None:
     """In order, no overlap, nothing runs backwards."""
     clock = 0.0
@@ -255,13 +261,13 @@ def test_allreduce_pieces_are_the_simulated_stream(data, problem):
     scale = profile.compute_time + float(np.sum(timeline.message_end - timeline.message_start)) + 1e-300
     if problem.contention == 1.0 and not packing:
         assert head[-1].end == pytest.approx(profile.B, rel=1e-12, abs=1e-15)
-        assert [p.duration for p in head] == pytest.approx(profile.backward[::-1].tolist(), abs=1e-12 * scale)
+        assert [p.duration for p in head] == pytest.approx(backward_work(profile).tolist(), abs=1e-12 * scale)
 
     # Contention: each piece's work at full speed is its duration less the slowed part, the
     # fraction 1 - 1/kappa of the time it overlaps a message in flight.
     busy = union(events.message_start.tolist(), events.message_end.tolist())
     slowed = 1.0 - 1.0 / problem.contention
-    work = {("backward", i): profile.backward[i] for i in range(n)}
+    work = {("backward", int(i)): w for i, w in zip(profile.backward_order, backward_work(profile))}
     work.update({("update", i): profile.update[i] for i in range(n)})
     work.update({("forward", i): profile.forward[i] for i in range(n)})
     done = [p.duration - slowed * overlap(p.start, p.end, busy) for p in pieces]
