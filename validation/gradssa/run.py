@@ -120,7 +120,7 @@ def extension_suite(quick: bool, seed: int, work: float, progress: Progress) -> 
     return [
         "## Extensions: gap to CP-SAT",
         "",
-        f"The last n tensors of each zoo model (all of them where it has fewer), 25GbE at 64 workers; CP-SAT with a budget of {work:g} work units (its own
+        f"The last n tensors of each zoo model (all of them where it has fewer), 25GbE at 64 workers; CP-SAT with a budget of {work:g} work units (its own",
         "status shown) and GradSSA with its defaults. The gap to CP-SAT's proven bound is an upper bound on",
         "GradSSA's distance to the optimum.",
         "",
