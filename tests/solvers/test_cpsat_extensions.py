@@ -190,7 +190,7 @@ def test_equals_the_exhaustive_optimum_with_caps(problem, gamma, copy_on, kappa,
     sizes = problem.profile.sizes
     largest, total = int(sizes.max()), int(sizes.sum())
     cap = largest + cap_share * (total - largest)
-    assume(_fewest_messages(sizes[::-1], cap) <= max_messages)
+    assume(_fewest_messages(sizes[problem.profile.backward_order], cap) <= max_messages)
     result = cpsat(problem, max_message_bytes=cap, max_messages=max_messages, workers=1)
     limit = max_messages if max_messages < problem.profile.n else None
     check_against_exhaustive(problem, result, exhaustive(problem, cap, limit))
