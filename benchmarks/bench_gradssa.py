@@ -46,7 +46,7 @@ from fusionopt import zoo
 from fusionopt.cost import network
 from fusionopt.model import Problem
 from fusionopt.model._io import write_bytes_atomic, write_text_atomic
-from fusionopt.model.fusion import score_cuts
+from fusionopt.model.fusion_eval import score_cuts
 from fusionopt.solvers import solve
 from fusionopt.solvers.result import Status
 from fusionopt.solvers.ssa import GRADSSA_SEEDS

@@ -27,7 +27,8 @@ import numpy as np
 from fusionopt.model.plan import Plan
 from fusionopt.model.problem import Problem
 from fusionopt.model.ps import PSPlan
-from fusionopt.model.timeline import Timeline, compute_pieces, simulate
+from fusionopt.model.timeline import Timeline
+from fusionopt.model.simulator import compute_pieces, simulate
 from fusionopt.model._io import write_bytes_atomic
 
 __all__ = [
@@ -200,7 +201,7 @@ def timeline_bars(source: Any, problem: Problem, *, plan: Plan | PSPlan | None =
     of each fused message follows the backward that makes it ready; on a parameter server
     with partitioned compute, backward and forward pieces follow the push and pull chunks
     (MODEL.md section 6). The pieces are the model's
-    (:func:`~fusionopt.model.timeline.compute_pieces`); their forward starts and end are
+    (:func:`~fusionopt.model.simulator.compute_pieces`); their forward starts and end are
     checked against the timeline's ``forward_start`` and ``T``, so that a timeline of
     another problem is refused.
 

@@ -64,7 +64,7 @@ def run(problem: Problem, plan: Plan, backend: str = "local", *, ranks: int | No
     -------
     Measurement
         Per-step measured ``T``, per-message start and end, the prediction of
-        :func:`~fusionopt.model.timeline.simulate` and the verdict.
+        :func:`~fusionopt.model.simulator.simulate` and the verdict.
 
     Raises
     ------
@@ -132,7 +132,7 @@ def run_local(jobs: Sequence[Job]) -> Measurement:
 def _launch_limit(job: Job) -> float:
     """A backstop for a whole MPI launch: the collectives' own timeouts should fire first."""
     predicted = job.scaled_problem()
-    from fusionopt.model.timeline import simulate
+    from fusionopt.model.simulator import simulate
 
     step = simulate(predicted, job.plan, validate=False).iteration_time
     return 60.0 + 2 * job.timeout + 10.0 * job.steps * step

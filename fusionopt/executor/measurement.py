@@ -9,7 +9,8 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from fusionopt.executor.job import Job
-from fusionopt.model.timeline import Timeline, simulate
+from fusionopt.model.timeline import Timeline
+from fusionopt.model.simulator import simulate
 
 MEASUREMENT_SCHEMA = "fusionopt.measurement"
 MEASUREMENT_VERSION = 1
@@ -48,7 +49,7 @@ class Measurement:
     forward_start : ndarray, shape (iterations, n)
         Rank 0's ``phi_i``: when the emulated forward of tensor ``i`` started.
     predicted : Timeline
-        :func:`~fusionopt.model.timeline.simulate` of the plan on the scaled problem.
+        :func:`~fusionopt.model.simulator.simulate` of the plan on the scaled problem.
     correct : bool
         Every byte of every tensor equalled the exact sum after every step on every rank.
     errors : tuple of str

@@ -23,7 +23,7 @@ while the host queues the rest, so that the device never waits for the host.
 
 The device side is a :class:`Streams` object; :mod:`fusionopt.executor.cuda_streams`
 implements it with CuPy. Tests drive this runner with a virtual device whose streams keep
-exact clocks, where the measured ``T`` must equal :func:`~fusionopt.model.timeline.simulate`.
+exact clocks, where the measured ``T`` must equal :func:`~fusionopt.model.simulator.simulate`.
 """
 
 from __future__ import annotations

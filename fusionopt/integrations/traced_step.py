@@ -13,7 +13,7 @@ and set against the time the traces measured (no torch needed).
    ``PiecewiseLinear`` through each size's mean;
 3. the plan the framework ran: DDP's buckets of the last traced step, in launch order
    (:func:`~fusionopt.integrations.collective_trace.recorded_buckets`);
-4. ``T`` by :func:`~fusionopt.model.timeline.simulate` under barrier sync (DDP waits for every
+4. ``T`` by :func:`~fusionopt.model.simulator.simulate` under barrier sync (DDP waits for every
    bucket before the optimiser), set against the mean period of the traced steps.
 
 Every figure is a mean over the steps (``statistic="mean"``): the mean step is what a job's

@@ -5,12 +5,13 @@ numpy only: nothing here imports a solver.
 
 from fusionopt.model.bounds import best_bound
 from fusionopt.model.cost import AlphaBeta, CommCost
-from fusionopt.model.fusion import evaluate_cuts, fusion_iteration_time
+from fusionopt.model.fusion_eval import evaluate_cuts, fusion_iteration_time
 from fusionopt.model.plan import Chunk, Message, Plan
 from fusionopt.model.problem import Problem
 from fusionopt.model.profile import Profile
 from fusionopt.model.ps import ParameterServer, PSPlan
-from fusionopt.model.timeline import ComputePiece, Timeline, compute_pieces, simulate
+from fusionopt.model.timeline import ComputePiece, Timeline
+from fusionopt.model.simulator import compute_pieces, simulate
 
 __all__ = [
     "AlphaBeta", "Chunk", "CommCost", "ComputePiece", "Message", "PSPlan", "ParameterServer", "Plan", "Problem",

@@ -2,7 +2,8 @@
 
 Each bound holds for every plan of its ``space``: ``"any"`` (fusion or partition plans,
 chunks of whole bytes, any order) or ``"fusion"`` (whole tensors, contiguous in backward
-order, backward order). :func:`best_bound` is what every ``Result`` carries.
+order, backward order). :func:`best_bound` is what every ``Result`` carries;
+:func:`ps_lower_bound` bounds every plan of a parameter-server problem.
 """
 
 from __future__ import annotations
@@ -13,7 +14,9 @@ import weakref
 
 import numpy as np
 
+from fusionopt.model.fusion_dp import optimal_fusion
 from fusionopt.model.problem import Problem
+from fusionopt.model.ps_timing import require_ps
 
 SPACES = ("any", "fusion")
 _FUSION_OPTIMA: "weakref.WeakKeyDictionary[Problem, float]" = weakref.WeakKeyDictionary()
@@ -190,8 +193,6 @@ def fusion_bound(problem: Problem) -> float | None:
         return None
     cached = _FUSION_OPTIMA.get(problem)
     if cached is None:
-        from fusionopt.model.fusion_dp import optimal_fusion
-
         cached = optimal_fusion(problem.plain()).iteration_time
         _FUSION_OPTIMA[problem] = cached
     return cached
@@ -206,3 +207,55 @@ def best_bound(problem: Problem, space: str = "any") -> float:
     if space == "fusion":
         bounds.append(fusion_bound(problem))
     return max(b for b in bounds if b is not None)
+
+
+# ---------------------------------------------------------------------------- bounds
+def ps_lower_bound(problem: Problem) -> float:
+    """A lower bound in seconds on ``T`` of every PS plan of ``problem``.
+
+    The largest of:
+
+    * ``B + F + U + W``: compute only grows with partitioning (``delta >= 0``);
+    * the last chunk: the backward's last piece (a piece of tensor 0) ends at ``B`` or later;
+      its push, server update and pull (each of at least one byte) follow, then the forward:
+      ``U + F + W`` (barrier, or layerwise without partitioned compute) or at least the
+      updates and forwards of tensors ``1..n-1`` (tensor 0's forward may be split);
+    * for an affine push cost, the push channel: it opens no earlier than the first chunk
+      is ready and carries every byte (``sum_k c(S_k) >= c(total)`` when ``alpha >= 0``);
+      the last push's bytes are then updated and pulled; likewise for the pull channel,
+      which opens after the first push and its update;
+    * without partitioned compute, every all-reduce bound of
+      :func:`fusionopt.model.bounds.best_bound` for the push cost: pulls and updates only
+      delay each tensor's return, so ``T`` is at least the all-reduce ``T`` of the push plan.
+
+    >>> from fusionopt.model import AlphaBeta, Problem, Profile
+    >>> from fusionopt.model.ps import ParameterServer
+    >>> profile = Profile.from_arrays([4e6, 1e6, 2e6], [1e-3] * 3, [3e-3, 2e-3, 1e-3])
+    >>> ps = ParameterServer(AlphaBeta(1e-3, 1e-9), partition_compute=True)
+    >>> round(ps_lower_bound(Problem(profile, ps=ps)) * 1e3, 6)   # 0 + 8 pushing + 1 pulling + 3
+    12.000001
+    """
+    require_ps(problem, "ps_lower_bound")
+    profile, ps = problem.profile, problem.ps
+    split = ps.partition_compute
+    # Work left after tensor i's update starts, the step parts included (layerwise: the host's).
+    tails = (profile.update + profile.forward)[::-1].cumsum()[::-1] + profile.W
+    everything = profile.U + profile.F + profile.W
+    after_tensor_0 = float(tails[1]) if profile.n > 1 else profile.W
+    barrier = problem.sync == "barrier"
+    last_tail = everything if barrier or not split else after_tensor_0
+    one_byte = float(problem.cost(1)) + ps.server_update(1) + float(ps.pull(1))
+    bounds = [profile.compute_time, profile.B + one_byte + last_tail]
+    # After the last push or pull of some tensor: U + F + W (barrier), the last tensor's own
+    # update and forward (layerwise, whole forwards), or nothing certain (split forwards).
+    least_tail = everything if barrier else (profile.W if split else float(tails[-1]))
+    last_backward = float(profile.backward[-1])
+    first_ready = min(last_backward, ps.delta) if split else last_backward
+    total = profile.total_bytes
+    if problem.cost.affine is not None:
+        bounds.append(first_ready + float(problem.cost(total)) + ps.server_update(1) + float(ps.pull(1)) + least_tail)
+    if ps.pull.affine is not None:
+        bounds.append(first_ready + float(problem.cost(1)) + ps.server_update(1) + float(ps.pull(total)) + least_tail)
+    if not split:
+        bounds.append(best_bound(problem.plain(), space="any"))
+    return float(max(bounds))

@@ -31,6 +31,7 @@ import numpy as np
 
 from fusionopt.model.plan import Plan
 from fusionopt.model.problem import Problem
+from fusionopt.model.timeline import ComputePiece, build_timeline, reduction_times
 
 # Remaining work below this fraction of the problem's time scale counts as finished.
 _EPS = 1e-13
@@ -126,7 +127,6 @@ def simulate_events(problem: Problem, plan: Plan, *, pieces: list | None = None)
         stream and every message it waits for has ended, its end when its work is done.
         Recording changes no number of the timeline.
     """
-    from fusionopt.model.timeline import ComputePiece, build_timeline, reduction_times
 
     profile = problem.profile
     n_messages = len(plan.messages)

@@ -42,6 +42,7 @@ from typing import Any, Iterable, Mapping, Sequence
 import numpy as np
 
 from fusionopt.model._io import read_json_document, write_json_atomic
+from fusionopt.model.collectives import network_link
 from fusionopt.model.cost import AlphaBeta, CommCost, _check_param
 from fusionopt.model.plan import PLAN_SCHEMA, PLAN_VERSION, Chunk, Message, Plan
 from fusionopt.model.profile import Profile
@@ -246,8 +247,6 @@ class ParameterServer:
         >>> round(ps.push.alpha * 1e6, 9), round(ps.push.beta * 1.25e9, 9)   # 25 us, P / K
         (25.0, 4.0)
         """
-        from fusionopt.model.collectives import network_link
-
         latency, inverse_bandwidth = network_link(name)
         return cls.from_links(workers, servers, latency=latency, inverse_bandwidth=inverse_bandwidth,
                               colocated=colocated, **options)

@@ -1,11 +1,11 @@
-"""Timing of parameter-server plans (MODEL.md section 6): the simulator, a fast evaluator
-and lower bounds.
+"""Timing of parameter-server plans (MODEL.md section 6): the simulator and a fast evaluator.
 
 :func:`simulate_ps` is what :func:`fusionopt.model.simulate` runs for a problem with
 ``ps=ParameterServer(...)``; its docstring is the PS model's statement.
 :func:`offsets_iteration_time` computes the same ``T`` for the plans of
 :meth:`~fusionopt.model.ps.PSPlan.from_offsets` without building them (the inner loop of
-searches; tests pin it to the simulator). :func:`ps_lower_bound` bounds every PS plan.
+searches; tests pin it to the simulator). The bound on every PS plan is
+:func:`fusionopt.model.bounds.ps_lower_bound`.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from fusionopt.model.problem import Problem
 from fusionopt.model.ps import PSPlan, _check_offsets, stream_offsets
 from fusionopt.model.timeline import ComputePiece, Timeline
 
-__all__ = ["simulate_ps", "offsets_iteration_time", "ps_lower_bound", "require_ps"]
+__all__ = ["simulate_ps", "offsets_iteration_time", "require_ps"]
 
 
 def require_ps(problem: Problem, what: str) -> None:
@@ -400,57 +400,3 @@ def _range_max(values: np.ndarray, first: np.ndarray, last: np.ndarray) -> np.nd
             a, b = first[chosen], last[chosen] - (1 << k) + 1
             out[chosen] = np.maximum(row[a], row[b])
     return out
-
-
-# ---------------------------------------------------------------------------- bounds
-def ps_lower_bound(problem: Problem) -> float:
-    """A lower bound in seconds on ``T`` of every PS plan of ``problem``.
-
-    The largest of:
-
-    * ``B + F + U + W``: compute only grows with partitioning (``delta >= 0``);
-    * the last chunk: the backward's last piece (a piece of tensor 0) ends at ``B`` or later;
-      its push, server update and pull (each of at least one byte) follow, then the forward:
-      ``U + F + W`` (barrier, or layerwise without partitioned compute) or at least the
-      updates and forwards of tensors ``1..n-1`` (tensor 0's forward may be split);
-    * for an affine push cost, the push channel: it opens no earlier than the first chunk
-      is ready and carries every byte (``sum_k c(S_k) >= c(total)`` when ``alpha >= 0``);
-      the last push's bytes are then updated and pulled; likewise for the pull channel,
-      which opens after the first push and its update;
-    * without partitioned compute, every all-reduce bound of
-      :func:`fusionopt.model.bounds.best_bound` for the push cost: pulls and updates only
-      delay each tensor's return, so ``T`` is at least the all-reduce ``T`` of the push plan.
-
-    >>> from fusionopt.model import AlphaBeta, Problem, Profile
-    >>> from fusionopt.model.ps import ParameterServer
-    >>> profile = Profile.from_arrays([4e6, 1e6, 2e6], [1e-3] * 3, [3e-3, 2e-3, 1e-3])
-    >>> ps = ParameterServer(AlphaBeta(1e-3, 1e-9), partition_compute=True)
-    >>> round(ps_lower_bound(Problem(profile, ps=ps)) * 1e3, 6)   # 0 + 8 pushing + 1 pulling + 3
-    12.000001
-    """
-    require_ps(problem, "ps_lower_bound")
-    profile, ps = problem.profile, problem.ps
-    split = ps.partition_compute
-    # Work left after tensor i's update starts, the step parts included (layerwise: the host's).
-    tails = (profile.update + profile.forward)[::-1].cumsum()[::-1] + profile.W
-    everything = profile.U + profile.F + profile.W
-    after_tensor_0 = float(tails[1]) if profile.n > 1 else profile.W
-    barrier = problem.sync == "barrier"
-    last_tail = everything if barrier or not split else after_tensor_0
-    one_byte = float(problem.cost(1)) + ps.server_update(1) + float(ps.pull(1))
-    bounds = [profile.compute_time, profile.B + one_byte + last_tail]
-    # After the last push or pull of some tensor: U + F + W (barrier), the last tensor's own
-    # update and forward (layerwise, whole forwards), or nothing certain (split forwards).
-    least_tail = everything if barrier else (profile.W if split else float(tails[-1]))
-    last_backward = float(profile.backward[-1])
-    first_ready = min(last_backward, ps.delta) if split else last_backward
-    total = profile.total_bytes
-    if problem.cost.affine is not None:
-        bounds.append(first_ready + float(problem.cost(total)) + ps.server_update(1) + float(ps.pull(1)) + least_tail)
-    if ps.pull.affine is not None:
-        bounds.append(first_ready + float(problem.cost(1)) + ps.server_update(1) + float(ps.pull(total)) + least_tail)
-    if not split:
-        from fusionopt.model.bounds import best_bound
-
-        bounds.append(best_bound(problem.plain(), space="any"))
-    return float(max(bounds))

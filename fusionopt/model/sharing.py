@@ -5,7 +5,7 @@ waits for the channels during the backward, so the messages' ready times are kno
 advance and the channels can be simulated on their own: up to ``K`` messages in flight,
 dispatched in plan order, each a latency phase and then a transfer, the transfers in flight
 sharing the bandwidth equally (the semantics of :mod:`fusionopt.model.events`, which tests
-pin this module to). :func:`fusionopt.model.fusion.score_cuts` uses it for searches, and
+pin this module to). :func:`fusionopt.model.fusion_eval.score_cuts` uses it for searches, and
 the CP-SAT scheme of :mod:`fusionopt.solvers.cpsat_channels` for its cuts.
 """
 

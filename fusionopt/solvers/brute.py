@@ -7,11 +7,11 @@ import time
 
 import numpy as np
 
-from fusionopt.model.fusion import evaluate_cuts, fusion_iteration_time
+from fusionopt.model.fusion_eval import evaluate_cuts, fusion_iteration_time
 from fusionopt.model.fusion_dp import check_caps, backward_arrays
 from fusionopt.model.plan import Plan
 from fusionopt.model.problem import Problem
-from fusionopt.model.timeline import simulate
+from fusionopt.model.simulator import simulate
 from fusionopt.solvers.result import Result, finish
 
 MAX_TENSORS = 20
@@ -32,7 +32,7 @@ def brute(
     MILP are tested against; the same caps as :func:`fusionopt.solvers.dp.dp`. It also
     accepts the extensions of MODEL.md section 6, where it is the exact reference for
     small ``n``: plans are then scored with the one-channel fast path of
-    :func:`~fusionopt.model.fusion.fusion_iteration_time` or, with several channels, by
+    :func:`~fusionopt.model.fusion_eval.fusion_iteration_time` or, with several channels, by
     :func:`~fusionopt.model.simulate` one by one (``n <= 14``).
 
     Examples

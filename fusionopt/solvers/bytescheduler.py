@@ -42,7 +42,7 @@ import numpy as np
 
 from fusionopt.model.plan import Chunk, Message, Plan
 from fusionopt.model.problem import Problem
-from fusionopt.model.timeline import simulate
+from fusionopt.model.simulator import simulate
 from fusionopt.solvers.horovod import BACKENDS, HOROVOD_DEFAULTS, PADDING_BYTES, fuse
 from fusionopt.solvers.priority import (
     _check_reproduced,

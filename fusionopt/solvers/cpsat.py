@@ -180,13 +180,13 @@ from typing import Any
 
 import numpy as np
 
-from fusionopt.model.fusion import (arc_times, backward_arrays, fusion_iteration_time, fusion_message_times,
-                                    time_bound_after_channel)
+from fusionopt.model.fusion import arc_times, backward_arrays, fusion_message_times, time_bound_after_channel
+from fusionopt.model.fusion_eval import fusion_iteration_time
 from fusionopt.model.fusion_dp import check_caps
 from fusionopt.model.plan import Plan
 from fusionopt.model.problem import Problem
 from fusionopt.model.profile import Profile
-from fusionopt.model.timeline import simulate
+from fusionopt.model.simulator import simulate
 from fusionopt.solvers.result import Result, Status, finish
 from fusionopt.solvers.cpsat_arcs import (MAX_INTEGER_TIME, add_path_constraints, arc_positions, automatic_quantum,
                                           plan_path, positive_seconds, reference_cuts)

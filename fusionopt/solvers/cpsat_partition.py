@@ -49,7 +49,7 @@ import numpy as np
 from fusionopt.model.bounds import best_bound
 from fusionopt.model.plan import Chunk, Message, Plan
 from fusionopt.model.problem import Problem
-from fusionopt.model.timeline import simulate
+from fusionopt.model.simulator import simulate
 from fusionopt.solvers.cpsat_arcs import MAX_INTEGER_TIME, add_path_constraints, automatic_quantum
 from fusionopt.solvers.cpsat_search import set_search
 from fusionopt.solvers.result import Result, Status, finish

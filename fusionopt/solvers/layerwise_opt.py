@@ -46,7 +46,7 @@ import numpy as np
 from fusionopt.model.blocks import Block, block_iteration_time
 from fusionopt.model.plan import Chunk, Message, Plan
 from fusionopt.model.problem import Problem
-from fusionopt.model.timeline import simulate
+from fusionopt.model.simulator import simulate
 from fusionopt.solvers.result import Result, finish
 
 STARTS = ("dp", "wfbp", "p3", "bytescheduler", "bytescheduler-tuned", "usbyte")

@@ -6,7 +6,7 @@ import time
 
 from fusionopt.model.plan import Plan
 from fusionopt.model.problem import Problem
-from fusionopt.model.timeline import simulate
+from fusionopt.model.simulator import simulate
 from fusionopt.solvers.result import Result, finish
 
 

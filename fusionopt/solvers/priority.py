@@ -65,7 +65,7 @@ import numpy as np
 
 from fusionopt.model.plan import Chunk, Message, Plan
 from fusionopt.model.problem import Problem
-from fusionopt.model.timeline import simulate
+from fusionopt.model.simulator import simulate
 from fusionopt.solvers.result import Result, finish
 
 P3_SLICE_PARAMETERS = 40_000

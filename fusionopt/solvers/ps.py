@@ -22,7 +22,8 @@ from typing import Any, Mapping
 
 from fusionopt.model.problem import Problem
 from fusionopt.model.ps import PSPlan
-from fusionopt.model.ps_timing import ps_lower_bound, require_ps, simulate_ps
+from fusionopt.model.ps_timing import require_ps, simulate_ps
+from fusionopt.model.bounds import ps_lower_bound
 from fusionopt.solvers.result import Result, Status, conclude
 
 __all__ = ["finish_ps", "ps_default", "ps_layer"]
@@ -35,7 +36,7 @@ def finish_ps(problem: Problem, plan: PSPlan, method: str, started: float, *,
 
     The parameter-server counterpart of :func:`fusionopt.solvers.result.finish` (same
     arguments, without ``space``): the bound is the larger of
-    :func:`~fusionopt.model.ps_timing.ps_lower_bound` and ``lower_bound``; ``OPTIMAL`` only
+    :func:`~fusionopt.model.bounds.ps_lower_bound` and ``lower_bound``; ``OPTIMAL`` only
     when the simulated time meets it; an ``optimal`` claim is checked against the simulation.
 
     >>> from fusionopt.model import AlphaBeta, Profile

@@ -5,7 +5,7 @@ They give the greedy methods (iPart, iBatch) a gap to measure. Each searches a s
 **space** of :class:`~fusionopt.model.ps.PSPlan` s, and its ``OPTIMAL`` status and
 ``lower_bound`` hold over that space, as for the all-reduce ``brute`` and ``dp`` over
 fusion plans: ``stats["space"]`` names it and ``stats["bound_all_plans"]`` is
-:func:`~fusionopt.model.ps_timing.ps_lower_bound`, the bound for every PS plan.
+:func:`~fusionopt.model.bounds.ps_lower_bound`, the bound for every PS plan.
 
 The spaces
 ----------
@@ -43,7 +43,8 @@ import numpy as np
 
 from fusionopt.model.problem import Problem
 from fusionopt.model.ps import PSPlan, stream_offsets
-from fusionopt.model.ps_timing import offsets_iteration_time, ps_lower_bound, require_ps
+from fusionopt.model.ps_timing import offsets_iteration_time, require_ps
+from fusionopt.model.bounds import ps_lower_bound
 from fusionopt.solvers.ps import finish_ps
 from fusionopt.solvers.result import Result, Status
 
@@ -450,7 +451,7 @@ def ps_dp(problem: Problem, *, max_rounds: int = 50, exhaustive_up_to: int = 10)
 
     Otherwise it is a heuristic, a local optimum of the alternation: ``status`` FEASIBLE,
     ``lower_bound`` the larger of the relaxation bound and
-    :func:`~fusionopt.model.ps_timing.ps_lower_bound`, and ``gap`` its distance (which
+    :func:`~fusionopt.model.bounds.ps_lower_bound`, and ``gap`` its distance (which
     may overstate the true gap: the relaxation ignores every gate but the first). The
     alternation alone can stop above the optimum (tests hold a 4-tensor case). Plans that
     cut tensors are outside the space: use ``ps_cpsat`` or ``ps_brute`` with a

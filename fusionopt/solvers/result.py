@@ -11,7 +11,8 @@ from typing import Any, Mapping
 from fusionopt.model.bounds import best_bound
 from fusionopt.model.plan import Plan
 from fusionopt.model.problem import Problem
-from fusionopt.model.timeline import Timeline, simulate
+from fusionopt.model.timeline import Timeline
+from fusionopt.model.simulator import simulate
 
 # Relative tolerance under which a plan's time is taken to meet a proven bound.
 OPTIMALITY_RTOL = 1e-9

@@ -2,7 +2,7 @@
 
 Both search the fusion plans of MODEL.md section 3 through their cut vectors
 ``x in {0,1}^(n-1)`` over backward order (:meth:`~fusionopt.model.plan.Plan.from_cuts`) and
-score them in batches with :func:`~fusionopt.model.fusion.score_cuts`, so they run on every
+score them in batches with :func:`~fusionopt.model.fusion_eval.score_cuts`, so they run on every
 model option (copy cost, contention, several channels), where the DP does not apply.
 
 * :class:`SparrowSearch` is the sparrow search algorithm of Xue and Shen (2020) coded from
@@ -45,11 +45,12 @@ from typing import Any, Callable
 
 import numpy as np
 
-from fusionopt.model.fusion import backward_arrays, score_cuts
+from fusionopt.model.fusion import backward_arrays
+from fusionopt.model.fusion_eval import score_cuts
 from fusionopt.model.fusion_dp import check_caps
 from fusionopt.model.plan import Plan
 from fusionopt.model.problem import Problem
-from fusionopt.model.timeline import simulate
+from fusionopt.model.simulator import simulate
 from fusionopt.solvers.result import Result, Status, finish
 
 THRESHOLD = 0.5

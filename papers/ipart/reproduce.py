@@ -56,7 +56,8 @@ from fusionopt.cost import network_link
 from fusionopt.model import Problem, Profile
 from fusionopt.model._io import write_text_atomic
 from fusionopt.model.ps import ParameterServer, stream_offsets
-from fusionopt.model.ps_timing import offsets_iteration_time, ps_lower_bound
+from fusionopt.model.ps_timing import offsets_iteration_time
+from fusionopt.model.bounds import ps_lower_bound
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCRIPT = "papers/ipart/reproduce.py"

@@ -182,7 +182,7 @@ def test_fusion_fast_path_on_one_channel_equals_simulate(data, problem, gamma, k
        copy_on=st.sampled_from(["channel", "compute"]), channels=st.integers(1, 3))
 def test_score_cuts_equals_simulate_on_every_model_option(data, problem, gamma, kappa, copy_on, channels):
     import numpy as np
-    from fusionopt.model.fusion import score_cuts
+    from fusionopt.model.fusion_eval import score_cuts
     from strategies import cut_vectors
     extended = Problem(problem.profile, problem.cost, sync=problem.sync, copy_cost=gamma,
                        copy_on=copy_on, contention=kappa, channels=channels)

@@ -10,7 +10,8 @@ from fusionopt.cost import AlphaBeta, PiecewiseLinear
 from fusionopt.model import Chunk, Message, Plan, Problem, Profile, simulate
 from fusionopt.model.fusion_dp import optimal_fusion
 from fusionopt.model.ps import ParameterServer, PSPlan, ps_cost, stream_offsets
-from fusionopt.model.ps_timing import offsets_iteration_time, ps_lower_bound, simulate_ps
+from fusionopt.model.ps_timing import offsets_iteration_time, simulate_ps
+from fusionopt.model.bounds import ps_lower_bound
 
 MS = 1e-3
 MB = 1e6

@@ -14,7 +14,7 @@ from strategies import alpha_beta, partition_plans, problems
 from fusionopt.checks import longest_path_time
 from fusionopt.model import AlphaBeta, Plan, Problem, Profile, compute_pieces, simulate
 from fusionopt.model.bounds import best_bound
-from fusionopt.model.fusion import fusion_iteration_time
+from fusionopt.model.fusion_eval import fusion_iteration_time
 from fusionopt.model.ps import ParameterServer, PSPlan
 from fusionopt.solvers import solve
 

@@ -12,7 +12,8 @@ from fusionopt.checks import longest_path_time
 from fusionopt.cost import AlphaBeta
 from fusionopt.model import Plan, Problem, simulate
 from fusionopt.model.ps import ParameterServer, PSPlan
-from fusionopt.model.ps_timing import offsets_iteration_time, ps_lower_bound
+from fusionopt.model.ps_timing import offsets_iteration_time
+from fusionopt.model.bounds import ps_lower_bound
 
 REL = 1e-9
 

@@ -13,7 +13,8 @@ from ps_strategies import ps_problems
 from fusionopt.cost import AlphaBeta
 from fusionopt.model import Problem, Profile, simulate
 from fusionopt.model.ps import ParameterServer, PSPlan
-from fusionopt.model.ps_timing import offsets_iteration_time, ps_lower_bound
+from fusionopt.model.ps_timing import offsets_iteration_time
+from fusionopt.model.bounds import ps_lower_bound
 from fusionopt.solvers.ipart import (
     NEXT_TENSOR,
     _cuts,

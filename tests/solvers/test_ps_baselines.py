@@ -12,7 +12,7 @@ from ps_strategies import ps_problems
 from fusionopt.cost import AlphaBeta
 from fusionopt.model import Plan, Problem, Profile, simulate
 from fusionopt.model.ps import ParameterServer, PSPlan
-from fusionopt.model.ps_timing import ps_lower_bound
+from fusionopt.model.bounds import ps_lower_bound
 from fusionopt.solvers import Status
 from fusionopt.solvers.baselines import wfbp
 from fusionopt.solvers.ps import finish_ps, ps_default, ps_layer
@@ -138,7 +138,7 @@ def test_partitioned_compute_is_moot_for_the_baselines(delta):
 
 
 def test_the_registry_keeps_parameter_server_and_all_reduce_methods_apart():
-    from fusionopt.model.fusion import score_cuts
+    from fusionopt.model.fusion_eval import score_cuts
     from fusionopt.solvers import compare, solve
     from fusionopt.solvers.registry import default_methods
 

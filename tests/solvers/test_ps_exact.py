@@ -18,7 +18,8 @@ from strategies import times
 from fusionopt.cost import AlphaBeta, PiecewiseLinear
 from fusionopt.model import Plan, Problem, Profile, simulate
 from fusionopt.model.ps import ParameterServer, PSPlan
-from fusionopt.model.ps_timing import offsets_iteration_time, ps_lower_bound
+from fusionopt.model.ps_timing import offsets_iteration_time
+from fusionopt.model.bounds import ps_lower_bound
 from fusionopt.solvers import Status, solve
 from fusionopt.solvers.ps import ps_default, ps_layer
 from fusionopt.solvers.ps_exact import (

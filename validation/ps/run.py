@@ -28,7 +28,7 @@ from fusionopt import zoo
 from fusionopt.model import Problem
 from fusionopt.model._io import write_text_atomic
 from fusionopt.model.ps import ParameterServer
-from fusionopt.model.ps_timing import ps_lower_bound
+from fusionopt.model.bounds import ps_lower_bound
 from fusionopt.reporting import Progress, interrupted_path
 from fusionopt.solvers import Status, solve
 

@@ -1,0 +1,155 @@
+"""The simulator: the one judge of every plan's timing (MODEL.md sections 3, 4 and 6).
+
+:func:`simulate` runs the plain model's recursion on one FIFO channel itself and hands a
+problem with extensions on to the event engine (:mod:`fusionopt.model.events`) and a
+parameter-server problem to :mod:`fusionopt.model.ps_timing`; each returns a
+:class:`~fusionopt.model.timeline.Timeline`. :func:`compute_pieces` replays the same run
+for what the compute stream does and when.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from fusionopt.model.events import simulate_events
+from fusionopt.model.plan import Plan
+from fusionopt.model.problem import Problem
+from fusionopt.model.ps import PSPlan
+from fusionopt.model.ps_timing import simulate_ps
+from fusionopt.model.timeline import ComputePiece, Timeline, build_timeline, reduction_times
+
+
+def compute_pieces(problem: Problem, plan: Plan | PSPlan, *, validate: bool = True) -> list[ComputePiece]:
+    """The compute stream of ``plan`` on ``problem``, task by task, in stream order.
+
+    The general simulators record the pieces as they run them: the event simulator
+    (:func:`~fusionopt.model.events.simulate_events`, which covers the plain model and every
+    all-reduce extension) for a :class:`~fusionopt.model.plan.Plan`, and
+    :func:`~fusionopt.model.ps_timing.simulate_ps` for a parameter-server problem. The
+    stream is the backward of tensors ``n-1 .. 0`` (on a parameter server with partitioned
+    compute, one piece per push chunk), each followed by the packing of the fused messages
+    it makes ready when packing runs on the compute stream, then the updates and forwards
+    of the next step (MODEL.md sections 4 and 6), and the profile's step parts where they
+    run. Every task is listed, zero-length ones included (a step part only when the profile
+    has it); a gap between one piece's ``end`` and the next one's ``start`` is the stream
+    waiting for communication. The last ``end`` is the iteration time ``T`` and each
+    tensor's first forward piece starts at its ``forward_start``, as :func:`simulate` gives
+    them (the plain model's recursion to rounding).
+
+    Parameters
+    ----------
+    validate : bool
+        Check first that the plan sends every byte exactly once.
+
+    Returns
+    -------
+    list of ComputePiece
+        Times in seconds from the start of the backward.
+
+    Examples
+    --------
+    MODEL.md section 5, ``alpha = 3 ms``, groups ``{t3}, {t2, t1}``: the backward runs
+    t3 0 -> 1, t2 1 -> 3, t1 3 -> 6 ms; the second message ends at 14 ms, so the updates
+    (of zero seconds) and the forwards wait until then: forwards 14 -> 15 -> 16 -> 17 ms.
+
+    >>> from fusionopt.model.cost import AlphaBeta
+    >>> from fusionopt.model.profile import Profile
+    >>> profile = Profile.from_arrays([4e6, 1e6, 2e6], [1e-3] * 3, [3e-3, 2e-3, 1e-3])
+    >>> problem = Problem(profile, AlphaBeta(alpha=3e-3, beta=1e-9))
+    >>> pieces = compute_pieces(problem, Plan.from_groups(profile, [[2], [1, 0]]))
+    >>> for p in pieces:
+    ...     print(p.kind, p.tensor, round(p.start * 1e3, 9), round(p.end * 1e3, 9))
+    backward 2 0.0 1.0
+    backward 1 1.0 3.0
+    backward 0 3.0 6.0
+    update 0 14.0 14.0
+    update 1 14.0 14.0
+    update 2 14.0 14.0
+    forward 0 14.0 15.0
+    forward 1 15.0 16.0
+    forward 2 16.0 17.0
+    """
+    pieces: list[ComputePiece] = []
+    if problem.ps is not None or not isinstance(plan, Plan):
+        simulate_ps(problem, plan, validate=validate, pieces=pieces)
+        return pieces
+    if validate:
+        plan.validate(problem.profile)
+    simulate_events(problem, plan, pieces=pieces)
+    return pieces
+
+def simulate(problem: Problem, plan: Plan | PSPlan, *, validate: bool = True) -> Timeline:
+    """Simulate ``plan`` on ``problem`` (MODEL.md sections 3 and 4).
+
+    Messages run one at a time in plan order: ``start_k = max(R_k, Q_k, end_{k-1})``,
+    ``end_k = start_k + c(S_k)``, with ``Q_k`` the message's release time (0 unless the
+    plan gives one). Tensor ``i`` is reduced at ``C_i = max end_k`` over the
+    messages carrying it; the next forward then starts after a barrier on every ``C_i`` or
+    tensor by tensor (``problem.sync``). A problem with extensions on (copy cost,
+    contention, several channels) is simulated event by event instead
+    (:mod:`fusionopt.model.events`); a parameter-server problem (``problem.ps``) takes a
+    :class:`~fusionopt.model.ps.PSPlan` and is simulated by
+    :func:`~fusionopt.model.ps_timing.simulate_ps`.
+
+    Parameters
+    ----------
+    validate : bool
+        Check first that the plan sends every byte exactly once (``Plan.validate``).
+
+    Examples
+    --------
+    MODEL.md section 5, ``alpha = 3 ms``: the groups ``{t3}, {t2, t1}`` give 17 ms.
+
+    >>> from fusionopt.model.cost import AlphaBeta
+    >>> from fusionopt.model.profile import Profile
+    >>> profile = Profile.from_arrays([4e6, 1e6, 2e6], [1e-3] * 3, [3e-3, 2e-3, 1e-3])
+    >>> problem = Problem(profile, AlphaBeta(alpha=3e-3, beta=1e-9))
+    >>> t = simulate(problem, Plan.from_groups(profile, [[2], [1, 0]]))
+    >>> round(t.iteration_time * 1e3, 9), round(t.exposed * 1e3, 9)
+    (17.0, 8.0)
+    >>> (t.message_end * 1e3).round(9).tolist()
+    [6.0, 14.0]
+    """
+    if problem.ps is not None or not isinstance(plan, Plan):
+        return simulate_ps(problem, plan, validate=validate)
+    profile = problem.profile
+    if validate:
+        plan.validate(profile)
+    if problem.extensions:
+        return simulate_events(problem, plan)
+    ready_times = profile.ready_times
+    n_messages = len(plan.messages)
+    ready = np.empty(n_messages)
+    for k, message in enumerate(plan.messages):
+        ready[k] = max(ready_times[c.tensor] for c in message.chunks)
+    durations = problem.cost(plan.message_bytes)
+    release = plan.release
+
+    start = np.empty(n_messages)
+    end = np.empty(n_messages)
+    channel_free = -np.inf
+    for k in range(n_messages):
+        start[k] = max(ready[k], release[k], channel_free)
+        end[k] = channel_free = start[k] + durations[k]
+
+    reduced = reduction_times(plan, end, profile.n)
+    forward, update = profile.forward, profile.update
+    B = profile.B
+    phi = np.empty(profile.n)
+    if problem.sync == "barrier":
+        # Once every gradient is reduced: the framework's post-backward work, the optimiser
+        # (its lump and per-tensor updates), then the forward.
+        clock = max(B, float(end.max())) + profile.post_backward + profile.update_lump + profile.U
+        for i in range(profile.n):
+            phi[i] = clock
+            clock += forward[i]
+    else:
+        # Each tensor is updated and run forward as soon as its own gradient is reduced.
+        clock = B
+        for i in range(profile.n):
+            clock = max(clock, reduced[i]) + update[i]
+            phi[i] = clock
+            clock += forward[i]
+    # The host's share of the step follows the forward (MODEL.md section 4).
+    iteration_time = float(phi[-1] + forward[-1]) + profile.host_overhead
+    return build_timeline(problem, plan, iteration_time, ready, start, end, reduced, phi)
