@@ -103,15 +103,31 @@ class Message:
         return tuple(dict.fromkeys(c.tensor for c in self.chunks))
 
 
+def _chunk(tensor: int, lo: int, hi: int) -> Chunk:
+    # A chunk of a checked table: its fields are known to be valid ints.
+    chunk = object.__new__(Chunk)
+    object.__setattr__(chunk, "tensor", tensor)
+    object.__setattr__(chunk, "lo", lo)
+    object.__setattr__(chunk, "hi", hi)
+    return chunk
+
+
 def _whole(profile: Profile, i: int) -> Chunk:
     if not 0 <= i < profile.n:
         raise ValueError(f"tensor index {i} is out of range for a profile of {profile.n} tensors")
     return Chunk(i, 0, int(profile.sizes[i]))
 
 
-@dataclass(frozen=True)
 class Plan:
-    """An ordered list of messages for one channel.
+    """An ordered list of messages for one channel, stored as a table.
+
+    The table has one row per chunk, in channel order and chunk order within each message:
+    ``tensor``, ``lo`` and ``hi`` (int64 arrays), the first row of each message
+    (``starts``, ``M + 1`` entries, the last ``len(tensor)``) and each message's ``release``
+    time. Plans from :meth:`from_cuts` and :meth:`from_groups` are built as tables directly,
+    so a plan of 100,000 tensors costs no Python object per chunk; :attr:`messages` gives
+    the same plan as :class:`Message` and :class:`Chunk` objects, built when first asked.
+    ``Plan(messages)`` builds the table from messages.
 
     Examples
     --------
@@ -128,16 +144,88 @@ class Plan:
     True
     """
 
-    messages: tuple[Message, ...]
+    __slots__ = ("tensor", "lo", "hi", "starts", "_release", "_messages")
 
-    def __post_init__(self) -> None:
-        messages = tuple(self.messages)
+    def __init__(self, messages: Iterable[Message]) -> None:
+        messages = tuple(messages)
         if not messages:
             raise ValueError("a plan must hold at least one message")
         for m in messages:
             if not isinstance(m, Message):
                 raise ValueError(f"a plan holds Message objects, got {m!r}")
-        object.__setattr__(self, "messages", messages)
+        rows = [(c.tensor, c.lo, c.hi) for m in messages for c in m.chunks]
+        table = np.array(rows, dtype=np.int64).reshape(-1, 3)
+        counts = np.fromiter((len(m.chunks) for m in messages), dtype=np.int64, count=len(messages))
+        self._set(table[:, 0], table[:, 1], table[:, 2], np.concatenate(([0], np.cumsum(counts))),
+                  np.fromiter((m.release for m in messages), dtype=np.float64, count=len(messages)))
+        object.__setattr__(self, "_messages", messages)
+
+    def _set(self, tensor: np.ndarray, lo: np.ndarray, hi: np.ndarray, starts: np.ndarray,
+             release: np.ndarray) -> None:
+        for name, array in (("tensor", tensor), ("lo", lo), ("hi", hi), ("starts", starts), ("_release", release)):
+            array = np.ascontiguousarray(array)
+            array.setflags(write=False)
+            object.__setattr__(self, name, array)
+        object.__setattr__(self, "_messages", None)
+
+    @classmethod
+    def from_table(cls, tensor: Any, lo: Any, hi: Any, starts: Any, release: Any = None) -> "Plan":
+        """A plan from its table (see the class docstring), checked as ``Plan(messages)``
+        checks its messages: every message non-empty, every chunk ``0 <= lo < hi`` of a
+        tensor ``>= 0``, release times finite and ``>= 0`` (default 0)."""
+        tensor, lo, hi, starts = (np.asarray(x, dtype=np.int64) for x in (tensor, lo, hi, starts))
+        count = len(starts) - 1
+        if count < 1 or starts[0] != 0 or starts[-1] != len(tensor) or not len(tensor) == len(lo) == len(hi):
+            raise ValueError("a plan table needs starts = [0, ..., rows] over rows of tensor, lo and hi "
+                             "of one length, and at least one message")
+        if np.any(np.diff(starts) <= 0):
+            raise ValueError("a message must hold at least one chunk")
+        bad = np.flatnonzero((tensor < 0) | (lo < 0) | (hi <= lo))
+        if bad.size:
+            Chunk(int(tensor[bad[0]]), int(lo[bad[0]]), int(hi[bad[0]]))      # raises its message
+        release = np.zeros(count) if release is None else np.asarray(release, dtype=np.float64)
+        if release.shape != (count,):
+            raise ValueError(f"{release.size} release times for {count} messages")
+        if not np.all(np.isfinite(release) & (release >= 0)):
+            Message((Chunk(0, 0, 1),), float(release[~(np.isfinite(release) & (release >= 0))][0]))   # raises
+        plan = object.__new__(cls)
+        plan._set(tensor, lo, hi, starts, release)
+        return plan
+
+    @property
+    def messages(self) -> tuple[Message, ...]:
+        """The messages in channel order, as :class:`Message` objects."""
+        if self._messages is None:
+            tensor, lo, hi = self.tensor.tolist(), self.lo.tolist(), self.hi.tolist()
+            starts, release = self.starts.tolist(), self._release.tolist()
+            messages = tuple(Message(tuple(_chunk(tensor[r], lo[r], hi[r]) for r in range(starts[k], starts[k + 1])),
+                                     release[k])
+                             for k in range(len(starts) - 1))
+            object.__setattr__(self, "_messages", messages)
+        return self._messages
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError("a Plan is immutable")
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Plan):
+            return NotImplemented
+        return all(np.array_equal(a, b) for a, b in zip(self._key(), other._key()))
+
+    def __hash__(self) -> int:
+        return hash(tuple(array.tobytes() for array in self._key()))
+
+    def _key(self) -> tuple[np.ndarray, ...]:
+        return self.tensor, self.lo, self.hi, self.starts, self._release
+
+    def __repr__(self) -> str:
+        return f"Plan(messages={self.messages!r})"
+
+    def __getstate__(self) -> tuple:
+        return self._key()
+
+    def __setstate__(self, state: tuple) -> None:
+        self._set(*state)
 
     # ------------------------------------------------------------------ constructors
     @classmethod
@@ -152,18 +240,33 @@ class Plan:
         release : sequence of float, optional
             Release time of each message in seconds (default 0 for all).
         """
-        messages = []
+        tensors: list[int] = []
+        starts = [0]
         for k, group in enumerate(groups):
-            chunks = tuple(_whole(profile, int(i)) for i in group)
-            if not chunks:
+            members = [int(i) for i in group]
+            if not members:
                 raise ValueError(f"group {k} is empty")
-            messages.append(Message(chunks))
+            tensors.extend(members)
+            starts.append(len(tensors))
+        return cls._whole_tensors(profile, np.array(tensors, dtype=np.int64), np.array(starts, dtype=np.int64),
+                                  release)
+
+    @classmethod
+    def _whole_tensors(cls, profile: Profile, tensors: np.ndarray, starts: np.ndarray,
+                       release: Sequence[float] | None = None) -> "Plan":
+        outside = np.flatnonzero((tensors < 0) | (tensors >= profile.n))
+        if outside.size:
+            _whole(profile, int(tensors[outside[0]]))                # raises its message
         if release is not None:
             release = list(release)
-            if len(release) != len(messages):
-                raise ValueError(f"{len(release)} release times for {len(messages)} messages")
-            messages = [Message(m.chunks, r) for m, r in zip(messages, release)]
-        return cls(tuple(messages))
+            if len(release) != len(starts) - 1:
+                raise ValueError(f"{len(release)} release times for {len(starts) - 1} messages")
+        if len(starts) < 2:
+            raise ValueError("a plan must hold at least one message")
+        hi = np.asarray(profile.sizes, dtype=np.int64)[tensors]
+        if np.any(hi <= 0):
+            _whole(profile, int(tensors[np.flatnonzero(hi <= 0)[0]]))     # raises its message
+        return cls.from_table(tensors, np.zeros_like(tensors), hi, starts, release)
 
     @classmethod
     def per_tensor(cls, profile: Profile, order: Sequence[int] | None = None) -> "Plan":
@@ -190,56 +293,51 @@ class Plan:
         if cuts.shape != (profile.n - 1,):
             raise ValueError(f"cut vector must have n - 1 = {profile.n - 1} entries, got shape {cuts.shape}")
         cuts = cuts.astype(bool)
-        groups: list[list[int]] = [[]]
-        for j, i in enumerate(profile.ready_order):
-            groups[-1].append(i)
-            if j < profile.n - 1 and cuts[j]:
-                groups.append([])
-        return cls.from_groups(profile, groups)
+        starts = np.concatenate(([0], np.flatnonzero(cuts) + 1, [profile.n])).astype(np.int64)
+        return cls._whole_tensors(profile, np.asarray(profile.backward_order, dtype=np.int64), starts)
 
     # ------------------------------------------------------------------ structure
     @property
     def num_messages(self) -> int:
-        return len(self.messages)
+        return len(self.starts) - 1
+
+    @property
+    def chunk_message(self) -> np.ndarray:
+        """The message of each row of the table (channel order)."""
+        return np.repeat(np.arange(self.num_messages), np.diff(self.starts))
 
     @property
     def message_bytes(self) -> np.ndarray:
         """Size of each message in bytes, channel order."""
-        return np.array([m.nbytes for m in self.messages], dtype=np.int64)
+        return np.add.reduceat(self.hi - self.lo, self.starts[:-1])
 
     def groups(self) -> list[list[int]]:
         """The tensors of each message, as forward indices (chunks of one tensor counted once)."""
-        return [list(m.tensors) for m in self.messages]
+        tensor, starts = self.tensor.tolist(), self.starts.tolist()
+        return [list(dict.fromkeys(tensor[starts[k]:starts[k + 1]])) for k in range(len(starts) - 1)]
 
     @property
     def release(self) -> np.ndarray:
         """Release time of each message in seconds, channel order."""
-        return np.array([m.release for m in self.messages], dtype=np.float64)
+        return self._release
 
     @property
     def has_release(self) -> bool:
         """True if some message has a release time after 0."""
-        return any(m.release > 0.0 for m in self.messages)
+        return bool(np.any(self._release > 0.0))
 
     def without_release(self) -> "Plan":
         """The same messages with every release time 0."""
-        return Plan(tuple(Message(m.chunks) for m in self.messages))
+        return Plan.from_table(self.tensor, self.lo, self.hi, self.starts)
 
     def is_fusion(self, profile: Profile) -> bool:
         """True if every message holds whole tensors, contiguous in backward order (the
         profile's ready order), the messages run in that order and none has a release time
         (MODEL.md section 3: a fusion plan)."""
-        order = profile.ready_order
-        position = 0
-        for m in self.messages:
-            if m.release > 0.0:
-                return False
-            for c in m.chunks:
-                if (position >= len(order) or c.tensor != order[position] or c.lo != 0
-                        or c.hi != int(profile.sizes[c.tensor])):
-                    return False
-                position += 1
-        return position == len(order)
+        order = np.asarray(profile.backward_order)
+        return bool(len(self.tensor) == len(order) and not self.has_release
+                    and np.array_equal(self.tensor, order) and not np.any(self.lo)
+                    and np.array_equal(self.hi, np.asarray(profile.sizes, dtype=np.int64)[order]))
 
     def cuts(self, profile: Profile) -> np.ndarray:
         """The cut vector (see :meth:`from_cuts`) of a fusion plan; ``ValueError`` otherwise."""
@@ -247,10 +345,7 @@ class Plan:
             raise ValueError("plan is not a fusion plan (whole tensors, contiguous in backward order, "
                              "in backward order, no release times)")
         cuts = np.zeros(profile.n - 1, dtype=bool)
-        position = 0
-        for m in self.messages[:-1]:
-            position += len(m.chunks)
-            cuts[position - 1] = True
+        cuts[self.starts[1:-1] - 1] = True
         return cuts
 
     # ------------------------------------------------------------------ validation
@@ -267,14 +362,33 @@ class Plan:
         ...
         ValueError: tensor 'w' (index 0): bytes [60, 100) are missing
         """
+        n = profile.n
+        if np.all(self.tensor < n):
+            # Sorted by tensor, then byte: each tensor's pieces must tile [0, size) exactly.
+            rows = np.lexsort((self.lo, self.tensor))
+            tensor, lo, hi = self.tensor[rows], self.lo[rows], self.hi[rows]
+            first = np.ones(len(rows), dtype=bool)
+            first[1:] = tensor[1:] != tensor[:-1]
+            last = np.ones(len(rows), dtype=bool)
+            last[:-1] = first[1:]
+            sizes = np.asarray(profile.sizes, dtype=np.int64)
+            if (np.array_equal(tensor[first], np.arange(n)) and not np.any(lo[first])
+                    and np.array_equal(lo[~first], hi[np.flatnonzero(~first) - 1])
+                    and np.array_equal(hi[last], sizes)):
+                return self
+        self._explain_invalid(profile)
+        raise AssertionError("validate found a fault it cannot name")     # pragma: no cover
+
+    def _explain_invalid(self, profile: Profile) -> None:
+        """Raise the ``ValueError`` that names the first fault of an invalid plan."""
         by_tensor: dict[int, list[tuple[int, int, int]]] = {}
-        for k, m in enumerate(self.messages):
-            for c in m.chunks:
-                if c.tensor >= profile.n:
-                    raise ValueError(
-                        f"message {k}: tensor index {c.tensor} is out of range for a profile of {profile.n} tensors"
-                    )
-                by_tensor.setdefault(c.tensor, []).append((c.lo, c.hi, k))
+        message = self.chunk_message.tolist()
+        for k, tensor, lo, hi in zip(message, self.tensor.tolist(), self.lo.tolist(), self.hi.tolist()):
+            if tensor >= profile.n:
+                raise ValueError(
+                    f"message {k}: tensor index {tensor} is out of range for a profile of {profile.n} tensors"
+                )
+            by_tensor.setdefault(tensor, []).append((lo, hi, k))
         for i in range(profile.n):
             label = f"tensor {profile.names[i]!r} (index {i})"
             size = int(profile.sizes[i])
@@ -294,7 +408,6 @@ class Plan:
                 covered, covered_by = hi, k
             if covered < size:
                 raise ValueError(f"{label}: bytes [{covered}, {size}) are missing")
-        return self
 
     # ------------------------------------------------------------------ JSON
     def to_dict(self) -> dict[str, Any]:
@@ -304,7 +417,7 @@ class Plan:
             "messages": [[[c.tensor, c.lo, c.hi] for c in m.chunks] for m in self.messages],
         }
         if self.has_release:
-            doc["release"] = [m.release for m in self.messages]
+            doc["release"] = self._release.tolist()
         return doc
 
     @classmethod
