@@ -8,8 +8,6 @@ order, backward order). :func:`best_bound` is what every ``Result`` carries;
 
 from __future__ import annotations
 
-import heapq
-import math
 import weakref
 
 import numpy as np
@@ -92,12 +90,9 @@ def fluid_bound(problem: Problem) -> float | None:
     affine = problem.cost.affine
     if affine is None:
         return None
-    beta = affine[1]
     profile = problem.profile
-    completion = _fluid_completions(profile.ready_times, profile.sizes * beta)
-    prefix_done = np.maximum.accumulate(completion)
     tails = _tails(problem)
-    return float(max(profile.B + tails[0], float((prefix_done + tails).max())))
+    return float(max(profile.B + tails[0], float((_fluid_prefix_done(profile, affine[1]) + tails).max())))
 
 
 def fluid_latency_bound(problem: Problem) -> float | None:
@@ -131,12 +126,28 @@ def fluid_latency_bound(problem: Problem) -> float | None:
         return None
     alpha, beta = affine
     profile = problem.profile
+    B = float(profile.ready_times[0])
+    unserved = _fluid_prefix_done(profile, beta) - B
+    latency = alpha if profile.sizes.min() > 0 else 0.0
+    if problem.sync == "barrier":
+        return float(B + latency + unserved[-1] + profile.U + profile.F + profile.W)
+    return float((B + latency + unserved + _tails(problem)).max())
+
+
+def _fluid_prefix_done(profile, beta: float) -> np.ndarray:
+    """``D_i``, seconds: when the fluid schedule (preemptive, smallest forward index first,
+    ``beta`` seconds per byte, no latency) has served every byte of tensors ``0..i``.
+
+    Tensors ``0..i`` have priority over the rest, so they are served as if alone: a
+    work-conserving server ends their work at ``max_j (r_j + work released at or after
+    r_j)``. Ready times fall with the forward index, so the work released at or after
+    ``r_j`` among tensors ``0..i`` is that of tensors ``0..min(i, end of j's group)``, a group
+    being the tensors of one ready time (Lindley's recursion; O(n)).
+    """
     ready = profile.ready_times                      # non-increasing in the forward index
-    work = beta * profile.sizes.astype(np.float64)
-    served = np.cumsum(work)                         # W_i: work of tensors 0..i
-    B = float(ready[0])
-    # A group of equal ready times is released together; for prefix i the candidates j in
-    # earlier groups contribute W(end of j's group) + r_j, those in i's group W_i + r_i.
+    served = np.cumsum(beta * profile.sizes.astype(np.float64))     # work of tensors 0..i
+    # For prefix i the candidates j in earlier groups contribute W(end of j's group) + r_j,
+    # those in i's group W_i + r_i.
     group_end = np.searchsorted(-ready, -ready, side="right") - 1
     candidate = served[group_end] + ready
     earlier = np.full(profile.n, -np.inf)
@@ -145,40 +156,7 @@ def fluid_latency_bound(problem: Problem) -> float | None:
         finished = np.full(profile.n, -np.inf)
         finished[group_end[closed]] = candidate[closed]
         earlier[1:] = np.maximum.accumulate(finished)[:-1]
-    unserved = np.maximum(earlier, served + ready) - B
-    latency = alpha if profile.sizes.min() > 0 else 0.0
-    if problem.sync == "barrier":
-        return float(B + latency + unserved[-1] + profile.U + profile.F + profile.W)
-    return float((B + latency + unserved + _tails(problem)).max())
-
-
-def _fluid_completions(ready: np.ndarray, work: np.ndarray) -> np.ndarray:
-    """Completion time of each tensor under preemptive smallest-index-first service of
-    ``work[i]`` seconds released at ``ready[i]``."""
-    n = len(ready)
-    releases = sorted(range(n), key=lambda i: (ready[i], -i))
-    remaining = work.astype(float).tolist()
-    done = np.empty(n)
-    pending: list[int] = []                      # heap of released, unfinished tensors
-    clock = float(ready[releases[0]])
-    released = 0
-    while released < n or pending:
-        while released < n and ready[releases[released]] <= clock:
-            heapq.heappush(pending, releases[released])
-            released += 1
-        next_release = float(ready[releases[released]]) if released < n else math.inf
-        if not pending:
-            clock = next_release
-            continue
-        i = pending[0]
-        if clock + remaining[i] <= next_release:
-            clock += remaining[i]
-            done[i] = clock
-            heapq.heappop(pending)
-        else:
-            remaining[i] -= next_release - clock
-            clock = next_release
-    return done
+    return np.maximum(earlier, served + ready)
 
 
 def fusion_bound(problem: Problem) -> float | None:
@@ -196,6 +174,13 @@ def fusion_bound(problem: Problem) -> float | None:
         cached = optimal_fusion(problem.plain()).iteration_time
         _FUSION_OPTIMA[problem] = cached
     return cached
+
+
+def note_fusion_optimum(problem: Problem, seconds: float) -> None:
+    """Remember ``seconds`` as :func:`fusion_bound` of ``problem``: an exact solver that has
+    just computed the optimal fusion plan of the plain model (without caps) saves the bound
+    its second computation."""
+    _FUSION_OPTIMA[problem] = float(seconds)
 
 
 def best_bound(problem: Problem, space: str = "any") -> float:

@@ -9,6 +9,8 @@ for what the compute stream does and when.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from fusionopt.model.events import simulate_events
@@ -117,39 +119,35 @@ def simulate(problem: Problem, plan: Plan | PSPlan, *, validate: bool = True) ->
         plan.validate(profile)
     if problem.extensions:
         return simulate_events(problem, plan)
-    ready_times = profile.ready_times
-    n_messages = len(plan.messages)
-    ready = np.empty(n_messages)
-    for k, message in enumerate(plan.messages):
-        ready[k] = max(ready_times[c.tensor] for c in message.chunks)
-    durations = problem.cost(plan.message_bytes)
-    release = plan.release
-
-    start = np.empty(n_messages)
-    end = np.empty(n_messages)
-    channel_free = -np.inf
-    for k in range(n_messages):
-        start[k] = max(ready[k], release[k], channel_free)
-        end[k] = channel_free = start[k] + durations[k]
+    # A message is ready with its last chunk; it starts once ready, released and the
+    # channel is free (the sums run in message order, as the recursion states them).
+    ready = np.maximum.reduceat(profile.ready_times[plan.tensor], plan.starts[:-1])
+    durations = np.asarray(problem.cost(plan.message_bytes), dtype=np.float64)
+    available = np.maximum(ready, plan.release)
+    ends: list[float] = []
+    channel_free = -math.inf
+    for a, d in zip(available.tolist(), durations.tolist()):
+        channel_free = (a if a > channel_free else channel_free) + d
+        ends.append(channel_free)
+    end = np.array(ends)
+    start = np.maximum(available, np.concatenate(([-np.inf], end[:-1])))
 
     reduced = reduction_times(plan, end, profile.n)
-    forward, update = profile.forward, profile.update
-    B = profile.B
-    phi = np.empty(profile.n)
+    forward = profile.forward
     if problem.sync == "barrier":
         # Once every gradient is reduced: the framework's post-backward work, the optimiser
         # (its lump and per-tensor updates), then the forward.
-        clock = max(B, float(end.max())) + profile.post_backward + profile.update_lump + profile.U
-        for i in range(profile.n):
-            phi[i] = clock
-            clock += forward[i]
+        clock = max(profile.B, float(end.max())) + profile.post_backward + profile.update_lump + profile.U
+        phi = np.cumsum(np.concatenate(([clock], forward[:-1])))
     else:
         # Each tensor is updated and run forward as soon as its own gradient is reduced.
-        clock = B
-        for i in range(profile.n):
-            clock = max(clock, reduced[i]) + update[i]
-            phi[i] = clock
-            clock += forward[i]
+        starts: list[float] = []
+        clock = profile.B
+        for r, u, f in zip(reduced.tolist(), profile.update.tolist(), forward.tolist()):
+            clock = (r if r > clock else clock) + u
+            starts.append(clock)
+            clock += f
+        phi = np.array(starts)
     # The host's share of the step follows the forward (MODEL.md section 4).
     iteration_time = float(phi[-1] + forward[-1]) + profile.host_overhead
     return build_timeline(problem, plan, iteration_time, ready, start, end, reduced, phi)

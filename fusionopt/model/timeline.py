@@ -152,10 +152,7 @@ class ComputePiece:
 def reduction_times(plan: Plan, end: np.ndarray, n: int) -> np.ndarray:
     """``C_i``: the end of the last message carrying a chunk of tensor ``i``, in seconds."""
     reduced = np.full(n, -np.inf)
-    for k, message in enumerate(plan.messages):
-        for c in message.chunks:
-            if end[k] > reduced[c.tensor]:
-                reduced[c.tensor] = end[k]
+    np.maximum.at(reduced, plan.tensor, np.asarray(end, dtype=np.float64)[plan.chunk_message])
     return reduced
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 
+from fusionopt.model.bounds import note_fusion_optimum
 from fusionopt.model.fusion_dp import optimal_fusion
 from fusionopt.model.plan import Plan
 from fusionopt.model.problem import Problem
@@ -53,6 +54,8 @@ def dp(
     started = time.perf_counter()
     best = optimal_fusion(problem, max_message_bytes=max_message_bytes,
                           max_messages=max_messages, algorithm=algorithm)
+    if max_message_bytes is None and max_messages is None and not problem.extensions:
+        note_fusion_optimum(problem, best.iteration_time)       # the fusion bound: not computed twice
     plan = Plan.from_cuts(problem.profile, best.cuts)
     return finish(problem, plan, "dp", started, lower_bound=best.iteration_time, optimal=True,
                   stats={"algorithm": best.algorithm, "communication_end": best.communication_end})

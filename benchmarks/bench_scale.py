@@ -1,0 +1,136 @@
+"""Speed of solving and simulating at scale, against an earlier revision side by side.
+
+Measures in one run, on one machine (timings: best of ``--repeats``):
+
+* ``solve(problem, "dp")`` end to end on 100,000 tensors, and the DP core alone
+  (``fusionopt.model.fusion_dp.optimal_fusion``) on the same instance: target, end to end
+  within 2x of the core and under 0.1 s;
+* ``simulate`` of a 100,000-message plan (one message per tensor): target under 10 ms;
+* ``Plan.validate`` of that plan: target under 20 ms;
+* the default ``compare`` of a zoo model, barrier and layerwise sync: target at least 2x
+  faster than the baseline revision.
+
+``--baseline REF`` runs the same measurements on a git revision of this repository (checked
+out into a temporary worktree) in a child process, so the two columns come from one run.
+Writes ``benchmarks/results/scale.md``.
+
+Run: ``python benchmarks/bench_scale.py [--baseline b111989] [--repeats 5]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results" / "scale.md"
+TENSORS = 100_000
+COMPARE_MODEL = "resnet50"
+
+
+def best(fn, repeats: int) -> float:
+    samples = []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        fn()
+        samples.append(time.perf_counter() - started)
+    return min(samples)
+
+
+def measure(repeats: int) -> dict[str, float]:
+    """Seconds per operation, with the fusionopt that ``sys.path`` finds first."""
+    from fusionopt import compare, solve, zoo
+    from fusionopt.cost import AlphaBeta, network
+    from fusionopt.model import Plan, Problem, Profile, simulate
+    from fusionopt.model.fusion_dp import optimal_fusion
+
+    rng = np.random.default_rng(0)
+    profile = Profile.from_arrays(rng.integers(1000, 4_000_000, TENSORS), rng.random(TENSORS) * 1e-4,
+                                  rng.random(TENSORS) * 2e-4)
+    cost = AlphaBeta(2e-5, 1e-10)
+    wfbp = Plan.per_tensor(profile)
+    problem = Problem(profile, cost)
+    zoo_profile = zoo.profile(COMPARE_MODEL, device="h100", batch=64)
+    out = {
+        # A fresh Problem per solve: nothing cached from the one before.
+        "dp_core": best(lambda: optimal_fusion(Problem(profile, cost)), repeats),
+        "solve_dp": best(lambda: solve(Problem(profile, cost), "dp"), repeats),
+        "simulate": best(lambda: simulate(problem, wfbp, validate=False), repeats),
+        "validate": best(lambda: wfbp.validate(profile), repeats),
+    }
+    for sync in ("barrier", "layerwise"):
+        out[f"compare_{sync}"] = best(
+            lambda: compare(Problem(zoo_profile, network("10gbe", 64), sync=sync)), max(1, repeats // 2))
+    return out
+
+
+def measure_revision(ref: str, repeats: int) -> dict[str, float]:
+    """:func:`measure` on a git revision of this repository, in a child process."""
+    with tempfile.TemporaryDirectory(prefix="bench-") as scratch:
+        tree = Path(scratch) / "tree"
+        subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", "-q", str(tree), ref], check=True)
+        try:
+            code = ("import json, sys; sys.path.insert(0, sys.argv[1]); sys.path.insert(1, sys.argv[2]); "
+                    "import bench_scale; print(json.dumps(bench_scale.measure(int(sys.argv[3]))))")
+            done = subprocess.run([sys.executable, "-c", code, str(tree), str(ROOT / "benchmarks"), str(repeats)],
+                                  check=True, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(tree)})
+            return json.loads(done.stdout.strip().splitlines()[-1])
+        finally:
+            subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tree)], check=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--baseline", default="b111989", help="git revision to measure beside this tree")
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--output", type=Path, default=RESULTS)
+    args = parser.parse_args(argv)
+    if args.repeats < 1:
+        parser.error("--repeats must be >= 1")
+    sys.path.insert(0, str(ROOT))
+    now = measure(args.repeats)
+    before = measure_revision(args.baseline, args.repeats)
+    rows = [
+        ("`solve(problem, \"dp\")`, 100,000 tensors", "solve_dp", f"<= 2x the DP core and < 0.1 s"),
+        ("the DP core alone (`optimal_fusion`), same instance", "dp_core", "-"),
+        ("`simulate`, 100,000 messages", "simulate", "< 10 ms"),
+        ("`Plan.validate`, 100,000 chunks", "validate", "< 20 ms"),
+        (f"`compare`, {COMPARE_MODEL}, barrier", "compare_barrier", ">= 2x faster"),
+        (f"`compare`, {COMPARE_MODEL}, layerwise", "compare_layerwise", ">= 2x faster"),
+    ]
+    lines = [
+        "# Solving and simulating at scale",
+        "",
+        f"{datetime.date.today().isoformat()}; {platform.machine()}, {os.cpu_count()} CPUs, Python "
+        f"{platform.python_version()}. Written by `python benchmarks/bench_scale.py --baseline {args.baseline} "
+        f"--repeats {args.repeats}`. **Timings** of this host (best of the repeats; they vary from run to run): "
+        f"this tree beside revision `{args.baseline}`, measured in the same run.",
+        "",
+        "| operation | this tree (ms) | " + f"`{args.baseline}` (ms) | speed-up | target |",
+        "|---|---|---|---|---|",
+    ]
+    for label, key, target in rows:
+        lines.append(f"| {label} | {1e3 * now[key]:.2f} | {1e3 * before[key]:.2f} | "
+                     f"{before[key] / now[key]:.1f}x | {target} |")
+    lines += ["", f"End to end over the DP core: {now['solve_dp'] / now['dp_core']:.2f}x (target <= 2x).", ""]
+    text = "\n".join(lines)
+    sys.path.insert(0, str(ROOT))
+    from fusionopt.model._io import write_text_atomic
+
+    write_text_atomic(args.output, text, make_folder=True)
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
