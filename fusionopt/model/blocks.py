@@ -8,6 +8,7 @@ MODEL.md sections 3 and 4 on one channel, written as cumulative maxima; tests pi
 
 from __future__ import annotations
 
+from itertools import chain
 from typing import Sequence
 
 import numpy as np
@@ -34,15 +35,17 @@ def block_iteration_time(problem: Problem, messages: Sequence[Sequence[Block]]) 
     """
     problem.require_plain("block_iteration_time")
     profile = problem.profile
-    first = np.array([min(block[0] for block in m) for m in messages])
-    sizes = np.array([sum(hi - lo for _, lo, hi in m) for m in messages], dtype=np.float64)
-    durations = np.asarray(problem.cost(sizes), dtype=np.float64)
+    counts = [len(m) for m in messages]
+    table = np.fromiter(chain.from_iterable(chain.from_iterable(messages)), dtype=np.int64).reshape(-1, 3)
+    starts = np.concatenate(([0], np.cumsum(counts)[:-1]))
+    tensors = table[:, 0]
+    first = np.minimum.reduceat(tensors, starts)
+    sizes = np.add.reduceat(table[:, 2] - table[:, 1], starts).astype(np.float64)
+    durations = np.asarray(problem.cost.of_sizes(sizes), dtype=np.float64)
     total = np.cumsum(durations)
     ends = total + np.maximum.accumulate(profile.ready_times[first] - (total - durations))
     reduced = np.full(profile.n, -np.inf)
-    owners = np.repeat(np.arange(len(messages)), [len(m) for m in messages])
-    tensors = np.array([block[0] for m in messages for block in m])
-    np.maximum.at(reduced, tensors, ends[owners])
+    np.maximum.at(reduced, tensors, np.repeat(ends, counts))
     if problem.sync == "barrier":
         return float(max(profile.B, float(reduced.max()))) + profile.U + profile.F + profile.W
     # phi_i = A_i + max_(j <= i) (C_j + u_j - A_j) with A_i = sum_(j <= i) (f_(j-1) + u_j),

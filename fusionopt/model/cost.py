@@ -82,6 +82,12 @@ class CommCost(ABC):
             return float(times[0])
         return times.reshape(sizes.shape)
 
+    def of_sizes(self, sizes: np.ndarray) -> np.ndarray:
+        """Cost in seconds of each entry of ``sizes``, a 1-D float64 array of bytes already
+        known to be finite and ``>= 0`` (a plan's message sizes): the same values as calling
+        the model, without its checks, for the inner loops of simulators and searches."""
+        return self._evaluate(sizes)
+
     @abstractmethod
     def _evaluate(self, sizes: np.ndarray) -> np.ndarray:
         """Cost of each size in ``sizes`` (float64, all >= 0), in seconds."""

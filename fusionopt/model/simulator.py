@@ -122,7 +122,7 @@ def simulate(problem: Problem, plan: Plan | PSPlan, *, validate: bool = True) ->
     # A message is ready with its last chunk; it starts once ready, released and the
     # channel is free (the sums run in message order, as the recursion states them).
     ready = np.maximum.reduceat(profile.ready_times[plan.tensor], plan.starts[:-1])
-    durations = np.asarray(problem.cost(plan.message_bytes), dtype=np.float64)
+    durations = np.asarray(problem.cost.of_sizes(plan.message_bytes.astype(np.float64)), dtype=np.float64)
     available = np.maximum(ready, plan.release)
     ends: list[float] = []
     channel_free = -math.inf
