@@ -116,9 +116,9 @@ def ps_schedule_graph(problem: Problem, plan: PSPlan) -> nx.DiGraph:
       the pull of its own chunk;
     - the step parts as in :func:`schedule_graph` (nodes ``("step",)`` and ``("host",)``).
     """
-    from fusionopt.model.ps_timing import _check_inputs
+    from fusionopt.model.ps_timing import check_ps_inputs
 
-    _check_inputs(problem, plan)
+    check_ps_inputs(problem, plan)
     plan.validate(problem.profile)
     profile, ps = problem.profile, problem.ps
     n = profile.n

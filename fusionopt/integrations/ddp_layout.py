@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Mapping
 
-from fusionopt.integrations.torch import _default_loss, require_torch
+from fusionopt.integrations.torch import default_loss, require_torch
 
 
 def ddp_bucket_layout(model: Any, inputs: Any, *, loss_fn: Callable[[Any], Any] | None = None,
@@ -34,5 +34,5 @@ def ddp_bucket_layout(model: Any, inputs: Any, *, loss_fn: Callable[[Any], Any] 
     for step in range(steps):
         state["step"] = step
         output = ddp(**inputs) if isinstance(inputs, Mapping) else ddp(inputs)
-        (_default_loss(output, torch) if loss_fn is None else loss_fn(output)).backward()
+        (default_loss(output, torch) if loss_fn is None else loss_fn(output)).backward()
     return [bucket for _, bucket in sorted(seen[steps - 1])]

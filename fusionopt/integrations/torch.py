@@ -113,7 +113,9 @@ def _batch_size(inputs: Any, torch: Any) -> int | None:
     return leads.pop() if len(leads) == 1 else None
 
 
-def _default_loss(output: Any, torch: Any) -> Any:
+def default_loss(output: Any, torch: Any) -> Any:
+    """The loss of a model's ``output`` when the user gives none: the sum of every floating
+    tensor in it that requires a gradient."""
     parts = [t for t in _leaves(output)
              if isinstance(t, torch.Tensor) and t.is_floating_point() and t.requires_grad]
     if not parts:
@@ -366,7 +368,7 @@ def profile_model(
                 output = model(*call_args, **call_kwargs)
             finally:
                 mode_box["mode"] = None
-        loss = _default_loss(output, torch) if loss_fn is None else loss_fn(output)
+        loss = default_loss(output, torch) if loss_fn is None else loss_fn(output)
         if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
             raise ValueError(f"the loss must be a tensor holding one number, got {type(loss).__name__}"
                              + (f" of shape {tuple(loss.shape)}" if isinstance(loss, torch.Tensor) else ""))

@@ -58,12 +58,13 @@ def channel_bound(problem: Problem) -> float | None:
     if problem.sync == "barrier":
         return channel_end + profile.U + profile.F + profile.W
     # The tensor i reduced last is then updated and runs forward i .. n-1.
-    return channel_end + float(_tails(problem).min())
+    return channel_end + float(layerwise_tails(problem).min())
 
 
-def _tails(problem: Problem) -> np.ndarray:
-    # tail_i = u_i + f_i + sum_{k > i} (u_k + f_k) + W: what follows C_i on the compute stream
-    # under layerwise sync (whose W is the host's share, MODEL.md section 4).
+def layerwise_tails(problem: Problem) -> np.ndarray:
+    """``tail_i = u_i + f_i + sum_{k > i} (u_k + f_k) + W`` seconds, forward order: what follows
+    tensor ``i``'s reduction on the compute stream under layerwise sync (whose ``W`` is the
+    host's share, MODEL.md section 4)."""
     profile = problem.profile
     return (profile.update + profile.forward)[::-1].cumsum()[::-1] + profile.W
 
@@ -91,7 +92,7 @@ def fluid_bound(problem: Problem) -> float | None:
     if affine is None:
         return None
     profile = problem.profile
-    tails = _tails(problem)
+    tails = layerwise_tails(problem)
     return float(max(profile.B + tails[0], float((_fluid_prefix_done(profile, affine[1]) + tails).max())))
 
 
@@ -131,7 +132,7 @@ def fluid_latency_bound(problem: Problem) -> float | None:
     latency = alpha if profile.sizes.min() > 0 else 0.0
     if problem.sync == "barrier":
         return float(B + latency + unserved[-1] + profile.U + profile.F + profile.W)
-    return float((B + latency + unserved + _tails(problem)).max())
+    return float((B + latency + unserved + layerwise_tails(problem)).max())
 
 
 def _fluid_prefix_done(profile, beta: float) -> np.ndarray:

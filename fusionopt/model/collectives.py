@@ -12,7 +12,7 @@ import numbers
 from dataclasses import dataclass
 from typing import Callable
 
-from fusionopt.model.cost import AlphaBeta, _check_param
+from fusionopt.model.cost import AlphaBeta, check_param
 
 __all__ = [
     "ring_allreduce",
@@ -37,8 +37,8 @@ def _check_count(label: str, value: object) -> int:
 
 
 def _check_link(workers: object, latency: float, inverse_bandwidth: float) -> tuple[int, float, float]:
-    return (_check_count("workers", workers), _check_param("latency", latency),
-            _check_param("inverse_bandwidth", inverse_bandwidth))
+    return (_check_count("workers", workers), check_param("latency", latency),
+            check_param("inverse_bandwidth", inverse_bandwidth))
 
 
 def ring_allreduce(workers: int, latency: float, inverse_bandwidth: float) -> AlphaBeta:
@@ -201,10 +201,10 @@ def hierarchical_allreduce(workers: int, gpus_per_node: int, latency: float, inv
     gpus = _check_count("gpus_per_node", gpus_per_node)
     if p % gpus:
         raise ValueError(f"workers ({p}) must be a multiple of gpus_per_node ({gpus})")
-    a = _check_param("latency", latency)
-    g = _check_param("inverse_bandwidth", inverse_bandwidth)
-    a_intra = _check_param("intra_latency", intra_latency)
-    g_intra = _check_param("intra_inverse_bandwidth", intra_inverse_bandwidth)
+    a = check_param("latency", latency)
+    g = check_param("inverse_bandwidth", inverse_bandwidth)
+    a_intra = check_param("intra_latency", intra_latency)
+    g_intra = check_param("intra_inverse_bandwidth", intra_inverse_bandwidth)
     nodes = p // gpus
     alpha = 2 * (gpus - 1) * a_intra + 2 * (nodes - 1) * a
     beta = 2 * (gpus - 1) / gpus * g_intra + 2 * (nodes - 1) / nodes * g

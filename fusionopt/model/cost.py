@@ -47,7 +47,8 @@ def _as_sizes(size: Any) -> np.ndarray:
     return sizes
 
 
-def _check_param(label: str, value: float) -> float:
+def check_param(label: str, value: float) -> float:
+    """``value`` as a finite float ``>= 0``; a ``ValueError`` naming ``label`` otherwise."""
     try:
         value = float(value)
     except (TypeError, ValueError):
@@ -125,8 +126,8 @@ class AlphaBeta(CommCost):
     """
 
     def __init__(self, alpha: float, beta: float) -> None:
-        self.alpha = _check_param("alpha", alpha)
-        self.beta = _check_param("beta", beta)
+        self.alpha = check_param("alpha", alpha)
+        self.beta = check_param("beta", beta)
 
     def _evaluate(self, sizes: np.ndarray) -> np.ndarray:
         return np.where(sizes > 0, self.alpha + self.beta * sizes, 0.0)
@@ -136,7 +137,7 @@ class AlphaBeta(CommCost):
         return (self.alpha, self.beta)
 
     def scaled(self, k: float) -> "AlphaBeta":
-        k = _check_param("scale", k)
+        k = check_param("scale", k)
         return AlphaBeta(self.alpha * k, self.beta * k)
 
     def to_dict(self) -> dict[str, Any]:
@@ -272,7 +273,7 @@ class PiecewiseLinear(CommCost):
         return None
 
     def scaled(self, k: float) -> "PiecewiseLinear":
-        k = _check_param("scale", k)
+        k = check_param("scale", k)
         return PiecewiseLinear(self._sizes, self._times * k)
 
     def to_dict(self) -> dict[str, Any]:
@@ -321,7 +322,7 @@ class Composite(CommCost):
                 raise ValueError(f"term {k}: expected a (cost, scale) pair, got {term!r}") from None
             if not isinstance(cost, CommCost):
                 raise ValueError(f"term {k}: cost must be a CommCost, got {type(cost).__name__}")
-            scale = _check_param(f"term {k}: scale", scale)
+            scale = check_param(f"term {k}: scale", scale)
             if scale == 0:
                 raise ValueError(f"term {k}: scale must be > 0, got 0.0")
             checked.append((cost, scale))
@@ -347,7 +348,7 @@ class Composite(CommCost):
         return (alpha, beta)
 
     def scaled(self, k: float) -> "Composite":
-        k = _check_param("scale", k)
+        k = check_param("scale", k)
         return Composite([(cost.scaled(k), scale) for cost, scale in self.terms])
 
     def to_dict(self) -> dict[str, Any]:

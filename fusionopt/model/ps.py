@@ -43,7 +43,7 @@ import numpy as np
 
 from fusionopt.model._io import read_json_document, write_json_atomic
 from fusionopt.model.collectives import network_link
-from fusionopt.model.cost import AlphaBeta, CommCost, _check_param
+from fusionopt.model.cost import AlphaBeta, CommCost, check_param
 from fusionopt.model.plan import PLAN_SCHEMA, PLAN_VERSION, Chunk, Message, Plan
 from fusionopt.model.profile import Profile
 
@@ -133,8 +133,8 @@ def ps_cost(workers: int, servers: int, latency: float, inverse_bandwidth: float
     """
     p = _count("workers", workers)
     k = _count("servers", servers)
-    a = _check_param("latency", latency)
-    g = _check_param("inverse_bandwidth", inverse_bandwidth)
+    a = check_param("latency", latency)
+    g = check_param("inverse_bandwidth", inverse_bandwidth)
     if colocated:
         if server_inverse_bandwidth is not None:
             raise ValueError("co-located servers share the workers' links: give inverse_bandwidth only, "
@@ -144,7 +144,7 @@ def ps_cost(workers: int, servers: int, latency: float, inverse_bandwidth: float
         if p == 1:
             return AlphaBeta(0.0, 0.0)              # one machine: nothing crosses a link
         return AlphaBeta(a, g * (p - 1) / k)
-    g_server = g if server_inverse_bandwidth is None else _check_param("server_inverse_bandwidth",
+    g_server = g if server_inverse_bandwidth is None else check_param("server_inverse_bandwidth",
                                                                        server_inverse_bandwidth)
     return AlphaBeta(a, max(g, p * g_server / k))
 
@@ -291,7 +291,10 @@ def stream_offsets(profile: Profile, direction: str) -> np.ndarray:
     return (after - sizes).astype(np.int64)
 
 
-def _check_offsets(profile: Profile, offsets: Iterable[int], direction: str) -> np.ndarray:
+def check_offsets(profile: Profile, offsets: Iterable[int], direction: str) -> np.ndarray:
+    """The cut offsets of one stream (``direction``: push or pull) as an int64 array, checked
+    to be whole numbers of bytes, strictly inside the stream and strictly increasing; a
+    ``ValueError`` naming the offset otherwise."""
     total = profile.total_bytes
     values = []
     for k, x in enumerate(offsets):
@@ -400,8 +403,8 @@ class PSPlan:
         >>> plan.pull.groups()
         [[0], [1, 2]]
         """
-        push_offsets = _check_offsets(profile, push, "push")
-        pull_offsets = _check_offsets(profile, pull, "pull")
+        push_offsets = check_offsets(profile, push, "push")
+        pull_offsets = check_offsets(profile, pull, "pull")
         return cls(_stream_plan(profile, push_offsets, "push"), _stream_plan(profile, pull_offsets, "pull"))
 
     @classmethod

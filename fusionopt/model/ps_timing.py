@@ -17,7 +17,7 @@ import numpy as np
 
 from fusionopt.model.plan import Plan
 from fusionopt.model.problem import Problem
-from fusionopt.model.ps import PSPlan, _check_offsets, stream_offsets
+from fusionopt.model.ps import PSPlan, check_offsets, stream_offsets
 from fusionopt.model.timeline import ComputePiece, Timeline
 
 __all__ = ["simulate_ps", "offsets_iteration_time", "require_ps"]
@@ -31,7 +31,8 @@ def require_ps(problem: Problem, what: str) -> None:
         raise ValueError(f"{what} needs a parameter-server problem: Problem(profile, ps=ParameterServer(...))")
 
 
-def _check_inputs(problem: Problem, plan: PSPlan) -> None:
+def check_ps_inputs(problem: Problem, plan: PSPlan) -> None:
+    """Raise ``ValueError`` unless ``plan`` is a PS plan for ``problem``'s parameter server."""
     if problem.ps is None:
         if isinstance(plan, PSPlan):
             raise ValueError("a PSPlan needs a parameter-server problem: Problem(profile, ps=ParameterServer(...))")
@@ -125,7 +126,7 @@ def simulate_ps(problem: Problem, plan: PSPlan, *, validate: bool = True, pieces
     >>> (t.pull_end * 1e3).round(9).tolist(), round(t.iteration_time * 1e3, 9)
     ([16.0, 18.0, 21.0], 22.0)
     """
-    _check_inputs(problem, plan)
+    check_ps_inputs(problem, plan)
     profile, ps = problem.profile, problem.ps
     if validate:
         plan.validate(profile)
@@ -305,8 +306,8 @@ def offsets_iteration_time(problem: Problem, push: Iterable[int] = (), pull: Ite
     n = profile.n
     sizes = profile.sizes
     total = profile.total_bytes
-    push_bounds = np.append(_check_offsets(profile, push, "push"), total)
-    pull_bounds = np.append(_check_offsets(profile, pull, "pull"), total)
+    push_bounds = np.append(check_offsets(profile, push, "push"), total)
+    pull_bounds = np.append(check_offsets(profile, pull, "pull"), total)
     split, delta = ps.partition_compute, ps.delta
 
     # Backward over the push stream: tensors n-1 .. 0.

@@ -83,7 +83,7 @@ from fusionopt.model.fusion import arc_times, backward_arrays
 from fusionopt.model.plan import Plan
 from fusionopt.model.problem import Problem
 from fusionopt.model.sharing import channel_schedule, message_phases
-from fusionopt.model.bounds import _tails
+from fusionopt.model.bounds import layerwise_tails
 from fusionopt.solvers.cpsat_arcs import (MAX_INTEGER_TIME, add_path_constraints, arc_positions, automatic_quantum,
                                           plan_path)
 from fusionopt.solvers.cpsat_search import set_search
@@ -112,7 +112,7 @@ class ChannelRelaxation:
         sizes = prefix[heads] - prefix[tails]
         times = arc_times(problem, np.concatenate(([0.0], rho)), prefix, tails, heads)
         latency, transfer = message_phases(problem, sizes, heads - tails)
-        tail = _tails(problem)                      # seconds after C_i, by forward index
+        tail = layerwise_tails(problem)                      # seconds after C_i, by forward index
         if problem.sync == "layerwise":
             # After this message alone: the tail of its smallest forward index. After every
             # message from position k on, or every one holding a position >= p - 1: at least
