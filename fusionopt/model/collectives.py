@@ -245,7 +245,7 @@ _PRESETS: dict[str, _Link] = {
 # All-reduce constants (alpha s, beta s/B) fitted in the reference code of a seed paper:
 # measured collectives, not link figures. MG-WFBP (Shi, Chu, Li; INFOCOM 2019 / TPDS 2021),
 # K80 clusters; US-Byte (Gao et al., TPDS 2024), whose code fits T = a + b * parameters, so
-# beta = b / 4 per byte of FP32 gradient (PAPERS.md, seed 3).
+# beta = b / 4 per byte of FP32 gradient (docs/methods.md, section usbyte).
 _FITTED: dict[str, tuple[str, dict[int, tuple[float, float]]]] = {
     "mgwfbp-10gbe": ("MG-WFBP's fitted all-reduce on 10GbE (K80 cluster), P = 2, 4, 8, 16", {
         2: (2.5547e-06, 9.8375e-11), 4: (4.2043e-05, 2.0589e-10),

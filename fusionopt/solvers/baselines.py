@@ -1,4 +1,4 @@
-"""Baseline schedules every comparison includes (PAPERS.md, "Baselines").
+"""Baseline schedules every comparison includes (docs/methods.md, sections wfbp to horovod).
 
 Each is a plain function ``f(problem, *, options) -> Result``; the plan it builds is
 re-evaluated by the simulator (:func:`fusionopt.solvers.result.finish`). All of them emit

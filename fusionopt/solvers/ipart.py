@@ -9,7 +9,7 @@
   forward, with the compute partitioned along (MODEL.md section 6,
   ``ParameterServer(partition_compute=True)``), chosen by a greedy algorithm [abs].
 
-Neither paper's full text or code is public (PAPERS.md, seed 4). Everything here beyond those
+Neither paper's full text or code is public (docs/methods.md, section ipart). Everything here beyond those
 abstracts is **our reconstruction**, marked [reconstructed] or [our choice]; none of it is a
 claim about the papers' own algorithms.
 
@@ -26,10 +26,10 @@ phase starts when the push phase is nearly over.
 
 The greedy [reconstructed]
 --------------------------
-PAPERS.md's reading: walk the layers in the order of the phase (forward for pull, backward
-for push) and close a partition at the first boundary where the next partition's
-communication can be hidden behind the current partition's compute; allow boundaries inside
-a large tensor. Our statement of it, per phase. Each step sees only the partitions already
+Our reading (docs/methods.md, section ipart): walk the layers in the order of the phase
+(forward for pull, backward for push) and close a partition at the first boundary where the
+next partition's communication can be hidden behind the current partition's compute; allow
+boundaries inside a large tensor. Our statement of it, per phase. Each step sees only the partitions already
 closed (a greedy) and times them by the rules of
 :func:`~fusionopt.model.ps_timing.simulate_ps` (a test replays the greedy's times against
 the evaluator). All times in seconds, positions in bytes of the stream.

@@ -11,7 +11,7 @@ from fusionopt.solvers.result import Result, finish
 
 
 def mgwfbp(problem: Problem) -> Result:
-    """MG-WFBP's merge rule, as the reference code applies it (PAPERS.md, seed 1).
+    """MG-WFBP's merge rule, as the reference code applies it (docs/methods.md, section mgwfbp).
 
     Start from WFBP and scan the tensors ``l = n .. 2`` (1-based forward indices, as in the
     paper; ``l`` is index ``l - 1`` here) with ``tau_c(l)`` the start and ``t_c(l)`` the

@@ -25,7 +25,7 @@ def of_wfbp(
 ) -> Result:
     """Optimal tensor fusion for WFBP: the closed-form cases, else GradSSA.
 
-    **Reconstructed** (PAPERS.md, seed 2): the paper's abstract says it models the problem,
+    **Reconstructed** (docs/methods.md, section of-wfbp): the paper's abstract says it models the problem,
     solves it mathematically in two cases and uses an improved sparrow search (GradSSA) for
     the others; its full text and code are not public. fusionopt takes the two closed-form
     cases of MODEL.md section 7 as those two cases (:func:`~fusionopt.solvers.closed_form.

@@ -1,4 +1,4 @@
-"""Priority schedulers for layerwise sync: P3 and ByteScheduler (PAPERS.md, "Baselines").
+"""Priority schedulers for layerwise sync: P3 and ByteScheduler (docs/methods.md, sections p3 and bytescheduler).
 
 Both cut gradient tensors into slices and send the ready slice of best priority first;
 priority is the forward index (tensor 0 first, since the next forward needs it first) and,

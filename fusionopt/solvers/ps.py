@@ -1,4 +1,4 @@
-"""Parameter-server baselines (PAPERS.md, seed 4) and the result path of PS methods.
+"""Parameter-server baselines (docs/methods.md, sections ps-default to ps-cpsat) and the result path of PS methods.
 
 Each method is a plain function ``f(problem) -> Result`` on a problem with
 ``ps=ParameterServer(...)``; its :class:`~fusionopt.model.ps.PSPlan` is re-evaluated by the

@@ -6,7 +6,7 @@ score them in batches with :func:`~fusionopt.model.fusion_eval.score_cuts`, so t
 model option (copy cost, contention, several channels), where the DP does not apply.
 
 * :class:`SparrowSearch` is the sparrow search algorithm of Xue and Shen (2020) coded from
-  its equations (PAPERS.md, seed 2), as an ask/tell object; :func:`ssa` drives it.
+  its equations (docs/methods.md, section ssa), as an ask/tell object; :func:`ssa` drives it.
 * :class:`GradSSA` is **our** sparrow search for tensor fusion: the paper of Gao et al.
   (2023) names an improved sparrow search but its changes are not public, so every change
   here is our own choice, documented in the class.
@@ -102,7 +102,7 @@ def _mirror(positions: np.ndarray, flip: np.ndarray) -> np.ndarray:
 class SparrowSearch:
     """Sparrow search (Xue and Shen 2020) for minimisation on ``[0, 1]^dimension``, ask/tell.
 
-    **The paper's equations** (PAPERS.md, seed 2), with the population ranked by fitness
+    **The paper's equations** (docs/methods.md, section ssa), with the population ranked by fitness
     at the start of an iteration, rank ``i = 1..N`` (1 = best), ``iter_max = iterations``
     and ``L`` a row of ones:
 
@@ -352,7 +352,7 @@ class GradSSA(SparrowSearch):
     """Our sparrow search for tensor fusion: :class:`SparrowSearch` plus a local search.
 
     GradSSA (Gao et al. 2023) improves sparrow search for tensor fusion, but its changes
-    are not public (PAPERS.md, seed 2). **Every choice below is ours:**
+    are not public (docs/methods.md, section ssa). **Every choice below is ours:**
 
     * **encoding**: the threshold encoding of the module docstring, so the paper's moves
       (Eqs. 3 to 5, :class:`SparrowSearch`) apply unchanged, with greedy acceptance;

@@ -1,7 +1,7 @@
 """``method="usbyte"``: US-Byte, unequal-sized tensor blocks for layerwise sync (Gao, Hu,
 Mashhadi, Jin, Xiao, Wu; IEEE TPDS 35(1), 2024).
 
-The algorithm, as PAPERS.md (seed 3) states it from the authors' code:
+The algorithm, as the authors' code runs it (docs/methods.md, section usbyte):
 
 * tensors are cut into **units** of ``S_p`` parameters; a **block** is ``k`` consecutive
   units of one tensor and costs ``a + b S_p k``. Here a block is one message of one chunk
@@ -27,7 +27,7 @@ bit for bit (the tests pin it).
 
 Our readings
 ------------
-PAPERS.md leaves these choices to us; each is **our reading**, not the paper's words.
+The paper and code leave these choices to us; each is **our reading**, not the paper's words.
 
 1. *Units.* A tensor of ``s_i`` bytes is cut from byte 0 into units of
    ``unit_bytes = S_p * dtype_bytes`` bytes; its last unit holds what is left and may be
@@ -72,7 +72,7 @@ PAPERS.md leaves these choices to us; each is **our reading**, not the paper's w
 9. *Unit size.* US-Byte's README says its partition size comes from Bayesian optimisation
    and points to ByteScheduler's tuning for manual settings; no fixed value is stated.
    The default here is ByteScheduler's default partition, ``1_000_000`` parameters
-   (``BYTESCHEDULER_PARTITION``; PAPERS.md, "1M parameters"). A unit larger than every
+   (``BYTESCHEDULER_PARTITION``, 1M parameters). A unit larger than every
    tensor is refused: nothing would be cut.
 """
 
@@ -303,13 +303,13 @@ def usbyte(
     unit_parameters: int = DEFAULT_UNIT_PARAMETERS,
     priority: str = "search",
 ) -> Result:
-    """US-Byte's block schedule (PAPERS.md, seed 3), emitted as a static plan.
+    """US-Byte's block schedule (docs/methods.md, section usbyte), emitted as a static plan.
 
     Phase 1 fills the channel's idle gaps during the backward with blocks of the pending
     tensor of best priority, sized to end when the next gradient arrives; phase 2 sends
     every remainder after the backward in forward order; the priority search promotes
     tensors that others preempt when that lowers ``T``. The module docstring states the
-    algorithm and every choice PAPERS.md leaves open (our readings).
+    algorithm and every choice the paper leaves open (our readings).
 
     Parameters
     ----------
