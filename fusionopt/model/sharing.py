@@ -17,6 +17,7 @@ import numpy as np
 
 from fusionopt.model.fusion import arc_times, backward_arrays
 from fusionopt.model.problem import Problem
+from fusionopt.model.sync import layerwise_forward
 
 # Remaining work below this fraction of the schedule's length counts as finished.
 _EPS = 1e-13
@@ -150,7 +151,4 @@ def _iteration_time(problem: Problem, heads: np.ndarray, backward_end: float, en
     order = profile.backward_order
     for m, (k, j) in enumerate(zip(np.concatenate(([0], heads[:-1])), heads)):
         reduced[order[k:j]] = end[m]                # backward positions k+1..j
-    clock = backward_end
-    for i in range(n):
-        clock = max(clock, reduced[i]) + profile.update[i] + profile.forward[i]
-    return float(clock) + profile.W      # layerwise: the host's share (MODEL.md section 4)
+    return layerwise_forward(profile, reduced, backward_end)[1]

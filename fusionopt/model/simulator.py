@@ -18,6 +18,7 @@ from fusionopt.model.plan import Plan
 from fusionopt.model.problem import Problem
 from fusionopt.model.ps import PSPlan
 from fusionopt.model.ps_timing import simulate_ps
+from fusionopt.model.sync import barrier_forward, layerwise_forward
 from fusionopt.model.timeline import ComputePiece, Timeline, build_timeline, reduction_times
 
 
@@ -133,21 +134,8 @@ def simulate(problem: Problem, plan: Plan | PSPlan, *, validate: bool = True) ->
     start = np.maximum(available, np.concatenate(([-np.inf], end[:-1])))
 
     reduced = reduction_times(plan, end, profile.n)
-    forward = profile.forward
     if problem.sync == "barrier":
-        # Once every gradient is reduced: the framework's post-backward work, the optimiser
-        # (its lump and per-tensor updates), then the forward.
-        clock = max(profile.B, float(end.max())) + profile.post_backward + profile.update_lump + profile.U
-        phi = np.cumsum(np.concatenate(([clock], forward[:-1])))
+        phi, iteration_time = barrier_forward(profile, float(end.max()))
     else:
-        # Each tensor is updated and run forward as soon as its own gradient is reduced.
-        starts: list[float] = []
-        clock = profile.B
-        for r, u, f in zip(reduced.tolist(), profile.update.tolist(), forward.tolist()):
-            clock = (r if r > clock else clock) + u
-            starts.append(clock)
-            clock += f
-        phi = np.array(starts)
-    # The host's share of the step follows the forward (MODEL.md section 4).
-    iteration_time = float(phi[-1] + forward[-1]) + profile.host_overhead
+        phi, iteration_time = layerwise_forward(profile, reduced)
     return build_timeline(problem, plan, iteration_time, ready, start, end, reduced, phi)

@@ -65,6 +65,7 @@ import numpy as np
 
 from fusionopt.model.plan import Chunk, Message, Plan
 from fusionopt.model.problem import Problem
+from fusionopt.model.sync import layerwise_forward
 from fusionopt.model.simulator import simulate
 from fusionopt.solvers.result import Result, finish
 
@@ -203,13 +204,7 @@ def _serial_schedule(problem: Problem, slices: list[Chunk], window: Window, rank
     reduced = np.full(n, -np.inf)
     for k, s in enumerate(order):
         reduced[slices[s].tensor] = max(reduced[slices[s].tensor], end[k])
-    forward_clock = profile.B
-    for i in range(n):
-        forward_clock = max(forward_clock, reduced[i]) + profile.update[i]
-        phi = forward_clock
-        forward_clock += profile.forward[i]
-    # The host's share of the step follows the forward (MODEL.md section 4).
-    return _Schedule(order, start, end, float(phi + profile.forward[-1]) + profile.W)
+    return _Schedule(order, start, end, layerwise_forward(profile, reduced)[1])
 
 
 def _event_schedule(problem: Problem, slices: list[Chunk], window: Window, rank: list[int]) -> _Schedule:

@@ -88,6 +88,7 @@ import numpy as np
 
 from fusionopt.model.plan import Chunk, Message, Plan
 from fusionopt.model.problem import Problem
+from fusionopt.model.sync import layerwise_forward
 from fusionopt.solvers.result import Result, finish
 
 DEFAULT_UNIT_PARAMETERS = 1_000_000
@@ -277,12 +278,7 @@ def _dispatch(problem: Problem, order: list[int], alpha: float, beta: float, uni
     reduced = [-math.inf] * n
     for chunk, end in zip(chunks, ends):
         reduced[chunk.tensor] = max(reduced[chunk.tensor], end)
-    forward, update = profile.forward.tolist(), profile.update.tolist()
-    clock = profile.B
-    for i in range(n):
-        clock = max(clock, reduced[i]) + update[i]
-        clock += forward[i]
-    clock += profile.W                               # the host's share (MODEL.md section 4)
+    clock = layerwise_forward(profile, np.array(reduced))[1]
     start_array, end_array = np.array(starts), np.array(ends)
     start_array.setflags(write=False)
     end_array.setflags(write=False)
