@@ -11,7 +11,7 @@ It writes ``RESULTS.md`` and PNG plots into the output folder (default: this scr
 folder; a ``--quick`` run overwrites them there, so give it ``--out`` to keep the full
 run's files), every file atomically (a temporary file, then ``os.replace``).
 
-The claims (PAPERS.md, seed 4, abstracts only; no full text or code is public): on BigDL
+The claims (the abstracts; no full text or code is public): on BigDL
 with 72 nodes on 10GbE and a parameter server (PS) co-located with the workers, iPart has
 up to 94% better scalability than the default PS and 52% better than layer-by-layer; its
 predecessor iBatch 73% and 41%.
@@ -62,7 +62,7 @@ from fusionopt.model.bounds import ps_lower_bound
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCRIPT = "papers/ipart/reproduce.py"
 
-# PAPERS.md, seed 4 [abs]: "up to X% better scalability".
+# The abstracts: "up to X% better scalability".
 PAPER = {("ipart", "default"): 0.94, ("ipart", "layer"): 0.52,
          ("ibatch", "default"): 0.73, ("ibatch", "layer"): 0.41}
 # (method, baseline, paper's figure as a ratio, label). The iBatch rows appear twice: iBatch as
@@ -132,10 +132,6 @@ def layer_profile(name: str, device: str, batch: int) -> tuple[Profile, Profile]
                                  dtype_bytes=per_tensor.dtype_bytes, metadata=dict(per_tensor.metadata))
     return merged, per_tensor
 
-
-def scaled(profile: Profile, s: float) -> Profile:
-    """The same tensors with every forward and backward time multiplied by ``s``."""
-    return profile.scaled(s)
 
 
 def make_ps(nodes: int, startup: float, delta: float) -> ParameterServer:
@@ -252,7 +248,7 @@ def compute_sweep(profiles, models, grid, startups, delta, progress):
         for a in startups:
             ps = make_ps(PAPER_NODES, a, delta)
             for s in grid:
-                out[(m, a, float(s))] = solve_all(scaled(profiles[m], s), ps)
+                out[(m, a, float(s))] = solve_all(profiles[m].scaled(s), ps)
         progress.step(f"{m}: {len(grid)} values of s x {len(startups)} startups")
     return out
 
@@ -407,7 +403,7 @@ def report(ctx) -> str:
           "in simulation", ""]
     L += [f"Produced by `{ctx['command']}` on {ctx['date']} with fusionopt {fusionopt.__version__} in "
           f"{ctx['elapsed']:.1f} s ({os.cpu_count()} cores). Every number below comes from that run; the "
-          "papers' numbers are the ones quoted in the project's PAPERS.md (seed 4, abstracts only).", ""]
+          "papers' numbers are quoted from their abstracts (no full text or code is public).", ""]
     L += ["**The papers' claims** [abs]: on BigDL, 72 nodes, 10GbE, a parameter server with servers "
           "co-located on the workers, iPart (partitions of various sizes for both the communication and "
           "the computation; pushes overlap the backward, pulls the forward; a greedy chooses the "

@@ -52,7 +52,7 @@ from fusionopt.solvers.registry import get_method
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCRIPT = "papers/mg_wfbp/reproduce.py"
 
-# The paper's published ratios (PAPERS.md, seed 1: from the authors' plotting scripts).
+# The paper's published ratios, read from the authors' plotting scripts.
 PAPER = {
     "googlenet": {"mg_wfbp": 1.20, "mg_single": 1.36},
     "resnet50": {"mg_wfbp": 1.22, "mg_single": 1.39},
@@ -73,10 +73,6 @@ METHOD_LABEL = {"wfbp": "WFBP", "single": "SyncEASGD (single)", "mgwfbp": "MG-WF
 
 
 # ----------------------------------------------------------------------------- helpers
-def scaled(profile: fusionopt.Profile, s: float) -> fusionopt.Profile:
-    """The same tensors with every forward and backward time multiplied by ``s``."""
-    return profile.scaled(s)
-
 
 def gradssa_setup(iterations: int) -> tuple[dict | None, str]:
     """Options for GradSSA if it is registered now, else ``None``, and a note for the report:
@@ -142,7 +138,7 @@ def sweep(profiles, grid, progress):
     for key, _, _ in MODELS:
         cols = {k: [] for k in ("mg_wfbp", "mg_single", "dp_wfbp", "mg_gap")}
         for s in grid:
-            res = run_methods(fusionopt.Problem(scaled(profiles[key], s), cost), BASE_METHODS, {})
+            res = run_methods(fusionopt.Problem(profiles[key].scaled(s), cost), BASE_METHODS, {})
             T = {m: o.T for m, o in res.items()}
             cols["mg_wfbp"].append(ratio(T["wfbp"], T["mgwfbp"]))
             cols["mg_single"].append(ratio(T["single"], T["mgwfbp"]))
@@ -199,7 +195,7 @@ def scaling(profiles, scales, methods, gradssa_kwargs, workers, progress):
     data = {}
     for key, _, _ in MODELS:
         for s in scales:
-            p = scaled(profiles[key], s)
+            p = profiles[key].scaled(s)
             per = {m: [] for m in methods}
             messages = {m: [] for m in methods}
             errors = {}
@@ -304,7 +300,7 @@ def report(ctx) -> str:
     L += ["# MG-WFBP (Shi, Chu, Li; INFOCOM 2019, TPDS 2021): headline comparisons in simulation", ""]
     L += [f"Produced by `{ctx['command']}` on {ctx['date']} with fusionopt {fusionopt.__version__} "
           f"in {ctx['elapsed']:.1f} s. Every number below comes from that run; the paper's numbers "
-          f"are the ones quoted in the project's PAPERS.md (seed 1, from the authors' plotting scripts).", ""]
+          f"are read from the authors' plotting scripts.", ""]
     L += [f"GradSSA: {ctx['gradssa_note']}.", ""]
 
     # Setup
@@ -452,7 +448,7 @@ def report(ctx) -> str:
     # Result 3
     L += [f"## Result 3: scaling efficiency, {workers[0]} to {workers[-1]} workers, 10GbE ring all-reduce (nominal)", ""]
     L += ["Paper: MG-WFBP scales better than WFBP and SyncEASGD in a trace-based simulation of 4 to "
-          "2048 GPUs (abstract); no number for it is quoted in PAPERS.md, so this part compares methods "
+          "2048 GPUs (abstract); the abstract gives no number for it, so this part compares methods "
           "only. The fitted constants exist only for P <= 16, so every P uses the nominal ring model "
           f"`network(\"{NOMINAL}\", P)` with the same profiles; s = 1 and s = {fmt_s(a.scaling_s)} "
           f"(option `--scaling-s`: a point of the sweep where communication matters; at P = {NODES} with "
@@ -519,7 +515,7 @@ def report(ctx) -> str:
           "sets WFBP's startup cost (n alpha) and so what merging gains.",
           "* **MG-WFBP is a greedy.** Where communication matters it can trail the exact DP; the gap "
           "columns above show by how much. The paper calls its merge optimal; it is not in general "
-          "(PAPERS.md, MODEL.md section 5).",
+          "(docs/MODEL.md, section 5).",
           "* **Scaling beyond 16 nodes** uses link figures and a nominal latency, not fitted constants, "
           "so its absolute efficiencies are indicative only; the ordering of the methods is the result.",
           ""]
@@ -575,7 +571,7 @@ def main(argv=None) -> int:
             wfbp_from[key] = wfbp_optimal_from(grid, d["dp_wfbp"])
         dp_wfbp_at = {}
         for key, _, _ in MODELS:
-            prob = fusionopt.Problem(scaled(profiles[key], args.scaling_s), cost8)
+            prob = fusionopt.Problem(profiles[key].scaled(args.scaling_s), cost8)
             dp_wfbp_at[key] = fusionopt.solve(prob, "wfbp").iteration_time / fusionopt.solve(prob, "dp").iteration_time
 
         scales = (1.0, args.scaling_s) if args.scaling_s != 1.0 else (1.0,)

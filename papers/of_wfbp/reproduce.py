@@ -10,7 +10,7 @@ It writes ``RESULTS.md`` and ``speedup_over_ddp.png`` into the output folder (de
 script's folder; a ``--quick`` run overwrites them there, so give it ``--out`` to keep the
 full run's files), every file atomically (a temporary file, then ``os.replace``).
 
-The claim (PAPERS.md, seed 2, from the abstract; no full text or code is public): OF-WFBP
+The claim (the abstract; no full text or code is public): OF-WFBP
 is "up to 1.43x" faster than state-of-the-art tensor fusion. The paper's models, GPUs,
 networks, batch sizes and baselines are not known, so this script does not reproduce a
 setting; it asks how large the speedup of an optimal fusion plan over the fusion
@@ -57,7 +57,7 @@ from fusionopt.solvers.registry import get_method, methods
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCRIPT = "papers/of_wfbp/reproduce.py"
 
-PAPER_SPEEDUP = 1.43            # PAPERS.md, seed 2 [abs]: "up to 1.43x over state-of-the-art tensor fusion"
+PAPER_SPEEDUP = 1.43            # The abstract: "up to 1.43x over state-of-the-art tensor fusion"
 
 # (zoo name, label, per-GPU batch). Batches are OUR choice: the paper's are not known.
 MODELS = (("resnet50", "ResNet-50", 64), ("vgg16", "VGG-16", 64), ("googlenet", "GoogLeNet", 64),
@@ -326,7 +326,7 @@ def report(ctx) -> str:
     L += ["# OF-WFBP (Gao, Zhang, Hu, Jin, Wu; Parallel Computing 118, 2023): the 'up to 1.43x' claim in simulation", ""]
     L += [f"Produced by `{ctx['command']}` on {ctx['date']} with fusionopt {fusionopt.__version__} in "
           f"{ctx['elapsed']:.1f} s ({os.cpu_count()} cores). Every number below comes from that run. The paper's "
-          f"claim is the one quoted in the project's PAPERS.md (seed 2, from the abstract).", ""]
+          f"claim is quoted from its abstract.", ""]
     L += ["**What the paper claims and what is known.** OF-WFBP models tensor fusion for WFBP, proves "
           "the problem NP-hard, solves two cases in closed form and uses an improved sparrow search "
           f"(GradSSA) for the others, and reports **up to {PAPER_SPEEDUP}x over state-of-the-art tensor "
@@ -335,7 +335,7 @@ def report(ctx) -> str:
           "tensor fusion', and which model extension makes its problem NP-hard are **not known**. What "
           "follows is a reconstruction, not a reproduction of the paper's setting.", ""]
     of_opts = get_method("of-wfbp").options
-    L += [f"**OF-WFBP here** is fusionopt's `of-wfbp` (reconstructed, PAPERS.md seed 2): the two "
+    L += [f"**OF-WFBP here** is fusionopt's `of-wfbp` (reconstructed; docs/methods.md, section of-wfbp): the two "
           "closed-form cases of MODEL.md section 7 (WFBP optimal; a single message optimal), else "
           f"`gradssa`, our sparrow search, run with `rng={a.rng}` and its defaults otherwise "
           f"(population {of_opts['population']}, iterations {of_opts['iterations']}, no time limit). "
@@ -489,7 +489,7 @@ def report(ctx) -> str:
     opts = ctx["ext_options"]
     L += ["## Result 2: the extended model (contention and fusion copy cost)", ""]
     L += ["The plain problem is polynomial, so the paper's NP-hardness must come from an extension "
-          "(PAPERS.md seed 2). fusionopt has two that act on fusion plans on one channel "
+          "(docs/methods.md, section of-wfbp). fusionopt has two that act on fusion plans on one channel "
           f"(MODEL.md section 6), both on here with **our** constants: contention kappa = {opts['contention']:g} "
           "(compute runs that much slower while a message is in flight: NCCL kernels take SMs) and a copy "
           f"cost gamma = {opts['copy_cost']:g} s/B on the compute stream for packing a message of more "

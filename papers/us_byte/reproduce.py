@@ -10,7 +10,7 @@ It writes ``RESULTS.md`` and PNG plots into the output folder (default: this scr
 folder; a ``--quick`` run overwrites them there, so give it ``--out`` to keep the full
 run's files), every file atomically (a temporary file, then ``os.replace``).
 
-The claims (PAPERS.md, seed 3, from the abstract): US-Byte is up to 1.26x faster than
+The claims (the abstract): US-Byte is up to 1.26x faster than
 ByteScheduler and 1.56x faster than WFBP on two 8-node clusters, and up to 1.69x in a
 128-GPU simulation. All problems use layerwise synchronisation (MODEL.md section 4).
 
@@ -56,12 +56,12 @@ from fusionopt.solvers.registry import get_method
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCRIPT = "papers/us_byte/reproduce.py"
 
-# PAPERS.md, seed 3 [abs]. The abstract (as quoted there) does not say over which baseline the
+# The abstract does not say over which baseline the
 # 128-GPU figure is measured.
 PAPER_OVER_BS = 1.26
 PAPER_OVER_WFBP = 1.56
 PAPER_128 = 1.69
-# US-Byte's fitted constants, T = a + b * parameters [code], as quoted in PAPERS.md seed 3.
+# US-Byte's fitted constants, T = a + b * parameters [code], from the authors' code.
 PAPER_FIT = {2: (556.6e-6, 0.352e-10), 4: (948.98e-6, 1.541e-10), 8: (1318.6e-6, 2.406e-10)}
 
 # (zoo name, label, per-GPU batch). The batches are OUR choice: the paper's are not all known.
@@ -103,10 +103,6 @@ SWEEP_KEYS = ("wfbp", "bs", "bs-advised", "bs-tuned", "bs-unfused", "usbyte", "d
 
 
 # ----------------------------------------------------------------------------- helpers
-def scaled(profile: Profile, s: float) -> Profile:
-    """The same tensors with every forward and backward time multiplied by ``s``."""
-    return profile.scaled(s)
-
 
 @dataclass
 class Outcome:
@@ -195,7 +191,7 @@ def sweep(profiles, models, setting_list, grid, progress):
             cost = network(net, P)
             cols: dict[str, list[float]] = {k: [] for k in SWEEP_KEYS + ("bound",)}
             for s in grid:
-                inst = solve_instance(Problem(scaled(profiles[model], s), cost, sync="layerwise"), SWEEP_KEYS, {})
+                inst = solve_instance(Problem(profiles[model].scaled(s), cost, sync="layerwise"), SWEEP_KEYS, {})
                 for k in SWEEP_KEYS:
                     cols[k].append(inst.T(k))
                 cols["bound"].append(inst.best_bound)
@@ -228,7 +224,7 @@ def at_maxima(profiles, settings_by_key, found, lwo_options):
             continue
         model, skey, s = where
         _, net, P, _ = settings_by_key[skey]
-        out[where] = solve_instance(Problem(scaled(profiles[model], s), network(net, P), sync="layerwise"),
+        out[where] = solve_instance(Problem(profiles[model].scaled(s), network(net, P), sync="layerwise"),
                                     keys, lwo_options)
     return out
 
@@ -381,12 +377,12 @@ def report(ctx) -> str:
     L += ["# US-Byte (Gao, Hu, Mashhadi, Jin, Xiao, Wu; IEEE TPDS 35(1), 2024): headline comparisons in simulation", ""]
     L += [f"Produced by `{ctx['command']}` on {ctx['date']} with fusionopt {fusionopt.__version__} in "
           f"{ctx['elapsed']:.1f} s ({os.cpu_count()} cores). Every number below comes from that run; the "
-          "paper's numbers are the ones quoted in the project's PAPERS.md (seed 3: abstract and code).", ""]
+          "paper's numbers are quoted from its abstract and code.", ""]
     L += [f"**The paper's claims** [abs]: US-Byte is up to **{PAPER_OVER_BS}x faster than ByteScheduler** and "
           f"**{PAPER_OVER_WFBP}x faster than WFBP** on two 8-node clusters, and up to **{PAPER_128}x** in a "
           "128-GPU simulation (the baseline of that figure is not stated in what we have). The paper's "
           "GPUs, per-GPU batch sizes, framework and its ByteScheduler settings are not all known to us; "
-          "what is known from its code is the algorithm (PAPERS.md seed 3, implemented as `usbyte`) and "
+          "what is known from its code is the algorithm (docs/methods.md, section usbyte; implemented as `usbyte`) and "
           "its fitted all-reduce constants for 2, 4 and 8 workers. Which of the two clusters those "
           "constants were fitted on is not stated in what we have.", ""]
 
@@ -716,7 +712,7 @@ def why(ctx) -> list[str]:
         "between BS default (fused on Horovod) and BS unfused.",
         "* **128 GPUs.** The paper's 128-GPU figure comes from its own simulation, with settings we do "
         "not know; ours uses nominal ring all-reduce presets, not fitted constants.",
-        "* **Our US-Byte is a reading of the authors' code** (PAPERS.md seed 3; the choices left open "
+        "* **Our US-Byte is a reading of the authors' code** (docs/methods.md, section usbyte; the choices left open "
         "are documented in `fusionopt/solvers/usbyte.py`): gaps, block lengths, when phase 2 starts, "
         "and the promotion rule of the priority search. The unit S_p is 1M parameters unless result 4 "
         "says otherwise; the paper tuned it by Bayesian optimisation.",
