@@ -29,12 +29,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from fusionopt.model.flights import Flight, advance, fly, time_to_next, tolerance, transfers
 from fusionopt.model.plan import Plan
 from fusionopt.model.problem import Problem
 from fusionopt.model.timeline import ComputePiece, build_timeline, reduction_times
 
 # Remaining work below this fraction of the problem's time scale counts as finished.
-_EPS = 1e-13
 
 
 @dataclass
@@ -45,13 +45,6 @@ class _Task:
     gate: set[int] = field(default_factory=set)   # messages that must be done first
     on_done: list[int] = field(default_factory=list)  # messages made ready when it ends
     message: int | None = None                     # the message a packing task packs
-
-
-@dataclass
-class _Flight:
-    message: int
-    latency: float
-    transfer: float
 
 
 def _compute_tasks(problem: Problem, plan: Plan) -> list[_Task]:
@@ -139,14 +132,14 @@ def simulate_events(problem: Problem, plan: Plan, *, pieces: list | None = None)
     start = np.full(n_messages, np.inf)
     end = np.full(n_messages, np.inf)
     done: set[int] = set()
-    flights: list[_Flight] = []
+    flights: list[Flight] = []
     phi = np.zeros(profile.n)
     next_dispatch = 0
     task_index, remaining = 0, tasks[0].work
     task_start = None            # when the current task began computing (its gate met)
     clock = 0.0
     finished_at = None
-    tolerance = _EPS * (profile.compute_time + float(latency.sum() + transfer.sum()) + 1e-300)
+    tol = tolerance(profile.compute_time + float(latency.sum() + transfer.sum()))
 
     while True:
         # Instantaneous steps: finish zero-work tasks, dispatch what may start.
@@ -174,10 +167,10 @@ def simulate_events(problem: Problem, plan: Plan, *, pieces: list | None = None)
             while (next_dispatch < n_messages and ready[next_dispatch] <= clock
                    and release[next_dispatch] <= clock and len(flights) < problem.channels):
                 start[next_dispatch] = clock
-                flights.append(_Flight(next_dispatch, float(latency[next_dispatch]), float(transfer[next_dispatch])))
+                flights.append(Flight(next_dispatch, latency[next_dispatch], transfer[next_dispatch]))
                 next_dispatch += 1
                 progressed = True
-            for flight in [f for f in flights if f.latency <= 0.0 and f.transfer <= 0.0]:
+            for flight in [f for f in flights if f.done]:
                 flights.remove(flight)
                 end[flight.message] = clock
                 done.add(flight.message)
@@ -192,10 +185,8 @@ def simulate_events(problem: Problem, plan: Plan, *, pieces: list | None = None)
         candidates = []
         if computing:
             candidates.append(remaining / rate)
-        transferring = [f for f in flights if f.latency <= 0.0]
-        share = len(transferring)
-        for f in flights:
-            candidates.append(f.latency if f.latency > 0.0 else f.transfer * share)
+        share = transfers(flights)
+        candidates.extend(time_to_next(flights, share))
         if (next_dispatch < n_messages and ready[next_dispatch] <= clock
                 and len(flights) < problem.channels and release[next_dispatch] > clock):
             candidates.append(release[next_dispatch] - clock)
@@ -204,17 +195,9 @@ def simulate_events(problem: Problem, plan: Plan, *, pieces: list | None = None)
         step = min(candidates)
         clock += step
         if computing:
-            remaining = _advance(remaining, step * rate, tolerance)
-        for f in flights:
-            if f.latency > 0.0:
-                f.latency = _advance(f.latency, step, tolerance)
-            else:
-                f.transfer = _advance(f.transfer, step / share, tolerance)
+            remaining = advance(remaining, step * rate, tol)
+        fly(flights, step, share, tol)
 
     reduced = reduction_times(plan, end, profile.n)
     return build_timeline(problem, plan, float(finished_at), ready, start, end, reduced, phi)
 
-
-def _advance(amount: float, progress: float, tolerance: float) -> float:
-    left = amount - progress
-    return 0.0 if left <= tolerance else left

@@ -15,12 +15,12 @@ from typing import Any
 
 import numpy as np
 
+from fusionopt.model.flights import Flight, fly, time_to_next, tolerance, transfers
 from fusionopt.model.fusion import arc_times, backward_arrays
 from fusionopt.model.problem import Problem
 from fusionopt.model.sync import layerwise_forward
 
 # Remaining work below this fraction of the schedule's length counts as finished.
-_EPS = 1e-13
 
 
 def channel_schedule(problem: Problem, cuts: Any) -> dict[str, Any]:
@@ -86,60 +86,50 @@ def _processor_sharing(ready: np.ndarray, latency: np.ndarray, transfer: np.ndar
     end = np.full(count, np.inf)
     backlog = np.zeros(count)
     shared = np.zeros(count)
-    tolerance = _EPS * (float(ready[-1]) + float(latency.sum() + transfer.sum()) + 1e-300)
-    flights: list[list[float]] = []          # [message, latency left, transfer left]
+    tol = tolerance(float(ready[-1]) + float(latency.sum() + transfer.sum()))
+    flights: list[Flight] = []
     clock, following, finished = 0.0, 0, 0
-    starting: list[list[float]] = []         # flights whose transfer begins now
+    starting: list[Flight] = []              # flights whose transfer begins now
     while finished < count:
         while following < count and ready[following] <= clock and len(flights) < channels:
             dispatch[following] = clock
-            backlog[following] = sum(f[2] for f in flights)
-            flights.append([following, float(latency[following]), float(transfer[following])])
+            backlog[following] = sum(f.transfer for f in flights)
+            flights.append(Flight(following, latency[following], transfer[following]))
             if latency[following] <= 0.0:
                 starting.append(flights[-1])
             following += 1
         for f in starting:
-            shared[int(f[0])] = _shared_end(f, flights, clock)
+            shared[f.message] = _shared_end(f, flights, clock)
         starting.clear()
-        done = [f for f in flights if f[1] <= 0.0 and f[2] <= 0.0]
+        done = [f for f in flights if f.done]
         if done:
             for f in done:
                 flights.remove(f)
-                end[int(f[0])] = clock
+                end[f.message] = clock
             finished += len(done)
             continue
-        share = sum(1 for f in flights if f[1] <= 0.0)
-        candidates = [f[1] if f[1] > 0.0 else f[2] * share for f in flights]
+        share = transfers(flights)
+        candidates = time_to_next(flights, share)
         if following < count and len(flights) < channels:
             candidates.append(float(ready[following]) - clock)
         step = min(candidates)
         clock += step
-        for f in flights:
-            if f[1] > 0.0:
-                f[1] = _left(f[1], step, tolerance)
-                if f[1] <= 0.0:
-                    starting.append(f)
-            else:
-                f[2] = _left(f[2], step / share, tolerance)
+        starting.extend(fly(flights, step, share, tol))
     return dispatch, end, backlog, shared
 
 
-def _shared_end(flight: list[float], flights: list[list[float]], clock: float) -> float:
+def _shared_end(flight: Flight, flights: list[Flight], clock: float) -> float:
     """While message ``m`` transfers, every other transfer in flight gets the same rate, so
     an earlier message with ``r`` bytes-seconds left takes ``min(r, w_m)`` of the bandwidth
     before ``m`` ends: ``end_m >= s_m + w_m + sum min(r, w_m)``. Later messages may not
     count (another plan with the same prefix need not have them); if one transfers already
     (a shorter latency), the earlier ones' ``r`` may be larger than with the prefix alone,
     and only ``s_m + w_m`` is kept."""
-    m, work = int(flight[0]), flight[2]
-    if any(f[0] > m and f[1] <= 0.0 and f[2] > 0.0 for f in flights):
+    m, work = flight.message, flight.transfer
+    if any(f.message > m and f.latency <= 0.0 and f.transfer > 0.0 for f in flights):
         return clock + work
-    return clock + work + sum(min(f[2], work) for f in flights if f[0] < m and f[1] <= 0.0)
+    return clock + work + sum(min(f.transfer, work) for f in flights if f.message < m and f.latency <= 0.0)
 
-
-def _left(amount: float, progress: float, tolerance: float) -> float:
-    left = amount - progress
-    return 0.0 if left <= tolerance else left
 
 
 def _iteration_time(problem: Problem, heads: np.ndarray, backward_end: float, end: np.ndarray) -> float:

@@ -63,6 +63,7 @@ from typing import Any, Callable, Iterable
 
 import numpy as np
 
+from fusionopt.model.flights import Flight, advance, fly, time_to_next, tolerance, transfers
 from fusionopt.model.plan import Chunk, Message, Plan
 from fusionopt.model.problem import Problem
 from fusionopt.model.sync import layerwise_forward
@@ -72,7 +73,6 @@ from fusionopt.solvers.result import Result, finish
 P3_SLICE_PARAMETERS = 40_000
 # Remaining work below this fraction of the problem's time scale counts as finished
 # (the rule of fusionopt.model.events).
-_EPS = 1e-13
 
 # A window rule: may the scheduler post another slice, given the number of slices and the
 # bytes posted and not yet reduced?
@@ -233,12 +233,12 @@ def _event_schedule(problem: Problem, slices: list[Chunk], window: Window, rank:
     following = list(first)
     heap: list[tuple[int, int]] = []
     library: deque[int] = deque()            # posted, waiting for a channel
-    flights: list[list[float]] = []          # [slice, latency left, transfer left]
+    flights: list[Flight] = []
     posted_count = posted_bytes = 0
     order: list[int] = []
     start = np.full(len(slices), np.inf)
     end = np.full(len(slices), np.inf)
-    tolerance = _EPS * (profile.compute_time + float(latency.sum() + transfer.sum()) + 1e-300)
+    tol = tolerance(profile.compute_time + float(latency.sum() + transfer.sum()))
     task_index, remaining = 0, tasks[0][0]
     clock = 0.0
 
@@ -258,9 +258,9 @@ def _event_schedule(problem: Problem, slices: list[Chunk], window: Window, rank:
                 if task_index < len(tasks):
                     remaining = tasks[task_index][0]
                 progressed = True
-            for flight in [f for f in flights if f[1] <= 0.0 and f[2] <= 0.0]:
+            for flight in [f for f in flights if f.done]:
                 flights.remove(flight)
-                s = int(flight[0])
+                s = flight.message
                 end[s] = clock
                 posted_count -= 1
                 posted_bytes -= int(sizes[s])
@@ -278,32 +278,24 @@ def _event_schedule(problem: Problem, slices: list[Chunk], window: Window, rank:
             while library and len(flights) < channels:
                 s = library.popleft()
                 start[s] = clock
-                flights.append([s, float(latency[s]), float(transfer[s])])
+                flights.append(Flight(s, latency[s], transfer[s]))
                 progressed = True
         if task_index == len(tasks):
             break
         rate = 1.0 / problem.contention if flights else 1.0
         computing = gate_open()
         candidates = [remaining / rate] if computing else []
-        share = sum(1 for f in flights if f[1] <= 0.0)
-        candidates.extend(f[1] if f[1] > 0.0 else f[2] * share for f in flights)
+        share = transfers(flights)
+        candidates.extend(time_to_next(flights, share))
         if not candidates:
             raise AssertionError("priority schedule stalled: a gate waits for a slice that never runs")
         step = min(candidates)
         clock += step
         if computing:
-            remaining = _advance(remaining, step * rate, tolerance)
-        for f in flights:
-            if f[1] > 0.0:
-                f[1] = _advance(f[1], step, tolerance)
-            else:
-                f[2] = _advance(f[2], step / share, tolerance)
+            remaining = advance(remaining, step * rate, tol)
+        fly(flights, step, share, tol)
     return _Schedule(order, start[order], end[order], clock + profile.W)
 
-
-def _advance(amount: float, progress: float, tolerance: float) -> float:
-    left = amount - progress
-    return 0.0 if left <= tolerance else left
 
 
 def _p3_window(channels: int) -> Window:
