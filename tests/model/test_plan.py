@@ -119,3 +119,50 @@ def test_json_round_trip_and_errors(tmp_path, profile):
     path.write_text('{"messages": [')
     with pytest.raises(ValueError, match="malformed JSON"):
         Plan.read(path)
+
+
+def test_the_table_and_the_messages_are_one_plan(profile):
+    # A plan built from messages and the same plan built as a table: equal, same hash, same
+    # table, same messages; pickling keeps it.
+    import pickle
+
+    messages = (Message((Chunk(2, 0, 100), Chunk(1, 5, 10))), Message((Chunk(1, 0, 5),), 0.25),
+                Message((Chunk(0, 0, 300), Chunk(1, 10, int(profile.sizes[1])))))
+    from_messages = Plan(messages)
+    table = Plan.from_table(from_messages.tensor, from_messages.lo, from_messages.hi, from_messages.starts,
+                            from_messages.release)
+    assert table == from_messages and hash(table) == hash(from_messages)
+    assert table.messages == messages
+    assert from_messages.tensor.tolist() == [2, 1, 1, 0, 1] and from_messages.starts.tolist() == [0, 2, 3, 5]
+    assert from_messages.message_bytes.tolist() == [105, 5, 300 + int(profile.sizes[1]) - 10]
+    assert from_messages.chunk_message.tolist() == [0, 0, 1, 2, 2]
+    assert from_messages.groups() == [[2, 1], [1], [0, 1]]
+    assert pickle.loads(pickle.dumps(table)) == table
+    assert table != Plan(messages[:2]) and table != table.without_release()
+    with pytest.raises(AttributeError):
+        table.tensor = None
+
+
+@pytest.mark.parametrize("arrays, message", [
+    (([0], [0], [0], [0, 1]), r"byte range \[0, 0\) is empty"),
+    (([-1], [0], [4], [0, 1]), "tensor index must be >= 0"),
+    (([0, 1], [0, 0], [4, 4], [0, 0, 2]), "at least one chunk"),
+    (([0], [0], [4], [0, 2]), "at least one message"),
+    (([0], [0], [4], [0, 1], [-1.0]), "release time must be finite and >= 0"),
+    (([0], [0], [4], [0, 1], [0.0, 1.0]), "2 release times for 1 messages"),
+])
+def test_from_table_refuses_what_plan_refuses(arrays, message):
+    with pytest.raises(ValueError, match=message):
+        Plan.from_table(*arrays)
+
+
+def test_fast_validate_agrees_with_the_named_faults(profile):
+    # The vectorised check passes exactly the plans the explaining walk passes.
+    sizes = [int(s) for s in profile.sizes]
+    good = Plan.from_groups(profile, [[i] for i in range(profile.n)])
+    assert good.validate(profile) is good
+    for tensor, lo, hi in [(0, 0, sizes[0] - 1), (0, 1, sizes[0])]:
+        rows = [(tensor, lo, hi)] + [(i, 0, sizes[i]) for i in range(1, profile.n)]
+        bad = Plan(tuple(Message((Chunk(*r),)) for r in rows))
+        with pytest.raises(ValueError, match="are missing"):
+            bad.validate(profile)
