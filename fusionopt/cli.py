@@ -209,6 +209,7 @@ def _cmd_methods(args: argparse.Namespace) -> None:
                 print(f"{'':{width}}    --option {option}=...  (default {default!r})")
             if not options:
                 print(f"{'':{width}}    (no options)")
+            print(f"{'':{width}}    takes: {get_method(name).needs.describe()}")
 
 
 def _refuse_writing_over(output: str | None, args: argparse.Namespace, *inputs: str) -> None:

@@ -778,6 +778,9 @@ def test_methods_lists_each_methods_options(capsys):
     assert status == 0 and "--option bucket_cap_mb=...  (default None)" in lines[ddp + 1]
     assert any("--option time_limit=...  (default 10.0)" in line for line in lines)     # cpsat
     assert "(no options)" in lines[lines.index(next(line for line in lines if line.startswith("wfbp "))) + 1]
+    usbyte = lines.index(next(line for line in lines if line.startswith("usbyte ")))
+    takes = next(line for line in lines[usbyte + 1:] if "takes:" in line)
+    assert takes.strip() == "takes: all-reduce; plain model only; layerwise sync only"
 
 
 def test_a_long_search_says_how_long_it_may_take(tmp_path, capsys):

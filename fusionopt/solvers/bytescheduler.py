@@ -56,6 +56,7 @@ from fusionopt.solvers.priority import (
     _whole_parameters,
 )
 from fusionopt.solvers.result import Result, finish
+from fusionopt.solvers.needs import Needs, declares
 
 MiB = 1024 * 1024
 BYTESCHEDULER_PRESETS = {
@@ -243,6 +244,7 @@ def _finish(problem: Problem, method: str, started: float, plan: Plan, stats: di
     return result
 
 
+@declares(Needs(layerwise=True))
 def bytescheduler(
     problem: Problem,
     *,
@@ -357,6 +359,7 @@ def bytescheduler(
     return _finish(problem, "bytescheduler", started, plan, stats, schedule, options)
 
 
+@declares(Needs(layerwise=True))
 def bytescheduler_tuned(
     problem: Problem,
     *,

@@ -9,8 +9,10 @@ from fusionopt.model.fusion_dp import optimal_fusion
 from fusionopt.model.plan import Plan
 from fusionopt.model.problem import Problem
 from fusionopt.solvers.result import Result, finish
+from fusionopt.solvers.needs import Needs, declares
 
 
+@declares(Needs(plain=True))
 def dp(
     problem: Problem,
     *,

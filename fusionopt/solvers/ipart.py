@@ -125,6 +125,7 @@ from fusionopt.model.ps import PSPlan, stream_offsets
 from fusionopt.model.ps_timing import offsets_iteration_time, require_ps, simulate_ps
 from fusionopt.solvers.ps import finish_ps
 from fusionopt.solvers.result import Result
+from fusionopt.solvers.needs import Needs, declares
 
 __all__ = ["PUSH_MODES", "ibatch", "ipart"]
 
@@ -566,6 +567,7 @@ def _best_simulated(problem: Problem, candidates: Sequence[tuple[str, list[int],
 
 
 # ---------------------------------------------------------------------------- iBatch
+@declares(Needs(ps=True))
 def ibatch(problem: Problem, *, pushes: str = "after-backward") -> Result:
     """iBatch: pulls batched with the forward, boundaries placed greedily from the first layer.
 
@@ -637,6 +639,7 @@ def ibatch(problem: Problem, *, pushes: str = "after-backward") -> Result:
 
 
 # ---------------------------------------------------------------------------- iPart
+@declares(Needs(ps=True))
 def ipart(problem: Problem, *, min_partition_bytes: int | None = None,
           lookahead_sizes: int = DEFAULT_LOOKAHEAD_SIZES) -> Result:
     """iPart: push and pull partitions of various sizes, placed greedily, partitioned compute.

@@ -48,12 +48,14 @@ from fusionopt.model.plan import Chunk, Message, Plan
 from fusionopt.model.problem import Problem
 from fusionopt.model.simulator import simulate
 from fusionopt.solvers.result import Result, finish
+from fusionopt.solvers.needs import Needs, declares
 
 STARTS = ("dp", "wfbp", "p3", "bytescheduler", "bytescheduler-tuned", "usbyte")
 _IMPROVEMENT = 1e-12
 
 
 
+@declares(Needs(layerwise=True))
 def layerwise_opt(problem: Problem, *, time_limit: float = 2.0, kicks: int = 200, rng: int | None = 0,
                   starts: tuple[str, ...] | None = None) -> Result:
     """The best layerwise plan found from the published schedulers by local search.

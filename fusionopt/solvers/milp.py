@@ -75,6 +75,7 @@ from fusionopt.model.plan import Plan
 from fusionopt.model.problem import Problem
 from fusionopt.solvers.cpsat_arcs import reference_cuts
 from fusionopt.solvers.result import Result, Status, finish
+from fusionopt.solvers.needs import Needs, declares
 
 # HiGHS's primal, dual and MIP feasibility tolerances on the scaled model, where they are
 # fractions of tau and of Q_n. With the defaults (1e-7, 1e-7, 1e-6) HiGHS passed over
@@ -88,6 +89,7 @@ HIGHS_FEASIBILITY = 1e-9
 NUMERICAL_RTOL = 10 * HIGHS_FEASIBILITY
 
 
+@declares(Needs(plain=True))
 def milp(
     problem: Problem,
     *,

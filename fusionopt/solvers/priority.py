@@ -69,6 +69,7 @@ from fusionopt.model.problem import Problem
 from fusionopt.model.sync import layerwise_forward
 from fusionopt.model.simulator import simulate
 from fusionopt.solvers.result import Result, finish
+from fusionopt.solvers.needs import Needs, declares
 
 P3_SLICE_PARAMETERS = 40_000
 # Remaining work below this fraction of the problem's time scale counts as finished
@@ -328,6 +329,7 @@ def _check_reproduced(problem: Problem, result: Result, schedule: _Schedule, met
 
 
 # ---------------------------------------------------------------------------- P3
+@declares(Needs(layerwise=True))
 def p3(problem: Problem, *, slice_parameters: int = P3_SLICE_PARAMETERS) -> Result:
     """P3 (priority-based parameter propagation, Jayarajan et al. 2019) for layerwise sync.
 

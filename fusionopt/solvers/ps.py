@@ -25,6 +25,7 @@ from fusionopt.model.ps import PSPlan
 from fusionopt.model.ps_timing import require_ps, simulate_ps
 from fusionopt.model.bounds import ps_lower_bound
 from fusionopt.solvers.result import Result, Status, conclude
+from fusionopt.solvers.needs import Needs, declares
 
 __all__ = ["finish_ps", "ps_default", "ps_layer"]
 
@@ -55,6 +56,7 @@ def finish_ps(problem: Problem, plan: PSPlan, method: str, started: float, *,
                     lower_bound=lower_bound, status=status, tolerance=tolerance, optimal=optimal)
 
 
+@declares(Needs(ps=True))
 def ps_default(problem: Problem) -> Result:
     """Default parameter server: one push after the backward, one pull before the forward.
 
@@ -80,6 +82,7 @@ def ps_default(problem: Problem) -> Result:
     return finish_ps(problem, PSPlan.from_offsets(problem.profile), "ps-default", started)
 
 
+@declares(Needs(ps=True))
 def ps_layer(problem: Problem) -> Result:
     """Layer-by-layer parameter server: one push per tensor, one pull per tensor.
 

@@ -47,6 +47,7 @@ from fusionopt.model.ps_timing import offsets_iteration_time, require_ps
 from fusionopt.model.bounds import ps_lower_bound
 from fusionopt.solvers.ps import finish_ps
 from fusionopt.solvers.result import Result, Status
+from fusionopt.solvers.needs import Needs, declares
 
 __all__ = ["ps_brute", "ps_dp", "ps_cpsat", "ps_units", "MAX_BRUTE_CUTS"]
 
@@ -107,6 +108,7 @@ def _common_stats(problem: Problem, granularity: Any, units: list[tuple[int, int
 
 
 # ---------------------------------------------------------------------------- brute force
+@declares(Needs(ps=True))
 def ps_brute(problem: Problem, *, granularity: Any = "tensor") -> Result:
     """Every plan of the space, scored by the fast evaluator; the fastest (ties: the first).
 
@@ -396,6 +398,7 @@ def _pareto_dp(n: int, first: np.ndarray, second: np.ndarray, step, lower, incum
     return value, cuts
 
 
+@declares(Needs(ps=True))
 def ps_dp(problem: Problem, *, max_rounds: int = 50, exhaustive_up_to: int = 10) -> Result:
     """The fusion DP of MODEL.md section 7 adapted to both directions, over whole tensors.
 
@@ -929,6 +932,7 @@ class _Grid:
         model.add_hint(variables["T"], max(int(values["T"]), floor_T))
 
 
+@declares(Needs(ps=True))
 def ps_cpsat(
     problem: Problem,
     *,

@@ -9,6 +9,7 @@ from typing import Any, Callable, Iterable
 
 from fusionopt.model.problem import Problem
 from fusionopt.solvers import baselines
+from fusionopt.solvers.needs import Needs, needs_of
 from fusionopt.solvers.result import Result
 
 
@@ -24,9 +25,6 @@ class Method:
     target: Callable[..., Result] | str
     summary: str
     in_default_comparison: bool = True
-    plain_only: bool = False        # needs the plain model (no copy cost, contention, channels)
-    layerwise_only: bool = False    # needs sync="layerwise" (partition schedulers)
-    ps_only: bool = False           # a parameter-server method (Problem(..., ps=...)); the others are all-reduce
 
     @property
     def function(self) -> Callable[..., Result]:
@@ -34,6 +32,26 @@ class Method:
             return self.target
         module_name, _, attribute = self.target.partition(":")
         return getattr(importlib.import_module(module_name), attribute)
+
+    @property
+    def needs(self) -> Needs:
+        """What the method can solve, as its function declares it (:mod:`fusionopt.solvers.needs`)."""
+        return needs_of(self.function)
+
+    @property
+    def plain_only(self) -> bool:
+        """Needs the plain model (no copy cost, contention or several channels)."""
+        return self.needs.plain
+
+    @property
+    def layerwise_only(self) -> bool:
+        """Needs ``sync="layerwise"`` (the partition schedulers)."""
+        return self.needs.layerwise
+
+    @property
+    def ps_only(self) -> bool:
+        """A parameter-server method (``Problem(..., ps=...)``); the others are all-reduce."""
+        return self.needs.ps
 
     @property
     def options(self) -> dict[str, Any]:
@@ -50,19 +68,19 @@ _REGISTRY: dict[str, Method] = {}
 
 
 def register(name: str, target: Callable[..., Result] | str, summary: str, *,
-             in_default_comparison: bool = True, plain_only: bool = False,
-             layerwise_only: bool = False, ps_only: bool = False) -> None:
+             in_default_comparison: bool = True) -> None:
     """Add a method under ``name``; ``target`` is a function or ``"module:function"``.
 
     ``in_default_comparison``: whether :func:`compare` runs it when no methods are named
-    (off for searches that are slow or limited in size); ``plain_only`` and
-    ``layerwise_only`` leave it out of that comparison on problems it refuses; ``ps_only``
-    marks a parameter-server method (the others are all-reduce methods: each kind runs on
-    its own kind of problem only).
+    (off for searches that are slow or limited in size). What the method can solve is read
+    from its function's declaration (:func:`fusionopt.solvers.needs.declares`): a method
+    that needs the plain model or layerwise sync is left out of that comparison on problems
+    it refuses, and parameter-server and all-reduce methods each run on their own kind of
+    problem only.
     """
     if name in _REGISTRY:
         raise ValueError(f"method {name!r} is already registered")
-    _REGISTRY[name] = Method(name, target, summary, in_default_comparison, plain_only, layerwise_only, ps_only)
+    _REGISTRY[name] = Method(name, target, summary, in_default_comparison)
 
 
 register("wfbp", baselines.wfbp, "wait-free backpropagation: one message per tensor")
@@ -76,42 +94,37 @@ register("ssa", "fusionopt.solvers.ssa:ssa", "sparrow search (Xue and Shen 2020)
 register("gradssa", "fusionopt.solvers.ssa:gradssa", "our sparrow search for fusion: seeded, with local search", in_default_comparison=False)
 register("of-wfbp", "fusionopt.solvers.of_wfbp:of_wfbp", "OF-WFBP: closed-form cases, else GradSSA (reconstructed)",
          in_default_comparison=False)
-register("dp", "fusionopt.solvers.dp:dp", "exact fusion dynamic programme (O(n) affine, O(n^2) any cost)",
-         plain_only=True)
+register("dp", "fusionopt.solvers.dp:dp", "exact fusion dynamic programme (O(n) affine, O(n^2) any cost)")
 register("brute", "fusionopt.solvers.brute:brute", "exact: every fusion plan, n <= 20 (any model option)",
          in_default_comparison=False)
 register("cpsat", "fusionopt.solvers.cpsat:cpsat", "exact: OR-Tools CP-SAT model, anytime",
          in_default_comparison=False)
 register("milp", "fusionopt.solvers.milp:milp", "exact: MILP solved by HiGHS, independent formulation",
-         in_default_comparison=False, plain_only=True)
-register("p3", "fusionopt.solvers.priority:p3", "P3: 40k-parameter slices, priority by forward index (layerwise)",
-         layerwise_only=True)
+         in_default_comparison=False)
+register("p3", "fusionopt.solvers.priority:p3", "P3: 40k-parameter slices, priority by forward index (layerwise)")
 register("bytescheduler", "fusionopt.solvers.bytescheduler:bytescheduler",
-         "ByteScheduler on Horovod 0.16: partitions, credit, cycle-tick fusion (layerwise)", layerwise_only=True)
+         "ByteScheduler on Horovod 0.16: partitions, credit, cycle-tick fusion (layerwise)")
 register("bytescheduler-tuned", "fusionopt.solvers.bytescheduler:bytescheduler_tuned",
-         "ByteScheduler with partition and credit searched on a grid (layerwise)", layerwise_only=True)
+         "ByteScheduler with partition and credit searched on a grid (layerwise)")
 register("layerwise-opt", "fusionopt.solvers.layerwise_opt:layerwise_opt",
-         "ours: the best layerwise start improved by local search (layerwise)", layerwise_only=True)
+         "ours: the best layerwise start improved by local search (layerwise)")
 register("ps-default", "fusionopt.solvers.ps:ps_default",
-         "parameter server: one push after the backward, one pull before the forward", ps_only=True)
+         "parameter server: one push after the backward, one pull before the forward")
 register("ps-layer", "fusionopt.solvers.ps:ps_layer",
-         "parameter server: one push and one pull per tensor, overlapping the compute", ps_only=True)
+         "parameter server: one push and one pull per tensor, overlapping the compute")
 register("ibatch", "fusionopt.solvers.ipart:ibatch",
-         "iBatch: pulls batched greedily with the forward (parameter server; reconstructed)", ps_only=True)
+         "iBatch: pulls batched greedily with the forward (parameter server; reconstructed)")
 register("ipart", "fusionopt.solvers.ipart:ipart",
-         "iPart: greedy partitions both ways with partitioned compute (parameter server; reconstructed)",
-         ps_only=True)
+         "iPart: greedy partitions both ways with partitioned compute (parameter server; reconstructed)")
 register("ps-brute", "fusionopt.solvers.ps_exact:ps_brute",
          "parameter server, exact: every push and pull grouping (whole tensors or a unit grid), small n",
-         in_default_comparison=False, ps_only=True)
+         in_default_comparison=False)
 register("ps-dp", "fusionopt.solvers.ps_exact:ps_dp",
-         "parameter server: push and pull DPs (exact over whole tensors when updates cost no time per byte)",
-         ps_only=True)
+         "parameter server: push and pull DPs (exact over whole tensors when updates cost no time per byte)")
 register("ps-cpsat", "fusionopt.solvers.ps_exact:ps_cpsat",
-         "parameter server, exact: CP-SAT over push and pull groupings, anytime", in_default_comparison=False,
-         ps_only=True)
+         "parameter server, exact: CP-SAT over push and pull groupings, anytime", in_default_comparison=False)
 register("usbyte", "fusionopt.solvers.usbyte:usbyte", "US-Byte: unequal blocks in gaps, priority search (layerwise)",
-         in_default_comparison=False, plain_only=True, layerwise_only=True)
+         in_default_comparison=False)
 
 
 def methods() -> dict[str, str]:

@@ -90,6 +90,7 @@ from fusionopt.model.plan import Chunk, Message, Plan
 from fusionopt.model.problem import Problem
 from fusionopt.model.sync import layerwise_forward
 from fusionopt.solvers.result import Result, finish
+from fusionopt.solvers.needs import Needs, declares
 
 DEFAULT_UNIT_PARAMETERS = 1_000_000
 PRIORITY_MODES = ("search", "forward")
@@ -293,6 +294,7 @@ def _preempting(schedule: BlockSchedule, l: int) -> list[int]:
                    if schedule.phases[k] == 1 and schedule.chunks[k].tensor != l})
 
 
+@declares(Needs(plain=True, layerwise=True))
 def usbyte(
     problem: Problem,
     *,
