@@ -24,6 +24,8 @@ from fusionopt.cli import main
 from fusionopt.cost import network
 from fusionopt.solvers import default_methods
 from fusionopt import sweep
+from fusionopt.experiments import runner
+from fusionopt.experiments.records import CSV_COLUMNS, record_key
 from fusionopt.sweep import FIELDS, Cell, cells, pending_cells, read_results, run_sweep
 
 SMALL = dict(models=["resnet18", "alexnet"], workers=[8, 64], networks=["10gbe", "100gb-ib"],
@@ -112,7 +114,7 @@ def test_cells_bad_inputs_name_the_culprit(kwargs, message):
 def test_records_equal_a_direct_solve_and_their_definitions(tmp_path):
     grid = small_grid()
     records = run_sweep(grid, tmp_path / "sweep.jsonl", jobs=2, progress=False)
-    assert [key(r) for r in records] == [sweep._key(c) for c in grid]
+    assert [key(r) for r in records] == [record_key(c) for c in grid]
     for cell, record in zip(grid, records):
         assert tuple(record) == FIELDS            # exactly these keys, in this order
         result = direct(cell)
@@ -154,7 +156,7 @@ def test_a_failing_cell_is_an_error_record_and_the_sweep_goes_on(tmp_path):
 def test_error_cells_are_done_unless_retried(tmp_path, monkeypatch, capsys):
     path = tmp_path / "sweep.jsonl"
     grid = cells(["alexnet"], [8, 16], ["10gbe"], ["wfbp"])
-    real = sweep.solve
+    real = runner.solve
 
     def flaky(problem, method, **options):
         if problem.cost(1) > 0 and flaky.fail:
@@ -162,7 +164,7 @@ def test_error_cells_are_done_unless_retried(tmp_path, monkeypatch, capsys):
         return real(problem, method, **options)
 
     flaky.fail = True
-    monkeypatch.setattr(sweep, "solve", flaky)
+    monkeypatch.setattr(runner, "solve", flaky)
     first = run_sweep(grid, path, jobs=1, progress=False)
     assert [r["status"] for r in first] == ["ERROR", "ERROR"]
     flaky.fail = False
@@ -201,7 +203,7 @@ def test_time_limit_goes_to_the_methods_that_take_one(tmp_path, monkeypatch):
         seen[method] = options
         return fusionopt.solve(problem, "wfbp")
 
-    monkeypatch.setattr(sweep, "solve", spy)
+    monkeypatch.setattr(runner, "solve", spy)
     grid = cells(["alexnet"], [8], ["10gbe"], ["wfbp", "layerwise-opt"], sync="layerwise")
     run_sweep(grid, tmp_path / "sweep.jsonl", jobs=1, time_limit=0.5, progress=False)
     assert seen == {"wfbp": {}, "layerwise-opt": {"time_limit": 0.5}}
@@ -225,7 +227,7 @@ def test_rerun_solves_nothing_and_leaves_the_file_alone(tmp_path, monkeypatch):
         calls.append(method)
         return fusionopt.solve(problem, method, **options)
 
-    monkeypatch.setattr(sweep, "solve", counting)
+    monkeypatch.setattr(runner, "solve", counting)
     assert run_sweep(grid, path, jobs=1, progress=False) == first   # solve_seconds too: not recomputed
     assert run_sweep(grid, path, jobs=2, progress=False) == first
     assert calls == [] and path.read_bytes() == content
@@ -303,7 +305,7 @@ def test_sigkill_mid_sweep_then_rerun_completes_without_recomputing(tmp_path, ca
     lines = after.splitlines()
     assert after.endswith(b"\n") and len(lines) == len(grid)
     final = [json.loads(line) for line in lines]             # every line parses
-    assert sorted(key(r) for r in final) == sorted(sweep._key(c) for c in grid)   # each cell once
+    assert sorted(key(r) for r in final) == sorted(record_key(c) for c in grid)   # each cell once
     assert final[:written] == old                            # solve_seconds and all: not recomputed
 
     fresh = run_sweep(grid, tmp_path / "fresh.jsonl", jobs=2, progress=False)
@@ -422,7 +424,7 @@ def test_cli_sweep_runs_then_skips(tmp_path, capsys):
     assert out.splitlines() == ["sweep: 32 cells: 32 run now, 0 skipped as already done, 0 error(s)",
                                 f"results: {path}"]
     records = read_results(path)
-    assert sorted(key(r) for r in records) == sorted(sweep._key(c) for c in small_grid())
+    assert sorted(key(r) for r in records) == sorted(record_key(c) for c in small_grid())
     status, out, err = run(capsys, *argv)
     assert status == 0 and "0 run now, 32 skipped as already done" in out
     assert read_results(path) == records
@@ -485,7 +487,7 @@ def test_a_sweep_with_failed_cells_exits_non_zero(tmp_path, capsys):
 
 
 def test_an_older_sweep_csv_is_refused_with_one_line(tmp_path):
-    old = [c for c in sweep._CSV_COLUMNS if c != "time_limit"]
+    old = [c for c in CSV_COLUMNS if c != "time_limit"]
     old[old.index("throughput")] = "speedup"
     path = tmp_path / "old.csv"
     path.write_text(",".join(old) + "\n")

@@ -7,14 +7,15 @@ from concurrent.futures import Future, ThreadPoolExecutor
 
 import pytest
 
-from fusionopt import sweep
+from fusionopt.experiments import runner
+from fusionopt.experiments.records import record_key
 from fusionopt.sweep import cells, read_results, run_sweep
 
 GRID = dict(models=["alexnet", "resnet18"], workers=[8, 64], networks=["10gbe"], methods=["wfbp", "ddp", "dp", "gradssa"])
 
 
 def by_cell(records):
-    return {sweep._key(r): r["iteration_time"] for r in records}
+    return {record_key(r): r["iteration_time"] for r in records}
 
 
 class Failing(ThreadPoolExecutor):
@@ -37,7 +38,7 @@ def test_an_injected_engine_gives_the_local_records(tmp_path):
     assert by_cell(deterministic).items() <= by_cell(injected).items()
     assert len(read_results(tmp_path / "injected.jsonl")) == len(grid)
     # Cheap cells share a task (16 at most); a search has its own.
-    tasks = sweep._tasks(grid)
+    tasks = runner._tasks(grid)
     assert sorted(len(t) for t in tasks) == [1, 1, 1, 1, 12]
 
 
