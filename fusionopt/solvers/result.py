@@ -24,8 +24,9 @@ class Status(str, Enum):
     OPTIMAL = "OPTIMAL"          # iteration_time meets a proven lower bound
     FEASIBLE = "FEASIBLE"        # a valid plan, optimality not proven
     TIME_LIMIT = "TIME_LIMIT"    # search stopped by its time (or work) limit with a valid plan
-    INFEASIBLE = "INFEASIBLE"    # no plan satisfies the constraints asked for
-    ERROR = "ERROR"
+    INFEASIBLE = "INFEASIBLE"    # no plan satisfies the constraints asked for (solve() raises ValueError
+                                 # naming them; milp returns it when its limit leaves only a plan that breaks them)
+    ERROR = "ERROR"              # the solve raised: what a sweep records for the cell (solve() raises)
 
     def __str__(self) -> str:
         return self.value
