@@ -101,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     now = measure(args.repeats)
     before = measure_revision(args.baseline, args.repeats)
     rows = [
-        ("`solve(problem, \"dp\")`, 100,000 tensors", "solve_dp", f"<= 2x the DP core and < 0.1 s"),
+        ("`solve(problem, \"dp\")`, 100,000 tensors", "solve_dp", "<= 2x the DP core and < 0.1 s"),
         ("the DP core alone (`optimal_fusion`), same instance", "dp_core", "-"),
         ("`simulate`, 100,000 messages", "simulate", "< 10 ms"),
         ("`Plan.validate`, 100,000 chunks", "validate", "< 20 ms"),

@@ -21,7 +21,7 @@ from fusionopt import __version__
 from fusionopt.cost import cost_from_dict, network, networks, ALGORITHMS
 from fusionopt.model import AlphaBeta, Plan, Problem, Profile, simulate
 from fusionopt.model.ps import ParameterServer, PSPlan
-from fusionopt.model._io import read_csv_rows, read_json_document, write_json_atomic
+from fusionopt.model._io import read_csv_rows, read_json_document
 from fusionopt.solvers import compare, format_table, methods, solve
 from fusionopt.solvers.result import Result
 

@@ -24,7 +24,6 @@ the transfers in flight sharing the bandwidth equally. With one channel the whol
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 import numpy as np

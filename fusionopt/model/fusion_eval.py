@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from fusionopt.model.fusion import (arc_times, backward_arrays, check_cuts, fusion_message_times,
-                                    layerwise_slack, refuse_ps, time_after_channel)
+from fusionopt.model.fusion import (backward_arrays, check_cuts, fusion_message_times, layerwise_slack, refuse_ps,
+                                    time_after_channel)
 from fusionopt.model.plan import Plan
 from fusionopt.model.problem import Problem
 from fusionopt.model.sharing import channel_schedule
@@ -97,7 +97,6 @@ def evaluate_cuts(problem: Problem, cuts: np.ndarray) -> np.ndarray:
     problem.require_plain("evaluate_cuts")
     cuts = check_cuts(problem, cuts, batch=True)
     profile = problem.profile
-    n = profile.n
     m = cuts.shape[0]
     out = np.empty(m)
     if m == 0:
@@ -195,7 +194,6 @@ def _evaluate_extended(problem: Problem, cuts: np.ndarray) -> np.ndarray:
     # a cut (ready time, end, and the prefix size, ready time and position of the last
     # cut), so each update is a maximum with the candidate zeroed where there is no cut.
     profile = problem.profile
-    n = profile.n
     m = cuts.shape[0]
     out = np.empty(m)
     for lo, hi, block in _position_blocks(cuts):

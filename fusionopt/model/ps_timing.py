@@ -325,12 +325,10 @@ def offsets_iteration_time(problem: Problem, push: Iterable[int] = (), pull: Ite
         piece_done = np.cumsum(work)
         push_ready = piece_done[np.searchsorted(ends, push_bounds)]
         backward_end = float(piece_done[-1])
-        overhead = delta * float(pieces[pieces > 1].sum())
     else:
         ready_by_position = np.cumsum(backward)
         push_ready = ready_by_position[np.searchsorted(stream_end, push_bounds, side="left")]
         backward_end = profile.B
-        overhead = 0.0
     push_bytes = np.diff(push_bounds, prepend=0)
     _, push_end = _channel(push_ready.tolist(), np.asarray(problem.cost(push_bytes), dtype=np.float64).tolist())
     updated = np.array(push_end) + ps.server_update(push_bytes)

@@ -1,4 +1,6 @@
-"""The simulator: the iteration time of a plan, every figure of MODEL.md section 4, and the compute stream."""
+"""The records a simulation builds: the :class:`Timeline` of a step (every figure of MODEL.md
+section 4) and the :class:`ComputePiece` s of its compute stream, with the helpers the
+engines share to build them. The simulator that fills them is :mod:`fusionopt.model.simulator`."""
 
 from __future__ import annotations
 
@@ -8,7 +10,6 @@ import numpy as np
 
 from fusionopt.model.plan import Plan
 from fusionopt.model.problem import Problem
-from fusionopt.model.ps import PSPlan
 
 
 @dataclass(frozen=True, eq=False)

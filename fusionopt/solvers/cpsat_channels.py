@@ -101,7 +101,7 @@ class ChannelRelaxation:
         from ortools.sat.python import cp_model
 
         self.problem = problem
-        self.q = q = quantum
+        self.q = quantum
         profile = problem.profile
         self.n = n = profile.n
         K = problem.channels

@@ -41,7 +41,6 @@ small instances (tens of units), not zoo models: ``max_units`` (default 40) guar
 from __future__ import annotations
 
 import math
-import time
 from typing import Any
 
 import numpy as np

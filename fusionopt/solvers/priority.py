@@ -59,7 +59,7 @@ import math
 import time
 from collections import deque
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable
+from typing import Any, Callable
 
 import numpy as np
 
@@ -67,7 +67,6 @@ from fusionopt.model.flights import Flight, advance, fly, time_to_next, toleranc
 from fusionopt.model.plan import Chunk, Message, Plan
 from fusionopt.model.problem import Problem
 from fusionopt.model.sync import layerwise_forward
-from fusionopt.model.simulator import simulate
 from fusionopt.solvers.result import Result, finish
 from fusionopt.solvers.needs import Needs, declares
 

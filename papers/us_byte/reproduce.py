@@ -48,10 +48,9 @@ from fusionopt.reporting import (
 )
 from fusionopt import zoo
 from fusionopt.cost import network, network_link
-from fusionopt.model import Problem, Profile
+from fusionopt.model import Problem
 from fusionopt.model._io import write_text_atomic
 from fusionopt.model.bounds import best_bound, fluid_bound, fluid_latency_bound
-from fusionopt.solvers.registry import get_method
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCRIPT = "papers/us_byte/reproduce.py"
@@ -430,7 +429,6 @@ def report(ctx) -> str:
                          f"{c.beta * 1e12:.1f}", f"{1e3 * float(c(4e6)):.3f}"))
         L += table(("network", "link GB/s", "latency a (us)", f"alpha at P = {LARGE_P} (ms)",
                     f"beta at P = {LARGE_P} (ps/B)", "cost of 1M parameters (ms)"), rows)
-    lwo = get_method("layerwise-opt").options
     L += ["",
           "* **Methods** (`fusionopt.solve(problem, name, **options)`): **WFBP** (one message per tensor, "
           "backward order); **P3** (40,000-parameter slices, priority = forward index); **ByteScheduler** "

@@ -191,7 +191,6 @@ def test_csv_to_missing_folder_is_named(tmp_path):
 
 
 def test_nothing_given_is_ignored_or_misread(tmp_path):
-    import json
 
     from fusionopt.model import Plan
     from fusionopt.model.cost import cost_from_dict

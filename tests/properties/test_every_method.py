@@ -5,7 +5,6 @@ import math
 
 import pytest
 from hypothesis import given, settings
-from hypothesis import strategies as st
 
 from strategies import alpha_beta, problems
 

@@ -3,7 +3,7 @@
 import pytest
 from hypothesis import given, settings
 
-from strategies import partition_plans, problems
+from strategies import problems
 
 from fusionopt import zoo
 from fusionopt.cost import AlphaBeta, network

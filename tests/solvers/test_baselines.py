@@ -12,7 +12,7 @@ import fusionopt
 from fusionopt.cost import AlphaBeta
 from fusionopt.model import Problem, Profile, simulate
 from fusionopt.model.bounds import best_bound
-from fusionopt.solvers import Status, compare, default_methods, format_table, methods, solve
+from fusionopt.solvers import Status, compare, default_methods, format_table, solve
 
 MS = 1e-3
 MiB = 2**20

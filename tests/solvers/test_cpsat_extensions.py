@@ -15,7 +15,6 @@ from fusionopt.model.fusion import layerwise_slack
 from fusionopt.cost import AlphaBeta
 from fusionopt.model import Plan, Problem, Profile, simulate
 from fusionopt.model.fusion import arc_times as _arc_times, backward_arrays
-from fusionopt.model.fusion_eval import fusion_iteration_time
 from fusionopt.model.fusion import fusion_message_times as _fusion_recursion
 from fusionopt.model.fusion_dp import _fewest_messages
 from fusionopt.solvers import Status, solve

@@ -29,7 +29,6 @@ import platform
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
