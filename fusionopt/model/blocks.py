@@ -34,23 +34,39 @@ def block_iteration_time(problem: Problem, messages: Sequence[Sequence[Block]]) 
     14.0
     """
     problem.require_plain("block_iteration_time")
-    profile = problem.profile
-    counts = [len(m) for m in messages]
-    table = np.fromiter(chain.from_iterable(chain.from_iterable(messages)), dtype=np.int64).reshape(-1, 3)
-    starts = np.concatenate(([0], np.cumsum(counts)[:-1]))
-    tensors = table[:, 0]
-    first = np.minimum.reduceat(tensors, starts)
-    sizes = np.add.reduceat(table[:, 2] - table[:, 1], starts).astype(np.float64)
-    durations = np.asarray(problem.cost.of_sizes(sizes), dtype=np.float64)
-    total = np.cumsum(durations)
-    ends = total + np.maximum.accumulate(profile.ready_times[first] - (total - durations))
-    reduced = np.full(profile.n, -np.inf)
-    np.maximum.at(reduced, tensors, np.repeat(ends, counts))
-    if problem.sync == "barrier":
-        return float(max(profile.B, float(reduced.max()))) + profile.U + profile.F + profile.W
-    # phi_i = A_i + max_(j <= i) (C_j + u_j - A_j) with A_i = sum_(j <= i) (f_(j-1) + u_j),
-    # f_(-1) = 0, and B joining C_0 (phi_0 = max(B, C_0) + u_0).
-    offsets = np.cumsum(profile.update + np.concatenate(([0.0], profile.forward[:-1])))
-    reduced[0] = max(reduced[0], profile.B)
-    phi = offsets + np.maximum.accumulate(reduced + profile.update - offsets)
-    return float(phi[-1] + profile.forward[-1]) + profile.W     # layerwise: the host's share
+    return BlockTimes(problem)(messages)
+
+
+class BlockTimes:
+    """:func:`block_iteration_time` for many plans of one problem: what depends on the
+    problem alone (ready times, the layerwise offsets) is computed once, so each call does
+    only the plan's part (the same operations, so the same ``T``)."""
+
+    def __init__(self, problem: Problem) -> None:
+        problem.require_plain("block_iteration_time")
+        profile = problem.profile
+        self.problem, self.profile = problem, profile
+        self.ready = profile.ready_times
+        self.barrier = problem.sync == "barrier"
+        # phi_i = A_i + max_(j <= i) (C_j + u_j - A_j) with A_i = sum_(j <= i) (f_(j-1) + u_j),
+        # f_(-1) = 0, and B joining C_0 (phi_0 = max(B, C_0) + u_0).
+        self.offsets = np.cumsum(profile.update + np.concatenate(([0.0], profile.forward[:-1])))
+
+    def __call__(self, messages: Sequence[Sequence[Block]]) -> float:
+        profile = self.profile
+        counts = [len(m) for m in messages]
+        table = np.fromiter(chain.from_iterable(chain.from_iterable(messages)), dtype=np.int64).reshape(-1, 3)
+        starts = np.concatenate(([0], np.cumsum(counts)[:-1]))
+        tensors = table[:, 0]
+        first = np.minimum.reduceat(tensors, starts)
+        sizes = np.add.reduceat(table[:, 2] - table[:, 1], starts).astype(np.float64)
+        durations = np.asarray(self.problem.cost.of_sizes(sizes), dtype=np.float64)
+        total = np.cumsum(durations)
+        ends = total + np.maximum.accumulate(self.ready[first] - (total - durations))
+        reduced = np.full(profile.n, -np.inf)
+        np.maximum.at(reduced, tensors, np.repeat(ends, counts))
+        if self.barrier:
+            return float(max(profile.B, float(reduced.max()))) + profile.U + profile.F + profile.W
+        reduced[0] = max(reduced[0], profile.B)
+        phi = self.offsets + np.maximum.accumulate(reduced + profile.update - self.offsets)
+        return float(phi[-1] + profile.forward[-1]) + profile.W     # layerwise: the host's share

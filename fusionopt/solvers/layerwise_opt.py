@@ -42,7 +42,7 @@ import time
 
 import numpy as np
 
-from fusionopt.model.blocks import Block, block_iteration_time
+from fusionopt.model.blocks import Block, BlockTimes
 from fusionopt.model.plan import Chunk, Message, Plan
 from fusionopt.model.problem import Problem
 from fusionopt.model.simulator import simulate
@@ -268,9 +268,10 @@ class _Evaluator:
     def __init__(self, problem: Problem) -> None:
         self.problem = problem
         self.count = 0
+        self.fast = None if problem.extensions else BlockTimes(problem)
 
     def __call__(self, messages: list[list[Block]]) -> float:
         self.count += 1
-        if self.problem.extensions:
+        if self.fast is None:
             return simulate(self.problem, _plan(messages), validate=False).iteration_time
-        return block_iteration_time(self.problem, messages)
+        return self.fast(messages)
