@@ -20,7 +20,7 @@ contiguous partitions of the **push stream** (the tensors in backward order) and
 stream** (forward order), cut at byte offsets, between tensors or inside one. Candidates are
 timed by the fast evaluator :func:`~fusionopt.model.ps_timing.offsets_iteration_time`, the
 finalists by :func:`~fusionopt.model.ps_timing.simulate_ps`, and the result by
-:func:`~fusionopt.solvers.ps.finish_ps`. In this space the first pull (tensor 0's first bytes,
+:func:`~fusionopt.solvers.result.finish`. In this space the first pull (tensor 0's first bytes,
 first in forward order) waits for the push of tensor 0, last in backward order, so the pull
 phase starts when the push phase is nearly over.
 
@@ -123,7 +123,7 @@ from fusionopt.model.cost import CommCost
 from fusionopt.model.problem import Problem
 from fusionopt.model.ps import PSPlan, stream_offsets
 from fusionopt.model.ps_timing import offsets_iteration_time, require_ps, simulate_ps
-from fusionopt.solvers.ps import finish_ps
+from fusionopt.solvers.result import finish
 from fusionopt.solvers.result import Result
 from fusionopt.solvers.needs import Needs, declares
 
@@ -635,7 +635,7 @@ def ibatch(problem: Problem, *, pushes: str = "after-backward") -> Result:
     chosen, plan, times = _best_simulated(problem, [("greedy", push, pull), ("ps-default", [], [])])
     stats = {"pushes": pushes, "batches": len(pull) + 1, "greedy_time": times["greedy"],
              "ps_default_time": times["ps-default"], "chosen": chosen}
-    return finish_ps(problem, plan, "ibatch", started, stats=stats)
+    return finish(problem, plan, "ibatch", started, stats=stats)
 
 
 # ---------------------------------------------------------------------------- iPart
@@ -777,7 +777,7 @@ def ipart(problem: Problem, *, min_partition_bytes: int | None = None,
         "tensors_cut": len(_cut_tensors(greedy_plan.push) | _cut_tensors(greedy_plan.pull)),
         "candidates": evaluated,
     }
-    return finish_ps(problem, plan, "ipart", started, stats=stats)
+    return finish(problem, plan, "ipart", started, stats=stats)
 
 
 def _cut_tensors(plan) -> set[int]:

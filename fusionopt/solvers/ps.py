@@ -1,9 +1,8 @@
-"""Parameter-server baselines (docs/methods.md, sections ps-default to ps-cpsat) and the result path of PS methods.
+"""Parameter-server baselines (docs/methods.md, sections ps-default to ps-cpsat).
 
 Each method is a plain function ``f(problem) -> Result`` on a problem with
 ``ps=ParameterServer(...)``; its :class:`~fusionopt.model.ps.PSPlan` is re-evaluated by the
-simulator through :func:`finish_ps`, which every PS method (iBatch, iPart, exact searches)
-should end with.
+simulator through :func:`fusionopt.solvers.result.finish`, as every method's plan is.
 
 Neither baseline's system publishes the schedule as fusionopt states it; both are our
 reading of iPart's and iBatch's abstracts [reconstructed]: the "default PS" pushes the
@@ -18,42 +17,14 @@ Neither baseline cuts a tensor, so partitioned compute, if on, never splits a pi
 from __future__ import annotations
 
 import time
-from typing import Any, Mapping
 
 from fusionopt.model.problem import Problem
 from fusionopt.model.ps import PSPlan
-from fusionopt.model.ps_timing import require_ps, simulate_ps
-from fusionopt.model.bounds import ps_lower_bound
-from fusionopt.solvers.result import Result, Status, conclude
+from fusionopt.model.ps_timing import require_ps
 from fusionopt.solvers.needs import Needs, declares
+from fusionopt.solvers.result import Result, finish
 
-__all__ = ["finish_ps", "ps_default", "ps_layer"]
-
-
-def finish_ps(problem: Problem, plan: PSPlan, method: str, started: float, *,
-              stats: Mapping[str, Any] | None = None, lower_bound: float | None = None,
-              status: Status = Status.FEASIBLE, tolerance: float = 0.0, optimal: bool = False) -> Result:
-    """Validate and simulate a PS plan, attach the best known bound and build the Result.
-
-    The parameter-server counterpart of :func:`fusionopt.solvers.result.finish` (same
-    arguments, without ``space``): the bound is the larger of
-    :func:`~fusionopt.model.bounds.ps_lower_bound` and ``lower_bound``; ``OPTIMAL`` only
-    when the simulated time meets it; an ``optimal`` claim is checked against the simulation.
-
-    >>> from fusionopt.model import AlphaBeta, Profile
-    >>> from fusionopt.model.ps import ParameterServer
-    >>> profile = Profile.from_arrays([8], [1e-3], [1e-3])
-    >>> problem = Problem(profile, ps=ParameterServer(AlphaBeta(1e-3, 0.0)))
-    >>> r = finish_ps(problem, PSPlan.from_offsets(profile), "one", time.perf_counter())
-    >>> round(r.iteration_time * 1e3, 9), str(r.status)      # 1 + 1 + 1 + 1: meets the bound
-    (4.0, 'OPTIMAL')
-    """
-    require_ps(problem, method)
-    if not isinstance(plan, PSPlan):
-        raise AssertionError(f"{method}: a parameter-server method returned a {type(plan).__name__}, not a PSPlan")
-    timeline = simulate_ps(problem, plan, validate=True)
-    return conclude(plan, method, started, timeline, ps_lower_bound(problem), stats=stats,
-                    lower_bound=lower_bound, status=status, tolerance=tolerance, optimal=optimal)
+__all__ = ["ps_default", "ps_layer"]
 
 
 @declares(Needs(ps=True))
@@ -79,7 +50,7 @@ def ps_default(problem: Problem) -> Result:
     """
     started = time.perf_counter()
     require_ps(problem, "ps-default")
-    return finish_ps(problem, PSPlan.from_offsets(problem.profile), "ps-default", started)
+    return finish(problem, PSPlan.from_offsets(problem.profile), "ps-default", started)
 
 
 @declares(Needs(ps=True))
@@ -112,4 +83,4 @@ def ps_layer(problem: Problem) -> Result:
     n = problem.profile.n
     plan = PSPlan.from_groups(problem.profile, push=[[i] for i in range(n - 1, -1, -1)],
                               pull=[[i] for i in range(n)])
-    return finish_ps(problem, plan, "ps-layer", started)
+    return finish(problem, plan, "ps-layer", started)

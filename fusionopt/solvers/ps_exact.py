@@ -45,7 +45,7 @@ from fusionopt.model.problem import Problem
 from fusionopt.model.ps import PSPlan, stream_offsets
 from fusionopt.model.ps_timing import offsets_iteration_time, require_ps
 from fusionopt.model.bounds import ps_lower_bound
-from fusionopt.solvers.ps import finish_ps
+from fusionopt.solvers.result import finish
 from fusionopt.solvers.result import Result, Status
 from fusionopt.solvers.needs import Needs, declares
 
@@ -172,7 +172,7 @@ def ps_brute(problem: Problem, *, granularity: Any = "tensor") -> Result:
     stats = _common_stats(problem, granularity, units)
     stats.update({"plans": len(push_sets) * len(pull_sets), "push_offsets": list(best[0]),
                   "pull_offsets": list(best[1])})
-    return finish_ps(problem, plan, "ps-brute", started, stats=stats, lower_bound=best_time, optimal=True)
+    return finish(problem, plan, "ps-brute", started, stats=stats, lower_bound=best_time, optimal=True)
 
 
 # ---------------------------------------------------------------------------- the DP
@@ -547,10 +547,10 @@ def ps_dp(problem: Problem, *, max_rounds: int = 50, exhaustive_up_to: int = 10)
     stats.update({"relaxation_bound": bound, "proved": proved, "rounds": rounds, "pull_plans": pull_plans,
                   "start": source})
     # An optimum from the theorem or the bound is claimed with the relaxation bound, so
-    # finish_ps checks the claim against the simulation; an enumerated one is its own bound.
+    # finish checks the claim against the simulation; an enumerated one is its own bound.
     if proved == "every pull plan":
-        return finish_ps(problem, plan, "ps-dp", started, stats=stats, lower_bound=best_time, optimal=True)
-    return finish_ps(problem, plan, "ps-dp", started, stats=stats, lower_bound=bound, optimal=proved is not None)
+        return finish(problem, plan, "ps-dp", started, stats=stats, lower_bound=best_time, optimal=True)
+    return finish(problem, plan, "ps-dp", started, stats=stats, lower_bound=bound, optimal=proved is not None)
 
 
 # ---------------------------------------------------------------------------- CP-SAT
@@ -1144,7 +1144,7 @@ def ps_cpsat(
         "hint": hint_label, "hint_used": hint_plan is not None, "plan_source": source,
     })
     status = Status.FEASIBLE if outcome == cp_model.OPTIMAL else Status.TIME_LIMIT
-    return finish_ps(problem, plan, "ps-cpsat", started, stats=stats, lower_bound=time_bound,
+    return finish(problem, plan, "ps-cpsat", started, stats=stats, lower_bound=time_bound,
                      status=status, tolerance=factor * q)
 
 

@@ -8,9 +8,10 @@ from enum import Enum
 from types import MappingProxyType
 from typing import Any, Mapping
 
-from fusionopt.model.bounds import best_bound
+from fusionopt.model.bounds import best_bound, ps_lower_bound
 from fusionopt.model.plan import Plan
 from fusionopt.model.problem import Problem
+from fusionopt.model.ps import PSPlan
 from fusionopt.model.timeline import Timeline
 from fusionopt.model.simulator import simulate
 
@@ -79,7 +80,7 @@ class Result:
 
 def finish(
     problem: Problem,
-    plan: Plan,
+    plan: Plan | PSPlan,
     method: str,
     started: float,
     *,
@@ -90,7 +91,14 @@ def finish(
     tolerance: float = 0.0,
     optimal: bool = False,
 ) -> Result:
-    """Validate and simulate ``plan``, attach the best known bound and build the Result.
+    """Validate and simulate ``plan``, attach the best known bound and build the Result: the
+    one path every solver's result takes, all-reduce and parameter server alike.
+
+    The model's bound is :func:`~fusionopt.model.bounds.best_bound` for the plans of
+    ``space`` on an all-reduce problem, :func:`~fusionopt.model.bounds.ps_lower_bound` on a
+    parameter-server problem (``space`` does not apply there). A plan of the other kind (a
+    :class:`~fusionopt.model.ps.PSPlan` for an all-reduce problem, or the reverse) is a
+    ``ValueError`` from the simulator.
 
     Parameters
     ----------
@@ -110,20 +118,24 @@ def finish(
         value of the optimum: checked against the simulation, then the simulated time
         itself is the bound reported.
     """
-    timeline = simulate(problem, plan, validate=True)
-    if space == "fusion" and not plan.is_fusion(problem.profile):
-        raise AssertionError(f"{method}: a fusion method returned a plan that is not a fusion plan")
-    return conclude(plan, method, started, timeline, best_bound(problem, space=space), stats=stats,
-                    lower_bound=lower_bound, status=status, tolerance=tolerance, optimal=optimal)
+    timeline = simulate(problem, plan, validate=True)      # a plan of the other kind: ValueError
+    if problem.ps is not None:
+        model_bound = ps_lower_bound(problem)
+    else:
+        if space == "fusion" and not plan.is_fusion(problem.profile):
+            raise AssertionError(f"{method}: a fusion method returned a plan that is not a fusion plan")
+        model_bound = best_bound(problem, space=space)
+    return _conclude(plan, method, started, timeline, model_bound, stats=stats,
+                     lower_bound=lower_bound, status=status, tolerance=tolerance, optimal=optimal)
 
 
-def conclude(plan: Any, method: str, started: float, timeline: Timeline, model_bound: float, *,
-             stats: Mapping[str, Any] | None = None, lower_bound: float | None = None,
-             status: Status = Status.FEASIBLE, tolerance: float = 0.0, optimal: bool = False) -> Result:
+def _conclude(plan: Any, method: str, started: float, timeline: Timeline, model_bound: float, *,
+              stats: Mapping[str, Any] | None = None, lower_bound: float | None = None,
+              status: Status = Status.FEASIBLE, tolerance: float = 0.0, optimal: bool = False) -> Result:
     """The :class:`Result` of a simulated plan given the model's bound (seconds): the larger
     of it and the solver's ``lower_bound`` is kept, a plan below it or a false optimality
     claim is an ``AssertionError``, and ``OPTIMAL`` is set when the plan meets the bound.
-    Shared by :func:`finish` and the parameter-server path."""
+    """
     bound = model_bound
     if lower_bound is not None:
         bound = max(bound, lower_bound)

@@ -1,4 +1,4 @@
-"""Parameter-server baselines (ps-default, ps-layer) and finish_ps."""
+"""Parameter-server baselines (ps-default, ps-layer) and the result path of their plans."""
 
 import time
 
@@ -15,7 +15,8 @@ from fusionopt.model.ps import ParameterServer, PSPlan
 from fusionopt.model.bounds import ps_lower_bound
 from fusionopt.solvers import Status
 from fusionopt.solvers.baselines import wfbp
-from fusionopt.solvers.ps import finish_ps, ps_default, ps_layer
+from fusionopt.solvers.ps import ps_default, ps_layer
+from fusionopt.solvers.result import finish
 
 MS = 1e-3
 REL = 1e-9
@@ -101,17 +102,17 @@ def test_ps_methods_need_a_parameter_server():
         wfbp(Problem(worked_profile(), ps=worked_server()))
 
 
-def test_finish_ps_checks_claims():
+def test_finish_checks_the_claims_of_a_ps_method():
     profile = worked_profile()
     problem = Problem(profile, sync="layerwise", ps=worked_server())
     plan = PSPlan.from_offsets(profile)
     with pytest.raises(AssertionError, match="claims an optimum"):
-        finish_ps(problem, plan, "liar", time.perf_counter(), lower_bound=ps_lower_bound(problem), optimal=True)
+        finish(problem, plan, "liar", time.perf_counter(), lower_bound=ps_lower_bound(problem), optimal=True)
     with pytest.raises(AssertionError, match="below the proven bound"):
-        finish_ps(problem, plan, "liar", time.perf_counter(), lower_bound=1.0)
-    with pytest.raises(AssertionError, match="returned a Plan, not a PSPlan"):
-        finish_ps(problem, Plan.per_tensor(profile), "confused", time.perf_counter())
-    r = finish_ps(problem, plan, "mine", time.perf_counter(), stats={"note": 1})
+        finish(problem, plan, "liar", time.perf_counter(), lower_bound=1.0)
+    with pytest.raises(ValueError, match="needs a PSPlan"):
+        finish(problem, Plan.per_tensor(profile), "confused", time.perf_counter())
+    r = finish(problem, plan, "mine", time.perf_counter(), stats={"note": 1})
     assert r.stats["note"] == 1 and r.gap == pytest.approx((r.iteration_time - r.lower_bound) / r.lower_bound)
 
 
