@@ -39,6 +39,7 @@ from fusionopt.executor.errors import CollectiveTimeout, GroupAborted, PlanMisma
 from fusionopt.executor.gradients import Gradients
 from fusionopt.executor.job import Job
 from fusionopt.executor.layout import Layout, MessageLayout
+from fusionopt.model.sync import barrier_forward
 
 # Emulated compute sleeps in slices of at most this, to notice a failed group.
 _POLL = 0.05
@@ -205,11 +206,8 @@ class RankRunner:
         phi = np.empty(profile.n)
         if self.problem.sync == "barrier":
             self._wait(lambda: state.done == state.messages, "every message")
-            clock = max(profile.B, float(np.nanmax(state.reduced))) + profile.post_backward + profile.update_lump + profile.U
-            for i in range(profile.n):
-                phi[i] = clock
-                clock += forward[i]
-            _sleep_until(t0 + clock + profile.host_overhead, comm)
+            phi, end = barrier_forward(profile, float(np.nanmax(state.reduced)))
+            _sleep_until(t0 + end, comm)
         else:
             # The forward of tensor i may start once its own gradient is reduced; a tensor's
             # forward has no effect the run can observe, so the clock is kept and the thread
