@@ -21,7 +21,6 @@ import os
 import platform
 import statistics
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -32,16 +31,13 @@ from fusionopt.cost import network
 from fusionopt.model import Plan, Problem, Profile, evaluate_cuts, fusion_iteration_time, simulate
 from fusionopt.model.fusion_eval import score_cuts
 from fusionopt.model._io import write_text_atomic
+from timing import timings
 
 RESULTS = Path(__file__).resolve().parent / "results" / "evaluator.md"
 
 
 def best_and_median(fn, repeats: int) -> tuple[float, float]:
-    samples = []
-    for _ in range(repeats):
-        started = time.perf_counter()
-        fn()
-        samples.append(time.perf_counter() - started)
+    samples = timings(fn, repeats)
     return min(samples), statistics.median(samples)
 
 

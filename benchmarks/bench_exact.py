@@ -19,34 +19,24 @@ import os
 import platform
 import statistics
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
 
 import fusionopt
 from fusionopt.cost import AlphaBeta, PiecewiseLinear
-from fusionopt.model import Problem, Profile
+from fusionopt.model import Problem
 from fusionopt.model._io import write_text_atomic
 from fusionopt.model.fusion_dp import optimal_fusion
 from fusionopt.solvers import solve
+from timing import random_profile, timings
 
 RESULTS = Path(__file__).resolve().parent / "results" / "exact.md"
 SIZES = (5, 10, 20, 40, 80, 160, 320)
 
 
-def random_profile(n: int, seed: int) -> Profile:
-    rng = np.random.default_rng(seed)
-    return Profile.from_arrays(rng.integers(1_000, 4_000_000, n), rng.random(n) * 1e-4, rng.random(n) * 2e-4)
-
-
 def median_time(fn, repeats: int) -> float:
-    samples = []
-    for _ in range(repeats):
-        started = time.perf_counter()
-        fn()
-        samples.append(time.perf_counter() - started)
-    return statistics.median(samples)
+    return statistics.median(timings(fn, repeats))
 
 
 # A measured-looking curve with protocol switches (seconds against bytes).

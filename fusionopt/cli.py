@@ -542,11 +542,11 @@ def _comma_list(option: str, text: str, convert: Any = str) -> list[Any]:
 def _cmd_sweep(args: argparse.Namespace) -> None:
     from fusionopt import sweep
 
+    device, batch = _zoo_settings(args, None)
     grid = sweep.cells(_comma_list("--models", args.models), _comma_list("--workers", args.workers, int),
                        _comma_list("--networks", args.networks),
                        _comma_list("--methods", args.methods) if args.methods is not None else None,
-                       device=args.device or ZOO_DEVICE, batch=args.batch if args.batch is not None else ZOO_BATCH,
-                       sync=args.sync, algorithm=args.algorithm or "ring")
+                       device=device, batch=batch, sync=args.sync, algorithm=args.algorithm)
     to_run = len(sweep.pending_cells(grid, args.output, retry_errors=args.retry_errors, time_limit=args.time_limit))
     try:
         with contextlib.ExitStack() as stack:
@@ -648,11 +648,12 @@ def _cmd_calibrate(args: argparse.Namespace) -> None:
     from fusionopt.executor import calibrate
 
     _json_output(args.output, "the cost")
-    from fusionopt.executor.calibrate import default_sizes
+    from fusionopt.executor.calibrate import SweepSpec, default_sizes
 
     count = len(default_sizes(args.min_bytes, args.max_bytes))
+    # Each size is timed for about seconds_per_size, after as long again of warm-up and set-up.
     print(f"fusionopt calibrate: timing {count} message sizes on {args.backend} with {args.ranks} ranks, "
-          f"about {count * 0.2 * 2:.0f} s", file=sys.stderr, flush=True)
+          f"about {count * SweepSpec.seconds_per_size * 2:.0f} s", file=sys.stderr, flush=True)
     try:
         result = calibrate(args.backend, ranks=args.ranks, min_bytes=args.min_bytes, max_bytes=args.max_bytes,
                            iterations=args.iterations, timeout=args.timeout)

@@ -16,6 +16,10 @@ from typing import Any, Iterable, Sequence
 
 from fusionopt.model._io import write_bytes_atomic, write_json_atomic, write_text_atomic
 
+# The wall-clock limit the scripts give a search that stops on a deterministic budget (CP-SAT's
+# work units, HiGHS's nodes, layerwise-opt's kicks): a safeguard far beyond what the budget takes.
+SAFEGUARD_SECONDS = 600.0
+
 
 def reproduction_parser(doc: str, out: str, quick: str) -> argparse.ArgumentParser:
     """The command line every paper reproduction starts from: ``--out`` (default ``out``) and

@@ -3,14 +3,8 @@
 from __future__ import annotations
 
 import contextlib
-import socket
 
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from fusionopt.integrations.ddp_record import free_port
 
 
 @contextlib.contextmanager

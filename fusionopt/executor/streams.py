@@ -120,7 +120,7 @@ class StreamRunner:
         # Backward in the ready order: one piece per stretch between observable emissions,
         # each the rise of the ready time along the order (a layer's tensors tie: its time sits
         # on its last tensor in forward order, which the ready order may put last of them).
-        backward = np.diff(profile.ready_times[profile.backward_order], prepend=0.0)
+        backward = profile.backward_steps
         ready_events: dict[int, Any] = {}
         emitted = 0
         for need in self.wake_points:

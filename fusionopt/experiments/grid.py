@@ -19,6 +19,7 @@ from fusionopt.solvers.registry import default_methods, get_method
 
 SYNCS = ("barrier", "layerwise")
 
+
 @dataclass(frozen=True)
 class Cell:
     """One point of a sweep: a zoo model on a preset network, solved by one method.
@@ -57,6 +58,7 @@ class Cell:
         return f"{self.model} {self.workers} {self.network} {self.method}"
 
 CELL_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(Cell))
+
 
 def cells(
     models: Iterable[str],
@@ -159,6 +161,7 @@ def cells(
         print(f"fusionopt sweep: skipping {'; '.join(notes)}", file=sys.stderr)
     return [Cell(model, device, batch, name, algorithm, count, sync, method)
             for model in profiles for count in workers for name in networks for method in kept]
+
 
 def _distinct(kind: str, values: Iterable[Any]) -> list[Any]:
     if isinstance(values, (str, bytes)):

@@ -39,6 +39,7 @@ _FLOAT_FIELDS = frozenset({"time_limit", "iteration_time", "compute_time", "scal
 
 _FORMATS = {".jsonl": "jsonl", ".csv": "csv"}
 
+
 def results_format(path: str | os.PathLike) -> str:
     """``"jsonl"`` or ``"csv"``, from the file's extension; one line naming the path otherwise."""
     suffix = Path(path).suffix.lower()
@@ -46,6 +47,7 @@ def results_format(path: str | os.PathLike) -> str:
         raise ValueError(f"{os.fspath(path)}: unknown results format {suffix or '(no extension)'!r}; "
                          f"use {' or '.join(_FORMATS)}")
     return _FORMATS[suffix]
+
 
 def applied_limit(cell: Cell, time_limit: float | None) -> float | None:
     """The time limit a cell's solve runs under: ``time_limit`` for a method that takes one."""
@@ -56,6 +58,7 @@ def applied_limit(cell: Cell, time_limit: float | None) -> float | None:
     except ValueError:            # an unknown method: its record is an ERROR either way
         return None
 
+
 def record_key(item: Cell | dict[str, Any], time_limit: float | None = None) -> tuple:
     """What identifies a result: the cell, and the time limit its solve ran under (a rerun
     with another limit solves the limited cells again)."""
@@ -63,11 +66,13 @@ def record_key(item: Cell | dict[str, Any], time_limit: float | None = None) -> 
         return tuple(getattr(item, name) for name in CELL_FIELDS) + (applied_limit(item, time_limit),)
     return tuple(item.get(name) for name in CELL_FIELDS) + (item.get("time_limit"),)
 
+
 def encode_record(record: dict[str, Any], fmt: str) -> bytes:
     """One record as one complete line of the results file, in format ``fmt``."""
     if fmt == "jsonl":
         return (json.dumps(record) + "\n").encode("utf-8")
     return _csv_line(["" if record.get(c) is None else record.get(c) for c in CSV_COLUMNS])
+
 
 def csv_header() -> bytes:
     """The header line of a CSV results file."""
@@ -78,6 +83,7 @@ def _csv_line(values: Sequence[Any]) -> bytes:
     buffer = io.StringIO()
     csv.writer(buffer, lineterminator="\n").writerow(values)
     return buffer.getvalue().encode("utf-8")
+
 
 def _csv_value(column: str, text: str) -> Any:
     if text == "":
@@ -94,6 +100,7 @@ def _csv_value(column: str, text: str) -> Any:
         except ValueError:
             pass
     return text
+
 
 def _parse_line(line: bytes, fmt: str, header: list[str] | None) -> dict[str, Any] | None:
     """The record on one complete line (without its newline), or None when it is not one."""
@@ -118,6 +125,7 @@ def _parse_line(line: bytes, fmt: str, header: list[str] | None) -> dict[str, An
         return None
     return record
 
+
 @dataclass
 class ResultsScan:
     """A results file read line by line: the good lines (bytes, with newline) and their
@@ -129,6 +137,7 @@ class ResultsScan:
     records: list[dict[str, Any]]
     dropped: list[tuple[int, bytes]]
     torn: tuple[int, bytes] | None = None
+
 
 def scan_results(path: Path, fmt: str) -> ResultsScan:
     """Read a results file: its records, the lines that are not records and a torn last line."""
@@ -148,10 +157,9 @@ def scan_results(path: Path, fmt: str) -> ResultsScan:
             raise ValueError(f"{path}: not a sweep CSV file: its header is {found[:80]!r}, "
                              f"expected {','.join(CSV_COLUMNS)!r}")
         scan.header = complete[0] + b"\n"
-        header = list(CSV_COLUMNS)
         complete = complete[1:]
         first = 2
-    elif fmt == "csv":
+    if fmt == "csv":
         header = list(CSV_COLUMNS)
     for number, line in enumerate(complete, start=first):
         record = _parse_line(line, fmt, header)
@@ -164,10 +172,12 @@ def scan_results(path: Path, fmt: str) -> ResultsScan:
         scan.torn = (first + len(complete), tail)
     return scan
 
+
 def preview_line(line: bytes) -> str:
     """A short quoted preview of a line of a file, for error messages."""
     text = line.decode("utf-8", errors="replace")
     return repr(text if len(text) <= 60 else text[:57] + "...")
+
 
 def read_results(path: str | os.PathLike) -> list[dict[str, Any]]:
     """The records of a sweep results file (``.jsonl`` or ``.csv``), in file order.
@@ -210,6 +220,7 @@ def read_results(path: str | os.PathLike) -> list[dict[str, Any]]:
         raise ValueError(f"{path}: line {number} is not a sweep record: {preview_line(line)}")
     return scan.records
 
+
 def pending_cells(cells: Iterable[Cell], path: str | os.PathLike, *, retry_errors: bool = False,
                   time_limit: float | None = None) -> list[Cell]:
     """The cells without a record in ``path`` yet (all of them when there is no file), a
@@ -238,9 +249,10 @@ def pending_cells(cells: Iterable[Cell], path: str | os.PathLike, *, retry_error
     done = {record_key(r) for r in records if not (retry_errors and r["status"] == "ERROR")}
     return [cell for cell in dict.fromkeys(cells) if record_key(cell, time_limit) not in done]
 
+
 def repair_results(path: Path, fmt: str, scan: ResultsScan) -> None:
     """Rewrite ``path`` with its good lines only (atomically), saying on stderr what went."""
-    header = scan.header if scan.header is not None else (_csv_line(CSV_COLUMNS) if fmt == "csv" else b"")
+    header = scan.header if scan.header is not None else (csv_header() if fmt == "csv" else b"")
     mode = path.stat().st_mode & 0o777
     write_bytes_atomic(path, header + b"".join(scan.lines))
     os.chmod(path, mode)
@@ -255,12 +267,14 @@ def repair_results(path: Path, fmt: str, scan: ResultsScan) -> None:
         print(f"fusionopt sweep: warning: {path}: dropped {' and '.join(parts)}; kept {len(scan.records)} "
               f"record(s)", file=sys.stderr)
 
+
 def append_record(fd: int, line: bytes) -> None:
     """Write ``line`` with one ``os.write`` on an ``O_APPEND`` descriptor, then ``fsync``."""
     written = os.write(fd, line)       # one write: a kill cuts at most this line
     if written != len(line):
         raise OSError(f"short write: {written} of {len(line)} bytes (disk full?)")
     os.fsync(fd)
+
 
 @contextlib.contextmanager
 def writer_lock(path: Path):

@@ -20,13 +20,14 @@ from pathlib import Path
 from typing import Any, Iterable, Sequence, TextIO
 
 from fusionopt import __version__, zoo
-from fusionopt.experiments.grid import Cell
+from fusionopt.experiments.grid import CELL_FIELDS, Cell
 from fusionopt.experiments.records import (FIELDS, append_record, applied_limit, csv_header, encode_record,
                                            preview_line, record_key, repair_results, results_format,
                                            scan_results, writer_lock)
 from fusionopt.model.collectives import network
 from fusionopt.model.problem import Problem
 from fusionopt.solvers.registry import get_method, solve
+
 
 def run_cell(cell: Cell, *, time_limit: float | None = None, search_workers: int | None = None) -> dict[str, Any]:
     """Solve one cell; its record (see :data:`FIELDS`), never an exception from the solve.
@@ -90,6 +91,7 @@ def run_cell(cell: Cell, *, time_limit: float | None = None, search_workers: int
         solve_seconds=float(result.solve_seconds),
     )
     return record
+
 
 def run_sweep(
     cells: Iterable[Cell],
@@ -183,6 +185,7 @@ def run_sweep(
     with writer_lock(path):
         return _run_locked(cells, path, fmt, jobs, time_limit, progress, retry_errors, executor)
 
+
 def _run_locked(cells: list[Cell], path: Path, fmt: str, jobs: int, time_limit: float | None, progress: bool,
                 retry_errors: bool, executor: Any = None) -> list[dict[str, Any]]:
     done: dict[tuple, dict[str, Any]] = {}
@@ -227,10 +230,12 @@ def _run_locked(cells: list[Cell], path: Path, fmt: str, jobs: int, time_limit: 
 # injected executor (a cluster) this many go in one task, so that a task lasts about a second.
 CHEAP_BATCH = 16
 
+
 def run_cells(cells: Sequence[Cell], *, time_limit: float | None = None,
               search_workers: int | None = None) -> list[dict[str, Any]]:
     """:func:`run_cell` on each of ``cells``: one task of a sweep on an injected executor."""
     return [run_cell(cell, time_limit=time_limit, search_workers=search_workers) for cell in cells]
+
 
 def _tasks(pending: list[Cell]) -> list[list[Cell]]:
     """The cells grouped into tasks: the cheap ones :data:`CHEAP_BATCH` at a time, the
@@ -243,6 +248,7 @@ def _tasks(pending: list[Cell]) -> list[list[Cell]]:
     quick = [c for c in pending if cheap(c)]
     tasks = [quick[k: k + CHEAP_BATCH] for k in range(0, len(quick), CHEAP_BATCH)]
     return tasks + [[c] for c in pending if not cheap(c)]
+
 
 def _solve_on(executor: Any, pending: list[Cell], time_limit: float | None) -> Iterable[dict[str, Any]]:
     """Records of ``pending`` from an injected ``concurrent.futures.Executor`` (a Dask
@@ -274,6 +280,7 @@ def _solve_on(executor: Any, pending: list[Cell], time_limit: float | None) -> I
         raise RuntimeError(f"{len(lost)} cell(s) were lost with their task ({shown}; {reason}); the records "
                            "written so far are kept: run the same sweep again to solve them")
 
+
 def _solve_all(pending: list[Cell], jobs: int, time_limit: float | None,
                executor: Any = None) -> Iterable[dict[str, Any]]:
     """Records of ``pending`` in the order they finish."""
@@ -301,16 +308,19 @@ def _solve_all(pending: list[Cell], jobs: int, time_limit: float | None,
         # On an interrupt, start no new cell; the ones running finish in their processes.
         executor.shutdown(wait=False, cancel_futures=True)
 
+
 def _worker_started(parent: int) -> None:
     # The parent owns the terminal's Ctrl-C, and a worker whose parent was killed exits
     # instead of waiting forever on the task queue.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     threading.Thread(target=_exit_when_orphaned, args=(parent,), daemon=True).start()
 
+
 def _exit_when_orphaned(parent: int) -> None:
     while os.getppid() == parent:
         time.sleep(0.5)
     os._exit(1)
+
 
 class _Progress:
     """Progress on stderr: a bar redrawn per cell on a terminal, else about ten lines."""
@@ -334,7 +344,7 @@ class _Progress:
         self.errors += record["status"] == "ERROR"
         elapsed = time.monotonic() - self.started
         eta = _clock(elapsed / self.done * (self.total - self.done))
-        label = f"{record['model']} {record['workers']} {record['network']} {record['method']}"
+        label = Cell(**{name: record[name] for name in CELL_FIELDS}).label
         errors = f"  {self.errors} error(s)" if self.errors else ""
         if self.tty:
             filled = self.WIDTH * self.done // self.total
@@ -350,6 +360,7 @@ class _Progress:
         if self.tty and self.shown:
             self.stream.write("\n")
             self.stream.flush()
+
 
 def _clock(seconds: float) -> str:
     seconds = int(round(seconds))

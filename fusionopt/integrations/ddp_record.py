@@ -93,6 +93,13 @@ def _rank(rank: int, ranks: int, port: int, folder: str, model: str, batch: int,
         dist.destroy_process_group()
 
 
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on now, for a job's rendezvous."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def record_ddp_traces(folder: str | Path, model: str, *, batch: int = 32, ranks: int = 2, steps: int = 12,
                       schedule: bool = True, bucket_cap_mb: float | None = None, threads: int = 1,
                       seed: int = 0) -> list[Path]:
@@ -111,10 +118,7 @@ def record_ddp_traces(folder: str | Path, model: str, *, batch: int = 32, ranks:
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     before = set(folder.iterdir())
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    mp.spawn(_rank, args=(ranks, port, str(folder), model, batch, steps, schedule, bucket_cap_mb, threads, seed),
+    mp.spawn(_rank, args=(ranks, free_port(), str(folder), model, batch, steps, schedule, bucket_cap_mb, threads, seed),
              nprocs=ranks, join=True)
     return sorted(set(folder.iterdir()) - before)
 

@@ -119,7 +119,9 @@ def predict_traced_step(traces: Any, parameters: Any = None, *, statistic: str =
     step = profile.metadata["step"]
     predicted_parts = {**profile.parts, "exposed": timeline.exposed}
     measured_parts = {key: step[key] for key in ("forward", "backward")}
-    measured_parts.update(update=0.0, **{part: step[part] for part in profile.step_parts}, exposed=step["exposed"])
+    # The update and the step parts are read from the trace once, into the profile: the same
+    # figures on both sides; forward, backward and the exposed wait are measured apart.
+    measured_parts.update(update=profile.U, **{part: step[part] for part in profile.step_parts}, exposed=step["exposed"])
     measured = float(np.mean(step["periods"]) if statistic == "mean" else np.median(step["periods"]))
     return TracedStep(profile, cost, plan, timeline.iteration_time, measured,
                       predicted_parts, measured_parts)

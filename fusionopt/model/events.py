@@ -55,11 +55,10 @@ def _compute_tasks(problem: Problem, plan: Plan) -> list[_Task]:
     position = np.empty(n, dtype=np.int64)
     position[order] = np.arange(n)
     made_ready: dict[int, list[int]] = {}
-    for k, message in enumerate(plan.messages):
-        made_ready.setdefault(int(order[max(position[c.tensor] for c in message.chunks)]), []).append(k)
+    for k, i in enumerate(order[np.maximum.reduceat(position[plan.tensor], plan.starts[:-1])].tolist()):
+        made_ready.setdefault(i, []).append(k)
     packing_on_compute = problem.copy_on == "compute" and problem.copy_cost > 0
-    rho = profile.ready_times[order]
-    backward = np.diff(rho, prepend=0.0)
+    backward = profile.backward_steps
     tasks: list[_Task] = []
     for p, i in enumerate(order.tolist()):
         ready = made_ready.get(i, [])

@@ -26,6 +26,7 @@ import numpy as np
 
 from fusionopt.model.problem import Problem
 
+
 def backward_arrays(problem: Problem) -> tuple[np.ndarray, np.ndarray]:
     """Ready times ``rho_j`` and prefix sizes ``Q_j`` in backward order, the profile's
     ready order (``Q_0 = 0``).

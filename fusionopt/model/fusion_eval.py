@@ -30,6 +30,7 @@ _TILE = 4096
 def _simulated(problem: Problem, cuts: np.ndarray) -> float:
     return simulate(problem, Plan.from_cuts(problem.profile, cuts), validate=False).iteration_time
 
+
 def fusion_iteration_time(problem: Problem, cuts: np.ndarray) -> float:
     """Iteration time of the fusion plan with cut vector ``cuts``, in seconds.
 
@@ -64,6 +65,7 @@ def fusion_iteration_time(problem: Problem, cuts: np.ndarray) -> float:
     costs = problem.cost(prefix[ends + 1] - prefix[starts])
     tail = np.cumsum(costs[::-1])[::-1]                     # sum_{k >= j} c(S_k)
     return time_after_channel(profile, float(np.max(rho[ends] + tail)))
+
 
 def evaluate_cuts(problem: Problem, cuts: np.ndarray) -> np.ndarray:
     """Iteration times of many fusion plans at once.
@@ -114,6 +116,7 @@ def evaluate_cuts(problem: Problem, cuts: np.ndarray) -> np.ndarray:
     out += profile.U + profile.F + profile.W
     return out
 
+
 def _sweep_affine(rho: np.ndarray, prefix: np.ndarray, block: np.ndarray,
                   alpha: float, beta: float) -> np.ndarray:
     # At a message's last position j the channel frees at
@@ -144,6 +147,7 @@ def _sweep_affine(rho: np.ndarray, prefix: np.ndarray, block: np.ndarray,
     candidate -= last_beta_q
     return candidate
 
+
 def _sweep_general(rho: np.ndarray, prefix: np.ndarray, block: np.ndarray, cost) -> np.ndarray:
     n = len(rho)
     width = block.shape[1]
@@ -157,6 +161,7 @@ def _sweep_general(rho: np.ndarray, prefix: np.ndarray, block: np.ndarray, cost)
         end[is_cut] = candidate
         last_q[is_cut] = prefix[j + 1]
     return end
+
 
 def score_cuts(problem: Problem, cuts: np.ndarray) -> np.ndarray:
     """Iteration times of many fusion plans on any problem, seconds: the batch evaluator.
@@ -188,6 +193,7 @@ def score_cuts(problem: Problem, cuts: np.ndarray) -> np.ndarray:
     return np.array([simulate(problem, Plan.from_cuts(profile, row), validate=False).iteration_time
                      for row in cuts])
 
+
 def _evaluate_extended(problem: Problem, cuts: np.ndarray) -> np.ndarray:
     # One channel with copy cost and/or contention: the recursion of fusion_message_times,
     # plans advancing together through the positions. Every state variable only grows at
@@ -199,6 +205,7 @@ def _evaluate_extended(problem: Problem, cuts: np.ndarray) -> np.ndarray:
     for lo, hi, block in _position_blocks(cuts):
         out[lo:hi] = _sweep_extended(problem, block)
     return out + profile.U + profile.F + profile.W
+
 
 def _sweep_extended(problem: Problem, block: np.ndarray) -> np.ndarray:
     rho, prefix = backward_arrays(problem)

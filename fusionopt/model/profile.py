@@ -444,6 +444,18 @@ class Profile:
         return self._ready  # type: ignore[attr-defined]
 
     @property
+    def backward_steps(self) -> np.ndarray:
+        """Seconds of backward from one gradient to the next along the ready order (the first
+        from the start of the backward): ``ready_times[backward_order]``, differenced. Equal to
+        ``backward`` read in that order unless ``ready_order`` reorders tensors ready at one
+        moment; then the time sits on the last of them.
+
+        >>> Profile.from_arrays([8, 8], [0.0, 0.0], [0.0, 2e-3], ready_order=[0, 1]).backward_steps.tolist()
+        [0.002, 0.0]
+        """
+        return np.diff(self.ready_times[self.backward_order], prepend=0.0)
+
+    @property
     def backward_order(self) -> np.ndarray:
         """``ready_order`` as a read-only int64 array: forward indices in the order the
         gradients become ready (ready times non-decreasing along it)."""

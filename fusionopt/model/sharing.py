@@ -131,7 +131,6 @@ def _shared_end(flight: Flight, flights: list[Flight], clock: float) -> float:
     return clock + work + sum(min(f.transfer, work) for f in flights if f.message < m and f.latency <= 0.0)
 
 
-
 def _iteration_time(problem: Problem, heads: np.ndarray, backward_end: float, end: np.ndarray) -> float:
     profile = problem.profile
     if problem.sync == "barrier":

@@ -81,6 +81,7 @@ def compute_pieces(problem: Problem, plan: Plan | PSPlan, *, validate: bool = Tr
     simulate_events(problem, plan, pieces=pieces)
     return pieces
 
+
 def simulate(problem: Problem, plan: Plan | PSPlan, *, validate: bool = True) -> Timeline:
     """Simulate ``plan`` on ``problem`` (MODEL.md sections 3 and 4).
 

@@ -297,7 +297,6 @@ def _event_schedule(problem: Problem, slices: list[Chunk], window: Window, rank:
     return _Schedule(order, start[order], end[order], clock + profile.W)
 
 
-
 def _p3_window(channels: int) -> Window:
     # Post only when a channel is free: nothing ever queues in the library.
     return lambda count, nbytes: count < channels

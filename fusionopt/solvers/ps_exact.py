@@ -45,9 +45,9 @@ from fusionopt.model.problem import Problem
 from fusionopt.model.ps import PSPlan, stream_offsets
 from fusionopt.model.ps_timing import offsets_iteration_time, require_ps
 from fusionopt.model.bounds import ps_lower_bound
-from fusionopt.solvers.result import finish
-from fusionopt.solvers.result import Result, Status
+from fusionopt.solvers.cpsat_arcs import MAX_INTEGER_TIME, add_path_constraints, automatic_quantum, positive_seconds
 from fusionopt.solvers.needs import Needs, declares
+from fusionopt.solvers.result import Result, Status, finish
 
 __all__ = ["ps_brute", "ps_dp", "ps_cpsat", "ps_units", "MAX_BRUTE_CUTS"]
 
@@ -747,8 +747,6 @@ class _Grid:
                 pull_arcs.append((t, a, b))
                 pull_in[b].append(y[(a, b)])
                 pull_out[a].append(y[(a, b)])
-        from fusionopt.solvers.cpsat_arcs import add_path_constraints
-
         add_path_constraints(model, list(x.values()), push_out, push_in, None)
         add_path_constraints(model, list(y.values()), pull_out, pull_in, None)
         # z[m] / zp[m]: a push / pull message ends at node m (1 at node N).
@@ -1059,8 +1057,6 @@ def ps_cpsat(
     """
     started = time.perf_counter()
     require_ps(problem, "ps-cpsat")
-    from fusionopt.solvers.cpsat_arcs import MAX_INTEGER_TIME, automatic_quantum, positive_seconds
-
     time_limit = positive_seconds("time_limit", time_limit)
     if isinstance(workers, bool) or not isinstance(workers, numbers.Integral) or workers < 1:
         raise ValueError(f"workers must be an integer >= 1, got {workers!r}")

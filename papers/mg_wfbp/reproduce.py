@@ -577,9 +577,9 @@ def main(argv=None) -> int:
         scales = (1.0, args.scaling_s) if args.scaling_s != 1.0 else (1.0,)
         workers = WORKERS_QUICK if args.quick else WORKERS
         progress.stage("result 3: scaling", total=len(MODELS) * len(scales))
-        sc = scaling(profiles, scales, ["wfbp", "single"] + methods[2:], gradssa_kwargs, workers, progress)
-
         scaling_methods = ["wfbp", "single"] + methods[2:]
+        sc = scaling(profiles, scales, scaling_methods, gradssa_kwargs, workers, progress)
+
         plots = make_plots(args.out, grid, sw, sc, scales, scaling_methods, workers, args.tolerance)
         ctx = dict(args=args, command=command_line(SCRIPT, argv, args.out), date=datetime.date.today().isoformat(),
                    elapsed=time.perf_counter() - started, gradssa_note=gradssa_note, profiles=profiles,

@@ -46,8 +46,8 @@ import numpy as np
 
 import fusionopt
 from fusionopt.reporting import (
-    Progress, command_line, interrupted_path, markdown_table as table, pyplot, reproduction_parser, save_png,
-    write_bytes_atomic,
+    SAFEGUARD_SECONDS, Progress, command_line, interrupted_path, markdown_table as table, pyplot,
+    reproduction_parser, save_png, write_bytes_atomic,
 )
 from fusionopt import zoo
 from fusionopt.cost import network, network_link
@@ -85,7 +85,6 @@ TAIL_MODELS = ("googlenet", "resnet50", "bert-base")
 TAIL_MODELS_QUICK = ("resnet50",)
 
 EQUAL_RTOL = 1e-9
-SAFEGUARD = 600.0                # CP-SAT's wall-clock limit, far beyond its work budget
 
 # Baselines: (key, registered method, options, label). "State-of-the-art tensor fusion".
 BASELINES = (
@@ -254,7 +253,7 @@ def extended_small(profiles, instances, points, options, rng, work, quantum, pro
                                       0, "-", 0.0)
             res["of-wfbp"] = outcome(fusionopt.solve(problem, "of-wfbp", rng=rng))
             cpsat_options = {} if quantum is None else {"time_quantum": quantum}
-            exact = cpsat_outcome(fusionopt.solve(problem, "cpsat", deterministic_time=work, time_limit=SAFEGUARD,
+            exact = cpsat_outcome(fusionopt.solve(problem, "cpsat", deterministic_time=work, time_limit=SAFEGUARD_SECONDS,
                                                   workers=1, random_seed=0, **cpsat_options))
             rows.append(((model, profile.n, net, P), res, exact))
             progress.step(f"CP-SAT {model} n={profile.n} {net} P={P}: {exact.cpsat_status} {fmt_ms(exact.T)} ms, "

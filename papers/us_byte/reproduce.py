@@ -44,7 +44,8 @@ import numpy as np
 
 import fusionopt
 from fusionopt.reporting import (
-    Progress, command_line, interrupted_path, markdown_table as table, pyplot, reproduction_parser, save_png,
+    SAFEGUARD_SECONDS, Progress, command_line, interrupted_path, markdown_table as table, pyplot,
+    reproduction_parser, save_png,
 )
 from fusionopt import zoo
 from fusionopt.cost import network, network_link
@@ -78,9 +79,6 @@ RING_NETWORKS_QUICK = ("25gbe",)
 UNITS = (250_000, 1_000_000, 4_000_000, 16_000_000)
 UNITS_QUICK = (1_000_000, 4_000_000)
 GANTT_MODEL = "vgg16"
-
-# layerwise-opt's time limit, a safeguard far beyond its kick budget (the budget decides).
-LWO_SAFEGUARD_SECONDS = 600.0
 # (key, registered method, options, label). layerwise-opt's options are filled in at run time.
 METHODS = (
     ("wfbp", "wfbp", {}, "WFBP"),
@@ -755,7 +753,7 @@ def main(argv=None) -> int:
     device_s = {d: peak / zoo.device(d).peak_flops for d in MARK_DEVICES}
     # A seeded kick budget, not a wall-clock limit: rerunning reproduces the figures anywhere
     # (the time limit is a safeguard only, far beyond what the kicks take).
-    lwo_options = {"time_limit": LWO_SAFEGUARD_SECONDS, "kicks": args.kicks, "rng": args.rng}
+    lwo_options = {"time_limit": SAFEGUARD_SECONDS, "kicks": args.kicks, "rng": args.rng}
     workers = FITTED_WORKERS_QUICK if args.quick else FITTED_WORKERS
     nets = RING_NETWORKS_QUICK if args.quick else RING_NETWORKS
     setting_list = settings(workers, nets)

@@ -82,17 +82,14 @@ def test_real_ddp_traces_of_two_ranks(tmp_path):
     # The all-reduces two real gloo ranks recorded are DDP's buckets: one bucket of every
     # parameter in the first step, then the rebuilt layout the ddp model predicts, twice.
     torch = pytest.importorskip("torch")
-    import socket
-
     import torch.multiprocessing as mp
+
+    from fusionopt.integrations.ddp_record import free_port
 
     from fusionopt.integrations.kineto import profile_from_traces
     from fusionopt.solvers.ddp import ddp_buckets
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    mp.spawn(_traced_ddp_rank, args=(str(tmp_path), port), nprocs=2, join=True)
+    mp.spawn(_traced_ddp_rank, args=(str(tmp_path), free_port()), nprocs=2, join=True)
     model = torch.nn.Sequential(torch.nn.Linear(256, 512), torch.nn.ReLU(), torch.nn.Linear(512, 512),
                                 torch.nn.ReLU(), torch.nn.Linear(512, 10))
     profile = profile_from_traces(tmp_path, model)

@@ -115,7 +115,8 @@ def _worker(rank, port, out):
                     dist.all_gather(others, flat)
                     report[f"{name}/{plan_name}/{sync}"] = {
                         "grad": worst_grad, "param": worst_param, "ranks": float((others[0] - others[1]).abs().max()),
-                        "messages": len(times), "ordered": all(t["start"] >= p["end"] - 1e-9 for p, t in zip(times, times[1:]))}
+                        "messages": len(times), "plan_messages": plan.num_messages,
+                        "bytes": [t["bytes"] for t in times], "plan_bytes": plan.message_bytes.tolist()}
         # A plan for another model, and ranks with different plans.
         model = build("mlp")
         wrong = profile_of(build("conv"))
@@ -174,7 +175,8 @@ def test_gradients_and_parameters_equal_ddp_after_every_step(reports):
             r = report[case]
             assert r["grad"] < 1e-6 and r["param"] < 1e-5, case
             assert r["ranks"] == 0.0, case
-            assert r["ordered"], case
+            # Every message of the plan was sent, each with the plan's bytes, in the plan's order.
+            assert r["messages"] == r["plan_messages"] and r["bytes"] == r["plan_bytes"], case
 
 
 def test_bad_plans_are_refused_on_every_rank(reports):

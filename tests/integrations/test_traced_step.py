@@ -29,7 +29,10 @@ def test_hand_made_job_is_predicted_to_the_microsecond(tmp_path):
     assert {k: round(v / US, 6) for k, v in r.predicted_parts.items()} == {
         "forward": 290.0, "backward": 140.0, "update": 0.0, "update_lump": 105.0, "post_backward": 20.0,
         "host_overhead": 245.0, "exposed": 200.0}
-    assert r.measured_parts == pytest.approx(r.predicted_parts, abs=1e-12)
+    # Forward, backward and the exposed wait are measured apart from the profile (the other
+    # parts are the profile's own reading of the trace on both sides).
+    assert {k: r.measured_parts[k] for k in ("forward", "backward", "exposed")} == pytest.approx(
+        {k: r.predicted_parts[k] for k in ("forward", "backward", "exposed")}, abs=1e-12)
     # The copy starting 100 us after the all-reduce ends: the trace waits 300 us, the model
     # 200 us, and the difference shows in the exposed communication: 900 us against 1000.
     late = predict_traced_step(write_job(tmp_path / "late", copy_delay=100), PARAMS)
@@ -67,7 +70,7 @@ def test_real_two_rank_jobs_recorded_here(tmp_path):
     # Real 2-rank gloo DDP jobs, with and without a profiler schedule. The buckets the traces
     # show are those fusionopt's DDP model builds; the measured parts and wait add up to the
     # mean period; the prediction is checked loosely here (timings of a shared CI host; the
-    # 5% target is measured by validation/traces/run.py).
+    # median error over recorded jobs is measured by validation/traces/run.py).
     pytest.importorskip("torch")
     from fusionopt.integrations.ddp_record import record_ddp_traces
     from fusionopt.solvers.ddp import ddp_buckets

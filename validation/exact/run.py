@@ -42,7 +42,7 @@ from fusionopt import zoo
 from fusionopt.cost import AlphaBeta, PiecewiseLinear, network
 from fusionopt.model import Plan, Problem, Profile, simulate
 from fusionopt.model._io import write_text_atomic
-from fusionopt.reporting import Progress, interrupted_path
+from fusionopt.reporting import SAFEGUARD_SECONDS, Progress, interrupted_path
 from fusionopt.solvers import Status, solve
 
 RESULTS = Path(__file__).resolve().parents[1] / "results" / "exact.md"
@@ -50,6 +50,11 @@ MODELS = ("resnet50", "vgg16", "googlenet", "bert-base")
 NETWORKS = ("10gbe", "25gbe", "100gb-ib")
 WORKERS = (4, 16, 64, 256, 1024, 2048)
 REL = 1e-9
+
+
+def zoo_grid(quick: bool) -> tuple[tuple[str, ...], tuple[int, ...]]:
+    """The zoo models and worker counts of the zoo suite (fewer with ``--quick``)."""
+    return (MODELS[:2], WORKERS[::2]) if quick else (MODELS, WORKERS)
 
 
 def random_problem(rng: np.random.Generator) -> Problem:
@@ -229,8 +234,7 @@ def channel_suite(count: int, budget: Budget, seed: int, progress: Progress) -> 
 
 
 def zoo_suite(budget: Budget, quick: bool, progress: Progress) -> list[str]:
-    models = MODELS[:2] if quick else MODELS
-    workers = WORKERS[::2] if quick else WORKERS
+    models, workers = zoo_grid(quick)
     rows = []
     tallies = {"cpsat": [0, 0, 0], "milp": [0, 0, 0]}     # optimal & agree, not proven, instances
     for model in models:
@@ -320,7 +324,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--work", type=float, default=10.0, help="CP-SAT's budget per solve, in its work units")
     parser.add_argument("--nodes", type=int, default=1000, help="HiGHS's budget per solve, in branch-and-bound nodes")
-    parser.add_argument("--time-limit", type=float, default=600.0, help="wall-clock safeguard per solve (s)")
+    parser.add_argument("--time-limit", type=float, default=SAFEGUARD_SECONDS, help="wall-clock safeguard per solve (s)")
     parser.add_argument("--random", type=int, default=200, help="random instances")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--quick", action="store_true", help="fewer zoo instances")
@@ -345,7 +349,8 @@ def main(argv: list[str] | None = None) -> int:
     runs = (("cpsat", "cpsat", {}), ("milp", "milp", {}),
             ("cpsat, 2 channels, barrier", "cpsat", {"channels": 2}),
             ("cpsat, 2 channels, layerwise", "cpsat", {"channels": 2, "sync": "layerwise"}))
-    zoo_cells = (2 if args.quick else len(MODELS)) * len(NETWORKS) * len(WORKERS[::2] if args.quick else WORKERS)
+    zoo_models, zoo_workers = zoo_grid(args.quick)
+    zoo_cells = len(zoo_models) * len(NETWORKS) * len(zoo_workers)
     with Progress(interrupted_path(args.output)) as progress:
         progress.stage("random problems against brute force", total=args.random)
         lines += random_suite(args.random, budget, args.seed, progress)

@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import datetime
 import platform
-import socket
 import sys
 from pathlib import Path
 from typing import Any
@@ -33,6 +32,7 @@ sys.path.insert(0, str(ROOT / "validation"))
 from fusionopt import zoo  # noqa: E402
 from fusionopt.cost import network  # noqa: E402
 from fusionopt.integrations.ddp_layout import ddp_bucket_layout  # noqa: E402
+from fusionopt.integrations.ddp_record import free_port  # noqa: E402
 from fusionopt.integrations.torch import require_torch  # noqa: E402
 from fusionopt.model import Problem  # noqa: E402
 from fusionopt.reporting import Progress, interrupted_path, write_result  # noqa: E402
@@ -96,10 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     torch = require_torch()
     import torch.distributed as dist
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{free_port()}", rank=0, world_size=1)
     with Progress(interrupted_path(Path(args.output_dir) / "frameworks.md")) as progress:
         progress.stage("models", total=len(models))
         rows, skipped = [], []

@@ -31,14 +31,18 @@ from fusionopt import zoo
 from fusionopt.cost import network
 from fusionopt.model import Problem, Profile
 from fusionopt.model._io import write_text_atomic
-from fusionopt.reporting import Progress, interrupted_path
+from fusionopt.reporting import SAFEGUARD_SECONDS, Progress, interrupted_path
 from fusionopt.solvers import Status, solve
 
 RESULTS = Path(__file__).resolve().parents[1] / "results" / "gradssa.md"
 MODELS = ("resnet50", "vgg16", "googlenet", "bert-base")
 NETWORKS = ("10gbe", "25gbe", "100gb-ib")
 WORKERS = (4, 16, 64, 256, 1024, 2048)
-SAFEGUARD = 600.0       # CP-SAT's wall-clock limit, far beyond its work budget
+
+
+def zoo_grid(quick: bool) -> tuple[tuple[str, ...], tuple[int, ...]]:
+    """The zoo models and worker counts of the zoo suite (fewer with ``--quick``)."""
+    return (MODELS[:2], WORKERS[::2]) if quick else (MODELS, WORKERS)
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -46,8 +50,7 @@ def percentile(values: list[float], q: float) -> float:
 
 
 def plain_suite(quick: bool, seed: int, progress: Progress) -> list[str]:
-    models = MODELS[:2] if quick else MODELS
-    workers = WORKERS[::2] if quick else WORKERS
+    models, workers = zoo_grid(quick)
     gaps, seconds, rows = [], [], []
     for model in models:
         profile = zoo.profile(model, device="h100", batch=64)
@@ -103,7 +106,7 @@ def extension_suite(quick: bool, seed: int, work: float, progress: Progress) -> 
                                    ("2 channels, layerwise sync", {"channels": 2, "sync": "layerwise"}),
                                    ("4 channels, copy 1e-11 s/B", {"channels": 4, "copy_cost": 1e-11})):
                 problem = Problem(tail(base, n), network("25gbe", 64), **options)
-                exact = solve(problem, "cpsat", deterministic_time=work, time_limit=SAFEGUARD)
+                exact = solve(problem, "cpsat", deterministic_time=work, time_limit=SAFEGUARD_SECONDS)
                 result = solve(problem, "gradssa", rng=seed)
                 bound = exact.stats["iteration_time_bound"]
                 # With channels the status is the scheme's (its bound met), not one CP-SAT solve's.
@@ -158,7 +161,8 @@ def main(argv: list[str] | None = None) -> int:
     ]
     if not args.work > 0:
         parser.error("--work must be positive")
-    plain = (2 if args.quick else len(MODELS)) * len(NETWORKS) * len(WORKERS[::2] if args.quick else WORKERS)
+    models, workers = zoo_grid(args.quick)
+    plain = len(models) * len(NETWORKS) * len(workers)
     with Progress(interrupted_path(args.output)) as progress:
         progress.stage("plain model against the DP", total=plain)
         lines += plain_suite(args.quick, args.seed, progress)

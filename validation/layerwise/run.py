@@ -29,7 +29,7 @@ from fusionopt.cost import network
 from fusionopt.model import Problem
 from fusionopt.model._io import write_text_atomic
 from fusionopt.model.bounds import best_bound, fluid_bound
-from fusionopt.reporting import Progress, interrupted_path
+from fusionopt.reporting import SAFEGUARD_SECONDS, Progress, interrupted_path
 from fusionopt.solvers import solve
 
 RESULTS = Path(__file__).resolve().parents[1] / "results" / "layerwise.md"
@@ -47,7 +47,7 @@ METHODS = (
     ("usbyte", "US-Byte", {}),
     # Its seeded kick budget decides where it stops (rerunning reproduces the table exactly);
     # the time limit is a safeguard far out of the way.
-    ("layerwise-opt", "layerwise-opt", {"time_limit": 600.0, "kicks": 200, "rng": 0}),
+    ("layerwise-opt", "layerwise-opt", {"time_limit": SAFEGUARD_SECONDS, "kicks": 200, "rng": 0}),
 )
 
 

@@ -30,6 +30,7 @@ import datetime
 import os
 import platform
 import shutil
+import statistics
 import sys
 import tempfile
 from pathlib import Path
@@ -52,7 +53,7 @@ JOBS = (
     ("lstm-b32", "lstm", 32, True, 0.5),
 )
 STEPS = 42
-PARTS = ("forward", "backward", "update_lump", "post_backward", "host_overhead", "exposed")
+PARTS = ("forward", "backward", "update", "update_lump", "post_backward", "host_overhead", "exposed")
 
 
 def job_folders(root: Path) -> list[Path]:
@@ -93,8 +94,7 @@ def record(folder: Path) -> list[tuple[str, Path]]:
 
 def markdown(document: dict[str, Any]) -> str:
     rows = document["results"]
-    errors = sorted(abs(r["error"]) for r in rows)
-    median = errors[len(errors) // 2] if len(errors) % 2 else sum(errors[len(errors) // 2 - 1: len(errors) // 2 + 1]) / 2
+    median = statistics.median(abs(r["error"]) for r in rows)
     ms = lambda x: f"{1e3 * x:.3f}"  # noqa: E731
     lines = [
         "# Traced steps: predicted against measured",

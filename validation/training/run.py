@@ -37,7 +37,7 @@ import itertools
 import json
 import os
 import platform
-import socket
+import statistics
 import sys
 import tempfile
 import threading
@@ -49,13 +49,12 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from fusionopt.cost import network  # noqa: E402
+from fusionopt.integrations.ddp_record import free_port  # noqa: E402
 from fusionopt.model import Plan, Problem, Profile, simulate  # noqa: E402
 from fusionopt.reporting import command_line, markdown_table, write_result  # noqa: E402
 
 MODELS = ("mlp", "cnn", "lstm")
 CALIBRATION = ("single", "wfbp")      # the plans that fit the reducer's own cost
-BARRIER_PLANS = ("wfbp", "ddp", "ddp-advised", "dp")
-LAYERWISE_PLANS = ("usbyte", "layerwise-opt")
 USBYTE_UNIT = 4096          # parameters per US-Byte unit (the models are small)
 
 
@@ -220,8 +219,7 @@ def targets(results: dict[str, Any], key: str) -> dict[str, Any]:
     """The issue's three targets over every model and the plans not used to calibrate, with
     the ``key`` prediction (``predicted`` or ``calibrated``)."""
     checked = {name: {k: p for k, p in row["plans"].items() if k not in CALIBRATION} for name, row in results.items()}
-    errors = sorted(abs(p["measured"] - p[key]) / p[key] for plans in checked.values() for p in plans.values())
-    median = errors[len(errors) // 2] if len(errors) % 2 else sum(errors[len(errors) // 2 - 1: len(errors) // 2 + 1]) / 2
+    median = statistics.median(abs(p["measured"] - p[key]) / p[key] for plans in checked.values() for p in plans.values())
     pairs = agree = 0
     for plans in checked.values():
         for (_, pa), (_, pb) in itertools.combinations(plans.items(), 2):
@@ -309,10 +307,8 @@ def main(argv: list[str] | None = None) -> int:
               f"{torch.cuda.device_count()}", file=sys.stderr)
         return 2
 
-    with tempfile.TemporaryDirectory() as scratch, socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-        s.close()
+    port = free_port()
+    with tempfile.TemporaryDirectory() as scratch:
         out = os.path.join(scratch, "rank0.json")
         settings = {"backend": args.backend, "models": models, "network": args.network, "workers": args.workers, "batch": args.batch,
                     "steps": args.steps, "warmup": args.warmup, "profile_steps": args.profile_steps}
