@@ -9,11 +9,10 @@ for what the compute stream does and when.
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 from fusionopt.model.events import simulate_events
+from fusionopt.model.fifo import fifo_ends
 from fusionopt.model.plan import Plan
 from fusionopt.model.problem import Problem
 from fusionopt.model.ps import PSPlan
@@ -126,12 +125,7 @@ def simulate(problem: Problem, plan: Plan | PSPlan, *, validate: bool = True) ->
     ready = np.maximum.reduceat(profile.ready_times[plan.tensor], plan.starts[:-1])
     durations = np.asarray(problem.cost.of_sizes(plan.message_bytes.astype(np.float64)), dtype=np.float64)
     available = np.maximum(ready, plan.release)
-    ends: list[float] = []
-    channel_free = -math.inf
-    for a, d in zip(available.tolist(), durations.tolist()):
-        channel_free = (a if a > channel_free else channel_free) + d
-        ends.append(channel_free)
-    end = np.array(ends)
+    end = fifo_ends(available, durations)
     start = np.maximum(available, np.concatenate(([-np.inf], end[:-1])))
 
     reduced = reduction_times(plan, end, profile.n)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from fusionopt.model.fifo import fifo_ends
 from fusionopt.model.profile import Profile
 
 
@@ -30,14 +31,16 @@ def layerwise_forward(profile: Profile, reduced: np.ndarray, backward_end: float
     >>> phi.tolist(), T
     ([6.5, 8.0], 10.0)
     """
-    starts: list[float] = []
+    # The compute stream as one FIFO queue: tensor i's update waits for C_i, its forward
+    # for nothing more (available at -inf), each after the task before it.
+    n = profile.n
+    available = np.full(2 * n, -np.inf)
+    available[0::2] = np.asarray(reduced, dtype=np.float64)
+    durations = np.empty(2 * n)
+    durations[0::2], durations[1::2] = profile.update, profile.forward
     clock = profile.B if backward_end is None else float(backward_end)
-    for r, u, f in zip(np.asarray(reduced, dtype=np.float64).tolist(), profile.update.tolist(),
-                       profile.forward.tolist()):
-        clock = (r if r > clock else clock) + u
-        starts.append(clock)
-        clock += f
-    return np.array(starts), clock + profile.host_overhead
+    ends = fifo_ends(available, durations, free_at=clock)
+    return ends[0::2].copy(), float(ends[-1]) + profile.host_overhead
 
 
 def barrier_forward(profile: Profile, channel_end: float) -> tuple[np.ndarray, float]:

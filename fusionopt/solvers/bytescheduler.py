@@ -130,7 +130,8 @@ def _horovod_schedule(problem: Problem, slices: list[Chunk], rank: list[int], cr
     n = profile.n
     ready = profile.ready_times
     arrivals = list(profile.ready_order)
-    sizes = np.array([c.nbytes for c in slices], dtype=np.int64)
+    sizes = [c.nbytes for c in slices]
+    durations: dict[int, float] = {}                           # c(S) of each message size met
     kinds = None if profile.dtypes is None else tuple(profile.dtypes[c.tensor] for c in slices)
     padding = PADDING_BYTES if gpu and lookahead else 1        # the current code pads on GPUs
     first, stop = _tensor_slices(n, slices)
@@ -155,12 +156,14 @@ def _horovod_schedule(problem: Problem, slices: list[Chunk], rank: list[int], cr
         while heap and held < credit_bytes:
             s = _next_slice(heap, following, stop)
             posted.append(s)
-            held += int(sizes[s])
+            held += sizes[s]
         if posted and (cycle == 0 or clock >= tick):
             cycles += 1
             for group in fuse(posted, sizes, kinds, threshold, lookahead, padding):
-                nbytes = int(sizes[group].sum())
-                channel_free = max(channel_free, clock) + float(problem.cost(nbytes))
+                nbytes = sum(sizes[s] for s in group)
+                if nbytes not in durations:
+                    durations[nbytes] = float(problem.cost(nbytes))
+                channel_free = max(channel_free, clock) + durations[nbytes]
                 messages.append(Message(tuple(slices[s] for s in group), clock))
                 heapq.heappush(returns, (channel_free, nbytes))
                 ends.append(channel_free)

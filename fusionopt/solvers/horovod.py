@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import math
 import time
+from typing import Sequence
 
 import numpy as np
 
@@ -55,7 +56,7 @@ BACKENDS = ("nccl", "gloo", "mpi")
 PADDING_BYTES = 16                 # BATCHED_D2D_PADDING of the current code
 
 
-def fuse(batch: list[int], sizes: np.ndarray, dtypes: tuple[str, ...] | None, threshold: int,
+def fuse(batch: list[int], sizes: Sequence[int], dtypes: tuple[str, ...] | None, threshold: int,
          lookahead: bool, padding: int) -> list[list[int]]:
     """Horovod's ``FuseResponses`` over one cycle's tensors (ready order): messages of one
     dtype up to ``threshold`` bytes (each tensor counted rounded up to ``padding``).

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import math
 import time
 
+import numpy as np
+
+from fusionopt.model.fifo import fifo_job
 from fusionopt.model.plan import Plan
 from fusionopt.model.problem import Problem
 from fusionopt.model.simulator import simulate
@@ -20,9 +24,12 @@ def mgwfbp(problem: Problem) -> Result:
     either ``tau_c(l) > ready`` (it has not started) or ``ready - tau_c(l) < alpha`` (it
     started less than one startup ago), merge: the message of ``l - 1`` now carries ``l``'s
     message too, and every start is recomputed; otherwise the group closes at ``l``.
-    Starts come from :func:`~fusionopt.model.simulate`, so the rule runs on every model
-    option; ``alpha`` is the cost model's startup (``c(1 B)`` for a cost that is not
-    affine, our choice). O(n^2): a simulation of O(n) after each merge.
+    Starts come from the model, so the rule runs on every model option: on the plain model
+    a message's start and end depend on the messages before it only, so they are kept as
+    the scan goes (the simulator's FIFO step, :func:`~fusionopt.model.fifo.fifo_job`; O(n));
+    with extensions on, :func:`~fusionopt.model.simulate` runs after each merge (O(n^2)).
+    ``alpha`` is the cost model's startup (``c(1 B)`` for a cost that is not affine, our
+    choice).
 
     **It is a greedy, not an optimum.** The paper calls its merge optimal; it is not in
     general: MODEL.md section 5 (``alpha = 3 ms``) is a counter-example where it returns
@@ -44,22 +51,63 @@ def mgwfbp(problem: Problem) -> Result:
     profile = problem.profile
     affine = problem.cost.affine
     alpha = affine[0] if affine is not None else float(problem.cost(1))
+    groups = (_simulated_merges if problem.extensions else _plain_merges)(problem, alpha)
+    merges = profile.n - len(groups)
+    plan = Plan.from_groups(profile, groups)
+    return finish(problem, plan, "mgwfbp", started, stats={"merges": merges, "alpha": alpha})
+
+
+def _merge_rule(ready: float, start: float, end: float, alpha: float) -> bool:
+    """Does the message starting at ``start`` and ending at ``end`` take the next tensor, ready
+    at ``ready``?"""
+    return ready < end and (start > ready or ready - start < alpha)
+
+
+def _plain_merges(problem: Problem, alpha: float) -> list[list[int]]:
+    """The rule's groups on the plain model, in backward order: the open message's start and
+    end from the channel's state before it, as the simulator computes them."""
+    profile = problem.profile
+    ready_times = profile.ready_times.tolist()
+    sizes = profile.sizes.tolist()
+    order = list(profile.ready_order)
+
+    def duration(nbytes: int) -> float:
+        return float(problem.cost.of_sizes(np.array([float(nbytes)]))[0])
+
+    groups: list[list[int]] = [[order[0]]]
+    nbytes = sizes[order[0]]
+    free = -math.inf                                   # when the messages before the open one end
+    # A message is available at the latest ready time of its tensors and its release (0).
+    latest = ready_times[order[0]]                     # the open message's latest ready time
+    start, end = fifo_job(max(latest, 0.0), duration(nbytes), free)
+    for following in order[1:]:
+        ready = ready_times[following]
+        if _merge_rule(ready, start, end, alpha):
+            groups[-1].append(following)
+            nbytes += sizes[following]
+            latest = max(latest, ready)
+        else:
+            free = end
+            groups.append([following])
+            nbytes, latest = sizes[following], ready
+        start, end = fifo_job(max(latest, 0.0), duration(nbytes), free)
+    return groups
+
+
+def _simulated_merges(problem: Problem, alpha: float) -> list[list[int]]:
+    """The rule's groups with a full simulation after each merge (any model option)."""
+    profile = problem.profile
     ready_times = profile.ready_times
-    # Groups in backward order; groups[-1] is the open group that l belongs to.
     order = profile.ready_order
-    groups: list[list[int]] = [[i] for i in order]
-    merges = 0
-    position = 0                      # index in groups of the message holding l
+    groups: list[list[int]] = [[i] for i in order]     # groups[position] holds l
+    position = 0
     timeline = simulate(problem, Plan.from_groups(profile, groups), validate=False)
     for following in order[1:]:
         start = float(timeline.message_start[position])
         end = float(timeline.message_end[position])
-        ready = float(ready_times[following])
-        if ready < end and (start > ready or ready - start < alpha):
+        if _merge_rule(float(ready_times[following]), start, end, alpha):
             groups[position] = groups[position] + groups.pop(position + 1)
-            merges += 1
             timeline = simulate(problem, Plan.from_groups(profile, groups), validate=False)
         else:
             position += 1
-    plan = Plan.from_groups(profile, groups)
-    return finish(problem, plan, "mgwfbp", started, stats={"merges": merges, "alpha": alpha})
+    return groups

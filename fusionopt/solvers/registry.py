@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable
 
@@ -11,6 +12,12 @@ from fusionopt.model.problem import Problem
 from fusionopt.solvers import baselines
 from fusionopt.solvers.needs import Needs, needs_of
 from fusionopt.solvers.result import Result
+
+
+_SOLVED: ContextVar[dict[str, tuple[Problem, Result]] | None] = ContextVar("fusionopt_solved", default=None)
+"""Within one :func:`compare`: each method's result on its problem, solved with the default
+options, so a method that starts from other methods' plans (``layerwise-opt``, ``cpsat``'s
+hints) is handed the comparison's own results instead of solving them again."""
 
 
 @dataclass(frozen=True)
@@ -200,7 +207,14 @@ def solve(problem: Problem, method: str = "wfbp", **options: Any) -> Result:
         if key not in allowed:
             listed = ", ".join(allowed) if allowed else "none"
             raise ValueError(f"unknown option {key!r} for method {method!r}; its options: {listed}")
-    return entry.function(problem, **options)
+    solved = _SOLVED.get()
+    if solved is None or options:
+        return entry.function(problem, **options)
+    if method in solved and solved[method][0] is problem:
+        return solved[method][1]
+    result = entry.function(problem)
+    solved[method] = (problem, result)
+    return result
 
 
 @dataclass(frozen=True)
@@ -227,6 +241,10 @@ def compare(problem: Problem, methods: Iterable[str] | None = None) -> list[Comp
         (the baselines and the DP; not the searches limited in size or time). WFBP is
         always solved as the reference for ``speedup``.
 
+    Each method is solved once: a method that starts from other methods' plans
+    (``layerwise-opt``) is handed the results this comparison solved, so its
+    ``solve_seconds`` counts its own work only.
+
     Examples
     --------
     >>> from fusionopt.model.cost import AlphaBeta
@@ -243,9 +261,13 @@ def compare(problem: Problem, methods: Iterable[str] | None = None) -> list[Comp
         raise ValueError("compare needs at least one method")
     for name in names:
         get_method(name)
-    results = {name: solve(problem, name) for name in dict.fromkeys(names)}
     base = "ps-default" if problem.ps is not None else "wfbp"
-    reference = results[base] if base in results else solve(problem, base)
+    token = _SOLVED.set({})
+    try:
+        results = {name: solve(problem, name) for name in dict.fromkeys(names)}
+        reference = results[base] if base in results else solve(problem, base)
+    finally:
+        _SOLVED.reset(token)
     rows = []
     for name, r in results.items():
         rows.append(ComparisonRow(

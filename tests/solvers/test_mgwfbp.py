@@ -68,3 +68,13 @@ def test_runs_on_extended_problems_and_fitted_presets():
     # before, so nothing merges on the plain problem: WFBP.
     plain = solve(Problem(profile, network("mgwfbp-10gbe", 8)), "mgwfbp")
     assert plain.plan.groups() == [[2], [1], [0]] and plain.stats["merges"] == 0
+
+
+@settings(deadline=None)
+@given(problem=problems(max_n=12))
+def test_kept_starts_equal_a_simulation_after_each_merge(problem):
+    # On the plain model the scan keeps the open message's start and end; the general path
+    # simulates the whole plan after each merge. They must take the same decisions.
+    from fusionopt.solvers.mgwfbp import _plain_merges, _simulated_merges
+    for alpha in (problem.cost(1), 0.0, 1e-3):
+        assert _plain_merges(problem, alpha) == _simulated_merges(problem, alpha)
