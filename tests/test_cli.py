@@ -626,7 +626,7 @@ def test_extension_flags_reach_the_simulator(capsys, profile_path, tmp_path):
     assert doc["iteration_time"] == pytest.approx(0.022, rel=1e-12)   # {t3}, {t2, t1} packed: 22 ms
     assert "contention must be >= 1" in run_error(capsys, "solve", profile_path, "--alpha", "0.001", "--beta", "1e-9",
                                                  "--contention", "0.5")
-    assert "the fusion DP applies to the plain model only" in run_error(
+    assert "dp applies to the plain model only, and this problem has channels on" in run_error(
         capsys, "solve", profile_path, "--alpha", "0.001", "--beta", "1e-9", "--channels", "2", "--method", "dp")
 
 

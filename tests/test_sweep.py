@@ -145,7 +145,7 @@ def test_a_failing_cell_is_an_error_record_and_the_sweep_goes_on(tmp_path):
     grid = cells(["resnet18"], [8], ["10gbe"], ["brute", "wfbp"])   # brute refuses 62 tensors
     brute, wfbp = run_sweep(grid, tmp_path / "sweep.jsonl", jobs=2, progress=False)
     assert brute["status"] == "ERROR"
-    assert brute["error"].startswith("ValueError: brute force") and "62" in brute["error"]
+    assert brute["error"].startswith("ValueError: brute enumerates 2^(n-1) plans") and "62" in brute["error"]
     assert brute["iteration_time"] is None and brute["messages"] is None and brute["throughput"] is None
     assert brute["compute_time"] == zoo.profile("resnet18").compute_time
     assert set(brute) == set(FIELDS) | {"error"}
@@ -354,7 +354,7 @@ def test_csv_and_jsonl_round_trip_the_same_records(tmp_path):
     from_csv = in_cell_order(read_results(tmp_path / "sweep.csv"), grid)
     assert from_csv == as_csv
     errors = [r for r in from_csv if r["status"] == "ERROR"]
-    assert len(errors) == 2 and all(r["iteration_time"] is None and "brute force" in r["error"] for r in errors)
+    assert len(errors) == 2 and all(r["iteration_time"] is None and "brute enumerates" in r["error"] for r in errors)
     ok = [r for r in from_csv if r["status"] != "ERROR"]
     assert all("error" not in r and type(r["workers"]) is int and type(r["messages"]) is int
                and type(r["iteration_time"]) is float for r in ok)
@@ -431,7 +431,7 @@ def test_cli_sweep_runs_then_skips(tmp_path, capsys):
     # default methods, an error cell reported in the summary
     status, out, _ = run(capsys, "sweep", "--models", "resnet18", "--workers", "8", "--networks", "10gbe",
                          "--methods", "brute", "--output", tmp_path / "b.jsonl", "--jobs", "1", "--no-progress")
-    assert status == 1 and "1 error(s)" in out and "ERROR resnet18 8 10gbe brute: ValueError: brute force" in out
+    assert status == 1 and "1 error(s)" in out and "ERROR resnet18 8 10gbe brute: ValueError: brute enumerates" in out
 
 
 @pytest.mark.parametrize("change, message", [

@@ -4,9 +4,9 @@ A dispatched message runs a latency phase (seconds of its own) and then a transf
 ``w`` seconds of exclusive bandwidth, the transfers in flight sharing it equally (processor
 sharing). Every event simulation of fusionopt advances its messages with these functions:
 the event engine (:mod:`fusionopt.model.events`), the channel schedule of fusion plans
-(:mod:`fusionopt.model.sharing`) and the priority schedulers. Amounts left within
-``tolerance`` of zero count as done, so that floating-point rounding does not leave a
-phantom event; the tolerance is :data:`EPS` times the run's scale.
+(:mod:`fusionopt.model.sharing`) and the priority dispatch (:mod:`fusionopt.model.dispatch`).
+Amounts left within ``tolerance`` of zero count as done, so that floating-point rounding
+does not leave a phantom event; the tolerance is :data:`EPS` times the run's scale.
 """
 
 from __future__ import annotations

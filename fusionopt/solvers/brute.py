@@ -12,6 +12,7 @@ from fusionopt.model.fusion_dp import check_caps, backward_arrays
 from fusionopt.model.plan import Plan
 from fusionopt.model.problem import Problem
 from fusionopt.model.simulator import simulate
+from fusionopt.solvers.needs import Needs, declares
 from fusionopt.solvers.result import Result, finish
 
 MAX_TENSORS = 20
@@ -20,6 +21,8 @@ MAX_TENSORS_EVENT_DRIVEN = 14
 _BATCH = 1 << 16
 
 
+@declares(Needs(max_tensors=MAX_TENSORS, max_tensors_channels=MAX_TENSORS_EVENT_DRIVEN,
+               size_reason="enumerates 2^(n-1) plans", plain_alternative="dp"))
 def brute(
     problem: Problem,
     *,
@@ -45,12 +48,6 @@ def brute(
     """
     started = time.perf_counter()
     n = problem.profile.n
-    limit = MAX_TENSORS_EVENT_DRIVEN if problem.channels > 1 else MAX_TENSORS
-    if n > limit:
-        raise ValueError(
-            f"brute force enumerates 2^(n-1) plans and refuses n = {n} > {limit}"
-            + ("" if problem.extensions else "; use method='dp'")
-        )
     cap, max_messages = check_caps(problem, max_message_bytes, max_messages)
     _, prefix = backward_arrays(problem)
     total = 1 << (n - 1)

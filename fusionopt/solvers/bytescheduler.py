@@ -33,28 +33,19 @@ The Horovod path models one channel without contention or copy cost.
 
 from __future__ import annotations
 
-import heapq
 import math
 import time
 from typing import Any, Iterable
 
 import numpy as np
 
+from fusionopt.model.dispatch import PolicyRun, credit_window, priority_dispatch
 from fusionopt.model.plan import Chunk, Message, Plan
 from fusionopt.model.problem import Problem
 from fusionopt.model.simulator import simulate
+from fusionopt.model.ticks import credit_ticks
 from fusionopt.solvers.horovod import BACKENDS, HOROVOD_DEFAULTS, PADDING_BYTES, fuse
-from fusionopt.solvers.priority import (
-    _check_reproduced,
-    _credit_window,
-    check_message_ends,
-    _next_slice,
-    _require_layerwise,
-    _schedule,
-    _Schedule,
-    _tensor_slices,
-    _whole_parameters,
-)
+from fusionopt.solvers.priority import check_message_ends, check_reproduced, whole_parameters
 from fusionopt.solvers.result import Result, finish
 from fusionopt.solvers.needs import Needs, declares
 
@@ -94,7 +85,7 @@ def bytescheduler_slices(problem: Problem, partition_parameters: int) -> list[Ch
     >>> [(c.tensor, c.lo, c.hi) for c in bytescheduler_slices(Problem(rows, AlphaBeta(0, 1e-9)), 4)]
     [(0, 0, 8), (0, 8, 24), (0, 24, 40), (1, 0, 8)]
     """
-    partition_parameters = _whole_parameters("partition_parameters", partition_parameters)
+    partition_parameters = whole_parameters("partition_parameters", partition_parameters)
     profile = problem.profile
     slices = []
     for i, size in enumerate(profile.sizes.tolist()):
@@ -123,73 +114,22 @@ def _registration_rank(problem: Problem) -> list[int]:
 
 def _horovod_schedule(problem: Problem, slices: list[Chunk], rank: list[int], credit_bytes: int,
                       threshold: int, cycle: float, gpu: bool, lookahead: bool) -> tuple[Plan, int, list[float]]:
-    """The core's credit loop over Horovod's cycle ticks (module docstring): the plan of
-    fused messages with their release times, the number of busy cycles, and the message
-    ends the loop returned credit at (the simulator must agree: :func:`_finish` checks)."""
-    profile = problem.profile
-    n = profile.n
-    ready = profile.ready_times
-    arrivals = list(profile.ready_order)
+    """The core's credit over Horovod's cycle ticks (module docstring), run by the model's
+    :func:`~fusionopt.model.ticks.credit_ticks` with Horovod's fuse rule: the plan of fused
+    messages with their release times, the number of busy cycles, and the message ends the
+    loop returned credit at (the simulator must agree: :func:`_finish` checks)."""
     sizes = [c.nbytes for c in slices]
-    durations: dict[int, float] = {}                           # c(S) of each message size met
-    kinds = None if profile.dtypes is None else tuple(profile.dtypes[c.tensor] for c in slices)
+    kinds = None if problem.profile.dtypes is None else tuple(problem.profile.dtypes[c.tensor] for c in slices)
     padding = PADDING_BYTES if gpu and lookahead else 1        # the current code pads on GPUs
-    first, stop = _tensor_slices(n, slices)
-    following = list(first)
-    heap: list[tuple[int, int]] = []                           # (rank, tensor) with partitions left
-    posted: list[int] = []                                     # waiting for Horovod's tick
-    returns: list[tuple[float, int]] = []                      # (end, bytes): credit coming back
-    held = 0
-    messages: list[Message] = []
-    ends: list[float] = []
-    channel_free = -math.inf
-    clock = float(ready[arrivals[0]])
-    tick = math.ceil(clock / cycle) * cycle if cycle > 0 else clock     # ticks at 0, cycle, ...
-    released = sent = cycles = 0
-    while sent < len(slices):
-        while released < n and ready[arrivals[released]] <= clock:
-            i = arrivals[released]
-            heapq.heappush(heap, (rank[i], i))
-            released += 1
-        while returns and returns[0][0] <= clock:
-            held -= heapq.heappop(returns)[1]
-        while heap and held < credit_bytes:
-            s = _next_slice(heap, following, stop)
-            posted.append(s)
-            held += sizes[s]
-        if posted and (cycle == 0 or clock >= tick):
-            cycles += 1
-            for group in fuse(posted, sizes, kinds, threshold, lookahead, padding):
-                nbytes = sum(sizes[s] for s in group)
-                if nbytes not in durations:
-                    durations[nbytes] = float(problem.cost(nbytes))
-                channel_free = max(channel_free, clock) + durations[nbytes]
-                messages.append(Message(tuple(slices[s] for s in group), clock))
-                heapq.heappush(returns, (channel_free, nbytes))
-                ends.append(channel_free)
-                sent += len(group)
-            posted = []
-            if cycle > 0:
-                tick = clock + cycle if gpu else max(clock + cycle, channel_free)
-        upcoming = []
-        if released < n:
-            upcoming.append(float(ready[arrivals[released]]))
-        if returns:
-            upcoming.append(returns[0][0])
-        if posted:
-            upcoming.append(tick)
-        if not upcoming:
-            if sent < len(slices):
-                raise AssertionError("bytescheduler: partitions left and no event to come")
-            break
-        clock = min(upcoming)
-        if cycle > 0 and tick < clock:                         # idle ticks on the grid
-            tick += math.ceil((clock - tick) / cycle) * cycle
-    return Plan(tuple(messages)), cycles, ends
+    run = credit_ticks(problem, slices, rank, credit_bytes,
+                       lambda posted: fuse(posted, sizes, kinds, threshold, lookahead, padding),
+                       cycle, wait_for_collectives=not gpu)
+    plan = Plan(tuple(Message(tuple(slices[s] for s in group), tick) for group, tick in zip(run.groups, run.release)))
+    return plan, run.cycles, run.ends
 
 
 def _run(problem: Problem, partition: int, credit: int, options: dict[str, Any],
-         slices: list[Chunk] | None = None) -> tuple[Plan, dict[str, Any], _Schedule | list[float]]:
+         slices: list[Chunk] | None = None) -> tuple[Plan, dict[str, Any], PolicyRun | list[float]]:
     """One setting: its plan, its stats, and the policy's own timing for the simulator to
     agree with: the unfused policy's schedule, or the message ends on Horovod."""
     if slices is None:
@@ -198,7 +138,7 @@ def _run(problem: Problem, partition: int, credit: int, options: dict[str, Any],
     credit_bytes = credit * problem.profile.dtype_bytes
     stats = {"partition_parameters": partition, "credit_parameters": credit, "slices": len(slices)}
     if options["unfused"]:
-        schedule = _schedule(problem, slices, _credit_window(problem.channels, credit_bytes), rank)
+        schedule = priority_dispatch(problem, slices, credit_window(problem.channels, credit_bytes), rank)
         stats["policy_iteration_time"] = schedule.iteration_time
         return schedule.plan(slices), stats, schedule
     plan, cycles, ends = _horovod_schedule(problem, slices, rank, credit_bytes, options["threshold"],
@@ -236,12 +176,12 @@ def _horovod_options(problem: Problem, fusion_threshold_bytes: float | None, cyc
 
 
 def _finish(problem: Problem, method: str, started: float, plan: Plan, stats: dict[str, Any],
-            timing: _Schedule | list[float], options: dict[str, Any]) -> Result:
+            timing: PolicyRun | list[float], options: dict[str, Any]) -> Result:
     stats.update(fusion_threshold_bytes=options["threshold"], cycle_time=options["cycle"],
                  backend=options["backend"], horovod_defaults=options["horovod_defaults"])
     result = finish(problem, plan, method, started, space="any", stats=stats)
-    if isinstance(timing, _Schedule):
-        _check_reproduced(problem, result, timing, method)
+    if isinstance(timing, PolicyRun):
+        check_reproduced(problem, result, timing, method)
     else:
         check_message_ends(problem, result, timing, method)
     return result
@@ -308,7 +248,7 @@ def bytescheduler(
     ([[2], [2], [1], [0], [0], [0], [0]], 18.0)
 
     On Horovod 0.16 (5 ms ticks, 64 MiB): at the 5 ms tick t2's two partitions and t1 are
-    posted (credit 4M elements) and fused into one 4 MB message, 5 -> 10 ms; t0's
+    posted (credit 4M elements) and fused into one 3 MB message, 5 -> 9 ms; t0's
     partitions go at the 10 ms tick, 10 -> 15: ``T = 15 + 3 = 18`` ms.
 
     >>> fused = bytescheduler(problem, partition_parameters=250_000)
@@ -329,7 +269,6 @@ def bytescheduler(
     (715.5, 176)
     """
     started = time.perf_counter()
-    _require_layerwise(problem, "bytescheduler")
     defaults = BYTESCHEDULER_PRESETS["default"]
     if preset is not None:
         if preset not in BYTESCHEDULER_PRESETS:
@@ -339,8 +278,8 @@ def bytescheduler(
             if value != default:
                 raise ValueError(f"preset={preset!r} sets {label}; do not pass {label}={value!r} with it")
         partition_parameters, credit_parameters = BYTESCHEDULER_PRESETS[preset]
-    partition = _whole_parameters("partition_parameters", partition_parameters)
-    credit = _whole_parameters("credit_parameters", credit_parameters)
+    partition = whole_parameters("partition_parameters", partition_parameters)
+    credit = whole_parameters("credit_parameters", credit_parameters)
     _check_credit(partition, credit)
     if not isinstance(credit_tuning, (bool, np.bool_)):
         raise ValueError(f"credit_tuning must be True or False, got {credit_tuning!r}")
@@ -416,18 +355,17 @@ def bytescheduler_tuned(
     (1000000, 4000000)
     """
     started = time.perf_counter()
-    _require_layerwise(problem, "bytescheduler-tuned")
     options = _horovod_options(problem, fusion_threshold_bytes, cycle_time, backend, horovod_defaults)
     if partitions is None:
         partition_grid = list(TUNING_PARTITIONS)
     else:
-        partition_grid = sorted({_whole_parameters("partitions", p) for p in partitions})
+        partition_grid = sorted({whole_parameters("partitions", p) for p in partitions})
         if not partition_grid:
             raise ValueError("partitions is empty: give at least one partition size")
     if credits is None:
         pairs = [(p, p * m) for p in partition_grid for m in TUNING_CREDIT_MULTIPLES]
     else:
-        credit_grid = sorted({_whole_parameters("credits", c) for c in credits})
+        credit_grid = sorted({whole_parameters("credits", c) for c in credits})
         if not credit_grid:
             raise ValueError("credits is empty: give at least one credit")
         pairs = [(p, c) for p in partition_grid for c in credit_grid if c >= p]

@@ -38,7 +38,6 @@ the backward; the thread's phase is not known in a real job, and 0 is our choice
 
 from __future__ import annotations
 
-import math
 import time
 from typing import Sequence
 
@@ -46,6 +45,7 @@ import numpy as np
 
 from fusionopt.model.plan import Plan
 from fusionopt.model.problem import Problem
+from fusionopt.model.ticks import cycle_ticks
 from fusionopt.solvers.baselines import positive_number
 from fusionopt.solvers.priority import check_message_ends
 from fusionopt.solvers.result import Result, finish
@@ -160,36 +160,13 @@ def horovod(
     padding = PADDING_BYTES if current and gpu else 1
 
     profile = problem.profile
-    ready = profile.ready_times
-    pending = list(profile.ready_order)                # ready times non-decreasing along it
-    groups: list[list[int]] = []
-    release: list[float] = []
-    tick, channel_free, busy_cycles = float(cycle_phase), 0.0, 0
-    ends: list[float] = []                             # the policy's own message ends
-    while pending:
-        count = 0
-        while count < len(pending) and ready[pending[count]] <= tick:
-            count += 1
-        batch, pending = pending[:count], pending[count:]
-        if batch:
-            busy_cycles += 1
-            for group in fuse(batch, profile.sizes, profile.dtypes, threshold, current, padding):
-                groups.append(group)
-                release.append(tick)
-                channel_free = max(channel_free, tick) + float(problem.cost(int(profile.sizes[group].sum())))
-                ends.append(channel_free)
-        if not pending:
-            break
-        # The next tick; idle ticks up to the next gradient are skipped.
-        waits = max(1, math.ceil((ready[pending[0]] - tick) / cycle)) if not batch else 1
-        tick += waits * cycle
-        if not gpu:
-            tick = max(tick, channel_free)
-    plan = Plan.from_groups(profile, groups, release=release)
+    run = cycle_ticks(problem, lambda batch: fuse(batch, profile.sizes, profile.dtypes, threshold, current, padding),
+                      cycle, phase=float(cycle_phase), wait_for_collectives=not gpu)
+    plan = Plan.from_groups(profile, run.groups, release=run.release)
     space = "fusion" if plan.is_fusion(profile) else "any"     # releases make it another plan
     result = finish(problem, plan, "horovod", started, space=space, stats={
-        "cycle_time": cycle, "fusion_threshold_bytes": threshold, "cycles": busy_cycles,
+        "cycle_time": cycle, "fusion_threshold_bytes": threshold, "cycles": run.cycles,
         "backend": backend, "defaults": defaults, "cycle_phase": float(cycle_phase),
     })
-    check_message_ends(problem, result, ends, "horovod")
+    check_message_ends(problem, result, run.ends, "horovod")
     return result

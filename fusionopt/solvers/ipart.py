@@ -122,7 +122,7 @@ import numpy as np
 from fusionopt.model.cost import CommCost
 from fusionopt.model.problem import Problem
 from fusionopt.model.ps import PSPlan, stream_offsets
-from fusionopt.model.ps_timing import offsets_iteration_time, require_ps, simulate_ps
+from fusionopt.model.ps_timing import offsets_iteration_time, simulate_ps
 from fusionopt.solvers.result import finish
 from fusionopt.solvers.result import Result
 from fusionopt.solvers.needs import Needs, declares
@@ -624,7 +624,6 @@ def ibatch(problem: Problem, *, pushes: str = "after-backward") -> Result:
     ValueError: pushes must be 'after-backward' or 'per-tensor', got 'all'
     """
     started = time.perf_counter()
-    require_ps(problem, "ibatch")
     if not isinstance(pushes, str) or pushes not in PUSH_MODES:
         raise ValueError(f"pushes must be 'after-backward' or 'per-tensor', got {pushes!r}")
     profile = problem.profile
@@ -712,7 +711,6 @@ def ipart(problem: Problem, *, min_partition_bytes: int | None = None,
     ValueError: lookahead_sizes must be an integer >= 1, got 0
     """
     started = time.perf_counter()
-    require_ps(problem, "ipart")
     min_partition = _check_min_partition(min_partition_bytes)
     if (isinstance(lookahead_sizes, bool) or not isinstance(lookahead_sizes, numbers.Integral)
             or lookahead_sizes < 1):

@@ -95,7 +95,6 @@ def layerwise_opt(problem: Problem, *, time_limit: float = 2.0, kicks: int = 200
     (14.0, 'usbyte')
     """
     started = time.perf_counter()
-    problem.require_layerwise("layerwise-opt")
     if isinstance(time_limit, bool) or not isinstance(time_limit, (int, float)) or not (
             math.isfinite(time_limit) and time_limit > 0):
         raise ValueError(f"time_limit must be positive and finite (seconds), got {time_limit!r}")

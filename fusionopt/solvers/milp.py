@@ -160,7 +160,6 @@ def milp(
     19.0
     """
     started = time.perf_counter()
-    problem.require_plain("milp")
     time_limit, mip_rel_gap = _check_options(time_limit, mip_rel_gap)
     if node_limit is not None and (isinstance(node_limit, bool) or not isinstance(node_limit, (int, np.integer))
                                    or node_limit < 1):

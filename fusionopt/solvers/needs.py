@@ -2,14 +2,18 @@
 
 A solver function carries a :class:`Needs` (set by :func:`declares`); the registry,
 :func:`~fusionopt.solvers.registry.compare`, the sweep and the command line read it from
-there, so what a method takes is said once. A function without a declaration takes every
-all-reduce problem: both sync modes and every extension.
+there, and every call of the function is checked against it (:meth:`Needs.check`), so what
+a method takes is said once. A function without a declaration takes every all-reduce
+problem: both sync modes and every extension.
 """
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
-from typing import Callable, TypeVar
+from typing import Any, Callable, TypeVar
+
+from fusionopt.model.problem import Problem
 
 F = TypeVar("F", bound=Callable)
 
@@ -19,14 +23,23 @@ class Needs:
     """``plain``: the plain model only (no copy cost, contention or several channels);
     ``layerwise``: ``sync="layerwise"`` only (a partition scheduler that lets the next forward
     start tensor by tensor); ``ps``: a parameter-server problem (otherwise all-reduce).
+    ``max_tensors``: the most tensors it takes (``max_tensors_channels`` with several
+    channels, where it is smaller), ``size_reason`` why, and ``plain_alternative`` the method
+    to use instead on a larger problem of the plain model.
 
     >>> Needs(plain=True, layerwise=True).describe()
     'all-reduce; plain model only; layerwise sync only'
+    >>> Needs(max_tensors=20, max_tensors_channels=14).describe()
+    'all-reduce; n <= 20 (14 with several channels)'
     """
 
     plain: bool = False
     layerwise: bool = False
     ps: bool = False
+    max_tensors: int | None = None
+    max_tensors_channels: int | None = None
+    size_reason: str = "takes"
+    plain_alternative: str | None = None
 
     def describe(self) -> str:
         """The declaration in words, for listings."""
@@ -35,17 +48,53 @@ class Needs:
             words.append("plain model only")
         if self.layerwise:
             words.append("layerwise sync only")
+        if self.max_tensors is not None:
+            channels = "" if self.max_tensors_channels is None else f" ({self.max_tensors_channels} with several channels)"
+            words.append(f"n <= {self.max_tensors}{channels}")
         return "; ".join(words)
+
+    def tensor_limit(self, problem: Problem) -> int | None:
+        """The most tensors the method takes on ``problem``'s options (None: no limit)."""
+        if problem.channels > 1 and self.max_tensors_channels is not None:
+            return self.max_tensors_channels
+        return self.max_tensors
+
+    def check(self, problem: Any, method: str) -> None:
+        """Raise a one-line ``ValueError`` naming ``method`` if it does not take ``problem``."""
+        if not isinstance(problem, Problem):
+            raise ValueError(f"problem must be a Problem, got {type(problem).__name__}")
+        if self.ps and problem.ps is None:
+            raise ValueError(f"{method} needs a parameter-server problem: Problem(profile, ps=ParameterServer(...))")
+        if not self.ps and problem.ps is not None:
+            raise ValueError(f"{method} is an all-reduce method and this problem has a parameter server "
+                             "(ps=...): use a parameter-server method such as ps-dp")
+        if self.plain:
+            problem.require_plain(method)
+        if self.layerwise:
+            problem.require_layerwise(method)
+        limit = self.tensor_limit(problem)
+        if limit is not None and problem.profile.n > limit:
+            instead = "" if self.plain_alternative is None or problem.extensions else f"; use method={self.plain_alternative!r}"
+            raise ValueError(f"{method} {self.size_reason} and refuses n = {problem.profile.n} > {limit}{instead}")
 
 
 ANY_ALL_REDUCE = Needs()
 
 
 def declares(needs: Needs) -> Callable[[F], F]:
-    """Mark a solver function with what it can solve (read by the registry)."""
+    """Mark a solver function with what it can solve (read by the registry) and check every
+    call against it; the method is named as registered (``bytescheduler_tuned`` is
+    ``bytescheduler-tuned``)."""
     def mark(function: F) -> F:
-        function.needs = needs  # type: ignore[attr-defined]
-        return function
+        method = function.__name__.replace("_", "-")
+
+        @functools.wraps(function)
+        def checked(problem: Any, *args: Any, **options: Any) -> Any:
+            needs.check(problem, method)
+            return function(problem, *args, **options)
+
+        checked.needs = needs  # type: ignore[attr-defined]
+        return checked  # type: ignore[return-value]
     return mark
 
 

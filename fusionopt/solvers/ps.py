@@ -20,7 +20,6 @@ import time
 
 from fusionopt.model.problem import Problem
 from fusionopt.model.ps import PSPlan
-from fusionopt.model.ps_timing import require_ps
 from fusionopt.solvers.needs import Needs, declares
 from fusionopt.solvers.result import Result, finish
 
@@ -49,7 +48,6 @@ def ps_default(problem: Problem) -> Result:
     (25.0, [[2, 1, 0]], [[0, 1, 2]])
     """
     started = time.perf_counter()
-    require_ps(problem, "ps-default")
     return finish(problem, PSPlan.from_offsets(problem.profile), "ps-default", started)
 
 
@@ -79,7 +77,6 @@ def ps_layer(problem: Problem) -> Result:
     24.0
     """
     started = time.perf_counter()
-    require_ps(problem, "ps-layer")
     n = problem.profile.n
     plan = PSPlan.from_groups(problem.profile, push=[[i] for i in range(n - 1, -1, -1)],
                               pull=[[i] for i in range(n)])

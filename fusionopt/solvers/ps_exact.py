@@ -43,7 +43,7 @@ import numpy as np
 
 from fusionopt.model.problem import Problem
 from fusionopt.model.ps import PSPlan, stream_offsets
-from fusionopt.model.ps_timing import offsets_iteration_time, require_ps
+from fusionopt.model.ps_timing import offsets_iteration_time
 from fusionopt.model.bounds import ps_lower_bound
 from fusionopt.solvers.cpsat_arcs import MAX_INTEGER_TIME, add_path_constraints, automatic_quantum, positive_seconds
 from fusionopt.solvers.needs import Needs, declares
@@ -150,7 +150,6 @@ def ps_brute(problem: Problem, *, granularity: Any = "tensor") -> Result:
     20.0
     """
     started = time.perf_counter()
-    require_ps(problem, "ps-brute")
     units = ps_units(problem, granularity)
     push_points = _candidate_cuts(problem, units, "push")
     pull_points = _candidate_cuts(problem, units, "pull")
@@ -497,7 +496,6 @@ def ps_dp(problem: Problem, *, max_rounds: int = 50, exhaustive_up_to: int = 10)
     'update_per_byte = 0'
     """
     started = time.perf_counter()
-    require_ps(problem, "ps-dp")
     for label, value in (("max_rounds", max_rounds), ("exhaustive_up_to", exhaustive_up_to)):
         if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 0:
             raise ValueError(f"{label} must be an integer >= 0, got {value!r}")
@@ -1056,7 +1054,6 @@ def ps_cpsat(
     (20.0, 'OPTIMAL', 7)
     """
     started = time.perf_counter()
-    require_ps(problem, "ps-cpsat")
     time_limit = positive_seconds("time_limit", time_limit)
     if isinstance(workers, bool) or not isinstance(workers, numbers.Integral) or workers < 1:
         raise ValueError(f"workers must be an integer >= 1, got {workers!r}")

@@ -93,6 +93,7 @@ from fusionopt.solvers.result import Result, finish
 from fusionopt.solvers.needs import Needs, declares
 
 DEFAULT_UNIT_PARAMETERS = 1_000_000
+USBYTE_NEEDS = Needs(plain=True, layerwise=True)
 PRIORITY_MODES = ("search", "forward")
 # A promotion is kept when T drops by more than this relative amount: equal times that the
 # two schedules add up in different orders are not a drop (reading 8).
@@ -138,14 +139,7 @@ class BlockSchedule:
 
 def _check_problem(problem: Problem, unit_parameters: Any) -> tuple[float, float, int]:
     """Validate the input; return ``(alpha, beta, unit_bytes)``."""
-    if not isinstance(problem, Problem):
-        raise ValueError(f"problem must be a Problem, got {type(problem).__name__}")
-    if problem.sync != "layerwise":
-        raise ValueError(
-            f"US-Byte is a layerwise-sync method (each tensor's forward waits only for its own "
-            f"gradient), and this problem has sync={problem.sync!r}: use sync='layerwise'"
-        )
-    problem.require_plain("usbyte")
+    USBYTE_NEEDS.check(problem, "usbyte")
     affine = problem.cost.affine
     if affine is None:
         raise ValueError(
@@ -294,7 +288,7 @@ def _preempting(schedule: BlockSchedule, l: int) -> list[int]:
                    if schedule.phases[k] == 1 and schedule.chunks[k].tensor != l})
 
 
-@declares(Needs(plain=True, layerwise=True))
+@declares(USBYTE_NEEDS)
 def usbyte(
     problem: Problem,
     *,
@@ -351,7 +345,7 @@ def usbyte(
     >>> usbyte(Problem(profile, AlphaBeta(0.75e-3, 1e-9)))
     Traceback (most recent call last):
     ...
-    ValueError: US-Byte is a layerwise-sync method ... this problem has sync='barrier': use sync='layerwise'
+    ValueError: usbyte is for sync='layerwise' only (...), and this problem has sync='barrier'
     """
     started = time.perf_counter()
     alpha, beta, unit_bytes = _check_problem(problem, unit_parameters)

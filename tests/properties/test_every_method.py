@@ -16,7 +16,6 @@ from fusionopt.solvers.registry import _REGISTRY, get_method
 # The reasons a method may give for not taking a problem, each documented in its docstring.
 REFUSALS = (
     "is for sync='layerwise' only",                 # P3, ByteScheduler, layerwise-opt
-    "is a layerwise-sync method",                   # US-Byte
     "needs an affine cost",                         # US-Byte (its block cost is a + b S)
     "plans and refuses n = ",                       # brute force, n > 20
     "and refuses more than 2^16",                   # ps-brute, more than 2^16 plans

@@ -50,3 +50,34 @@ def test_the_default_comparison_follows_the_declarations():
     assert "p3" not in default_methods(problem()) and "p3" in default_methods(problem(sync="layerwise"))
     assert default_methods(problem(ps=True)) == [n for n in _REGISTRY if get_method(n).needs.ps
                                                   and get_method(n).in_default_comparison]
+
+
+DECLARED = sorted(name for name in _REGISTRY if hasattr(get_method(name).function, "needs"))
+
+
+@pytest.mark.parametrize("name", DECLARED)
+def test_the_declaration_is_checked_on_a_direct_call(name):
+    # Called without the registry, the function still refuses what its declaration rules out,
+    # in one line naming the method.
+    needs, function = get_method(name).needs, get_method(name).function
+    with pytest.raises(ValueError, match=f"^{name} (needs a parameter-server problem|is an all-reduce method)"):
+        function(problem(ps=not needs.ps, sync="layerwise"))
+    if needs.layerwise:
+        with pytest.raises(ValueError, match=f"^{name} is for sync='layerwise' only"):
+            function(problem())
+    if needs.plain:
+        with pytest.raises(ValueError, match=f"^{name} applies to the plain model only, and this problem has copy_cost on"):
+            function(problem(sync="layerwise", copy_cost=1e-11))
+    with pytest.raises(ValueError, match="^problem must be a Problem, got str"):
+        function("resnet18")
+
+
+def test_a_declared_size_limit():
+    brute = get_method("brute").needs
+    assert brute.tensor_limit(problem()) == 20 and brute.tensor_limit(problem(channels=2)) == 14
+    assert "n <= 20 (14 with several channels)" in brute.describe()
+    large = Problem(zoo.profile("resnet18", device="h100", batch=32).tail(21, name=""), network("10gbe", 8))
+    with pytest.raises(ValueError, match=r"^brute enumerates 2\^\(n-1\) plans and refuses n = 21 > 20; use method='dp'$"):
+        get_method("brute").function(large)
+    with pytest.raises(ValueError, match=r"refuses n = 15 > 14$"):
+        solve(Problem(large.profile.tail(15, name=""), network("10gbe", 8), channels=2), "brute")

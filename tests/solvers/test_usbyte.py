@@ -247,7 +247,7 @@ def test_runs_on_the_fitted_preset():
 
 def test_barrier_sync_is_refused():
     problem = Problem(worked_example(1).profile, AlphaBeta(MS, 1e-9), sync="barrier")
-    with pytest.raises(ValueError, match="US-Byte is a layerwise-sync method.*sync='barrier'"):
+    with pytest.raises(ValueError, match="usbyte is for sync='layerwise' only.*sync='barrier'"):
         usbyte(problem, unit_parameters=100_000)
 
 

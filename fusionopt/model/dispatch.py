@@ -1,0 +1,255 @@
+"""Priority dispatch: a policy that decides as the step runs which slice goes next (MODEL.md
+sections 3, 4 and 6).
+
+Gradient tensors are cut into slices (``Chunk`` objects, each tensor's consecutive, in
+priority order); the scheduler *posts* the ready slice of best priority whenever its
+**window** allows, and the communication library runs posted slices in the order posted:
+one at a time on one channel, up to ``K`` at once on ``K`` channels. A window is the
+plug-in: P3 posts only to a free channel (:func:`free_channel_window`), ByteScheduler
+while the bytes posted and not yet reduced are under its credit (:func:`credit_window`).
+Priority is a rank per tensor (lower first), then byte order within it.
+
+:func:`priority_dispatch` runs the policy and returns its own timeline and the order it
+posted the slices in, from which the solver emits a static plan (one slice per message)
+for :func:`~fusionopt.model.simulate` to judge: on the plain model the policy's recursion is
+the simulator's term for term, so the two agree exactly; under contention or several
+channels the policy runs in the event semantics of :mod:`fusionopt.model.events` and agrees
+to rounding.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import deque
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from fusionopt.model.fifo import fifo_job
+from fusionopt.model.flights import Flight, advance, fly, time_to_next, tolerance, transfers
+from fusionopt.model.plan import Chunk, Message, Plan
+from fusionopt.model.problem import Problem
+from fusionopt.model.sync import layerwise_forward
+
+Window = Callable[[int, int], bool]
+"""May the scheduler post another slice, given the number of slices and the bytes posted and
+not yet reduced?"""
+
+
+def free_channel_window(channels: int) -> Window:
+    """Post only when a channel is free: nothing ever queues in the library (P3)."""
+    return lambda count, nbytes: count < channels
+
+
+def credit_window(channels: int, credit_bytes: int) -> Window:
+    """A free channel always takes a ready slice; beyond that the credit bounds the bytes
+    posted and not yet reduced (ByteScheduler; the last slice posted may overshoot it)."""
+    return lambda count, nbytes: count < channels or nbytes < credit_bytes
+
+
+@dataclass(frozen=True)
+class PolicyRun:
+    """A dynamic policy's own timeline: slices in the order posted, with their dispatch and
+    end times (seconds, same order) and ``T``."""
+
+    order: list[int]
+    start: np.ndarray
+    end: np.ndarray
+    iteration_time: float
+
+    def plan(self, slices: list[Chunk]) -> Plan:
+        """The static plan: one message per slice, in the order posted."""
+        return Plan(tuple(Message((slices[s],)) for s in self.order))
+
+
+class ReadySlices:
+    """The slices of the ready tensors, best priority first: a heap of ``(rank, tensor)`` over
+    tensors with slices left, and each tensor's next slice. ``slices`` must hold each
+    tensor's slices consecutively."""
+
+    def __init__(self, n: int, slices: list[Chunk]) -> None:
+        self.first, self.stop = [0] * n, [0] * n
+        for s, c in enumerate(slices):
+            if s == 0 or slices[s - 1].tensor != c.tensor:
+                self.first[c.tensor] = s
+            self.stop[c.tensor] = s + 1
+        self.following = list(self.first)
+        self.heap: list[tuple[int, int]] = []
+
+    def __bool__(self) -> bool:
+        return bool(self.heap)
+
+    def release(self, rank: int, tensor: int) -> None:
+        """Tensor ``tensor``'s gradient is ready: its slices join the queue."""
+        heapq.heappush(self.heap, (rank, tensor))
+
+    def take(self) -> int:
+        """The next slice of the ready tensor of best priority; the tensor leaves the queue
+        with its last slice."""
+        i = self.heap[0][1]
+        s = self.following[i]
+        self.following[i] += 1
+        if self.following[i] == self.stop[i]:
+            heapq.heappop(self.heap)
+        return s
+
+
+def priority_dispatch(problem: Problem, slices: list[Chunk], window: Window, rank: list[int] | None = None
+                      ) -> PolicyRun:
+    """Run the priority policy with ``window`` on ``problem``: the exact one-channel recursion
+    when it applies, the event semantics of the extensions otherwise. ``rank[i]`` is tensor
+    ``i``'s priority (lower first; default the forward index).
+
+    Examples
+    --------
+    MODEL.md section 5 with ``alpha = 1 ms``, slices of 1 MB (2 ms each), P3's window: t2's
+    first slice runs 1-3 ms; at 3 ms t1 is ready and overtakes t2's second slice.
+
+    >>> from fusionopt.model import AlphaBeta, Profile
+    >>> profile = Profile.from_arrays([4e6, 1e6, 2e6], [1e-3] * 3, [3e-3, 2e-3, 1e-3])
+    >>> problem = Problem(profile, AlphaBeta(1e-3, 1e-9), sync="layerwise")
+    >>> slices = [Chunk(i, lo, min(lo + 1_000_000, size)) for i, size in enumerate([4_000_000, 1_000_000, 2_000_000])
+    ...           for lo in range(0, size, 1_000_000)]
+    >>> run = priority_dispatch(problem, slices, free_channel_window(1))
+    >>> [slices[s].tensor for s in run.order], round(run.iteration_time * 1e3, 9)
+    ([2, 1, 2, 0, 0, 0, 0], 18.0)
+    """
+    rank = list(range(problem.profile.n)) if rank is None else rank
+    if problem.channels == 1 and problem.contention == 1.0:
+        return _serial(problem, slices, window, rank)
+    return _events(problem, slices, window, rank)
+
+
+def _serial(problem: Problem, slices: list[Chunk], window: Window, rank: list[int]) -> PolicyRun:
+    """One channel, no contention: ready times are fixed, and a posted slice's times follow
+    at once from the channel's FIFO step (the library runs posted slices in order)."""
+    profile = problem.profile
+    n = profile.n
+    ready = profile.ready_times
+    sizes = np.array([c.nbytes for c in slices], dtype=np.int64)
+    durations = problem.cost(sizes)
+    queue = ReadySlices(n, slices)
+    releases = sorted(range(n), key=lambda i: ready[i])
+    outstanding: deque[tuple[float, int]] = deque()   # (end, bytes) posted, not yet reduced
+    outstanding_bytes = 0
+    order: list[int] = []
+    start = np.empty(len(slices))
+    end = np.empty(len(slices))
+    channel_free = -np.inf
+    released = 0
+    clock = ready[releases[0]]
+    while len(order) < len(slices):
+        while released < n and ready[releases[released]] <= clock:
+            queue.release(rank[releases[released]], releases[released])
+            released += 1
+        while outstanding and outstanding[0][0] <= clock:
+            outstanding_bytes -= outstanding.popleft()[1]
+        while queue and window(len(outstanding), outstanding_bytes):
+            s = queue.take()
+            k = len(order)
+            order.append(s)
+            start[k], channel_free = fifo_job(ready[slices[s].tensor], durations[s], channel_free)
+            end[k] = channel_free
+            outstanding.append((end[k], int(sizes[s])))
+            outstanding_bytes += int(sizes[s])
+        upcoming = [float(ready[releases[released]])] if released < n else []
+        if outstanding:
+            upcoming.append(float(outstanding[0][0]))
+        if upcoming:
+            clock = min(upcoming)
+        elif len(order) < len(slices):
+            raise AssertionError("priority dispatch stalled with slices left and no event to come")
+
+    reduced = np.full(n, -np.inf)
+    for k, s in enumerate(order):
+        reduced[slices[s].tensor] = max(reduced[slices[s].tensor], end[k])
+    return PolicyRun(order, start, end, layerwise_forward(profile, reduced)[1])
+
+
+def _events(problem: Problem, slices: list[Chunk], window: Window, rank: list[int]) -> PolicyRun:
+    """The policy under contention and several channels, in the semantics of
+    :mod:`fusionopt.model.events`: the compute stream runs the backward ``n-1 .. 0`` (a
+    tensor's slices are ready when its backward ends), then each tensor's update, gated by
+    its last slice, and forward, all at ``1 / contention`` speed while a slice is in
+    flight; a dispatched slice runs a latency phase, then a transfer phase sharing the
+    bandwidth with the transfers in flight."""
+    profile = problem.profile
+    n = profile.n
+    channels = problem.channels
+    sizes = np.array([c.nbytes for c in slices], dtype=np.int64)
+    if channels == 1:
+        latency, transfer = problem.cost(sizes), np.zeros(len(slices))
+    else:
+        alpha, beta = problem.cost.affine
+        latency, transfer = np.where(sizes > 0, alpha, 0.0), beta * sizes.astype(np.float64)
+    # Compute tasks: (work in seconds, tensor made ready, tensor whose slices gate it).
+    tasks = [(float(profile.backward[i]), i, None) for i in range(n - 1, -1, -1)]
+    for i in range(n):
+        tasks.append((float(profile.update[i]), None, i))
+        tasks.append((float(profile.forward[i]), None, None))
+    queue = ReadySlices(n, slices)
+    unreduced = [queue.stop[i] - queue.first[i] for i in range(n)]
+    library: deque[int] = deque()            # posted, waiting for a channel
+    flights: list[Flight] = []
+    posted_count = posted_bytes = 0
+    order: list[int] = []
+    start = np.full(len(slices), np.inf)
+    end = np.full(len(slices), np.inf)
+    tol = tolerance(profile.compute_time + float(latency.sum() + transfer.sum()))
+    task_index, remaining = 0, tasks[0][0]
+    clock = 0.0
+
+    def gate_open() -> bool:
+        gate = tasks[task_index][2]
+        return gate is None or unreduced[gate] == 0
+
+    while True:
+        progressed = True
+        while progressed:
+            progressed = False
+            while task_index < len(tasks) and remaining <= 0.0 and gate_open():
+                made_ready = tasks[task_index][1]
+                if made_ready is not None:
+                    queue.release(rank[made_ready], made_ready)
+                task_index += 1
+                if task_index < len(tasks):
+                    remaining = tasks[task_index][0]
+                progressed = True
+            for flight in [f for f in flights if f.done]:
+                flights.remove(flight)
+                s = flight.message
+                end[s] = clock
+                posted_count -= 1
+                posted_bytes -= int(sizes[s])
+                unreduced[slices[s].tensor] -= 1
+                progressed = True
+            if progressed:
+                continue                     # every event of this instant before a decision
+            while queue and window(posted_count, posted_bytes):
+                s = queue.take()
+                order.append(s)
+                library.append(s)
+                posted_count += 1
+                posted_bytes += int(sizes[s])
+                progressed = True
+            while library and len(flights) < channels:
+                s = library.popleft()
+                start[s] = clock
+                flights.append(Flight(s, latency[s], transfer[s]))
+                progressed = True
+        if task_index == len(tasks):
+            break
+        rate = 1.0 / problem.contention if flights else 1.0
+        computing = gate_open()
+        candidates = [remaining / rate] if computing else []
+        share = transfers(flights)
+        candidates.extend(time_to_next(flights, share))
+        if not candidates:
+            raise AssertionError("priority dispatch stalled: a gate waits for a slice that never runs")
+        step = min(candidates)
+        clock += step
+        if computing:
+            remaining = advance(remaining, step * rate, tol)
+        fly(flights, step, share, tol)
+    return PolicyRun(order, start[order], end[order], clock + profile.W)

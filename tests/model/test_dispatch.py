@@ -1,0 +1,113 @@
+"""The dynamic policies of the model: priority dispatch with a window, cycle-tick fusion.
+
+Each policy times its own messages; the simulator, judging the static plan it emits, must
+give the same times on the plain model, exactly."""
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from strategies import problems
+
+from fusionopt.cost import AlphaBeta
+from fusionopt.model import Plan, Problem, Profile, simulate
+from fusionopt.model.dispatch import credit_window, free_channel_window, priority_dispatch
+from fusionopt.model.plan import Chunk
+from fusionopt.model.ticks import credit_ticks, cycle_ticks
+
+MS = 1e-3
+MB = 1_000_000
+
+
+def section5(alpha_ms: float, sync: str = "layerwise") -> Problem:
+    profile = Profile.from_arrays([4e6, 1e6, 2e6], [MS] * 3, [3 * MS, 2 * MS, MS])
+    return Problem(profile, AlphaBeta(alpha_ms * MS, 1e-9), sync=sync)
+
+
+def megabyte_slices(problem: Problem) -> list[Chunk]:
+    return [Chunk(i, lo, min(lo + MB, size)) for i, size in enumerate(problem.profile.sizes.tolist())
+            for lo in range(0, size, MB)]
+
+
+def tensors(slices, order):
+    return [slices[s].tensor for s in order]
+
+
+def test_windows_by_hand():
+    problem = section5(1)
+    slices = megabyte_slices(problem)
+    # P3: only a free channel takes a slice, so t1 (ready at 3 ms) overtakes t2's second.
+    p3 = priority_dispatch(problem, slices, free_channel_window(1))
+    assert tensors(slices, p3.order) == [2, 1, 2, 0, 0, 0, 0]
+    assert (p3.start / MS).round(9).tolist() == [1, 3, 5, 7, 9, 11, 13]
+    # A credit of 2 MB: t2's two slices are posted at 1 ms, and t1 queues behind them.
+    credit = priority_dispatch(problem, slices, credit_window(1, 2 * MB))
+    assert tensors(slices, credit.order) == [2, 2, 1, 0, 0, 0, 0]
+    # The window is a plug-in: one that always posts is the same schedule here.
+    always = priority_dispatch(problem, slices, lambda count, nbytes: True)
+    assert always.order == credit.order and np.array_equal(always.end, credit.end)
+    assert round(p3.iteration_time / MS, 9) == round(credit.iteration_time / MS, 9) == 18.0
+
+
+def test_cycle_ticks_by_hand():
+    problem = section5(3, sync="barrier")
+    alone = lambda batch: [[i] for i in batch]                  # noqa: E731
+    # GPU: ticks at 0, 3, 6 ms; t1 (ready at 6) is released at 6 and waits for the channel.
+    gpu = cycle_ticks(problem, alone, 3 * MS)
+    assert gpu.groups == [[2], [1], [0]] and gpu.cycles == 2
+    assert [round(t / MS, 9) for t in gpu.release] == [3, 3, 6]
+    assert [round(t / MS, 9) for t in gpu.ends] == [8, 12, 19]
+    # CPU: the thread runs the cycle's collectives itself, so its next tick is at 12 ms.
+    cpu = cycle_ticks(problem, alone, 3 * MS, wait_for_collectives=True)
+    assert [round(t / MS, 9) for t in cpu.release] == [3, 3, 12]
+    assert [round(t / MS, 9) for t in cpu.ends] == [8, 12, 19]
+    # The fuse rule is a plug-in: everything of a cycle in one message.
+    together = cycle_ticks(problem, lambda batch: [list(batch)], 3 * MS)
+    assert together.groups == [[2, 1], [0]]
+    assert [round(t / MS, 9) for t in together.ends] == [3 + 3 + 3, 9 + 3 + 4]
+
+
+@settings(deadline=None)
+@given(problem=problems(max_n=8, sync="layerwise"), credit=st.integers(1, 4), p3=st.booleans())
+def test_simulator_reproduces_priority_dispatch(problem, credit, p3):
+    problem = problem.plain()
+    slices = megabyte_slices(problem)
+    window = free_channel_window(1) if p3 else credit_window(1, credit * MB)
+    run = priority_dispatch(problem, slices, window)
+    timeline = simulate(problem, run.plan(slices))
+    assert np.array_equal(timeline.message_start, run.start) and np.array_equal(timeline.message_end, run.end)
+    assert timeline.iteration_time == run.iteration_time
+
+
+@settings(deadline=None)
+@given(problem=problems(max_n=8), cycle_ms=st.sampled_from([0.5, 1.0, 5.0]), cpu=st.booleans())
+def test_simulator_reproduces_cycle_ticks(problem, cycle_ms, cpu):
+    problem = problem.plain()
+    run = cycle_ticks(problem, lambda batch: [list(batch[k:k + 2]) for k in range(0, len(batch), 2)],
+                      cycle_ms * MS, wait_for_collectives=cpu)
+    plan = Plan.from_groups(problem.profile, run.groups, release=run.release)
+    assert np.array_equal(simulate(problem, plan).message_end, np.asarray(run.ends))
+
+
+@settings(deadline=None)
+@given(problem=problems(max_n=8, sync="layerwise"), credit=st.integers(1, 4), cycle_ms=st.sampled_from([0.0, 1.0, 5.0]))
+def test_simulator_reproduces_credit_ticks(problem, credit, cycle_ms):
+    from fusionopt.model.plan import Message
+    problem = problem.plain()
+    slices = megabyte_slices(problem)
+    run = credit_ticks(problem, slices, list(range(problem.profile.n)), credit * MB,
+                       lambda posted: [list(posted)], cycle_ms * MS)
+    assert sorted(s for group in run.groups for s in group) == list(range(len(slices)))
+    plan = Plan(tuple(Message(tuple(slices[s] for s in g), t) for g, t in zip(run.groups, run.release)))
+    assert np.array_equal(simulate(problem, plan).message_end, np.asarray(run.ends))
+
+
+def test_tick_settings_refused_in_one_line():
+    problem = section5(1)
+    with pytest.raises(ValueError, match="credit_bytes must be positive"):
+        credit_ticks(problem, megabyte_slices(problem), [0, 1, 2], 0, lambda p: [list(p)], 5 * MS)
+    with pytest.raises(ValueError, match="cycle must be a number of seconds >= 0"):
+        credit_ticks(problem, megabyte_slices(problem), [0, 1, 2], MB, lambda p: [list(p)], -1.0)
+    with pytest.raises(ValueError, match="cycle must be a positive number"):
+        cycle_ticks(problem, lambda batch: [batch], 0.0)
