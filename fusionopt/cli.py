@@ -197,19 +197,28 @@ def _write_profile(profile: Profile, path: str) -> None:
 
 # ---------------------------------------------------------------------- commands
 def _cmd_methods(args: argparse.Namespace) -> None:
-    from fusionopt.solvers.registry import get_method
+    from fusionopt.solvers.registry import FAMILIES, get_method
 
     listing = methods()
     width = max(len(name) for name in listing)
-    for name, summary in listing.items():
-        print(f"{name.ljust(width)}  {summary}")
-        if args.options:
-            options = get_method(name).options
-            for option, default in options.items():
-                print(f"{'':{width}}    --option {option}=...  (default {default!r})")
-            if not options:
-                print(f"{'':{width}}    (no options)")
-            print(f"{'':{width}}    takes: {get_method(name).needs.describe()}")
+    for family, about in FAMILIES.items():
+        members = [name for name in listing if get_method(name).family == family]
+        print(f"{family} methods: {about}")
+        for name in members:
+            _print_method(name, listing[name], width, args.options)
+
+
+def _print_method(name: str, summary: str, width: int, options_too: bool) -> None:
+    from fusionopt.solvers.registry import get_method
+
+    print(f"  {name.ljust(width)}  {summary}")
+    if options_too:
+        options = get_method(name).options
+        for option, default in options.items():
+            print(f"  {'':{width}}    --option {option}=...  (default {default!r})")
+        if not options:
+            print(f"  {'':{width}}    (no options)")
+        print(f"  {'':{width}}    takes: {get_method(name).needs.describe()}")
 
 
 def _refuse_writing_over(output: str | None, args: argparse.Namespace, *inputs: str) -> None:

@@ -91,16 +91,23 @@ def profile_path(tmp_path) -> Path:
 def test_methods_lists_every_method_with_its_description(capsys):
     status, out, err = run(capsys, "methods")
     assert status == 0 and err == ""
-    lines = out.splitlines()
+    lines = [line for line in out.splitlines() if line.startswith("  ")]
     listing = fusionopt.methods()
-    assert [line.split()[0] for line in lines] == list(listing)
+    assert sorted(line.split()[0] for line in lines) == sorted(listing)
     assert set(METHODS) < set(listing) and {"dp", "brute", "cpsat", "milp"} <= set(listing)
-    for line, name in zip(lines, listing):
-        description = line[len(name):].strip()
+    for line in lines:
+        name = line.split()[0]
+        description = line.strip()[len(name):].strip()
         assert description == listing[name]
         assert len(description) > 10
     # the descriptions start in one column
-    assert len({line.index(listing[name]) for line, name in zip(lines, listing)}) == 1
+    assert len({line.index(listing[line.split()[0]]) for line in lines}) == 1
+    # Grouped by family, each method under its own family's heading.
+    headings = [line for line in out.splitlines() if not line.startswith("  ")]
+    assert [h.split(" methods:")[0] for h in headings] == ["framework baseline", "paper", "search", "exact"]
+    exact = out.split("exact methods:")[1].split("\n", 1)[1]
+    assert {line.split()[0] for line in exact.splitlines() if line.strip()} == {
+        "dp", "brute", "cpsat", "milp", "ps-brute", "ps-dp", "ps-cpsat"}
 
 
 # ---------------------------------------------------------------------- solve
@@ -774,11 +781,11 @@ def test_write_errors_name_the_users_file(tmp_path, capsys):
 def test_methods_lists_each_methods_options(capsys):
     status, out, _ = run(capsys, "methods", "--options")
     lines = out.splitlines()
-    ddp = lines.index(next(line for line in lines if line.startswith("ddp ")))
+    ddp = lines.index(next(line for line in lines if line.startswith("  ddp ")))
     assert status == 0 and "--option bucket_cap_mb=...  (default None)" in lines[ddp + 1]
     assert any("--option time_limit=...  (default 10.0)" in line for line in lines)     # cpsat
-    assert "(no options)" in lines[lines.index(next(line for line in lines if line.startswith("wfbp "))) + 1]
-    usbyte = lines.index(next(line for line in lines if line.startswith("usbyte ")))
+    assert "(no options)" in lines[lines.index(next(line for line in lines if line.startswith("  wfbp "))) + 1]
+    usbyte = lines.index(next(line for line in lines if line.startswith("  usbyte ")))
     takes = next(line for line in lines[usbyte + 1:] if "takes:" in line)
     assert takes.strip() == "takes: all-reduce; plain model only; layerwise sync only"
 

@@ -31,6 +31,7 @@ class Method:
     name: str
     target: Callable[..., Result] | str
     summary: str
+    family: str
     in_default_comparison: bool = True
 
     @property
@@ -74,9 +75,19 @@ class Method:
 _REGISTRY: dict[str, Method] = {}
 
 
-def register(name: str, target: Callable[..., Result] | str, summary: str, *,
+FAMILIES = {
+    "framework baseline": "what a training framework does by default (DDP, Horovod, a parameter server)",
+    "paper": "a published scheduler, as its paper or code runs it",
+    "search": "a heuristic search, with its gap to a bound",
+    "exact": "an exact method: a proved optimum over its plan space, or a certified gap",
+}
+"""The method families, each with what its members have in common."""
+
+
+def register(name: str, target: Callable[..., Result] | str, summary: str, *, family: str,
              in_default_comparison: bool = True) -> None:
-    """Add a method under ``name``; ``target`` is a function or ``"module:function"``.
+    """Add a method under ``name``; ``target`` is a function or ``"module:function"``;
+    ``family`` one of :data:`FAMILIES`.
 
     ``in_default_comparison``: whether :func:`compare` runs it when no methods are named
     (off for searches that are slow or limited in size). What the method can solve is read
@@ -87,51 +98,86 @@ def register(name: str, target: Callable[..., Result] | str, summary: str, *,
     """
     if name in _REGISTRY:
         raise ValueError(f"method {name!r} is already registered")
-    _REGISTRY[name] = Method(name, target, summary, in_default_comparison)
+    if family not in FAMILIES:
+        raise ValueError(f"unknown family {family!r} for method {name!r}; families: {', '.join(FAMILIES)}")
+    _REGISTRY[name] = Method(name, target, summary, family, in_default_comparison)
 
 
-register("wfbp", baselines.wfbp, "wait-free backpropagation: one message per tensor")
-register("single", baselines.single, "SyncEASGD: one message after the backward")
-register("threshold", baselines.threshold, "fuse consecutive tensors up to a byte threshold")
-register("ddp", "fusionopt.solvers.ddp:ddp", "PyTorch DDP buckets as torch 2.13 builds them (1 MiB first, then 25 MiB)")
+register("wfbp", baselines.wfbp,
+         "wait-free backpropagation: one message per tensor",
+         family="framework baseline")
+register("single", baselines.single,
+         "SyncEASGD: one message after the backward",
+         family="framework baseline")
+register("threshold", baselines.threshold,
+         "fuse consecutive tensors up to a byte threshold",
+         family="framework baseline")
+register("ddp", "fusionopt.solvers.ddp:ddp",
+         "PyTorch DDP buckets as torch 2.13 builds them (1 MiB first, then 25 MiB)",
+         family="framework baseline")
 register("horovod", "fusionopt.solvers.horovod:horovod",
-         "Horovod tensor fusion at cycle ticks (1 ms, 128 MiB; NCCL behaviour by default)")
-register("mgwfbp", "fusionopt.solvers.mgwfbp:mgwfbp", "MG-WFBP merge rule (a greedy; not optimal in general)")
-register("ssa", "fusionopt.solvers.ssa:ssa", "sparrow search (Xue and Shen 2020) over cut vectors", in_default_comparison=False)
-register("gradssa", "fusionopt.solvers.ssa:gradssa", "our sparrow search for fusion: seeded, with local search", in_default_comparison=False)
-register("of-wfbp", "fusionopt.solvers.of_wfbp:of_wfbp", "OF-WFBP: closed-form cases, else GradSSA (reconstructed)",
-         in_default_comparison=False)
-register("dp", "fusionopt.solvers.dp:dp", "exact fusion dynamic programme (O(n) affine, O(n^2) any cost)")
-register("brute", "fusionopt.solvers.brute:brute", "exact: every fusion plan, n <= 20 (any model option)",
-         in_default_comparison=False)
-register("cpsat", "fusionopt.solvers.cpsat:cpsat", "exact: OR-Tools CP-SAT model, anytime",
-         in_default_comparison=False)
-register("milp", "fusionopt.solvers.milp:milp", "exact: MILP solved by HiGHS, independent formulation",
-         in_default_comparison=False)
-register("p3", "fusionopt.solvers.priority:p3", "P3: 40k-parameter slices, priority by forward index (layerwise)")
+         "Horovod tensor fusion at cycle ticks (1 ms, 128 MiB; NCCL behaviour by default)",
+         family="framework baseline")
+register("mgwfbp", "fusionopt.solvers.mgwfbp:mgwfbp",
+         "MG-WFBP merge rule (a greedy; not optimal in general)",
+         family="paper")
+register("ssa", "fusionopt.solvers.ssa:ssa",
+         "sparrow search (Xue and Shen 2020) over cut vectors",
+         family="search", in_default_comparison=False)
+register("gradssa", "fusionopt.solvers.ssa:gradssa",
+         "our sparrow search for fusion: seeded, with local search",
+         family="search", in_default_comparison=False)
+register("of-wfbp", "fusionopt.solvers.of_wfbp:of_wfbp",
+         "OF-WFBP: closed-form cases, else GradSSA (reconstructed)",
+         family="paper", in_default_comparison=False)
+register("dp", "fusionopt.solvers.dp:dp",
+         "exact fusion dynamic programme (O(n) affine, O(n^2) any cost)",
+         family="exact")
+register("brute", "fusionopt.solvers.brute:brute",
+         "exact: every fusion plan, n <= 20 (any model option)",
+         family="exact", in_default_comparison=False)
+register("cpsat", "fusionopt.solvers.cpsat:cpsat",
+         "exact: OR-Tools CP-SAT model, anytime",
+         family="exact", in_default_comparison=False)
+register("milp", "fusionopt.solvers.milp:milp",
+         "exact: MILP solved by HiGHS, independent formulation",
+         family="exact", in_default_comparison=False)
+register("p3", "fusionopt.solvers.priority:p3",
+         "P3: 40k-parameter slices, priority by forward index (layerwise)",
+         family="paper")
 register("bytescheduler", "fusionopt.solvers.bytescheduler:bytescheduler",
-         "ByteScheduler on Horovod 0.16: partitions, credit, cycle-tick fusion (layerwise)")
+         "ByteScheduler on Horovod 0.16: partitions, credit, cycle-tick fusion (layerwise)",
+         family="paper")
 register("bytescheduler-tuned", "fusionopt.solvers.bytescheduler:bytescheduler_tuned",
-         "ByteScheduler with partition and credit searched on a grid (layerwise)")
+         "ByteScheduler with partition and credit searched on a grid (layerwise)",
+         family="paper")
 register("layerwise-opt", "fusionopt.solvers.layerwise_opt:layerwise_opt",
-         "ours: the best layerwise start improved by local search (layerwise)")
+         "ours: the best layerwise start improved by local search (layerwise)",
+         family="search")
 register("ps-default", "fusionopt.solvers.ps:ps_default",
-         "parameter server: one push after the backward, one pull before the forward")
+         "parameter server: one push after the backward, one pull before the forward",
+         family="framework baseline")
 register("ps-layer", "fusionopt.solvers.ps:ps_layer",
-         "parameter server: one push and one pull per tensor, overlapping the compute")
+         "parameter server: one push and one pull per tensor, overlapping the compute",
+         family="framework baseline")
 register("ibatch", "fusionopt.solvers.ipart:ibatch",
-         "iBatch: pulls batched greedily with the forward (parameter server; reconstructed)")
+         "iBatch: pulls batched greedily with the forward (parameter server; reconstructed)",
+         family="paper")
 register("ipart", "fusionopt.solvers.ipart:ipart",
-         "iPart: greedy partitions both ways with partitioned compute (parameter server; reconstructed)")
+         "iPart: greedy partitions both ways with partitioned compute (parameter server; reconstructed)",
+         family="paper")
 register("ps-brute", "fusionopt.solvers.ps_exact:ps_brute",
          "parameter server, exact: every push and pull grouping (whole tensors or a unit grid), small n",
-         in_default_comparison=False)
+         family="exact", in_default_comparison=False)
 register("ps-dp", "fusionopt.solvers.ps_exact:ps_dp",
-         "parameter server: push and pull DPs (exact over whole tensors when updates cost no time per byte)")
+         "parameter server: push and pull DPs (exact over whole tensors when updates cost no time per byte)",
+         family="exact")
 register("ps-cpsat", "fusionopt.solvers.ps_exact:ps_cpsat",
-         "parameter server, exact: CP-SAT over push and pull groupings, anytime", in_default_comparison=False)
-register("usbyte", "fusionopt.solvers.usbyte:usbyte", "US-Byte: unequal blocks in gaps, priority search (layerwise)",
-         in_default_comparison=False)
+         "parameter server, exact: CP-SAT over push and pull groupings, anytime",
+         family="exact", in_default_comparison=False)
+register("usbyte", "fusionopt.solvers.usbyte:usbyte",
+         "US-Byte: unequal blocks in gaps, priority search (layerwise)",
+         family="paper", in_default_comparison=False)
 
 
 def methods() -> dict[str, str]:

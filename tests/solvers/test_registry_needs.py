@@ -81,3 +81,12 @@ def test_a_declared_size_limit():
         get_method("brute").function(large)
     with pytest.raises(ValueError, match=r"refuses n = 15 > 14$"):
         solve(Problem(large.profile.tail(15, name=""), network("10gbe", 8), channels=2), "brute")
+
+
+def test_the_methods_page_gives_each_method_its_registered_family():
+    # docs/methods.md's table and the registry must agree on every method's family.
+    import re
+    from pathlib import Path
+    page = (Path(__file__).resolve().parents[2] / "docs" / "methods.md").read_text()
+    rows = dict(re.findall(r"^\| \[([a-z0-9-]+)\]\(#[a-z0-9-]+\) \| ([a-z ]+) \|", page, re.M))
+    assert rows == {name: get_method(name).family for name in _REGISTRY}
