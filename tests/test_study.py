@@ -40,8 +40,9 @@ def test_formats():
 def test_a_study_writes_its_report_and_keeps_it_on_interrupt(tmp_path):
     study = Study("Reproduce a paper.\n\nMore.", "papers/x/reproduce.py", str(tmp_path), "small")
     study.parser.add_argument("--k", type=int, default=2)
-    args = study.parse(["--k", "3", "--out", str(tmp_path)])
-    assert args.k == 3
+    args = study.parse(["--k", "3", "--out", str(tmp_path / "out")])
+    assert args.k == 3 and not (tmp_path / "out").exists()          # made when the study starts
+    tmp_path = tmp_path / "out"
     with study:
         study.progress.stage("one", total=1)
         study.progress.step("done")

@@ -117,16 +117,17 @@ class Study:
         self.progress: Progress | None = None
 
     def parse(self, argv: Sequence[str] | None = None) -> Any:
-        """The parsed arguments; makes the output folder."""
+        """The parsed arguments (the output folder is made when the study starts, so a
+        refused command line leaves nothing behind)."""
         self.argv = list(sys.argv[1:] if argv is None else argv)
         self.args = self.parser.parse_args(self.argv)
-        os.makedirs(self.args.out, exist_ok=True)
         self.started = time.perf_counter()
         return self.args
 
     def __enter__(self) -> "Study":
         if self.args is None:
             raise RuntimeError("Study.parse() must run before the study starts")
+        os.makedirs(self.args.out, exist_ok=True)
         self.progress = Progress(interrupted_path(self.report_path))
         self.progress.__enter__()
         return self

@@ -9,7 +9,9 @@ Run from the repository root::
 
 It writes ``RESULTS.md`` and PNG plots into the output folder (default: this script's
 folder; a ``--quick`` run overwrites them there, so give it ``--out`` to keep the full
-run's files), every file atomically (a temporary file, then ``os.replace``).
+run's files), every file atomically (a temporary file, then ``os.replace``). The command line,
+progress lines, Ctrl-C (the finished steps go to ``RESULTS.interrupted.md``, the stored report
+stays) and the report's write are ``fusionopt.experiments.study``'s :class:`Study`.
 
 The claims (the abstracts; no full text or code is public): on BigDL
 with 72 nodes on 10GbE and a parameter server (PS) co-located with the workers, iPart has
@@ -38,23 +40,18 @@ throughput(N) / (N x throughput(1)) = (B + F + U) / T_N``; "X% better scalabilit
 
 from __future__ import annotations
 
-import datetime
 import math
 import os
 import sys
-import time
 from dataclasses import dataclass, field
 
 import numpy as np
 
-import fusionopt
-from fusionopt.reporting import (
-    Progress, command_line, interrupted_path, markdown_table as table, pyplot, reproduction_parser, save_png,
-)
+from fusionopt.experiments.study import Outcome, Study, fmt_gain, fmt_ms, solve_methods
+from fusionopt.reporting import markdown_table as table, pyplot, save_png
 from fusionopt import zoo
 from fusionopt.cost import network_link
 from fusionopt.model import Problem, Profile
-from fusionopt.model._io import write_text_atomic
 from fusionopt.model.ps import ParameterServer, stream_offsets
 from fusionopt.model.ps_timing import offsets_iteration_time
 from fusionopt.model.bounds import ps_lower_bound
@@ -143,13 +140,20 @@ def make_ps(nodes: int, startup: float, delta: float) -> ParameterServer:
 
 @dataclass
 class Instance:
-    """Every method on one problem (times in seconds)."""
+    """Every method on one problem (times in seconds): each method's outcome by key, and the bound."""
 
     problem: Problem
-    T: dict[str, float]
+    outcomes: dict[str, Outcome]
     bound: float
-    stats: dict = field(default_factory=dict)       # iPart's Result.stats
-    ibatch_stats: dict = field(default_factory=dict)
+    T: dict[str, float] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.T = {key: o.T for key, o in self.outcomes.items()}
+
+    @property
+    def stats(self) -> dict:
+        """iPart's ``Result.stats``."""
+        return self.outcomes["ipart"].stats
 
     @property
     def compute(self) -> float:
@@ -165,30 +169,10 @@ class Instance:
 
 
 def solve_all(profile: Profile, ps: ParameterServer, keys=None) -> Instance:
+    """The methods of METHODS (those in ``keys``, default all) on ``profile`` under ``ps``."""
     problem = Problem(profile, ps=ps, sync="layerwise")
-    T, stats, ibs = {}, {}, {}
-    for key, method, options, _ in METHODS:
-        if keys is not None and key not in keys:
-            continue
-        r = fusionopt.solve(problem, method, **options)
-        T[key] = r.iteration_time
-        if key == "ipart":
-            stats = dict(r.stats)
-        if key == "ibatch":
-            ibs = dict(r.stats)
-    return Instance(problem, T, ps_lower_bound(problem), stats, ibs)
-
-
-def pct(x: float) -> str:
-    """A gain ratio as a signed percentage: 1.94 -> '+94%'."""
-    v = 100 * (x - 1)
-    if abs(v) < 0.05:
-        return "+0%" if v >= 0 else "-0%"
-    return f"{v:+.0f}%" if abs(v) >= 10 else f"{v:+.1f}%"
-
-
-def fmt_ms(t: float) -> str:
-    return f"{1e3 * t:.1f}" if t >= 0.1 else f"{1e3 * t:.2f}"
+    specs = [(key, method, options) for key, method, options, _ in METHODS if keys is None or key in keys]
+    return Instance(problem, solve_methods(problem, specs), ps_lower_bound(problem))
 
 
 def fmt_us(a: float) -> str:
@@ -222,8 +206,8 @@ def main_study(profiles, models, startups, delta, progress):
     for m in models:
         for a in startups:
             out[(m, a)] = solve_all(profiles[m], make_ps(PAPER_NODES, a, delta))
-        progress.step(f"{m}: " + "; ".join(f"{fmt_us(a)}: iPart {pct(out[(m, a)].gain('ipart', 'default'))} over "
-                                           f"default, {pct(out[(m, a)].gain('ipart', 'layer'))} over layer"
+        progress.step(f"{m}: " + "; ".join(f"{fmt_us(a)}: iPart {fmt_gain(out[(m, a)].gain('ipart', 'default'))} over "
+                                           f"default, {fmt_gain(out[(m, a)].gain('ipart', 'layer'))} over layer"
                                            for a in startups))
     return out
 
@@ -350,9 +334,9 @@ def plot_sensitivity(plt, out_dir, st, sw, models, startups, grid, sweep_startup
             ax.plot([a * 1e6 for a in xs], [st[(m, a)].gain("ibatch", ref) for a in xs], color=cmap(k),
                     ls=":", lw=1.2, label=f"{labels[m]}: iBatch")
         ax.axhline(1 + PAPER[("ipart", ref)], color="tab:red", ls="--", lw=0.9,
-                   label=f"paper iPart {pct(1 + PAPER[('ipart', ref)])}")
+                   label=f"paper iPart {fmt_gain(1 + PAPER[('ipart', ref)])}")
         ax.axhline(1 + PAPER[("ibatch", ref)], color="tab:orange", ls="--", lw=0.9,
-                   label=f"paper iBatch {pct(1 + PAPER[('ibatch', ref)])}")
+                   label=f"paper iBatch {fmt_gain(1 + PAPER[('ibatch', ref)])}")
         ax.axvline(network_link(NETWORK)[0] * 1e6, color="gray", lw=0.7)
         ax.axvline(JVM_STARTUP * 1e6, color="gray", lw=0.7)
         ax.set_xscale("log")
@@ -367,7 +351,7 @@ def plot_sensitivity(plt, out_dir, st, sw, models, startups, grid, sweep_startup
                 ax.plot(grid, [sw[(m, a, float(s))].gain("ipart", ref) for s in grid], color=cmap(k), ls=ls,
                         lw=1.4, label=f"{labels[m]}, {fmt_us(a)}")
         ax.axhline(1 + PAPER[("ipart", ref)], color="tab:red", ls="--", lw=0.9,
-                   label=f"paper iPart {pct(1 + PAPER[('ipart', ref)])}")
+                   label=f"paper iPart {fmt_gain(1 + PAPER[('ipart', ref)])}")
         ax.axvline(1.0, color="gray", lw=0.7)
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
@@ -401,17 +385,15 @@ def report(ctx) -> str:
     L: list[str] = []
     L += ["# iPart and iBatch (Wang, Pi, Zhou, Wang, Xu; TPDS 2021 and AAAI 2019): headline comparisons "
           "in simulation", ""]
-    L += [f"Produced by `{ctx['command']}` on {ctx['date']} with fusionopt {fusionopt.__version__} in "
-          f"{ctx['elapsed']:.1f} s ({os.cpu_count()} cores). Every number below comes from that run; the "
-          "papers' numbers are quoted from their abstracts (no full text or code is public).", ""]
+    L += [ctx["produced_by"], ""]
     L += ["**The papers' claims** [abs]: on BigDL, 72 nodes, 10GbE, a parameter server with servers "
           "co-located on the workers, iPart (partitions of various sizes for both the communication and "
           "the computation; pushes overlap the backward, pulls the forward; a greedy chooses the "
-          f"partitions) has up to **{pct(1 + PAPER[('ipart', 'default')])} better scalability than the "
-          f"default PS** and **{pct(1 + PAPER[('ipart', 'layer')])} better than layer-by-layer**. Its "
+          f"partitions) has up to **{fmt_gain(1 + PAPER[('ipart', 'default')])} better scalability than the "
+          f"default PS** and **{fmt_gain(1 + PAPER[('ipart', 'layer')])} better than layer-by-layer**. Its "
           "predecessor iBatch (pulls batched with the forward only; per-message startup plus transfer "
-          f"cost; greedy batch boundaries from the first layer on): **{pct(1 + PAPER[('ibatch', 'default')])}** "
-          f"and **{pct(1 + PAPER[('ibatch', 'layer')])}**. No full text or code of either paper is "
+          f"cost; greedy batch boundaries from the first layer on): **{fmt_gain(1 + PAPER[('ibatch', 'default')])}** "
+          f"and **{fmt_gain(1 + PAPER[('ibatch', 'layer')])}**. No full text or code of either paper is "
           "public: models, batch sizes, the measure's exact definition, the cluster's CPUs and the "
           "greedy itself are not known to us. `ibatch` and `ipart` are fusionopt's reconstructions "
           "(`fusionopt/solvers/ipart.py`), not the authors' algorithms.", ""]
@@ -504,9 +486,9 @@ def report(ctx) -> str:
             stt = inst.stats
             unit = ctx["units"][m]
             rows.append((labels[m], *(f"{inst.S(k):.3f}" for k, _, _, _ in METHODS), f"{inst.S('bound'):.3f}",
-                         pct(inst.gain("ipart", "default")), pct(inst.gain("ipart", "layer")),
-                         pct(inst.gain("ibatch", "default")), pct(inst.gain("ibatch", "layer")),
-                         pct(inst.gain("ibatch-pt", "layer")),
+                         fmt_gain(inst.gain("ipart", "default")), fmt_gain(inst.gain("ipart", "layer")),
+                         fmt_gain(inst.gain("ibatch", "default")), fmt_gain(inst.gain("ibatch", "layer")),
+                         fmt_gain(inst.gain("ibatch-pt", "layer")),
                          f"{PAPER_NODES * ctx['batch'] / inst.T['ipart']:.0f} {unit}/s",
                          f"{stt['chosen']}; {stt['push_partitions']} / {stt['pull_partitions']}; "
                          f"{stt['tensors_cut']}"))
@@ -518,11 +500,11 @@ def report(ctx) -> str:
     L += ["Claims against our numbers at 72 nodes and s = 1 (range over the models above):", ""]
     rows = []
     for meth, ref, paper, name in CLAIMS:
-        cells = [name, pct(paper)]
+        cells = [name, fmt_gain(paper)]
         for a in startups_main:
             vals = [(main[(m, a)].gain(meth, ref), m) for m in models]
             (hi, mh), (lo, ml) = max(vals), min(vals)
-            cells.append(f"{pct(lo)} ({labels[ml]}) to **{pct(hi)}** ({labels[mh]})")
+            cells.append(f"{fmt_gain(lo)} ({labels[ml]}) to **{fmt_gain(hi)}** ({labels[mh]})")
         rows.append(cells)
     L += table(("claim", "paper (up to)", *(f"ours, a = {fmt_us(a)}" for a in startups_main)), rows)
     L += ["", result1_reading(ctx), ""]
@@ -537,8 +519,8 @@ def report(ctx) -> str:
             for n in nodes:
                 inst = nodes_data[(m, vkey, n)]
                 rows.append((n, fmt_us(fn(n)), *(f"{inst.S(k):.3f}" for k, _, _, _ in METHODS),
-                             f"{inst.S('bound'):.3f}", pct(inst.gain("ipart", "default")),
-                             pct(inst.gain("ipart", "layer"))))
+                             f"{inst.S('bound'):.3f}", fmt_gain(inst.gain("ipart", "default")),
+                             fmt_gain(inst.gain("ipart", "layer"))))
             L += table(("N", "startup", *(LABEL[k] for k, _, _, _ in METHODS), "bound", "iPart over default",
                         "iPart over layer"), rows)
             L += [""]
@@ -552,9 +534,9 @@ def report(ctx) -> str:
           "as `T_ref / T_method - 1`).", ""]
     cell_of = {
         "**Over layer-by-layer** (iPart / iBatch)":
-            lambda inst: f"{pct(inst.gain('ipart', 'layer'))} / {pct(inst.gain('ibatch', 'layer'))}",
+            lambda inst: f"{fmt_gain(inst.gain('ipart', 'layer'))} / {fmt_gain(inst.gain('ibatch', 'layer'))}",
         "**Over the default PS** (iPart / iBatch)":
-            lambda inst: f"{pct(inst.gain('ipart', 'default'))} / {pct(inst.gain('ibatch', 'default'))}",
+            lambda inst: f"{fmt_gain(inst.gain('ipart', 'default'))} / {fmt_gain(inst.gain('ibatch', 'default'))}",
         "**Scalability** (iPart / layer-by-layer / bound)":
             lambda inst: f"{inst.S('ipart'):.3f} / {inst.S('layer'):.3f} / {inst.S('bound'):.3f}",
     }
@@ -584,8 +566,8 @@ def report(ctx) -> str:
         inst = sw[(m, a, s)]
         head = max(i.T[ref] / i.bound for i in sw.values())
         reach = [k for k, i in sw.items() if i.gain(meth, ref) >= paper]
-        rows.append((name, pct(paper),
-                     f"**{pct(v)}**", f"{labels[m]}, a = {fmt_us(a)}, s = {fmt_s(s)}",
+        rows.append((name, fmt_gain(paper),
+                     f"**{fmt_gain(v)}**", f"{labels[m]}, a = {fmt_us(a)}, s = {fmt_s(s)}",
                      f"{inst.S(meth):.3f} / {inst.S(ref):.3f}", f"{inst.T[ref] / inst.bound:.2f}x",
                      f"{head:.2f}x", f"{len(reach)} of {len(sw)}"))
     L += table(("claim", "paper", "ours, largest", "at", "S method / S baseline there", "headroom there",
@@ -613,8 +595,8 @@ def report(ctx) -> str:
         for a in startups_main:
             lay, ten = main[(m, a)], ctx["unit"][(m, a)]
             rows.append((labels[m], fmt_us(a), f"{lay.S('layer'):.3f}", f"{ten.S('layer'):.3f}",
-                         f"{lay.S('ipart'):.3f}", f"{ten.S('ipart'):.3f}", pct(lay.gain("ipart", "layer")),
-                         pct(ten.gain("ipart", "layer"))))
+                         f"{lay.S('ipart'):.3f}", f"{ten.S('ipart'):.3f}", fmt_gain(lay.gain("ipart", "layer")),
+                         fmt_gain(ten.gain("ipart", "layer"))))
     L += table(("model", "startup", "S layer-by-layer, per layer", "S layer-by-layer, per tensor",
                 "S iPart, per layer", "S iPart, per tensor", "iPart over layer, per layer",
                 "iPart over layer, per tensor"), rows)
@@ -659,18 +641,19 @@ def result1_reading(ctx) -> str:
     at_bound = [labels[m] for m, i in zip(models, nominal) if i.S("layer") >= 0.99]
     parts.append(f"at {fmt_us(a0)} the layer-by-layer PS already hides nearly all communication "
                  f"(S >= 0.99 for {', '.join(at_bound) if at_bound else 'no model'}), so iPart gains at most "
-                 f"{pct(max(i.gain('ipart', 'layer') for i in nominal))} over it on any model: the backward and "
+                 f"{fmt_gain(max(i.gain('ipart', 'layer') for i in nominal))} over it on any model: the backward and "
                  "forward are long enough to cover the transfers layer by layer, and with a startup this "
                  "small there is no startup to save by merging layers")
     if aj != a0:
         jvm = _pick(ctx, aj)
         parts.append(f"at {fmt_us(aj)} every layer-by-layer message pays the startup twice per step (push and "
-                     f"pull), and iPart gains {pct(min(i.gain('ipart', 'layer') for i in jvm))} to "
-                     f"{pct(max(i.gain('ipart', 'layer') for i in jvm))} over it")
+                     f"pull), and iPart gains {fmt_gain(min(i.gain('ipart', 'layer') for i in jvm))} to "
+                     f"{fmt_gain(max(i.gain('ipart', 'layer') for i in jvm))} over it")
     parts.append(f"over the default PS the gain is set by the compute/communication ratio, not the startup "
-                 f"(the default sends two messages per step): {pct(min(i.gain('ipart', 'default') for i in nominal))} "
-                 f"to {pct(max(i.gain('ipart', 'default') for i in nominal))} at {fmt_us(a0)}, the largest where C/F "
-                 "is largest")
+                 "(the default sends two messages per step): "
+                 f"{fmt_gain(min(i.gain('ipart', 'default') for i in nominal))} to "
+                 f"{fmt_gain(max(i.gain('ipart', 'default') for i in nominal))} at {fmt_us(a0)}, the largest "
+                 "where C/F is largest")
     chosen = {}
     for a in ctx["main_startups"]:
         for i in _pick(ctx, a):
@@ -713,13 +696,13 @@ def result3_reading(ctx) -> str:
         gains = [st[(m, a)].gain("ipart", "layer") for a in xs]
         grows = all(b >= a - 1e-9 for a, b in zip(gains, gains[1:]))
         first = next((a for a, v in zip(xs, gains) if v >= 1 + PAPER[("ipart", "layer")]), None)
-        reach = (f"reaches the paper's {pct(1 + PAPER[('ipart', 'layer')])} at a = {fmt_us(first)}"
-                 if first is not None else f"stays below the paper's {pct(1 + PAPER[('ipart', 'layer')])}")
-        parts.append(f"{labels[m]} {pct(gains[0])} at a = 0 to {pct(gains[-1])} at {fmt_us(xs[-1])} "
+        reach = (f"reaches the paper's {fmt_gain(1 + PAPER[('ipart', 'layer')])} at a = {fmt_us(first)}"
+                 if first is not None else f"stays below the paper's {fmt_gain(1 + PAPER[('ipart', 'layer')])}")
+        parts.append(f"{labels[m]} {fmt_gain(gains[0])} at a = 0 to {fmt_gain(gains[-1])} at {fmt_us(xs[-1])} "
                      f"({'never falling' if grows else 'not monotone'} as a grows; {reach})")
     dflt = [st[(m, a)].gain("ipart", "default") for m in models for a in xs]
     return ("Reading: iPart's gain over layer-by-layer grows with the startup: " + "; ".join(parts) +
-            f". Over the default PS it hardly moves ({pct(min(dflt))} to {pct(max(dflt))} across all "
+            f". Over the default PS it hardly moves ({fmt_gain(min(dflt))} to {fmt_gain(max(dflt))} across all "
             "startups and models): the default sends only two messages per step. The startup is the "
             "lever that separates iPart from layer-by-layer: a layer-by-layer PS pays one startup per "
             "layer and direction, iPart merges small layers and splits large ones so that its partitions "
@@ -760,9 +743,9 @@ def result4_reading(ctx) -> str:
         f"sweep's largest is {best_ib:.2f}x. Our variant of iBatch with layer-by-layer pushes overlaps "
         f"both directions, so iPart's envelope applies to it (largest {best_pt:.2f}x, "
         + ("above" if best_pt >= 1 + PAPER[("ibatch", "default")] else "below")
-        + f" iBatch's {pct(1 + PAPER[('ibatch', 'default')])}). "
-        + ("So iPart's " + pct(1 + PAPER[("ipart", "default")]) + ", and iBatch's "
-           + pct(1 + PAPER[("ibatch", "default")]) + " with iBatch's own pushes, over the default PS are out "
+        + f" iBatch's {fmt_gain(1 + PAPER[('ibatch', 'default')])}). "
+        + ("So iPart's " + fmt_gain(1 + PAPER[("ipart", "default")]) + ", and iBatch's "
+           + fmt_gain(1 + PAPER[("ibatch", "default")]) + " with iBatch's own pushes, over the default PS are out "
            "of reach of these plan spaces in this model with B = 2F: the papers' default PS must pay more "
            "than `B + F + 2C` (e.g. a serial exchange, more startups, or slower server-side work), or their "
            "compute split differs. "
@@ -862,7 +845,7 @@ def why(ctx) -> list[str]:
         "(through Spark's block manager, with per-slice tasks) likely costs more, which raises every gain "
         f"over it; in our model the overlap alone caps iPart's gain over it near {envelopes()[0][0]:.2f}x and "
         f"iBatch's near {envelopes()[1][0]:.2f}x (back-of-envelope, result 4), below the papers' "
-        f"{pct(1 + PAPER[('ipart', 'default')])} and {pct(1 + PAPER[('ibatch', 'default')])}.",
+        f"{fmt_gain(1 + PAPER[('ipart', 'default')])} and {fmt_gain(1 + PAPER[('ibatch', 'default')])}.",
         "* **Layer-by-layer and the startup.** The gain over layer-by-layer is mostly the startup paid per "
         "layer and direction (result 3). The papers' startup on a JVM/Spark stack is not known; ours is "
         "either the 10GbE preset's 25 us or our 1 ms guess. With a small startup layer-by-layer is "
@@ -884,8 +867,9 @@ def why(ctx) -> list[str]:
 
 # ----------------------------------------------------------------------------- main
 def main(argv=None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    parser = reproduction_parser(__doc__, HERE, "ResNet-50 and VGG-16 only, fewer node counts, startups and deltas, 1 sweep point per octave")
+    study = Study(__doc__, SCRIPT, HERE, "ResNet-50 and VGG-16 only, fewer node counts, startups and deltas, "
+                  "1 sweep point per octave")
+    parser = study.parser
     parser.add_argument("--per-octave", type=int, default=None,
                         help="compute-scale sweep points per octave of s (default 4; 1 with --quick)")
     parser.add_argument("--octaves", type=int, nargs=2, default=(-5, 2), metavar=("LO", "HI"),
@@ -893,15 +877,13 @@ def main(argv=None) -> int:
     parser.add_argument("--delta", type=float, default=DELTA,
                         help=f"seconds per compute piece of a cut tensor (default {DELTA:g})")
     parser.add_argument("--batch", type=int, default=BATCH, help=f"per-node batch (default {BATCH})")
-    args = parser.parse_args(argv)
+    args = study.parse(argv)
     if args.per_octave is None:
         args.per_octave = 1 if args.quick else 4
     lo, hi = args.octaves
     if args.per_octave < 1 or lo >= hi or args.delta < 0 or args.batch < 1:
         parser.error("--per-octave must be >= 1, --octaves LO < HI, --delta >= 0, --batch >= 1")
     models = MODELS_QUICK if args.quick else tuple(key for key, _, _ in MODELS)
-    os.makedirs(args.out, exist_ok=True)
-    started = time.perf_counter()
 
     labels = {key: label for key, label, _ in MODELS}
     units = {key: unit for key, _, unit in MODELS}
@@ -917,7 +899,8 @@ def main(argv=None) -> int:
         delta_list = tuple(sorted(set(delta_list) | {args.delta}))
     plot_models = tuple(m for m in PLOT_MODELS if m in models)
 
-    with Progress(interrupted_path(os.path.join(args.out, "RESULTS.md"))) as progress:
+    with study:
+        progress = study.progress
         progress.stage(f"result 1: {PAPER_NODES} nodes", total=len(models))
         main_data = main_study(profiles, models, main_startups, args.delta, progress)
         progress.stage("result 2: node counts", total=len(plot_models))
@@ -941,16 +924,16 @@ def main(argv=None) -> int:
             plots.append(plot_scalability(plt, args.out, nodes_data, plot_models, node_list, labels))
             plots.append(plot_sensitivity(plt, args.out, st, sw, models, startup_list, grid, main_startups, labels))
 
-        ctx = dict(args=args, command=command_line(SCRIPT, argv, args.out), date=datetime.date.today().isoformat(),
-                   elapsed=time.perf_counter() - started, labels=labels, units=units, models=models,
+        ctx = dict(args=args, labels=labels, units=units, models=models,
+                   produced_by=study.produced_by("the papers' numbers are quoted from their abstracts "
+                                                 "(no full text or code is public)"),
                    profiles=profiles, tensor_profiles=tensor_profiles, device=DEVICE, batch=args.batch,
                    delta=args.delta, main_startups=main_startups, main=main_data, nodes=nodes_data,
                    node_list=node_list, plot_models=plot_models, startup=st, startup_list=startup_list,
                    sweep=sw, grid=grid, per_octave=args.per_octave, sweep_startups=main_startups,
                    deltas=deltas, delta_list=delta_list, unit=unit, probe=probe, plots=plots)
-        write_text_atomic(os.path.join(args.out, "RESULTS.md"), report(ctx) + "\n")
-        print(f"wrote RESULTS.md and {len(plots)} plot(s) in {time.perf_counter() - started:.1f} s")
-    return progress.exit_code
+        study.write(report(ctx), plots)
+    return study.exit_code
 
 
 if __name__ == "__main__":

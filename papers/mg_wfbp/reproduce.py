@@ -7,7 +7,8 @@ Run from the repository root::
     python papers/mg_wfbp/reproduce.py --quick    # a few seconds: coarse sweep, fewer P
 
 It writes ``RESULTS.md`` and PNG plots into the output folder (default: this script's
-folder), every file atomically (a temporary file, then ``os.replace``).
+folder), every file atomically (a temporary file, then ``os.replace``); on Ctrl-C the stored
+``RESULTS.md`` is left as it was and the finished steps go to ``RESULTS.interrupted.md``.
 
 What it does (see RESULTS.md for the numbers and the reasons they differ from the paper):
 
@@ -31,26 +32,22 @@ GradSSA (``"gradssa"``) is used only if it is registered when the script runs.
 
 from __future__ import annotations
 
-import datetime
 import math
 import os
 import sys
-import time
-from dataclasses import dataclass
 
 import numpy as np
 
 import fusionopt
-from fusionopt.reporting import (
-    Progress, command_line, interrupted_path, markdown_table as table, pyplot, reproduction_parser, save_png,
-    write_bytes_atomic,
-)
+from fusionopt.experiments.study import Outcome, Study, ratio, solve_methods
+from fusionopt.reporting import markdown_table as table, pyplot, save_png
 from fusionopt import zoo
 from fusionopt.cost import network
 from fusionopt.solvers.registry import get_method
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCRIPT = "papers/mg_wfbp/reproduce.py"
+SOURCES = "the paper's numbers are read from the authors' plotting scripts"
 
 # The paper's published ratios, read from the authors' plotting scripts.
 PAPER = {
@@ -92,31 +89,17 @@ def gradssa_setup(iterations: int) -> tuple[dict | None, str]:
     return kwargs, f"registered; run with {shown} (its options: {', '.join(options) or 'none'})"
 
 
-@dataclass
-class Outcome:
-    T: float = float("nan")
-    exposed: float = float("nan")
-    messages: int = 0
-    status: str = ""
-    error: str = ""
-
-
-def run_methods(problem: fusionopt.Problem, names, gradssa_kwargs) -> dict[str, Outcome]:
-    out: dict[str, Outcome] = {}
-    for name in names:
+def run_methods(problem: fusionopt.Problem, names, gradssa_kwargs=None) -> dict[str, Outcome]:
+    """:func:`solve_methods` on ``names``, by method name. A base method's failure is raised;
+    GradSSA (optional here) is tolerated more widely than a refusal: any exception of it
+    becomes its :class:`Outcome`'s ``error`` and the report says "failed"."""
+    out = solve_methods(problem, [(m, m, {}) for m in names if m != "gradssa"])
+    if "gradssa" in names:
         try:
-            kwargs = gradssa_kwargs if name == "gradssa" else {}
-            r = fusionopt.solve(problem, name, **kwargs)
-            out[name] = Outcome(r.iteration_time, r.timeline.exposed, r.num_messages, str(r.status))
-        except Exception as exc:  # a method written concurrently may fail; report, go on
-            if name in BASE_METHODS:
-                raise
-            out[name] = Outcome(error=f"{type(exc).__name__}: {exc}")
+            out.update(solve_methods(problem, [("gradssa", "gradssa", gradssa_kwargs or {})]))
+        except Exception as exc:  # the optional method failed: report it and go on
+            out["gradssa"] = Outcome(error=f"{type(exc).__name__}: {exc}")
     return out
-
-
-def ratio(a: float, b: float) -> float:
-    return a / b if b > 0 else float("nan")
 
 
 # ----------------------------------------------------------------------------- part 1
@@ -138,7 +121,7 @@ def sweep(profiles, grid, progress):
     for key, _, _ in MODELS:
         cols = {k: [] for k in ("mg_wfbp", "mg_single", "dp_wfbp", "mg_gap")}
         for s in grid:
-            res = run_methods(fusionopt.Problem(profiles[key].scaled(s), cost), BASE_METHODS, {})
+            res = run_methods(fusionopt.Problem(profiles[key].scaled(s), cost), BASE_METHODS)
             T = {m: o.T for m, o in res.items()}
             cols["mg_wfbp"].append(ratio(T["wfbp"], T["mgwfbp"]))
             cols["mg_single"].append(ratio(T["single"], T["mgwfbp"]))
@@ -298,9 +281,7 @@ def report(ctx) -> str:
     workers = ctx["workers"]
     L: list[str] = []
     L += ["# MG-WFBP (Shi, Chu, Li; INFOCOM 2019, TPDS 2021): headline comparisons in simulation", ""]
-    L += [f"Produced by `{ctx['command']}` on {ctx['date']} with fusionopt {fusionopt.__version__} "
-          f"in {ctx['elapsed']:.1f} s. Every number below comes from that run; the paper's numbers "
-          f"are read from the authors' plotting scripts.", ""]
+    L += [ctx["produced_by"], ""]
     L += [f"GradSSA: {ctx['gradssa_note']}.", ""]
 
     # Setup
@@ -526,8 +507,8 @@ def report(ctx) -> str:
 
 # ----------------------------------------------------------------------------- main
 def main(argv=None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    parser = reproduction_parser(__doc__, HERE, "coarse sweep (2 points per octave), fewer worker counts, small GradSSA budget")
+    study = Study(__doc__, SCRIPT, HERE, "coarse sweep (2 points per octave), fewer worker counts, small GradSSA budget")
+    parser = study.parser
     parser.add_argument("--per-octave", type=int, default=None,
                         help="sweep points per octave of s (default 16; 2 with --quick)")
     parser.add_argument("--octaves", type=int, default=6, help="sweep s from 2**-octaves to 1 (default 6)")
@@ -537,17 +518,16 @@ def main(argv=None) -> int:
                         help="the compute scale used beside s = 1 in the scaling study (default 0.25)")
     parser.add_argument("--gradssa-iterations", type=int, default=None,
                         help="GradSSA iterations per solve, seeded (default 40; 5 with --quick)")
-    args = parser.parse_args(argv)
+    args = study.parse(argv)
     if args.per_octave is None:
         args.per_octave = 2 if args.quick else 16
     if args.gradssa_iterations is None:
         args.gradssa_iterations = 5 if args.quick else 40
     if args.per_octave < 1 or args.octaves < 1 or not 0 < args.tolerance < 1 or not 0 < args.scaling_s:
         parser.error("--per-octave and --octaves must be >= 1, --tolerance in (0, 1), --scaling-s > 0")
-    os.makedirs(args.out, exist_ok=True)
-    started = time.perf_counter()
 
-    with Progress(interrupted_path(os.path.join(args.out, "RESULTS.md"))) as progress:
+    with study:
+        progress = study.progress
         gradssa_kwargs, gradssa_note = gradssa_setup(args.gradssa_iterations)
         methods = list(BASE_METHODS) + (["gradssa"] if gradssa_kwargs is not None else [])
         print(f"GradSSA: {gradssa_note}")
@@ -571,8 +551,8 @@ def main(argv=None) -> int:
             wfbp_from[key] = wfbp_optimal_from(grid, d["dp_wfbp"])
         dp_wfbp_at = {}
         for key, _, _ in MODELS:
-            prob = fusionopt.Problem(profiles[key].scaled(args.scaling_s), cost8)
-            dp_wfbp_at[key] = fusionopt.solve(prob, "wfbp").iteration_time / fusionopt.solve(prob, "dp").iteration_time
+            T = run_methods(fusionopt.Problem(profiles[key].scaled(args.scaling_s), cost8), ("wfbp", "dp"))
+            dp_wfbp_at[key] = ratio(T["wfbp"].T, T["dp"].T)
 
         scales = (1.0, args.scaling_s) if args.scaling_s != 1.0 else (1.0,)
         workers = WORKERS_QUICK if args.quick else WORKERS
@@ -581,17 +561,13 @@ def main(argv=None) -> int:
         sc = scaling(profiles, scales, scaling_methods, gradssa_kwargs, workers, progress)
 
         plots = make_plots(args.out, grid, sw, sc, scales, scaling_methods, workers, args.tolerance)
-        ctx = dict(args=args, command=command_line(SCRIPT, argv, args.out), date=datetime.date.today().isoformat(),
-                   elapsed=time.perf_counter() - started, gradssa_note=gradssa_note, profiles=profiles,
-                   cost8=cost8, cost8_nominal=network(NOMINAL, NODES),
+        ctx = dict(args=args, produced_by=study.produced_by(SOURCES), gradssa_note=gradssa_note,
+                   profiles=profiles, cost8=cost8, cost8_nominal=network(NOMINAL, NODES),
                    link=fusionopt.cost.network_link(NOMINAL), methods=methods, paper_rows=paper_rows,
                    grid=grid, sweep=sw, cross=cross, within=within, wfbp_from=wfbp_from,
                    dp_wfbp_at=dp_wfbp_at, scales=scales, scaling=sc, plots=plots, workers=workers)
-        ctx["methods_scaling"] = scaling_methods
-        text = report(ctx)
-        write_bytes_atomic(os.path.join(args.out, "RESULTS.md"), (text + "\n").encode())
-        print(f"wrote RESULTS.md and {len(plots)} plot(s) in {time.perf_counter() - started:.1f} s")
-    return progress.exit_code
+        study.write(report(ctx), plots)
+    return study.exit_code
 
 
 if __name__ == "__main__":

@@ -35,24 +35,20 @@ Profiles are roofline ESTIMATES (``fusionopt.zoo``: peak x efficiency 0.4), not 
 
 from __future__ import annotations
 
-import datetime
 import os
 import statistics
 import sys
-import time
 from dataclasses import dataclass
 
 import numpy as np
 
-import fusionopt
-from fusionopt.reporting import (
-    SAFEGUARD_SECONDS, Progress, command_line, interrupted_path, markdown_table as table, pyplot,
-    reproduction_parser, save_png, write_bytes_atomic,
-)
 from fusionopt import zoo
 from fusionopt.cost import network, network_link
+from fusionopt.experiments.study import Outcome, Study, fmt_ms as _fmt_ms, solve_methods
 from fusionopt.model import Problem, Profile, simulate
-from fusionopt.solvers.registry import get_method, methods
+from fusionopt.reporting import SAFEGUARD_SECONDS, markdown_table as table, pyplot, save_png
+from fusionopt.solvers.registry import get_method, methods, solve
+from fusionopt.solvers.result import Result
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCRIPT = "papers/of_wfbp/reproduce.py"
@@ -93,6 +89,7 @@ BASELINES = (
     ("horovod64", "horovod", {"defaults": "legacy"}, "Horovod legacy"),
     ("mgwfbp", "mgwfbp", {}, "MG-WFBP"),
 )
+BASELINE_SPECS = tuple((key, method, options) for key, method, options, _ in BASELINES)
 LABEL_KEYS = tuple(key for key, _, _, _ in BASELINES)
 LABEL = {key: label for key, _, _, label in BASELINES}
 LABEL.update({"of-wfbp": "OF-WFBP", "dp": "DP (exact optimum)", "best": "best baseline",
@@ -100,25 +97,9 @@ LABEL.update({"of-wfbp": "OF-WFBP", "dp": "DP (exact optimum)", "best": "best ba
 
 
 # ----------------------------------------------------------------------------- helpers
-@dataclass
-class Outcome:
-    """One method's result on one problem (times in seconds)."""
-
-    T: float
-    messages: int
-    status: str
-    seconds: float
-    case: str = ""
-    lower_bound: float | None = None
-
-
-def outcome(result: fusionopt.Result) -> Outcome:
-    return Outcome(result.iteration_time, result.num_messages, str(result.status), result.solve_seconds,
-                   str(result.stats.get("case", "")), result.lower_bound)
-
-
-def run_baselines(problem: Problem) -> dict[str, Outcome]:
-    return {key: outcome(fusionopt.solve(problem, method, **options)) for key, method, options, _ in BASELINES}
+def case(o: Outcome) -> str:
+    """The case ``of-wfbp`` took: ``wfbp`` or ``single`` (closed forms), else ``gradssa``."""
+    return str(o.stats.get("case", ""))
 
 
 def best_baseline(res: dict[str, Outcome]) -> str:
@@ -131,7 +112,8 @@ def tail(profile: Profile, n: int) -> Profile:
 
 
 def fmt_ms(t: float) -> str:
-    return f"{1e3 * t:.2f}" if t >= 0.1 else f"{1e3 * t:.3f}"
+    """Seconds as milliseconds, 2 decimals from 100 ms up, 3 below."""
+    return _fmt_ms(t, 2)
 
 
 # ----------------------------------------------------------------------------- part 1: plain grid
@@ -155,12 +137,11 @@ class Grid:
         res = self.results.get(key)
         if res is None:
             problem = Problem(self.profile(model, device), network(net, P))
-            res = run_baselines(problem)
-            res["dp"] = outcome(fusionopt.solve(problem, "dp"))
+            res = solve_methods(problem, (*BASELINE_SPECS, ("dp", "dp", {})))
             self.results[key] = res
         if with_of_wfbp and "of-wfbp" not in res:
             problem = Problem(self.profile(model, device), network(net, P))
-            res["of-wfbp"] = outcome(fusionopt.solve(problem, "of-wfbp", rng=self.rng))
+            res["of-wfbp"] = Outcome.of(solve(problem, "of-wfbp", rng=self.rng))
         return res
 
 
@@ -179,7 +160,7 @@ def main_grid(grid: Grid, models, networks, workers, progress):
                 res = grid.solve(model, DEVICE, net, P)
                 rows.append(((model, net, P), res))
                 progress.step(f"{model} {net} P={P}: OF-WFBP {fmt_ms(res['of-wfbp'].T)} ms "
-                              f"({res['of-wfbp'].case}), best baseline {fmt_ms(res[best_baseline(res)].T)} ms")
+                              f"({case(res['of-wfbp'])}), best baseline {fmt_ms(res[best_baseline(res)].T)} ms")
     return rows
 
 
@@ -211,12 +192,12 @@ def extended_full(profiles, models, points, options, rng, progress):
     for model in models:
         for net, P in points:
             problem = Problem(profiles[model], network(net, P), **options)
-            res = run_baselines(problem)
-            plain_dp = fusionopt.solve(problem.plain(), "dp")
-            res["dp-plain"] = Outcome(simulate(problem, plain_dp.plan).iteration_time, plain_dp.num_messages,
-                                      "-", plain_dp.solve_seconds)
-            res["plain-optimum"] = Outcome(plain_dp.iteration_time, plain_dp.num_messages, "-", 0.0)
-            res["of-wfbp"] = outcome(fusionopt.solve(problem, "of-wfbp", rng=rng))
+            res = solve_methods(problem, BASELINE_SPECS)
+            plain_dp = solve(problem.plain(), "dp")
+            res["dp-plain"] = Outcome(T=simulate(problem, plain_dp.plan).iteration_time,
+                                      messages=plain_dp.num_messages, status="-", seconds=plain_dp.solve_seconds)
+            res["plain-optimum"] = Outcome(T=plain_dp.iteration_time, messages=plain_dp.num_messages, status="-")
+            res["of-wfbp"] = Outcome.of(solve(problem, "of-wfbp", rng=rng))
             rows.append(((model, net, P), res))
             progress.step(f"extended {model} {net} P={P}: OF-WFBP {fmt_ms(res['of-wfbp'].T)} ms, "
                           f"best baseline {fmt_ms(res[best_baseline(res)].T)} ms")
@@ -234,7 +215,7 @@ class CpsatOutcome:
     seconds: float
 
 
-def cpsat_outcome(result: fusionopt.Result) -> CpsatOutcome:
+def cpsat_outcome(result: Result) -> CpsatOutcome:
     s = result.stats
     return CpsatOutcome(result.iteration_time, str(result.status), s["cpsat_status"], s["iteration_time_bound"],
                         s["rounding_bound"], s["time_quantum"], result.solve_seconds)
@@ -248,13 +229,12 @@ def extended_small(profiles, instances, points, options, rng, work, quantum, pro
         profile = base if n >= base.n else tail(base, n)
         for net, P in points:
             problem = Problem(profile, network(net, P), **options)
-            res = run_baselines(problem)
-            res["dp-plain"] = Outcome(simulate(problem, fusionopt.solve(problem.plain(), "dp").plan).iteration_time,
-                                      0, "-", 0.0)
-            res["of-wfbp"] = outcome(fusionopt.solve(problem, "of-wfbp", rng=rng))
+            res = solve_methods(problem, BASELINE_SPECS)
+            res["dp-plain"] = Outcome(T=simulate(problem, solve(problem.plain(), "dp").plan).iteration_time, status="-")
+            res["of-wfbp"] = Outcome.of(solve(problem, "of-wfbp", rng=rng))
             cpsat_options = {} if quantum is None else {"time_quantum": quantum}
-            exact = cpsat_outcome(fusionopt.solve(problem, "cpsat", deterministic_time=work, time_limit=SAFEGUARD_SECONDS,
-                                                  workers=1, random_seed=0, **cpsat_options))
+            exact = cpsat_outcome(solve(problem, "cpsat", deterministic_time=work, time_limit=SAFEGUARD_SECONDS,
+                                        workers=1, random_seed=0, **cpsat_options))
             rows.append(((model, profile.n, net, P), res, exact))
             progress.step(f"CP-SAT {model} n={profile.n} {net} P={P}: {exact.cpsat_status} {fmt_ms(exact.T)} ms, "
                           f"OF-WFBP {fmt_ms(res['of-wfbp'].T)} ms")
@@ -323,9 +303,7 @@ def report(ctx) -> str:
     labels = ctx["labels"]
     L: list[str] = []
     L += ["# OF-WFBP (Gao, Zhang, Hu, Jin, Wu; Parallel Computing 118, 2023): the 'up to 1.43x' claim in simulation", ""]
-    L += [f"Produced by `{ctx['command']}` on {ctx['date']} with fusionopt {fusionopt.__version__} in "
-          f"{ctx['elapsed']:.1f} s ({os.cpu_count()} cores). Every number below comes from that run. The paper's "
-          f"claim is quoted from its abstract.", ""]
+    L += [ctx["study"].produced_by("the paper's claim is quoted from its abstract"), ""]
     L += ["**What the paper claims and what is known.** OF-WFBP models tensor fusion for WFBP, proves "
           "the problem NP-hard, solves two cases in closed form and uses an improved sparrow search "
           f"(GradSSA) for the others, and reports **up to {PAPER_SPEEDUP}x over state-of-the-art tensor "
@@ -401,7 +379,7 @@ def report(ctx) -> str:
         dev = res["of-wfbp"].T / res["dp"].T - 1
         worst_dev = max(worst_dev, abs(dev))
         equal += abs(dev) <= EQUAL_RTOL
-        cases[res["of-wfbp"].case] = cases.get(res["of-wfbp"].case, 0) + 1
+        cases[case(res["of-wfbp"])] = cases.get(case(res["of-wfbp"]), 0) + 1
         of_seconds.append(res["of-wfbp"].seconds)
 
     L += ["**The headline: how far can OF-WFBP get ahead of the baselines?** Over the grid below "
@@ -451,7 +429,7 @@ def report(ctx) -> str:
             sp = speedups(res, "of-wfbp")
             b = best_baseline(res)
             rows.append((inst[1], inst[2], *(fmt_ms(res[k].T) for k in LABEL_KEYS), fmt_ms(res["of-wfbp"].T),
-                         fmt_ms(res["dp"].T), res["of-wfbp"].case, f"{sp['best']:.3f}x ({LABEL[b]})",
+                         fmt_ms(res["dp"].T), case(res["of-wfbp"]), f"{sp['best']:.3f}x ({LABEL[b]})",
                          *(f"{sp[k]:.3f}x" for k in LABEL_KEYS)))
         header = ("network", "P", *(f"T {LABEL[k]}" for k in LABEL_KEYS), "T OF-WFBP", "T DP", "OF-WFBP case",
                   "over best baseline (which)", *(f"over {LABEL[k]}" for k in LABEL_KEYS))
@@ -612,8 +590,9 @@ def plot_reading(ctx) -> str:
 
 # ----------------------------------------------------------------------------- main
 def main(argv=None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    parser = reproduction_parser(__doc__, HERE, "a small grid (2 models, 2 networks, 2 worker counts), one plot model, few CP-SAT runs")
+    study = Study(__doc__, SCRIPT, HERE,
+                  "a small grid (2 models, 2 networks, 2 worker counts), one plot model, few CP-SAT runs")
+    parser = study.parser
     parser.add_argument("--rng", type=int, default=0, help="GradSSA's seed (default 0)")
     parser.add_argument("--contention", type=float, default=1.3, help="kappa for result 2 (default 1.3)")
     parser.add_argument("--copy-cost", type=float, default=2.2e-12,
@@ -622,14 +601,12 @@ def main(argv=None) -> int:
                         help="CP-SAT's budget per solve, in its deterministic work units (default 10)")
     parser.add_argument("--time-quantum", type=float, default=None,
                         help="CP-SAT's time quantum in seconds (default: its automatic quantum)")
-    args = parser.parse_args(argv)
+    args = study.parse(argv)
     if not (args.contention >= 1 and args.copy_cost >= 0 and args.cpsat_work > 0
             and (args.time_quantum is None or args.time_quantum > 0)):
         parser.error("--contention must be >= 1, --copy-cost >= 0, --cpsat-work and --time-quantum > 0")
     if "of-wfbp" not in methods():
         parser.error("this fusionopt has no 'of-wfbp' method registered")
-    os.makedirs(args.out, exist_ok=True)
-    started = time.perf_counter()
 
     labels = {key: label for key, label, _ in MODELS}
     batches = {key: batch for key, _, batch in MODELS}
@@ -638,7 +615,8 @@ def main(argv=None) -> int:
     workers = WORKERS_QUICK if args.quick else WORKERS
     grid = Grid(batches, args.rng)
 
-    with Progress(interrupted_path(os.path.join(args.out, "RESULTS.md"))) as progress:
+    with study:
+        progress = study.progress
         progress.stage("result 1: the plain grid", total=len(models) * len(networks) * len(workers))
         grid_rows = main_grid(grid, models, networks, workers, progress)
         progress.stage("result 1: sensitivity to the device", total=len(DEVICES_SENSITIVITY))
@@ -663,17 +641,14 @@ def main(argv=None) -> int:
                                    args.cpsat_work, args.time_quantum, progress)
 
         plots = make_plot(args.out, pdata, plot_models, PLOT_NETWORKS, plot_workers, labels)
-        ctx = dict(args=args, command=command_line(SCRIPT, argv, args.out), date=datetime.date.today().isoformat(),
-                   elapsed=time.perf_counter() - started, labels=labels, batches=batches, models=models,
+        ctx = dict(args=args, study=study, labels=labels, batches=batches, models=models,
                    networks=networks, workers=workers, profiles={m: profiles[m] for m in models},
                    profiles_all=profiles,
                    grid_rows=grid_rows, sensitivity=sens, plot_data=pdata, plot_models=plot_models,
                    plot_workers=plot_workers, ext_options=ext_options, ext_full=ext_full, ext_small=ext_small,
                    plots=plots)
-        text = report(ctx)
-        write_bytes_atomic(os.path.join(args.out, "RESULTS.md"), (text + "\n").encode("utf-8"))
-        print(f"wrote RESULTS.md and {len(plots)} plot(s) in {time.perf_counter() - started:.1f} s")
-    return progress.exit_code
+        study.write(report(ctx), plots)
+    return study.exit_code
 
 
 if __name__ == "__main__":

@@ -8,7 +8,10 @@ Run from the repository root::
 
 It writes ``RESULTS.md`` and PNG plots into the output folder (default: this script's
 folder; a ``--quick`` run overwrites them there, so give it ``--out`` to keep the full
-run's files), every file atomically (a temporary file, then ``os.replace``).
+run's files), every file atomically (a temporary file, then ``os.replace``). The command
+line, progress, Ctrl-C handling and the report's write are those every reproduction shares
+(``fusionopt.experiments.study.Study``); on Ctrl-C the finished steps go to
+``RESULTS.interrupted.md`` and the stored report is left as it was.
 
 The claims (the abstract): US-Byte is up to 1.26x faster than
 ByteScheduler and 1.56x faster than WFBP on two 8-node clusters, and up to 1.69x in a
@@ -34,24 +37,18 @@ What it does (see RESULTS.md for the numbers and the reasons they differ from th
 
 from __future__ import annotations
 
-import datetime
 import os
 import sys
-import time
 from dataclasses import dataclass
 
 import numpy as np
 
-import fusionopt
-from fusionopt.reporting import (
-    SAFEGUARD_SECONDS, Progress, command_line, interrupted_path, markdown_table as table, pyplot,
-    reproduction_parser, save_png,
-)
 from fusionopt import zoo
 from fusionopt.cost import network, network_link
+from fusionopt.experiments.study import Outcome, Study, fmt_ms, ratio, solve_methods
 from fusionopt.model import Problem
-from fusionopt.model._io import write_text_atomic
 from fusionopt.model.bounds import best_bound, fluid_bound, fluid_latency_bound
+from fusionopt.reporting import SAFEGUARD_SECONDS, markdown_table as table, pyplot, save_png
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCRIPT = "papers/us_byte/reproduce.py"
@@ -102,29 +99,6 @@ SWEEP_KEYS = ("wfbp", "bs", "bs-advised", "bs-tuned", "bs-unfused", "usbyte", "d
 # ----------------------------------------------------------------------------- helpers
 
 @dataclass
-class Outcome:
-    """One method's result on one problem (times in seconds)."""
-
-    T: float = float("nan")
-    messages: int = 0
-    seconds: float = 0.0
-    result: fusionopt.Result | None = None
-    error: str = ""
-
-
-def run(problem: Problem, key: str, lwo_options: dict) -> Outcome:
-    _, method, options, _ = next(m for m in METHODS if m[0] == key)
-    options = dict(options, **lwo_options) if key == "lwo" else options
-    try:
-        r = fusionopt.solve(problem, method, **options)
-    except ValueError as exc:
-        if method != "usbyte":
-            raise
-        return Outcome(error=str(exc))          # US-Byte refuses a unit larger than every tensor
-    return Outcome(r.iteration_time, r.num_messages, r.solve_seconds, r)
-
-
-@dataclass
 class Instance:
     """All methods on one problem, with its bounds (seconds)."""
 
@@ -139,20 +113,23 @@ class Instance:
 
     def over(self, ref: str, key: str = "usbyte") -> float:
         """Speedup of ``key`` over ``ref``: T_ref / T_key."""
-        return self.T(ref) / self.T(key)
+        return ratio(self.T(ref), self.T(key))
+
+
+def specs(keys, lwo_options: dict):
+    """The ``(key, method, options)`` of ``keys`` (in that order), layerwise-opt's options
+    completed by ``lwo_options``."""
+    by_key = {key: (method, options) for key, method, options, _ in METHODS}
+    return [(key, by_key[key][0], dict(by_key[key][1], **lwo_options) if key == "lwo" else by_key[key][1])
+            for key in keys]
 
 
 def solve_instance(problem: Problem, keys, lwo_options: dict) -> Instance:
-    res = {key: run(problem, key, lwo_options) for key in keys}
+    # US-Byte refuses a unit larger than every tensor; any other refusal is raised.
+    res = solve_methods(problem, specs(keys, lwo_options), may_refuse=("usbyte",))
     # The bound over all plans (fusion and partition); a fusion method's Result carries the
     # tighter bound of its own plan space instead.
     return Instance(problem, res, fluid_bound(problem), fluid_latency_bound(problem), best_bound(problem, "any"))
-
-
-def fmt_ms(t: float) -> str:
-    if t != t:
-        return "-"
-    return f"{1e3 * t:.1f}" if t >= 0.1 else f"{1e3 * t:.2f}"
 
 
 def fmt_s(s: float) -> str:
@@ -232,14 +209,9 @@ def unit_study(profiles, models, units, P, progress):
     for model in models:
         problem = Problem(profiles[model], cost, sync="layerwise")
         for unit in units:
-            out = {}
-            for prio in ("search", "forward"):
-                try:
-                    r = fusionopt.solve(problem, "usbyte", unit_parameters=unit, priority=prio)
-                    out[prio] = Outcome(r.iteration_time, r.num_messages, r.solve_seconds, r)
-                except ValueError as exc:
-                    out[prio] = Outcome(error=str(exc))
-            rows[(model, unit)] = out
+            rows[(model, unit)] = solve_methods(
+                problem, [(prio, "usbyte", {"unit_parameters": unit, "priority": prio}) for prio in ("search", "forward")],
+                may_refuse=("usbyte",))
         progress.step(f"unit {model}: " + ", ".join(
             f"{unit}: {fmt_ms(rows[(model, unit)]['search'].T)} ms" if not rows[(model, unit)]["search"].error
             else f"{unit}: refused" for unit in units))
@@ -372,9 +344,7 @@ def report(ctx) -> str:
     main = ctx["main"]
     L: list[str] = []
     L += ["# US-Byte (Gao, Hu, Mashhadi, Jin, Xiao, Wu; IEEE TPDS 35(1), 2024): headline comparisons in simulation", ""]
-    L += [f"Produced by `{ctx['command']}` on {ctx['date']} with fusionopt {fusionopt.__version__} in "
-          f"{ctx['elapsed']:.1f} s ({os.cpu_count()} cores). Every number below comes from that run; the "
-          "paper's numbers are quoted from its abstract and code.", ""]
+    L += [ctx["produced"], ""]
     L += [f"**The paper's claims** [abs]: US-Byte is up to **{PAPER_OVER_BS}x faster than ByteScheduler** and "
           f"**{PAPER_OVER_WFBP}x faster than WFBP** on two 8-node clusters, and up to **{PAPER_128}x** in a "
           "128-GPU simulation (the baseline of that figure is not stated in what we have). The paper's "
@@ -562,6 +532,7 @@ def report(ctx) -> str:
     L += table(("model", *(f"S_p = {u:,}" for u in ctx["units"])), rows)
     if refused:
         example = next(o["search"].error for o in ctx["unit_rows"].values() if o["search"].error)
+        example = example.removeprefix("ValueError: ")      # the table's text says it was a ValueError
         L += ["", "Refused: " + ", ".join(f"{m} at {u:,}" for m, u in refused) + f". The message, e.g.: "
               f"\"{example}\"", ""]
     gains = [o["forward"].T / o["search"].T for o in ctx["unit_rows"].values() if not o["search"].error]
@@ -721,8 +692,8 @@ def why(ctx) -> list[str]:
 
 # ----------------------------------------------------------------------------- main
 def main(argv=None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    parser = reproduction_parser(__doc__, HERE, "VGG-16 and ResNet-152 only, P = 8 and 25GbE at 128, 1 sweep point per octave")
+    study = Study(__doc__, SCRIPT, HERE, "VGG-16 and ResNet-152 only, P = 8 and 25GbE at 128, 1 sweep point per octave")
+    parser = study.parser
     parser.add_argument("--per-octave", type=int, default=None,
                         help="sweep points per octave of s (default 2; 1 with --quick)")
     parser.add_argument("--octaves", type=int, nargs=2, default=(-4, 6), metavar=("LO", "HI"),
@@ -732,7 +703,7 @@ def main(argv=None) -> int:
                              "default; 20 with --quick); its time limit is set far out of the way")
     parser.add_argument("--rng", type=int, default=0, help="layerwise-opt's seed (default 0)")
     parser.add_argument("--gantt-model", default=GANTT_MODEL, help=f"model of the Gantt chart (default {GANTT_MODEL})")
-    args = parser.parse_args(argv)
+    args = study.parse(argv)
     if args.per_octave is None:
         args.per_octave = 1 if args.quick else 2
     if args.kicks is None:
@@ -743,8 +714,6 @@ def main(argv=None) -> int:
     models = MODELS_QUICK if args.quick else tuple(key for key, _, _ in MODELS)
     if args.gantt_model not in models:
         parser.error(f"--gantt-model must be one of {', '.join(models)}")
-    os.makedirs(args.out, exist_ok=True)
-    started = time.perf_counter()
 
     labels = {key: label for key, label, _ in MODELS}
     batches = {key: batch for key, _, batch in MODELS}
@@ -759,7 +728,8 @@ def main(argv=None) -> int:
     setting_list = settings(workers, nets)
     sbk = {st[0]: st for st in setting_list}
 
-    with Progress(interrupted_path(os.path.join(args.out, "RESULTS.md"))) as progress:
+    with study:
+        progress = study.progress
         progress.stage("results 1 and 2: every method at s = 1", total=len(models) * len(setting_list))
         main_data = main_table(profiles, models, setting_list, lwo_options, progress)
 
@@ -793,15 +763,14 @@ def main(argv=None) -> int:
             plots.append(name)
             gantt = (name, inst, gantt_reading(inst, labels[args.gantt_model], max(workers)))
 
-        ctx = dict(args=args, command=command_line(SCRIPT, argv, args.out), date=datetime.date.today().isoformat(),
-                   elapsed=time.perf_counter() - started, labels=labels, batches=batches, models=models,
+        ctx = dict(args=args, produced=study.produced_by("the paper's numbers are quoted from its abstract and code"),
+                   labels=labels, batches=batches, models=models,
                    profiles=profiles, device_s=device_s, lwo_options=lwo_options, settings=setting_list,
                    settings_by_key=sbk, main=main_data, grid=grid, sweep=sw, fitted_keys=fitted_keys,
                    ring_keys=ring_keys, maxima=found, at_max=at_max, units=units, unit_rows=unit_rows,
                    plots=plots, gantt=gantt)
-        write_text_atomic(os.path.join(args.out, "RESULTS.md"), report(ctx) + "\n")
-        print(f"wrote RESULTS.md and {len(plots)} plot(s) in {time.perf_counter() - started:.1f} s")
-    return progress.exit_code
+        study.write(report(ctx), plots)
+    return study.exit_code
 
 
 def gantt_reading(inst: Instance, label: str, P: int) -> str:
