@@ -7,7 +7,8 @@ Measures in one run, on one machine (timings: best of ``--repeats``):
   within 2x of the core and under 0.1 s;
 * ``simulate`` of a 100,000-message plan (one message per tensor): target under 10 ms;
 * ``Plan.validate`` of that plan: target under 20 ms;
-* the default ``compare`` of a zoo model, barrier and layerwise sync: target at least 2x
+* the default ``compare`` of zoo models (ResNet-50 at batch 64, BERT-base and GPT-2 at batch
+  8; H100 estimates, 10GbE, 64 workers), barrier and layerwise sync: target at least 2x
   faster than the baseline revision.
 
 ``--baseline REF`` runs the same measurements on a git revision of this repository (checked
@@ -37,7 +38,7 @@ from timing import random_profile, timings  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results" / "scale.md"
 TENSORS = 100_000
-COMPARE_MODEL = "resnet50"
+COMPARE_MODELS = ("resnet50", "bert-base", "gpt2")
 
 
 def best(fn, repeats: int) -> float:
@@ -56,7 +57,6 @@ def measure(repeats: int) -> dict[str, float]:
     wfbp = Plan.per_tensor(profile)
     cuts = np.ones(TENSORS - 1, dtype=bool)                     # the cut vector of the same plan
     problem = Problem(profile, cost)
-    zoo_profile = zoo.profile(COMPARE_MODEL, device="h100", batch=64)
     out = {
         # A fresh Problem per solve: nothing cached from the one before.
         "dp_core": best(lambda: optimal_fusion(Problem(profile, cost)), repeats),
@@ -65,9 +65,11 @@ def measure(repeats: int) -> dict[str, float]:
         "simulate": best(lambda: simulate(problem, wfbp, validate=False), repeats),
         "validate": best(lambda: wfbp.validate(profile), repeats),
     }
-    for sync in ("barrier", "layerwise"):
-        out[f"compare_{sync}"] = best(
-            lambda: compare(Problem(zoo_profile, network("10gbe", 64), sync=sync)), max(1, repeats // 2))
+    for model in COMPARE_MODELS:
+        zoo_profile = zoo.profile(model, device="h100", batch=64 if model.startswith("resnet") else 8)
+        for sync in ("barrier", "layerwise"):
+            out[f"compare_{model}_{sync}"] = best(
+                lambda: compare(Problem(zoo_profile, network("10gbe", 64), sync=sync)), max(1, repeats // 2))
     return out
 
 
@@ -103,9 +105,8 @@ def main(argv: list[str] | None = None) -> int:
         ("`Plan.from_cuts`, 100,000 messages", "from_cuts", "-"),
         ("`simulate`, 100,000 messages", "simulate", "< 10 ms"),
         ("`Plan.validate`, 100,000 chunks", "validate", "< 20 ms"),
-        (f"`compare`, {COMPARE_MODEL}, barrier", "compare_barrier", ">= 2x faster"),
-        (f"`compare`, {COMPARE_MODEL}, layerwise", "compare_layerwise", ">= 2x faster"),
-    ]
+    ] + [(f"`compare`, {model}, {sync}", f"compare_{model}_{sync}", ">= 2x faster")
+         for model in COMPARE_MODELS for sync in ("barrier", "layerwise")]
     lines = [
         "# Solving and simulating at scale",
         "",

@@ -8,7 +8,6 @@ MODEL.md sections 3 and 4 on one channel, written as cumulative maxima; tests pi
 
 from __future__ import annotations
 
-from itertools import chain
 from typing import Sequence
 
 import numpy as np
@@ -40,7 +39,11 @@ def block_iteration_time(problem: Problem, messages: Sequence[Sequence[Block]]) 
 class BlockTimes:
     """:func:`block_iteration_time` for many plans of one problem: what depends on the
     problem alone (ready times, the layerwise offsets) is computed once, so each call does
-    only the plan's part (the same operations, so the same ``T``)."""
+    only the plan's part (the same operations, so the same ``T``), and each message's
+    chunks are read once."""
+
+    KEPT = 65_536
+    """Messages remembered before the memory is cleared."""
 
     def __init__(self, problem: Problem) -> None:
         problem.require_plain("block_iteration_time")
@@ -51,15 +54,15 @@ class BlockTimes:
         # phi_i = A_i + max_(j <= i) (C_j + u_j - A_j) with A_i = sum_(j <= i) (f_(j-1) + u_j),
         # f_(-1) = 0, and B joining C_0 (phi_0 = max(B, C_0) + u_0).
         self.offsets = np.cumsum(profile.update + np.concatenate(([0.0], profile.forward[:-1])))
+        self._rows: dict[tuple[Block, ...], tuple[int, int, np.ndarray]] = {}
 
     def __call__(self, messages: Sequence[Sequence[Block]]) -> float:
         profile = self.profile
-        counts = [len(m) for m in messages]
-        table = np.fromiter(chain.from_iterable(chain.from_iterable(messages)), dtype=np.int64).reshape(-1, 3)
-        starts = np.concatenate(([0], np.cumsum(counts)[:-1]))
-        tensors = table[:, 0]
-        first = np.minimum.reduceat(tensors, starts)
-        sizes = np.add.reduceat(table[:, 2] - table[:, 1], starts).astype(np.float64)
+        rows = [self._message(m) for m in messages]
+        counts = [row[2].size for row in rows]
+        tensors = np.concatenate([row[2] for row in rows])
+        first = np.fromiter((row[0] for row in rows), dtype=np.int64, count=len(rows))
+        sizes = np.fromiter((row[1] for row in rows), dtype=np.float64, count=len(rows))
         durations = np.asarray(self.problem.cost.of_sizes(sizes), dtype=np.float64)
         total = np.cumsum(durations)
         ends = total + np.maximum.accumulate(self.ready[first] - (total - durations))
@@ -70,3 +73,15 @@ class BlockTimes:
         reduced[0] = max(reduced[0], profile.B)
         phi = self.offsets + np.maximum.accumulate(reduced + profile.update - self.offsets)
         return float(phi[-1] + profile.forward[-1]) + profile.W     # layerwise: the host's share
+
+    def _message(self, message: Sequence[Block]) -> tuple[int, int, np.ndarray]:
+        """``(first tensor, bytes, tensors of its chunks)`` of one message, kept for the
+        messages a search meets again (most of a neighbour plan is the plan it came from)."""
+        key = tuple(message)
+        row = self._rows.get(key)
+        if row is None:
+            if len(self._rows) >= self.KEPT:
+                self._rows.clear()
+            tensors = np.fromiter((tensor for tensor, _, _ in key), dtype=np.int64, count=len(key))
+            row = self._rows[key] = (int(tensors.min()), sum(hi - lo for _, lo, hi in key), tensors)
+        return row
