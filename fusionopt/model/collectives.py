@@ -1,8 +1,14 @@
-"""All-reduce cost formulas over ``P`` workers, and network presets (MODEL.md section 2).
+"""Collective cost formulas over ``P`` workers, and network presets (MODEL.md sections 2 and 8).
 
 Every formula is Hockney-style in the per-link latency ``a`` (seconds) and inverse bandwidth
 ``g`` (seconds per byte) and returns an :class:`~fusionopt.model.cost.AlphaBeta` in seconds
 and bytes. ``P = 1`` needs no communication and gives a zero cost.
+
+All-reduce, and its two halves for sharded data parallelism (section 8): a reduce-scatter
+leaves each worker ``1/P`` of the reduced message, an all-gather gives every worker the
+whole message back. Both are priced on ``S``, the message's unsharded size (the size
+column of nccl-tests' ``reduce_scatter_perf`` and ``all_gather_perf``), and for the ring,
+the halving-doubling and the hierarchical algorithms ``c_RS + c_AG`` is the all-reduce.
 """
 
 from __future__ import annotations
@@ -16,6 +22,13 @@ from fusionopt.model.cost import AlphaBeta, check_param
 
 __all__ = [
     "ring_allreduce",
+    "ring_reduce_scatter",
+    "ring_all_gather",
+    "recursive_halving_reduce_scatter",
+    "recursive_doubling_all_gather",
+    "hierarchical_reduce_scatter",
+    "hierarchical_all_gather",
+    "COLLECTIVES",
     "recursive_doubling_allreduce",
     "rabenseifner_allreduce",
     "double_binary_tree_allreduce",
@@ -197,18 +210,10 @@ def hierarchical_allreduce(workers: int, gpus_per_node: int, latency: float, inv
     >>> round(c.alpha, 12), round(c.beta, 15)
     (3.4e-05, 1.0175e-09)
     """
-    p = _check_count("workers", workers)
-    gpus = _check_count("gpus_per_node", gpus_per_node)
-    if p % gpus:
-        raise ValueError(f"workers ({p}) must be a multiple of gpus_per_node ({gpus})")
-    a = check_param("latency", latency)
-    g = check_param("inverse_bandwidth", inverse_bandwidth)
-    a_intra = check_param("intra_latency", intra_latency)
-    g_intra = check_param("intra_inverse_bandwidth", intra_inverse_bandwidth)
-    nodes = p // gpus
-    alpha = 2 * (gpus - 1) * a_intra + 2 * (nodes - 1) * a
-    beta = 2 * (gpus - 1) / gpus * g_intra + 2 * (nodes - 1) / nodes * g
-    return AlphaBeta(alpha, beta)
+    # Its reduce-scatter and all-gather halves, each priced once (doubling is exact).
+    half = _hierarchical_half(workers, gpus_per_node, latency, inverse_bandwidth, intra_latency,
+                              intra_inverse_bandwidth)
+    return AlphaBeta(2 * half.alpha, 2 * half.beta)
 
 
 ALGORITHMS: dict[str, Callable[[int, float, float], AlphaBeta]] = {
@@ -218,6 +223,117 @@ ALGORITHMS: dict[str, Callable[[int, float, float], AlphaBeta]] = {
     "double_binary_tree": double_binary_tree_allreduce,
 }
 """The flat all-reduce algorithms :func:`network` accepts, by name."""
+
+
+
+def ring_reduce_scatter(workers: int, latency: float, inverse_bandwidth: float) -> AlphaBeta:
+    """Ring reduce-scatter of ``S`` bytes: ``P - 1`` steps, each sending ``S / P`` bytes.
+
+    ``alpha = (P - 1) a``, ``beta = (P - 1) / P * g``: the first half of
+    :func:`ring_allreduce`.
+
+    Examples
+    --------
+    >>> c = ring_reduce_scatter(8, latency=1e-5, inverse_bandwidth=1e-9)
+    >>> round(c.alpha, 12), round(c.beta, 15)
+    (7e-05, 8.75e-10)
+    """
+    p, a, g = _check_link(workers, latency, inverse_bandwidth)
+    return AlphaBeta((p - 1) * a, (p - 1) / p * g)
+
+
+def ring_all_gather(workers: int, latency: float, inverse_bandwidth: float) -> AlphaBeta:
+    """Ring all-gather of ``S`` bytes (``S / P`` from each worker): ``alpha = (P - 1) a``,
+    ``beta = (P - 1) / P * g``, the second half of :func:`ring_allreduce`.
+
+    >>> ring_all_gather(8, 1e-5, 1e-9) == ring_reduce_scatter(8, 1e-5, 1e-9)
+    True
+    """
+    p, a, g = _check_link(workers, latency, inverse_bandwidth)
+    return AlphaBeta((p - 1) * a, (p - 1) / p * g)
+
+
+def recursive_halving_reduce_scatter(workers: int, latency: float, inverse_bandwidth: float) -> AlphaBeta:
+    """Recursive-halving reduce-scatter: ``log2 P`` exchanges of ``S/2, S/4, ...`` bytes.
+
+    ``alpha = log2(P) a``, ``beta = (P - 1) / P * g``: the first half of
+    :func:`rabenseifner_allreduce`. Exact for ``P`` a power of two.
+
+    >>> c = recursive_halving_reduce_scatter(8, latency=1e-5, inverse_bandwidth=1e-9)
+    >>> round(c.alpha, 12), round(c.beta, 15)
+    (3e-05, 8.75e-10)
+    """
+    p, a, g = _check_link(workers, latency, inverse_bandwidth)
+    return AlphaBeta(math.log2(p) * a, (p - 1) / p * g)
+
+
+def recursive_doubling_all_gather(workers: int, latency: float, inverse_bandwidth: float) -> AlphaBeta:
+    """Recursive-doubling all-gather: ``log2 P`` exchanges of ``S/P, 2S/P, ...`` bytes.
+
+    ``alpha = log2(P) a``, ``beta = (P - 1) / P * g``: the second half of
+    :func:`rabenseifner_allreduce`. Exact for ``P`` a power of two.
+
+    >>> recursive_doubling_all_gather(8, 1e-5, 1e-9) == recursive_halving_reduce_scatter(8, 1e-5, 1e-9)
+    True
+    """
+    p, a, g = _check_link(workers, latency, inverse_bandwidth)
+    return AlphaBeta(math.log2(p) * a, (p - 1) / p * g)
+
+
+def _hierarchical_half(workers: int, gpus_per_node: int, latency: float, inverse_bandwidth: float,
+                       intra_latency: float, intra_inverse_bandwidth: float) -> AlphaBeta:
+    p = _check_count("workers", workers)
+    gpus = _check_count("gpus_per_node", gpus_per_node)
+    if p % gpus:
+        raise ValueError(f"workers ({p}) must be a multiple of gpus_per_node ({gpus})")
+    a = check_param("latency", latency)
+    g = check_param("inverse_bandwidth", inverse_bandwidth)
+    a_intra = check_param("intra_latency", intra_latency)
+    g_intra = check_param("intra_inverse_bandwidth", intra_inverse_bandwidth)
+    nodes = p // gpus
+    return AlphaBeta((gpus - 1) * a_intra + (nodes - 1) * a, (gpus - 1) / gpus * g_intra + (nodes - 1) / nodes * g)
+
+
+def hierarchical_reduce_scatter(workers: int, gpus_per_node: int, latency: float, inverse_bandwidth: float,
+                                intra_latency: float, intra_inverse_bandwidth: float) -> AlphaBeta:
+    """Hierarchical reduce-scatter: an intra-node ring reduce-scatter of ``S`` bytes over the
+    ``G`` GPUs of a node, then an inter-node ring reduce-scatter of each GPU's ``S / G``
+    shard over the ``N = P / G`` nodes (the ``G`` rings share the node's NIC, so together
+    they move what one ring of ``S`` bytes would); each GPU ends with ``S / P`` bytes.
+
+    ``alpha = (G - 1) a_intra + (N - 1) a``, ``beta = (G - 1) / G * g_intra + (N - 1) / N * g``:
+    the first half of :func:`hierarchical_allreduce`.
+
+    >>> c = hierarchical_reduce_scatter(16, 8, latency=1e-5, inverse_bandwidth=1e-9,
+    ...                                 intra_latency=1e-6, intra_inverse_bandwidth=1e-11)
+    >>> round(c.alpha, 12), round(c.beta, 18)
+    (1.7e-05, 5.0875e-10)
+    """
+    return _hierarchical_half(workers, gpus_per_node, latency, inverse_bandwidth, intra_latency,
+                              intra_inverse_bandwidth)
+
+
+def hierarchical_all_gather(workers: int, gpus_per_node: int, latency: float, inverse_bandwidth: float,
+                            intra_latency: float, intra_inverse_bandwidth: float) -> AlphaBeta:
+    """Hierarchical all-gather: the inter-node ring all-gather of each GPU's shard, then the
+    intra-node ring all-gather; the same cost as :func:`hierarchical_reduce_scatter`, the
+    second half of :func:`hierarchical_allreduce`.
+
+    >>> hierarchical_all_gather(16, 8, 1e-5, 1e-9, 1e-6, 1e-11) == hierarchical_reduce_scatter(16, 8, 1e-5, 1e-9, 1e-6, 1e-11)
+    True
+    """
+    return _hierarchical_half(workers, gpus_per_node, latency, inverse_bandwidth, intra_latency,
+                              intra_inverse_bandwidth)
+
+
+COLLECTIVES: dict[str, dict[str, Callable[[int, float, float], AlphaBeta]]] = {
+    "all_reduce": ALGORITHMS,
+    "reduce_scatter": {"ring": ring_reduce_scatter, "rabenseifner": recursive_halving_reduce_scatter},
+    "all_gather": {"ring": ring_all_gather, "rabenseifner": recursive_doubling_all_gather},
+}
+"""The flat algorithms :func:`network` accepts for each collective. A reduce-scatter or an
+all-gather has no tree algorithm (NCCL runs both on rings) and no recursive doubling of the
+whole message; ``"rabenseifner"`` names the halving-doubling halves."""
 
 
 @dataclass(frozen=True)
@@ -305,8 +421,8 @@ def network_link(name: str) -> tuple[float, float]:
     return (link.latency, 1.0 / link.bandwidth)
 
 
-def network(name: str, workers: int, *, algorithm: str = "ring") -> AlphaBeta:
-    """All-reduce cost over ``workers`` peers on a preset network.
+def network(name: str, workers: int, *, algorithm: str = "ring", collective: str = "all_reduce") -> AlphaBeta:
+    """All-reduce (or reduce-scatter, or all-gather) cost over ``workers`` peers on a preset network.
 
     Bandwidths (per link, per direction) and their sources:
 
@@ -345,7 +461,12 @@ def network(name: str, workers: int, *, algorithm: str = "ring") -> AlphaBeta:
         Number of workers ``P >= 1``.
     algorithm : str, keyword-only
         ``"ring"`` (default), ``"recursive_doubling"``, ``"rabenseifner"`` or
-        ``"double_binary_tree"``; see :data:`ALGORITHMS`.
+        ``"double_binary_tree"``; see :data:`ALGORITHMS`. For a reduce-scatter or an
+        all-gather, ``"ring"`` or ``"rabenseifner"`` (its halving or doubling half); see
+        :data:`COLLECTIVES`.
+    collective : str, keyword-only
+        ``"all_reduce"`` (default), ``"reduce_scatter"`` or ``"all_gather"`` (MODEL.md
+        section 8), priced on the message's unsharded size.
 
     Returns
     -------
@@ -363,9 +484,17 @@ def network(name: str, workers: int, *, algorithm: str = "ring") -> AlphaBeta:
     >>> c = network("usbyte", 8)                      # a = 1318.6 us, b = 2.406e-10 s/parameter
     >>> round(c.alpha * 1e6, 9), round(c(4e6) * 1e3, 9)  # 1e6 FP32 parameters: a + 1e6 b
     (1318.6, 1.5592)
+    >>> rs = network("10gbe", 8, collective="reduce_scatter")   # half the ring all-reduce
+    >>> round(rs.alpha, 9), round(rs.beta, 15)
+    (0.000175, 7e-10)
     """
+    if collective not in COLLECTIVES:
+        raise ValueError(f"unknown collective {collective!r}; known: {', '.join(COLLECTIVES)}")
     key = name.lower() if isinstance(name, str) else name
     if key in _FITTED:
+        if collective != "all_reduce":
+            raise ValueError(f"network {name!r} is a measured all-reduce; it has no {collective} "
+                             "(fit one with read_nccl_tests on reduce_scatter_perf or all_gather_perf)")
         table = _FITTED[key][1]
         if isinstance(workers, bool) or workers not in table:
             raise ValueError(f"network {name!r} has fitted constants for workers = "
@@ -374,6 +503,9 @@ def network(name: str, workers: int, *, algorithm: str = "ring") -> AlphaBeta:
             raise ValueError(f"network {name!r} is a measured all-reduce; algorithm {algorithm!r} does not apply")
         return AlphaBeta(*table[workers])
     link = _preset(name)
-    if algorithm not in ALGORITHMS:
-        raise ValueError(f"unknown algorithm {algorithm!r}; known: {', '.join(ALGORITHMS)}")
-    return ALGORITHMS[algorithm](workers, link.latency, 1.0 / link.bandwidth)
+    algorithms = COLLECTIVES[collective]
+    if algorithm not in algorithms:
+        if algorithm in ALGORITHMS:
+            raise ValueError(f"algorithm {algorithm!r} has no {collective}; for it: {', '.join(algorithms)}")
+        raise ValueError(f"unknown algorithm {algorithm!r}; known: {', '.join(algorithms)}")
+    return algorithms[algorithm](workers, link.latency, 1.0 / link.bandwidth)

@@ -491,7 +491,10 @@ def _curve(sizes: list[int], times: list[float], repair: bool, source: str,
 
 def read_nccl_tests(path_or_text: str | os.PathLike, *, in_place: bool = False,
                     repair: bool = True) -> PiecewiseLinear:
-    """Read an nccl-tests ``all_reduce_perf`` table into a :class:`PiecewiseLinear`.
+    """Read an nccl-tests ``all_reduce_perf`` table into a :class:`PiecewiseLinear`; or a
+    ``reduce_scatter_perf`` or ``all_gather_perf`` table (MODEL.md section 8): their size
+    column is the larger of the bytes sent and received, the collective's unsharded size
+    ``S``, which is what a sharded plan prices its messages on.
 
     The table header is the comment line with ``size`` and ``time`` columns; columns are
     matched by name, so tables with and without the ``redop``/``root`` columns both work.
@@ -511,7 +514,7 @@ def read_nccl_tests(path_or_text: str | os.PathLike, *, in_place: bool = False,
     Returns
     -------
     PiecewiseLinear
-        Time in seconds of one all-reduce of ``S`` bytes.
+        Time in seconds of one collective (the table's) of ``S`` bytes.
 
     Raises
     ------
@@ -597,7 +600,7 @@ def read_osu(path_or_text: str | os.PathLike, *, repair: bool = True) -> Piecewi
     Returns
     -------
     PiecewiseLinear
-        Time in seconds of one all-reduce of ``S`` bytes.
+        Time in seconds of one collective (the table's) of ``S`` bytes.
 
     Raises
     ------
