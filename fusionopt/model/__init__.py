@@ -5,6 +5,7 @@ numpy only: nothing here imports a solver.
 
 from fusionopt.model.bounds import best_bound
 from fusionopt.model.cost import AlphaBeta, CommCost
+from fusionopt.model.decoupled import Decoupled, DecoupledPlan
 from fusionopt.model.fusion_eval import evaluate_cuts, fusion_iteration_time
 from fusionopt.model.plan import Chunk, Message, Plan
 from fusionopt.model.problem import Problem
@@ -14,6 +15,6 @@ from fusionopt.model.timeline import ComputePiece, Timeline
 from fusionopt.model.simulator import compute_pieces, simulate
 
 __all__ = [
-    "AlphaBeta", "Chunk", "CommCost", "ComputePiece", "Message", "PSPlan", "ParameterServer", "Plan", "Problem",
+    "AlphaBeta", "Chunk", "CommCost", "ComputePiece", "Decoupled", "DecoupledPlan", "Message", "PSPlan", "ParameterServer", "Plan", "Problem",
     "Profile", "Timeline", "best_bound", "compute_pieces", "evaluate_cuts", "fusion_iteration_time", "simulate",
 ]

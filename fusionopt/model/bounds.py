@@ -188,6 +188,9 @@ def best_bound(problem: Problem, space: str = "any") -> float:
     """The largest lower bound this module proves for the plans of ``space``, in seconds."""
     if space not in SPACES:
         raise ValueError(f"unknown plan space {space!r}: choose 'any' or 'fusion'")
+    if problem.decoupled is not None:
+        raise ValueError("best_bound bounds all-reduce plans; this problem is a decoupled all-reduce, "
+                         "whose plans it does not bound")
     bounds = [last_message_bound(problem), channel_bound(problem), fluid_bound(problem),
               fluid_latency_bound(problem)]
     if space == "fusion":

@@ -158,6 +158,11 @@ def fusion_message_times(problem: Problem, cuts: Any) -> tuple[np.ndarray, np.nd
 
 
 def refuse_ps(problem: Problem, what: str) -> None:
+    """Raise ``ValueError`` for a problem that is not an all-reduce (a parameter server or a
+    decoupled all-reduce): ``what`` times all-reduce fusion plans."""
     if problem.ps is not None:
         raise ValueError(f"{what} times all-reduce fusion plans; this problem has a parameter server: "
                          "time its PSPlans with simulate() or fusionopt.model.ps_timing")
+    if problem.decoupled is not None:
+        raise ValueError(f"{what} times all-reduce fusion plans; this problem is a decoupled all-reduce: "
+                         "time its DecoupledPlans with simulate()")

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from fusionopt.model.cost import CommCost
+from fusionopt.model.decoupled import Decoupled
 from fusionopt.model.profile import Profile
 from fusionopt.model.ps import ParameterServer
 
@@ -66,6 +67,15 @@ class Problem:
         pull channel, server updates and optionally partitioned compute. Plans are then
         :class:`~fusionopt.model.ps.PSPlan` s and ``sync`` applies to the pulls. It does not
         combine with the other extensions.
+    decoupled : Decoupled, optional
+        A decoupled all-reduce instead (ZeRO-1/2, DeAR; MODEL.md section 8.1,
+        :mod:`fusionopt.model.decoupled`): reduce-scatters during the backward, sharded
+        updates, all-gathers before the forward. Plans are then
+        :class:`~fusionopt.model.decoupled.DecoupledPlan` s; ``sync`` says whether the forward
+        waits for every all-gather (``"barrier"``) or for its own tensor's (``"layerwise"``).
+        ``cost`` defaults to the all-reduce the two halves make. It does not combine with the
+        other extensions, nor with a profile's ``update_lump`` or ``post_backward`` (the
+        sharded update is per tensor).
 
     Examples
     --------
@@ -90,6 +100,7 @@ class Problem:
     contention: float = 1.0
     channels: int = 1
     ps: ParameterServer | None = None
+    decoupled: Decoupled | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.profile, Profile):
@@ -99,6 +110,11 @@ class Problem:
                 raise ValueError(f"ps must be a ParameterServer, got {type(self.ps).__name__}")
             if self.cost is None:
                 object.__setattr__(self, "cost", self.ps.push)
+        if self.decoupled is not None:
+            if not isinstance(self.decoupled, Decoupled):
+                raise ValueError(f"decoupled must be a Decoupled, got {type(self.decoupled).__name__}")
+            if self.cost is None:
+                object.__setattr__(self, "cost", self.decoupled.all_reduce)
         if not isinstance(self.cost, CommCost):
             raise ValueError(f"cost must be a CommCost (e.g. AlphaBeta), got {type(self.cost).__name__}")
         if self.sync not in SYNC_MODES:
@@ -126,6 +142,27 @@ class Problem:
         check_cost(self.cost, self.profile)
         if self.ps is not None:
             self._check_ps()
+        if self.decoupled is not None:
+            self._check_decoupled()
+
+    def _check_decoupled(self) -> None:
+        others = {"ps": self.ps is not None, "copy_cost": self.copy_cost != 0.0, "contention": self.contention != 1.0,
+                  "channels": self.channels != 1}
+        for name, on in others.items():
+            if on:
+                raise ValueError(f"the decoupled all-reduce does not combine with {name} "
+                                 f"({name}={getattr(self, name)!r}); leave one of them out")
+        whole = [part for part in ("update_lump", "post_backward") if getattr(self.profile, part)]
+        if whole:
+            raise ValueError(
+                f"profile {self.profile.name or 'without a name'!r} has {' and '.join(whole)} time; a decoupled "
+                "all-reduce updates each tensor's shard after its reduce-scatter (MODEL.md section 8.1): move it "
+                "onto the tensors' update times")
+        for half in ("reduce_scatter", "all_gather"):
+            try:
+                check_cost(getattr(self.decoupled, half), self.profile)
+            except ValueError as exc:
+                raise ValueError(f"{half} cost: {exc}") from None
 
     def _check_ps(self) -> None:
         ps = self.ps
@@ -156,6 +193,8 @@ class Problem:
             on.append("channels")
         if self.ps is not None:
             on.append("ps")
+        if self.decoupled is not None:
+            on.append("decoupled")
         return tuple(on)
 
     def plain(self) -> "Problem":
@@ -181,7 +220,8 @@ class Problem:
             )
 
     def __repr__(self) -> str:
-        extras = "".join(f", {name}={getattr(self, name)!r}" for name in ("copy_cost", "copy_on", "contention", "channels", "ps")
+        extras = "".join(f", {name}={getattr(self, name)!r}" for name in ("copy_cost", "copy_on", "contention", "channels", "ps",
+                                                                          "decoupled")
                          if getattr(self, name) != getattr(Problem, name))
         return f"Problem({self.profile!r}, {self.cost!r}, sync={self.sync!r}{extras})"
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from fusionopt.model.decoupled import DecoupledPlan
+from fusionopt.model.decoupled_timing import simulate_decoupled
 from fusionopt.model.events import simulate_events
 from fusionopt.model.fifo import fifo_ends
 from fusionopt.model.plan import Plan
@@ -72,6 +74,9 @@ def compute_pieces(problem: Problem, plan: Plan | PSPlan, *, validate: bool = Tr
     forward 2 16.0 17.0
     """
     pieces: list[ComputePiece] = []
+    if problem.decoupled is not None or isinstance(plan, DecoupledPlan):
+        simulate_decoupled(problem, plan, validate=validate, pieces=pieces)
+        return pieces
     if problem.ps is not None or not isinstance(plan, Plan):
         simulate_ps(problem, plan, validate=validate, pieces=pieces)
         return pieces
@@ -81,7 +86,7 @@ def compute_pieces(problem: Problem, plan: Plan | PSPlan, *, validate: bool = Tr
     return pieces
 
 
-def simulate(problem: Problem, plan: Plan | PSPlan, *, validate: bool = True) -> Timeline:
+def simulate(problem: Problem, plan: Plan | PSPlan | DecoupledPlan, *, validate: bool = True) -> Timeline:
     """Simulate ``plan`` on ``problem`` (MODEL.md sections 3 and 4).
 
     Messages run one at a time in plan order: ``start_k = max(R_k, Q_k, end_{k-1})``,
@@ -92,7 +97,9 @@ def simulate(problem: Problem, plan: Plan | PSPlan, *, validate: bool = True) ->
     contention, several channels) is simulated event by event instead
     (:mod:`fusionopt.model.events`); a parameter-server problem (``problem.ps``) takes a
     :class:`~fusionopt.model.ps.PSPlan` and is simulated by
-    :func:`~fusionopt.model.ps_timing.simulate_ps`.
+    :func:`~fusionopt.model.ps_timing.simulate_ps`; a decoupled all-reduce
+    (``problem.decoupled``) takes a :class:`~fusionopt.model.decoupled.DecoupledPlan` and is
+    simulated by :func:`~fusionopt.model.decoupled_timing.simulate_decoupled`.
 
     Parameters
     ----------
@@ -113,6 +120,8 @@ def simulate(problem: Problem, plan: Plan | PSPlan, *, validate: bool = True) ->
     >>> (t.message_end * 1e3).round(9).tolist()
     [6.0, 14.0]
     """
+    if problem.decoupled is not None or isinstance(plan, DecoupledPlan):
+        return simulate_decoupled(problem, plan, validate=validate)
     if problem.ps is not None or not isinstance(plan, Plan):
         return simulate_ps(problem, plan, validate=validate)
     profile = problem.profile

@@ -50,6 +50,18 @@ class Timeline:
     compute_overhead : float
         Seconds of partitioned-compute overhead (``delta`` per piece) on the compute
         stream; it counts in ``exposed``, since ``compute_time`` is the profile's ``B + F + U + W``.
+
+    Decoupled all-reduce (``problem.decoupled``,
+    :func:`~fusionopt.model.decoupled_timing.simulate_decoupled`): the ``message_*`` arrays
+    hold both kinds in channel order, ``reduced`` is when each tensor's last reduce-scatter
+    ends, and these are set:
+
+    message_kind : ndarray of int8
+        0 for a reduce-scatter message, 1 for an all-gather.
+    updated : ndarray
+        ``v_i``: when tensor ``i``'s sharded update ends.
+    gathered : ndarray
+        ``A_i``: when tensor ``i``'s last all-gather ends.
     """
 
     sync: str
@@ -67,6 +79,9 @@ class Timeline:
     pull_bytes: np.ndarray | None = None
     server_updated: np.ndarray | None = None
     compute_overhead: float = 0.0
+    message_kind: np.ndarray | None = None
+    updated: np.ndarray | None = None
+    gathered: np.ndarray | None = None
 
     @property
     def exposed(self) -> float:

@@ -248,6 +248,7 @@ def solve(problem: Problem, method: str = "wfbp", **options: Any) -> Result:
         others = ", ".join(n for n, m in _REGISTRY.items() if m.ps_only == (problem.ps is not None))
         raise ValueError(f"method {method!r} is {kind} method and this problem uses {has}; "
                          f"methods for it: {others}")
+    refuse_decoupled(problem, f"method {method!r}")
     allowed = entry.options
     for key in options:
         if key not in allowed:
@@ -302,6 +303,7 @@ def compare(problem: Problem, methods: Iterable[str] | None = None) -> list[Comp
     """
     if isinstance(methods, (str, bytes)):
         raise ValueError(f"methods must be a list of method names, got the string {methods!r} (write [{methods!r}])")
+    refuse_decoupled(problem, "compare")
     names = default_methods(problem) if methods is None else list(methods)
     if not names:
         raise ValueError("compare needs at least one method")
@@ -327,6 +329,14 @@ def compare(problem: Problem, methods: Iterable[str] | None = None) -> list[Comp
             solve_seconds=r.solve_seconds,
         ))
     return rows
+
+
+def refuse_decoupled(problem: Problem, what: str) -> None:
+    """No registered method plans a decoupled all-reduce (MODEL.md section 8.1) yet: say so
+    in one line, naming ``what`` was asked."""
+    if problem.decoupled is not None:
+        raise ValueError(f"{what}: this problem is a decoupled all-reduce (decoupled=...), which no registered "
+                         "method plans; build a DecoupledPlan and time it with simulate()")
 
 
 def _speedup(reference: float, value: float) -> float:

@@ -1,0 +1,154 @@
+"""Decoupled all-reduce (MODEL.md section 8.1): its collectives and its plans.
+
+ZeRO-1/2, Megatron's distributed optimiser and DeAR split each all-reduce into its two
+halves: gradients are **reduce-scattered** as the backward produces them, each worker
+updates its shard of the parameters (``u_i``, on the compute stream, after the backward),
+and the new parameters are **all-gathered** before the forward that needs them. fusionopt
+models the two kinds of message on one channel, in the plan's order, and judges them with
+:func:`fusionopt.model.simulate` on a :class:`~fusionopt.model.problem.Problem` built with
+``decoupled=Decoupled(...)`` (the timing rules are in
+:func:`fusionopt.model.decoupled_timing.simulate_decoupled`):
+
+* :class:`Decoupled`: the reduce-scatter and all-gather costs, each priced on a message's
+  unsharded size (:func:`~fusionopt.model.collectives.network` with ``collective=``);
+* :class:`DecoupledPlan`: a reduce-scatter :class:`~fusionopt.model.plan.Plan` and an
+  all-gather ``Plan`` of the same profile (each sends every byte exactly once; the two
+  groupings may differ) and the order in which the channel runs their messages.
+
+Examples
+--------
+>>> from fusionopt.model.profile import Profile
+>>> d = Decoupled.from_network("10gbe", workers=8)
+>>> round(d.reduce_scatter.alpha * 1e6, 9), round(d.all_gather.beta * 1.25e9, 9)   # 7 a; 7/8 g
+(175.0, 0.875)
+>>> p = Profile.from_arrays([4e6, 1e6, 2e6], [1e-3] * 3, [3e-3, 2e-3, 1e-3])
+>>> plan = DecoupledPlan.from_groups(p, reduce_scatter=[[2], [1, 0]], all_gather=[[0, 1, 2]])
+>>> plan.order.tolist(), plan.validate(p).num_messages
+([0, 0, 1], 3)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import numpy as np
+
+from fusionopt.model.collectives import network
+from fusionopt.model.cost import CommCost, Composite
+from fusionopt.model.plan import Plan
+from fusionopt.model.profile import Profile
+
+__all__ = ["Decoupled", "DecoupledPlan", "REDUCE_SCATTER", "ALL_GATHER"]
+
+REDUCE_SCATTER, ALL_GATHER = 0, 1
+KINDS = ("reduce-scatter", "all-gather")
+
+
+@dataclass(frozen=True)
+class Decoupled:
+    """The two collectives of a decoupled all-reduce: ``reduce_scatter`` and ``all_gather``,
+    each a :class:`~fusionopt.model.cost.CommCost` of a message's unsharded size in bytes.
+
+    >>> from fusionopt.model.cost import AlphaBeta
+    >>> Decoupled(AlphaBeta(1e-4, 1e-9), "fast")
+    Traceback (most recent call last):
+    ...
+    ValueError: all_gather must be a CommCost (e.g. AlphaBeta), got str
+    """
+
+    reduce_scatter: CommCost
+    all_gather: CommCost
+
+    def __post_init__(self) -> None:
+        for name in ("reduce_scatter", "all_gather"):
+            value = getattr(self, name)
+            if not isinstance(value, CommCost):
+                raise ValueError(f"{name} must be a CommCost (e.g. AlphaBeta), got {type(value).__name__}")
+
+    @classmethod
+    def from_network(cls, name: str, workers: int, *, algorithm: str = "ring") -> "Decoupled":
+        """Both halves on a preset network (:func:`~fusionopt.model.collectives.network`)."""
+        return cls(network(name, workers, algorithm=algorithm, collective="reduce_scatter"),
+                   network(name, workers, algorithm=algorithm, collective="all_gather"))
+
+    @property
+    def all_reduce(self) -> CommCost:
+        """A reduce-scatter then an all-gather of the same message: the all-reduce they make."""
+        return Composite([(self.reduce_scatter, 1.0), (self.all_gather, 1.0)])
+
+    def cost(self, kind: int) -> CommCost:
+        """The cost of a message of ``kind`` (:data:`REDUCE_SCATTER` or :data:`ALL_GATHER`)."""
+        return self.reduce_scatter if kind == REDUCE_SCATTER else self.all_gather
+
+
+class DecoupledPlan:
+    """A reduce-scatter plan, an all-gather plan and the channel's order of their messages.
+
+    Parameters
+    ----------
+    reduce_scatter, all_gather : Plan
+        Each sends every byte of every tensor exactly once (MODEL.md section 3); message
+        release times are kept (a message starts no earlier than its release).
+    order : sequence of int, optional
+        The channel's order: ``0`` for the next reduce-scatter message, ``1`` for the next
+        all-gather message, each plan's messages taken in their own order. Default: every
+        reduce-scatter, then every all-gather.
+    """
+
+    __slots__ = ("reduce_scatter", "all_gather", "order")
+
+    def __init__(self, reduce_scatter: Plan, all_gather: Plan, order: Sequence[int] | np.ndarray | None = None) -> None:
+        for name, plan in (("reduce_scatter", reduce_scatter), ("all_gather", all_gather)):
+            if not isinstance(plan, Plan):
+                raise ValueError(f"{name} must be a Plan, got {type(plan).__name__}")
+        counts = (reduce_scatter.num_messages, all_gather.num_messages)
+        if order is None:
+            kinds = np.repeat(np.array([REDUCE_SCATTER, ALL_GATHER], dtype=np.int8), counts)
+        else:
+            kinds = np.asarray(order)
+            if kinds.ndim != 1 or not np.isin(kinds, (REDUCE_SCATTER, ALL_GATHER)).all():
+                raise ValueError("order must list 0 (reduce-scatter) and 1 (all-gather) for each message")
+            kinds = kinds.astype(np.int8)
+            got = (int((kinds == REDUCE_SCATTER).sum()), int((kinds == ALL_GATHER).sum()))
+            if got != counts:
+                raise ValueError(f"order has {got[0]} reduce-scatter and {got[1]} all-gather entries; "
+                                 f"the plans have {counts[0]} and {counts[1]} messages")
+        kinds.setflags(write=False)
+        self.reduce_scatter, self.all_gather, self.order = reduce_scatter, all_gather, kinds
+
+    @classmethod
+    def from_groups(cls, profile: Profile, reduce_scatter: Sequence[Sequence[int]],
+                    all_gather: Sequence[Sequence[int]], order: Sequence[int] | None = None) -> "DecoupledPlan":
+        """Whole-tensor messages: ``reduce_scatter`` and ``all_gather`` list each message's tensors."""
+        return cls(Plan.from_groups(profile, reduce_scatter), Plan.from_groups(profile, all_gather), order)
+
+    def plan(self, kind: int) -> Plan:
+        """The plan of ``kind`` (:data:`REDUCE_SCATTER` or :data:`ALL_GATHER`)."""
+        return self.reduce_scatter if kind == REDUCE_SCATTER else self.all_gather
+
+    @property
+    def num_messages(self) -> int:
+        return self.reduce_scatter.num_messages + self.all_gather.num_messages
+
+    def validate(self, profile: Profile) -> "DecoupledPlan":
+        """Check that each plan sends every byte of ``profile`` exactly once; return self."""
+        for kind, plan in ((REDUCE_SCATTER, self.reduce_scatter), (ALL_GATHER, self.all_gather)):
+            try:
+                plan.validate(profile)
+            except ValueError as exc:
+                raise ValueError(f"{KINDS[kind]} plan: {exc}") from None
+        return self
+
+    def __eq__(self, other: Any) -> bool:
+        if not isinstance(other, DecoupledPlan):
+            return NotImplemented
+        return (self.reduce_scatter == other.reduce_scatter and self.all_gather == other.all_gather
+                and np.array_equal(self.order, other.order))
+
+    def __hash__(self) -> int:
+        return hash((self.reduce_scatter, self.all_gather, self.order.tobytes()))
+
+    def __repr__(self) -> str:
+        return (f"DecoupledPlan({self.reduce_scatter.num_messages} reduce-scatter and "
+                f"{self.all_gather.num_messages} all-gather messages)")

@@ -1,0 +1,211 @@
+"""Timing of a decoupled all-reduce (MODEL.md section 8.1): :func:`simulate_decoupled`.
+
+The channel runs the plan's reduce-scatter and all-gather messages one at a time in the
+plan's order (the FIFO step of :mod:`fusionopt.model.fifo`). A reduce-scatter waits for its
+gradients; each tensor's sharded update waits for its last reduce-scatter and the update
+before it; an all-gather waits for the updates of its tensors; the next forward waits for
+the updates and, tensor by tensor (``sync="layerwise"``, DeAR) or all at once
+(``sync="barrier"``, ZeRO-1/2 without overlapped gathers), for the all-gathers.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from fusionopt.model.decoupled import ALL_GATHER, KINDS, REDUCE_SCATTER, DecoupledPlan
+from fusionopt.model.fifo import fifo_job
+from fusionopt.model.problem import Problem
+from fusionopt.model.timeline import ComputePiece, Timeline
+
+
+def require_decoupled(problem: Problem, what: str) -> None:
+    """Raise ``ValueError`` unless ``problem`` is a decoupled all-reduce: ``what`` needs one."""
+    if not isinstance(problem, Problem):
+        raise ValueError(f"problem must be a Problem, got {type(problem).__name__}")
+    if problem.decoupled is None:
+        raise ValueError(f"{what} needs a decoupled problem: Problem(profile, decoupled=Decoupled(...))")
+
+
+def simulate_decoupled(problem: Problem, plan: DecoupledPlan, *, validate: bool = True,
+                       pieces: list[ComputePiece] | None = None) -> Timeline:
+    """Simulate ``plan`` on a decoupled problem (MODEL.md section 8.1).
+
+    * Reduce-scatter message ``k`` is ready at ``R_k``, the latest ready time of its
+      chunks' gradients, and is released at ``Q_k``.
+    * ``D_i``: the end of the last reduce-scatter holding a byte of tensor ``i``. After the
+      backward the compute stream updates each tensor's shard in the order the gradients
+      became ready: ``v = B`` before the first, then ``v_i = max(v_prev, D_i) + u_i``.
+    * All-gather message ``k`` waits for ``v_i`` of every tensor it holds, and its release.
+    * The channel runs both kinds in the plan's order: ``start = max(waits, end before)``,
+      ``end = start + c(S)`` with the reduce-scatter or the all-gather cost of the
+      message's unsharded size ``S``.
+    * ``A_i``: the end of the last all-gather holding a byte of tensor ``i``. With
+      ``sync="layerwise"`` the forward runs tensor by tensor from the last update ``v_L``:
+      ``phi_0 = max(v_L, A_0)``, ``phi_i = max(phi_(i-1) + f_(i-1), A_i)``,
+      ``T = phi_(n-1) + f_(n-1) + W``; with ``sync="barrier"``
+      ``T = max(v_L, max_i A_i) + F + W``.
+
+    A plan whose all-gather waits for an update that waits for a reduce-scatter the channel
+    runs after it can never run; it is refused, naming the message.
+
+    ``pieces``, when given, receives the compute stream task by task: the backward along
+    the ready order, the updates (each from when it can start to ``v_i``), the forwards and
+    the host's share.
+
+    Returns
+    -------
+    Timeline
+        ``message_*`` over the channel, both kinds, in the plan's order, with
+        ``message_kind`` (0 reduce-scatter, 1 all-gather); ``reduced`` is ``D_i``,
+        ``updated`` ``v_i``, ``gathered`` ``A_i`` and ``forward_start`` ``phi_i``.
+
+    Examples
+    --------
+    MODEL.md section 5's profile (gradients ready at 1, 3 and 6 ms; forwards of 1 ms), ring
+    halves of ``1 ms + 1 ns/B``, no update time, one reduce-scatter per tensor and one
+    all-gather of everything: the reduce-scatters run 1-4, 4-6 and 6-11 ms; the all-gather
+    waits for the last update (11 ms) and runs 11-19 ms; ``T = 19 + 3 = 22`` ms.
+
+    >>> from fusionopt.model import AlphaBeta, Profile
+    >>> from fusionopt.model.decoupled import Decoupled
+    >>> profile = Profile.from_arrays([4e6, 1e6, 2e6], [1e-3] * 3, [3e-3, 2e-3, 1e-3])
+    >>> half = AlphaBeta(1e-3, 1e-9)
+    >>> problem = Problem(profile, decoupled=Decoupled(half, half), sync="layerwise")
+    >>> plan = DecoupledPlan.from_groups(profile, [[2], [1], [0]], [[0, 1, 2]])
+    >>> t = simulate_decoupled(problem, plan)
+    >>> (t.message_end * 1e3).round(9).tolist(), round(t.iteration_time * 1e3, 9)
+    ([4.0, 6.0, 11.0, 19.0], 22.0)
+
+    All-gathers per tensor in forward order instead let the forward start on tensor 0's
+    parameters while the others arrive: 11-16, 16-18, 18-21 ms, forwards at 16, 18 and 21 ms.
+
+    >>> plan = DecoupledPlan.from_groups(profile, [[2], [1], [0]], [[0], [1], [2]])
+    >>> t = simulate_decoupled(problem, plan)
+    >>> (t.forward_start * 1e3).round(9).tolist(), round(t.iteration_time * 1e3, 9)
+    ([16.0, 18.0, 21.0], 22.0)
+    """
+    require_decoupled(problem, "simulate_decoupled")
+    if not isinstance(plan, DecoupledPlan):
+        raise ValueError(f"a decoupled problem takes a DecoupledPlan, got {type(plan).__name__}")
+    profile = problem.profile
+    if validate:
+        plan.validate(profile)
+    n = profile.n
+    ready = profile.ready_times
+    update = profile.update.tolist()
+    backward = list(profile.ready_order)                 # the order the gradients become ready
+    costs = {kind: np.asarray(problem.decoupled.cost(kind).of_sizes(plan.plan(kind).message_bytes.astype(np.float64)),
+                              dtype=np.float64).tolist() for kind in (REDUCE_SCATTER, ALL_GATHER)}
+    # Per message: its tensors (a message's chunks are consecutive in the plan's table).
+    tensors = {kind: np.split(plan.plan(kind).tensor, plan.plan(kind).starts[1:-1]) for kind in (REDUCE_SCATTER, ALL_GATHER)}
+    rs_ready = np.maximum.reduceat(ready[plan.reduce_scatter.tensor], plan.reduce_scatter.starts[:-1]).tolist() \
+        if plan.reduce_scatter.num_messages else []
+    release = {kind: plan.plan(kind).release.tolist() for kind in (REDUCE_SCATTER, ALL_GATHER)}
+    unsent = np.bincount(plan.reduce_scatter.tensor, minlength=n).tolist()   # reduce-scatter chunks left per tensor
+
+    reduced = [-math.inf] * n                             # D_i
+    updated = [math.nan] * n                              # v_i, known once D of every tensor up to i is
+    gathered = [-math.inf] * n                            # A_i
+    clock = profile.B                                     # the compute stream, along the updates
+    known = 0                                             # updates computed: backward[:known]
+    next_message = [0, 0]
+    count = len(plan.order)
+    kinds, waits, starts, ends, sizes = [], [], [], [], []
+    channel_free = -math.inf
+    for kind in plan.order.tolist():
+        k = next_message[kind]
+        next_message[kind] += 1
+        if kind == REDUCE_SCATTER:
+            wait = rs_ready[k]
+        else:
+            held = tensors[kind][k].tolist()
+            late = [i for i in held if math.isnan(updated[i])]
+            if late:
+                raise ValueError(
+                    f"all-gather message {k} holds tensor {late[0]}, whose update waits for a reduce-scatter "
+                    f"the plan sends after it: the channel can never run it (put that reduce-scatter first)")
+            wait = max(updated[i] for i in held)
+        wait = max(wait, release[kind][k])
+        start, channel_free = fifo_job(wait, costs[kind][k], channel_free)
+        kinds.append(kind)
+        waits.append(wait)
+        starts.append(start)
+        ends.append(channel_free)
+        sizes.append(int(plan.plan(kind).message_bytes[k]))
+        if kind == REDUCE_SCATTER:
+            for i in tensors[kind][k].tolist():
+                reduced[i] = max(reduced[i], channel_free)
+                unsent[i] -= 1
+            while known < n and unsent[backward[known]] == 0:     # the updates now determined
+                i = backward[known]
+                clock = (reduced[i] if reduced[i] > clock else clock) + update[i]
+                updated[i] = clock
+                known += 1
+        else:
+            for i in tensors[kind][k].tolist():
+                gathered[i] = max(gathered[i], channel_free)
+    assert known == n and len(ends) == count, "every reduce-scatter ran, so every update is known"
+    updates_end = clock
+    forward = profile.forward.tolist()
+    phi = []
+    if problem.sync == "layerwise":
+        clock = updates_end
+        for i in range(n):
+            clock = gathered[i] if gathered[i] > clock else clock
+            phi.append(clock)
+            clock += forward[i]
+        iteration_time = clock + profile.host_overhead
+    else:
+        clock = max(updates_end, max(gathered))
+        for i in range(n):
+            phi.append(clock)
+            clock += forward[i]
+        iteration_time = clock + profile.host_overhead
+
+    if pieces is not None:
+        _stream(problem, backward, reduced, updated, phi, float(iteration_time), pieces)
+
+    def frozen(values, dtype=np.float64) -> np.ndarray:
+        array = np.asarray(values, dtype=dtype)
+        array.setflags(write=False)
+        return array
+
+    return Timeline(
+        sync=problem.sync,
+        iteration_time=float(iteration_time),
+        compute_time=profile.compute_time,
+        message_ready=frozen(waits),
+        message_start=frozen(starts),
+        message_end=frozen(ends),
+        message_bytes=frozen(sizes, np.int64),
+        reduced=frozen(reduced),
+        forward_start=frozen(phi),
+        message_kind=frozen(kinds, np.int8),
+        updated=frozen(updated),
+        gathered=frozen(gathered),
+    )
+
+
+def _stream(problem: Problem, backward: list[int], reduced: list[float], updated: list[float], phi: list[float],
+            iteration_time: float, pieces: list[ComputePiece]) -> None:
+    profile = problem.profile
+    ready = profile.ready_times.tolist()
+    clock = 0.0
+    for i in backward:
+        pieces.append(ComputePiece("backward", i, clock, ready[i]))
+        clock = ready[i]
+    clock = profile.B
+    for i in backward:
+        start = reduced[i] if reduced[i] > clock else clock
+        pieces.append(ComputePiece("update", i, start, updated[i]))
+        clock = updated[i]
+    forward = profile.forward.tolist()
+    for i in range(profile.n):
+        pieces.append(ComputePiece("forward", i, phi[i], phi[i] + forward[i]))
+    if profile.host_overhead:
+        pieces.append(ComputePiece("host_overhead", -1, phi[-1] + forward[-1], iteration_time))
+
+
+__all__ = ["simulate_decoupled", "require_decoupled", "KINDS"]

@@ -1,0 +1,156 @@
+"""The decoupled all-reduce (MODEL.md section 8.1): problems, plans and their timing."""
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from strategies import costs, partition_plans, profiles
+
+from fusionopt.cost import AlphaBeta, network
+from fusionopt.model import (
+    Decoupled, DecoupledPlan, Plan, Problem, Profile, ParameterServer, compute_pieces, simulate,
+)
+
+MS = 1e-3
+HALF = AlphaBeta(MS, 1e-9)                               # 1 ms + 1 ns/B each way
+
+
+def section5(sync="layerwise", update=None, host=0.0):
+    profile = Profile.from_arrays([4e6, 1e6, 2e6], [MS] * 3, [3 * MS, 2 * MS, MS], update=update,
+                                  host_overhead=host)
+    return Problem(profile, decoupled=Decoupled(HALF, HALF), sync=sync)
+
+
+def ms(values):
+    return [round(v / MS, 9) for v in np.asarray(values).tolist()]
+
+
+def test_hand_worked_layerwise_and_barrier():
+    # Gradients ready at 1, 3, 6 ms. Reduce-scatters 1-4 (2 MB), 4-6 (1 MB), 6-11 (4 MB); no
+    # update time, so v = (11, 6, 6). Per-tensor all-gathers in forward order: t0 waits for
+    # v_0 = 11: 11-16, then 16-18 and 18-21.
+    problem = section5()
+    plan = DecoupledPlan.from_groups(problem.profile, [[2], [1], [0]], [[0], [1], [2]])
+    t = simulate(problem, plan)
+    assert t.message_kind.tolist() == [0, 0, 0, 1, 1, 1]
+    assert ms(t.message_start) == [1, 4, 6, 11, 16, 18] and ms(t.message_end) == [4, 6, 11, 16, 18, 21]
+    assert ms(t.reduced) == [11, 6, 4] and ms(t.updated) == [11, 6, 6] and ms(t.gathered) == [16, 18, 21]
+    # Layerwise: forwards at 16, max(17, 18) = 18, max(19, 21) = 21; T = 22.
+    assert ms(t.forward_start) == [16, 18, 21] and round(t.iteration_time / MS, 9) == 22
+    # Barrier: the forward waits for the last all-gather: 21 + 3 = 24.
+    barrier = simulate(section5("barrier"), plan)
+    assert round(barrier.iteration_time / MS, 9) == 24 and ms(barrier.forward_start) == [21, 22, 23]
+    assert t.exposed == pytest.approx(22 * MS - 9 * MS)
+
+
+def test_updates_gate_the_all_gathers_and_releases_hold_messages():
+    # Updates of 0.5, 2, 0.5 ms (t0, t1, t2) run after the backward in ready order (t2, t1,
+    # t0): t2 from max(6, 4) to 6.5, t1 from max(6.5, 6) to 8.5, t0 from max(8.5, 11) to 11.5.
+    # One all-gather of everything waits for 11.5: 11.5-19.5; T = 19.5 + 3 + 0.25 (host) = 22.75.
+    problem = section5(update=[0.5 * MS, 2 * MS, 0.5 * MS], host=0.25 * MS)
+    problem = Problem(problem.profile, decoupled=problem.decoupled, sync="layerwise")
+    plan = DecoupledPlan.from_groups(problem.profile, [[2], [1], [0]], [[0, 1, 2]])
+    t = simulate(problem, plan)
+    assert ms(t.updated) == [11.5, 8.5, 6.5] and ms(t.message_end)[-1] == 19.5
+    assert round(t.iteration_time / MS, 9) == 22.75
+    pieces = compute_pieces(problem, plan)
+    updates = [(p.tensor, round(p.start / MS, 9), round(p.end / MS, 9)) for p in pieces if p.kind == "update"]
+    assert updates == [(2, 6, 6.5), (1, 6.5, 8.5), (0, 11, 11.5)]
+    assert pieces[-1].kind == "host_overhead" and pieces[-1].end == t.iteration_time
+    # A release of the first reduce-scatter at 2 ms delays it by 1 ms, and everything after.
+    released = Plan.from_groups(problem.profile, [[2], [1], [0]], release=[2 * MS, 0.0, 0.0])
+    later = simulate(problem, DecoupledPlan(released, plan.all_gather))
+    assert ms(later.message_end)[:3] == [5, 7, 12]
+
+
+def test_one_message_each_way_is_the_one_message_all_reduce():
+    # Without update time, one reduce-scatter then one all-gather of everything is the
+    # all-reduce of one message after the backward: c_RS + c_AG = c_AR.
+    profile = Profile.from_arrays([4e6, 1e6, 2e6], [MS] * 3, [3 * MS, 2 * MS, MS])
+    decoupled = Decoupled.from_network("10gbe", 8)
+    plan = DecoupledPlan.from_groups(profile, [[2, 1, 0]], [[0, 1, 2]])
+    for sync in ("barrier", "layerwise"):
+        t = simulate(Problem(profile, decoupled=decoupled, sync=sync), plan)
+        single = simulate(Problem(profile, network("10gbe", 8), sync=sync), Plan.from_groups(profile, [[2, 1, 0]]))
+        assert t.iteration_time == pytest.approx(single.iteration_time, rel=1e-12)
+
+
+def test_an_order_that_can_never_run_is_refused():
+    problem = section5()
+    # The all-gather of t1 first: its update waits for t2's and t1's reduce-scatters, behind it.
+    plan = DecoupledPlan.from_groups(problem.profile, [[2], [1], [0]], [[1], [0], [2]], order=[1, 0, 0, 0, 1, 1])
+    with pytest.raises(ValueError, match="^all-gather message 0 holds tensor 1, whose update waits for a "
+                                         "reduce-scatter the plan sends after it"):
+        simulate(problem, plan)
+    # Interleaved where it can run: t2's all-gather right after the reduce-scatters that fix its update.
+    ok = DecoupledPlan.from_groups(problem.profile, [[2], [1], [0]], [[2], [1], [0]], order=[0, 1, 0, 1, 0, 1])
+    t = simulate(problem, ok)
+    # t2: RS 1-4, v_2 = max(B = 6, 4) = 6, AG 6-9; t1: RS 9-11, v_1 = 11, AG 11-13; t0: RS 13-18, AG 18-23.
+    assert ms(t.message_end) == [4, 9, 11, 13, 18, 23]
+
+
+def test_bad_problems_and_plans_in_one_line():
+    profile = Profile.from_arrays([8, 8], [1.0, 1.0], [1.0, 1.0])
+    with pytest.raises(ValueError, match="^decoupled must be a Decoupled, got AlphaBeta$"):
+        Problem(profile, decoupled=HALF)
+    with pytest.raises(ValueError, match="^the decoupled all-reduce does not combine with channels"):
+        Problem(profile, decoupled=Decoupled(HALF, HALF), channels=2)
+    with pytest.raises(ValueError, match="^the decoupled all-reduce does not combine with ps"):
+        Problem(profile, ps=ParameterServer(HALF), decoupled=Decoupled(HALF, HALF))
+    lump = Profile.from_arrays([8, 8], [1.0, 1.0], [1.0, 1.0], update_lump=1.0)
+    with pytest.raises(ValueError, match="has update_lump time; a decoupled all-reduce updates each tensor's shard"):
+        Problem(lump, decoupled=Decoupled(HALF, HALF))
+    problem = Problem(profile, decoupled=Decoupled(HALF, HALF))
+    assert problem.extensions == ("decoupled",)
+    with pytest.raises(ValueError, match="^a decoupled problem takes a DecoupledPlan, got Plan$"):
+        simulate(problem, Plan.per_tensor(profile))
+    with pytest.raises(ValueError, match="^simulate_decoupled needs a decoupled problem"):
+        simulate(Problem(profile, HALF), DecoupledPlan.from_groups(profile, [[0, 1]], [[0, 1]]))
+    with pytest.raises(ValueError, match="^all-gather plan: "):
+        simulate(problem, DecoupledPlan(Plan.per_tensor(profile), Plan.from_groups(profile, [[0]])))
+    with pytest.raises(ValueError, match="^order has 1 reduce-scatter and 0 all-gather entries; the plans have 1 and 1"):
+        DecoupledPlan.from_groups(profile, [[0, 1]], [[0, 1]], order=[0])
+
+
+@st.composite
+def decoupled_cases(draw):
+    profile = draw(profiles(max_n=6))
+    half = draw(costs)
+    problem = Problem(profile, decoupled=Decoupled(half, draw(st.one_of(st.just(half), costs))),
+                      sync=draw(st.sampled_from(["barrier", "layerwise"])))
+    return problem, DecoupledPlan(draw(partition_plans(profile)), draw(partition_plans(profile)))
+
+
+@settings(deadline=None)
+@given(decoupled_cases())
+def test_timing_properties(case):
+    problem, plan = case
+    t = simulate(problem, plan)
+    profile = problem.profile
+    # Nothing beats the compute; every message waits for what it needs; layerwise never
+    # waits longer than the barrier.
+    assert t.iteration_time >= profile.compute_time * (1 - 1e-12) - 1e-15
+    kinds = t.message_kind
+    assert np.all(t.message_start >= t.message_ready) and np.all(np.diff(t.message_start) >= 0)
+    assert np.all(t.updated >= t.reduced) and np.all(t.updated >= profile.B)
+    assert math.isclose(float(t.message_end[kinds == 1].max()), float(t.gathered.max()))
+    other = Problem(profile, decoupled=problem.decoupled, sync="barrier" if problem.sync == "layerwise" else "layerwise")
+    lw, barrier = sorted([t.iteration_time, simulate(other, plan).iteration_time])
+    assert lw <= barrier
+    # The compute stream ends at T and its forwards start where the timeline says.
+    pieces = compute_pieces(problem, plan)
+    assert pieces[-1].end == pytest.approx(t.iteration_time, rel=1e-12, abs=1e-15)
+    assert [p.start for p in pieces if p.kind == "forward"] == t.forward_start.tolist()
+
+
+@settings(deadline=None)
+@given(decoupled_cases(), st.floats(0, 5e-3))
+def test_a_later_release_never_helps(case, delay):
+    problem, plan = case
+    base = simulate(problem, plan).iteration_time
+    rs = plan.reduce_scatter
+    released = Plan.from_table(rs.tensor, rs.lo, rs.hi, rs.starts, rs.release + delay)
+    assert simulate(problem, DecoupledPlan(released, plan.all_gather)).iteration_time >= base * (1 - 1e-12)
