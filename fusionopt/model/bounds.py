@@ -3,7 +3,8 @@
 Each bound holds for every plan of its ``space``: ``"any"`` (fusion or partition plans,
 chunks of whole bytes, any order) or ``"fusion"`` (whole tensors, contiguous in backward
 order, backward order). :func:`best_bound` is what every ``Result`` carries;
-:func:`ps_lower_bound` bounds every plan of a parameter-server problem.
+:func:`ps_lower_bound` bounds every plan of a parameter-server problem, and
+:func:`decoupled_lower_bound` every plan of a decoupled all-reduce (MODEL.md section 8.1).
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ import weakref
 
 import numpy as np
 
+from fusionopt.model.cost import CommCost
+from fusionopt.model.decoupled_timing import require_decoupled
 from fusionopt.model.fusion_dp import optimal_fusion
 from fusionopt.model.problem import Problem
 from fusionopt.model.ps_timing import require_ps
@@ -248,3 +251,63 @@ def ps_lower_bound(problem: Problem) -> float:
     if not split:
         bounds.append(best_bound(problem.plain(), space="any"))
     return float(max(bounds))
+
+
+# ---------------------------------------------------------------------------- decoupled all-reduce
+def least_channel_time(cost: CommCost, nbytes: int) -> float:
+    """Seconds the channel needs at least to carry ``nbytes`` bytes in any number of messages:
+    ``alpha + beta * nbytes`` for an affine cost (every message pays its startup and every
+    byte its transfer), else ``c(1)`` (one message of at least one byte); 0 for no bytes."""
+    if nbytes <= 0:
+        return 0.0
+    affine = cost.affine
+    if affine is not None:
+        return affine[0] + affine[1] * nbytes
+    return float(cost(1))
+
+
+def decoupled_lower_bound(problem: Problem) -> float:
+    """A lower bound on ``T`` for every plan of a decoupled all-reduce (MODEL.md section 8.1),
+    in seconds: the largest of
+
+    * the compute, ``B + U + F + W``;
+    * ``V + F + W``, with ``V`` a bound on the last update's end: the updates start at ``B``
+      (``V >= B + U``), and the reduce-scatters of the gradients ready at ``B`` (set ``L``)
+      start at ``B`` or later, one at a time, so ``V >= B + rs(L) + min_(i in L) u_i`` with
+      ``rs(L)`` the least channel time of their bytes (:func:`least_channel_time`);
+    * ``V + ag(s_l) + tail_l + W`` for the last tensor ``l`` of the ready order, whose
+      all-gathers wait for its update, the last one: ``tail_l`` is its forward suffix under
+      layerwise sync, ``F`` under barrier sync;
+    * ``B + rs(L) + ag(all bytes) + tail + W``: after ``B`` the channel carries the
+      reduce-scatters of ``L`` and every all-gather, and the last message is an all-gather
+      (every tensor's all-gather follows its reduce-scatter); ``tail`` is the last tensor's
+      forward under layerwise sync, ``F`` under barrier sync.
+
+    >>> from fusionopt.model.cost import AlphaBeta
+    >>> from fusionopt.model.decoupled import Decoupled
+    >>> from fusionopt.model.profile import Profile
+    >>> profile = Profile.from_arrays([4e6, 1e6, 2e6], [1e-3] * 3, [3e-3, 2e-3, 1e-3])
+    >>> half = AlphaBeta(1e-3, 1e-9)
+    >>> round(decoupled_lower_bound(Problem(profile, decoupled=Decoupled(half, half), sync="layerwise")) * 1e3, 9)
+    20.0
+    """
+    require_decoupled(problem, "decoupled_lower_bound")
+    profile, halves = problem.profile, problem.decoupled
+    order = profile.backward_order
+    ready = profile.ready_times
+    last = int(order[-1])
+    at_b = ready == profile.B
+    rs_last = least_channel_time(halves.reduce_scatter, int(profile.sizes[at_b].sum()))
+    updates = profile.update
+    v = max(profile.B + profile.U, profile.B + rs_last + float(updates[at_b].min()))
+    layerwise = problem.sync == "layerwise"
+    forward = profile.forward
+    suffix = float(forward[last:].sum()) if layerwise else profile.F
+    tail = float(forward[-1]) if layerwise else profile.F
+    W = profile.host_overhead
+    return max(
+        profile.compute_time,
+        v + profile.F + W,
+        v + least_channel_time(halves.all_gather, int(profile.sizes[last])) + suffix + W,
+        profile.B + rs_last + least_channel_time(halves.all_gather, profile.total_bytes) + tail + W,
+    )

@@ -197,6 +197,14 @@ class Problem:
             on.append("decoupled")
         return tuple(on)
 
+    @property
+    def pattern(self) -> str:
+        """The communication pattern: ``"all-reduce"``, ``"ps"`` (a parameter server) or
+        ``"decoupled"`` (reduce-scatter and all-gather, MODEL.md section 8.1)."""
+        if self.ps is not None:
+            return "ps"
+        return "decoupled" if self.decoupled is not None else "all-reduce"
+
     def plain(self) -> "Problem":
         """The same profile, cost and sync without extensions (for a parameter server: the
         all-reduce problem whose channel costs what its push channel costs)."""

@@ -22,7 +22,9 @@ F = TypeVar("F", bound=Callable)
 class Needs:
     """``plain``: the plain model only (no copy cost, contention or several channels);
     ``layerwise``: ``sync="layerwise"`` only (a partition scheduler that lets the next forward
-    start tensor by tensor); ``ps``: a parameter-server problem (otherwise all-reduce).
+    start tensor by tensor); ``barrier``: ``sync="barrier"`` only; ``ps``: a parameter-server
+    problem; ``decoupled``: a decoupled all-reduce (MODEL.md section 8.1); otherwise an
+    all-reduce.
     ``max_tensors``: the most tensors it takes (``max_tensors_channels`` with several
     channels, where it is smaller), ``size_reason`` why, and ``plain_alternative`` the method
     to use instead on a larger problem of the plain model.
@@ -36,6 +38,8 @@ class Needs:
     plain: bool = False
     layerwise: bool = False
     ps: bool = False
+    decoupled: bool = False
+    barrier: bool = False
     max_tensors: int | None = None
     max_tensors_channels: int | None = None
     size_reason: str = "takes"
@@ -43,15 +47,22 @@ class Needs:
 
     def describe(self) -> str:
         """The declaration in words, for listings."""
-        words = ["parameter server" if self.ps else "all-reduce"]
+        words = [PATTERN_WORDS[self.pattern]]
         if self.plain:
             words.append("plain model only")
         if self.layerwise:
             words.append("layerwise sync only")
+        if self.barrier:
+            words.append("barrier sync only")
         if self.max_tensors is not None:
             channels = "" if self.max_tensors_channels is None else f" ({self.max_tensors_channels} with several channels)"
             words.append(f"n <= {self.max_tensors}{channels}")
         return "; ".join(words)
+
+    @property
+    def pattern(self) -> str:
+        """The problems' pattern (:attr:`fusionopt.model.problem.Problem.pattern`)."""
+        return "ps" if self.ps else "decoupled" if self.decoupled else "all-reduce"
 
     def tensor_limit(self, problem: Problem) -> int | None:
         """The most tensors the method takes on ``problem``'s options (None: no limit)."""
@@ -63,15 +74,23 @@ class Needs:
         """Raise a one-line ``ValueError`` naming ``method`` if it does not take ``problem``."""
         if not isinstance(problem, Problem):
             raise ValueError(f"problem must be a Problem, got {type(problem).__name__}")
-        if self.ps and problem.ps is None:
-            raise ValueError(f"{method} needs a parameter-server problem: Problem(profile, ps=ParameterServer(...))")
-        if not self.ps and problem.ps is not None:
-            raise ValueError(f"{method} is an all-reduce method and this problem has a parameter server "
-                             "(ps=...): use a parameter-server method such as ps-dp")
+        if self.pattern != problem.pattern:
+            if self.ps:
+                raise ValueError(f"{method} needs a parameter-server problem: Problem(profile, ps=ParameterServer(...))")
+            if self.decoupled:
+                raise ValueError(f"{method} needs a decoupled problem: Problem(profile, decoupled=Decoupled(...))")
+            if problem.ps is not None:
+                raise ValueError(f"{method} is an all-reduce method and this problem has a parameter server "
+                                 "(ps=...): use a parameter-server method such as ps-dp")
+            raise ValueError(f"{method} is an all-reduce method and this problem is a decoupled all-reduce "
+                             "(decoupled=...): use a decoupled method such as decoupled-wfbp")
         if self.plain:
             problem.require_plain(method)
         if self.layerwise:
             problem.require_layerwise(method)
+        if self.barrier and problem.sync != "barrier":
+            raise ValueError(f"{method} is for sync='barrier' only (the forward waits for every all-gather), "
+                             f"and this problem has sync={problem.sync!r}")
         limit = self.tensor_limit(problem)
         if limit is not None and problem.profile.n > limit:
             instead = "" if self.plain_alternative is None or problem.extensions else f"; use method={self.plain_alternative!r}"
@@ -79,6 +98,7 @@ class Needs:
 
 
 ANY_ALL_REDUCE = Needs()
+PATTERN_WORDS = {"all-reduce": "all-reduce", "ps": "parameter server", "decoupled": "decoupled all-reduce"}
 
 
 def declares(needs: Needs) -> Callable[[F], F]:

@@ -58,8 +58,13 @@ class Method:
 
     @property
     def ps_only(self) -> bool:
-        """A parameter-server method (``Problem(..., ps=...)``); the others are all-reduce."""
+        """A parameter-server method (``Problem(..., ps=...)``)."""
         return self.needs.ps
+
+    @property
+    def pattern(self) -> str:
+        """The pattern of the problems it plans: ``"all-reduce"``, ``"ps"`` or ``"decoupled"``."""
+        return self.needs.pattern
 
     @property
     def options(self) -> dict[str, Any]:
@@ -82,6 +87,9 @@ FAMILIES = {
     "exact": "an exact method: a proved optimum over its plan space, or a certified gap",
 }
 """The method families, each with what its members have in common."""
+
+REFERENCE = {"all-reduce": "wfbp", "ps": "ps-default", "decoupled": "decoupled-wfbp"}
+"""The method :func:`compare` measures speedups against, for each pattern of problem."""
 
 
 def register(name: str, target: Callable[..., Result] | str, summary: str, *, family: str,
@@ -178,6 +186,18 @@ register("ps-cpsat", "fusionopt.solvers.ps_exact:ps_cpsat",
 register("usbyte", "fusionopt.solvers.usbyte:usbyte",
          "US-Byte: unequal blocks in gaps, priority search (layerwise)",
          family="paper", in_default_comparison=False)
+register("decoupled-wfbp", "fusionopt.solvers.decoupled:decoupled_wfbp",
+         "decoupled all-reduce: a reduce-scatter per tensor when ready, an all-gather per tensor in forward order",
+         family="framework baseline")
+register("megatron", "fusionopt.solvers.decoupled:megatron",
+         "Megatron-LM buckets (max(4e7, 1e6 x dp) params), distributed optimiser, gathers in the step (barrier)",
+         family="framework baseline")
+register("megatron-overlap", "fusionopt.solvers.decoupled:megatron_overlap",
+         "Megatron-LM with overlap_param_gather: buckets gathered one ahead by forward pre-hooks (layerwise)",
+         family="framework baseline")
+register("decoupled-brute", "fusionopt.solvers.decoupled:decoupled_brute",
+         "decoupled all-reduce, exact: every pair of contiguous groupings, n <= 8",
+         family="exact", in_default_comparison=False)
 
 
 def methods() -> dict[str, str]:
@@ -199,10 +219,11 @@ def default_methods(problem: Problem | None = None) -> list[str]:
     """
     extended = problem is not None and bool(problem.extensions)
     layerwise = problem is not None and problem.sync == "layerwise"
-    ps = problem is not None and problem.ps is not None
+    pattern = "all-reduce" if problem is None else problem.pattern
     return [name for name, m in _REGISTRY.items()
             if m.in_default_comparison and not (extended and m.plain_only)
-            and (layerwise or not m.layerwise_only) and m.ps_only == ps]
+            and (layerwise or not m.layerwise_only) and not (layerwise and m.needs.barrier)
+            and m.pattern == pattern]
 
 
 def get_method(name: str) -> Method:
@@ -242,13 +263,13 @@ def solve(problem: Problem, method: str = "wfbp", **options: Any) -> Result:
     if not isinstance(problem, Problem):
         raise ValueError(f"problem must be a Problem, got {type(problem).__name__}")
     entry = get_method(method)
-    if entry.ps_only != (problem.ps is not None):
-        kind = "a parameter-server" if entry.ps_only else "an all-reduce"
-        has = "a parameter server" if problem.ps is not None else "all-reduce (no ps)"
-        others = ", ".join(n for n, m in _REGISTRY.items() if m.ps_only == (problem.ps is not None))
-        raise ValueError(f"method {method!r} is {kind} method and this problem uses {has}; "
-                         f"methods for it: {others}")
-    refuse_decoupled(problem, f"method {method!r}")
+    if entry.pattern != problem.pattern:
+        kind = {"ps": "a parameter-server", "decoupled": "a decoupled all-reduce", "all-reduce": "an all-reduce"}
+        has = {"ps": "a parameter server", "decoupled": "a decoupled all-reduce (decoupled=...)",
+               "all-reduce": "all-reduce (no ps)"}
+        others = ", ".join(n for n, m in _REGISTRY.items() if m.pattern == problem.pattern)
+        raise ValueError(f"method {method!r} is {kind[entry.pattern]} method and this problem uses "
+                         f"{has[problem.pattern]}; methods for it: {others}")
     allowed = entry.options
     for key in options:
         if key not in allowed:
@@ -270,7 +291,7 @@ class ComparisonRow:
 
     method: str
     iteration_time: float
-    speedup: float              # T of WFBP (ps-default on a parameter server) / T of this method
+    speedup: float              # T of the pattern's REFERENCE method (WFBP on all-reduce) / T of this method
     exposed: float
     messages: int
     status: str
@@ -303,13 +324,12 @@ def compare(problem: Problem, methods: Iterable[str] | None = None) -> list[Comp
     """
     if isinstance(methods, (str, bytes)):
         raise ValueError(f"methods must be a list of method names, got the string {methods!r} (write [{methods!r}])")
-    refuse_decoupled(problem, "compare")
     names = default_methods(problem) if methods is None else list(methods)
     if not names:
         raise ValueError("compare needs at least one method")
     for name in names:
         get_method(name)
-    base = "ps-default" if problem.ps is not None else "wfbp"
+    base = REFERENCE[problem.pattern]
     token = _SOLVED.set({})
     try:
         results = {name: solve(problem, name) for name in dict.fromkeys(names)}
@@ -329,14 +349,6 @@ def compare(problem: Problem, methods: Iterable[str] | None = None) -> list[Comp
             solve_seconds=r.solve_seconds,
         ))
     return rows
-
-
-def refuse_decoupled(problem: Problem, what: str) -> None:
-    """No registered method plans a decoupled all-reduce (MODEL.md section 8.1) yet: say so
-    in one line, naming ``what`` was asked."""
-    if problem.decoupled is not None:
-        raise ValueError(f"{what}: this problem is a decoupled all-reduce (decoupled=...), which no registered "
-                         "method plans; build a DecoupledPlan and time it with simulate()")
 
 
 def _speedup(reference: float, value: float) -> float:

@@ -8,7 +8,8 @@ from enum import Enum
 from types import MappingProxyType
 from typing import Any, Mapping
 
-from fusionopt.model.bounds import best_bound, ps_lower_bound
+from fusionopt.model.bounds import best_bound, decoupled_lower_bound, ps_lower_bound
+from fusionopt.model.decoupled import DecoupledPlan
 from fusionopt.model.plan import Plan
 from fusionopt.model.problem import Problem
 from fusionopt.model.ps import PSPlan
@@ -80,7 +81,7 @@ class Result:
 
 def finish(
     problem: Problem,
-    plan: Plan | PSPlan,
+    plan: Plan | PSPlan | DecoupledPlan,
     method: str,
     started: float,
     *,
@@ -96,7 +97,8 @@ def finish(
 
     The model's bound is :func:`~fusionopt.model.bounds.best_bound` for the plans of
     ``space`` on an all-reduce problem, :func:`~fusionopt.model.bounds.ps_lower_bound` on a
-    parameter-server problem (``space`` does not apply there). A plan of the other kind (a
+    parameter-server problem and :func:`~fusionopt.model.bounds.decoupled_lower_bound` on a
+    decoupled all-reduce (``space`` does not apply to either). A plan of another kind (a
     :class:`~fusionopt.model.ps.PSPlan` for an all-reduce problem, or the reverse) is a
     ``ValueError`` from the simulator.
 
@@ -129,6 +131,8 @@ def finish(
     timeline = simulate(problem, plan, validate=True)      # a plan of the other kind: ValueError
     if problem.ps is not None:
         model_bound = ps_lower_bound(problem)
+    elif problem.decoupled is not None:
+        model_bound = decoupled_lower_bound(problem)
     else:
         if space == "fusion" and not plan.is_fusion(problem.profile):
             raise AssertionError(f"{method}: a fusion method returned a plan that is not a fusion plan")

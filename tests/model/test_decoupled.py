@@ -154,3 +154,25 @@ def test_a_later_release_never_helps(case, delay):
     rs = plan.reduce_scatter
     released = Plan.from_table(rs.tensor, rs.lo, rs.hi, rs.starts, rs.release + delay)
     assert simulate(problem, DecoupledPlan(released, plan.all_gather)).iteration_time >= base * (1 - 1e-12)
+
+
+@settings(deadline=None)
+@given(decoupled_cases())
+def test_the_lower_bound_holds_for_every_plan(case):
+    from fusionopt.model.bounds import decoupled_lower_bound
+    problem, plan = case
+    assert decoupled_lower_bound(problem) <= simulate(problem, plan).iteration_time * (1 + 1e-12) + 1e-15
+
+
+def test_the_lower_bound_by_hand():
+    from fusionopt.model.bounds import decoupled_lower_bound
+    # Layerwise: t0 (4 MB) is ready at B = 6; its reduce-scatter takes >= 5 ms, so V = 11;
+    # its all-gather >= 5 ms and its forward suffix 3 ms: 19; the channel after 6 ms carries
+    # t0's reduce-scatter (5) and all 7 MB of all-gathers (8): 19, plus t2's forward: 20.
+    assert round(decoupled_lower_bound(section5()) / MS, 9) == 20
+    # Barrier: 6 + 5 + 8 + F = 22, met by one all-gather of everything after per-tensor
+    # reduce-scatters (19 + 3).
+    barrier = section5("barrier")
+    assert round(decoupled_lower_bound(barrier) / MS, 9) == 22
+    plan = DecoupledPlan.from_groups(barrier.profile, [[2], [1], [0]], [[0, 1, 2]])
+    assert round(simulate(barrier, plan).iteration_time / MS, 9) == 22

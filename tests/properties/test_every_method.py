@@ -28,11 +28,11 @@ def options(method: str) -> dict:
 
 
 def check_every_method(problem: Problem) -> None:
-    """Each registered method for ``problem``'s kind (all-reduce or parameter server) gives a
+    """Each registered method for ``problem``'s pattern (all-reduce or parameter server) gives a
     valid plan the simulator agrees with, at no less than the compute time, or refuses it
     for a documented reason."""
     for method, entry in _REGISTRY.items():
-        if entry.ps_only != (problem.ps is not None):
+        if entry.pattern != problem.pattern:
             continue
         try:
             result = solve(problem, method, **options(method))

@@ -4,7 +4,7 @@ import pytest
 
 from fusionopt import zoo
 from fusionopt.cost import network
-from fusionopt.model import Problem
+from fusionopt.model import Decoupled, Problem
 from fusionopt.model.ps import ParameterServer
 from fusionopt.solvers import solve
 from fusionopt.solvers.registry import _REGISTRY, default_methods, get_method
@@ -15,27 +15,44 @@ PROFILE = zoo.profile("resnet18", device="h100", batch=32).tail(8, name="")     
 SMALL = {"brute": {}, "cpsat": {"time_limit": 5.0}, "ps-brute": {}, "ps-cpsat": {"time_limit": 5.0}}
 
 
-def problem(**kind):
-    if kind.pop("ps", False):
+def problem(pattern="all-reduce", **kind):
+    if kind.pop("ps", False) or pattern == "ps":
         return Problem(PROFILE, ps=ParameterServer.from_network("10gbe", 4, 4, colocated=True), **kind)
+    if pattern == "decoupled":
+        return Problem(PROFILE, decoupled=Decoupled.from_network("10gbe", 8), **kind)
     return Problem(PROFILE, network("10gbe", 8), **kind)
+
+
+def another(pattern):
+    return "ps" if pattern == "all-reduce" else "all-reduce"
 
 
 @pytest.mark.parametrize("name", sorted(_REGISTRY))
 def test_a_method_refuses_what_it_declares_it_cannot_solve(name):
     needs = get_method(name).needs
     options = SMALL.get(name, {})
-    # The other kind of problem (all-reduce against parameter server) is always refused.
+    # A problem of another pattern (all-reduce, parameter server, decoupled) is always refused.
     with pytest.raises(ValueError):
-        solve(problem(ps=not needs.ps, sync="layerwise"), name, **options)
+        solve(problem(another(needs.pattern), sync="layerwise"), name, **options)
+    if needs.pattern == "all-reduce":
+        with pytest.raises(ValueError):
+            solve(problem("decoupled", sync="layerwise"), name, **options)
     if needs.ps:
-        solve(problem(ps=True, sync="layerwise"), name, **options)
+        solve(problem("ps", sync="layerwise"), name, **options)
         return
+    own = needs.pattern
     if needs.layerwise:
         with pytest.raises(ValueError, match="layerwise"):
-            solve(problem(), name, **options)
+            solve(problem(own), name, **options)
     else:
-        solve(problem(), name, **options)
+        solve(problem(own), name, **options)
+    if needs.barrier:
+        with pytest.raises(ValueError, match="is for sync='barrier' only"):
+            solve(problem(own, sync="layerwise"), name, **options)
+        return
+    if own == "decoupled":
+        solve(problem(own, sync="layerwise"), name, **options)
+        return
     if needs.plain:
         with pytest.raises(ValueError):
             solve(problem(sync="layerwise", copy_cost=1e-11), name, **options)
@@ -50,6 +67,8 @@ def test_the_default_comparison_follows_the_declarations():
     assert "p3" not in default_methods(problem()) and "p3" in default_methods(problem(sync="layerwise"))
     assert default_methods(problem(ps=True)) == [n for n in _REGISTRY if get_method(n).needs.ps
                                                   and get_method(n).in_default_comparison]
+    assert default_methods(problem("decoupled")) == ["decoupled-wfbp", "megatron"]
+    assert default_methods(problem("decoupled", sync="layerwise")) == ["decoupled-wfbp", "megatron-overlap"]
 
 
 DECLARED = sorted(name for name in _REGISTRY if hasattr(get_method(name).function, "needs"))
@@ -60,11 +79,15 @@ def test_the_declaration_is_checked_on_a_direct_call(name):
     # Called without the registry, the function still refuses what its declaration rules out,
     # in one line naming the method.
     needs, function = get_method(name).needs, get_method(name).function
-    with pytest.raises(ValueError, match=f"^{name} (needs a parameter-server problem|is an all-reduce method)"):
-        function(problem(ps=not needs.ps, sync="layerwise"))
+    with pytest.raises(ValueError, match=f"^{name} (needs a parameter-server problem|needs a decoupled problem"
+                                         "|is an all-reduce method)"):
+        function(problem(another(needs.pattern), sync="layerwise"))
     if needs.layerwise:
         with pytest.raises(ValueError, match=f"^{name} is for sync='layerwise' only"):
-            function(problem())
+            function(problem(needs.pattern))
+    if needs.barrier:
+        with pytest.raises(ValueError, match=f"^{name} is for sync='barrier' only"):
+            function(problem(needs.pattern, sync="layerwise"))
     if needs.plain:
         with pytest.raises(ValueError, match=f"^{name} applies to the plain model only, and this problem has copy_cost on"):
             function(problem(sync="layerwise", copy_cost=1e-11))

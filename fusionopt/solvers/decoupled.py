@@ -1,0 +1,261 @@
+"""Methods for the decoupled all-reduce (MODEL.md section 8.1; docs/methods.md).
+
+* :func:`decoupled_wfbp`: one reduce-scatter per tensor as its gradient is ready, one
+  all-gather per tensor in forward order: the unfused schedule, the reference of
+  :func:`~fusionopt.solvers.registry.compare` on these problems.
+* :func:`megatron` and :func:`megatron_overlap`: Megatron-LM's data-parallel buckets with its
+  distributed optimiser and ``overlap_grad_reduce``, without and with
+  ``overlap_param_gather``.
+* :func:`decoupled_brute`: every pair of contiguous groupings (reduce-scatters along the
+  ready order, all-gathers along the forward order), exact over that space for small ``n``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from typing import Any
+
+import numpy as np
+
+from fusionopt.model.decoupled import ALL_GATHER, DecoupledPlan
+from fusionopt.model.fifo import fifo_ends, fifo_job
+from fusionopt.model.plan import Plan
+from fusionopt.model.problem import Problem
+from fusionopt.model.simulator import simulate
+from fusionopt.solvers.needs import Needs, declares
+from fusionopt.solvers.result import Result, finish
+
+MEGATRON_MIN_BUCKET = 40_000_000            # parameters
+MEGATRON_BUCKET_PER_RANK = 1_000_000        # parameters per data-parallel rank
+BRUTE_MAX_TENSORS = 8
+
+
+@declares(Needs(decoupled=True))
+def decoupled_wfbp(problem: Problem) -> Result:
+    """Each gradient reduce-scattered alone as soon as it is ready, each parameter all-gathered
+    alone in forward order, every reduce-scatter first.
+
+    Examples
+    --------
+    MODEL.md section 5's profile with ring halves of ``1 ms + 1 ns/B``: reduce-scatters 1-4,
+    4-6 and 6-11 ms, all-gathers 11-16, 16-18 and 18-21 ms; layerwise forwards at 16, 18 and
+    21 ms: ``T = 22`` ms.
+
+    >>> from fusionopt.model import AlphaBeta, Decoupled, Profile
+    >>> profile = Profile.from_arrays([4e6, 1e6, 2e6], [1e-3] * 3, [3e-3, 2e-3, 1e-3])
+    >>> half = AlphaBeta(1e-3, 1e-9)
+    >>> r = decoupled_wfbp(Problem(profile, decoupled=Decoupled(half, half), sync="layerwise"))
+    >>> round(r.iteration_time * 1e3, 9), r.num_messages
+    (22.0, 6)
+    """
+    started = time.perf_counter()
+    profile = problem.profile
+    plan = DecoupledPlan(Plan.per_tensor(profile, list(profile.ready_order)), Plan.per_tensor(profile, range(profile.n)))
+    return finish(problem, plan, "decoupled-wfbp", started)
+
+
+def megatron_buckets(problem: Problem, data_parallel_size: int | None = None,
+                     bucket_size: int | None = None) -> tuple[list[list[int]], int]:
+    """Megatron-LM's gradient buckets (tensors, forward indices) and their size in parameters.
+
+    Parameters are taken in reverse registration order (``params[::-1]`` of each buffer)
+    and a bucket is closed after the parameter that brings it to ``bucket_size`` elements
+    or more; the size is ``max(40,000,000, 1,000,000 x data_parallel_size)`` unless given.
+    Bucket 0 holds the model's last parameters.
+
+    >>> from fusionopt.model import AlphaBeta, Decoupled, Profile
+    >>> profile = Profile.from_arrays([8e7, 1e8, 8e7], [0.0] * 3, [1e-3] * 3)   # 20M, 25M, 20M params
+    >>> megatron_buckets(Problem(profile, decoupled=Decoupled(AlphaBeta(0, 1e-9), AlphaBeta(0, 1e-9))))
+    ([[2, 1], [0]], 40000000)
+    """
+    if bucket_size is None:
+        dp = 1 if data_parallel_size is None else data_parallel_size
+        if isinstance(dp, bool) or not isinstance(dp, (int, np.integer)) or dp < 1:
+            raise ValueError(f"data_parallel_size must be an integer >= 1, got {data_parallel_size!r}")
+        bucket_size = max(MEGATRON_MIN_BUCKET, MEGATRON_BUCKET_PER_RANK * int(dp))
+    elif isinstance(bucket_size, bool) or not isinstance(bucket_size, (int, np.integer)) or bucket_size < 1:
+        raise ValueError(f"bucket_size must be a whole number of parameters >= 1, got {bucket_size!r}")
+    profile = problem.profile
+    elements = [-(-int(size) // int(element)) for size, element in zip(profile.sizes.tolist(), profile.element_bytes)]
+    buckets: list[list[int]] = [[]]
+    count = 0
+    for i in reversed(list(profile.registration_order)):
+        buckets[-1].append(int(i))
+        count += elements[i]
+        if count >= bucket_size:
+            buckets.append([])
+            count = 0
+    if not buckets[-1]:
+        buckets.pop()
+    return buckets, int(bucket_size)
+
+
+def _megatron(problem: Problem, method: str, data_parallel_size: int | None, bucket_size: int | None,
+              overlap_param_gather: bool) -> Result:
+    started = time.perf_counter()
+    profile = problem.profile
+    buckets, size = megatron_buckets(problem, data_parallel_size, bucket_size)
+    ready = profile.ready_times
+    # Reduce-scatters: a bucket goes when its last gradient is ready (ties: bucket order).
+    rs_order = sorted(range(len(buckets)), key=lambda b: (float(ready[buckets[b]].max()), b))
+    reduce_scatter = Plan.from_groups(profile, [buckets[b] for b in rs_order])
+    rs_costs = problem.decoupled.reduce_scatter.of_sizes(reduce_scatter.message_bytes.astype(np.float64))
+    rs_ready = np.maximum.reduceat(ready[reduce_scatter.tensor], reduce_scatter.starts[:-1])
+    rs_end = float(fifo_ends(rs_ready, rs_costs)[-1])
+    # The optimiser step waits for every reduce-scatter (finish_grad_sync), then runs.
+    step_end = max(profile.B, rs_end) + profile.U
+    ag_costs = problem.decoupled.all_gather
+    if not overlap_param_gather:
+        # In the step, one all-gather per bucket in bucket order; the forward waits for all.
+        gather = [buckets[b] for b in range(len(buckets))]
+        all_gather = Plan.from_groups(profile, gather, release=[step_end] * len(gather))
+        ends = None
+    else:
+        # Forward pre-hooks: the bucket the forward needs first is gathered at the start of the
+        # forward; when the forward reaches a bucket's first parameter it waits for that
+        # bucket's all-gather and dispatches the next bucket's (one ahead).
+        chain = sorted(range(len(buckets)), key=lambda b: min(buckets[b]))
+        owner = {i: b for b, tensors in enumerate(buckets) for i in tensors}
+        first = {b: min(buckets[b]) for b in chain}
+        gathered: dict[int, float] = {}
+        release: list[float] = []
+        ends = []
+        channel_free = rs_end
+
+        def dispatch(b: int, at: float) -> None:
+            nonlocal channel_free
+            nbytes = float(profile.sizes[buckets[b]].sum())
+            _, channel_free = fifo_job(at, float(ag_costs.of_sizes(np.array([nbytes]))[0]), channel_free)
+            gathered[b] = channel_free
+            release.append(at)
+            ends.append(channel_free)
+
+        dispatch(chain[0], step_end)
+        link = 1
+        clock = step_end
+        forward = profile.forward.tolist()
+        for i in range(profile.n):
+            b = owner[i]
+            phi = gathered[b] if gathered[b] > clock else clock
+            if i == first[b] and link < len(chain):
+                dispatch(chain[link], phi)
+                link += 1
+            clock = phi + forward[i]
+        all_gather = Plan.from_groups(profile, [buckets[b] for b in chain], release=release)
+    plan = DecoupledPlan(reduce_scatter, all_gather)
+    stats = {"bucket_size": size, "buckets": len(buckets), "data_parallel_size": data_parallel_size,
+             "overlap_param_gather": overlap_param_gather, "step_end": step_end}
+    result = finish(problem, plan, method, started, stats=stats)
+    if ends is not None:
+        simulated = result.timeline.message_end[result.timeline.message_kind == ALL_GATHER]
+        if not np.array_equal(simulated, np.asarray(ends)):
+            raise AssertionError(f"{method}: the simulator does not reproduce the policy's all-gather ends")
+    return result
+
+
+@declares(Needs(decoupled=True, barrier=True))
+def megatron(problem: Problem, *, data_parallel_size: int | None = None, bucket_size: int | None = None) -> Result:
+    """Megatron-LM DDP with the distributed optimiser and ``overlap_grad_reduce``, parameters
+    gathered in the optimiser step (``overlap_param_gather=False``, its default).
+
+    Checked against ``megatron/core/distributed`` (``distributed_data_parallel.py``,
+    ``param_and_grad_buffer.py``) and ``optimizer/distrib_optimizer.py`` of Megatron-LM 0.20:
+
+    * buckets of :func:`megatron_buckets` (``bucket_size`` parameters, by default
+      ``max(4e7, 1e6 x data_parallel_size)``; without ``data_parallel_size`` the 4e7 floor,
+      exact up to 40 ranks);
+    * a bucket's reduce-scatter is issued when its last gradient is ready;
+    * the optimiser step waits for every reduce-scatter, then runs (``U``);
+    * then one all-gather per bucket, in bucket order, and the forward waits for all of
+      them: ``sync="barrier"`` only.
+
+    Reconstructed, not measured: the padding of each parameter to 64 elements and of each
+    bucket to ``lcm(dp, 128)`` elements (at most a few KB per 40M-parameter bucket) is left
+    out, and the first iteration (which sends every bucket after the backward) is not the
+    steady state modelled.
+
+    Examples
+    --------
+    Tensors of 4, 1 and 3 MB (2M parameters, under 40M): one bucket, reduce-scattered at the
+    end of the backward (6-15 ms with ``1 ms + 1 ns/B``), then the step (no update time) and
+    one all-gather (15-24 ms), then the forward: ``T = 27`` ms.
+
+    >>> from fusionopt.model import AlphaBeta, Decoupled, Profile
+    >>> profile = Profile.from_arrays([4e6, 1e6, 3e6], [1e-3] * 3, [3e-3, 2e-3, 1e-3])
+    >>> half = AlphaBeta(1e-3, 1e-9)
+    >>> r = megatron(Problem(profile, decoupled=Decoupled(half, half)))
+    >>> r.stats["buckets"], round(r.iteration_time * 1e3, 9)
+    (1, 27.0)
+    """
+    return _megatron(problem, "megatron", data_parallel_size, bucket_size, overlap_param_gather=False)
+
+
+@declares(Needs(decoupled=True, layerwise=True))
+def megatron_overlap(problem: Problem, *, data_parallel_size: int | None = None,
+                     bucket_size: int | None = None) -> Result:
+    """Megatron-LM as :func:`megatron`, with ``overlap_param_gather=True``: no all-gather in the
+    step; the forward's pre-hooks gather the first bucket at the start of the forward and,
+    when the forward reaches a bucket's first parameter, wait for that bucket and dispatch
+    the next one (one ahead; ``finish_param_sync`` and ``next_param_gather_bucket_group``).
+    The dispatch times are the policy's own, and the simulator reproduces its all-gather ends
+    exactly (checked on every call). ``sync="layerwise"`` only.
+
+    >>> from fusionopt.model import AlphaBeta, Decoupled, Profile
+    >>> profile = Profile.from_arrays([4e6, 1e6, 3e6], [1e-3] * 3, [3e-3, 2e-3, 1e-3])
+    >>> half = AlphaBeta(1e-3, 1e-9)
+
+    With 1M-parameter buckets: ``{t2, t1}`` (ready at 3 ms) is reduce-scattered 3-8 ms and
+    ``{t0}`` 8-13 ms; the step ends at 13 ms and gathers ``{t0}``, 13-18 ms; the forward
+    reaches t0 at 18 ms and dispatches ``{t2, t1}``, 18-23 ms; forwards at 18, 23 and 24 ms.
+
+    >>> r = megatron_overlap(Problem(profile, decoupled=Decoupled(half, half), sync="layerwise"), bucket_size=1_000_000)
+    >>> r.stats["buckets"], (r.plan.all_gather.release * 1e3).round(9).tolist(), round(r.iteration_time * 1e3, 9)
+    (2, [13.0, 18.0], 25.0)
+    """
+    return _megatron(problem, "megatron-overlap", data_parallel_size, bucket_size, overlap_param_gather=True)
+
+
+@declares(Needs(decoupled=True, max_tensors=BRUTE_MAX_TENSORS,
+                size_reason="enumerates 4^(n-1) pairs of groupings"))
+def decoupled_brute(problem: Problem) -> Result:
+    """Every pair of contiguous groupings (reduce-scatters along the ready order, all-gathers
+    along the forward order, every reduce-scatter first), the fastest kept (ties: the first
+    found): exact over that space, for ``n <= 8``.
+
+    >>> from fusionopt.model import AlphaBeta, Decoupled, Profile
+    >>> profile = Profile.from_arrays([4e6, 1e6, 2e6], [1e-3] * 3, [3e-3, 2e-3, 1e-3])
+    >>> half = AlphaBeta(1e-3, 1e-9)
+    >>> r = decoupled_brute(Problem(profile, decoupled=Decoupled(half, half), sync="barrier"))
+    >>> round(r.iteration_time * 1e3, 9), str(r.status), r.stats["plans"]
+    (22.0, 'OPTIMAL', 16)
+    """
+    started = time.perf_counter()
+    profile = problem.profile
+    n = profile.n
+    ready_order = list(profile.ready_order)
+    best: tuple[float, DecoupledPlan] | None = None
+    plans = 0
+    for rs_cuts in itertools.product((False, True), repeat=n - 1):
+        reduce_scatter = Plan.from_groups(profile, _groups(ready_order, rs_cuts))
+        for ag_cuts in itertools.product((False, True), repeat=n - 1):
+            plan = DecoupledPlan(reduce_scatter, Plan.from_groups(profile, _groups(list(range(n)), ag_cuts)))
+            value = simulate(problem, plan, validate=False).iteration_time
+            plans += 1
+            if best is None or value < best[0]:
+                best = (value, plan)
+    assert best is not None
+    return finish(problem, best[1], "decoupled-brute", started, lower_bound=best[0], optimal=True,
+                  stats={"plans": plans})
+
+
+def _groups(order: list[int], cuts: Any) -> list[list[int]]:
+    groups: list[list[int]] = [[order[0]]]
+    for i, cut in zip(order[1:], cuts):
+        if cut:
+            groups.append([])
+        groups[-1].append(i)
+    return groups
+
+
+__all__ = ["decoupled_wfbp", "megatron", "megatron_overlap", "megatron_buckets", "decoupled_brute"]

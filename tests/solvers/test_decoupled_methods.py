@@ -1,0 +1,84 @@
+"""Methods for the decoupled all-reduce: Megatron-LM's buckets, the unfused schedule, brute force."""
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from strategies import alpha_beta, profiles
+
+from fusionopt.cost import AlphaBeta
+from fusionopt.model import Decoupled, Problem, Profile
+from fusionopt.model.bounds import decoupled_lower_bound
+from fusionopt.solvers import solve
+from fusionopt.solvers.decoupled import megatron_buckets
+
+MS = 1e-3
+
+
+def decoupled(profile, sync="barrier", half=AlphaBeta(MS, 1e-9)):
+    return Problem(profile, decoupled=Decoupled(half, half), sync=sync)
+
+
+def test_megatron_bucket_rule():
+    # 30M, 30M, 20M and 50M float32 parameters, registered in forward order; Megatron walks
+    # them backwards and closes a bucket once it holds >= bucket_size parameters.
+    profile = Profile.from_arrays([120e6, 120e6, 80e6, 200e6], [0.0] * 4, [MS] * 4)
+    problem = decoupled(profile)
+    assert megatron_buckets(problem) == ([[3], [2, 1], [0]], 40_000_000)           # 50M; 20M + 30M; 30M
+    assert megatron_buckets(problem, data_parallel_size=64) == ([[3, 2], [1, 0]], 64_000_000)
+    assert megatron_buckets(problem, bucket_size=200_000_000) == ([[3, 2, 1, 0]], 200_000_000)
+    with pytest.raises(ValueError, match="^data_parallel_size must be an integer >= 1, got 0$"):
+        megatron_buckets(problem, data_parallel_size=0)
+    result = solve(problem, "megatron", data_parallel_size=64)
+    assert result.stats["buckets"] == 2 and result.plan.reduce_scatter.groups() == [[3, 2], [1, 0]]
+
+
+def test_megatron_needs_the_sync_its_gather_runs_under():
+    profile = Profile.from_arrays([4e6, 1e6, 2e6], [MS] * 3, [3 * MS, 2 * MS, MS])
+    with pytest.raises(ValueError, match="^megatron is for sync='barrier' only"):
+        solve(decoupled(profile, "layerwise"), "megatron")
+    with pytest.raises(ValueError, match="^megatron-overlap is for sync='layerwise' only"):
+        solve(decoupled(profile, "barrier"), "megatron-overlap")
+    with pytest.raises(ValueError, match="^method 'megatron' is a decoupled all-reduce method and this problem "
+                                         "uses all-reduce"):
+        solve(Problem(profile, AlphaBeta(MS, 1e-9)), "megatron")
+    with pytest.raises(ValueError, match="^method 'dp' is an all-reduce method and this problem uses a decoupled"):
+        solve(decoupled(profile), "dp")
+
+
+def test_brute_force_by_hand():
+    # Barrier, MODEL.md section 5's profile: the bound (22 ms) is met by per-tensor
+    # reduce-scatters and one all-gather; the unfused schedule takes 24 ms.
+    profile = Profile.from_arrays([4e6, 1e6, 2e6], [MS] * 3, [3 * MS, 2 * MS, MS])
+    problem = decoupled(profile)
+    best = solve(problem, "decoupled-brute")
+    assert round(best.iteration_time / MS, 9) == 22 and str(best.status) == "OPTIMAL"
+    assert best.plan.reduce_scatter.groups() == [[2], [1], [0]] and best.plan.all_gather.groups() == [[0, 1, 2]]
+    assert round(solve(problem, "decoupled-wfbp").iteration_time / MS, 9) == 24
+
+
+small = st.tuples(profiles(max_n=5, with_updates=False), alpha_beta, st.sampled_from(["barrier", "layerwise"]))
+
+
+@settings(deadline=None, max_examples=40)
+@given(small)
+def test_brute_force_beats_the_schedules_in_its_space(case):
+    profile, half, sync = case
+    problem = decoupled(profile, sync, half)
+    best = solve(problem, "decoupled-brute")
+    assert best.lower_bound >= decoupled_lower_bound(problem) * (1 - 1e-12) - 1e-15
+    assert best.iteration_time <= solve(problem, "decoupled-wfbp").iteration_time * (1 + 1e-12)
+    if sync == "barrier" and profile.has_default_orders:
+        # Without update time Megatron's buckets are contiguous groupings of the ready order
+        # whose all-gathers start when the channel is free: a plan of the space, or as slow.
+        assert best.iteration_time <= solve(problem, "megatron", bucket_size=1_000_000).iteration_time * (1 + 1e-12)
+
+
+@settings(deadline=None, max_examples=40)
+@given(profiles(max_n=8), alpha_beta, st.integers(1, 3_000_000))
+def test_megatron_overlap_is_reproduced_by_the_simulator(profile, half, bucket):
+    # The method checks on every call that the simulator gives its own all-gather ends.
+    result = solve(decoupled(profile, "layerwise", half), "megatron-overlap", bucket_size=bucket)
+    assert result.iteration_time >= result.lower_bound
+    releases = result.plan.all_gather.release
+    assert releases[0] == result.stats["step_end"] and all(releases[1:] >= releases[:-1])
