@@ -198,6 +198,9 @@ register("megatron-overlap", "fusionopt.solvers.decoupled:megatron_overlap",
 register("decoupled-brute", "fusionopt.solvers.decoupled:decoupled_brute",
          "decoupled all-reduce, exact: every pair of contiguous groupings, n <= 8",
          family="exact", in_default_comparison=False)
+register("decoupled-dp", "fusionopt.solvers.decoupled:decoupled_dp",
+         "decoupled all-reduce, exact over decoupled-brute's space: barrier sync, no update time, any n",
+         family="exact", in_default_comparison=False)
 
 
 def methods() -> dict[str, str]:

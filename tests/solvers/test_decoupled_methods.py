@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from strategies import alpha_beta, profiles
+from strategies import alpha_beta, costs, profiles
 
 from fusionopt.cost import AlphaBeta
 from fusionopt.model import Decoupled, Problem, Profile
@@ -82,3 +82,22 @@ def test_megatron_overlap_is_reproduced_by_the_simulator(profile, half, bucket):
     assert result.iteration_time >= result.lower_bound
     releases = result.plan.all_gather.release
     assert releases[0] == result.stats["step_end"] and all(releases[1:] >= releases[:-1])
+
+
+@settings(deadline=None, max_examples=60)
+@given(profiles(max_n=6, with_updates=False), st.one_of(alpha_beta, costs), st.one_of(alpha_beta, costs))
+def test_the_dp_equals_brute_force(profile, rs, ag):
+    # Barrier sync, no update time: the groupings separate, and the DP's optimum is brute force's.
+    problem = Problem(profile, decoupled=Decoupled(rs, ag), sync="barrier")
+    exact = solve(problem, "decoupled-dp")
+    assert exact.iteration_time == pytest.approx(solve(problem, "decoupled-brute").iteration_time, rel=1e-9, abs=1e-15)
+    assert str(exact.status) == "OPTIMAL"
+
+
+def test_the_dp_says_where_it_is_not_exact():
+    profile = Profile.from_arrays([4e6, 1e6, 2e6], [MS] * 3, [3 * MS, 2 * MS, MS], update=[MS] * 3)
+    with pytest.raises(ValueError, match=r"^decoupled-dp is exact without update time, and this profile's updates "
+                                         r"take U = 0.003 s: use decoupled-brute \(n <= 8\) or megatron$"):
+        solve(decoupled(profile), "decoupled-dp")
+    with pytest.raises(ValueError, match="^decoupled-dp is for sync='barrier' only"):
+        solve(decoupled(profile, "layerwise"), "decoupled-dp")
