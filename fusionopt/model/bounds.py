@@ -283,6 +283,11 @@ def decoupled_lower_bound(problem: Problem) -> float:
       (every tensor's all-gather follows its reduce-scatter); ``tail`` is the last tensor's
       forward under layerwise sync, ``F`` under barrier sync.
 
+    With ``update_after_gather`` the updates follow the all-gathers: the last tensor ``l``'s
+    all-gathers wait for its own reduce-scatters (``B + rs(s_l) + ag(s_l)``), then come
+    ``u_i + f_i`` of every tensor from ``l`` on (layerwise) or ``U + F`` (barrier); the
+    channel bound ends with the last tensor's ``u + f`` (layerwise) or ``U + F``.
+
     >>> from fusionopt.model.cost import AlphaBeta
     >>> from fusionopt.model.decoupled import Decoupled
     >>> from fusionopt.model.profile import Profile
@@ -299,6 +304,8 @@ def decoupled_lower_bound(problem: Problem) -> float:
     at_b = ready == profile.B
     rs_last = least_channel_time(halves.reduce_scatter, int(profile.sizes[at_b].sum()))
     updates = profile.update
+    if halves.update_after_gather:
+        return _gather_then_update_bound(problem, last, rs_last)
     v = max(profile.B + profile.U, profile.B + rs_last + float(updates[at_b].min()))
     layerwise = problem.sync == "layerwise"
     forward = profile.forward
@@ -309,5 +316,21 @@ def decoupled_lower_bound(problem: Problem) -> float:
         profile.compute_time,
         v + profile.F + W,
         v + least_channel_time(halves.all_gather, int(profile.sizes[last])) + suffix + W,
+        profile.B + rs_last + least_channel_time(halves.all_gather, profile.total_bytes) + tail + W,
+    )
+
+
+def _gather_then_update_bound(problem: Problem, last: int, rs_last: float) -> float:
+    profile, halves = problem.profile, problem.decoupled
+    layerwise = problem.sync == "layerwise"
+    work = profile.update + profile.forward
+    suffix = float(work[last:].sum()) if layerwise else profile.U + profile.F
+    tail = float(work[-1]) if layerwise else profile.U + profile.F
+    size = int(profile.sizes[last])
+    own = profile.B + least_channel_time(halves.reduce_scatter, size) + least_channel_time(halves.all_gather, size)
+    W = profile.host_overhead
+    return max(
+        profile.compute_time,
+        own + suffix + W,
         profile.B + rs_last + least_channel_time(halves.all_gather, profile.total_bytes) + tail + W,
     )

@@ -49,6 +49,9 @@ KINDS = ("reduce-scatter", "all-gather")
 class Decoupled:
     """The two collectives of a decoupled all-reduce: ``reduce_scatter`` and ``all_gather``,
     each a :class:`~fusionopt.model.cost.CommCost` of a message's unsharded size in bytes.
+    ``update_after_gather``: the all-gathers carry the reduced gradient shards and each tensor
+    is updated just before its forward (DeAR), instead of each worker updating its shard
+    after the backward and gathering parameters (ZeRO, Megatron; the default).
 
     >>> from fusionopt.model.cost import AlphaBeta
     >>> Decoupled(AlphaBeta(1e-4, 1e-9), "fast")
@@ -59,18 +62,22 @@ class Decoupled:
 
     reduce_scatter: CommCost
     all_gather: CommCost
+    update_after_gather: bool = False
 
     def __post_init__(self) -> None:
         for name in ("reduce_scatter", "all_gather"):
             value = getattr(self, name)
             if not isinstance(value, CommCost):
                 raise ValueError(f"{name} must be a CommCost (e.g. AlphaBeta), got {type(value).__name__}")
+        if not isinstance(self.update_after_gather, (bool, np.bool_)):
+            raise ValueError(f"update_after_gather must be True or False, got {self.update_after_gather!r}")
 
     @classmethod
-    def from_network(cls, name: str, workers: int, *, algorithm: str = "ring") -> "Decoupled":
+    def from_network(cls, name: str, workers: int, *, algorithm: str = "ring",
+                     update_after_gather: bool = False) -> "Decoupled":
         """Both halves on a preset network (:func:`~fusionopt.model.collectives.network`)."""
         return cls(network(name, workers, algorithm=algorithm, collective="reduce_scatter"),
-                   network(name, workers, algorithm=algorithm, collective="all_gather"))
+                   network(name, workers, algorithm=algorithm, collective="all_gather"), update_after_gather)
 
     @property
     def all_reduce(self) -> CommCost:

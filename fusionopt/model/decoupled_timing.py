@@ -46,6 +46,11 @@ def simulate_decoupled(problem: Problem, plan: DecoupledPlan, *, validate: bool 
       ``phi_0 = max(v_L, A_0)``, ``phi_i = max(phi_(i-1) + f_(i-1), A_i)``,
       ``T = phi_(n-1) + f_(n-1) + W``; with ``sync="barrier"``
       ``T = max(v_L, max_i A_i) + F + W``.
+    * With ``Decoupled(..., update_after_gather=True)`` (DeAR: the all-gathers carry the
+      reduced gradient shards and each module is updated in its forward pre-hook) an
+      all-gather waits for its tensors' reduce-scatters instead, and the update runs just
+      before each forward: ``phi_i = max(phi_(i-1) + f_(i-1), A_i) + u_i`` from ``B``
+      (layerwise), or every update after the last all-gather, then the forward (barrier).
 
     A plan whose all-gather waits for an update that waits for a reduce-scatter the channel
     runs after it can never run; it is refused, naming the message.
@@ -105,6 +110,7 @@ def simulate_decoupled(problem: Problem, plan: DecoupledPlan, *, validate: bool 
     release = {kind: plan.plan(kind).release.tolist() for kind in (REDUCE_SCATTER, ALL_GATHER)}
     unsent = np.bincount(plan.reduce_scatter.tensor, minlength=n).tolist()   # reduce-scatter chunks left per tensor
 
+    after = problem.decoupled.update_after_gather
     reduced = [-math.inf] * n                             # D_i
     updated = [math.nan] * n                              # v_i, known once D of every tensor up to i is
     gathered = [-math.inf] * n                            # A_i
@@ -121,12 +127,21 @@ def simulate_decoupled(problem: Problem, plan: DecoupledPlan, *, validate: bool 
             wait = rs_ready[k]
         else:
             held = tensors[kind][k].tolist()
-            late = [i for i in held if math.isnan(updated[i])]
-            if late:
-                raise ValueError(
-                    f"all-gather message {k} holds tensor {late[0]}, whose update waits for a reduce-scatter "
-                    f"the plan sends after it: the channel can never run it (put that reduce-scatter first)")
-            wait = max(updated[i] for i in held)
+            if after:
+                # It gathers reduced shards: it waits for its tensors' reduce-scatters.
+                late = [i for i in held if unsent[i]]
+                if late:
+                    raise ValueError(
+                        f"all-gather message {k} holds tensor {late[0]}, whose reduce-scatter the plan sends "
+                        f"after it: the channel can never run it (put that reduce-scatter first)")
+                wait = max(reduced[i] for i in held)
+            else:
+                late = [i for i in held if math.isnan(updated[i])]
+                if late:
+                    raise ValueError(
+                        f"all-gather message {k} holds tensor {late[0]}, whose update waits for a reduce-scatter "
+                        f"the plan sends after it: the channel can never run it (put that reduce-scatter first)")
+                wait = max(updated[i] for i in held)
         wait = max(wait, release[kind][k])
         start, channel_free = fifo_job(wait, costs[kind][k], channel_free)
         kinds.append(kind)
@@ -138,7 +153,7 @@ def simulate_decoupled(problem: Problem, plan: DecoupledPlan, *, validate: bool 
             for i in tensors[kind][k].tolist():
                 reduced[i] = max(reduced[i], channel_free)
                 unsent[i] -= 1
-            while known < n and unsent[backward[known]] == 0:     # the updates now determined
+            while not after and known < n and unsent[backward[known]] == 0:     # the updates now determined
                 i = backward[known]
                 clock = (reduced[i] if reduced[i] > clock else clock) + update[i]
                 updated[i] = clock
@@ -146,26 +161,50 @@ def simulate_decoupled(problem: Problem, plan: DecoupledPlan, *, validate: bool 
         else:
             for i in tensors[kind][k].tolist():
                 gathered[i] = max(gathered[i], channel_free)
-    assert known == n and len(ends) == count, "every reduce-scatter ran, so every update is known"
-    updates_end = clock
+    assert (after or known == n) and len(ends) == count, "every reduce-scatter ran, so every update is known"
     forward = profile.forward.tolist()
-    phi = []
-    if problem.sync == "layerwise":
-        clock = updates_end
+    phi: list[float] = []
+    stream: list[ComputePiece] = []                       # the compute stream after the backward
+    if not after:
+        start = profile.B
+        for i in backward:
+            begin = reduced[i] if reduced[i] > start else start
+            stream.append(ComputePiece("update", i, begin, updated[i]))
+            start = updated[i]
+        updates_end = clock
+        clock = updates_end if problem.sync == "layerwise" else max(updates_end, max(gathered))
         for i in range(n):
-            clock = gathered[i] if gathered[i] > clock else clock
+            if problem.sync == "layerwise":
+                clock = gathered[i] if gathered[i] > clock else clock
             phi.append(clock)
+            stream.append(ComputePiece("forward", i, clock, clock + forward[i]))
             clock += forward[i]
-        iteration_time = clock + profile.host_overhead
+    elif problem.sync == "layerwise":
+        # Each tensor is updated from its gathered shards just before its forward.
+        clock = profile.B
+        for i in range(n):
+            begin = gathered[i] if gathered[i] > clock else clock
+            clock = begin + update[i]
+            updated[i] = clock
+            stream.append(ComputePiece("update", i, begin, clock))
+            phi.append(clock)
+            stream.append(ComputePiece("forward", i, clock, clock + forward[i]))
+            clock += forward[i]
     else:
-        clock = max(updates_end, max(gathered))
+        clock = max(profile.B, max(gathered))
+        for i in range(n):
+            begin = clock
+            clock += update[i]
+            updated[i] = clock
+            stream.append(ComputePiece("update", i, begin, clock))
         for i in range(n):
             phi.append(clock)
+            stream.append(ComputePiece("forward", i, clock, clock + forward[i]))
             clock += forward[i]
-        iteration_time = clock + profile.host_overhead
+    iteration_time = clock + profile.host_overhead
 
     if pieces is not None:
-        _stream(problem, backward, reduced, updated, phi, float(iteration_time), pieces)
+        _stream(problem, backward, stream, float(iteration_time), pieces)
 
     def frozen(values, dtype=np.float64) -> np.ndarray:
         array = np.asarray(values, dtype=dtype)
@@ -188,24 +227,17 @@ def simulate_decoupled(problem: Problem, plan: DecoupledPlan, *, validate: bool 
     )
 
 
-def _stream(problem: Problem, backward: list[int], reduced: list[float], updated: list[float], phi: list[float],
-            iteration_time: float, pieces: list[ComputePiece]) -> None:
+def _stream(problem: Problem, backward: list[int], after_backward: list[ComputePiece], iteration_time: float,
+            pieces: list[ComputePiece]) -> None:
     profile = problem.profile
     ready = profile.ready_times.tolist()
     clock = 0.0
     for i in backward:
         pieces.append(ComputePiece("backward", i, clock, ready[i]))
         clock = ready[i]
-    clock = profile.B
-    for i in backward:
-        start = reduced[i] if reduced[i] > clock else clock
-        pieces.append(ComputePiece("update", i, start, updated[i]))
-        clock = updated[i]
-    forward = profile.forward.tolist()
-    for i in range(profile.n):
-        pieces.append(ComputePiece("forward", i, phi[i], phi[i] + forward[i]))
+    pieces.extend(after_backward)
     if profile.host_overhead:
-        pieces.append(ComputePiece("host_overhead", -1, phi[-1] + forward[-1], iteration_time))
+        pieces.append(ComputePiece("host_overhead", -1, after_backward[-1].end, iteration_time))
 
 
 __all__ = ["simulate_decoupled", "require_decoupled", "KINDS"]

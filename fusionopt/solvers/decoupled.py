@@ -10,11 +10,14 @@
   ready order, all-gathers along the forward order), exact over that space for small ``n``.
 * :func:`decoupled_dp`: the same optimum at any size under barrier sync without update
   time, where the two groupings separate.
+* :func:`dear`: DeAR's fusion of modules up to a buffer threshold, reduce-scatters from the
+  backward hooks, all-gathers one group ahead from the forward pre-hooks.
 """
 
 from __future__ import annotations
 
 import itertools
+import math
 import time
 from typing import Any
 
@@ -98,6 +101,9 @@ def _megatron(problem: Problem, method: str, data_parallel_size: int | None, buc
               overlap_param_gather: bool) -> Result:
     started = time.perf_counter()
     profile = problem.profile
+    if problem.decoupled.update_after_gather and profile.U > 0:
+        raise ValueError(f"{method} updates in the optimiser step, before gathering parameters; this problem "
+                         "updates after the gathers (update_after_gather=True)")
     buckets, size = megatron_buckets(problem, data_parallel_size, bucket_size)
     ready = profile.ready_times
     # Reduce-scatters: a bucket goes when its last gradient is ready (ties: bucket order).
@@ -315,6 +321,127 @@ def _least_gather_time(profile: Any, cost: Any) -> tuple[list[list[int]], float]
     return groups[::-1], float(best[n])
 
 
+DEAR_THRESHOLD_MB = 25.0
+
+
+def dear_groups(problem: Problem, threshold_mb: float = DEAR_THRESHOLD_MB) -> list[list[int]]:
+    """DeAR's fusion groups (tensors, forward indices), in forward order.
+
+    Modules are the tensors' name prefixes before the last dot (``layer1.0.conv1`` for
+    ``layer1.0.conv1.weight``), in the forward order of their first tensor, each sized at
+    4 bytes per element in MB (2^20 bytes) as DeAR's code sizes them. A module joins the
+    current group while the group is empty or stays under ``threshold_mb``; otherwise it
+    starts a new group (``_generate_groups_with_threshold``).
+
+    >>> from fusionopt.model import AlphaBeta, Decoupled, Profile
+    >>> mb = 2 ** 20
+    >>> profile = Profile.from_arrays([10 * mb, 2 * mb, 20 * mb, 8 * mb], [0.0] * 4, [1e-3] * 4,
+    ...                               names=["a.weight", "a.bias", "b.weight", "c.weight"])
+    >>> dear_groups(Problem(profile, decoupled=Decoupled(AlphaBeta(0, 1e-9), AlphaBeta(0, 1e-9))))
+    [[0, 1], [2], [3]]
+    """
+    if isinstance(threshold_mb, bool) or not isinstance(threshold_mb, (int, float)) or not (
+            math.isfinite(threshold_mb) and threshold_mb > 0):
+        raise ValueError(f"threshold_mb must be a positive number of MB, got {threshold_mb!r}")
+    profile = problem.profile
+    modules: dict[str, list[int]] = {}
+    for i, name in enumerate(profile.names):
+        modules.setdefault(name.rsplit(".", 1)[0], []).append(i)
+    element_bytes = profile.element_bytes
+    groups: list[list[int]] = []
+    total = 0.0
+    for tensors in modules.values():
+        size = sum(-(-int(profile.sizes[i]) // int(element_bytes[i])) for i in tensors) * 4 / 1024 / 1024
+        if not groups or not (total == 0 or total + size < threshold_mb):
+            groups.append([])
+            total = 0.0
+        groups[-1].extend(tensors)
+        total += size
+    return groups
+
+
+@declares(Needs(decoupled=True, layerwise=True))
+def dear(problem: Problem, *, threshold_mb: float = DEAR_THRESHOLD_MB) -> Result:
+    """DeAR (Zhang, Shi et al., ICDCS 2023) as its code runs it: fused reduce-scatters during
+    the backward, fused all-gathers of the reduced gradients overlapping the next forward.
+
+    Checked against ``dear/dopt_rsag.py`` of ``lzhangbv/dear_pytorch`` (July 2023), which its
+    training scripts use (the Bayesian-optimised threshold of ``dopt_rsag_bo.py`` is opt-in):
+
+    * groups of :func:`dear_groups` (25 MB by default; the scripts' ``--threshold`` does not
+      reach the optimiser);
+    * a group's reduce-scatter is issued from the backward hook of its last gradient;
+    * ``step()`` waits for every reduce-scatter (``_bp_barrier``) and issues the first
+      group's all-gather; the forward pre-hook of a group's first module waits for that
+      group's all-gather and issues the next group's (one outstanding);
+    * each module is updated in its pre-hook, after its all-gather: the problem must say so
+      (``Decoupled(..., update_after_gather=True)``) unless it has no update time.
+
+    The all-gather dispatch times are the policy's own release times, which the simulator
+    reproduces exactly (checked on every call). ``sync="layerwise"`` only.
+
+    Reconstructed, not measured: a module's tensors are found by name, and the buffers'
+    padding to a multiple of the world size is left out.
+
+    Examples
+    --------
+    MODEL.md section 5's tensors as three modules of 3.8, 1 and 1.9 MB with a 4 MB
+    threshold: groups ``{t0}``, ``{t1, t2}``. Reduce-scatters: ``{t1, t2}`` at 3 ms, 3-7;
+    ``{t0}`` at 6 ms, 7-12. The first all-gather ``{t0}`` goes at 12, 12-17; the forward
+    reaches t0 at 17 (no update time) and dispatches ``{t1, t2}``, 17-21; forwards at 17,
+    21 and 22 ms: ``T = 23`` ms.
+
+    >>> from fusionopt.model import AlphaBeta, Decoupled, Profile
+    >>> profile = Profile.from_arrays([4e6, 1e6, 2e6], [1e-3] * 3, [3e-3, 2e-3, 1e-3])
+    >>> half = AlphaBeta(1e-3, 1e-9)
+    >>> r = dear(Problem(profile, decoupled=Decoupled(half, half), sync="layerwise"), threshold_mb=4)
+    >>> r.plan.all_gather.groups(), (r.plan.all_gather.release * 1e3).round(9).tolist(), round(r.iteration_time * 1e3, 9)
+    ([[0], [1, 2]], [12.0, 17.0], 23.0)
+    """
+    started = time.perf_counter()
+    profile = problem.profile
+    if not problem.decoupled.update_after_gather and profile.U > 0:
+        raise ValueError("dear updates each module after its all-gather (in the forward pre-hook): build the "
+                         "problem with Decoupled(..., update_after_gather=True)")
+    groups = dear_groups(problem, threshold_mb)
+    position = {int(i): k for k, i in enumerate(profile.ready_order)}
+    rs_order = sorted(range(len(groups)), key=lambda g: max(position[i] for i in groups[g]))
+    reduce_scatter = Plan.from_groups(profile, [sorted(groups[g], key=position.get) for g in rs_order])
+    rs_costs = problem.decoupled.reduce_scatter.of_sizes(reduce_scatter.message_bytes.astype(np.float64))
+    rs_ready = np.maximum.reduceat(profile.ready_times[reduce_scatter.tensor], reduce_scatter.starts[:-1])
+    rs_end = float(fifo_ends(rs_ready, rs_costs)[-1])
+    gather_cost = problem.decoupled.all_gather
+    owner = {i: g for g, tensors in enumerate(groups) for i in tensors}
+    first = [min(tensors) for tensors in groups]
+    gathered: list[float] = []
+    release: list[float] = []
+    channel_free = rs_end
+
+    def dispatch(g: int, at: float) -> None:
+        nonlocal channel_free
+        nbytes = float(profile.sizes[groups[g]].sum())
+        _, channel_free = fifo_job(at, float(gather_cost.of_sizes(np.array([nbytes]))[0]), channel_free)
+        gathered.append(channel_free)
+        release.append(at)
+
+    dispatch(0, rs_end)                                   # step(): after every reduce-scatter
+    clock = profile.B
+    update, forward = profile.update.tolist(), profile.forward.tolist()
+    for i in range(profile.n):
+        g = owner[i]
+        begin = gathered[g] if gathered[g] > clock else clock
+        if i == first[g] and g + 1 < len(groups):
+            dispatch(g + 1, begin)
+        clock = begin + update[i] + forward[i]
+    all_gather = Plan.from_groups(profile, groups, release=release)
+    result = finish(problem, DecoupledPlan(reduce_scatter, all_gather), "dear", started,
+                    stats={"threshold_mb": float(threshold_mb), "groups": len(groups)})
+    simulated = result.timeline.message_end[result.timeline.message_kind == ALL_GATHER]
+    if not np.array_equal(simulated, np.asarray(gathered)):
+        raise AssertionError("dear: the simulator does not reproduce the policy's all-gather ends")
+    return result
+
+
 def _groups(order: list[int], cuts: Any) -> list[list[int]]:
     groups: list[list[int]] = [[order[0]]]
     for i, cut in zip(order[1:], cuts):
@@ -324,4 +451,5 @@ def _groups(order: list[int], cuts: Any) -> list[list[int]]:
     return groups
 
 
-__all__ = ["decoupled_wfbp", "megatron", "megatron_overlap", "megatron_buckets", "decoupled_brute", "decoupled_dp"]
+__all__ = ["decoupled_wfbp", "megatron", "megatron_overlap", "megatron_buckets", "decoupled_brute", "decoupled_dp",
+           "dear", "dear_groups"]

@@ -176,3 +176,52 @@ def test_the_lower_bound_by_hand():
     assert round(decoupled_lower_bound(barrier) / MS, 9) == 22
     plan = DecoupledPlan.from_groups(barrier.profile, [[2], [1], [0]], [[0, 1, 2]])
     assert round(simulate(barrier, plan).iteration_time / MS, 9) == 22
+
+
+def test_update_after_gather_by_hand():
+    # DeAR: the all-gathers carry reduced gradients and each tensor is updated just before its
+    # forward. Updates of 0.5, 2, 0.5 ms; per-tensor reduce-scatters end at 4, 6, 11 ms (D =
+    # 11, 6, 4); per-tensor all-gathers in forward order wait only for them: 11-16, 16-18, 18-21.
+    profile = Profile.from_arrays([4e6, 1e6, 2e6], [MS] * 3, [3 * MS, 2 * MS, MS], update=[0.5 * MS, 2 * MS, 0.5 * MS])
+    problem = Problem(profile, decoupled=Decoupled(HALF, HALF, update_after_gather=True), sync="layerwise")
+    plan = DecoupledPlan.from_groups(profile, [[2], [1], [0]], [[0], [1], [2]])
+    t = simulate(problem, plan)
+    assert ms(t.message_end) == [4, 6, 11, 16, 18, 21]
+    # Updates then forwards: t0 16 -> 16.5, forward 16.5 -> 17.5; t1 waits for 18: 18 -> 20,
+    # forward 20 -> 21; t2 21 -> 21.5, forward 21.5 -> 22.5.
+    assert ms(t.updated) == [16.5, 20, 21.5] and ms(t.forward_start) == [16.5, 20, 21.5]
+    assert round(t.iteration_time / MS, 9) == 22.5
+    # Barrier: every update after the last all-gather (21 + 3), then the forward: 27.
+    barrier = Problem(profile, decoupled=problem.decoupled, sync="barrier")
+    assert round(simulate(barrier, plan).iteration_time / MS, 9) == 27
+    # Its all-gathers wait for reduce-scatters, not updates: one queued before them is refused.
+    early = DecoupledPlan.from_groups(profile, [[2], [1], [0]], [[2], [1], [0]], order=[0, 1, 0, 1, 0, 1])
+    assert ms(simulate(problem, early).message_end) == [4, 7, 9, 11, 16, 21]
+    stuck = DecoupledPlan.from_groups(profile, [[2], [1], [0]], [[0], [1], [2]], order=[1, 0, 0, 0, 1, 1])
+    with pytest.raises(ValueError, match="^all-gather message 0 holds tensor 0, whose reduce-scatter the plan sends after it"):
+        simulate(problem, stuck)
+
+
+@st.composite
+def after_cases(draw):
+    problem, plan = draw(decoupled_cases())
+    halves = problem.decoupled
+    return Problem(problem.profile, decoupled=Decoupled(halves.reduce_scatter, halves.all_gather, True),
+                   sync=problem.sync), plan
+
+
+@settings(deadline=None)
+@given(after_cases())
+def test_update_after_gather_properties(case):
+    from fusionopt.model.bounds import decoupled_lower_bound
+    problem, plan = case
+    t = simulate(problem, plan)
+    assert decoupled_lower_bound(problem) <= t.iteration_time * (1 + 1e-12) + 1e-15
+    assert np.all(t.updated >= t.gathered)
+    pieces = compute_pieces(problem, plan)
+    assert pieces[-1].end == pytest.approx(t.iteration_time, rel=1e-12, abs=1e-15)
+    # Without update time the two semantics give the same T (every reduce-scatter first).
+    if problem.profile.U == 0:
+        before = Problem(problem.profile, decoupled=Decoupled(problem.decoupled.reduce_scatter,
+                                                              problem.decoupled.all_gather), sync=problem.sync)
+        assert simulate(before, plan).iteration_time == pytest.approx(t.iteration_time, rel=1e-12, abs=1e-15)

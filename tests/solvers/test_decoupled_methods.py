@@ -101,3 +101,31 @@ def test_the_dp_says_where_it_is_not_exact():
         solve(decoupled(profile), "decoupled-dp")
     with pytest.raises(ValueError, match="^decoupled-dp is for sync='barrier' only"):
         solve(decoupled(profile, "layerwise"), "decoupled-dp")
+
+
+def test_dear_groups_modules_under_its_threshold():
+    mb = 2 ** 20
+    # Modules of 10 + 2, 20, 8 and 8 MB with the default 25 MB: {a}, {b}, {c, d} (8 + 8 < 25
+    # after b closed the second group at 20 + 8 >= 25).
+    profile = Profile.from_arrays([10 * mb, 2 * mb, 20 * mb, 8 * mb, 8 * mb], [0.0] * 5, [MS] * 5,
+                                  names=["a.weight", "a.bias", "b.weight", "c.weight", "d.weight"])
+    from fusionopt.solvers.decoupled import dear_groups
+    problem = decoupled(profile, "layerwise")
+    assert dear_groups(problem) == [[0, 1], [2], [3, 4]]
+    assert dear_groups(problem, threshold_mb=100) == [[0, 1, 2, 3, 4]]
+    with pytest.raises(ValueError, match="^threshold_mb must be a positive number of MB, got 0$"):
+        dear_groups(problem, threshold_mb=0)
+    updating = Profile.from_arrays([mb, mb], [MS, MS], [MS, MS], update=[MS, MS])
+    with pytest.raises(ValueError, match=r"^dear updates each module after its all-gather"):
+        solve(decoupled(updating, "layerwise"), "dear")
+
+
+@settings(deadline=None, max_examples=40)
+@given(profiles(max_n=8), alpha_beta, st.floats(0.5, 30.0))
+def test_dear_is_reproduced_by_the_simulator(profile, half, threshold):
+    # With its own semantics (updates after the gathers) and any update time; the method
+    # checks on every call that the simulator gives its all-gather ends.
+    problem = Problem(profile, decoupled=Decoupled(half, half, update_after_gather=True), sync="layerwise")
+    result = solve(problem, "dear", threshold_mb=threshold)
+    assert result.iteration_time >= result.lower_bound
+    assert result.plan.all_gather.release[0] == result.timeline.message_end[result.timeline.message_kind == 0].max()
