@@ -281,12 +281,14 @@ def decoupled_lower_bound(problem: Problem) -> float:
     * ``B + rs(L) + ag(all bytes) + tail + W``: after ``B`` the channel carries the
       reduce-scatters of ``L`` and every all-gather, and the last message is an all-gather
       (every tensor's all-gather follows its reduce-scatter); ``tail`` is the last tensor's
-      forward under layerwise sync, ``F`` under barrier sync.
+      forward under layerwise sync, ``F`` under barrier sync;
+    * ``r_0 + rs(all bytes) + ag(all bytes) + tail + W``: no message starts before the first
+      gradient is ready (``r_0``), and the channel carries every byte both ways.
 
     With ``update_after_gather`` the updates follow the all-gathers: the last tensor ``l``'s
     all-gathers wait for its own reduce-scatters (``B + rs(s_l) + ag(s_l)``), then come
     ``u_i + f_i`` of every tensor from ``l`` on (layerwise) or ``U + F`` (barrier); the
-    channel bound ends with the last tensor's ``u + f`` (layerwise) or ``U + F``.
+    channel bounds end with the last tensor's ``u + f`` (layerwise) or ``U + F``.
 
     >>> from fusionopt.model.cost import AlphaBeta
     >>> from fusionopt.model.decoupled import Decoupled
@@ -317,6 +319,7 @@ def decoupled_lower_bound(problem: Problem) -> float:
         v + profile.F + W,
         v + least_channel_time(halves.all_gather, int(profile.sizes[last])) + suffix + W,
         profile.B + rs_last + least_channel_time(halves.all_gather, profile.total_bytes) + tail + W,
+        _both_ways(problem) + tail + W,
     )
 
 
@@ -333,4 +336,13 @@ def _gather_then_update_bound(problem: Problem, last: int, rs_last: float) -> fl
         profile.compute_time,
         own + suffix + W,
         profile.B + rs_last + least_channel_time(halves.all_gather, profile.total_bytes) + tail + W,
+        _both_ways(problem) + tail + W,
     )
+
+
+def _both_ways(problem: Problem) -> float:
+    """The first gradient's ready time plus the least channel time of every byte reduce-scattered
+    and all-gathered (seconds): no message starts earlier, and they run one at a time."""
+    profile, halves = problem.profile, problem.decoupled
+    return (float(profile.ready_times.min()) + least_channel_time(halves.reduce_scatter, profile.total_bytes)
+            + least_channel_time(halves.all_gather, profile.total_bytes))

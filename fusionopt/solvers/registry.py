@@ -198,6 +198,9 @@ register("megatron-overlap", "fusionopt.solvers.decoupled:megatron_overlap",
 register("dear", "fusionopt.solvers.decoupled:dear",
          "DeAR: 25 MB module groups, reduce-scatters in the backward, gathers one ahead in the forward (layerwise)",
          family="paper", in_default_comparison=False)
+register("decoupled-opt", "fusionopt.solvers.decoupled:decoupled_opt",
+         "decoupled all-reduce: local search over both groupings from the best of the others, any n",
+         family="search")
 register("decoupled-brute", "fusionopt.solvers.decoupled:decoupled_brute",
          "decoupled all-reduce, exact: every pair of contiguous groupings, n <= 8",
          family="exact", in_default_comparison=False)

@@ -129,3 +129,22 @@ def test_dear_is_reproduced_by_the_simulator(profile, half, threshold):
     result = solve(problem, "dear", threshold_mb=threshold)
     assert result.iteration_time >= result.lower_bound
     assert result.plan.all_gather.release[0] == result.timeline.message_end[result.timeline.message_kind == 0].max()
+
+
+@settings(deadline=None, max_examples=30)
+@given(profiles(max_n=6), alpha_beta, st.sampled_from(["barrier", "layerwise"]))
+def test_the_search_sits_between_brute_force_and_its_starts(profile, half, sync):
+    problem = decoupled(profile, sync, half)
+    found = solve(problem, "decoupled-opt", evaluations=400)
+    assert found.iteration_time <= min(found.stats["start_times"].values()) * (1 + 1e-12)
+    assert found.iteration_time >= solve(problem, "decoupled-brute").iteration_time * (1 - 1e-12)
+    again = solve(problem, "decoupled-opt", evaluations=400)                   # a deterministic budget
+    assert again.plan == found.plan and again.stats["evaluations"] == found.stats["evaluations"] <= 400
+
+
+def test_the_search_options_are_checked():
+    profile = Profile.from_arrays([4e6, 1e6, 2e6], [MS] * 3, [3 * MS, 2 * MS, MS])
+    with pytest.raises(ValueError, match="^evaluations must be an integer >= 0, got -1$"):
+        solve(decoupled(profile), "decoupled-opt", evaluations=-1)
+    with pytest.raises(ValueError, match=r"^time_limit must be positive and finite \(seconds\), got 0$"):
+        solve(decoupled(profile), "decoupled-opt", time_limit=0)
