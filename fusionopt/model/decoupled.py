@@ -43,6 +43,7 @@ __all__ = ["Decoupled", "DecoupledPlan", "REDUCE_SCATTER", "ALL_GATHER"]
 
 REDUCE_SCATTER, ALL_GATHER = 0, 1
 KINDS = ("reduce-scatter", "all-gather")
+REDUCERS = ("reduce_scatter", "all_reduce")
 
 
 @dataclass(frozen=True)
@@ -84,9 +85,12 @@ class Decoupled:
         """A reduce-scatter then an all-gather of the same message: the all-reduce they make."""
         return Composite([(self.reduce_scatter, 1.0), (self.all_gather, 1.0)])
 
-    def cost(self, kind: int) -> CommCost:
-        """The cost of a message of ``kind`` (:data:`REDUCE_SCATTER` or :data:`ALL_GATHER`)."""
-        return self.reduce_scatter if kind == REDUCE_SCATTER else self.all_gather
+    def cost(self, kind: int, reduce_with: str = "reduce_scatter") -> CommCost:
+        """The cost of a message of ``kind`` (:data:`REDUCE_SCATTER` or :data:`ALL_GATHER`);
+        a gradient message reduced by an all-reduce costs :attr:`all_reduce`."""
+        if kind == ALL_GATHER:
+            return self.all_gather
+        return self.all_reduce if reduce_with == "all_reduce" else self.reduce_scatter
 
 
 class DecoupledPlan:
@@ -101,11 +105,16 @@ class DecoupledPlan:
         The channel's order: ``0`` for the next reduce-scatter message, ``1`` for the next
         all-gather message, each plan's messages taken in their own order. Default: every
         reduce-scatter, then every all-gather.
+    reduce_with : {"reduce_scatter", "all_reduce"}
+        The collective the gradient messages use: a reduce-scatter (default), or an
+        all-reduce of which each worker keeps its shard (DeepSpeed ZeRO-1/2 as deployed),
+        priced at ``c_RS + c_AG``.
     """
 
-    __slots__ = ("reduce_scatter", "all_gather", "order")
+    __slots__ = ("reduce_scatter", "all_gather", "order", "reduce_with")
 
-    def __init__(self, reduce_scatter: Plan, all_gather: Plan, order: Sequence[int] | np.ndarray | None = None) -> None:
+    def __init__(self, reduce_scatter: Plan, all_gather: Plan, order: Sequence[int] | np.ndarray | None = None,
+                 reduce_with: str = "reduce_scatter") -> None:
         for name, plan in (("reduce_scatter", reduce_scatter), ("all_gather", all_gather)):
             if not isinstance(plan, Plan):
                 raise ValueError(f"{name} must be a Plan, got {type(plan).__name__}")
@@ -122,7 +131,10 @@ class DecoupledPlan:
                 raise ValueError(f"order has {got[0]} reduce-scatter and {got[1]} all-gather entries; "
                                  f"the plans have {counts[0]} and {counts[1]} messages")
         kinds.setflags(write=False)
+        if reduce_with not in REDUCERS:
+            raise ValueError(f"unknown reduce_with {reduce_with!r}: choose 'reduce_scatter' or 'all_reduce'")
         self.reduce_scatter, self.all_gather, self.order = reduce_scatter, all_gather, kinds
+        self.reduce_with = reduce_with
 
     @classmethod
     def from_groups(cls, profile: Profile, reduce_scatter: Sequence[Sequence[int]],
@@ -151,10 +163,10 @@ class DecoupledPlan:
         if not isinstance(other, DecoupledPlan):
             return NotImplemented
         return (self.reduce_scatter == other.reduce_scatter and self.all_gather == other.all_gather
-                and np.array_equal(self.order, other.order))
+                and np.array_equal(self.order, other.order) and self.reduce_with == other.reduce_with)
 
     def __hash__(self) -> int:
-        return hash((self.reduce_scatter, self.all_gather, self.order.tobytes()))
+        return hash((self.reduce_scatter, self.all_gather, self.order.tobytes(), self.reduce_with))
 
     def __repr__(self) -> str:
         return (f"DecoupledPlan({self.reduce_scatter.num_messages} reduce-scatter and "

@@ -40,7 +40,8 @@ def simulate_decoupled(problem: Problem, plan: DecoupledPlan, *, validate: bool 
     * All-gather message ``k`` waits for ``v_i`` of every tensor it holds, and its release.
     * The channel runs both kinds in the plan's order: ``start = max(waits, end before)``,
       ``end = start + c(S)`` with the reduce-scatter or the all-gather cost of the
-      message's unsharded size ``S``.
+      message's unsharded size ``S`` (the all-reduce cost for gradient messages of a plan
+      that reduces with all-reduces, ``reduce_with="all_reduce"``).
     * ``A_i``: the end of the last all-gather holding a byte of tensor ``i``. With
       ``sync="layerwise"`` the forward runs tensor by tensor from the last update ``v_L``:
       ``phi_0 = max(v_L, A_0)``, ``phi_i = max(phi_(i-1) + f_(i-1), A_i)``,
@@ -101,7 +102,7 @@ def simulate_decoupled(problem: Problem, plan: DecoupledPlan, *, validate: bool 
     ready = profile.ready_times
     update = profile.update.tolist()
     backward = list(profile.ready_order)                 # the order the gradients become ready
-    costs = {kind: np.asarray(problem.decoupled.cost(kind).of_sizes(plan.plan(kind).message_bytes.astype(np.float64)),
+    costs = {kind: np.asarray(problem.decoupled.cost(kind, plan.reduce_with).of_sizes(plan.plan(kind).message_bytes.astype(np.float64)),
                               dtype=np.float64).tolist() for kind in (REDUCE_SCATTER, ALL_GATHER)}
     # Per message: its tensors (a message's chunks are consecutive in the plan's table).
     tensors = {kind: np.split(plan.plan(kind).tensor, plan.plan(kind).starts[1:-1]) for kind in (REDUCE_SCATTER, ALL_GATHER)}

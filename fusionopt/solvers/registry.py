@@ -195,6 +195,9 @@ register("megatron", "fusionopt.solvers.decoupled:megatron",
 register("megatron-overlap", "fusionopt.solvers.decoupled:megatron_overlap",
          "Megatron-LM with overlap_param_gather: buckets gathered one ahead by forward pre-hooks (layerwise)",
          family="framework baseline")
+register("zero2", "fusionopt.solvers.decoupled:zero2",
+         "DeepSpeed ZeRO-2 defaults: 5e8-element buckets all-reduced on the compute stream, one gather (barrier)",
+         family="framework baseline")
 register("dear", "fusionopt.solvers.decoupled:dear",
          "DeAR: 25 MB module groups, reduce-scatters in the backward, gathers one ahead in the forward (layerwise)",
          family="paper", in_default_comparison=False)

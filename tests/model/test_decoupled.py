@@ -113,6 +113,13 @@ def test_bad_problems_and_plans_in_one_line():
         simulate(problem, DecoupledPlan(Plan.per_tensor(profile), Plan.from_groups(profile, [[0]])))
     with pytest.raises(ValueError, match="^order has 1 reduce-scatter and 0 all-gather entries; the plans have 1 and 1"):
         DecoupledPlan.from_groups(profile, [[0, 1]], [[0, 1]], order=[0])
+    with pytest.raises(ValueError, match="^unknown reduce_with 'allreduce': choose 'reduce_scatter' or 'all_reduce'$"):
+        DecoupledPlan(Plan.per_tensor(profile), Plan.per_tensor(profile), reduce_with="allreduce")
+    # Gradients reduced by an all-reduce pay both halves: c_AG(16 B) more for the one message.
+    each = DecoupledPlan.from_groups(profile, [[1, 0]], [[0, 1]])
+    both = DecoupledPlan(each.reduce_scatter, each.all_gather, reduce_with="all_reduce")
+    assert simulate(problem, both).iteration_time == pytest.approx(
+        simulate(problem, each).iteration_time + HALF(16), rel=1e-12)
 
 
 @st.composite

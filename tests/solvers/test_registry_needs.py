@@ -67,7 +67,7 @@ def test_the_default_comparison_follows_the_declarations():
     assert "p3" not in default_methods(problem()) and "p3" in default_methods(problem(sync="layerwise"))
     assert default_methods(problem(ps=True)) == [n for n in _REGISTRY if get_method(n).needs.ps
                                                   and get_method(n).in_default_comparison]
-    assert default_methods(problem("decoupled")) == ["decoupled-wfbp", "megatron", "decoupled-opt"]
+    assert default_methods(problem("decoupled")) == ["decoupled-wfbp", "megatron", "zero2", "decoupled-opt"]
     assert default_methods(problem("decoupled", sync="layerwise")) == ["decoupled-wfbp", "megatron-overlap", "decoupled-opt"]
 
 
