@@ -20,6 +20,7 @@ from fusionopt import zoo
 from fusionopt import __version__
 from fusionopt.cost import cost_from_dict, network, networks, ALGORITHMS
 from fusionopt.model import AlphaBeta, Plan, Problem, Profile, simulate
+from fusionopt.model.decoupled import Decoupled, DecoupledPlan
 from fusionopt.model.ps import ParameterServer, PSPlan
 from fusionopt.model._io import read_csv_rows, read_json_document
 from fusionopt.solvers import compare, format_table, methods, solve
@@ -73,11 +74,25 @@ def _add_cost_arguments(parser: argparse.ArgumentParser, *, required: bool = Tru
                         help="split a tensor's backward and forward along its pushed and pulled chunks")
     server.add_argument("--ps-delta", type=float, default=0.0, metavar="S",
                         help="seconds of overhead per compute piece with --ps-partition-compute")
+    sharded = parser.add_argument_group("decoupled all-reduce instead (default off)")
+    sharded.add_argument("--decoupled", action="store_true",
+                         help="reduce-scatter gradients, update shards, all-gather (ZeRO, Megatron, DeAR); with "
+                              "--network, its reduce-scatter and all-gather; with --alpha/--beta or --cost, "
+                              "that cost for each half")
+    sharded.add_argument("--update-after-gather", action="store_true",
+                         help="with --decoupled: gather the reduced gradients and update before each forward (DeAR)")
 
 
 def _problem(profile: Profile, args: argparse.Namespace) -> Problem:
     if args.copy_on is not None and not args.copy_cost:
         raise UsageError("--copy-on says where packing runs and goes with --copy-cost GAMMA")
+    if args.update_after_gather and not args.decoupled:
+        raise UsageError("--update-after-gather is a decoupled all-reduce option and goes with --decoupled")
+    if args.decoupled:
+        if args.ps_servers is not None:
+            raise UsageError("--decoupled and --ps-servers are two patterns: give one")
+        return Problem(profile, sync=args.sync, decoupled=_decoupled(args), copy_cost=args.copy_cost,
+                       copy_on=args.copy_on or "channel", contention=args.contention, channels=args.channels)
     if args.ps_servers is None:
         given = [f"--{name.replace('_', '-')}" for name in ("ps_colocated", "ps_partition_compute")
                  if getattr(args, name)]
@@ -88,6 +103,16 @@ def _problem(profile: Profile, args: argparse.Namespace) -> Problem:
         return Problem(profile, _cost(args), sync=args.sync, copy_cost=args.copy_cost,
                        copy_on=args.copy_on or "channel", contention=args.contention, channels=args.channels)
     return Problem(profile, sync=args.sync, ps=_parameter_server(args))
+
+
+def _decoupled(args: argparse.Namespace) -> Decoupled:
+    if args.network is not None and args.alpha is None and args.beta is None and args.cost is None:
+        if args.workers is None:
+            raise UsageError("--network needs --workers")
+        return Decoupled.from_network(args.network, args.workers, algorithm=args.algorithm or "ring",
+                                      update_after_gather=args.update_after_gather)
+    half = _cost(args)
+    return Decoupled(half, half, update_after_gather=args.update_after_gather)
 
 
 def _parameter_server(args: argparse.Namespace) -> ParameterServer:
@@ -170,6 +195,10 @@ def _print_result(result: Result, profile: Profile) -> None:
     print(f"messages        {result.num_messages}")
     if isinstance(result.plan, PSPlan):
         print(f"  push {result.plan.push.num_messages}, pull {result.plan.pull.num_messages} (use --json for all)")
+        return
+    if isinstance(result.plan, DecoupledPlan):
+        print(f"  reduce-scatter {result.plan.reduce_scatter.num_messages}, all-gather "
+              f"{result.plan.all_gather.num_messages} (use --json for all)")
         return
     for k, message in enumerate(result.plan.messages[:20]):
         tensors = message.tensors
@@ -281,7 +310,7 @@ def _read_problem_and_plan(args: argparse.Namespace) -> tuple[Profile, Problem, 
     """The profile, problem and validated plan named by ``args`` (errors name the plan file)."""
     profile = _read_profile(args.profile)
     problem = _problem(profile, args)
-    plan = Plan.read(args.plan)
+    plan = DecoupledPlan.read(args.plan) if problem.decoupled is not None else Plan.read(args.plan)
     try:
         plan.validate(profile)
     except ValueError as exc:
@@ -356,8 +385,14 @@ def _cmd_compare(args: argparse.Namespace) -> None:
     profile = problem.profile
     print(f"workload  {label}: {profile.n} tensors, {profile.total_bytes / 2**20:.1f} MiB of gradients")
     print(f"compute   B = {1e3 * profile.B:.3f} ms, F = {1e3 * profile.F:.3f} ms")
-    extras = "".join(f", {name} {getattr(problem, name)}" for name in problem.extensions)
-    print(f"network   {problem.cost!r}, sync {problem.sync}{extras}")
+    if problem.decoupled is not None:
+        halves = problem.decoupled
+        after = ", updates after the gathers" if halves.update_after_gather else ""
+        print(f"network   reduce-scatter {halves.reduce_scatter!r}, all-gather {halves.all_gather!r}, "
+              f"sync {problem.sync}{after}")
+    else:
+        extras = "".join(f", {name} {getattr(problem, name)}" for name in problem.extensions)
+        print(f"network   {problem.cost!r}, sync {problem.sync}{extras}")
     print()
     print(format_table(rows))
     print()

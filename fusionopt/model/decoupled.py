@@ -30,16 +30,21 @@ Examples
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Sequence
+from pathlib import Path
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from fusionopt.model._io import read_json_document, write_json_atomic
 from fusionopt.model.collectives import network
 from fusionopt.model.cost import CommCost, Composite
-from fusionopt.model.plan import Plan
+from fusionopt.model.plan import PLAN_SCHEMA, PLAN_VERSION, Plan
 from fusionopt.model.profile import Profile
 
-__all__ = ["Decoupled", "DecoupledPlan", "REDUCE_SCATTER", "ALL_GATHER"]
+__all__ = ["Decoupled", "DecoupledPlan", "REDUCE_SCATTER", "ALL_GATHER", "DECOUPLED_SCHEMA", "DECOUPLED_VERSION"]
+
+DECOUPLED_SCHEMA = "fusionopt.decoupledplan"
+DECOUPLED_VERSION = 1
 
 REDUCE_SCATTER, ALL_GATHER = 0, 1
 KINDS = ("reduce-scatter", "all-gather")
@@ -138,9 +143,10 @@ class DecoupledPlan:
 
     @classmethod
     def from_groups(cls, profile: Profile, reduce_scatter: Sequence[Sequence[int]],
-                    all_gather: Sequence[Sequence[int]], order: Sequence[int] | None = None) -> "DecoupledPlan":
+                    all_gather: Sequence[Sequence[int]], order: Sequence[int] | None = None,
+                    reduce_with: str = "reduce_scatter") -> "DecoupledPlan":
         """Whole-tensor messages: ``reduce_scatter`` and ``all_gather`` list each message's tensors."""
-        return cls(Plan.from_groups(profile, reduce_scatter), Plan.from_groups(profile, all_gather), order)
+        return cls(Plan.from_groups(profile, reduce_scatter), Plan.from_groups(profile, all_gather), order, reduce_with)
 
     def plan(self, kind: int) -> Plan:
         """The plan of ``kind`` (:data:`REDUCE_SCATTER` or :data:`ALL_GATHER`)."""
@@ -167,6 +173,56 @@ class DecoupledPlan:
 
     def __hash__(self) -> int:
         return hash((self.reduce_scatter, self.all_gather, self.order.tobytes(), self.reduce_with))
+
+    def to_dict(self) -> dict[str, Any]:
+        """The plan as a JSON-ready dict (schema ``fusionopt.decoupledplan``, version 1).
+
+        >>> p = Profile.from_arrays([8, 8], [0.0] * 2, [1.0] * 2)
+        >>> plan = DecoupledPlan.from_groups(p, [[1], [0]], [[0, 1]], order=[0, 1, 0], reduce_with="all_reduce")
+        >>> DecoupledPlan.from_dict(plan.to_dict()) == plan
+        True
+        """
+        return {
+            "schema": DECOUPLED_SCHEMA,
+            "version": DECOUPLED_VERSION,
+            "reduce_with": self.reduce_with,
+            "order": self.order.tolist(),
+            "reduce_scatter": self.reduce_scatter.to_dict()["messages"],
+            "all_gather": self.all_gather.to_dict()["messages"],
+        }
+
+    @classmethod
+    def from_dict(cls, doc: Mapping[str, Any], *, source: str = "decoupled plan") -> "DecoupledPlan":
+        """Read :meth:`to_dict`'s form; anything malformed is one ``ValueError`` naming ``source``."""
+        if not isinstance(doc, Mapping):
+            raise ValueError(f"{source}: expected a JSON object")
+        if doc.get("schema") != DECOUPLED_SCHEMA:
+            raise ValueError(f"{source}: schema is {doc.get('schema')!r}, expected {DECOUPLED_SCHEMA!r}")
+        if doc.get("version") != DECOUPLED_VERSION:
+            raise ValueError(f"{source}: unsupported decoupled plan version {doc.get('version')!r} "
+                             f"(this fusionopt reads {DECOUPLED_VERSION})")
+        parts = {}
+        for label in ("reduce_scatter", "all_gather"):
+            if label not in doc:
+                raise ValueError(f"{source}: no {label!r} messages")
+            parts[label] = Plan.from_dict({"schema": PLAN_SCHEMA, "version": PLAN_VERSION, "messages": doc[label]},
+                                          source=f"{source}: {label}")
+        order = doc.get("order")
+        if not isinstance(order, list) or not all(isinstance(k, int) and not isinstance(k, bool) for k in order):
+            raise ValueError(f"{source}: 'order' must be a list of 0 (reduce-scatter) and 1 (all-gather)")
+        try:
+            return cls(parts["reduce_scatter"], parts["all_gather"], order, doc.get("reduce_with", "reduce_scatter"))
+        except ValueError as exc:
+            raise ValueError(f"{source}: {exc}") from None
+
+    def write(self, path: str | Path) -> None:
+        """Write the plan as JSON to ``path`` atomically."""
+        write_json_atomic(path, self.to_dict())
+
+    @classmethod
+    def read(cls, path: str | Path) -> "DecoupledPlan":
+        """Read a decoupled plan JSON file; a malformed one raises ``ValueError`` naming the file."""
+        return cls.from_dict(read_json_document(path), source=str(path))
 
     def __repr__(self) -> str:
         return (f"DecoupledPlan({self.reduce_scatter.num_messages} reduce-scatter and "

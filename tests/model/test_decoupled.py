@@ -232,3 +232,20 @@ def test_update_after_gather_properties(case):
         before = Problem(problem.profile, decoupled=Decoupled(problem.decoupled.reduce_scatter,
                                                               problem.decoupled.all_gather), sync=problem.sync)
         assert simulate(before, plan).iteration_time == pytest.approx(t.iteration_time, rel=1e-12, abs=1e-15)
+
+
+def test_plans_round_trip_through_json_and_bad_files_name_themselves(tmp_path):
+    profile = Profile.from_arrays([8, 8], [1.0, 1.0], [1.0, 1.0])
+    plan = DecoupledPlan.from_groups(profile, [[1], [0]], [[0, 1]], order=[0, 1, 0], reduce_with="all_reduce")
+    path = tmp_path / "plan.json"
+    plan.write(path)
+    assert DecoupledPlan.read(path) == plan
+    doc = plan.to_dict()
+    with pytest.raises(ValueError, match=r"^x.json: schema is 'fusionopt.plan', expected 'fusionopt.decoupledplan'$"):
+        DecoupledPlan.from_dict({**doc, "schema": "fusionopt.plan"}, source="x.json")
+    with pytest.raises(ValueError, match=r"^x.json: 'order' must be a list of 0 \(reduce-scatter\) and 1 \(all-gather\)$"):
+        DecoupledPlan.from_dict({**doc, "order": "010"}, source="x.json")
+    with pytest.raises(ValueError, match=r"^x.json: order has 1 reduce-scatter and 2 all-gather entries"):
+        DecoupledPlan.from_dict({**doc, "order": [0, 1, 1]}, source="x.json")
+    with pytest.raises(ValueError, match=r"^x.json: no 'all_gather' messages$"):
+        DecoupledPlan.from_dict({k: v for k, v in doc.items() if k != "all_gather"}, source="x.json")
