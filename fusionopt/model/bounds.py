@@ -287,8 +287,10 @@ def decoupled_lower_bound(problem: Problem) -> float:
 
     With ``update_after_gather`` the updates follow the all-gathers: the last tensor ``l``'s
     all-gathers wait for its own reduce-scatters (``B + rs(s_l) + ag(s_l)``), then come
-    ``u_i + f_i`` of every tensor from ``l`` on (layerwise) or ``U + F`` (barrier); the
-    channel bounds end with the last tensor's ``u + f`` (layerwise) or ``U + F``.
+    ``u_i + f_i`` of every tensor from ``l`` on (layerwise) or ``U + F`` (barrier); an
+    all-gather may then run before ``B``, so the channel after ``B`` is bounded by the
+    reduce-scatters and all-gathers of ``L`` alone; the channel bounds end with the last
+    tensor's ``u + f`` (layerwise) or ``U + F``.
 
     >>> from fusionopt.model.cost import AlphaBeta
     >>> from fusionopt.model.decoupled import Decoupled
@@ -332,10 +334,13 @@ def _gather_then_update_bound(problem: Problem, last: int, rs_last: float) -> fl
     size = int(profile.sizes[last])
     own = profile.B + least_channel_time(halves.reduce_scatter, size) + least_channel_time(halves.all_gather, size)
     W = profile.host_overhead
+    # An all-gather may now run before B (it waits for reduce-scatters only), so after B the
+    # channel surely carries only the gradients ready at B, both ways.
+    at_b = profile.ready_times == profile.B
     return max(
         profile.compute_time,
         own + suffix + W,
-        profile.B + rs_last + least_channel_time(halves.all_gather, profile.total_bytes) + tail + W,
+        profile.B + rs_last + least_channel_time(halves.all_gather, int(profile.sizes[at_b].sum())) + tail + W,
         _both_ways(problem) + tail + W,
     )
 

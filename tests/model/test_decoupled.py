@@ -249,3 +249,38 @@ def test_plans_round_trip_through_json_and_bad_files_name_themselves(tmp_path):
         DecoupledPlan.from_dict({**doc, "order": [0, 1, 1]}, source="x.json")
     with pytest.raises(ValueError, match=r"^x.json: no 'all_gather' messages$"):
         DecoupledPlan.from_dict({k: v for k, v in doc.items() if k != "all_gather"}, source="x.json")
+
+
+def test_the_bound_holds_when_gathers_run_before_the_backward_ends():
+    # Updating after the gathers, an all-gather waits for its reduce-scatter only. t2 (4 MB) is
+    # ready at 1 ms and t1 (4 MB) at 2 ms, t0 (0.1 MB) at B = 22 ms: t2 goes 1-6 and 6-11, t1
+    # 11-16 and 16-21, all before B; t0 22-23.1 and 23.1-24.2; barrier T = 24.2 + 3 = 27.2 ms.
+    # Only t0's bytes must cross the channel after B: the bound is B + 1.1 + 1.1 + 3 = 27.2,
+    # met; counting every all-gather byte after B (35.2 ms) would exceed T.
+    from fusionopt.model.bounds import decoupled_lower_bound
+    profile = Profile.from_arrays([1e5, 4e6, 4e6], [MS] * 3, [20 * MS, MS, MS])
+    problem = Problem(profile, decoupled=Decoupled(HALF, HALF, update_after_gather=True), sync="barrier")
+    plan = DecoupledPlan.from_groups(profile, [[2], [1], [0]], [[2], [1], [0]], order=[0, 1, 0, 1, 0, 1])
+    t = simulate(problem, plan)
+    assert ms(t.message_end) == [6, 11, 16, 21, 23.1, 24.2] and round(t.iteration_time / MS, 9) == 27.2
+    assert decoupled_lower_bound(problem) == pytest.approx(t.iteration_time, rel=1e-12)
+    assert profile.B + HALF(1e5) + HALF(9e6 - 0.9e6) + profile.F > t.iteration_time
+
+
+@st.composite
+def interleaved_after_cases(draw):
+    problem, plan = draw(after_cases())
+    # Each tensor's all-gather right after its reduce-scatter, in ready order: it can always run.
+    profile = problem.profile
+    order = list(profile.ready_order)
+    pairs = DecoupledPlan.from_groups(profile, [[i] for i in order], [[i] for i in order],
+                                      order=[k for _ in order for k in (0, 1)])
+    return problem, pairs
+
+
+@settings(deadline=None)
+@given(interleaved_after_cases())
+def test_the_bound_holds_for_interleaved_orders(case):
+    from fusionopt.model.bounds import decoupled_lower_bound
+    problem, plan = case
+    assert decoupled_lower_bound(problem) <= simulate(problem, plan).iteration_time * (1 + 1e-12) + 1e-15
