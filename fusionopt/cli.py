@@ -50,7 +50,8 @@ def _add_cost_arguments(parser: argparse.ArgumentParser, *, required: bool = Tru
     group.add_argument("--cost", metavar="COST.json", help="a cost model written as JSON")
     group.add_argument("--network", help=f"a network preset: {', '.join(networks())}")
     group.add_argument("--workers", type=int, help="number of workers for --network")
-    group.add_argument("--algorithm", help=f"all-reduce for --network: {', '.join(ALGORITHMS)} (default ring)")
+    group.add_argument("--algorithm", help=f"the collective's algorithm for --network: {', '.join(ALGORITHMS)} "
+                                           "(default ring; with --decoupled, ring or rabenseifner)")
     parser.add_argument("--sync", default="barrier", choices=("barrier", "layerwise"),
                         help="when the next forward may start (default barrier)")
     extensions = parser.add_argument_group("model extensions (default off)")
@@ -88,11 +89,6 @@ def _problem(profile: Profile, args: argparse.Namespace) -> Problem:
         raise UsageError("--copy-on says where packing runs and goes with --copy-cost GAMMA")
     if args.update_after_gather and not args.decoupled:
         raise UsageError("--update-after-gather is a decoupled all-reduce option and goes with --decoupled")
-    if args.decoupled:
-        if args.ps_servers is not None:
-            raise UsageError("--decoupled and --ps-servers are two patterns: give one")
-        return Problem(profile, sync=args.sync, decoupled=_decoupled(args), copy_cost=args.copy_cost,
-                       copy_on=args.copy_on or "channel", contention=args.contention, channels=args.channels)
     if args.ps_servers is None:
         given = [f"--{name.replace('_', '-')}" for name in ("ps_colocated", "ps_partition_compute")
                  if getattr(args, name)]
@@ -100,6 +96,12 @@ def _problem(profile: Profile, args: argparse.Namespace) -> Problem:
                   if getattr(args, name) != 0.0]
         if given:
             raise UsageError(f"{given[0]} is a parameter-server option and goes with --ps-servers K")
+    if args.decoupled:
+        if args.ps_servers is not None:
+            raise UsageError("--decoupled and --ps-servers are two patterns: give one")
+        return Problem(profile, sync=args.sync, decoupled=_decoupled(args), copy_cost=args.copy_cost,
+                       copy_on=args.copy_on or "channel", contention=args.contention, channels=args.channels)
+    if args.ps_servers is None:
         return Problem(profile, _cost(args), sync=args.sync, copy_cost=args.copy_cost,
                        copy_on=args.copy_on or "channel", contention=args.contention, channels=args.channels)
     return Problem(profile, sync=args.sync, ps=_parameter_server(args))
@@ -397,7 +399,8 @@ def _cmd_compare(args: argparse.Namespace) -> None:
     print(format_table(rows))
     print()
     print("gap to bound: to the best lower bound for the plans each method searches (for the fusion")
-    print("methods and ps-dp, their own plan space; for the others, any plan); OPTIMAL: gap 0.")
+    print("methods, ps-dp, decoupled-dp and decoupled-brute, their own plan space; for the others, any plan);")
+    print("OPTIMAL: gap 0.")
 
 
 def _cmd_advise(args: argparse.Namespace) -> None:
@@ -958,6 +961,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         with warnings.catch_warnings():
             warnings.showwarning = _show_warning
             args = build_parser().parse_args(argv)
+            if getattr(args, "decoupled", False) and args.run not in (_cmd_solve, _cmd_simulate, _cmd_compare):
+                raise UsageError("--decoupled is taken by solve, simulate and compare; this command plans or "
+                                 "runs all-reduce problems only")
             args.run(args)
     except SystemExit as exc:  # --help
         return exc.code if isinstance(exc.code, int) else 0

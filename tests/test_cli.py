@@ -822,3 +822,10 @@ def test_decoupled_problems_from_the_command_line(capsys, tmp_path, profile_path
                                                 "--update-after-gather")
     assert "is a decoupled all-reduce method" in run_error(capsys, "solve", profile_path, "--alpha", "0.001",
                                                            "--beta", "1e-9", "--method", "megatron")
+
+
+def test_decoupled_options_are_never_ignored(capsys, profile_path):
+    assert "--ps-delta is a parameter-server option and goes with --ps-servers K" in run_error(
+        capsys, "solve", profile_path, "--alpha", "0.001", "--beta", "1e-9", "--decoupled", "--ps-delta", "0.5")
+    assert "--decoupled is taken by solve, simulate and compare" in run_error(
+        capsys, "advise", "--model", "resnet18", "--network", "10gbe", "--workers", "8", "--decoupled")

@@ -38,7 +38,7 @@ import numpy as np
 from fusionopt.model._io import read_json_document, write_json_atomic
 from fusionopt.model.collectives import network
 from fusionopt.model.cost import CommCost, Composite
-from fusionopt.model.plan import PLAN_SCHEMA, PLAN_VERSION, Plan
+from fusionopt.model.plan import Plan
 from fusionopt.model.profile import Profile
 
 __all__ = ["Decoupled", "DecoupledPlan", "REDUCE_SCATTER", "ALL_GATHER", "DECOUPLED_SCHEMA", "DECOUPLED_VERSION"]
@@ -187,8 +187,8 @@ class DecoupledPlan:
             "version": DECOUPLED_VERSION,
             "reduce_with": self.reduce_with,
             "order": self.order.tolist(),
-            "reduce_scatter": self.reduce_scatter.to_dict()["messages"],
-            "all_gather": self.all_gather.to_dict()["messages"],
+            "reduce_scatter": self.reduce_scatter.to_dict(),
+            "all_gather": self.all_gather.to_dict(),
         }
 
     @classmethod
@@ -201,12 +201,14 @@ class DecoupledPlan:
         if doc.get("version") != DECOUPLED_VERSION:
             raise ValueError(f"{source}: unsupported decoupled plan version {doc.get('version')!r} "
                              f"(this fusionopt reads {DECOUPLED_VERSION})")
+        unknown = sorted(set(doc) - {"schema", "version", "reduce_with", "order", "reduce_scatter", "all_gather"})
+        if unknown:
+            raise ValueError(f"{source}: unknown key {unknown[0]!r}")
         parts = {}
         for label in ("reduce_scatter", "all_gather"):
             if label not in doc:
-                raise ValueError(f"{source}: no {label!r} messages")
-            parts[label] = Plan.from_dict({"schema": PLAN_SCHEMA, "version": PLAN_VERSION, "messages": doc[label]},
-                                          source=f"{source}: {label}")
+                raise ValueError(f"{source}: no {label!r} plan")
+            parts[label] = Plan.from_dict(doc[label], source=f"{source}: {label}")
         order = doc.get("order")
         if not isinstance(order, list) or not all(isinstance(k, int) and not isinstance(k, bool) for k in order):
             raise ValueError(f"{source}: 'order' must be a list of 0 (reduce-scatter) and 1 (all-gather)")

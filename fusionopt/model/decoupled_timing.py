@@ -28,6 +28,25 @@ def require_decoupled(problem: Problem, what: str) -> None:
         raise ValueError(f"{what} needs a decoupled problem: Problem(profile, decoupled=Decoupled(...))")
 
 
+def update_step(clock: float, reduced: float, update: float) -> float:
+    """When a tensor's sharded update ends: after its last reduce-scatter (``reduced``) and the
+    update before it (``clock``), ``u_i`` seconds (MODEL.md section 8.1)."""
+    return (reduced if reduced > clock else clock) + update
+
+
+def update_ends(problem: Problem, reduced: list[float]) -> list[float]:
+    """``v_i`` of every tensor (forward order) given when each tensor's last reduce-scatter ends
+    (seconds): the updates from ``B`` in the ready order, by :func:`update_step`."""
+    profile = problem.profile
+    update = profile.update.tolist()
+    ends = [math.nan] * profile.n
+    clock = profile.B
+    for i in profile.ready_order:
+        clock = update_step(clock, reduced[i], update[i])
+        ends[i] = clock
+    return ends
+
+
 def simulate_decoupled(problem: Problem, plan: DecoupledPlan, *, validate: bool = True,
                        pieces: list[ComputePiece] | None = None) -> Timeline:
     """Simulate ``plan`` on a decoupled problem (MODEL.md section 8.1).
@@ -156,7 +175,7 @@ def simulate_decoupled(problem: Problem, plan: DecoupledPlan, *, validate: bool 
                 unsent[i] -= 1
             while not after and known < n and unsent[backward[known]] == 0:     # the updates now determined
                 i = backward[known]
-                clock = (reduced[i] if reduced[i] > clock else clock) + update[i]
+                clock = update_step(clock, reduced[i], update[i])
                 updated[i] = clock
                 known += 1
         else:

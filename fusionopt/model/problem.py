@@ -113,8 +113,12 @@ class Problem:
         if self.decoupled is not None:
             if not isinstance(self.decoupled, Decoupled):
                 raise ValueError(f"decoupled must be a Decoupled, got {type(self.decoupled).__name__}")
-            if self.cost is None:
-                object.__setattr__(self, "cost", self.decoupled.all_reduce)
+            if self.ps is not None:
+                raise ValueError("the decoupled all-reduce does not combine with ps; leave one of them out")
+            if self.cost is not None:
+                raise ValueError("a decoupled problem is priced by its reduce-scatter and all-gather costs: "
+                                 "leave cost out (it is the all-reduce they make)")
+            object.__setattr__(self, "cost", self.decoupled.all_reduce)
         if not isinstance(self.cost, CommCost):
             raise ValueError(f"cost must be a CommCost (e.g. AlphaBeta), got {type(self.cost).__name__}")
         if self.sync not in SYNC_MODES:

@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from fusionopt.model.decoupled import ALL_GATHER, DecoupledPlan
+from fusionopt.model.decoupled_timing import update_ends
 from fusionopt.model.fifo import fifo_ends, fifo_job
 from fusionopt.model.fusion_dp import optimal_fusion
 from fusionopt.model.plan import Plan
@@ -114,9 +115,17 @@ def _megatron(problem: Problem, method: str, data_parallel_size: int | None, buc
     reduce_scatter = Plan.from_groups(profile, [buckets[b] for b in rs_order])
     rs_costs = problem.decoupled.reduce_scatter.of_sizes(reduce_scatter.message_bytes.astype(np.float64))
     rs_ready = np.maximum.reduceat(ready[reduce_scatter.tensor], reduce_scatter.starts[:-1])
-    rs_end = float(fifo_ends(rs_ready, rs_costs)[-1])
+    rs_ends = fifo_ends(rs_ready, rs_costs)
+    rs_end = float(rs_ends[-1])
     # The optimiser step waits for every reduce-scatter (finish_grad_sync), then runs.
     step_end = max(profile.B, rs_end) + profile.U
+    # The model's own update ends (an all-gather also waits for them; equal to the step's end
+    # up to rounding, and the simulator must be reproduced to the bit).
+    reduced = [0.0] * profile.n
+    for k, b in enumerate(rs_order):
+        for i in buckets[b]:
+            reduced[i] = float(rs_ends[k])
+    updates = update_ends(problem, reduced)
     ag_costs = problem.decoupled.all_gather
     if not overlap_param_gather:
         # In the step, one all-gather per bucket in bucket order; the forward waits for all.
@@ -138,7 +147,8 @@ def _megatron(problem: Problem, method: str, data_parallel_size: int | None, buc
         def dispatch(b: int, at: float) -> None:
             nonlocal channel_free
             nbytes = float(profile.sizes[buckets[b]].sum())
-            _, channel_free = fifo_job(at, float(ag_costs.of_sizes(np.array([nbytes]))[0]), channel_free)
+            wait = max(at, max(updates[i] for i in buckets[b]))
+            _, channel_free = fifo_job(wait, float(ag_costs.of_sizes(np.array([nbytes]))[0]), channel_free)
             gathered[b] = channel_free
             release.append(at)
             ends.append(channel_free)

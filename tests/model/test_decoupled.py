@@ -247,8 +247,19 @@ def test_plans_round_trip_through_json_and_bad_files_name_themselves(tmp_path):
         DecoupledPlan.from_dict({**doc, "order": "010"}, source="x.json")
     with pytest.raises(ValueError, match=r"^x.json: order has 1 reduce-scatter and 2 all-gather entries"):
         DecoupledPlan.from_dict({**doc, "order": [0, 1, 1]}, source="x.json")
-    with pytest.raises(ValueError, match=r"^x.json: no 'all_gather' messages$"):
+    with pytest.raises(ValueError, match=r"^x.json: no 'all_gather' plan$"):
         DecoupledPlan.from_dict({k: v for k, v in doc.items() if k != "all_gather"}, source="x.json")
+    with pytest.raises(ValueError, match=r"^x.json: unknown key 'reduce-with'$"):
+        DecoupledPlan.from_dict({**doc, "reduce-with": "all_reduce"}, source="x.json")
+    # Release times travel with the plan, and change its T.
+    released = DecoupledPlan(Plan.from_groups(profile, [[1], [0]], release=[5.0, 0.0]), plan.all_gather)
+    problem = Problem(profile, decoupled=Decoupled(HALF, HALF))
+    back = DecoupledPlan.from_dict(released.to_dict())
+    assert back == released and simulate(problem, back).iteration_time == simulate(problem, released).iteration_time
+    assert simulate(problem, back).iteration_time > simulate(problem, DecoupledPlan.from_groups(
+        profile, [[1], [0]], [[0, 1]])).iteration_time
+    with pytest.raises(ValueError, match="^a decoupled problem is priced by its reduce-scatter and all-gather costs"):
+        Problem(profile, HALF, decoupled=Decoupled(HALF, HALF))
 
 
 def test_the_bound_holds_when_gathers_run_before_the_backward_ends():

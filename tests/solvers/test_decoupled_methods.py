@@ -178,3 +178,12 @@ def test_zero2_is_the_backward_then_its_all_reduces_then_one_gather(profile, hal
                 + profile.F + profile.host_overhead)
     assert result.iteration_time == pytest.approx(expected, rel=1e-12, abs=1e-15)
     assert result.plan.reduce_with == "all_reduce"
+
+
+def test_megatron_overlap_with_free_collectives_and_update_time():
+    # One worker: every collective costs nothing, so the first all-gather waits only for the
+    # updates, and the model's own update ends must be what the policy uses (to the bit).
+    profile = Profile.from_arrays([8, 8, 8], [MS] * 3, [0.1, 0.1, 0.0], update=[0.01, 0.0002, 0.0007])
+    result = solve(Problem(profile, decoupled=Decoupled.from_network("10gbe", 1), sync="layerwise"),
+                   "megatron-overlap", bucket_size=1)
+    assert result.iteration_time == pytest.approx(profile.compute_time, rel=1e-12) and str(result.status) == "OPTIMAL"
