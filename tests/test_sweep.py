@@ -81,6 +81,10 @@ def test_cells_is_the_product_in_order_and_skips_methods_the_registry_refuses(ca
     # under layerwise sync p3 runs; the parameter-server method never does
     layerwise = cells(["resnet18"], [8], ["10gbe"], ["wfbp", "p3", "ps-dp"], sync="layerwise")
     assert [c.method for c in layerwise] == ["wfbp", "p3"]
+    # nor does a decoupled method: a sweep solves all-reduce problems
+    decoupled = cells(["resnet18"], [8], ["10gbe"], ["wfbp", "megatron-overlap", "dear"], sync="layerwise")
+    assert [c.method for c in decoupled] == ["wfbp"]
+    assert "megatron-overlap, dear (parameter-server or decoupled methods" in capsys.readouterr().err
 
 
 def test_cells_default_methods_are_the_default_comparison_for_the_sync(capsys):

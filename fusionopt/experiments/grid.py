@@ -147,14 +147,14 @@ def cells(
         methods = default_methods(Problem(first, network(networks[0], workers[0], algorithm=algorithm), sync=sync))
     methods = _distinct("methods", methods)
     entries = [get_method(name) for name in methods]
-    ps = [m.name for m in entries if m.ps_only]
-    layerwise = [m.name for m in entries if m.layerwise_only and not m.ps_only and sync != "layerwise"]
+    other = [m.name for m in entries if m.pattern != "all-reduce"]
+    layerwise = [m.name for m in entries if m.layerwise_only and m.pattern == "all-reduce" and sync != "layerwise"]
     notes = []
     if layerwise:
         notes.append(f"{', '.join(layerwise)} (layerwise-only: they need sync 'layerwise')")
-    if ps:
-        notes.append(f"{', '.join(ps)} (parameter-server methods: a sweep solves all-reduce problems)")
-    kept = [name for name in methods if name not in ps and name not in layerwise]
+    if other:
+        notes.append(f"{', '.join(other)} (parameter-server or decoupled methods: a sweep solves all-reduce problems)")
+    kept = [name for name in methods if name not in other and name not in layerwise]
     if not kept:
         raise ValueError(f"no method left to run: skipped {'; '.join(notes)}")
     if notes:

@@ -14,10 +14,10 @@ import math
 
 import numpy as np
 
-from fusionopt.model.decoupled import ALL_GATHER, KINDS, REDUCE_SCATTER, DecoupledPlan
+from fusionopt.model.decoupled import ALL_GATHER, REDUCE_SCATTER, DecoupledPlan
 from fusionopt.model.fifo import fifo_job
 from fusionopt.model.problem import Problem
-from fusionopt.model.timeline import ComputePiece, Timeline
+from fusionopt.model.timeline import ComputePiece, Timeline, read_only
 
 
 def require_decoupled(problem: Problem, what: str) -> None:
@@ -26,25 +26,6 @@ def require_decoupled(problem: Problem, what: str) -> None:
         raise ValueError(f"problem must be a Problem, got {type(problem).__name__}")
     if problem.decoupled is None:
         raise ValueError(f"{what} needs a decoupled problem: Problem(profile, decoupled=Decoupled(...))")
-
-
-def update_step(clock: float, reduced: float, update: float) -> float:
-    """When a tensor's sharded update ends: after its last reduce-scatter (``reduced``) and the
-    update before it (``clock``), ``u_i`` seconds (MODEL.md section 8.1)."""
-    return (reduced if reduced > clock else clock) + update
-
-
-def update_ends(problem: Problem, reduced: list[float]) -> list[float]:
-    """``v_i`` of every tensor (forward order) given when each tensor's last reduce-scatter ends
-    (seconds): the updates from ``B`` in the ready order, by :func:`update_step`."""
-    profile = problem.profile
-    update = profile.update.tolist()
-    ends = [math.nan] * profile.n
-    clock = profile.B
-    for i in profile.ready_order:
-        clock = update_step(clock, reduced[i], update[i])
-        ends[i] = clock
-    return ends
 
 
 def simulate_decoupled(problem: Problem, plan: DecoupledPlan, *, validate: bool = True,
@@ -125,8 +106,7 @@ def simulate_decoupled(problem: Problem, plan: DecoupledPlan, *, validate: bool 
                               dtype=np.float64).tolist() for kind in (REDUCE_SCATTER, ALL_GATHER)}
     # Per message: its tensors (a message's chunks are consecutive in the plan's table).
     tensors = {kind: np.split(plan.plan(kind).tensor, plan.plan(kind).starts[1:-1]) for kind in (REDUCE_SCATTER, ALL_GATHER)}
-    rs_ready = np.maximum.reduceat(ready[plan.reduce_scatter.tensor], plan.reduce_scatter.starts[:-1]).tolist() \
-        if plan.reduce_scatter.num_messages else []
+    rs_ready = np.maximum.reduceat(ready[plan.reduce_scatter.tensor], plan.reduce_scatter.starts[:-1]).tolist()
     release = {kind: plan.plan(kind).release.tolist() for kind in (REDUCE_SCATTER, ALL_GATHER)}
     unsent = np.bincount(plan.reduce_scatter.tensor, minlength=n).tolist()   # reduce-scatter chunks left per tensor
 
@@ -137,7 +117,6 @@ def simulate_decoupled(problem: Problem, plan: DecoupledPlan, *, validate: bool 
     clock = profile.B                                     # the compute stream, along the updates
     known = 0                                             # updates computed: backward[:known]
     next_message = [0, 0]
-    count = len(plan.order)
     kinds, waits, starts, ends, sizes = [], [], [], [], []
     channel_free = -math.inf
     for kind in plan.order.tolist():
@@ -175,13 +154,13 @@ def simulate_decoupled(problem: Problem, plan: DecoupledPlan, *, validate: bool 
                 unsent[i] -= 1
             while not after and known < n and unsent[backward[known]] == 0:     # the updates now determined
                 i = backward[known]
-                clock = update_step(clock, reduced[i], update[i])
+                clock = (reduced[i] if reduced[i] > clock else clock) + update[i]
                 updated[i] = clock
                 known += 1
         else:
             for i in tensors[kind][k].tolist():
                 gathered[i] = max(gathered[i], channel_free)
-    assert (after or known == n) and len(ends) == count, "every reduce-scatter ran, so every update is known"
+    assert after or known == n, "every reduce-scatter ran, so every update is known"
     forward = profile.forward.tolist()
     phi: list[float] = []
     stream: list[ComputePiece] = []                       # the compute stream after the backward
@@ -226,24 +205,19 @@ def simulate_decoupled(problem: Problem, plan: DecoupledPlan, *, validate: bool 
     if pieces is not None:
         _stream(problem, backward, stream, float(iteration_time), pieces)
 
-    def frozen(values, dtype=np.float64) -> np.ndarray:
-        array = np.asarray(values, dtype=dtype)
-        array.setflags(write=False)
-        return array
-
     return Timeline(
         sync=problem.sync,
         iteration_time=float(iteration_time),
         compute_time=profile.compute_time,
-        message_ready=frozen(waits),
-        message_start=frozen(starts),
-        message_end=frozen(ends),
-        message_bytes=frozen(sizes, np.int64),
-        reduced=frozen(reduced),
-        forward_start=frozen(phi),
-        message_kind=frozen(kinds, np.int8),
-        updated=frozen(updated),
-        gathered=frozen(gathered),
+        message_ready=read_only(waits),
+        message_start=read_only(starts),
+        message_end=read_only(ends),
+        message_bytes=read_only(sizes, np.int64),
+        reduced=read_only(reduced),
+        forward_start=read_only(phi),
+        message_kind=read_only(kinds, np.int8),
+        updated=read_only(updated),
+        gathered=read_only(gathered),
     )
 
 
@@ -260,4 +234,4 @@ def _stream(problem: Problem, backward: list[int], after_backward: list[ComputeP
         pieces.append(ComputePiece("host_overhead", -1, after_backward[-1].end, iteration_time))
 
 
-__all__ = ["simulate_decoupled", "require_decoupled", "KINDS"]
+__all__ = ["simulate_decoupled", "require_decoupled"]

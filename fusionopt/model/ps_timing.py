@@ -18,7 +18,7 @@ import numpy as np
 from fusionopt.model.plan import Plan
 from fusionopt.model.problem import Problem
 from fusionopt.model.ps import PSPlan, check_offsets, stream_offsets
-from fusionopt.model.timeline import ComputePiece, Timeline
+from fusionopt.model.timeline import ComputePiece, Timeline, read_only
 
 __all__ = ["simulate_ps", "offsets_iteration_time", "require_ps"]
 
@@ -234,28 +234,23 @@ def simulate_ps(problem: Problem, plan: PSPlan, *, validate: bool = True, pieces
     if pieces is not None:
         pieces.extend(ComputePiece(*fields) for fields in stream)
 
-    def frozen(values) -> np.ndarray:
-        array = np.array(values, dtype=np.float64)
-        array.setflags(write=False)
-        return array
-
     for array in (push_bytes, pull_bytes):
         array.setflags(write=False)
     return Timeline(
         sync=problem.sync,
         iteration_time=float(clock),
         compute_time=profile.compute_time,
-        message_ready=frozen(push_ready),
-        message_start=frozen(push_start),
-        message_end=frozen(push_end),
+        message_ready=read_only(push_ready),
+        message_start=read_only(push_start),
+        message_end=read_only(push_end),
         message_bytes=push_bytes,
-        reduced=frozen(reduced),
-        forward_start=frozen(phi),
-        pull_ready=frozen(gate),
-        pull_start=frozen(pull_start),
-        pull_end=frozen(pull_end),
+        reduced=read_only(reduced),
+        forward_start=read_only(phi),
+        pull_ready=read_only(gate),
+        pull_start=read_only(pull_start),
+        pull_end=read_only(pull_end),
         pull_bytes=pull_bytes,
-        server_updated=frozen(updated),
+        server_updated=read_only(updated),
         compute_overhead=float(overhead),
     )
 

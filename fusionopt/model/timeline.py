@@ -165,6 +165,13 @@ class ComputePiece:
         return self.end - self.start
 
 
+def read_only(values, dtype=np.float64) -> np.ndarray:
+    """A new read-only array of ``values``: how a timeline holds what an engine computed."""
+    array = np.array(values, dtype=dtype)
+    array.setflags(write=False)
+    return array
+
+
 def reduction_times(plan: Plan, end: np.ndarray, n: int) -> np.ndarray:
     """``C_i``: the end of the last message carrying a chunk of tensor ``i``, in seconds."""
     reduced = np.full(n, -np.inf)

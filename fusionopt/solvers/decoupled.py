@@ -26,13 +26,11 @@ from typing import Any
 
 import numpy as np
 
-from fusionopt.model.decoupled import ALL_GATHER, DecoupledPlan
-from fusionopt.model.decoupled_timing import update_ends
-from fusionopt.model.fifo import fifo_ends, fifo_job
+from fusionopt.model.decoupled import REDUCE_SCATTER, DecoupledPlan
 from fusionopt.model.fusion_dp import optimal_fusion
 from fusionopt.model.plan import Plan
 from fusionopt.model.problem import Problem
-from fusionopt.model.simulator import simulate
+from fusionopt.model.simulator import compute_pieces, simulate
 from fusionopt.solvers.needs import Needs, declares
 from fusionopt.solvers.result import Result, finish
 
@@ -41,7 +39,7 @@ MEGATRON_BUCKET_PER_RANK = 1_000_000        # parameters per data-parallel rank
 BRUTE_MAX_TENSORS = 8
 
 
-@declares(Needs(decoupled=True))
+@declares(Needs(pattern="decoupled"))
 def decoupled_wfbp(problem: Problem) -> Result:
     """Each gradient reduce-scattered alone as soon as it is ready, each parameter all-gathered
     alone in forward order, every reduce-scatter first.
@@ -113,70 +111,51 @@ def _megatron(problem: Problem, method: str, data_parallel_size: int | None, buc
     # Reduce-scatters: a bucket goes when its last gradient is ready (ties: bucket order).
     rs_order = sorted(range(len(buckets)), key=lambda b: (float(ready[buckets[b]].max()), b))
     reduce_scatter = Plan.from_groups(profile, [buckets[b] for b in rs_order])
-    rs_costs = problem.decoupled.reduce_scatter.of_sizes(reduce_scatter.message_bytes.astype(np.float64))
-    rs_ready = np.maximum.reduceat(ready[reduce_scatter.tensor], reduce_scatter.starts[:-1])
-    rs_ends = fifo_ends(rs_ready, rs_costs)
-    rs_end = float(rs_ends[-1])
     # The optimiser step waits for every reduce-scatter (finish_grad_sync), then runs.
-    step_end = max(profile.B, rs_end) + profile.U
-    # The model's own update ends (an all-gather also waits for them; equal to the step's end
-    # up to rounding, and the simulator must be reproduced to the bit).
-    reduced = [0.0] * profile.n
-    for k, b in enumerate(rs_order):
-        for i in buckets[b]:
-            reduced[i] = float(rs_ends[k])
-    updates = update_ends(problem, reduced)
-    ag_costs = problem.decoupled.all_gather
+    step_end = max(profile.B, _gradients_reduced(problem, reduce_scatter)) + profile.U
     if not overlap_param_gather:
         # In the step, one all-gather per bucket in bucket order; the forward waits for all.
-        gather = [buckets[b] for b in range(len(buckets))]
-        all_gather = Plan.from_groups(profile, gather, release=[step_end] * len(gather))
-        ends = None
+        all_gather = Plan.from_groups(profile, buckets, release=[step_end] * len(buckets))
     else:
         # Forward pre-hooks: the bucket the forward needs first is gathered at the start of the
-        # forward; when the forward reaches a bucket's first parameter it waits for that
-        # bucket's all-gather and dispatches the next bucket's (one ahead).
-        chain = sorted(range(len(buckets)), key=lambda b: min(buckets[b]))
-        owner = {i: b for b, tensors in enumerate(buckets) for i in tensors}
-        first = {b: min(buckets[b]) for b in chain}
-        gathered: dict[int, float] = {}
-        release: list[float] = []
-        ends = []
-        channel_free = rs_end
-
-        def dispatch(b: int, at: float) -> None:
-            nonlocal channel_free
-            nbytes = float(profile.sizes[buckets[b]].sum())
-            wait = max(at, max(updates[i] for i in buckets[b]))
-            _, channel_free = fifo_job(wait, float(ag_costs.of_sizes(np.array([nbytes]))[0]), channel_free)
-            gathered[b] = channel_free
-            release.append(at)
-            ends.append(channel_free)
-
-        dispatch(chain[0], step_end)
-        link = 1
-        clock = step_end
-        forward = profile.forward.tolist()
-        for i in range(profile.n):
-            b = owner[i]
-            phi = gathered[b] if gathered[b] > clock else clock
-            if i == first[b] and link < len(chain):
-                dispatch(chain[link], phi)
-                link += 1
-            clock = phi + forward[i]
-        all_gather = Plan.from_groups(profile, [buckets[b] for b in chain], release=release)
+        # forward, and each next one when the forward reaches the bucket before it.
+        chain = sorted(buckets, key=min)
+        all_gather = _gathered_one_ahead(problem, reduce_scatter, chain, step_end)
     plan = DecoupledPlan(reduce_scatter, all_gather)
     stats = {"bucket_size": size, "buckets": len(buckets), "data_parallel_size": data_parallel_size,
              "overlap_param_gather": overlap_param_gather, "step_end": step_end}
-    result = finish(problem, plan, method, started, stats=stats)
-    if ends is not None:
-        simulated = result.timeline.message_end[result.timeline.message_kind == ALL_GATHER]
-        if not np.array_equal(simulated, np.asarray(ends)):
-            raise AssertionError(f"{method}: the simulator does not reproduce the policy's all-gather ends")
-    return result
+    return finish(problem, plan, method, started, stats=stats)
 
 
-@declares(Needs(decoupled=True, barrier=True))
+def _gradients_reduced(problem: Problem, reduce_scatter: Plan, reduce_with: str = "reduce_scatter") -> float:
+    """When the last gradient message ends, as the simulator times it (seconds): the gradient
+    messages run first on the channel, so the all-gathers after them do not change it."""
+    everything = Plan.from_groups(problem.profile, [list(range(problem.profile.n))])
+    timeline = simulate(problem, DecoupledPlan(reduce_scatter, everything, reduce_with=reduce_with), validate=False)
+    return float(timeline.message_end[timeline.message_kind == REDUCE_SCATTER].max())
+
+
+def _gathered_one_ahead(problem: Problem, reduce_scatter: Plan, chain: list[list[int]], first: float) -> Plan:
+    """The all-gathers of ``chain`` (groups in the order the forward needs them) as forward
+    pre-hooks issue them: the first released at ``first`` (seconds), each next one when the
+    compute stream starts on the first tensor of the group before it, after waiting for that
+    group's all-gather (its update when the problem updates after the gathers, else its
+    forward). Those moments are read from the simulator's compute stream: a group's start
+    depends only on the groups before it, so each pass fixes one more release."""
+    kind = "update" if problem.decoupled.update_after_gather else "forward"
+    release = [first] * len(chain)
+    for _ in range(len(chain)):
+        gather = Plan.from_groups(problem.profile, chain, release=release)
+        pieces = compute_pieces(problem, DecoupledPlan(reduce_scatter, gather), validate=False)
+        begins = {p.tensor: p.start for p in pieces if p.kind == kind}
+        issued = [first] + [begins[min(group)] for group in chain[:-1]]
+        if issued == release:
+            return gather
+        release = issued
+    raise AssertionError("the one-ahead all-gathers did not settle")
+
+
+@declares(Needs(pattern="decoupled", barrier=True))
 def megatron(problem: Problem, *, data_parallel_size: int | None = None, bucket_size: int | None = None) -> Result:
     """Megatron-LM DDP with the distributed optimiser and ``overlap_grad_reduce``, parameters
     gathered in the optimiser step (``overlap_param_gather=False``, its default).
@@ -192,9 +171,8 @@ def megatron(problem: Problem, *, data_parallel_size: int | None = None, bucket_
     * then one all-gather per bucket, in bucket order, and the forward waits for all of
       them: ``sync="barrier"`` only.
 
-    Reconstructed, not measured: the padding of each parameter to 64 elements and of each
-    bucket to ``lcm(dp, 128)`` elements (at most a few KB per 40M-parameter bucket) is left
-    out, and the first iteration (which sends every bucket after the backward) is not the
+    Reconstructed, not measured: the padding of each parameter's start to 64 elements and of
+    each bucket to ``lcm(dp, 128)`` elements is left out, and the first iteration (which sends every bucket after the backward) is not the
     steady state modelled.
 
     Examples
@@ -213,15 +191,15 @@ def megatron(problem: Problem, *, data_parallel_size: int | None = None, bucket_
     return _megatron(problem, "megatron", data_parallel_size, bucket_size, overlap_param_gather=False)
 
 
-@declares(Needs(decoupled=True, layerwise=True))
+@declares(Needs(pattern="decoupled", layerwise=True))
 def megatron_overlap(problem: Problem, *, data_parallel_size: int | None = None,
                      bucket_size: int | None = None) -> Result:
     """Megatron-LM as :func:`megatron`, with ``overlap_param_gather=True``: no all-gather in the
     step; the forward's pre-hooks gather the first bucket at the start of the forward and,
     when the forward reaches a bucket's first parameter, wait for that bucket and dispatch
     the next one (one ahead; ``finish_param_sync`` and ``next_param_gather_bucket_group``).
-    The dispatch times are the policy's own, and the simulator reproduces its all-gather ends
-    exactly (checked on every call). ``sync="layerwise"`` only.
+    The dispatch times are read from the simulator's own compute stream and given to the
+    plan as release times. ``sync="layerwise"`` only.
 
     >>> from fusionopt.model import AlphaBeta, Decoupled, Profile
     >>> profile = Profile.from_arrays([4e6, 1e6, 3e6], [1e-3] * 3, [3e-3, 2e-3, 1e-3])
@@ -238,7 +216,7 @@ def megatron_overlap(problem: Problem, *, data_parallel_size: int | None = None,
     return _megatron(problem, "megatron-overlap", data_parallel_size, bucket_size, overlap_param_gather=True)
 
 
-@declares(Needs(decoupled=True, max_tensors=BRUTE_MAX_TENSORS,
+@declares(Needs(pattern="decoupled", max_tensors=BRUTE_MAX_TENSORS,
                 size_reason="enumerates 4^(n-1) pairs of groupings"))
 def decoupled_brute(problem: Problem) -> Result:
     """Every pair of contiguous groupings (reduce-scatters along the ready order, all-gathers
@@ -271,7 +249,7 @@ def decoupled_brute(problem: Problem) -> Result:
                   stats={"plans": plans})
 
 
-@declares(Needs(decoupled=True, barrier=True))
+@declares(Needs(pattern="decoupled", barrier=True))
 def decoupled_dp(problem: Problem) -> Result:
     """The optimum over :func:`decoupled_brute`'s space, at any size, under barrier sync
     without update time (every ``u_i = 0``).
@@ -369,7 +347,7 @@ def zero2_buckets(problem: Problem, reduce_bucket_size: int = ZERO_REDUCE_BUCKET
     return buckets
 
 
-@declares(Needs(decoupled=True, barrier=True))
+@declares(Needs(pattern="decoupled", barrier=True))
 def zero2(problem: Problem, *, reduce_bucket_size: int = ZERO_REDUCE_BUCKET) -> Result:
     """DeepSpeed ZeRO stage 2 with its defaults, as ``deepspeed/runtime/zero/stage_1_and_2.py``
     of DeepSpeed 0.19.6 runs it (the same logic in 0.16.5):
@@ -409,8 +387,7 @@ def zero2(problem: Problem, *, reduce_bucket_size: int = ZERO_REDUCE_BUCKET) -> 
                          "updates after the gathers (update_after_gather=True)")
     buckets = zero2_buckets(problem, reduce_bucket_size)
     reduce = Plan.from_groups(profile, buckets, release=[profile.B] * len(buckets))
-    reduce_cost = problem.decoupled.all_reduce.of_sizes(reduce.message_bytes.astype(np.float64))
-    step_end = profile.B + float(np.sum(np.asarray(reduce_cost, dtype=np.float64))) + profile.U
+    step_end = _gradients_reduced(problem, reduce, "all_reduce") + profile.U
     gather = Plan.from_groups(profile, [list(range(profile.n))], release=[step_end])
     plan = DecoupledPlan(reduce, gather, reduce_with="all_reduce")
     return finish(problem, plan, "zero2", started,
@@ -456,7 +433,7 @@ def dear_groups(problem: Problem, threshold_mb: float = DEAR_THRESHOLD_MB) -> li
     return groups
 
 
-@declares(Needs(decoupled=True, layerwise=True))
+@declares(Needs(pattern="decoupled", layerwise=True))
 def dear(problem: Problem, *, threshold_mb: float = DEAR_THRESHOLD_MB) -> Result:
     """DeAR (Zhang, Shi et al., ICDCS 2023) as its code runs it: fused reduce-scatters during
     the backward, fused all-gathers of the reduced gradients overlapping the next forward.
@@ -473,8 +450,8 @@ def dear(problem: Problem, *, threshold_mb: float = DEAR_THRESHOLD_MB) -> Result
     * each module is updated in its pre-hook, after its all-gather: the problem must say so
       (``Decoupled(..., update_after_gather=True)``) unless it has no update time.
 
-    The all-gather dispatch times are the policy's own release times, which the simulator
-    reproduces exactly (checked on every call). ``sync="layerwise"`` only.
+    The all-gather dispatch times are read from the simulator's own compute stream and given
+    to the plan as release times. ``sync="layerwise"`` only.
 
     Reconstructed, not measured: a module's tensors are found by name, and the buffers'
     padding to a multiple of the world size is left out.
@@ -503,42 +480,13 @@ def dear(problem: Problem, *, threshold_mb: float = DEAR_THRESHOLD_MB) -> Result
     position = {int(i): k for k, i in enumerate(profile.ready_order)}
     rs_order = sorted(range(len(groups)), key=lambda g: max(position[i] for i in groups[g]))
     reduce_scatter = Plan.from_groups(profile, [sorted(groups[g], key=position.get) for g in rs_order])
-    rs_costs = problem.decoupled.reduce_scatter.of_sizes(reduce_scatter.message_bytes.astype(np.float64))
-    rs_ready = np.maximum.reduceat(profile.ready_times[reduce_scatter.tensor], reduce_scatter.starts[:-1])
-    rs_end = float(fifo_ends(rs_ready, rs_costs)[-1])
-    gather_cost = problem.decoupled.all_gather
-    owner = {i: g for g, tensors in enumerate(groups) for i in tensors}
-    first = [min(tensors) for tensors in groups]
-    gathered: list[float] = []
-    release: list[float] = []
-    channel_free = rs_end
-
-    def dispatch(g: int, at: float) -> None:
-        nonlocal channel_free
-        nbytes = float(profile.sizes[groups[g]].sum())
-        _, channel_free = fifo_job(at, float(gather_cost.of_sizes(np.array([nbytes]))[0]), channel_free)
-        gathered.append(channel_free)
-        release.append(at)
-
-    dispatch(0, rs_end)                                   # step(): after every reduce-scatter
-    clock = profile.B
-    update, forward = profile.update.tolist(), profile.forward.tolist()
-    for i in range(profile.n):
-        g = owner[i]
-        begin = gathered[g] if gathered[g] > clock else clock
-        if i == first[g] and g + 1 < len(groups):
-            dispatch(g + 1, begin)
-        clock = begin + update[i] + forward[i]
-    all_gather = Plan.from_groups(profile, groups, release=release)
-    result = finish(problem, DecoupledPlan(reduce_scatter, all_gather), "dear", started,
-                    stats={"threshold_mb": float(threshold_mb), "groups": len(groups)})
-    simulated = result.timeline.message_end[result.timeline.message_kind == ALL_GATHER]
-    if not np.array_equal(simulated, np.asarray(gathered)):
-        raise AssertionError("dear: the simulator does not reproduce the policy's all-gather ends")
-    return result
+    # step() waits for every reduce-scatter and issues the first group's all-gather.
+    all_gather = _gathered_one_ahead(problem, reduce_scatter, groups, _gradients_reduced(problem, reduce_scatter))
+    return finish(problem, DecoupledPlan(reduce_scatter, all_gather), "dear", started,
+                  stats={"threshold_mb": float(threshold_mb), "groups": len(groups)})
 
 
-@declares(Needs(decoupled=True))
+@declares(Needs(pattern="decoupled"))
 def decoupled_opt(problem: Problem, *, evaluations: int = 4000, kicks: int = 40, rng: int = 0,
                   time_limit: float = 10.0) -> Result:
     """The best pair of contiguous groupings found by local search (the space of

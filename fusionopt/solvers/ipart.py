@@ -567,7 +567,7 @@ def _best_simulated(problem: Problem, candidates: Sequence[tuple[str, list[int],
 
 
 # ---------------------------------------------------------------------------- iBatch
-@declares(Needs(ps=True))
+@declares(Needs(pattern="ps"))
 def ibatch(problem: Problem, *, pushes: str = "after-backward") -> Result:
     """iBatch: pulls batched with the forward, boundaries placed greedily from the first layer.
 
@@ -638,7 +638,7 @@ def ibatch(problem: Problem, *, pushes: str = "after-backward") -> Result:
 
 
 # ---------------------------------------------------------------------------- iPart
-@declares(Needs(ps=True))
+@declares(Needs(pattern="ps"))
 def ipart(problem: Problem, *, min_partition_bytes: int | None = None,
           lookahead_sizes: int = DEFAULT_LOOKAHEAD_SIZES) -> Result:
     """iPart: push and pull partitions of various sizes, placed greedily, partitioned compute.

@@ -16,15 +16,16 @@ from typing import Any, Callable, TypeVar
 from fusionopt.model.problem import Problem
 
 F = TypeVar("F", bound=Callable)
+PATTERN_WORDS = {"all-reduce": "all-reduce", "ps": "parameter server", "decoupled": "decoupled all-reduce"}
 
 
 @dataclass(frozen=True)
 class Needs:
     """``plain``: the plain model only (no copy cost, contention or several channels);
     ``layerwise``: ``sync="layerwise"`` only (a partition scheduler that lets the next forward
-    start tensor by tensor); ``barrier``: ``sync="barrier"`` only; ``ps``: a parameter-server
-    problem; ``decoupled``: a decoupled all-reduce (MODEL.md section 8.1); otherwise an
-    all-reduce.
+    start tensor by tensor); ``barrier``: ``sync="barrier"`` only; ``pattern``: the problems'
+    communication pattern (:attr:`fusionopt.model.problem.Problem.pattern`): ``"all-reduce"``,
+    ``"ps"`` (a parameter server) or ``"decoupled"`` (MODEL.md section 8.1).
     ``max_tensors``: the most tensors it takes (``max_tensors_channels`` with several
     channels, where it is smaller), ``size_reason`` why, and ``plain_alternative`` the method
     to use instead on a larger problem of the plain model.
@@ -33,12 +34,15 @@ class Needs:
     'all-reduce; plain model only; layerwise sync only'
     >>> Needs(max_tensors=20, max_tensors_channels=14).describe()
     'all-reduce; n <= 20 (14 with several channels)'
+    >>> Needs(pattern="allreduce")
+    Traceback (most recent call last):
+    ...
+    ValueError: unknown pattern 'allreduce': choose one of all-reduce, ps, decoupled
     """
 
     plain: bool = False
     layerwise: bool = False
-    ps: bool = False
-    decoupled: bool = False
+    pattern: str = "all-reduce"
     barrier: bool = False
     max_tensors: int | None = None
     max_tensors_channels: int | None = None
@@ -59,10 +63,9 @@ class Needs:
             words.append(f"n <= {self.max_tensors}{channels}")
         return "; ".join(words)
 
-    @property
-    def pattern(self) -> str:
-        """The problems' pattern (:attr:`fusionopt.model.problem.Problem.pattern`)."""
-        return "ps" if self.ps else "decoupled" if self.decoupled else "all-reduce"
+    def __post_init__(self) -> None:
+        if self.pattern not in PATTERN_WORDS:
+            raise ValueError(f"unknown pattern {self.pattern!r}: choose one of {', '.join(PATTERN_WORDS)}")
 
     def tensor_limit(self, problem: Problem) -> int | None:
         """The most tensors the method takes on ``problem``'s options (None: no limit)."""
@@ -75,9 +78,9 @@ class Needs:
         if not isinstance(problem, Problem):
             raise ValueError(f"problem must be a Problem, got {type(problem).__name__}")
         if self.pattern != problem.pattern:
-            if self.ps:
+            if self.pattern == "ps":
                 raise ValueError(f"{method} needs a parameter-server problem: Problem(profile, ps=ParameterServer(...))")
-            if self.decoupled:
+            if self.pattern == "decoupled":
                 raise ValueError(f"{method} needs a decoupled problem: Problem(profile, decoupled=Decoupled(...))")
             if problem.ps is not None:
                 raise ValueError(f"{method} is an all-reduce method and this problem has a parameter server "
@@ -98,7 +101,6 @@ class Needs:
 
 
 ANY_ALL_REDUCE = Needs()
-PATTERN_WORDS = {"all-reduce": "all-reduce", "ps": "parameter server", "decoupled": "decoupled all-reduce"}
 
 
 def declares(needs: Needs) -> Callable[[F], F]:

@@ -26,7 +26,7 @@ from fusionopt.solvers.result import Result, finish
 __all__ = ["ps_default", "ps_layer"]
 
 
-@declares(Needs(ps=True))
+@declares(Needs(pattern="ps"))
 def ps_default(problem: Problem) -> Result:
     """Default parameter server: one push after the backward, one pull before the forward.
 
@@ -51,7 +51,7 @@ def ps_default(problem: Problem) -> Result:
     return finish(problem, PSPlan.from_offsets(problem.profile), "ps-default", started)
 
 
-@declares(Needs(ps=True))
+@declares(Needs(pattern="ps"))
 def ps_layer(problem: Problem) -> Result:
     """Layer-by-layer parameter server: one push per tensor, one pull per tensor.
 

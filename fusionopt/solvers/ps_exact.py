@@ -108,7 +108,7 @@ def _common_stats(problem: Problem, granularity: Any, units: list[tuple[int, int
 
 
 # ---------------------------------------------------------------------------- brute force
-@declares(Needs(ps=True))
+@declares(Needs(pattern="ps"))
 def ps_brute(problem: Problem, *, granularity: Any = "tensor") -> Result:
     """Every plan of the space, scored by the fast evaluator; the fastest (ties: the first).
 
@@ -397,7 +397,7 @@ def _pareto_dp(n: int, first: np.ndarray, second: np.ndarray, step, lower, incum
     return value, cuts
 
 
-@declares(Needs(ps=True))
+@declares(Needs(pattern="ps"))
 def ps_dp(problem: Problem, *, max_rounds: int = 50, exhaustive_up_to: int = 10) -> Result:
     """The fusion DP of MODEL.md section 7 adapted to both directions, over whole tensors.
 
@@ -928,7 +928,7 @@ class _Grid:
         model.add_hint(variables["T"], max(int(values["T"]), floor_T))
 
 
-@declares(Needs(ps=True))
+@declares(Needs(pattern="ps"))
 def ps_cpsat(
     problem: Problem,
     *,

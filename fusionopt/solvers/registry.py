@@ -57,11 +57,6 @@ class Method:
         return self.needs.layerwise
 
     @property
-    def ps_only(self) -> bool:
-        """A parameter-server method (``Problem(..., ps=...)``)."""
-        return self.needs.ps
-
-    @property
     def pattern(self) -> str:
         """The pattern of the problems it plans: ``"all-reduce"``, ``"ps"`` or ``"decoupled"``."""
         return self.needs.pattern

@@ -1,5 +1,6 @@
 """Methods for the decoupled all-reduce: Megatron-LM's buckets, the unfused schedule, brute force."""
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -76,12 +77,15 @@ def test_brute_force_beats_the_schedules_in_its_space(case):
 
 @settings(deadline=None, max_examples=40)
 @given(profiles(max_n=8), alpha_beta, st.integers(1, 3_000_000))
-def test_megatron_overlap_is_reproduced_by_the_simulator(profile, half, bucket):
-    # The method checks on every call that the simulator gives its own all-gather ends.
+def test_megatron_overlap_gathers_one_ahead(profile, half, bucket):
+    # The first bucket goes at the step's end; each next one only once the forward has waited
+    # for the bucket before it, so never before that bucket's all-gather ends.
     result = solve(decoupled(profile, "layerwise", half), "megatron-overlap", bucket_size=bucket)
     assert result.iteration_time >= result.lower_bound
     releases = result.plan.all_gather.release
     assert releases[0] == result.stats["step_end"] and all(releases[1:] >= releases[:-1])
+    gathered = result.timeline.message_end[result.timeline.message_kind == 1]
+    assert all(releases[1:] >= gathered[:-1])
 
 
 @settings(deadline=None, max_examples=60)
@@ -122,13 +126,20 @@ def test_dear_groups_modules_under_its_threshold():
 
 @settings(deadline=None, max_examples=40)
 @given(profiles(max_n=8), alpha_beta, st.floats(0.5, 30.0))
-def test_dear_is_reproduced_by_the_simulator(profile, half, threshold):
-    # With its own semantics (updates after the gathers) and any update time; the method
-    # checks on every call that the simulator gives its all-gather ends.
+def test_dear_gathers_one_ahead(profile, half, threshold):
+    # With its own semantics (updates after the gathers) and any update time: the first group
+    # goes once every reduce-scatter has ended, each next one when the update of the group
+    # before it starts, which waits for that group's all-gather.
     problem = Problem(profile, decoupled=Decoupled(half, half, update_after_gather=True), sync="layerwise")
     result = solve(problem, "dear", threshold_mb=threshold)
     assert result.iteration_time >= result.lower_bound
     assert result.plan.all_gather.release[0] == result.timeline.message_end[result.timeline.message_kind == 0].max()
+    releases = result.plan.all_gather.release
+    gathered = result.timeline.message_end[result.timeline.message_kind == 1]
+    firsts = [min(group) for group in result.plan.all_gather.groups()]
+    assert all(releases[1:] >= gathered[:-1])
+    assert np.allclose(releases[1:], result.timeline.updated[firsts[:-1]] - profile.update[firsts[:-1]],
+                       rtol=1e-12, atol=1e-15)
 
 
 @settings(deadline=None, max_examples=30)

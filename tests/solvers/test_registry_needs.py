@@ -37,7 +37,7 @@ def test_a_method_refuses_what_it_declares_it_cannot_solve(name):
     if needs.pattern == "all-reduce":
         with pytest.raises(ValueError):
             solve(problem("decoupled", sync="layerwise"), name, **options)
-    if needs.ps:
+    if needs.pattern == "ps":
         solve(problem("ps", sync="layerwise"), name, **options)
         return
     own = needs.pattern
@@ -65,7 +65,7 @@ def test_a_method_refuses_what_it_declares_it_cannot_solve(name):
 def test_the_default_comparison_follows_the_declarations():
     assert "dp" not in default_methods(problem(copy_cost=1e-11))
     assert "p3" not in default_methods(problem()) and "p3" in default_methods(problem(sync="layerwise"))
-    assert default_methods(problem(ps=True)) == [n for n in _REGISTRY if get_method(n).needs.ps
+    assert default_methods(problem(ps=True)) == [n for n in _REGISTRY if get_method(n).needs.pattern == "ps"
                                                   and get_method(n).in_default_comparison]
     assert default_methods(problem("decoupled")) == ["decoupled-wfbp", "megatron", "zero2", "decoupled-opt"]
     assert default_methods(problem("decoupled", sync="layerwise")) == ["decoupled-wfbp", "megatron-overlap", "decoupled-opt"]
