@@ -21,10 +21,14 @@ from fusionopt import __version__
 from fusionopt.cost import cost_from_dict, network, networks, ALGORITHMS
 from fusionopt.model import AlphaBeta, Plan, Problem, Profile, simulate
 from fusionopt.model.decoupled import Decoupled, DecoupledPlan
+from fusionopt.model.sharded import FullySharded, ShardedPlan
+from fusionopt.solvers.advise_sharded import (FSDP2_MIN_BACKWARD_PREFETCH, FSDP2_MIN_FORWARD_PREFETCH, fsdp2_settings,
+                                              zero2_settings, zero3_settings)
+from fusionopt.solvers.sharded import fsdp2_plan
 from fusionopt.model.ps import ParameterServer, PSPlan
 from fusionopt.model._io import read_csv_rows, read_json_document
 from fusionopt.solvers import compare, format_table, methods, solve
-from fusionopt.solvers.result import Result
+from fusionopt.solvers.result import Result, Status
 
 
 class UsageError(Exception):
@@ -82,6 +86,13 @@ def _add_cost_arguments(parser: argparse.ArgumentParser, *, required: bool = Tru
                               "that cost for each half")
     sharded.add_argument("--update-after-gather", action="store_true",
                          help="with --decoupled: gather the reduced gradients and update before each forward (DeAR)")
+    full = parser.add_argument_group("fully sharded instead (default off)")
+    full.add_argument("--fully-sharded", action="store_true",
+                      help="parameters sharded between uses, gathered per unit (FSDP, ZeRO-3); with --network, its "
+                           "reduce-scatter and all-gather; with --alpha/--beta or --cost, that cost for each")
+    full.add_argument("--memory-cap", metavar="BYTES",
+                      help="with --fully-sharded: the most bytes of unsharded parameters and gradients at once "
+                           "(a number, or with a unit: 512MB, 8GiB)")
 
 
 def _problem(profile: Profile, args: argparse.Namespace) -> Problem:
@@ -96,6 +107,16 @@ def _problem(profile: Profile, args: argparse.Namespace) -> Problem:
                   if getattr(args, name) != 0.0]
         if given:
             raise UsageError(f"{given[0]} is a parameter-server option and goes with --ps-servers K")
+    if args.memory_cap is not None and not args.fully_sharded:
+        raise UsageError("--memory-cap is a fully sharded option and goes with --fully-sharded")
+    if args.fully_sharded:
+        for flag, given in (("--decoupled", args.decoupled), ("--ps-servers", args.ps_servers is not None)):
+            if given:
+                raise UsageError(f"--fully-sharded and {flag} are two patterns: give one")
+        if args.sync != "barrier":
+            raise UsageError("--sync does not apply to --fully-sharded (its step runs forward, backward, optimiser)")
+        return Problem(profile, fully_sharded=_fully_sharded(args), copy_cost=args.copy_cost,
+                       copy_on=args.copy_on or "channel", contention=args.contention, channels=args.channels)
     if args.decoupled:
         if args.ps_servers is not None:
             raise UsageError("--decoupled and --ps-servers are two patterns: give one")
@@ -115,6 +136,47 @@ def _decoupled(args: argparse.Namespace) -> Decoupled:
                                       update_after_gather=args.update_after_gather)
     half = _cost(args)
     return Decoupled(half, half, update_after_gather=args.update_after_gather)
+
+
+def _fully_sharded(args: argparse.Namespace) -> FullySharded:
+    cap = None if args.memory_cap is None else parse_bytes("--memory-cap", args.memory_cap)
+    if args.network is not None and args.alpha is None and args.beta is None and args.cost is None:
+        if args.workers is None:
+            raise UsageError("--network needs --workers")
+        return FullySharded.from_network(args.network, args.workers, algorithm=args.algorithm or "ring",
+                                         memory_cap=cap)
+    half = _cost(args)
+    return FullySharded(half, half, memory_cap=cap)
+
+
+BYTE_UNITS = {"b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
+              "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
+
+
+def parse_bytes(flag: str, text: str) -> float:
+    """A size in bytes from ``text``: a number, or a number and a unit (``512MB``, ``8 GiB``).
+
+    >>> parse_bytes("--memory-cap", "8GiB"), parse_bytes("--memory-cap", "1.5e9")
+    (8589934592.0, 1500000000.0)
+    >>> parse_bytes("--memory-cap", "8 parsecs")
+    Traceback (most recent call last):
+    ...
+    fusionopt.cli.UsageError: --memory-cap: '8 parsecs' is not a size (give bytes, or a unit: B, KB, MB, GB, TB, KiB, MiB, GiB, TiB)
+    """
+    stripped = text.strip()
+    number, unit = stripped, "b"
+    for suffix in sorted(BYTE_UNITS, key=len, reverse=True):
+        if stripped.lower().endswith(suffix) and stripped[:-len(suffix)].strip():
+            number, unit = stripped[:-len(suffix)].strip(), suffix
+            break
+    try:
+        value = float(number) * BYTE_UNITS[unit]
+    except ValueError:
+        raise UsageError(f"{flag}: {text!r} is not a size (give bytes, or a unit: B, KB, MB, GB, TB, KiB, MiB, "
+                         "GiB, TiB)") from None
+    if not value > 0 or value == float("inf"):
+        raise UsageError(f"{flag} must be a positive size, got {text!r}")
+    return value
 
 
 def _parameter_server(args: argparse.Namespace) -> ParameterServer:
@@ -202,6 +264,9 @@ def _print_result(result: Result, profile: Profile) -> None:
         print(f"  reduce-scatter {result.plan.reduce_scatter.num_messages}, all-gather "
               f"{result.plan.all_gather.num_messages} (use --json for all)")
         return
+    if isinstance(result.plan, ShardedPlan):
+        _print_units(result.plan, timeline, profile)
+        return
     for k, message in enumerate(result.plan.messages[:20]):
         tensors = message.tensors
         names = ", ".join(profile.names[i] for i in tensors[:4])
@@ -210,6 +275,19 @@ def _print_result(result: Result, profile: Profile) -> None:
         print(f"  {k:>4}  {message.nbytes:>12d} B  [{names}]")
     if result.num_messages > 20:
         print(f"  ... {result.num_messages - 20} more messages (use --json for all)")
+
+
+def _print_units(plan: ShardedPlan, timeline: Any, profile: Profile) -> None:
+    print(f"peak memory     {timeline.peak_memory / 2**20:.3f} MiB of unsharded parameters and gradients")
+    print(f"prefetch        {plan.forward_prefetch} unit(s) ahead in the forward, {plan.backward_prefetch} in the backward")
+    sizes = plan.unit_bytes(profile).tolist()
+    for j, tensors in enumerate(plan.units()[:20]):
+        label = plan.names[j] if plan.names is not None else f"{profile.names[tensors[0]]} .. {profile.names[tensors[-1]]}"
+        root = plan.root and j in (0, plan.num_units - 1)
+        kept = "root" if root else ("resharded" if plan.reshard[j] else "kept")
+        print(f"  {j:>4}  {sizes[j]:>12d} B  {kept:<9}  {len(tensors)} tensor(s)  [{label}]")
+    if plan.num_units > 20:
+        print(f"  ... {plan.num_units - 20} more units (use --json for all)")
 
 
 def _read_profile(path: str) -> Profile:
@@ -312,7 +390,10 @@ def _read_problem_and_plan(args: argparse.Namespace) -> tuple[Profile, Problem, 
     """The profile, problem and validated plan named by ``args`` (errors name the plan file)."""
     profile = _read_profile(args.profile)
     problem = _problem(profile, args)
-    plan = DecoupledPlan.read(args.plan) if problem.decoupled is not None else Plan.read(args.plan)
+    if problem.fully_sharded is not None:
+        plan = ShardedPlan.read(args.plan)
+    else:
+        plan = DecoupledPlan.read(args.plan) if problem.decoupled is not None else Plan.read(args.plan)
     try:
         plan.validate(profile)
     except ValueError as exc:
@@ -335,10 +416,16 @@ def _cmd_simulate(args: argparse.Namespace) -> None:
                                   timeline.message_bytes)
         ],
     }
+    if timeline.peak_memory is not None:
+        document["peak_memory"] = timeline.peak_memory
+        for k, (kind, unit) in enumerate(zip(timeline.message_kind.tolist(), timeline.message_unit.tolist())):
+            document["messages"][k].update(kind=("reduce-scatter", "all-gather")[kind], unit=unit)
     if args.json:
         print(json.dumps(document, indent=1))
         return
     print(f"iteration time  {1e3 * timeline.iteration_time:.6f} ms")
+    if timeline.peak_memory is not None:
+        print(f"peak memory     {timeline.peak_memory / 2**20:.3f} MiB of unsharded parameters and gradients")
     print(f"compute         {1e3 * timeline.compute_time:.6f} ms")
     print(f"exposed         {1e3 * timeline.exposed:.6f} ms")
     print(f"messages        {timeline.num_messages}")
@@ -392,6 +479,10 @@ def _cmd_compare(args: argparse.Namespace) -> None:
         after = ", updates after the gathers" if halves.update_after_gather else ""
         print(f"network   reduce-scatter {halves.reduce_scatter!r}, all-gather {halves.all_gather!r}, "
               f"sync {problem.sync}{after}")
+    elif problem.fully_sharded is not None:
+        halves = problem.fully_sharded
+        cap = "no memory cap" if halves.memory_cap is None else f"memory cap {halves.memory_cap / 2**20:.1f} MiB"
+        print(f"network   reduce-scatter {halves.reduce_scatter!r}, all-gather {halves.all_gather!r}, {cap}")
     else:
         extras = "".join(f", {name} {getattr(problem, name)}" for name in problem.extensions)
         print(f"network   {problem.cost!r}, sync {problem.sync}{extras}")
@@ -399,11 +490,19 @@ def _cmd_compare(args: argparse.Namespace) -> None:
     print(format_table(rows))
     print()
     print("gap to bound: to the best lower bound for the plans each method searches (for the fusion")
-    print("methods, ps-dp, decoupled-dp and decoupled-brute, their own plan space; for the others, any plan);")
+    print("methods, ps-dp, decoupled-dp, decoupled-brute and sharded-brute, their own plan space; for the others, any plan);")
     print("OPTIMAL: gap 0.")
 
 
 def _cmd_advise(args: argparse.Namespace) -> None:
+    if args.pattern == "fsdp":
+        _advise_fsdp(args)
+        return
+    if args.pattern == "zero2":
+        _advise_zero2(args)
+        return
+    if args.memory_cap is not None or args.atoms != "block":
+        raise UsageError(f"{'--memory-cap' if args.memory_cap is not None else '--atoms'} goes with --pattern fsdp")
     from fusionopt.solvers.advise import ddp_settings, horovod_settings
 
     problem, label = _problem_for_compare(args)
@@ -439,6 +538,69 @@ def _cmd_advise(args: argparse.Namespace) -> None:
     print(f"horovod   HOROVOD_FUSION_THRESHOLD={hvd.fusion_threshold_bytes} "
           f"HOROVOD_CYCLE_TIME={hvd.environment['HOROVOD_CYCLE_TIME']} ({hvd.backend}): "
           f"T = {1e3 * hvd.iteration_time:.3f} ms (defaults: {1e3 * hvd.default_iteration_time:.3f} ms)")
+
+
+def _advise_fsdp(args: argparse.Namespace) -> None:
+    """FSDP2's calls for the best plan FSDP2 can build, and DeepSpeed ZeRO-3's sizes."""
+    if args.method != "dp":
+        raise UsageError("--method picks an all-reduce plan; --pattern fsdp plans with sharded-opt "
+                         "(FSDP2's least prefetch depths, whole modules)")
+    args.fully_sharded = True
+    problem, label = _problem_for_compare(args)
+    root = True if fsdp2_plan(problem.profile).root else None
+    found = solve(problem, "sharded-opt", atoms=args.atoms, min_forward_prefetch=FSDP2_MIN_FORWARD_PREFETCH,
+                  min_backward_prefetch=FSDP2_MIN_BACKWARD_PREFETCH, root=root)
+    fsdp = fsdp2_settings(problem, found.plan)
+    default = solve(problem, "fsdp2")
+    deepspeed = zero3_settings(problem)
+    if args.json:
+        print(json.dumps({"fsdp2": {**fsdp.to_dict(), "default_iteration_time": default.iteration_time,
+                                    "default_peak_memory": default.timeline.peak_memory,
+                                    "lower_bound": found.lower_bound},
+                          "zero3": deepspeed.to_dict()}, indent=1))
+        return
+    cap = problem.fully_sharded.memory_cap
+    print(f"workload  {label}: {problem.profile.n} tensors, {problem.profile.total_bytes / 2**20:.1f} MiB")
+    print(f"memory    {'no cap' if cap is None else f'cap {cap / 2**20:.1f} MiB'} on unsharded parameters and gradients")
+    over = "" if default.status != Status.INFEASIBLE else ", over the cap"
+    print(f"fsdp2     defaults (fully_shard per block, then the model): T = {1e3 * default.iteration_time:.3f} ms, "
+          f"peak {default.timeline.peak_memory / 2**20:.1f} MiB{over}")
+    print(f"          advised ({len(fsdp.units)} fully_shard calls): T = {1e3 * fsdp.iteration_time:.3f} ms, peak "
+          f"{fsdp.peak_memory / 2**20:.1f} MiB (bound {1e3 * found.lower_bound:.3f} ms)")
+    for line in fsdp.code().splitlines():
+        print(f"            {line}")
+    _print_grid("deepspeed", "ZeRO-3 (zero_optimization)", deepspeed)
+
+
+def _advise_zero2(args: argparse.Namespace) -> None:
+    """DeepSpeed ZeRO-2's and Megatron-LM's bucket sizes on the decoupled all-reduce."""
+    if args.memory_cap is not None or args.atoms != "block":
+        raise UsageError(f"{'--memory-cap' if args.memory_cap is not None else '--atoms'} goes with --pattern fsdp")
+    args.decoupled = True
+    problem, label = _problem_for_compare(args)
+    zero2, megatron = zero2_settings(problem, data_parallel_size=args.workers)
+    if args.json:
+        print(json.dumps({"zero2": None if zero2 is None else zero2.to_dict(), "megatron": megatron.to_dict()},
+                         indent=1))
+        return
+    print(f"workload  {label}: {problem.profile.n} tensors, {problem.profile.total_bytes / 2**20:.1f} MiB, "
+          f"sync {problem.sync}")
+    if zero2 is None:
+        print("deepspeed ZeRO-2 gathers in its step (sync barrier only): not judged under layerwise sync")
+    else:
+        _print_grid("deepspeed", "ZeRO-2 (zero_optimization)", zero2)
+    _print_grid("megatron", "DistributedDataParallelConfig", megatron)
+    print("(peak memory: the decoupled all-reduce keeps every parameter whole; it is not modelled)")
+
+
+def _print_grid(label: str, where: str, setting: Any) -> None:
+    shown = ", ".join(f"{key}={value:g}" if isinstance(value, (int, float)) else f"{key}={value}"
+                      for key, value in setting.options.items())
+    memory = "" if setting.peak_memory is None else f", peak {setting.peak_memory / 2**20:.1f} MiB"
+    default_memory = "" if setting.default_peak_memory is None else f", peak {setting.default_peak_memory / 2**20:.1f} MiB"
+    over = "" if setting.default_feasible else ", over the cap"
+    print(f"{label:<9} {where}: {shown}: T = {1e3 * setting.iteration_time:.3f} ms{memory} "
+          f"(defaults: {1e3 * setting.default_iteration_time:.3f} ms{default_memory}{over}; {setting.tried} tried)")
 
 
 def _cmd_zoo(args: argparse.Namespace) -> None:
@@ -893,7 +1055,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_cost_arguments(p)
     p.set_defaults(run=_cmd_compare)
 
-    p = commands.add_parser("advise", help="DDP and Horovod settings closest to a method's plan")
+    p = commands.add_parser("advise", help="framework settings: DDP and Horovod closest to a method's plan; "
+                                           "ZeRO-2 and Megatron, or FSDP2 and ZeRO-3 (--pattern)")
     p.add_argument("--model", help=f"a zoo model: {', '.join(zoo.models())}")
     p.add_argument("--profile", metavar="PROFILE.json|.csv", help="a profile instead of a zoo model")
     p.add_argument("--device", help=f"device for the zoo estimate: {', '.join(zoo.devices())} (default h100)")
@@ -901,6 +1064,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--method", default="dp", help="the method whose plan to follow (default dp)")
     p.add_argument("--horovod-backend", default="nccl", choices=("nccl", "gloo", "mpi"),
                    help="judge Horovod settings under GPU (nccl, default) or CPU (gloo, mpi) behaviour")
+    p.add_argument("--pattern", default="allreduce", choices=("allreduce", "zero2", "fsdp"),
+                   help="allreduce (DDP, Horovod; default), zero2 (DeepSpeed ZeRO-2 and Megatron-LM bucket sizes) "
+                        "or fsdp (FSDP2 calls and DeepSpeed ZeRO-3 sizes, with --memory-cap)")
+    p.add_argument("--atoms", default="block", choices=("block", "module"),
+                   help="with --pattern fsdp: what a fully_shard call may wrap: whole blocks (default) or any "
+                        "run of modules")
     p.add_argument("--json", action="store_true", help="print the settings as JSON")
     _add_cost_arguments(p)
     p.set_defaults(run=_cmd_advise)
@@ -961,9 +1130,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         with warnings.catch_warnings():
             warnings.showwarning = _show_warning
             args = build_parser().parse_args(argv)
-            if getattr(args, "decoupled", False) and args.run not in (_cmd_solve, _cmd_simulate, _cmd_compare):
-                raise UsageError("--decoupled is taken by solve, simulate and compare; this command plans or "
-                                 "runs all-reduce problems only")
+            for flag in ("decoupled", "fully_sharded"):
+                if getattr(args, flag, False) and args.run not in (_cmd_solve, _cmd_simulate, _cmd_compare):
+                    raise UsageError(f"--{flag.replace('_', '-')} is taken by solve, simulate and compare; this command "
+                                     "plans or runs all-reduce problems only")
             args.run(args)
     except SystemExit as exc:  # --help
         return exc.code if isinstance(exc.code, int) else 0

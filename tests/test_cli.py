@@ -107,7 +107,8 @@ def test_methods_lists_every_method_with_its_description(capsys):
     assert [h.split(" methods:")[0] for h in headings] == ["framework baseline", "paper", "search", "exact"]
     exact = out.split("exact methods:")[1].split("\n", 1)[1]
     assert {line.split()[0] for line in exact.splitlines() if line.strip()} == {
-        "dp", "brute", "cpsat", "milp", "ps-brute", "ps-dp", "ps-cpsat", "decoupled-brute", "decoupled-dp"}
+        "dp", "brute", "cpsat", "milp", "ps-brute", "ps-dp", "ps-cpsat", "decoupled-brute", "decoupled-dp",
+        "sharded-brute"}
 
 
 # ---------------------------------------------------------------------- solve
@@ -829,3 +830,55 @@ def test_decoupled_options_are_never_ignored(capsys, profile_path):
         capsys, "solve", profile_path, "--alpha", "0.001", "--beta", "1e-9", "--decoupled", "--ps-delta", "0.5")
     assert "--decoupled is taken by solve, simulate and compare" in run_error(
         capsys, "advise", "--model", "resnet18", "--network", "10gbe", "--workers", "8", "--decoupled")
+
+
+def test_fully_sharded_problems_from_the_command_line(capsys, tmp_path, profile_path):
+    # MODEL.md section 5's profile, each collective 1 ms + 1 ns/B: brute force keeps a unit per
+    # tensor whole (22 ms, 11 MB at the peak); a 10 MB cap makes it reshard the middle unit (27 ms).
+    cost = ["--alpha", "0.001", "--beta", "1e-9", "--fully-sharded"]
+    doc = run_json(capsys, "solve", profile_path, *cost, "--method", "sharded-brute", "--json")
+    assert doc["iteration_time"] == pytest.approx(0.022, rel=1e-12) and doc["status"] == "OPTIMAL"
+    assert doc["plan"]["schema"] == "fusionopt.shardedplan" and doc["plan"]["bounds"] == [0, 1, 2, 3]
+    capped = run_json(capsys, "solve", profile_path, *cost, "--memory-cap", "10MB", "--method", "sharded-brute",
+                      "--json")
+    assert capped["iteration_time"] == pytest.approx(0.027, rel=1e-12) and capped["plan"]["reshard"] == [False, True, False]
+    plan = tmp_path / "plan.json"
+    assert run(capsys, "solve", profile_path, *cost, "--method", "sharded-wfbp", "--output", plan)[0] == 0
+    again = run_json(capsys, "simulate", profile_path, "--plan", plan, *cost, "--json")
+    assert len(again["messages"]) == 9 and again["messages"][0]["kind"] == "all-gather"
+    assert again["peak_memory"] == simulate_peak(plan)
+    status, out, _ = run(capsys, "compare", "--profile", profile_path, *cost, "--memory-cap", "10MB")
+    assert status == 0 and "peak (MiB)" in out and "memory cap 9.5 MiB" in out
+    assert "goes with --fully-sharded" in run_error(capsys, "solve", profile_path, "--alpha", "0.001", "--beta", "1e-9",
+                                                    "--memory-cap", "1GB")
+    assert "--memory-cap: '8 parsecs' is not a size" in run_error(capsys, "solve", profile_path, *cost,
+                                                                   "--memory-cap", "8 parsecs")
+    assert "--fully-sharded and --decoupled are two patterns" in run_error(capsys, "solve", profile_path, *cost,
+                                                                             "--decoupled")
+    assert "--sync does not apply to --fully-sharded" in run_error(capsys, "solve", profile_path, *cost,
+                                                                    "--sync", "layerwise")
+    assert "fits the memory cap of 7e+06 B; the least peak found is 8e+06 B" in run_error(
+        capsys, "solve", profile_path, *cost, "--memory-cap", "7e6", "--method", "sharded-brute")
+
+
+def simulate_peak(plan_path):
+    problem = fusionopt.Problem(example_profile(), fully_sharded=fusionopt.model.FullySharded(
+        fusionopt.cost.AlphaBeta(1e-3, 1e-9), fusionopt.cost.AlphaBeta(1e-3, 1e-9)))
+    return fusionopt.simulate(problem, fusionopt.model.ShardedPlan.read(plan_path)).peak_memory
+
+
+def test_advise_sharded_patterns(capsys):
+    gpt2 = ["--model", "gpt2", "--batch", "8", "--network", "100gb-ib", "--workers", "64"]
+    doc = run_json(capsys, "advise", *gpt2, "--pattern", "fsdp", "--memory-cap", "400MiB", "--json")
+    fsdp = doc["fsdp2"]
+    assert fsdp["units"][-1] == [""] and fsdp["peak_memory"] <= 400 * 2**20
+    assert fsdp["iteration_time"] <= fsdp["default_iteration_time"] and fsdp["lower_bound"] <= fsdp["iteration_time"]
+    assert doc["zero3"]["peak_memory"] <= 400 * 2**20 and doc["zero3"]["tried"] == 90
+    assert doc["zero3"]["iteration_time"] <= doc["zero3"]["default_iteration_time"] or not doc["zero3"]["default_feasible"]
+    doc = run_json(capsys, "advise", *gpt2, "--pattern", "zero2", "--json")
+    assert doc["megatron"]["options"]["data_parallel_size"] == 64
+    assert doc["megatron"]["iteration_time"] <= doc["megatron"]["default_iteration_time"]
+    assert doc["zero2"]["options"] == {"reduce_bucket_size": 500_000_000}
+    assert "--memory-cap goes with --pattern fsdp" in run_error(capsys, "advise", *gpt2, "--memory-cap", "1GB")
+    assert "--fully-sharded is taken by solve, simulate and compare" in run_error(capsys, "advise", *gpt2,
+                                                                                  "--fully-sharded")

@@ -66,9 +66,7 @@ def _rank(rank: int, ranks: int, port: int, folder: str, model: str, batch: int,
     from torch.profiler import ProfilerActivity, profile, tensorboard_trace_handler
     from torch.profiler import schedule as make_schedule
 
-    torch.set_num_threads(threads)
-    os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", str(port)
-    dist.init_process_group("gloo", rank=rank, world_size=ranks)
+    join_gloo(rank, ranks, port, threads)
     try:
         torch.manual_seed(seed)
         net = small_model(model)
@@ -91,6 +89,17 @@ def _rank(rank: int, ranks: int, port: int, folder: str, model: str, batch: int,
                     prof.step()
     finally:
         dist.destroy_process_group()
+
+
+def join_gloo(rank: int, ranks: int, port: int, threads: int) -> None:
+    """Join a ``ranks``-process gloo group as ``rank``, its rendezvous on 127.0.0.1:``port``,
+    with ``threads`` intra-op threads (each spawned rank of a job on one host)."""
+    torch = require_torch()
+    import torch.distributed as dist
+
+    torch.set_num_threads(threads)
+    os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", str(port)
+    dist.init_process_group("gloo", rank=rank, world_size=ranks)
 
 
 def free_port() -> int:

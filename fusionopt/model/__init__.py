@@ -11,10 +11,11 @@ from fusionopt.model.plan import Chunk, Message, Plan
 from fusionopt.model.problem import Problem
 from fusionopt.model.profile import Profile
 from fusionopt.model.ps import ParameterServer, PSPlan
+from fusionopt.model.sharded import FullySharded, ShardedPlan
 from fusionopt.model.timeline import ComputePiece, Timeline
 from fusionopt.model.simulator import compute_pieces, simulate
 
 __all__ = [
-    "AlphaBeta", "Chunk", "CommCost", "ComputePiece", "Decoupled", "DecoupledPlan", "Message", "PSPlan", "ParameterServer", "Plan", "Problem",
-    "Profile", "Timeline", "best_bound", "compute_pieces", "evaluate_cuts", "fusion_iteration_time", "simulate",
+    "AlphaBeta", "Chunk", "CommCost", "ComputePiece", "Decoupled", "DecoupledPlan", "FullySharded", "Message", "PSPlan", "ParameterServer", "Plan", "Problem",
+    "Profile", "ShardedPlan", "Timeline", "best_bound", "compute_pieces", "evaluate_cuts", "fusion_iteration_time", "simulate",
 ]

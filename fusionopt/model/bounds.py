@@ -9,6 +9,7 @@ order, backward order). :func:`best_bound` is what every ``Result`` carries;
 
 from __future__ import annotations
 
+import math
 import weakref
 
 import numpy as np
@@ -18,6 +19,7 @@ from fusionopt.model.decoupled_timing import require_decoupled
 from fusionopt.model.fusion_dp import optimal_fusion
 from fusionopt.model.problem import Problem
 from fusionopt.model.ps_timing import require_ps
+from fusionopt.model.sharded_timing import require_sharded
 
 SPACES = ("any", "fusion")
 _FUSION_OPTIMA: "weakref.WeakKeyDictionary[Problem, float]" = weakref.WeakKeyDictionary()
@@ -351,3 +353,70 @@ def _both_ways(problem: Problem) -> float:
     profile, halves = problem.profile, problem.decoupled
     return (float(profile.ready_times.min()) + least_channel_time(halves.reduce_scatter, profile.total_bytes)
             + least_channel_time(halves.all_gather, profile.total_bytes))
+
+
+def sharded_lower_bound(problem: Problem) -> float:
+    """A lower bound on ``T`` for every plan of a fully sharded problem (MODEL.md section
+    8.2), whatever its units, reshard flags, prefetch depths and root, in seconds: the
+    largest of
+
+    * the compute, ``F + B + U + W``;
+    * ``ag(s_0) + F + B + rs(s_0) + U + W``: the unit holding tensor 0 is gathered before
+      the first forward and reduce-scattered after the last backward, each in one message
+      of at least ``s_0`` bytes (``c`` is non-decreasing);
+    * ``ag(s_0) + F + rs(all bytes) + U + W``: every reduce-scatter is issued after the
+      forward, and they carry every byte;
+    * ``ag(all bytes) + rs(all bytes) + U + W``: the channel carries every byte both ways
+      (:func:`least_channel_time`) before the optimiser.
+
+    With a memory cap ``M`` and affine costs, every collective that takes time holds at most
+    ``M`` bytes (they are whole while it runs), and when every tensor's backward takes time,
+    every all-gather at most ``M / 2`` (its unit's parameters and gradients are whole
+    together during the unit's backward): at least ``ceil(2 N / M)`` (else ``ceil(N / M)``)
+    all-gathers and ``ceil(N / M)`` reduce-scatters of ``N`` bytes each way, and the channel
+    needs their startups and ``(beta_AG + beta_RS) N`` before the optimiser. :func:`sharded_memory_floor` says when no plan fits the cap.
+
+    >>> from fusionopt.model.cost import AlphaBeta
+    >>> from fusionopt.model.profile import Profile
+    >>> from fusionopt.model.sharded import FullySharded
+    >>> profile = Profile.from_arrays([4e6, 1e6, 2e6], [1e-3] * 3, [3e-3, 2e-3, 1e-3])
+    >>> half = AlphaBeta(1e-3, 1e-9)
+    >>> round(sharded_lower_bound(Problem(profile, fully_sharded=FullySharded(half, half))) * 1e3, 9)   # 5 + 3 + 6 + 5
+    19.0
+    """
+    require_sharded(problem, "sharded_lower_bound")
+    profile, halves = problem.profile, problem.fully_sharded
+    first = float(profile.sizes[0])
+    ag_first = float(halves.all_gather(first))
+    rs_first = float(halves.reduce_scatter(first))
+    total = profile.total_bytes
+    after = profile.U + profile.update_lump + profile.host_overhead
+    capped = 0.0
+    if halves.memory_cap is not None and halves.all_gather.affine is not None and halves.reduce_scatter.affine is not None:
+        share = 2 if bool((profile.backward > 0).all()) else 1
+        gathers, scatters = math.ceil(share * total / halves.memory_cap), math.ceil(total / halves.memory_cap)
+        (a_ag, b_ag), (a_rs, b_rs) = halves.all_gather.affine, halves.reduce_scatter.affine
+        capped = gathers * a_ag + scatters * a_rs + (b_ag + b_rs) * total + after
+    return max(
+        profile.compute_time,
+        ag_first + profile.F + profile.B + rs_first + after,
+        ag_first + profile.F + least_channel_time(halves.reduce_scatter, total) + after,
+        least_channel_time(halves.all_gather, total) + least_channel_time(halves.reduce_scatter, total) + after,
+        capped,
+    )
+
+
+def sharded_memory_floor(problem: Problem) -> int:
+    """The least peak memory of any plan of a fully sharded problem can be no less than this,
+    in bytes: twice the largest tensor (its unit's parameters and gradients are whole
+    together when the unit's backward starts). A cap below it admits no plan.
+
+    >>> from fusionopt.model.cost import AlphaBeta
+    >>> from fusionopt.model.profile import Profile
+    >>> from fusionopt.model.sharded import FullySharded
+    >>> profile = Profile.from_arrays([4e6, 1e6, 2e6], [1e-3] * 3, [3e-3, 2e-3, 1e-3])
+    >>> sharded_memory_floor(Problem(profile, fully_sharded=FullySharded(AlphaBeta(0, 1e-9), AlphaBeta(0, 1e-9))))
+    8000000
+    """
+    require_sharded(problem, "sharded_memory_floor")
+    return 2 * int(problem.profile.sizes.max())

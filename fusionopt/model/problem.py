@@ -11,6 +11,7 @@ from fusionopt.model.cost import CommCost
 from fusionopt.model.decoupled import Decoupled
 from fusionopt.model.profile import Profile
 from fusionopt.model.ps import ParameterServer
+from fusionopt.model.sharded import FullySharded
 
 SYNC_MODES = ("barrier", "layerwise")
 COPY_PLACES = ("channel", "compute")
@@ -76,6 +77,14 @@ class Problem:
         ``cost`` defaults to the all-reduce the two halves make. It does not combine with the
         other extensions, nor with a profile's ``update_lump`` or ``post_backward`` (the
         sharded update is per tensor).
+    fully_sharded : FullySharded, optional
+        Fully sharded data parallelism instead (FSDP, ZeRO-3; MODEL.md section 8.2,
+        :mod:`fusionopt.model.sharded`): parameters all-gathered per unit before its forward
+        and its backward, gradients reduce-scattered per unit, an optional memory cap. Plans
+        are then :class:`~fusionopt.model.sharded.ShardedPlan` s. The step has its own order
+        (forward, backward, optimiser), so ``sync`` stays ``"barrier"``; ``cost`` defaults to
+        the all-reduce the two collectives make. It does not combine with the other
+        extensions, nor with a profile's ``post_backward`` (DDP's copies into ``.grad``).
 
     Examples
     --------
@@ -101,6 +110,7 @@ class Problem:
     channels: int = 1
     ps: ParameterServer | None = None
     decoupled: Decoupled | None = None
+    fully_sharded: FullySharded | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.profile, Profile):
@@ -119,6 +129,16 @@ class Problem:
                 raise ValueError("a decoupled problem is priced by its reduce-scatter and all-gather costs: "
                                  "leave cost out (it is the all-reduce they make)")
             object.__setattr__(self, "cost", self.decoupled.all_reduce)
+        if self.fully_sharded is not None:
+            if not isinstance(self.fully_sharded, FullySharded):
+                raise ValueError(f"fully_sharded must be a FullySharded, got {type(self.fully_sharded).__name__}")
+            for other in ("ps", "decoupled"):
+                if getattr(self, other) is not None:
+                    raise ValueError(f"fully_sharded does not combine with {other}; leave one of them out")
+            if self.cost is not None:
+                raise ValueError("a fully sharded problem is priced by its reduce-scatter and all-gather costs: "
+                                 "leave cost out (it is the all-reduce they make)")
+            object.__setattr__(self, "cost", self.fully_sharded.all_reduce)
         if not isinstance(self.cost, CommCost):
             raise ValueError(f"cost must be a CommCost (e.g. AlphaBeta), got {type(self.cost).__name__}")
         if self.sync not in SYNC_MODES:
@@ -148,6 +168,28 @@ class Problem:
             self._check_ps()
         if self.decoupled is not None:
             self._check_decoupled()
+        if self.fully_sharded is not None:
+            self._check_sharded()
+
+    def _check_sharded(self) -> None:
+        if self.sync != "barrier":
+            raise ValueError(f"a fully sharded step has its own order (MODEL.md section 8.2: forward, backward, "
+                             f"optimiser), so sync does not apply; leave it at 'barrier', not {self.sync!r}")
+        others = {"copy_cost": self.copy_cost != 0.0, "contention": self.contention != 1.0,
+                  "channels": self.channels != 1}
+        for name, on in others.items():
+            if on:
+                raise ValueError(f"fully_sharded does not combine with {name} "
+                                 f"({name}={getattr(self, name)!r}); leave one of them out")
+        if self.profile.post_backward:
+            raise ValueError(
+                f"profile {self.profile.name or 'without a name'!r} has post_backward time (DDP's copies of the "
+                "reduced buckets), which a fully sharded step does not run: use Profile.with_step_parts(post_backward=0)")
+        for half in ("reduce_scatter", "all_gather"):
+            try:
+                check_cost(getattr(self.fully_sharded, half), self.profile)
+            except ValueError as exc:
+                raise ValueError(f"{half} cost: {exc}") from None
 
     def _check_decoupled(self) -> None:
         others = {"ps": self.ps is not None, "copy_cost": self.copy_cost != 0.0, "contention": self.contention != 1.0,
@@ -199,14 +241,19 @@ class Problem:
             on.append("ps")
         if self.decoupled is not None:
             on.append("decoupled")
+        if self.fully_sharded is not None:
+            on.append("fully_sharded")
         return tuple(on)
 
     @property
     def pattern(self) -> str:
         """The communication pattern: ``"all-reduce"``, ``"ps"`` (a parameter server) or
-        ``"decoupled"`` (reduce-scatter and all-gather, MODEL.md section 8.1)."""
+        ``"decoupled"`` (reduce-scatter and all-gather, MODEL.md section 8.1) or
+        ``"fully-sharded"`` (MODEL.md section 8.2)."""
         if self.ps is not None:
             return "ps"
+        if self.fully_sharded is not None:
+            return "fully-sharded"
         return "decoupled" if self.decoupled is not None else "all-reduce"
 
     def plain(self) -> "Problem":
@@ -233,7 +280,7 @@ class Problem:
 
     def __repr__(self) -> str:
         extras = "".join(f", {name}={getattr(self, name)!r}" for name in ("copy_cost", "copy_on", "contention", "channels", "ps",
-                                                                          "decoupled")
+                                                                          "decoupled", "fully_sharded")
                          if getattr(self, name) != getattr(Problem, name))
         return f"Problem({self.profile!r}, {self.cost!r}, sync={self.sync!r}{extras})"
 

@@ -19,6 +19,8 @@ from fusionopt.model.plan import Plan
 from fusionopt.model.problem import Problem
 from fusionopt.model.ps import PSPlan
 from fusionopt.model.ps_timing import simulate_ps
+from fusionopt.model.sharded import ShardedPlan
+from fusionopt.model.sharded_timing import simulate_sharded
 from fusionopt.model.sync import barrier_forward, layerwise_forward
 from fusionopt.model.timeline import ComputePiece, Timeline, build_timeline, reduction_times
 
@@ -74,6 +76,9 @@ def compute_pieces(problem: Problem, plan: Plan | PSPlan, *, validate: bool = Tr
     forward 2 16.0 17.0
     """
     pieces: list[ComputePiece] = []
+    if problem.fully_sharded is not None or isinstance(plan, ShardedPlan):
+        simulate_sharded(problem, plan, validate=validate, pieces=pieces)
+        return pieces
     if problem.decoupled is not None or isinstance(plan, DecoupledPlan):
         simulate_decoupled(problem, plan, validate=validate, pieces=pieces)
         return pieces
@@ -86,7 +91,7 @@ def compute_pieces(problem: Problem, plan: Plan | PSPlan, *, validate: bool = Tr
     return pieces
 
 
-def simulate(problem: Problem, plan: Plan | PSPlan | DecoupledPlan, *, validate: bool = True) -> Timeline:
+def simulate(problem: Problem, plan: Plan | PSPlan | DecoupledPlan | ShardedPlan, *, validate: bool = True) -> Timeline:
     """Simulate ``plan`` on ``problem`` (MODEL.md sections 3 and 4).
 
     Messages run one at a time in plan order: ``start_k = max(R_k, Q_k, end_{k-1})``,
@@ -99,7 +104,9 @@ def simulate(problem: Problem, plan: Plan | PSPlan | DecoupledPlan, *, validate:
     :class:`~fusionopt.model.ps.PSPlan` and is simulated by
     :func:`~fusionopt.model.ps_timing.simulate_ps`; a decoupled all-reduce
     (``problem.decoupled``) takes a :class:`~fusionopt.model.decoupled.DecoupledPlan` and is
-    simulated by :func:`~fusionopt.model.decoupled_timing.simulate_decoupled`.
+    simulated by :func:`~fusionopt.model.decoupled_timing.simulate_decoupled`; a fully sharded
+    problem (``problem.fully_sharded``) takes a :class:`~fusionopt.model.sharded.ShardedPlan`
+    and is simulated by :func:`~fusionopt.model.sharded_timing.simulate_sharded`.
 
     Parameters
     ----------
@@ -120,6 +127,8 @@ def simulate(problem: Problem, plan: Plan | PSPlan | DecoupledPlan, *, validate:
     >>> (t.message_end * 1e3).round(9).tolist()
     [6.0, 14.0]
     """
+    if problem.fully_sharded is not None or isinstance(plan, ShardedPlan):
+        return simulate_sharded(problem, plan, validate=validate)
     if problem.decoupled is not None or isinstance(plan, DecoupledPlan):
         return simulate_decoupled(problem, plan, validate=validate)
     if problem.ps is not None or not isinstance(plan, Plan):

@@ -62,6 +62,19 @@ class Timeline:
         ``v_i``: when tensor ``i``'s sharded update ends.
     gathered : ndarray
         ``A_i``: when tensor ``i``'s last all-gather ends.
+
+    Fully sharded (``problem.fully_sharded``,
+    :func:`~fusionopt.model.sharded_timing.simulate_sharded`): times from the start of the
+    step's forward; ``message_*`` hold every collective in issue order with
+    ``message_ready`` its issue time and ``message_kind`` as above, ``gathered`` the end of
+    each tensor's forward all-gather, ``reduced`` of its reduce-scatter, and:
+
+    message_unit : ndarray of int64
+        The unit each collective carries.
+    peak_memory : int
+        ``M_peak``: the most bytes of unsharded parameters and gradients whole at once.
+    memory_time, memory_bytes : ndarray
+        The bytes whole from ``memory_time[k]`` until ``memory_time[k + 1]`` (seconds, bytes).
     """
 
     sync: str
@@ -82,6 +95,10 @@ class Timeline:
     message_kind: np.ndarray | None = None
     updated: np.ndarray | None = None
     gathered: np.ndarray | None = None
+    message_unit: np.ndarray | None = None
+    peak_memory: int | None = None
+    memory_time: np.ndarray | None = None
+    memory_bytes: np.ndarray | None = None
 
     @property
     def exposed(self) -> float:

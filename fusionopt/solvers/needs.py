@@ -16,7 +16,8 @@ from typing import Any, Callable, TypeVar
 from fusionopt.model.problem import Problem
 
 F = TypeVar("F", bound=Callable)
-PATTERN_WORDS = {"all-reduce": "all-reduce", "ps": "parameter server", "decoupled": "decoupled all-reduce"}
+PATTERN_WORDS = {"all-reduce": "all-reduce", "ps": "parameter server", "decoupled": "decoupled all-reduce",
+                 "fully-sharded": "fully sharded"}
 
 
 @dataclass(frozen=True)
@@ -25,7 +26,8 @@ class Needs:
     ``layerwise``: ``sync="layerwise"`` only (a partition scheduler that lets the next forward
     start tensor by tensor); ``barrier``: ``sync="barrier"`` only; ``pattern``: the problems'
     communication pattern (:attr:`fusionopt.model.problem.Problem.pattern`): ``"all-reduce"``,
-    ``"ps"`` (a parameter server) or ``"decoupled"`` (MODEL.md section 8.1).
+    ``"ps"`` (a parameter server), ``"decoupled"`` (MODEL.md section 8.1) or
+    ``"fully-sharded"`` (section 8.2).
     ``max_tensors``: the most tensors it takes (``max_tensors_channels`` with several
     channels, where it is smaller), ``size_reason`` why, and ``plain_alternative`` the method
     to use instead on a larger problem of the plain model.
@@ -37,7 +39,7 @@ class Needs:
     >>> Needs(pattern="allreduce")
     Traceback (most recent call last):
     ...
-    ValueError: unknown pattern 'allreduce': choose one of all-reduce, ps, decoupled
+    ValueError: unknown pattern 'allreduce': choose one of all-reduce, ps, decoupled, fully-sharded
     """
 
     plain: bool = False
@@ -82,6 +84,13 @@ class Needs:
                 raise ValueError(f"{method} needs a parameter-server problem: Problem(profile, ps=ParameterServer(...))")
             if self.pattern == "decoupled":
                 raise ValueError(f"{method} needs a decoupled problem: Problem(profile, decoupled=Decoupled(...))")
+            if self.pattern == "fully-sharded":
+                raise ValueError(f"{method} needs a fully sharded problem: Problem(profile, fully_sharded=FullySharded(...))")
+            if problem.fully_sharded is not None:
+                words = PATTERN_WORDS[self.pattern]
+                article = "an" if words[0] in "aeiou" else "a"
+                raise ValueError(f"{method} is {article} {words} method and this problem is fully sharded "
+                                 "(fully_sharded=...): use a fully sharded method such as fsdp2")
             if problem.ps is not None:
                 raise ValueError(f"{method} is an all-reduce method and this problem has a parameter server "
                                  "(ps=...): use a parameter-server method such as ps-dp")

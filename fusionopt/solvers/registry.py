@@ -83,7 +83,7 @@ FAMILIES = {
 }
 """The method families, each with what its members have in common."""
 
-REFERENCE = {"all-reduce": "wfbp", "ps": "ps-default", "decoupled": "decoupled-wfbp"}
+REFERENCE = {"all-reduce": "wfbp", "ps": "ps-default", "decoupled": "decoupled-wfbp", "fully-sharded": "sharded-wfbp"}
 """The method :func:`compare` measures speedups against, for each pattern of problem."""
 
 
@@ -206,6 +206,25 @@ register("decoupled-dp", "fusionopt.solvers.decoupled:decoupled_dp",
          "decoupled all-reduce, exact over decoupled-brute's space: barrier sync, no update time, any n",
          family="exact", in_default_comparison=False)
 
+register("sharded-wfbp", "fusionopt.solvers.sharded:sharded_wfbp",
+         "fully sharded: a unit per tensor, resharded, prefetch one ahead each way (the unfused reference)",
+         family="framework baseline")
+register("fsdp2", "fusionopt.solvers.sharded:fsdp2",
+         "PyTorch FSDP2 (torch 2.13): fully_shard per block and on the root, blocks resharded, implicit prefetch",
+         family="framework baseline")
+register("sharded-opt", "fusionopt.solvers.sharded:sharded_opt",
+         "fully sharded: local search over units, reshard flags, prefetch depths and root under the memory cap",
+         family="search")
+register("sharded-brute", "fusionopt.solvers.sharded:sharded_brute",
+         "fully sharded, exact: every plan over at most 8 atoms (units, reshard flags, depths, root)",
+         family="exact", in_default_comparison=False)
+register("zero3", "fusionopt.solvers.zero3:zero3",
+         "DeepSpeed ZeRO-3 (0.19.6 defaults): 5e7-element prefetch buckets, 5e8-element reduce-scatter buckets",
+         family="framework baseline")
+register("inductor", "fusionopt.solvers.inductor:inductor",
+         "TorchInductor (torch 2.13) FSDP bucketing: FSDP2's collectives merged greedily under a bandwidth cap",
+         family="framework baseline")
+
 
 def methods() -> dict[str, str]:
     """Registered method names with a one-line description.
@@ -271,9 +290,10 @@ def solve(problem: Problem, method: str = "wfbp", **options: Any) -> Result:
         raise ValueError(f"problem must be a Problem, got {type(problem).__name__}")
     entry = get_method(method)
     if entry.pattern != problem.pattern:
-        kind = {"ps": "a parameter-server", "decoupled": "a decoupled all-reduce", "all-reduce": "an all-reduce"}
+        kind = {"ps": "a parameter-server", "decoupled": "a decoupled all-reduce", "all-reduce": "an all-reduce",
+                "fully-sharded": "a fully sharded"}
         has = {"ps": "a parameter server", "decoupled": "a decoupled all-reduce (decoupled=...)",
-               "all-reduce": "all-reduce (no ps)"}
+               "all-reduce": "all-reduce (no ps)", "fully-sharded": "full sharding (fully_sharded=...)"}
         others = ", ".join(n for n, m in _REGISTRY.items() if m.pattern == problem.pattern)
         raise ValueError(f"method {method!r} is {kind[entry.pattern]} method and this problem uses "
                          f"{has[problem.pattern]}; methods for it: {others}")
@@ -304,6 +324,7 @@ class ComparisonRow:
     status: str
     gap: float | None
     solve_seconds: float
+    peak_memory: int | None = None   # fully sharded: the most bytes whole at once (MODEL.md 8.2)
 
 
 def compare(problem: Problem, methods: Iterable[str] | None = None) -> list[ComparisonRow]:
@@ -354,6 +375,7 @@ def compare(problem: Problem, methods: Iterable[str] | None = None) -> list[Comp
             status=str(r.status),
             gap=r.gap,
             solve_seconds=r.solve_seconds,
+            peak_memory=None if r.timeline is None else r.timeline.peak_memory,
         ))
     return rows
 
@@ -366,15 +388,22 @@ def _speedup(reference: float, value: float) -> float:
 
 
 def format_table(rows: Iterable[ComparisonRow]) -> str:
-    """A plain-text table of comparison rows, times in milliseconds."""
+    """A plain-text table of comparison rows, times in milliseconds (and peak memory in MiB
+    when the rows have it: fully sharded problems)."""
+    rows = list(rows)
+    memory = any(r.peak_memory is not None for r in rows)
     header = ("method", "T (ms)", "speedup", "exposed (ms)", "messages", "gap to bound", "status")
+    if memory:
+        header = header[:5] + ("peak (MiB)",) + header[5:]
     lines = [header]
     for r in rows:
         gap = "-" if r.gap is None else f"{100 * r.gap:.2f}%"
-        lines.append((
-            r.method, f"{1e3 * r.iteration_time:.3f}", f"{r.speedup:.3f}x",
-            f"{1e3 * r.exposed:.3f}", str(r.messages), gap, r.status,
-        ))
+        cells = (r.method, f"{1e3 * r.iteration_time:.3f}", f"{r.speedup:.3f}x",
+                 f"{1e3 * r.exposed:.3f}", str(r.messages), gap, r.status)
+        if memory:
+            peak = "-" if r.peak_memory is None else f"{r.peak_memory / 2**20:.1f}"
+            cells = cells[:5] + (peak,) + cells[5:]
+        lines.append(cells)
     widths = [max(len(line[c]) for line in lines) for c in range(len(header))]
     out = []
     for k, line in enumerate(lines):

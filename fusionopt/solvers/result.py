@@ -8,11 +8,12 @@ from enum import Enum
 from types import MappingProxyType
 from typing import Any, Mapping
 
-from fusionopt.model.bounds import best_bound, decoupled_lower_bound, ps_lower_bound
+from fusionopt.model.bounds import best_bound, decoupled_lower_bound, ps_lower_bound, sharded_lower_bound
 from fusionopt.model.decoupled import DecoupledPlan
 from fusionopt.model.plan import Plan
 from fusionopt.model.problem import Problem
 from fusionopt.model.ps import PSPlan
+from fusionopt.model.sharded import ShardedPlan
 from fusionopt.model.timeline import Timeline
 from fusionopt.model.simulator import simulate
 
@@ -81,7 +82,7 @@ class Result:
 
 def finish(
     problem: Problem,
-    plan: Plan | PSPlan | DecoupledPlan,
+    plan: Plan | PSPlan | DecoupledPlan | ShardedPlan,
     method: str,
     started: float,
     *,
@@ -98,7 +99,11 @@ def finish(
     The model's bound is :func:`~fusionopt.model.bounds.best_bound` for the plans of
     ``space`` on an all-reduce problem, :func:`~fusionopt.model.bounds.ps_lower_bound` on a
     parameter-server problem and :func:`~fusionopt.model.bounds.decoupled_lower_bound` on a
-    decoupled all-reduce (``space`` does not apply to either). A plan of another kind (a
+    decoupled all-reduce, :func:`~fusionopt.model.bounds.sharded_lower_bound` on a fully
+    sharded problem (``space`` does not apply to these). On a fully sharded problem with a
+    memory cap, a plan whose peak memory exceeds the cap is returned with status
+    ``INFEASIBLE`` (what a framework's fixed setting would run out of memory on), no gap,
+    and its excess bytes in ``stats["over_memory_cap"]``. A plan of another kind (a
     :class:`~fusionopt.model.ps.PSPlan` for an all-reduce problem, or the reverse) is a
     ``ValueError`` from the simulator.
 
@@ -133,6 +138,15 @@ def finish(
         model_bound = ps_lower_bound(problem)
     elif problem.decoupled is not None:
         model_bound = decoupled_lower_bound(problem)
+    elif problem.fully_sharded is not None:
+        model_bound = sharded_lower_bound(problem)
+        cap = problem.fully_sharded.memory_cap
+        if cap is not None and timeline.peak_memory > cap:
+            # The plan breaks the memory cap: what the framework would run out of memory on.
+            stats = {**(stats or {}), "over_memory_cap": timeline.peak_memory - cap}
+            return _conclude(plan, method, started, timeline, model_bound, stats=stats,
+                             lower_bound=None, status=Status.INFEASIBLE, tolerance=tolerance, optimal=False,
+                             feasible=False)
     else:
         if space == "fusion" and not plan.is_fusion(problem.profile):
             raise AssertionError(f"{method}: a fusion method returned a plan that is not a fusion plan")
@@ -143,7 +157,8 @@ def finish(
 
 def _conclude(plan: Any, method: str, started: float, timeline: Timeline, model_bound: float, *,
               stats: Mapping[str, Any] | None = None, lower_bound: float | None = None,
-              status: Status = Status.FEASIBLE, tolerance: float = 0.0, optimal: bool = False) -> Result:
+              status: Status = Status.FEASIBLE, tolerance: float = 0.0, optimal: bool = False,
+              feasible: bool = True) -> Result:
     """The :class:`Result` of a simulated plan given the model's bound (seconds): the larger
     of it and the solver's ``lower_bound`` is kept, a plan below it or a false optimality
     claim is an ``AssertionError``, and ``OPTIMAL`` is set when the plan meets the bound.
@@ -161,12 +176,12 @@ def _conclude(plan: Any, method: str, started: float, timeline: Timeline, model_
         raise AssertionError(
             f"{method}: claims an optimum of {lower_bound!r} s but its plan simulates to {iteration_time!r} s"
         )
-    if iteration_time <= bound + slack:
+    if feasible and iteration_time <= bound + slack:
         status = Status.OPTIMAL
         # Bounds and the simulator add in different orders: keep bound <= T exactly, and
         # an exact method's optimum is its plan's simulated time.
         bound = iteration_time if optimal else min(bound, iteration_time)
-    gap = (iteration_time - bound) / bound if bound > 0 else None
+    gap = (iteration_time - bound) / bound if bound > 0 and feasible else None
     return Result(
         plan=plan,
         iteration_time=iteration_time,

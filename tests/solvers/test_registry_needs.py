@@ -4,7 +4,7 @@ import pytest
 
 from fusionopt import zoo
 from fusionopt.cost import network
-from fusionopt.model import Decoupled, Problem
+from fusionopt.model import Decoupled, FullySharded, Problem
 from fusionopt.model.ps import ParameterServer
 from fusionopt.solvers import solve
 from fusionopt.solvers.registry import _REGISTRY, default_methods, get_method
@@ -20,6 +20,8 @@ def problem(pattern="all-reduce", **kind):
         return Problem(PROFILE, ps=ParameterServer.from_network("10gbe", 4, 4, colocated=True), **kind)
     if pattern == "decoupled":
         return Problem(PROFILE, decoupled=Decoupled.from_network("10gbe", 8), **kind)
+    if pattern == "fully-sharded":
+        return Problem(PROFILE, fully_sharded=FullySharded.from_network("10gbe", 8), **kind)
     return Problem(PROFILE, network("10gbe", 8), **kind)
 
 
@@ -37,6 +39,8 @@ def test_a_method_refuses_what_it_declares_it_cannot_solve(name):
     if needs.pattern == "all-reduce":
         with pytest.raises(ValueError):
             solve(problem("decoupled", sync="layerwise"), name, **options)
+        with pytest.raises(ValueError, match="this problem uses full sharding"):
+            solve(problem("fully-sharded"), name, **options)
     if needs.pattern == "ps":
         solve(problem("ps", sync="layerwise"), name, **options)
         return
@@ -52,6 +56,10 @@ def test_a_method_refuses_what_it_declares_it_cannot_solve(name):
         return
     if own == "decoupled":
         solve(problem(own, sync="layerwise"), name, **options)
+        return
+    if own == "fully-sharded":
+        with pytest.raises(ValueError, match="sync does not apply"):
+            problem(own, sync="layerwise")
         return
     if needs.plain:
         with pytest.raises(ValueError):
@@ -69,6 +77,7 @@ def test_the_default_comparison_follows_the_declarations():
                                                   and get_method(n).in_default_comparison]
     assert default_methods(problem("decoupled")) == ["decoupled-wfbp", "megatron", "zero2", "decoupled-opt"]
     assert default_methods(problem("decoupled", sync="layerwise")) == ["decoupled-wfbp", "megatron-overlap", "decoupled-opt"]
+    assert default_methods(problem("fully-sharded"))[:3] == ["sharded-wfbp", "fsdp2", "sharded-opt"]
 
 
 DECLARED = sorted(name for name in _REGISTRY if hasattr(get_method(name).function, "needs"))
@@ -80,8 +89,12 @@ def test_the_declaration_is_checked_on_a_direct_call(name):
     # in one line naming the method.
     needs, function = get_method(name).needs, get_method(name).function
     with pytest.raises(ValueError, match=f"^{name} (needs a parameter-server problem|needs a decoupled problem"
-                                         "|is an all-reduce method)"):
+                                         "|needs a fully sharded problem|is an all-reduce method)"):
         function(problem(another(needs.pattern), sync="layerwise"))
+    if needs.pattern != "fully-sharded":
+        with pytest.raises(ValueError, match=f"^{name} (is an? [a-z -]+ method and this problem is fully sharded"
+                                             "|needs a (parameter-server|decoupled) problem)"):
+            function(problem("fully-sharded"))
     if needs.layerwise:
         with pytest.raises(ValueError, match=f"^{name} is for sync='layerwise' only"):
             function(problem(needs.pattern))

@@ -1,0 +1,365 @@
+"""Timing and memory of a fully sharded step (MODEL.md section 8.2): :func:`simulate_sharded`.
+
+The step runs on one compute stream: the forward of units ``0 .. m-1``, then their backward
+in reverse, then the optimiser. Each unit's forward waits for its all-gather; a resharded
+unit's backward waits for a second one; each unit's gradients are reduce-scattered when its
+backward ends. Every collective is issued at a point of the compute stream's program, so the
+channel's first-in-first-out order is the program order and one pass computes the step.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from fusionopt.model.fifo import fifo_job
+from fusionopt.model.problem import Problem
+from fusionopt.model.sharded import ShardedPlan
+from fusionopt.model.timeline import ComputePiece, Timeline, read_only
+
+REDUCE_SCATTER, ALL_GATHER = 0, 1
+
+
+def require_sharded(problem: Problem, what: str) -> None:
+    """Raise ``ValueError`` unless ``problem`` is fully sharded: ``what`` needs one."""
+    if not isinstance(problem, Problem):
+        raise ValueError(f"problem must be a Problem, got {type(problem).__name__}")
+    if problem.fully_sharded is None:
+        raise ValueError(f"{what} needs a fully sharded problem: Problem(profile, fully_sharded=FullySharded(...))")
+
+
+class _Channel:
+    """The one channel: collectives in issue order, each ``start = max(issue, free)``.
+    ``sizes`` are the messages' unsharded bytes by unit, the root's two parts together last."""
+
+    def __init__(self, problem: Problem, sizes: list[int]) -> None:
+        halves = problem.fully_sharded
+        array = np.asarray(sizes, dtype=np.float64)
+        self.cost = {REDUCE_SCATTER: np.asarray(halves.reduce_scatter.of_sizes(array), dtype=np.float64).tolist(),
+                     ALL_GATHER: np.asarray(halves.all_gather.of_sizes(array), dtype=np.float64).tolist()}
+        self.sizes = sizes
+        self.free = -math.inf
+        self.kind: list[int] = []
+        self.unit: list[int] = []
+        self.bytes: list[int] = []
+        self.issue: list[float] = []
+        self.start: list[float] = []
+        self.end: list[float] = []
+
+    def send(self, kind: int, unit: int, issued: float, size_index: int | None = None) -> int:
+        """Queue a collective of ``unit`` at ``issued`` (seconds); its index on the channel."""
+        index = unit if size_index is None else size_index
+        start, self.free = fifo_job(issued, self.cost[kind][index], self.free)
+        self.kind.append(kind)
+        self.unit.append(unit)
+        self.bytes.append(self.sizes[index])
+        self.issue.append(issued)
+        self.start.append(start)
+        self.end.append(self.free)
+        return len(self.end) - 1
+
+
+def simulate_sharded(problem: Problem, plan: ShardedPlan, *, validate: bool = True,
+                     pieces: list[ComputePiece] | None = None) -> Timeline:
+    """Simulate ``plan`` on a fully sharded problem (MODEL.md section 8.2).
+
+    Times are seconds from the start of the step's forward. With units ``0 .. m-1`` (forward
+    order), prefetch depths ``d_f`` and ``d_b``:
+
+    * **Forward.** Unit ``j``'s all-gather is issued at 0 for ``j < max(d_f, 1)``, else when
+      the forward of unit ``j - d_f`` starts (``d_f = 0``: when unit ``j - 1``'s forward
+      ends). Unit ``j``'s forward (the ``f_i`` of its tensors, in order) starts when unit
+      ``j - 1``'s forward has ended and its all-gather has ended.
+    * **Backward.** Each resharded unit is gathered again. The last unit's second all-gather,
+      and those of units ``j > m - 1 - d_b``, are issued at the end of the forward, last unit
+      first; the others when the backward of unit ``j + d_b`` starts (``d_b = 0``: when unit
+      ``j + 1``'s backward ends, after its reduce-scatter). Unit ``j``'s backward (its
+      ``b_i``) starts when unit ``j + 1``'s backward has ended and its parameters are whole;
+      when it ends, the unit's reduce-scatter is issued.
+    * The channel runs the collectives one at a time in issue order: ``start = max(issue,
+      end before)``, ``end = start + c(S)``, ``c`` the all-gather or the reduce-scatter cost
+      of the unit's unsharded bytes ``S``.
+    * A plan with a ``root`` gathers its two parts (the first and the last unit) in one
+      all-gather, first, keeps them whole and reduce-scatters them in one message when the
+      backward of the first unit ends.
+    * **Reduce-scatter groups** (``plan.reduce_bounds`` given, not with a root): the
+      gradients are reduce-scattered in groups of consecutive tensors independent of the
+      units. Within unit ``j``'s backward (start ``s_j``, end ``e_j``) tensor ``i``'s
+      gradient is ready at ``e_j - sum of b_k over the unit's tensors k < i`` (its ready
+      time ``r_i`` of the profile, taken within the unit: the end of its own backward piece
+      in the default ready order; tensors that the profile's ready order reorders are ready
+      at one moment, as the profile says). A group's reduce-scatter is issued when the last
+      of its tensors is ready, in program order: groups completing within unit ``j``'s
+      backward go after the backward-prefetch all-gather issued at ``s_j``, in the order of
+      the profile's ready order, and before a ``d_b = 0`` all-gather issued at ``e_j``. The
+      group holding tensor 0 is therefore issued when the backward ends. With
+      ``reduce_bounds`` equal to the unit bounds this is the rule above, to the bit.
+    * ``T = max(end of the last backward, end of the last reduce-scatter) + U + W``, with
+      ``W`` the profile's ``update_lump`` and ``host_overhead`` (run after the optimiser).
+    * **Memory.** A unit's parameters are whole from the start of its all-gather on the
+      channel until the end of its forward (resharded) or of its backward (kept), and from
+      the start of its second all-gather until the end of its backward; its gradients from
+      the start of its backward until the end of its reduce-scatter (with groups: a tensor's
+      gradient from the start of its unit's backward until the end of its group's
+      reduce-scatter). ``peak_memory`` is the
+      most bytes whole at once (intervals are closed at a moment where some end and others
+      begin: what ends is freed first, but a zero-length interval still counts).
+
+    Returns
+    -------
+    Timeline
+        ``message_*`` over the channel in issue order, ``message_ready`` the issue time,
+        ``message_kind`` (0 reduce-scatter, 1 all-gather) and ``message_unit`` (for a
+        reduce-scatter of a plan with ``reduce_bounds``: its group);
+        ``gathered`` (per tensor) the end of its unit's forward all-gather,
+        ``forward_start`` ``phi_i``, ``reduced`` the end of its unit's reduce-scatter;
+        ``peak_memory`` (bytes) and the step function ``memory_time``, ``memory_bytes``
+        (bytes whole from each time to the next).
+
+    Examples
+    --------
+    MODEL.md 8.2's worked check: one unit of ``S = 7e6`` B, resharded, ring halves of
+    ``1 ms + 1 ns/B`` (8 ms each): all-gather 0-8, forward 8-11, second all-gather 11-19,
+    backward 19-25, reduce-scatter 25-33 ms: ``T = 33`` ms. The parameters and the
+    gradients are whole together during the backward and its reduce-scatter: 14 MB.
+
+    >>> from fusionopt.model import AlphaBeta, Profile
+    >>> from fusionopt.model.sharded import FullySharded
+    >>> profile = Profile.from_arrays([4e6, 1e6, 2e6], [1e-3] * 3, [3e-3, 2e-3, 1e-3])
+    >>> half = AlphaBeta(1e-3, 1e-9)
+    >>> problem = Problem(profile, fully_sharded=FullySharded(half, half))
+    >>> t = simulate_sharded(problem, ShardedPlan([0, 3]))
+    >>> (t.message_end * 1e3).round(9).tolist(), round(t.iteration_time * 1e3, 9), t.peak_memory
+    ([8.0, 19.0, 33.0], 33.0, 14000000)
+
+    Two units, ``{t1, t2}`` then ``{t3}``, neither resharded: the second all-gather (3 ms)
+    runs 6-9 ms behind the first unit's forward (6-8 ms); the second unit's forward runs
+    9-10 ms, the backward 10-16 ms and the reduce-scatters 11-14 and 16-22 ms: ``T = 22`` ms.
+
+    >>> t = simulate_sharded(problem, ShardedPlan([0, 2, 3], [False, False]))
+    >>> (t.message_start * 1e3).round(9).tolist(), round(t.iteration_time * 1e3, 9)
+    ([0.0, 6.0, 11.0, 16.0], 22.0)
+
+    The same units with one reduce-scatter group of everything (``reduce_bounds=[0, 3]``,
+    7 MB, 8 ms): the backward still runs 10-16 ms, the one reduce-scatter 16-24 ms.
+
+    >>> t = simulate_sharded(problem, ShardedPlan([0, 2, 3], [False, False], reduce_bounds=[0, 3]))
+    >>> (t.message_start * 1e3).round(9).tolist(), round(t.iteration_time * 1e3, 9), t.message_unit.tolist()
+    ([0.0, 6.0, 16.0], 24.0, [0, 1, 0])
+    """
+    require_sharded(problem, "simulate_sharded")
+    if not isinstance(plan, ShardedPlan):
+        raise ValueError(f"a fully sharded problem takes a ShardedPlan, got {type(plan).__name__}")
+    profile = problem.profile
+    if validate:
+        plan.validate(profile)
+    m = plan.num_units
+    bounds = plan.bounds.tolist()
+    unit_bytes = plan.unit_bytes(profile).tolist()
+    root = plan.root
+    reshard = plan.reshard.tolist()
+    d_f, d_b = plan.forward_prefetch, plan.backward_prefetch
+    starts = plan.bounds[:-1]
+    forward_total = np.add.reduceat(profile.forward, starts).tolist()
+    backward_total = np.add.reduceat(profile.backward, starts).tolist()
+    unit_of = np.repeat(np.arange(m), np.diff(plan.bounds))
+    # The root's two parts travel together: its messages are sized by index m; the
+    # reduce-scatter groups, when given, by m + 1 + g.
+    grouped = plan.reduce_bounds is not None
+    sizes = unit_bytes + [unit_bytes[0] + unit_bytes[-1]]
+    if grouped:
+        group_bounds = plan.reduce_bounds.tolist()
+        prefix = np.concatenate(([0], np.cumsum(profile.sizes, dtype=np.int64)))
+        sizes += (prefix[plan.reduce_bounds[1:]] - prefix[plan.reduce_bounds[:-1]]).tolist()
+        issuing = _group_issue_points(profile, bounds, group_bounds)
+    channel = _Channel(problem, sizes)
+    root_size = m if root else None
+
+    # Forward.
+    gather = [-1] * m                                     # each unit's forward all-gather
+
+    def gather_forward(j: int, issued: float) -> None:
+        if j < m and gather[j] < 0:
+            gather[j] = channel.send(ALL_GATHER, j, issued, root_size if root and j == 0 else None)
+            if root and j == 0:
+                gather[m - 1] = gather[0]
+
+    for j in range(min(max(d_f, 1), m)):
+        gather_forward(j, 0.0)
+    clock = 0.0
+    unit_forward = [(0.0, 0.0)] * m
+    for j in range(m):
+        begin = max(clock, channel.end[gather[j]])
+        if d_f >= 1:
+            gather_forward(j + d_f, begin)
+        clock = begin + forward_total[j]
+        unit_forward[j] = (begin, clock)
+        if d_f == 0:
+            gather_forward(j + 1, clock)
+
+    # Backward.
+    regather = [-1] * m
+    for j in range(m - 1, max(m - 1 - d_b, 0) - 1, -1):
+        if reshard[j]:
+            regather[j] = channel.send(ALL_GATHER, j, clock)
+    scatter = [-1] * (len(group_bounds) - 1 if grouped else m)
+    unit_backward = [(0.0, 0.0)] * m
+    for j in range(m - 1, -1, -1):
+        begin = clock if regather[j] < 0 else max(clock, channel.end[regather[j]])
+        k = j - d_b
+        if d_b >= 1 and k >= 0 and reshard[k] and regather[k] < 0:
+            regather[k] = channel.send(ALL_GATHER, k, begin)
+        clock = begin + backward_total[j]
+        unit_backward[j] = (begin, clock)
+        if grouped:
+            for g, before in issuing[j]:              # groups whose last gradient is ready in this unit
+                scatter[g] = channel.send(REDUCE_SCATTER, g, max(begin, clock - before), m + 1 + g)
+        elif not (root and j == m - 1):                   # the root is reduced with its first part
+            scatter[j] = channel.send(REDUCE_SCATTER, j, clock, root_size if root and j == 0 else None)
+        if d_b == 0 and j >= 1 and reshard[j - 1]:
+            regather[j - 1] = channel.send(ALL_GATHER, j - 1, clock)
+    if root:
+        scatter[m - 1] = scatter[0]
+
+    # The optimiser, after every gradient is reduced, then the step's other parts.
+    optimiser = max(clock, max(channel.end[k] for k in scatter))
+    clock = optimiser + profile.U + profile.update_lump + profile.host_overhead
+    if pieces is not None:
+        pieces.extend(_stream(profile, plan, unit_forward, unit_backward, optimiser))
+
+    # Memory: what is whole when.
+    intervals = []
+    for j in range(m):
+        if root and j == m - 1:
+            pass                                          # the root's parameters are counted with its first part
+        elif root and j == 0:
+            intervals.append((channel.start[gather[0]], unit_backward[0][1], unit_bytes[0] + unit_bytes[-1]))
+        else:
+            kept_until = unit_forward[j][1] if reshard[j] else unit_backward[j][1]
+            intervals.append((channel.start[gather[j]], kept_until, unit_bytes[j]))
+        if reshard[j]:
+            intervals.append((channel.start[regather[j]], unit_backward[j][1], unit_bytes[j]))
+        if not grouped:
+            intervals.append((unit_backward[j][0], channel.end[scatter[j]], unit_bytes[j]))
+    if grouped:                                           # each unit's share of each group it meets
+        for j in range(m):
+            for g in range(len(group_bounds) - 1):
+                low, high = max(bounds[j], group_bounds[g]), min(bounds[j + 1], group_bounds[g + 1])
+                if low < high:
+                    intervals.append((unit_backward[j][0], channel.end[scatter[g]], int(prefix[high] - prefix[low])))
+    memory_time, memory_bytes, peak = _memory(intervals)
+
+    gathered = np.asarray(channel.end)[np.asarray(gather)][unit_of]
+    scatter_of = np.repeat(np.arange(len(group_bounds) - 1), np.diff(group_bounds)) if grouped else unit_of
+    reduced = np.asarray(channel.end)[np.asarray(scatter)][scatter_of]
+    # Each tensor's forward starts at its unit's start plus the forwards before it in the unit.
+    before = np.cumsum(profile.forward) - profile.forward
+    phi = np.asarray([b for b, _ in unit_forward])[unit_of] + (before - before[plan.bounds[:-1]][unit_of])
+    return Timeline(
+        sync=problem.sync,
+        iteration_time=float(clock),
+        compute_time=profile.compute_time,
+        message_ready=read_only(channel.issue),
+        message_start=read_only(channel.start),
+        message_end=read_only(channel.end),
+        message_bytes=read_only(channel.bytes, np.int64),
+        reduced=read_only(reduced),
+        forward_start=read_only(phi),
+        message_kind=read_only(channel.kind, np.int8),
+        gathered=read_only(gathered),
+        message_unit=read_only(channel.unit, np.int64),
+        peak_memory=int(peak),
+        memory_time=read_only(memory_time),
+        memory_bytes=read_only(memory_bytes, np.int64),
+    )
+
+
+def _group_issue_points(profile, bounds: list[int], group_bounds: list[int]) -> list[list[tuple[int, float]]]:
+    """Per unit ``j``: the reduce-scatter groups whose last gradient is ready in its
+    backward, in program order, each with the seconds of backward of the unit's tensors
+    before its last-ready tensor (forward order), which its issue precedes the unit's end by.
+
+    A group's gradients are all ready when its first tensor's is (ready times fall along the
+    forward order), in the unit holding that tensor; the groups completing in one unit are
+    issued in the profile's ready order restricted to the unit."""
+    m = len(bounds) - 1
+    backward = profile.backward.tolist()
+    group_of = np.repeat(np.arange(len(group_bounds) - 1), np.diff(group_bounds)).tolist()
+    unit_of = np.repeat(np.arange(m), np.diff(bounds)).tolist()
+    before = [0.0] * len(backward)                        # backward of the unit's tensors before i
+    for j in range(m):
+        total = 0.0
+        for i in range(bounds[j], bounds[j + 1]):
+            before[i] = total
+            total += backward[i]
+    left = np.diff(group_bounds).tolist()                 # tensors of each group not yet ready
+    points: list[list[tuple[int, float]]] = [[] for _ in range(m)]
+    for i in profile.ready_order:                         # non-decreasing ready times
+        g = group_of[i]
+        left[g] -= 1
+        if left[g] == 0:
+            first = group_bounds[g]
+            points[unit_of[first]].append((g, before[first]))
+    return points
+
+
+def _stream(profile, plan: ShardedPlan, unit_forward: list[tuple[float, float]],
+            unit_backward: list[tuple[float, float]], optimiser: float) -> list[ComputePiece]:
+    """The compute stream task by task: each unit's forwards in forward order, its backwards
+    in the ready order, from the unit's start; the updates in the ready order from
+    ``optimiser``; then the step parts. A unit's last task ends where the step's timing
+    ends the unit."""
+    stream: list[ComputePiece] = []
+    bounds = plan.bounds.tolist()
+    order = profile.ready_order
+    forward, backward, update = profile.forward.tolist(), profile.backward.tolist(), profile.update.tolist()
+    for j, (begin, end) in enumerate(unit_forward):
+        stream += _pieces("forward", list(range(bounds[j], bounds[j + 1])), forward, begin, end)
+    for j in range(plan.num_units - 1, -1, -1):
+        begin, end = unit_backward[j]
+        stream += _pieces("backward", [i for i in order if bounds[j] <= i < bounds[j + 1]], backward, begin, end)
+    clock = optimiser
+    stream += _pieces("update", list(order), update, clock, clock + profile.U)
+    clock += profile.U
+    for part in ("update_lump", "host_overhead"):
+        value = getattr(profile, part)
+        if value:
+            stream.append(ComputePiece(part, -1, clock, clock + value))
+            clock += value
+    return stream
+
+
+def _pieces(kind: str, tensors: list[int], seconds: list[float], begin: float, end: float) -> list[ComputePiece]:
+    pieces, clock = [], begin
+    for k, i in enumerate(tensors):
+        stop = end if k == len(tensors) - 1 else clock + seconds[i]
+        pieces.append(ComputePiece(kind, i, clock, stop))
+        clock = stop
+    return pieces
+
+
+def _memory(intervals: list[tuple[float, float, int]]) -> tuple[list[float], list[int], int]:
+    """The step function of bytes whole over time and its peak, from ``(start, end, bytes)``
+    intervals: at one moment what ends is freed before what begins is counted, and a
+    zero-length interval counts at its moment."""
+    events = []
+    for start, end, size in intervals:
+        events.append((start, 1, size))
+        events.append((end, 0 if end > start else 2, -size))
+    events.sort(key=lambda e: (e[0], e[1]))
+    level = peak = 0
+    times: list[float] = []
+    levels: list[int] = []
+    for time, _, delta in events:
+        level += delta
+        peak = max(peak, level)
+        if times and times[-1] == time:
+            levels[-1] = level
+        else:
+            times.append(time)
+            levels.append(level)
+    return times, levels, peak
+
+
+__all__ = ["simulate_sharded", "require_sharded", "REDUCE_SCATTER", "ALL_GATHER"]

@@ -1,0 +1,312 @@
+"""Settings for sharded data parallelism: FSDP2's ``fully_shard`` calls and prefetch lists
+for a plan, and DeepSpeed's and Megatron-LM's sizes found on a grid, each judged by the
+schedule the framework builds from them.
+
+* :func:`fsdp2_settings`: FSDP2 calls that build a given fully sharded plan;
+* :func:`zero3_settings`: DeepSpeed ZeRO-3's prefetch, reuse and reduce bucket sizes;
+* :func:`zero2_settings`: DeepSpeed ZeRO-2's ``reduce_bucket_size`` and Megatron-LM's
+  ``bucket_size`` on a decoupled problem.
+
+Every setting reported comes with the model's ``T`` (seconds) of what the framework runs
+with it, and on a fully sharded problem its peak memory (bytes); a setting over the
+problem's memory cap is never recommended.
+
+:func:`fsdp2_settings` turns a :class:`~fusionopt.model.sharded.ShardedPlan` into what an
+engineer types: the modules each ``fully_shard`` call wraps (the coarsest modules that lie
+wholly in each unit, by the profile's tensor names), ``reshard_after_forward`` per call, and
+the ``set_modules_to_forward_prefetch`` / ``set_modules_to_backward_prefetch`` lists that
+give the plan's prefetch depths. The plan FSDP2 builds from those settings is read back from
+them (:func:`fsdp2_plan_of`) and simulated: the ``T`` and peak memory reported are those of
+exactly that setting.
+
+FSDP2's prefetch, as read in torch 2.13.0 (``_fsdp_param_group.py``,
+``FSDPParamGroup.wait_for_unshard``), with the CPU running ahead of the GPU:
+
+* forward: each unit's copy-out makes the all-gather streams wait for the copy-out of the
+  unit before, so without lists unit ``j``'s all-gather starts when unit ``j - 2``'s forward
+  starts (depth 2); a list of ``k`` units on unit ``j`` issues unit ``j + k``'s all-gather
+  after that same wait, at unit ``j - 1``'s forward start (depth ``k + 1``). Depths 0 and 1
+  cannot be set.
+* backward: each unit's copy-out makes the streams wait for it at once, so unit ``j``'s
+  all-gather starts when unit ``j + 1``'s backward starts even without a list (depth 1); a
+  list of ``k`` units on unit ``j`` gives depth ``k``. Depth 0 cannot be set.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from fusionopt.model.problem import Problem
+from fusionopt.model.profile import Profile
+from fusionopt.model.sharded import ShardedPlan
+from fusionopt.model.simulator import simulate
+from fusionopt.solvers.registry import solve
+from fusionopt.solvers.result import Result, Status
+
+ROOT = "(root)"
+FSDP2_MIN_FORWARD_PREFETCH = 2
+FSDP2_MIN_BACKWARD_PREFETCH = 1
+
+
+def unit_modules(profile: Profile, first: int, stop: int) -> list[str]:
+    """The coarsest modules whose tensors are exactly a run of tensors ``first .. stop - 1``,
+    in forward order, by the profile's dotted tensor names (a module is a name prefix ending
+    at a dot; ``""`` is the whole model). A unit that splits one module's tensors has no
+    such modules: ``ValueError`` naming the module.
+
+    >>> p = Profile.from_arrays([4] * 5, [0] * 5, [1] * 5,
+    ...                         names=["emb.weight", "h.0.fc.weight", "h.0.fc.bias", "h.1.fc.weight", "ln.weight"])
+    >>> unit_modules(p, 1, 4), unit_modules(p, 1, 3), unit_modules(p, 0, 5)
+    (['h'], ['h.0'], [''])
+    """
+    names = profile.names
+    inside = set(range(first, stop))
+    chosen: list[str] = []
+    i = first
+    while i < stop:
+        parts = names[i].split(".")
+        prefix = None
+        for depth in range(len(parts)):                    # coarsest first: "" then "h", "h.0", ...
+            candidate = ".".join(parts[:depth])
+            members = [k for k, name in enumerate(names) if _within(name, candidate)]
+            if members and set(members) <= inside and members[0] == i:
+                prefix, i = candidate, members[-1] + 1
+                break
+        if prefix is None:
+            module = ".".join(parts[:-1])
+            raise ValueError(f"unit of tensors {first}..{stop - 1} splits module {module!r}: FSDP2 wraps whole "
+                             "modules (plan with atoms='module')")
+        chosen.append(prefix)
+    return chosen
+
+
+def _within(name: str, module: str) -> bool:
+    return module == "" or name.startswith(module + ".")
+
+
+@dataclass(frozen=True)
+class FSDP2Settings:
+    """FSDP2 settings for a plan and the model's figures for the schedule they build.
+
+    ``units``: per ``fully_shard`` call, in the order to make them, the modules it wraps
+    (one module: ``fully_shard(module)``; several: ``fully_shard([m1, m2])``); the last call
+    is the model itself, the root, owning every tensor no other call wraps (``[""]``).
+    ``reshard_after_forward``: per call. ``forward_prefetch`` / ``backward_prefetch``: per
+    unit (its first module's name) the units to list in
+    ``set_modules_to_forward_prefetch`` / ``set_modules_to_backward_prefetch`` (empty: leave
+    FSDP2's default). ``iteration_time`` (seconds) and ``peak_memory`` (bytes): of the plan
+    FSDP2 builds from these settings (:func:`fsdp2_plan_of`).
+    """
+
+    units: list[list[str]]
+    reshard_after_forward: list[bool]
+    forward_prefetch: dict[str, list[str]]
+    backward_prefetch: dict[str, list[str]]
+    iteration_time: float
+    peak_memory: int
+    plan: ShardedPlan
+
+    def code(self, model: str = "model") -> str:
+        """The calls, as Python, on a model called ``model``."""
+        def ref(name: str) -> str:
+            return model if name == "" else f"{model}.get_submodule({name!r})"
+
+        lines = []
+        for modules, reshard in zip(self.units, self.reshard_after_forward):
+            target = ref(modules[0]) if len(modules) == 1 else "[" + ", ".join(ref(m) for m in modules) + "]"
+            lines.append(f"fully_shard({target}, reshard_after_forward={reshard})")
+        for kind, lists in (("forward", self.forward_prefetch), ("backward", self.backward_prefetch)):
+            for unit, targets in lists.items():
+                lines.append(f"{ref(unit)}.set_modules_to_{kind}_prefetch([{', '.join(ref(t) for t in targets)}])")
+        return "\n".join(lines)
+
+    def to_dict(self) -> dict[str, Any]:
+        doc = asdict(self)
+        doc["plan"] = self.plan.to_dict()
+        return doc
+
+
+def fsdp2_settings(problem: Problem, plan: ShardedPlan) -> FSDP2Settings:
+    """The FSDP2 settings that build ``plan`` (module docstring), with the ``T`` and peak
+    memory of that schedule. The plan's units must be runs of whole modules, its forward
+    prefetch at least 2 and its backward prefetch at least 1 (FSDP2 can set no less when the
+    CPU runs ahead); else ``ValueError`` saying what to change.
+
+    >>> from fusionopt.model import AlphaBeta, FullySharded
+    >>> p = Profile.from_arrays([4] * 5, [0.0] * 5, [1.0] * 5,
+    ...                         names=["emb.weight", "h.0.fc.weight", "h.0.fc.bias", "h.1.fc.weight", "ln.weight"])
+    >>> problem = Problem(p, fully_sharded=FullySharded(AlphaBeta(0.1, 0.0), AlphaBeta(0.1, 0.0)))
+    >>> plan = ShardedPlan([0, 1, 3, 4, 5], [False, False, True, False], forward_prefetch=3, root=True)
+    >>> s = fsdp2_settings(problem, plan)
+    >>> print(s.code())
+    fully_shard(model.get_submodule('h.0'), reshard_after_forward=False)
+    fully_shard(model.get_submodule('h.1'), reshard_after_forward=True)
+    fully_shard(model, reshard_after_forward=False)
+    model.set_modules_to_forward_prefetch([model.get_submodule('h.0'), model.get_submodule('h.1')])
+    model.get_submodule('h.0').set_modules_to_forward_prefetch([model.get_submodule('h.1')])
+    >>> s.plan.bounds.tolist(), s.plan.forward_prefetch, round(s.iteration_time, 9)
+    ([0, 1, 3, 4, 5], 3, 5.4)
+    """
+    profile = problem.profile
+    plan.validate(profile)
+    if plan.forward_prefetch < FSDP2_MIN_FORWARD_PREFETCH or plan.backward_prefetch < FSDP2_MIN_BACKWARD_PREFETCH:
+        raise ValueError(f"the plan prefetches {plan.forward_prefetch} unit(s) ahead in the forward and "
+                         f"{plan.backward_prefetch} in the backward; FSDP2 prefetches at least "
+                         f"{FSDP2_MIN_FORWARD_PREFETCH} and {FSDP2_MIN_BACKWARD_PREFETCH} when the CPU runs ahead "
+                         "(plan with sharded-opt's min_forward_prefetch=2, min_backward_prefetch=1)")
+    bounds = plan.bounds.tolist()
+    m = plan.num_units
+    wrapped = [j for j in range(m) if not (plan.root and j in (0, m - 1))]
+    units = [unit_modules(profile, bounds[j], bounds[j + 1]) for j in wrapped]
+    reshard = [bool(plan.reshard[j]) for j in wrapped]
+    if units and units[-1] == [""]:                       # one unit of everything: the root call itself
+        units, reshard = [[""]], [bool(plan.reshard[0])]
+    else:                                                 # the root call, owning what no other call wraps
+        units.append([""])
+        reshard.append(False)
+    # Each unit's FSDP module: the root's parts are the model itself.
+    key = {j: ("" if j not in wrapped else units[k][0]) for k, j in enumerate(wrapped)}
+    key.update({j: "" for j in range(m) if j not in wrapped})
+    forward: dict[str, list[str]] = {}
+    if plan.forward_prefetch > FSDP2_MIN_FORWARD_PREFETCH:
+        depth = plan.forward_prefetch - 1                 # a list of k units gives depth k + 1
+        for j in range(m - 1 if plan.root else m):
+            targets = [key[t] for t in range(j + 1, min(j + depth, m - 1) + 1) if t in wrapped]
+            if targets:
+                forward[key[j]] = targets
+    backward: dict[str, list[str]] = {}
+    if plan.backward_prefetch > FSDP2_MIN_BACKWARD_PREFETCH:
+        for j in range(1 if plan.root else 0, m):
+            targets = [key[t] for t in range(j - 1, max(j - plan.backward_prefetch, 0) - 1, -1) if t in wrapped]
+            if targets:
+                backward[key[j]] = targets
+    built = fsdp2_plan_of(profile, units, reshard, forward, backward)
+    timeline = simulate(problem, built)
+    return FSDP2Settings(units, reshard, forward, backward, timeline.iteration_time, int(timeline.peak_memory), built)
+
+
+def fsdp2_plan_of(profile: Profile, units: list[list[str]], reshard_after_forward: list[bool],
+                  forward_prefetch: dict[str, list[str]], backward_prefetch: dict[str, list[str]]) -> ShardedPlan:
+    """The plan FSDP2 builds from settings (:class:`FSDP2Settings`' fields): each call's
+    tensors form a unit (the root's, ``[""]`` last, the tensors no other call wraps); the
+    forward depth is 2, or one more than the longest forward list; the backward depth 1, or
+    the longest backward list.
+    """
+    owner = [-1] * profile.n
+    root_call = None
+    for k, modules in enumerate(units):
+        if modules == [""]:
+            root_call = k
+            continue
+        for i, name in enumerate(profile.names):
+            if any(_within(name, module) for module in modules):
+                owner[i] = k
+    bounds = [0] + [i for i in range(1, profile.n) if owner[i] != owner[i - 1]] + [profile.n]
+    labels = [owner[b] for b in bounds[:-1]]
+    has_root = labels[0] == -1 and labels[-1] == -1 and len(labels) >= 2
+    root_reshard = root_call is not None and bool(reshard_after_forward[root_call])
+    if has_root and root_reshard:
+        raise ValueError("the root owns tensors before and after the other units and is resharded after the "
+                         "forward; fusionopt models a root kept whole (MODEL.md section 8.2)")
+    flags = [root_reshard if label == -1 else bool(reshard_after_forward[label]) for label in labels]
+    d_f = max([FSDP2_MIN_FORWARD_PREFETCH] + [len(t) + 1 for t in forward_prefetch.values()])
+    d_b = max([FSDP2_MIN_BACKWARD_PREFETCH] + [len(t) for t in backward_prefetch.values()])
+    names = [ROOT if label == -1 else ",".join(units[label]) for label in labels]
+    return ShardedPlan(bounds, flags, forward_prefetch=d_f, backward_prefetch=d_b, root=has_root, names=names)
+
+
+@dataclass(frozen=True)
+class GridSetting:
+    """A framework's knobs found on a grid: ``options`` (the method's keyword options, in the
+    framework's units), ``method`` (the fusionopt method that runs them), ``iteration_time``
+    (seconds) and ``peak_memory`` (bytes; None where the pattern models no memory) of the
+    best setting within the memory cap, and the same for the framework's defaults;
+    ``tried``: how many settings were judged."""
+
+    method: str
+    options: dict[str, Any]
+    iteration_time: float
+    peak_memory: int | None
+    default_iteration_time: float
+    default_peak_memory: int | None
+    default_feasible: bool
+    tried: int
+    grid: dict[str, list[Any]] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+ZERO3_GRID = {
+    "prefetch_bucket_size": [0, 5_000_000, 20_000_000, 50_000_000, 200_000_000],
+    "max_live_parameters": [20_000_000, 100_000_000, 1_000_000_000],
+    "max_reuse_distance": [0, 1_000_000_000],
+    "reduce_bucket_size": [20_000_000, 100_000_000, 500_000_000],
+}
+"""DeepSpeed ZeRO-3 settings tried (elements); the defaults are 5e7, 1e9, 1e9 and 5e8."""
+
+ZERO2_BUCKETS = [5_000_000, 20_000_000, 100_000_000, 500_000_000]
+"""DeepSpeed ZeRO-2 ``reduce_bucket_size`` values tried (elements; default 5e8)."""
+
+MEGATRON_BUCKETS = [1_000_000, 4_000_000, 10_000_000, 20_000_000, 40_000_000, 100_000_000]
+"""Megatron-LM ``bucket_size`` values tried (parameters; default ``max(4e7, 1e6 x dp)``)."""
+
+
+def _grid(problem: Problem, method: str, grid: dict[str, list[Any]], fixed: dict[str, Any] | None = None) -> GridSetting:
+    """The fastest setting of ``grid`` within the memory cap (ties: the first, the grid's
+    order), beside ``method``'s defaults."""
+    fixed = dict(fixed or {})
+    default = solve(problem, method, **fixed)
+    best: tuple[float, dict[str, Any], Result] | None = None
+    keys = list(grid)
+    tried = 0
+    for values in _product([grid[k] for k in keys]):
+        options = dict(zip(keys, values))
+        result = solve(problem, method, **fixed, **options)
+        tried += 1
+        if result.status == Status.INFEASIBLE:
+            continue
+        if best is None or result.iteration_time < best[0] * (1 - 1e-9):
+            best = (result.iteration_time, options, result)
+    if best is None:
+        raise ValueError(f"no {method} setting tried fits the memory cap")
+    _, options, result = best
+    peak = None if result.timeline.peak_memory is None else int(result.timeline.peak_memory)
+    default_peak = None if default.timeline.peak_memory is None else int(default.timeline.peak_memory)
+    return GridSetting(method, {**fixed, **options}, result.iteration_time, peak, default.iteration_time,
+                       default_peak, default.status != Status.INFEASIBLE, tried, grid)
+
+
+def _product(lists: list[list[Any]]):
+    if not lists:
+        yield ()
+        return
+    for head in lists[0]:
+        for rest in _product(lists[1:]):
+            yield (head, *rest)
+
+
+def zero3_settings(problem: Problem) -> GridSetting:
+    """DeepSpeed ZeRO-3's ``stage3_prefetch_bucket_size``, ``stage3_max_reuse_distance`` and
+    ``reduce_bucket_size`` (:data:`ZERO3_GRID`) judged with :func:`~fusionopt.solvers.zero3.zero3`:
+    the fastest within the cap, beside the defaults."""
+    return _grid(problem, "zero3", ZERO3_GRID)
+
+
+def zero2_settings(problem: Problem, *, data_parallel_size: int | None = None) -> tuple[GridSetting, GridSetting]:
+    """On a decoupled problem: DeepSpeed ZeRO-2's ``reduce_bucket_size`` (:data:`ZERO2_BUCKETS`,
+    sync ``"barrier"``, its only mode) and Megatron-LM's ``bucket_size``
+    (:data:`MEGATRON_BUCKETS`; ``megatron`` under barrier sync, ``megatron-overlap`` with
+    ``overlap_param_gather`` under layerwise sync), each the fastest beside the defaults.
+    The decoupled pattern models no memory: ``peak_memory`` is None. Under layerwise sync
+    ZeRO-2 is not judged (None)."""
+    fixed = {} if data_parallel_size is None else {"data_parallel_size": data_parallel_size}
+    layerwise = problem.sync == "layerwise"
+    zero2 = None if layerwise else _grid(problem, "zero2", {"reduce_bucket_size": ZERO2_BUCKETS})
+    megatron = _grid(problem, "megatron-overlap" if layerwise else "megatron", {"bucket_size": MEGATRON_BUCKETS}, fixed)
+    return zero2, megatron
+
+
+__all__ = ["FSDP2Settings", "GridSetting", "fsdp2_settings", "fsdp2_plan_of", "unit_modules", "zero2_settings",
+           "zero3_settings"]

@@ -1,0 +1,412 @@
+"""Methods for fully sharded data parallelism (MODEL.md section 8.2; docs/methods.md).
+
+* :func:`sharded_wfbp`: a unit per tensor, each resharded, prefetch one ahead each way: the
+  unfused schedule, the reference of :func:`~fusionopt.solvers.registry.compare` on these
+  problems.
+* :func:`fsdp2`: PyTorch FSDP2's ``fully_shard`` on each block of the model and on the
+  root, with its defaults.
+* :func:`sharded_brute`: every plan over a small set of atoms (units, reshard flags,
+  prefetch depths, root), exact over that space.
+* :func:`sharded_opt`: a deterministic local search over the same space for any size, from
+  the frameworks' settings, with its gap to
+  :func:`~fusionopt.model.bounds.sharded_lower_bound`.
+
+Every method honours the problem's memory cap: the searches return only plans within it
+(or raise naming the least peak they found), and a framework's fixed setting that exceeds
+it is returned with status ``INFEASIBLE``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import time
+from typing import Sequence
+
+import numpy as np
+
+from fusionopt.model.problem import Problem
+from fusionopt.model.profile import Profile
+from fusionopt.model.sharded import ShardedPlan
+from fusionopt.model.sharded_timing import simulate_sharded
+from fusionopt.solvers.needs import Needs, declares
+from fusionopt.solvers.result import Result, Status, finish
+
+SHARDED = Needs(pattern="fully-sharded")
+BRUTE_MAX_ATOMS = 8
+ATOM_KINDS = ("tensor", "module", "block")
+
+
+# --- the model's modules, from the profile's tensor names -----------------------------------
+
+def module_of(name: str) -> str:
+    """The module that owns the tensor called ``name``: the name without its last part
+    (``"h.0.attn.c_attn"`` for ``"h.0.attn.c_attn.weight"``; ``""`` for a top-level one).
+
+    >>> module_of("h.0.attn.c_attn.weight"), module_of("wte.weight"), module_of("scale")
+    ('h.0.attn.c_attn', 'wte', '')
+    """
+    return name.rpartition(".")[0]
+
+
+def block_of(name: str) -> str | None:
+    """The block that holds the tensor called ``name``: its name up to the first part that is
+    a whole number, the index of a ``ModuleList`` or ``Sequential`` element (``"h.3"``,
+    ``"encoder.layer.3"``, ``"layer2.1"``); None for a tensor outside every such block (an
+    embedding, a final norm, a head), which FSDP's root owns.
+
+    >>> block_of("h.3.mlp.c_fc.weight"), block_of("encoder.layer.11.output.dense.bias"), block_of("ln_f.weight")
+    ('h.3', 'encoder.layer.11', None)
+    """
+    parts = name.split(".")
+    for k, part in enumerate(parts[:-1]):
+        if part.isdigit():
+            return ".".join(parts[:k + 1])
+    return None
+
+
+def atom_bounds(profile: Profile, atoms: str | Sequence[int] = "module") -> list[int]:
+    """Where units may start: ``0 = a_0 < a_1 < ... < a_k = n``.
+
+    ``atoms``: ``"tensor"`` (anywhere), ``"module"`` (between tensors of different modules,
+    so a layer's weight and bias stay together: what ``fully_shard`` can wrap), ``"block"``
+    (between blocks, :func:`block_of`, each run of root tensors its own atom), or the list
+    of boundaries itself. A tensor whose name has no dot belongs to no module: an atom alone.
+
+    >>> p = Profile.from_arrays([4] * 5, [0] * 5, [1] * 5,
+    ...                         names=["emb.weight", "h.0.fc.weight", "h.0.fc.bias", "h.1.fc.weight", "ln.weight"])
+    >>> atom_bounds(p, "tensor"), atom_bounds(p, "module"), atom_bounds(p, "block")
+    ([0, 1, 2, 3, 4, 5], [0, 1, 3, 4, 5], [0, 1, 3, 4, 5])
+    """
+    n = profile.n
+    if not isinstance(atoms, str):
+        bounds = [int(b) for b in atoms]
+        if not bounds or bounds[0] != 0 or bounds[-1] != n or any(a >= b for a, b in zip(bounds, bounds[1:])):
+            raise ValueError(f"atoms must be increasing boundaries from 0 to {n}, got {list(atoms)[:6]}...")
+        return bounds
+    if atoms not in ATOM_KINDS:
+        raise ValueError(f"unknown atoms {atoms!r}: choose one of {', '.join(ATOM_KINDS)}, or give the boundaries")
+    if atoms == "tensor":
+        return list(range(n + 1))
+    # A tensor outside every module (a name without a dot) is an atom of its own.
+    key = module_of if atoms == "module" else (lambda name: block_of(name) or module_of(name))
+    labels = [key(name) or name for name in profile.names]
+    return [0] + [i for i in range(1, n) if labels[i] != labels[i - 1]] + [n]
+
+
+# --- the frameworks ---------------------------------------------------------------------------
+
+@declares(SHARDED)
+def sharded_wfbp(problem: Problem) -> Result:
+    """A unit per tensor, each resharded after its forward, prefetch one unit ahead both ways.
+
+    Examples
+    --------
+    MODEL.md section 5's profile with halves of ``1 ms + 1 ns/B``:
+
+    >>> from fusionopt.model import AlphaBeta, FullySharded, Profile
+    >>> profile = Profile.from_arrays([4e6, 1e6, 2e6], [1e-3] * 3, [3e-3, 2e-3, 1e-3])
+    >>> half = AlphaBeta(1e-3, 1e-9)
+    >>> r = sharded_wfbp(Problem(profile, fully_sharded=FullySharded(half, half)))
+    >>> r.num_messages, r.plan.num_units
+    (9, 3)
+    """
+    started = time.perf_counter()
+    return finish(problem, ShardedPlan.per_tensor(problem.profile), "sharded-wfbp", started)
+
+
+def fsdp2_plan(profile: Profile, *, reshard_after_forward: bool = True, forward_prefetch: int = 2,
+               backward_prefetch: int = 1) -> ShardedPlan:
+    """The units FSDP2 builds when ``fully_shard`` is applied to each block
+    (:func:`block_of`) and then to the whole model.
+
+    Each run of consecutive tensors of one block is a unit; the tensors outside every block
+    belong to the root. A root with tensors both before and after the blocks is the plan's
+    ``root`` (one unit of two parts, kept); a root with tensors only before them is the first
+    unit, kept; root tensors after the last block only, or between blocks, are kept units of
+    their own (FSDP2 would gather them with the root's first part: a reconstruction).
+
+    >>> p = Profile.from_arrays([4] * 5, [0] * 5, [1] * 5,
+    ...                         names=["emb.weight", "h.0.fc.weight", "h.0.fc.bias", "h.1.fc.weight", "ln.weight"])
+    >>> plan = fsdp2_plan(p)
+    >>> plan.bounds.tolist(), plan.reshard.tolist(), plan.root, plan.names
+    ([0, 1, 3, 4, 5], [False, True, True, False], True, ('(root)', 'h.0', 'h.1', '(root)'))
+    """
+    blocks = [block_of(name) for name in profile.names]
+    bounds = [0] + [i for i in range(1, profile.n) if blocks[i] != blocks[i - 1]] + [profile.n]
+    labels = [blocks[b] for b in bounds[:-1]]
+    m = len(labels)
+    root = m >= 2 and labels[0] is None and labels[-1] is None
+    reshard = [label is not None and bool(reshard_after_forward) for label in labels]
+    names = [label if label is not None else "(root)" for label in labels]
+    return ShardedPlan(bounds, reshard, forward_prefetch=forward_prefetch, backward_prefetch=backward_prefetch,
+                       root=root, names=names)
+
+
+@declares(SHARDED)
+def fsdp2(problem: Problem, *, reshard_after_forward: bool = True, forward_prefetch: int = 2,
+          backward_prefetch: int = 1) -> Result:
+    """PyTorch FSDP2: ``fully_shard`` on each block, then on the model (the root).
+
+    Read in ``torch/distributed/fsdp/_fully_shard`` of torch 2.13.0 (``_fsdp_state.py``,
+    ``_fsdp_param_group.py``, ``_fsdp_collectives.py``):
+
+    * units: each block (:func:`fsdp2_plan`) and the root, which owns the parameters outside
+      them (embeddings, final norm, head): its all-gather is the first of the step, it is
+      not resharded after the forward (``reshard_after_forward`` left at its default is
+      turned off for the root in ``FSDPState._lazy_init``), and its reduce-scatter is the last
+      (issued by the root's final backward callback);
+    * ``reshard_after_forward=True`` for every block (the default);
+    * forward: no explicit prefetch; each unit's all-gather is issued by its pre-forward
+      hook, as far ahead as the CPU runs, and the all-gather streams wait for the copy-out
+      of the unit two before (``wait_for_unshard``: the previous ``all_gather_state``), so
+      unit ``j``'s all-gather can start once unit ``j - 2``'s forward starts:
+      ``forward_prefetch=2``, assuming the CPU runs ahead of the GPU (a CPU-bound step
+      issues later);
+    * backward: the pre-backward hook waits for its own unit, then prefetches the next
+      unit in reverse forward order (``_backward_prefetch``): ``backward_prefetch=1``;
+    * all-gathers and reduce-scatters run on separate streams but one process group, so
+      one NCCL communicator: one channel in issue order.
+
+    Reconstructed, not measured: the copy-in and copy-out copies and the padding of each
+    parameter to a multiple of the world size are left out; root tensors found between
+    blocks or only after them are units of their own (:func:`fsdp2_plan`).
+
+    Examples
+    --------
+    GPT-2's 148 tensors make 12 block units and the root (``wte``, ``wpe`` before the blocks
+    and ``ln_f`` after them):
+
+    >>> from fusionopt import zoo
+    >>> from fusionopt.model import FullySharded
+    >>> problem = Problem(zoo.profile("gpt2", device="h100", batch=8),
+    ...                   fully_sharded=FullySharded.from_network("100gb-ib", workers=64))
+    >>> r = fsdp2(problem)
+    >>> r.plan.num_units, r.plan.root, r.num_messages
+    (14, True, 38)
+    """
+    started = time.perf_counter()
+    plan = fsdp2_plan(problem.profile, reshard_after_forward=reshard_after_forward,
+                      forward_prefetch=forward_prefetch, backward_prefetch=backward_prefetch)
+    return finish(problem, plan, "fsdp2", started,
+                  stats={"units": plan.num_units, "root": plan.root, "forward_prefetch": forward_prefetch,
+                         "backward_prefetch": backward_prefetch})
+
+
+# --- exact and search -------------------------------------------------------------------------
+
+def _score(problem: Problem, plan: ShardedPlan) -> tuple[float, float]:
+    """``(bytes over the cap, T)``: lexicographically smaller is better."""
+    timeline = simulate_sharded(problem, plan, validate=False)
+    cap = problem.fully_sharded.memory_cap
+    over = 0.0 if cap is None else max(0.0, timeline.peak_memory - cap)
+    return over, timeline.iteration_time
+
+
+def _plans_over(atoms: list[int]):
+    """Every plan whose unit boundaries are among ``atoms``: partitions, reshard flags, root,
+    and the prefetch depths that differ (a depth of ``m - 1`` or more issues every
+    all-gather of the pass at its start)."""
+    inner = atoms[1:-1]
+    for mask in range(1 << len(inner)):
+        bounds = [atoms[0]] + [b for k, b in enumerate(inner) if mask >> k & 1] + [atoms[-1]]
+        m = len(bounds) - 1
+        depths = range(0, max(m - 1, 0) + 1)
+        for root in ((False, True) if m >= 2 else (False,)):
+            free = list(range(1, m - 1)) if root else list(range(m))
+            for flags in itertools.product((False, True), repeat=len(free)):
+                reshard = [False] * m
+                for j, flag in zip(free, flags):
+                    reshard[j] = flag
+                for d_f in depths:
+                    for d_b in depths:
+                        yield ShardedPlan(bounds, reshard, forward_prefetch=d_f, backward_prefetch=d_b, root=root)
+
+
+def _infeasible(problem: Problem, method: str, least_over: float) -> ValueError:
+    cap = problem.fully_sharded.memory_cap
+    return ValueError(f"{method}: no plan it searched fits the memory cap of {cap:.6g} B; the least peak found "
+                      f"is {cap + least_over:.6g} B")
+
+
+@declares(SHARDED)
+def sharded_brute(problem: Problem, *, atoms: str | Sequence[int] = "tensor") -> Result:
+    """Exact: every plan whose units are unions of consecutive ``atoms`` (:func:`atom_bounds`),
+    with every reshard flag, root or not, and every prefetch depth, at most
+    ``BRUTE_MAX_ATOMS`` atoms. The best plan within the memory cap; ``OPTIMAL`` over that
+    space (a proof by enumeration), ties broken by the first found.
+
+    Examples
+    --------
+    MODEL.md section 5's profile, halves of ``1 ms + 1 ns/B``: without a cap the best plan
+    keeps a unit per tensor whole from its all-gather to its backward (22 ms, 11 MB whole at
+    the peak); a cap of 10 MB makes it reshard the middle unit (27 ms, 9 MB):
+
+    >>> from fusionopt.model import AlphaBeta, FullySharded, Profile
+    >>> profile = Profile.from_arrays([4e6, 1e6, 2e6], [1e-3] * 3, [3e-3, 2e-3, 1e-3])
+    >>> half = AlphaBeta(1e-3, 1e-9)
+    >>> free = sharded_brute(Problem(profile, fully_sharded=FullySharded(half, half)))
+    >>> capped = sharded_brute(Problem(profile, fully_sharded=FullySharded(half, half, memory_cap=1e7)))
+    >>> round(free.iteration_time * 1e3, 9), free.timeline.peak_memory, str(free.status)
+    (22.0, 11000000, 'OPTIMAL')
+    >>> round(capped.iteration_time * 1e3, 9), capped.timeline.peak_memory, capped.plan.reshard.tolist()
+    (27.0, 9000000, [False, True, False])
+    """
+    started = time.perf_counter()
+    bounds = atom_bounds(problem.profile, atoms)
+    if len(bounds) - 1 > BRUTE_MAX_ATOMS:
+        raise ValueError(f"sharded-brute enumerates every plan over at most {BRUTE_MAX_ATOMS} atoms and refuses "
+                         f"{len(bounds) - 1}; use method='sharded-opt', or coarser atoms")
+    best, best_score, count = None, (math.inf, math.inf), 0
+    for plan in _plans_over(bounds):
+        count += 1
+        score = _score(problem, plan)
+        if score < best_score:
+            best, best_score = plan, score
+    if best_score[0] > 0:
+        raise _infeasible(problem, "sharded-brute", best_score[0])
+    result = finish(problem, best, "sharded-brute", started, stats={"plans": count, "atoms": len(bounds) - 1},
+                    lower_bound=best_score[1], optimal=True)
+    return result
+
+
+def _neighbours(plan: ShardedPlan, atoms: list[int], least: dict[str, int], root: bool | None):
+    """Plans one move from ``plan``: a boundary removed or added at an atom boundary, a
+    reshard flag flipped, a prefetch depth one up or down (not below ``least``), the root
+    made or unmade (unless ``root`` fixes it)."""
+    bounds = plan.bounds.tolist()
+    m = len(bounds) - 1
+    reshard = plan.reshard.tolist()
+    keep = {"forward_prefetch": plan.forward_prefetch, "backward_prefetch": plan.backward_prefetch}
+    for j in range(m):
+        if plan.root and j in (0, m - 1):
+            continue
+        yield plan.replace(reshard=reshard[:j] + [not reshard[j]] + reshard[j + 1:])
+    for field in keep:
+        for step in (-1, 1):
+            depth = keep[field] + step
+            if least[field] <= depth <= max(m - 1, least[field]):
+                yield plan.replace(**{field: depth})
+    if m >= 2 and root is None:
+        flags = list(reshard)
+        if not plan.root:
+            flags[0] = flags[-1] = False
+        yield plan.replace(root=not plan.root, reshard=flags)
+    inside = set(bounds)
+    for b in atoms[1:-1]:
+        if b in inside:
+            j = bounds.index(b)                            # merge units j - 1 and j
+            if plan.root and m <= 2 + (j in (1, m - 1)):
+                continue                                  # a root keeps two parts and a unit between
+            merged = reshard[:j - 1] + [reshard[j - 1] and reshard[j]] + reshard[j + 1:]
+            if plan.root and (j == 1 or j == m - 1):
+                merged[0] = merged[-1] = False
+            yield plan.replace(bounds=bounds[:j] + bounds[j + 1:], reshard=merged)
+        else:
+            j = int(np.searchsorted(bounds, b))            # split unit j - 1 at b
+            split = reshard[:j] + [reshard[j - 1]] + reshard[j:]
+            if plan.root:
+                split[0] = split[-1] = False
+            yield plan.replace(bounds=bounds[:j] + [b] + bounds[j:], reshard=split)
+
+
+@declares(SHARDED)
+def sharded_opt(problem: Problem, *, atoms: str | Sequence[int] = "module", max_evaluations: int = 20_000,
+                time_limit: float = 30.0, min_forward_prefetch: int = 0, min_backward_prefetch: int = 0,
+                root: bool | None = None) -> Result:
+    """A local search over units, reshard flags, prefetch depths and root, any size.
+
+    Starts from FSDP2's plan (:func:`fsdp2_plan`), a unit per atom (resharded, and kept),
+    one unit for everything, each with prefetch depths 0, 1 and 2, and from each start
+    moves to the best neighbour (:func:`_neighbours`: a unit boundary removed or added at an
+    atom boundary, a reshard flag flipped, a depth changed by one, the root made or unmade)
+    until none is better; the best plan of these descents is kept. It stops early after
+    ``max_evaluations`` simulations (a deterministic budget, so a stored result reproduces
+    anywhere) or ``time_limit`` seconds (a safeguard; ``TIME_LIMIT`` when it
+    stops the search). Plans over the memory cap count as worse than every plan within it,
+    and by how far they exceed it, so the search walks into the cap. Its ``gap`` is to
+    :func:`~fusionopt.model.bounds.sharded_lower_bound`.
+
+    ``min_forward_prefetch``, ``min_backward_prefetch``: the least depths to consider (FSDP2
+    can set no less than 2 and 1, :mod:`fusionopt.solvers.advise_sharded`); ``root``: True or
+    False fixes whether the first and last units are a root (None: both are searched).
+
+    Examples
+    --------
+    >>> from fusionopt.model import AlphaBeta, FullySharded, Profile
+    >>> profile = Profile.from_arrays([4e6, 1e6, 2e6], [1e-3] * 3, [3e-3, 2e-3, 1e-3])
+    >>> half = AlphaBeta(1e-3, 1e-9)
+    >>> problem = Problem(profile, fully_sharded=FullySharded(half, half, memory_cap=1e7))
+    >>> r = sharded_opt(problem, atoms="tensor")
+    >>> round(r.iteration_time * 1e3, 9), r.timeline.peak_memory <= 1e7
+    (27.0, True)
+    """
+    started = time.perf_counter()
+    for label, value in (("max_evaluations", max_evaluations),):
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+            raise ValueError(f"{label} must be a whole number >= 1, got {value!r}")
+    if isinstance(time_limit, bool) or not isinstance(time_limit, (int, float)) or not time_limit > 0:
+        raise ValueError(f"time_limit must be a positive number of seconds, got {time_limit!r}")
+    least = {"forward_prefetch": min_forward_prefetch, "backward_prefetch": min_backward_prefetch}
+    for label, value in least.items():
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
+            raise ValueError(f"min_{label} must be a whole number of units >= 0, got {value!r}")
+    if root not in (None, True, False):
+        raise ValueError(f"root must be True, False or None (search both), got {root!r}")
+    profile = problem.profile
+    bounds = atom_bounds(profile, atoms)
+    framework = fsdp2_plan(profile)
+    candidates = []
+    if set(framework.bounds.tolist()) <= set(bounds):
+        candidates += [framework, framework.replace(forward_prefetch=1)]
+    for base in (ShardedPlan(bounds), ShardedPlan(bounds, [False] * (len(bounds) - 1)), ShardedPlan([0, profile.n])):
+        candidates += [base.replace(forward_prefetch=d, backward_prefetch=d) for d in (0, 1, 2)]
+    starts = []
+    for plan in candidates:
+        plan = plan.replace(forward_prefetch=max(plan.forward_prefetch, least["forward_prefetch"]),
+                            backward_prefetch=max(plan.backward_prefetch, least["backward_prefetch"]))
+        if root is not None and plan.root != root:
+            if root and plan.num_units < 3:
+                continue
+            flags = plan.reshard.tolist()
+            if root:
+                flags[0] = flags[-1] = False
+            plan = plan.replace(root=root, reshard=flags)
+        starts.append(plan)
+    if not starts:
+        raise ValueError(f"sharded-opt: no start with a root: the atoms give {len(bounds) - 1} unit(s), a root "
+                         "needs two parts and a unit between")
+    seen: dict[ShardedPlan, tuple[float, float]] = {}
+    stopped = None
+
+    def score(plan: ShardedPlan) -> tuple[float, float]:
+        nonlocal stopped
+        if plan not in seen:
+            if len(seen) >= max_evaluations:
+                stopped = "evaluations"
+                return (math.inf, math.inf)
+            seen[plan] = _score(problem, plan)
+        return seen[plan]
+
+    best, best_score = None, (math.inf, math.inf)
+    for start in sorted(dict.fromkeys(starts), key=score):
+        plan, value = start, score(start)
+        while stopped is None:                            # steepest descent from this start
+            if time.perf_counter() - started > time_limit:
+                stopped = "time"
+                break
+            step = min(_neighbours(plan, bounds, least, root), key=score, default=None)
+            if step is None or score(step) >= value:
+                break
+            plan, value = step, score(step)
+        if value < best_score:
+            best, best_score = plan, value
+    if best_score[0] > 0:
+        raise _infeasible(problem, "sharded-opt", best_score[0])
+    status = Status.TIME_LIMIT if stopped == "time" else Status.FEASIBLE
+    return finish(problem, best, "sharded-opt", started, status=status,
+                  stats={"evaluations": len(seen), "atoms": len(bounds) - 1, "stopped": stopped or "local optimum"})
+
+
+__all__ = ["sharded_wfbp", "fsdp2", "fsdp2_plan", "sharded_brute", "sharded_opt", "atom_bounds", "block_of",
+           "module_of"]

@@ -1,0 +1,226 @@
+"""Fully sharded data parallelism (MODEL.md section 8.2): problems, plans, timing and memory."""
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from strategies import costs, profiles
+
+from fusionopt.cost import AlphaBeta, network
+from fusionopt.model import FullySharded, Problem, Profile, ShardedPlan, compute_pieces, simulate
+from fusionopt.model.bounds import sharded_lower_bound
+
+MS = 1e-3
+HALF = AlphaBeta(MS, 1e-9)                               # 1 ms + 1 ns/B for each collective
+
+
+def section5(cap=None, update=None, **parts):
+    profile = Profile.from_arrays([4e6, 1e6, 2e6], [MS] * 3, [3 * MS, 2 * MS, MS], update=update, **parts)
+    return Problem(profile, fully_sharded=FullySharded(HALF, HALF, memory_cap=cap))
+
+
+def ms(values):
+    return [round(v / MS, 9) for v in np.asarray(values).tolist()]
+
+
+@pytest.mark.parametrize("workers", [2, 8])
+@pytest.mark.parametrize("resharded", [True, False])
+def test_worked_check_one_unit(workers, resharded):
+    # MODEL.md 8.2: one unit, ring costs: T = c_AG(S) + F + [c_AG(S)] + B + c_RS(S) + U.
+    profile = Profile.from_arrays([3e6, 5e6], [2 * MS, MS], [MS, 4 * MS], update=[0.5 * MS, 0.25 * MS])
+    halves = FullySharded.from_network("10gbe", workers)
+    S = 8e6
+    ag, rs = float(halves.all_gather(S)), float(halves.reduce_scatter(S))
+    a, g = 25e-6, 1 / 1.25e9                              # the 10gbe preset's per-link figures
+    assert ag == pytest.approx((workers - 1) * a + (workers - 1) / workers * g * S, rel=1e-12)
+    t = simulate(Problem(profile, fully_sharded=halves), ShardedPlan([0, 2], [resharded]))
+    expected = ag + 3 * MS + (ag if resharded else 0.0) + 5 * MS + rs + 0.75 * MS
+    assert t.iteration_time == pytest.approx(expected, rel=1e-12)
+    assert t.message_kind.tolist() == ([1, 1, 0] if resharded else [1, 0])
+
+
+def test_two_units_hide_the_second_gather():
+    # Units {t1, t2} (5 MB) and {t3} (2 MB), kept: the second all-gather (3 ms) runs 6-9 behind
+    # the first unit's forward (6-8), the second unit's forward 9-10, backward 10-11 then
+    # 11-16, reduce-scatters 11-14 and 16-22 ms.
+    t = simulate(section5(), ShardedPlan([0, 2, 3], [False, False]))
+    assert ms(t.message_start) == [0, 6, 11, 16] and ms(t.message_end) == [6, 9, 14, 22]
+    assert ms(t.message_ready) == [0, 6, 11, 16]
+    assert t.message_unit.tolist() == [0, 1, 1, 0] and t.message_kind.tolist() == [1, 1, 0, 0]
+    assert ms(t.forward_start) == [6, 7, 9]
+    assert round(t.iteration_time / MS, 9) == 22
+    # One unit of everything, kept: 0-8, forward 8-11, backward 11-17, reduce-scatter 17-25.
+    assert round(simulate(section5(), ShardedPlan([0, 3], [False])).iteration_time / MS, 9) == 25
+
+
+def test_root_is_one_gather_and_one_reduce_scatter():
+    # Root {t1} + {t3} (6 MB): 0-7; unit {t2} gathered 7-9 when the root's first part starts;
+    # forwards 7-8, 9-10, 10-11; t2's second gather issued when t3's backward starts (11): 11-13;
+    # backward 11-12 (t3), 13-15 (t2), 15-18 (t1); reduce-scatters of t2 15-17 and the root 18-25.
+    t = simulate(section5(), ShardedPlan([0, 1, 2, 3], root=True))
+    assert ms(t.message_start) == [0, 7, 11, 15, 18] and ms(t.message_end) == [7, 9, 13, 17, 25]
+    assert t.message_bytes.tolist() == [6_000_000, 1_000_000, 1_000_000, 1_000_000, 6_000_000]
+    assert round(t.iteration_time / MS, 9) == 25
+    # Root parameters (6 MB) whole 0-18; at 15-17 also t3's gradients (2 MB, 11-25), t2's
+    # (1 MB, 13-17) and t1's (4 MB, 15-25): 13 MB.
+    assert t.peak_memory == 13_000_000
+
+
+def test_no_prefetch_waits_for_each_unit():
+    # d_f = d_b = 0, a unit per tensor, all resharded: every gather waits for the unit before.
+    t = simulate(section5(), ShardedPlan([0, 1, 2, 3], forward_prefetch=0, backward_prefetch=0))
+    assert ms(t.message_start) == [0, 6, 9, 13, 17, 20, 24, 26, 34]
+    assert t.message_kind.tolist() == [1, 1, 1, 1, 0, 1, 0, 1, 0]
+    assert round(t.iteration_time / MS, 9) == 39
+    assert t.peak_memory == 8_000_000                     # t1's parameters and gradients at once
+
+
+def test_update_and_step_parts_follow_the_last_reduce_scatter():
+    problem = section5(update=[MS, 0, 2 * MS], update_lump=0.5 * MS, host_overhead=0.25 * MS)
+    t = simulate(problem, ShardedPlan([0, 2, 3], [False, False]))
+    assert round(t.iteration_time / MS, 9) == 22 + 3 + 0.75
+    pieces = compute_pieces(problem, ShardedPlan([0, 2, 3], [False, False]))
+    assert pieces[-1].end == t.iteration_time
+    assert [p.kind for p in pieces][-2:] == ["update_lump", "host_overhead"]
+
+
+def test_prefetch_deeper_than_the_units_changes_nothing():
+    problem = section5()
+    base = simulate(problem, ShardedPlan([0, 1, 2, 3], forward_prefetch=2, backward_prefetch=2))
+    deep = simulate(problem, ShardedPlan([0, 1, 2, 3], forward_prefetch=9, backward_prefetch=9))
+    assert deep.iteration_time == base.iteration_time and deep.peak_memory == base.peak_memory
+
+
+def _independent_peak(t, plan, problem):
+    """The most bytes whole at once, from the timeline's messages and the compute stream read
+    again: at every moment some interval starts, count what is whole then."""
+    m = plan.num_units
+    unit_bytes = plan.unit_bytes(problem.profile).tolist()
+    pieces = compute_pieces(problem, plan)
+    unit_of = np.repeat(np.arange(m), np.diff(plan.bounds))
+    fwd_end = {j: max(p.end for p in pieces if p.kind == "forward" and unit_of[p.tensor] == j) for j in range(m)}
+    bwd = {j: [p for p in pieces if p.kind == "backward" and unit_of[p.tensor] == j] for j in range(m)}
+    bwd_start = {j: min(p.start for p in bwd[j]) for j in range(m)}
+    bwd_end = {j: max(p.end for p in bwd[j]) for j in range(m)}
+    gathers = {}
+    scatter_end = {}
+    for kind, unit, start, end in zip(t.message_kind, t.message_unit, t.message_start, t.message_end):
+        if kind == 1:
+            gathers.setdefault(int(unit), []).append(start)
+        else:
+            scatter_end[int(unit)] = end
+    intervals = []
+    for j in range(m):
+        if plan.root and j == m - 1:
+            scatter_end[j] = scatter_end[0]
+        else:
+            first = gathers[j][0]
+            size = unit_bytes[j] + (unit_bytes[-1] if plan.root and j == 0 else 0)
+            until = bwd_end[j] if (not plan.reshard[j] or (plan.root and j == 0)) else fwd_end[j]
+            intervals.append((first, until, size))
+            if plan.reshard[j]:
+                intervals.append((gathers[j][1], bwd_end[j], unit_bytes[j]))
+    for j in range(m):
+        intervals.append((bwd_start[j], scatter_end[j], unit_bytes[j]))
+    peak = 0
+    for moment in {s for s, _, _ in intervals}:
+        whole = sum(b for s, e, b in intervals if s <= moment < e or s == e == moment)
+        peak = max(peak, whole)
+    return peak
+
+
+@st.composite
+def sharded_plans(draw, n):
+    cuts = sorted(draw(st.sets(st.integers(1, n - 1), max_size=n - 1))) if n > 1 else []
+    bounds = [0, *cuts, n]
+    m = len(bounds) - 1
+    root = m >= 2 and draw(st.booleans())
+    reshard = draw(st.lists(st.booleans(), min_size=m, max_size=m))
+    if root:
+        reshard[0] = reshard[-1] = False
+    return ShardedPlan(bounds, reshard, forward_prefetch=draw(st.integers(0, m + 1)),
+                       backward_prefetch=draw(st.integers(0, m + 1)), root=root)
+
+
+@settings(deadline=None)
+@given(st.data())
+def test_timeline_keeps_every_rule(data):
+    # Every start is the latest of what it waits for, every rule holds, memory agrees with an
+    # independent count, and no plan beats the bound.
+    profile = data.draw(profiles(1, 7))
+    halves = FullySharded(data.draw(costs), data.draw(costs))
+    problem = Problem(profile, fully_sharded=halves)
+    plan = data.draw(sharded_plans(profile.n))
+    t = simulate(problem, plan)
+    starts, ends, issue = t.message_start, t.message_end, t.message_ready
+    assert np.all(starts >= issue) and np.all(np.diff(issue) >= 0)
+    free = np.concatenate(([-math.inf], ends[:-1]))
+    assert np.array_equal(starts, np.maximum(issue, free))
+    kinds = t.message_kind.tolist()
+    assert kinds.count(0) == plan.num_units - int(plan.root)
+    assert len(kinds) == plan.num_messages
+    pieces = compute_pieces(problem, plan)
+    assert pieces[-1].end == pytest.approx(t.iteration_time, rel=1e-12, abs=1e-15)
+    for before, after in zip(pieces, pieces[1:]):
+        assert after.start >= before.end - 1e-12
+    # Each unit's first forward waits for its gather; the last reduce-scatter precedes the update.
+    for i, phi in enumerate(t.forward_start.tolist()):
+        assert phi >= t.gathered[i] - 1e-12
+    assert t.iteration_time >= float(ends.max()) + profile.U - 1e-12
+    assert t.peak_memory == _independent_peak(t, plan, problem)
+    assert t.iteration_time >= sharded_lower_bound(problem) * (1 - 1e-9) - 1e-15
+
+
+def test_plan_json_and_errors(tmp_path):
+    plan = ShardedPlan([0, 2, 3, 5], [False, True, False], forward_prefetch=3, backward_prefetch=0, root=True,
+                       names=["root", "h.0", "root"])
+    path = tmp_path / "plan.json"
+    plan.write(path)
+    assert ShardedPlan.read(path) == plan
+    with pytest.raises(ValueError, match="unit 1 is empty"):
+        ShardedPlan([0, 2, 2, 3])
+    with pytest.raises(ValueError, match="must start at tensor 0"):
+        ShardedPlan([1, 3])
+    with pytest.raises(ValueError, match="root .* reshard flags must be False"):
+        ShardedPlan([0, 1, 2], [True, False], root=True)
+    with pytest.raises(ValueError, match="at least two units"):
+        ShardedPlan([0, 3], root=True)
+    with pytest.raises(ValueError, match="forward_prefetch must be a whole number"):
+        ShardedPlan([0, 3], forward_prefetch=-1)
+    with pytest.raises(ValueError, match="the units cover tensors 0..1; profile .* has 3"):
+        simulate(section5(), ShardedPlan([0, 2]))
+    with pytest.raises(ValueError, match="unknown key 'prefetch'"):
+        ShardedPlan.from_dict({**plan.to_dict(), "prefetch": 2})
+    with pytest.raises(ValueError, match="unit 1 must hold the tensors 1, 2"):
+        ShardedPlan.from_units(section5().profile, [[0], [2, 1]])
+
+
+def test_problem_refuses_what_does_not_apply():
+    profile = section5().profile
+    halves = FullySharded(HALF, HALF)
+    with pytest.raises(ValueError, match="sync does not apply"):
+        Problem(profile, fully_sharded=halves, sync="layerwise")
+    with pytest.raises(ValueError, match="leave cost out"):
+        Problem(profile, HALF, fully_sharded=halves)
+    with pytest.raises(ValueError, match="post_backward"):
+        Problem(profile.with_step_parts(post_backward=MS), fully_sharded=halves)
+    with pytest.raises(ValueError, match="does not combine with contention"):
+        Problem(profile, fully_sharded=halves, contention=1.5)
+    with pytest.raises(ValueError, match="memory_cap must be a positive number"):
+        FullySharded(HALF, HALF, memory_cap=float("nan"))
+    problem = Problem(profile, fully_sharded=halves)
+    assert problem.pattern == "fully-sharded" and problem.extensions == ("fully_sharded",)
+    with pytest.raises(ValueError, match="takes a ShardedPlan"):
+        simulate(problem, __import__("fusionopt").Plan.from_groups(profile, [[0, 1, 2]]))
+
+
+def test_bound_worked_value_and_network_presets():
+    # ag(4 MB) + F + B + rs(4 MB) = 5 + 3 + 6 + 5 = 19 ms.
+    assert round(sharded_lower_bound(section5()) / MS, 9) == 19
+    halves = FullySharded.from_network("100gb-ib", 64)
+    ring = network("100gb-ib", 64)
+    S = 3e7
+    assert float(halves.all_gather(S) + halves.reduce_scatter(S)) == pytest.approx(float(ring(S)), rel=1e-12)
