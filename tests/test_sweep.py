@@ -84,7 +84,11 @@ def test_cells_is_the_product_in_order_and_skips_methods_the_registry_refuses(ca
     # nor does a decoupled method: a sweep solves all-reduce problems
     decoupled = cells(["resnet18"], [8], ["10gbe"], ["wfbp", "megatron-overlap", "dear"], sync="layerwise")
     assert [c.method for c in decoupled] == ["wfbp"]
-    assert "megatron-overlap, dear (parameter-server or decoupled methods" in capsys.readouterr().err
+    assert "megatron-overlap, dear (parameter-server, decoupled or fully sharded methods" in capsys.readouterr().err
+    # nor a fully sharded one
+    sharded = cells(["resnet18"], [8], ["10gbe"], ["wfbp", "fsdp2", "sharded-opt"])
+    assert [c.method for c in sharded] == ["wfbp"]
+    assert "fsdp2, sharded-opt (parameter-server, decoupled or fully sharded methods" in capsys.readouterr().err
 
 
 def test_cells_default_methods_are_the_default_comparison_for_the_sync(capsys):

@@ -31,7 +31,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from fusionopt.executor.job import Job
     from fusionopt.executor.measurement import assemble
     from fusionopt.executor.mpi import MPICommunicator
-    from fusionopt.executor.runner import run_rank
+    from fusionopt.executor.ranks import run_rank
 
     comm = MPICommunicator()
     rank = comm.rank

@@ -1,10 +1,13 @@
 """The one small interface every backend implements: :class:`Communicator`.
 
-A communicator is one rank's handle on a group of ``size`` ranks. The plan runner needs
-four collective operations of it, all called by every rank in the same order:
+A communicator is one rank's handle on a group of ``size`` ranks. The plan runners need
+these collective operations of it, all called by every rank in the same order:
 
 * :meth:`~Communicator.allreduce`: sum a buffer of unsigned integers over the ranks, in
   place (modulo ``2**bits``, so the sums are exact);
+* :meth:`~Communicator.reduce_scatter` and :meth:`~Communicator.all_gather` of a flat buffer
+  whose length is a multiple of ``size`` (the sharded patterns of MODEL.md section 8): rank
+  ``r`` holds words ``[r s, (r + 1) s)`` of the sum, or contributes them to the gather;
 * :meth:`~Communicator.barrier` and :meth:`~Communicator.allgather` (small Python values:
   plan hashes, verdicts, timings), between steps;
 * :meth:`~Communicator.abort`: give up, waking or ending every rank.
@@ -85,6 +88,29 @@ class Communicator(ABC):
         fault injection and messages; backends may ignore it.
         """
 
+    def reduce_scatter(self, send: Any, recv: Any, *, timeout: float, tag: tuple[int, int] | None = None) -> None:
+        """Sum ``send`` (``size * len(recv)`` words) over every rank; ``recv`` gets this
+        rank's shard of the sum, words ``[rank * len(recv), (rank + 1) * len(recv))``.
+
+        The default runs an all-reduce of a copy and keeps the shard (a backend without a
+        native reduce-scatter); every backend here overrides it.
+        """
+        shard = shard_words(send, recv, self.size, "reduce-scatter")
+        buffer = send.copy()
+        self.allreduce(buffer, timeout=timeout, tag=tag)
+        recv[:] = buffer[self.rank * shard: (self.rank + 1) * shard]
+
+    def all_gather(self, send: Any, recv: Any, *, timeout: float, tag: tuple[int, int] | None = None) -> None:
+        """Every rank's ``send`` (its shard), in rank order, into ``recv`` (``size * len(send)`` words).
+
+        The default sums a zeroed buffer holding this rank's shard (an all-reduce); every
+        backend here overrides it.
+        """
+        shard = shard_words(recv, send, self.size, "all-gather")
+        recv[:] = 0
+        recv[self.rank * shard: (self.rank + 1) * shard] = send
+        self.allreduce(recv, timeout=timeout, tag=tag)
+
     @abstractmethod
     def barrier(self, *, timeout: float) -> None:
         """Wait until every rank arrives."""
@@ -121,6 +147,15 @@ class Communicator(ABC):
     def describe(self) -> str:
         """The backend in words, for reports."""
         return f"{self.name}, {self.size} ranks"
+
+
+def shard_words(whole: Any, shard: Any, size: int, what: str) -> int:
+    """Words of one shard; ``ValueError`` unless ``whole`` is ``size`` shards of ``shard``."""
+    words = int(shard.shape[0])
+    if int(whole.shape[0]) != size * words or whole.dtype != shard.dtype:
+        raise ValueError(f"{what}: the whole buffer must be {size} shards of {words} words of {shard.dtype}, "
+                         f"got {int(whole.shape[0])} words of {whole.dtype}")
+    return words
 
 
 def missing_extra(backend: str, what: str, cause: BaseException | None = None) -> ImportError:

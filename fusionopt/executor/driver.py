@@ -8,11 +8,13 @@ from fusionopt.executor.communicator import check_backend
 from fusionopt.executor.errors import CorrectnessError
 from fusionopt.executor.job import Fault, Job
 from fusionopt.executor.measurement import Measurement, assemble
+from fusionopt.model.decoupled import DecoupledPlan
 from fusionopt.model.plan import Plan
 from fusionopt.model.problem import Problem
+from fusionopt.model.sharded import ShardedPlan
 
 
-def run(problem: Problem, plan: Plan, backend: str = "local", *, ranks: int | None = None, iterations: int = 10,
+def run(problem: Problem, plan: Plan | DecoupledPlan | ShardedPlan, backend: str = "local", *, ranks: int | None = None, iterations: int = 10,
         warmup: int = 2, time_scale: float = 1.0, timeout: float = 60.0, verify: bool = True,
         validate: bool = True, raise_on_error: bool = True, emulate_link: bool = False,
         compute: str = "host", fault: Fault | None = None) -> Measurement:
@@ -23,11 +25,21 @@ def run(problem: Problem, plan: Plan, backend: str = "local", *, ranks: int | No
     unpack) and runs the next forward per ``problem.sync``; see :mod:`fusionopt.executor.runner`.
     After every step every byte of every tensor is checked against its exact sum.
 
+    A decoupled problem (``Problem(profile, decoupled=...)``, MODEL.md 8.1) runs a
+    :class:`~fusionopt.model.decoupled.DecoupledPlan`: reduce-scatters and all-gathers in the
+    plan's channel order; a fully sharded one (``fully_sharded=...``, 8.2) a
+    :class:`~fusionopt.model.sharded.ShardedPlan`: each unit's all-gathers and
+    reduce-scatters at the model's issue points (:mod:`fusionopt.executor.sharded_runner`).
+    Each rank's reduce-scatter shards are checked against their exact sums and every
+    gathered word against the shard it came from; ``message_*`` then follow the channel
+    (both kinds, in the order of ``predicted.message_kind``) and ``collectives`` lists what ran.
+
     Parameters
     ----------
     problem : Problem
-        Plain model (no extensions). Its cost model gives the prediction.
-    plan : Plan
+        Plain model, decoupled or fully sharded (no other extension). Its cost model gives
+        the prediction.
+    plan : Plan, DecoupledPlan or ShardedPlan
     backend : {"local", "mpi", "nccl"}
         ``local``: ranks are threads of this process (no dependencies). ``mpi``: one process
         per rank under the ``mpiexec`` beside this interpreter (extra ``mpi``); called inside
@@ -120,7 +132,8 @@ def run(problem: Problem, plan: Plan, backend: str = "local", *, ranks: int | No
 def run_local(jobs: Sequence[Job]) -> Measurement:
     """Run ``jobs[r]`` on thread rank ``r`` of a local group (normally the same job)."""
     from fusionopt.executor.local import LocalGroup, run_threads
-    from fusionopt.executor.runner import fast_thread_switching, run_rank
+    from fusionopt.executor.ranks import run_rank
+    from fusionopt.executor.runner import fast_thread_switching
 
     group = LocalGroup(len(jobs))
     comms = group.communicators()
@@ -142,7 +155,7 @@ def _run_mpi(job: Job, ranks: int) -> Measurement:
     from fusionopt.executor.mpi import MPICommunicator, inside_mpi_world, launch
 
     if inside_mpi_world():
-        from fusionopt.executor.runner import run_rank
+        from fusionopt.executor.ranks import run_rank
 
         comm = MPICommunicator()
         record = run_rank(comm, job)
@@ -155,9 +168,16 @@ def _run_mpi(job: Job, ranks: int) -> Measurement:
 def _run_nccl(job: Job, ranks: int) -> Measurement:
     from fusionopt.executor.local import run_threads
     from fusionopt.executor.nccl import NcclGroup
-    from fusionopt.executor.runner import fast_thread_switching, run_rank
+    from fusionopt.executor.ranks import run_rank
+    from fusionopt.executor.runner import fast_thread_switching
 
-    group = NcclGroup(ranks, link_cost=job.problem.cost if job.emulate_link else None)
+    halves = job.problem.decoupled or job.problem.fully_sharded
+    if not job.emulate_link:
+        group = NcclGroup(ranks)
+    elif halves is not None:
+        group = NcclGroup(ranks, link_costs={"reduce_scatter": halves.reduce_scatter, "all_gather": halves.all_gather})
+    else:
+        group = NcclGroup(ranks, link_cost=job.problem.cost)
     comms = group.communicators()
     description = comms[0].describe()
     try:

@@ -1,7 +1,9 @@
 """A communicator that breaks on purpose (:class:`~fusionopt.executor.job.Fault`), for tests.
 
 It wraps a real communicator and misbehaves on one rank for one message of one step:
-it drops the reduced values of half the message, corrupts one word, or stalls. The plan
+it drops the reduced values of half the message, corrupts one word, or stalls. For the
+sharded patterns "message" is the collective's place on the channel, and the fault hits its
+reduce-scatter (this rank's shard) or its all-gather (the gathered buffer). The plan
 runner must then fail with a message naming the tensor and byte range, or the message that
 timed out.
 """
@@ -23,6 +25,7 @@ class FaultyCommunicator(Communicator):
         self.inner, self.fault = inner, fault
         self.name, self.xp, self.emulated = inner.name, inner.xp, inner.emulated
         self.word_sizes = inner.word_sizes
+        self._timeout = 1.0
 
     @property
     def rank(self) -> int:
@@ -59,6 +62,48 @@ class FaultyCommunicator(Communicator):
         else:
             middle = buffer.shape[0] // 2
             buffer[middle] ^= buffer.dtype.type(1 << 3)
+
+    def _stall(self) -> None:
+        # Never join; wait to be stopped (another rank's timeout aborts the group).
+        deadline = time.monotonic() + 10 * self._timeout + 10
+        while not self.inner.aborted and time.monotonic() < deadline:
+            time.sleep(0.01)
+        raise GroupAborted(f"rank {self.rank} stalled on purpose (fault {self.fault.kind!r})")
+
+    def reduce_scatter(self, send: Any, recv: Any, *, timeout: float, tag: tuple[int, int] | None = None) -> None:
+        """``drop``: the first half of this rank's shard keeps its own contribution;
+        ``corrupt``: one word of its shard has a bit flipped; ``stall``: it never joins."""
+        if not self._hit(tag):
+            self.inner.reduce_scatter(send, recv, timeout=timeout, tag=tag)
+            return
+        self._timeout = timeout
+        if self.fault.kind == "stall":
+            self._stall()
+        shard = recv.shape[0]
+        half = max(1, shard // 2)
+        mine = send[self.rank * shard: self.rank * shard + half].copy()
+        self.inner.reduce_scatter(send, recv, timeout=timeout, tag=tag)
+        if self.fault.kind == "drop":
+            recv[:half] = mine
+        else:
+            recv[shard // 2] ^= recv.dtype.type(1 << 3)
+
+    def all_gather(self, send: Any, recv: Any, *, timeout: float, tag: tuple[int, int] | None = None) -> None:
+        """``drop``: the first half of the gathered buffer is not received (it keeps what it
+        held); ``corrupt``: one word of it has a bit flipped; ``stall``: it never joins."""
+        if not self._hit(tag):
+            self.inner.all_gather(send, recv, timeout=timeout, tag=tag)
+            return
+        self._timeout = timeout
+        if self.fault.kind == "stall":
+            self._stall()
+        half = max(1, recv.shape[0] // 2)
+        kept = recv[:half].copy()
+        self.inner.all_gather(send, recv, timeout=timeout, tag=tag)
+        if self.fault.kind == "drop":
+            recv[:half] = kept
+        else:
+            recv[recv.shape[0] // 2] ^= recv.dtype.type(1 << 3)
 
     def barrier(self, *, timeout: float) -> None:
         self.inner.barrier(timeout=timeout)

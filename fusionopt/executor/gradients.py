@@ -77,10 +77,18 @@ class Gradients:
     def _word(self, value: int) -> Any:
         return self.layout.dtype.type(value % 2**self._bits)
 
+    @property
+    def patterns(self) -> list[Any]:
+        """``g(i, .)`` of every tensor ``i`` (read only by convention)."""
+        return self._pattern
+
+    def rank_constants(self, step: int, rank: int) -> tuple[Any, Any]:
+        """``(scale, offset)`` with rank ``rank``'s value of ``step`` ``= g * scale + offset``."""
+        return self._word(2 * (rank + 1)), self._word(2 * (7 * step + 3 * rank) + 1)
+
     def fill(self, step: int) -> None:
         """Write this rank's gradient values of ``step`` into every tensor."""
-        scale = self._word(2 * (self.rank + 1))
-        offset = self._word(2 * (7 * step + 3 * self.rank) + 1)
+        scale, offset = self.rank_constants(step, self.rank)
         for grad, g in zip(self.grads, self._pattern):
             self.xp.multiply(g, scale, out=grad)
             grad += offset

@@ -16,9 +16,14 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from fusionopt.model.cost import cost_from_dict
+from fusionopt.model.decoupled import DECOUPLED_SCHEMA, Decoupled, DecoupledPlan
 from fusionopt.model.plan import Plan
 from fusionopt.model.problem import Problem
 from fusionopt.model.profile import Profile
+from fusionopt.model.sharded import SHARDED_SCHEMA, FullySharded, ShardedPlan
+
+# The plan type each pattern runs (Problem.pattern).
+PLAN_TYPES = {"all-reduce": Plan, "decoupled": DecoupledPlan, "fully-sharded": ShardedPlan}
 
 JOB_SCHEMA = "fusionopt.executor.job"
 COMPUTE_MODES = ("host", "spin", "gemm")
@@ -81,8 +86,11 @@ class Job:
     Attributes
     ----------
     problem : Problem
-        Plain model only (MODEL.md sections 1 to 4): the executor emulates no extension.
-    plan : Plan
+        The plain model (MODEL.md sections 1 to 4), a decoupled all-reduce
+        (``decoupled=``, MODEL.md 8.1) or a fully sharded problem (``fully_sharded=``,
+        MODEL.md 8.2); the executor emulates no other extension.
+    plan : Plan, DecoupledPlan or ShardedPlan
+        The plan type of the problem's pattern.
     iterations, warmup : int
         Timed steps, and steps run first and not timed.
     time_scale : float
@@ -117,18 +125,24 @@ class Job:
     def __post_init__(self) -> None:
         if not isinstance(self.problem, Problem):
             raise ValueError(f"problem must be a Problem, got {type(self.problem).__name__}")
-        if not isinstance(self.plan, Plan):
-            raise ValueError(f"plan must be a Plan, got {type(self.plan).__name__}")
-        if self.problem.extensions:
+        others = [e for e in self.problem.extensions if e not in ("decoupled", "fully_sharded")]
+        if others:
             raise ValueError(
                 f"the executor runs the plain model (MODEL.md sections 1-4), and this problem has "
-                f"{', '.join(self.problem.extensions)} on")
+                f"{', '.join(others)} on (of the extensions it runs decoupled and fully_sharded only, section 8)")
+        wanted = PLAN_TYPES[self.pattern]
+        if not isinstance(self.plan, wanted):
+            raise ValueError(f"plan must be a {wanted.__name__} for a {self.pattern} problem, "
+                             f"got {type(self.plan).__name__}")
         _positive_int("iterations", self.iterations, 1)
         _positive_int("warmup", self.warmup, 0)
         _positive_float("time_scale", self.time_scale, allow_zero=True)
         _positive_float("timeout", self.timeout)
         if self.compute not in COMPUTE_MODES:
             raise ValueError(f"unknown compute mode {self.compute!r}: choose one of {', '.join(COMPUTE_MODES)}")
+        if self.compute != "host" and self.pattern != "all-reduce":
+            raise ValueError(f"compute={self.compute!r} runs all-reduce plans only; a {self.pattern} plan "
+                             "runs with compute='host'")
         if self.compute != "host" and self.backend != "nccl":
             raise ValueError(f"compute={self.compute!r} queues device work: it needs the nccl backend, "
                              f"not {self.backend!r} (use compute='host')")
@@ -137,10 +151,20 @@ class Job:
     def steps(self) -> int:
         return self.warmup + self.iterations
 
+    @property
+    def pattern(self) -> str:
+        """``"all-reduce"``, ``"decoupled"`` or ``"fully-sharded"``."""
+        return self.problem.pattern
+
     def scaled_problem(self) -> Problem:
         """The problem the ranks actually run: compute times multiplied by ``time_scale``."""
-        return Problem(scale_compute(self.problem.profile, self.time_scale), self.problem.cost,
-                       sync=self.problem.sync)
+        problem = self.problem
+        profile = scale_compute(problem.profile, self.time_scale)
+        if problem.decoupled is not None:
+            return Problem(profile, sync=problem.sync, decoupled=problem.decoupled)
+        if problem.fully_sharded is not None:
+            return Problem(profile, sync=problem.sync, fully_sharded=problem.fully_sharded)
+        return Problem(profile, problem.cost, sync=problem.sync)
 
     # ------------------------------------------------------------------ JSON and hashes
     def to_dict(self) -> dict[str, Any]:
@@ -152,6 +176,7 @@ class Job:
             "timeout": self.timeout, "verify": self.verify,
             "fault": None if self.fault is None else self.fault.to_dict(),
             "emulate_link": self.emulate_link, "compute": self.compute,
+            **_pattern_to_dict(self.problem),
         }
 
     @classmethod
@@ -161,9 +186,8 @@ class Job:
         if doc.get("version") != JOB_VERSION:
             raise ValueError(f"{source}: unsupported job version {doc.get('version')!r}")
         profile = Profile.from_dict(doc["profile"], source=f"{source}.profile")
-        cost = cost_from_dict(doc["cost"], source=f"{source}.cost")
-        problem = Problem(profile, cost, sync=doc["sync"])
-        plan = Plan.from_dict(doc["plan"], source=f"{source}.plan")
+        problem = _problem_from_dict(doc, profile, source)
+        plan = _plan_from_dict(doc["plan"], source=f"{source}.plan")
         fault = None if doc.get("fault") is None else Fault(**doc["fault"])
         return cls(problem, plan, iterations=doc["iterations"], warmup=doc["warmup"],
                    time_scale=doc["time_scale"], timeout=doc["timeout"], verify=doc["verify"],
@@ -176,6 +200,40 @@ class Job:
         plan = _digest(doc.pop("plan"))
         doc.pop("fault")        # a fault is injected on one rank only, by design
         return plan, _digest(doc)
+
+
+def _halves(value: Decoupled | FullySharded) -> dict[str, Any]:
+    return {"reduce_scatter": value.reduce_scatter.to_dict(), "all_gather": value.all_gather.to_dict()}
+
+
+def _pattern_to_dict(problem: Problem) -> dict[str, Any]:
+    """The sharded pattern's part of a job document (nothing for the plain model)."""
+    if problem.decoupled is not None:
+        return {"decoupled": {**_halves(problem.decoupled),
+                              "update_after_gather": bool(problem.decoupled.update_after_gather)}}
+    if problem.fully_sharded is not None:
+        return {"fully_sharded": {**_halves(problem.fully_sharded), "memory_cap": problem.fully_sharded.memory_cap}}
+    return {}
+
+
+def _problem_from_dict(doc: Mapping[str, Any], profile: Profile, source: str) -> Problem:
+    for key, cls in (("decoupled", Decoupled), ("fully_sharded", FullySharded)):
+        part = doc.get(key)
+        if part is not None:
+            halves = [cost_from_dict(part[h], source=f"{source}.{key}.{h}") for h in ("reduce_scatter", "all_gather")]
+            extra = (bool(part.get("update_after_gather", False)) if key == "decoupled"
+                     else part.get("memory_cap"))
+            return Problem(profile, sync=doc["sync"], **{key: cls(*halves, extra)})
+    return Problem(profile, cost_from_dict(doc["cost"], source=f"{source}.cost"), sync=doc["sync"])
+
+
+def _plan_from_dict(doc: Mapping[str, Any], *, source: str) -> Plan | DecoupledPlan | ShardedPlan:
+    schema = doc.get("schema") if isinstance(doc, Mapping) else None
+    if schema == DECOUPLED_SCHEMA:
+        return DecoupledPlan.from_dict(doc, source=source)
+    if schema == SHARDED_SCHEMA:
+        return ShardedPlan.from_dict(doc, source=source)
+    return Plan.from_dict(doc, source=source)
 
 
 def _digest(value: Any) -> str:

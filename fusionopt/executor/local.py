@@ -3,7 +3,8 @@
 The all-reduce is a real collective over the ranks' own buffers, done like a ring's two
 phases without the ring: every rank publishes its buffer, sums its own ``1/N`` segment of
 every buffer into its buffer (reduce-scatter), then copies the other ranks' finished
-segments (all-gather). Three barriers separate the phases. numpy releases the interpreter
+segments (all-gather). Three barriers separate the phases. The reduce-scatter and the
+all-gather of the sharded patterns are each one of those phases on their own. numpy releases the interpreter
 lock while it adds and copies, so ranks run in parallel on as many cores as there are.
 """
 
@@ -14,7 +15,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from fusionopt.executor.communicator import Communicator
+from fusionopt.executor.communicator import Communicator, shard_words
 from fusionopt.executor.errors import CollectiveTimeout, GroupAborted
 
 
@@ -119,6 +120,45 @@ class LocalCommunicator(Communicator):
                 buffer[a:b] = slots[q][a:b]
         group.wait(timeout, "all-reduce")
         group._slots[rank] = None
+
+    def _publish(self, buffer: Any, timeout: float, what: str) -> list[Any]:
+        """Publish ``buffer`` and return every rank's, checking that they match."""
+        group = self.group
+        group._slots[self._rank] = buffer
+        group.wait(timeout, what)
+        slots = list(group._slots)
+        for q, other in enumerate(slots):
+            if other.shape != buffer.shape or other.dtype != buffer.dtype:
+                raise ValueError(
+                    f"ranks disagree on the {what} buffer: rank 0 has {slots[0].nbytes} B of "
+                    f"{slots[0].dtype}, rank {q} has {other.nbytes} B of {other.dtype}")
+        return slots
+
+    def reduce_scatter(self, send: Any, recv: Any, *, timeout: float, tag: tuple[int, int] | None = None) -> None:
+        """Sum this rank's shard of every rank's ``send`` into ``recv`` (one pass, two barriers)."""
+        shard = shard_words(send, recv, self.size, "reduce-scatter")
+        if self.size == 1:
+            recv[:] = send
+            return
+        slots = self._publish(send, timeout, "reduce-scatter")
+        lo = self._rank * shard
+        np.copyto(recv, slots[0][lo: lo + shard])
+        for other in slots[1:]:
+            np.add(recv, other[lo: lo + shard], out=recv)
+        self.group.wait(timeout, "reduce-scatter")      # no rank reuses its buffer before all have read it
+        self.group._slots[self._rank] = None
+
+    def all_gather(self, send: Any, recv: Any, *, timeout: float, tag: tuple[int, int] | None = None) -> None:
+        """Copy every rank's ``send`` into its place in ``recv`` (two barriers)."""
+        shard = shard_words(recv, send, self.size, "all-gather")
+        if self.size == 1:
+            recv[:] = send
+            return
+        slots = self._publish(send, timeout, "all-gather")
+        for q, other in enumerate(slots):
+            recv[q * shard: (q + 1) * shard] = other
+        self.group.wait(timeout, "all-gather")
+        self.group._slots[self._rank] = None
 
     def barrier(self, *, timeout: float) -> None:
         self.group.wait(timeout, "barrier")

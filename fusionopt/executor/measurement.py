@@ -59,7 +59,15 @@ class Measurement:
     steps : int
         Steps run, warm-up included (fewer than asked when a check failed).
     backward_late : float
-        Largest delay of an emitted gradient past its ready time, over ranks and steps.
+        Largest delay of an emitted gradient past its ready time, over ranks and steps (for
+        the sharded patterns: of any wake-up of the compute program: an emission, an update
+        or a collective's issue).
+    pattern : str
+        ``"all-reduce"``, ``"decoupled"`` or ``"fully-sharded"``.
+    collectives : tuple of (str, int, int)
+        Sharded patterns: what rank 0's communication thread ran each step, in order: the
+        kind (``"reduce-scatter"``, ``"all-gather"``), the unsharded bytes and the bytes
+        sent after padding to a multiple of the ranks. Empty for an all-reduce plan.
     """
 
     backend: str
@@ -79,6 +87,8 @@ class Measurement:
     steps: int
     backward_late: float = 0.0
     description: str = ""
+    pattern: str = "all-reduce"
+    collectives: tuple[tuple[str, int, int], ...] = ()
 
     # ------------------------------------------------------------------ figures
     @property
@@ -123,9 +133,11 @@ class Measurement:
         ]
         start = np.median(self.message_start, axis=0) if self.message_start.size else None
         end = np.median(self.message_end, axis=0) if self.message_end.size else None
+        kinds = self.predicted.message_kind
         for k in range(min(messages, self.predicted.message_end.size)):
             got = "-" if start is None else f"{ms * start[k]:9.3f} -> {ms * end[k]:9.3f}"
-            lines.append(f"  {k:>4} {int(self.predicted.message_bytes[k]):>12d} B  measured {got} ms, predicted "
+            kind = "" if kinds is None else (" RS" if kinds[k] == 0 else " AG")
+            lines.append(f"  {k:>4}{kind} {int(self.predicted.message_bytes[k]):>12d} B  measured {got} ms, predicted "
                          f"{ms * self.predicted.message_start[k]:9.3f} -> {ms * self.predicted.message_end[k]:9.3f} ms")
         if self.predicted.message_end.size > messages:
             lines.append(f"  ... {self.predicted.message_end.size - messages} more messages (use --json for all)")
@@ -155,6 +167,7 @@ class Measurement:
                           "forward_start": p.forward_start.tolist()},
             "correct": self.correct, "errors": list(self.errors), "checked_bytes": self.checked_bytes,
             "steps": self.steps, "backward_late": self.backward_late,
+            "pattern": self.pattern, "collectives": [list(c) for c in self.collectives],
         }
 
 
@@ -196,5 +209,6 @@ def assemble(job: Job, records: Sequence[Mapping[str, Any]], *, backend: str, de
         checked_bytes=int(sum(r["checked_bytes"] for r in records)),
         steps=int(min(r["steps"] for r in records)),
         backward_late=float(max((max(r["backward_late"], default=0.0) for r in records), default=0.0)),
-        description=description,
+        description=description, pattern=job.pattern,
+        collectives=tuple((str(k), int(b), int(p)) for k, b, p in first.get("collectives", [])),
     )

@@ -4,7 +4,8 @@
 ``mpiexec`` that sits beside the running interpreter (the ``mpich`` wheel installs it in the
 environment's ``bin``), waits for it with a time limit and reads rank 0's result. Inside the
 ranks, :class:`MPICommunicator` wraps ``COMM_WORLD``: ``Allreduce`` in place with ``SUM``
-on unsigned integer buffers, ``Ibarrier`` polled against the timeout between steps.
+on unsigned integer buffers (``Reduce_scatter_block`` with ``SUM`` and ``Allgather`` for the
+sharded patterns), ``Ibarrier`` polled against the timeout between steps.
 
 MPI collectives cannot be cancelled: a collective that outlives the timeout is caught by
 the plan runner's watchdog, the rank writes its error and calls ``MPI_Abort``, which ends
@@ -23,7 +24,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from fusionopt.executor.communicator import Communicator, missing_extra
+from fusionopt.executor.communicator import Communicator, missing_extra, shard_words
 from fusionopt.executor.errors import CollectiveTimeout, error_from_document
 from fusionopt.model._io import read_json_document, write_json_atomic
 
@@ -80,6 +81,20 @@ class MPICommunicator(Communicator):
     def allreduce(self, buffer: Any, *, timeout: float, tag: tuple[int, int] | None = None) -> None:
         if self.size > 1:
             self._comm.Allreduce(self._MPI.IN_PLACE, buffer, op=self._MPI.SUM)
+
+    def reduce_scatter(self, send: Any, recv: Any, *, timeout: float, tag: tuple[int, int] | None = None) -> None:
+        shard_words(send, recv, self.size, "reduce-scatter")
+        if self.size > 1:
+            self._comm.Reduce_scatter_block(send, recv, op=self._MPI.SUM)
+        else:
+            recv[:] = send
+
+    def all_gather(self, send: Any, recv: Any, *, timeout: float, tag: tuple[int, int] | None = None) -> None:
+        shard_words(recv, send, self.size, "all-gather")
+        if self.size > 1:
+            self._comm.Allgather(send, recv)
+        else:
+            recv[:] = send
 
     def _poll(self, request: Any, timeout: float, what: str) -> None:
         deadline = time.perf_counter() + timeout

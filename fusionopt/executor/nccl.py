@@ -7,12 +7,13 @@ naming the ``gpu`` extra.
   driving several GPUs, one thread per GPU, as NCCL allows). Each rank has its own
   non-blocking stream; packing, ``ncclAllReduce`` (sum, in place, unsigned integers) and
   unpacking are queued on it, and the host waits for it by polling ``Stream.done`` against
-  the timeout.
+  the timeout. The sharded patterns use ``ncclReduceScatter`` (sum) and ``ncclAllGather``
+  on the same stream (``reduceScatter`` and ``allGather`` of CuPy's communicator).
 * Message start and end times come from CUDA events recorded on the rank's stream,
   measured (``cupy.cuda.get_elapsed_time``) from an event recorded when the step starts.
 * Emulated link (``emulate_link=True``, one GPU): NCCL runs on a single rank (its
   all-reduce is a copy), and a spin kernel then holds the stream for ``c(S)`` of the cost
-  model, timed by the GPU's global nanosecond timer. Such measurements test the executor's
+  model (``c_RS(S)`` or ``c_AG(S)`` of the unsharded size for the sharded patterns), timed by the GPU's global nanosecond timer. Such measurements test the executor's
   own overheads and ordering on a real stream, not a network: they are labelled emulated.
 * Barriers and small all-gathers between steps go through the host (a
   :class:`~fusionopt.executor.local.LocalGroup`).
@@ -21,11 +22,11 @@ naming the ``gpu`` extra.
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Any, Mapping
 
 import numpy as np
 
-from fusionopt.executor.communicator import Communicator, missing_extra
+from fusionopt.executor.communicator import Communicator, missing_extra, shard_words
 from fusionopt.executor.errors import CollectiveTimeout
 from fusionopt.executor.local import LocalGroup
 from fusionopt.model.cost import CommCost
@@ -77,14 +78,16 @@ class NcclGroup:
     """``ranks`` GPUs (devices ``0 .. ranks-1`` unless ``devices`` is given) in one process.
 
     With ``link_cost`` (emulated link, one GPU), every all-reduce then holds the stream for
-    ``link_cost(bytes)`` seconds.
+    ``link_cost(bytes)`` seconds; ``link_costs`` (``{"reduce_scatter": c_RS, "all_gather":
+    c_AG}``) does the same for the sharded collectives, on their unsharded bytes.
     """
 
     def __init__(self, ranks: int, *, devices: list[int] | None = None,
-                 link_cost: CommCost | None = None) -> None:
+                 link_cost: CommCost | None = None, link_costs: Mapping[str, CommCost] | None = None) -> None:
         cupy, nccl = import_cupy()
         self.cupy, self.nccl = cupy, nccl
-        if link_cost is not None and ranks != 1:
+        emulated = link_cost is not None or bool(link_costs)
+        if emulated and ranks != 1:
             raise ValueError(f"an emulated link runs on one GPU: ranks must be 1, got {ranks}")
         devices = list(range(ranks)) if devices is None else list(devices)
         if len(devices) != ranks:
@@ -95,6 +98,9 @@ class NcclGroup:
                                f"this machine has {count} (use emulate_link with one GPU)")
         self.devices = devices
         self.link_cost = link_cost
+        self.link_costs = dict(link_costs or {})
+        if link_cost is not None:
+            self.link_costs.setdefault("all_reduce", link_cost)
         self.comms = nccl.NcclCommunicator.initAll(devices)
         self.host = LocalGroup(ranks)
         self._hold = {}
@@ -129,7 +135,7 @@ class NcclCommunicator(Communicator):
         self.device_id = group.devices[rank]
         with cupy.cuda.Device(self.device_id):
             self.stream = cupy.cuda.Stream(non_blocking=True)
-        self.emulated = group.link_cost is not None
+        self.emulated = bool(group.link_costs)
         self._host = group.host.communicators()[rank]
 
     @property
@@ -148,16 +154,37 @@ class NcclCommunicator(Communicator):
         self.group.cupy.cuda.Device(self.device_id).use()
         self.stream.use()
 
-    def allreduce(self, buffer: Any, *, timeout: float, tag: tuple[int, int] | None = None) -> None:
-        nccl = self.group.nccl
-        kind = getattr(nccl, _NCCL_TYPES.get(buffer.dtype.itemsize, ""), None)
+    def _type(self, buffer: Any) -> int:
+        kind = getattr(self.group.nccl, _NCCL_TYPES.get(buffer.dtype.itemsize, ""), None)
         if kind is None:
             raise ValueError(f"no NCCL type for {buffer.dtype} buffers")
-        self.group.comms[self._rank].allReduce(buffer.data.ptr, buffer.data.ptr, buffer.size, kind,
-                                               nccl.NCCL_SUM, self.stream.ptr)
-        if self.group.link_cost is not None:
-            seconds = float(self.group.link_cost(buffer.nbytes))
+        return kind
+
+    def _hold(self, collective: str, nbytes: int) -> None:
+        """Emulated link: hold the stream for the cost of ``nbytes`` (unsharded) of ``collective``."""
+        cost = self.group.link_costs.get(collective)
+        if cost is not None:
+            seconds = float(cost(nbytes))
             self.group.hold_kernel(self.device_id)((1,), (1,), (np.uint64(round(seconds * 1e9)),))
+
+    def allreduce(self, buffer: Any, *, timeout: float, tag: tuple[int, int] | None = None) -> None:
+        nccl = self.group.nccl
+        self.group.comms[self._rank].allReduce(buffer.data.ptr, buffer.data.ptr, buffer.size, self._type(buffer),
+                                               nccl.NCCL_SUM, self.stream.ptr)
+        self._hold("all_reduce", buffer.nbytes)
+
+    def reduce_scatter(self, send: Any, recv: Any, *, timeout: float, tag: tuple[int, int] | None = None) -> None:
+        shard_words(send, recv, self.size, "reduce-scatter")
+        nccl = self.group.nccl
+        self.group.comms[self._rank].reduceScatter(send.data.ptr, recv.data.ptr, recv.size, self._type(recv),
+                                                   nccl.NCCL_SUM, self.stream.ptr)
+        self._hold("reduce_scatter", send.nbytes)
+
+    def all_gather(self, send: Any, recv: Any, *, timeout: float, tag: tuple[int, int] | None = None) -> None:
+        shard_words(recv, send, self.size, "all-gather")
+        self.group.comms[self._rank].allGather(send.data.ptr, recv.data.ptr, send.size, self._type(send),
+                                               self.stream.ptr)
+        self._hold("all_gather", recv.nbytes)
 
     def synchronize(self, *, timeout: float) -> None:
         deadline = time.perf_counter() + timeout

@@ -30,7 +30,7 @@ import sys
 import threading
 import time
 from contextlib import contextmanager
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import numpy as np
 
@@ -42,7 +42,7 @@ from fusionopt.executor.layout import Layout, MessageLayout
 from fusionopt.model.sync import barrier_forward
 
 # Emulated compute sleeps in slices of at most this, to notice a failed group.
-_POLL = 0.05
+POLL = 0.05
 # While ranks run, the interpreter switches threads this often (default 5 ms): a thread that
 # holds the lock must not delay another's deadline by more.
 SWITCH_INTERVAL = 1e-4
@@ -59,17 +59,17 @@ def fast_thread_switching() -> Iterator[None]:
         sys.setswitchinterval(previous)
 
 
-def _sleep_until(deadline: float, comm: Communicator) -> None:
+def sleep_until(deadline: float, comm: Communicator) -> None:
     while True:
         remaining = deadline - time.perf_counter()
         if remaining <= 0:
             return
         if comm.aborted:
             raise GroupAborted("stopped: another rank failed")
-        time.sleep(min(remaining, _POLL))
+        time.sleep(min(remaining, POLL))
 
 
-class _Step:
+class Step:
     """What the two threads of a rank share during one step (guarded by ``cond``)."""
 
     def __init__(self, n: int, messages: int) -> None:
@@ -109,22 +109,27 @@ class RankRecord:
     """One rank's buffers and record over a run: set-up, and the check after every step.
 
     Set-up binds the rank's device, checks that every rank holds the same plan and settings,
-    and allocates the gradients and the fused buffer. :meth:`add` checks a finished step's
+    and allocates the gradients and the fused buffer (or, given ``data``, calls it for the
+    buffers: any object with ``verify(step)`` and ``nbytes``). :meth:`add` checks a finished step's
     bytes, shares the verdict with every rank and keeps the step's figures once warm-up is
     over; ``fields`` is the record both runners return (plain lists, JSON-ready).
     """
 
-    def __init__(self, comm: Communicator, job: Job, layout: Layout) -> None:
+    def __init__(self, comm: Communicator, job: Job, layout: Any, *, data: Callable[[], Any] | None = None) -> None:
         self.comm, self.job = comm, job
         comm.bind_thread()
         check_agreement(comm, job)
-        self.grads = Gradients(layout, rank=comm.rank, size=comm.size, xp=comm.xp,
-                               allocate=lambda words: comm.empty(words, layout.dtype))
-        self.fused = comm.empty(layout.max_words, layout.dtype)
+        if data is None:
+            self.grads = Gradients(layout, rank=comm.rank, size=comm.size, xp=comm.xp,
+                                   allocate=lambda words: comm.empty(words, layout.dtype))
+            self.fused = comm.empty(layout.max_words, layout.dtype)
+        else:
+            # Another runner's buffers (the sharded runner's): anything with verify, nbytes.
+            self.grads, self.fused = data(), None
         self.fields: dict[str, Any] = {
             "rank": comm.rank, "iteration_times": [], "message_start": [], "message_end": [],
             "reduced": [], "forward_start": [], "backward_late": [], "errors": [],
-            "checked_bytes": 0, "steps": 0,
+            "checked_bytes": 0, "steps": 0, "collectives": [],
         }
 
     def add(self, step: int, figures: dict[str, Any]) -> bool:
@@ -137,6 +142,12 @@ class RankRecord:
         verdicts = self.comm.allgather(errors, timeout=job.timeout)
         for r, rank_errors in enumerate(verdicts):
             fields["errors"].extend(f"rank {r}, step {step}: {e}" for e in rank_errors)
+        executed = figures.pop("collectives", None)
+        if executed is not None:
+            if step == 0:
+                fields["collectives"] = executed
+            elif executed != fields["collectives"]:
+                raise RuntimeError(f"rank {self.comm.rank} ran other collectives in step {step} than in step 0")
         if step >= job.warmup:
             for key, value in figures.items():
                 fields[key].append(value)
@@ -158,9 +169,9 @@ class RankRunner:
     # ------------------------------------------------------------------ the step loop
     def run(self) -> dict[str, Any]:
         comm, job = self.comm, self.job
-        record = RankRecord(comm, job, self.layout)
+        record = self._record()
         self.grads, self.fused = record.grads, record.fused
-        self.state = _Step(self.profile.n, len(self.layout.messages))
+        self.state = self._new_state()
         thread = threading.Thread(target=self._communication_thread, daemon=True,
                                   name=f"fusionopt-comm-{comm.rank}")
         thread.start()
@@ -174,6 +185,20 @@ class RankRunner:
                 self.state.cond.notify_all()
         thread.join(timeout=1.0)
         return record.fields
+
+    def _record(self) -> RankRecord:
+        return RankRecord(self.comm, self.job, self.layout)
+
+    def _new_state(self) -> Step:
+        return Step(self.profile.n, len(self.layout.messages))
+
+    def _messages(self):
+        """What the communication thread sends each step, in order."""
+        return self.layout.messages
+
+    def _in_flight(self, k: int) -> str:
+        """Message ``k`` and its collective, for a timeout's message."""
+        return f"{self.layout.describe(k)}: all-reduce"
 
     def _step(self, step: int) -> dict[str, Any]:
         comm, state, profile = self.comm, self.state, self.profile
@@ -195,7 +220,7 @@ class RankRunner:
         late = 0.0
         for need in self.wake_points:
             deadline = t0 + ready[order[need - 1]]
-            _sleep_until(deadline, comm)
+            sleep_until(deadline, comm)
             late = max(late, time.perf_counter() - deadline)
             with state.cond:
                 state.emitted = need
@@ -207,7 +232,7 @@ class RankRunner:
         if self.problem.sync == "barrier":
             self._wait(lambda: state.done == state.messages, "every message")
             phi, end = barrier_forward(profile, float(np.nanmax(state.reduced)))
-            _sleep_until(t0 + end, comm)
+            sleep_until(t0 + end, comm)
         else:
             # The forward of tensor i may start once its own gradient is reduced; a tensor's
             # forward has no effect the run can observe, so the clock is kept and the thread
@@ -220,7 +245,7 @@ class RankRunner:
                 clock += update[i]
                 phi[i] = clock
                 clock += forward[i]
-            _sleep_until(t0 + clock + profile.host_overhead, comm)      # the host's share (MODEL.md 4)
+            sleep_until(t0 + clock + profile.host_overhead, comm)      # the host's share (MODEL.md 4)
         iteration_time = time.perf_counter() - t0
         self._wait(lambda: state.done == state.messages, "every message")
         timer = state.timer
@@ -246,9 +271,9 @@ class RankRunner:
                 if state.in_flight is not None and now - state.in_flight[1] > self.timeout:
                     k = state.in_flight[0]
                     raise CollectiveTimeout(
-                        f"{self.layout.describe(k)}: all-reduce did not complete within "
+                        f"{self._in_flight(k)} did not complete within "
                         f"{self.timeout:g} s on rank {comm.rank} (step {state.number})")
-                state.cond.wait(_POLL)
+                state.cond.wait(POLL)
 
     # ------------------------------------------------------------------ communication thread
     def _communication_thread(self) -> None:
@@ -262,7 +287,7 @@ class RankRunner:
                     if state.stop:
                         return
                     number = state.number
-                for message in self.layout.messages:
+                for message in self._messages():
                     self._send(message, number)
                 with state.cond:
                     state.finished = number
@@ -277,10 +302,10 @@ class RankRunner:
             while state.emitted < message.need:
                 if state.stop or comm.aborted:
                     raise GroupAborted("stopped: another rank failed")
-                state.cond.wait(_POLL)
+                state.cond.wait(POLL)
         if message.release > 0.0:
             # The framework posts it then: seconds of the run, like the simulated prediction.
-            _sleep_until(state.t0 + message.release, comm)
+            sleep_until(state.t0 + message.release, comm)
         with state.cond:
             state.in_flight = (message.index, time.perf_counter())
             timer = state.timer

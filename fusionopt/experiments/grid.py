@@ -153,7 +153,8 @@ def cells(
     if layerwise:
         notes.append(f"{', '.join(layerwise)} (layerwise-only: they need sync 'layerwise')")
     if other:
-        notes.append(f"{', '.join(other)} (parameter-server or decoupled methods: a sweep solves all-reduce problems)")
+        notes.append(f"{', '.join(other)} (parameter-server, decoupled or fully sharded methods: a sweep solves "
+                     "all-reduce problems)")
     kept = [name for name in methods if name not in other and name not in layerwise]
     if not kept:
         raise ValueError(f"no method left to run: skipped {'; '.join(notes)}")

@@ -32,6 +32,7 @@ from __future__ import annotations
 import contextlib
 import inspect
 import json
+import os
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,6 +40,7 @@ from typing import Any, Callable, Sequence
 
 from fusionopt.integrations.ddp_record import free_port, join_gloo
 from fusionopt.integrations.torch import require_torch
+from fusionopt.model._io import write_text_atomic
 
 __all__ = ["Collective", "CollectiveRecorder", "KIND_CODES", "padded_bytes", "fsdp2_blocks", "tiny_transformer",
            "record_fsdp2_collectives", "FSDPJob"]
@@ -253,9 +255,15 @@ def _rank(rank: int, ranks: int, port: int, folder: str, factory: Callable[[], A
                 optimizer.step()
         document = {"rank": rank, "world_size": ranks, "parameters": parameters, "blocks": [n for n, _ in blocks],
                     "steps": [[c.to_dict() for c in step] for step in recorder.steps]}
-        Path(folder, f"rank{rank}.json").write_text(json.dumps(document))
-    finally:
+        write_text_atomic(Path(folder, f"rank{rank}.json"), json.dumps(document))
+        dist.barrier()
+    except BaseException:
         dist.destroy_process_group()
+        raise
+    # Every rank has written its record and passed the barrier. Leave without tearing the
+    # FSDP2 job down: in torch 2.13 on gloo a rank sometimes aborts in its teardown ("terminate
+    # called without an active exception") after its work is done.
+    os._exit(0)
 
 
 def record_fsdp2_collectives(factory: Callable[[], Any] = tiny_transformer, *, make_input: Callable[[Any, Any], Any]
@@ -280,8 +288,16 @@ def record_fsdp2_collectives(factory: Callable[[], Any] = tiny_transformer, *, m
         where = Path(folder) if folder is not None else Path(stack.enter_context(tempfile.TemporaryDirectory()))
         where.mkdir(parents=True, exist_ok=True)
         names = None if blocks is None else [str(name) for name in blocks]
-        mp.spawn(_rank, args=(ranks, free_port(), str(where), factory, make_input, steps, threads, seed, names),
-                 nprocs=ranks, join=True)
+        for attempt in (1, 2):
+            try:
+                mp.spawn(_rank, args=(ranks, free_port(), str(where), factory, make_input, steps, threads, seed, names),
+                         nprocs=ranks, join=True)
+                break
+            except mp.ProcessExitedException:
+                # A rank killed by a signal: gloo aborts when its rendezvous port is taken between
+                # free_port() choosing it and the ranks binding it. Once more on a fresh port.
+                if attempt == 2:
+                    raise
         documents = [json.loads((where / f"rank{r}.json").read_text()) for r in range(ranks)]
     first = documents[0]
     return FSDPJob(steps=[[[Collective(**c) for c in step] for step in d["steps"]] for d in documents],

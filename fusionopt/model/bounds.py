@@ -374,7 +374,12 @@ def sharded_lower_bound(problem: Problem) -> float:
     every all-gather at most ``M / 2`` (its unit's parameters and gradients are whole
     together during the unit's backward): at least ``ceil(2 N / M)`` (else ``ceil(N / M)``)
     all-gathers and ``ceil(N / M)`` reduce-scatters of ``N`` bytes each way, and the channel
-    needs their startups and ``(beta_AG + beta_RS) N`` before the optimiser. :func:`sharded_memory_floor` says when no plan fits the cap.
+    needs their startups and ``(beta_AG + beta_RS) N`` before the optimiser. The cap also
+    forces regathers: when the forward ends, every unit kept whole after its forward is
+    whole (its backward is still to come, unless it belongs to the trailing tensors whose
+    backward takes no time, ``Z`` bytes), so at most ``M + Z`` bytes are kept and at least
+    ``R = N - M - Z`` bytes are gathered twice: the all-gathers carry ``N + R`` bytes.
+    :func:`sharded_memory_floor` says when no plan fits the cap.
 
     >>> from fusionopt.model.cost import AlphaBeta
     >>> from fusionopt.model.profile import Profile
@@ -391,32 +396,42 @@ def sharded_lower_bound(problem: Problem) -> float:
     rs_first = float(halves.reduce_scatter(first))
     total = profile.total_bytes
     after = profile.U + profile.update_lump + profile.host_overhead
-    capped = 0.0
-    if halves.memory_cap is not None and halves.all_gather.affine is not None and halves.reduce_scatter.affine is not None:
-        share = 2 if bool((profile.backward > 0).all()) else 1
-        gathers, scatters = math.ceil(share * total / halves.memory_cap), math.ceil(total / halves.memory_cap)
-        (a_ag, b_ag), (a_rs, b_rs) = halves.all_gather.affine, halves.reduce_scatter.affine
-        capped = gathers * a_ag + scatters * a_rs + (b_ag + b_rs) * total + after
+    capped = gathered = 0.0
+    cap = halves.memory_cap
+    if cap is not None:
+        busy = np.flatnonzero(profile.backward > 0)
+        idle_tail = int(profile.sizes[busy[-1] + 1:].sum()) if busy.size else total
+        gathered = total + max(0.0, total - cap - idle_tail)       # bytes every plan all-gathers
+        if halves.all_gather.affine is not None and halves.reduce_scatter.affine is not None:
+            share = 2 if busy.size == profile.n else 1
+            gathers, scatters = math.ceil(share * gathered / cap), math.ceil(total / cap)
+            (a_ag, b_ag), (a_rs, b_rs) = halves.all_gather.affine, halves.reduce_scatter.affine
+            capped = gathers * a_ag + scatters * a_rs + b_ag * gathered + b_rs * total + after
     return max(
         profile.compute_time,
         ag_first + profile.F + profile.B + rs_first + after,
         ag_first + profile.F + least_channel_time(halves.reduce_scatter, total) + after,
-        least_channel_time(halves.all_gather, total) + least_channel_time(halves.reduce_scatter, total) + after,
+        least_channel_time(halves.all_gather, max(total, int(gathered))) + least_channel_time(halves.reduce_scatter, total)
+        + after,
         capped,
     )
 
 
-def sharded_memory_floor(problem: Problem) -> int:
-    """The least peak memory of any plan of a fully sharded problem can be no less than this,
-    in bytes: twice the largest tensor (its unit's parameters and gradients are whole
-    together when the unit's backward starts). A cap below it admits no plan.
+def sharded_memory_floor(problem: Problem) -> tuple[int, int]:
+    """``(bytes, tensor)``: no plan of a fully sharded problem peaks below ``bytes``, because
+    of ``tensor`` (forward index). Every tensor is whole at some moment (``s_i``), and a
+    tensor whose backward takes time is whole together with its gradient during its unit's
+    backward (``2 s_i``). A cap below the floor admits no plan.
 
     >>> from fusionopt.model.cost import AlphaBeta
     >>> from fusionopt.model.profile import Profile
     >>> from fusionopt.model.sharded import FullySharded
-    >>> profile = Profile.from_arrays([4e6, 1e6, 2e6], [1e-3] * 3, [3e-3, 2e-3, 1e-3])
+    >>> profile = Profile.from_arrays([4e6, 1e6, 5e6], [1e-3] * 3, [3e-3, 2e-3, 0.0])
     >>> sharded_memory_floor(Problem(profile, fully_sharded=FullySharded(AlphaBeta(0, 1e-9), AlphaBeta(0, 1e-9))))
-    8000000
+    (8000000, 0)
     """
     require_sharded(problem, "sharded_memory_floor")
-    return 2 * int(problem.profile.sizes.max())
+    profile = problem.profile
+    need = np.where(profile.backward > 0, 2, 1) * profile.sizes.astype(np.int64)
+    tensor = int(np.argmax(need))
+    return int(need[tensor]), tensor

@@ -172,7 +172,7 @@ def simulate_sharded(problem: Problem, plan: ShardedPlan, *, validate: bool = Tr
         group_bounds = plan.reduce_bounds.tolist()
         prefix = np.concatenate(([0], np.cumsum(profile.sizes, dtype=np.int64)))
         sizes += (prefix[plan.reduce_bounds[1:]] - prefix[plan.reduce_bounds[:-1]]).tolist()
-        issuing = _group_issue_points(profile, bounds, group_bounds)
+        issuing = group_issue_points(profile, bounds, group_bounds)
     channel = _Channel(problem, sizes)
     root_size = m if root else None
 
@@ -275,7 +275,7 @@ def simulate_sharded(problem: Problem, plan: ShardedPlan, *, validate: bool = Tr
     )
 
 
-def _group_issue_points(profile, bounds: list[int], group_bounds: list[int]) -> list[list[tuple[int, float]]]:
+def group_issue_points(profile, bounds: list[int], group_bounds: list[int]) -> list[list[tuple[int, float]]]:
     """Per unit ``j``: the reduce-scatter groups whose last gradient is ready in its
     backward, in program order, each with the seconds of backward of the unit's tensors
     before its last-ready tensor (forward order), which its issue precedes the unit's end by.
@@ -362,4 +362,4 @@ def _memory(intervals: list[tuple[float, float, int]]) -> tuple[list[float], lis
     return times, levels, peak
 
 
-__all__ = ["simulate_sharded", "require_sharded", "REDUCE_SCATTER", "ALL_GATHER"]
+__all__ = ["simulate_sharded", "require_sharded", "group_issue_points", "REDUCE_SCATTER", "ALL_GATHER"]

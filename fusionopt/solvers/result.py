@@ -143,6 +143,9 @@ def finish(
         cap = problem.fully_sharded.memory_cap
         if cap is not None and timeline.peak_memory > cap:
             # The plan breaks the memory cap: what the framework would run out of memory on.
+            # The bound the cap gives holds for plans within it only.
+            uncapped = Problem(problem.profile, fully_sharded=problem.fully_sharded.with_cap(None))
+            model_bound = sharded_lower_bound(uncapped)
             stats = {**(stats or {}), "over_memory_cap": timeline.peak_memory - cap}
             return _conclude(plan, method, started, timeline, model_bound, stats=stats,
                              lower_bound=None, status=Status.INFEASIBLE, tolerance=tolerance, optimal=False,

@@ -25,6 +25,7 @@ from typing import Sequence
 
 import numpy as np
 
+from fusionopt.model.bounds import sharded_memory_floor
 from fusionopt.model.problem import Problem
 from fusionopt.model.profile import Profile
 from fusionopt.model.sharded import ShardedPlan
@@ -223,6 +224,20 @@ def _plans_over(atoms: list[int]):
                         yield ShardedPlan(bounds, reshard, forward_prefetch=d_f, backward_prefetch=d_b, root=root)
 
 
+def _check_floor(problem: Problem, method: str) -> None:
+    """Refuse a cap no plan can meet (:func:`~fusionopt.model.bounds.sharded_memory_floor`)."""
+    cap = problem.fully_sharded.memory_cap
+    if cap is None:
+        return
+    floor, tensor = sharded_memory_floor(problem)
+    if cap < floor:
+        name = problem.profile.names[tensor]
+        why = ("its parameters and gradients, whole together during its backward" if problem.profile.backward[tensor] > 0
+               else "its parameters")
+        raise ValueError(f"{method}: no plan fits the memory cap of {cap:.6g} B: tensor {name!r} alone needs "
+                         f"{floor:.6g} B ({why})")
+
+
 def _infeasible(problem: Problem, method: str, least_over: float) -> ValueError:
     cap = problem.fully_sharded.memory_cap
     return ValueError(f"{method}: no plan it searched fits the memory cap of {cap:.6g} B; the least peak found "
@@ -253,6 +268,7 @@ def sharded_brute(problem: Problem, *, atoms: str | Sequence[int] = "tensor") ->
     (27.0, 9000000, [False, True, False])
     """
     started = time.perf_counter()
+    _check_floor(problem, "sharded-brute")
     bounds = atom_bounds(problem.profile, atoms)
     if len(bounds) - 1 > BRUTE_MAX_ATOMS:
         raise ValueError(f"sharded-brute enumerates every plan over at most {BRUTE_MAX_ATOMS} atoms and refuses "
@@ -270,10 +286,71 @@ def sharded_brute(problem: Problem, *, atoms: str | Sequence[int] = "tensor") ->
     return result
 
 
+DESCENTS = 4
+"""Descents ``sharded-opt`` runs, from its best starts."""
+
+
+def _packed(profile: Profile, atoms: list[int], target: float) -> list[int]:
+    """Unit bounds from consecutive atoms, a unit closed before an atom that would take it
+    past ``target`` bytes (a unit holds at least one atom)."""
+    prefix = np.concatenate(([0], np.cumsum(profile.sizes, dtype=np.int64))).tolist()
+    bounds, first = [0], 0
+    for a, b in zip(atoms[1:-1], atoms[2:]):
+        if prefix[b] - prefix[first] > target:
+            bounds.append(a)
+            first = a
+    return bounds + [atoms[-1]]
+
+
+def _candidates(profile: Profile, atoms: list[int]):
+    """Structured starts: FSDP2's units; a unit per atom; atoms (and whole blocks, when
+    they are made of atoms) packed into units of a target size (a geometric grid from the
+    median atom to the model), each with every unit resharded but
+    the last ``k`` (``k`` from 0 to all), prefetch depths (0, 0), (1, 1), (2, 1), (2, 2) and
+    all ahead, with and without a root."""
+    framework = fsdp2_plan(profile)
+    if set(framework.bounds.tolist()) <= set(atoms):
+        yield framework
+        yield framework.replace(forward_prefetch=1)
+    prefix = np.concatenate(([0], np.cumsum(profile.sizes, dtype=np.int64)))
+    layouts = []
+    blocks = atom_bounds(profile, "block")
+    for grain in ([blocks] if set(blocks) <= set(atoms) and blocks != atoms else []) + [atoms]:
+        layouts.append(list(grain))                       # a unit per atom: the least memory
+        smallest = float(np.median(np.diff(prefix[np.asarray(grain)])))
+        for target in np.geomspace(smallest, max(float(prefix[-1]), smallest), num=10).tolist():
+            bounds = _packed(profile, grain, target)
+            if bounds not in layouts:
+                layouts.append(bounds)
+    for bounds in layouts:
+        m = len(bounds) - 1
+        for kept in sorted({0, 1, 2, m // 4, m // 2, m}):
+            reshard = [j < m - kept for j in range(m)]
+            for d_f, d_b in ((0, 0), (1, 1), (2, 1), (2, 2), (m, m)):
+                plan = ShardedPlan(bounds, reshard, forward_prefetch=d_f, backward_prefetch=d_b)
+                yield plan
+                if m >= 3:
+                    yield plan.replace(root=True, reshard=[False] + reshard[1:-1] + [False])
+
+
+def _admit(plan: ShardedPlan, least: dict[str, int], root: bool | None) -> ShardedPlan | None:
+    """``plan`` within the least depths and the root asked for (None: it cannot have it)."""
+    plan = plan.replace(forward_prefetch=max(plan.forward_prefetch, least["forward_prefetch"]),
+                        backward_prefetch=max(plan.backward_prefetch, least["backward_prefetch"]))
+    if root is None or plan.root == root:
+        return plan
+    if root and plan.num_units < 3:
+        return None
+    flags = plan.reshard.tolist()
+    if root:
+        flags[0] = flags[-1] = False
+    return plan.replace(root=root, reshard=flags)
+
+
 def _neighbours(plan: ShardedPlan, atoms: list[int], least: dict[str, int], root: bool | None):
     """Plans one move from ``plan``: a boundary removed or added at an atom boundary, a
-    reshard flag flipped, a prefetch depth one up or down (not below ``least``), the root
-    made or unmade (unless ``root`` fixes it)."""
+    reshard flag flipped or swapped with a neighbour's, a prefetch depth one up or down (not
+    below ``least``), the root made or unmade (unless ``root`` fixes it)."""
     bounds = plan.bounds.tolist()
     m = len(bounds) - 1
     reshard = plan.reshard.tolist()
@@ -282,6 +359,9 @@ def _neighbours(plan: ShardedPlan, atoms: list[int], least: dict[str, int], root
         if plan.root and j in (0, m - 1):
             continue
         yield plan.replace(reshard=reshard[:j] + [not reshard[j]] + reshard[j + 1:])
+    for j in range(m - 1):                                # move a unit's resharding to its neighbour
+        if reshard[j] != reshard[j + 1] and not (plan.root and j in (0, m - 2)):
+            yield plan.replace(reshard=reshard[:j] + [reshard[j + 1], reshard[j]] + reshard[j + 2:])
     for field in keep:
         for step in (-1, 1):
             depth = keep[field] + step
@@ -312,15 +392,17 @@ def _neighbours(plan: ShardedPlan, atoms: list[int], least: dict[str, int], root
 
 @declares(SHARDED)
 def sharded_opt(problem: Problem, *, atoms: str | Sequence[int] = "module", max_evaluations: int = 20_000,
-                time_limit: float = 30.0, min_forward_prefetch: int = 0, min_backward_prefetch: int = 0,
-                root: bool | None = None) -> Result:
+                kicks: int = 20, rng: int = 0, time_limit: float = 30.0, min_forward_prefetch: int = 0,
+                min_backward_prefetch: int = 0, root: bool | None = None) -> Result:
     """A local search over units, reshard flags, prefetch depths and root, any size.
 
-    Starts from FSDP2's plan (:func:`fsdp2_plan`), a unit per atom (resharded, and kept),
-    one unit for everything, each with prefetch depths 0, 1 and 2, and from each start
-    moves to the best neighbour (:func:`_neighbours`: a unit boundary removed or added at an
-    atom boundary, a reshard flag flipped, a depth changed by one, the root made or unmade)
-    until none is better; the best plan of these descents is kept. It stops early after
+    Scores structured starts (:func:`_candidates`: FSDP2's plan, a unit per atom, and atoms
+    and blocks packed into units of ten target sizes with the last ``k`` units kept and five pairs of prefetch depths,
+    with and without a root), then descends from the best ``DESCENTS`` of them: it takes
+    the first better neighbour (:func:`_neighbours`: a unit boundary removed or added at an
+    atom boundary, a reshard flag flipped or swapped with a neighbour's, a depth changed by
+    one, the root made or unmade) until none is better; then ``kicks`` times it moves the best plan 2-4 random moves away
+    (seeded by ``rng``) and descends again, keeping what is better. It stops early after
     ``max_evaluations`` simulations (a deterministic budget, so a stored result reproduces
     anywhere) or ``time_limit`` seconds (a safeguard; ``TIME_LIMIT`` when it
     stops the search). Plans over the memory cap count as worse than every plan within it,
@@ -342,9 +424,9 @@ def sharded_opt(problem: Problem, *, atoms: str | Sequence[int] = "module", max_
     (27.0, True)
     """
     started = time.perf_counter()
-    for label, value in (("max_evaluations", max_evaluations),):
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-            raise ValueError(f"{label} must be a whole number >= 1, got {value!r}")
+    for label, value, least_value in (("max_evaluations", max_evaluations, 1), ("kicks", kicks, 0), ("rng", rng, 0)):
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < least_value:
+            raise ValueError(f"{label} must be a whole number >= {least_value}, got {value!r}")
     if isinstance(time_limit, bool) or not isinstance(time_limit, (int, float)) or not time_limit > 0:
         raise ValueError(f"time_limit must be a positive number of seconds, got {time_limit!r}")
     least = {"forward_prefetch": min_forward_prefetch, "backward_prefetch": min_backward_prefetch}
@@ -353,29 +435,9 @@ def sharded_opt(problem: Problem, *, atoms: str | Sequence[int] = "module", max_
             raise ValueError(f"min_{label} must be a whole number of units >= 0, got {value!r}")
     if root not in (None, True, False):
         raise ValueError(f"root must be True, False or None (search both), got {root!r}")
+    _check_floor(problem, "sharded-opt")
     profile = problem.profile
     bounds = atom_bounds(profile, atoms)
-    framework = fsdp2_plan(profile)
-    candidates = []
-    if set(framework.bounds.tolist()) <= set(bounds):
-        candidates += [framework, framework.replace(forward_prefetch=1)]
-    for base in (ShardedPlan(bounds), ShardedPlan(bounds, [False] * (len(bounds) - 1)), ShardedPlan([0, profile.n])):
-        candidates += [base.replace(forward_prefetch=d, backward_prefetch=d) for d in (0, 1, 2)]
-    starts = []
-    for plan in candidates:
-        plan = plan.replace(forward_prefetch=max(plan.forward_prefetch, least["forward_prefetch"]),
-                            backward_prefetch=max(plan.backward_prefetch, least["backward_prefetch"]))
-        if root is not None and plan.root != root:
-            if root and plan.num_units < 3:
-                continue
-            flags = plan.reshard.tolist()
-            if root:
-                flags[0] = flags[-1] = False
-            plan = plan.replace(root=root, reshard=flags)
-        starts.append(plan)
-    if not starts:
-        raise ValueError(f"sharded-opt: no start with a root: the atoms give {len(bounds) - 1} unit(s), a root "
-                         "needs two parts and a unit between")
     seen: dict[ShardedPlan, tuple[float, float]] = {}
     stopped = None
 
@@ -388,19 +450,56 @@ def sharded_opt(problem: Problem, *, atoms: str | Sequence[int] = "module", max_
             seen[plan] = _score(problem, plan)
         return seen[plan]
 
-    best, best_score = None, (math.inf, math.inf)
-    for start in sorted(dict.fromkeys(starts), key=score):
-        plan, value = start, score(start)
-        while stopped is None:                            # steepest descent from this start
+    def descend(plan: ShardedPlan, grain: list[int]) -> tuple[ShardedPlan, tuple[float, float]]:
+        """First improvement, scanning on after each move, until no neighbour is better."""
+        nonlocal stopped
+        value = score(plan)
+        improved = True
+        while improved and stopped is None:
             if time.perf_counter() - started > time_limit:
                 stopped = "time"
                 break
-            step = min(_neighbours(plan, bounds, least, root), key=score, default=None)
-            if step is None or score(step) >= value:
+            improved = False
+            for step in _neighbours(plan, grain, least, root):
+                if score(step) < value:
+                    plan, value, improved = step, score(step), True
+                    break
+        return plan, value
+
+    def search(grain: list[int], extra: list[ShardedPlan]) -> tuple[ShardedPlan | None, tuple[float, float]]:
+        """Descents from the best starts over ``grain``, then kicks."""
+        starts = [plan for plan in (_admit(c, least, root) for c in _candidates(profile, grain)) if plan is not None]
+        ranked = sorted(dict.fromkeys(starts), key=score)[:DESCENTS] + extra
+        best, best_score = None, (math.inf, math.inf)
+        for start in ranked:
+            plan, value = descend(start, grain)
+            if value < best_score:
+                best, best_score = plan, value
+        generator = np.random.default_rng(rng)
+        for _ in range(kicks if best is not None else 0):  # perturb the best: a few random moves, descend again
+            if stopped is not None:
                 break
-            plan, value = step, score(step)
-        if value < best_score:
-            best, best_score = plan, value
+            plan = best
+            for _ in range(int(generator.integers(2, 5))):
+                moves = list(_neighbours(plan, grain, least, root))
+                if not moves:
+                    break
+                plan = moves[int(generator.integers(len(moves)))]
+            plan, value = descend(plan, grain)
+            if value < best_score:
+                best, best_score = plan, value
+        return best, best_score
+
+    # Whole blocks first when the atoms are finer: their best is a start for the atoms.
+    blocks = atom_bounds(profile, "block")
+    coarse = []
+    if blocks != bounds and set(blocks) <= set(bounds):
+        found, _ = search(blocks, [])
+        coarse = [] if found is None else [found]
+    best, best_score = search(bounds, coarse)
+    if best is None:
+        raise ValueError(f"sharded-opt: no start with a root: the atoms give {len(bounds) - 1} unit(s), a root "
+                         "needs two parts and a unit between")
     if best_score[0] > 0:
         raise _infeasible(problem, "sharded-opt", best_score[0])
     status = Status.TIME_LIMIT if stopped == "time" else Status.FEASIBLE

@@ -224,3 +224,31 @@ def test_bound_worked_value_and_network_presets():
     ring = network("100gb-ib", 64)
     S = 3e7
     assert float(halves.all_gather(S) + halves.reduce_scatter(S)) == pytest.approx(float(ring(S)), rel=1e-12)
+
+
+@settings(deadline=None, max_examples=300)
+@given(st.data())
+def test_the_capped_bound_holds_for_every_plan_within_the_cap(data):
+    # A plan whose peak is within the cap is never faster than the bound for that cap: the
+    # message counts the cap forces, and the regathers it forces (MODEL.md 8.2).
+    profile = data.draw(profiles(1, 7))
+    halves = FullySharded(data.draw(costs), data.draw(costs))
+    plan = data.draw(sharded_plans(profile.n))
+    if not plan.root and data.draw(st.booleans()):
+        cuts = sorted(data.draw(st.sets(st.integers(1, profile.n - 1), max_size=profile.n - 1))) if profile.n > 1 else []
+        plan = plan.replace(reduce_bounds=[0, *cuts, profile.n])
+    peak = simulate(Problem(profile, fully_sharded=halves), plan).peak_memory
+    cap = max(peak, 1) * data.draw(st.sampled_from([1.0, 1.0001, 1.5, 3.0]))
+    problem = Problem(profile, fully_sharded=halves.with_cap(cap))
+    t = simulate(problem, plan)
+    assert t.iteration_time >= sharded_lower_bound(problem) * (1 - 1e-9) - 1e-15
+
+
+def test_the_cap_forces_regathers_into_the_bound():
+    # 3 tensors of 4, 1 and 2 MB (N = 7 MB), a cap of 5 MB (below the 8 MB t0 needs, so no
+    # plan fits, but the bound is the bound): at most 5 MB are kept after the forward, so at
+    # least 2 MB are gathered twice.
+    problem = section5(cap=5e6)
+    gathered = 7e6 + (7e6 - 5e6)                          # N + (N - M): 2 MB gathered twice
+    # ceil(2 x 9 MB / 5 MB) = 4 gathers, ceil(7 / 5) = 2 reduce-scatters, 1 ms each, 1 ns/B.
+    assert sharded_lower_bound(problem) == pytest.approx(4 * MS + 2 * MS + 1e-9 * (gathered + 7e6), rel=1e-12)
