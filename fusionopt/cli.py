@@ -86,6 +86,12 @@ def _add_cost_arguments(parser: argparse.ArgumentParser, *, required: bool = Tru
                               "that cost for each half")
     sharded.add_argument("--update-after-gather", action="store_true",
                          help="with --decoupled: gather the reduced gradients and update before each forward (DeAR)")
+    halves = parser.add_argument_group("measured collectives, with --decoupled or --fully-sharded (instead of "
+                                       "another cost)")
+    halves.add_argument("--reduce-scatter-cost", metavar="RS.json",
+                        help="the reduce-scatter's cost model (fusionopt calibrate --collective reduce_scatter)")
+    halves.add_argument("--all-gather-cost", metavar="AG.json",
+                        help="the all-gather's cost model (fusionopt calibrate --collective all_gather)")
     full = parser.add_argument_group("fully sharded instead (default off)")
     full.add_argument("--fully-sharded", action="store_true",
                       help="parameters sharded between uses, gathered per unit (FSDP, ZeRO-3); with --network, its "
@@ -122,6 +128,7 @@ def _problem(profile: Profile, args: argparse.Namespace) -> Problem:
             raise UsageError("--decoupled and --ps-servers are two patterns: give one")
         return Problem(profile, sync=args.sync, decoupled=_decoupled(args), copy_cost=args.copy_cost,
                        copy_on=args.copy_on or "channel", contention=args.contention, channels=args.channels)
+    _measured_halves(args)                                # refuses them here, with the reason
     if args.ps_servers is None:
         return Problem(profile, _cost(args), sync=args.sync, copy_cost=args.copy_cost,
                        copy_on=args.copy_on or "channel", contention=args.contention, channels=args.channels)
@@ -129,6 +136,9 @@ def _problem(profile: Profile, args: argparse.Namespace) -> Problem:
 
 
 def _decoupled(args: argparse.Namespace) -> Decoupled:
+    measured = _measured_halves(args)
+    if measured is not None:
+        return Decoupled(*measured, update_after_gather=args.update_after_gather)
     if args.network is not None and args.alpha is None and args.beta is None and args.cost is None:
         if args.workers is None:
             raise UsageError("--network needs --workers")
@@ -138,8 +148,28 @@ def _decoupled(args: argparse.Namespace) -> Decoupled:
     return Decoupled(half, half, update_after_gather=args.update_after_gather)
 
 
+def _measured_halves(args: argparse.Namespace) -> tuple[Any, Any] | None:
+    """The reduce-scatter and all-gather cost files, when given (both, and no other cost)."""
+    given = [args.reduce_scatter_cost is not None, args.all_gather_cost is not None]
+    if not any(given):
+        return None
+    if not all(given):
+        raise UsageError("--reduce-scatter-cost and --all-gather-cost go together")
+    if not (args.decoupled or args.fully_sharded):
+        raise UsageError("--reduce-scatter-cost and --all-gather-cost price --decoupled or --fully-sharded problems")
+    others = [flag for flag, on in (("--alpha/--beta", args.alpha is not None or args.beta is not None),
+                                    ("--cost", args.cost is not None), ("--network", args.network is not None)) if on]
+    if others:
+        raise UsageError(f"--reduce-scatter-cost and --all-gather-cost are the cost; leave out {others[0]}")
+    return (cost_from_dict(read_json_document(args.reduce_scatter_cost), source=args.reduce_scatter_cost),
+            cost_from_dict(read_json_document(args.all_gather_cost), source=args.all_gather_cost))
+
+
 def _fully_sharded(args: argparse.Namespace) -> FullySharded:
     cap = None if args.memory_cap is None else parse_bytes("--memory-cap", args.memory_cap)
+    measured = _measured_halves(args)
+    if measured is not None:
+        return FullySharded(*measured, memory_cap=cap)
     if args.network is not None and args.alpha is None and args.beta is None and args.cost is None:
         if args.workers is None:
             raise UsageError("--network needs --workers")
@@ -416,8 +446,12 @@ def _cmd_simulate(args: argparse.Namespace) -> None:
                                   timeline.message_bytes)
         ],
     }
+    cap = None if problem.fully_sharded is None else problem.fully_sharded.memory_cap
     if timeline.peak_memory is not None:
         document["peak_memory"] = timeline.peak_memory
+        if cap is not None:
+            document["memory_cap"] = cap
+            document["over_memory_cap"] = max(0.0, timeline.peak_memory - cap)
         for k, (kind, unit) in enumerate(zip(timeline.message_kind.tolist(), timeline.message_unit.tolist())):
             document["messages"][k].update(kind=("reduce-scatter", "all-gather")[kind], unit=unit)
     if args.json:
@@ -425,7 +459,9 @@ def _cmd_simulate(args: argparse.Namespace) -> None:
         return
     print(f"iteration time  {1e3 * timeline.iteration_time:.6f} ms")
     if timeline.peak_memory is not None:
-        print(f"peak memory     {timeline.peak_memory / 2**20:.3f} MiB of unsharded parameters and gradients")
+        over = "" if cap is None else (f", over the cap of {cap / 2**20:.3f} MiB: infeasible" if timeline.peak_memory > cap
+                                       else f", within the cap of {cap / 2**20:.3f} MiB")
+        print(f"peak memory     {timeline.peak_memory / 2**20:.3f} MiB of unsharded parameters and gradients{over}")
     print(f"compute         {1e3 * timeline.compute_time:.6f} ms")
     print(f"exposed         {1e3 * timeline.exposed:.6f} ms")
     print(f"messages        {timeline.num_messages}")
@@ -540,11 +576,17 @@ def _cmd_advise(args: argparse.Namespace) -> None:
           f"T = {1e3 * hvd.iteration_time:.3f} ms (defaults: {1e3 * hvd.default_iteration_time:.3f} ms)")
 
 
+def _advise_pattern_flags(args: argparse.Namespace) -> None:
+    """Refuse the all-reduce advice's flags under another --pattern."""
+    if args.method != "dp":
+        raise UsageError(f"--method picks the all-reduce plan to follow; --pattern {args.pattern} plans its own")
+    if args.horovod_backend != "nccl":
+        raise UsageError(f"--horovod-backend judges Horovod settings, which --pattern {args.pattern} does not give")
+
+
 def _advise_fsdp(args: argparse.Namespace) -> None:
     """FSDP2's calls for the best plan FSDP2 can build, and DeepSpeed ZeRO-3's sizes."""
-    if args.method != "dp":
-        raise UsageError("--method picks an all-reduce plan; --pattern fsdp plans with sharded-opt "
-                         "(FSDP2's least prefetch depths, whole modules)")
+    _advise_pattern_flags(args)
     args.fully_sharded = True
     problem, label = _problem_for_compare(args)
     root = True if fsdp2_plan(problem.profile).root else None
@@ -574,6 +616,7 @@ def _advise_fsdp(args: argparse.Namespace) -> None:
 
 def _advise_zero2(args: argparse.Namespace) -> None:
     """DeepSpeed ZeRO-2's and Megatron-LM's bucket sizes on the decoupled all-reduce."""
+    _advise_pattern_flags(args)
     if args.memory_cap is not None or args.atoms != "block":
         raise UsageError(f"{'--memory-cap' if args.memory_cap is not None else '--atoms'} goes with --pattern fsdp")
     args.decoupled = True
@@ -865,7 +908,7 @@ def _cmd_calibrate(args: argparse.Namespace) -> None:
           f"about {count * SweepSpec.seconds_per_size * 2:.0f} s", file=sys.stderr, flush=True)
     try:
         result = calibrate(args.backend, ranks=args.ranks, min_bytes=args.min_bytes, max_bytes=args.max_bytes,
-                           iterations=args.iterations, timeout=args.timeout)
+                           iterations=args.iterations, timeout=args.timeout, collective=args.collective)
     except ImportError as exc:
         raise UsageError(str(exc)) from None
     except RuntimeError as exc:
@@ -878,7 +921,9 @@ def _cmd_calibrate(args: argparse.Namespace) -> None:
     print(f"backend  {result.description}")
     print(result.table())
     if args.output:
-        print(f"wrote {args.output}: the {args.model} fit (read it with --cost {args.output})")
+        flag = {"all_reduce": "--cost", "reduce_scatter": "--reduce-scatter-cost",
+                "all_gather": "--all-gather-cost"}[args.collective]
+        print(f"wrote {args.output}: the {args.model} fit (read it with {flag} {args.output})")
 
 
 def _add_executor_parsers(commands: Any) -> None:
@@ -903,7 +948,7 @@ def _add_executor_parsers(commands: Any) -> None:
     _add_cost_arguments(p)
     p.set_defaults(run=_cmd_run)
 
-    p = commands.add_parser("calibrate", help="time all-reduce against size on a backend; fit cost models")
+    p = commands.add_parser("calibrate", help="time a collective against size on a backend; fit cost models")
     p.add_argument("--backend", default="local", choices=("local", "mpi", "nccl"))
     p.add_argument("--ranks", type=int, default=2, help="number of ranks (default 2)")
     p.add_argument("--output", metavar="COST.json", help="write the fitted cost model (for --cost)")
@@ -914,6 +959,9 @@ def _add_executor_parsers(commands: Any) -> None:
     p.add_argument("--iterations", type=int, default=20, help="timed messages per size, at most (default 20)")
     p.add_argument("--timeout", type=float, default=60.0, metavar="SECONDS",
                    help="seconds a collective may take (default 60)")
+    p.add_argument("--collective", default="all_reduce", choices=("all_reduce", "reduce_scatter", "all_gather"),
+                   help="the collective timed (default all_reduce); the sharded ones price --decoupled and "
+                        "--fully-sharded problems through --reduce-scatter-cost and --all-gather-cost")
     p.add_argument("--json", action="store_true", help="print the cost JSON instead of a table")
     p.set_defaults(run=_cmd_calibrate)
 
@@ -1131,6 +1179,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             warnings.showwarning = _show_warning
             args = build_parser().parse_args(argv)
             for flag in ("decoupled", "fully_sharded"):
+                if getattr(args, flag, False) and args.run is _cmd_advise:
+                    raise UsageError(f"--{flag.replace('_', '-')}: advise takes --pattern zero2 (decoupled) or "
+                                     "--pattern fsdp (fully sharded) instead")
                 if getattr(args, flag, False) and args.run not in (_cmd_solve, _cmd_simulate, _cmd_compare):
                     raise UsageError(f"--{flag.replace('_', '-')} is taken by solve, simulate and compare; this command "
                                      "plans or runs all-reduce problems only")

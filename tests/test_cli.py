@@ -828,8 +828,11 @@ def test_decoupled_problems_from_the_command_line(capsys, tmp_path, profile_path
 def test_decoupled_options_are_never_ignored(capsys, profile_path):
     assert "--ps-delta is a parameter-server option and goes with --ps-servers K" in run_error(
         capsys, "solve", profile_path, "--alpha", "0.001", "--beta", "1e-9", "--decoupled", "--ps-delta", "0.5")
-    assert "--decoupled is taken by solve, simulate and compare" in run_error(
+    assert "--decoupled: advise takes --pattern zero2" in run_error(
         capsys, "advise", "--model", "resnet18", "--network", "10gbe", "--workers", "8", "--decoupled")
+    assert "--decoupled is taken by solve, simulate and compare" in run_error(
+        capsys, "plot", "timeline", "--model", "resnet18", "--network", "10gbe", "--workers", "8", "--decoupled",
+        "--output", "t.png")
 
 
 def test_fully_sharded_problems_from_the_command_line(capsys, tmp_path, profile_path):
@@ -846,6 +849,10 @@ def test_fully_sharded_problems_from_the_command_line(capsys, tmp_path, profile_
     assert run(capsys, "solve", profile_path, *cost, "--method", "sharded-wfbp", "--output", plan)[0] == 0
     again = run_json(capsys, "simulate", profile_path, "--plan", plan, *cost, "--json")
     assert len(again["messages"]) == 9 and again["messages"][0]["kind"] == "all-gather"
+    capped = run_json(capsys, "simulate", profile_path, "--plan", plan, *cost, "--memory-cap", "1MB", "--json")
+    assert capped["memory_cap"] == 1e6 and capped["over_memory_cap"] == capped["peak_memory"] - 1e6 > 0
+    status, out, _ = run(capsys, "simulate", profile_path, "--plan", plan, *cost, "--memory-cap", "1MB")
+    assert status == 0 and "over the cap of 0.954 MiB: infeasible" in out
     assert again["peak_memory"] == simulate_peak(plan)
     status, out, _ = run(capsys, "compare", "--profile", profile_path, *cost, "--memory-cap", "10MB")
     assert status == 0 and "peak (MiB)" in out and "memory cap 9.5 MiB" in out
@@ -880,5 +887,36 @@ def test_advise_sharded_patterns(capsys):
     assert doc["megatron"]["iteration_time"] <= doc["megatron"]["default_iteration_time"]
     assert doc["zero2"]["options"] == {"reduce_bucket_size": 500_000_000}
     assert "--memory-cap goes with --pattern fsdp" in run_error(capsys, "advise", *gpt2, "--memory-cap", "1GB")
-    assert "--fully-sharded is taken by solve, simulate and compare" in run_error(capsys, "advise", *gpt2,
-                                                                                  "--fully-sharded")
+    assert "--fully-sharded: advise takes --pattern zero2 (decoupled) or --pattern fsdp" in run_error(
+        capsys, "advise", *gpt2, "--fully-sharded")
+    assert "--method picks the all-reduce plan to follow; --pattern zero2 plans its own" in run_error(
+        capsys, "advise", *gpt2, "--pattern", "zero2", "--method", "wfbp")
+    assert "--horovod-backend judges Horovod settings" in run_error(capsys, "advise", *gpt2, "--pattern", "fsdp",
+                                                                    "--horovod-backend", "gloo")
+
+
+def test_measured_collectives_price_sharded_problems(capsys, tmp_path, profile_path):
+    # Each collective from its own cost file (as calibrate --collective writes them): the same
+    # 1 ms + 1 ns/B as --alpha/--beta gives the same optimum, 22 ms.
+    rs, ag = tmp_path / "rs.json", tmp_path / "ag.json"
+    for path in (rs, ag):
+        write_json(path, fusionopt.cost.AlphaBeta(1e-3, 1e-9).to_dict())
+    doc = run_json(capsys, "solve", profile_path, "--fully-sharded", "--reduce-scatter-cost", rs, "--all-gather-cost", ag,
+                   "--method", "sharded-brute", "--json")
+    assert doc["iteration_time"] == pytest.approx(0.022, rel=1e-12)
+    # A slower all-gather (2 ms startups) moves the optimum: each of the three gathers pays 1 ms more
+    # in the forward at least.
+    write_json(ag, fusionopt.cost.AlphaBeta(2e-3, 1e-9).to_dict())
+    slower = run_json(capsys, "solve", profile_path, "--fully-sharded", "--reduce-scatter-cost", rs,
+                      "--all-gather-cost", ag, "--method", "sharded-brute", "--json")
+    assert slower["iteration_time"] > doc["iteration_time"]
+    assert "--reduce-scatter-cost and --all-gather-cost go together" in run_error(
+        capsys, "solve", profile_path, "--fully-sharded", "--reduce-scatter-cost", rs)
+    assert "leave out --alpha/--beta" in run_error(capsys, "solve", profile_path, "--decoupled", *AB1,
+                                                   "--reduce-scatter-cost", rs, "--all-gather-cost", ag)
+    assert "price --decoupled or --fully-sharded problems" in run_error(
+        capsys, "solve", profile_path, "--reduce-scatter-cost", rs, "--all-gather-cost", ag)
+    status, out, _ = run(capsys, "calibrate", "--backend", "local", "--ranks", "2", "--collective", "all_gather",
+                         "--min-bytes", "1024", "--max-bytes", "4096", "--iterations", "3", "--json")
+    cal = json.loads(out)
+    assert status == 0 and cal["calibration"]["collective"] == "all_gather" and [p[0] for p in cal["calibration"]["points"]] == [1024, 2048, 4096]

@@ -3,10 +3,12 @@
 The sweep is nccl-tests style: sizes double from ``min_bytes`` to ``max_bytes``; at each,
 every rank runs a few warm-up messages, then ``reps`` messages back to back, and reports
 its mean time per message; this is repeated in ``TRIALS`` trials after a barrier each. The
-size's time is the median over the trials of the slowest rank's mean. A message is timed
-as the plan runner sends it (pack a buffer into the fused buffer, all-reduce it in place,
-unpack it), so the fitted ``c(S)`` prices exactly what a plan's message costs on the
-backend.
+size's time is the median over the trials of the slowest rank's mean. An all-reduce message
+is timed as the plan runner sends it (pack a buffer into the fused buffer, all-reduce it in
+place, unpack it), so the fitted ``c(S)`` prices exactly what a plan's message costs on the
+backend. ``collective="reduce_scatter"`` or ``"all_gather"`` times that collective instead,
+``S`` its unsharded size (MODEL.md section 8: what ``Decoupled`` and ``FullySharded`` price):
+each size is rounded down to a whole number of 8-byte words per rank.
 
 Two models are fitted (MODEL.md section 2): :class:`~fusionopt.model.cost.AlphaBeta` by
 least squares on relative residuals with ``alpha, beta >= 0``, and
@@ -31,6 +33,10 @@ from fusionopt.model._io import write_json_atomic
 from fusionopt.model.cost import AlphaBeta, CommCost, PiecewiseLinear
 
 CALIBRATION_SCHEMA = "fusionopt.executor.calibration-job"
+COLLECTIVES = ("all_reduce", "reduce_scatter", "all_gather")
+MESSAGES = {"all_reduce": "pack + all-reduce (sum, in place) + unpack; slowest rank's mean",
+            "reduce_scatter": "reduce-scatter of S bytes (each rank keeps S/P); slowest rank's mean",
+            "all_gather": "all-gather to S bytes (each rank gives S/P); slowest rank's mean"}
 # Back-to-back batches per size; the median batch is kept (robust to a noisy neighbour).
 TRIALS = 5
 COST_MODELS = ("piecewise", "alpha-beta")
@@ -45,16 +51,17 @@ class SweepSpec:
     iterations: int = 20
     seconds_per_size: float = 0.2
     timeout: float = 60.0
+    collective: str = "all_reduce"
 
     def to_dict(self) -> dict[str, Any]:
         return {"schema": CALIBRATION_SCHEMA, "version": 1, "sizes": list(self.sizes), "warmup": self.warmup,
                 "iterations": self.iterations, "seconds_per_size": self.seconds_per_size,
-                "timeout": self.timeout}
+                "timeout": self.timeout, "collective": self.collective}
 
 
 def sweep_spec_from_dict(doc: Mapping[str, Any]) -> SweepSpec:
     return SweepSpec(tuple(int(s) for s in doc["sizes"]), int(doc["warmup"]), int(doc["iterations"]),
-                     float(doc["seconds_per_size"]), float(doc["timeout"]))
+                     float(doc["seconds_per_size"]), float(doc["timeout"]), str(doc.get("collective", "all_reduce")))
 
 
 def default_sizes(min_bytes: int = 256, max_bytes: int = 64 << 20) -> tuple[int, ...]:
@@ -76,11 +83,17 @@ def default_sizes(min_bytes: int = 256, max_bytes: int = 64 << 20) -> tuple[int,
     return tuple(dict.fromkeys(sizes))
 
 
-def _message(comm: Communicator, source: Any, fused: Any, timeout: float) -> None:
+def _message(comm: Communicator, source: Any, fused: Any, timeout: float, collective: str = "all_reduce") -> None:
+    """One message of ``source``'s words (the unsharded size for the sharded collectives)."""
     words = source.shape[0]
-    fused[:words] = source
-    comm.allreduce(fused[:words], timeout=timeout)
-    source[:] = fused[:words]
+    if collective == "all_reduce":
+        fused[:words] = source
+        comm.allreduce(fused[:words], timeout=timeout)
+        source[:] = fused[:words]
+    elif collective == "reduce_scatter":
+        comm.reduce_scatter(source, fused[:words // comm.size], timeout=timeout)
+    else:
+        comm.all_gather(fused[:words // comm.size], source, timeout=timeout)
     comm.synchronize(timeout=timeout)
 
 
@@ -99,7 +112,7 @@ def sweep_rank(comm: Communicator, spec: SweepSpec) -> dict[str, Any]:
         comm.barrier(timeout=spec.timeout)
         timer = comm.step_timer()
         for _ in range(max(1, spec.warmup)):
-            _message(comm, view, fused, spec.timeout)
+            _message(comm, view, fused, spec.timeout, spec.collective)
         estimate = timer.seconds(timer.mark()) / max(1, spec.warmup)
         # Every rank must run the same number of messages: agree on the slowest estimate.
         estimate = max(comm.allgather(estimate, timeout=spec.timeout))
@@ -109,7 +122,7 @@ def sweep_rank(comm: Communicator, spec: SweepSpec) -> dict[str, Any]:
             comm.barrier(timeout=spec.timeout)
             timer = comm.step_timer()
             for _ in range(reps):
-                _message(comm, view, fused, spec.timeout)
+                _message(comm, view, fused, spec.timeout, spec.collective)
             trials.append(timer.seconds(timer.mark()) / reps)
         times.append(trials)
     return {"rank": comm.rank, "sizes": list(spec.sizes), "times": times}
@@ -157,6 +170,7 @@ class Calibration:
     alpha_beta: AlphaBeta
     piecewise: PiecewiseLinear
     date: str = ""
+    collective: str = "all_reduce"
 
     def cost(self, model: str = "piecewise") -> CommCost:
         """The fitted model called ``model`` (``"piecewise"`` or ``"alpha-beta"``)."""
@@ -169,8 +183,8 @@ class Calibration:
         doc = self.cost(model).to_dict()
         doc["calibration"] = {
             "backend": self.backend, "ranks": self.ranks, "description": self.description,
-            "date": self.date, "model": model,
-            "message": "pack + all-reduce (sum, in place) + unpack; slowest rank's mean",
+            "date": self.date, "model": model, "collective": self.collective,
+            "message": MESSAGES[self.collective],
             "points": [[int(s), float(t)] for s, t in zip(self.sizes, self.times)],
             "alpha_beta": {"alpha": self.alpha_beta.alpha, "beta": self.alpha_beta.beta},
         }
@@ -193,7 +207,8 @@ class Calibration:
         return "\n".join(lines)
 
 
-def from_records(backend: str, records: Sequence[Mapping[str, Any]], description: str) -> Calibration:
+def from_records(backend: str, records: Sequence[Mapping[str, Any]], description: str,
+                 collective: str = "all_reduce") -> Calibration:
     """Combine every rank's sweep record into a :class:`Calibration`."""
     sizes = np.array(records[0]["sizes"], dtype=np.float64)
     per_rank = np.array([r["times"] for r in records], dtype=np.float64)   # (ranks, sizes[, trials])
@@ -202,13 +217,13 @@ def from_records(backend: str, records: Sequence[Mapping[str, Any]], description
     return Calibration(
         backend=backend, ranks=len(records), description=description, sizes=sizes, times=times,
         alpha_beta=fit_alpha_beta(sizes, times), piecewise=PiecewiseLinear(sizes, times, repair=True),
-        date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"), collective=collective,
     )
 
 
 def calibrate(backend: str = "local", *, ranks: int = 2, sizes: Sequence[int] | None = None,
               min_bytes: int = 256, max_bytes: int = 64 << 20, iterations: int = 20, warmup: int = 2,
-              seconds_per_size: float = 0.2, timeout: float = 60.0) -> Calibration:
+              seconds_per_size: float = 0.2, timeout: float = 60.0, collective: str = "all_reduce") -> Calibration:
     """Measure a message's time against its size on ``backend`` and fit the cost models.
 
     Parameters
@@ -226,12 +241,18 @@ def calibrate(backend: str = "local", *, ranks: int = 2, sizes: Sequence[int] | 
         Untimed messages per size first.
     timeout : float
         Seconds a collective may take.
+    collective : {"all_reduce", "reduce_scatter", "all_gather"}
+        What a message is (module docstring); for the sharded ones each size is rounded down
+        to ``8 * ranks`` bytes' multiple.
 
     Examples
     --------
     >>> cal = calibrate("local", ranks=2, sizes=[1024, 1 << 20], iterations=3)
     >>> cal.sizes.tolist(), bool(cal.times[1] > 0)
     ([1024.0, 1048576.0], True)
+    >>> rs = calibrate("local", ranks=3, sizes=[1000, 1 << 20], iterations=3, collective="reduce_scatter")
+    >>> rs.sizes.tolist(), rs.to_dict()["calibration"]["collective"]
+    ([984.0, 1048560.0], 'reduce_scatter')
     """
     backend = check_backend(backend)
     sizes = default_sizes(min_bytes, max_bytes) if sizes is None else tuple(int(s) for s in sizes)
@@ -242,7 +263,14 @@ def calibrate(backend: str = "local", *, ranks: int = 2, sizes: Sequence[int] | 
             raise ValueError(f"message size {s} B must be a positive multiple of 8")
     if isinstance(ranks, bool) or not isinstance(ranks, int) or ranks < 1:
         raise ValueError(f"ranks must be an integer >= 1, got {ranks!r}")
-    spec = SweepSpec(tuple(sizes), warmup, iterations, seconds_per_size, timeout)
+    if collective not in COLLECTIVES:
+        raise ValueError(f"unknown collective {collective!r}; choose one of {', '.join(COLLECTIVES)}")
+    if collective != "all_reduce":
+        grain = 8 * ranks                                 # whole words per rank
+        sizes = tuple(dict.fromkeys(max(grain, s - s % grain) for s in sizes))
+        if len(sizes) < 2:
+            raise ValueError(f"a calibration needs at least two sizes; rounded to {grain} B they are one")
+    spec = SweepSpec(tuple(sizes), warmup, iterations, seconds_per_size, timeout, collective)
     if backend == "local":
         from fusionopt.executor.local import LocalGroup, run_threads
         from fusionopt.executor.runner import fast_thread_switching
@@ -269,4 +297,4 @@ def calibrate(backend: str = "local", *, ranks: int = 2, sizes: Sequence[int] | 
         finally:
             group.close()
         description = comms[0].describe()
-    return from_records(backend, records, description)
+    return from_records(backend, records, description, collective)

@@ -219,7 +219,7 @@ def sharded_program(problem: Problem, plan: ShardedPlan) -> Program:
     def gather_backward(j: int) -> None:
         regather[j] = send(ALL_GATHER, j, unit[j], f"all-gather of unit {j} (backward)")
 
-    for j in range(m - 1, max(m - 1 - d_b, 0) - 1, -1):
+    for j in range(m - 1, max(m - max(d_b, 1), 0) - 1, -1):     # the last max(d_b, 1) units
         if reshard[j]:
             gather_backward(j)
     if grouped:

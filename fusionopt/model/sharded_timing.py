@@ -200,7 +200,7 @@ def simulate_sharded(problem: Problem, plan: ShardedPlan, *, validate: bool = Tr
 
     # Backward.
     regather = [-1] * m
-    for j in range(m - 1, max(m - 1 - d_b, 0) - 1, -1):
+    for j in range(m - 1, max(m - max(d_b, 1), 0) - 1, -1):     # the last max(d_b, 1) units
         if reshard[j]:
             regather[j] = channel.send(ALL_GATHER, j, clock)
     scatter = [-1] * (len(group_bounds) - 1 if grouped else m)

@@ -133,6 +133,8 @@ def fsdp2_plan(profile: Profile, *, reshard_after_forward: bool = True, forward_
     >>> plan.bounds.tolist(), plan.reshard.tolist(), plan.root, plan.names
     ([0, 1, 3, 4, 5], [False, True, True, False], True, ('(root)', 'h.0', 'h.1', '(root)'))
     """
+    if not isinstance(reshard_after_forward, (bool, np.bool_)):
+        raise ValueError(f"reshard_after_forward must be True or False, got {reshard_after_forward!r}")
     blocks = [block_of(name) for name in profile.names]
     bounds = [0] + [i for i in range(1, profile.n) if blocks[i] != blocks[i - 1]] + [profile.n]
     labels = [blocks[b] for b in bounds[:-1]]
@@ -250,6 +252,11 @@ def sharded_brute(problem: Problem, *, atoms: str | Sequence[int] = "tensor") ->
     with every reshard flag, root or not, and every prefetch depth, at most
     ``BRUTE_MAX_ATOMS`` atoms. The best plan within the memory cap; ``OPTIMAL`` over that
     space (a proof by enumeration), ties broken by the first found.
+
+    The space is FSDP's: each unit's gradients are reduce-scattered with the unit. Plans
+    with a reduce-scatter grouping of their own (``reduce_bounds``, DeepSpeed ZeRO-3's
+    gradient buckets) are outside it, and can be faster: the ``lower_bound`` reported is
+    the optimum of this space, as a fusion method's is of fusion plans.
 
     Examples
     --------
@@ -394,7 +401,8 @@ def _neighbours(plan: ShardedPlan, atoms: list[int], least: dict[str, int], root
 def sharded_opt(problem: Problem, *, atoms: str | Sequence[int] = "module", max_evaluations: int = 20_000,
                 kicks: int = 20, rng: int = 0, time_limit: float = 30.0, min_forward_prefetch: int = 0,
                 min_backward_prefetch: int = 0, root: bool | None = None) -> Result:
-    """A local search over units, reshard flags, prefetch depths and root, any size.
+    """A local search over units, reshard flags, prefetch depths and root, any size: the
+    space of :func:`sharded_brute` (each unit's gradients reduce-scattered with it).
 
     Scores structured starts (:func:`_candidates`: FSDP2's plan, a unit per atom, and atoms
     and blocks packed into units of ten target sizes with the last ``k`` units kept and five pairs of prefetch depths,
@@ -433,7 +441,7 @@ def sharded_opt(problem: Problem, *, atoms: str | Sequence[int] = "module", max_
     for label, value in least.items():
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
             raise ValueError(f"min_{label} must be a whole number of units >= 0, got {value!r}")
-    if root not in (None, True, False):
+    if root is not None and not isinstance(root, (bool, np.bool_)):
         raise ValueError(f"root must be True, False or None (search both), got {root!r}")
     _check_floor(problem, "sharded-opt")
     profile = problem.profile

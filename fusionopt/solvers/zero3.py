@@ -189,8 +189,8 @@ def zero3(problem: Problem, *, prefetch_bucket_size: int = PREFETCH_BUCKET_SIZE,
     The profile of :func:`zero3_plan`'s example, forwards of 1, 1, 0, 1, 0, 1 ms, backwards
     of 2, 2, 0, 2, 0, 2 ms, every collective 1 ms. The three gathers are issued at 0 and
     run 0-1, 1-2, 2-3 ms; the forwards 1-2, 2-4, 4-5; the backward of the last unit 5-7,
-    of the middle one 7-11: tensor 1 is ready at 11 - b_1 = 9, so the group of tensors
-    2..5 is issued at 9 (9-10), tensor 1's at 11 (11-12); the first unit's backward 11-13
+    of the middle one 7-11: the group of tensors 2..5 is complete when tensor 2 is ready,
+    at 11 - b_1 = 9 (9-10), tensor 1's group when the unit ends, at 11 (11-12); the first unit's backward 11-13
     and tensor 0's reduce-scatter 13-14 ms: ``T = 14`` ms.
 
     >>> from fusionopt.model import AlphaBeta, FullySharded, Profile

@@ -53,7 +53,7 @@ def test_brute_against_search_bound_and_coarser_atoms(data):
     bound = sharded_lower_bound(problem)
     assert exact.iteration_time >= bound * (1 - 1e-9) - 1e-15
     assert search.iteration_time >= exact.iteration_time * (1 - 1e-12) - 1e-15
-    # A cap at the optimum's own peak keeps the optimum; one below it cannot improve it.
+    # A cap at the optimum's own peak keeps the optimum.
     capped = Problem(profile, fully_sharded=halves.with_cap(max(exact.timeline.peak_memory, 1)))
     assert solve(capped, "sharded-brute").iteration_time == exact.iteration_time
     coarse = [0, profile.n]
@@ -110,3 +110,13 @@ def test_compare_measures_against_the_unfused_units():
     unfused = simulate(section5(), ShardedPlan.per_tensor(section5().profile)).iteration_time
     assert rows["sharded-brute"].speedup == pytest.approx(unfused / rows["sharded-brute"].iteration_time)
     assert rows["sharded-brute"].speedup > 1
+
+
+def test_options_are_checked():
+    problem = section5()
+    with pytest.raises(ValueError, match="reshard_after_forward must be True or False, got 'no'"):
+        solve(problem, "fsdp2", reshard_after_forward="no")
+    with pytest.raises(ValueError, match="root must be True, False or None"):
+        solve(problem, "sharded-opt", root=1)
+    with pytest.raises(ValueError, match="kicks must be a whole number >= 0, got -1"):
+        solve(problem, "sharded-opt", kicks=-1)

@@ -190,10 +190,16 @@ def plot(curves: list[dict], folder: Path) -> str | None:
             ys = [1e3 * p[label][0] for p in curve["points"] if p[label] is not None]
             ax.plot(xs, ys, style, label=f"best found ({label})", markersize=4)
         ax.plot(caps, [1e3 * p["bound"] for p in curve["points"]], ":", color="grey", label="lower bound")
-        for (label, (t, peak)), marker in zip(curve["defaults"].items(), ("^", "v", "D")):
-            ax.plot([peak / MiB], [1e3 * t], marker, markersize=9, label=f"{label} defaults")
+        for (label, (t, peak)), (marker, size, fill) in zip(curve["defaults"].items(),
+                                                          (("^", 12, "full"), ("v", 9, "full"), ("D", 8, "none"))):
+            ax.plot([peak / MiB], [1e3 * t], marker, markersize=size, fillstyle=fill, markeredgewidth=1.5,
+                    label=f"{label} defaults")
         ax.axvline(curve["floor"] / MiB, color="red", linewidth=0.8, label="no plan below")
         ax.set_xscale("log")
+        ax.set_xticks([t for t in (100, 150, 200, 300, 500, 700, 1000, 1500, 2000, 3000, 5000)
+                       if min(caps) * 0.9 <= t <= max(caps) * 1.1])
+        ax.xaxis.set_major_formatter(plt.FuncFormatter(lambda value, _: f"{value:g}"))
+        ax.xaxis.set_minor_formatter(plt.NullFormatter())
         ax.set_xlabel("memory cap: unsharded parameters and gradients (MiB)")
         ax.set_ylabel("iteration time (ms)")
         ax.set_title(f"{curve['model']}, 64 workers, 100 Gb IB (H100 estimate)")
@@ -229,7 +235,7 @@ def write(args: argparse.Namespace, checks: dict, rows: list[dict], curves: list
         "",
         "Zoo roofline profiles (estimates) on H100 (GPT-2 at batch 8, BERT at 32), ring reduce-scatter and all-gather"
         " presets, no memory cap. T in ms and, in brackets, the gap to `sharded_lower_bound`; then the peak memory of"
-        " unsharded parameters and gradients (MiB) and the seconds each method took to solve (timings of this machine).",
+        " unsharded parameters and gradients (MiB) and the seconds each method took to solve (timings, on the machine named above).",
         "",
     ]
     labels = list(rows[0]["T"])
