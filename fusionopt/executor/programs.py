@@ -191,21 +191,32 @@ def sharded_program(problem: Problem, plan: ShardedPlan) -> Program:
         ops.append((PUBLISH, "issued", len(specs)))
         return len(specs) - 1
 
+    kept = [False] * n if plan.persistent is None else plan.persistent.tolist()
+    gathered = [[i for i in tensors if not kept[i]] for tensors in unit]   # what a unit's gathers carry
+    unit_of = np.repeat(np.arange(m), np.diff(plan.bounds)).tolist()
+    nothing = -2
     gather = [-1] * m
+    # The persistent tensors, each gathered alone after the last optimiser step: first, and
+    # the forward waits for them.
+    alone = {i: send(ALL_GATHER, unit_of[i], [i], f"all-gather of persistent tensor {i}") for i in range(n) if kept[i]}
+    ops += [(WAIT, c) for c in alone.values()]
 
     def gather_forward(j: int) -> None:
-        if j < m and gather[j] < 0:
+        if j < m and gather[j] == -1:
             if root and j == 0:
-                gather[0] = gather[m - 1] = send(ALL_GATHER, 0, unit[0] + unit[m - 1],
-                                                 f"all-gather of the root (units 0 and {m - 1})")
+                both = gathered[0] + gathered[m - 1]
+                gather[0] = gather[m - 1] = nothing if not both else send(
+                    ALL_GATHER, 0, both, f"all-gather of the root (units 0 and {m - 1})")
             else:
-                gather[j] = send(ALL_GATHER, j, unit[j], f"all-gather of unit {j} (forward)")
+                gather[j] = nothing if not gathered[j] else send(ALL_GATHER, j, gathered[j],
+                                                                  f"all-gather of unit {j} (forward)")
 
     # Forward.
     for j in range(min(max(d_f, 1), m)):
         gather_forward(j)
     for j in range(m):
-        ops.append((WAIT, gather[j]))
+        if gather[j] >= 0:
+            ops.append((WAIT, gather[j]))
         if d_f >= 1:
             gather_forward(j + d_f)
         for i in unit[j]:
@@ -217,10 +228,11 @@ def sharded_program(problem: Problem, plan: ShardedPlan) -> Program:
     regather = [-1] * m
 
     def gather_backward(j: int) -> None:
-        regather[j] = send(ALL_GATHER, j, unit[j], f"all-gather of unit {j} (backward)")
+        regather[j] = send(ALL_GATHER, j, gathered[j], f"all-gather of unit {j} (backward)")
 
+    again = [reshard[j] and bool(gathered[j]) for j in range(m)]
     for j in range(m - 1, max(m - max(d_b, 1), 0) - 1, -1):     # the last max(d_b, 1) units
-        if reshard[j]:
+        if again[j]:
             gather_backward(j)
     if grouped:
         group_bounds = plan.reduce_bounds.tolist()
@@ -232,7 +244,7 @@ def sharded_program(problem: Problem, plan: ShardedPlan) -> Program:
         if regather[j] >= 0:
             ops.append((WAIT, regather[j]))
         k = j - d_b
-        if d_b >= 1 and k >= 0 and reshard[k] and regather[k] < 0:
+        if d_b >= 1 and k >= 0 and again[k] and regather[k] < 0:
             gather_backward(k)
         if grouped:
             elapsed = 0.0
@@ -251,7 +263,7 @@ def sharded_program(problem: Problem, plan: ShardedPlan) -> Program:
                                                    f"reduce-scatter of the root (units 0 and {m - 1})")
             elif not (root and j == m - 1):
                 scatter[j] = send(REDUCE_SCATTER, j, unit[j], f"reduce-scatter of unit {j}")
-        if d_b == 0 and j >= 1 and reshard[j - 1]:
+        if d_b == 0 and j >= 1 and again[j - 1]:
             gather_backward(j - 1)
 
     # The optimiser after every reduce-scatter, then the step's other parts.
@@ -261,9 +273,8 @@ def sharded_program(problem: Problem, plan: ShardedPlan) -> Program:
     _check_against_model(problem, plan, specs)
     group_of = (np.repeat(np.arange(len(scatter)), np.diff(plan.reduce_bounds)) if grouped
                 else np.repeat(np.arange(m), np.diff(plan.bounds))).tolist()
-    unit_of = np.repeat(np.arange(m), np.diff(plan.bounds)).tolist()
     return Program("fully-sharded", tuple(specs), tuple(ops), tuple(scatter[group_of[i]] for i in range(n)),
-                   tuple(gather[unit_of[i]] for i in range(n)))
+                   tuple(alone[i] if kept[i] else gather[unit_of[i]] for i in range(n)))
 
 
 def _check_against_model(problem: Problem, plan: ShardedPlan, specs: list[CollectiveSpec]) -> None:

@@ -139,6 +139,12 @@ class ShardedPlan:
         (:func:`~fusionopt.model.sharded_timing.simulate_sharded`). None (the default): one
         group per unit, each reduce-scattered when its unit's backward ends. Not with
         ``root``.
+    persistent : sequence of bool, optional
+        Per tensor: kept whole all the time, outside its unit's gathers (DeepSpeed ZeRO-3's
+        persistent parameters, ``stage3_param_persistence_threshold``): each is gathered
+        alone once per step, after the optimiser, and the next forward waits for those
+        gathers (:func:`~fusionopt.model.sharded_timing.simulate_sharded`). Its gradient
+        is reduce-scattered with its unit or group. None: no tensor is.
 
     >>> plan = ShardedPlan([0, 2, 3], reduce_bounds=[0, 1, 3])
     >>> plan.reduce_groups().tolist(), plan.num_messages      # 2 gathers, 2 regathers, 2 reduce-scatters
@@ -149,12 +155,14 @@ class ShardedPlan:
     ValueError: reduce_bounds does not combine with root=True (the root's reduce-scatter is its own message)
     """
 
-    __slots__ = ("bounds", "reshard", "forward_prefetch", "backward_prefetch", "root", "names", "reduce_bounds")
+    __slots__ = ("bounds", "reshard", "forward_prefetch", "backward_prefetch", "root", "names", "reduce_bounds",
+                 "persistent")
 
     def __init__(self, bounds: Sequence[int] | np.ndarray, reshard: Sequence[bool] | np.ndarray | None = None, *,
                  forward_prefetch: int = 1, backward_prefetch: int = 1, root: bool = False,
                  names: Sequence[str] | None = None,
-                 reduce_bounds: Sequence[int] | np.ndarray | None = None) -> None:
+                 reduce_bounds: Sequence[int] | np.ndarray | None = None,
+                 persistent: Sequence[bool] | np.ndarray | None = None) -> None:
         cuts = np.asarray(bounds)
         if cuts.ndim != 1 or cuts.size < 2 or not np.issubdtype(cuts.dtype, np.integer):
             raise ValueError("bounds must list the unit boundaries 0 = b_0 < b_1 < ... < b_m = n as integers")
@@ -205,10 +213,22 @@ class ShardedPlan:
                 raise ValueError(f"reduce-scatter group {g} is empty or backwards: reduce_bounds "
                                  f"{int(groups[g])} then {int(groups[g + 1])}")
             groups.setflags(write=False)
+        kept = None
+        if persistent is not None:
+            kept = np.asarray(persistent)
+            n = int(cuts[-1])
+            if kept.shape != (n,) or not (kept.dtype == bool or np.isin(kept, (0, 1)).all()):
+                raise ValueError(f"persistent must give True or False for each of the {n} tensors")
+            kept = kept.astype(bool)
+            if not kept.any():
+                kept = None                               # the same plan as no persistent tensor
+            else:
+                kept.setflags(write=False)
         for array in (cuts, flags):
             array.setflags(write=False)
         self.bounds, self.reshard, self.names, self.root = cuts, flags, names, bool(root)
         self.reduce_bounds = groups
+        self.persistent = kept
         self.forward_prefetch = _depth("forward_prefetch", forward_prefetch)
         self.backward_prefetch = _depth("backward_prefetch", backward_prefetch)
 
@@ -243,7 +263,14 @@ class ShardedPlan:
         parts count once), and a second all-gather per resharded unit; with
         ``reduce_bounds``, a reduce-scatter per group instead of per unit."""
         scatters = self.num_units - int(self.root) if self.reduce_bounds is None else self.reduce_bounds.size - 1
-        return self.num_units - int(self.root) + scatters + int(self.reshard.sum())
+        if self.persistent is None:
+            return self.num_units - int(self.root) + scatters + int(self.reshard.sum())
+        # Units made only of persistent tensors gather nothing; each persistent tensor is a gather.
+        gathering = np.add.reduceat((~self.persistent).astype(np.int64), self.bounds[:-1]) > 0
+        units = int(gathering.sum())
+        if self.root and gathering[0] and gathering[-1]:
+            units -= 1
+        return units + scatters + int((self.reshard & gathering).sum()) + int(self.persistent.sum())
 
     def reduce_groups(self) -> np.ndarray:
         """The reduce-scatter groups' boundaries (int64): ``reduce_bounds``, or the unit
@@ -272,7 +299,7 @@ class ShardedPlan:
         ``bounds`` keep the ``reduce_bounds``)."""
         fields = {"bounds": self.bounds, "reshard": self.reshard, "forward_prefetch": self.forward_prefetch,
                   "backward_prefetch": self.backward_prefetch, "root": self.root, "names": self.names,
-                  "reduce_bounds": self.reduce_bounds}
+                  "reduce_bounds": self.reduce_bounds, "persistent": self.persistent}
         unknown = sorted(set(changes) - set(fields))
         if unknown:
             raise ValueError(f"unknown plan field {unknown[0]!r}; fields: {', '.join(fields)}")
@@ -286,8 +313,9 @@ class ShardedPlan:
 
     def _key(self) -> tuple:
         groups = None if self.reduce_bounds is None else self.reduce_bounds.tobytes()
+        kept = None if self.persistent is None else self.persistent.tobytes()
         return (self.bounds.tobytes(), self.reshard.tobytes(), self.forward_prefetch, self.backward_prefetch, self.root,
-                groups)
+                groups, kept)
 
     def __eq__(self, other: Any) -> bool:
         if not isinstance(other, ShardedPlan):
@@ -322,6 +350,8 @@ class ShardedPlan:
             doc["names"] = list(self.names)
         if self.reduce_bounds is not None:
             doc["reduce_bounds"] = self.reduce_bounds.tolist()
+        if self.persistent is not None:
+            doc["persistent"] = self.persistent.tolist()
         return doc
 
     @classmethod
@@ -335,7 +365,7 @@ class ShardedPlan:
             raise ValueError(f"{source}: unsupported sharded plan version {doc.get('version')!r} "
                              f"(this fusionopt reads {SHARDED_VERSION})")
         known = {"schema", "version", "bounds", "reshard", "forward_prefetch", "backward_prefetch", "root", "names",
-                 "reduce_bounds"}
+                 "reduce_bounds", "persistent"}
         unknown = sorted(set(doc) - known)
         if unknown:
             raise ValueError(f"{source}: unknown key {unknown[0]!r}")
@@ -352,10 +382,13 @@ class ShardedPlan:
         if groups is not None and (not isinstance(groups, list)
                                    or not all(isinstance(c, int) and not isinstance(c, bool) for c in groups)):
             raise ValueError(f"{source}: 'reduce_bounds' must be a list of whole numbers")
+        kept = doc.get("persistent")
+        if kept is not None and (not isinstance(kept, list) or not all(isinstance(k, bool) for k in kept)):
+            raise ValueError(f"{source}: 'persistent' must be a list of true/false")
         try:
             return cls(bounds, reshard, forward_prefetch=doc.get("forward_prefetch", 1),
                        backward_prefetch=doc.get("backward_prefetch", 1), root=doc.get("root", False), names=names,
-                       reduce_bounds=groups)
+                       reduce_bounds=groups, persistent=kept)
         except ValueError as exc:
             raise ValueError(f"{source}: {exc}") from None
 
@@ -372,5 +405,6 @@ class ShardedPlan:
         kept = int((~self.reshard).sum())
         root = ", the first and last one root" if self.root else ""
         groups = "" if self.reduce_bounds is None else f", {self.reduce_bounds.size - 1} reduce-scatter groups"
+        persistent = "" if self.persistent is None else f", {int(self.persistent.sum())} persistent tensors"
         return (f"ShardedPlan({self.num_units} units{root}, {kept} kept after forward, "
-                f"prefetch {self.forward_prefetch} forward / {self.backward_prefetch} backward{groups})")
+                f"prefetch {self.forward_prefetch} forward / {self.backward_prefetch} backward{groups}{persistent})")

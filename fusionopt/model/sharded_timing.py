@@ -95,6 +95,11 @@ def simulate_sharded(problem: Problem, plan: ShardedPlan, *, validate: bool = Tr
       the profile's ready order, and before a ``d_b = 0`` all-gather issued at ``e_j``. The
       group holding tensor 0 is therefore issued when the backward ends. With
       ``reduce_bounds`` equal to the unit bounds this is the rule above, to the bit.
+    * **Persistent tensors** (``plan.persistent``, DeepSpeed ZeRO-3's): each is gathered
+      alone at 0, before every other collective (after the last step's optimiser, in the
+      steady state), the forward waits for these gathers, and the tensor stays whole all
+      step; its unit's gathers carry the unit's other tensors only (none when there are
+      none).
     * ``T = max(end of the last backward, end of the last reduce-scatter) + U + W``, with
       ``W`` the profile's ``update_lump`` and ``host_overhead`` (run after the optimiser).
     * **Memory.** A unit's parameters are whole from the start of its all-gather on the
@@ -173,24 +178,43 @@ def simulate_sharded(problem: Problem, plan: ShardedPlan, *, validate: bool = Tr
         prefix = np.concatenate(([0], np.cumsum(profile.sizes, dtype=np.int64)))
         sizes += (prefix[plan.reduce_bounds[1:]] - prefix[plan.reduce_bounds[:-1]]).tolist()
         issuing = group_issue_points(profile, bounds, group_bounds)
+    # The all-gathers carry a unit's tensors but its persistent ones, sized from index
+    # ag_base (the root's two parts at ag_base + m); each persistent tensor its own, from p_base.
+    persistent = [] if plan.persistent is None else np.flatnonzero(plan.persistent).tolist()
+    gather_bytes = unit_bytes if not persistent else np.add.reduceat(
+        np.where(plan.persistent, 0, profile.sizes), starts).astype(np.int64).tolist()
+    ag_base = len(sizes)
+    sizes += gather_bytes + [gather_bytes[0] + gather_bytes[-1]]
+    p_base = len(sizes)
+    sizes += [int(profile.sizes[i]) for i in persistent]
     channel = _Channel(problem, sizes)
     root_size = m if root else None
+    gathers = [gather_bytes[j] > 0 for j in range(m)]     # a unit of persistent tensors only gathers nothing
+    if root:
+        gathers[0] = gathers[m - 1] = gather_bytes[0] + gather_bytes[m - 1] > 0
+    NOTHING = -2
+
+    # The persistent tensors, gathered one by one after the last step's optimiser: first.
+    kept_whole = [channel.send(ALL_GATHER, int(unit_of[i]), 0.0, p_base + k) for k, i in enumerate(persistent)]
 
     # Forward.
     gather = [-1] * m                                     # each unit's forward all-gather
 
     def gather_forward(j: int, issued: float) -> None:
-        if j < m and gather[j] < 0:
-            gather[j] = channel.send(ALL_GATHER, j, issued, root_size if root and j == 0 else None)
+        if j < m and gather[j] == -1:
+            if not gathers[j]:
+                gather[j] = NOTHING
+            else:
+                gather[j] = channel.send(ALL_GATHER, j, issued, ag_base + (m if root and j == 0 else j))
             if root and j == 0:
                 gather[m - 1] = gather[0]
 
     for j in range(min(max(d_f, 1), m)):
         gather_forward(j, 0.0)
-    clock = 0.0
+    clock = max((channel.end[k] for k in kept_whole), default=0.0)   # the forward waits for them
     unit_forward = [(0.0, 0.0)] * m
     for j in range(m):
-        begin = max(clock, channel.end[gather[j]])
+        begin = clock if gather[j] == NOTHING else max(clock, channel.end[gather[j]])
         if d_f >= 1:
             gather_forward(j + d_f, begin)
         clock = begin + forward_total[j]
@@ -200,16 +224,17 @@ def simulate_sharded(problem: Problem, plan: ShardedPlan, *, validate: bool = Tr
 
     # Backward.
     regather = [-1] * m
+    again = [reshard[j] and gathers[j] for j in range(m)]     # gathered again for the backward
     for j in range(m - 1, max(m - max(d_b, 1), 0) - 1, -1):     # the last max(d_b, 1) units
-        if reshard[j]:
-            regather[j] = channel.send(ALL_GATHER, j, clock)
+        if again[j]:
+            regather[j] = channel.send(ALL_GATHER, j, clock, ag_base + j)
     scatter = [-1] * (len(group_bounds) - 1 if grouped else m)
     unit_backward = [(0.0, 0.0)] * m
     for j in range(m - 1, -1, -1):
         begin = clock if regather[j] < 0 else max(clock, channel.end[regather[j]])
         k = j - d_b
-        if d_b >= 1 and k >= 0 and reshard[k] and regather[k] < 0:
-            regather[k] = channel.send(ALL_GATHER, k, begin)
+        if d_b >= 1 and k >= 0 and again[k] and regather[k] < 0:
+            regather[k] = channel.send(ALL_GATHER, k, begin, ag_base + k)
         clock = begin + backward_total[j]
         unit_backward[j] = (begin, clock)
         if grouped:
@@ -217,8 +242,8 @@ def simulate_sharded(problem: Problem, plan: ShardedPlan, *, validate: bool = Tr
                 scatter[g] = channel.send(REDUCE_SCATTER, g, max(begin, clock - before), m + 1 + g)
         elif not (root and j == m - 1):                   # the root is reduced with its first part
             scatter[j] = channel.send(REDUCE_SCATTER, j, clock, root_size if root and j == 0 else None)
-        if d_b == 0 and j >= 1 and reshard[j - 1]:
-            regather[j - 1] = channel.send(ALL_GATHER, j - 1, clock)
+        if d_b == 0 and j >= 1 and again[j - 1]:
+            regather[j - 1] = channel.send(ALL_GATHER, j - 1, clock, ag_base + j - 1)
     if root:
         scatter[m - 1] = scatter[0]
 
@@ -230,16 +255,18 @@ def simulate_sharded(problem: Problem, plan: ShardedPlan, *, validate: bool = Tr
 
     # Memory: what is whole when.
     intervals = []
+    if persistent:                                        # whole all the time
+        intervals.append((0.0, float(clock), int(sum(int(profile.sizes[i]) for i in persistent))))
     for j in range(m):
-        if root and j == m - 1:
-            pass                                          # the root's parameters are counted with its first part
+        if not gathers[j] or (root and j == m - 1):
+            pass                                          # nothing gathered; the root is counted with its first part
         elif root and j == 0:
-            intervals.append((channel.start[gather[0]], unit_backward[0][1], unit_bytes[0] + unit_bytes[-1]))
+            intervals.append((channel.start[gather[0]], unit_backward[0][1], gather_bytes[0] + gather_bytes[-1]))
         else:
             kept_until = unit_forward[j][1] if reshard[j] else unit_backward[j][1]
-            intervals.append((channel.start[gather[j]], kept_until, unit_bytes[j]))
-        if reshard[j]:
-            intervals.append((channel.start[regather[j]], unit_backward[j][1], unit_bytes[j]))
+            intervals.append((channel.start[gather[j]], kept_until, gather_bytes[j]))
+        if again[j]:
+            intervals.append((channel.start[regather[j]], unit_backward[j][1], gather_bytes[j]))
         if not grouped:
             intervals.append((unit_backward[j][0], channel.end[scatter[j]], unit_bytes[j]))
     if grouped:                                           # each unit's share of each group it meets
@@ -250,7 +277,10 @@ def simulate_sharded(problem: Problem, plan: ShardedPlan, *, validate: bool = Tr
                     intervals.append((unit_backward[j][0], channel.end[scatter[g]], int(prefix[high] - prefix[low])))
     memory_time, memory_bytes, peak = _memory(intervals)
 
-    gathered = np.asarray(channel.end)[np.asarray(gather)][unit_of]
+    ends = np.asarray(channel.end + [-math.inf])          # NOTHING gathered: index -2 is never a message
+    gathered = ends[np.where(np.asarray(gather) == NOTHING, len(ends) - 1, np.asarray(gather))][unit_of]
+    for k, i in zip(kept_whole, persistent):
+        gathered[i] = channel.end[k]
     scatter_of = np.repeat(np.arange(len(group_bounds) - 1), np.diff(group_bounds)) if grouped else unit_of
     reduced = np.asarray(channel.end)[np.asarray(scatter)][scatter_of]
     # Each tensor's forward starts at its unit's start plus the forwards before it in the unit.
@@ -331,9 +361,11 @@ def _stream(profile, plan: ShardedPlan, unit_forward: list[tuple[float, float]],
 
 
 def _pieces(kind: str, tensors: list[int], seconds: list[float], begin: float, end: float) -> list[ComputePiece]:
+    """``tensors``' tasks back to back from ``begin``, the last ending at ``end`` (the step's
+    own sum of them; a running sum that rounds past it is held at it)."""
     pieces, clock = [], begin
     for k, i in enumerate(tensors):
-        stop = end if k == len(tensors) - 1 else clock + seconds[i]
+        stop = end if k == len(tensors) - 1 else min(clock + seconds[i], end)
         pieces.append(ComputePiece(kind, i, clock, stop))
         clock = stop
     return pieces

@@ -205,6 +205,9 @@ register("decoupled-brute", "fusionopt.solvers.decoupled:decoupled_brute",
 register("decoupled-dp", "fusionopt.solvers.decoupled:decoupled_dp",
          "decoupled all-reduce, exact over decoupled-brute's space: barrier sync, no update time, any n",
          family="exact", in_default_comparison=False)
+register("decoupled-cpsat", "fusionopt.solvers.decoupled_cpsat:decoupled_cpsat",
+         "decoupled all-reduce, exact: CP-SAT over both groupings and their interleaving on the channel, n <= 10",
+         family="exact", in_default_comparison=False)
 
 register("sharded-wfbp", "fusionopt.solvers.sharded:sharded_wfbp",
          "fully sharded: a unit per tensor, resharded, prefetch one ahead each way (the unfused reference)",

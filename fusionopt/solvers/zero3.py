@@ -31,15 +31,15 @@ count is ``ceil(size / element_bytes)``; a module is a tensor name without its l
 
 * **Units.** The first hook to run is the top-level module's: its own parameters (the
   tensors whose names have no dot, which ``named_parameters`` lists first; none in most
-  models) are unit 0, and its prefetch takes the first bucket. Then prefetch buckets: tensors are taken in forward order (the trace) and a bucket is closed
-  after the tensor that brings its count of non-persistent elements to
+  models) are unit 0, and its prefetch takes the first bucket. Then prefetch buckets:
+  tensors are taken in forward order (the trace) and a bucket is closed after the tensor
+  that brings its count of non-persistent elements to
   ``min(prefetch_bucket_size, max_live_parameters)`` or more. Persistent tensors count no
-  elements (DeepSpeed skips them, being available) but stay in the unit where the trace
-  order puts them, so their bytes travel in that unit's all-gather: **a reconstruction**;
-  DeepSpeed gathers them after the optimiser step, one synchronous all-gather each, which
-  the plan leaves out (their bytes are in the units' messages instead, and their
-  per-parameter latencies are not counted). ``prefetch_bucket_size=0`` (no prefetch):
-  a unit per module, each gathered at its own hook (prefetch depths 0).
+  elements (DeepSpeed skips them, being available) and are the plan's ``persistent``
+  tensors: each gathered alone after the optimiser step, the next forward waiting for
+  those gathers, and whole all step (``_post_step``; MODEL.md 8.2).
+  ``prefetch_bucket_size=0`` (no prefetch): a unit per module, each gathered at its own
+  hook (prefetch depths 0).
 * **Prefetch depths.** Both ``forward_prefetch`` and ``backward_prefetch`` are the number
   of units (every gather issued at the start of its pass, first in first out), as each
   module's hook issues one more bucket; when the model has more elements than
@@ -172,8 +172,9 @@ def zero3_plan(profile: Profile, *, prefetch_bucket_size: int = PREFETCH_BUCKET_
     cuts.append(0)
     groups = sorted(set(cuts))
     names = [modules[bounds[j]] or profile.names[bounds[j]] for j in range(m)]
+    persistent = [elements[i] <= persist for i in range(n)]
     return ShardedPlan(bounds, reshard, forward_prefetch=depth, backward_prefetch=depth, names=names,
-                       reduce_bounds=groups)
+                       reduce_bounds=groups, persistent=persistent)
 
 
 @declares(Needs(pattern="fully-sharded"))
@@ -187,11 +188,12 @@ def zero3(problem: Problem, *, prefetch_bucket_size: int = PREFETCH_BUCKET_SIZE,
     Examples
     --------
     The profile of :func:`zero3_plan`'s example, forwards of 1, 1, 0, 1, 0, 1 ms, backwards
-    of 2, 2, 0, 2, 0, 2 ms, every collective 1 ms. The three gathers are issued at 0 and
-    run 0-1, 1-2, 2-3 ms; the forwards 1-2, 2-4, 4-5; the backward of the last unit 5-7,
-    of the middle one 7-11: the group of tensors 2..5 is complete when tensor 2 is ready,
-    at 11 - b_1 = 9 (9-10), tensor 1's group when the unit ends, at 11 (11-12); the first unit's backward 11-13
-    and tensor 0's reduce-scatter 13-14 ms: ``T = 14`` ms.
+    of 2, 2, 0, 2, 0, 2 ms, every collective 1 ms. The persistent biases (tensors 2 and 4)
+    are gathered first, 0-1 and 1-2 ms; the three units' gathers, issued at 0 too, run 2-3,
+    3-4, 4-5; the forwards 3-4, 4-6, 6-7; the backward of the last unit 7-9, of the middle
+    one 9-13: the group of tensors 2..5 is complete when tensor 2 is ready, at 13 - b_1 = 11
+    (11-12), tensor 1's group when the unit ends, at 13 (13-14); the first unit's backward
+    13-15 and tensor 0's reduce-scatter 15-16 ms: ``T = 16`` ms.
 
     >>> from fusionopt.model import AlphaBeta, FullySharded, Profile
     >>> p = Profile.from_arrays([40, 24, 4, 24, 4, 8], [1e-3, 1e-3, 0, 1e-3, 0, 1e-3],
@@ -201,18 +203,19 @@ def zero3(problem: Problem, *, prefetch_bucket_size: int = PREFETCH_BUCKET_SIZE,
     >>> r = zero3(Problem(p, fully_sharded=FullySharded(one_ms, one_ms)), prefetch_bucket_size=8,
     ...           param_persistence_threshold=1, reduce_bucket_size=12)
     >>> (r.timeline.message_ready * 1e3).round(9).tolist(), round(r.iteration_time * 1e3, 9)
-    ([0.0, 0.0, 0.0, 9.0, 11.0, 13.0], 14.0)
+    ([0.0, 0.0, 0.0, 0.0, 0.0, 11.0, 13.0, 15.0], 16.0)
 
-    GPT-2 (124,439,808 parameters): unit 0 is ``wte``; the first bucket runs from ``wpe`` to
-    ``h.6.mlp.c_proj.weight`` (786,432 + 7 x 7,077,888 non-persistent elements =
-    50,331,648 >= 5e7), the second holds the rest; one reduce-scatter at the end:
+    GPT-2 (124,439,808 parameters): buckets from ``wte`` (the top-level module owns no
+    tensor) to ``h.1.mlp.c_fc.weight`` (51,180,288 non-persistent elements >= 5e7), then to
+    ``h.8.mlp.c_proj.weight``, then the rest; its 98 biases and norms (at most 1e5 elements
+    each) persistent, each gathered alone; one reduce-scatter at the end:
 
     >>> from fusionopt import zoo
     >>> problem = Problem(zoo.profile("gpt2", device="h100", batch=8),
     ...                   fully_sharded=FullySharded.from_network("100gb-ib", workers=64))
     >>> r = zero3(problem)
     >>> r.plan.num_units, r.plan.reduce_bounds.size - 1, r.num_messages, bool(r.plan.reshard.any())
-    (3, 1, 4, False)
+    (3, 1, 102, False)
     """
     started = time.perf_counter()
     plan = zero3_plan(problem.profile, prefetch_bucket_size=prefetch_bucket_size,

@@ -34,7 +34,8 @@ def sharded_plans():
     return [ShardedPlan([0, 2, 3]),                                          # both resharded
             ShardedPlan([0, 1, 2, 3], root=True),                            # a root of t0 and t2
             ShardedPlan([0, 1, 3], [False, True], forward_prefetch=0, backward_prefetch=0, reduce_bounds=[0, 2, 3]),
-            ShardedPlan([0, 1, 2, 3], forward_prefetch=2, backward_prefetch=2)]
+            ShardedPlan([0, 1, 2, 3], forward_prefetch=2, backward_prefetch=2),
+            ShardedPlan([0, 2, 3], [True, False], persistent=[False, True, False])]   # t1 gathered alone
 
 
 def assert_ran_the_plan(m, problem, plan, ranks):
@@ -128,7 +129,7 @@ def test_a_fully_sharded_run_predicts_the_model_and_follows_its_forward():
 
 
 # ---------------------------------------------------------------------- the program is the model
-@pytest.mark.parametrize("case", range(6))
+@pytest.mark.parametrize("case", range(8))
 def test_the_program_replays_the_models_timeline_exactly(case):
     profile = small_profile([4096, 1024, 2048, 512], update=3e-4)
     ag = AlphaBeta(3e-4, 2e-9)
@@ -143,6 +144,10 @@ def test_the_program_replays_the_models_timeline_exactly(case):
         (Problem(profile, fully_sharded=FullySharded(HALF, ag)),
          ShardedPlan([0, 2, 4], [False, True], forward_prefetch=0, backward_prefetch=2, reduce_bounds=[0, 1, 3, 4])),
         (Problem(profile, fully_sharded=FullySharded(HALF, ag)), ShardedPlan.per_tensor(profile, backward_prefetch=0)),
+        (Problem(profile, fully_sharded=FullySharded(HALF, ag)),
+         ShardedPlan([0, 2, 4], [True, True], reduce_bounds=[0, 4], persistent=[False, True, True, True])),
+        (Problem(profile, fully_sharded=FullySharded(HALF, ag)),
+         ShardedPlan([0, 1, 3, 4], root=True, persistent=[True, False, False, True])),
     ]
     problem, plan = problems_and_plans[case]
     t = simulate(problem, plan)

@@ -98,7 +98,10 @@ def _independent_peak(t, plan, problem):
     """The most bytes whole at once, from the timeline's messages and the compute stream read
     again: at every moment some interval starts, count what is whole then."""
     m = plan.num_units
-    unit_bytes = plan.unit_bytes(problem.profile).tolist()
+    profile = problem.profile
+    kept = np.zeros(profile.n, bool) if plan.persistent is None else plan.persistent
+    grads = plan.unit_bytes(profile).tolist()
+    unit_bytes = np.add.reduceat(np.where(kept, 0, profile.sizes), plan.bounds[:-1]).tolist()
     pieces = compute_pieces(problem, plan)
     unit_of = np.repeat(np.arange(m), np.diff(plan.bounds))
     fwd_end = {j: max(p.end for p in pieces if p.kind == "forward" and unit_of[p.tensor] == j) for j in range(m)}
@@ -107,24 +110,25 @@ def _independent_peak(t, plan, problem):
     bwd_end = {j: max(p.end for p in bwd[j]) for j in range(m)}
     gathers = {}
     scatter_end = {}
-    for kind, unit, start, end in zip(t.message_kind, t.message_unit, t.message_start, t.message_end):
+    alone = int(kept.sum())                               # the persistent tensors' gathers come first
+    for kind, unit, start, end in list(zip(t.message_kind, t.message_unit, t.message_start, t.message_end))[alone:]:
         if kind == 1:
             gathers.setdefault(int(unit), []).append(start)
         else:
             scatter_end[int(unit)] = end
-    intervals = []
+    intervals = [(0.0, t.iteration_time, int(profile.sizes[kept].sum()))] if alone else []
     for j in range(m):
+        gathered = unit_bytes[j] + (unit_bytes[-1] if plan.root and j == 0 else 0)
         if plan.root and j == m - 1:
             scatter_end[j] = scatter_end[0]
-        else:
+        elif gathered:
             first = gathers[j][0]
-            size = unit_bytes[j] + (unit_bytes[-1] if plan.root and j == 0 else 0)
             until = bwd_end[j] if (not plan.reshard[j] or (plan.root and j == 0)) else fwd_end[j]
-            intervals.append((first, until, size))
+            intervals.append((first, until, gathered))
             if plan.reshard[j]:
                 intervals.append((gathers[j][1], bwd_end[j], unit_bytes[j]))
     for j in range(m):
-        intervals.append((bwd_start[j], scatter_end[j], unit_bytes[j]))
+        intervals.append((bwd_start[j], scatter_end[j], grads[j]))
     peak = 0
     for moment in {s for s, _, _ in intervals}:
         whole = sum(b for s, e, b in intervals if s <= moment < e or s == e == moment)
@@ -141,8 +145,9 @@ def sharded_plans(draw, n):
     reshard = draw(st.lists(st.booleans(), min_size=m, max_size=m))
     if root:
         reshard[0] = reshard[-1] = False
+    persistent = draw(st.lists(st.booleans(), min_size=n, max_size=n)) if draw(st.booleans()) else None
     return ShardedPlan(bounds, reshard, forward_prefetch=draw(st.integers(0, m + 1)),
-                       backward_prefetch=draw(st.integers(0, m + 1)), root=root)
+                       backward_prefetch=draw(st.integers(0, m + 1)), root=root, persistent=persistent)
 
 
 @settings(deadline=None)
@@ -161,6 +166,11 @@ def test_timeline_keeps_every_rule(data):
     assert np.array_equal(starts, np.maximum(issue, free))
     kinds = t.message_kind.tolist()
     assert kinds.count(0) == plan.num_units - int(plan.root)
+    if plan.persistent is not None:                       # each persistent tensor's gather, first and alone
+        alone = int(plan.persistent.sum())
+        assert kinds[:alone] == [1] * alone
+        assert t.message_bytes[:alone].tolist() == profile.sizes[plan.persistent].tolist()
+        assert t.forward_start[0] >= t.message_end[alone - 1] - 1e-12
     assert len(kinds) == plan.num_messages
     pieces = compute_pieces(problem, plan)
     assert pieces[-1].end == pytest.approx(t.iteration_time, rel=1e-12, abs=1e-15)
@@ -252,3 +262,24 @@ def test_the_cap_forces_regathers_into_the_bound():
     gathered = 7e6 + (7e6 - 5e6)                          # N + (N - M): 2 MB gathered twice
     # ceil(2 x 9 MB / 5 MB) = 4 gathers, ceil(7 / 5) = 2 reduce-scatters, 1 ms each, 1 ns/B.
     assert sharded_lower_bound(problem) == pytest.approx(4 * MS + 2 * MS + 1e-9 * (gathered + 7e6), rel=1e-12)
+
+
+def test_persistent_tensors_are_gathered_alone_first_and_stay_whole():
+    # t1 persistent: gathered alone 0-2 ms (1 MB), then the unit of t0 and t2 carries 6 MB:
+    # 2-9; forward 9-12; backward 12-18; reduce-scatter of all 7 MB 18-26 ms. t1's 1 MB is
+    # whole all step, the unit's 6 MB from 2 to 18, the 7 MB of gradients from 12: 14 MB.
+    problem = section5()
+    plan = ShardedPlan([0, 3], [False], persistent=[False, True, False])
+    t = simulate(problem, plan)
+    assert ms(t.message_start) == [0, 2, 18] and ms(t.message_end) == [2, 9, 26]
+    assert t.message_bytes.tolist() == [1_000_000, 6_000_000, 7_000_000]
+    assert round(t.iteration_time / MS, 9) == 26 and t.peak_memory == 14_000_000
+    assert plan.num_messages == 3 and ShardedPlan.from_dict(plan.to_dict()) == plan
+    # Resharded, the unit's regather carries its 6 MB only (12-19), and the backward waits.
+    t = simulate(problem, plan.replace(reshard=[True]))
+    assert ms(t.message_start) == [0, 2, 12, 25] and t.message_bytes[2] == 6_000_000
+    # Every tensor persistent: no unit gather at all.
+    t = simulate(problem, ShardedPlan([0, 1, 3], persistent=[True] * 3))
+    assert t.message_kind.tolist() == [1, 1, 1, 0, 0] and ms(t.forward_start)[0] == 5 + 2 + 3
+    with pytest.raises(ValueError, match="persistent must give True or False for each of the 3 tensors"):
+        ShardedPlan([0, 3], persistent=[True])

@@ -58,18 +58,23 @@ def test_zero3_layouts_by_hand():
 
 def test_zero3_timing_by_hand():
     # Forwards 1, 1, 0, 1, 0, 1 ms, backwards 2, 2, 0, 2, 0, 2 ms, every collective 1 ms.
-    # Gathers issued at 0: 0-1, 1-2, 2-3; forwards 1-2, 2-4, 4-5; backward of unit 2 5-7, of
-    # unit 1 7-11 (tensor 1 ready at 11 - 2 = 9: group 2..5 issued 9, 9-10; tensor 1's at
-    # 11, 11-12), unit 0 11-13, tensor 0's reduce-scatter 13-14: T = 14 ms.
+    # The persistent biases (tensors 2 and 4) gathered first, 0-1 and 1-2; the units' gathers,
+    # issued at 0 too, 2-3, 3-4, 4-5; forwards 3-4, 4-6, 6-7; backward of unit 2 7-9, of unit 1
+    # 9-13 (tensor 2 ready at 13 - 2 = 11: group 2..5 issued 11, 11-12; tensor 1's at 13,
+    # 13-14), unit 0 13-15, tensor 0's reduce-scatter 15-16: T = 16 ms.
     one = AlphaBeta(MS, 0.0)
     p = small([MS, MS, 0, MS, 0, MS], [2 * MS, 2 * MS, 0, 2 * MS, 0, 2 * MS])
     r = solve(Problem(p, fully_sharded=FullySharded(one, one)), "zero3", prefetch_bucket_size=8,
               param_persistence_threshold=1, reduce_bucket_size=12)
     t = r.timeline
-    assert [round(v / MS, 9) for v in t.message_ready] == [0, 0, 0, 9, 11, 13]
-    assert [round(v / MS, 9) for v in t.message_end] == [1, 2, 3, 10, 12, 14]
-    assert t.message_kind.tolist() == [1, 1, 1, 0, 0, 0] and t.message_unit.tolist() == [0, 1, 2, 2, 1, 0]
-    assert round(r.iteration_time / MS, 9) == 14 and r.stats["reduce_scatters"] == 3
+    assert [round(v / MS, 9) for v in t.message_ready] == [0, 0, 0, 0, 0, 11, 13, 15]
+    assert [round(v / MS, 9) for v in t.message_end] == [1, 2, 3, 4, 5, 12, 14, 16]
+    assert t.message_kind.tolist() == [1, 1, 1, 1, 1, 0, 0, 0] and t.message_unit.tolist() == [1, 2, 0, 1, 2, 2, 1, 0]
+    # The persistent tensors travel alone (4 B each); the units' gathers carry the rest.
+    assert t.message_bytes.tolist() == [4, 4, 40, 48, 8, 40, 24, 40]
+    assert round(r.iteration_time / MS, 9) == 16 and r.stats["reduce_scatters"] == 3
+    # Whole all step: the persistent 8 B are in every moment's count.
+    assert t.memory_bytes.min() >= 0 and t.peak_memory >= 8
 
 
 def test_zero3_on_gpt2_one_reduce_scatter_at_the_end():
@@ -86,7 +91,9 @@ def test_zero3_on_gpt2_one_reduce_scatter_at_the_end():
     assert profile.names[22] == "h.1.mlp.c_fc.weight" and profile.names[108] == "h.8.mlp.c_proj.weight"
     assert plan.forward_prefetch == plan.backward_prefetch == 3 and not plan.reshard.any()
     assert plan.reduce_bounds.tolist() == [0, profile.n]
-    assert t.message_kind.tolist() == [1, 1, 1, 0] and r.num_messages == 4
+    # 98 persistent tensors gathered alone first, then the 3 buckets, then one reduce-scatter.
+    assert t.message_kind.tolist() == [1] * 101 + [0] and r.num_messages == 102
+    assert t.message_bytes[:98].sum() + t.message_bytes[98:101].sum() == profile.total_bytes
     assert t.message_bytes[-1] == profile.total_bytes
     backward_end = [p for p in compute_pieces(problem, plan) if p.kind == "backward"][-1].end
     assert t.message_ready[-1] == backward_end

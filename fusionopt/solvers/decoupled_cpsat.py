@@ -1,0 +1,568 @@
+"""``method="decoupled-cpsat"``: the decoupled all-reduce (MODEL.md section 8.1) solved exactly
+by an OR-Tools CP-SAT model of its one channel, for small ``n``.
+
+The space
+---------
+A plan of the space is a :class:`~fusionopt.model.decoupled.DecoupledPlan` of whole tensors
+without release times: reduce-scatter messages that are contiguous groups of the **ready
+order**, run in that order; all-gather messages that are contiguous groups of the **forward
+order**, run in that order; and **any interleaving** of the two kinds on the channel (the
+plan's ``order``) that the simulator can run. ``decoupled-brute``'s space is the part of it
+whose order is every reduce-scatter first, so this optimum is never slower. Both sync modes,
+update times ``u_i`` and ``update_after_gather`` (DeAR) are modelled as
+:func:`~fusionopt.model.decoupled_timing.simulate_decoupled` times them.
+
+Why an interleaving helps: with ``update_after_gather`` an all-gather waits only for its own
+tensors' reduce-scatters, so the gather of tensor 0 (ready last) cannot move, but under
+layerwise sync gathering the first tensors' groups before the last reduce-scatters lets the
+forward start on them while the channel still reduces; and in ZeRO's semantics the
+update chain can leave the channel idle between reduce-scatters that a gather fills.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+import time
+from typing import Any
+
+import numpy as np
+
+from fusionopt.model.bounds import decoupled_lower_bound
+from fusionopt.model.decoupled import ALL_GATHER, REDUCE_SCATTER, DecoupledPlan
+from fusionopt.model.problem import Problem
+from fusionopt.model.simulator import simulate
+from fusionopt.solvers.cpsat_arcs import MAX_INTEGER_TIME, automatic_quantum, positive_seconds
+from fusionopt.solvers.cpsat_search import check_deterministic_time, set_search
+from fusionopt.solvers.needs import Needs, declares
+from fusionopt.solvers.result import Result, Status, finish
+
+__all__ = ["decoupled_cpsat", "MAX_TENSORS", "SPACE"]
+
+MAX_TENSORS = 10
+SPACE = ("whole tensors: reduce-scatters contiguous in the ready order, all-gathers contiguous in the "
+         "forward order, any feasible interleaving on the channel")
+HINT_METHODS = ("decoupled-wfbp", "decoupled-opt")
+
+
+class _Space:
+    """The arcs of both kinds and the model's constants.
+
+    Reduce-scatter positions ``p = 1..n`` follow the ready order (tensor ``pi(p)``), and the
+    arc ``(a, b)`` is the message of positions ``a+1..b``; all-gather positions ``1..n``
+    follow the forward order (tensor ``q - 1`` at ``q``), the arc ``(a, b)`` the message of
+    tensors ``a..b-1``. ``P_ab``: the largest ready position among an all-gather arc's
+    tensors: it waits for ``v`` (or ``D``) there, the latest of its tensors'.
+    """
+
+    def __init__(self, problem: Problem) -> None:
+        profile = problem.profile
+        self.problem = problem
+        self.n = n = profile.n
+        self.after = bool(problem.decoupled.update_after_gather)
+        self.layerwise = problem.sync == "layerwise"
+        self.ready_order = [int(i) for i in profile.ready_order]
+        self.position = {i: p + 1 for p, i in enumerate(self.ready_order)}
+        sizes = profile.sizes.astype(np.float64)
+        self.rs_prefix = np.concatenate(([0.0], np.cumsum(sizes[self.ready_order])))
+        self.ag_prefix = np.concatenate(([0.0], np.cumsum(sizes)))
+        self.arcs = [(a, b) for a in range(n) for b in range(a + 1, n + 1)]
+        ready = profile.ready_times
+        self.rs_ready = {(a, b): float(ready[self.ready_order[a:b]].max()) for a, b in self.arcs}
+        self.ag_wait_position = {(a, b): max(self.position[i] for i in range(a, b)) for a, b in self.arcs}
+        # Constants on a path to T: a ready time (or B), n reduce-scatters, n updates,
+        # n all-gathers, n forward steps and the host's share.
+        self.rounding_factor = 4 * n + 2
+
+    # ------------------------------------------------------------------ plans
+    def arcs_of(self, plan: DecoupledPlan) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
+        """The arcs of a plan of the space, each kind in its own order; ``ValueError`` if it is not one."""
+        profile = self.problem.profile
+        rs, ag = plan.reduce_scatter.groups(), plan.all_gather.groups()
+        if [i for g in rs for i in g] != self.ready_order:
+            raise ValueError("not a plan of the space: its reduce-scatters are not contiguous groups of the "
+                             "ready order, in that order")
+        if [i for g in ag for i in g] != list(range(self.n)):
+            raise ValueError("not a plan of the space: its all-gathers are not contiguous groups of the "
+                             "forward order, in that order")
+        if DecoupledPlan.from_groups(profile, rs, ag, order=plan.order.tolist()) != plan:
+            raise ValueError("not a plan of the space: it splits tensors, has release times or reduces "
+                             "with all-reduces")
+        arcs = []
+        for groups, key in ((rs, lambda i: self.position[i]), (ag, lambda i: i + 1)):
+            ends = np.cumsum([len(g) for g in groups]).tolist()
+            arcs.append(list(zip([0] + ends[:-1], ends)))
+        return arcs[0], arcs[1]
+
+    def plan_of(self, rs_arcs: list[tuple[int, int]], ag_arcs: list[tuple[int, int]], order: list[int]) -> DecoupledPlan:
+        return DecoupledPlan.from_groups(self.problem.profile, [self.ready_order[a:b] for a, b in rs_arcs],
+                                         [list(range(a, b)) for a, b in ag_arcs], order=order)
+
+    # ------------------------------------------------------------------ integer constants
+    def constants(self, q: float, horizon: int) -> dict[str, Any]:
+        """Every constant in whole quanta, rounded down and capped at ``horizon + 1`` (a
+        constant past the horizon only appears in plans slower than the anchor plan)."""
+        problem, profile = self.problem, self.problem.profile
+        halves = problem.decoupled
+
+        def quanta(seconds: Any) -> Any:
+            value = np.minimum(np.floor(np.asarray(seconds, dtype=np.float64) / q), horizon + 1)
+            return value.astype(np.int64).tolist() if value.ndim else int(value)
+
+        rs_bytes = np.array([self.rs_prefix[b] - self.rs_prefix[a] for a, b in self.arcs])
+        ag_bytes = np.array([self.ag_prefix[b] - self.ag_prefix[a] for a, b in self.arcs])
+        update = profile.update
+        forward = profile.forward
+        work = forward + update if self.after else forward
+        W = profile.host_overhead
+        tail = (profile.U + profile.F + W) if self.after else (profile.F + W)
+        return {
+            "rs": dict(zip(self.arcs, quanta(halves.cost(REDUCE_SCATTER).of_sizes(rs_bytes)))),
+            "ag": dict(zip(self.arcs, quanta(halves.cost(ALL_GATHER).of_sizes(ag_bytes)))),
+            "ready": dict(zip(self.arcs, quanta([self.rs_ready[arc] for arc in self.arcs]))),
+            "update": [0] + quanta(update[self.ready_order]),        # by ready position 1..n
+            "work": quanta(work),                                    # by tensor, forward order
+            "backward": quanta(profile.B),
+            "host": quanta(W),
+            "tail": quanta(tail),                                    # barrier: after the channel
+        }
+
+    # ------------------------------------------------------------------ the recursion
+    def least_values(self, k: dict[str, Any], rs_arcs: list[tuple[int, int]], ag_arcs: list[tuple[int, int]],
+                     order: list[int]) -> dict[str, Any]:
+        """The least integer values the model allows for a plan (its arcs and order): the
+        simulator's recursion with every constant rounded down (hints and tests)."""
+        n = self.n
+        start: dict[tuple[int, tuple[int, int]], int] = {}
+        E, G = [0] * (n + 1), [0] * (n + 1)
+        H, A = [0] * (n + 2), [0] * (n + 2)
+        V = [k["backward"]] + [0] * n
+        known = 0
+        free = 0
+        nxt = [0, 0]
+        for kind in order:
+            arc = (rs_arcs, ag_arcs)[kind][nxt[kind]]
+            nxt[kind] += 1
+            a, b = arc
+            if kind == REDUCE_SCATTER:
+                s = max(k["ready"][arc], free)
+                free = E[b] = s + k["rs"][arc]
+                for p in range(a + 1, b + 1):
+                    H[p] = E[b]
+                while known < b:
+                    known += 1
+                    V[known] = max(V[known - 1], H[known]) + k["update"][known]
+            else:
+                P = self.ag_wait_position[arc]
+                assert P <= known, "the order runs an all-gather before the reduce-scatter it waits for"
+                s = max(H[P] if self.after else V[P], free)
+                free = G[b] = s + k["ag"][arc]
+                for q in range(a + 1, b + 1):
+                    A[q] = G[b]
+            start[(kind, arc)] = s
+        values: dict[str, Any] = {"start": start, "E": E, "G": G, "H": H, "V": V, "A": A}
+        if not self.layerwise:
+            values["T"] = max(k["backward"] if self.after else V[n], G[n]) + k["tail"]
+            values["X"] = []
+            return values
+        clock = k["backward"] if self.after else V[n]
+        X = []
+        for i in range(n):
+            clock = max(clock, A[i + 1]) + k["work"][i]
+            X.append(clock)
+        values["X"], values["T"] = X, clock + k["host"]
+        return values
+
+    # ------------------------------------------------------------------ the model
+    def build(self, model: Any, k: dict[str, Any], horizon: int, floor_T: int) -> dict[str, Any]:
+        """The CP-SAT model of :func:`decoupled_cpsat` (its docstring states it)."""
+        from ortools.sat.python import cp_model
+
+        n = self.n
+        var = lambda name: model.new_int_var(0, horizon, name)          # noqa: E731
+        sum_ = cp_model.LinearExpr.sum
+        x, y, sx, sy, intervals = {}, {}, {}, {}, []
+        rs_in: list[list[Any]] = [[] for _ in range(n + 1)]
+        rs_out: list[list[Any]] = [[] for _ in range(n + 1)]
+        ag_in: list[list[Any]] = [[] for _ in range(n + 1)]
+        ag_out: list[list[Any]] = [[] for _ in range(n + 1)]
+        for arc in self.arcs:
+            a, b = arc
+            d = k["rs"][arc]
+            if k["ready"][arc] + d <= horizon:
+                x[arc] = model.new_bool_var(f"x{a}_{b}")
+                sx[arc] = model.new_int_var(0, horizon - d, f"sx{a}_{b}")
+                intervals.append(model.new_optional_fixed_size_interval_var(sx[arc], d, x[arc], f"rs{a}_{b}"))
+                rs_in[b].append(x[arc])
+                rs_out[a].append(x[arc])
+            g = k["ag"][arc]
+            if g <= horizon:
+                y[arc] = model.new_bool_var(f"y{a}_{b}")
+                sy[arc] = model.new_int_var(0, horizon - g, f"sy{a}_{b}")
+                intervals.append(model.new_optional_fixed_size_interval_var(sy[arc], g, y[arc], f"ag{a}_{b}"))
+                ag_in[b].append(y[arc])
+                ag_out[a].append(y[arc])
+        # Each kind's arcs form one path 0 -> n (the DAG has no cycle).
+        for into, out in ((rs_in, rs_out), (ag_in, ag_out)):
+            model.add(sum_(out[0]) == 1)
+            model.add(sum_(into[n]) == 1)
+            for m in range(1, n):
+                model.add(sum_(into[m]) == sum_(out[m]))
+        cut = [None] + [model.new_bool_var(f"c{m}") for m in range(1, n)]
+        cut_ag = [None] + [model.new_bool_var(f"cg{m}") for m in range(1, n)]
+        for m in range(1, n):
+            model.add(cut[m] == sum_(rs_in[m]))
+            model.add(cut_ag[m] == sum_(ag_in[m]))
+        # The channel: one message at a time, in some order, idle gaps allowed.
+        model.add_no_overlap(intervals)
+        # Reduce-scatters: ready, after the previous one; E_b the end of the one ending at b.
+        E = [None] + [var(f"E{b}") for b in range(1, n + 1)]
+        for arc, chosen in x.items():
+            a, b = arc
+            model.add(sx[arc] >= k["ready"][arc]).only_enforce_if(chosen)
+            if a > 0:
+                model.add(sx[arc] >= E[a]).only_enforce_if(chosen)
+            model.add(E[b] >= sx[arc] + k["rs"][arc]).only_enforce_if(chosen)
+            model.add(sx[arc] == 0).only_enforce_if(~chosen)
+        # H_p: the end of the reduce-scatter holding ready position p (D of its tensor).
+        H = [None] + [var(f"H{p}") for p in range(1, n + 1)]
+        model.add(H[n] >= E[n])
+        for p in range(1, n):
+            model.add(H[p] >= E[p]).only_enforce_if(cut[p])
+            model.add(H[p] >= H[p + 1]).only_enforce_if(~cut[p])
+        # V_p: the updates along the ready order from B (ZeRO's semantics).
+        V: list[Any] = [k["backward"]]
+        if not self.after:
+            for p in range(1, n + 1):
+                v = var(f"V{p}")
+                model.add(v >= V[p - 1] + k["update"][p])
+                model.add(v >= H[p] + k["update"][p])
+                V.append(v)
+        # All-gathers: after the update (or reduce-scatter) they wait for, after the previous one.
+        G = [None] + [var(f"G{b}") for b in range(1, n + 1)]
+        for arc, chosen in y.items():
+            a, b = arc
+            P = self.ag_wait_position[arc]
+            model.add(sy[arc] >= (H[P] if self.after else V[P])).only_enforce_if(chosen)
+            if a > 0:
+                model.add(sy[arc] >= G[a]).only_enforce_if(chosen)
+            model.add(G[b] >= sy[arc] + k["ag"][arc]).only_enforce_if(chosen)
+            model.add(sy[arc] == 0).only_enforce_if(~chosen)
+        # A_q: the end of the all-gather holding forward position q (tensor q - 1).
+        A = [None] + [var(f"A{q}") for q in range(1, n + 1)]
+        model.add(A[n] >= G[n])
+        for q in range(1, n):
+            model.add(A[q] >= G[q]).only_enforce_if(cut_ag[q])
+            model.add(A[q] >= A[q + 1]).only_enforce_if(~cut_ag[q])
+        total = model.new_int_var(floor_T, horizon, "T")
+        X: list[Any] = []
+        first = k["backward"] if self.after else V[n]
+        if not self.layerwise:
+            model.add(total >= first + k["tail"])
+            model.add(total >= G[n] + k["tail"])
+        else:
+            clock = first
+            for i in range(n):
+                step = var(f"X{i}")
+                model.add(step >= clock + k["work"][i])
+                model.add(step >= A[i + 1] + k["work"][i])
+                X.append(step)
+                clock = step
+            model.add(total >= clock + k["host"])
+        # Valid inequalities for the LP relaxation (each holds for every plan's least values):
+        # the channel carries every chosen message after the first ready time, and the
+        # reduce-scatters holding position p and after it follow rho_p.
+        rs_weighted = lambda keep: cp_model.LinearExpr.weighted_sum(        # noqa: E731
+            [v for arc, v in x.items() if keep(arc)], [k["rs"][arc] for arc in x if keep(arc)])
+        ag_weighted = cp_model.LinearExpr.weighted_sum(list(y.values()), [k["ag"][arc] for arc in y])
+        last_end = var("channel_end")
+        model.add(last_end >= E[n])
+        model.add(last_end >= G[n])
+        for p in range(1, n + 1):
+            rho = min(k["ready"][arc] for arc in self.arcs if arc[1] >= p and arc[0] < p)
+            model.add(E[n] >= rho + rs_weighted(lambda arc: arc[1] >= p))
+        model.add(last_end >= min(k["ready"].values()) + rs_weighted(lambda arc: True) + ag_weighted)
+        if self.layerwise:
+            model.add(total >= last_end + k["work"][n - 1] + k["host"])
+        else:
+            model.add(total >= last_end + k["tail"])
+        # Every all-gather follows the wait of tensor 0's (the first of the forward order):
+        # the reduce-scatters holding its ready position and before it, from rho_p on; and
+        # under layerwise sync the forward from tensor q - 1 on follows the all-gathers up to it.
+        zero = self.position[0]
+        for p in range(1, zero + 1):
+            if p == 1 or k["ready"][(p - 1, p)] > k["ready"][(p - 2, p - 1)]:
+                model.add(H[zero] >= k["ready"][(p - 1, p)] + rs_weighted(lambda arc: arc[1] >= p and arc[0] < zero))
+        gate = H[zero] if self.after else V[zero]
+        if self.layerwise:
+            work = np.cumsum(k["work"][::-1])[::-1].tolist()
+            for q in range(1, n + 1):
+                model.add(total >= gate + cp_model.LinearExpr.weighted_sum(
+                    [v for arc, v in y.items() if arc[0] < q], [k["ag"][arc] for arc in y if arc[0] < q])
+                    + int(work[q - 1]) + k["host"])
+        model.minimize(total)
+        return {"x": x, "y": y, "sx": sx, "sy": sy, "cut": cut, "cut_ag": cut_ag, "E": E, "H": H, "V": V,
+                "G": G, "A": A, "X": X, "T": total, "channel_end": last_end, "intervals": len(intervals)}
+
+    def add_hint(self, model: Any, variables: dict[str, Any], values: dict[str, Any],
+                 rs_arcs: list[tuple[int, int]], ag_arcs: list[tuple[int, int]], floor_T: int) -> None:
+        """Hint every variable with a plan's least values (a feasible solution)."""
+        n = self.n
+        for kind, arcs, chosen, starts in ((REDUCE_SCATTER, rs_arcs, variables["x"], variables["sx"]),
+                                           (ALL_GATHER, ag_arcs, variables["y"], variables["sy"])):
+            picked = set(arcs)
+            for arc, v in chosen.items():
+                model.add_hint(v, arc in picked)
+                model.add_hint(starts[arc], int(values["start"].get((kind, arc), 0)))
+        rs_ends = {b for _, b in rs_arcs}
+        ag_ends = {b for _, b in ag_arcs}
+        for m in range(1, n):
+            model.add_hint(variables["cut"][m], m in rs_ends)
+            model.add_hint(variables["cut_ag"][m], m in ag_ends)
+        for m in range(1, n + 1):
+            for name in ("E", "H", "G", "A"):
+                model.add_hint(variables[name][m], int(values[name][m]))
+            if not self.after:
+                model.add_hint(variables["V"][m], int(values["V"][m]))
+        for v, value in zip(variables["X"], values["X"]):
+            model.add_hint(v, int(value))
+        model.add_hint(variables["channel_end"], max(values["E"][n], values["G"][n]))
+        model.add_hint(variables["T"], max(int(values["T"]), floor_T))
+
+
+@declares(Needs(pattern="decoupled", max_tensors=MAX_TENSORS,
+                size_reason="models n (n + 1) optional messages on one channel"))
+def decoupled_cpsat(
+    problem: Problem,
+    *,
+    time_limit: float = 10.0,
+    deterministic_time: float | None = None,
+    workers: int = 2,
+    hint: Any = "best-baseline",
+    time_quantum: float | None = None,
+    random_seed: int = 0,
+) -> Result:
+    """The optimal decoupled plan of the module docstring's space (reduce-scatters contiguous in
+    the ready order, all-gathers contiguous in the forward order, any feasible interleaving),
+    by a CP-SAT model of the channel, for ``n <= 10``.
+
+    Formulation
+    -----------
+    Integer times (quanta, below), every timing constraint a ``>=``:
+
+    * **Groupings** (the arc model of :mod:`fusionopt.solvers.cpsat`): a Boolean ``x_ab`` per
+      reduce-scatter arc (ready positions ``a+1..b``) and ``y_ab`` per all-gather arc
+      (forward positions ``a+1..b``); each set forms one path ``0 -> n``.
+    * **The channel**: each arc is an optional interval of fixed length (``c_RS`` or
+      ``c_AG`` of its bytes, present when chosen), all in one ``NoOverlap``.
+    * **Reduce-scatters**, enforced by ``x_ab``: ``s_ab >= rho_ab`` (the latest ready time
+      of its gradients), ``s_ab >= E_a`` (after the previous one: the ready order),
+      ``E_b >= s_ab + d_ab``. ``H_p >= E_p`` where a message ends at ``p``, else
+      ``H_p >= H_(p+1)``: ``D`` of the tensor at ready position ``p``.
+    * **Updates** (ZeRO's semantics): ``V_0 = B``, ``V_p >= V_(p-1) + u_p``,
+      ``V_p >= H_p + u_p``.
+    * **All-gathers**, enforced by ``y_ab``: ``s'_ab >= V_P`` (``H_P`` with
+      ``update_after_gather``), ``P`` the latest ready position among its tensors (``V``
+      and ``H`` do not decrease along the ready order, so it waits for that one);
+      ``s'_ab >= G_a`` (forward order), ``G_b >= s'_ab + d'_ab``; ``A_q`` from ``G`` as
+      ``H`` from ``E``.
+    * **Forward**: layerwise ``X_i >= X_(i-1) + w_i``, ``X_i >= A_(i+1) + w_i`` from
+      ``X_(-1) = V_n`` (``B`` with ``update_after_gather``), ``w_i = f_i`` (``u_i + f_i``),
+      ``T >= X_(n-1) + W``; barrier ``T >= max(V_n or B, G_n) + F + W`` (``+ U``).
+    * ``min T``, ``T >= decoupled_lower_bound``; valid inequalities (the channel carries
+      every chosen message from the first ready time on; the reduce-scatters from position
+      ``p`` on follow ``rho_p``).
+
+    **Why the relaxation is exact.** The simulator runs a plan's messages in its order
+    without delay: ``start = max(wait, end of the one before)``. The model lets a message
+    start later than that and leaves the order to ``NoOverlap``, whose meaning (CP-SAT's
+    proto) is that some sequence of the intervals has ``end <= next start``, zero-length
+    ones included. (a) Every plan of the space is a solution: its simulated times, rounded
+    as below, satisfy every constraint. (b) From any solution, sort the chosen messages by
+    ``(start, end, kind, index)``: consecutive ones then have ``end <= next start``, each
+    kind keeps its own order (``s >= E_a``), and every all-gather comes after the
+    reduce-scatter it waits for (``s' >= V_P >= H_P >= that end``), so the sorted order is a
+    plan the simulator runs; and, by induction along it, its non-delay times are no later
+    than the solution's, as every wait is a non-decreasing function of earlier ends. So
+    the least ``T`` of the model equals the least non-delay ``T`` over the space, and the
+    plan decoded from the optimal solution attains it (the docstring of the section
+    8.1 simulator has the rules these constraints restate).
+
+    Infeasible orders (an all-gather queued before a reduce-scatter it waits for) are
+    excluded by the all-gather's wait, which is at least that reduce-scatter's end.
+
+    Integer time and the rounding bound
+    -----------------------------------
+    With a quantum of ``q`` seconds every constant is rounded down, so a plan's least
+    integer ``T`` is at most its true ``T / q`` and CP-SAT's bound times ``q`` bounds the
+    optimum over the space. A plan's ``T`` is a longest path through at most ``4 n + 2``
+    constants (a ready time or ``B``, ``n`` reduce-scatters, ``n`` updates, ``n``
+    all-gathers, ``n`` forward steps, ``W``), each short by less than ``q``: the true ``T``
+    exceeds ``q`` times the least one by less than ``rounding_bound = (4 n + 2) q``. The
+    automatic ``q`` is the largest power of two with ``rounding_bound <= 1e-7`` of the
+    anchor plan's ``T`` (the hint, else ``decoupled-wfbp``), unless that takes the horizon
+    past ``2^29`` quanta; the anchor's ``T`` is the horizon.
+
+    Parameters
+    ----------
+    time_limit : float
+        Seconds CP-SAT may search (positive, finite).
+    deterministic_time : float, optional
+        A limit on CP-SAT's work in its deterministic time units: a seeded search stopped by
+        it stops at the same point on every machine (:mod:`fusionopt.solvers.cpsat_search`).
+    workers : int
+        CP-SAT search workers, ``>= 1``.
+    hint : str, DecoupledPlan or None
+        A first solution: ``"best-baseline"`` (the faster of ``decoupled-wfbp`` and
+        ``decoupled-opt``), a decoupled method's name (its plan must lie in the space), a
+        ``DecoupledPlan`` of the space, or ``None``. The result is never slower than it.
+    time_quantum : float, optional
+        Seconds per integer step; default automatic.
+    random_seed : int
+        CP-SAT's random seed.
+
+    Returns
+    -------
+    Result
+        The plan re-simulated. ``status`` OPTIMAL when ``T`` is within the rounding bound of
+        CP-SAT's bound (optimal over the space), TIME_LIMIT when a limit stopped CP-SAT,
+        else FEASIBLE. ``stats``: ``space``, ``time_quantum``, ``rounding_bound``,
+        ``cpsat_status``, ``objective`` and ``bound`` (seconds, CP-SAT's), ``intervals``,
+        ``wall_time``, ``deterministic_time``, ``hint``, ``hint_used``, ``plan_source``
+        (``"cpsat"``, ``"hint"`` or ``"reference"``), ``interleaved`` (the plan's order is
+        not every reduce-scatter first).
+
+    Examples
+    --------
+    MODEL.md section 5's profile (gradients ready at 1, 3 and 6 ms, forwards of 1 ms), halves
+    of ``1 ms + 1 ns/B``, DeAR's semantics under layerwise sync with 2 ms updates: the best
+    plan gathers tensor 0's group while... see the tests; here the plain barrier case,
+    whose optimum (22 ms) ``decoupled-brute`` also finds:
+
+    >>> from fusionopt.model import AlphaBeta, Decoupled, Profile
+    >>> profile = Profile.from_arrays([4e6, 1e6, 2e6], [1e-3] * 3, [3e-3, 2e-3, 1e-3])
+    >>> half = AlphaBeta(1e-3, 1e-9)
+    >>> r = decoupled_cpsat(Problem(profile, decoupled=Decoupled(half, half)), workers=1, hint=None)
+    >>> round(r.iteration_time * 1e3, 6), str(r.status)
+    (22.0, 'OPTIMAL')
+    """
+    started = time.perf_counter()
+    time_limit = positive_seconds("time_limit", time_limit)
+    deterministic_time = check_deterministic_time(deterministic_time)
+    if isinstance(workers, bool) or not isinstance(workers, numbers.Integral) or workers < 1:
+        raise ValueError(f"workers must be an integer >= 1, got {workers!r}")
+    if time_quantum is not None:
+        time_quantum = positive_seconds("time_quantum", time_quantum)
+    if isinstance(random_seed, bool) or not isinstance(random_seed, numbers.Integral) or not -2**31 <= random_seed < 2**31:
+        raise ValueError(f"random_seed must be a 32-bit integer, got {random_seed!r}")
+    try:
+        from ortools.sat.python import cp_model
+    except ImportError as exc:
+        raise ImportError("decoupled-cpsat needs OR-Tools: pip install ortools") from exc
+    space = _Space(problem)
+    hint_plan, hint_label = _hint(problem, hint, space)
+    from fusionopt.solvers.decoupled import decoupled_wfbp
+
+    reference = decoupled_wfbp(problem).plan
+    anchor = hint_plan if hint_plan is not None else reference
+    upper = simulate(problem, anchor, validate=False).iteration_time
+    factor = space.rounding_factor
+    q = time_quantum if time_quantum is not None else automatic_quantum(upper, factor)
+    horizon = math.floor(upper / q) + 1
+    if not horizon < MAX_INTEGER_TIME:
+        raise ValueError(f"time_quantum = {q!r} s is too small: the {'hint' if hint_plan is not None else 'reference'} "
+                         f"plan takes {horizon:.3g} steps, more than 2^30 (MAX_INTEGER_TIME)")
+    constants = space.constants(q, horizon)
+    floor_T = min(int(math.floor(decoupled_lower_bound(problem) / q)), horizon)
+    model = cp_model.CpModel()
+    variables = space.build(model, constants, horizon, floor_T)
+    anchor_arcs = space.arcs_of(anchor)
+    space.add_hint(model, variables, space.least_values(constants, *anchor_arcs, anchor.order.tolist()),
+                   *anchor_arcs, floor_T)
+
+    solver = cp_model.CpSolver()
+    set_search(solver, seconds=time_limit, workers=workers, random_seed=random_seed,
+               deterministic_time=deterministic_time)
+    outcome = solver.solve(model)
+    status_name = solver.status_name(outcome)
+    if outcome == cp_model.MODEL_INVALID:
+        raise RuntimeError(f"decoupled-cpsat: CP-SAT rejected the model: {model.validate()}")
+    if outcome == cp_model.INFEASIBLE:
+        raise RuntimeError("decoupled-cpsat: CP-SAT found the model infeasible, but the anchor plan is a solution")
+    candidates: list[tuple[str, DecoupledPlan]] = []
+    objective = bound = None
+    if outcome in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        objective = solver.objective_value * q
+        candidates.append(("cpsat", _decode(solver, space, variables, constants)))
+        if math.isfinite(solver.best_objective_bound):
+            bound = max(0.0, solver.best_objective_bound) * q
+    candidates.append(("hint" if hint_plan is not None else "reference", anchor))
+    # CP-SAT ranks plans by rounded times; the simulator has the last word (ties: CP-SAT).
+    source, plan = min(candidates, key=lambda c: simulate(problem, c[1], validate=False).iteration_time)
+    order = plan.order.tolist()
+    stats = {
+        "space": SPACE, "time_quantum": q, "rounding_bound": factor * q, "cpsat_status": status_name,
+        "objective": objective, "bound": bound, "intervals": variables["intervals"],
+        "wall_time": solver.wall_time, "deterministic_time": solver.deterministic_time,
+        "hint": hint_label, "hint_used": hint_plan is not None, "plan_source": source,
+        "interleaved": order != sorted(order),
+    }
+    # FEASIBLE or UNKNOWN: a limit (time or work) stopped the search.
+    status = Status.FEASIBLE if outcome == cp_model.OPTIMAL else Status.TIME_LIMIT
+    return finish(problem, plan, "decoupled-cpsat", started, stats=stats, lower_bound=bound,
+                  status=status, tolerance=factor * q)
+
+
+def _decode(solver: Any, space: _Space, variables: dict[str, Any], k: dict[str, Any]) -> DecoupledPlan:
+    """The plan of a solution: each kind's chosen arcs along its path, and the channel order
+    sorted by ``(start, end, kind, index)`` (the class docstring's argument)."""
+    chosen = []
+    for kind, arcs, starts, durations in ((REDUCE_SCATTER, variables["x"], variables["sx"], k["rs"]),
+                                          (ALL_GATHER, variables["y"], variables["sy"], k["ag"])):
+        picked = sorted(arc for arc, v in arcs.items() if solver.boolean_value(v))
+        chosen.append(picked)
+    messages = []
+    for kind, picked, starts, durations in ((REDUCE_SCATTER, chosen[0], variables["sx"], k["rs"]),
+                                            (ALL_GATHER, chosen[1], variables["sy"], k["ag"])):
+        for index, arc in enumerate(picked):
+            s = solver.value(starts[arc])
+            messages.append((s, s + durations[arc], kind, index))
+    order = [kind for _, _, kind, _ in sorted(messages)]
+    return space.plan_of(chosen[0], chosen[1], order)
+
+
+def _hint(problem: Problem, hint: Any, space: _Space) -> tuple[DecoupledPlan | None, str]:
+    """The hint as a plan of the space, and a label for ``stats``."""
+    if hint is None:
+        return None, "none"
+    if isinstance(hint, DecoupledPlan):
+        hint.validate(problem.profile)
+        try:
+            space.arcs_of(hint)
+        except ValueError as exc:
+            raise ValueError(f"hint: {exc}") from None
+        simulate(problem, hint, validate=False)             # an order it cannot run: ValueError
+        return hint, "plan"
+    if not isinstance(hint, str):
+        raise ValueError(f"hint must be 'best-baseline', a method name, a DecoupledPlan or None; "
+                         f"got {type(hint).__name__}")
+    from fusionopt.solvers.decoupled import decoupled_opt, decoupled_wfbp
+
+    if hint == "best-baseline":
+        results = [(decoupled_wfbp(problem), "decoupled-wfbp"), (decoupled_opt(problem), "decoupled-opt")]
+        result, name = min(results, key=lambda r: r[0].iteration_time)
+        return result.plan, name
+    if hint == "decoupled-cpsat":
+        raise ValueError("hint 'decoupled-cpsat' would solve the problem with CP-SAT to hint CP-SAT; "
+                         "name another method, 'best-baseline', a DecoupledPlan or None")
+    from fusionopt.solvers.registry import solve
+
+    try:
+        plan = solve(problem, hint).plan
+    except ValueError as exc:
+        raise ValueError(f"hint {hint!r} is neither 'best-baseline' nor a decoupled method: {exc}") from None
+    try:
+        space.arcs_of(plan)
+    except ValueError as exc:
+        raise ValueError(f"hint method {hint!r} returned a plan outside the space: {exc}") from None
+    return plan, hint
