@@ -108,7 +108,7 @@ def test_methods_lists_every_method_with_its_description(capsys):
     exact = out.split("exact methods:")[1].split("\n", 1)[1]
     assert {line.split()[0] for line in exact.splitlines() if line.strip()} == {
         "dp", "brute", "cpsat", "milp", "ps-brute", "ps-dp", "ps-cpsat", "decoupled-brute", "decoupled-dp",
-        "sharded-brute"}
+        "sharded-brute", "decoupled-cpsat"}
 
 
 # ---------------------------------------------------------------------- solve

@@ -12,11 +12,16 @@ whose order is every reduce-scatter first, so this optimum is never slower. Both
 update times ``u_i`` and ``update_after_gather`` (DeAR) are modelled as
 :func:`~fusionopt.model.decoupled_timing.simulate_decoupled` times them.
 
-Why an interleaving helps: with ``update_after_gather`` an all-gather waits only for its own
-tensors' reduce-scatters, so the gather of tensor 0 (ready last) cannot move, but under
-layerwise sync gathering the first tensors' groups before the last reduce-scatters lets the
-forward start on them while the channel still reduces; and in ZeRO's semantics the
-update chain can leave the channel idle between reduce-scatters that a gather fills.
+When an interleaving can pay: the first all-gather holds tensor 0, whose gradient is ready
+last (at ``B``), and every other all-gather follows it, so no all-gather runs before the
+reduce-scatter holding tensor 0. With tensor 0 last in the ready order (the default) that is
+the last reduce-scatter, the only order the simulator can run is every reduce-scatter first,
+and the space is ``decoupled-brute``'s. Only when tensor 0 ties at ``B`` with tensors the ready
+order puts after it can an all-gather run between reduce-scatters; with
+``update_after_gather`` under layerwise sync that lets the forward start on the first
+tensors while the channel still reduces the others (the second example of
+:func:`decoupled_cpsat`). Under ZeRO's semantics the forward waits for the last update,
+which waits for the last reduce-scatter, and random tests found no gain there.
 """
 
 from __future__ import annotations
@@ -300,6 +305,8 @@ class _Space:
                 model.add(total >= gate + cp_model.LinearExpr.weighted_sum(
                     [v for arc, v in y.items() if arc[0] < q], [k["ag"][arc] for arc in y if arc[0] < q])
                     + int(work[q - 1]) + k["host"])
+        else:
+            model.add(total >= gate + ag_weighted + k["tail"])
         model.minimize(total)
         return {"x": x, "y": y, "sx": sx, "sy": sy, "cut": cut, "cut_ag": cut_ag, "E": E, "H": H, "V": V,
                 "G": G, "A": A, "X": X, "T": total, "channel_end": last_end, "intervals": len(intervals)}
@@ -369,9 +376,14 @@ def decoupled_cpsat(
     * **Forward**: layerwise ``X_i >= X_(i-1) + w_i``, ``X_i >= A_(i+1) + w_i`` from
       ``X_(-1) = V_n`` (``B`` with ``update_after_gather``), ``w_i = f_i`` (``u_i + f_i``),
       ``T >= X_(n-1) + W``; barrier ``T >= max(V_n or B, G_n) + F + W`` (``+ U``).
-    * ``min T``, ``T >= decoupled_lower_bound``; valid inequalities (the channel carries
-      every chosen message from the first ready time on; the reduce-scatters from position
-      ``p`` on follow ``rho_p``).
+    * ``min T``, ``T >= decoupled_lower_bound``; valid inequalities for the LP relaxation,
+      which sees the enforced constraints only through big-M terms (each holds for every
+      plan's least values): the channel carries every chosen message from the first ready
+      time on; the reduce-scatters from position ``p`` on follow ``rho_p`` (those up to
+      tensor 0's, ``H`` at its position); every all-gather follows tensor 0's wait ``V``
+      (or ``H``) at its position, so ``T`` is at least that wait plus the all-gathers up to
+      tensor ``q - 1`` plus the forward work from ``q - 1`` on (layerwise), or plus every
+      all-gather and ``F + W`` (barrier).
 
     **Why the relaxation is exact.** The simulator runs a plan's messages in its order
     without delay: ``start = max(wait, end of the one before)``. The model lets a message
@@ -435,16 +447,28 @@ def decoupled_cpsat(
     Examples
     --------
     MODEL.md section 5's profile (gradients ready at 1, 3 and 6 ms, forwards of 1 ms), halves
-    of ``1 ms + 1 ns/B``, DeAR's semantics under layerwise sync with 2 ms updates: the best
-    plan gathers tensor 0's group while... see the tests; here the plain barrier case,
-    whose optimum (22 ms) ``decoupled-brute`` also finds:
+    of ``1 ms + 1 ns/B``, barrier sync: the optimum is every reduce-scatter first, 22 ms, as
+    ``decoupled-brute`` finds.
 
     >>> from fusionopt.model import AlphaBeta, Decoupled, Profile
     >>> profile = Profile.from_arrays([4e6, 1e6, 2e6], [1e-3] * 3, [3e-3, 2e-3, 1e-3])
     >>> half = AlphaBeta(1e-3, 1e-9)
     >>> r = decoupled_cpsat(Problem(profile, decoupled=Decoupled(half, half)), workers=1, hint=None)
-    >>> round(r.iteration_time * 1e3, 6), str(r.status)
-    (22.0, 'OPTIMAL')
+    >>> round(r.iteration_time * 1e3, 6), str(r.status), r.stats["interleaved"]
+    (22.0, 'OPTIMAL', False)
+
+    An interleaving pays when tensor 0 is not the last gradient of the ready order (it ties
+    with a later one) and the all-gathers carry gradients (DeAR): tensors of 1 and 3 MB, both
+    ready at 0 (tensor 0 first), forwards of 10 and 1 ms, layerwise. Reduce-scatter ``{t0}``
+    0-2 ms, all-gather ``{t0}`` 2-4, then ``{t1}`` both ways 4-8 and 8-12: the forward runs
+    4-14 and 14-15 ms. With every reduce-scatter first the best is 18 ms (one reduce-scatter
+    0-5, gathers 5-7 and 7-11, forwards 7-17 and 17-18).
+
+    >>> profile = Profile.from_arrays([1e6, 3e6], [10e-3, 1e-3], [0.0, 0.0], ready_order=[0, 1])
+    >>> problem = Problem(profile, decoupled=Decoupled(half, half, update_after_gather=True), sync="layerwise")
+    >>> r = decoupled_cpsat(problem, workers=1, hint=None)
+    >>> round(r.iteration_time * 1e3, 6), r.plan.order.tolist(), r.plan.reduce_scatter.groups()
+    (15.0, [0, 1, 0, 1], [[0], [1]])
     """
     started = time.perf_counter()
     time_limit = positive_seconds("time_limit", time_limit)
@@ -516,11 +540,7 @@ def decoupled_cpsat(
 def _decode(solver: Any, space: _Space, variables: dict[str, Any], k: dict[str, Any]) -> DecoupledPlan:
     """The plan of a solution: each kind's chosen arcs along its path, and the channel order
     sorted by ``(start, end, kind, index)`` (the class docstring's argument)."""
-    chosen = []
-    for kind, arcs, starts, durations in ((REDUCE_SCATTER, variables["x"], variables["sx"], k["rs"]),
-                                          (ALL_GATHER, variables["y"], variables["sy"], k["ag"])):
-        picked = sorted(arc for arc, v in arcs.items() if solver.boolean_value(v))
-        chosen.append(picked)
+    chosen = [sorted(arc for arc, v in variables[name].items() if solver.boolean_value(v)) for name in ("x", "y")]
     messages = []
     for kind, picked, starts, durations in ((REDUCE_SCATTER, chosen[0], variables["sx"], k["rs"]),
                                             (ALL_GATHER, chosen[1], variables["sy"], k["ag"])):
