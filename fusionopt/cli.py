@@ -1182,9 +1182,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 if getattr(args, flag, False) and args.run is _cmd_advise:
                     raise UsageError(f"--{flag.replace('_', '-')}: advise takes --pattern zero2 (decoupled) or "
                                      "--pattern fsdp (fully sharded) instead")
-                if getattr(args, flag, False) and args.run not in (_cmd_solve, _cmd_simulate, _cmd_compare):
-                    raise UsageError(f"--{flag.replace('_', '-')} is taken by solve, simulate and compare; this command "
-                                     "plans or runs all-reduce problems only")
+                if getattr(args, flag, False) and args.run not in (_cmd_solve, _cmd_simulate, _cmd_compare, _cmd_run):
+                    raise UsageError(f"--{flag.replace('_', '-')} is taken by solve, simulate, compare and run; this "
+                                     "command plans or runs all-reduce problems only")
             args.run(args)
     except SystemExit as exc:  # --help
         return exc.code if isinstance(exc.code, int) else 0

@@ -830,7 +830,7 @@ def test_decoupled_options_are_never_ignored(capsys, profile_path):
         capsys, "solve", profile_path, "--alpha", "0.001", "--beta", "1e-9", "--decoupled", "--ps-delta", "0.5")
     assert "--decoupled: advise takes --pattern zero2" in run_error(
         capsys, "advise", "--model", "resnet18", "--network", "10gbe", "--workers", "8", "--decoupled")
-    assert "--decoupled is taken by solve, simulate and compare" in run_error(
+    assert "--decoupled is taken by solve, simulate, compare and run" in run_error(
         capsys, "plot", "timeline", "--model", "resnet18", "--network", "10gbe", "--workers", "8", "--decoupled",
         "--output", "t.png")
 
@@ -920,3 +920,14 @@ def test_measured_collectives_price_sharded_problems(capsys, tmp_path, profile_p
                          "--min-bytes", "1024", "--max-bytes", "4096", "--iterations", "3", "--json")
     cal = json.loads(out)
     assert status == 0 and cal["calibration"]["collective"] == "all_gather" and [p[0] for p in cal["calibration"]["points"]] == [1024, 2048, 4096]
+
+
+def test_run_takes_sharded_plans(capsys, tmp_path, profile_path):
+    # The executor runs a fully sharded plan from the command line and checks every byte.
+    cost = ["--alpha", "0.001", "--beta", "1e-9", "--fully-sharded"]
+    plan = tmp_path / "plan.json"
+    assert run(capsys, "solve", profile_path, *cost, "--method", "sharded-brute", "--output", plan)[0] == 0
+    doc = run_json(capsys, "run", profile_path, "--plan", plan, *cost, "--backend", "local", "--ranks", "2",
+                   "--iterations", "2", "--json")
+    assert doc["correct"] is True and doc["predicted_time"] == pytest.approx(0.022, rel=1e-12)
+    assert [c[0] for c in doc["collectives"]] == ["all-gather"] * 3 + ["reduce-scatter"] * 3
