@@ -121,8 +121,11 @@ def _problem(profile: Profile, args: argparse.Namespace) -> Problem:
                 raise UsageError(f"--fully-sharded and {flag} are two patterns: give one")
         if args.sync != "barrier":
             raise UsageError("--sync does not apply to --fully-sharded (its step runs forward, backward, optimiser)")
+        if args.channels not in (1, 2):
+            raise UsageError(f"--channels with --fully-sharded is 1 (one communicator, the default) or 2 (the "
+                             f"all-gathers and the reduce-scatters on their own, sharing the bandwidth), not {args.channels}")
         return Problem(profile, fully_sharded=_fully_sharded(args), copy_cost=args.copy_cost,
-                       copy_on=args.copy_on or "channel", contention=args.contention, channels=args.channels)
+                       copy_on=args.copy_on or "channel", contention=args.contention)
     if args.decoupled:
         if args.ps_servers is not None:
             raise UsageError("--decoupled and --ps-servers are two patterns: give one")
@@ -167,16 +170,17 @@ def _measured_halves(args: argparse.Namespace) -> tuple[Any, Any] | None:
 
 def _fully_sharded(args: argparse.Namespace) -> FullySharded:
     cap = None if args.memory_cap is None else parse_bytes("--memory-cap", args.memory_cap)
+    channels = "two" if args.channels == 2 else "one"
     measured = _measured_halves(args)
     if measured is not None:
-        return FullySharded(*measured, memory_cap=cap)
+        return FullySharded(*measured, memory_cap=cap, channels=channels)
     if args.network is not None and args.alpha is None and args.beta is None and args.cost is None:
         if args.workers is None:
             raise UsageError("--network needs --workers")
         return FullySharded.from_network(args.network, args.workers, algorithm=args.algorithm or "ring",
-                                         memory_cap=cap)
+                                         memory_cap=cap, channels=channels)
     half = _cost(args)
-    return FullySharded(half, half, memory_cap=cap)
+    return FullySharded(half, half, memory_cap=cap, channels=channels)
 
 
 BYTE_UNITS = {"b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
@@ -518,7 +522,8 @@ def _cmd_compare(args: argparse.Namespace) -> None:
     elif problem.fully_sharded is not None:
         halves = problem.fully_sharded
         cap = "no memory cap" if halves.memory_cap is None else f"memory cap {halves.memory_cap / 2**20:.1f} MiB"
-        print(f"network   reduce-scatter {halves.reduce_scatter!r}, all-gather {halves.all_gather!r}, {cap}")
+        lanes = ", all-gathers and reduce-scatters on two channels" if halves.channels == "two" else ""
+        print(f"network   reduce-scatter {halves.reduce_scatter!r}, all-gather {halves.all_gather!r}, {cap}{lanes}")
     else:
         extras = "".join(f", {name} {getattr(problem, name)}" for name in problem.extensions)
         print(f"network   {problem.cost!r}, sync {problem.sync}{extras}")

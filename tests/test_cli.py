@@ -864,6 +864,11 @@ def test_fully_sharded_problems_from_the_command_line(capsys, tmp_path, profile_
                                                                              "--decoupled")
     assert "--sync does not apply to --fully-sharded" in run_error(capsys, "solve", profile_path, *cost,
                                                                     "--sync", "layerwise")
+    # Two channels (the all-gathers and the reduce-scatters sharing the bandwidth): never below
+    # the bound, and refused at three.
+    two = run_json(capsys, "solve", profile_path, *cost, "--channels", "2", "--method", "sharded-wfbp", "--json")
+    assert two["iteration_time"] >= two["lower_bound"] > 0
+    assert "--channels with --fully-sharded is 1" in run_error(capsys, "solve", profile_path, *cost, "--channels", "3")
     assert "no plan fits the memory cap of 7e+06 B: tensor 't0' alone needs 8e+06 B" in run_error(
         capsys, "solve", profile_path, *cost, "--memory-cap", "7e6", "--method", "sharded-brute")
 

@@ -174,6 +174,8 @@ def sharded_program(problem: Problem, plan: ShardedPlan) -> Program:
     """The program of a fully sharded plan (MODEL.md 8.2), checked against the model's
     issue order: raises ``RuntimeError`` if the collective sequence differs from
     :func:`~fusionopt.model.sharded_timing.simulate_sharded`'s."""
+    if problem.fully_sharded.channels != "one":
+        raise ValueError("the executor runs one communicator: FullySharded(channels='two') is not executable")
     profile = problem.profile
     n, m = profile.n, plan.num_units
     bounds = plan.bounds.tolist()

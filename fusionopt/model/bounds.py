@@ -381,6 +381,19 @@ def sharded_lower_bound(problem: Problem) -> float:
     ``R = N - M - Z`` bytes are gathered twice: the all-gathers carry ``N + R`` bytes.
     :func:`sharded_memory_floor` says when no plan fits the cap.
 
+    With two channels (``FullySharded(channels="two")``, affine costs) an all-gather's
+    startup may overlap a reduce-scatter's transfer and the other way round, but every byte
+    still crosses the one shared bandwidth (the transfers in flight drain it at rate 1 in
+    all), so the ``beta`` terms stand, and two startups still run while nothing transfers:
+    the first all-gather's (before the first backward only the forward gathers run, one at a
+    time on their channel; with the cap, each of the at least ``ceil(share N / M)`` forward
+    gathers), and that of the reduce-scatter holding tensor 0 (``s_0 > 0``; issued when unit
+    0's backward has begun, after every all-gather has ended, and alone on its channel).
+    The uncapped terms therefore stand; the capped one becomes the largest of those
+    startups plus the ``beta`` terms, the all-gather channel's own
+    ``gathers * alpha_AG + beta_AG (N + R)`` followed by ``rs(s_0)``, and the
+    reduce-scatter channel's ``scatters * alpha_RS + beta_RS N`` after ``ag(s_0) + F``.
+
     >>> from fusionopt.model.cost import AlphaBeta
     >>> from fusionopt.model.profile import Profile
     >>> from fusionopt.model.sharded import FullySharded
@@ -398,6 +411,7 @@ def sharded_lower_bound(problem: Problem) -> float:
     after = profile.U + profile.update_lump + profile.host_overhead
     capped = gathered = 0.0
     cap = halves.memory_cap
+    two = halves.channels == "two"
     if cap is not None:
         busy = np.flatnonzero(profile.backward > 0)
         idle_tail = int(profile.sizes[busy[-1] + 1:].sum()) if busy.size else total
@@ -406,7 +420,13 @@ def sharded_lower_bound(problem: Problem) -> float:
             share = 2 if busy.size == profile.n else 1
             gathers, scatters = math.ceil(share * gathered / cap), math.ceil(total / cap)
             (a_ag, b_ag), (a_rs, b_rs) = halves.all_gather.affine, halves.reduce_scatter.affine
-            capped = gathers * a_ag + scatters * a_rs + b_ag * gathered + b_rs * total + after
+            if not two:
+                capped = gathers * a_ag + scatters * a_rs + b_ag * gathered + b_rs * total + after
+            else:
+                forward_gathers = math.ceil(share * total / cap)
+                capped = max(forward_gathers * a_ag + a_rs + b_ag * gathered + b_rs * total,
+                             gathers * a_ag + b_ag * gathered + rs_first,
+                             ag_first + profile.F + scatters * a_rs + b_rs * total) + after
     return max(
         profile.compute_time,
         ag_first + profile.F + profile.B + rs_first + after,

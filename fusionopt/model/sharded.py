@@ -55,17 +55,28 @@ class FullySharded:
         ``M``, bytes: a plan is feasible when the most bytes of unsharded parameters and
         gradients whole at once (``M_peak``, MODEL.md section 8.2) is at most ``M``. None: no
         cap.
+    channels : {"one", "two"}
+        ``"one"`` (the default): every collective runs in issue order on one channel.
+        ``"two"``: the all-gathers run first in, first out on their own channel and the
+        reduce-scatters on theirs (FSDP2's streams); while both carry a transfer they share
+        the bandwidth equally (each pays its own startup in full), so both costs must be
+        affine (:func:`~fusionopt.model.sharded_timing.simulate_sharded`).
 
     >>> from fusionopt.model.cost import AlphaBeta
     >>> FullySharded(AlphaBeta(1e-4, 1e-9), AlphaBeta(1e-4, 1e-9), memory_cap=-1)
     Traceback (most recent call last):
     ...
     ValueError: memory_cap must be a positive number of bytes or None, got -1
+    >>> FullySharded(AlphaBeta(1e-4, 1e-9), AlphaBeta(1e-4, 1e-9), channels=2)
+    Traceback (most recent call last):
+    ...
+    ValueError: channels must be 'one' or 'two', got 2
     """
 
     reduce_scatter: CommCost
     all_gather: CommCost
     memory_cap: float | None = None
+    channels: str = "one"
 
     def __post_init__(self) -> None:
         for name in ("reduce_scatter", "all_gather"):
@@ -78,10 +89,17 @@ class FullySharded:
                     or not math.isfinite(cap) or cap <= 0):
                 raise ValueError(f"memory_cap must be a positive number of bytes or None, got {cap!r}")
             object.__setattr__(self, "memory_cap", float(cap))
+        if not isinstance(self.channels, str) or self.channels not in ("one", "two"):
+            raise ValueError(f"channels must be 'one' or 'two', got {self.channels!r}")
+        if self.channels == "two":
+            for name in ("reduce_scatter", "all_gather"):
+                if getattr(self, name).affine is None:
+                    raise ValueError(f"channels='two' needs affine costs (alpha + beta S): {name} is "
+                                     f"{type(getattr(self, name)).__name__}, not affine")
 
     @classmethod
     def from_network(cls, name: str, workers: int, *, algorithm: str = "ring",
-                     memory_cap: float | None = None) -> "FullySharded":
+                     memory_cap: float | None = None, channels: str = "one") -> "FullySharded":
         """Both collectives on a preset network (:func:`~fusionopt.model.collectives.network`).
 
         >>> s = FullySharded.from_network("10gbe", workers=2)
@@ -89,7 +107,7 @@ class FullySharded:
         (25.0, 0.5)
         """
         return cls(network(name, workers, algorithm=algorithm, collective="reduce_scatter"),
-                   network(name, workers, algorithm=algorithm, collective="all_gather"), memory_cap)
+                   network(name, workers, algorithm=algorithm, collective="all_gather"), memory_cap, channels)
 
     @property
     def all_reduce(self) -> CommCost:
@@ -97,8 +115,8 @@ class FullySharded:
         return Composite([(self.reduce_scatter, 1.0), (self.all_gather, 1.0)])
 
     def with_cap(self, memory_cap: float | None) -> "FullySharded":
-        """The same collectives under another memory cap (bytes; None: no cap)."""
-        return FullySharded(self.reduce_scatter, self.all_gather, memory_cap)
+        """The same collectives (and channels) under another memory cap (bytes; None: no cap)."""
+        return FullySharded(self.reduce_scatter, self.all_gather, memory_cap, self.channels)
 
 
 def _depth(label: str, value: Any) -> int:

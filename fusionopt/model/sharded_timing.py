@@ -4,16 +4,21 @@ The step runs on one compute stream: the forward of units ``0 .. m-1``, then the
 in reverse, then the optimiser. Each unit's forward waits for its all-gather; a resharded
 unit's backward waits for a second one; each unit's gradients are reduce-scattered when its
 backward ends. Every collective is issued at a point of the compute stream's program, so the
-channel's first-in-first-out order is the program order and one pass computes the step.
+channel's first-in-first-out order is the program order and one pass computes the step. With
+two channels (``FullySharded(channels="two")``) a collective's end depends on what the other
+channel carries meanwhile: the program walk then advances the channels, event by event, each
+time it waits for a collective's end (:class:`_TwoChannels`).
 """
 
 from __future__ import annotations
 
 import math
+from collections import deque
 
 import numpy as np
 
 from fusionopt.model.fifo import fifo_job
+from fusionopt.model.flights import Flight, fly, time_to_next, tolerance, transfers
 from fusionopt.model.problem import Problem
 from fusionopt.model.sharded import ShardedPlan
 from fusionopt.model.timeline import ComputePiece, Timeline, read_only
@@ -60,6 +65,106 @@ class _Channel:
         return len(self.end) - 1
 
 
+class _TwoChannels:
+    """An all-gather channel and a reduce-scatter channel sharing one bandwidth (MODEL.md
+    8.2's option, ``FullySharded(channels="two")``): each runs its collectives first in,
+    first out in issue order; a collective is a latency phase (its ``alpha``, in full) then a
+    transfer (``beta S`` seconds of the whole bandwidth), the transfers in flight sharing the
+    bandwidth equally (:mod:`fusionopt.model.flights`).
+
+    :meth:`send` only queues a collective; :meth:`ended` advances the channels, event by
+    event, until a given collective has ended. The step's program calls it where it waits for
+    a collective, and every collective it issues after that is issued no earlier than the
+    end it waited for, so advancing to that end never runs past a later issue. A collective
+    that never shares the bandwidth and runs alone ends at ``start + c(S)``, the one-channel
+    arithmetic."""
+
+    def __init__(self, problem: Problem, sizes: list[int]) -> None:
+        halves = problem.fully_sharded
+        array = np.asarray(sizes, dtype=np.float64)
+        self.cost, self.latency, self.transfer = {}, {}, {}
+        scale = problem.profile.compute_time
+        for kind, half in ((REDUCE_SCATTER, halves.reduce_scatter), (ALL_GATHER, halves.all_gather)):
+            alpha, beta = half.affine
+            self.cost[kind] = np.asarray(half.of_sizes(array), dtype=np.float64).tolist()
+            self.latency[kind] = np.where(array > 0, alpha, 0.0).tolist()
+            self.transfer[kind] = (beta * array).tolist()
+            scale += 3.0 * sum(self.cost[kind])
+        self.tolerance = tolerance(scale)
+        self.sizes = sizes
+        self.clock = 0.0
+        self.queue: dict[int, deque[int]] = {REDUCE_SCATTER: deque(), ALL_GATHER: deque()}
+        self.busy: dict[int, Flight | None] = {REDUCE_SCATTER: None, ALL_GATHER: None}
+        self.kind: list[int] = []
+        self.unit: list[int] = []
+        self.bytes: list[int] = []
+        self.issue: list[float] = []
+        self.start: list[float] = []
+        self.end: list[float] = []
+        self.index: list[int] = []                        # each collective's size index
+        self.solo: list[bool] = []                        # never shared the bandwidth so far
+
+    def send(self, kind: int, unit: int, issued: float, size_index: int | None = None) -> int:
+        """Queue a collective of ``unit`` at ``issued`` (seconds) on its kind's channel; its
+        index in issue order."""
+        index = unit if size_index is None else size_index
+        self.kind.append(kind)
+        self.unit.append(unit)
+        self.bytes.append(self.sizes[index])
+        self.issue.append(issued)
+        self.start.append(math.nan)
+        self.end.append(math.nan)
+        self.index.append(index)
+        self.solo.append(True)
+        self.queue[kind].append(len(self.end) - 1)
+        return len(self.end) - 1
+
+    def ended(self, message: int) -> float:
+        """The end of collective ``message``, advancing the channels until it is known."""
+        while self.end[message] != self.end[message]:     # NaN: not ended yet
+            self._step()
+        return self.end[message]
+
+    def drain(self) -> None:
+        """Run every queued collective to its end."""
+        for message in range(len(self.end)):
+            self.ended(message)
+
+    def _step(self) -> None:
+        """Dispatch what may start now, end what is done, else advance to the next event."""
+        clock = self.clock
+        for kind, queue in self.queue.items():
+            if self.busy[kind] is None and queue and self.issue[queue[0]] <= clock:
+                message = queue.popleft()
+                self.start[message] = max(clock, self.issue[message])
+                index = self.index[message]
+                self.busy[kind] = Flight(message, self.latency[kind][index], self.transfer[kind][index])
+        flights = [f for f in self.busy.values() if f is not None]
+        done = [f for f in flights if f.done]
+        if done:
+            for f in done:
+                message = f.message
+                kind = self.kind[message]
+                self.busy[kind] = None
+                if self.solo[message] and len(flights) == 1:   # alone all along: the exact sum
+                    self.clock = self.start[message] + self.cost[kind][self.index[message]]
+                self.end[message] = self.clock
+            return
+        share = transfers(flights)
+        arrival = min((self.issue[queue[0]] for kind, queue in self.queue.items()
+                       if self.busy[kind] is None and queue), default=math.inf)
+        step = min(time_to_next(flights, share), default=math.inf)
+        if arrival - clock <= step:                       # the next event is an issue: land on it exactly
+            step, self.clock = arrival - clock, arrival
+        else:
+            self.clock = clock + step
+        if share > 1:
+            for f in flights:
+                if f.latency <= 0.0:
+                    self.solo[f.message] = False
+        fly(flights, step, share, self.tolerance)
+
+
 def simulate_sharded(problem: Problem, plan: ShardedPlan, *, validate: bool = True,
                      pieces: list[ComputePiece] | None = None) -> Timeline:
     """Simulate ``plan`` on a fully sharded problem (MODEL.md section 8.2).
@@ -80,6 +185,13 @@ def simulate_sharded(problem: Problem, plan: ShardedPlan, *, validate: bool = Tr
     * The channel runs the collectives one at a time in issue order: ``start = max(issue,
       end before)``, ``end = start + c(S)``, ``c`` the all-gather or the reduce-scatter cost
       of the unit's unsharded bytes ``S``.
+    * **Two channels** (``FullySharded(channels="two")``, affine costs ``alpha + beta S``):
+      the all-gathers run first in, first out in issue order on one channel, the
+      reduce-scatters on another: ``start = max(issue, end of the one before on its
+      channel)``. A collective spends its ``alpha`` first, in full, then ``beta S`` seconds of
+      the whole bandwidth, which the transfers in flight (at most one per channel) share
+      equally; the step's rules are otherwise the same. A collective that runs alone ends at
+      ``start + c(S)``, exactly as on one channel.
     * A plan with a ``root`` gathers its two parts (the first and the last unit) in one
       all-gather, first, keeps them whole and reduce-scatters them in one message when the
       backward of the first unit ends.
@@ -114,7 +226,7 @@ def simulate_sharded(problem: Problem, plan: ShardedPlan, *, validate: bool = Tr
     Returns
     -------
     Timeline
-        ``message_*`` over the channel in issue order, ``message_ready`` the issue time,
+        ``message_*`` over the channel (both channels) in issue order, ``message_ready`` the issue time,
         ``message_kind`` (0 reduce-scatter, 1 all-gather) and ``message_unit`` (for a
         reduce-scatter of a plan with ``reduce_bounds``: its group);
         ``gathered`` (per tensor) the end of its unit's forward all-gather,
@@ -187,7 +299,11 @@ def simulate_sharded(problem: Problem, plan: ShardedPlan, *, validate: bool = Tr
     sizes += gather_bytes + [gather_bytes[0] + gather_bytes[-1]]
     p_base = len(sizes)
     sizes += [int(profile.sizes[i]) for i in persistent]
-    channel = _Channel(problem, sizes)
+    two = problem.fully_sharded.channels == "two"
+    channel = _TwoChannels(problem, sizes) if two else _Channel(problem, sizes)
+    # Where the program waits for a collective: one channel knows every end at its issue;
+    # two advance until the collective waited for has ended.
+    ended = channel.ended if two else channel.end.__getitem__
     root_size = m if root else None
     gathers = [gather_bytes[j] > 0 for j in range(m)]     # a unit of persistent tensors only gathers nothing
     if root:
@@ -211,10 +327,10 @@ def simulate_sharded(problem: Problem, plan: ShardedPlan, *, validate: bool = Tr
 
     for j in range(min(max(d_f, 1), m)):
         gather_forward(j, 0.0)
-    clock = max((channel.end[k] for k in kept_whole), default=0.0)   # the forward waits for them
+    clock = max((ended(k) for k in kept_whole), default=0.0)   # the forward waits for them
     unit_forward = [(0.0, 0.0)] * m
     for j in range(m):
-        begin = clock if gather[j] == NOTHING else max(clock, channel.end[gather[j]])
+        begin = clock if gather[j] == NOTHING else max(clock, ended(gather[j]))
         if d_f >= 1:
             gather_forward(j + d_f, begin)
         clock = begin + forward_total[j]
@@ -231,7 +347,7 @@ def simulate_sharded(problem: Problem, plan: ShardedPlan, *, validate: bool = Tr
     scatter = [-1] * (len(group_bounds) - 1 if grouped else m)
     unit_backward = [(0.0, 0.0)] * m
     for j in range(m - 1, -1, -1):
-        begin = clock if regather[j] < 0 else max(clock, channel.end[regather[j]])
+        begin = clock if regather[j] < 0 else max(clock, ended(regather[j]))
         k = j - d_b
         if d_b >= 1 and k >= 0 and again[k] and regather[k] < 0:
             regather[k] = channel.send(ALL_GATHER, k, begin, ag_base + k)
@@ -248,7 +364,9 @@ def simulate_sharded(problem: Problem, plan: ShardedPlan, *, validate: bool = Tr
         scatter[m - 1] = scatter[0]
 
     # The optimiser, after every gradient is reduced, then the step's other parts.
-    optimiser = max(clock, max(channel.end[k] for k in scatter))
+    optimiser = max(clock, max(ended(k) for k in scatter))
+    if two:
+        channel.drain()
     clock = optimiser + profile.U + profile.update_lump + profile.host_overhead
     if pieces is not None:
         pieces.extend(_stream(profile, plan, unit_forward, unit_backward, optimiser))
