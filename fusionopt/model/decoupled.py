@@ -57,7 +57,9 @@ class Decoupled:
     each a :class:`~fusionopt.model.cost.CommCost` of a message's unsharded size in bytes.
     ``update_after_gather``: the all-gathers carry the reduced gradient shards and each tensor
     is updated just before its forward (DeAR), instead of each worker updating its shard
-    after the backward and gathering parameters (ZeRO, Megatron; the default).
+    after the backward and gathering parameters (ZeRO, Megatron; the default). ``workers``:
+    the data-parallel size, when known (:meth:`from_network` sets it), for the methods whose
+    rule depends on it (Megatron-LM's bucket size).
 
     >>> from fusionopt.model.cost import AlphaBeta
     >>> Decoupled(AlphaBeta(1e-4, 1e-9), "fast")
@@ -69,6 +71,7 @@ class Decoupled:
     reduce_scatter: CommCost
     all_gather: CommCost
     update_after_gather: bool = False
+    workers: int | None = None
 
     def __post_init__(self) -> None:
         for name in ("reduce_scatter", "all_gather"):
@@ -77,13 +80,17 @@ class Decoupled:
                 raise ValueError(f"{name} must be a CommCost (e.g. AlphaBeta), got {type(value).__name__}")
         if not isinstance(self.update_after_gather, (bool, np.bool_)):
             raise ValueError(f"update_after_gather must be True or False, got {self.update_after_gather!r}")
+        if self.workers is not None and (isinstance(self.workers, bool) or not isinstance(self.workers, (int, np.integer))
+                                         or self.workers < 1):
+            raise ValueError(f"workers must be a whole number >= 1 or None, got {self.workers!r}")
 
     @classmethod
     def from_network(cls, name: str, workers: int, *, algorithm: str = "ring",
                      update_after_gather: bool = False) -> "Decoupled":
         """Both halves on a preset network (:func:`~fusionopt.model.collectives.network`)."""
         return cls(network(name, workers, algorithm=algorithm, collective="reduce_scatter"),
-                   network(name, workers, algorithm=algorithm, collective="all_gather"), update_after_gather)
+                   network(name, workers, algorithm=algorithm, collective="all_gather"), update_after_gather,
+                   int(workers))
 
     @property
     def all_reduce(self) -> CommCost:

@@ -69,7 +69,9 @@ def megatron_buckets(problem: Problem, data_parallel_size: int | None = None,
 
     Parameters are taken in reverse registration order (``params[::-1]`` of each buffer)
     and a bucket is closed after the parameter that brings it to ``bucket_size`` elements
-    or more; the size is ``max(40,000,000, 1,000,000 x data_parallel_size)`` unless given.
+    or more; the size is ``max(40,000,000, 1,000,000 x data_parallel_size)`` unless given,
+    ``data_parallel_size`` by default the problem's workers (``Decoupled.workers``, set by
+    ``Decoupled.from_network``), else 1.
     Bucket 0 holds the model's last parameters.
 
     >>> from fusionopt.model import AlphaBeta, Decoupled, Profile
@@ -78,7 +80,9 @@ def megatron_buckets(problem: Problem, data_parallel_size: int | None = None,
     ([[2, 1], [0]], 40000000)
     """
     if bucket_size is None:
-        dp = 1 if data_parallel_size is None else data_parallel_size
+        dp = data_parallel_size
+        if dp is None:                                    # the problem's own, when it was built on a network
+            dp = problem.decoupled.workers if problem.decoupled is not None and problem.decoupled.workers else 1
         if isinstance(dp, bool) or not isinstance(dp, (int, np.integer)) or dp < 1:
             raise ValueError(f"data_parallel_size must be an integer >= 1, got {data_parallel_size!r}")
         bucket_size = max(MEGATRON_MIN_BUCKET, MEGATRON_BUCKET_PER_RANK * int(dp))
@@ -122,6 +126,8 @@ def _megatron(problem: Problem, method: str, data_parallel_size: int | None, buc
         chain = sorted(buckets, key=min)
         all_gather = _gathered_one_ahead(problem, reduce_scatter, chain, step_end)
     plan = DecoupledPlan(reduce_scatter, all_gather)
+    if data_parallel_size is None:
+        data_parallel_size = problem.decoupled.workers
     stats = {"bucket_size": size, "buckets": len(buckets), "data_parallel_size": data_parallel_size,
              "overlap_param_gather": overlap_param_gather, "step_end": step_end}
     return finish(problem, plan, method, started, stats=stats)
@@ -164,7 +170,8 @@ def megatron(problem: Problem, *, data_parallel_size: int | None = None, bucket_
     ``param_and_grad_buffer.py``) and ``optimizer/distrib_optimizer.py`` of Megatron-LM 0.20:
 
     * buckets of :func:`megatron_buckets` (``bucket_size`` parameters, by default
-      ``max(4e7, 1e6 x data_parallel_size)``; without ``data_parallel_size`` the 4e7 floor,
+      ``max(4e7, 1e6 x data_parallel_size)``; without ``data_parallel_size`` the problem's
+      workers when it was built on a network preset, else the 4e7 floor,
       exact up to 40 ranks);
     * a bucket's reduce-scatter is issued when its last gradient is ready;
     * the optimiser step waits for every reduce-scatter, then runs (``U``);

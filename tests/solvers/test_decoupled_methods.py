@@ -198,3 +198,21 @@ def test_megatron_overlap_with_free_collectives_and_update_time():
     result = solve(Problem(profile, decoupled=Decoupled.from_network("10gbe", 1), sync="layerwise"),
                    "megatron-overlap", bucket_size=1)
     assert result.iteration_time == pytest.approx(profile.compute_time, rel=1e-12) and str(result.status) == "OPTIMAL"
+
+
+def test_megatron_takes_the_problems_workers_for_its_bucket_rule():
+    # On a network preset of 64 workers the bucket is max(4e7, 1e6 x 64) = 6.4e7 parameters
+    # without naming data_parallel_size; a problem built from costs alone keeps the 4e7 floor.
+    from fusionopt import zoo
+    from fusionopt.model import Decoupled, Problem
+    from fusionopt.solvers import solve
+    profile = zoo.profile("gpt2", device="h100", batch=8)
+    preset = Problem(profile, decoupled=Decoupled.from_network("10gbe", 64))
+    r = solve(preset, "megatron")
+    assert r.stats["bucket_size"] == 64_000_000 and r.stats["data_parallel_size"] == 64
+    assert r.iteration_time == solve(preset, "megatron", data_parallel_size=64).iteration_time
+    bare = Problem(profile, decoupled=Decoupled(preset.decoupled.reduce_scatter, preset.decoupled.all_gather))
+    assert solve(bare, "megatron").stats["bucket_size"] == 40_000_000
+    import pytest
+    with pytest.raises(ValueError, match="workers must be a whole number >= 1 or None, got 0"):
+        Decoupled(preset.decoupled.reduce_scatter, preset.decoupled.all_gather, workers=0)
