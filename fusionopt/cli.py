@@ -140,8 +140,8 @@ def _problem(profile: Profile, args: argparse.Namespace) -> Problem:
 
 def _decoupled(args: argparse.Namespace) -> Decoupled:
     measured = _measured_halves(args)
-    if measured is not None:
-        return Decoupled(*measured, update_after_gather=args.update_after_gather)
+    if measured is not None:                              # --workers: the data-parallel size (Megatron's rule)
+        return Decoupled(*measured, update_after_gather=args.update_after_gather, workers=args.workers)
     if args.network is not None and args.alpha is None and args.beta is None and args.cost is None:
         if args.workers is None:
             raise UsageError("--network needs --workers")
@@ -161,11 +161,27 @@ def _measured_halves(args: argparse.Namespace) -> tuple[Any, Any] | None:
     if not (args.decoupled or args.fully_sharded):
         raise UsageError("--reduce-scatter-cost and --all-gather-cost price --decoupled or --fully-sharded problems")
     others = [flag for flag, on in (("--alpha/--beta", args.alpha is not None or args.beta is not None),
-                                    ("--cost", args.cost is not None), ("--network", args.network is not None)) if on]
+                                    ("--cost", args.cost is not None), ("--network", args.network is not None),
+                                    ("--algorithm", args.algorithm is not None),
+                                    ("--workers", args.workers is not None and args.fully_sharded)) if on]
     if others:
         raise UsageError(f"--reduce-scatter-cost and --all-gather-cost are the cost; leave out {others[0]}")
-    return (cost_from_dict(read_json_document(args.reduce_scatter_cost), source=args.reduce_scatter_cost),
-            cost_from_dict(read_json_document(args.all_gather_cost), source=args.all_gather_cost))
+    return (_read_cost(args.reduce_scatter_cost, ("reduce_scatter",), "--reduce-scatter-cost"),
+            _read_cost(args.all_gather_cost, ("all_gather",), "--all-gather-cost"))
+
+
+def _read_cost(path: str, allowed: tuple[str, ...], flag: str):
+    """A cost JSON; one that a calibration of another collective than ``allowed`` wrote is
+    refused (a calibration without ``collective`` timed all-reduces)."""
+    document = read_json_document(path)
+    calibration = document.get("calibration") if isinstance(document, dict) else None
+    if isinstance(calibration, dict):
+        measured = calibration.get("collective", "all_reduce")
+        if measured not in allowed:
+            wanted = " or ".join(c.replace("_", "-") for c in allowed)
+            raise UsageError(f"{flag} {path}: a calibration of {str(measured).replace('_', '-')}, and {flag} takes "
+                             f"{wanted} (fusionopt calibrate --collective {allowed[0]})")
+    return cost_from_dict(document, source=path)
 
 
 def _fully_sharded(args: argparse.Namespace) -> FullySharded:
@@ -245,7 +261,8 @@ def _cost(args: argparse.Namespace):
             raise UsageError("--alpha and --beta go together")
         return AlphaBeta(args.alpha, args.beta)
     if args.cost is not None:
-        return cost_from_dict(read_json_document(args.cost), source=args.cost)
+        halves = getattr(args, "decoupled", False) or getattr(args, "fully_sharded", False)
+        return _read_cost(args.cost, ("reduce_scatter", "all_gather") if halves else ("all_reduce",), "--cost")
     if args.workers is None:
         raise UsageError("--network needs --workers")
     return network(args.network, args.workers, algorithm=args.algorithm or "ring")

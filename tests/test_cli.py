@@ -936,3 +936,20 @@ def test_run_takes_sharded_plans(capsys, tmp_path, profile_path):
                    "--iterations", "2", "--json")
     assert doc["correct"] is True and doc["predicted_time"] == pytest.approx(0.022, rel=1e-12)
     assert [c[0] for c in doc["collectives"]] == ["all-gather"] * 3 + ["reduce-scatter"] * 3
+
+
+def test_cost_files_of_the_wrong_collective_are_refused(capsys, tmp_path, profile_path):
+    # A calibration records the collective it timed; a flag that prices another refuses it.
+    rs = tmp_path / "rs.json"
+    ar = tmp_path / "ar.json"
+    write_json(rs, {**fusionopt.cost.AlphaBeta(1e-3, 1e-9).to_dict(), "calibration": {"collective": "reduce_scatter"}})
+    write_json(ar, {**fusionopt.cost.AlphaBeta(1e-3, 1e-9).to_dict(), "calibration": {"backend": "local"}})
+    assert "--all-gather-cost" in run_error(capsys, "solve", profile_path, "--fully-sharded", "--reduce-scatter-cost", rs,
+                                            "--all-gather-cost", rs)
+    assert "a calibration of reduce-scatter, and --cost takes all-reduce" in run_error(
+        capsys, "solve", profile_path, "--cost", rs)
+    assert "a calibration of all-reduce, and --cost takes reduce-scatter or all-gather" in run_error(
+        capsys, "solve", profile_path, "--fully-sharded", "--cost", ar)
+    assert run(capsys, "solve", profile_path, "--cost", ar)[0] == 0
+    assert "leave out --workers" in run_error(capsys, "solve", profile_path, "--fully-sharded", "--reduce-scatter-cost",
+                                              rs, "--all-gather-cost", rs, "--workers", "8")

@@ -437,8 +437,10 @@ def decoupled_cpsat(
     -------
     Result
         The plan re-simulated. ``status`` OPTIMAL when ``T`` is within the rounding bound of
-        CP-SAT's bound (optimal over the space), TIME_LIMIT when a limit stopped CP-SAT,
-        else FEASIBLE. ``stats``: ``space``, ``time_quantum``, ``rounding_bound``,
+        CP-SAT's bound: optimal over the space to within ``rounding_bound`` seconds (about
+        1e-7 of ``T`` with the automatic quantum; a coarse ``time_quantum`` makes it coarse,
+        and a plan that far from the optimum may be called OPTIMAL), TIME_LIMIT when a limit
+        stopped CP-SAT, else FEASIBLE. ``stats``: ``space``, ``time_quantum``, ``rounding_bound``,
         ``cpsat_status``, ``objective`` and ``bound`` (seconds, CP-SAT's), ``intervals``,
         ``wall_time``, ``deterministic_time``, ``hint``, ``hint_used``, ``plan_source``
         (``"cpsat"``, ``"hint"`` or ``"reference"``), ``interleaved`` (the plan's order is
