@@ -39,6 +39,7 @@ from fusionopt.model.problem import Problem
 from fusionopt.model.simulator import simulate
 from fusionopt.solvers.cpsat_arcs import MAX_INTEGER_TIME, automatic_quantum, positive_seconds
 from fusionopt.solvers.cpsat_search import check_deterministic_time, set_search
+from fusionopt.solvers.decoupled import decoupled_opt, decoupled_wfbp
 from fusionopt.solvers.needs import Needs, declares
 from fusionopt.solvers.result import Result, Status, finish
 
@@ -487,7 +488,6 @@ def decoupled_cpsat(
         raise ImportError("decoupled-cpsat needs OR-Tools: pip install ortools") from exc
     space = _Space(problem)
     hint_plan, hint_label = _hint(problem, hint, space)
-    from fusionopt.solvers.decoupled import decoupled_wfbp
 
     reference = decoupled_wfbp(problem).plan
     anchor = hint_plan if hint_plan is not None else reference
@@ -568,8 +568,6 @@ def _hint(problem: Problem, hint: Any, space: _Space) -> tuple[DecoupledPlan | N
     if not isinstance(hint, str):
         raise ValueError(f"hint must be 'best-baseline', a method name, a DecoupledPlan or None; "
                          f"got {type(hint).__name__}")
-    from fusionopt.solvers.decoupled import decoupled_opt, decoupled_wfbp
-
     if hint == "best-baseline":
         results = [(decoupled_wfbp(problem), "decoupled-wfbp"), (decoupled_opt(problem), "decoupled-opt")]
         result, name = min(results, key=lambda r: r[0].iteration_time)
