@@ -6,7 +6,7 @@ import numpy as np
 from hypothesis import strategies as st
 
 from fusionopt.cost import AlphaBeta, PiecewiseLinear
-from fusionopt.model import Chunk, Message, Plan, Problem, Profile
+from fusionopt.model import Chunk, Message, Plan, Problem, Profile, ShardedPlan
 
 # Compute times: exact zeros (biases) mixed with positive times up to 10 ms.
 times = st.one_of(st.just(0.0), st.floats(min_value=1e-6, max_value=1e-2, allow_nan=False))
@@ -87,3 +87,19 @@ def partition_plans(draw, profile: Profile) -> Plan:
         current.append(chunk)
     messages.append(Message(tuple(current)))
     return Plan(tuple(messages))
+
+
+@st.composite
+def sharded_plans(draw, n: int) -> ShardedPlan:
+    """A fully sharded plan of ``n`` tensors (MODEL.md 8.2): random units, reshard flags,
+    depths up to one past the units, a root half the time, persistent tensors half the time."""
+    cuts = sorted(draw(st.sets(st.integers(1, n - 1), max_size=n - 1))) if n > 1 else []
+    bounds = [0, *cuts, n]
+    m = len(bounds) - 1
+    root = m >= 2 and draw(st.booleans())
+    reshard = draw(st.lists(st.booleans(), min_size=m, max_size=m))
+    if root:
+        reshard[0] = reshard[-1] = False
+    persistent = draw(st.lists(st.booleans(), min_size=n, max_size=n)) if draw(st.booleans()) else None
+    return ShardedPlan(bounds, reshard, forward_prefetch=draw(st.integers(0, m + 1)),
+                       backward_prefetch=draw(st.integers(0, m + 1)), root=root, persistent=persistent)

@@ -42,14 +42,14 @@ from typing import Sequence
 
 import numpy as np
 
-from fusionopt.model.decoupled import ALL_GATHER, REDUCE_SCATTER, DecoupledPlan
+from fusionopt.model.decoupled import ALL_GATHER, KINDS, REDUCE_SCATTER, DecoupledPlan
 from fusionopt.model.decoupled_timing import simulate_decoupled
 from fusionopt.model.problem import Problem
 from fusionopt.model.sharded import ShardedPlan
 from fusionopt.model.sharded_timing import group_issue_points, simulate_sharded
 
 AT, COMPUTE, PUBLISH, WAIT, PHI = "at", "compute", "publish", "wait", "phi"
-KIND_NAMES = {REDUCE_SCATTER: "reduce-scatter", ALL_GATHER: "all-gather"}
+KIND_NAMES = KINDS                                         # by message_kind: 0 reduce-scatter, 1 all-gather
 
 
 @dataclass(frozen=True)

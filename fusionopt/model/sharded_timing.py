@@ -17,13 +17,13 @@ from collections import deque
 
 import numpy as np
 
+from fusionopt.model.decoupled import ALL_GATHER, REDUCE_SCATTER
 from fusionopt.model.fifo import fifo_job
 from fusionopt.model.flights import Flight, fly, time_to_next, tolerance, transfers
 from fusionopt.model.problem import Problem
 from fusionopt.model.sharded import ShardedPlan
 from fusionopt.model.timeline import ComputePiece, Timeline, read_only
 
-REDUCE_SCATTER, ALL_GATHER = 0, 1
 
 
 def require_sharded(problem: Problem, what: str) -> None:

@@ -52,6 +52,23 @@ def automatic_quantum(upper_end: float, factor: int) -> float:
     return math.ldexp(1.0, max(exponent - 1, coarsest))
 
 
+def integer_horizon(upper_end: float, factor: int, time_quantum: float | None, anchor: str) -> tuple[float, int]:
+    """``(q, horizon)``: seconds per integer step (``time_quantum``, else
+    :func:`automatic_quantum`) and the steps the ``anchor`` plan ("hint" or "reference"),
+    which ends at ``upper_end`` seconds, takes, plus one; a ``ValueError`` when that
+    passes ``MAX_INTEGER_TIME``.
+
+    >>> integer_horizon(1.0, 3, 0.25, "reference")
+    (0.25, 5)
+    """
+    q = time_quantum if time_quantum is not None else automatic_quantum(upper_end, factor)
+    horizon = math.floor(upper_end / q) + 1
+    if not horizon < MAX_INTEGER_TIME:
+        raise ValueError(f"time_quantum = {q!r} s is too small: the {anchor} plan takes {horizon:.3g} steps, "
+                         "more than 2^30 (MAX_INTEGER_TIME)")
+    return q, horizon
+
+
 def plan_path(plan: Plan, profile: Profile) -> list[int]:
     """Nodes ``0, ..., n`` visited by a fusion plan (the last position of each message)."""
     cuts = plan.cuts(profile)

@@ -37,7 +37,7 @@ from fusionopt.model.bounds import decoupled_lower_bound
 from fusionopt.model.decoupled import ALL_GATHER, REDUCE_SCATTER, DecoupledPlan
 from fusionopt.model.problem import Problem
 from fusionopt.model.simulator import simulate
-from fusionopt.solvers.cpsat_arcs import MAX_INTEGER_TIME, automatic_quantum, positive_seconds
+from fusionopt.solvers.cpsat_arcs import integer_horizon, positive_seconds
 from fusionopt.solvers.cpsat_search import check_deterministic_time, set_search
 from fusionopt.solvers.decoupled import decoupled_opt, decoupled_wfbp
 from fusionopt.solvers.needs import Needs, declares
@@ -493,11 +493,7 @@ def decoupled_cpsat(
     anchor = hint_plan if hint_plan is not None else reference
     upper = simulate(problem, anchor, validate=False).iteration_time
     factor = space.rounding_factor
-    q = time_quantum if time_quantum is not None else automatic_quantum(upper, factor)
-    horizon = math.floor(upper / q) + 1
-    if not horizon < MAX_INTEGER_TIME:
-        raise ValueError(f"time_quantum = {q!r} s is too small: the {'hint' if hint_plan is not None else 'reference'} "
-                         f"plan takes {horizon:.3g} steps, more than 2^30 (MAX_INTEGER_TIME)")
+    q, horizon = integer_horizon(upper, factor, time_quantum, "hint" if hint_plan is not None else "reference")
     constants = space.constants(q, horizon)
     floor_T = min(int(math.floor(decoupled_lower_bound(problem) / q)), horizon)
     model = cp_model.CpModel()

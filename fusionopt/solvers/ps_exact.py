@@ -45,7 +45,7 @@ from fusionopt.model.problem import Problem
 from fusionopt.model.ps import PSPlan, stream_offsets
 from fusionopt.model.ps_timing import offsets_iteration_time
 from fusionopt.model.bounds import ps_lower_bound
-from fusionopt.solvers.cpsat_arcs import MAX_INTEGER_TIME, add_path_constraints, automatic_quantum, positive_seconds
+from fusionopt.solvers.cpsat_arcs import add_path_constraints, integer_horizon, positive_seconds
 from fusionopt.solvers.needs import Needs, declares
 from fusionopt.solvers.result import Result, Status, finish
 
@@ -1079,11 +1079,7 @@ def ps_cpsat(
     anchor = hint_plan if hint_plan is not None else reference
     upper = offsets_iteration_time(problem, *_offsets_of(grid, anchor))
     factor = grid.rounding_factor
-    q = time_quantum if time_quantum is not None else automatic_quantum(upper, factor)
-    horizon = math.floor(upper / q) + 1
-    if not horizon < MAX_INTEGER_TIME:
-        raise ValueError(f"time_quantum = {q!r} s is too small: the {'hint' if hint_plan is not None else 'reference'} "
-                         f"plan takes {horizon:.3g} steps, more than 2^30 (MAX_INTEGER_TIME)")
+    q, horizon = integer_horizon(upper, factor, time_quantum, "hint" if hint_plan is not None else "reference")
     constants = grid.constants(q, horizon)
     floor_T = min(int(math.floor(ps_lower_bound(problem) / q)), horizon)
     model = cp_model.CpModel()

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from strategies import costs, profiles
+from strategies import costs, profiles, sharded_plans
 
 from fusionopt.cost import AlphaBeta, network
 from fusionopt.model import FullySharded, Problem, Profile, ShardedPlan, compute_pieces, simulate
@@ -134,20 +134,6 @@ def _independent_peak(t, plan, problem):
         whole = sum(b for s, e, b in intervals if s <= moment < e or s == e == moment)
         peak = max(peak, whole)
     return peak
-
-
-@st.composite
-def sharded_plans(draw, n):
-    cuts = sorted(draw(st.sets(st.integers(1, n - 1), max_size=n - 1))) if n > 1 else []
-    bounds = [0, *cuts, n]
-    m = len(bounds) - 1
-    root = m >= 2 and draw(st.booleans())
-    reshard = draw(st.lists(st.booleans(), min_size=m, max_size=m))
-    if root:
-        reshard[0] = reshard[-1] = False
-    persistent = draw(st.lists(st.booleans(), min_size=n, max_size=n)) if draw(st.booleans()) else None
-    return ShardedPlan(bounds, reshard, forward_prefetch=draw(st.integers(0, m + 1)),
-                       backward_prefetch=draw(st.integers(0, m + 1)), root=root, persistent=persistent)
 
 
 @settings(deadline=None)

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from strategies import alpha_beta, profiles
+from strategies import alpha_beta, profiles, sharded_plans
 
 from fusionopt.cost import AlphaBeta, PiecewiseLinear
 from fusionopt.executor.programs import sharded_program
@@ -25,20 +25,6 @@ def section5(channels="two", cap=None):
 
 def ms(values):
     return [round(v / MS, 9) for v in np.asarray(values).tolist()]
-
-
-@st.composite
-def sharded_plans(draw, n):
-    cuts = sorted(draw(st.sets(st.integers(1, n - 1), max_size=n - 1))) if n > 1 else []
-    bounds = [0, *cuts, n]
-    m = len(bounds) - 1
-    root = m >= 2 and draw(st.booleans())
-    reshard = draw(st.lists(st.booleans(), min_size=m, max_size=m))
-    if root:
-        reshard[0] = reshard[-1] = False
-    persistent = draw(st.lists(st.booleans(), min_size=n, max_size=n)) if draw(st.booleans()) else None
-    return ShardedPlan(bounds, reshard, forward_prefetch=draw(st.integers(0, m + 1)),
-                       backward_prefetch=draw(st.integers(0, m + 1)), root=root, persistent=persistent)
 
 
 def test_a_regather_shares_the_bandwidth_with_the_reduce_scatter_before_it():
