@@ -3,11 +3,12 @@
 It is the plan runner of :mod:`fusionopt.executor.runner` (same two threads, same step
 loop, record, check and watchdog) with two parts replaced:
 
-* the **compute thread** runs the step's :class:`~fusionopt.executor.programs.Program` on a
-  compute clock like the simulator's: ``AT``/``COMPUTE`` advance the clock without waking;
-  ``PUBLISH`` sleeps until the clock (an absolute deadline) and then sets a counter (a
-  gradient emitted, an update done, a collective issued); ``WAIT`` blocks until a collective
-  has ended and moves the clock to its measured end. The step's measured ``T`` is when the
+* the **compute thread** runs the step's :class:`~fusionopt.model.step_program.Program` (the
+  model's, the one the simulator runs) on a compute clock like the simulator's:
+  ``AT``/``COMPUTE`` advance the clock without waking; ``PUBLISH`` sleeps until the clock (an
+  absolute deadline) and then sets a counter (a gradient emitted, an update done, a
+  collective issued), and ``SPAN`` does so at each of its points; ``WAIT`` blocks until a
+  collective has ended and moves the clock to its measured end; ``MARK`` records the clock. The step's measured ``T`` is when the
   clock's last deadline has passed. Late wake-ups show in ``T``; they are not hidden.
 * the **communication thread** runs the program's collectives in channel order: each waits
   for its gate and its release, then packs, reduce-scatters or all-gathers (padded to a
@@ -28,10 +29,11 @@ import numpy as np
 from fusionopt.executor.communicator import Communicator, HostTimer
 from fusionopt.executor.errors import CollectiveTimeout, GroupAborted
 from fusionopt.executor.job import Job
-from fusionopt.executor.programs import AT, COMPUTE, PHI, PUBLISH, WAIT, build_program
+from fusionopt.executor.programs import build_program
 from fusionopt.executor.runner import POLL, RankRecord, RankRunner, sleep_until, Step
 from fusionopt.executor.shard_data import ShardData
 from fusionopt.executor.shards import Collective, ShardLayout
+from fusionopt.model.step_program import AT, CHANNEL, COMPUTE, MARK, PUBLISH, SPAN, WAIT
 
 
 class _ShardStep(Step):
@@ -84,7 +86,17 @@ class ShardedRankRunner(RankRunner):
             state.cond.notify_all()
 
         clock, late = 0.0, 0.0
-        phi = np.full(self.profile.n, math.nan)
+        marks: dict[str, dict[int, float]] = {}
+
+        def publish(gate: str, value: int, at: float) -> None:
+            nonlocal late
+            deadline = t0 + at
+            sleep_until(deadline, comm)
+            late = max(late, time.perf_counter() - deadline)
+            with state.cond:
+                state.counters[gate] = value
+                state.cond.notify_all()
+
         for op in self.program.ops:
             code = op[0]
             if code == COMPUTE:
@@ -92,19 +104,19 @@ class ShardedRankRunner(RankRunner):
             elif code == AT:
                 clock = max(clock, op[1])
             elif code == PUBLISH:
-                deadline = t0 + clock
-                sleep_until(deadline, comm)
-                late = max(late, time.perf_counter() - deadline)
-                with state.cond:
-                    state.counters[op[1]] = op[2]
-                    state.cond.notify_all()
+                publish(op[1], op[2], clock)
+            elif code == SPAN:
+                end = clock + op[1]
+                for before, gate, value in op[2]:
+                    publish(gate, value, max(clock, end - before))
+                clock = end
             elif code == WAIT:
                 c = op[1]
                 if state.done <= c:
                     self._wait(lambda c=c: state.done > c, self.layout.describe(c))
                 clock = max(clock, state.ended[c])
-            elif code == PHI:
-                phi[op[1]] = clock
+            elif code == MARK:
+                marks.setdefault(op[1], {})[op[2]] = clock
         sleep_until(t0 + clock, comm)
         iteration_time = time.perf_counter() - t0
         self._wait(lambda: state.done == state.messages, "every collective")
@@ -114,7 +126,7 @@ class ShardedRankRunner(RankRunner):
             "message_start": [timer.seconds(t) for t in state.start_tokens],
             "message_end": [timer.seconds(t) for t in state.end_tokens],
             "reduced": ended[list(self.program.reduced_by)].tolist(),
-            "forward_start": phi.tolist(),
+            "forward_start": self.program.forward_start(marks).tolist(),
             "backward_late": late,
             "collectives": list(state.executed),
         }
@@ -122,7 +134,7 @@ class ShardedRankRunner(RankRunner):
     # ------------------------------------------------------------------ communication thread
     def _send(self, c: Collective, step: int) -> None:
         state, comm = self.state, self.comm
-        if c.gate is not None:
+        if c.gate is not None and c.gate != CHANNEL:          # CHANNEL: met by running in order
             with state.cond:
                 while state.counters[c.gate] < c.need:
                     if state.stop or comm.aborted:

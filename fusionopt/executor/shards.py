@@ -21,7 +21,7 @@ from typing import Sequence
 import numpy as np
 
 from fusionopt.executor.layout import WORD_DTYPES, Piece
-from fusionopt.executor.programs import KIND_NAMES, CollectiveSpec
+from fusionopt.model.step_program import KIND_NAMES, CollectiveSpec
 from fusionopt.model.profile import Profile
 
 PADDING = -1    # the tensor index of a run of padding
@@ -64,7 +64,7 @@ class ShardLayout:
     Three tensors of 4, 1 and 2 KiB in one reduce-scatter over 3 ranks: 896 words of 8 B,
     padded to 897 (one word of padding), shards of 299 words.
 
-    >>> from fusionopt.executor.programs import CollectiveSpec
+    >>> from fusionopt.model.step_program import CollectiveSpec
     >>> profile = Profile.from_arrays([4096, 1024, 2048], [0] * 3, [1] * 3)
     >>> spec = CollectiveSpec(0, ((2, 0, 2048), (1, 0, 1024), (0, 0, 4096)), None, 0, 0.0, 0, "everything")
     >>> layout = ShardLayout(profile, [spec], size=3)

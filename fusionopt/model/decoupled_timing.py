@@ -1,6 +1,8 @@
 """Timing of a decoupled all-reduce (MODEL.md section 8.1): :func:`simulate_decoupled`.
 
-The channel runs the plan's reduce-scatter and all-gather messages one at a time in the
+It runs the step's program (:func:`~fusionopt.model.decoupled_program.decoupled_program`,
+the program the executor runs too) on one first-in-first-out channel
+(:class:`~fusionopt.model.step_program.Fifo`). The channel runs the plan's reduce-scatter and all-gather messages one at a time in the
 plan's order (the FIFO step of :mod:`fusionopt.model.fifo`). A reduce-scatter waits for its
 gradients; each tensor's sharded update waits for its last reduce-scatter and the update
 before it; an all-gather waits for the updates of its tensors; the next forward waits for
@@ -15,8 +17,9 @@ import math
 import numpy as np
 
 from fusionopt.model.decoupled import ALL_GATHER, REDUCE_SCATTER, DecoupledPlan
-from fusionopt.model.fifo import fifo_job
+from fusionopt.model.decoupled_program import UPDATE, UPDATED, decoupled_program
 from fusionopt.model.problem import Problem
+from fusionopt.model.step_program import FORWARD, MARK, Fifo, Program, run
 from fusionopt.model.timeline import ComputePiece, Timeline, read_only
 
 
@@ -98,140 +101,98 @@ def simulate_decoupled(problem: Problem, plan: DecoupledPlan, *, validate: bool 
     profile = problem.profile
     if validate:
         plan.validate(profile)
+    _refuse_orders_that_never_run(problem, plan)
+    program = decoupled_program(problem, plan)
+    kinds = np.asarray(program.kind, dtype=np.int64)
+    nbytes = np.asarray(program.nbytes, dtype=np.float64)
+    durations = np.zeros(len(kinds))
+    for kind in (REDUCE_SCATTER, ALL_GATHER):
+        mine = kinds == kind
+        durations[mine] = problem.decoupled.cost(kind, plan.reduce_with).of_sizes(nbytes[mine])
+    channel = Fifo(program, durations.tolist())
+    clock, marks = run(program, channel)
     n = profile.n
-    ready = profile.ready_times
-    update = profile.update.tolist()
-    backward = list(profile.ready_order)                 # the order the gradients become ready
-    costs = {kind: np.asarray(problem.decoupled.cost(kind, plan.reduce_with).of_sizes(plan.plan(kind).message_bytes.astype(np.float64)),
-                              dtype=np.float64).tolist() for kind in (REDUCE_SCATTER, ALL_GATHER)}
-    # Per message: its tensors (a message's chunks are consecutive in the plan's table).
-    tensors = {kind: np.split(plan.plan(kind).tensor, plan.plan(kind).starts[1:-1]) for kind in (REDUCE_SCATTER, ALL_GATHER)}
-    rs_ready = np.maximum.reduceat(ready[plan.reduce_scatter.tensor], plan.reduce_scatter.starts[:-1]).tolist()
-    release = {kind: plan.plan(kind).release.tolist() for kind in (REDUCE_SCATTER, ALL_GATHER)}
-    unsent = np.bincount(plan.reduce_scatter.tensor, minlength=n).tolist()   # reduce-scatter chunks left per tensor
-
-    after = problem.decoupled.update_after_gather
-    reduced = [-math.inf] * n                             # D_i
-    updated = [math.nan] * n                              # v_i, known once D of every tensor up to i is
-    gathered = [-math.inf] * n                            # A_i
-    clock = profile.B                                     # the compute stream, along the updates
-    known = 0                                             # updates computed: backward[:known]
-    next_message = [0, 0]
-    kinds, waits, starts, ends, sizes = [], [], [], [], []
-    channel_free = -math.inf
-    for kind in plan.order.tolist():
-        k = next_message[kind]
-        next_message[kind] += 1
-        if kind == REDUCE_SCATTER:
-            wait = rs_ready[k]
-        else:
-            held = tensors[kind][k].tolist()
-            if after:
-                # It gathers reduced shards: it waits for its tensors' reduce-scatters.
-                late = [i for i in held if unsent[i]]
-                if late:
-                    raise ValueError(
-                        f"all-gather message {k} holds tensor {late[0]}, whose reduce-scatter the plan sends "
-                        f"after it: the channel can never run it (put that reduce-scatter first)")
-                wait = max(reduced[i] for i in held)
-            else:
-                late = [i for i in held if math.isnan(updated[i])]
-                if late:
-                    raise ValueError(
-                        f"all-gather message {k} holds tensor {late[0]}, whose update waits for a reduce-scatter "
-                        f"the plan sends after it: the channel can never run it (put that reduce-scatter first)")
-                wait = max(updated[i] for i in held)
-        wait = max(wait, release[kind][k])
-        start, channel_free = fifo_job(wait, costs[kind][k], channel_free)
-        kinds.append(kind)
-        waits.append(wait)
-        starts.append(start)
-        ends.append(channel_free)
-        sizes.append(int(plan.plan(kind).message_bytes[k]))
-        if kind == REDUCE_SCATTER:
-            for i in tensors[kind][k].tolist():
-                reduced[i] = max(reduced[i], channel_free)
-                unsent[i] -= 1
-            while not after and known < n and unsent[backward[known]] == 0:     # the updates now determined
-                i = backward[known]
-                clock = (reduced[i] if reduced[i] > clock else clock) + update[i]
-                updated[i] = clock
-                known += 1
-        else:
-            for i in tensors[kind][k].tolist():
-                gathered[i] = max(gathered[i], channel_free)
-    assert after or known == n, "every reduce-scatter ran, so every update is known"
-    forward = profile.forward.tolist()
-    phi: list[float] = []
-    stream: list[ComputePiece] = []                       # the compute stream after the backward
-    if not after:
-        start = profile.B
-        for i in backward:
-            begin = reduced[i] if reduced[i] > start else start
-            stream.append(ComputePiece("update", i, begin, updated[i]))
-            start = updated[i]
-        updates_end = clock
-        clock = updates_end if problem.sync == "layerwise" else max(updates_end, max(gathered))
-        for i in range(n):
-            if problem.sync == "layerwise":
-                clock = gathered[i] if gathered[i] > clock else clock
-            phi.append(clock)
-            stream.append(ComputePiece("forward", i, clock, clock + forward[i]))
-            clock += forward[i]
-    elif problem.sync == "layerwise":
-        # Each tensor is updated from its gathered shards just before its forward.
-        clock = profile.B
-        for i in range(n):
-            begin = gathered[i] if gathered[i] > clock else clock
-            clock = begin + update[i]
-            updated[i] = clock
-            stream.append(ComputePiece("update", i, begin, clock))
-            phi.append(clock)
-            stream.append(ComputePiece("forward", i, clock, clock + forward[i]))
-            clock += forward[i]
-    else:
-        clock = max(profile.B, max(gathered))
-        for i in range(n):
-            begin = clock
-            clock += update[i]
-            updated[i] = clock
-            stream.append(ComputePiece("update", i, begin, clock))
-        for i in range(n):
-            phi.append(clock)
-            stream.append(ComputePiece("forward", i, clock, clock + forward[i]))
-            clock += forward[i]
-    iteration_time = clock + profile.host_overhead
-
+    ends = np.asarray(channel.end + [-math.inf])          # by nothing: index -1
+    updated = marks.get(UPDATED, {})
+    phi = program.forward_start(marks)
     if pieces is not None:
-        _stream(problem, backward, stream, float(iteration_time), pieces)
-
+        _stream(problem, program, marks, float(clock), pieces)
     return Timeline(
         sync=problem.sync,
-        iteration_time=float(iteration_time),
+        iteration_time=float(clock),
         compute_time=profile.compute_time,
-        message_ready=read_only(waits),
-        message_start=read_only(starts),
-        message_end=read_only(ends),
-        message_bytes=read_only(sizes, np.int64),
-        reduced=read_only(reduced),
+        message_ready=read_only(channel.issue),
+        message_start=read_only(channel.start),
+        message_end=read_only(channel.end),
+        message_bytes=read_only(program.nbytes, np.int64),
+        reduced=read_only(ends[np.asarray(program.reduced_by, dtype=np.int64)]),
         forward_start=read_only(phi),
-        message_kind=read_only(kinds, np.int8),
-        updated=read_only(updated),
-        gathered=read_only(gathered),
+        message_kind=read_only(program.kind, np.int8),
+        updated=read_only([updated.get(i, math.nan) for i in range(n)]),
+        gathered=read_only(ends[np.asarray(program.gathered_by, dtype=np.int64)]),
     )
 
 
-def _stream(problem: Problem, backward: list[int], after_backward: list[ComputePiece], iteration_time: float,
+def _refuse_orders_that_never_run(problem: Problem, plan: DecoupledPlan) -> None:
+    """Raise ``ValueError`` naming the first all-gather that waits for a reduce-scatter the
+    plan's order sends after it: directly (its tensors', with ``update_after_gather``) or
+    through an update (each update waits for the reduce-scatters of every tensor ready
+    before it)."""
+    profile = problem.profile
+    n = profile.n
+    backward = [int(i) for i in profile.ready_order]
+    after = problem.decoupled.update_after_gather
+    unsent = np.bincount(plan.reduce_scatter.tensor, minlength=n).tolist()   # reduce-scatter chunks left per tensor
+    tensors = {kind: np.split(plan.plan(kind).tensor, plan.plan(kind).starts[1:-1]) for kind in (REDUCE_SCATTER, ALL_GATHER)}
+    known = 0                                             # updates determined: backward[:known]
+    determined = [False] * n
+    count = [0, 0]
+    for kind in plan.order.tolist():
+        k = count[kind]
+        count[kind] += 1
+        held = tensors[kind][k].tolist()
+        if kind == REDUCE_SCATTER:
+            for i in held:
+                unsent[i] -= 1
+            while known < n and unsent[backward[known]] == 0:
+                determined[backward[known]] = True
+                known += 1
+        elif after:
+            late = [i for i in held if unsent[i]]
+            if late:
+                raise ValueError(
+                    f"all-gather message {k} holds tensor {late[0]}, whose reduce-scatter the plan sends "
+                    f"after it: the channel can never run it (put that reduce-scatter first)")
+        else:
+            late = [i for i in held if not determined[i]]
+            if late:
+                raise ValueError(
+                    f"all-gather message {k} holds tensor {late[0]}, whose update waits for a reduce-scatter "
+                    f"the plan sends after it: the channel can never run it (put that reduce-scatter first)")
+
+
+def _stream(problem: Problem, program: Program, marks: dict[str, dict[int, float]], iteration_time: float,
             pieces: list[ComputePiece]) -> None:
+    """The compute stream task by task: the backward along the ready order, the updates
+    (each from when it can start to ``v_i``) and the forwards in the program's order, and
+    the host's share."""
     profile = problem.profile
     ready = profile.ready_times.tolist()
     clock = 0.0
-    for i in backward:
+    for i in profile.ready_order:
         pieces.append(ComputePiece("backward", i, clock, ready[i]))
         clock = ready[i]
-    pieces.extend(after_backward)
+    forward = profile.forward.tolist()
+    starts, ends, phi = marks.get(UPDATE, {}), marks.get(UPDATED, {}), marks.get(FORWARD, {})
+    for op in program.ops:
+        if op[0] == MARK and op[1] == UPDATE:
+            i = op[2]
+            pieces.append(ComputePiece("update", i, starts[i], ends[i]))
+        elif op[0] == MARK and op[1] == FORWARD:
+            i = op[2]
+            pieces.append(ComputePiece("forward", i, phi[i], phi[i] + forward[i]))
     if profile.host_overhead:
-        pieces.append(ComputePiece("host_overhead", -1, after_backward[-1].end, iteration_time))
+        pieces.append(ComputePiece("host_overhead", -1, pieces[-1].end, iteration_time))
 
 
 __all__ = ["simulate_decoupled", "require_decoupled"]

@@ -3,11 +3,13 @@
 The step runs on one compute stream: the forward of units ``0 .. m-1``, then their backward
 in reverse, then the optimiser. Each unit's forward waits for its all-gather; a resharded
 unit's backward waits for a second one; each unit's gradients are reduce-scattered when its
-backward ends. Every collective is issued at a point of the compute stream's program, so the
-channel's first-in-first-out order is the program order and one pass computes the step. With
-two channels (``FullySharded(channels="two")``) a collective's end depends on what the other
-channel carries meanwhile: the program walk then advances the channels, event by event, each
-time it waits for a collective's end (:class:`_TwoChannels`).
+backward ends. Every collective is issued at a point of the compute stream's program
+(:func:`~fusionopt.model.sharded_program.sharded_program`, the program the executor runs
+too), so the channel's first-in-first-out order is the program order and one pass of the
+program computes the step (:func:`~fusionopt.model.step_program.run`). With two channels
+(``FullySharded(channels="two")``) a collective's end depends on what the other channel
+carries meanwhile: the pass then advances the channels, event by event, each time it waits
+for a collective's end (:class:`_TwoChannels`).
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ from fusionopt.model.fifo import fifo_job
 from fusionopt.model.flights import Flight, fly, time_to_next, tolerance, transfers
 from fusionopt.model.problem import Problem
 from fusionopt.model.sharded import ShardedPlan
+from fusionopt.model.sharded_program import ISSUED, OPTIMISER, sharded_program, unit_spans
+from fusionopt.model.step_program import Program, run
 from fusionopt.model.timeline import ComputePiece, Timeline, read_only
 
 
@@ -33,36 +37,31 @@ def require_sharded(problem: Problem, what: str) -> None:
     if problem.fully_sharded is None:
         raise ValueError(f"{what} needs a fully sharded problem: Problem(profile, fully_sharded=FullySharded(...))")
 
+class _InIssueOrder:
+    """The one channel of a fully sharded step: the program issues collective ``c`` by
+    publishing ``issued = c + 1``, in channel order, so each is timed as it is issued:
+    ``start = max(issue, end of the one before)``, ``end = start + c(S)``
+    (:func:`~fusionopt.model.fifo.fifo_job`; :class:`~fusionopt.model.step_program.Fifo`'s
+    rule for this gate, without its search for gates reached earlier)."""
 
-class _Channel:
-    """The one channel: collectives in issue order, each ``start = max(issue, free)``.
-    ``sizes`` are the messages' unsharded bytes by unit, the root's two parts together last."""
-
-    def __init__(self, problem: Problem, sizes: list[int]) -> None:
-        halves = problem.fully_sharded
-        array = np.asarray(sizes, dtype=np.float64)
-        self.cost = {REDUCE_SCATTER: np.asarray(halves.reduce_scatter.of_sizes(array), dtype=np.float64).tolist(),
-                     ALL_GATHER: np.asarray(halves.all_gather.of_sizes(array), dtype=np.float64).tolist()}
-        self.sizes = sizes
+    def __init__(self, durations: list[float]) -> None:
+        self.durations = durations
         self.free = -math.inf
-        self.kind: list[int] = []
-        self.unit: list[int] = []
-        self.bytes: list[int] = []
         self.issue: list[float] = []
         self.start: list[float] = []
         self.end: list[float] = []
 
-    def send(self, kind: int, unit: int, issued: float, size_index: int | None = None) -> int:
-        """Queue a collective of ``unit`` at ``issued`` (seconds); its index on the channel."""
-        index = unit if size_index is None else size_index
-        start, self.free = fifo_job(issued, self.cost[kind][index], self.free)
-        self.kind.append(kind)
-        self.unit.append(unit)
-        self.bytes.append(self.sizes[index])
-        self.issue.append(issued)
+    def publish(self, gate: str, value: int, time: float) -> None:
+        start, self.free = fifo_job(time, self.durations[value - 1], self.free)
+        self.issue.append(time)
         self.start.append(start)
         self.end.append(self.free)
-        return len(self.end) - 1
+
+    def ended(self, c: int) -> float:
+        return self.end[c]
+
+    def finish(self) -> None:
+        assert len(self.end) == len(self.durations), "a fully sharded program issues every collective"
 
 
 class _TwoChannels:
@@ -72,52 +71,42 @@ class _TwoChannels:
     transfer (``beta S`` seconds of the whole bandwidth), the transfers in flight sharing the
     bandwidth equally (:mod:`fusionopt.model.flights`).
 
-    :meth:`send` only queues a collective; :meth:`ended` advances the channels, event by
-    event, until a given collective has ended. The step's program calls it where it waits for
-    a collective, and every collective it issues after that is issued no earlier than the
-    end it waited for, so advancing to that end never runs past a later issue. A collective
-    that never shares the bandwidth and runs alone ends at ``start + c(S)``, the one-channel
-    arithmetic."""
+    :meth:`publish` only queues the collective issued; :meth:`ended` advances the channels,
+    event by event, until a given collective has ended. The program waits for a collective
+    only after issuing it, and issues nothing earlier than the end it waited for, so
+    advancing to that end never runs past a later issue. A collective that never shares the
+    bandwidth and runs alone ends at ``start + c(S)``, the one-channel arithmetic."""
 
-    def __init__(self, problem: Problem, sizes: list[int]) -> None:
+    def __init__(self, problem: Problem, program: Program) -> None:
         halves = problem.fully_sharded
-        array = np.asarray(sizes, dtype=np.float64)
-        self.cost, self.latency, self.transfer = {}, {}, {}
-        scale = problem.profile.compute_time
+        kinds = np.asarray(program.kind, dtype=np.int64)
+        nbytes = np.asarray(program.nbytes, dtype=np.float64)
+        self.cost = np.zeros(len(kinds))
+        self.latency = np.zeros(len(kinds))
+        self.transfer = np.zeros(len(kinds))
         for kind, half in ((REDUCE_SCATTER, halves.reduce_scatter), (ALL_GATHER, halves.all_gather)):
             alpha, beta = half.affine
-            self.cost[kind] = np.asarray(half.of_sizes(array), dtype=np.float64).tolist()
-            self.latency[kind] = np.where(array > 0, alpha, 0.0).tolist()
-            self.transfer[kind] = (beta * array).tolist()
-            scale += 3.0 * sum(self.cost[kind])
-        self.tolerance = tolerance(scale)
-        self.sizes = sizes
+            mine = kinds == kind
+            self.cost[mine] = half.of_sizes(nbytes[mine])
+            self.latency[mine] = np.where(nbytes[mine] > 0, alpha, 0.0)
+            self.transfer[mine] = beta * nbytes[mine]
+        self.cost, self.latency, self.transfer = self.cost.tolist(), self.latency.tolist(), self.transfer.tolist()
+        self.tolerance = tolerance(problem.profile.compute_time + 3.0 * sum(self.cost))
+        self.kind = program.kind
         self.clock = 0.0
         self.queue: dict[int, deque[int]] = {REDUCE_SCATTER: deque(), ALL_GATHER: deque()}
         self.busy: dict[int, Flight | None] = {REDUCE_SCATTER: None, ALL_GATHER: None}
-        self.kind: list[int] = []
-        self.unit: list[int] = []
-        self.bytes: list[int] = []
         self.issue: list[float] = []
-        self.start: list[float] = []
-        self.end: list[float] = []
-        self.index: list[int] = []                        # each collective's size index
-        self.solo: list[bool] = []                        # never shared the bandwidth so far
+        self.start = [math.nan] * len(kinds)
+        self.end = [math.nan] * len(kinds)
+        self.solo = [True] * len(kinds)                   # never shared the bandwidth so far
 
-    def send(self, kind: int, unit: int, issued: float, size_index: int | None = None) -> int:
-        """Queue a collective of ``unit`` at ``issued`` (seconds) on its kind's channel; its
-        index in issue order."""
-        index = unit if size_index is None else size_index
-        self.kind.append(kind)
-        self.unit.append(unit)
-        self.bytes.append(self.sizes[index])
-        self.issue.append(issued)
-        self.start.append(math.nan)
-        self.end.append(math.nan)
-        self.index.append(index)
-        self.solo.append(True)
-        self.queue[kind].append(len(self.end) - 1)
-        return len(self.end) - 1
+    def publish(self, gate: str, value: int, time: float) -> None:
+        """Collective ``value - 1`` is issued at ``time`` (seconds): queue it on its kind's channel."""
+        message = value - 1
+        assert gate == ISSUED and message == len(self.issue), "a fully sharded program issues in channel order"
+        self.issue.append(time)
+        self.queue[self.kind[message]].append(message)
 
     def ended(self, message: int) -> float:
         """The end of collective ``message``, advancing the channels until it is known."""
@@ -125,7 +114,7 @@ class _TwoChannels:
             self._step()
         return self.end[message]
 
-    def drain(self) -> None:
+    def finish(self) -> None:
         """Run every queued collective to its end."""
         for message in range(len(self.end)):
             self.ended(message)
@@ -137,17 +126,15 @@ class _TwoChannels:
             if self.busy[kind] is None and queue and self.issue[queue[0]] <= clock:
                 message = queue.popleft()
                 self.start[message] = max(clock, self.issue[message])
-                index = self.index[message]
-                self.busy[kind] = Flight(message, self.latency[kind][index], self.transfer[kind][index])
+                self.busy[kind] = Flight(message, self.latency[message], self.transfer[message])
         flights = [f for f in self.busy.values() if f is not None]
         done = [f for f in flights if f.done]
         if done:
             for f in done:
                 message = f.message
-                kind = self.kind[message]
-                self.busy[kind] = None
+                self.busy[self.kind[message]] = None
                 if self.solo[message] and len(flights) == 1:   # alone all along: the exact sum
-                    self.clock = self.start[message] + self.cost[kind][self.index[message]]
+                    self.clock = self.start[message] + self.cost[message]
                 self.end[message] = self.clock
             return
         share = transfers(flights)
@@ -271,192 +258,89 @@ def simulate_sharded(problem: Problem, plan: ShardedPlan, *, validate: bool = Tr
     profile = problem.profile
     if validate:
         plan.validate(profile)
-    m = plan.num_units
-    bounds = plan.bounds.tolist()
-    unit_bytes = plan.unit_bytes(profile).tolist()
-    root = plan.root
-    reshard = plan.reshard.tolist()
-    d_f, d_b = plan.forward_prefetch, plan.backward_prefetch
-    starts = plan.bounds[:-1]
-    forward_total = np.add.reduceat(profile.forward, starts).tolist()
-    backward_total = np.add.reduceat(profile.backward, starts).tolist()
-    unit_of = np.repeat(np.arange(m), np.diff(plan.bounds))
-    # The root's two parts travel together: its messages are sized by index m; the
-    # reduce-scatter groups, when given, by m + 1 + g.
-    grouped = plan.reduce_bounds is not None
-    sizes = unit_bytes + [unit_bytes[0] + unit_bytes[-1]]
-    if grouped:
-        group_bounds = plan.reduce_bounds.tolist()
-        prefix = np.concatenate(([0], np.cumsum(profile.sizes, dtype=np.int64)))
-        sizes += (prefix[plan.reduce_bounds[1:]] - prefix[plan.reduce_bounds[:-1]]).tolist()
-        issuing = group_issue_points(profile, bounds, group_bounds)
-    # The all-gathers carry a unit's tensors but its persistent ones, sized from index
-    # ag_base (the root's two parts at ag_base + m); each persistent tensor its own, from p_base.
-    persistent = [] if plan.persistent is None else np.flatnonzero(plan.persistent).tolist()
-    gather_bytes = unit_bytes if not persistent else np.add.reduceat(
-        np.where(plan.persistent, 0, profile.sizes), starts).astype(np.int64).tolist()
-    ag_base = len(sizes)
-    sizes += gather_bytes + [gather_bytes[0] + gather_bytes[-1]]
-    p_base = len(sizes)
-    sizes += [int(profile.sizes[i]) for i in persistent]
-    two = problem.fully_sharded.channels == "two"
-    channel = _TwoChannels(problem, sizes) if two else _Channel(problem, sizes)
-    # Where the program waits for a collective: one channel knows every end at its issue;
-    # two advance until the collective waited for has ended.
-    ended = channel.ended if two else channel.end.__getitem__
-    root_size = m if root else None
-    gathers = [gather_bytes[j] > 0 for j in range(m)]     # a unit of persistent tensors only gathers nothing
-    if root:
-        gathers[0] = gathers[m - 1] = gather_bytes[0] + gather_bytes[m - 1] > 0
-    NOTHING = -2
-
-    # The persistent tensors, gathered one by one after the last step's optimiser: first.
-    kept_whole = [channel.send(ALL_GATHER, int(unit_of[i]), 0.0, p_base + k) for k, i in enumerate(persistent)]
-
-    # Forward.
-    gather = [-1] * m                                     # each unit's forward all-gather
-
-    def gather_forward(j: int, issued: float) -> None:
-        if j < m and gather[j] == -1:
-            if not gathers[j]:
-                gather[j] = NOTHING
-            else:
-                gather[j] = channel.send(ALL_GATHER, j, issued, ag_base + (m if root and j == 0 else j))
-            if root and j == 0:
-                gather[m - 1] = gather[0]
-
-    for j in range(min(max(d_f, 1), m)):
-        gather_forward(j, 0.0)
-    clock = max((ended(k) for k in kept_whole), default=0.0)   # the forward waits for them
-    unit_forward = [(0.0, 0.0)] * m
-    for j in range(m):
-        begin = clock if gather[j] == NOTHING else max(clock, ended(gather[j]))
-        if d_f >= 1:
-            gather_forward(j + d_f, begin)
-        clock = begin + forward_total[j]
-        unit_forward[j] = (begin, clock)
-        if d_f == 0:
-            gather_forward(j + 1, clock)
-
-    # Backward.
-    regather = [-1] * m
-    again = [reshard[j] and gathers[j] for j in range(m)]     # gathered again for the backward
-    for j in range(m - 1, max(m - max(d_b, 1), 0) - 1, -1):     # the last max(d_b, 1) units
-        if again[j]:
-            regather[j] = channel.send(ALL_GATHER, j, clock, ag_base + j)
-    scatter = [-1] * (len(group_bounds) - 1 if grouped else m)
-    unit_backward = [(0.0, 0.0)] * m
-    for j in range(m - 1, -1, -1):
-        begin = clock if regather[j] < 0 else max(clock, ended(regather[j]))
-        k = j - d_b
-        if d_b >= 1 and k >= 0 and again[k] and regather[k] < 0:
-            regather[k] = channel.send(ALL_GATHER, k, begin, ag_base + k)
-        clock = begin + backward_total[j]
-        unit_backward[j] = (begin, clock)
-        if grouped:
-            for g, before in issuing[j]:              # groups whose last gradient is ready in this unit
-                scatter[g] = channel.send(REDUCE_SCATTER, g, max(begin, clock - before), m + 1 + g)
-        elif not (root and j == m - 1):                   # the root is reduced with its first part
-            scatter[j] = channel.send(REDUCE_SCATTER, j, clock, root_size if root and j == 0 else None)
-        if d_b == 0 and j >= 1 and again[j - 1]:
-            regather[j - 1] = channel.send(ALL_GATHER, j - 1, clock, ag_base + j - 1)
-    if root:
-        scatter[m - 1] = scatter[0]
-
-    # The optimiser, after every gradient is reduced, then the step's other parts.
-    optimiser = max(clock, max(ended(k) for k in scatter))
-    if two:
-        channel.drain()
-    clock = optimiser + profile.U + profile.update_lump + profile.host_overhead
+    program = sharded_program(problem, plan)
+    if problem.fully_sharded.channels == "two":
+        channel: _TwoChannels | _InIssueOrder = _TwoChannels(problem, program)
+    else:
+        channel = _InIssueOrder(collective_durations(problem, program))
+    clock, marks = run(program, channel)
+    unit_forward, unit_backward = unit_spans(profile, plan, marks)
     if pieces is not None:
-        pieces.extend(_stream(profile, plan, unit_forward, unit_backward, optimiser))
+        pieces.extend(_stream(profile, plan, unit_forward, unit_backward, marks[OPTIMISER][0]))
 
     # Memory: what is whole when.
+    m = plan.num_units
+    roles = program.roles
+    gather, regather, scatter = roles["gather"], roles["regather"], roles["scatter"]
+    gather_bytes, gathers, again = roles["gather_bytes"], roles["gathers"], roles["again"]
+    reshard = plan.reshard.tolist()
+    unit_bytes = plan.unit_bytes(profile).tolist()
+    start, end = channel.start, channel.end
     intervals = []
-    if persistent:                                        # whole all the time
-        intervals.append((0.0, float(clock), int(sum(int(profile.sizes[i]) for i in persistent))))
+    if roles["persistent"]:                               # whole all the time
+        intervals.append((0.0, float(clock), int(profile.sizes[plan.persistent].sum())))
+    grouped = plan.reduce_bounds is not None
     for j in range(m):
-        if not gathers[j] or (root and j == m - 1):
+        if not gathers[j] or (plan.root and j == m - 1):
             pass                                          # nothing gathered; the root is counted with its first part
-        elif root and j == 0:
-            intervals.append((channel.start[gather[0]], unit_backward[0][1], gather_bytes[0] + gather_bytes[-1]))
+        elif plan.root and j == 0:
+            intervals.append((start[gather[0]], unit_backward[0][1], gather_bytes[0] + gather_bytes[-1]))
         else:
             kept_until = unit_forward[j][1] if reshard[j] else unit_backward[j][1]
-            intervals.append((channel.start[gather[j]], kept_until, gather_bytes[j]))
+            intervals.append((start[gather[j]], kept_until, gather_bytes[j]))
         if again[j]:
-            intervals.append((channel.start[regather[j]], unit_backward[j][1], gather_bytes[j]))
+            intervals.append((start[regather[j]], unit_backward[j][1], gather_bytes[j]))
         if not grouped:
-            intervals.append((unit_backward[j][0], channel.end[scatter[j]], unit_bytes[j]))
+            intervals.append((unit_backward[j][0], end[scatter[j]], unit_bytes[j]))
     if grouped:                                           # each unit's share of each group it meets
+        bounds, group_bounds = plan.bounds.tolist(), plan.reduce_bounds.tolist()
+        prefix = np.concatenate(([0], np.cumsum(profile.sizes, dtype=np.int64)))
         for j in range(m):
             for g in range(len(group_bounds) - 1):
                 low, high = max(bounds[j], group_bounds[g]), min(bounds[j + 1], group_bounds[g + 1])
                 if low < high:
-                    intervals.append((unit_backward[j][0], channel.end[scatter[g]], int(prefix[high] - prefix[low])))
+                    intervals.append((unit_backward[j][0], end[scatter[g]], int(prefix[high] - prefix[low])))
     memory_time, memory_bytes, peak = _memory(intervals)
 
-    ends = np.asarray(channel.end + [-math.inf])          # NOTHING gathered: index -2 is never a message
-    gathered = ends[np.where(np.asarray(gather) == NOTHING, len(ends) - 1, np.asarray(gather))][unit_of]
-    for k, i in zip(kept_whole, persistent):
-        gathered[i] = channel.end[k]
-    scatter_of = np.repeat(np.arange(len(group_bounds) - 1), np.diff(group_bounds)) if grouped else unit_of
-    reduced = np.asarray(channel.end)[np.asarray(scatter)][scatter_of]
-    # Each tensor's forward starts at its unit's start plus the forwards before it in the unit.
-    before = np.cumsum(profile.forward) - profile.forward
-    phi = np.asarray([b for b, _ in unit_forward])[unit_of] + (before - before[plan.bounds[:-1]][unit_of])
+    ends = np.asarray(end + [-math.inf])                  # gathered by nothing: index -1
+    reduced = np.asarray(end)[np.asarray(program.reduced_by, dtype=np.int64)]
     return Timeline(
         sync=problem.sync,
         iteration_time=float(clock),
         compute_time=profile.compute_time,
         message_ready=read_only(channel.issue),
-        message_start=read_only(channel.start),
-        message_end=read_only(channel.end),
-        message_bytes=read_only(channel.bytes, np.int64),
+        message_start=read_only(start),
+        message_end=read_only(end),
+        message_bytes=read_only(program.nbytes, np.int64),
         reduced=read_only(reduced),
-        forward_start=read_only(phi),
-        message_kind=read_only(channel.kind, np.int8),
-        gathered=read_only(gathered),
-        message_unit=read_only(channel.unit, np.int64),
+        forward_start=read_only(program.forward_start(marks)),
+        message_kind=read_only(program.kind, np.int8),
+        gathered=read_only(ends[np.asarray(program.gathered_by, dtype=np.int64)]),
+        message_unit=read_only(program.units, np.int64),
         peak_memory=int(peak),
         memory_time=read_only(memory_time),
         memory_bytes=read_only(memory_bytes, np.int64),
     )
 
 
-def group_issue_points(profile, bounds: list[int], group_bounds: list[int]) -> list[list[tuple[int, float]]]:
-    """Per unit ``j``: the reduce-scatter groups whose last gradient is ready in its
-    backward, in program order, each with the seconds of backward of the unit's tensors
-    before its last-ready tensor (forward order), which its issue precedes the unit's end by.
-
-    A group's gradients are all ready when its first tensor's is (ready times fall along the
-    forward order), in the unit holding that tensor; the groups completing in one unit are
-    issued in the profile's ready order restricted to the unit."""
-    m = len(bounds) - 1
-    backward = profile.backward.tolist()
-    group_of = np.repeat(np.arange(len(group_bounds) - 1), np.diff(group_bounds)).tolist()
-    unit_of = np.repeat(np.arange(m), np.diff(bounds)).tolist()
-    before = [0.0] * len(backward)                        # backward of the unit's tensors before i
-    for j in range(m):
-        total = 0.0
-        for i in range(bounds[j], bounds[j + 1]):
-            before[i] = total
-            total += backward[i]
-    left = np.diff(group_bounds).tolist()                 # tensors of each group not yet ready
-    points: list[list[tuple[int, float]]] = [[] for _ in range(m)]
-    for i in profile.ready_order:                         # non-decreasing ready times
-        g = group_of[i]
-        left[g] -= 1
-        if left[g] == 0:
-            first = group_bounds[g]
-            points[unit_of[first]].append((g, before[first]))
-    return points
+def collective_durations(problem: Problem, program: Program) -> list[float]:
+    """Each collective's time on the one channel (seconds): the reduce-scatter or the
+    all-gather cost of its unsharded bytes."""
+    halves = problem.fully_sharded
+    kinds = np.asarray(program.kind, dtype=np.int64)
+    nbytes = np.asarray(program.nbytes, dtype=np.float64)
+    durations = np.zeros(len(kinds))
+    for kind, half in ((REDUCE_SCATTER, halves.reduce_scatter), (ALL_GATHER, halves.all_gather)):
+        mine = kinds == kind
+        durations[mine] = half.of_sizes(nbytes[mine])
+    return durations.tolist()
 
 
 def _stream(profile, plan: ShardedPlan, unit_forward: list[tuple[float, float]],
             unit_backward: list[tuple[float, float]], optimiser: float) -> list[ComputePiece]:
     """The compute stream task by task: each unit's forwards in forward order, its backwards
-    in the ready order, from the unit's start; the updates in the ready order from
-    ``optimiser``; then the step parts. A unit's last task ends where the step's timing
+    in the ready order, from the unit's start; the updates in the ready order from the
+    optimiser's start; then the step parts. A unit's last task ends where the step's timing
     ends the unit."""
     stream: list[ComputePiece] = []
     bounds = plan.bounds.tolist()
@@ -512,4 +396,4 @@ def _memory(intervals: list[tuple[float, float, int]]) -> tuple[list[float], lis
     return times, levels, peak
 
 
-__all__ = ["simulate_sharded", "require_sharded", "group_issue_points", "REDUCE_SCATTER", "ALL_GATHER"]
+__all__ = ["simulate_sharded", "require_sharded", "collective_durations", "REDUCE_SCATTER", "ALL_GATHER"]

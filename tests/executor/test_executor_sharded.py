@@ -12,10 +12,11 @@ import pytest
 from executor_helpers import small_profile
 from fusionopt.executor import CollectiveTimeout, CorrectnessError, Fault, Job, run
 from fusionopt.executor.local import LocalGroup, run_threads
-from fusionopt.executor.programs import build_program, replay
+from fusionopt.executor.programs import build_program
 from fusionopt.model import AlphaBeta, Plan, Problem, simulate
 from fusionopt.model.decoupled import Decoupled, DecoupledPlan
 from fusionopt.model.sharded import FullySharded, ShardedPlan
+from fusionopt.model.step_program import replay
 
 HALF = AlphaBeta(alpha=1e-4, beta=1e-9)
 KINDS = {0: "reduce-scatter", 1: "all-gather"}

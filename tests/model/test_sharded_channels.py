@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from strategies import alpha_beta, profiles, sharded_plans
 
 from fusionopt.cost import AlphaBeta, PiecewiseLinear
-from fusionopt.executor.programs import sharded_program
+from fusionopt.executor.programs import build_program
 from fusionopt.model import FullySharded, Problem, Profile, ShardedPlan, compute_pieces, simulate
 from fusionopt.model.bounds import sharded_lower_bound
 
@@ -161,6 +161,6 @@ def test_refusals():
     FullySharded(HALF, curve)                             # one channel takes any cost
     problem = section5()
     with pytest.raises(ValueError, match="one communicator"):
-        sharded_program(problem, ShardedPlan([0, 2, 3]))
+        build_program(problem, ShardedPlan([0, 2, 3]))
     assert FullySharded.from_network("10gbe", 2, channels="two").channels == "two"
     assert section5().fully_sharded.with_cap(1e9).channels == "two"
