@@ -659,7 +659,8 @@ def _advise_zero2(args: argparse.Namespace) -> None:
 
 
 def _print_grid(label: str, where: str, setting: Any) -> None:
-    shown = ", ".join(f"{key}={value:g}" if isinstance(value, (int, float)) else f"{key}={value}"
+    shown = ", ".join(f"{key}={json.dumps(value)}" if isinstance(value, bool)          # as in a JSON config
+                      else f"{key}={value:g}" if isinstance(value, (int, float)) else f"{key}={value}"
                       for key, value in setting.options.items())
     memory = "" if setting.peak_memory is None else f", peak {setting.peak_memory / 2**20:.1f} MiB"
     default_memory = "" if setting.default_peak_memory is None else f", peak {setting.default_peak_memory / 2**20:.1f} MiB"

@@ -890,7 +890,10 @@ def test_advise_sharded_patterns(capsys):
     doc = run_json(capsys, "advise", *gpt2, "--pattern", "zero2", "--json")
     assert doc["megatron"]["options"]["data_parallel_size"] == 64
     assert doc["megatron"]["iteration_time"] <= doc["megatron"]["default_iteration_time"]
-    assert doc["zero2"]["options"] == {"reduce_bucket_size": 500_000_000}
+    # DeepSpeed's defaults (5e8 elements, overlap_comm off) are beaten by overlapping smaller buckets.
+    assert doc["zero2"]["tried"] == 8 and doc["zero2"]["options"]["overlap_comm"] is True
+    assert doc["zero2"]["options"]["reduce_bucket_size"] < 500_000_000
+    assert doc["zero2"]["iteration_time"] < doc["zero2"]["default_iteration_time"]
     assert "--memory-cap goes with --pattern fsdp" in run_error(capsys, "advise", *gpt2, "--memory-cap", "1GB")
     assert "--fully-sharded: advise takes --pattern zero2 (decoupled) or --pattern fsdp" in run_error(
         capsys, "advise", *gpt2, "--fully-sharded")

@@ -4,8 +4,8 @@ schedule the framework builds from them.
 
 * :func:`fsdp2_settings`: FSDP2 calls that build a given fully sharded plan;
 * :func:`zero3_settings`: DeepSpeed ZeRO-3's prefetch, reuse and reduce bucket sizes;
-* :func:`zero2_settings`: DeepSpeed ZeRO-2's ``reduce_bucket_size`` and Megatron-LM's
-  ``bucket_size`` on a decoupled problem.
+* :func:`zero2_settings`: DeepSpeed ZeRO-2's ``reduce_bucket_size`` and ``overlap_comm``,
+  and Megatron-LM's ``bucket_size``, on a decoupled problem.
 
 Every setting reported comes with the model's ``T`` (seconds) of what the framework runs
 with it, and on a fully sharded problem its peak memory (bytes); a setting over the
@@ -249,6 +249,11 @@ ZERO3_GRID = {
 ZERO2_BUCKETS = [5_000_000, 20_000_000, 100_000_000, 500_000_000]
 """DeepSpeed ZeRO-2 ``reduce_bucket_size`` values tried (elements; default 5e8)."""
 
+ZERO2_GRID = {"overlap_comm": [False, True], "reduce_bucket_size": ZERO2_BUCKETS}
+"""DeepSpeed ZeRO-2 settings tried: every bucket size without ``overlap_comm`` (off by default
+for stage 2), then with it; on a tie the first tried is kept, so ``overlap_comm`` is advised
+only where it is faster than every setting without it."""
+
 MEGATRON_BUCKETS = [1_000_000, 4_000_000, 10_000_000, 20_000_000, 40_000_000, 100_000_000]
 """Megatron-LM ``bucket_size`` values tried (parameters; default ``max(4e7, 1e6 x dp)``)."""
 
@@ -295,15 +300,16 @@ def zero3_settings(problem: Problem) -> GridSetting:
 
 
 def zero2_settings(problem: Problem, *, data_parallel_size: int | None = None) -> tuple[GridSetting, GridSetting]:
-    """On a decoupled problem: DeepSpeed ZeRO-2's ``reduce_bucket_size`` (:data:`ZERO2_BUCKETS`,
-    sync ``"barrier"``, its only mode) and Megatron-LM's ``bucket_size``
+    """On a decoupled problem: DeepSpeed ZeRO-2's ``reduce_bucket_size`` and ``overlap_comm``
+    (:data:`ZERO2_GRID`, judged with :func:`~fusionopt.solvers.zero2.zero2`, sync
+    ``"barrier"``, its only mode) and Megatron-LM's ``bucket_size``
     (:data:`MEGATRON_BUCKETS`; ``megatron`` under barrier sync, ``megatron-overlap`` with
     ``overlap_param_gather`` under layerwise sync), each the fastest beside the defaults.
     The decoupled pattern models no memory: ``peak_memory`` is None. Under layerwise sync
     ZeRO-2 is not judged (None)."""
     fixed = {} if data_parallel_size is None else {"data_parallel_size": data_parallel_size}
     layerwise = problem.sync == "layerwise"
-    zero2 = None if layerwise else _grid(problem, "zero2", {"reduce_bucket_size": ZERO2_BUCKETS})
+    zero2 = None if layerwise else _grid(problem, "zero2", ZERO2_GRID)
     megatron = _grid(problem, "megatron-overlap" if layerwise else "megatron", {"bucket_size": MEGATRON_BUCKETS}, fixed)
     return zero2, megatron
 

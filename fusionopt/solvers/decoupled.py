@@ -12,7 +12,6 @@
   time, where the two groupings separate.
 * :func:`dear`: DeAR's fusion of modules up to a buffer threshold, reduce-scatters from the
   backward hooks, all-gathers one group ahead from the forward pre-hooks.
-* :func:`zero2`: DeepSpeed ZeRO stage 2 with its defaults.
 * :func:`decoupled_opt`: a local search over the two groupings from the best of the others,
   for any size, with its gap to :func:`~fusionopt.model.bounds.decoupled_lower_bound`.
 """
@@ -319,88 +318,6 @@ def _least_gather_time(profile: Any, cost: Any) -> tuple[list[list[int]], float]
     return groups[::-1], float(best[n])
 
 
-ZERO_REDUCE_BUCKET = 500_000_000           # elements: DeepSpeed's reduce_bucket_size default
-
-
-def zero2_buckets(problem: Problem, reduce_bucket_size: int = ZERO_REDUCE_BUCKET) -> list[list[int]]:
-    """DeepSpeed ZeRO-2's gradient buckets (tensors, forward indices) in the order flushed.
-
-    Gradients enter the bucket as their hooks fire (the ready order); the bucket is flushed
-    before a gradient that would take it past ``reduce_bucket_size`` elements
-    (``reduce_independent_p_g_buckets_and_remove_grads``), and the last one after the
-    backward. A gradient larger than the bucket goes alone.
-
-    >>> from fusionopt.model import AlphaBeta, Decoupled, Profile
-    >>> profile = Profile.from_arrays([12, 8, 8], [0.0] * 3, [1e-3] * 3)          # 3, 2, 2 float32 elements
-    >>> zero2_buckets(Problem(profile, decoupled=Decoupled(AlphaBeta(0, 1e-9), AlphaBeta(0, 1e-9))), 4)
-    [[2, 1], [0]]
-    """
-    if isinstance(reduce_bucket_size, bool) or not isinstance(reduce_bucket_size, (int, np.integer)) \
-            or reduce_bucket_size < 1:
-        raise ValueError(f"reduce_bucket_size must be a whole number of elements >= 1, got {reduce_bucket_size!r}")
-    profile = problem.profile
-    buckets: list[list[int]] = []
-    count = 0
-    for i in profile.ready_order:
-        i = int(i)
-        elements = -(-int(profile.sizes[i]) // int(profile.element_bytes[i]))
-        if buckets and buckets[-1] and count + elements > reduce_bucket_size:
-            buckets.append([])
-            count = 0
-        if not buckets:
-            buckets.append([])
-        buckets[-1].append(i)
-        count += elements
-    return buckets
-
-
-@declares(Needs(pattern="decoupled", barrier=True))
-def zero2(problem: Problem, *, reduce_bucket_size: int = ZERO_REDUCE_BUCKET) -> Result:
-    """DeepSpeed ZeRO stage 2 with its defaults, as ``deepspeed/runtime/zero/stage_1_and_2.py``
-    of DeepSpeed 0.19.6 runs it (the same logic in 0.16.5):
-
-    * gradients are bucketed in hook order (:func:`zero2_buckets`, 5e8 elements);
-    * with ``reduce_scatter=True`` and ``use_multi_rank_bucket_allreduce=True`` (defaults) each
-      bucket is **all-reduced** and every rank keeps its slices (``allreduce_and_scatter``):
-      the plan reduces with all-reduces, priced at ``c_RS + c_AG``;
-    * ``overlap_comm`` is off for stage 2 by default, so the collective runs on the compute
-      stream and the backward waits for it: the backward plus every bucket's all-reduce take
-      ``B + sum_k c_AR(S_k)``, which the plan states by releasing every bucket at ``B``;
-    * ``step()`` runs the optimiser on each rank's partition after every reduction (``U``),
-      then one ``all_gather_into_tensor`` of the whole parameter group (released at the
-      step's end), and the next forward waits for it: ``sync="barrier"`` only.
-
-    Reconstructed, not measured: one parameter group, the gradient-norm all-reduce of a
-    scalar and the buffers' alignment padding are left out; ``overlap_comm=True`` is not
-    modelled.
-
-    Examples
-    --------
-    One bucket: the backward ends at 6 ms, the all-reduce of 7 MB takes 2 + 14 = 16 ms with
-    halves of ``1 ms + 1 ns/B`` (6-22), the all-gather of 7 MB 8 ms (22-30), then the forward:
-    ``T = 33`` ms.
-
-    >>> from fusionopt.model import AlphaBeta, Decoupled, Profile
-    >>> profile = Profile.from_arrays([4e6, 1e6, 2e6], [1e-3] * 3, [3e-3, 2e-3, 1e-3])
-    >>> half = AlphaBeta(1e-3, 1e-9)
-    >>> r = zero2(Problem(profile, decoupled=Decoupled(half, half)))
-    >>> (r.timeline.message_end * 1e3).round(9).tolist(), round(r.iteration_time * 1e3, 9)
-    ([22.0, 30.0], 33.0)
-    """
-    started = time.perf_counter()
-    profile = problem.profile
-    if problem.decoupled.update_after_gather and profile.U > 0:
-        raise ValueError("zero2 updates in the optimiser step, before gathering parameters; this problem "
-                         "updates after the gathers (update_after_gather=True)")
-    buckets = zero2_buckets(problem, reduce_bucket_size)
-    reduce = Plan.from_groups(profile, buckets, release=[profile.B] * len(buckets))
-    step_end = _gradients_reduced(problem, reduce, "all_reduce") + profile.U
-    gather = Plan.from_groups(profile, [list(range(profile.n))], release=[step_end])
-    plan = DecoupledPlan(reduce, gather, reduce_with="all_reduce")
-    return finish(problem, plan, "zero2", started,
-                  stats={"reduce_bucket_size": int(reduce_bucket_size), "buckets": len(buckets), "step_end": step_end})
-
-
 DEAR_THRESHOLD_MB = 25.0
 
 
@@ -622,4 +539,4 @@ def _groups(order: list[int], cuts: Any) -> list[list[int]]:
 
 
 __all__ = ["decoupled_wfbp", "megatron", "megatron_overlap", "megatron_buckets", "decoupled_brute", "decoupled_dp",
-           "dear", "dear_groups", "decoupled_opt", "zero2", "zero2_buckets"]
+           "dear", "dear_groups", "decoupled_opt"]

@@ -190,8 +190,8 @@ register("megatron", "fusionopt.solvers.decoupled:megatron",
 register("megatron-overlap", "fusionopt.solvers.decoupled:megatron_overlap",
          "Megatron-LM with overlap_param_gather: buckets gathered one ahead by forward pre-hooks (layerwise)",
          family="framework baseline")
-register("zero2", "fusionopt.solvers.decoupled:zero2",
-         "DeepSpeed ZeRO-2 defaults: 5e8-element buckets all-reduced on the compute stream, one gather (barrier)",
+register("zero2", "fusionopt.solvers.zero2:zero2",
+         "DeepSpeed ZeRO-2: 5e8-element buckets all-reduced (overlap_comm: on their own stream), one gather (barrier)",
          family="framework baseline")
 register("dear", "fusionopt.solvers.decoupled:dear",
          "DeAR: 25 MB module groups, reduce-scatters in the backward, gathers one ahead in the forward (layerwise)",

@@ -1,4 +1,5 @@
-"""Settings for sharded data parallelism: FSDP2's calls for a plan, read back to the plan."""
+"""Settings for sharded data parallelism: FSDP2's calls for a plan, read back to the plan;
+DeepSpeed ZeRO-2's bucket size and overlap_comm on a decoupled all-reduce."""
 
 import pytest
 from hypothesis import given, settings
@@ -6,9 +7,9 @@ from hypothesis import strategies as st
 
 from fusionopt import zoo
 from fusionopt.cost import AlphaBeta
-from fusionopt.model import FullySharded, Problem, Profile, ShardedPlan, simulate
+from fusionopt.model import Decoupled, FullySharded, Problem, Profile, ShardedPlan, simulate
 from fusionopt.solvers import solve
-from fusionopt.solvers.advise_sharded import fsdp2_plan_of, fsdp2_settings, unit_modules
+from fusionopt.solvers.advise_sharded import fsdp2_plan_of, fsdp2_settings, unit_modules, zero2_settings
 from fusionopt.solvers.sharded import atom_bounds, fsdp2_plan
 
 NAMES = ["emb.weight", "h.0.a.weight", "h.0.a.bias", "h.0.b.weight", "h.1.a.weight", "h.1.b.weight",
@@ -91,3 +92,55 @@ def test_settings_build_the_plan_they_were_made_from(plan):
     assert got.message_start.tolist() == want.message_start.tolist()
     assert got.message_bytes.tolist() == want.message_bytes.tolist()
     assert (s.iteration_time, s.peak_memory) == (want.iteration_time, want.peak_memory)
+
+
+MS = 1e-3
+
+
+def test_zero2_advice_turns_overlap_comm_on_where_it_gains():
+    # Four tensors of 20M float32 elements (80 MB), backward 10 ms each (ready at 10, 20, 30,
+    # 40 ms), forwards 1 ms; halves of 0.1 ms + 0.01 ns/B: 80 MB reduce-scatters in 0.9 ms
+    # (all-reduce 1.8), 320 MB in 3.3 ms (all-reduce 6.6). Buckets of 5e6 or 2e7 elements
+    # hold one tensor each, 1e8 and 5e8 all four.
+    #   overlap_comm=False: one bucket 40 + 6.6 = 46.6, per tensor 40 + 4 x 1.8 = 47.2;
+    #   overlap_comm=True, per tensor: {3} flushed at 20 (20-21.8), {2} at 30, {1} at 40
+    #   (40-41.8), {0} after it (41.8-43.6); one bucket as without overlap.
+    # Then the all-gather (3.3 ms) and the forward (4 ms): the best is overlap_comm with
+    # 5e6-element buckets (the first of the two ties), 43.6 + 7.3 = 50.9 ms; the defaults
+    # (5e8, off) 46.6 + 7.3 = 53.9 ms.
+    profile = Profile.from_arrays([80e6] * 4, [MS] * 4, [10 * MS] * 4)
+    half = AlphaBeta(1e-4, 1e-11)
+    zero2, megatron = zero2_settings(Problem(profile, decoupled=Decoupled(half, half)))
+    assert zero2.method == "zero2" and zero2.tried == 8 and zero2.peak_memory is None
+    assert zero2.options == {"overlap_comm": True, "reduce_bucket_size": 5_000_000}
+    assert zero2.iteration_time / MS == pytest.approx(50.9, rel=1e-12)
+    assert zero2.default_iteration_time / MS == pytest.approx(53.9, rel=1e-12)
+    assert megatron.method == "megatron"
+
+
+def test_zero2_advice_keeps_overlap_comm_off_when_it_gains_nothing():
+    # 1.75M elements in all: every size tried makes one bucket, flushed after the backward
+    # with or without overlap_comm, so all eight settings tie and the first is kept.
+    profile = Profile.from_arrays([4e6, 1e6, 2e6], [MS] * 3, [3 * MS, 2 * MS, MS])
+    half = AlphaBeta(MS, 1e-9)
+    zero2, _ = zero2_settings(Problem(profile, decoupled=Decoupled(half, half)))
+    assert zero2.options == {"overlap_comm": False, "reduce_bucket_size": 5_000_000}
+    assert zero2.iteration_time == zero2.default_iteration_time
+    zero2, megatron = zero2_settings(Problem(profile, decoupled=Decoupled(half, half), sync="layerwise"))
+    assert zero2 is None and megatron.method == "megatron-overlap"
+
+
+@settings(deadline=None, max_examples=10)
+@given(st.lists(st.integers(1, 40_000_000), min_size=1, max_size=6), st.floats(1e-5, 1e-2), st.floats(1e-6, 1e-3))
+def test_zero2_advice_is_the_best_of_its_grid(elements, alpha, backward):
+    profile = Profile.from_arrays([4 * e for e in elements], [MS] * len(elements), [backward] * len(elements))
+    half = AlphaBeta(alpha, 1e-11)
+    problem = Problem(profile, decoupled=Decoupled(half, half))
+    zero2, _ = zero2_settings(problem)
+    every = [solve(problem, "zero2", reduce_bucket_size=size, overlap_comm=overlap)
+             for overlap in (False, True) for size in (5_000_000, 20_000_000, 100_000_000, 500_000_000)]
+    # The grid keeps a setting only when it is faster by more than a relative 1e-9.
+    assert zero2.iteration_time == pytest.approx(min(r.iteration_time for r in every), rel=1e-9)
+    assert zero2.iteration_time <= zero2.default_iteration_time
+    assert zero2.default_iteration_time == solve(problem, "zero2").iteration_time
+    assert solve(problem, "zero2", **zero2.options).iteration_time == zero2.iteration_time

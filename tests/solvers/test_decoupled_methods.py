@@ -161,36 +161,6 @@ def test_the_search_options_are_checked():
         solve(decoupled(profile), "decoupled-opt", time_limit=0)
 
 
-def test_zero2_buckets_and_refusals():
-    from fusionopt.solvers.decoupled import zero2_buckets
-    # 3, 2, 2, 6 float32 elements, ready order 3, 2, 1, 0: a bucket of 5 takes {3} (6 > 5 alone),
-    # then {2, 1} (2 + 2), then {0}.
-    profile = Profile.from_arrays([12, 8, 8, 24], [0.0] * 4, [MS] * 4)
-    problem = decoupled(profile)
-    assert zero2_buckets(problem, 5) == [[3], [2, 1], [0]]
-    assert zero2_buckets(problem) == [[3, 2, 1, 0]]
-    with pytest.raises(ValueError, match="^reduce_bucket_size must be a whole number of elements >= 1, got 0$"):
-        zero2_buckets(problem, 0)
-    after = Problem(Profile.from_arrays([8], [MS], [MS], update=[MS]),
-                    decoupled=Decoupled(AlphaBeta(MS, 0), AlphaBeta(MS, 0), update_after_gather=True))
-    with pytest.raises(ValueError, match="^zero2 updates in the optimiser step, before gathering parameters"):
-        solve(after, "zero2")
-
-
-@settings(deadline=None, max_examples=40)
-@given(profiles(max_n=8), alpha_beta, st.integers(1, 3_000_000))
-def test_zero2_is_the_backward_then_its_all_reduces_then_one_gather(profile, half, bucket):
-    # Its stated timing, written independently: B + sum_k c_AR(S_k) + U + c_AG(all) + F + W.
-    from fusionopt.solvers.decoupled import zero2_buckets
-    problem = decoupled(profile, "barrier", half)
-    result = solve(problem, "zero2", reduce_bucket_size=bucket)
-    sizes = [int(profile.sizes[b].sum()) for b in zero2_buckets(problem, bucket)]
-    expected = (profile.B + sum(2 * half(s) for s in sizes) + profile.U + half(profile.total_bytes)
-                + profile.F + profile.host_overhead)
-    assert result.iteration_time == pytest.approx(expected, rel=1e-12, abs=1e-15)
-    assert result.plan.reduce_with == "all_reduce"
-
-
 def test_megatron_overlap_with_free_collectives_and_update_time():
     # One worker: every collective costs nothing, so the first all-gather waits only for the
     # updates, and the model's own update ends must be what the policy uses (to the bit).
