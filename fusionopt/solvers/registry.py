@@ -206,7 +206,8 @@ register("decoupled-dp", "fusionopt.solvers.decoupled:decoupled_dp",
          "decoupled all-reduce, exact over decoupled-brute's space: barrier sync, no update time, any n",
          family="exact", in_default_comparison=False)
 register("decoupled-cpsat", "fusionopt.solvers.decoupled_cpsat:decoupled_cpsat",
-         "decoupled all-reduce, exact: CP-SAT over both groupings and their interleaving on the channel, n <= 10",
+         "decoupled all-reduce, exact: CP-SAT over both groupings and their interleaving on the channel, "
+         "n <= 10 (every reduce-scatter first with interleave=False, n <= 40)",
          family="exact", in_default_comparison=False)
 
 register("sharded-wfbp", "fusionopt.solvers.sharded:sharded_wfbp",
@@ -216,7 +217,8 @@ register("fsdp2", "fusionopt.solvers.sharded:fsdp2",
          "PyTorch FSDP2 (torch 2.13): fully_shard per block and on the root, blocks resharded, implicit prefetch",
          family="framework baseline")
 register("sharded-opt", "fusionopt.solvers.sharded:sharded_opt",
-         "fully sharded: local search over units, reshard flags, prefetch depths and root under the memory cap",
+         "fully sharded: local search over units, reshard flags, prefetch depths and root under the memory cap "
+         "(reduce_groups=True: also reduce-scatter groups)",
          family="search")
 register("sharded-brute", "fusionopt.solvers.sharded:sharded_brute",
          "fully sharded, exact: every plan over at most 8 atoms (units, reshard flags, depths, root)",

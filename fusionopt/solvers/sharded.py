@@ -9,7 +9,8 @@
   prefetch depths, root), exact over that space.
 * :func:`sharded_opt`: a deterministic local search over the same space for any size, from
   the frameworks' settings, with its gap to
-  :func:`~fusionopt.model.bounds.sharded_lower_bound`.
+  :func:`~fusionopt.model.bounds.sharded_lower_bound`; with ``reduce_groups=True`` also over
+  reduce-scatter groups apart from the units (DeepSpeed ZeRO-3's gradient buckets).
 
 Every method honours the problem's memory cap: the searches return only plans within it
 (or raise naming the least peak they found), and a framework's fixed setting that exceeds
@@ -309,6 +310,59 @@ def _packed(profile: Profile, atoms: list[int], target: float) -> list[int]:
     return bounds + [atoms[-1]]
 
 
+def _packed_from_end(profile: Profile, atoms: list[int], target: float) -> list[int]:
+    """:func:`_packed` along the backward: groups of consecutive atoms from the last one, a
+    group closed after an atom that would take it past ``target`` bytes (DeepSpeed's
+    gradient bucket, filled in ready order; the remainder is the group of tensor 0)."""
+    prefix = np.concatenate(([0], np.cumsum(profile.sizes, dtype=np.int64))).tolist()
+    bounds, last = [atoms[-1]], atoms[-1]
+    for a, b in zip(atoms[-2:0:-1], atoms[-3::-1]):
+        if prefix[last] - prefix[b] > target:
+            bounds.append(a)
+            last = a
+    return [0] + bounds[::-1]
+
+
+def _group_layouts(profile: Profile, atoms: list[int]) -> list[list[int]]:
+    """Reduce-scatter groupings to start from: atoms packed into groups of ten target sizes (a
+    geometric grid from the median atom to the model), from the first tensor and from the
+    last, without repeats."""
+    prefix = np.concatenate(([0], np.cumsum(profile.sizes, dtype=np.int64)))
+    smallest = float(np.median(np.diff(prefix[np.asarray(atoms)])))
+    layouts: list[list[int]] = []
+    for target in np.geomspace(smallest, max(float(prefix[-1]), smallest), num=10).tolist():
+        for groups in (_packed(profile, atoms, target), _packed_from_end(profile, atoms, target)):
+            if groups not in layouts:
+                layouts.append(groups)
+    return layouts
+
+
+def _group_neighbours(plan: ShardedPlan, atoms: list[int]):
+    """Plans one reduce-scatter grouping move from ``plan``: a group boundary removed or added
+    at an atom boundary, or moved to the next atom boundary either way; back to reduce-scatters
+    with the units (``reduce_bounds=None``). The moves start from the plan's groups (its units'
+    when it has none; a root is unmade first, since a root takes no groups of its own)."""
+    if plan.root:
+        plan = plan.replace(root=False)
+    elif plan.reduce_bounds is not None:
+        yield plan.replace(reduce_bounds=None)
+    groups = plan.reduce_groups().tolist()
+    inside = set(groups)
+    for b in atoms[1:-1]:
+        if b in inside:
+            yield plan.replace(reduce_bounds=[c for c in groups if c != b])
+        else:
+            yield plan.replace(reduce_bounds=sorted(groups + [b]))
+    place = {b: k for k, b in enumerate(atoms)}
+    for g in range(1, len(groups) - 1):
+        k = place.get(groups[g])
+        if k is None:
+            continue
+        for other in (atoms[k - 1], atoms[k + 1]):
+            if groups[g - 1] < other < groups[g + 1]:
+                yield plan.replace(reduce_bounds=groups[:g] + [other] + groups[g + 1:])
+
+
 def _candidates(profile: Profile, atoms: list[int]):
     """Structured starts: FSDP2's units; a unit per atom; atoms (and whole blocks, when
     they are made of atoms) packed into units of a target size (a geometric grid from the
@@ -400,9 +454,10 @@ def _neighbours(plan: ShardedPlan, atoms: list[int], least: dict[str, int], root
 @declares(SHARDED)
 def sharded_opt(problem: Problem, *, atoms: str | Sequence[int] = "module", max_evaluations: int = 20_000,
                 kicks: int = 20, rng: int = 0, time_limit: float = 30.0, min_forward_prefetch: int = 0,
-                min_backward_prefetch: int = 0, root: bool | None = None) -> Result:
+                min_backward_prefetch: int = 0, root: bool | None = None, reduce_groups: bool = False) -> Result:
     """A local search over units, reshard flags, prefetch depths and root, any size: the
-    space of :func:`sharded_brute` (each unit's gradients reduce-scattered with it).
+    space of :func:`sharded_brute` (each unit's gradients reduce-scattered with it), and with
+    ``reduce_groups=True`` also the reduce-scatter groupings apart from the units.
 
     Scores structured starts (:func:`_candidates`: FSDP2's plan, a unit per atom, and atoms
     and blocks packed into units of ten target sizes with the last ``k`` units kept and five pairs of prefetch depths,
@@ -417,9 +472,25 @@ def sharded_opt(problem: Problem, *, atoms: str | Sequence[int] = "module", max_
     and by how far they exceed it, so the search walks into the cap. Its ``gap`` is to
     :func:`~fusionopt.model.bounds.sharded_lower_bound`.
 
+    ``reduce_groups=True`` (DeepSpeed ZeRO-3's gradient buckets, MODEL.md 8.2's
+    ``reduce_bounds``; FSDP can only reduce-scatter a unit's gradients together, so the
+    default is False): after that search, which runs exactly as without the option, a second
+    one starts from its best local optima (the ``DESCENTS`` best, the root unmade), each with
+    the reduce-scatter groups equal to its units and with atoms packed into groups of ten target
+    sizes from either end (:func:`_group_layouts`), descends from the best ``DESCENTS`` of
+    those starts over the moves above and the grouping's own (:func:`_group_neighbours`: a
+    group boundary added, removed or moved to the next atom boundary, or back to
+    reduce-scatters with the units), then kicks as above. It only takes a plan better than
+    the best found so far, so its result is never slower than without the option on the same
+    problem and budget (unless ``time_limit`` stops a search); it runs up to
+    ``max_evaluations`` further simulations.
+
     ``min_forward_prefetch``, ``min_backward_prefetch``: the least depths to consider (FSDP2
     can set no less than 2 and 1, :mod:`fusionopt.solvers.advise_sharded`); ``root``: True or
-    False fixes whether the first and last units are a root (None: both are searched).
+    False fixes whether the first and last units are a root (None: both are searched; a plan
+    with groups of its own has none, so ``root=True`` does not combine with ``reduce_groups``).
+    ``stats``: ``evaluations`` (simulations in all), ``reduce_groups`` (whether groupings were
+    searched), ``group_evaluations`` (the second search's simulations) and ``stopped``.
 
     Examples
     --------
@@ -430,6 +501,16 @@ def sharded_opt(problem: Problem, *, atoms: str | Sequence[int] = "module", max_
     >>> r = sharded_opt(problem, atoms="tensor")
     >>> round(r.iteration_time * 1e3, 9), r.timeline.peak_memory <= 1e7
     (27.0, True)
+
+    Two tensors of 1 MB (forwards 1 ms, backwards 4 ms), an all-gather 10 ms whatever its
+    size, a reduce-scatter 4 ns/B: with the units, the best is one unit kept (gather 0-10,
+    compute 10-20, one reduce-scatter 20-28 ms); with groups, ``t1``'s gradient, ready at
+    16 ms, is reduce-scattered 16-20 while ``t0``'s backward runs, and ``t0``'s 20-24 ms:
+
+    >>> two = Problem(Profile.from_arrays([1e6, 1e6], [1e-3] * 2, [4e-3] * 2),
+    ...               fully_sharded=FullySharded(AlphaBeta(0.0, 4e-9), AlphaBeta(10e-3, 0.0)))
+    >>> [round(sharded_opt(two, reduce_groups=g).iteration_time * 1e3, 9) for g in (False, True)]
+    [28.0, 24.0]
     """
     started = time.perf_counter()
     for label, value, least_value in (("max_evaluations", max_evaluations, 1), ("kicks", kicks, 0), ("rng", rng, 0)):
@@ -443,22 +524,28 @@ def sharded_opt(problem: Problem, *, atoms: str | Sequence[int] = "module", max_
             raise ValueError(f"min_{label} must be a whole number of units >= 0, got {value!r}")
     if root is not None and not isinstance(root, (bool, np.bool_)):
         raise ValueError(f"root must be True, False or None (search both), got {root!r}")
+    if not isinstance(reduce_groups, (bool, np.bool_)):
+        raise ValueError(f"reduce_groups must be True or False, got {reduce_groups!r}")
+    if reduce_groups and root:
+        raise ValueError("reduce_groups=True searches reduce-scatter groups, which a root does not take: "
+                         "leave root at None or False")
     _check_floor(problem, "sharded-opt")
     profile = problem.profile
     bounds = atom_bounds(profile, atoms)
     seen: dict[ShardedPlan, tuple[float, float]] = {}
     stopped = None
+    limit = max_evaluations                               # simulations allowed so far, all searches together
 
     def score(plan: ShardedPlan) -> tuple[float, float]:
         nonlocal stopped
         if plan not in seen:
-            if len(seen) >= max_evaluations:
+            if len(seen) >= limit:
                 stopped = "evaluations"
                 return (math.inf, math.inf)
             seen[plan] = _score(problem, plan)
         return seen[plan]
 
-    def descend(plan: ShardedPlan, grain: list[int]) -> tuple[ShardedPlan, tuple[float, float]]:
+    def descend(plan: ShardedPlan, moves) -> tuple[ShardedPlan, tuple[float, float]]:
         """First improvement, scanning on after each move, until no neighbour is better."""
         nonlocal stopped
         value = score(plan)
@@ -468,19 +555,23 @@ def sharded_opt(problem: Problem, *, atoms: str | Sequence[int] = "module", max_
                 stopped = "time"
                 break
             improved = False
-            for step in _neighbours(plan, grain, least, root):
+            for step in moves(plan):
                 if score(step) < value:
                     plan, value, improved = step, score(step), True
                     break
         return plan, value
 
-    def search(grain: list[int], extra: list[ShardedPlan]) -> tuple[ShardedPlan | None, tuple[float, float]]:
-        """Descents from the best starts over ``grain``, then kicks."""
-        starts = [plan for plan in (_admit(c, least, root) for c in _candidates(profile, grain)) if plan is not None]
+    optima: dict[ShardedPlan, tuple[float, float]] = {}   # where descents ended: starts for the groups
+
+    def search(starts: list[ShardedPlan], extra: list[ShardedPlan], moves,
+               best: ShardedPlan | None = None, best_score: tuple[float, float] = (math.inf, math.inf)
+               ) -> tuple[ShardedPlan | None, tuple[float, float]]:
+        """Descents from the best ``starts`` and ``extra``, then kicks; a plan replaces
+        ``best`` only when it is better."""
         ranked = sorted(dict.fromkeys(starts), key=score)[:DESCENTS] + extra
-        best, best_score = None, (math.inf, math.inf)
         for start in ranked:
-            plan, value = descend(start, grain)
+            plan, value = descend(start, moves)
+            optima[plan] = value
             if value < best_score:
                 best, best_score = plan, value
         generator = np.random.default_rng(rng)
@@ -489,30 +580,58 @@ def sharded_opt(problem: Problem, *, atoms: str | Sequence[int] = "module", max_
                 break
             plan = best
             for _ in range(int(generator.integers(2, 5))):
-                moves = list(_neighbours(plan, grain, least, root))
-                if not moves:
+                options = list(moves(plan))
+                if not options:
                     break
-                plan = moves[int(generator.integers(len(moves)))]
-            plan, value = descend(plan, grain)
+                plan = options[int(generator.integers(len(options)))]
+            plan, value = descend(plan, moves)
             if value < best_score:
                 best, best_score = plan, value
         return best, best_score
+
+    def unit_search(grain: list[int], extra: list[ShardedPlan]) -> tuple[ShardedPlan | None, tuple[float, float]]:
+        """The search over units (each reduce-scattered with its gradients) over ``grain``."""
+        starts = [plan for plan in (_admit(c, least, root) for c in _candidates(profile, grain)) if plan is not None]
+        return search(starts, extra, lambda plan: _neighbours(plan, grain, least, root))
 
     # Whole blocks first when the atoms are finer: their best is a start for the atoms.
     blocks = atom_bounds(profile, "block")
     coarse = []
     if blocks != bounds and set(blocks) <= set(bounds):
-        found, _ = search(blocks, [])
+        found, _ = unit_search(blocks, [])
         coarse = [] if found is None else [found]
-    best, best_score = search(bounds, coarse)
+    best, best_score = unit_search(bounds, coarse)
     if best is None:
         raise ValueError(f"sharded-opt: no start with a root: the atoms give {len(bounds) - 1} unit(s), a root "
                          "needs two parts and a unit between")
+    reasons = [stopped]
+    group_evaluations = 0
+    if reduce_groups and stopped != "time":
+        # From the best local optima of the search above, each with groups of its own.
+        stopped, before = None, len(seen)
+        limit = before + max_evaluations
+        starts = []
+        for plan in sorted(optima, key=optima.get)[:DESCENTS]:
+            flat = plan.replace(root=False) if plan.root else plan
+            starts.append(flat.replace(reduce_bounds=flat.bounds))
+            starts += [flat.replace(reduce_bounds=groups) for groups in _group_layouts(profile, bounds)]
+
+        def grouped_moves(plan: ShardedPlan):
+            yield from _neighbours(plan, bounds, least, root if plan.reduce_bounds is None else False)
+            yield from _group_neighbours(plan, bounds)
+
+        best, best_score = search(starts, [], grouped_moves, best, best_score)
+        group_evaluations = len(seen) - before
+        reasons.append(stopped)
     if best_score[0] > 0:
         raise _infeasible(problem, "sharded-opt", best_score[0])
+    stopped = "time" if "time" in reasons else "evaluations" if "evaluations" in reasons else None
     status = Status.TIME_LIMIT if stopped == "time" else Status.FEASIBLE
-    return finish(problem, best, "sharded-opt", started, status=status,
-                  stats={"evaluations": len(seen), "atoms": len(bounds) - 1, "stopped": stopped or "local optimum"})
+    stats = {"evaluations": len(seen), "atoms": len(bounds) - 1, "reduce_groups": bool(reduce_groups),
+             "stopped": stopped or "local optimum"}
+    if reduce_groups:
+        stats["group_evaluations"] = group_evaluations
+    return finish(problem, best, "sharded-opt", started, status=status, stats=stats)
 
 
 __all__ = ["sharded_wfbp", "fsdp2", "fsdp2_plan", "sharded_brute", "sharded_opt", "atom_bounds", "block_of",
