@@ -19,7 +19,7 @@ call, e.g. a deprecated alias forwarding to the new name, is not counted again):
 
 :func:`record_fsdp2_collectives` runs a whole job: ``ranks`` processes on one host on a gloo
 process group (CPU), each building a model, applying ``fully_shard`` to each of its blocks
-(:func:`fsdp2_blocks`: the modules :func:`fusionopt.solvers.sharded.block_of` names) and
+(:func:`fsdp2_blocks`: the modules :func:`fusionopt.model.names.block_of` names) and
 then to the model (the root), and running ``steps`` training steps (SGD: ``zero_grad``,
 forward, the sum of the output as the loss, backward, ``optimizer.step()``), recording the
 collectives of each step in issue order. Issue order is the order the ranks' Python code
@@ -41,6 +41,7 @@ from typing import Any, Callable, Sequence
 from fusionopt.integrations.ddp_record import free_port, join_gloo
 from fusionopt.integrations.torch import require_torch
 from fusionopt.model._io import write_text_atomic
+from fusionopt.model.names import block_of
 
 __all__ = ["Collective", "CollectiveRecorder", "KIND_CODES", "padded_bytes", "fsdp2_blocks", "tiny_transformer",
            "record_fsdp2_collectives", "FSDPJob"]
@@ -163,15 +164,11 @@ def padded_bytes(shape: Sequence[int], element_size: int, world_size: int) -> in
 
 
 def fsdp2_blocks(model: Any) -> list[tuple[str, Any]]:
-    """The modules ``fully_shard`` goes on before the root, in registration order: each one
-    whose qualified name ends at its first whole-number part (``"layers.1"``, ``"h.3"``),
-    the blocks :func:`fusionopt.solvers.sharded.block_of` names."""
-    blocks = []
-    for name, module in model.named_modules():
-        parts = name.split(".") if name else []
-        if parts and parts[-1].isdigit() and not any(p.isdigit() for p in parts[:-1]):
-            blocks.append((name, module))
-    return blocks
+    """The modules ``fully_shard`` goes on before the root, in registration order: the
+    blocks :func:`fusionopt.model.names.block_of` names (``"layers.1"``, ``"h.3"``), each the
+    block of the tensors inside it."""
+    return [(name, module) for name, module in model.named_modules()
+            if name and block_of(f"{name}.weight") == name]
 
 
 def tiny_transformer(vocab: int = 32, dim: int = 16, hidden: Sequence[int] = (32, 48, 64)) -> Any:

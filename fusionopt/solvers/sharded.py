@@ -27,6 +27,7 @@ from typing import Sequence
 import numpy as np
 
 from fusionopt.model.bounds import sharded_memory_floor
+from fusionopt.model.names import block_of, module_of
 from fusionopt.model.problem import Problem
 from fusionopt.model.profile import Profile
 from fusionopt.model.sharded import ShardedPlan
@@ -37,34 +38,6 @@ from fusionopt.solvers.result import Result, Status, finish
 SHARDED = Needs(pattern="fully-sharded")
 BRUTE_MAX_ATOMS = 8
 ATOM_KINDS = ("tensor", "module", "block")
-
-
-# --- the model's modules, from the profile's tensor names -----------------------------------
-
-def module_of(name: str) -> str:
-    """The module that owns the tensor called ``name``: the name without its last part
-    (``"h.0.attn.c_attn"`` for ``"h.0.attn.c_attn.weight"``; ``""`` for a top-level one).
-
-    >>> module_of("h.0.attn.c_attn.weight"), module_of("wte.weight"), module_of("scale")
-    ('h.0.attn.c_attn', 'wte', '')
-    """
-    return name.rpartition(".")[0]
-
-
-def block_of(name: str) -> str | None:
-    """The block that holds the tensor called ``name``: its name up to the first part that is
-    a whole number, the index of a ``ModuleList`` or ``Sequential`` element (``"h.3"``,
-    ``"encoder.layer.3"``, ``"layer2.1"``); None for a tensor outside every such block (an
-    embedding, a final norm, a head), which FSDP's root owns.
-
-    >>> block_of("h.3.mlp.c_fc.weight"), block_of("encoder.layer.11.output.dense.bias"), block_of("ln_f.weight")
-    ('h.3', 'encoder.layer.11', None)
-    """
-    parts = name.split(".")
-    for k, part in enumerate(parts[:-1]):
-        if part.isdigit():
-            return ".".join(parts[:k + 1])
-    return None
 
 
 def atom_bounds(profile: Profile, atoms: str | Sequence[int] = "module") -> list[int]:
@@ -634,5 +607,4 @@ def sharded_opt(problem: Problem, *, atoms: str | Sequence[int] = "module", max_
     return finish(problem, best, "sharded-opt", started, status=status, stats=stats)
 
 
-__all__ = ["sharded_wfbp", "fsdp2", "fsdp2_plan", "sharded_brute", "sharded_opt", "atom_bounds", "block_of",
-           "module_of"]
+__all__ = ["sharded_wfbp", "fsdp2", "fsdp2_plan", "sharded_brute", "sharded_opt", "atom_bounds"]

@@ -27,7 +27,7 @@ Read in DeepSpeed 0.19.6, ``deepspeed/runtime/zero/``:
 
 What :func:`zero3_plan` reconstructs, tensor by tensor in forward order (a tensor's element
 count is ``ceil(size / element_bytes)``; a module is a tensor name without its last part,
-:func:`~fusionopt.solvers.sharded.module_of`):
+:func:`~fusionopt.model.names.module_of`):
 
 * **Units.** The first hook to run is the top-level module's: its own parameters (the
   tensors whose names have no dot, which ``named_parameters`` lists first; none in most
@@ -67,12 +67,12 @@ from typing import Any
 
 import numpy as np
 
+from fusionopt.model.names import module_of
 from fusionopt.model.problem import Problem
 from fusionopt.model.profile import Profile
 from fusionopt.model.sharded import ShardedPlan
 from fusionopt.solvers.needs import Needs, declares
 from fusionopt.solvers.result import Result, finish
-from fusionopt.solvers.sharded import module_of
 
 PREFETCH_BUCKET_SIZE = 50_000_000
 PARAM_PERSISTENCE_THRESHOLD = 100_000
