@@ -22,6 +22,29 @@ order puts after it can an all-gather run between reduce-scatters; with
 tensors while the channel still reduces the others (the second example of
 :func:`decoupled_cpsat`). Under ZeRO's semantics the forward waits for the last update,
 which waits for the last reduce-scatter, and random tests found no gain there.
+
+With ``interleave=False`` the space is ``decoupled-brute``'s alone: the channel's order is
+known, so the model needs no start times, intervals or ``NoOverlap``, and it takes
+``n <= 40`` instead of ``n <= 10``.
+
+When the groupings separate
+---------------------------
+With tensor 0 last in the ready order, every reduce-scatter runs first, and the first
+all-gather (tensor 0's) starts at ``s = V_n``, the last update's end (``E_n``, the last
+reduce-scatter's, with ``update_after_gather``), which is at least the end of the last
+reduce-scatter. Every other all-gather waits for an update (or reduce-scatter) that ended by
+``s``, so the all-gathers run back to back from ``s``, and in both sync modes ``T = s + g``:
+``s`` depends on the reduce-scatter grouping alone and ``g`` on the all-gather grouping
+alone. ``g``'s least value is a DP over the forward order and ``s``'s a binary search over
+a DP along the ready order (:meth:`_Space.least_after_first_gather`,
+:meth:`_Space.least_wait`); the two groupings together are optimal. ``s`` is not ``E_n``
+when updates take time, so the fusion DP's grouping, which ``decoupled-dp`` uses, need not
+be the optimum's then. When tensor 0 ties at ``B`` with tensors the ready order puts after it,
+their all-gathers wait for their own updates, which the reduce-scatter grouping moves, and
+the best reduce-scatter grouping depends on the all-gather costs (docs/methods.md,
+``decoupled-dp``, has a case of three tensors): there the model searches. Both least values
+are constraints of the model in every case (each bounds every plan), and with a hint the
+model starts from the separated plan when it has one.
 """
 
 from __future__ import annotations
@@ -43,11 +66,16 @@ from fusionopt.solvers.decoupled import decoupled_opt, decoupled_wfbp
 from fusionopt.solvers.needs import Needs, declares
 from fusionopt.solvers.result import Result, Status, finish
 
-__all__ = ["decoupled_cpsat", "MAX_TENSORS", "SPACE"]
+__all__ = ["decoupled_cpsat", "MAX_TENSORS", "MAX_TENSORS_SEQUENTIAL", "SPACE", "SPACE_SEQUENTIAL"]
 
-MAX_TENSORS = 10
+MAX_TENSORS = 10                      # interleave=True
+MAX_TENSORS_SEQUENTIAL = 40           # interleave=False
 SPACE = ("whole tensors: reduce-scatters contiguous in the ready order, all-gathers contiguous in the "
          "forward order, any feasible interleaving on the channel")
+SIZE_REASON = "models n (n + 1) optional messages on one channel"
+SIZE_REASON_SEQUENTIAL = "with interleave=False models n (n + 1) arcs on a known channel order"
+SPACE_SEQUENTIAL = ("whole tensors: reduce-scatters contiguous in the ready order, all-gathers contiguous in "
+                    "the forward order, every reduce-scatter first (decoupled-brute's space)")
 HINT_METHODS = ("decoupled-wfbp", "decoupled-opt")
 
 
@@ -61,9 +89,10 @@ class _Space:
     tensors: it waits for ``v`` (or ``D``) there, the latest of its tensors'.
     """
 
-    def __init__(self, problem: Problem) -> None:
+    def __init__(self, problem: Problem, interleave: bool = True) -> None:
         profile = problem.profile
         self.problem = problem
+        self.interleave = interleave
         self.n = n = profile.n
         self.after = bool(problem.decoupled.update_after_gather)
         self.layerwise = problem.sync == "layerwise"
@@ -94,6 +123,9 @@ class _Space:
         if DecoupledPlan.from_groups(profile, rs, ag, order=plan.order.tolist()) != plan:
             raise ValueError("not a plan of the space: it splits tensors, has release times or reduces "
                              "with all-reduces")
+        if not self.interleave and plan.order.tolist() != sorted(plan.order.tolist()):
+            raise ValueError("not a plan of the space: with interleave=False every reduce-scatter runs "
+                             "before the all-gathers")
         arcs = []
         for groups, key in ((rs, lambda i: self.position[i]), (ag, lambda i: i + 1)):
             ends = np.cumsum([len(g) for g in groups]).tolist()
@@ -179,6 +211,99 @@ class _Space:
         values["X"], values["T"] = X, clock + k["host"]
         return values
 
+    def least_wait(self, k: dict[str, Any], last: int, updates: bool) -> tuple[int, list[tuple[int, int]]]:
+        """The least integer ``V_last`` (``updates``) or ``H_last`` over every grouping of the
+        reduce-scatters (a lower bound on that variable in every solution), and the arcs of
+        positions ``1..last`` of a grouping that attains it.
+
+        Only the messages up to the one holding ready position ``last`` count, and that one
+        ends no later cut at ``last`` (costs do not decrease with size, MODEL.md section 2;
+        nor do their rounded values), so the groupings of positions ``1..last`` are searched.
+        With ``U_m`` the updates of positions ``m..last``, ``V_last`` is at least
+        ``B + U_1`` and, for each message ``a+1..b``, its end ``E_b`` plus ``U_(a+1)``
+        (``H_last``: ``E_b`` alone). Whether some grouping keeps every such term within
+        ``tau`` is a DP over prefixes (among the groupings within ``tau`` so far, the one
+        whose last end is least is the best for the rest), and a binary search on ``tau``
+        finds the least: O(last^2 log horizon).
+        """
+        update = k["update"][:last + 1] if updates else [0] * (last + 1)
+        after = np.concatenate((np.cumsum(update[::-1])[::-1], [0])).astype(np.int64).tolist()   # after[m] = U_m
+        floor = k["backward"] + after[1] if updates else 0
+
+        def least_end(tau: float) -> list[int] | None:
+            best: list[int | None] = [None] * (last + 1)
+            parent = [0] * (last + 1)
+            best[0] = 0
+            for b in range(1, last + 1):
+                for a in range(b):
+                    if best[a] is None:
+                        continue
+                    end = max(k["ready"][(a, b)], best[a]) + k["rs"][(a, b)]
+                    if end + after[a + 1] <= tau and (best[b] is None or end < best[b]):
+                        best[b], parent[b] = end, a
+            if best[last] is None:
+                return None
+            path = [last]
+            while path[-1] > 0:
+                path.append(parent[path[-1]])
+            return path[::-1]
+
+        def value(path: list[int]) -> int:
+            end, worst = 0, floor
+            for a, b in zip(path, path[1:]):
+                end = max(k["ready"][(a, b)], end) + k["rs"][(a, b)]
+                worst = max(worst, end + after[a + 1])
+            return worst
+
+        path = least_end(math.inf)
+        assert path is not None
+        low, high = floor, value(path)
+        while low < high:                       # a path within high is known
+            middle = (low + high) // 2
+            found = least_end(middle)
+            if found is None:
+                low = middle + 1
+            else:
+                path, high = found, value(found)
+        return int(high), list(zip(path, path[1:]))
+
+    def least_after_first_gather(self, k: dict[str, Any]) -> tuple[int, list[tuple[int, int]]]:
+        """The least integer time from the first all-gather's start to ``T`` over every
+        grouping of the all-gathers, each starting no earlier than the previous one's end,
+        and the arcs of a grouping that attains it.
+
+        Barrier: the least total ``c_AG`` plus the tail. Layerwise: the all-gather holding
+        tensors ``a..b-1`` ends ``C`` after the first one's start (``C`` its costs and those
+        before it), and the forward from tensor ``a`` on follows it, so ``T`` is at least
+        ``max_groups (C + w_a + ... + w_(n-1)) + W``; ``h(a) = min_b c(a, b) + max(w_a + ... +
+        w_(n-1), h(b))``, ``h(n) = 0``, gives its least value ``h(0)`` in O(n^2).
+        """
+        n = self.n
+        work_from = np.concatenate((np.cumsum(k["work"][::-1])[::-1], [0])).astype(np.int64).tolist()
+        h = [0] * (n + 1)
+        following = [n] * (n + 1)
+        for a in range(n - 1, -1, -1):
+            if self.layerwise:
+                h[a], following[a] = min((k["ag"][(a, b)] + max(work_from[a], h[b]), b) for b in range(a + 1, n + 1))
+            else:
+                h[a], following[a] = min((k["ag"][(a, b)] + h[b], b) for b in range(a + 1, n + 1))
+        arcs, a = [], 0
+        while a < n:
+            arcs.append((a, following[a]))
+            a = following[a]
+        return int(h[0]) + (k["host"] if self.layerwise else k["tail"]), arcs
+
+    def structured_plan(self, k: dict[str, Any]) -> DecoupledPlan | None:
+        """With tensor 0 last in the ready order, every reduce-scatter first: the grouping of
+        the least last wait (``V_n``, or ``E_n`` with ``update_after_gather``) and that of the
+        least time after the first all-gather, which together attain the model's bound
+        ``gate + after_first``; ``None`` when tensor 0 is not last."""
+        if self.position[0] != self.n:
+            return None
+        rs_arcs = self.least_wait(k, self.n, updates=not self.after)[1]
+        ag_arcs = self.least_after_first_gather(k)[1]
+        return self.plan_of(rs_arcs, ag_arcs, [REDUCE_SCATTER] * len(rs_arcs) + [ALL_GATHER] * len(ag_arcs))
+
     # ------------------------------------------------------------------ the model
     def build(self, model: Any, k: dict[str, Any], horizon: int, floor_T: int) -> dict[str, Any]:
         """The CP-SAT model of :func:`decoupled_cpsat` (its docstring states it)."""
@@ -192,20 +317,24 @@ class _Space:
         rs_out: list[list[Any]] = [[] for _ in range(n + 1)]
         ag_in: list[list[Any]] = [[] for _ in range(n + 1)]
         ag_out: list[list[Any]] = [[] for _ in range(n + 1)]
+        # Without interleaving the channel's order is known (every reduce-scatter, then every
+        # all-gather), so each kind is a chain of ends and needs no start or interval.
         for arc in self.arcs:
             a, b = arc
             d = k["rs"][arc]
             if k["ready"][arc] + d <= horizon:
                 x[arc] = model.new_bool_var(f"x{a}_{b}")
-                sx[arc] = model.new_int_var(0, horizon - d, f"sx{a}_{b}")
-                intervals.append(model.new_optional_fixed_size_interval_var(sx[arc], d, x[arc], f"rs{a}_{b}"))
+                if self.interleave:
+                    sx[arc] = model.new_int_var(0, horizon - d, f"sx{a}_{b}")
+                    intervals.append(model.new_optional_fixed_size_interval_var(sx[arc], d, x[arc], f"rs{a}_{b}"))
                 rs_in[b].append(x[arc])
                 rs_out[a].append(x[arc])
             g = k["ag"][arc]
             if g <= horizon:
                 y[arc] = model.new_bool_var(f"y{a}_{b}")
-                sy[arc] = model.new_int_var(0, horizon - g, f"sy{a}_{b}")
-                intervals.append(model.new_optional_fixed_size_interval_var(sy[arc], g, y[arc], f"ag{a}_{b}"))
+                if self.interleave:
+                    sy[arc] = model.new_int_var(0, horizon - g, f"sy{a}_{b}")
+                    intervals.append(model.new_optional_fixed_size_interval_var(sy[arc], g, y[arc], f"ag{a}_{b}"))
                 ag_in[b].append(y[arc])
                 ag_out[a].append(y[arc])
         # Each kind's arcs form one path 0 -> n (the DAG has no cycle).
@@ -220,11 +349,17 @@ class _Space:
             model.add(cut[m] == sum_(rs_in[m]))
             model.add(cut_ag[m] == sum_(ag_in[m]))
         # The channel: one message at a time, in some order, idle gaps allowed.
-        model.add_no_overlap(intervals)
+        if self.interleave:
+            model.add_no_overlap(intervals)
         # Reduce-scatters: ready, after the previous one; E_b the end of the one ending at b.
         E = [None] + [var(f"E{b}") for b in range(1, n + 1)]
         for arc, chosen in x.items():
             a, b = arc
+            if not self.interleave:
+                model.add(E[b] >= k["ready"][arc] + k["rs"][arc]).only_enforce_if(chosen)
+                if a > 0:
+                    model.add(E[b] >= E[a] + k["rs"][arc]).only_enforce_if(chosen)
+                continue
             model.add(sx[arc] >= k["ready"][arc]).only_enforce_if(chosen)
             if a > 0:
                 model.add(sx[arc] >= E[a]).only_enforce_if(chosen)
@@ -249,6 +384,11 @@ class _Space:
         for arc, chosen in y.items():
             a, b = arc
             P = self.ag_wait_position[arc]
+            if not self.interleave:
+                # The first all-gather follows the last reduce-scatter on the channel.
+                model.add(G[b] >= (H[P] if self.after else V[P]) + k["ag"][arc]).only_enforce_if(chosen)
+                model.add(G[b] >= (G[a] if a > 0 else E[n]) + k["ag"][arc]).only_enforce_if(chosen)
+                continue
             model.add(sy[arc] >= (H[P] if self.after else V[P])).only_enforce_if(chosen)
             if a > 0:
                 model.add(sy[arc] >= G[a]).only_enforce_if(chosen)
@@ -308,6 +448,19 @@ class _Space:
                     + int(work[q - 1]) + k["host"])
         else:
             model.add(total >= gate + ag_weighted + k["tail"])
+        # The all-gathers' least share of T from the first one's start (a constant): every
+        # all-gather follows tensor 0's wait and, without interleaving, the last reduce-scatter.
+        after_first = self.least_after_first_gather(k)[0]
+        model.add(total >= gate + after_first)
+        # The least waits over every reduce-scatter grouping (constants; with tensor 0 last
+        # in the ready order, the least gate plus after_first is the optimum).
+        model.add(gate >= self.least_wait(k, zero, updates=not self.after)[0])
+        model.add(E[n] >= self.least_wait(k, n, updates=False)[0])
+        if not self.after:
+            model.add(V[n] >= self.least_wait(k, n, updates=True)[0])
+        if not self.interleave:
+            model.add(G[n] >= E[n] + ag_weighted)
+            model.add(total >= E[n] + after_first)
         model.minimize(total)
         return {"x": x, "y": y, "sx": sx, "sy": sy, "cut": cut, "cut_ag": cut_ag, "E": E, "H": H, "V": V,
                 "G": G, "A": A, "X": X, "T": total, "channel_end": last_end, "intervals": len(intervals)}
@@ -321,7 +474,8 @@ class _Space:
             picked = set(arcs)
             for arc, v in chosen.items():
                 model.add_hint(v, arc in picked)
-                model.add_hint(starts[arc], int(values["start"].get((kind, arc), 0)))
+                if arc in starts:
+                    model.add_hint(starts[arc], int(values["start"].get((kind, arc), 0)))
         rs_ends = {b for _, b in rs_arcs}
         ag_ends = {b for _, b in ag_arcs}
         for m in range(1, n):
@@ -338,11 +492,12 @@ class _Space:
         model.add_hint(variables["T"], max(int(values["T"]), floor_T))
 
 
-@declares(Needs(pattern="decoupled", max_tensors=MAX_TENSORS,
-                size_reason="models n (n + 1) optional messages on one channel"))
+@declares(Needs(pattern="decoupled", max_tensors=MAX_TENSORS_SEQUENTIAL,
+                size_reason=SIZE_REASON_SEQUENTIAL))
 def decoupled_cpsat(
     problem: Problem,
     *,
+    interleave: bool = True,
     time_limit: float = 10.0,
     deterministic_time: float | None = None,
     workers: int = 2,
@@ -352,7 +507,8 @@ def decoupled_cpsat(
 ) -> Result:
     """The optimal decoupled plan of the module docstring's space (reduce-scatters contiguous in
     the ready order, all-gathers contiguous in the forward order, any feasible interleaving),
-    by a CP-SAT model of the channel, for ``n <= 10``.
+    by a CP-SAT model of the channel, for ``n <= 10``; with ``interleave=False``, of
+    ``decoupled-brute``'s space (every reduce-scatter first), for ``n <= 40``.
 
     Formulation
     -----------
@@ -362,7 +518,10 @@ def decoupled_cpsat(
       reduce-scatter arc (ready positions ``a+1..b``) and ``y_ab`` per all-gather arc
       (forward positions ``a+1..b``); each set forms one path ``0 -> n``.
     * **The channel**: each arc is an optional interval of fixed length (``c_RS`` or
-      ``c_AG`` of its bytes, present when chosen), all in one ``NoOverlap``.
+      ``c_AG`` of its bytes, present when chosen), all in one ``NoOverlap``. With
+      ``interleave=False`` the order is known and there are no starts or intervals: each
+      enforced ``s >= w`` below reads ``end >= w + d``, and the first all-gather follows
+      the last reduce-scatter (``G_b >= E_n + d'_0b``).
     * **Reduce-scatters**, enforced by ``x_ab``: ``s_ab >= rho_ab`` (the latest ready time
       of its gradients), ``s_ab >= E_a`` (after the previous one: the ready order),
       ``E_b >= s_ab + d_ab``. ``H_p >= E_p`` where a message ends at ``p``, else
@@ -384,7 +543,11 @@ def decoupled_cpsat(
       tensor 0's, ``H`` at its position); every all-gather follows tensor 0's wait ``V``
       (or ``H``) at its position, so ``T`` is at least that wait plus the all-gathers up to
       tensor ``q - 1`` plus the forward work from ``q - 1`` on (layerwise), or plus every
-      all-gather and ``F + W`` (barrier).
+      all-gather and ``F + W`` (barrier); ``T`` is at least that wait plus
+      :meth:`_Space.least_after_first_gather` (and, without interleaving, ``E_n`` plus it);
+      tensor 0's wait, ``V_n`` and ``E_n`` are at least their least values over every
+      reduce-scatter grouping (:meth:`_Space.least_wait`). With tensor 0 last in the ready
+      order these last constants make the bound the optimum (module docstring).
 
     **Why the relaxation is exact.** The simulator runs a plan's messages in its order
     without delay: ``start = max(wait, end of the one before)``. The model lets a message
@@ -402,7 +565,9 @@ def decoupled_cpsat(
     8.1 simulator has the rules these constraints restate).
 
     Infeasible orders (an all-gather queued before a reduce-scatter it waits for) are
-    excluded by the all-gather's wait, which is at least that reduce-scatter's end.
+    excluded by the all-gather's wait, which is at least that reduce-scatter's end. Without
+    interleaving (b) needs no sorting: the known order's non-delay times are the least
+    values the chains allow.
 
     Integer time and the rounding bound
     -----------------------------------
@@ -418,6 +583,10 @@ def decoupled_cpsat(
 
     Parameters
     ----------
+    interleave : bool
+        ``True`` (default): the space with any feasible interleaving, ``n <= 10``.
+        ``False``: every reduce-scatter first (``decoupled-brute``'s space), ``n <= 40``;
+        the model has no interleaving variables. A larger ``n`` is refused in one line.
     time_limit : float
         Seconds CP-SAT may search (positive, finite).
     deterministic_time : float, optional
@@ -429,6 +598,9 @@ def decoupled_cpsat(
         A first solution: ``"best-baseline"`` (the faster of ``decoupled-wfbp`` and
         ``decoupled-opt``), a decoupled method's name (its plan must lie in the space), a
         ``DecoupledPlan`` of the space, or ``None``. The result is never slower than it.
+        With a hint and tensor 0 last in the ready order, CP-SAT starts from the separated
+        plan of the module docstring unless the hint's integer ``T`` is smaller, and that
+        plan is a candidate for the result too.
     time_quantum : float, optional
         Seconds per integer step; default automatic.
     random_seed : int
@@ -444,8 +616,11 @@ def decoupled_cpsat(
         stopped CP-SAT, else FEASIBLE. ``stats``: ``space``, ``time_quantum``, ``rounding_bound``,
         ``cpsat_status``, ``objective`` and ``bound`` (seconds, CP-SAT's), ``intervals``,
         ``wall_time``, ``deterministic_time``, ``hint``, ``hint_used``, ``plan_source``
-        (``"cpsat"``, ``"hint"`` or ``"reference"``), ``interleaved`` (the plan's order is
-        not every reduce-scatter first).
+        (``"cpsat"``, ``"hint"``, ``"reference"`` or ``"structure"``, the separated plan),
+        ``interleave`` (the option), ``interleaved`` (the plan's order is not every
+        reduce-scatter first), ``structure`` (``"hint"``: CP-SAT started from the separated
+        plan; ``"candidate"``: it was only a candidate; ``"none"``: no hint, or tensor 0 is
+        not last).
 
     Examples
     --------
@@ -472,8 +647,20 @@ def decoupled_cpsat(
     >>> r = decoupled_cpsat(problem, workers=1, hint=None)
     >>> round(r.iteration_time * 1e3, 6), r.plan.order.tolist(), r.plan.reduce_scatter.groups()
     (15.0, [0, 1, 0, 1], [[0], [1]])
+
+    Without interleaving, the 18 ms of every reduce-scatter first:
+
+    >>> r = decoupled_cpsat(problem, interleave=False, workers=1, hint=None)
+    >>> round(r.iteration_time * 1e3, 6), r.plan.order.tolist(), r.stats["intervals"]
+    (18.0, [0, 1, 1], 0)
     """
     started = time.perf_counter()
+    if not isinstance(interleave, (bool, np.bool_)):
+        raise ValueError(f"interleave must be True or False, got {interleave!r}")
+    interleave = bool(interleave)
+    if interleave and problem.profile.n > MAX_TENSORS:
+        raise ValueError(f"decoupled-cpsat {SIZE_REASON} and refuses n = {problem.profile.n} > {MAX_TENSORS} "
+                         f"with interleave=True; interleave=False takes n <= {MAX_TENSORS_SEQUENTIAL}")
     time_limit = positive_seconds("time_limit", time_limit)
     deterministic_time = check_deterministic_time(deterministic_time)
     if isinstance(workers, bool) or not isinstance(workers, numbers.Integral) or workers < 1:
@@ -486,7 +673,7 @@ def decoupled_cpsat(
         from ortools.sat.python import cp_model
     except ImportError as exc:
         raise ImportError("decoupled-cpsat needs OR-Tools: pip install ortools") from exc
-    space = _Space(problem)
+    space = _Space(problem, interleave)
     hint_plan, hint_label = _hint(problem, hint, space)
 
     reference = decoupled_wfbp(problem).plan
@@ -498,9 +685,15 @@ def decoupled_cpsat(
     floor_T = min(int(math.floor(decoupled_lower_bound(problem) / q)), horizon)
     model = cp_model.CpModel()
     variables = space.build(model, constants, horizon, floor_T)
-    anchor_arcs = space.arcs_of(anchor)
-    space.add_hint(model, variables, space.least_values(constants, *anchor_arcs, anchor.order.tolist()),
-                   *anchor_arcs, floor_T)
+    # With tensor 0 last in the ready order the groupings separate (module docstring): the
+    # two least-wait groupings make a plan whose integer T is the model's bound, and with a
+    # hint CP-SAT starts from the one of the two with the smaller integer T.
+    structure = space.structured_plan(constants) if hint_plan is not None else None
+    starts = [(plan, space.arcs_of(plan)) for plan in ([structure] if structure is not None else []) + [anchor]]
+    values = [space.least_values(constants, *arcs, plan.order.tolist()) for plan, arcs in starts]
+    best = min(range(len(starts)), key=lambda i: values[i]["T"])
+    space.add_hint(model, variables, values[best], *starts[best][1], floor_T)
+    structure_use = "none" if structure is None else ("hint" if best == 0 else "candidate")
 
     solver = cp_model.CpSolver()
     set_search(solver, seconds=time_limit, workers=workers, random_seed=random_seed,
@@ -519,15 +712,18 @@ def decoupled_cpsat(
         if math.isfinite(solver.best_objective_bound):
             bound = max(0.0, solver.best_objective_bound) * q
     candidates.append(("hint" if hint_plan is not None else "reference", anchor))
+    if structure is not None:
+        candidates.append(("structure", structure))
     # CP-SAT ranks plans by rounded times; the simulator has the last word (ties: CP-SAT).
     source, plan = min(candidates, key=lambda c: simulate(problem, c[1], validate=False).iteration_time)
     order = plan.order.tolist()
     stats = {
-        "space": SPACE, "time_quantum": q, "rounding_bound": factor * q, "cpsat_status": status_name,
+        "space": SPACE if interleave else SPACE_SEQUENTIAL, "interleave": interleave, "time_quantum": q,
+        "rounding_bound": factor * q, "cpsat_status": status_name,
         "objective": objective, "bound": bound, "intervals": variables["intervals"],
         "wall_time": solver.wall_time, "deterministic_time": solver.deterministic_time,
         "hint": hint_label, "hint_used": hint_plan is not None, "plan_source": source,
-        "interleaved": order != sorted(order),
+        "interleaved": order != sorted(order), "structure": structure_use,
     }
     # FEASIBLE or UNKNOWN: a limit (time or work) stopped the search.
     status = Status.FEASIBLE if outcome == cp_model.OPTIMAL else Status.TIME_LIMIT
@@ -539,6 +735,8 @@ def _decode(solver: Any, space: _Space, variables: dict[str, Any], k: dict[str, 
     """The plan of a solution: each kind's chosen arcs along its path, and the channel order
     sorted by ``(start, end, kind, index)`` (the class docstring's argument)."""
     chosen = [sorted(arc for arc, v in variables[name].items() if solver.boolean_value(v)) for name in ("x", "y")]
+    if not space.interleave:
+        return space.plan_of(chosen[0], chosen[1], [REDUCE_SCATTER] * len(chosen[0]) + [ALL_GATHER] * len(chosen[1]))
     messages = []
     for kind, picked, starts, durations in ((REDUCE_SCATTER, chosen[0], variables["sx"], k["rs"]),
                                             (ALL_GATHER, chosen[1], variables["sy"], k["ag"])):
