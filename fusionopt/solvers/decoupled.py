@@ -8,8 +8,8 @@
   ``overlap_param_gather``.
 * :func:`decoupled_brute`: every pair of contiguous groupings (reduce-scatters along the
   ready order, all-gathers along the forward order), exact over that space for small ``n``.
-* :func:`decoupled_dp`: the same optimum at any size under barrier sync without update
-  time, where the two groupings separate.
+* the same optimum at any size where the two groupings separate:
+  :func:`~fusionopt.solvers.decoupled_dp.decoupled_dp`.
 * :func:`dear`: DeAR's fusion of modules up to a buffer threshold, reduce-scatters from the
   backward hooks, all-gathers one group ahead from the forward pre-hooks.
 * :func:`decoupled_opt`: a local search over the two groupings from the best of the others,
@@ -255,69 +255,6 @@ def decoupled_brute(problem: Problem) -> Result:
                   stats={"plans": plans})
 
 
-@declares(Needs(pattern="decoupled", barrier=True))
-def decoupled_dp(problem: Problem) -> Result:
-    """The optimum over :func:`decoupled_brute`'s space, at any size, under barrier sync
-    without update time (every ``u_i = 0``).
-
-    Why the groupings separate: without update time each tensor's update ends at
-    ``v_i = max(B, D_j over the tensors ready up to i)``, no later than ``E``, the end of
-    the last reduce-scatter (which holds a gradient ready at ``B``). The channel is free at
-    ``E``, so every all-gather runs back to back from ``E`` in any order, and under barrier
-    sync ``T = E + sum_k c_AG(S_k) + F + W``. ``E`` depends on the reduce-scatters alone and
-    is the all-reduce fusion problem's channel end with cost ``c_RS``: the fusion DP of
-    MODEL.md section 7 (O(n) for an affine cost, O(n^2) otherwise) minimises it. The sum
-    depends on the all-gathers alone: one message for an affine cost (each further message
-    adds a startup), else a DP over contiguous groups of the forward order (O(n^2)).
-    Tests hold it to :func:`decoupled_brute`.
-
-    >>> from fusionopt.model import AlphaBeta, Decoupled, Profile
-    >>> profile = Profile.from_arrays([4e6, 1e6, 2e6], [1e-3] * 3, [3e-3, 2e-3, 1e-3])
-    >>> half = AlphaBeta(1e-3, 1e-9)
-    >>> r = decoupled_dp(Problem(profile, decoupled=Decoupled(half, half)))
-    >>> round(r.iteration_time * 1e3, 9), str(r.status), r.plan.all_gather.groups()
-    (22.0, 'OPTIMAL', [[0, 1, 2]])
-    """
-    started = time.perf_counter()
-    profile = problem.profile
-    if profile.U > 0:
-        raise ValueError(f"decoupled-dp is exact without update time, and this profile's updates take "
-                         f"U = {profile.U:.6g} s: use decoupled-brute (n <= {BRUTE_MAX_TENSORS}) or megatron")
-    halves = problem.decoupled
-    fused = optimal_fusion(Problem(profile, halves.reduce_scatter, sync="barrier"))
-    reduce_scatter = Plan.from_cuts(profile, fused.cuts)
-    gather_cost = halves.all_gather
-    if gather_cost.affine is not None:
-        groups = [list(range(profile.n))]
-        gather_time = float(gather_cost.of_sizes(np.array([float(profile.total_bytes)]))[0])
-    else:
-        groups, gather_time = _least_gather_time(profile, gather_cost)
-    all_gather = Plan.from_groups(profile, groups)
-    optimum = fused.communication_end + gather_time + profile.F + profile.W
-    return finish(problem, DecoupledPlan(reduce_scatter, all_gather), "decoupled-dp", started,
-                  lower_bound=optimum, optimal=True,
-                  stats={"reduce_scatter_end": fused.communication_end, "all_gather_time": gather_time})
-
-
-def _least_gather_time(profile: Any, cost: Any) -> tuple[list[list[int]], float]:
-    """Contiguous groups of the forward order with the least total ``c(S)``: a DP over prefixes."""
-    n = profile.n
-    prefix = np.concatenate(([0.0], np.cumsum(profile.sizes.astype(np.float64))))
-    best = np.full(n + 1, np.inf)
-    best[0] = 0.0
-    parent = np.zeros(n + 1, dtype=np.int64)
-    for j in range(1, n + 1):
-        options = best[:j] + np.asarray(cost.of_sizes(prefix[j] - prefix[:j]), dtype=np.float64)
-        parent[j] = int(np.argmin(options))
-        best[j] = options[parent[j]]
-    groups: list[list[int]] = []
-    j = n
-    while j > 0:
-        groups.append(list(range(int(parent[j]), j)))
-        j = int(parent[j])
-    return groups[::-1], float(best[n])
-
-
 DEAR_THRESHOLD_MB = 25.0
 
 
@@ -418,7 +355,7 @@ def decoupled_opt(problem: Problem, *, evaluations: int = 4000, kicks: int = 40,
     forward order, every reduce-scatter first), for any size.
 
     Starts: one message per tensor each way, one message each way, the reduce-scatter
-    grouping of :func:`decoupled_dp` (barrier sync, no update time), and Megatron's buckets
+    grouping of :func:`~fusionopt.solvers.decoupled_dp.decoupled_dp` (barrier sync, no update time), and Megatron's buckets
     and DeAR's groups where they are contiguous in both orders. From the best start, a
     first-improvement descent flips one cut at a time; then ``kicks`` times, a few random
     cuts are flipped and the descent runs again, the result kept if faster. Every candidate
@@ -538,5 +475,5 @@ def _groups(order: list[int], cuts: Any) -> list[list[int]]:
     return groups
 
 
-__all__ = ["decoupled_wfbp", "megatron", "megatron_overlap", "megatron_buckets", "decoupled_brute", "decoupled_dp",
+__all__ = ["decoupled_wfbp", "megatron", "megatron_overlap", "megatron_buckets", "decoupled_brute",
            "dear", "dear_groups", "decoupled_opt"]

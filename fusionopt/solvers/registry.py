@@ -202,8 +202,9 @@ register("decoupled-opt", "fusionopt.solvers.decoupled:decoupled_opt",
 register("decoupled-brute", "fusionopt.solvers.decoupled:decoupled_brute",
          "decoupled all-reduce, exact: every pair of contiguous groupings, n <= 8",
          family="exact", in_default_comparison=False)
-register("decoupled-dp", "fusionopt.solvers.decoupled:decoupled_dp",
-         "decoupled all-reduce, exact over decoupled-brute's space: barrier sync, no update time, any n",
+register("decoupled-dp", "fusionopt.solvers.decoupled_dp:decoupled_dp",
+         "decoupled all-reduce, exact over decoupled-brute's space, any n: tensor 0 ready last, or barrier sync "
+         "without update time",
          family="exact", in_default_comparison=False)
 register("decoupled-cpsat", "fusionopt.solvers.decoupled_cpsat:decoupled_cpsat",
          "decoupled all-reduce, exact: CP-SAT over both groupings and their interleaving on the channel, "

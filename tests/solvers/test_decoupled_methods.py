@@ -98,15 +98,6 @@ def test_the_dp_equals_brute_force(profile, rs, ag):
     assert str(exact.status) == "OPTIMAL"
 
 
-def test_the_dp_says_where_it_is_not_exact():
-    profile = Profile.from_arrays([4e6, 1e6, 2e6], [MS] * 3, [3 * MS, 2 * MS, MS], update=[MS] * 3)
-    with pytest.raises(ValueError, match=r"^decoupled-dp is exact without update time, and this profile's updates "
-                                         r"take U = 0.003 s: use decoupled-brute \(n <= 8\) or megatron$"):
-        solve(decoupled(profile), "decoupled-dp")
-    with pytest.raises(ValueError, match="^decoupled-dp is for sync='barrier' only"):
-        solve(decoupled(profile, "layerwise"), "decoupled-dp")
-
-
 def test_dear_groups_modules_under_its_threshold():
     mb = 2 ** 20
     # Modules of 10 + 2, 20, 8 and 8 MB with the default 25 MB: {a}, {b}, {c, d} (8 + 8 < 25
