@@ -73,6 +73,13 @@ def test_deARs_cell_is_what_dear_solves(dear, report):
     assert row["**DeAR**"] == dear.fmt_ms(T)
     assert row["DP barrier (exact)"] == dear.fmt_ms(solve(problems["ar-barrier"], "dp").iteration_time)
     assert row["decoupled bound"] == dear.fmt_ms(decoupled_lower_bound(problems["dec-layerwise"]))
+    # the exact decoupled optimum is decoupled-dp on DeAR's own problem (layerwise, updates after the gathers)
+    exact = solve(problems["dec-layerwise"], "decoupled-dp")
+    assert problems["dec-layerwise"].sync == "layerwise" and problems["dec-layerwise"].decoupled.update_after_gather
+    assert str(exact.status) == "OPTIMAL" and exact.stats["separation"] == "tensor 0 ready last"
+    assert row["decoupled optimum (exact)"] == dear.fmt_ms(exact.iteration_time)
+    barrier = solve(problems["dec-barrier"], "decoupled-dp").iteration_time
+    assert row["decoupled optimum, barrier sync (exact)"] == dear.fmt_ms(barrier)
     # DeAR w/o TF is one group per module: ResNet-50 has a module per weight/bias pair or BN.
     notf = solve(problems["dec-layerwise"], "dear", threshold_mb=dear.DEAR_NOTF_MB)
     assert notf.stats["groups"] == len({n.rsplit(".", 1)[0] for n in profile.names})
@@ -89,8 +96,14 @@ def test_the_orderings_hold_in_every_printed_cell(report):
             tol = 1e-4 + 1e-6                                   # printed to 0.1 ms / 0.01 ms
             # the decoupled search starts from DeAR's groups: never slower than DeAR
             assert T["decoupled-opt"] <= T["**DeAR**"] + tol
+            # the exact optimum of decoupled-opt's space is no slower than the search, nor than the same
+            # problem under barrier sync (no update time: a plan is never faster under barrier sync)
+            exact = T["decoupled optimum (exact)"]
+            assert exact <= T["decoupled-opt"] + tol
+            assert exact <= T["decoupled optimum, barrier sync (exact)"] + tol
             # the bound is below every decoupled schedule, and the channel (C) below the bound
-            for k in ("**DeAR**", "DeAR w/o TF", "decoupled-opt", "decoupled-dp barrier (exact)"):
+            for k in ("**DeAR**", "DeAR w/o TF", "decoupled-opt", "decoupled optimum (exact)",
+                      "decoupled optimum, barrier sync (exact)"):
                 assert T["decoupled bound"] <= T[k] + tol, k
             assert T["C"] <= T["decoupled bound"] + tol
             # the exact fusion DP is no slower than any fusion baseline under the same sync
@@ -107,10 +120,30 @@ def test_speedups_stay_under_the_ceiling(report):
         x = {k: float(v.split("x")[0]) for k, v in r.items() if "x" in v and k not in ("network", "model")}
         ceiling = x["ceiling"]
         assert 1 <= ceiling <= 2
-        # no schedule beats the DP barrier optimum by more than the ceiling
+        # no schedule beats the DP barrier optimum by more than the ceiling: neither DeAR nor the exact
+        # decoupled optimum (T_DP / T_exact = (T_DP / T_DeAR) (T_DeAR / T_exact))
         assert 1 / x["DP barrier over DeAR"] <= ceiling + 1e-3
-        assert x["decoupled-opt over DeAR"] >= 1 - 1e-3
+        assert x["DP barrier over DeAR"] * x["decoupled optimum over DeAR"] <= ceiling + 2e-3
+        # the exact optimum is no slower than DeAR, whose module groups and release times lie in its space
+        assert x["decoupled optimum over DeAR"] >= 1 - 1e-3
+        # so over the same baseline it gains at least DeAR's speedup
+        assert x["decoupled optimum over best w/ TF"] >= x["DeAR over best w/ TF"] - 1e-3
+        # the exact all-reduce fusion optimum is one of the all-reduce schedules the best is taken over
+        assert x["decoupled optimum over best all-reduce"] <= x["decoupled optimum over exact all-reduce"] + 1e-3
         assert not math.isnan(x["DeAR over best w/ TF"])
+        gaps = {k: float(r[k].rstrip("%")) for k in ("decoupled-opt above optimum", "optimum above bound")}
+        assert min(gaps.values()) >= 0                          # exact: never above the search, never below the bound
+
+
+def test_the_sweep_puts_the_exact_optimum_at_or_above_DeAR(report):
+    sweep = tables(report, "network")[1]
+    assert [r["model"] for r in sweep] == ["ResNet-50", "ResNet-50"]
+    for r in sweep:
+        low, high = (float(v.rstrip("x")) for v in r["decoupled optimum over DeAR, range"].split(" .. "))
+        assert 1 - 1e-3 <= low <= high
+        dear_up_to = float(r["up to: DeAR over best w/ TF"].split("x")[0])
+        exact_up_to = float(r["up to: decoupled optimum over best w/ TF"].split("x")[0])
+        assert exact_up_to >= dear_up_to - 1e-3
 
 
 def test_the_cell_solver_is_deterministic(dear):
@@ -122,6 +155,7 @@ def test_the_cell_solver_is_deterministic(dear):
     b = dear.solve_cell(profile, "100gb-ib", 200, 2)
     assert {k: o.T for k, o in a.items()} == {k: o.T for k, o in b.items()}
     assert a["dopt"].T <= a["dear"].T and a["bound"].T <= a["dopt"].T
+    assert a["bound"].T <= a["dx"].T * (1 + 1e-12) and a["dx"].T <= a["dopt"].T * (1 + 1e-9)
     # the decoupled-opt plan re-simulates to the reported time
     problems = dear.problems(profile, "100gb-ib")
     assert simulate(problems["dec-layerwise"], a["dopt"].result.plan).iteration_time == pytest.approx(a["dopt"].T)
