@@ -21,7 +21,8 @@ from typing import Sequence
 import numpy as np
 
 from fusionopt.executor.layout import WORD_DTYPES, Piece
-from fusionopt.model.step_program import KIND_NAMES, CollectiveSpec
+from fusionopt.model.decoupled import KINDS
+from fusionopt.model.step_program import CollectiveSpec
 from fusionopt.model.profile import Profile
 
 PADDING = -1    # the tensor index of a run of padding
@@ -53,7 +54,7 @@ class Collective:
 
     @property
     def kind_name(self) -> str:
-        return KIND_NAMES[self.kind]
+        return KINDS[self.kind]
 
 
 class ShardLayout:

@@ -19,7 +19,7 @@ import numpy as np
 from fusionopt.model.decoupled import ALL_GATHER, REDUCE_SCATTER, DecoupledPlan
 from fusionopt.model.decoupled_program import UPDATE, UPDATED, decoupled_program
 from fusionopt.model.problem import Problem
-from fusionopt.model.step_program import FORWARD, MARK, Fifo, Program, run
+from fusionopt.model.step_program import FORWARD, MARK, Fifo, Program, durations, run
 from fusionopt.model.timeline import ComputePiece, Timeline, read_only
 
 
@@ -103,13 +103,8 @@ def simulate_decoupled(problem: Problem, plan: DecoupledPlan, *, validate: bool 
         plan.validate(profile)
     _refuse_orders_that_never_run(problem, plan)
     program = decoupled_program(problem, plan)
-    kinds = np.asarray(program.kind, dtype=np.int64)
-    nbytes = np.asarray(program.nbytes, dtype=np.float64)
-    durations = np.zeros(len(kinds))
-    for kind in (REDUCE_SCATTER, ALL_GATHER):
-        mine = kinds == kind
-        durations[mine] = problem.decoupled.cost(kind, plan.reduce_with).of_sizes(nbytes[mine])
-    channel = Fifo(program, durations.tolist())
+    costs = {kind: problem.decoupled.cost(kind, plan.reduce_with) for kind in (REDUCE_SCATTER, ALL_GATHER)}
+    channel = Fifo(program, durations(program, costs))
     clock, marks = run(program, channel)
     n = profile.n
     ends = np.asarray(channel.end + [-math.inf])          # by nothing: index -1

@@ -25,7 +25,7 @@ from fusionopt.model.flights import Flight, fly, time_to_next, tolerance, transf
 from fusionopt.model.problem import Problem
 from fusionopt.model.sharded import ShardedPlan
 from fusionopt.model.sharded_program import ISSUED, OPTIMISER, sharded_program, unit_spans
-from fusionopt.model.step_program import Program, run
+from fusionopt.model.step_program import Program, durations, run
 from fusionopt.model.timeline import ComputePiece, Timeline, read_only
 
 
@@ -78,19 +78,17 @@ class _TwoChannels:
     bandwidth and runs alone ends at ``start + c(S)``, the one-channel arithmetic."""
 
     def __init__(self, problem: Problem, program: Program) -> None:
-        halves = problem.fully_sharded
         kinds = np.asarray(program.kind, dtype=np.int64)
         nbytes = np.asarray(program.nbytes, dtype=np.float64)
-        self.cost = np.zeros(len(kinds))
+        self.cost = durations(program, _costs(problem))
         self.latency = np.zeros(len(kinds))
         self.transfer = np.zeros(len(kinds))
-        for kind, half in ((REDUCE_SCATTER, halves.reduce_scatter), (ALL_GATHER, halves.all_gather)):
+        for kind, half in _costs(problem).items():
             alpha, beta = half.affine
             mine = kinds == kind
-            self.cost[mine] = half.of_sizes(nbytes[mine])
             self.latency[mine] = np.where(nbytes[mine] > 0, alpha, 0.0)
             self.transfer[mine] = beta * nbytes[mine]
-        self.cost, self.latency, self.transfer = self.cost.tolist(), self.latency.tolist(), self.transfer.tolist()
+        self.latency, self.transfer = self.latency.tolist(), self.transfer.tolist()
         self.tolerance = tolerance(problem.profile.compute_time + 3.0 * sum(self.cost))
         self.kind = program.kind
         self.clock = 0.0
@@ -262,7 +260,7 @@ def simulate_sharded(problem: Problem, plan: ShardedPlan, *, validate: bool = Tr
     if problem.fully_sharded.channels == "two":
         channel: _TwoChannels | _InIssueOrder = _TwoChannels(problem, program)
     else:
-        channel = _InIssueOrder(collective_durations(problem, program))
+        channel = _InIssueOrder(durations(program, _costs(problem)))
     clock, marks = run(program, channel)
     unit_forward, unit_backward = unit_spans(profile, plan, marks)
     if pieces is not None:
@@ -323,17 +321,9 @@ def simulate_sharded(problem: Problem, plan: ShardedPlan, *, validate: bool = Tr
     )
 
 
-def collective_durations(problem: Problem, program: Program) -> list[float]:
-    """Each collective's time on the one channel (seconds): the reduce-scatter or the
-    all-gather cost of its unsharded bytes."""
-    halves = problem.fully_sharded
-    kinds = np.asarray(program.kind, dtype=np.int64)
-    nbytes = np.asarray(program.nbytes, dtype=np.float64)
-    durations = np.zeros(len(kinds))
-    for kind, half in ((REDUCE_SCATTER, halves.reduce_scatter), (ALL_GATHER, halves.all_gather)):
-        mine = kinds == kind
-        durations[mine] = half.of_sizes(nbytes[mine])
-    return durations.tolist()
+def _costs(problem: Problem) -> dict:
+    """The cost of each kind of collective on a fully sharded problem."""
+    return {REDUCE_SCATTER: problem.fully_sharded.reduce_scatter, ALL_GATHER: problem.fully_sharded.all_gather}
 
 
 def _stream(profile, plan: ShardedPlan, unit_forward: list[tuple[float, float]],
@@ -396,4 +386,4 @@ def _memory(intervals: list[tuple[float, float, int]]) -> tuple[list[float], lis
     return times, levels, peak
 
 
-__all__ = ["simulate_sharded", "require_sharded", "collective_durations", "REDUCE_SCATTER", "ALL_GATHER"]
+__all__ = ["simulate_sharded", "require_sharded", "REDUCE_SCATTER", "ALL_GATHER"]

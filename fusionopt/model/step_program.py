@@ -39,11 +39,10 @@ from __future__ import annotations
 import bisect
 import math
 from dataclasses import dataclass
-from typing import Protocol, Sequence
+from typing import Any, Protocol, Sequence
 
 import numpy as np
 
-from fusionopt.model.decoupled import KINDS
 from fusionopt.model.fifo import fifo_job
 
 AT, COMPUTE, SPAN, PUBLISH, WAIT, MARK = "at", "compute", "span", "publish", "wait", "mark"
@@ -273,7 +272,17 @@ def replay(program: Program, durations: Sequence[float]) -> dict[str, object]:
             "forward_start": program.forward_start(marks).tolist()}
 
 
-KIND_NAMES = KINDS                                         # by kind: 0 reduce-scatter, 1 all-gather
+def durations(program: Program, costs: dict[int, Any]) -> list[float]:
+    """Each collective's time on one channel (seconds): ``costs[kind]`` (a
+    :class:`~fusionopt.model.cost.CommCost`) of its unsharded bytes."""
+    kinds = np.asarray(program.kind, dtype=np.int64)
+    nbytes = np.asarray(program.nbytes, dtype=np.float64)
+    out = np.zeros(len(kinds))
+    for kind, cost in costs.items():
+        mine = kinds == kind
+        out[mine] = cost.of_sizes(nbytes[mine])
+    return out.tolist()
 
-__all__ = ["AT", "COMPUTE", "SPAN", "PUBLISH", "WAIT", "MARK", "FORWARD", "CHANNEL", "KIND_NAMES", "CollectiveSpec", "Program",
-           "Channel", "Fifo", "run", "replay"]
+
+__all__ = ["AT", "COMPUTE", "SPAN", "PUBLISH", "WAIT", "MARK", "FORWARD", "CHANNEL", "CollectiveSpec", "Program",
+           "Channel", "Fifo", "durations", "run", "replay"]
