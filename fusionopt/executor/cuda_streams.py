@@ -102,8 +102,8 @@ class CudaStreams(Streams):
 
     def describe(self) -> str:
         if self.mode == "spin":
-            return "compute: spin kernels of exact durations"
-        return (f"compute: fp16 GEMMs {GEMM_SIDE}x{GEMM_SIDE}, {1e6 * self.gemm_seconds:.1f} us each on an idle "
+            return "compute spin: spin kernels of exact durations"
+        return (f"compute gemm: fp16 GEMMs {GEMM_SIDE}x{GEMM_SIDE}, {1e6 * self.gemm_seconds:.1f} us each on an idle "
                 "GPU (contention with NCCL included)")
 
 

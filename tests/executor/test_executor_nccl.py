@@ -6,6 +6,7 @@ import importlib
 import sys
 
 import pytest
+from types import SimpleNamespace
 
 from executor_helpers import small_problem
 from fusionopt.executor import run
@@ -72,6 +73,15 @@ def test_real_nccl_on_two_gpus():
 
 
 # ---------------------------------------------------------------------- without a GPU
+@pytest.mark.parametrize("mode, words", [("spin", "spin kernels"), ("gemm", "fp16 GEMMs 2048x2048, 12.5 us")])
+def test_the_description_names_the_compute_mode(mode, words):
+    # A measurement's description starts with the mode the user chose (the GPU tests look for it).
+    from fusionopt.executor.cuda_streams import CudaStreams
+
+    streams = SimpleNamespace(mode=mode, gemm_seconds=12.5e-6)
+    assert CudaStreams.describe(streams).startswith(f"compute {mode}: {words}")
+
+
 def test_device_compute_needs_the_nccl_backend():
     problem = small_problem()
     plan = Plan.per_tensor(problem.profile)
