@@ -27,6 +27,7 @@ Examples
 
 from __future__ import annotations
 
+import inspect
 import math
 from typing import Any, Callable
 
@@ -38,7 +39,7 @@ from fusionopt.zoo.devices import PRESETS, Device
 from fusionopt.zoo.googlenet import googlenet
 from fusionopt.zoo.gpt2 import gpt2, gpt2_medium
 from fusionopt.zoo.inception import inception_v3
-from fusionopt.zoo.layers import Architecture, Layer, check_positive_int
+from fusionopt.zoo.layers import ORDERS, Architecture, Layer, check_positive_int
 from fusionopt.zoo.measured import measured_profile, measured_profiles
 from fusionopt.zoo.lstm import lstm_lm
 from fusionopt.zoo.mobilenet import mobilenet_v2
@@ -181,6 +182,7 @@ def profile(
     device: str | Device = "h100",
     batch: int = 64,
     dtype_bytes: int = 4,
+    order: str = "cuda",
     **arch_kwargs: Any,
 ) -> Profile:
     """A roofline ESTIMATE of one training step of model ``name``, as a :class:`Profile`.
@@ -208,6 +210,14 @@ def profile(
     dtype_bytes : int
         Bytes per gradient element (default 4: FP32 gradients, as in mixed-precision
         training with FP32 master weights).
+    order : {"cuda", "cpu"}
+        The device whose ready order (the order autograd makes gradients ready) the profile
+        carries; default ``"cuda"``, as the presets are GPUs. The two differ only where a
+        layer runs as one backward node on CUDA (``lstm-lm``: cuDNN's LSTM makes its eight
+        gradients ready together, see :mod:`fusionopt.zoo.lstm`). The CPU orders are checked
+        against autograd by the tests; the CUDA orders of the twelve models profiled on an
+        H100 (``fusionopt/zoo/measured``) equal the zoo's. ``metadata["ready_order_for"]``
+        records it.
     **arch_kwargs
         Passed to :func:`architecture`, e.g. ``seq_len=128`` for ``bert-base``.
 
@@ -241,6 +251,11 @@ def profile(
     ...
     ValueError: batch must be a positive integer, got 0
     """
+    if order not in ORDERS:
+        raise ValueError(f"unknown order {order!r}: choose one of {', '.join(ORDERS)}")
+    builder, _ = _MODELS[_lookup("model", name, _MODELS)]
+    if "order" in inspect.signature(builder).parameters:
+        arch_kwargs = {**arch_kwargs, "order": order}
     arch = architecture(name, **arch_kwargs)
     dev = device if isinstance(device, Device) else _preset(device)
     batch = check_positive_int("batch", batch)
@@ -273,5 +288,6 @@ def profile(
             "batch": batch,
             "peak_flops": dev.peak_flops,
             "efficiency": dev.efficiency,
+            "ready_order_for": order,
         },
     )

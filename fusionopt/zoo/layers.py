@@ -34,6 +34,10 @@ from dataclasses import dataclass
 # FLOPs per output element of a BatchNorm or LayerNorm (normalise, scale, shift).
 NORM_FLOPS_PER_ELEMENT = 4
 
+# The devices a ready order can be for: autograd on the CPU, or on CUDA, where some layers
+# (cuDNN's RNNs) run as one backward node and make their gradients ready together.
+ORDERS = ("cpu", "cuda")
+
 Shape = tuple[int, ...]
 
 

@@ -490,7 +490,7 @@ def test_profile_is_a_consistent_roofline_estimate(name, dev):
             assert p.forward[i] == 0 and p.backward[i] == 0   # the layer's time is on its bias
     assert p.metadata == {
         "source": "roofline estimate", "device": dev, "batch": batch,
-        "peak_flops": d.peak_flops, "efficiency": d.efficiency,
+        "peak_flops": d.peak_flops, "efficiency": d.efficiency, "ready_order_for": "cuda",
     }
 
 
@@ -499,7 +499,7 @@ def test_profile_times_go_on_each_layers_last_tensor(name):
     # As profile_model attributes measured times: every gradient of a layer is ready only
     # after the layer's backward, and a layerwise forward waits for all of its tensors.
     arch = architecture(name)
-    p = profile(name, device="a100", batch=8)
+    p = profile(name, device="a100", batch=8, order="cpu")     # the architecture's own (CPU) layers
     rate = device("a100").peak_flops * device("a100").efficiency
     ready = p.ready_times
     for layer in arch.layers:

@@ -104,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
             for name, build, _ in buildable(models, torch, progress, skipped):
                 model = build().train()
                 inputs = tiny_inputs(name, torch)
-                profile = zoo.profile(name)
+                profile = zoo.profile(name, order="cpu")      # the real DDP below runs on the CPU
                 problem = Problem(profile, network(args.network, args.workers))
                 advised = ddp_settings(problem, solve(problem, "dp").plan)
                 settings = list(SETTINGS)

@@ -82,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
             measured = profile_model(model, inputs(args.batch, device), loss_fn=loss_of, steps=args.steps,
                                      warmup=args.warmup, device=device, batch=args.batch, name=name)
             seconds = time.perf_counter() - started
-            estimate = zoo.profile(name, device=args.zoo_device, batch=args.batch)
+            estimate = zoo.profile(name, device=args.zoo_device, batch=args.batch, order=device.type)
             same_tensors = (measured.names == estimate.names
                             and measured.sizes.tolist() == estimate.sizes.tolist())
             # The order in which the hooks saw the gradients, and the order torch registers the
