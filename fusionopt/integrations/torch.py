@@ -172,6 +172,14 @@ def _step_parts(*, period: float, forward: float, backward: float, update_lump: 
             "update_lump": update_lump, "host_overhead": host}
 
 
+def _phases(clock: Any, opened: Any, start: Any, backward_start: Any, end: Any, closed: Any) -> dict[str, float]:
+    """A step's phases from its five marks, in seconds: the period, the forward with the loss,
+    the backward, and the optimiser (``zero_grad`` before the forward, ``step`` after)."""
+    return {"period": clock.seconds(opened, closed), "forward": clock.seconds(start, backward_start),
+            "backward": clock.seconds(backward_start, end),
+            "update_lump": clock.seconds(opened, start) + clock.seconds(end, closed)}
+
+
 def profile_model(
     model: Any,
     example_inputs: Any,
@@ -184,6 +192,7 @@ def profile_model(
     name: str = "",
     forward: str = "span",
     optimizer: Any = None,
+    reconcile: bool = True,
 ) -> Profile:
     """Measure the per-parameter forward and backward times of a PyTorch model, and the
     parts of its training step that belong to no parameter.
@@ -221,6 +230,20 @@ def profile_model(
         ``optimizer.zero_grad()`` before the forward and ``optimizer.step()`` after the
         backward, and their time is the profile's ``update_lump`` (the parameters and the
         optimiser's state are restored afterwards). Without it the update lump is 0.
+    reconcile : bool
+        Reconcile the hooked steps with the plain step (default). The hooks cost host time
+        at every module call and every gradient; where the host, not the device, bounds the
+        step (small layers, small batches, mixed precision on a fast GPU), the hooked steps
+        run longer than the training step they measure. So ``steps`` more steps run after the
+        hooked ones with no hook, timed at their phase boundaries only (the same five marks:
+        step start, forward start, backward start, backward end, step end). The per-tensor
+        forward times are then scaled by the plain forward's wall time over the hooked one's,
+        the backward times by the plain backward's over the hooked one's, ``update_lump`` is
+        the plain steps' optimiser time and ``host_overhead`` the rest of the plain step, so
+        the profile's one-worker step is the plain step's median period while each tensor
+        keeps its share of where the time goes. ``metadata["reconciled"]`` records both
+        periods and the two scales; ``metadata["step_hooked"]`` the hooked steps' parts.
+        ``False`` keeps the hooked times as measured.
 
     Returns
     -------
@@ -267,6 +290,8 @@ def profile_model(
         raise ValueError(f"unknown forward attribution {forward!r}: choose 'span' or 'exclusive'")
     attribution = forward
     warmup = _count("warmup", warmup, 0)
+    if not isinstance(reconcile, bool):
+        raise ValueError(f"reconcile must be True or False, got {reconcile!r}")
     if not isinstance(model, torch.nn.Module):
         raise ValueError(f"model must be a torch.nn.Module, got {type(model).__name__}")
     named = [(nm, p) for nm, p in model.named_parameters() if p.requires_grad]
@@ -437,6 +462,12 @@ def profile_model(
             forward_rows.append(per_unit)
             forward_walls.append(clock.seconds(start, backward_start))
             backward_walls.append(clock.seconds(backward_start, end))
+        plain_rows = []
+        if reconcile:
+            for handle in handles:
+                handle.remove()
+            for _ in range(steps):
+                plain_rows.append(_phases(clock, *run_step()))
     finally:
         state["phase"] = None
         for handle in handles:
@@ -473,6 +504,21 @@ def profile_model(
     )
     step: dict[str, Any] = {key: float(np.median([row[key] for row in parts_rows])) for key in parts_rows[0]}
     step["periods"] = [row["period"] for row in parts_rows]
+    reconciled: dict[str, float] | None = None
+    if plain_rows:
+        plain = {key: float(np.median([row[key] for row in plain_rows])) for key in plain_rows[0]}
+        hooked_forward, hooked_backward = float(np.median(forward_walls)), float(np.median(backward_walls))
+        forward_scale = plain["forward"] / hooked_forward if hooked_forward > 0 else 1.0
+        backward_scale = plain["backward"] / hooked_backward if hooked_backward > 0 else 1.0
+        forward = forward * forward_scale
+        backward = backward * backward_scale
+        hooked_step = step
+        step = _step_parts(period=plain["period"], forward=float(forward.sum()), backward=float(backward.sum()),
+                           update_lump=plain["update_lump"] if optimizer is not None else 0.0)
+        step["periods"] = [row["period"] for row in plain_rows]
+        reconciled = {"plain_period_s": plain["period"], "hooked_period_s": hooked_step["period"],
+                      "plain_forward_s": plain["forward"], "plain_backward_s": plain["backward"],
+                      "forward_scale": forward_scale, "backward_scale": backward_scale}
     raw_ready = np.median(ready_matrix, axis=0)
     ready_seq = _attribution.ready_order(raw_ready)
     names = [named[k][0] for k in order]
@@ -500,6 +546,9 @@ def profile_model(
         "backward_step_s": float(np.median(backward_walls)),
         "step": step,
     }
+    if reconciled is not None:
+        metadata["reconciled"] = reconciled
+        metadata["step_hooked"] = hooked_step
     profile = Profile.from_arrays(
         [params[k].numel() * params[k].element_size() for k in order],
         forward, backward, names,
