@@ -102,6 +102,8 @@ def _add_cost_arguments(parser: argparse.ArgumentParser, *, required: bool = Tru
 
 
 def _problem(profile: Profile, args: argparse.Namespace) -> Problem:
+    """The problem the arguments describe; the profile's step parts are fitted to its pattern's
+    step (MODEL.md section 4.1), each change said in a warning line."""
     if args.copy_on is not None and not args.copy_cost:
         raise UsageError("--copy-on says where packing runs and goes with --copy-cost GAMMA")
     if args.update_after_gather and not args.decoupled:
@@ -125,17 +127,19 @@ def _problem(profile: Profile, args: argparse.Namespace) -> Problem:
             raise UsageError(f"--channels with --fully-sharded is 1 (one communicator, the default) or 2 (the "
                              f"all-gathers and the reduce-scatters on their own, sharing the bandwidth), not {args.channels}")
         return Problem(profile, fully_sharded=_fully_sharded(args), copy_cost=args.copy_cost,
-                       copy_on=args.copy_on or "channel", contention=args.contention)
+                       copy_on=args.copy_on or "channel", contention=args.contention, step_parts="fit")
     if args.decoupled:
         if args.ps_servers is not None:
             raise UsageError("--decoupled and --ps-servers are two patterns: give one")
         return Problem(profile, sync=args.sync, decoupled=_decoupled(args), copy_cost=args.copy_cost,
-                       copy_on=args.copy_on or "channel", contention=args.contention, channels=args.channels)
+                       copy_on=args.copy_on or "channel", contention=args.contention, channels=args.channels,
+                       step_parts="fit")
     _measured_halves(args)                                # refuses them here, with the reason
     if args.ps_servers is None:
         return Problem(profile, _cost(args), sync=args.sync, copy_cost=args.copy_cost,
-                       copy_on=args.copy_on or "channel", contention=args.contention, channels=args.channels)
-    return Problem(profile, sync=args.sync, ps=_parameter_server(args))
+                       copy_on=args.copy_on or "channel", contention=args.contention, channels=args.channels,
+                       step_parts="fit")
+    return Problem(profile, sync=args.sync, ps=_parameter_server(args), step_parts="fit")
 
 
 def _decoupled(args: argparse.Namespace) -> Decoupled:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
@@ -12,9 +13,11 @@ from fusionopt.model.decoupled import Decoupled
 from fusionopt.model.profile import Profile
 from fusionopt.model.ps import ParameterServer
 from fusionopt.model.sharded import FullySharded
+from fusionopt.model.step_parts import fit_step_parts
 
 SYNC_MODES = ("barrier", "layerwise")
 COPY_PLACES = ("channel", "compute")
+STEP_PART_RULES = ("refuse", "fit")
 
 
 def _finite(label: str, value: float, *, minimum: float) -> float:
@@ -43,7 +46,15 @@ class Problem:
         reduced (``"barrier"``: DDP, Horovod, MG-WFBP) or tensor by tensor as each gradient
         is reduced (``"layerwise"``: P3, ByteScheduler, US-Byte). A profile with an
         ``update_lump`` or ``post_backward`` (work that waits for every gradient) takes
-        barrier sync only.
+        barrier sync only, unless ``step_parts="fit"``.
+    step_parts : {"refuse", "fit"}
+        What to do with a profile's step parts that the pattern's step has no place for
+        (MODEL.md section 4.1): refuse the problem, naming them (default), or fit the profile
+        to the step with :func:`~fusionopt.model.step_parts.fit_step_parts` (``post_backward``
+        dropped by the decoupled and fully sharded steps, which run no DDP copies;
+        ``update_lump``, and under layerwise sync ``post_backward``, spread over the tensors'
+        update times in proportion to their bytes), warning once per change (``UserWarning``).
+        :attr:`profile` is then the fitted profile. A profile that fits is kept as it is.
 
     Extensions (MODEL.md section 6; each off by default; with any of them on, the plain
     model's closed forms and the fusion DP no longer apply and :func:`simulate` runs an
@@ -76,7 +87,7 @@ class Problem:
         waits for every all-gather (``"barrier"``) or for its own tensor's (``"layerwise"``).
         ``cost`` defaults to the all-reduce the two halves make. It does not combine with the
         other extensions, nor with a profile's ``update_lump`` or ``post_backward`` (the
-        sharded update is per tensor).
+        sharded update is per tensor) unless ``step_parts="fit"``.
     fully_sharded : FullySharded, optional
         Fully sharded data parallelism instead (FSDP, ZeRO-3; MODEL.md section 8.2,
         :mod:`fusionopt.model.sharded`): parameters all-gathered per unit before its forward
@@ -84,7 +95,8 @@ class Problem:
         are then :class:`~fusionopt.model.sharded.ShardedPlan` s. The step has its own order
         (forward, backward, optimiser), so ``sync`` stays ``"barrier"``; ``cost`` defaults to
         the all-reduce the two collectives make. It does not combine with the other
-        extensions, nor with a profile's ``post_backward`` (DDP's copies into ``.grad``).
+        extensions, nor with a profile's ``post_backward`` (DDP's copies into ``.grad``) unless
+        ``step_parts="fit"``.
 
     Examples
     --------
@@ -99,6 +111,16 @@ class Problem:
     >>> from fusionopt.model.ps import ParameterServer
     >>> Problem(p, ps=ParameterServer(AlphaBeta(1e-4, 1e-9))).extensions
     ('ps',)
+
+    A traced profile's optimiser lump under layerwise sync, spread by bytes:
+
+    >>> import warnings
+    >>> traced = p.with_step_parts(update_lump=7e-3)
+    >>> with warnings.catch_warnings(record=True) as caught:
+    ...     warnings.simplefilter("always")
+    ...     fitted = Problem(traced, AlphaBeta(1e-3, 1e-9), sync="layerwise", step_parts="fit")
+    >>> fitted.profile.update.round(9).tolist(), fitted.profile.update_lump, len(caught)
+    ([0.004, 0.001, 0.002], 0.0, 1)
     """
 
     profile: Profile
@@ -111,6 +133,7 @@ class Problem:
     ps: ParameterServer | None = None
     decoupled: Decoupled | None = None
     fully_sharded: FullySharded | None = None
+    step_parts: str = "refuse"
 
     def __post_init__(self) -> None:
         if not isinstance(self.profile, Profile):
@@ -144,12 +167,19 @@ class Problem:
         if self.sync not in SYNC_MODES:
             choices = ", ".join(repr(s) for s in SYNC_MODES)
             raise ValueError(f"unknown sync {self.sync!r}: choose one of {choices}")
+        if self.step_parts not in STEP_PART_RULES:
+            raise ValueError(f"unknown step_parts {self.step_parts!r}: choose 'refuse' or 'fit'")
+        if self.step_parts == "fit":
+            fitted, notes = fit_step_parts(self.profile, pattern=self.pattern, sync=self.sync)
+            object.__setattr__(self, "profile", fitted)
+            for note in notes:
+                warnings.warn(note, UserWarning, stacklevel=3)
         whole = [part for part in ("update_lump", "post_backward") if getattr(self.profile, part)]
-        if self.sync == "layerwise" and whole:
+        if self.sync == "layerwise" and whole and self.decoupled is None:     # the decoupled check says why
             raise ValueError(
                 f"profile {self.profile.name or 'without a name'!r} has {' and '.join(whole)} time, which waits for "
                 "every gradient (MODEL.md section 4), so it cannot run tensor by tensor under sync='layerwise': "
-                "use sync='barrier', or move it onto the tensors' update times"
+                "use sync='barrier', or step_parts='fit' to spread it over the tensors' update times"
             )
         object.__setattr__(self, "copy_cost", _finite("copy_cost", self.copy_cost, minimum=0.0))
         if self.copy_on not in COPY_PLACES:
@@ -184,7 +214,7 @@ class Problem:
         if self.profile.post_backward:
             raise ValueError(
                 f"profile {self.profile.name or 'without a name'!r} has post_backward time (DDP's copies of the "
-                "reduced buckets), which a fully sharded step does not run: use Profile.with_step_parts(post_backward=0)")
+                "reduced buckets), which a fully sharded step does not run: drop it with step_parts='fit'")
         for half in ("reduce_scatter", "all_gather"):
             try:
                 check_cost(getattr(self.fully_sharded, half), self.profile)
@@ -202,8 +232,8 @@ class Problem:
         if whole:
             raise ValueError(
                 f"profile {self.profile.name or 'without a name'!r} has {' and '.join(whole)} time; a decoupled "
-                "all-reduce updates each tensor's shard after its reduce-scatter (MODEL.md section 8.1): move it "
-                "onto the tensors' update times")
+                "all-reduce updates each tensor's shard after its reduce-scatter (MODEL.md section 8.1) and runs no "
+                "DDP copies: step_parts='fit' spreads the lump over the tensors' update times and drops the copies")
         for half in ("reduce_scatter", "all_gather"):
             try:
                 check_cost(getattr(self.decoupled, half), self.profile)
@@ -280,7 +310,7 @@ class Problem:
 
     def __repr__(self) -> str:
         extras = "".join(f", {name}={getattr(self, name)!r}" for name in ("copy_cost", "copy_on", "contention", "channels", "ps",
-                                                                          "decoupled", "fully_sharded")
+                                                                          "decoupled", "fully_sharded", "step_parts")
                          if getattr(self, name) != getattr(Problem, name))
         return f"Problem({self.profile!r}, {self.cost!r}, sync={self.sync!r}{extras})"
 

@@ -498,6 +498,30 @@ class Profile:
             raise ValueError(f"unknown step part {unknown[0]!r}: the parts are {', '.join(STEP_PARTS)}")
         return dataclasses.replace(self, **parts)
 
+    def spread_step_parts(self, *parts: str) -> "Profile":
+        """The same profile with the named step parts (``update_lump``, ``post_backward``)
+        moved onto the tensors' update times, in proportion to their bytes: tensor ``i``'s
+        update grows by ``part * s_i / sum s`` seconds and the part becomes 0 (MODEL.md
+        section 4.1). An optimiser's and a gradient copy's time is linear in the bytes; the
+        step's compute time ``B + F + U + W`` is kept (to rounding).
+
+        >>> p = Profile.from_arrays([2e6, 1e6, 1e6], [0.0] * 3, [1.0] * 3, update_lump=4.0)
+        >>> spread = p.spread_step_parts("update_lump")
+        >>> spread.update.tolist(), spread.update_lump
+        ([2.0, 1.0, 1.0], 0.0)
+        """
+        if not parts:
+            raise ValueError("name the step parts to spread: update_lump, post_backward or both")
+        for part in parts:
+            if part == "host_overhead":
+                raise ValueError("host_overhead is time the step waits for the host, not work on the tensors: "
+                                 "it cannot be spread over their updates")
+            if part not in STEP_PARTS:
+                raise ValueError(f"unknown step part {part!r}: the parts to spread are update_lump and post_backward")
+        moved = sum(getattr(self, part) for part in dict.fromkeys(parts))
+        update = self.update + moved * self.sizes.astype(np.float64) / float(self.total_bytes)
+        return dataclasses.replace(self, update=update, **{part: 0.0 for part in parts})
+
     def tail(self, count: int, name: str | None = None) -> "Profile":
         """The last ``count`` tensors in forward order (the first gradients the backward makes
         ready), with their times, orders, dtypes and shapes; ``name`` defaults to this one's.
