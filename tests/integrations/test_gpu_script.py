@@ -1,0 +1,72 @@
+"""``validation/gpu/run.py``: every GPU validation in one command, within a budget.
+
+Without a GPU every stage is skipped with its reason, and the summary says so; a stage past its
+share of the budget is stopped with its whole process group."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[2] / "validation" / "gpu" / "run.py"
+
+
+@pytest.fixture(scope="module")
+def script():
+    spec = importlib.util.spec_from_file_location("gpu_run", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_without_a_gpu_every_stage_is_skipped_and_said_so(script, tmp_path, monkeypatch):
+    monkeypatch.setattr(script, "machine", lambda: {"cpu": "x", "cores": 2, "python": "3", "torch": None})
+    assert script.main(["--out", str(tmp_path)]) == 0
+    document = json.loads((tmp_path / "gpu-run.json").read_text())
+    assert [s["stage"] for s in document["stages"]] == list(script.STAGES)
+    assert {s["status"] for s in document["stages"]} == {"skipped: no CUDA GPU here"}
+    table = (tmp_path / "gpu-run.md").read_text()
+    assert "| hardware-gemm | skipped: no CUDA GPU here | - | - |" in table
+
+
+def test_a_stage_past_its_budget_is_stopped_with_its_children(script, tmp_path):
+    marker = tmp_path / "child.pid"
+    code = (f"import subprocess, sys, time; child = subprocess.Popen([sys.executable, '-c', 'import time; "
+            f"time.sleep(120)']); open({str(marker)!r}, 'w').write(str(child.pid)); time.sleep(120)")
+    status, _ = script.run_stage(["-c", code], 3.0, tmp_path / "log.txt")
+    assert status == "stopped at its budget of 3 s"
+    child = int(marker.read_text())
+    # The child of the stage went with it (its process group was ended), or is a zombie at most.
+    state = Path(f"/proc/{child}/stat")
+    assert not state.exists() or state.read_text().split()[2] == "Z"
+
+
+def test_stage_and_budget_arguments_are_checked(script, tmp_path, capsys):
+    with pytest.raises(SystemExit) as stop:
+        script.main(["--out", str(tmp_path), "--stages", "tests,warp"])
+    assert stop.value.code == 2
+    assert "--stages: unknown 'warp'" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        script.main(["--out", str(tmp_path), "--budget", "0"])
+    assert "--budget must be a positive number of seconds, got 0.0" in capsys.readouterr().err
+
+
+def test_the_stages_call_scripts_and_flags_that_exist():
+    # Every script a stage names is in the repository (a renamed script would skip silently).
+    spec = importlib.util.spec_from_file_location("gpu_run_names", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    root = SCRIPT.parents[2]
+    for name, (_, arguments) in module.STAGES.items():
+        if arguments[0] != "-m":
+            assert (root / arguments[0]).is_file(), name
+    assert sum(share for share, _ in module.STAGES.values()) == pytest.approx(1.0)
+    done = subprocess.run([sys.executable, str(root / "validation" / "step" / "run.py"), "--help"],
+                          capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(root)})
+    assert "--time-limit" in done.stdout
