@@ -86,6 +86,14 @@ class TracedStep:
         """``(predicted - measured) / measured``."""
         return (self.predicted - self.measured) / self.measured
 
+    @property
+    def problem(self) -> Problem:
+        """The traced job as a problem: its profile and fitted cost under barrier sync (DDP
+        waits for every bucket before the optimiser). ``predicted`` is :attr:`plan` simulated
+        on it; another plan on it predicts the job run that way, e.g. DDP under another bucket
+        setting: ``solve(traced.problem, "ddp", bucket_cap_mb=5).iteration_time``."""
+        return Problem(self.profile, self.cost, sync="barrier")
+
 
 def predict_traced_step(traces: Any, parameters: Any = None, *, statistic: str = "mean",
                         **options: Any) -> TracedStep:
