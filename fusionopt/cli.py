@@ -6,8 +6,10 @@ Bad arguments and bad input files exit with status 2 and a one-line message.
 from __future__ import annotations
 
 import argparse
+import ast
 import contextlib
 import json
+import math
 import os
 import re
 import warnings
@@ -216,6 +218,10 @@ def parse_bytes(flag: str, text: str) -> float:
     Traceback (most recent call last):
     ...
     fusionopt.cli.UsageError: --memory-cap: '8 parsecs' is not a size (give bytes, or a unit: B, KB, MB, GB, TB, KiB, MiB, GiB, TiB)
+    >>> parse_bytes("--memory-cap", "inf")
+    Traceback (most recent call last):
+    ...
+    fusionopt.cli.UsageError: --memory-cap must be a finite size, got 'inf' (leave --memory-cap out for no cap)
     """
     stripped = text.strip()
     number, unit = stripped, "b"
@@ -226,9 +232,13 @@ def parse_bytes(flag: str, text: str) -> float:
     try:
         value = float(number) * BYTE_UNITS[unit]
     except ValueError:
+        value = math.nan
+    if math.isnan(value):
         raise UsageError(f"{flag}: {text!r} is not a size (give bytes, or a unit: B, KB, MB, GB, TB, KiB, MiB, "
-                         "GiB, TiB)") from None
-    if not value > 0 or value == float("inf"):
+                         "GiB, TiB)")
+    if math.isinf(value) and value > 0:
+        raise UsageError(f"{flag} must be a finite size, got {text!r} (leave {flag} out for no cap)")
+    if not value > 0:
         raise UsageError(f"{flag} must be a positive size, got {text!r}")
     return value
 
@@ -280,11 +290,39 @@ def _parse_options(pairs: Sequence[str]) -> dict[str, Any]:
             raise UsageError(f"--option takes KEY=VALUE, got {pair!r}")
         if key in options:
             raise UsageError(f"--option {key} is given twice; give each option once")
-        try:
-            options[key] = json.loads(text)
-        except json.JSONDecodeError:
-            options[key] = text
+        options[key] = option_value(text)
     return options
+
+
+KEYWORDS = {"True": True, "true": True, "False": False, "false": False, "None": None, "none": None, "null": None}
+LITERALS = (bool, int, float, str, list, tuple, dict, type(None))
+
+
+def option_value(text: str) -> Any:
+    """The value of ``--option KEY=VALUE``: what ``fusionopt methods --options`` prints as a
+    default reads back as that default.
+
+    ``True``, ``False`` and ``None`` (also ``true``, ``false``, ``none``, ``null``); a number
+    (``25``, ``1e-09``, ``25.0`` stays a float); a list (``[1, 2.5]``, JSON or Python); a
+    quoted string (``'current'``); any other text is the string itself.
+
+    >>> option_value("True"), option_value("none"), option_value("1e-09"), option_value("'current'")
+    (True, None, 1e-09, 'current')
+    >>> option_value("[25, 50.0]"), option_value("['dp', None]"), option_value("best-baseline")
+    ([25, 50.0], ['dp', None], 'best-baseline')
+    """
+    stripped = text.strip()
+    if stripped in KEYWORDS:
+        return KEYWORDS[stripped]
+    try:
+        return json.loads(stripped)
+    except ValueError:
+        pass
+    try:
+        value = ast.literal_eval(stripped)
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        return text
+    return value if isinstance(value, LITERALS) else text
 
 
 def _result_document(result: Result) -> dict[str, Any]:
@@ -466,9 +504,9 @@ def _cmd_simulate(args: argparse.Namespace) -> None:
         "communication_end": timeline.communication_end,
         "busy": timeline.busy,
         "messages": [
-            {"ready": r, "start": s, "end": e, "bytes": int(b)}
-            for r, s, e, b in zip(timeline.message_ready, timeline.message_start, timeline.message_end,
-                                  timeline.message_bytes)
+            {"ready": r, "start": s, "end": e, "bytes": int(b), "kind": kind}
+            for r, s, e, b, kind in zip(timeline.message_ready, timeline.message_start, timeline.message_end,
+                                        timeline.message_bytes, timeline.message_collectives(_reduce_with(plan)))
         ],
     }
     cap = None if problem.fully_sharded is None else problem.fully_sharded.memory_cap
@@ -477,8 +515,8 @@ def _cmd_simulate(args: argparse.Namespace) -> None:
         if cap is not None:
             document["memory_cap"] = cap
             document["over_memory_cap"] = max(0.0, timeline.peak_memory - cap)
-        for k, (kind, unit) in enumerate(zip(timeline.message_kind.tolist(), timeline.message_unit.tolist())):
-            document["messages"][k].update(kind=("reduce-scatter", "all-gather")[kind], unit=unit)
+        for k, unit in enumerate(timeline.message_unit.tolist()):
+            document["messages"][k]["unit"] = unit
     if args.json:
         print(json.dumps(document, indent=1))
         return
@@ -490,11 +528,27 @@ def _cmd_simulate(args: argparse.Namespace) -> None:
     print(f"compute         {1e3 * timeline.compute_time:.6f} ms")
     print(f"exposed         {1e3 * timeline.exposed:.6f} ms")
     print(f"messages        {timeline.num_messages}")
-    # The timeline, message by message (ms from the start of the backward).
-    print(f"  {'k':>4}  {'bytes':>12}  {'ready ms':>10}  {'start ms':>10}  {'end ms':>10}")
-    shown = document["messages"][:20]
+    _print_collectives(document["messages"], timeline, sharded=problem.fully_sharded is not None)
+
+
+def _reduce_with(plan: Any) -> str:
+    """The collective a plan's gradient messages use (a decoupled plan may reduce with all-reduces)."""
+    return getattr(plan, "reduce_with", "reduce_scatter")
+
+
+def _print_collectives(messages: list[dict[str, Any]], timeline: Any, *, sharded: bool) -> None:
+    """The timeline's table, message by message, in ms: from the start of the step's forward
+    on a fully sharded step (its ready time is when it is issued), else of the backward. A
+    decoupled or fully sharded step names each collective (and the unit it carries)."""
+    kinds = timeline.message_kind is not None
+    ready = "issued ms" if sharded else "ready ms"
+    print(f"  times from the start of the {'forward' if sharded else 'backward'}")
+    header = f"  {'k':>4}  " + (f"{'collective':<14}  " if kinds else "") + (f"{'unit':>4}  " if sharded else "")
+    print(f"{header}{'bytes':>12}  {ready:>10}  {'start ms':>10}  {'end ms':>10}")
+    shown = messages[:20]
     for k, m in enumerate(shown):
-        print(f"  {k:>4}  {m['bytes']:>12d}  {1e3 * m['ready']:>10.3f}  {1e3 * m['start']:>10.3f}  {1e3 * m['end']:>10.3f}")
+        row = f"  {k:>4}  " + (f"{m['kind']:<14}  " if kinds else "") + (f"{m['unit']:>4}  " if sharded else "")
+        print(f"{row}{m['bytes']:>12d}  {1e3 * m['ready']:>10.3f}  {1e3 * m['start']:>10.3f}  {1e3 * m['end']:>10.3f}")
     if timeline.num_messages > len(shown):
         print(f"  ... {timeline.num_messages - len(shown)} more messages (use --json for all)")
 
@@ -1003,6 +1057,11 @@ def _outputs(args: argparse.Namespace) -> list[str]:
     return args.output
 
 
+PLAN_TYPES = {"all-reduce": Plan, "ps": PSPlan, "decoupled": DecoupledPlan, "fully-sharded": ShardedPlan}
+PLOT_METHODS = {"all-reduce": "dp", "ps": "ps-dp", "decoupled": "decoupled-dp", "fully-sharded": "fsdp2"}
+"""The method whose plan ``plot timeline`` draws when none is named, for each pattern."""
+
+
 def _cmd_plot_timeline(args: argparse.Namespace) -> None:
     from fusionopt import viz
 
@@ -1011,17 +1070,26 @@ def _cmd_plot_timeline(args: argparse.Namespace) -> None:
     if args.plan is not None:
         if args.method is not None or args.option:
             raise UsageError("give --method (with --option) or --plan, not both")
-        plan = PSPlan.read(args.plan) if problem.ps is not None else Plan.read(args.plan)
+        plan = PLAN_TYPES[problem.pattern].read(args.plan)
         try:
             plan.validate(problem.profile)
         except ValueError as exc:
             raise ValueError(f"{args.plan}: {exc}") from None
         source, name = plan, args.plan
     else:
-        name = args.method or ("ps-dp" if problem.ps is not None else "dp")
+        name = args.method or PLOT_METHODS[problem.pattern]
         source = solve(problem, name, **_parse_options(args.option))
     setting = (f"{args.workers} workers, {args.network}" if args.network is not None
-               else f"{problem.cost!r}")
+               else f"{problem.cost!r}" if problem.cost is not None else "")
+    halves = problem.decoupled or problem.fully_sharded
+    if halves is not None:
+        if args.network is None:
+            setting = f"reduce-scatter {halves.reduce_scatter!r}, all-gather {halves.all_gather!r}"
+        setting += "; decoupled" if problem.decoupled is not None else "; fully sharded"
+        if problem.fully_sharded is not None:
+            cap = problem.fully_sharded.memory_cap
+            setting += "" if cap is None else f", memory cap {cap / 2**20:.4g} MiB"
+            setting += ", two channels" if problem.fully_sharded.channels == "two" else ""
     plan_note = f"; plan {args.plan}" if args.plan is not None else ""
     title = args.title if args.title is not None else f"{label}; {setting}{plan_note}"
     try:
@@ -1030,8 +1098,15 @@ def _cmd_plot_timeline(args: argparse.Namespace) -> None:
         raise UsageError(str(exc)) from None
     timeline = source.timeline if args.plan is None else simulate(problem, source, validate=False)
     count = timeline.num_messages
-    print(f"{name}: T = {1e3 * timeline.iteration_time:.6f} ms, exposed {1e3 * timeline.exposed:.6f} ms, "
-          f"{count} message{'s' if count != 1 else ''}")
+    what = f"{count} message{'s' if count != 1 else ''}"
+    if timeline.message_kind is not None:                  # decoupled or fully sharded: its collectives
+        kinds = timeline.message_collectives(_reduce_with(source.plan if args.plan is None else source))
+        what = f"{count} collective{'s' if count != 1 else ''} (" + ", ".join(
+            f"{kinds.count(kind)} {kind}{'s' if kinds.count(kind) != 1 else ''}"
+            for kind in ("all-gather", "reduce-scatter", "all-reduce") if kind in kinds) + ")"
+    if timeline.peak_memory is not None:
+        what += f", peak memory {timeline.peak_memory / 2**20:.3f} MiB"
+    print(f"{name}: T = {1e3 * timeline.iteration_time:.6f} ms, exposed {1e3 * timeline.exposed:.6f} ms, {what}")
     for path in written:
         print(f"wrote {path}")
 
@@ -1061,14 +1136,17 @@ def _add_plot_parsers(commands: Any) -> None:
     kinds = plot.add_subparsers(dest="plot", parser_class=_Parser, metavar="PLOT")
     kinds.required = True
 
-    p = kinds.add_parser("timeline", help="Gantt chart of one plan: compute stream, channel(s), exposed time")
+    p = kinds.add_parser("timeline", help="Gantt chart of one plan: compute stream, channel(s), exposed time; "
+                                          "with --fully-sharded, the memory over the step under it")
     p.add_argument("--model", help=f"a zoo model: {', '.join(zoo.models())}")
     p.add_argument("--profile", metavar="PROFILE.json|.csv", help="a profile instead of a zoo model")
     p.add_argument("--device", help=f"device for the zoo estimate: {', '.join(zoo.devices())} (default h100)")
     p.add_argument("--batch", type=int, help="per-worker batch for the zoo estimate (default 64)")
-    p.add_argument("--method", help="the method whose plan to draw (default dp; ps-dp on a parameter server)")
+    p.add_argument("--method", help="the method whose plan to draw (default dp; ps-dp on a parameter server, "
+                                    "decoupled-dp with --decoupled, fsdp2 with --fully-sharded)")
     p.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
-                   help="a method option, VALUE parsed as JSON when it can be (repeatable)")
+                   help="a method option, VALUE as `fusionopt methods --options` prints it: True, None, "
+                        "25, 1e-09, [1, 2], 'text' or text (repeatable)")
     p.add_argument("--plan", metavar="PLAN.json", help="draw this plan instead of solving")
     p.add_argument("--output", action="append", required=True, metavar="FILE.png|FILE.svg",
                    help="image to write, format by extension (repeatable)")
@@ -1107,7 +1185,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("profile", metavar="PROFILE.json|.csv")
     p.add_argument("--method", default="wfbp", help="a name from `fusionopt methods` (default wfbp)")
     p.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
-                   help="a method option, VALUE parsed as JSON when it can be (repeatable)")
+                   help="a method option, VALUE as `fusionopt methods --options` prints it: True, None, "
+                        "25, 1e-09, [1, 2], 'text' or text (repeatable)")
     p.add_argument("--output", metavar="PLAN.json", help="write the plan as JSON")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     _add_cost_arguments(p)
@@ -1209,9 +1288,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                 if getattr(args, flag, False) and args.run is _cmd_advise:
                     raise UsageError(f"--{flag.replace('_', '-')}: advise takes --pattern zero2 (decoupled) or "
                                      "--pattern fsdp (fully sharded) instead")
-                if getattr(args, flag, False) and args.run not in (_cmd_solve, _cmd_simulate, _cmd_compare, _cmd_run):
-                    raise UsageError(f"--{flag.replace('_', '-')} is taken by solve, simulate, compare and run; this "
-                                     "command plans or runs all-reduce problems only")
+                if getattr(args, flag, False) and args.run not in (_cmd_solve, _cmd_simulate, _cmd_compare, _cmd_run,
+                                                                   _cmd_plot_timeline):
+                    raise UsageError(f"--{flag.replace('_', '-')} is taken by solve, simulate, compare, run and plot "
+                                     "timeline; this command plans or runs all-reduce problems only")
             args.run(args)
     except SystemExit as exc:  # --help
         return exc.code if isinstance(exc.code, int) else 0

@@ -1,17 +1,18 @@
 """Pictures of schedules: timelines (Gantt charts) of one plan and comparison plots of sweeps.
 
-Two pure helpers compute what is drawn and are tested on their own:
-:func:`timeline_bars` (every bar of a Gantt chart: the compute pieces, each message on its
-channel, the exposed communication) and :func:`sweep_series` (one line per method of a
-sweep). :func:`plot_timeline` and :func:`plot_sweep` draw them with matplotlib and return
+Pure helpers compute what is drawn and are tested on their own:
+:func:`timeline_bars` (every bar of a Gantt chart: the compute pieces, each message or
+collective on its channel, the exposed communication), :func:`memory_steps` (the unsharded
+bytes over a fully sharded step) and :func:`sweep_series` (one line per method of a sweep). :func:`plot_timeline` and :func:`plot_sweep` draw them with matplotlib and return
 the figure; :func:`save_timeline` and :func:`save_sweep` write PNG or SVG files.
 
 matplotlib is imported only inside the drawing functions; without it they raise an
 ``ImportError`` naming the ``plot`` extra (``pip install 'fusionopt[plot]'``). The pure
 helpers need numpy only.
 
-Times in the helpers' results are seconds from the start of the backward, as in
-:class:`~fusionopt.model.timeline.Timeline`; the pictures show milliseconds.
+Times in the helpers' results are seconds from the start of the backward (of the forward on
+a fully sharded step), as in :class:`~fusionopt.model.timeline.Timeline`; the pictures show
+milliseconds.
 """
 
 from __future__ import annotations
@@ -24,16 +25,20 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
+from fusionopt.model.decoupled import ALL_GATHER, KINDS, REDUCE_SCATTER, DecoupledPlan
+from fusionopt.model.decoupled_program import decoupled_program
 from fusionopt.model.plan import Plan
 from fusionopt.model.problem import Problem
 from fusionopt.model.ps import PSPlan
+from fusionopt.model.sharded import ShardedPlan
+from fusionopt.model.sharded_program import sharded_program
 from fusionopt.model.timeline import Timeline
 from fusionopt.model.simulator import compute_pieces, simulate
 from fusionopt.model._io import write_bytes_atomic
 
 __all__ = [
-    "Bar", "IMAGE_FORMATS", "SWEEP_METRICS", "image_format", "plot_sweep", "plot_timeline", "save_sweep",
-    "save_timeline", "sweep_series", "timeline_bars",
+    "Bar", "IMAGE_FORMATS", "SWEEP_METRICS", "image_format", "memory_steps", "plot_sweep", "plot_timeline",
+    "save_sweep", "save_timeline", "sweep_series", "timeline_bars",
 ]
 
 IMAGE_FORMATS = ("png", "svg")
@@ -49,13 +54,20 @@ _KIND_COLORS = {
     "forward": "#55a868",
     "update": "#9a9a9a",
     "pack": "#dd8452",
+    "post_backward": "#c8a2c8",
+    "update_lump": "#6f6f6f",
+    "host_overhead": "#d9c27a",
     "exposed": "#fbe3e3",
 }
 _ROW_COLORS = {                      # two alternating shades, so neighbouring messages part
     "message": ("#8172b3", "#b7aee0"),
     "push": ("#8172b3", "#b7aee0"),
     "pull": ("#2a8fa8", "#86c8da"),
+    "reduce-scatter": ("#8172b3", "#b7aee0"),
+    "all-gather": ("#da8b2f", "#f2c48d"),
+    "all-reduce": ("#937860", "#c9b29b"),
 }
+_MEMORY_COLOR = "#2a8fa8"
 _EXPOSED_EDGE = "#c44e52"
 _KIND_NAMES = {
     "backward": "backward",
@@ -65,7 +77,17 @@ _KIND_NAMES = {
     "message": "message",
     "push": "push",
     "pull": "pull",
+    "post_backward": "post-backward work",
+    "update_lump": "optimiser (not per tensor)",
+    "host_overhead": "host overhead",
+    "reduce-scatter": "reduce-scatter",
+    "all-gather": "all-gather",
+    "all-reduce": "all-reduce (gradients)",
 }
+_SHORT_KINDS = {"reduce-scatter": "RS", "all-gather": "AG", "all-reduce": "AR"}
+_PLANS = {"all-reduce": Plan, "ps": PSPlan, "decoupled": DecoupledPlan, "fully-sharded": ShardedPlan}
+_PROBLEM_WORDS = {"all-reduce": "an all-reduce problem", "ps": "a parameter-server problem",
+                  "decoupled": "a decoupled problem", "fully-sharded": "a fully sharded problem"}
 
 
 # ============================================================================ timelines
@@ -77,20 +99,29 @@ class Bar:
     ----------
     row : str
         ``"compute"``, ``"channel"`` (``"channel 1"`` .. ``"channel K"`` with ``K > 1``
-        concurrent channels), or ``"push"`` and ``"pull"`` on a parameter server.
+        concurrent channels), ``"push"`` and ``"pull"`` on a parameter server, or
+        ``"all-gather channel"`` and ``"reduce-scatter channel"`` on a fully sharded step
+        with two channels.
     start, end : float
-        Seconds from the start of the backward.
+        Seconds from the start of the backward (of the forward on a fully sharded step).
     kind : str
         ``"backward"``, ``"forward"``, ``"update"``, ``"pack"`` (packing a fused message on
-        the compute stream), ``"message"``, ``"push"``, ``"pull"``, or ``"exposed"``: an
-        interval in which the compute stream waits for communication.
+        the compute stream), a step part (``"post_backward"``, ``"update_lump"``,
+        ``"host_overhead"``), ``"message"``, ``"push"``, ``"pull"``, a collective of a
+        decoupled or fully sharded step (``"reduce-scatter"``, ``"all-gather"``, or
+        ``"all-reduce"`` for the gradients of a decoupled plan that reduces with
+        all-reduces), or ``"exposed"``: an interval in which the compute stream waits for
+        communication.
     label : str
         What the bar says when it is wide enough: ``"m3: t12-t17"`` is message 3 (channel
-        order, from 0) carrying tensors 12 to 17 (forward index, from 0).
+        order, from 0) carrying tensors 12 to 17 (forward index, from 0); ``"RS2: t5-t7"``
+        a decoupled plan's reduce-scatter message 2, ``"AG u3: t9-t12"`` a fully sharded
+        step's all-gather of unit 3 (``g3``: reduce-scatter group 3).
     short : str
         A shorter label for narrower bars (the number of tensors, or the size).
     index : int or None
-        The message's index in its channel's order, or the tensor of a compute piece.
+        The message's index in its channel's order (a collective's in the step's channel
+        order), or the tensor of a compute piece.
     tensor : int or None
         The first tensor (smallest forward index) the bar concerns.
     fused : bool
@@ -113,13 +144,13 @@ class Bar:
         return self.end - self.start
 
 
-def _resolve(source: Any, problem: Problem, plan: Plan | PSPlan | None, *, fn: str) -> tuple[Timeline, Any, str | None]:
+def _resolve(source: Any, problem: Problem, plan: Any, *, fn: str) -> tuple[Timeline, Any, str | None]:
     """The timeline, the plan and the method name (if known) behind ``source``."""
     if not isinstance(problem, Problem):
         raise ValueError(f"{fn} needs the Problem the plan was simulated on (its profile gives the compute "
                          f"stream), got {type(problem).__name__}")
     method = None
-    if isinstance(source, (Plan, PSPlan)):
+    if isinstance(source, tuple(_PLANS.values())):
         if plan is not None:
             raise ValueError(f"{fn}: give the plan once, as the first argument or as plan=, not both")
         return simulate(problem, source), source, None
@@ -134,29 +165,44 @@ def _resolve(source: Any, problem: Problem, plan: Plan | PSPlan | None, *, fn: s
         plan, method = source.plan, source.method
         timeline = source.timeline if source.timeline is not None else simulate(problem, plan)
     else:
-        raise ValueError(f"{fn} draws a Result, a Plan, a PSPlan or a Timeline (with plan=), "
-                         f"got {type(source).__name__}")
-    if problem.ps is not None and not isinstance(plan, PSPlan):
-        raise ValueError(f"{fn}: a parameter-server problem needs a PSPlan, got {type(plan).__name__}")
-    if problem.ps is None and not isinstance(plan, Plan):
-        raise ValueError(f"{fn}: an all-reduce problem needs a Plan, got {type(plan).__name__}")
-    push = plan.push if isinstance(plan, PSPlan) else plan
-    if push.num_messages != len(timeline.message_start) or not np.array_equal(push.message_bytes,
-                                                                               timeline.message_bytes):
-        raise ValueError(f"{fn}: the plan's messages ({push.num_messages}, {int(push.message_bytes.sum())} B) "
+        raise ValueError(f"{fn} draws a Result, a Plan, a PSPlan, a DecoupledPlan, a ShardedPlan or a Timeline "
+                         f"(with plan=), got {type(source).__name__}")
+    wanted = _PLANS[problem.pattern]
+    if not isinstance(plan, wanted):
+        raise ValueError(f"{fn}: {_PROBLEM_WORDS[problem.pattern]} needs a {wanted.__name__}, got {type(plan).__name__}")
+    if isinstance(plan, (DecoupledPlan, ShardedPlan)):
+        sizes = np.asarray(_program(problem, plan).nbytes, dtype=np.int64)
+    else:
+        sizes = (plan.push if isinstance(plan, PSPlan) else plan).message_bytes
+    if len(sizes) != len(timeline.message_start) or not np.array_equal(sizes, timeline.message_bytes):
+        raise ValueError(f"{fn}: the plan's messages ({len(sizes)}, {int(sizes.sum())} B) "
                          f"differ from the timeline's ({len(timeline.message_start)}, "
                          f"{int(timeline.message_bytes.sum())} B): they do not belong together")
     return timeline, plan, method
 
 
+def _program(problem: Problem, plan: DecoupledPlan | ShardedPlan):
+    """The step program of a decoupled or fully sharded plan: its collectives in channel order."""
+    if isinstance(plan, ShardedPlan):
+        return sharded_program(problem, plan)
+    return decoupled_program(problem, plan)
+
+
 def _tensor_text(message, sizes: np.ndarray) -> tuple[str, str, bool]:
     """The tensor part of a message label, its short form, and whether it is fused."""
-    tensors = sorted(set(message.tensors))
-    nbytes = message.nbytes
+    return _tensors_text(message.tensors, message.nbytes, len(message.chunks), sizes)
+
+
+def _tensors_text(tensors: Sequence[int], nbytes: int, pieces: int, sizes: np.ndarray) -> tuple[str, str, bool]:
+    """The tensor part of a label of ``nbytes`` in ``pieces`` byte ranges of ``tensors``, its
+    short form, and whether it is fused."""
+    tensors = sorted(set(int(i) for i in tensors))
     size = _format_bytes(nbytes)
+    if not tensors:
+        return "nothing", size, False
     if len(tensors) == 1:
         (i,) = tensors
-        whole = nbytes == int(sizes[i]) and len(message.chunks) == 1
+        whole = nbytes == int(sizes[i]) and pieces == 1
         return (f"t{i}" if whole else f"part of t{i}"), size, False
     if tensors[-1] - tensors[0] + 1 == len(tensors):
         text = f"t{tensors[0]}-t{tensors[-1]}"
@@ -190,7 +236,96 @@ def _message_bars(plan: Plan, start: np.ndarray, end: np.ndarray, sizes: np.ndar
     return bars
 
 
-def timeline_bars(source: Any, problem: Problem, *, plan: Plan | PSPlan | None = None) -> list[Bar]:
+def _channel_rows(problem: Problem) -> list[str]:
+    """The rows of the communication, top to bottom."""
+    if problem.ps is not None:
+        return ["push", "pull"]
+    if problem.fully_sharded is not None and problem.fully_sharded.channels == "two":
+        return [f"{KINDS[ALL_GATHER]} channel", f"{KINDS[REDUCE_SCATTER]} channel"]
+    if problem.channels > 1:
+        return [f"channel {j + 1}" for j in range(problem.channels)]
+    return ["channel"]
+
+
+def _collective_bars(problem: Problem, plan: DecoupledPlan | ShardedPlan, timeline: Timeline) -> list[Bar]:
+    """One bar per collective of a decoupled or fully sharded step, in channel order, of the
+    kind the timeline reports; on a fully sharded step with two channels, the all-gathers on
+    one row and the reduce-scatters on the other."""
+    program = _program(problem, plan)
+    kinds = timeline.message_collectives(getattr(plan, "reduce_with", "reduce_scatter"))
+    rows = _channel_rows(problem)
+    sharded = isinstance(plan, ShardedPlan)
+    grouped = sharded and plan.reduce_bounds is not None
+    again = set(program.roles.get("regather", ())) if sharded else set()     # a unit's backward all-gathers
+    sizes = problem.profile.sizes
+    bars = []
+    for c, (spec, kind) in enumerate(zip(program.collectives, kinds)):
+        text, short, fused = _tensors_text(spec.tensors, spec.nbytes, len(spec.chunks), sizes)
+        if sharded:                       # named by the unit (or reduce-scatter group) it carries
+            carried = f"{'g' if grouped and spec.kind == REDUCE_SCATTER else 'u'}{spec.unit}"
+            name, short = f"{_SHORT_KINDS[kind]} {carried}{' (backward)' if c in again else ''}", carried
+        else:                             # by its index among the plan's messages of its kind
+            name = f"{_SHORT_KINDS[kind]}{spec.unit}"
+        if spec.release > 0.0:
+            text += f", posted at {1e3 * spec.release:.4g} ms"
+        row = rows[0] if len(rows) == 1 else f"{KINDS[spec.kind]} channel"
+        bars.append(Bar(row, float(timeline.message_start[c]), float(timeline.message_end[c]), kind,
+                        label=f"{name}: {text}", short=short, index=c, tensor=min(spec.tensors, default=0),
+                        fused=fused))
+    return bars
+
+
+def memory_steps(source: Any, problem: Problem, *, plan: ShardedPlan | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """The bytes of unsharded parameters and gradients whole over a fully sharded step: the
+    simulation's memory step function (:func:`~fusionopt.model.sharded_timing.simulate_sharded`),
+    from 0 to the iteration time ``T``.
+
+    Parameters
+    ----------
+    source : Result, ShardedPlan or Timeline
+        As for :func:`timeline_bars`.
+    problem : Problem
+        A fully sharded problem.
+    plan : ShardedPlan, optional
+        The plan of a ``Timeline`` source.
+
+    Returns
+    -------
+    (ndarray, ndarray)
+        ``times`` (seconds from the start of the forward, ascending, the first 0 and the last
+        ``T``) and ``nbytes`` (int64): ``nbytes[k]`` bytes are whole from ``times[k]`` until
+        ``times[k + 1]``; its largest value is the timeline's ``peak_memory``.
+
+    Examples
+    --------
+    MODEL.md 8.2's worked check (one unit, resharded): the parameters (7 MB) are whole from the
+    all-gather at 0 to the end of the forward at 11 ms and again from the second all-gather
+    at 11 ms to the end of the backward at 25 ms; the gradients from the backward's start at
+    19 ms to the end of the reduce-scatter at 33 ms: 14 MB at the peak.
+
+    >>> from fusionopt.model import AlphaBeta, Problem, Profile
+    >>> from fusionopt.model.sharded import FullySharded
+    >>> profile = Profile.from_arrays([4e6, 1e6, 2e6], [1e-3] * 3, [3e-3, 2e-3, 1e-3])
+    >>> half = AlphaBeta(1e-3, 1e-9)
+    >>> problem = Problem(profile, fully_sharded=FullySharded(half, half))
+    >>> times, nbytes = memory_steps(ShardedPlan([0, 3]), problem)
+    >>> (times * 1e3).round(9).tolist(), nbytes.tolist()
+    ([0.0, 11.0, 19.0, 25.0, 33.0], [7000000, 7000000, 14000000, 7000000, 0])
+    """
+    if not isinstance(problem, Problem) or problem.fully_sharded is None:
+        raise ValueError("memory_steps needs a fully sharded problem: Problem(profile, fully_sharded=FullySharded(...))")
+    timeline, _, _ = _resolve(source, problem, plan, fn="memory_steps")
+    times = timeline.memory_time.tolist()
+    levels = timeline.memory_bytes.tolist()
+    if not times or times[0] > 0.0:
+        times, levels = [0.0] + times, [0] + levels
+    T = timeline.iteration_time
+    if times[-1] < T:
+        times, levels = times + [T], levels + [levels[-1]]
+    return np.asarray(times, dtype=np.float64), np.asarray(levels, dtype=np.int64)
+
+
+def timeline_bars(source: Any, problem: Problem, *, plan: Any = None) -> list[Bar]:
     """Every bar of the timeline chart of a plan: compute pieces, messages, exposed waits.
 
     The compute stream (row ``"compute"``) runs the backward of tensors ``n-1 .. 0`` from
@@ -256,10 +391,11 @@ def timeline_bars(source: Any, problem: Problem, *, plan: Plan | PSPlan | None =
     if isinstance(plan, PSPlan):
         comm = _message_bars(plan.push, timeline.message_start, timeline.message_end, sizes, kind="push", rows=["push"])
         comm += _message_bars(plan.pull, timeline.pull_start, timeline.pull_end, sizes, kind="pull", rows=["pull"])
+    elif isinstance(plan, (DecoupledPlan, ShardedPlan)):
+        comm = _collective_bars(problem, plan, timeline)
     else:
-        channels = problem.channels
-        rows = ["channel"] if channels == 1 else [f"channel {j + 1}" for j in range(channels)]
-        comm = _message_bars(plan, timeline.message_start, timeline.message_end, sizes, kind="message", rows=rows)
+        comm = _message_bars(plan, timeline.message_start, timeline.message_end, sizes, kind="message",
+                             rows=_channel_rows(problem))
 
     pieces = compute_pieces(problem, plan)
     compute, waits = [], []
@@ -568,25 +704,57 @@ def _timeline_figure(source, problem, plan, *, ax, managed, title=None, label_me
         raise ValueError(f"unknown color_by {color_by!r}: choose 'kind' or 'tensor'")
     timeline, plan, method = _resolve(source, problem, plan, fn=fn)
     bars = timeline_bars(timeline, problem, plan=plan)
-    if problem.ps is not None:
-        rows = ["compute", "push", "pull"]
-    elif problem.channels > 1:
-        rows = ["compute"] + [f"channel {j + 1}" for j in range(problem.channels)]
-    else:
-        rows = ["compute", "channel"]
+    rows = ["compute"] + _channel_rows(problem)
+    memory_ax = None
     if ax is None:
-        fig = _new_figure(figsize or (11.0, 1.6 + 0.6 * len(rows)), managed=managed)
-        ax = fig.add_subplot()
+        gantt = 1.6 + 0.6 * len(rows)
+        if problem.fully_sharded is not None:         # the memory step function under the chart
+            fig = _new_figure(figsize or (11.0, gantt + 2.2), managed=managed)
+            ax, memory_ax = fig.subplots(2, 1, sharex=True, gridspec_kw={"height_ratios": [gantt - 1.0, 1.4],
+                                                                          "hspace": 0.12})
+        else:
+            fig = _new_figure(figsize or (11.0, gantt), managed=managed)
+            ax = fig.add_subplot()
     else:
         _matplotlib()
         fig = ax.figure
     _draw_timeline(ax, bars, rows, timeline, problem, method, title=title, label_messages=label_messages,
-                   color_by=color_by, legend=legend, xlim=xlim)
+                   color_by=color_by, legend=legend, xlim=xlim, under=memory_ax)
+    if memory_ax is not None:
+        _draw_memory(memory_ax, *memory_steps(timeline, problem, plan=plan), timeline, problem)
     return fig
 
 
+def _draw_memory(ax, times: np.ndarray, nbytes: np.ndarray, timeline: Timeline, problem: Problem) -> None:
+    """The unsharded bytes over the step (MiB against ms), the peak marked, the cap dashed."""
+    mib = nbytes / 2**20
+    ax.step(1e3 * times, mib, where="post", color=_MEMORY_COLOR, lw=1.2, label="unsharded parameters and gradients")
+    ax.fill_between(1e3 * times, mib, step="post", color=_MEMORY_COLOR, alpha=0.18, lw=0)
+    peak = timeline.peak_memory / 2**20
+    at = float(times[int(np.argmax(nbytes))])
+    ax.plot([1e3 * at], [peak], marker="v", color=_MEMORY_COLOR, ms=5, ls="none")
+    ax.annotate(f"peak {peak:.4g} MiB", (1e3 * at, peak), xytext=(4, 4), textcoords="offset points", fontsize=8,
+                color=_MEMORY_COLOR)
+    cap = problem.fully_sharded.memory_cap
+    top = peak
+    if cap is not None:
+        over = timeline.peak_memory > cap
+        ax.axhline(cap / 2**20, color=_EXPOSED_EDGE, ls="--", lw=1.0,
+                   label=f"memory cap {cap / 2**20:.4g} MiB{': over it' if over else ''}")
+        top = max(top, cap / 2**20)
+    ax.axvline(1e3 * timeline.iteration_time, color=_EXPOSED_EDGE, ls="--", lw=1.2)
+    ax.set_ylim(0, top * 1.5 if top > 0 else 1.0)                 # room for the legend above the peak
+    ax.set_ylabel("memory (MiB)", fontsize=9)
+    ax.set_xlabel("time from the start of the forward (ms)")
+    ax.grid(True, alpha=0.3)
+    ax.set_axisbelow(True)
+    ax.legend(loc="upper left", fontsize=8, frameon=False, ncol=2)
+
+
 def _draw_timeline(ax, bars: list[Bar], rows: list[str], timeline: Timeline, problem: Problem, method: str | None,
-                   *, title, label_messages, color_by, legend, xlim) -> None:
+                   *, title, label_messages, color_by, legend, xlim, under=None) -> None:
+    """The Gantt chart into ``ax``; ``under``: axes drawn below it (the memory), which the
+    legend goes below and which carry the x axis' label."""
     from matplotlib.patches import Patch
     from matplotlib.lines import Line2D
     import matplotlib
@@ -595,7 +763,8 @@ def _draw_timeline(ax, bars: list[Bar], rows: list[str], timeline: Timeline, pro
     T = timeline.iteration_time
     # The backward ends at B, later with contention, packing on the compute stream or pieces' overheads.
     B = max((b.end for b in bars if b.kind in ("backward", "pack")), default=0.0)
-    plain_backward = abs(B - profile.B) <= 1e-9 * max(T, 1e-300)
+    sharded = problem.fully_sharded is not None          # its step starts with the forward
+    plain_backward = not sharded and abs(B - profile.B) <= 1e-9 * max(T, 1e-300)
     left, right = (0.0, 1e3 * T * 1.02) if xlim is None else (float(xlim[0]), float(xlim[1]))
     if not right > left:
         raise ValueError(f"xlim must be (left, right) in ms with left < right, got {xlim!r}")
@@ -604,7 +773,7 @@ def _draw_timeline(ax, bars: list[Bar], rows: list[str], timeline: Timeline, pro
     height = 0.72
     cmap = matplotlib.colormaps["viridis"]
     top = max(profile.n - 1, 1)
-    shade: dict[str, int] = {}
+    shade: dict[tuple[str, str], int] = {}
     present: dict[str, Any] = {}
 
     # Piece boundaries (thin white edges) only where a piece is wide enough to show them.
@@ -617,8 +786,8 @@ def _draw_timeline(ax, bars: list[Bar], rows: list[str], timeline: Timeline, pro
             if color_by == "tensor":
                 color = cmap(bar.tensor / top)
             else:
-                parity = shade.get(bar.row, 0)
-                shade[bar.row] = parity + 1
+                parity = shade.get((bar.row, bar.kind), 0)
+                shade[(bar.row, bar.kind)] = parity + 1
                 color = _ROW_COLORS[bar.kind][parity % 2]
             style = dict(facecolor=color, edgecolor="black", linewidth=0.4,
                          hatch="///" if color_by == "tensor" and bar.fused else None)
@@ -644,10 +813,12 @@ def _draw_timeline(ax, bars: list[Bar], rows: list[str], timeline: Timeline, pro
     ax.set_yticklabels(rows)
     ax.axvline(1e3 * B, color="black", ls=":", lw=1)
     ax.axvline(1e3 * T, color=_EXPOSED_EDGE, ls="--", lw=1.2)
-    ax.text(1e3 * B, len(rows) - 0.45, "B " if plain_backward else "backward ends ", ha="right", va="center",
-            fontsize=8)
-    ax.text(1e3 * T, len(rows) - 0.45, f"T = {_ms(T)} ms ", ha="right", va="center", fontsize=8, color=_EXPOSED_EDGE)
-    ax.set_xlabel("time from the start of the backward (ms)")
+    b_text, t_text = ("B " if plain_backward else "backward ends "), f"T = {_ms(T)} ms "
+    if _label_fits(t_text, fig_width * (T - B) / span / 1.15, 8):      # T's label, right of B, leaves room
+        ax.text(1e3 * B, len(rows) - 0.45, b_text, ha="right", va="center", fontsize=8)
+    ax.text(1e3 * T, len(rows) - 0.45, t_text, ha="right", va="center", fontsize=8, color=_EXPOSED_EDGE)
+    if under is None:
+        ax.set_xlabel(f"time from the start of the {'forward' if sharded else 'backward'} (ms)")
     ax.grid(True, axis="x", alpha=0.3)
     ax.set_axisbelow(True)
 
@@ -674,20 +845,29 @@ def _draw_timeline(ax, bars: list[Bar], rows: list[str], timeline: Timeline, pro
                         if color_by == "tensor" else None)
 
     n_messages = timeline.num_messages
-    summary = (f"{method + ': ' if method else ''}T = {_ms(T)} ms, exposed {_ms(timeline.exposed)} ms, "
-               f"{n_messages} message{'s' if n_messages != 1 else ''}, {problem.sync} sync")
+    summary = f"{method + ': ' if method else ''}T = {_ms(T)} ms, exposed {_ms(timeline.exposed)} ms, "
+    if timeline.message_kind is None:
+        summary += f"{n_messages} message{'s' if n_messages != 1 else ''}, {problem.sync} sync"
+    else:
+        counts = {kind: sum(1 for b in bars if b.kind == kind) for kind in ("all-gather", "reduce-scatter", "all-reduce")}
+        summary += f"{n_messages} collective{'s' if n_messages != 1 else ''} (" + ", ".join(
+            f"{count} {kind}{'s' if count != 1 else ''}" for kind, count in counts.items() if count) + ")"
+        summary += (f", peak memory {timeline.peak_memory / 2**20:.4g} MiB" if sharded
+                    else f", {problem.sync} sync")
     ax.set_title(summary if title is None else f"{title}\n{summary}", fontsize=10)
 
     if legend:
         handles = []
-        for kind in ("backward", "forward", "update", "pack", "message", "push", "pull"):
+        for kind in ("backward", "forward", "update", "pack", "post_backward", "update_lump", "host_overhead",
+                     "message", "push", "pull", "all-gather", "reduce-scatter", "all-reduce"):
             if kind not in present:
                 continue
             style = dict(present[kind])
             if color_by == "tensor":
                 style["facecolor"] = "gray"
                 style["hatch"] = None
-            handles.append(Patch(label=_KIND_NAMES[kind], **style))
+            name = "forward" if kind == "forward" and sharded else _KIND_NAMES[kind]     # the step's own
+            handles.append(Patch(label=name, **style))
         if color_by == "tensor" and any(b.fused for b in bars):
             handles.append(Patch(facecolor="white", edgecolor="black", hatch="///", label="fused message"))
         handles.append(Patch(facecolor=_KIND_COLORS["exposed"], edgecolor=_EXPOSED_EDGE, hatch="xxx",
@@ -695,10 +875,11 @@ def _draw_timeline(ax, bars: list[Bar], rows: list[str], timeline: Timeline, pro
         handles.append(Line2D([], [], color="black", ls=":",
                               label="B: end of the backward" if plain_backward else "end of the backward"))
         handles.append(Line2D([], [], color=_EXPOSED_EDGE, ls="--", label="T: iteration time"))
-        # Below the tick labels and the x label: about 0.55 inch under the axes.
-        axes_height = ax.figure.get_figheight() * ax.get_position().height
-        ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.55 / axes_height),
-                  ncol=min(len(handles), 6), fontsize=8, frameon=False)
+        # Below the tick labels and the x label (of the axes under it): about 0.55 inch lower.
+        box = ax.get_position()
+        bottom = (under or ax).get_position().y0 - 0.55 / ax.figure.get_figheight()
+        ax.legend(handles=handles, loc="upper center", bbox_to_anchor=((box.x0 + box.x1) / 2, bottom),
+                  bbox_transform=ax.figure.transFigure, ncol=min(len(handles), 6), fontsize=8, frameon=False)
 
 
 def save_timeline(source: Any, problem: Problem, path: str | os.PathLike | Sequence[str | os.PathLike], *,

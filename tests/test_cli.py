@@ -830,9 +830,9 @@ def test_decoupled_options_are_never_ignored(capsys, profile_path):
         capsys, "solve", profile_path, "--alpha", "0.001", "--beta", "1e-9", "--decoupled", "--ps-delta", "0.5")
     assert "--decoupled: advise takes --pattern zero2" in run_error(
         capsys, "advise", "--model", "resnet18", "--network", "10gbe", "--workers", "8", "--decoupled")
-    assert "--decoupled is taken by solve, simulate, compare and run" in run_error(
-        capsys, "plot", "timeline", "--model", "resnet18", "--network", "10gbe", "--workers", "8", "--decoupled",
-        "--output", "t.png")
+    assert "--update-after-gather is a decoupled all-reduce option and goes with --decoupled" in run_error(
+        capsys, "plot", "timeline", "--model", "resnet18", "--network", "10gbe", "--workers", "8",
+        "--update-after-gather", "--output", "t.png")
 
 
 def test_fully_sharded_problems_from_the_command_line(capsys, tmp_path, profile_path):

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from fusionopt.model.decoupled import ALL_GATHER, KINDS, REDUCE_SCATTER
 from fusionopt.model.plan import Plan
 from fusionopt.model.problem import Problem
 
@@ -130,6 +131,23 @@ class Timeline:
         """Messages on the channel (pushes and pulls together, on a parameter server)."""
         pulls = 0 if self.pull_bytes is None else len(self.pull_bytes)
         return len(self.message_bytes) + pulls
+
+    def message_collectives(self, reduce_with: str = "reduce_scatter") -> tuple[str, ...]:
+        """The collective each message is, channel order: ``"reduce-scatter"`` or
+        ``"all-gather"`` by ``message_kind`` (decoupled and fully sharded steps),
+        ``"push"`` on a parameter server's push channel, else ``"all-reduce"``. A decoupled
+        plan that reduces its gradients with all-reduces (``reduce_with="all_reduce"``, the
+        plan's attribute) names those ``"all-reduce"``.
+
+        >>> t = Timeline("barrier", 1.0, 1.0, *([np.zeros(3)] * 4), np.zeros(0), np.zeros(0),
+        ...              message_kind=np.array([0, 1, 0]))
+        >>> t.message_collectives(), t.message_collectives("all_reduce")[:2]
+        (('reduce-scatter', 'all-gather', 'reduce-scatter'), ('all-reduce', 'all-gather'))
+        """
+        if self.message_kind is None:
+            return ("push" if self.pull_bytes is not None else "all-reduce",) * len(self.message_bytes)
+        gradient = "all-reduce" if reduce_with == "all_reduce" else KINDS[REDUCE_SCATTER]
+        return tuple(gradient if kind == REDUCE_SCATTER else KINDS[ALL_GATHER] for kind in self.message_kind.tolist())
 
     def scaling_efficiency(self) -> float:
         """``(B + F + U + W) / T`` (MODEL.md section 4)."""

@@ -73,7 +73,10 @@ MAX_TENSORS_SEQUENTIAL = 40           # interleave=False
 SPACE = ("whole tensors: reduce-scatters contiguous in the ready order, all-gathers contiguous in the "
          "forward order, any feasible interleaving on the channel")
 SIZE_REASON = "models n (n + 1) optional messages on one channel"
-SIZE_REASON_SEQUENTIAL = "with interleave=False models n (n + 1) arcs on a known channel order"
+# Checked before the options are read: it names both limits, not an option the caller may not have given.
+SIZE_REASON_SEQUENTIAL = (f"takes n <= {MAX_TENSORS} tensors interleaving reduce-scatters and all-gathers (the "
+                          f"default) and n <= {MAX_TENSORS_SEQUENTIAL} with interleave=False (every reduce-scatter "
+                          "first, n (n + 1) arcs on a known channel order),")
 SPACE_SEQUENTIAL = ("whole tensors: reduce-scatters contiguous in the ready order, all-gathers contiguous in "
                     "the forward order, every reduce-scatter first (decoupled-brute's space)")
 HINT_METHODS = ("decoupled-wfbp", "decoupled-opt")
@@ -659,8 +662,9 @@ def decoupled_cpsat(
         raise ValueError(f"interleave must be True or False, got {interleave!r}")
     interleave = bool(interleave)
     if interleave and problem.profile.n > MAX_TENSORS:
-        raise ValueError(f"decoupled-cpsat {SIZE_REASON} and refuses n = {problem.profile.n} > {MAX_TENSORS} "
-                         f"with interleave=True; interleave=False takes n <= {MAX_TENSORS_SEQUENTIAL}")
+        raise ValueError(f"decoupled-cpsat, interleaving reduce-scatters and all-gathers (the default), "
+                         f"{SIZE_REASON} and takes n <= {MAX_TENSORS}, and this problem has n = {problem.profile.n}: "
+                         f"interleave=False (every reduce-scatter first) takes n <= {MAX_TENSORS_SEQUENTIAL}")
     time_limit = positive_seconds("time_limit", time_limit)
     deterministic_time = check_deterministic_time(deterministic_time)
     if isinstance(workers, bool) or not isinstance(workers, numbers.Integral) or workers < 1:

@@ -181,9 +181,10 @@ def test_rounded_recursion_brackets_the_simulation(profile, rs, ag, sync, after,
 
 def test_options_hints_and_refusals():
     problem = decoupled(HAND, HALF, HALF, "layerwise", True)
-    with pytest.raises(ValueError, match=r"^decoupled-cpsat models n \(n \+ 1\) optional messages on one channel "
-                                         r"and refuses n = 11 > 10 with interleave=True; interleave=False takes "
-                                         r"n <= 40$"):
+    with pytest.raises(ValueError, match=r"^decoupled-cpsat, interleaving reduce-scatters and all-gathers \(the "
+                                         r"default\), models n \(n \+ 1\) optional messages on one channel and "
+                                         r"takes n <= 10, and this problem has n = 11: interleave=False \(every "
+                                         r"reduce-scatter first\) takes n <= 40$"):
         solve(decoupled(Profile.from_arrays([8] * 11, [MS] * 11, [MS] * 11), HALF, HALF, "barrier", False),
               "decoupled-cpsat")
     with pytest.raises(ValueError, match="would solve the problem with CP-SAT"):
@@ -395,9 +396,12 @@ def test_with_tensor_zero_tied_the_best_reduce_scatters_depend_on_the_gathers(ga
 
 def test_without_interleaving_refusals():
     big = decoupled(Profile.from_arrays([8] * 41, [MS] * 41, [MS] * 41), HALF, HALF, "barrier", False)
-    with pytest.raises(ValueError, match=r"^decoupled-cpsat with interleave=False models n \(n \+ 1\) arcs on a "
-                                         r"known channel order and refuses n = 41 > 40$"):
-        solve(big, "decoupled-cpsat", interleave=False)
+    for options in ({"interleave": False}, {}):            # the limit, whether interleave was given or not
+        with pytest.raises(ValueError, match=r"^decoupled-cpsat takes n <= 10 tensors interleaving reduce-scatters "
+                                             r"and all-gathers \(the default\) and n <= 40 with interleave=False "
+                                             r"\(every reduce-scatter first, n \(n \+ 1\) arcs on a known channel "
+                                             r"order\), and refuses n = 41 > 40$"):
+            solve(big, "decoupled-cpsat", **options)
     assert MAX_TENSORS_SEQUENTIAL == 40
     problem = decoupled(HAND, HALF, HALF, "layerwise", True)
     with pytest.raises(ValueError, match="^interleave must be True or False, got 'no'$"):
