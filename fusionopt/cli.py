@@ -30,11 +30,20 @@ from fusionopt.solvers.sharded import fsdp2_plan
 from fusionopt.model.ps import ParameterServer, PSPlan
 from fusionopt.model._io import read_csv_rows, read_json_document
 from fusionopt.solvers import compare, format_table, methods, solve
-from fusionopt.solvers.result import Result, Status
+from fusionopt.solvers.result import Interrupted, Result, Status
 
 
 class UsageError(Exception):
     """A bad command line or input file: reported in one line, exit status 2."""
+
+
+INTERRUPTED = 130
+"""The exit status after Ctrl-C (SIGINT): 128 + 2, what a shell reports for it."""
+
+
+class Kept(KeyboardInterrupt):
+    """Ctrl-C after the command kept its work so far; the message says what and where
+    (printed after ``fusionopt: interrupted``)."""
 
 
 class _Parser(argparse.ArgumentParser):
@@ -45,6 +54,11 @@ class _Parser(argparse.ArgumentParser):
         self._negative_number_matcher = re.compile(r"^-(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$")
 
     def error(self, message: str) -> None:  # argparse prints usage and two lines otherwise
+        commands = [a for a in self._actions if isinstance(a, argparse._SubParsersAction)]
+        if commands and message == f"the following arguments are required: {commands[0].metavar}":
+            # No command given: the commands to choose from, as --help lists them.
+            self.print_help(sys.stderr)
+            raise SystemExit(2)
         raise UsageError(message)
 
 
@@ -341,6 +355,15 @@ def _result_document(result: Result) -> dict[str, Any]:
     }
 
 
+def plural(number: int, noun: str) -> str:
+    """``number`` and ``noun``, the noun plural unless the number is one.
+
+    >>> plural(1, "message"), plural(2, "more message"), plural(0, "bucket")
+    ('1 message', '2 more messages', '0 buckets')
+    """
+    return f"{number} {noun}{'' if number == 1 else 's'}"
+
+
 def _print_result(result: Result, profile: Profile) -> None:
     timeline = result.timeline
     bound = "-" if result.lower_bound is None else f"{1e3 * result.lower_bound:.6f} ms"
@@ -367,7 +390,7 @@ def _print_result(result: Result, profile: Profile) -> None:
             names += f", ... ({len(tensors)} tensors, {profile.names[tensors[-1]]} last)"
         print(f"  {k:>4}  {message.nbytes:>12d} B  [{names}]")
     if result.num_messages > 20:
-        print(f"  ... {result.num_messages - 20} more messages (use --json for all)")
+        print(f"  ... {plural(result.num_messages - 20, 'more message')} (use --json for all)")
 
 
 def _print_units(plan: ShardedPlan, timeline: Any, profile: Profile) -> None:
@@ -380,7 +403,7 @@ def _print_units(plan: ShardedPlan, timeline: Any, profile: Profile) -> None:
         kept = "root" if root else ("resharded" if plan.reshard[j] else "kept")
         print(f"  {j:>4}  {sizes[j]:>12d} B  {kept:<9}  {len(tensors)} tensor(s)  [{label}]")
     if plan.num_units > 20:
-        print(f"  ... {plan.num_units - 20} more units (use --json for all)")
+        print(f"  ... {plural(plan.num_units - 20, 'more unit')} (use --json for all)")
 
 
 def _read_profile(path: str) -> Profile:
@@ -469,14 +492,21 @@ def _cmd_solve(args: argparse.Namespace) -> None:
     profile = _read_profile(args.profile)
     problem = _problem(profile, args)
     options = _parse_options(args.option)
+    stopped = None
     with _announce_search(args.method, options):
-        result = solve(problem, args.method, **options)
+        try:
+            result = solve(problem, args.method, **options)
+        except Interrupted as stop:     # Ctrl-C in an anytime search: its best plan so far, judged
+            result = stopped = stop.result
     if args.output:
         result.plan.write(args.output)
     if args.json:
         print(json.dumps(_result_document(result), indent=1))
     else:
         _print_result(result, profile)
+    if stopped is not None:
+        written = f" and written to {args.output}" if args.output else ""
+        raise Kept(f"the best plan {args.method} found so far is printed (status {stopped.status}){written}")
 
 
 def _read_problem_and_plan(args: argparse.Namespace) -> tuple[Profile, Problem, Plan]:
@@ -550,7 +580,7 @@ def _print_collectives(messages: list[dict[str, Any]], timeline: Any, *, sharded
         row = f"  {k:>4}  " + (f"{m['kind']:<14}  " if kinds else "") + (f"{m['unit']:>4}  " if sharded else "")
         print(f"{row}{m['bytes']:>12d}  {1e3 * m['ready']:>10.3f}  {1e3 * m['start']:>10.3f}  {1e3 * m['end']:>10.3f}")
     if timeline.num_messages > len(shown):
-        print(f"  ... {timeline.num_messages - len(shown)} more messages (use --json for all)")
+        print(f"  ... {plural(timeline.num_messages - len(shown), 'more message')} (use --json for all)")
 
 
 ZOO_DEVICE, ZOO_BATCH = "h100", 64
@@ -587,7 +617,7 @@ def _cmd_compare(args: argparse.Namespace) -> None:
         print(json.dumps([row.__dict__ for row in rows], indent=1))
         return
     profile = problem.profile
-    print(f"workload  {label}: {profile.n} tensors, {profile.total_bytes / 2**20:.1f} MiB of gradients")
+    print(f"workload  {label}: {plural(profile.n, 'tensor')}, {profile.total_bytes / 2**20:.1f} MiB of gradients")
     print(f"compute   B = {1e3 * profile.B:.3f} ms, F = {1e3 * profile.F:.3f} ms")
     if problem.decoupled is not None:
         halves = problem.decoupled
@@ -634,13 +664,13 @@ def _cmd_advise(args: argparse.Namespace) -> None:
                           "messages": plan_result.num_messages,
                           "ddp": ddp.to_dict(), "horovod": hvd.to_dict()}, indent=1))
         return
-    print(f"workload  {label}: {problem.profile.n} tensors")
+    print(f"workload  {label}: {plural(problem.profile.n, 'tensor')}")
     print(f"plan      {args.method}: T = {1e3 * plan_result.iteration_time:.3f} ms, "
-          f"{plan_result.num_messages} messages")
+          f"{plural(plan_result.num_messages, 'message')}")
     ms = 1e3
     if ddp.bucket_cap_mb_list is not None:
         caps = ", ".join(f"{m:g}" for m in ddp.bucket_cap_mb_list)
-        print(f"ddp       bucket_cap_mb_list=[{caps}] ({len(ddp.bucket_cap_mb_list)} buckets, "
+        print(f"ddp       bucket_cap_mb_list=[{caps}] ({plural(len(ddp.bucket_cap_mb_list), 'bucket')}, "
               f"the plan's): T = {ms * ddp.list_iteration_time:.3f} ms")
     else:
         print("ddp       no bucket_cap_mb_list reproduces this plan (not contiguous in the gradient-ready "
@@ -682,7 +712,7 @@ def _advise_fsdp(args: argparse.Namespace) -> None:
                           "zero3": deepspeed.to_dict()}, indent=1))
         return
     cap = problem.fully_sharded.memory_cap
-    print(f"workload  {label}: {problem.profile.n} tensors, {problem.profile.total_bytes / 2**20:.1f} MiB")
+    print(f"workload  {label}: {plural(problem.profile.n, 'tensor')}, {problem.profile.total_bytes / 2**20:.1f} MiB")
     print(f"memory    {'no cap' if cap is None else f'cap {cap / 2**20:.1f} MiB'} on unsharded parameters and gradients")
     over = "" if default.status != Status.INFEASIBLE else ", over the cap"
     print(f"fsdp2     defaults (fully_shard per block, then the model): T = {1e3 * default.iteration_time:.3f} ms, "
@@ -706,7 +736,7 @@ def _advise_zero2(args: argparse.Namespace) -> None:
         print(json.dumps({"zero2": None if zero2 is None else zero2.to_dict(), "megatron": megatron.to_dict()},
                          indent=1))
         return
-    print(f"workload  {label}: {problem.profile.n} tensors, {problem.profile.total_bytes / 2**20:.1f} MiB, "
+    print(f"workload  {label}: {plural(problem.profile.n, 'tensor')}, {problem.profile.total_bytes / 2**20:.1f} MiB, "
           f"sync {problem.sync}")
     if zero2 is None:
         print("deepspeed ZeRO-2 gathers in its step (sync barrier only): not judged under layerwise sync")
@@ -798,7 +828,7 @@ def _cmd_traced(args: argparse.Namespace) -> None:
                           "buckets": [m.nbytes for m in result.plan.messages], "timeline": result.profile.metadata["timeline"]},
                          indent=1))
         return
-    print(f"{args.traces}: {result.profile.n} tensors, {result.plan.num_messages} buckets, "
+    print(f"{args.traces}: {plural(result.profile.n, 'tensor')}, {plural(result.plan.num_messages, 'bucket')}, "
           f"{result.profile.metadata['steps']} steps ({args.statistic}s), {result.profile.metadata['timeline']} clock")
     print(f"{'part':<15} {'measured ms':>12} {'predicted ms':>13}")
     for part, measured in result.measured_parts.items():
@@ -890,11 +920,9 @@ def _cmd_sweep(args: argparse.Namespace) -> None:
     except RuntimeError as exc:     # a worker died or a task was lost: status 1, the file is kept
         _fail(exc)
     except KeyboardInterrupt:
-        print(f"fusionopt: interrupted; the finished cells are in {args.output}: run the same command again "
-              "to go on", file=sys.stderr)
-        raise SystemExit(130) from None
+        raise Kept(f"the finished cells are in {args.output}: run the same command again to go on") from None
     errors = [r for r in records if r["status"] == "ERROR"]
-    print(f"sweep: {len(grid)} cells: {to_run} run now, {len(grid) - to_run} skipped as already done, "
+    print(f"sweep: {plural(len(grid), 'cell')}: {to_run} run now, {len(grid) - to_run} skipped as already done, "
           f"{len(errors)} error(s)")
     for r in errors[:3]:
         print(f"  ERROR {r['model']} {r['workers']} {r['network']} {r['method']}: {r['error']}")
@@ -916,6 +944,12 @@ def _dask_executor(args: argparse.Namespace, stack: contextlib.ExitStack) -> Any
             client = stack.enter_context(Client(args.scheduler, timeout=10))
         except OSError as exc:
             raise UsageError(f"--scheduler {args.scheduler}: no Dask scheduler answered ({exc})") from None
+        except ValueError as exc:               # not an address: Dask's message names neither flag nor forms
+            from distributed.comm.registry import backends
+
+            raise UsageError(f"--scheduler {args.scheduler}: not a Dask scheduler address ({exc}); give "
+                             f"SCHEME://HOST:PORT, e.g. tcp://HOST:8786, with SCHEME one of "
+                             f"{', '.join(sorted(backends))}") from None
     else:
         workers = args.jobs or os.cpu_count() or 1
         cluster = stack.enter_context(LocalCluster(n_workers=workers, threads_per_worker=1, dashboard_address=None))
@@ -1293,8 +1327,18 @@ def main(argv: Sequence[str] | None = None) -> int:
                     raise UsageError(f"--{flag.replace('_', '-')} is taken by solve, simulate, compare, run and plot "
                                      "timeline; this command plans or runs all-reduce problems only")
             args.run(args)
+            sys.stdout.flush()          # a closed pipe shows here, not at the interpreter's exit
     except SystemExit as exc:  # --help
         return exc.code if isinstance(exc.code, int) else 0
+    except KeyboardInterrupt as exc:
+        kept = f"; {exc}" if isinstance(exc, Kept) else ""
+        print(f"fusionopt: interrupted{kept}", file=sys.stderr)
+        return INTERRUPTED
+    except BrokenPipeError:
+        # The reader left (`fusionopt methods | head -2`): stop without a word, as the Python
+        # documentation advises, and keep the interpreter's last flush off the closed pipe.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
     except (UsageError, ValueError, KeyError, OSError) as exc:
         message = str(exc.args[0]) if isinstance(exc, KeyError) and exc.args else str(exc)
         print(f"fusionopt: error: {' '.join(message.split())}", file=sys.stderr)

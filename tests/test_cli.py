@@ -376,9 +376,46 @@ def test_error_unknown_command(capsys):
     assert "'frobnicate'" in line
 
 
-def test_error_no_command(capsys):
-    line = run_error(capsys)
-    assert "COMMAND" in line
+def test_no_command_prints_the_usage_with_every_command(capsys):
+    # What --help prints, on stderr with exit status 2: argparse's status for a missing
+    # required argument, so a script that forgot its command fails.
+    status, out, err = run(capsys)
+    assert (status, out) == (2, "")
+    help_status, help_text, _ = run(capsys, "--help")
+    assert help_status == 0 and err == help_text
+    for command in ("methods", "solve", "simulate", "compare", "advise", "zoo", "profile", "run", "sweep", "plot"):
+        assert f"\n    {command} " in err or f"\n    {command}\n" in err, command
+    status, out, err = run(capsys, "plot")
+    assert (status, out) == (2, "") and err == run(capsys, "plot", "--help")[1]
+    assert "timeline" in err and "sweep" in err
+
+
+def test_a_scheduler_that_is_not_an_address_names_the_flag_and_the_forms(capsys, tmp_path):
+    pytest.importorskip("distributed")
+    line = run_error(capsys, "sweep", "--models", "alexnet", "--workers", "8", "--networks", "10gbe",
+                     "--methods", "wfbp", "--output", tmp_path / "cells.jsonl", "--scheduler", "banana",
+                     "--no-progress")
+    assert line.startswith("fusionopt: error: --scheduler banana: not a Dask scheduler address")
+    assert "SCHEME://HOST:PORT" in line and "tcp" in line
+
+
+def test_counts_of_one_are_singular(capsys, profile_path, tmp_path):
+    status, out, _ = run(capsys, "advise", "--profile", profile_path, *AB3, "--method", "single")
+    assert status == 0
+    assert "plan      single: T = 19.000 ms, 1 message\n" in out         # one message: MODEL.md section 5
+    assert "(1 bucket, the plan's)" in out
+    # Twenty-one messages: twenty shown, one more.
+    many = tmp_path / "many.json"
+    fusionopt.Profile.from_arrays([1e6] * 21, forward=[1e-3] * 21, backward=[1e-3] * 21).write(many)
+    status, out, _ = run(capsys, "solve", many, *AB1)
+    assert status == 0 and out.endswith("  ... 1 more message (use --json for all)\n")
+    fusionopt.Plan.per_tensor(fusionopt.Profile.read(many)).write(tmp_path / "plan.json")
+    status, out, _ = run(capsys, "simulate", many, "--plan", tmp_path / "plan.json", *AB1)
+    assert status == 0 and out.endswith("  ... 1 more message (use --json for all)\n")
+    one = tmp_path / "one.json"
+    fusionopt.Profile.from_arrays([1e6], forward=[1e-3], backward=[1e-3]).write(one)
+    status, out, _ = run(capsys, "compare", "--profile", one, *AB1, "--methods", "wfbp")
+    assert status == 0 and out.startswith(f"workload  {one}: 1 tensor, ")
 
 
 def test_error_unknown_method(capsys, profile_path):

@@ -46,7 +46,7 @@ from fusionopt.model.blocks import Block, BlockTimes
 from fusionopt.model.plan import Chunk, Message, Plan
 from fusionopt.model.problem import Problem
 from fusionopt.model.simulator import simulate
-from fusionopt.solvers.result import Result, finish
+from fusionopt.solvers.result import Interrupted, Result, Status, finish
 from fusionopt.solvers.needs import Needs, declares
 
 STARTS = ("dp", "wfbp", "p3", "bytescheduler", "bytescheduler-tuned", "usbyte")
@@ -81,6 +81,12 @@ def layerwise_opt(problem: Problem, *, time_limit: float = 2.0, kicks: int = 200
         start's ``T``, seconds), ``moves`` (kept moves by kind), ``kicks`` and
         ``kicks_kept``, ``evaluations`` and ``search_seconds``.
 
+    Raises
+    ------
+    Interrupted
+        On Ctrl-C once a start is solved: its ``result`` is the best plan evaluated so far
+        (or the best start), status ``INTERRUPTED``. Before that, a plain ``KeyboardInterrupt``.
+
     Examples
     --------
     The three-tensor case of ``tests/solvers/test_cpsat_partition.py``: the fusion DP takes
@@ -107,6 +113,7 @@ def layerwise_opt(problem: Problem, *, time_limit: float = 2.0, kicks: int = 200
 
     start_times: dict[str, float] = {}
     best: tuple[float, str, Plan] | None = None
+    interrupted = False
     for name in names:
         method = get_method(name)
         if (method.plain_only and problem.extensions) or (name == "dp" and problem.extensions):
@@ -115,6 +122,11 @@ def layerwise_opt(problem: Problem, *, time_limit: float = 2.0, kicks: int = 200
             result = solve(problem, name)
         except ValueError:
             continue                                # this start refuses the problem
+        except KeyboardInterrupt:
+            if best is None:
+                raise
+            interrupted = True                      # Ctrl-C: the best start so far is the result
+            break
         start_times[name] = result.iteration_time
         if best is None or result.iteration_time < best[0]:
             best = (result.iteration_time, name, result.plan)
@@ -128,17 +140,24 @@ def layerwise_opt(problem: Problem, *, time_limit: float = 2.0, kicks: int = 200
     moves = {"swap": 0, "merge": 0, "move": 0, "split": 0, "shift": 0}
     deadline = time.perf_counter() + float(time_limit)
     messages = [sorted((c.tensor, c.lo, c.hi) for c in m.chunks) for m in start_plan.messages]
-    messages, current = _descend(messages, evaluate(messages), evaluate, dtype_bytes, deadline, moves)
     tried = kept = 0
-    while tried < kicks and time.perf_counter() < deadline:
-        tried += 1
-        candidate = _kick(messages, generator, dtype_bytes)
-        if generator.random() < 0.5:                    # every other kick is a double one
-            candidate = _kick(candidate, generator, dtype_bytes)
-        candidate, value = _descend(candidate, evaluate(candidate), evaluate, dtype_bytes, deadline, moves)
-        if value < current * (1 - _IMPROVEMENT):
-            messages, current = candidate, value
-            kept += 1
+    try:
+        if not interrupted:
+            messages, current = _descend(messages, evaluate(messages), evaluate, dtype_bytes, deadline, moves)
+        while not interrupted and tried < kicks and time.perf_counter() < deadline:
+            tried += 1
+            candidate = _kick(messages, generator, dtype_bytes)
+            if generator.random() < 0.5:                    # every other kick is a double one
+                candidate = _kick(candidate, generator, dtype_bytes)
+            candidate, value = _descend(candidate, evaluate(candidate), evaluate, dtype_bytes, deadline, moves)
+            if value < current * (1 - _IMPROVEMENT):
+                messages, current = candidate, value
+                kept += 1
+    except KeyboardInterrupt:
+        # Ctrl-C: the best plan evaluated so far (the start when none was), judged below.
+        interrupted = True
+        if evaluate.best is not None:
+            messages = evaluate.best[1]
     plan = _plan(messages)
     stats = {
         "start": start_name,
@@ -149,6 +168,9 @@ def layerwise_opt(problem: Problem, *, time_limit: float = 2.0, kicks: int = 200
         "evaluations": evaluate.count,
         "search_seconds": time.perf_counter() - (deadline - float(time_limit)),
     }
+    if interrupted:
+        raise Interrupted(finish(problem, plan, "layerwise-opt", started, stats=stats, space="any",
+                                 status=Status.INTERRUPTED)) from None
     return finish(problem, plan, "layerwise-opt", started, stats=stats, space="any")
 
 
@@ -268,9 +290,14 @@ class _Evaluator:
         self.problem = problem
         self.count = 0
         self.fast = None if problem.extensions else BlockTimes(problem)
+        self.best: tuple[float, list[list[Block]]] | None = None    # (T, plan): the fastest asked of it
 
     def __call__(self, messages: list[list[Block]]) -> float:
         self.count += 1
         if self.fast is None:
-            return simulate(self.problem, _plan(messages), validate=False).iteration_time
-        return self.fast(messages)
+            value = simulate(self.problem, _plan(messages), validate=False).iteration_time
+        else:
+            value = self.fast(messages)
+        if self.best is None or value < self.best[0]:
+            self.best = (value, messages)       # one assignment: a Ctrl-C never leaves it half-made
+        return value

@@ -10,7 +10,7 @@ import numpy as np
 
 from fusionopt.model.problem import Problem
 from fusionopt.solvers.closed_form import closed_form
-from fusionopt.solvers.result import Result
+from fusionopt.solvers.result import Interrupted, Result
 
 
 def of_wfbp(
@@ -33,7 +33,8 @@ def of_wfbp(
     message when the backward after the first gradient fits in one startup), and otherwise
     runs :func:`~fusionopt.solvers.ssa.gradssa` with the options given. With caps or model
     extensions the closed forms are not used. ``stats["case"]`` is ``"wfbp"``, ``"single"``
-    or ``"gradssa"``.
+    or ``"gradssa"``. Ctrl-C during GradSSA raises :class:`~fusionopt.solvers.result.Interrupted`
+    with the best plan so far, as ``gradssa`` does.
 
     Examples
     --------
@@ -52,8 +53,16 @@ def of_wfbp(
             return dataclasses.replace(known, method="of-wfbp", solve_seconds=time.perf_counter() - started)
     from fusionopt.solvers.ssa import gradssa
 
-    result = gradssa(problem, population=population, iterations=iterations, time_limit=time_limit, rng=rng,
-                     max_message_bytes=max_message_bytes, max_messages=max_messages)
+    try:
+        result = gradssa(problem, population=population, iterations=iterations, time_limit=time_limit, rng=rng,
+                         max_message_bytes=max_message_bytes, max_messages=max_messages)
+    except Interrupted as stop:
+        raise Interrupted(_as_of_wfbp(stop.result, started)) from None
+    return _as_of_wfbp(result, started)
+
+
+def _as_of_wfbp(result: Result, started: float) -> Result:
+    """GradSSA's result as OF-WFBP's: its method, its case and the whole solve's seconds."""
     stats = dict(result.stats)
     stats["case"] = "gradssa"
     return dataclasses.replace(result, method="of-wfbp", stats=MappingProxyType(stats),

@@ -27,6 +27,7 @@ class Status(str, Enum):
     OPTIMAL = "OPTIMAL"          # iteration_time meets a proven lower bound
     FEASIBLE = "FEASIBLE"        # a valid plan, optimality not proven
     TIME_LIMIT = "TIME_LIMIT"    # search stopped by its time (or work) limit with a valid plan
+    INTERRUPTED = "INTERRUPTED"  # search stopped by Ctrl-C (SIGINT) with a valid plan: Interrupted.result
     INFEASIBLE = "INFEASIBLE"    # no plan satisfies the constraints asked for (solve() raises ValueError
                                  # naming them; milp returns it when its limit leaves only a plan that breaks them)
     ERROR = "ERROR"              # the solve raised: what a sweep records for the cell (solve() raises)
@@ -78,6 +79,34 @@ class Result:
             f"Result(method={self.method!r}, T={self.iteration_time:.6g} s, "
             f"messages={self.num_messages}, lower_bound={bound}, status={self.status})"
         )
+
+
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C (SIGINT, ``KeyboardInterrupt``) stopped an anytime search after it had a plan.
+
+    ``result`` is the best plan it had evaluated, judged by :func:`finish` like every
+    result (validated, simulated, its bound and gap attached) with status ``INTERRUPTED``.
+    It is a ``KeyboardInterrupt``, so a caller that does not look for it (a comparison, a
+    sweep, a search started from other methods) stops as on any Ctrl-C; one that does
+    keeps the plan:
+
+    >>> from fusionopt.model import AlphaBeta, Plan, Profile
+    >>> profile = Profile.from_arrays([4e6, 1e6], [1e-3] * 2, [1e-3] * 2)
+    >>> problem = Problem(profile, AlphaBeta(1e-3, 1e-9))
+    >>> best = finish(problem, Plan.from_cuts(profile, [False]), "search", time.perf_counter(),
+    ...               status=Status.INTERRUPTED)
+    >>> try:
+    ...     raise Interrupted(best)
+    ... except KeyboardInterrupt as stop:
+    ...     kept = stop.result
+    >>> str(kept.status), round(kept.iteration_time * 1e3, 9)     # backward 2, one message 1 + 5, forward 2
+    ('INTERRUPTED', 10.0)
+    """
+
+    def __init__(self, result: Result) -> None:
+        super().__init__(f"{result.method} was interrupted; its best plan so far (T = "
+                         f"{result.iteration_time:.6g} s) is this exception's result")
+        self.result = result
 
 
 def finish(
@@ -180,7 +209,8 @@ def _conclude(plan: Any, method: str, started: float, timeline: Timeline, model_
             f"{method}: claims an optimum of {lower_bound!r} s but its plan simulates to {iteration_time!r} s"
         )
     if feasible and iteration_time <= bound + slack:
-        status = Status.OPTIMAL
+        if status is not Status.INTERRUPTED:    # a stopped search stays said; its gap of 0 says the rest
+            status = Status.OPTIMAL
         # Bounds and the simulator add in different orders: keep bound <= T exactly, and
         # an exact method's optimum is its plan's simulated time.
         bound = iteration_time if optimal else min(bound, iteration_time)

@@ -33,7 +33,7 @@ from fusionopt.model.profile import Profile
 from fusionopt.model.sharded import ShardedPlan
 from fusionopt.model.sharded_timing import simulate_sharded
 from fusionopt.solvers.needs import Needs, declares
-from fusionopt.solvers.result import Result, Status, finish
+from fusionopt.solvers.result import Interrupted, Result, Status, finish
 
 SHARDED = Needs(pattern="fully-sharded")
 BRUTE_MAX_ATOMS = 8
@@ -464,6 +464,9 @@ def sharded_opt(problem: Problem, *, atoms: str | Sequence[int] = "module", max_
     with groups of its own has none, so ``root=True`` does not combine with ``reduce_groups``).
     ``stats``: ``evaluations`` (simulations in all), ``reduce_groups`` (whether groupings were
     searched), ``group_evaluations`` (the second search's simulations) and ``stopped``.
+    Ctrl-C raises :class:`~fusionopt.solvers.result.Interrupted`, whose ``result`` is the
+    best plan within the cap scored so far (``stopped``: ``"interrupted"``, status
+    ``INTERRUPTED``); before there is one, a plain ``KeyboardInterrupt``.
 
     Examples
     --------
@@ -567,44 +570,57 @@ def sharded_opt(problem: Problem, *, atoms: str | Sequence[int] = "module", max_
         starts = [plan for plan in (_admit(c, least, root) for c in _candidates(profile, grain)) if plan is not None]
         return search(starts, extra, lambda plan: _neighbours(plan, grain, least, root))
 
-    # Whole blocks first when the atoms are finer: their best is a start for the atoms.
-    blocks = atom_bounds(profile, "block")
-    coarse = []
-    if blocks != bounds and set(blocks) <= set(bounds):
-        found, _ = unit_search(blocks, [])
-        coarse = [] if found is None else [found]
-    best, best_score = unit_search(bounds, coarse)
-    if best is None:
-        raise ValueError(f"sharded-opt: no start with a root: the atoms give {len(bounds) - 1} unit(s), a root "
-                         "needs two parts and a unit between")
-    reasons = [stopped]
+    reasons = []
     group_evaluations = 0
-    if reduce_groups and stopped != "time":
-        # From the best local optima of the search above, each with groups of its own.
-        stopped, before = None, len(seen)
-        limit = before + max_evaluations
-        starts = []
-        for plan in sorted(optima, key=optima.get)[:DESCENTS]:
-            flat = plan.replace(root=False) if plan.root else plan
-            starts.append(flat.replace(reduce_bounds=flat.bounds))
-            starts += [flat.replace(reduce_bounds=groups) for groups in _group_layouts(profile, bounds)]
-
-        def grouped_moves(plan: ShardedPlan):
-            yield from _neighbours(plan, bounds, least, root if plan.reduce_bounds is None else False)
-            yield from _group_neighbours(plan, bounds)
-
-        best, best_score = search(starts, [], grouped_moves, best, best_score)
-        group_evaluations = len(seen) - before
+    try:
+        # Whole blocks first when the atoms are finer: their best is a start for the atoms.
+        blocks = atom_bounds(profile, "block")
+        coarse = []
+        if blocks != bounds and set(blocks) <= set(bounds):
+            found, _ = unit_search(blocks, [])
+            coarse = [] if found is None else [found]
+        best, best_score = unit_search(bounds, coarse)
+        if best is None:
+            raise ValueError(f"sharded-opt: no start with a root: the atoms give {len(bounds) - 1} unit(s), a "
+                             "root needs two parts and a unit between")
         reasons.append(stopped)
+        if reduce_groups and stopped != "time":
+            # From the best local optima of the search above, each with groups of its own.
+            stopped, before = None, len(seen)
+            limit = before + max_evaluations
+            starts = []
+            for plan in sorted(optima, key=optima.get)[:DESCENTS]:
+                flat = plan.replace(root=False) if plan.root else plan
+                starts.append(flat.replace(reduce_bounds=flat.bounds))
+                starts += [flat.replace(reduce_bounds=groups) for groups in _group_layouts(profile, bounds)]
+
+            def grouped_moves(plan: ShardedPlan):
+                yield from _neighbours(plan, bounds, least, root if plan.reduce_bounds is None else False)
+                yield from _group_neighbours(plan, bounds)
+
+            best, best_score = search(starts, [], grouped_moves, best, best_score)
+            group_evaluations = len(seen) - before
+            reasons.append(stopped)
+    except KeyboardInterrupt:
+        # Ctrl-C: the best plan scored so far (each score is stored whole, so none is
+        # half-made), if one is within the memory cap; else nothing to keep.
+        best = min(seen, key=seen.get, default=None)
+        if best is None or seen[best][0] > 0:
+            raise
+        reasons.append("interrupted")
+        best_score = seen[best]
     if best_score[0] > 0:
         raise _infeasible(problem, "sharded-opt", best_score[0])
-    stopped = "time" if "time" in reasons else "evaluations" if "evaluations" in reasons else None
-    status = Status.TIME_LIMIT if stopped == "time" else Status.FEASIBLE
+    stopped = next((reason for reason in ("interrupted", "time", "evaluations") if reason in reasons), None)
+    status = {"interrupted": Status.INTERRUPTED, "time": Status.TIME_LIMIT}.get(stopped, Status.FEASIBLE)
     stats = {"evaluations": len(seen), "atoms": len(bounds) - 1, "reduce_groups": bool(reduce_groups),
              "stopped": stopped or "local optimum"}
     if reduce_groups:
         stats["group_evaluations"] = group_evaluations
-    return finish(problem, best, "sharded-opt", started, status=status, stats=stats)
+    result = finish(problem, best, "sharded-opt", started, status=status, stats=stats)
+    if stopped == "interrupted":
+        raise Interrupted(result) from None
+    return result
 
 
 __all__ = ["sharded_wfbp", "fsdp2", "fsdp2_plan", "sharded_brute", "sharded_opt", "atom_bounds"]

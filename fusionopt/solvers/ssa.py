@@ -34,7 +34,10 @@ it computes each plan's processor-sharing schedule on its own
 GradSSA samples its neighbourhoods. ``benchmarks/results/gradssa.md`` has the measured
 evaluations per second and times to within 0.1% of the optimum; with the defaults GradSSA
 takes about a second on the plain zoo models. A ``time_limit`` bounds the search (checked
-between iterations).
+between iterations). Ctrl-C during the search raises
+:class:`~fusionopt.solvers.result.Interrupted`, whose ``result`` is the best plan so far
+(status ``INTERRUPTED``, judged like every result); during the seeding it is a plain
+``KeyboardInterrupt``.
 """
 
 from __future__ import annotations
@@ -51,7 +54,7 @@ from fusionopt.model.fusion_dp import check_caps
 from fusionopt.model.plan import Plan
 from fusionopt.model.problem import Problem
 from fusionopt.model.simulator import simulate
-from fusionopt.solvers.result import Result, Status, finish
+from fusionopt.solvers.result import Interrupted, Result, Status, finish
 
 THRESHOLD = 0.5
 # Smallest positive float: the paper's "smallest constant" against division by zero (Eq. 5).
@@ -787,21 +790,27 @@ class _Setting:
             history_evaluations.append(algorithm.evaluations)
             history_seconds.append(time.perf_counter() - started)
 
-        algorithm.tell(self.objective(algorithm.ask()))        # the initial population
-        record()
-        stopped = False
-        while not algorithm.done:
-            if time_limit is not None and time.perf_counter() - started >= time_limit:
-                stopped = True
-                break
-            target = algorithm.n_iter + 1
-            while algorithm.n_iter < target:
-                algorithm.tell(self.objective(algorithm.ask()))
+        stopped = interrupted = False
+        try:
+            algorithm.tell(self.objective(algorithm.ask()))        # the initial population
             record()
+            while not algorithm.done:
+                if time_limit is not None and time.perf_counter() - started >= time_limit:
+                    stopped = True
+                    break
+                target = algorithm.n_iter + 1
+                while algorithm.n_iter < target:
+                    algorithm.tell(self.objective(algorithm.ask()))
+                record()
+        except KeyboardInterrupt:
+            # Ctrl-C: the best position told so far (one assignment, so never half-made),
+            # or the best seed before the first tell, is judged below like any result.
+            interrupted = True
         profile = self.problem.profile
-        plan = Plan.from_cuts(profile, decode(algorithm.best_position))
         best_seed = list(seeds)[int(np.argmin(seed_times))]
         seed_plan = Plan.from_cuts(profile, seeds[best_seed])
+        found = algorithm.best_position
+        plan = seed_plan if found is None else Plan.from_cuts(profile, decode(found))
         if self.feasible(seed_plan) and (
                 simulate(self.problem, seed_plan, validate=False).iteration_time
                 < simulate(self.problem, plan, validate=False).iteration_time):
@@ -821,6 +830,9 @@ class _Setting:
         }
         if extra is not None:
             stats.update(extra())
+        if interrupted:
+            raise Interrupted(finish(self.problem, plan, method, started, stats=stats,
+                                     status=Status.INTERRUPTED)) from None
         return finish(self.problem, plan, method, started, stats=stats,
                       status=Status.TIME_LIMIT if stopped else Status.FEASIBLE)
 
