@@ -106,6 +106,8 @@ def layerwise_opt(problem: Problem, *, time_limit: float = 2.0, kicks: int = 200
         raise ValueError(f"time_limit must be positive and finite (seconds), got {time_limit!r}")
     if isinstance(kicks, bool) or not isinstance(kicks, (int, np.integer)) or kicks < 0:
         raise ValueError(f"kicks must be an integer >= 0, got {kicks!r}")
+    if isinstance(starts, str):          # "wfbp,dp" from the command line: the method names
+        starts = tuple(name.strip() for name in starts.split(",") if name.strip())
     names = STARTS if starts is None else tuple(starts)
     if not names:
         raise ValueError("starts must name at least one method")

@@ -89,3 +89,15 @@ def test_bad_input():
         layerwise_opt(problem, starts=())
     with pytest.raises(ValueError, match="unknown method 'nope'"):
         layerwise_opt(problem, starts=("nope",))
+
+
+def test_starts_from_the_command_line_are_method_names(tmp_path):
+    # --option starts=wfbp,dp arrives as the text "wfbp,dp": two methods, not seven letters.
+    profile = Profile.from_arrays([4e6, 1e6, 2e6], [1e-3] * 3, [3e-3, 2e-3, 1e-3])
+    problem = Problem(profile, AlphaBeta(3e-3, 1e-9), sync="layerwise")
+    text = solve(problem, "layerwise-opt", starts="wfbp,dp", kicks=0)
+    listed = solve(problem, "layerwise-opt", starts=("wfbp", "dp"), kicks=0)
+    assert text.stats["start"] == listed.stats["start"] in ("wfbp", "dp")
+    assert text.iteration_time == listed.iteration_time
+    with pytest.raises(ValueError, match=r"unknown method 'w'"):
+        solve(problem, "layerwise-opt", starts=tuple("wfbp"))
