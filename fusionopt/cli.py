@@ -24,9 +24,7 @@ from fusionopt.cost import cost_from_dict, network, networks, ALGORITHMS
 from fusionopt.model import AlphaBeta, Plan, Problem, Profile, simulate
 from fusionopt.model.decoupled import Decoupled, DecoupledPlan
 from fusionopt.model.sharded import FullySharded, ShardedPlan
-from fusionopt.solvers.advise_sharded import (FSDP2_MIN_BACKWARD_PREFETCH, FSDP2_MIN_FORWARD_PREFETCH, fsdp2_settings,
-                                              zero2_settings, zero3_settings)
-from fusionopt.solvers.sharded import fsdp2_plan
+from fusionopt.solvers.advise_sharded import OverMemoryCap, fsdp2_advice, zero2_settings, zero3_settings
 from fusionopt.model.ps import ParameterServer, PSPlan
 from fusionopt.model._io import read_csv_rows, read_json_document
 from fusionopt.solvers import compare, format_table, methods, solve
@@ -641,13 +639,17 @@ def _cmd_compare(args: argparse.Namespace) -> None:
 
 
 def _cmd_advise(args: argparse.Namespace) -> None:
+    if args.update_after_gather:
+        raise UsageError("--update-after-gather does not apply to advise: the frameworks it judges update in the "
+                         "optimiser step, before gathering parameters (DeepSpeed ZeRO-2 and Megatron-LM, --pattern "
+                         "zero2), or gather parameters before each use (FSDP2 and ZeRO-3, --pattern fsdp)")
     if args.pattern == "fsdp":
         _advise_fsdp(args)
         return
     if args.pattern == "zero2":
         _advise_zero2(args)
         return
-    if args.memory_cap is not None or args.atoms != "block":
+    if args.memory_cap is not None or args.atoms is not None:
         raise UsageError(f"{'--memory-cap' if args.memory_cap is not None else '--atoms'} goes with --pattern fsdp")
     from fusionopt.solvers.advise import ddp_settings, horovod_settings
 
@@ -699,35 +701,50 @@ def _advise_fsdp(args: argparse.Namespace) -> None:
     _advise_pattern_flags(args)
     args.fully_sharded = True
     problem, label = _problem_for_compare(args)
-    root = True if fsdp2_plan(problem.profile).root else None
-    found = solve(problem, "sharded-opt", atoms=args.atoms, min_forward_prefetch=FSDP2_MIN_FORWARD_PREFETCH,
-                  min_backward_prefetch=FSDP2_MIN_BACKWARD_PREFETCH, root=root)
-    fsdp = fsdp2_settings(problem, found.plan)
-    default = solve(problem, "fsdp2")
-    deepspeed = zero3_settings(problem)
+    advice: dict[str, Any] = {}
+    unmet: dict[str, str] = {}                            # per framework, why no setting fits the cap
+    for name, advise in (("fsdp2", lambda: fsdp2_advice(problem, args.atoms)), ("zero3", lambda: zero3_settings(problem))):
+        try:
+            advice[name] = advise()
+        except OverMemoryCap as exc:
+            unmet[name] = str(exc)
+    if len(unmet) == 2:
+        raise UsageError(f"--memory-cap {args.memory_cap}: neither FSDP2 nor DeepSpeed ZeRO-3 fits it: "
+                         f"{unmet['fsdp2']}; {unmet['zero3']}")
     if args.json:
-        print(json.dumps({"fsdp2": {**fsdp.to_dict(), "default_iteration_time": default.iteration_time,
-                                    "default_peak_memory": default.timeline.peak_memory,
-                                    "lower_bound": found.lower_bound},
-                          "zero3": deepspeed.to_dict()}, indent=1))
+        print(json.dumps({**{name: setting.to_dict() for name, setting in advice.items()},
+                          **({"over_memory_cap": unmet} if unmet else {})}, indent=1))
         return
     cap = problem.fully_sharded.memory_cap
     print(f"workload  {label}: {plural(problem.profile.n, 'tensor')}, {problem.profile.total_bytes / 2**20:.1f} MiB")
     print(f"memory    {'no cap' if cap is None else f'cap {cap / 2**20:.1f} MiB'} on unsharded parameters and gradients")
-    over = "" if default.status != Status.INFEASIBLE else ", over the cap"
-    print(f"fsdp2     defaults (fully_shard per block, then the model): T = {1e3 * default.iteration_time:.3f} ms, "
-          f"peak {default.timeline.peak_memory / 2**20:.1f} MiB{over}")
-    print(f"          advised ({len(fsdp.units)} fully_shard calls): T = {1e3 * fsdp.iteration_time:.3f} ms, peak "
-          f"{fsdp.peak_memory / 2**20:.1f} MiB (bound {1e3 * found.lower_bound:.3f} ms)")
-    for line in fsdp.code().splitlines():
-        print(f"            {line}")
-    _print_grid("deepspeed", "ZeRO-3 (zero_optimization)", deepspeed)
+    if "fsdp2" in unmet:
+        print(f"fsdp2     no setting fits the cap: {unmet['fsdp2']}")
+    else:
+        fsdp = advice["fsdp2"]
+        over = "" if fsdp.default_feasible else ", over the cap"
+        print(f"fsdp2     defaults (fully_shard per block, then the model): T = "
+              f"{1e3 * fsdp.default_iteration_time:.3f} ms, peak {fsdp.default_peak_memory / 2**20:.1f} MiB{over}")
+        built = fsdp.settings
+        which = "the defaults, no plan searched being faster" if fsdp.defaults else \
+            f"{plural(len(built.units), 'fully_shard call')}"
+        if args.atoms is None and fsdp.atoms == "module":
+            which += ", units of modules: no plan of whole blocks fits the cap"
+        bound = "" if fsdp.lower_bound is None else f" (bound {1e3 * fsdp.lower_bound:.3f} ms)"
+        print(f"          advised ({which}): T = {1e3 * built.iteration_time:.3f} ms, peak "
+              f"{built.peak_memory / 2**20:.1f} MiB{bound}")
+        for line in built.code().splitlines():
+            print(f"            {line}")
+    if "zero3" in unmet:
+        print(f"deepspeed ZeRO-3 (zero_optimization): no setting fits the cap: {unmet['zero3']}")
+    else:
+        _print_grid("deepspeed", "ZeRO-3 (zero_optimization)", advice["zero3"])
 
 
 def _advise_zero2(args: argparse.Namespace) -> None:
     """DeepSpeed ZeRO-2's and Megatron-LM's bucket sizes on the decoupled all-reduce."""
     _advise_pattern_flags(args)
-    if args.memory_cap is not None or args.atoms != "block":
+    if args.memory_cap is not None or args.atoms is not None:
         raise UsageError(f"{'--memory-cap' if args.memory_cap is not None else '--atoms'} goes with --pattern fsdp")
     args.decoupled = True
     problem, label = _problem_for_compare(args)
@@ -747,9 +764,10 @@ def _advise_zero2(args: argparse.Namespace) -> None:
 
 
 def _print_grid(label: str, where: str, setting: Any) -> None:
-    shown = ", ".join(f"{key}={json.dumps(value)}" if isinstance(value, bool)          # as in a JSON config
-                      else f"{key}={value:g}" if isinstance(value, (int, float)) else f"{key}={value}"
-                      for key, value in setting.options.items())
+    shown = ", ".join([f"{key}={json.dumps(value)}" if isinstance(value, bool)          # as in a JSON config
+                       else f"{key}={value:g}" if isinstance(value, (int, float)) else f"{key}={value}"
+                       for key, value in setting.options.items()]
+                      + ([f"leave {', '.join(setting.grid)} unset"] if setting.unset else []))
     memory = "" if setting.peak_memory is None else f", peak {setting.peak_memory / 2**20:.1f} MiB"
     default_memory = "" if setting.default_peak_memory is None else f", peak {setting.default_peak_memory / 2**20:.1f} MiB"
     over = "" if setting.default_feasible else ", over the cap"
@@ -1255,9 +1273,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--pattern", default="allreduce", choices=("allreduce", "zero2", "fsdp"),
                    help="allreduce (DDP, Horovod; default), zero2 (DeepSpeed ZeRO-2 and Megatron-LM bucket sizes) "
                         "or fsdp (FSDP2 calls and DeepSpeed ZeRO-3 sizes, with --memory-cap)")
-    p.add_argument("--atoms", default="block", choices=("block", "module"),
-                   help="with --pattern fsdp: what a fully_shard call may wrap: whole blocks (default) or any "
-                        "run of modules")
+    p.add_argument("--atoms", choices=("block", "module"),
+                   help="with --pattern fsdp: what a fully_shard call may wrap: whole blocks or any run of modules "
+                        "(default: whole blocks, modules where no plan of whole blocks fits --memory-cap)")
     p.add_argument("--json", action="store_true", help="print the settings as JSON")
     _add_cost_arguments(p)
     p.set_defaults(run=_cmd_advise)

@@ -3,13 +3,17 @@ for a plan, and DeepSpeed's and Megatron-LM's sizes found on a grid, each judged
 schedule the framework builds from them.
 
 * :func:`fsdp2_settings`: FSDP2 calls that build a given fully sharded plan;
+  :func:`fsdp2_advice`: those of the best plan FSDP2 can build (units over
+  :func:`fsdp2_atoms`), or of FSDP2's defaults where they are at least as fast;
 * :func:`zero3_settings`: DeepSpeed ZeRO-3's prefetch, reuse and reduce bucket sizes;
 * :func:`zero2_settings`: DeepSpeed ZeRO-2's ``reduce_bucket_size`` and ``overlap_comm``,
   and Megatron-LM's ``bucket_size``, on a decoupled problem.
 
 Every setting reported comes with the model's ``T`` (seconds) of what the framework runs
 with it, and on a fully sharded problem its peak memory (bytes); a setting over the
-problem's memory cap is never recommended.
+problem's memory cap is never recommended, nor one the model predicts slower than the
+framework's defaults (then the advice is to leave the knobs unset). Where no setting tried
+fits the cap, :class:`OverMemoryCap` says so.
 
 :func:`fsdp2_settings` turns a :class:`~fusionopt.model.sharded.ShardedPlan` into what an
 engineer types: the modules each ``fully_shard`` call wraps (the coarsest modules that lie
@@ -35,18 +39,26 @@ FSDP2's prefetch, as read in torch 2.13.0 (``_fsdp_param_group.py``,
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Sequence
 
+from fusionopt.model.names import module_of
 from fusionopt.model.problem import Problem
 from fusionopt.model.profile import Profile
 from fusionopt.model.sharded import ShardedPlan
 from fusionopt.model.simulator import simulate
 from fusionopt.solvers.registry import solve
 from fusionopt.solvers.result import Result, Status
+from fusionopt.solvers.sharded import atom_bounds
 
 ROOT = "(root)"
 FSDP2_MIN_FORWARD_PREFETCH = 2
 FSDP2_MIN_BACKWARD_PREFETCH = 1
+TIE = 1e-9
+"""Relative tolerance on ``T``: a setting within it of the defaults' is no faster than them."""
+
+
+class OverMemoryCap(ValueError):
+    """No setting of a framework's that was tried fits the problem's memory cap."""
 
 
 def unit_modules(profile: Profile, first: int, stop: int) -> list[str]:
@@ -76,13 +88,102 @@ def unit_modules(profile: Profile, first: int, stop: int) -> list[str]:
         if prefix is None:
             module = ".".join(parts[:-1])
             raise ValueError(f"unit of tensors {first}..{stop - 1} splits module {module!r}: FSDP2 wraps whole "
-                             "modules (plan with atoms='module')")
+                             "modules (plan over fsdp2_atoms)")
         chosen.append(prefix)
     return chosen
 
 
 def _within(name: str, module: str) -> bool:
     return module == "" or name.startswith(module + ".")
+
+
+def fsdp2_atoms(profile: Profile, atoms: str | Sequence[int] = "module") -> tuple[list[int], bool | None]:
+    """Where the units of a plan FSDP2 can build may start, among ``atoms``
+    (:func:`~fusionopt.solvers.sharded.atom_bounds`), and the ``root`` such a plan needs
+    (``True``; ``None`` where a root may or may not be searched).
+
+    ``fully_shard`` wraps whole modules, and a tensor belongs to the innermost wrapped module
+    above it, to the model (the root, kept whole) where none is. A unit other than the root
+    therefore holds, with each tensor, every tensor under the module that owns it
+    (:func:`~fusionopt.model.names.module_of`): a module owning tensors beside submodules
+    (``MultiheadAttention``'s ``in_proj_weight`` beside ``out_proj``) lies in one atom. A tensor
+    of the model itself (a name without a dot) is the root's; so is one that lies with its
+    module's tensors only if they are all the root's too. The root's tensors in the first half
+    of the forward order go to its first part, the others to its last, each part an atom of
+    its own. A module's own tensors beside its submodules at either end of the other units go
+    to the root too where that gives more atoms (a vision transformer's
+    ``encoder.pos_embedding``, which frees its layers to be units). Where the root must hold
+    every tensor (a profile of names without dots), the one atom is the whole model.
+
+    >>> names = ["class_token", "encoder.pos_embedding", "encoder.l0.attn.in_proj_weight",
+    ...          "encoder.l0.attn.out_proj.weight", "encoder.l1.fc.weight", "head.weight"]
+    >>> p = Profile.from_arrays([4] * 6, [0] * 6, [1] * 6, names=names)
+    >>> atom_bounds(p, "module"), fsdp2_atoms(p, "module")
+    ([0, 1, 2, 3, 4, 5, 6], ([0, 2, 4, 5, 6], True))
+    >>> fsdp2_atoms(Profile.from_arrays([4] * 3, [0] * 3, [1] * 3), "module")           # t0, t1, t2
+    ([0, 3], None)
+    """
+    names = list(profile.names)
+    n = len(names)
+    owner = [module_of(name) for name in names]
+    first: dict[str, int] = {}                            # per module, its first and last tensor
+    last: dict[str, int] = {}
+    own: dict[str, int] = {}                              # per module, tensors it owns itself
+    under: dict[str, int] = {}                            # per module, tensors under it
+    for i, name in enumerate(names):
+        parts = name.split(".")[:-1]
+        for depth in range(1, len(parts) + 1):
+            module = ".".join(parts[:depth])
+            first.setdefault(module, i)
+            last[module] = i
+            under[module] = under.get(module, 0) + 1
+        own[owner[i]] = own.get(owner[i], 0) + 1
+
+    def beside_submodules(i: int) -> bool:
+        return owner[i] != "" and under[owner[i]] > own[owner[i]]
+
+    def settled(head: int, tail: int) -> tuple[int, int]:
+        """The root's parts ``[0, head)`` and ``[tail, n)`` grown until every tensor between
+        them lies with its module's tensors between them."""
+        moved = True
+        while moved and head < tail:
+            moved = False
+            for i in range(head, tail):
+                module = owner[i]
+                if module == "" or first[module] < head or last[module] >= tail:
+                    head, tail = (i + 1, tail) if i < n - 1 - i else (head, i)
+                    moved = True
+                    break
+        return head, tail
+
+    def cuts(head: int, tail: int) -> list[int]:
+        """The atom boundaries with the root's parts ``[0, head)`` and ``[tail, n)``."""
+        blocked = [0] * (n + 1)                           # cuts inside a module a unit must hold whole
+        for i in range(head, tail):
+            blocked[first[owner[i]] + 1] += 1
+            blocked[last[owner[i]] + 1] -= 1
+        inside, depth = set(), 0
+        for c in range(n):
+            depth += blocked[c]
+            if head < c < tail and depth == 0:
+                inside.add(c)
+        return sorted({0, n} | ({head, tail} - {0, n}) | (inside & allowed))
+
+    allowed = set(atom_bounds(profile, atoms))
+    # The root's parts: what it must hold, then a module's own tensors at either end, one at a
+    # time, each kept where it adds atoms (an encoder's position embedding frees its layers;
+    # an attention's input projection frees nothing).
+    head, tail = settled(0, n)
+    best = (cuts(head, tail) if head < tail else [0, n], head, tail)
+    while head < tail and (beside_submodules(head) or beside_submodules(tail - 1)):
+        head, tail = settled(*((head + 1, tail) if beside_submodules(head) else (head, tail - 1)))
+        if head < tail and len(cuts(head, tail)) > len(best[0]):
+            best = (cuts(head, tail), head, tail)
+    bounds, head, tail = best
+    root = True if head > 0 or tail < n else None
+    if head >= tail or (root and len(bounds) < 4):        # a root needs two parts and a unit between
+        return [0, n], None
+    return bounds, root
 
 
 @dataclass(frozen=True)
@@ -217,12 +318,93 @@ def fsdp2_plan_of(profile: Profile, units: list[list[str]], reshard_after_forwar
 
 
 @dataclass(frozen=True)
+class FSDP2Advice:
+    """The FSDP2 settings to use (:func:`fsdp2_advice`): ``settings``; ``defaults``: True when
+    they are FSDP2's defaults (``fully_shard`` on each block, then on the model), the best
+    plan searched being no faster within the cap; the defaults' ``T`` (seconds), peak memory
+    (bytes) and whether they fit the cap; ``lower_bound`` (seconds) of the search's space,
+    None when it found no plan within the cap; ``atoms``: what the units were made of
+    (``"block"``, ``"module"``, ...)."""
+
+    settings: FSDP2Settings
+    defaults: bool
+    default_iteration_time: float
+    default_peak_memory: int
+    default_feasible: bool
+    lower_bound: float | None
+    atoms: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**self.settings.to_dict(), "defaults": self.defaults,
+                "default_iteration_time": self.default_iteration_time,
+                "default_peak_memory": self.default_peak_memory, "default_feasible": self.default_feasible,
+                "lower_bound": self.lower_bound, "atoms": self.atoms}
+
+
+def fsdp2_advice(problem: Problem, atoms: str | None = None) -> FSDP2Advice:
+    """FSDP2's calls for the best plan ``sharded-opt`` finds over :func:`fsdp2_atoms` with
+    the least prefetch depths FSDP2 can set, judged by the plan FSDP2 builds from them
+    (:func:`fsdp2_settings`); FSDP2's defaults instead where they fit the memory cap and are
+    at least as fast (within a relative :data:`TIE`). :class:`OverMemoryCap` where neither
+    fits the cap.
+
+    ``atoms``: ``"block"`` (units of whole blocks where the model has blocks), ``"module"``
+    (any run of modules: a larger space, searched more slowly), or None: whole blocks, then
+    modules where no plan of whole blocks fits the cap.
+
+    >>> from fusionopt.model import AlphaBeta, FullySharded
+    >>> p = Profile.from_arrays([4e6] * 4, [1e-3] * 4, [2e-3] * 4, names=["a", "b", "c", "d"])
+    >>> advice = fsdp2_advice(Problem(p, fully_sharded=FullySharded(AlphaBeta(1e-3, 1e-9), AlphaBeta(1e-3, 1e-9))))
+    >>> advice.settings.units, advice.defaults                  # names without dots: the root alone
+    ([['']], True)
+    """
+    if atoms is None:
+        try:
+            return fsdp2_advice(problem, "block")
+        except OverMemoryCap:
+            return fsdp2_advice(problem, "module")
+    if atoms not in ("block", "module"):
+        raise ValueError(f"atoms must be 'block', 'module' or None, got {atoms!r}")
+    cap = problem.fully_sharded.memory_cap
+    default = solve(problem, "fsdp2")
+    default_fits = default.status != Status.INFEASIBLE
+    bounds, root = fsdp2_atoms(problem.profile, atoms)
+    settings, lower_bound = None, None
+    try:
+        found = solve(problem, "sharded-opt", atoms=bounds, min_forward_prefetch=FSDP2_MIN_FORWARD_PREFETCH,
+                      min_backward_prefetch=FSDP2_MIN_BACKWARD_PREFETCH, root=root)
+    except ValueError as exc:                             # its options are sound: only a cap stops it
+        if cap is None:
+            raise
+        if not default_fits:
+            raise OverMemoryCap(f"{exc} (units of whole {atoms}s); FSDP2's defaults peak at "
+                                f"{default.timeline.peak_memory:.6g} B") from None
+    else:
+        settings, lower_bound = fsdp2_settings(problem, found.plan), found.lower_bound
+        if cap is not None and settings.peak_memory > cap:
+            settings = None                               # what FSDP2 builds from the plan needs more
+    defaults = False
+    if default_fits and (settings is None or default.iteration_time <= settings.iteration_time * (1 + TIE)):
+        try:
+            settings, defaults = fsdp2_settings(problem, default.plan), True
+        except ValueError:                                # blocks FSDP2's calls cannot name: keep the plan
+            pass
+    if settings is None:
+        raise OverMemoryCap(f"FSDP2: no plan searched fits the memory cap of {cap:.6g} B as FSDP2 builds it")
+    return FSDP2Advice(settings, defaults, default.iteration_time, int(default.timeline.peak_memory), default_fits,
+                       lower_bound, atoms)
+
+
+@dataclass(frozen=True)
 class GridSetting:
     """A framework's knobs found on a grid: ``options`` (the method's keyword options, in the
     framework's units), ``method`` (the fusionopt method that runs them), ``iteration_time``
     (seconds) and ``peak_memory`` (bytes; None where the pattern models no memory) of the
     best setting within the memory cap, and the same for the framework's defaults;
-    ``tried``: how many settings were judged."""
+    ``tried``: how many settings were judged. ``unset``: True when the advice is to leave
+    the grid's knobs unset, the defaults fitting the cap and being at least as fast as every
+    setting tried (within a relative :data:`TIE`); ``options`` then holds only the fixed
+    ones (Megatron-LM's ``data_parallel_size``)."""
 
     method: str
     options: dict[str, Any]
@@ -233,6 +415,7 @@ class GridSetting:
     default_feasible: bool
     tried: int
     grid: dict[str, list[Any]] = field(default_factory=dict)
+    unset: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -260,10 +443,13 @@ MEGATRON_BUCKETS = [1_000_000, 4_000_000, 10_000_000, 20_000_000, 40_000_000, 10
 
 def _grid(problem: Problem, method: str, grid: dict[str, list[Any]], fixed: dict[str, Any] | None = None) -> GridSetting:
     """The fastest setting of ``grid`` within the memory cap (ties: the first, the grid's
-    order), beside ``method``'s defaults."""
+    order), or ``method``'s defaults where they fit and are at least as fast; beside the
+    defaults. :class:`OverMemoryCap` where neither fits."""
     fixed = dict(fixed or {})
     default = solve(problem, method, **fixed)
+    default_fits = default.status != Status.INFEASIBLE
     best: tuple[float, dict[str, Any], Result] | None = None
+    least_peak = default.timeline.peak_memory
     keys = list(grid)
     tried = 0
     for values in _product([grid[k] for k in keys]):
@@ -271,16 +457,22 @@ def _grid(problem: Problem, method: str, grid: dict[str, list[Any]], fixed: dict
         result = solve(problem, method, **fixed, **options)
         tried += 1
         if result.status == Status.INFEASIBLE:
+            least_peak = min(least_peak, result.timeline.peak_memory)
             continue
-        if best is None or result.iteration_time < best[0] * (1 - 1e-9):
+        if best is None or result.iteration_time < best[0] * (1 - TIE):
             best = (result.iteration_time, options, result)
+    default_peak = None if default.timeline.peak_memory is None else int(default.timeline.peak_memory)
+    if default_fits and (best is None or default.iteration_time <= best[0] * (1 + TIE)):
+        return GridSetting(method, fixed, default.iteration_time, default_peak, default.iteration_time,
+                           default_peak, True, tried, grid, unset=True)
     if best is None:
-        raise ValueError(f"no {method} setting tried fits the memory cap")
+        cap = problem.fully_sharded.memory_cap
+        raise OverMemoryCap(f"{method}: no setting tried fits the memory cap of {cap:.6g} B; the least peak is "
+                            f"{least_peak:.6g} B")
     _, options, result = best
     peak = None if result.timeline.peak_memory is None else int(result.timeline.peak_memory)
-    default_peak = None if default.timeline.peak_memory is None else int(default.timeline.peak_memory)
     return GridSetting(method, {**fixed, **options}, result.iteration_time, peak, default.iteration_time,
-                       default_peak, default.status != Status.INFEASIBLE, tried, grid)
+                       default_peak, default_fits, tried, grid)
 
 
 def _product(lists: list[list[Any]]):
@@ -295,7 +487,7 @@ def _product(lists: list[list[Any]]):
 def zero3_settings(problem: Problem) -> GridSetting:
     """DeepSpeed ZeRO-3's ``stage3_prefetch_bucket_size``, ``stage3_max_reuse_distance`` and
     ``reduce_bucket_size`` (:data:`ZERO3_GRID`) judged with :func:`~fusionopt.solvers.zero3.zero3`:
-    the fastest within the cap, beside the defaults."""
+    the fastest within the cap, or the defaults where they fit and are no slower."""
     return _grid(problem, "zero3", ZERO3_GRID)
 
 
@@ -304,7 +496,9 @@ def zero2_settings(problem: Problem, *, data_parallel_size: int | None = None) -
     (:data:`ZERO2_GRID`, judged with :func:`~fusionopt.solvers.zero2.zero2`, sync
     ``"barrier"``, its only mode) and Megatron-LM's ``bucket_size``
     (:data:`MEGATRON_BUCKETS`; ``megatron`` under barrier sync, ``megatron-overlap`` with
-    ``overlap_param_gather`` under layerwise sync), each the fastest beside the defaults.
+    ``overlap_param_gather`` under layerwise sync), each the fastest beside the defaults, or
+    the defaults (``unset``) where none is faster: Megatron-LM's own ``max(4e7, 1e6 x dp)``
+    often is.
     The decoupled pattern models no memory: ``peak_memory`` is None. Under layerwise sync
     ZeRO-2 is not judged (None)."""
     fixed = {} if data_parallel_size is None else {"data_parallel_size": data_parallel_size}
@@ -314,5 +508,5 @@ def zero2_settings(problem: Problem, *, data_parallel_size: int | None = None) -
     return zero2, megatron
 
 
-__all__ = ["FSDP2Settings", "GridSetting", "fsdp2_settings", "fsdp2_plan_of", "unit_modules", "zero2_settings",
-           "zero3_settings"]
+__all__ = ["FSDP2Advice", "FSDP2Settings", "GridSetting", "OverMemoryCap", "fsdp2_advice", "fsdp2_atoms",
+           "fsdp2_settings", "fsdp2_plan_of", "unit_modules", "zero2_settings", "zero3_settings"]
