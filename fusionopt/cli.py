@@ -21,14 +21,19 @@ from typing import Any, Mapping, Sequence
 from fusionopt import zoo
 from fusionopt import __version__
 from fusionopt.cost import cost_from_dict, network, networks, ALGORITHMS
+from fusionopt.integrations.kineto import TIMELINE_RULE, describe_clock, read_parameter_list
+from fusionopt.integrations.traced_step import COPIED_PARTS, PARAMETERS_FILE, PREDICTED_PART
 from fusionopt.model import AlphaBeta, Plan, Problem, Profile, simulate
 from fusionopt.model.decoupled import Decoupled, DecoupledPlan
 from fusionopt.model.sharded import FullySharded, ShardedPlan
 from fusionopt.solvers.advise_sharded import OverMemoryCap, fsdp2_advice, zero2_settings, zero3_settings
 from fusionopt.model.ps import ParameterServer, PSPlan
-from fusionopt.model._io import read_csv_rows, read_json_document
+from fusionopt.model._io import read_json_document
 from fusionopt.solvers import compare, format_table, methods, solve
 from fusionopt.solvers.result import Interrupted, Result, Status
+
+# --timeline auto's rule for the help, whose text argparse formats with % (50% becomes 50%%).
+TIMELINE_HELP = TIMELINE_RULE.replace("%", "%%")
 
 
 class UsageError(Exception):
@@ -789,8 +794,9 @@ def _cmd_profile(args: argparse.Namespace) -> None:
     sources = [name for name in ("model", "input", "trace", "torch") if getattr(args, name) is not None]
     if len(sources) != 1:
         raise UsageError("give exactly one of --model, --input, --trace or --torch")
-    if args.parameters is not None and args.trace is None:
-        raise UsageError("--parameters goes with --trace")
+    for flag in ("parameters", "timeline", "statistic"):
+        if getattr(args, flag) is not None and args.trace is None:
+            raise UsageError(f"--{flag} goes with --trace")
     if args.input_shape is not None and args.torch is None:
         raise UsageError("--input-shape goes with --torch")
     device, batch = _zoo_settings(args, None if args.model is not None else f"--{sources[0]}")
@@ -804,10 +810,11 @@ def _cmd_profile(args: argparse.Namespace) -> None:
         profile = _profile_from_torch(args)
     if args.output:
         _refuse_writing_over(args.output, args, "input", "parameters", "trace")
+        _refuse_writing_over_trace_folder(args, profile)
         if not args.output.lower().endswith((".json", ".csv")):
             raise UsageError(f"--output {args.output}: a profile is written as JSON or CSV: give a .json or .csv file name")
         _write_profile(profile, args.output)
-        print(f"wrote {args.output}: {profile!r}")
+        print(f"wrote {args.output}: {profile!r}{_clock(profile) if args.trace is not None else ''}")
     elif args.csv:
         sys.stdout.write(profile.to_csv_text())
     else:
@@ -819,9 +826,31 @@ def _profile_from_trace(args: argparse.Namespace) -> Profile:
 
     parameters = _trace_parameters(args.trace, args.parameters)
     stem = Path(args.trace).name.split(".")[0]
+    options = {"timeline": args.timeline or "auto", "name": stem, "statistic": args.statistic or "median"}
     if Path(args.trace).is_dir():                 # one trace per rank
-        return profile_from_traces(args.trace, parameters, timeline=args.timeline, name=stem)
-    return profile_from_trace(args.trace, parameters, timeline=args.timeline, name=stem)
+        return profile_from_traces(args.trace, parameters, **options)
+    return profile_from_trace(args.trace, parameters, **options)
+
+
+def _clock(profile: Profile) -> str:
+    """Which clock timed a profile read from a trace, and why."""
+    return f"; timed by {describe_clock(profile.metadata)}"
+
+
+def _refuse_writing_over_trace_folder(args: argparse.Namespace, profile: Profile) -> None:
+    """``--output`` onto a file ``profile --trace FOLDER`` read (a rank's trace, or the
+    folder's ``parameters.csv`` taken by default) is refused: it would be lost."""
+    if args.trace is None or not Path(args.trace).is_dir():
+        return
+    folder = Path(args.trace)
+    read = [folder / name for name in profile.metadata.get("ranks", {}).values()]
+    if args.parameters is None:
+        read.append(folder / PARAMETERS_FILE)
+    target = Path(args.output).resolve()
+    for path in read:
+        if path.resolve() == target:
+            raise UsageError(f"--output {args.output} is a file --trace {args.trace} read: writing it would lose "
+                             "the input; give another file")
 
 
 def _trace_parameters(trace: str, path: str | None) -> Any:
@@ -840,41 +869,41 @@ def _cmd_traced(args: argparse.Namespace) -> None:
 
     result = predict_traced_step(args.traces, _trace_parameters(args.traces, args.parameters),
                                  statistic=args.statistic, timeline=args.timeline)
+    clock = describe_clock(result.profile.metadata)
     if args.json:
         print(json.dumps({"predicted": result.predicted, "measured": result.measured, "error": result.error,
                           "predicted_parts": result.predicted_parts, "measured_parts": result.measured_parts,
-                          "buckets": [m.nbytes for m in result.plan.messages], "timeline": result.profile.metadata["timeline"]},
+                          "copied_parts": list(COPIED_PARTS), "predicted_part": PREDICTED_PART,
+                          "exposed_error": result.exposed_error, "exposed_difference": result.exposed_difference,
+                          "copied_difference": result.copied_difference,
+                          "buckets": [m.nbytes for m in result.plan.messages], "timeline": result.profile.metadata["timeline"],
+                          "clock": clock},
                          indent=1))
         return
     print(f"{args.traces}: {plural(result.profile.n, 'tensor')}, {plural(result.plan.num_messages, 'bucket')}, "
           f"{result.profile.metadata['steps']} steps ({args.statistic}s), {result.profile.metadata['timeline']} clock")
-    print(f"{'part':<15} {'measured ms':>12} {'predicted ms':>13}")
+    exposed = "none measured" if result.exposed_error is None else f"error {100 * result.exposed_error:+.1f}%"
+    exposed = f"{exposed} ({1e3 * result.exposed_difference:+.3f} ms)"
+    print(f"{'part':<15} {'measured ms':>12} {'predicted ms':>13}   predicted by")
     for part, measured in result.measured_parts.items():
-        print(f"{part:<15} {1e3 * measured:>12.3f} {1e3 * result.predicted_parts[part]:>13.3f}")
+        source = f"the model: {exposed}" if part == PREDICTED_PART else "(copied from the trace)"
+        print(f"{part:<15} {1e3 * measured:>12.3f} {1e3 * result.predicted_parts[part]:>13.3f}   {source}")
     print(f"{'step':<15} {1e3 * result.measured:>12.3f} {1e3 * result.predicted:>13.3f}   "
           f"error {100 * result.error:+.1f}%")
+    print(f"Only {PREDICTED_PART} (the communication the step waits for) is predicted, from the all-reduce cost "
+          f"fitted to the traces and the job's buckets; the {len(COPIED_PARTS)} other parts are the trace's own "
+          f"measurements. The step's error, {1e3 * (result.predicted - result.measured):+.3f} ms, is the "
+          f"{PREDICTED_PART} part's {1e3 * result.exposed_difference:+.3f} ms and "
+          f"{round(1e3 * result.copied_difference, 3) + 0.0:+.3f} ms from the copied parts (where the measured "
+          "parts do not add up to the measured period).")
+    print(f"Timed by {clock}.")
 
 
 def _read_parameters(path: str) -> Profile | list[tuple[str, int]]:
     """``--parameters``: a profile file, or just the parameters' names and bytes in forward
     order: a CSV with ``name`` and ``size_bytes`` columns, or a JSON list of ``[name, bytes]``
-    pairs or object of ``name: bytes``."""
-    if path.lower().endswith(".csv"):
-        rows = read_csv_rows(path)
-        header = [h.strip() for h in rows[0][1]] if rows else []
-        if "forward_s" in header or "backward_s" in header:
-            return Profile.read_csv(path, name=Path(path).stem)
-        from fusionopt.integrations.kineto import read_parameter_csv
-
-        return read_parameter_csv(path)
-    document = read_json_document(path)
-    if isinstance(document, Mapping) and "tensors" in document:
-        return Profile.read(path)
-    if isinstance(document, Mapping):
-        return dict(document)
-    if isinstance(document, list):
-        return [tuple(item) if isinstance(item, list) else item for item in document]
-    raise UsageError(f"{path}: expected a profile, a list of [name, bytes] pairs or an object of name: bytes")
+    pairs or object of ``name: bytes`` (what ``profile_from_trace`` reads from a path)."""
+    return read_parameter_list(path)
 
 
 def _profile_from_torch(args: argparse.Namespace) -> Profile:
@@ -1298,8 +1327,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="for --trace: the parameters' names and bytes in forward order: a CSV with name and "
                         "size_bytes columns, a JSON list of [name, bytes] or object of name: bytes, or a profile "
                         "(default: the folder's parameters.csv, else read from the trace's recorded shapes)")
-    p.add_argument("--timeline", default="auto", choices=("auto", "cpu", "gpu"),
-                   help="for --trace: which clock times the steps (default auto: GPU kernels if present)")
+    p.add_argument("--timeline", choices=("auto", "cpu", "gpu"),
+                   help=f"for --trace: which clock times the steps (default auto: {TIMELINE_HELP})")
+    p.add_argument("--statistic", choices=("median", "mean"),
+                   help="for --trace: how the traced steps (and ranks) are summed up, per tensor and part (default "
+                        "median: figures for planning that one odd step does not move; `traced` takes means, as it "
+                        "predicts the mean period, whose parts means add up to)")
     p.add_argument("--input-shape", metavar="D0,D1,...", help="for --torch: shape of a random float input")
     p.add_argument("--torch-device", default="cpu", help="for --torch: cpu or cuda (default cpu)")
     p.add_argument("--steps", type=int, default=10, help="for --torch: timed steps, medians taken (default 10)")
@@ -1314,9 +1347,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the parameters' names and bytes in forward order (as for `profile --trace`; default: "
                         "the folder's parameters.csv, else read from the trace's recorded shapes)")
     p.add_argument("--statistic", default="mean", choices=("mean", "median"),
-                   help="how steps, ranks and repeats are summed up (default mean: throughput)")
+                   help="how steps, ranks and repeats are summed up (default mean: the mean period is a "
+                        "throughput, and means add up; `profile --trace` takes medians by default)")
     p.add_argument("--timeline", default="auto", choices=("auto", "cpu", "gpu"),
-                   help="which clock times the steps (default auto)")
+                   help=f"which clock times the steps (default auto: {TIMELINE_HELP})")
     p.add_argument("--json", action="store_true", help="print the figures as JSON")
     p.set_defaults(run=_cmd_traced)
 

@@ -12,7 +12,10 @@ all-reduce can take longer than a 31 MB one that found every rank ready). Hence:
   start before the last rank has entered it, so its cost is from the latest entry to the
   latest exit. The ranks' clocks must agree (one host, or synchronised hosts).
 * **One rank**: its durations, each an upper bound on the cost; the fit keeps their lower
-  envelope (the fastest repeat of each size).
+  envelope (the fastest repeat of each size). A job of one rank (``world_size`` 1) moves no
+  data between ranks: its all-reduces' times are local overhead, not communication, and
+  :func:`collective_samples` says so in a warning (a cost fitted to them has ``beta`` 0
+  or close to it).
 * **Collectives in flight together** (gloo runs two at once, on two threads) share the
   link: every instant is divided equally among the collectives holding it
   (:func:`shared_seconds`), so a sample is the time the collective would have held the link
@@ -27,6 +30,7 @@ step carried, from the order and sizes in which the job launched them.
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass
 from typing import Any, Sequence
 
@@ -68,13 +72,18 @@ def _allreduces(doc: Any, source: str) -> list[tuple[int, float, float]]:
 
 def collective_samples(traces: Any) -> tuple[np.ndarray, np.ndarray, str]:
     """``(bytes, seconds, how)`` of every all-reduce in the traces of one job: a trace, a
-    folder of them or a list of files (module docstring). ``how`` is ``"ranks"`` (latest
-    entry to latest exit over the ranks) or ``"one rank"`` (durations)."""
-    by_rank = {rank: (path, _allreduces(doc, str(path))) for rank, (path, doc) in documents_by_rank(traces).items()}
+    folder of them, a list of files or a :class:`~fusionopt.integrations.kineto.JobTraces`
+    (module docstring). ``how`` is ``"ranks"`` (latest entry to latest exit over the ranks)
+    or ``"one rank"`` (durations). A job whose world is one rank is named in a warning."""
+    job = documents_by_rank(traces)
+    by_rank = {rank: (path, _allreduces(doc, str(path))) for rank, (path, doc) in job.items()}
     ranks = sorted(by_rank)
     counts = {r: len(by_rank[r][1]) for r in ranks}
     if not any(counts.values()):
         raise ValueError(f"{by_rank[ranks[0]][0]}: no all-reduce annotations ({', '.join(ALLREDUCE_NAMES)}) in the trace")
+    if job.world_size == 1:
+        warnings.warn(f"{by_rank[ranks[0]][0]}: a job of one rank (world size 1): its all-reduces move no data "
+                      "between ranks, so their times are local overhead, not communication", stacklevel=2)
     if len(ranks) == 1:
         calls = by_rank[ranks[0]][1]
         return (np.array([c[0] for c in calls], dtype=np.float64),

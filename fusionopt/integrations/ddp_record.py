@@ -11,18 +11,34 @@ profiler skips one step, warms up on one and records the rest, one ``ProfilerSte
 without, it records every step and writes no ``ProfilerStep`` (the reader then finds the
 steps from the backward). ``threads`` intra-op threads per rank (1 keeps two ranks from
 competing for a small host's cores).
+
+Each rank runs in a Python process of its own, started as
+``python -m fusionopt.integrations.ddp_record``: the calling script is not imported again
+in the ranks, so it needs no ``if __name__ == "__main__":`` guard. A rank that fails stops
+the others, and its last line of output is the error. A folder that already holds a
+recording (traces or ``parameters.csv``) is refused: two jobs' traces in one folder would
+read as one job.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import socket
+import subprocess
+import sys
+import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
+from fusionopt.integrations.kineto import TRACE_SUFFIXES
 from fusionopt.integrations.torch import require_torch
 from fusionopt.integrations.traced_step import PARAMETERS_FILE
 from fusionopt.model._io import csv_text, write_text_atomic
+
+# The folder that holds the fusionopt package, for the ranks' processes to import it from.
+PACKAGE_PARENT = Path(__file__).resolve().parents[2]
 
 
 def small_model(name: str) -> Any:
@@ -115,19 +131,61 @@ def record_ddp_traces(folder: str | Path, model: str, *, batch: int = 32, ranks:
     """Run a ``ranks``-process gloo DDP job of the small model ``model`` (:func:`small_model`)
     and write one gzip trace per rank into ``folder`` (module docstring); returns the files.
 
-    ``steps >= 3`` with a schedule (one skipped, one warm-up, the rest recorded).
+    ``steps >= 3`` with a schedule (one skipped, one warm-up, the rest recorded). ``folder``
+    must not hold a recording already; it is made if missing. The ranks run in processes of
+    their own, which do not import the calling script: no ``if __name__ == "__main__":``
+    guard is needed. Raises ``RuntimeError`` naming the rank that failed and its last line.
     """
     require_torch()
-    import torch.multiprocessing as mp
-
     if model not in SMALL_INPUTS:
         raise ValueError(f"unknown small model {model!r}: choose {', '.join(map(repr, SMALL_INPUTS))}")
     if isinstance(steps, bool) or not isinstance(steps, int) or steps < (3 if schedule else 1):
         raise ValueError(f"steps must be a whole number >= {3 if schedule else 1}, got {steps!r}")
     folder = Path(folder)
+    if folder.is_dir():
+        held = sorted(p.name for p in folder.iterdir() if p.name.endswith(TRACE_SUFFIXES) or p.name == PARAMETERS_FILE)
+        if held:
+            listed = ", ".join(held[:2]) + (", ..." if len(held) > 2 else "")
+            raise ValueError(f"{folder}: already holds a recording ({listed}): a second job's traces would read as one "
+                             "job with it; record into a new folder")
     folder.mkdir(parents=True, exist_ok=True)
     before = set(folder.iterdir())
-    mp.spawn(_rank, args=(ranks, free_port(), str(folder), model, batch, steps, schedule, bucket_cap_mb, threads, seed),
-             nprocs=ranks, join=True)
+    job = {"ranks": ranks, "port": free_port(), "folder": str(folder), "model": model, "batch": batch, "steps": steps,
+           "schedule": schedule, "bucket_cap_mb": bucket_cap_mb, "threads": threads, "seed": seed}
+    _run_ranks(job)
     return sorted(set(folder.iterdir()) - before)
+
+
+def _run_ranks(job: dict[str, Any]) -> None:
+    """Run rank ``0 .. ranks - 1`` of ``job`` (:func:`_rank`'s arguments), each in a process
+    of its own, until all have finished; when one fails, stop the others and raise."""
+    paths = [str(PACKAGE_PARENT)] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else [])
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(paths))
+    with tempfile.TemporaryDirectory() as logs:
+        outputs = [open(Path(logs) / f"rank{rank}.log", "w+b") for rank in range(job["ranks"])]
+        ranks = [subprocess.Popen([sys.executable, "-m", __name__, json.dumps(job), str(rank)], env=env,
+                                  stdout=output, stderr=subprocess.STDOUT) for rank, output in enumerate(outputs)]
+        try:
+            while True:
+                codes = [process.poll() for process in ranks]
+                failed = next((rank for rank, code in enumerate(codes) if code not in (None, 0)), None)
+                if failed is not None or all(code == 0 for code in codes):
+                    break
+                time.sleep(0.05)
+        finally:
+            for process in ranks:
+                if process.poll() is None:
+                    process.terminate()
+            for process in ranks:
+                process.wait()
+            for output in outputs:
+                output.close()
+        if failed is not None:
+            lines = (Path(logs) / f"rank{failed}.log").read_text(errors="replace").splitlines()
+            last = next((line for line in reversed(lines) if line.strip()), "no output")
+            raise RuntimeError(f"rank {failed} of the {job['model']} job failed (exit status {codes[failed]}): {last}")
+
+
+if __name__ == "__main__":            # one rank of a job record_ddp_traces runs
+    _rank(int(sys.argv[2]), **json.loads(sys.argv[1]))
 

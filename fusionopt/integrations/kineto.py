@@ -45,8 +45,17 @@ The mapping (timestamps ``ts`` and durations ``dur`` of ``"ph": "X"`` events, mi
   layer before them and ``F`` is the forward as measured, from the first layer's start to
   the backward's; ``forward="exclusive"`` takes a unit's own duration less that of the units
   nested in it, leaving the rest out of ``F``. The time goes to the last of the unit's
-  parameters in forward order. Parameters whose unit is not found get forward time 0 and
-  are listed in ``metadata["forward_unmatched"]``.
+  parameters in forward order. Parameters whose unit is not found in any step get forward
+  time 0, are named in a warning and listed in ``metadata["forward_unmatched"]``.
+* **A trace cut short.** A truncated file does not parse (its gzip stream or JSON ends
+  early) and is refused. A trace that lost whole threads (the profiler writes them one
+  after another, so a cut drops the last ones) is refused in one line naming the trace and
+  what is missing: a step with no forward found for any parameter (``F`` would read 0), or
+  without the forward of parameters other steps show; a step with no backward; GPU
+  ``ProfilerStep`` copies without the host's, or AccumulateGrad events outside every
+  ``ProfilerStep``; kernel launches in the steps without their kernels, or a thread's
+  launches stopping or thinning out in a step (with ``timeline="cpu"`` the host's events
+  are read alone, and these GPU checks are not made).
 * **GPU.** When the trace holds GPU work (``kernel``, ``gpu_memcpy``, ``gpu_memset`` events
   linked by ``correlation`` to their ``cuda_runtime`` or ``cuda_driver`` launch) and the
   steps are **GPU-bound** (the GPU busy, NCCL aside, for at least half of the steps' host
@@ -57,7 +66,8 @@ The mapping (timestamps ``ts`` and durations ``dur`` of ``"ph": "X"`` events, mi
   kernels left out: a collective is communication, not the gradient's compute), the backward
   starts with the first GPU work launched from it, and a unit lasts from the start of the
   first to the end of the last GPU work launched inside it. ``timeline="cpu"`` or ``"gpu"``
-  forces one clock; ``metadata["timeline"]`` says which one the times come from.
+  forces one clock; ``metadata["timeline"]`` says which one the times come from
+  (:func:`describe_clock` says it in words, with the reason).
 * **The whole step** (MODEL.md section 4's step parts), per step on the same clock, each the
   median (or mean) over the steps; ``metadata["step"]`` keeps every part, the measured ``exposed``
   wait and the steps' ``periods`` (host lengths, seconds):
@@ -84,6 +94,7 @@ from __future__ import annotations
 import bisect
 import math
 import warnings
+from collections import Counter
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -102,6 +113,9 @@ OPERATOR_CATEGORIES = ("cpu_op", "operator")
 DEVICE_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset", "memcpy", "memset")
 LAUNCH_CATEGORIES = ("cuda_runtime", "cuda_driver", "runtime")
 TIMELINES = ("auto", "cpu", "gpu")
+# Names tensorboard_trace_handler gives a rank's trace; other JSON files of a job's folder
+# count as traces only when they hold a 'traceEvents' list.
+TRACE_SUFFIXES = (".pt.trace.json", ".pt.trace.json.gz")
 # The host annotations of a process group's all-reduce (backend:collective).
 ALLREDUCE_NAMES = ("gloo:all_reduce", "nccl:all_reduce", "mpi:all_reduce")
 # The optimiser's annotations (torch.optim names them "Optimizer.step#SGD.step", ...).
@@ -110,6 +124,9 @@ OPTIMIZER_PREFIXES = ("Optimizer.step#", "Optimizer.zero_grad#")
 POST_BACKWARD_OPS = ("torch.distributed.ddp.reducer::copy_bucket_to_grad",)
 # A step whose GPU is busy for less than this share of it is host-bound: the host's clock paces it.
 GPU_BOUND = 0.5
+# timeline="auto", in words.
+TIMELINE_RULE = (f"the GPU's clock where the trace holds GPU kernels and the steps are GPU-bound (the GPU busy "
+                 f"at least {100 * GPU_BOUND:.0f}% of their host time), else the host's")
 
 # Element sizes of the type names the profiler writes in "Input type" (c10 spellings).
 ELEMENT_BYTES = {
@@ -148,6 +165,8 @@ class _Event:
 def _parameter_list(parameters: Any) -> tuple[list[str], list[int], list[str] | None]:
     """Names and byte sizes (forward order) and any ready order a profile carries."""
     carried = None
+    if isinstance(parameters, (str, Path)):
+        parameters = read_parameter_list(parameters)
     if isinstance(parameters, Profile):
         names, sizes = list(parameters.names), [int(s) for s in parameters.sizes]
         order = parameters.metadata.get("ready_order")
@@ -168,8 +187,8 @@ def _parameter_list(parameters: Any) -> tuple[list[str], list[int], list[str] | 
             pairs.append((item[0], item[1]))
     else:
         raise ValueError(
-            "parameters must be a torch.nn.Module, a Profile, a dict of name -> size_bytes or a "
-            f"list of (name, size_bytes) pairs, got {type(parameters).__name__}"
+            "parameters must be a torch.nn.Module, a Profile, a dict of name -> size_bytes, a "
+            f"list of (name, size_bytes) pairs or a file of them, got {type(parameters).__name__}"
         )
     if not pairs:
         raise ValueError("parameters is empty: give every trainable parameter, in forward order")
@@ -459,6 +478,79 @@ def _update_per_tensor(inside: list[_Event], sizes: list[int]) -> np.ndarray | N
     return np.diff(np.array(starts))
 
 
+# A thread launching fewer than this share of its typical step's kernels in a step lost some
+# (a training loop launches alike in every step).
+SHORT_STEP = 0.75
+
+
+def _missing_gpu_work(events: list[_Event], windows: list[tuple[str, float, float]], source: str) -> None:
+    """Refuse a trace whose steps lost GPU work: kernel launches (host side) in the steps
+    whose kernels are not on the GPU's timeline, or a thread whose launches stop before the
+    last step or that launches under ``SHORT_STEP`` of a typical step's kernels in one (a
+    cut drops the device's events and the host's launches thread by thread; in a whole
+    trace every launch has its kernel, and each thread launches alike in every step)."""
+    device = {e.args.get("correlation") for e in events if e.cat in DEVICE_CATEGORIES}
+    launches = sorted((e.ts, e.tid, e.args["correlation"]) for e in events if e.cat in LAUNCH_CATEGORIES
+                      and "LaunchKernel" in e.name and e.args.get("correlation") is not None)
+    times = [x[0] for x in launches]
+    per_step = [launches[bisect.bisect_left(times, start):bisect.bisect_left(times, end)] for _, start, end in windows]
+    launched = sum(map(len, per_step))
+    lost = sum(1 for step in per_step for _, _, corr in step if corr not in device)
+    hint = ("the device's events are not all in the trace (a trace cut off?); timeline='cpu' reads the host's "
+            "clock alone")
+    if lost:
+        raise ValueError(f"{source}: {lost} of the {launched} kernel launches in the steps have no kernel on the GPU's "
+                         f"timeline: {hint}")
+    start, end = min(w[1] for w in windows), max(w[2] for w in windows)
+    if not launched and any(e.cat in DEVICE_CATEGORIES and start <= e.ts < end for e in events):
+        raise ValueError(f"{source}: GPU work in the steps but no kernel launch on the host: the host's launches are "
+                         "not in the trace (a trace cut off?); timeline='cpu' reads the host's clock alone")
+    counts = [Counter(tid for _, tid, _ in step) for step in per_step]
+    for tid in set().union(*counts) if counts else ():
+        per = [c[tid] for c in counts]
+        last = max(k for k, count in enumerate(per) if count)
+        if last < len(windows) - 1:
+            raise ValueError(f"{source}: thread {tid} launches kernels up to {windows[last][0]} and none in "
+                             f"{windows[last + 1][0]}: {hint}")
+        typical = float(np.median(per))
+        short = next((k for k, count in enumerate(per) if count < SHORT_STEP * typical), None)
+        if short is not None:
+            raise ValueError(f"{source}: thread {tid} launches {per[short]} kernels in {windows[short][0]}, "
+                             f"{typical:g} in a typical step: {hint}")
+
+
+def _first_names(names: list[str], indices: list[int]) -> str:
+    """The first three of the named parameters, quoted.
+
+    >>> _first_names(["a", "b", "c", "d"], [3, 0, 1, 2])
+    "'d', 'a', 'b', ..."
+    """
+    return ", ".join(repr(names[i]) for i in indices[:3]) + (", ..." if len(indices) > 3 else "")
+
+
+def _forward_found(source: str, names: list[str], found: list[tuple[str, set[int]]]) -> list[str]:
+    """Refuse a step in which no parameter's forward operator was found (``F`` would read 0),
+    or in which parameters whose forward other steps show have none: the step's forward is
+    not all in the trace (a cut loses whole threads). Warn of the parameters found in no
+    step; they are returned (forward order) and get forward time 0."""
+    seen: set[int] = set().union(*(f for _, f in found)) if found else set()
+    for label, f in found:
+        if not f:
+            raise ValueError(f"{source}: {label}: no forward operator found for any of the {len(names)} parameters "
+                             "(the operators that made the backward's nodes): the step's forward is not in the trace "
+                             "(a trace cut off?)")
+        lost = sorted(seen - f)
+        if lost:
+            raise ValueError(f"{source}: {label}: no forward found for {len(lost)} parameters whose forward other "
+                             f"steps show ({_first_names(names, lost)}): part of the step is not in the trace (a "
+                             "trace cut off?)")
+    unmatched = sorted(set(range(len(names))) - seen)
+    if unmatched:
+        warnings.warn(f"{source}: no forward operator found for {len(unmatched)} of {len(names)} parameters "
+                      f"({_first_names(names, unmatched)}): their forward time is 0", stacklevel=3)
+    return [names[i] for i in unmatched]
+
+
 def _summed_up(rows: list[dict[str, float]], statistic: str) -> dict[str, Any]:
     """Each part's median or mean over the steps, in seconds, with the steps' periods."""
     pick = _attribution.STATISTICS[statistic]
@@ -503,11 +595,12 @@ def profile_from_trace(
     ----------
     trace : str, Path or dict
         The trace file (``export_chrome_trace``), or its parsed JSON.
-    parameters : torch.nn.Module, Profile, dict or list of (name, size_bytes)
+    parameters : torch.nn.Module, Profile, dict, list of (name, size_bytes), str or Path
         The trainable parameters in forward order, with gradient sizes in bytes. A module
         gives its ``named_parameters()`` with ``requires_grad`` in registration order,
         taken as the forward order; a profile gives its names and sizes (and its
-        ``metadata["ready_order"]`` when ``ready_order`` is not given).
+        ``metadata["ready_order"]`` when ``ready_order`` is not given); a path is read by
+        :func:`read_parameter_list` (the files ``fusionopt profile --parameters`` takes).
     ready_order : sequence of str, optional
         Parameter names in the order their gradients become ready in the backward;
         default: the reverse of the forward order.
@@ -595,18 +688,28 @@ def profile_from_trace(
 
     # The host's ProfilerStep annotations (a GPU trace repeats them on the device's timeline).
     step_events = [e for e in events if e.name.startswith(STEP_PREFIX) and not e.cat.startswith("gpu")]
+    if not step_events and any(e.name.startswith(STEP_PREFIX) for e in events):
+        raise ValueError(f"{source}: ProfilerStep annotations on the GPU's timeline but none on the host's: the "
+                         "host thread that ran the steps is not in the trace (a trace cut off?)")
     if step_events:
         windows = [(e.name, e.ts, e.end) for e in step_events]
+        outside = sum(1 for e in events if e.name == acc_name and not any(s <= e.ts < t for _, s, t in windows))
+        if outside:
+            raise ValueError(f"{source}: {outside} AccumulateGrad events lie outside every ProfilerStep (about "
+                             f"{outside / n:.3g} backward passes): the host thread that ran the steps is not all "
+                             "in the trace (a trace cut off?)")
     else:
         windows = _backward_windows(events, acc_name, n, source)
     uncounted = 1 if not step_events and len(windows) > 1 else 0
+    if timeline != "cpu":
+        _missing_gpu_work(events, windows[uncounted:], source)
     busy = gpu.busy_fraction([(w_start, w_end) for _, w_start, w_end in windows]) if gpu else None
     bound = None if busy is None else ("gpu" if busy >= GPU_BOUND else "host")
     use_gpu = bool(gpu) and (timeline == "gpu" or (timeline == "auto" and bound == "gpu"))
     starts = [e.ts for e in events]
 
     ready_rows, forward_rows, parts_rows, update_rows = [], [], [], []
-    unmatched: set[str] = set()
+    found_rows: list[tuple[str, set[int]]] = []     # per step, the parameters whose forward was found
     units_kind = None
     skipped: list[str] = []
     for number, (label, w_start, w_end) in enumerate(windows):
@@ -618,6 +721,10 @@ def profile_from_trace(
             message = (f"{source}: {label}: {len(acc)} AccumulateGrad events but {n} parameters given "
                        "(one per trainable parameter and step: check the parameter list, and that each "
                        "ProfilerStep holds one backward)")
+            if not acc and not (number == len(windows) - 1 and ready_rows):
+                raise ValueError(f"{source}: {label} holds no backward (no AccumulateGrad event), though the trace "
+                                 "holds others: this step's backward is not in the trace (its thread lost: a trace "
+                                 "cut off?)")
             if len(acc) < n and number == len(windows) - 1 and ready_rows:
                 warnings.warn(f"{source}: {label} holds {len(acc)} of {n} gradients: a truncated last step, "
                               "skipped", stacklevel=2)
@@ -691,10 +798,9 @@ def profile_from_trace(
             unit = None
             if use is not None:
                 unit = _innermost(modules, use.tid, use.ts) if modules else _innermost(tops, use.tid, use.ts)
-            if unit is None:
-                unmatched.add(names[i])
-            else:
+            if unit is not None:
                 unit_of[i] = unit
+        found_rows.append((label, set(unit_of)))
         units: list[_Event] = []
         for u in unit_of.values():
             if not any(u is v for v in units):
@@ -728,6 +834,8 @@ def profile_from_trace(
     if uncounted:
         skipped.insert(0, windows[0][0])
         ready_rows, forward_rows, parts_rows, update_rows = ready_rows[1:], forward_rows[1:], parts_rows[1:], update_rows[1:]
+        found_rows = found_rows[1:]
+    unmatched = _forward_found(source, names, found_rows)
     _, backward = _attribution.step_backward(ready_rows, statistic=statistic)
     forward = _attribution.STATISTICS[statistic](np.array(forward_rows), axis=0)
     if update_rows and all(row is not None for row in update_rows):
@@ -750,7 +858,7 @@ def profile_from_trace(
         "forward_attribution": attribution,
         "statistic": statistic,
         "ready_order": [names[i] for i in first_positions],
-        "forward_unmatched": sorted(unmatched, key=names.index),
+        "forward_unmatched": unmatched,
         "step": step,
     }
     properties = header.get("deviceProperties")
@@ -772,6 +880,27 @@ def profile_from_trace(
     return profile.with_orders(ready_order=sorted(range(n), key=lambda i: (float(ready_times[i]), rank[i])))
 
 
+def describe_clock(metadata: Mapping[str, Any]) -> str:
+    """Which clock a profile read from a trace is timed by, and why, from its metadata.
+
+    >>> describe_clock({"timeline": "cpu", "gpu_busy_fraction": 0.38, "bound": "host"})
+    "the host's clock: the GPU busy 38% of the steps' host time (host-bound, under 50%)"
+    >>> describe_clock({"timeline": "gpu", "gpu_busy_fraction": 0.38, "bound": "host"})
+    "the GPU's clock, as asked: the GPU busy 38% of the steps' host time"
+    >>> describe_clock({"timeline": "cpu", "gpu_busy_fraction": None})
+    "the host's clock: no GPU work in the trace"
+    """
+    busy, on_gpu = metadata.get("gpu_busy_fraction"), metadata.get("timeline") == "gpu"
+    name = "the GPU's clock" if on_gpu else "the host's clock"
+    if busy is None:
+        return f"{name}: no GPU work in the trace"
+    share = f"the GPU busy {100 * busy:.0f}% of the steps' host time"
+    if on_gpu == (metadata.get("bound") == "gpu"):
+        bound = "GPU-bound, at least" if on_gpu else "host-bound, under"
+        return f"{name}: {share} ({bound} {100 * GPU_BOUND:.0f}%)"
+    return f"{name}, as asked: {share}"
+
+
 def read_parameter_csv(path: str | Path) -> list[tuple[str, int]]:
     """A parameter list from a CSV file: a header with ``name`` and ``size_bytes`` columns
     (in any order, other columns ignored), then one row per trainable parameter in forward
@@ -790,6 +919,28 @@ def read_parameter_csv(path: str | Path) -> list[tuple[str, int]]:
     return pairs
 
 
+def read_parameter_list(path: str | Path) -> Profile | list[tuple[str, int]]:
+    """The parameter list in a file: a CSV with ``name`` and ``size_bytes`` columns
+    (:func:`read_parameter_csv`) or a CSV profile (with ``forward_s``/``backward_s``
+    columns); a JSON profile, a JSON list of ``[name, bytes]`` pairs or a JSON object of
+    ``name: bytes``. What :func:`profile_from_trace` takes as ``parameters``, read from disk."""
+    path = Path(path)
+    if path.name.lower().endswith(".csv"):
+        rows = read_csv_rows(path)
+        header = [h.strip() for h in rows[0][1]] if rows else []
+        if "forward_s" in header or "backward_s" in header:
+            return Profile.read_csv(path, name=path.stem)
+        return read_parameter_csv(path)
+    document = read_json_document(path)
+    if isinstance(document, Mapping) and "tensors" in document:
+        return Profile.read(path)
+    if isinstance(document, Mapping):
+        return dict(document)
+    if isinstance(document, list):
+        return [tuple(item) if isinstance(item, list) else item for item in document]
+    raise ValueError(f"{path}: expected a profile, a list of [name, bytes] pairs or an object of name: bytes")
+
+
 def parameters_from_trace(trace: Any) -> list[tuple[str, int]]:
     """The parameter list of a traced model from the trace alone, for traces taken with
     ``record_shapes=True`` and a ``schedule`` (one ``ProfilerStep`` per step): the gradient
@@ -800,7 +951,8 @@ def parameters_from_trace(trace: Any) -> list[tuple[str, int]]:
     its profile then has the reverse of the trace's ready order as its forward order. A
     folder or list of a job's traces gives the lowest rank's list.
     """
-    if not isinstance(trace, (Mapping, _Named)) and (not isinstance(trace, (str, Path)) or Path(trace).is_dir()):
+    if isinstance(trace, JobTraces) or (not isinstance(trace, (Mapping, _Named))
+                                        and (not isinstance(trace, (str, Path)) or Path(trace).is_dir())):
         by_rank = documents_by_rank(trace)
         path, doc = by_rank[min(by_rank)]
         trace = _Named(str(path), doc)
@@ -822,52 +974,120 @@ def parameters_from_trace(trace: Any) -> list[tuple[str, int]]:
     return [(f"param{i}", int(size)) for i, size in enumerate(reversed(sizes))]
 
 
-def _trace_files(traces: Any) -> list[Path]:
+def _folder_traces(folder: Path) -> list[tuple[Path, Any]]:
+    """The profiler traces in ``folder``, parsed: every ``*.pt.trace.json[.gz]`` and any other
+    ``*.json[.gz]`` holding a ``traceEvents`` list. The rest (a parameter list, a profile
+    written beside the traces) is passed over; a ``.json`` that does not parse is named in a
+    warning, as it may be a damaged trace."""
+    found = []
+    for path in sorted(p for p in folder.iterdir() if p.is_file()):
+        if path.name.endswith(TRACE_SUFFIXES):
+            found.append((path, read_json_document(path)))
+        elif path.name.endswith((".json", ".json.gz")):
+            try:
+                doc = read_json_document(path)
+            except ValueError as exc:
+                warnings.warn(f"{exc}: not read as a trace", stacklevel=4)
+                continue
+            if isinstance(doc, Mapping) and isinstance(doc.get("traceEvents"), list):
+                found.append((path, doc))
+    if not found:
+        raise ValueError(f"{folder}: no trace files (*.pt.trace.json[.gz], or *.json[.gz] with traceEvents) "
+                         "in this folder")
+    return found
+
+
+def _trace_documents(traces: Any) -> list[tuple[Path, Any]]:
     if isinstance(traces, (str, Path)) and Path(traces).is_dir():
-        folder = Path(traces)
-        files = sorted(p for p in folder.iterdir() if p.name.endswith((".json", ".json.gz")))
-        if not files:
-            raise ValueError(f"{folder}: no trace files (*.json, *.json.gz) in this folder")
-        return files
-    if isinstance(traces, (str, Path)):
-        return [Path(traces)]
-    files = [Path(t) for t in traces]
+        return _folder_traces(Path(traces))
+    files = [Path(traces)] if isinstance(traces, (str, Path)) else [Path(t) for t in traces]
     if not files:
         raise ValueError("no trace files given")
-    return files
+    return [(path, read_json_document(path)) for path in files]
 
 
-def _rank_of(doc: Any) -> int | None:
+def _distributed_info(doc: Any, key: str) -> int | None:
     info = doc.get("distributedInfo") if isinstance(doc, Mapping) else None
-    rank = info.get("rank") if isinstance(info, Mapping) else None
-    return rank if isinstance(rank, int) and not isinstance(rank, bool) else None
+    value = info.get(key) if isinstance(info, Mapping) else None
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-def documents_by_rank(traces: Any) -> dict[int, tuple[Path, Any]]:
-    """The parsed traces of one job by rank: a trace, a folder of them or a list of files;
-    a trace's rank is its own (``distributedInfo.rank``) or else its position in the sorted
-    list, and two files of one rank are refused."""
-    by_rank: dict[int, tuple[Path, Any]] = {}
-    for position, path in enumerate(_trace_files(traces)):
-        doc = read_json_document(path)
-        rank = _rank_of(doc)
+class JobTraces(dict):
+    """The parsed traces of one job, rank -> ``(file, document)``, and the job's world size
+    (``None`` when the traces do not say). Where a job's traces are taken, passing this
+    reads no file again."""
+
+    world_size: int | None = None
+
+    @property
+    def missing_ranks(self) -> list[int]:
+        """The ranks of the world that have no trace here (none when the world size is unknown)."""
+        return [] if self.world_size is None else [r for r in range(self.world_size) if r not in self]
+
+
+def documents_by_rank(traces: Any) -> JobTraces:
+    """The parsed traces of one job by rank: a trace, a folder of them (the files
+    :func:`profile_from_traces` names), a list of files, or a :class:`JobTraces` (returned
+    as it is). A trace's rank is its own (``distributedInfo.rank``) or else its position in the
+    sorted list. Refused, in one line each: two files of one rank, traces that claim
+    different world sizes, a rank outside its world.
+
+    >>> import json, pathlib, tempfile
+    >>> folder = pathlib.Path(tempfile.mkdtemp())
+    >>> for rank in (0, 2):
+    ...     doc = {"traceEvents": [], "distributedInfo": {"rank": rank, "world_size": 4}}
+    ...     _ = (folder / f"rank{rank}.pt.trace.json").write_text(json.dumps(doc))
+    >>> _ = (folder / "parameters.json").write_text('[["w", 64]]')        # not a trace
+    >>> job = documents_by_rank(folder)
+    >>> sorted(job), job.world_size, job.missing_ranks
+    ([0, 2], 4, [1, 3])
+    """
+    if isinstance(traces, JobTraces):
+        return traces
+    job = JobTraces()
+    claimed: dict[int, Path] = {}
+    for position, (path, doc) in enumerate(_trace_documents(traces)):
+        rank = _distributed_info(doc, "rank")
         rank = position if rank is None else rank
-        if rank in by_rank:
-            raise ValueError(f"{path}: rank {rank} again (also {by_rank[rank][0]}): give one trace per rank")
-        by_rank[rank] = (path, doc)
-    return by_rank
+        if rank in job:
+            raise ValueError(f"{path}: rank {rank} again (also {job[rank][0]}): give one trace per rank")
+        world = _distributed_info(doc, "world_size")
+        if world is not None:
+            if claimed and world not in claimed:
+                other, first = next(iter(claimed.items()))
+                raise ValueError(f"{path}: a world of {world} ranks, but {first.name} claims {other}: "
+                                 "give the traces of one job")
+            claimed.setdefault(world, path)
+            if not 0 <= rank < world:
+                raise ValueError(f"{path}: rank {rank} outside its world of {world} ranks")
+        job[rank] = (path, doc)
+    job.world_size = next(iter(claimed), None)
+    return job
+
+
+def describe_ranks(ranks: Sequence[int]) -> str:
+    """``"rank 1"``, ``"ranks 1, 3"``.
+
+    >>> describe_ranks([1]), describe_ranks([1, 3])
+    ('rank 1', 'ranks 1, 3')
+    """
+    return ("rank " if len(ranks) == 1 else "ranks ") + ", ".join(map(str, ranks))
 
 
 def profile_from_traces(traces: Any, parameters: Any, **options: Any) -> Profile:
-    """One profile from the traces of several ranks of one job: a folder of them (``*.json``
-    and ``*.json.gz``, as ``tensorboard_trace_handler`` writes one per rank) or a list of files;
-    ``options`` (``ready_order``, ``timeline``, ``name``, ``dtype_bytes``, ``forward``,
-    ``statistic``) as for
-    :func:`profile_from_trace`.
+    """One profile from the traces of several ranks of one job: a folder of them, a list of
+    files or a :class:`JobTraces`; ``options`` (``ready_order``, ``timeline``, ``name``,
+    ``dtype_bytes``, ``forward``, ``statistic``) as for :func:`profile_from_trace`.
 
-    Each file is read by :func:`profile_from_trace`; its rank is the trace's own
-    (``distributedInfo.rank``, which torch writes under ``torch.distributed``) or else its
-    position in the sorted list, and two files of one rank are refused. The profile's ready
+    In a folder, the traces are the files named ``*.pt.trace.json`` or ``*.pt.trace.json.gz``
+    (as ``tensorboard_trace_handler`` writes one per rank) and any other ``*.json[.gz]``
+    holding a ``traceEvents`` list; other files beside them (``parameters.csv``, a profile
+    written there) are not traces. Each trace is read by :func:`profile_from_trace`; its
+    rank is the trace's own (``distributedInfo.rank``, which torch writes under
+    ``torch.distributed``) or else its position in the sorted list (:func:`documents_by_rank`:
+    two files of one rank, or ranks that claim different world sizes, are refused). Ranks of
+    the world without a trace are named in a warning: the profile is then the others'. The
+    profile's ready
     times and forward times are the medians over the ranks, tensor by tensor (medians of
     non-increasing ready times stay non-increasing), and so are its step parts; its ready
     order is the lowest rank's where the medians tie. ``metadata``: ``ranks`` (rank -> file),
@@ -875,8 +1095,12 @@ def profile_from_traces(traces: Any, parameters: Any, **options: Any) -> Profile
     every rank's steps) and the per-rank figures of the lowest rank otherwise. With
     ``statistic="mean"`` every median over the ranks is a mean too.
     """
+    job = documents_by_rank(traces)
+    if job.missing_ranks:
+        warnings.warn(f"{describe_ranks(job.missing_ranks)} of a world of {job.world_size} have no trace here: "
+                      f"the profile is {describe_ranks(sorted(job))}'s", stacklevel=2)
     by_rank = {rank: (path, profile_from_trace(_Named(str(path), doc), parameters, **options))
-               for rank, (path, doc) in documents_by_rank(traces).items()}
+               for rank, (path, doc) in job.items()}
     pick = _attribution.STATISTICS[options.get("statistic", "median")]
     ranks = sorted(by_rank)
     first = by_rank[ranks[0]][1]
