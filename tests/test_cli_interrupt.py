@@ -148,3 +148,4 @@ def test_a_closed_stdout_ends_the_command_quietly(argv):
     err = process.stderr.read()
     assert process.wait(timeout=120) == 1
     assert err == ""
+

@@ -190,7 +190,7 @@ from fusionopt.model.simulator import simulate
 from fusionopt.solvers.result import Result, Status, finish
 from fusionopt.solvers.cpsat_arcs import (MAX_INTEGER_TIME, add_path_constraints, arc_positions, automatic_quantum,
                                           plan_path, positive_seconds, reference_cuts)
-from fusionopt.solvers.cpsat_search import check_deterministic_time, set_search
+from fusionopt.solvers.cpsat_search import check_deterministic_time, raise_if_interrupted, run_search, set_search
 
 HINT_BASELINES = ("wfbp", "single", "ddp", "horovod", "threshold")
 
@@ -509,7 +509,7 @@ def cpsat(
     # can use the whole time limit before the search starts (n >= 60); without it CP-SAT
     # proves optimality sooner on every instance we tried.
     solver.parameters.cp_model_probing_level = 0
-    outcome = solver.solve(model)
+    outcome, interrupted = run_search(solver, model)
     status_name = solver.status_name(outcome)
     if outcome == cp_model.MODEL_INVALID:
         raise RuntimeError(f"cpsat: CP-SAT rejected the model: {model.validate()}")
@@ -553,9 +553,10 @@ def cpsat(
         "extensions": problem.extensions,
     }
     # FEASIBLE or UNKNOWN: a limit (time or work) stopped the search.
-    status = Status.FEASIBLE if outcome == cp_model.OPTIMAL else Status.TIME_LIMIT
-    return finish(problem, plan, "cpsat", started, stats=stats, lower_bound=time_bound,
-                  status=status, tolerance=rounding_bound)
+    status = Status.INTERRUPTED if interrupted else (
+        Status.FEASIBLE if outcome == cp_model.OPTIMAL else Status.TIME_LIMIT)
+    return raise_if_interrupted(finish(problem, plan, "cpsat", started, stats=stats, lower_bound=time_bound,
+                                       status=status, tolerance=rounding_bound))
 
 
 def _rounding_factor(problem: Problem, messages: int) -> int:

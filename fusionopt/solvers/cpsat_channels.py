@@ -86,7 +86,7 @@ from fusionopt.model.sharing import channel_schedule, message_phases
 from fusionopt.model.bounds import layerwise_tails
 from fusionopt.solvers.cpsat_arcs import (MAX_INTEGER_TIME, add_path_constraints, arc_positions, automatic_quantum,
                                           plan_path)
-from fusionopt.solvers.cpsat_search import set_search
+from fusionopt.solvers.cpsat_search import raise_if_interrupted, run_search, set_search
 from fusionopt.solvers.result import Result, Status, finish
 
 class ChannelRelaxation:
@@ -263,7 +263,9 @@ class ChannelRelaxation:
         self.model.add_assumptions(literals)
         solver = cp_model.CpSolver()
         solver.parameters.num_workers = workers
-        outcome = solver.solve(self.model)
+        outcome, interrupted = run_search(solver, self.model)
+        if interrupted:
+            raise KeyboardInterrupt
         self.model.clear_assumptions()
         if outcome != cp_model.OPTIMAL:
             raise RuntimeError(f"relaxation of path {path}: {solver.status_name(outcome)}")
@@ -316,6 +318,7 @@ def cpsat_channels(problem: Problem, *, started: float, time_limit: float, worke
 
     deadline = time.perf_counter() + time_limit
     timed_out = False  # the time limit, not a proof or a spent relaxation, ended the search
+    interrupted = False
     while True:
         left = deadline - time.perf_counter()
         work_left = None if deterministic_time is None else deterministic_time - work
@@ -326,7 +329,7 @@ def cpsat_channels(problem: Problem, *, started: float, time_limit: float, worke
         set_search(solver, seconds=left, workers=workers, random_seed=random_seed, deterministic_time=work_left)
         relaxation.hint(best[1])
         found.clear()
-        outcome = solver.solve(relaxation.model, Collector())
+        outcome, interrupted = run_search(solver, relaxation.model, Collector())
         wall += solver.wall_time
         work += solver.deterministic_time
         status_name = solver.status_name(outcome)
@@ -344,6 +347,8 @@ def cpsat_channels(problem: Problem, *, started: float, time_limit: float, worke
         fresh = [path for path in dict.fromkeys(found) if path not in simulated]
         for path in fresh:
             relaxation.add_cuts(path, evaluate(path, "cpsat"))
+        if interrupted:     # the bound and the plans of the solutions found so far are kept
+            break
         if outcome != cp_model.OPTIMAL:
             # CP-SAT stops on its own clock, which can run out just before ours.
             timed_out = True
@@ -369,10 +374,10 @@ def cpsat_channels(problem: Problem, *, started: float, time_limit: float, worke
         "plan_source": best[2],
         "extensions": problem.extensions,
     }
-    status = Status.TIME_LIMIT if timed_out else Status.FEASIBLE
+    status = Status.INTERRUPTED if interrupted else (Status.TIME_LIMIT if timed_out else Status.FEASIBLE)
     plan = Plan.from_cuts(profile, _cuts_of(best[1], n))
-    return finish(problem, plan, "cpsat", started, stats=stats, lower_bound=lower_bound,
-                  status=status, tolerance=q)
+    return raise_if_interrupted(finish(problem, plan, "cpsat", started, stats=stats, lower_bound=lower_bound,
+                                       status=status, tolerance=q))
 
 
 def _cuts_of(path: tuple[int, ...], n: int) -> np.ndarray:

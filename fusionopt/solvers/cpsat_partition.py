@@ -50,7 +50,7 @@ from fusionopt.model.plan import Chunk, Message, Plan
 from fusionopt.model.problem import Problem
 from fusionopt.model.simulator import simulate
 from fusionopt.solvers.cpsat_arcs import MAX_INTEGER_TIME, add_path_constraints, automatic_quantum
-from fusionopt.solvers.cpsat_search import set_search
+from fusionopt.solvers.cpsat_search import raise_if_interrupted, run_search, set_search
 from fusionopt.solvers.result import Result, Status, finish
 
 DEFAULT_MAX_UNITS = 40
@@ -179,7 +179,7 @@ def cpsat_partition(problem: Problem, *, started: float, unit_parameters: int, t
     solver = cp_model.CpSolver()
     set_search(solver, seconds=time_limit, workers=workers, random_seed=random_seed,
                deterministic_time=deterministic_time)
-    outcome = solver.solve(model)
+    outcome, interrupted = run_search(solver, model)
     status_name = solver.status_name(outcome)
     if outcome == cp_model.MODEL_INVALID:
         raise RuntimeError(f"cpsat: CP-SAT rejected the partition model: {model.validate()}")
@@ -217,9 +217,10 @@ def cpsat_partition(problem: Problem, *, started: float, unit_parameters: int, t
         "plan_source": source,
         "extensions": problem.extensions,
     }
-    status = Status.FEASIBLE if outcome == cp_model.OPTIMAL else Status.TIME_LIMIT
-    return finish(problem, plan, "cpsat", started, stats=stats, lower_bound=bound, status=status,
-                  space="any", tolerance=factor * q)
+    status = Status.INTERRUPTED if interrupted else (
+        Status.FEASIBLE if outcome == cp_model.OPTIMAL else Status.TIME_LIMIT)
+    return raise_if_interrupted(finish(problem, plan, "cpsat", started, stats=stats, lower_bound=bound,
+                                       status=status, space="any", tolerance=factor * q))
 
 
 def _partition_quantum(upper: float, factor: int) -> float:

@@ -7,12 +7,21 @@ machine, so a seeded run with it reproduces its plan and its proof exactly. With
 workers CP-SAT's search is reproducible only when the workers are interleaved in one
 deterministic schedule (its ``interleave_search``), which is what a ``deterministic_time``
 asks for here.
+
+Ctrl-C stops a search and keeps what it found: :func:`run_search` runs CP-SAT in a thread
+of its own (with CP-SAT's own SIGINT handler off) while the caller's thread waits, so the
+interrupt reaches Python at once; the search is then stopped, and :func:`raise_if_interrupted` raises
+:class:`~fusionopt.solvers.result.Interrupted` with the judged plan once the encoder has
+decoded it.
 """
 
 from __future__ import annotations
 
 import math
+import threading
 from typing import Any
+
+from fusionopt.solvers.result import Interrupted, Result, Status
 
 
 def check_deterministic_time(value: Any) -> float | None:
@@ -34,3 +43,48 @@ def set_search(solver: Any, *, seconds: float, workers: int, random_seed: int,
     if deterministic_time is not None:
         parameters.max_deterministic_time = deterministic_time
         parameters.interleave_search = int(workers) > 1
+
+
+def run_search(solver: Any, model: Any, callback: Any = None) -> tuple[int, bool]:
+    """``(outcome, interrupted)``: ``solver.solve(model, callback)``, stopped early by Ctrl-C.
+
+    On a ``KeyboardInterrupt`` the search is told to stop (``stop_search``) and this returns
+    its outcome as CP-SAT reports it (a solution found so far, or none) with
+    ``interrupted=True``; the encoder decodes it as usual and passes its result to
+    :func:`raise_if_interrupted`.
+    """
+    solver.parameters.catch_sigint_signal = False
+    box: dict[str, Any] = {}
+    done = threading.Event()
+
+    def search() -> None:
+        try:
+            box["outcome"] = solver.solve(model) if callback is None else solver.solve(model, callback)
+        except BaseException as exc:  # noqa: BLE001 - raised again in the caller's thread
+            box["error"] = exc
+        finally:
+            done.set()
+
+    thread = threading.Thread(target=search, name="cp-sat", daemon=True)
+    thread.start()
+    interrupted = False
+    # An Event, not Thread.join: a KeyboardInterrupt inside join can leave the thread's
+    # state wrong (it then reads as ended while it still runs).
+    while not done.is_set():
+        try:
+            done.wait(0.05)
+        except KeyboardInterrupt:
+            interrupted = True
+            solver.stop_search()
+    thread.join()
+    if "error" in box:
+        raise box["error"]
+    return box["outcome"], interrupted
+
+
+def raise_if_interrupted(result: Result) -> Result:
+    """``result``, or :class:`~fusionopt.solvers.result.Interrupted` carrying it when its
+    search was interrupted (status ``INTERRUPTED``)."""
+    if result.status is Status.INTERRUPTED:
+        raise Interrupted(result)
+    return result

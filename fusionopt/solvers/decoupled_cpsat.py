@@ -61,7 +61,7 @@ from fusionopt.model.decoupled import ALL_GATHER, REDUCE_SCATTER, DecoupledPlan
 from fusionopt.model.problem import Problem
 from fusionopt.model.simulator import simulate
 from fusionopt.solvers.cpsat_arcs import integer_horizon, positive_seconds
-from fusionopt.solvers.cpsat_search import check_deterministic_time, set_search
+from fusionopt.solvers.cpsat_search import check_deterministic_time, raise_if_interrupted, run_search, set_search
 from fusionopt.solvers.decoupled import decoupled_opt, decoupled_wfbp
 from fusionopt.solvers.needs import Needs, declares
 from fusionopt.solvers.result import Result, Status, finish
@@ -702,7 +702,7 @@ def decoupled_cpsat(
     solver = cp_model.CpSolver()
     set_search(solver, seconds=time_limit, workers=workers, random_seed=random_seed,
                deterministic_time=deterministic_time)
-    outcome = solver.solve(model)
+    outcome, interrupted = run_search(solver, model)
     status_name = solver.status_name(outcome)
     if outcome == cp_model.MODEL_INVALID:
         raise RuntimeError(f"decoupled-cpsat: CP-SAT rejected the model: {model.validate()}")
@@ -730,9 +730,10 @@ def decoupled_cpsat(
         "interleaved": order != sorted(order), "structure": structure_use,
     }
     # FEASIBLE or UNKNOWN: a limit (time or work) stopped the search.
-    status = Status.FEASIBLE if outcome == cp_model.OPTIMAL else Status.TIME_LIMIT
-    return finish(problem, plan, "decoupled-cpsat", started, stats=stats, lower_bound=bound,
-                  status=status, tolerance=factor * q)
+    status = Status.INTERRUPTED if interrupted else (
+        Status.FEASIBLE if outcome == cp_model.OPTIMAL else Status.TIME_LIMIT)
+    return raise_if_interrupted(finish(problem, plan, "decoupled-cpsat", started, stats=stats, lower_bound=bound,
+                                       status=status, tolerance=factor * q))
 
 
 def _decode(solver: Any, space: _Space, variables: dict[str, Any], k: dict[str, Any]) -> DecoupledPlan:

@@ -46,6 +46,7 @@ from fusionopt.model.ps import PSPlan, stream_offsets
 from fusionopt.model.ps_timing import offsets_iteration_time
 from fusionopt.model.bounds import ps_lower_bound
 from fusionopt.solvers.cpsat_arcs import add_path_constraints, integer_horizon, positive_seconds
+from fusionopt.solvers.cpsat_search import raise_if_interrupted, run_search
 from fusionopt.solvers.needs import Needs, declares
 from fusionopt.solvers.result import Result, Status, finish
 
@@ -1100,7 +1101,7 @@ def ps_cpsat(
         # One worker follows the model's decision strategy only when told to; its default
         # search stepped T down one quantum per solution (Grid.build).
         solver.parameters.search_branching = cp_model.FIXED_SEARCH
-    outcome = solver.solve(model)
+    outcome, interrupted = run_search(solver, model)
     status_name = solver.status_name(outcome)
     if outcome == cp_model.MODEL_INVALID:
         raise RuntimeError(f"ps-cpsat: CP-SAT rejected the model: {model.validate()}")
@@ -1132,9 +1133,10 @@ def ps_cpsat(
         "arcs": len(variables["x"]) + len(variables["y"]), "wall_time": solver.wall_time,
         "hint": hint_label, "hint_used": hint_plan is not None, "plan_source": source,
     })
-    status = Status.FEASIBLE if outcome == cp_model.OPTIMAL else Status.TIME_LIMIT
-    return finish(problem, plan, "ps-cpsat", started, stats=stats, lower_bound=time_bound,
-                     status=status, tolerance=factor * q)
+    status = Status.INTERRUPTED if interrupted else (
+        Status.FEASIBLE if outcome == cp_model.OPTIMAL else Status.TIME_LIMIT)
+    return raise_if_interrupted(finish(problem, plan, "ps-cpsat", started, stats=stats, lower_bound=time_bound,
+                                       status=status, tolerance=factor * q))
 
 
 def _offsets_of(grid: _Grid, plan: PSPlan) -> tuple[list[int], list[int]]:
