@@ -1036,6 +1036,7 @@ def _cmd_run(args: argparse.Namespace) -> None:
     from fusionopt.executor import CorrectnessError, run
 
     profile, problem, plan = _read_problem_and_plan(args)
+    workers = _run_workers(args)
     try:
         measurement = run(problem, plan, args.backend, ranks=args.ranks, iterations=args.iterations,
                           warmup=args.warmup, time_scale=args.time_scale, timeout=args.timeout,
@@ -1045,11 +1046,33 @@ def _cmd_run(args: argparse.Namespace) -> None:
         measurement, failure = exc.measurement, exc
     except ImportError as exc:
         raise UsageError(str(exc)) from None
-    except RuntimeError as exc:     # the run itself failed (a rank, a GPU): status 1
+    except (RuntimeError, MemoryError) as exc:     # the run itself failed (a rank, a GPU, memory): status 1
         _fail(exc)
-    print(json.dumps(measurement.to_dict(), indent=1) if args.json else measurement.summary())
+    if args.json:
+        document = measurement.to_dict()
+        if workers is not None:
+            document["network_workers"] = workers
+        print(json.dumps(document, indent=1))
+    else:
+        if workers is not None:
+            print(f"network        {args.network} priced for {workers} workers (--workers); the emulated "
+                  f"link holds each message that long on the {measurement.ranks} GPU rank(s) that run (--ranks)")
+        print(measurement.summary())
     if failure is not None:
         _fail(failure)
+
+
+def _run_workers(args: argparse.Namespace) -> int | None:
+    """--workers for run: the workers the cost model prices, which only an emulated link
+    can stand for with fewer ranks; real collectives run over --ranks, and the two must agree."""
+    if args.workers is None:
+        return None
+    ranks = args.ranks if args.ranks is not None else (1 if args.emulate_link else 2)
+    if args.emulate_link or args.workers == ranks:
+        return args.workers if args.emulate_link and args.network else None
+    raise UsageError(f"--workers {args.workers} describes {args.workers} workers, but run measures "
+                     f"real collectives over --ranks {ranks}: give --ranks {args.workers} (or leave --workers out), "
+                     f"or --backend nccl --emulate-link to emulate {args.workers} workers' network")
 
 
 def _fail(exc: BaseException) -> None:

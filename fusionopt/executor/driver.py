@@ -6,12 +6,15 @@ from typing import Sequence
 
 from fusionopt.executor.communicator import check_backend
 from fusionopt.executor.errors import CorrectnessError
+from fusionopt.executor.footprint import check_host_memory, size_words
 from fusionopt.executor.job import Fault, Job
 from fusionopt.executor.measurement import Measurement, assemble
+from fusionopt.executor.mpi import inside_mpi_world
 from fusionopt.model.decoupled import DecoupledPlan
 from fusionopt.model.plan import Plan
 from fusionopt.model.problem import Problem
 from fusionopt.model.sharded import ShardedPlan
+from fusionopt.model.simulator import simulate
 
 
 def run(problem: Problem, plan: Plan | DecoupledPlan | ShardedPlan, backend: str = "local", *, ranks: int | None = None, iterations: int = 10,
@@ -80,6 +83,12 @@ def run(problem: Problem, plan: Plan | DecoupledPlan | ShardedPlan, backend: str
 
     Raises
     ------
+    ValueError
+        The plan does not fit the problem, or (fully sharded, with a ``memory_cap``) its peak
+        of unsharded bytes is over the cap: the simulator calls it infeasible, so it is not run.
+    MemoryError
+        The ranks on this host (``local``, or ``mpi`` launched here) would need more memory
+        than is available (checked before anything is allocated; the message gives both).
     ImportError
         The backend's extra is not installed (the message names it).
     PlanMismatchError
@@ -117,6 +126,9 @@ def run(problem: Problem, plan: Plan | DecoupledPlan | ShardedPlan, backend: str
               verify=verify, fault=fault, emulate_link=emulate_link, backend=backend, compute=compute)
     if fault is not None and fault.rank >= ranks and backend != "mpi":
         raise ValueError(f"fault on rank {fault.rank}, but the run has {ranks} ranks")
+    _check_memory_cap(problem, plan)
+    if backend != "nccl":                   # the nccl backend's buffers are on its GPUs
+        check_host_memory(job, 1 if backend == "mpi" and inside_mpi_world() else ranks)
     if backend == "local":
         measurement = run_local([job] * ranks)
     elif backend == "mpi":
@@ -127,6 +139,18 @@ def run(problem: Problem, plan: Plan | DecoupledPlan | ShardedPlan, backend: str
         more = f" (and {len(measurement.errors) - 1} more)" if len(measurement.errors) > 1 else ""
         raise CorrectnessError(f"reduced gradients are wrong: {measurement.errors[0]}{more}", measurement)
     return measurement
+
+
+def _check_memory_cap(problem: Problem, plan: Plan | DecoupledPlan | ShardedPlan) -> None:
+    """A fully sharded plan over the problem's memory cap is refused, as the simulator judges it."""
+    cap = None if problem.fully_sharded is None else problem.fully_sharded.memory_cap
+    if cap is None:
+        return
+    peak = simulate(problem, plan, validate=False).peak_memory
+    if peak > cap:
+        raise ValueError(f"the plan's peak of {size_words(peak)} ({peak} B) of unsharded parameters and gradients "
+                         f"is over the memory cap of {size_words(cap)} ({cap:.0f} B): the simulator calls it "
+                         "infeasible; leave the cap out to run it anyway")
 
 
 def run_local(jobs: Sequence[Job]) -> Measurement:
@@ -145,8 +169,6 @@ def run_local(jobs: Sequence[Job]) -> Measurement:
 def _launch_limit(job: Job) -> float:
     """A backstop for a whole MPI launch: the collectives' own timeouts should fire first."""
     predicted = job.scaled_problem()
-    from fusionopt.model.simulator import simulate
-
     step = simulate(predicted, job.plan, validate=False).iteration_time
     return 60.0 + 2 * job.timeout + 10.0 * job.steps * step
 

@@ -74,6 +74,13 @@ class Gradients:
         self._pattern = [pattern(xp, dtype, i, words) for i, words in enumerate(layout.tensor_words)]
         self._scratch = allocate(min(BLOCK_WORDS, max(layout.tensor_words)))
 
+    @staticmethod
+    def words(layout: Layout) -> int:
+        """Words one rank's :class:`Gradients` of ``layout`` allocate: every tensor's
+        gradient and its pattern ``g``, and the check's scratch block."""
+        tensors = sum(layout.tensor_words)
+        return 2 * tensors + min(BLOCK_WORDS, max(layout.tensor_words))
+
     def _word(self, value: int) -> Any:
         return self.layout.dtype.type(value % 2**self._bits)
 

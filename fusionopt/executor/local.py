@@ -184,7 +184,8 @@ def run_threads(targets: Sequence[Callable[[], Any]], group: LocalGroup, *,
 
     When a rank fails, the group is aborted so the others stop instead of waiting for it;
     the first failure that is not a consequence of another (:class:`GroupAborted`) is
-    raised, the lowest rank's first.
+    raised, the lowest rank's first. An interrupt while waiting (``KeyboardInterrupt``)
+    aborts the group too, so no rank thread runs on, and propagates.
     """
     results: list[Any] = [None] * len(targets)
     failures: list[BaseException | None] = [None] * len(targets)
@@ -200,8 +201,12 @@ def run_threads(targets: Sequence[Callable[[], Any]], group: LocalGroup, *,
                for r in range(len(targets))]
     for t in threads:
         t.start()
-    for t in threads:
-        t.join()
+    try:
+        for t in threads:
+            t.join()
+    except BaseException:
+        group.abort("interrupted")
+        raise
     raised = [exc for exc in failures if exc is not None]
     if raised:
         primary = [exc for exc in raised if not isinstance(exc, GroupAborted)]

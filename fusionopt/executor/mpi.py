@@ -10,6 +10,11 @@ sharded patterns), ``Ibarrier`` polled against the timeout between steps.
 MPI collectives cannot be cancelled: a collective that outlives the timeout is caught by
 the plan runner's watchdog, the rank writes its error and calls ``MPI_Abort``, which ends
 every rank; :func:`launch` then raises that error.
+
+``mpiexec`` runs in a session of its own (so that a terminal's Ctrl-C reaches this process
+alone, and it decides); whatever ends :func:`launch` early (a ``KeyboardInterrupt``, a
+SIGTERM, the launch's time limit, any other exception) stops the whole job before it
+propagates: ``mpiexec``'s process group, then any rank process still running the job.
 """
 
 from __future__ import annotations
@@ -20,9 +25,11 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from fusionopt.executor.communicator import Communicator, missing_extra, shard_words
 from fusionopt.executor.errors import CollectiveTimeout, error_from_document
@@ -122,7 +129,9 @@ def launch(document: dict[str, Any], ranks: int, *, limit: float) -> dict[str, A
     """Run a job document on ``ranks`` MPI processes; return rank 0's result document.
 
     ``limit`` bounds the whole launch in seconds (the job's own timeouts should fire first);
-    past it the process group is killed and :class:`CollectiveTimeout` raised.
+    past it the job is stopped and :class:`CollectiveTimeout` raised. A ``KeyboardInterrupt``
+    or a SIGTERM (raised here as ``SystemExit(143)``) stops the job too, then propagates:
+    no process of the job outlives the launch.
     """
     import_mpi()
     executable = mpiexec()
@@ -131,14 +140,18 @@ def launch(document: dict[str, Any], ranks: int, *, limit: float) -> dict[str, A
         write_json_atomic(job_path, document)
         command = [str(executable), "-n", str(ranks), sys.executable, "-m", "fusionopt.executor",
                    str(job_path), "--output", str(result_path)]
-        process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                   start_new_session=True)
-        try:
-            out, err = process.communicate(timeout=limit)
-        except subprocess.TimeoutExpired:
-            _kill_group(process)
-            raise CollectiveTimeout(f"mpiexec with {ranks} ranks did not finish within {limit:g} s "
-                                    "(killed)") from None
+        with _sigterm_raises():
+            process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                       start_new_session=True)
+            try:
+                out, err = process.communicate(timeout=limit)
+            except subprocess.TimeoutExpired:
+                _stop_job(process, str(job_path))
+                raise CollectiveTimeout(f"mpiexec with {ranks} ranks did not finish within {limit:g} s "
+                                        "(killed)") from None
+            except BaseException:
+                _stop_job(process, str(job_path))
+                raise
         if result_path.exists():
             return read_json_document(result_path)
         errors = sorted(Path(folder).glob("error-rank*.json"))
@@ -152,14 +165,65 @@ def launch(document: dict[str, Any], ranks: int, *, limit: float) -> dict[str, A
                            f"and no result: {tail or 'no output'}")
 
 
-def _kill_group(process: subprocess.Popen) -> None:
+@contextmanager
+def _sigterm_raises() -> Iterator[None]:
+    """While the block runs, SIGTERM raises ``SystemExit(143)`` in the main thread.
+
+    Python's default is to die at once, and the job, in a session of its own, would run on.
+    A handler someone else installed is left in place (its exception stops the job as well).
+    """
+    if threading.current_thread() is not threading.main_thread() \
+            or signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        yield
+        return
+
+    def terminate(signum: int, frame: Any) -> None:
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, terminate)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def _stop_job(process: subprocess.Popen, marker: str) -> None:
+    """End ``mpiexec`` and every rank of its job: SIGTERM to its process group (``mpiexec``
+    passes it to the ranks), SIGKILL after 2 s; then any process whose command line still
+    names ``marker`` (the job file: the ranks, which MPICH starts in sessions of their own)."""
     for sig in (signal.SIGTERM, signal.SIGKILL):
         try:
             os.killpg(process.pid, sig)
         except ProcessLookupError:
-            return
+            break
         try:
             process.wait(timeout=2.0)
-            return
+            break
         except subprocess.TimeoutExpired:
             continue
+    for pid in _processes_naming(marker):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    for stream in (process.stdout, process.stderr):
+        if stream is not None:
+            stream.close()
+
+
+def _processes_naming(marker: str) -> list[int]:
+    """Processes of this user whose command line holds ``marker`` (Linux ``/proc``; none elsewhere)."""
+    found = []
+    proc = Path("/proc")
+    if not proc.is_dir():
+        return found
+    wanted = marker.encode()
+    for entry in proc.iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            if wanted in (entry / "cmdline").read_bytes():
+                found.append(int(entry.name))
+        except OSError:
+            continue
+    return found

@@ -53,6 +53,13 @@ class ShardData:
             self.gathered = zeros(layout.gather_store_words)
         self._scratch = allocate(min(BLOCK_WORDS, max(layout.max_words, 1)))
 
+    @staticmethod
+    def words(layout: ShardLayout, *, unpack: bool) -> int:
+        """Words one rank's :class:`ShardData` of ``layout`` allocate (as ``__init__`` does)."""
+        kept = sum(max(w, 1) for w in layout.tensor_words) if unpack else max(layout.gather_store_words, 1)
+        return (Gradients.words(layout) + max(layout.max_words, 1) + max(layout.shard_store_words, 1)
+                + max(layout.source_words, 1) + kept + min(BLOCK_WORDS, max(layout.max_words, 1)))
+
     # ------------------------------------------------------------------ before the step
     def fill(self, step: int) -> None:
         """This rank's gradients of ``step``, and its shard of every all-gather."""
