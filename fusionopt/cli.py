@@ -678,7 +678,9 @@ def _cmd_advise(args: argparse.Namespace) -> None:
     if ddp.bucket_cap_mb_list is not None:
         caps = ", ".join(f"{m:g}" for m in ddp.bucket_cap_mb_list)
         print(f"ddp       bucket_cap_mb_list=[{caps}] ({plural(len(ddp.bucket_cap_mb_list), 'bucket')}, "
-              f"the plan's): T = {ms * ddp.list_iteration_time:.3f} ms")
+              f"the plan's): T = {ms * ddp.list_iteration_time:.3f} ms"
+              + (f"; slower than DDP's defaults ({ms * ddp.default_iteration_time:.3f} ms): leave it unset"
+                 if ddp.list_iteration_time > ddp.default_iteration_time * (1 + 1e-9) else ""))
     else:
         print("ddp       no bucket_cap_mb_list reproduces this plan (not contiguous in the gradient-ready "
               "order, or it mixes dtypes)")

@@ -97,3 +97,21 @@ def test_update_after_gather_is_refused_without_pointing_to_a_refused_flag(capsy
         err = run_error(capsys, "advise", "--model", "resnet18", "--workers", "8", "--network", "10gbe",
                         "--pattern", pattern, "--update-after-gather")
         assert "--update-after-gather does not apply to advise" in err and "--decoupled" not in err
+
+
+def test_a_bucket_list_slower_than_ddps_defaults_says_to_leave_it_unset(capsys):
+    # The list reproduces the plan asked for; where that plan is slower than DDP's own buckets
+    # (every tensor alone, WFBP, on a slow network), the line says so and what to do instead.
+    status, out, _ = run(capsys, "advise", "--model", "resnet50", "--workers", "64", "--network", "10gbe",
+                         "--method", "wfbp")
+    document = run_json(capsys, "advise", "--model", "resnet50", "--workers", "64", "--network", "10gbe",
+                        "--method", "wfbp")
+    ddp = document["ddp"]
+    assert status == 0 and ddp["list_iteration_time"] > ddp["default_iteration_time"]
+    [line] = [line for line in out.splitlines() if line.startswith("ddp ")]
+    assert line.endswith(f"the plan's): T = {1e3 * ddp['list_iteration_time']:.3f} ms; slower than DDP's defaults "
+                         f"({1e3 * ddp['default_iteration_time']:.3f} ms): leave it unset")
+    # With the DP's plan, never slower, nothing is added.
+    status, out, _ = run(capsys, "advise", "--model", "resnet50", "--workers", "64", "--network", "10gbe")
+    [line] = [line for line in out.splitlines() if line.startswith("ddp ")]
+    assert status == 0 and line.endswith(" ms") and "slower" not in line
