@@ -4,21 +4,112 @@
 ['| method | T (ms) |', '|---|---|', '| wfbp | 14.0 |', '| dp | 14.0 |']
 >>> command_line("papers/x/reproduce.py", ["--quick", "--out", "results"], "results")
 'python papers/x/reproduce.py --quick --out results'
+
+A script's stored result is what its reference arguments produce; a run with other arguments
+(a subset, a smoke run, another budget) writes into a ``subset`` folder beside it
+(:func:`changed_options`, :func:`subset_location`), and an interrupted run writes what
+finished to ``STEM.interrupted.md`` (:class:`Progress`), so the stored result is never
+replaced by less.
 """
 
 from __future__ import annotations
 
 import argparse
 import io
+import math
 import os
 import sys
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 from fusionopt.model._io import write_bytes_atomic, write_json_atomic, write_text_atomic
 
 # The wall-clock limit the scripts give a search that stops on a deterministic budget (CP-SAT's
 # work units, HiGHS's nodes, layerwise-opt's kicks): a safeguard far beyond what the budget takes.
 SAFEGUARD_SECONDS = 600.0
+# The folder beside a stored result where a run with other arguments writes its files.
+SUBSET = "subset"
+
+
+def changed_options(parser: argparse.ArgumentParser, args: argparse.Namespace, *,
+                    reference: Mapping[str, Any] | None = None, leave: Iterable[str] = ()) -> list[str]:
+    """The options of ``args`` whose values differ from those of the run that made the stored
+    result, as the command line spells them: that run's arguments are the parser's defaults
+    updated with ``reference`` (by destination). Options in ``leave`` (destinations that only
+    say where to write) are not compared.
+
+    >>> parser = argparse.ArgumentParser()
+    >>> _ = parser.add_argument("--steps", type=int, default=30)
+    >>> _ = parser.add_argument("--out", default="results")
+    >>> changed_options(parser, parser.parse_args(["--steps", "30", "--out", "x"]), leave=["out"])
+    []
+    >>> changed_options(parser, parser.parse_args(["--steps", "5"]))
+    ['--steps']
+    >>> changed_options(parser, parser.parse_args([]), reference={"steps": 10})
+    ['--steps']
+    """
+    made_by = {dest: parser.get_default(dest) for dest in vars(args)}
+    made_by.update(reference or {})
+    skipped = set(leave)
+    return [f"--{dest.replace('_', '-')}" for dest, value in vars(args).items()
+            if dest not in skipped and value != made_by.get(dest)]
+
+
+def subset_location(path: str | os.PathLike, stored: str | os.PathLike, changed: Sequence[str], *,
+                    folder: bool = False, stream: Any = None) -> str:
+    """Where a run writes ``path``, a result file (or with ``folder=True`` a folder of result
+    files): ``path`` itself, unless the run's options ``changed`` from the stored result's
+    (:func:`changed_options`) and ``path`` is the stored result's own location ``stored``;
+    then the same file in a ``subset`` folder beside it (a folder: its ``subset`` folder),
+    said in one line on ``stream`` (default stderr). The stored result is left as it was.
+
+    >>> import io as _io; err = _io.StringIO()
+    >>> subset_location("results/exact.md", "results/exact.md", ["--quick"], stream=err)
+    'results/subset/exact.md'
+    >>> print(err.getvalue(), end="")
+    --quick: not the stored result's arguments: writing results/subset/exact.md (results/exact.md is left as it was)
+    >>> subset_location("results", "results", ["--steps"], folder=True, stream=err)
+    'results/subset'
+    >>> subset_location("mine/exact.md", "results/exact.md", ["--quick"]), subset_location("results", "results", [])
+    ('mine/exact.md', 'results')
+    """
+    where = os.fspath(path)
+    if not changed or os.path.abspath(where) != os.path.abspath(os.fspath(stored)):
+        return where
+    if folder:
+        target = os.path.join(where, SUBSET)
+    else:
+        head, name = os.path.split(where)
+        target = os.path.join(head, SUBSET, name)
+    print(f"{', '.join(changed)}: not the stored result's arguments: writing {target} ({where} is left as it was)",
+          file=stream or sys.stderr)
+    return target
+
+
+def _bounded(kind: type, low: float, inclusive: bool, what: str):
+    def parse(text: str) -> Any:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{what}, got {text!r}") from None
+        if not math.isfinite(value) or value < low or (value == low and not inclusive):
+            raise argparse.ArgumentTypeError(f"{what}, got {text!r}")
+        return value
+    parse.__name__ = what
+    return parse
+
+
+positive_int = _bounded(int, 0, False, "must be a whole number >= 1")
+"""An ``argparse`` type: a whole number >= 1 (steps, batch, workers), else one error line.
+
+>>> positive_int("3")
+3
+"""
+nonnegative_int = _bounded(int, 0, True, "must be a whole number >= 0")
+"""An ``argparse`` type: a whole number >= 0 (warm-up steps)."""
+positive_float = _bounded(float, 0.0, False, "must be a positive, finite number")
+"""An ``argparse`` type: a positive, finite number (budgets, scales, seconds)."""
+nonnegative_float = _bounded(float, 0.0, True, "must be a finite number >= 0")
+"""An ``argparse`` type: a finite number >= 0."""
 
 
 def reproduction_parser(doc: str, out: str, quick: str) -> argparse.ArgumentParser:
@@ -124,7 +215,9 @@ class Progress:
         return progress.exit_code
 
     The estimate assumes the stage's remaining steps take as long as its finished ones did on
-    average (``clock`` returns seconds; a test passes its own).
+    average (``clock`` returns seconds; a test passes its own). A script whose result is also a
+    JSON document hands the document of what finished so far to :meth:`keep`; an interruption
+    writes it beside the log, as ``STEM.interrupted.json``.
 
     >>> ticks = iter([0.0, 0.0, 2.0])
     >>> import io as _io; err = _io.StringIO()
@@ -142,6 +235,7 @@ class Progress:
         self._stream = stream
         self.lines: list[str] = []
         self.interrupted = False
+        self.kept: Any = None
         self._stage, self._total, self._done = "", None, 0
 
     def __enter__(self) -> "Progress":
@@ -166,6 +260,11 @@ class Progress:
         self.lines.append(line)
         print(f"{where}: {line}", file=self._stream or sys.stderr, flush=True)
 
+    def keep(self, document: Any) -> None:
+        """Hold ``document`` (JSON-able: the result of the steps finished so far) for an
+        interruption to write; each call replaces the last."""
+        self.kept = document
+
     @property
     def exit_code(self) -> int:
         """0, or 130 (the shell's code for Ctrl-C) when the run was interrupted."""
@@ -185,7 +284,12 @@ class Progress:
                           "The steps finished before the interruption, as the run printed them. The full "
                           "result files were left as they were.", "", *self.lines, ""])
         write_text_atomic(self.log, text, make_folder=True)
-        print(f"interrupted after {elapsed:.0f} s: the finished steps are in {self.log}", file=stream)
+        written = self.log
+        if self.kept is not None:
+            document = os.path.splitext(self.log)[0] + ".json"
+            write_json_atomic(document, self.kept)
+            written += f" and {document}"
+        print(f"interrupted after {elapsed:.0f} s: the finished steps are in {written}", file=stream)
         return True
 
 

@@ -27,7 +27,8 @@ from typing import Any, Iterable, Sequence
 import fusionopt
 from fusionopt.model._io import write_bytes_atomic
 from fusionopt.model.problem import Problem
-from fusionopt.reporting import Progress, command_line, interrupted_path, reproduction_parser
+from fusionopt.reporting import (Progress, changed_options, command_line, interrupted_path, reproduction_parser,
+                                 subset_location)
 from fusionopt.solvers.registry import solve
 from fusionopt.solvers.result import Result
 
@@ -105,11 +106,14 @@ class Study:
     before calling :meth:`parse`), reports each stage (``study.progress``), and
     :meth:`write` puts ``RESULTS.md`` in place atomically. On Ctrl-C the finished steps go to
     ``RESULTS.interrupted.md`` and the stored report is left as it was; the script returns
-    ``study.exit_code``.
+    ``study.exit_code``. The stored report is what the default arguments produce in the
+    default folder ``out``: a run there with other arguments (``--quick``, another budget)
+    writes its report and plots into ``out/subset`` instead.
     """
 
     def __init__(self, doc: str, script: str, out: str, quick: str) -> None:
         self.script = script
+        self.stored = out
         self.parser = reproduction_parser(doc, out, quick)
         self.args: Any = None
         self.argv: list[str] = []
@@ -118,9 +122,12 @@ class Study:
 
     def parse(self, argv: Sequence[str] | None = None) -> Any:
         """The parsed arguments (the output folder is made when the study starts, so a
-        refused command line leaves nothing behind)."""
+        refused command line leaves nothing behind); ``out`` is the ``subset`` folder where
+        the arguments are not the stored report's and would write over it."""
         self.argv = list(sys.argv[1:] if argv is None else argv)
         self.args = self.parser.parse_args(self.argv)
+        changed = changed_options(self.parser, self.args, leave=("out",))
+        self.args.out = subset_location(self.args.out, self.stored, changed, folder=True)
         self.started = time.perf_counter()
         return self.args
 

@@ -7,8 +7,8 @@ Run from the repository root::
     python papers/dear/reproduce.py --quick    # a few seconds: 2 models, 1 device, a short sweep
 
 It writes ``RESULTS.md`` and ``sweep.png`` into the output folder (default: this script's
-folder; a ``--quick`` run overwrites them there, so give it ``--out`` to keep the full run's
-files), every file atomically; on Ctrl-C the stored ``RESULTS.md`` is left as it was and the
+folder; a run with other arguments, ``--quick`` among them, writes into its ``subset/``
+folder and leaves the stored files as they are), every file atomically; on Ctrl-C the stored ``RESULTS.md`` is left as it was and the
 finished steps go to ``RESULTS.interrupted.md``.
 
 The claim (abstract, arXiv 2302.12445): "DeAR achieves up to 83% and 15% training speedup

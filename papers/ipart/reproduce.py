@@ -8,8 +8,8 @@ Run from the repository root::
     python papers/ipart/reproduce.py --quick    # under 30 s: ResNet-50 and VGG-16, coarse grids
 
 It writes ``RESULTS.md`` and PNG plots into the output folder (default: this script's
-folder; a ``--quick`` run overwrites them there, so give it ``--out`` to keep the full
-run's files), every file atomically (a temporary file, then ``os.replace``). The command line,
+folder; a run with other arguments, ``--quick`` among them, writes into its ``subset/``
+folder and leaves the stored files as they are), every file atomically (a temporary file, then ``os.replace``). The command line,
 progress lines, Ctrl-C (the finished steps go to ``RESULTS.interrupted.md``, the stored report
 stays) and the report's write are ``fusionopt.experiments.study``'s :class:`Study`.
 
@@ -48,7 +48,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from fusionopt.experiments.study import Outcome, Study, fmt_gain, fmt_ms, solve_methods
-from fusionopt.reporting import markdown_table as table, pyplot, save_png
+from fusionopt.reporting import markdown_table as table, nonnegative_float, pyplot, save_png
 from fusionopt import zoo
 from fusionopt.cost import network_link
 from fusionopt.model import Problem, Profile
@@ -874,7 +874,7 @@ def main(argv=None) -> int:
                         help="compute-scale sweep points per octave of s (default 4; 1 with --quick)")
     parser.add_argument("--octaves", type=int, nargs=2, default=(-5, 2), metavar=("LO", "HI"),
                         help="sweep s from 2**LO to 2**HI (default -5 2)")
-    parser.add_argument("--delta", type=float, default=DELTA,
+    parser.add_argument("--delta", type=nonnegative_float, default=DELTA,
                         help=f"seconds per compute piece of a cut tensor (default {DELTA:g})")
     parser.add_argument("--batch", type=int, default=BATCH, help=f"per-node batch (default {BATCH})")
     args = study.parse(argv)

@@ -7,7 +7,8 @@ Run from the repository root::
     python papers/mg_wfbp/reproduce.py --quick    # a few seconds: coarse sweep, fewer P
 
 It writes ``RESULTS.md`` and PNG plots into the output folder (default: this script's
-folder), every file atomically (a temporary file, then ``os.replace``); on Ctrl-C the stored
+folder; a run with other arguments, ``--quick`` among them, writes into its ``subset/``
+folder and leaves the stored files as they are), every file atomically (a temporary file, then ``os.replace``); on Ctrl-C the stored
 ``RESULTS.md`` is left as it was and the finished steps go to ``RESULTS.interrupted.md``.
 
 What it does (see RESULTS.md for the numbers and the reasons they differ from the paper):
@@ -40,7 +41,7 @@ import numpy as np
 
 import fusionopt
 from fusionopt.experiments.study import Outcome, Study, ratio, solve_methods
-from fusionopt.reporting import markdown_table as table, pyplot, save_png
+from fusionopt.reporting import markdown_table as table, positive_float, positive_int, pyplot, save_png
 from fusionopt import zoo
 from fusionopt.cost import network
 from fusionopt.solvers.registry import get_method
@@ -514,9 +515,9 @@ def main(argv=None) -> int:
     parser.add_argument("--octaves", type=int, default=6, help="sweep s from 2**-octaves to 1 (default 6)")
     parser.add_argument("--tolerance", type=float, default=0.05,
                         help="relative band within which a ratio counts as the paper's (default 0.05)")
-    parser.add_argument("--scaling-s", type=float, default=0.25,
+    parser.add_argument("--scaling-s", type=positive_float, default=0.25,
                         help="the compute scale used beside s = 1 in the scaling study (default 0.25)")
-    parser.add_argument("--gradssa-iterations", type=int, default=None,
+    parser.add_argument("--gradssa-iterations", type=positive_int, default=None,
                         help="GradSSA iterations per solve, seeded (default 40; 5 with --quick)")
     args = study.parse(argv)
     if args.per_octave is None:

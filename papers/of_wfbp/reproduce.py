@@ -7,8 +7,8 @@ Run from the repository root::
     python papers/of_wfbp/reproduce.py --quick    # under 20 s: a small grid, one plot panel per network
 
 It writes ``RESULTS.md`` and ``speedup_over_ddp.png`` into the output folder (default: this
-script's folder; a ``--quick`` run overwrites them there, so give it ``--out`` to keep the
-full run's files), every file atomically (a temporary file, then ``os.replace``).
+script's folder; a run with other arguments, ``--quick`` among them, writes into its
+``subset/`` folder and leaves the stored files as they are), every file atomically (a temporary file, then ``os.replace``).
 
 The claim (the abstract; no full text or code is public): OF-WFBP
 is "up to 1.43x" faster than state-of-the-art tensor fusion. The paper's models, GPUs,
@@ -46,7 +46,8 @@ from fusionopt import zoo
 from fusionopt.cost import network, network_link
 from fusionopt.experiments.study import Outcome, Study, fmt_ms as _fmt_ms, solve_methods
 from fusionopt.model import Problem, Profile, simulate
-from fusionopt.reporting import SAFEGUARD_SECONDS, markdown_table as table, pyplot, save_png
+from fusionopt.reporting import (SAFEGUARD_SECONDS, markdown_table as table, nonnegative_float, positive_float, pyplot,
+                                 save_png)
 from fusionopt.solvers.registry import get_method, methods, solve
 from fusionopt.solvers.result import Result
 
@@ -594,12 +595,12 @@ def main(argv=None) -> int:
                   "a small grid (2 models, 2 networks, 2 worker counts), one plot model, few CP-SAT runs")
     parser = study.parser
     parser.add_argument("--rng", type=int, default=0, help="GradSSA's seed (default 0)")
-    parser.add_argument("--contention", type=float, default=1.3, help="kappa for result 2 (default 1.3)")
-    parser.add_argument("--copy-cost", type=float, default=2.2e-12,
+    parser.add_argument("--contention", type=positive_float, default=1.3, help="kappa for result 2 (default 1.3)")
+    parser.add_argument("--copy-cost", type=nonnegative_float, default=2.2e-12,
                         help="gamma in s/B for result 2, on the compute stream (default 2.2e-12)")
-    parser.add_argument("--cpsat-work", type=float, default=10.0,
+    parser.add_argument("--cpsat-work", type=positive_float, default=10.0,
                         help="CP-SAT's budget per solve, in its deterministic work units (default 10)")
-    parser.add_argument("--time-quantum", type=float, default=None,
+    parser.add_argument("--time-quantum", type=positive_float, default=None,
                         help="CP-SAT's time quantum in seconds (default: its automatic quantum)")
     args = study.parse(argv)
     if not (args.contention >= 1 and args.copy_cost >= 0 and args.cpsat_work > 0

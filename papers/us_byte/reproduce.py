@@ -7,8 +7,8 @@ Run from the repository root::
     python papers/us_byte/reproduce.py --quick    # under 30 s: VGG-16 and ResNet-152 only, coarse sweeps
 
 It writes ``RESULTS.md`` and PNG plots into the output folder (default: this script's
-folder; a ``--quick`` run overwrites them there, so give it ``--out`` to keep the full
-run's files), every file atomically (a temporary file, then ``os.replace``). The command
+folder; a run with other arguments, ``--quick`` among them, writes into its ``subset/``
+folder and leaves the stored files as they are), every file atomically (a temporary file, then ``os.replace``). The command
 line, progress, Ctrl-C handling and the report's write are those every reproduction shares
 (``fusionopt.experiments.study.Study``); on Ctrl-C the finished steps go to
 ``RESULTS.interrupted.md`` and the stored report is left as it was.

@@ -38,7 +38,8 @@ from fusionopt.cost import AlphaBeta, PiecewiseLinear
 from fusionopt.model import Decoupled, Problem, Profile
 from fusionopt.model._io import write_text_atomic
 from fusionopt.model.bounds import decoupled_lower_bound
-from fusionopt.reporting import SAFEGUARD_SECONDS, Progress, interrupted_path, markdown_table
+from fusionopt.reporting import (SAFEGUARD_SECONDS, Progress, changed_options, interrupted_path, markdown_table,
+                                 subset_location)
 from fusionopt.solvers import solve
 
 RESULTS = Path(__file__).resolve().parents[1] / "results" / "decoupled.md"
@@ -129,6 +130,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="40 random problems, two models, one network")
     parser.add_argument("--output", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
+    args.output = Path(subset_location(args.output, RESULTS, changed_options(parser, args, leave=("output",))))
     started = time.perf_counter()
     models = MODELS[:2] if args.quick else MODELS
     networks = NETWORKS[:1] if args.quick else NETWORKS

@@ -42,7 +42,8 @@ from fusionopt import zoo
 from fusionopt.cost import AlphaBeta, PiecewiseLinear, network
 from fusionopt.model import Plan, Problem, Profile, simulate
 from fusionopt.model._io import write_text_atomic
-from fusionopt.reporting import SAFEGUARD_SECONDS, Progress, interrupted_path
+from fusionopt.reporting import (SAFEGUARD_SECONDS, Progress, changed_options, interrupted_path, positive_float,
+                                 positive_int, subset_location)
 from fusionopt.solvers import Status, solve
 
 RESULTS = Path(__file__).resolve().parents[1] / "results" / "exact.md"
@@ -322,16 +323,15 @@ def largest_n(method: str, budget: Budget, ceiling: int, **extensions) -> tuple[
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--work", type=float, default=10.0, help="CP-SAT's budget per solve, in its work units")
-    parser.add_argument("--nodes", type=int, default=1000, help="HiGHS's budget per solve, in branch-and-bound nodes")
-    parser.add_argument("--time-limit", type=float, default=SAFEGUARD_SECONDS, help="wall-clock safeguard per solve (s)")
-    parser.add_argument("--random", type=int, default=200, help="random instances")
+    parser.add_argument("--work", type=positive_float, default=10.0, help="CP-SAT's budget per solve, in its work units")
+    parser.add_argument("--nodes", type=positive_int, default=1000, help="HiGHS's budget per solve, in branch-and-bound nodes")
+    parser.add_argument("--time-limit", type=positive_float, default=SAFEGUARD_SECONDS, help="wall-clock safeguard per solve (s)")
+    parser.add_argument("--random", type=positive_int, default=200, help="random instances")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--quick", action="store_true", help="fewer zoo instances")
     parser.add_argument("--output", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
-    if not (args.work > 0 and args.nodes >= 1 and args.time_limit > 0 and args.random >= 1):
-        parser.error("--work, --nodes, --time-limit and --random must be positive")
+    args.output = Path(subset_location(args.output, RESULTS, changed_options(parser, args, leave=("output",))))
     budget = Budget(args.work, args.nodes, args.time_limit)
     started = time.perf_counter()
     command = (f"python validation/exact/run.py --work {args.work:g} --nodes {args.nodes} --random {args.random}"

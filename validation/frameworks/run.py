@@ -35,7 +35,8 @@ from fusionopt.integrations.ddp_layout import ddp_bucket_layout  # noqa: E402
 from fusionopt.integrations.ddp_record import free_port  # noqa: E402
 from fusionopt.integrations.torch import require_torch  # noqa: E402
 from fusionopt.model import Problem  # noqa: E402
-from fusionopt.reporting import Progress, interrupted_path, write_result  # noqa: E402
+from fusionopt.reporting import (Progress, changed_options, interrupted_path, positive_int,  # noqa: E402
+                                 subset_location, write_result)
 from fusionopt.solvers import solve  # noqa: E402
 from fusionopt.solvers.advise import ddp_settings  # noqa: E402
 from fusionopt.solvers.ddp import ddp_buckets  # noqa: E402
@@ -84,13 +85,19 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--models", default=",".join(zoo.models()))
     parser.add_argument("--network", default="10gbe", help="network preset for the advised settings")
-    parser.add_argument("--workers", type=int, default=64)
+    parser.add_argument("--workers", type=positive_int, default=64)
     parser.add_argument("--output-dir", default=str(ROOT / "validation" / "results"))
     args = parser.parse_args(argv)
     try:
         models = zoo_names(args.models)
     except ValueError as exc:
         parser.error(str(exc))
+    try:
+        network(args.network, args.workers)
+    except ValueError as exc:
+        parser.error(f"--network {args.network}: {exc}")
+    args.output_dir = subset_location(args.output_dir, parser.get_default("output_dir"),
+                                      changed_options(parser, args, leave=("output_dir",)), folder=True)
 
     advice = advice_rows(args.workers)
     torch = require_torch()
@@ -119,6 +126,7 @@ def main(argv: list[str] | None = None) -> int:
                                  "buckets_fusionopt": len(predicted), "identical": built == predicted})
                     print(f"{name:14s} {label:24s} torch {len(built):3d} buckets, fusionopt {len(predicted):3d}: "
                           f"{'identical' if built == predicted else 'DIFFERENT'}", file=sys.stderr, flush=True)
+                progress.keep({"schema": "fusionopt.validation.frameworks", "interrupted": True, "results": list(rows)})
                 progress.step(f"{name}: " + ", ".join(f"{r['setting']} {'identical' if r['identical'] else 'DIFFERENT'}"
                                                       for r in rows if r["model"] == name))
         finally:

@@ -31,7 +31,8 @@ from fusionopt import zoo
 from fusionopt.cost import network
 from fusionopt.model import Problem, Profile
 from fusionopt.model._io import write_text_atomic
-from fusionopt.reporting import SAFEGUARD_SECONDS, Progress, interrupted_path
+from fusionopt.reporting import (SAFEGUARD_SECONDS, Progress, changed_options, interrupted_path, positive_float,
+                                 subset_location)
 from fusionopt.solvers import Status, solve
 
 RESULTS = Path(__file__).resolve().parents[1] / "results" / "gradssa.md"
@@ -147,9 +148,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--work", type=float, default=10.0, help="CP-SAT's budget on the extensions, in its work units")
+    parser.add_argument("--work", type=positive_float, default=10.0, help="CP-SAT's budget on the extensions, in its work units")
     parser.add_argument("--output", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
+    args.output = Path(subset_location(args.output, RESULTS, changed_options(parser, args, leave=("output",))))
     started = time.perf_counter()
     lines = [
         "# GradSSA against the exact optimum",
@@ -159,8 +161,6 @@ def main(argv: list[str] | None = None) -> int:
         f" ({platform.machine()}), Python {platform.python_version()}, fusionopt {fusionopt.__version__}.",
         "",
     ]
-    if not args.work > 0:
-        parser.error("--work must be positive")
     models, workers = zoo_grid(args.quick)
     plain = len(models) * len(NETWORKS) * len(workers)
     with Progress(interrupted_path(args.output)) as progress:

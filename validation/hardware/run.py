@@ -50,11 +50,17 @@ from fusionopt import zoo
 from fusionopt.cost import network
 from fusionopt.executor import calibrate, run, scale_compute
 from fusionopt.model import Problem
-from fusionopt.reporting import Progress, interrupted_path, write_result
+from fusionopt.reporting import (Progress, changed_options, interrupted_path, nonnegative_int, positive_float,
+                                 positive_int, subset_location, write_result)
 from fusionopt.solvers import methods, solve
 
 ROOT = Path(__file__).resolve().parents[2]
 METHODS = ("wfbp", "dp", "ddp", "horovod", "usbyte")
+# The arguments, beside the defaults, of the run that made each stored result: the CPU ones on
+# 2 ranks, the GPU ones on one GPU and an emulated link (validation/README.md).
+STORED = {"local-cpu": {"backend": "local", "ranks": 2}, "mpi-cpu": {"backend": "mpi", "ranks": 2},
+          **{f"nccl-gpu-{compute}": {"backend": "nccl", "emulate_network": "100gb-ib", "compute": compute,
+                                     "iterations": 6} for compute in ("spin", "gemm")}}
 LAYERWISE = {"usbyte"}
 
 
@@ -99,23 +105,29 @@ def hardware(backend: str) -> dict[str, object]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--backend", default="local", choices=("local", "mpi", "nccl"))
-    parser.add_argument("--ranks", type=int, default=4)
+    parser.add_argument("--ranks", type=positive_int, default=4)
     parser.add_argument("--device", default="h100", help="zoo device of the profiles (default h100)")
-    parser.add_argument("--batch", type=int, default=64, help="zoo batch per worker (default 64)")
+    parser.add_argument("--batch", type=positive_int, default=64, help="zoo batch per worker (default 64)")
     parser.add_argument("--models", default="resnet50,bert-base")
     parser.add_argument("--methods", default=",".join(METHODS))
-    parser.add_argument("--iterations", type=int, default=8)
-    parser.add_argument("--warmup", type=int, default=2)
-    parser.add_argument("--overlap", type=float, default=0.5,
+    parser.add_argument("--iterations", type=positive_int, default=8)
+    parser.add_argument("--warmup", type=nonnegative_int, default=2)
+    parser.add_argument("--overlap", type=positive_float, default=0.5,
                         help="backward = OVERLAP x one all-reduce of every gradient (default 0.5)")
-    parser.add_argument("--time-scale", type=float, help="compute scale for every model (instead of --overlap)")
+    parser.add_argument("--time-scale", type=positive_float, help="compute scale for every model (instead of --overlap)")
     parser.add_argument("--emulate-network", metavar="NAME",
                         help="nccl on one GPU: emulate this network preset's link (with --workers)")
-    parser.add_argument("--workers", type=int, default=8, help="workers of --emulate-network (default 8)")
+    parser.add_argument("--workers", type=positive_int, default=8, help="workers of --emulate-network (default 8)")
     parser.add_argument("--compute", default="host", choices=("host", "spin", "gemm"),
                         help="emulated compute: host sleeps (default), or for nccl GPU spin kernels or GEMMs")
     parser.add_argument("--output-dir", default=str(ROOT / "validation" / "results"))
     args = parser.parse_args(argv)
+    # Named by the hardware that ran the collectives (not the profiles' zoo device).
+    label = f"{args.backend}-{'gpu' if args.backend == 'nccl' else 'cpu'}"
+    if args.compute != "host":
+        label += f"-{args.compute}"
+    changed = changed_options(parser, args, reference=STORED.get(label), leave=("output_dir",))
+    stored_dir = parser.get_default("output_dir")
 
     models = args.models.split(",")
     profiles = {name: zoo.profile(name, device=args.device, batch=args.batch) for name in models}
@@ -133,10 +145,7 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     load_before = os.getloadavg()
     costs: dict[str, dict] = {}
-    # Named by the hardware that ran the collectives (not the profiles' zoo device).
-    label = f"{args.backend}-{'gpu' if args.backend == 'nccl' else 'cpu'}"
-    if args.compute != "host":
-        label += f"-{args.compute}"
+    args.output_dir = subset_location(args.output_dir, stored_dir, changed, folder=True)
     with Progress(interrupted_path(Path(args.output_dir) / f"{label}.md")) as progress:
         progress.stage("runs", total=len(profiles) * len(chosen))
         rows = []
@@ -181,6 +190,8 @@ def main(argv: list[str] | None = None) -> int:
                     "emulated": m.emulated, "seconds": time.perf_counter() - t,
                 }
                 rows.append(row)
+                progress.keep({"schema": "fusionopt.validation.hardware", "interrupted": True, "backend": args.backend,
+                               "results": list(rows)})
                 progress.step(f"{model:10s} {method:8s} {sync:9s} {plan.num_messages:4d} msgs  predicted "
                               f"{1e3 * m.predicted_time:9.2f} ms  measured {1e3 * m.iteration_time:9.2f} ms  "
                               f"{100 * m.relative_error:+7.2f} %  {'ok' if m.correct else 'WRONG'}  ({row['seconds']:.1f} s)")

@@ -29,7 +29,7 @@ from fusionopt.cost import network
 from fusionopt.model import Problem
 from fusionopt.model._io import write_text_atomic
 from fusionopt.model.bounds import best_bound, fluid_bound
-from fusionopt.reporting import SAFEGUARD_SECONDS, Progress, interrupted_path
+from fusionopt.reporting import SAFEGUARD_SECONDS, Progress, changed_options, interrupted_path, subset_location
 from fusionopt.solvers import solve
 
 RESULTS = Path(__file__).resolve().parents[1] / "results" / "layerwise.md"
@@ -110,6 +110,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="two models, two worker counts")
     parser.add_argument("--output", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
+    args.output = Path(subset_location(args.output, RESULTS, changed_options(parser, args, leave=("output",))))
     started = time.perf_counter()
     models = MODELS[:2] if args.quick else MODELS
     workers = WORKERS[::2] if args.quick else WORKERS

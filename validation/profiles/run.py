@@ -37,11 +37,23 @@ sys.path.insert(0, str(ROOT))
 
 from fusionopt import zoo  # noqa: E402
 from fusionopt.integrations.torch import profile_model, require_torch  # noqa: E402
-from fusionopt.reporting import Progress, interrupted_path, write_result  # noqa: E402
+from fusionopt.reporting import (Progress, changed_options, interrupted_path, nonnegative_int, positive_int,  # noqa: E402
+                                 subset_location, write_result)
 from fusionopt.zoo.measured import MEASURED_DIR  # noqa: E402
 
 sys.path.insert(0, str(ROOT / "validation"))
 from models import DEFAULT_MODELS, buildable, loss_of, zoo_names  # noqa: E402
+
+# The arguments, beside the defaults, of the runs that made the stored results and the zoo's
+# measured profiles (validation/README.md).
+STORED = {
+    "gpu": {"device": "cuda", "zoo_device": "h100", "batch": 32, "steps": 10, "warmup": 3,
+            "models": "resnet50,resnet101,vgg16,densenet121,mobilenet-v2,vit-b16,inception-v3,googlenet,bert-base,"
+                      "bert-large,gpt2,lstm-lm"},
+    "cpu": {"device": "cpu", "zoo_device": "v100", "batch": 2, "steps": 3, "warmup": 1,
+            "models": "resnet18,resnet50,resnet101,resnet152,vgg16,vgg19,alexnet,googlenet,inception-v3,densenet121,"
+                      "densenet201,mobilenet-v2,vit-b16,bert-base,bert-large,gpt2,gpt2-medium,lstm-lm"},
+}
 
 def hardware_tag(gpu_name: str) -> str:
     """A short lower-case tag of a GPU's name: "NVIDIA H100 80GB HBM3" -> "h100"."""
@@ -56,9 +68,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", default="cuda", help="torch device to measure on (default cuda)")
     parser.add_argument("--zoo-device", default="h100", help="zoo preset of the roofline estimate (default h100)")
     parser.add_argument("--models", default=DEFAULT_MODELS)
-    parser.add_argument("--batch", type=int, default=32, help="per-worker batch (default 32)")
-    parser.add_argument("--steps", type=int, default=20, help="timed steps; medians taken (default 20)")
-    parser.add_argument("--warmup", type=int, default=5)
+    parser.add_argument("--batch", type=positive_int, default=32, help="per-worker batch (default 32)")
+    parser.add_argument("--steps", type=positive_int, default=20, help="timed steps; medians taken (default 20)")
+    parser.add_argument("--warmup", type=nonnegative_int, default=5)
     parser.add_argument("--profiles-dir", default=str(MEASURED_DIR),
                         help='where the measured profiles go (default the zoo\'s; "" keeps none)')
     parser.add_argument("--output-dir", default=str(ROOT / "validation" / "results"))
@@ -71,6 +83,12 @@ def main(argv: list[str] | None = None) -> int:
     torch = require_torch()
     device = torch.device(args.device)
     label = "gpu" if device.type == "cuda" else "cpu"
+    changed = changed_options(parser, args, reference=STORED[label], leave=("output_dir", "profiles_dir"))
+    args.output_dir = subset_location(args.output_dir, parser.get_default("output_dir"), changed, folder=True)
+    if changed and args.profiles_dir and Path(args.profiles_dir).resolve() == MEASURED_DIR.resolve():
+        args.profiles_dir = str(Path(args.output_dir) / "profiles")
+        print(f"{', '.join(changed)}: not the zoo's measured profiles' arguments: writing the profiles to "
+              f"{args.profiles_dir} (the zoo's are left as they were)", file=sys.stderr)
     hardware = torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "cpu"
     short = hardware_tag(hardware) if device.type == "cuda" else "cpu"
     with Progress(interrupted_path(Path(args.output_dir) / f"profiles-{label}.md")) as progress:
@@ -109,6 +127,8 @@ def main(argv: list[str] | None = None) -> int:
                          "ready_order_is_reverse_forward": measured.metadata.get("ready_order_is_reverse_forward"),
                          "profile": stored,
                          "seconds": seconds})
+            progress.keep({"schema": "fusionopt.validation.profiles", "interrupted": True, "device": str(device),
+                           "results": list(rows), "skipped": list(skipped)})
             progress.step(f"{name:14s} {measured.n:4d} tensors  tensors as zoo: {same_tensors}  ready order as zoo: "
                   f"{same_ready}  registration as zoo: {same_registration}  B {1e3 * measured.B:8.2f} ms "
                   f"(estimate {1e3 * estimate.B:8.2f}, x{ratio_b:.2f})  F {1e3 * measured.F:8.2f} ms "

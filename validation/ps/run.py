@@ -29,7 +29,7 @@ from fusionopt.model import Problem
 from fusionopt.model._io import write_text_atomic
 from fusionopt.model.ps import ParameterServer
 from fusionopt.model.bounds import ps_lower_bound
-from fusionopt.reporting import Progress, interrupted_path
+from fusionopt.reporting import Progress, changed_options, interrupted_path, subset_location
 from fusionopt.solvers import Status, solve
 
 RESULTS = Path(__file__).resolve().parents[1] / "results" / "ps.md"
@@ -63,6 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="two models, three node counts")
     parser.add_argument("--output", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
+    args.output = Path(subset_location(args.output, RESULTS, changed_options(parser, args, leave=("output",))))
     started = time.perf_counter()
     models = MODELS[:2] if args.quick else MODELS
     nodes = NODES[::2] if args.quick else NODES

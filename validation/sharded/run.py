@@ -42,7 +42,8 @@ from fusionopt.cost import AlphaBeta, PiecewiseLinear
 from fusionopt.model import FullySharded, Problem, Profile
 from fusionopt.model._io import write_text_atomic
 from fusionopt.model.bounds import sharded_lower_bound, sharded_memory_floor
-from fusionopt.reporting import SAFEGUARD_SECONDS, Progress, interrupted_path, markdown_table, pyplot, save_png
+from fusionopt.reporting import (SAFEGUARD_SECONDS, Progress, changed_options, interrupted_path, markdown_table,
+                                 pyplot, save_png, subset_location)
 from fusionopt.solvers import solve
 from fusionopt.solvers.advise_sharded import FSDP2_MIN_BACKWARD_PREFETCH, FSDP2_MIN_FORWARD_PREFETCH
 
@@ -157,6 +158,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="40 random profiles, two models, one network, 5 caps")
     parser.add_argument("--output", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
+    args.output = Path(subset_location(args.output, RESULTS, changed_options(parser, args, leave=("output",))))
     started = time.perf_counter()
     models = MODELS[::2] if args.quick else MODELS
     networks = NETWORKS[1:] if args.quick else NETWORKS

@@ -19,13 +19,15 @@ ranks on this host's CPU, one thread each:
 4. predicted: ``simulate`` on the profile and the emulated link's cost; measured: the mean
    step on rank 0.
 
-The targets (issue text) are printed with the results, met or not. Writes
+The targets are printed with the results, met or not. Writes
 ``validation/results/training-cpu.{json,md}`` (``--backend nccl``, one GPU per rank:
-``training-gpu``; ``--out`` to choose the folder). Timings of
+``training-gpu``; ``--out`` to choose the folder); a run with other arguments than the stored
+result's (fewer models, fewer steps) writes into ``validation/results/subset/`` instead, and
+Ctrl-C writes the models finished to ``training-cpu.interrupted.{md,json}``. Timings of
 this host: they vary from run to run.
 
     python validation/training/run.py
-    python validation/training/run.py --models mlp --steps 10
+    python validation/training/run.py --models mlp --steps 10      # into results/subset/
 """
 
 from __future__ import annotations
@@ -51,7 +53,9 @@ sys.path.insert(0, str(ROOT))
 from fusionopt.cost import network  # noqa: E402
 from fusionopt.integrations.ddp_record import free_port  # noqa: E402
 from fusionopt.model import Plan, Problem, Profile, simulate  # noqa: E402
-from fusionopt.reporting import command_line, markdown_table, write_result  # noqa: E402
+from fusionopt.model._io import write_json_atomic  # noqa: E402
+from fusionopt.reporting import (Progress, changed_options, command_line, interrupted_path,  # noqa: E402
+                                 markdown_table, nonnegative_int, positive_int, subset_location, write_result)
 
 MODELS = ("mlp", "cnn", "lstm")
 CALIBRATION = ("single", "wfbp")      # the plans that fit the reducer's own cost
@@ -187,9 +191,9 @@ def _rank(rank: int, port: int, out: str, args: dict[str, Any]) -> None:
                 optimizer.step()
             row["real_ddp"] = _time_steps(ddp_step, args["warmup"], args["steps"], dist, settle)
             report[name] = row
+            if rank == 0:        # the models finished so far, for the parent to report as they come
+                write_json_atomic(out, report)
     finally:
-        if rank == 0:
-            Path(out).write_text(json.dumps(report))
         dist.destroy_process_group()
 
 
@@ -216,7 +220,7 @@ def calibrate(results: dict[str, Any], cost: Any) -> None:
 
 
 def targets(results: dict[str, Any], key: str) -> dict[str, Any]:
-    """The issue's three targets over every model and the plans not used to calibrate, with
+    """The three targets over every model and the plans not used to calibrate, with
     the ``key`` prediction (``predicted`` or ``calibrated``)."""
     checked = {name: {k: p for k, p in row["plans"].items() if k not in CALIBRATION} for name, row in results.items()}
     median = statistics.median(abs(p["measured"] - p[key]) / p[key] for plans in checked.values() for p in plans.values())
@@ -275,50 +279,43 @@ def markdown(document: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse_arguments(argv: list[str] | None) -> tuple[argparse.Namespace, list[str], str, str]:
+    """The arguments, the models, and the folder and stem of the result files: a run with other
+    arguments than the stored result's writes into the ``subset`` folder beside it. Bad
+    arguments exit with one line (status 2)."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--models", default=",".join(MODELS), help="comma-separated: mlp, cnn, lstm")
     parser.add_argument("--network", default="10gbe", help="the emulated link's network preset (default 10gbe)")
-    parser.add_argument("--workers", type=int, default=64, help="the emulated link's workers (default 64)")
-    parser.add_argument("--batch", type=int, default=32)
+    parser.add_argument("--workers", type=positive_int, default=64, help="the emulated link's workers (default 64)")
+    parser.add_argument("--batch", type=positive_int, default=32)
     parser.add_argument("--backend", default="gloo", choices=("gloo", "nccl"),
                         help="gloo on the CPU (default) or nccl with one GPU per rank (two GPUs needed)")
-    parser.add_argument("--steps", type=int, default=30, help="timed steps per plan (default 30)")
-    parser.add_argument("--warmup", type=int, default=10, help="untimed steps first (default 10)")
-    parser.add_argument("--profile-steps", type=int, default=20, help="profile_model's timed steps (default 20)")
+    parser.add_argument("--steps", type=positive_int, default=30, help="timed steps per plan (default 30)")
+    parser.add_argument("--warmup", type=nonnegative_int, default=10, help="untimed steps first (default 10)")
+    parser.add_argument("--profile-steps", type=positive_int, default=20,
+                        help="profile_model's timed steps (default 20)")
     parser.add_argument("--out", default=str(ROOT / "validation" / "results"), help="folder of the result files")
     args = parser.parse_args(argv)
-    argv = sys.argv[1:] if argv is None else argv
     models = [m.strip() for m in args.models.split(",") if m.strip()]
     unknown = [m for m in models if m not in MODELS]
     if unknown or not models:
-        print(f"error: unknown model {unknown[0] if unknown else '(none)'!r}: choose from {', '.join(MODELS)}", file=sys.stderr)
-        return 2
+        parser.error(f"--models: unknown model {unknown[0] if unknown else '(none)'!r}: choose from {', '.join(MODELS)}")
     try:
         network(args.network, args.workers)
     except ValueError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    import torch
-    import torch.multiprocessing as mp
+        parser.error(f"--network {args.network}: {exc}")
+    stem = "training-gpu" if args.backend == "nccl" else "training-cpu"
+    # The stored training-cpu result is the defaults' (gloo); a GPU result would be nccl's.
+    changed = changed_options(parser, args, reference={"backend": args.backend}, leave=("out",))
+    folder = subset_location(args.out, parser.get_default("out"), changed, folder=True)
+    return args, models, folder, stem
 
-    if args.backend == "nccl" and torch.cuda.device_count() < 2:
-        print(f"error: --backend nccl runs one rank per GPU and needs 2 GPUs; this host has "
-              f"{torch.cuda.device_count()}", file=sys.stderr)
-        return 2
 
-    port = free_port()
-    with tempfile.TemporaryDirectory() as scratch:
-        out = os.path.join(scratch, "rank0.json")
-        settings = {"backend": args.backend, "models": models, "network": args.network, "workers": args.workers, "batch": args.batch,
-                    "steps": args.steps, "warmup": args.warmup, "profile_steps": args.profile_steps}
-        mp.spawn(_rank, args=(port, out, settings), nprocs=2, join=True)
-        results = json.loads(Path(out).read_text())
+def document_of(results: dict[str, Any], args: argparse.Namespace, argv: list[str], host: str) -> dict[str, Any]:
+    """The result document of the models in ``results`` (each calibrated in place)."""
     document = {
         "date": datetime.date.today().isoformat(),
-        "host": (f"{platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}, torch {torch.__version__}"
-                 + (f", {torch.cuda.get_device_name(0)}, NCCL {'.'.join(map(str, torch.cuda.nccl.version()))}"
-                    if args.backend == "nccl" else "")),
+        "host": host,
         "backend": args.backend,
         "link": "emulated", "network": args.network, "workers": args.workers, "steps": args.steps, "warmup": args.warmup,
         "command": command_line("validation/training/run.py", argv, args.out),
@@ -327,8 +324,51 @@ def main(argv: list[str] | None = None) -> int:
     }
     calibrate(results, network(args.network, args.workers))
     document["targets"] = {key: targets(results, key) for key in ("predicted", "calibrated")}
-    write_result(args.out, "training-gpu" if args.backend == "nccl" else "training-cpu", document, markdown(document))
-    return 0
+    return document
+
+
+def main(argv: list[str] | None = None) -> int:
+    args, models, folder, stem = parse_arguments(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    import torch
+    import torch.multiprocessing as mp
+
+    if args.backend == "nccl" and torch.cuda.device_count() < 2:
+        print(f"error: --backend nccl runs one rank per GPU and needs 2 GPUs; this host has "
+              f"{torch.cuda.device_count()}", file=sys.stderr)
+        return 2
+    host = (f"{platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}, torch {torch.__version__}"
+            + (f", {torch.cuda.get_device_name(0)}, NCCL {'.'.join(map(str, torch.cuda.nccl.version()))}"
+               if args.backend == "nccl" else ""))
+    settings = {"backend": args.backend, "models": models, "network": args.network, "workers": args.workers,
+                "batch": args.batch, "steps": args.steps, "warmup": args.warmup, "profile_steps": args.profile_steps}
+    results: dict[str, Any] = {}
+    with Progress(interrupted_path(os.path.join(folder, f"{stem}.md"))) as progress:
+        progress.stage("models", total=len(models))
+        with tempfile.TemporaryDirectory() as scratch:
+            rank0 = os.path.join(scratch, "rank0.json")
+            ranks = mp.spawn(_rank, args=(free_port(), rank0, settings), nprocs=2, join=False)
+            try:
+                finished = False
+                while not finished:
+                    finished = ranks.join(timeout=1.0)
+                    done = json.loads(Path(rank0).read_text()) if os.path.exists(rank0) else {}
+                    for name in [m for m in done if m not in results]:
+                        results[name] = done[name]
+                        progress.keep(document_of(dict(results), args, argv, host))
+                        progress.step(f"{name}: " + ", ".join(
+                            f"{plan} {1e3 * p['predicted']:.2f} / {1e3 * p['measured']:.2f} ms"
+                            for plan, p in done[name]["plans"].items())
+                            + f", real DDP {1e3 * done[name]['real_ddp']:.2f} ms (predicted / measured)")
+            finally:             # interrupted or failed: the ranks go too
+                for process in ranks.processes:
+                    if process.is_alive():
+                        process.terminate()
+                for process in ranks.processes:
+                    process.join()
+        document = document_of(results, args, argv, host)
+        write_result(folder, stem, document, markdown(document))
+    return progress.exit_code
 
 
 if __name__ == "__main__":
