@@ -20,7 +20,7 @@ from typing import Any, Mapping, Sequence
 
 from fusionopt import zoo
 from fusionopt import __version__
-from fusionopt.cost import cost_from_dict, network, networks, ALGORITHMS
+from fusionopt.cost import PiecewiseLinear, cost_from_dict, network, networks, ALGORITHMS
 from fusionopt.integrations.kineto import TIMELINE_RULE, describe_clock, read_parameter_list
 from fusionopt.integrations.traced_step import COPIED_PARTS, PARAMETERS_FILE, PREDICTED_PART
 from fusionopt.model import AlphaBeta, Plan, Problem, Profile, simulate
@@ -618,29 +618,56 @@ def _cmd_compare(args: argparse.Namespace) -> None:
     rows = compare(problem, names)
     if args.json:
         print(json.dumps([row.__dict__ for row in rows], indent=1))
+        for name in rows.refused:        # refusals no declaration foresaw; the rows say what ran
+            print(f"fusionopt: compare: left out: {rows.left_out[name]}", file=sys.stderr)
         return
     profile = problem.profile
     print(f"workload  {label}: {plural(profile.n, 'tensor')}, {profile.total_bytes / 2**20:.1f} MiB of gradients")
     print(f"compute   B = {1e3 * profile.B:.3f} ms, F = {1e3 * profile.F:.3f} ms")
-    if problem.decoupled is not None:
-        halves = problem.decoupled
-        after = ", updates after the gathers" if halves.update_after_gather else ""
-        print(f"network   reduce-scatter {halves.reduce_scatter!r}, all-gather {halves.all_gather!r}, "
-              f"sync {problem.sync}{after}")
-    elif problem.fully_sharded is not None:
-        halves = problem.fully_sharded
-        cap = "no memory cap" if halves.memory_cap is None else f"memory cap {halves.memory_cap / 2**20:.1f} MiB"
-        lanes = ", all-gathers and reduce-scatters on two channels" if halves.channels == "two" else ""
-        print(f"network   reduce-scatter {halves.reduce_scatter!r}, all-gather {halves.all_gather!r}, {cap}{lanes}")
+    if problem.decoupled is not None or problem.fully_sharded is not None:
+        halves = problem.decoupled or problem.fully_sharded
+        both = (f"reduce-scatter {_cost_words(halves.reduce_scatter, args.reduce_scatter_cost or args.cost)}, "
+                f"all-gather {_cost_words(halves.all_gather, args.all_gather_cost or args.cost)}")
+        if problem.decoupled is not None:
+            after = ", updates after the gathers" if halves.update_after_gather else ""
+            print(f"network   {both}, sync {problem.sync}{after}")
+        else:
+            cap = "no memory cap" if halves.memory_cap is None else f"memory cap {halves.memory_cap / 2**20:.1f} MiB"
+            lanes = ", all-gathers and reduce-scatters on two channels" if halves.channels == "two" else ""
+            print(f"network   {both}, {cap}{lanes}")
     else:
         extras = "".join(f", {name} {getattr(problem, name)}" for name in problem.extensions)
-        print(f"network   {problem.cost!r}, sync {problem.sync}{extras}")
+        print(f"network   {_cost_words(problem.cost, args.cost)}, sync {problem.sync}{extras}")
     print()
     print(format_table(rows))
     print()
-    print("gap to bound: to the best lower bound for the plans each method searches (for the fusion")
-    print("methods, ps-dp, decoupled-dp, decoupled-brute and sharded-brute, their own plan space; for the others, any plan);")
-    print("OPTIMAL: gap 0.")
+    print("gap to bound: to the best lower bound proven for each plan: over its method's own plan space for")
+    print("the fusion methods, ps-dp and the exact methods, and the optimum of an exact method in the table for")
+    print("the plans of its space; else over any plan. OPTIMAL: gap 0.")
+
+
+def _cost_words(cost: Any, path: str | None) -> str:
+    """A cost as a table's header shows it: ``alpha + beta S`` by its two numbers; a measured
+    curve by its kind, sizes and file, not its every point."""
+    if isinstance(cost, AlphaBeta):
+        return repr(cost)
+    if isinstance(cost, PiecewiseLinear):
+        sizes = cost.sizes
+        words = (f"piecewise linear through {len(sizes)} points, {_size_words(sizes[0])} to "
+                 f"{_size_words(sizes[-1])}")
+    elif cost.affine is not None:
+        words = f"{type(cost).__name__}, alpha = {cost.affine[0]:.6g} s, beta = {cost.affine[1]:.6g} s/B"
+    else:
+        words = type(cost).__name__
+    return f"measured ({Path(path).name}: {words})" if path else words
+
+
+def _size_words(nbytes: float) -> str:
+    """``nbytes`` in the largest binary unit it fills: ``256 B``, ``64 MiB``."""
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if nbytes >= scale:
+            return f"{nbytes / scale:.4g} {unit}"
+    return f"{nbytes:.4g} B"
 
 
 def _cmd_advise(args: argparse.Namespace) -> None:
@@ -1011,14 +1038,17 @@ def _add_sweep_parser(commands: Any) -> None:
     p.add_argument("--models", required=True, help="comma-separated zoo models (`fusionopt zoo`)")
     p.add_argument("--workers", required=True, help="comma-separated worker counts, e.g. 8,64,512")
     p.add_argument("--networks", required=True, help=f"comma-separated network presets: {', '.join(networks())}")
-    p.add_argument("--methods", help="comma-separated methods (default: the default comparison for --sync)")
+    p.add_argument("--methods", help="comma-separated methods (default: the all-reduce comparison for --sync); "
+                                     "decoupled and fully sharded methods solve their own pattern on each network "
+                                     "preset's reduce-scatter and all-gather")
     p.add_argument("--output", required=True, metavar="RESULTS.jsonl|RESULTS.csv",
                    help="results file, one record per cell; run again on it to resume")
     p.add_argument("--device", help=f"device for the zoo estimate: {', '.join(zoo.devices())} (default h100)")
     p.add_argument("--batch", type=int, help="per-worker batch for the zoo estimate (default 64)")
     p.add_argument("--sync", default="barrier", choices=("barrier", "layerwise"),
                    help="when the next forward may start (default barrier)")
-    p.add_argument("--algorithm", default="ring", help=f"all-reduce algorithm: {', '.join(ALGORITHMS)}")
+    p.add_argument("--algorithm", default="ring", help=f"all-reduce algorithm: {', '.join(ALGORITHMS)} (ring or "
+                                                       "rabenseifner for decoupled and fully sharded methods)")
     p.add_argument("--jobs", type=int, help="worker processes (default: the number of CPUs)")
     p.add_argument("--time-limit", type=float, metavar="S",
                    help="seconds per solve for the methods that take a time limit (the searches)")

@@ -855,7 +855,7 @@ def test_decoupled_problems_from_the_command_line(capsys, tmp_path, profile_path
     assert again["iteration_time"] == pytest.approx(0.024, rel=1e-12) and len(again["messages"]) == 6
     rows = run_json(capsys, "compare", "--profile", profile_path, "--alpha", "0.001", "--beta", "1e-9",
                     "--decoupled", "--json")
-    assert [r["method"] for r in rows] == ["decoupled-wfbp", "megatron", "zero2", "decoupled-opt"]
+    assert [r["method"] for r in rows] == ["decoupled-wfbp", "megatron", "zero2", "decoupled-opt", "decoupled-dp"]
     assert "goes with --decoupled" in run_error(capsys, "solve", profile_path, "--alpha", "0.001", "--beta", "1e-9",
                                                 "--update-after-gather")
     assert "is a decoupled all-reduce method" in run_error(capsys, "solve", profile_path, "--alpha", "0.001",

@@ -2,7 +2,9 @@
 
 A :class:`Cell` is one zoo model on one preset network, solved by one method; :func:`cells`
 builds the grid and refuses, with one line, a name that is not a zoo model, a network
-preset or a registered method.
+preset or a registered method. A method's pattern says which problem its cell solves
+(:func:`cell_problem`): an all-reduce on the preset, or a decoupled all-reduce or a fully
+sharded step on the preset's reduce-scatter and all-gather.
 """
 
 from __future__ import annotations
@@ -14,8 +16,11 @@ from typing import Any, Iterable
 
 from fusionopt import zoo
 from fusionopt.model.collectives import network
+from fusionopt.model.decoupled import Decoupled
 from fusionopt.model.problem import Problem
-from fusionopt.solvers.registry import default_methods, get_method
+from fusionopt.model.profile import Profile
+from fusionopt.model.sharded import FullySharded
+from fusionopt.solvers.registry import Method, default_methods, get_method
 
 SYNCS = ("barrier", "layerwise")
 
@@ -73,9 +78,13 @@ def cells(
 ) -> list[Cell]:
     """The cartesian product models x workers x networks x methods, validated.
 
-    Methods the registry runs on other problems only are left out, with one line on
-    stderr naming them: parameter-server methods (a sweep solves all-reduce problems) and,
-    under ``sync="barrier"``, the layerwise-only ones.
+    Each method solves a problem of its own pattern (:func:`cell_problem`): all-reduce,
+    decoupled all-reduce or fully sharded methods all run. Methods that cannot run on a
+    sweep's problems are left out, with one line on stderr naming them and why:
+    parameter-server methods (a sweep gives no server count), the layerwise-only ones under
+    ``sync="barrier"``, the barrier-only ones (Megatron, ZeRO-2) under ``sync="layerwise"``
+    and, under ``sync="layerwise"``, the fully sharded ones (their step has no sync to
+    choose: their records say ``"barrier"``).
 
     Parameters
     ----------
@@ -86,7 +95,7 @@ def cells(
     networks : iterable of str
         Network preset names (case-insensitive).
     methods : iterable of str, optional
-        Method names; default the registry's default comparison for ``sync``
+        Method names; default the registry's default all-reduce comparison for ``sync``
         (:func:`fusionopt.solvers.default_methods`).
     device : str
         Zoo device preset for the compute estimate (default ``"h100"``).
@@ -94,7 +103,8 @@ def cells(
         Samples per worker per step (default 64).
     sync : {"barrier", "layerwise"}
     algorithm : str
-        All-reduce algorithm for the network presets (default ``"ring"``).
+        All-reduce algorithm for the network presets (default ``"ring"``; the decoupled and
+        fully sharded methods take its reduce-scatter and all-gather: ring or rabenseifner).
 
     Returns
     -------
@@ -147,21 +157,65 @@ def cells(
         methods = default_methods(Problem(first, network(networks[0], workers[0], algorithm=algorithm), sync=sync))
     methods = _distinct("methods", methods)
     entries = [get_method(name) for name in methods]
-    other = [m.name for m in entries if m.pattern != "all-reduce"]
-    layerwise = [m.name for m in entries if m.layerwise_only and m.pattern == "all-reduce" and sync != "layerwise"]
-    notes = []
-    if layerwise:
-        notes.append(f"{', '.join(layerwise)} (layerwise-only: they need sync 'layerwise')")
-    if other:
-        notes.append(f"{', '.join(other)} (parameter-server, decoupled or fully sharded methods: a sweep solves "
-                     "all-reduce problems)")
-    kept = [name for name in methods if name not in other and name not in layerwise]
+    reasons = {m.name: _skipped(m, sync) for m in entries}
+    notes: dict[str, list[str]] = {}
+    for name, reason in reasons.items():
+        if reason is not None:
+            notes.setdefault(reason, []).append(name)
+    notes_text = "; ".join(f"{', '.join(names)} ({reason})" for reason, names in notes.items())
+    kept = [name for name in methods if reasons[name] is None]
     if not kept:
-        raise ValueError(f"no method left to run: skipped {'; '.join(notes)}")
+        raise ValueError(f"no method left to run: skipped {notes_text}")
+    for pattern in dict.fromkeys(get_method(name).pattern for name in kept):
+        if pattern == "all-reduce":
+            continue
+        users = ", ".join(name for name in kept if get_method(name).pattern == pattern)
+        for name in networks:       # the presets' reduce-scatter and all-gather, for this algorithm
+            for count in workers:
+                try:
+                    _pattern_problem(pattern, next(iter(profiles.values())), name, count, algorithm, sync)
+                except ValueError as exc:
+                    raise ValueError(f"{users} ({pattern} methods) run on the network's reduce-scatter and "
+                                     f"all-gather: {exc}") from None
     if notes:
-        print(f"fusionopt sweep: skipping {'; '.join(notes)}", file=sys.stderr)
+        print(f"fusionopt sweep: skipping {notes_text}", file=sys.stderr)
     return [Cell(model, device, batch, name, algorithm, count, sync, method)
             for model in profiles for count in workers for name in networks for method in kept]
+
+
+def _skipped(method: Method, sync: str) -> str | None:
+    """Why ``method`` cannot run on a sweep's problems under ``sync`` (None: it can)."""
+    needs = method.needs
+    if needs.pattern == "ps":
+        return "parameter-server methods: a sweep gives no server count; compare or solve them with --ps-servers"
+    if needs.pattern == "fully-sharded" and sync != "barrier":
+        return "fully sharded methods: their step has no sync to choose; sweep them with sync 'barrier'"
+    if needs.layerwise and sync != "layerwise":
+        return "layerwise-only: they need sync 'layerwise'"
+    if needs.barrier and sync != "barrier":
+        return "barrier-only: they need sync 'barrier'"
+    return None
+
+
+def cell_problem(cell: Cell, profile: Profile) -> Problem:
+    """The problem ``cell`` solves on ``profile`` (its zoo model's): the pattern of its method
+    on its network preset, workers and algorithm.
+
+    >>> profile = zoo.profile("alexnet")
+    >>> [cell_problem(Cell("alexnet", "h100", 64, "10gbe", "ring", 8, "barrier", m), profile).pattern
+    ...  for m in ("dp", "megatron", "fsdp2")]
+    ['all-reduce', 'decoupled', 'fully-sharded']
+    """
+    return _pattern_problem(get_method(cell.method).pattern, profile, cell.network, cell.workers, cell.algorithm,
+                            cell.sync)
+
+
+def _pattern_problem(pattern: str, profile: Profile, name: str, workers: int, algorithm: str, sync: str) -> Problem:
+    if pattern == "decoupled":
+        return Problem(profile, sync=sync, decoupled=Decoupled.from_network(name, workers, algorithm=algorithm))
+    if pattern == "fully-sharded":
+        return Problem(profile, fully_sharded=FullySharded.from_network(name, workers, algorithm=algorithm))
+    return Problem(profile, network(name, workers, algorithm=algorithm), sync=sync)
 
 
 def _distinct(kind: str, values: Iterable[Any]) -> list[Any]:

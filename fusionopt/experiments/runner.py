@@ -20,12 +20,10 @@ from pathlib import Path
 from typing import Any, Iterable, Sequence, TextIO
 
 from fusionopt import __version__, zoo
-from fusionopt.experiments.grid import CELL_FIELDS, Cell
+from fusionopt.experiments.grid import CELL_FIELDS, Cell, cell_problem
 from fusionopt.experiments.records import (FIELDS, append_record, applied_limit, csv_header, encode_record,
                                            preview_line, record_key, repair_results, results_format,
                                            scan_results, writer_lock)
-from fusionopt.model.collectives import network
-from fusionopt.model.problem import Problem
 from fusionopt.solvers.registry import get_method, solve
 
 
@@ -66,7 +64,7 @@ def run_cell(cell: Cell, *, time_limit: float | None = None, search_workers: int
     try:
         profile = zoo.profile(cell.model, device=cell.device, batch=cell.batch)
         record["compute_time"] = float(profile.compute_time)
-        problem = Problem(profile, network(cell.network, cell.workers, algorithm=cell.algorithm), sync=cell.sync)
+        problem = cell_problem(cell, profile)
         options = {}
         record["time_limit"] = applied_limit(cell, time_limit)
         if record["time_limit"] is not None:

@@ -74,6 +74,22 @@ def brute(
                   stats={"plans": feasible})
 
 
+def in_fusion_space(problem: Problem, plan: object) -> bool:
+    """Whether ``plan`` is one of the plans :func:`brute` searches: a fusion plan of
+    ``problem``'s profile (:meth:`~fusionopt.model.plan.Plan.is_fusion`). Its optimum then
+    bounds the plan's ``T`` under the same problem, model options included.
+
+    >>> from fusionopt.model import AlphaBeta, Profile
+    >>> profile = Profile.from_arrays([4e6, 1e6], [1e-3] * 2, [1e-3] * 2)
+    >>> problem = Problem(profile, AlphaBeta(1e-3, 1e-9))
+    >>> in_fusion_space(problem, Plan.from_cuts(profile, [True]))
+    True
+    >>> in_fusion_space(problem, Plan.from_groups(profile, [[0, 1]]))   # forward order: tensor 1 is ready first
+    False
+    """
+    return isinstance(plan, Plan) and plan.is_fusion(problem.profile)
+
+
 def _score(problem: Problem, cuts: np.ndarray) -> np.ndarray:
     if not problem.extensions:
         return evaluate_cuts(problem, cuts)

@@ -2,7 +2,7 @@
 
 * :func:`decoupled_wfbp`: one reduce-scatter per tensor as its gradient is ready, one
   all-gather per tensor in forward order: the unfused schedule, the reference of
-  :func:`~fusionopt.solvers.registry.compare` on these problems.
+  :func:`~fusionopt.solvers.comparison.compare` on these problems.
 * :func:`megatron` and :func:`megatron_overlap`: Megatron-LM's data-parallel buckets with its
   distributed optimiser and ``overlap_grad_reduce``, without and with
   ``overlap_param_gather``.
@@ -255,6 +255,33 @@ def decoupled_brute(problem: Problem) -> Result:
                   stats={"plans": plans})
 
 
+def in_grouping_space(problem: Problem, plan: object) -> bool:
+    """Whether ``plan`` is one of :func:`decoupled_brute`'s space (the space
+    :func:`~fusionopt.solvers.decoupled_dp.decoupled_dp` is exact over too): whole tensors,
+    reduce-scatters in contiguous groups of the ready order, all-gathers in contiguous groups
+    of the forward order, each kind in that order, every reduce-scatter before the first
+    all-gather, no release times, gradients reduce-scattered. An optimum over the space then
+    bounds the plan's ``T`` on the same problem.
+
+    >>> from fusionopt.model import AlphaBeta, Decoupled, Profile
+    >>> profile = Profile.from_arrays([4e6, 1e6, 2e6], [1e-3] * 3, [3e-3, 2e-3, 1e-3])
+    >>> problem = Problem(profile, decoupled=Decoupled(AlphaBeta(1e-3, 1e-9), AlphaBeta(1e-3, 1e-9)))
+    >>> in_grouping_space(problem, decoupled_wfbp(problem).plan)
+    True
+    >>> in_grouping_space(problem, DecoupledPlan.from_groups(profile, [[2, 1, 0]], [[0], [1, 2]], order=[1, 0, 1]))
+    False
+    """
+    if not isinstance(plan, DecoupledPlan):
+        return False
+    profile = problem.profile
+    rs, ag = plan.reduce_scatter.groups(), plan.all_gather.groups()
+    if [i for g in rs for i in g] != [int(i) for i in profile.ready_order]:
+        return False
+    if [i for g in ag for i in g] != list(range(profile.n)):
+        return False
+    return DecoupledPlan.from_groups(profile, rs, ag) == plan          # whole tensors, no release, RS first
+
+
 DEAR_THRESHOLD_MB = 25.0
 
 
@@ -476,4 +503,4 @@ def _groups(order: list[int], cuts: Any) -> list[list[int]]:
 
 
 __all__ = ["decoupled_wfbp", "megatron", "megatron_overlap", "megatron_buckets", "decoupled_brute",
-           "dear", "dear_groups", "decoupled_opt"]
+           "dear", "dear_groups", "decoupled_opt", "in_grouping_space"]

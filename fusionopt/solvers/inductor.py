@@ -74,7 +74,8 @@ def inductor_cap_mb(problem: Problem) -> float:
     require_sharded(problem, "inductor")
     affine = problem.fully_sharded.all_gather.affine
     if affine is None:
-        raise ValueError("inductor: the all-gather cost is not alpha + beta S; give bucket_cap_mb")
+        raise ValueError("inductor: the all-gather cost is not alpha + beta S; give bucket_cap_mb (MiB): the "
+                         "default cap is read from alpha and beta")
     alpha, beta = affine
     cap = MAX_CAP_MB if beta <= 0 else SATURATION * alpha / beta / MIB
     return float(max(MIN_CAP_MB, min(MAX_CAP_MB, cap)))

@@ -1,7 +1,7 @@
 """What a method can solve, declared where the method is defined.
 
 A solver function carries a :class:`Needs` (set by :func:`declares`); the registry,
-:func:`~fusionopt.solvers.registry.compare`, the sweep and the command line read it from
+:func:`~fusionopt.solvers.comparison.compare`, the sweep and the command line read it from
 there, and every call of the function is checked against it (:meth:`Needs.check`), so what
 a method takes is said once. A function without a declaration takes every all-reduce
 problem: both sync modes and every extension.

@@ -1,12 +1,14 @@
-"""One entry point for every method: :func:`solve`, :func:`methods` and :func:`compare`."""
+"""One entry point for every method: :func:`solve` and :func:`methods` (tables of several
+methods: :mod:`fusionopt.solvers.comparison`)."""
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import inspect
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterator
 
 from fusionopt.model.problem import Problem
 from fusionopt.solvers import baselines
@@ -15,7 +17,7 @@ from fusionopt.solvers.result import Result
 
 
 _SOLVED: ContextVar[dict[str, tuple[Problem, Result]] | None] = ContextVar("fusionopt_solved", default=None)
-"""Within one :func:`compare`: each method's result on its problem, solved with the default
+"""Within :func:`solved_once`: each method's result on its problem, solved with the default
 options, so a method that starts from other methods' plans (``layerwise-opt``, ``cpsat``'s
 hints) is handed the comparison's own results instead of solving them again."""
 
@@ -26,6 +28,9 @@ class Method:
 
     ``target`` is the function or its import path ``"module:function"``, imported on first
     use so that heavy solvers (OR-Tools, HiGHS) cost nothing until they are asked for.
+    ``space`` (exact methods): ``in_space(problem, plan) -> bool``, or its import path, true
+    for the plans of the space the method is exact over, so that its proven bound also
+    bounds another method's plan of that space.
     """
 
     name: str
@@ -33,13 +38,16 @@ class Method:
     summary: str
     family: str
     in_default_comparison: bool = True
+    space: Callable[[Problem, Any], bool] | str | None = None
 
     @property
     def function(self) -> Callable[..., Result]:
-        if callable(self.target):
-            return self.target
-        module_name, _, attribute = self.target.partition(":")
-        return getattr(importlib.import_module(module_name), attribute)
+        return _imported(self.target)
+
+    @property
+    def in_space(self) -> Callable[[Problem, Any], bool] | None:
+        """The membership test of the plan space the method is exact over (None: not declared)."""
+        return None if self.space is None else _imported(self.space)
 
     @property
     def needs(self) -> Needs:
@@ -72,6 +80,13 @@ class Method:
         }
 
 
+def _imported(target: Callable | str) -> Callable:
+    if callable(target):
+        return target
+    module_name, _, attribute = target.partition(":")
+    return getattr(importlib.import_module(module_name), attribute)
+
+
 _REGISTRY: dict[str, Method] = {}
 
 
@@ -84,26 +99,28 @@ FAMILIES = {
 """The method families, each with what its members have in common."""
 
 REFERENCE = {"all-reduce": "wfbp", "ps": "ps-default", "decoupled": "decoupled-wfbp", "fully-sharded": "sharded-wfbp"}
-"""The method :func:`compare` measures speedups against, for each pattern of problem."""
+"""The method :func:`~fusionopt.solvers.comparison.compare` measures speedups against, for
+each pattern of problem."""
 
 
 def register(name: str, target: Callable[..., Result] | str, summary: str, *, family: str,
-             in_default_comparison: bool = True) -> None:
+             in_default_comparison: bool = True, space: Callable[[Problem, Any], bool] | str | None = None) -> None:
     """Add a method under ``name``; ``target`` is a function or ``"module:function"``;
     ``family`` one of :data:`FAMILIES`.
 
-    ``in_default_comparison``: whether :func:`compare` runs it when no methods are named
-    (off for searches that are slow or limited in size). What the method can solve is read
-    from its function's declaration (:func:`fusionopt.solvers.needs.declares`): a method
-    that needs the plain model or layerwise sync is left out of that comparison on problems
-    it refuses, and parameter-server and all-reduce methods each run on their own kind of
-    problem only.
+    ``in_default_comparison``: whether :func:`~fusionopt.solvers.comparison.compare` runs it
+    when no methods are named (off for searches that are slow or limited in size). What the
+    method can solve is read from its function's declaration
+    (:func:`fusionopt.solvers.needs.declares`): a method that needs the plain model or
+    layerwise sync is left out of that comparison, with its reason, on problems it refuses,
+    and each pattern's methods run on their own kind of problem only. ``space``: see
+    :class:`Method`.
     """
     if name in _REGISTRY:
         raise ValueError(f"method {name!r} is already registered")
     if family not in FAMILIES:
         raise ValueError(f"unknown family {family!r} for method {name!r}; families: {', '.join(FAMILIES)}")
-    _REGISTRY[name] = Method(name, target, summary, family, in_default_comparison)
+    _REGISTRY[name] = Method(name, target, summary, family, in_default_comparison, space)
 
 
 register("wfbp", baselines.wfbp,
@@ -138,7 +155,7 @@ register("dp", "fusionopt.solvers.dp:dp",
          family="exact")
 register("brute", "fusionopt.solvers.brute:brute",
          "exact: every fusion plan, n <= 20 (any model option)",
-         family="exact", in_default_comparison=False)
+         family="exact", in_default_comparison=False, space="fusionopt.solvers.brute:in_fusion_space")
 register("cpsat", "fusionopt.solvers.cpsat:cpsat",
          "exact: OR-Tools CP-SAT model, anytime",
          family="exact", in_default_comparison=False)
@@ -195,17 +212,17 @@ register("zero2", "fusionopt.solvers.zero2:zero2",
          family="framework baseline")
 register("dear", "fusionopt.solvers.decoupled:dear",
          "DeAR: 25 MB module groups, reduce-scatters in the backward, gathers one ahead in the forward (layerwise)",
-         family="paper", in_default_comparison=False)
+         family="paper")
 register("decoupled-opt", "fusionopt.solvers.decoupled:decoupled_opt",
          "decoupled all-reduce: local search over both groupings from the best of the others, any n",
          family="search")
 register("decoupled-brute", "fusionopt.solvers.decoupled:decoupled_brute",
          "decoupled all-reduce, exact: every pair of contiguous groupings, n <= 8",
-         family="exact", in_default_comparison=False)
+         family="exact", in_default_comparison=False, space="fusionopt.solvers.decoupled:in_grouping_space")
 register("decoupled-dp", "fusionopt.solvers.decoupled_dp:decoupled_dp",
          "decoupled all-reduce, exact over decoupled-brute's space, any n: tensor 0 ready last, or barrier sync "
          "without update time",
-         family="exact", in_default_comparison=False)
+         family="exact", space="fusionopt.solvers.decoupled:in_grouping_space")
 register("decoupled-cpsat", "fusionopt.solvers.decoupled_cpsat:decoupled_cpsat",
          "decoupled all-reduce, exact: CP-SAT over both groupings and their interleaving on the channel, "
          "n <= 10 (every reduce-scatter first with interleave=False, n <= 40)",
@@ -242,9 +259,10 @@ def methods() -> dict[str, str]:
 
 
 def default_methods(problem: Problem | None = None) -> list[str]:
-    """The methods :func:`compare` runs when none are named (for ``problem``: without the
-    plain-model methods when it has extensions on, with the layerwise-only ones when its
-    sync is layerwise).
+    """The methods :func:`~fusionopt.solvers.comparison.compare` runs when none are named,
+    as their declarations allow (for ``problem``: without the plain-model methods when it has
+    extensions on, with the layerwise-only ones when its sync is layerwise); a method may
+    still refuse the problem when it is solved (compare then leaves it out with its reason).
 
     >>> default_methods()[:2]
     ['wfbp', 'single']
@@ -256,6 +274,17 @@ def default_methods(problem: Problem | None = None) -> list[str]:
             if m.in_default_comparison and not (extended and m.plain_only)
             and (layerwise or not m.layerwise_only) and not (layerwise and m.needs.barrier)
             and m.pattern == pattern]
+
+
+def comparison_candidates(problem: Problem | None = None) -> list[str]:
+    """The methods of ``problem``'s pattern marked for the default comparison, whether or not
+    they take ``problem``: :func:`default_methods` and those its declarations leave out.
+
+    >>> [m for m in comparison_candidates() if m not in default_methods()]
+    ['p3', 'bytescheduler', 'bytescheduler-tuned', 'layerwise-opt']
+    """
+    pattern = "all-reduce" if problem is None else problem.pattern
+    return [name for name, m in _REGISTRY.items() if m.in_default_comparison and m.pattern == pattern]
 
 
 def get_method(name: str) -> Method:
@@ -318,103 +347,12 @@ def solve(problem: Problem, method: str = "wfbp", **options: Any) -> Result:
     return result
 
 
-@dataclass(frozen=True)
-class ComparisonRow:
-    """One method's figures in a :func:`compare` table (times in seconds)."""
-
-    method: str
-    iteration_time: float
-    speedup: float              # T of the pattern's REFERENCE method (WFBP on all-reduce) / T of this method
-    exposed: float
-    messages: int
-    status: str
-    gap: float | None
-    solve_seconds: float
-    peak_memory: int | None = None   # fully sharded: the most bytes whole at once (MODEL.md 8.2)
-
-
-def compare(problem: Problem, methods: Iterable[str] | None = None) -> list[ComparisonRow]:
-    """Solve ``problem`` with each method and tabulate them against WFBP.
-
-    Parameters
-    ----------
-    methods : iterable of str, optional
-        Method names; default every registered method marked for the default comparison
-        (the baselines and the DP; not the searches limited in size or time). WFBP is
-        always solved as the reference for ``speedup``.
-
-    Each method is solved once: a method that starts from other methods' plans
-    (``layerwise-opt``) is handed the results this comparison solved, so its
-    ``solve_seconds`` counts its own work only.
-
-    Examples
-    --------
-    >>> from fusionopt.model.cost import AlphaBeta
-    >>> from fusionopt.model.profile import Profile
-    >>> profile = Profile.from_arrays([4e6, 1e6, 2e6], [1e-3] * 3, [3e-3, 2e-3, 1e-3])
-    >>> rows = compare(Problem(profile, AlphaBeta(3e-3, 1e-9)), ["wfbp", "single"])
-    >>> [(r.method, round(r.iteration_time * 1e3, 6), round(r.speedup, 4)) for r in rows]
-    [('wfbp', 20.0, 1.0), ('single', 19.0, 1.0526)]
-    """
-    if isinstance(methods, (str, bytes)):
-        raise ValueError(f"methods must be a list of method names, got the string {methods!r} (write [{methods!r}])")
-    names = default_methods(problem) if methods is None else list(methods)
-    if not names:
-        raise ValueError("compare needs at least one method")
-    for name in names:
-        get_method(name)
-    base = REFERENCE[problem.pattern]
+@contextlib.contextmanager
+def solved_once() -> Iterator[None]:
+    """Within this context, :func:`solve` with no options solves each method once per problem
+    and hands later calls (a method that starts from another's plan) the same result."""
     token = _SOLVED.set({})
     try:
-        results = {name: solve(problem, name) for name in dict.fromkeys(names)}
-        reference = results[base] if base in results else solve(problem, base)
+        yield
     finally:
         _SOLVED.reset(token)
-    rows = []
-    for name, r in results.items():
-        rows.append(ComparisonRow(
-            method=name,
-            iteration_time=r.iteration_time,
-            speedup=_speedup(reference.iteration_time, r.iteration_time),
-            exposed=r.timeline.exposed if r.timeline is not None else float("nan"),
-            messages=r.num_messages,
-            status=str(r.status),
-            gap=r.gap,
-            solve_seconds=r.solve_seconds,
-            peak_memory=None if r.timeline is None else r.timeline.peak_memory,
-        ))
-    return rows
-
-
-def _speedup(reference: float, value: float) -> float:
-    # A step of zero time (no compute, free network) is as fast as the reference or faster.
-    if value > 0:
-        return reference / value
-    return 1.0 if reference == 0 else float("inf")
-
-
-def format_table(rows: Iterable[ComparisonRow]) -> str:
-    """A plain-text table of comparison rows, times in milliseconds (and peak memory in MiB
-    when the rows have it: fully sharded problems)."""
-    rows = list(rows)
-    memory = any(r.peak_memory is not None for r in rows)
-    header = ("method", "T (ms)", "speedup", "exposed (ms)", "messages", "gap to bound", "status")
-    if memory:
-        header = header[:5] + ("peak (MiB)",) + header[5:]
-    lines = [header]
-    for r in rows:
-        gap = "-" if r.gap is None else f"{100 * r.gap:.2f}%"
-        cells = (r.method, f"{1e3 * r.iteration_time:.3f}", f"{r.speedup:.3f}x",
-                 f"{1e3 * r.exposed:.3f}", str(r.messages), gap, r.status)
-        if memory:
-            peak = "-" if r.peak_memory is None else f"{r.peak_memory / 2**20:.1f}"
-            cells = cells[:5] + (peak,) + cells[5:]
-        lines.append(cells)
-    widths = [max(len(line[c]) for line in lines) for c in range(len(header))]
-    out = []
-    for k, line in enumerate(lines):
-        cells = [line[0].ljust(widths[0])] + [cell.rjust(w) for cell, w in zip(line[1:], widths[1:])]
-        out.append("  ".join(cells))
-        if k == 0:
-            out.append("  ".join("-" * w for w in widths))
-    return "\n".join(out)

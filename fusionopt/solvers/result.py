@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import Enum
 from types import MappingProxyType
 from typing import Any, Mapping
@@ -226,3 +226,34 @@ def _conclude(plan: Any, method: str, started: float, timeline: Timeline, model_
         stats=MappingProxyType(dict(stats or {})),
         timeline=timeline,
     )
+
+
+def with_bound(result: Result, bound: float, *, source: str) -> Result:
+    """``result`` judged again against ``bound`` (seconds), a lower bound another method
+    (``source``) proved for a set of plans that holds ``result.plan`` on the same problem:
+    the larger bound is kept, ``OPTIMAL`` is set when the plan meets it, and a plan below it
+    is an ``AssertionError`` (one of the two claims is false). ``stats["bound_from"]`` names
+    ``source``. A result without a gap (over a memory cap) is returned as it is.
+
+    >>> from fusionopt.model import AlphaBeta, Plan, Profile
+    >>> profile = Profile.from_arrays([4e6, 1e6], [1e-3] * 2, [1e-3] * 2)
+    >>> problem = Problem(profile, AlphaBeta(1e-3, 1e-9))
+    >>> r = finish(problem, Plan.from_cuts(profile, [True]), "two", time.perf_counter())
+    >>> str(with_bound(r, r.iteration_time, source="exact").status)
+    'OPTIMAL'
+    """
+    if result.gap is None or result.lower_bound is None or bound <= result.lower_bound:
+        return result
+    iteration_time = result.iteration_time
+    slack = bound * OPTIMALITY_RTOL
+    if iteration_time < bound - slack:
+        raise AssertionError(f"{result.method}: simulated T = {iteration_time!r} s is below the bound "
+                             f"{bound!r} s that {source} proved for its plan")
+    status = result.status
+    if iteration_time <= bound + slack:
+        if status is not Status.INTERRUPTED:    # a stopped search stays said; its gap of 0 says the rest
+            status = Status.OPTIMAL
+        bound = min(bound, iteration_time)
+    gap = (iteration_time - bound) / bound if bound > 0 else None
+    stats = MappingProxyType({**result.stats, "bound_from": source})
+    return replace(result, lower_bound=bound, gap=gap, status=status, stats=stats)

@@ -1,7 +1,7 @@
 """Methods for fully sharded data parallelism (MODEL.md section 8.2; docs/methods.md).
 
 * :func:`sharded_wfbp`: a unit per tensor, each resharded, prefetch one ahead each way: the
-  unfused schedule, the reference of :func:`~fusionopt.solvers.registry.compare` on these
+  unfused schedule, the reference of :func:`~fusionopt.solvers.comparison.compare` on these
   problems.
 * :func:`fsdp2`: PyTorch FSDP2's ``fully_shard`` on each block of the model and on the
   root, with its defaults.

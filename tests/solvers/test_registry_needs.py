@@ -75,8 +75,10 @@ def test_the_default_comparison_follows_the_declarations():
     assert "p3" not in default_methods(problem()) and "p3" in default_methods(problem(sync="layerwise"))
     assert default_methods(problem(ps=True)) == [n for n in _REGISTRY if get_method(n).needs.pattern == "ps"
                                                   and get_method(n).in_default_comparison]
-    assert default_methods(problem("decoupled")) == ["decoupled-wfbp", "megatron", "zero2", "decoupled-opt"]
-    assert default_methods(problem("decoupled", sync="layerwise")) == ["decoupled-wfbp", "megatron-overlap", "decoupled-opt"]
+    assert default_methods(problem("decoupled")) == ["decoupled-wfbp", "megatron", "zero2", "decoupled-opt",
+                                                     "decoupled-dp"]
+    assert default_methods(problem("decoupled", sync="layerwise")) == ["decoupled-wfbp", "megatron-overlap", "dear",
+                                                                       "decoupled-opt", "decoupled-dp"]
     assert default_methods(problem("fully-sharded"))[:3] == ["sharded-wfbp", "fsdp2", "sharded-opt"]
 
 
