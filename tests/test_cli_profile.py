@@ -166,7 +166,7 @@ def test_traced_prints_the_step_part_by_part(tmp_path, capsys):
     (tmp_path / "parameters.csv").write_text("name,size_bytes\n" + "".join(f"{n},{s}\n" for n, s in PARAMS))
     status, out, _ = run(capsys, "traced", str(tmp_path))
     assert status == 0
-    assert "4 tensors, 1 buckets, 4 steps (means), cpu clock" in out
+    assert "4 tensors, 1 bucket, 4 steps (means), cpu clock" in out
     assert "exposed                0.300         0.200" in out
     assert "step                   1.000         0.900   error -10.0%" in out
     status, out, _ = run(capsys, "traced", str(tmp_path), "--json")
