@@ -51,15 +51,13 @@ def last_message_bound(problem: Problem) -> float:
 
 
 def channel_bound(problem: Problem) -> float | None:
-    """For affine costs, every byte crosses the channel after the first gradient is ready,
-    in messages whose costs add up to at least ``c(total bytes)`` (``alpha >= 0``), and at
-    least the update and forward of the tensor reduced last follow the end of the channel.
-    ``None`` for costs not known to be affine.
+    """Every byte crosses the channel after the first gradient is ready, in messages whose
+    costs add up to at least :func:`least_channel_time` of the total bytes (``c(total bytes)``
+    for an affine cost, ``alpha >= 0``), and at least the update and forward of the tensor
+    reduced last follow the end of the channel.
     """
-    if problem.cost.affine is None:
-        return None
     profile = problem.profile
-    channel_end = float(profile.ready_times.min()) + float(problem.cost(profile.total_bytes))
+    channel_end = float(profile.ready_times.min()) + least_channel_time(problem.cost, profile.total_bytes)
     if problem.sync == "barrier":
         return channel_end + profile.U + profile.F + profile.W
     # The tensor i reduced last is then updated and runs forward i .. n-1.
@@ -259,13 +257,22 @@ def ps_lower_bound(problem: Problem) -> float:
 def least_channel_time(cost: CommCost, nbytes: int) -> float:
     """Seconds the channel needs at least to carry ``nbytes`` bytes in any number of messages:
     ``alpha + beta * nbytes`` for an affine cost (every message pays its startup and every
-    byte its transfer), else ``c(1)`` (one message of at least one byte); 0 for no bytes."""
+    byte its transfer), else the larger of ``c(1)`` (one message of at least one byte; every
+    cost model rises with the bytes) and ``nbytes`` times the least cost per byte of a
+    message of at most ``nbytes`` (:meth:`~fusionopt.model.cost.CommCost.least_seconds_per_byte`);
+    0 for no bytes.
+
+    >>> from fusionopt.model.cost import PiecewiseLinear
+    >>> measured = PiecewiseLinear([1e3, 1e4, 1e5], [1e-5, 2e-5, 1.1e-4])
+    >>> round(least_channel_time(measured, 100_000) * 1e6, 9), round(least_channel_time(measured, 10) * 1e6, 9)
+    (110.0, 10.0)
+    """
     if nbytes <= 0:
         return 0.0
     affine = cost.affine
     if affine is not None:
         return affine[0] + affine[1] * nbytes
-    return float(cost(1))
+    return max(float(cost(1)), nbytes * cost.least_seconds_per_byte(nbytes))
 
 
 def decoupled_lower_bound(problem: Problem) -> float:

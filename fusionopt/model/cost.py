@@ -97,6 +97,12 @@ class CommCost(ABC):
     def affine(self) -> tuple[float, float] | None:
         return None
 
+    def least_seconds_per_byte(self, upto: float) -> float:
+        """A lower bound on ``c(S) / S`` over every size ``0 < S <= upto`` bytes, in seconds per
+        byte: messages of ``S_k <= upto`` bytes, ``sum S_k = N``, cost at least ``N`` times it.
+        0 for a model that states none."""
+        return 0.0
+
     @abstractmethod
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict with ``schema``, ``version`` and ``kind``; see :func:`cost_from_dict`."""
@@ -135,6 +141,14 @@ class AlphaBeta(CommCost):
     @property
     def affine(self) -> tuple[float, float]:
         return (self.alpha, self.beta)
+
+    def least_seconds_per_byte(self, upto: float) -> float:
+        """``beta + alpha / upto``: ``c(S) / S`` falls as ``S`` grows.
+
+        >>> AlphaBeta(alpha=1e-3, beta=1e-9).least_seconds_per_byte(1e6)
+        2e-09
+        """
+        return self.beta + self.alpha / upto
 
     def scaled(self, k: float) -> "AlphaBeta":
         k = check_param("scale", k)
@@ -272,6 +286,19 @@ class PiecewiseLinear(CommCost):
             return (float(self._times[0]), 0.0)
         return None
 
+    def least_seconds_per_byte(self, upto: float) -> float:
+        """The least ``c(S) / S`` over ``0 < S <= upto``. Between two neighbouring points the
+        cost is ``a + b S``, so ``c(S) / S = a / S + b`` is monotone there, below the first
+        point it is flat, and beyond the last it runs along the last slope: the least is at a
+        measured point or at ``upto``.
+
+        >>> c = PiecewiseLinear([1e3, 1e4, 1e5], [1e-5, 2e-5, 1.1e-4])
+        >>> round(c.least_seconds_per_byte(1e5) * 1e9, 6), round(c.least_seconds_per_byte(5e3) * 1e9, 6)
+        (1.1, 2.888889)
+        """
+        candidates = np.append(self._sizes[self._sizes <= upto], float(upto))
+        return float((self._evaluate(candidates) / candidates).min())
+
     def scaled(self, k: float) -> "PiecewiseLinear":
         k = check_param("scale", k)
         return PiecewiseLinear(self._sizes, self._times * k)
@@ -346,6 +373,10 @@ class Composite(CommCost):
             alpha += part[0]
             beta += part[1] * scale
         return (alpha, beta)
+
+    def least_seconds_per_byte(self, upto: float) -> float:
+        """Each part's least at its scaled sizes: ``c(S) / S = sum_k scale_k c_k(scale_k S) / (scale_k S)``."""
+        return float(sum(scale * cost.least_seconds_per_byte(upto * scale) for cost, scale in self.terms))
 
     def scaled(self, k: float) -> "Composite":
         k = check_param("scale", k)
