@@ -42,7 +42,7 @@ def _encoder_layer(prefix: str, seq_len: int, hidden: int = HIDDEN,
     """One ``BertLayer``: self-attention, its output projection, the feed-forward block."""
     value = linear(f"{prefix}.attention.self.value", hidden, hidden, tokens=seq_len)
     attention_core = 2 * (2.0 * seq_len * seq_len * hidden)  # Q K^T and softmax(.) V
-    value = Layer(value.name, value.tensors, value.flops + attention_core)
+    value = Layer(value.name, value.tensors, value.flops + attention_core, kind="linear")
     return [
         linear(f"{prefix}.attention.self.query", hidden, hidden, tokens=seq_len),
         linear(f"{prefix}.attention.self.key", hidden, hidden, tokens=seq_len),

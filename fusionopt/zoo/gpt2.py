@@ -35,7 +35,7 @@ MEDIUM_NUM_HEADS = 16
 def _conv1d(name: str, fan_in: int, fan_out: int, tokens: int, extra_flops: float = 0.0) -> Layer:
     """A HuggingFace ``Conv1D`` (a token-wise linear map with an (in, out) weight)."""
     tensors: tuple[tuple[str, Shape], ...] = ((f"{name}.weight", (fan_in, fan_out)), (f"{name}.bias", (fan_out,)))
-    return Layer(name, tensors, 2.0 * fan_in * fan_out * tokens + extra_flops)
+    return Layer(name, tensors, 2.0 * fan_in * fan_out * tokens + extra_flops, kind="linear")
 
 
 def gpt2(seq_len: int = 1024) -> Architecture:

@@ -33,7 +33,7 @@ def _basic_conv(prefix: str, cin: int, cout: int, kernel: tuple[int, int], out: 
     """torchvision ``BasicConv2d``: ``prefix.conv`` (no bias, ``kh x kw``) then ``prefix.bn``."""
     kh, kw = kernel
     tensors: tuple[tuple[str, Shape], ...] = ((f"{prefix}.conv.weight", (cout, cin, kh, kw)),)
-    conv = Layer(f"{prefix}.conv", tensors, 2.0 * cin * kh * kw * cout * out * out)
+    conv = Layer(f"{prefix}.conv", tensors, 2.0 * cin * kh * kw * cout * out * out, kind="conv")
     return [conv, batchnorm2d(f"{prefix}.bn", cout, out)]
 
 

@@ -38,6 +38,12 @@ NORM_FLOPS_PER_ELEMENT = 4
 # (cuDNN's RNNs) run as one backward node and make their gradients ready together.
 ORDERS = ("cpu", "cuda")
 
+# What a layer computes, as far as its time goes (:mod:`fusionopt.zoo.calibrated` gives each
+# kind its own rate): a dense convolution, a depthwise one, a normalisation, a matrix product
+# (linear layers, with the attention products where a layer carries them), an LSTM, a table
+# lookup or a bare parameter ("embedding"), or a layer built by hand ("other").
+KINDS = ("conv", "depthwise", "norm", "linear", "lstm", "embedding", "other")
+
 Shape = tuple[int, ...]
 
 
@@ -63,22 +69,28 @@ class Layer:
         a convolution's, batch norm's and layer norm's weight before its bias, a linear
         layer's bias before its weight and an LSTM layer's ``weight_ih, weight_hh,
         bias_hh, bias_ih``.
+    kind : str, optional
+        What the layer computes, one of :data:`KINDS`; default ``"other"``. The layer
+        constructors below set it.
 
     Examples
     --------
-    >>> fc = Layer("fc", (("fc.weight", (10, 4)), ("fc.bias", (10,))), flops=80.0)
-    >>> fc.parameters, fc.ready
-    (50, (1, 0))
+    >>> fc = Layer("fc", (("fc.weight", (10, 4)), ("fc.bias", (10,))), flops=80.0, kind="linear")
+    >>> fc.parameters, fc.ready, fc.kind
+    (50, (1, 0), 'linear')
     """
 
     name: str
     tensors: tuple[tuple[str, Shape], ...]
     flops: float
     ready: tuple[int, ...] | None = None
+    kind: str = "other"
 
     def __post_init__(self) -> None:
         if not self.tensors:
             raise ValueError(f"layer {self.name!r} owns no parameter tensors")
+        if self.kind not in KINDS:
+            raise ValueError(f"layer {self.name!r}: unknown kind {self.kind!r}; known: {', '.join(KINDS)}")
         if self.ready is None:
             object.__setattr__(self, "ready", tuple(range(len(self.tensors) - 1, -1, -1)))
         elif sorted(self.ready) != list(range(len(self.tensors))):
@@ -252,7 +264,8 @@ def conv2d(name: str, cin: int, cout: int, kernel: int, out: int, *, bias: bool 
     if bias:
         tensors.append((f"{name}.bias", (cout,)))
     flops = 2.0 * (cin // groups) * kernel * kernel * cout * out * out
-    return Layer(name, tuple(tensors), flops, ready=tuple(range(len(tensors))))   # weight first
+    kind = "depthwise" if groups == cin > 1 else "conv"
+    return Layer(name, tuple(tensors), flops, ready=tuple(range(len(tensors))), kind=kind)   # weight first
 
 
 def batchnorm2d(name: str, channels: int, out: int) -> Layer:
@@ -268,7 +281,8 @@ def batchnorm2d(name: str, channels: int, out: int) -> Layer:
     (['bn1.weight', 'bn1.bias'], 3211264.0)
     """
     flops = float(NORM_FLOPS_PER_ELEMENT * channels * out * out)
-    return Layer(name, ((f"{name}.weight", (channels,)), (f"{name}.bias", (channels,))), flops, ready=(0, 1))
+    return Layer(name, ((f"{name}.weight", (channels,)), (f"{name}.bias", (channels,))), flops, ready=(0, 1),
+                 kind="norm")
 
 
 def linear(name: str, fan_in: int, fan_out: int, *, tokens: int = 1, bias: bool = True) -> Layer:
@@ -285,7 +299,7 @@ def linear(name: str, fan_in: int, fan_out: int, *, tokens: int = 1, bias: bool 
     tensors: list[tuple[str, Shape]] = [(f"{name}.weight", (fan_out, fan_in))]
     if bias:
         tensors.append((f"{name}.bias", (fan_out,)))
-    return Layer(name, tuple(tensors), 2.0 * fan_in * fan_out * tokens)
+    return Layer(name, tuple(tensors), 2.0 * fan_in * fan_out * tokens, kind="linear")
 
 
 def layernorm(name: str, dim: int, *, tokens: int = 1) -> Layer:
@@ -299,7 +313,7 @@ def layernorm(name: str, dim: int, *, tokens: int = 1) -> Layer:
     393216.0
     """
     flops = float(NORM_FLOPS_PER_ELEMENT * dim * tokens)
-    return Layer(name, ((f"{name}.weight", (dim,)), (f"{name}.bias", (dim,))), flops, ready=(0, 1))
+    return Layer(name, ((f"{name}.weight", (dim,)), (f"{name}.bias", (dim,))), flops, ready=(0, 1), kind="norm")
 
 
 def embedding(name: str, num: int, dim: int) -> Layer:
@@ -310,7 +324,7 @@ def embedding(name: str, num: int, dim: int) -> Layer:
     >>> embedding("emb", 30522, 768).tensors
     (('emb.weight', (30522, 768)),)
     """
-    return Layer(name, ((f"{name}.weight", (num, dim)),), 0.0)
+    return Layer(name, ((f"{name}.weight", (num, dim)),), 0.0, kind="embedding")
 
 
 def check_positive_int(label: str, value: object) -> int:

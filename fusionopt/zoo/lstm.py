@@ -40,7 +40,8 @@ def _lstm_layer(k: int, fan_in: int, hidden: int, seq_len: int) -> Layer:
         (f"rnn.bias_hh_l{k}", (GATES * hidden,)),
     )
     # autograd accumulates weight_ih, weight_hh, bias_hh, bias_ih (torch 2.13, CPU)
-    return Layer(f"rnn.l{k}", tensors, 2.0 * GATES * hidden * (fan_in + hidden) * seq_len, ready=(0, 1, 3, 2))
+    return Layer(f"rnn.l{k}", tensors, 2.0 * GATES * hidden * (fan_in + hidden) * seq_len, ready=(0, 1, 3, 2),
+                 kind="lstm")
 
 
 # The order in which autograd accumulates the LSTM's eight gradients when cuDNN runs it
@@ -55,7 +56,7 @@ def _cudnn_rnn(seq_len: int) -> Layer:
     """``nn.LSTM`` as cuDNN runs it: one node for both layers, all eight gradients together."""
     layers = [_lstm_layer(k, NINP if k == 0 else NHID, NHID, seq_len) for k in range(NLAYERS)]
     tensors = tuple(t for layer in layers for t in layer.tensors)
-    return Layer("rnn", tensors, sum(layer.flops for layer in layers), ready=CUDNN_READY)
+    return Layer("rnn", tensors, sum(layer.flops for layer in layers), ready=CUDNN_READY, kind="lstm")
 
 
 def lstm_lm(seq_len: int = 35, order: str = "cpu") -> Architecture:

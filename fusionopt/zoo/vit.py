@@ -42,7 +42,7 @@ NUM_HEADS = 12  # does not change shapes or FLOPs; recorded for the description
 
 def _parameter(name: str, shape: Shape) -> Layer:
     """A bare ``nn.Parameter`` (``class_token``, ``encoder.pos_embedding``): its own layer, 0 FLOPs."""
-    return Layer(name, ((name, shape),), 0.0)
+    return Layer(name, ((name, shape),), 0.0, kind="embedding")
 
 
 def _encoder_block(prefix: str, tokens: int) -> list[Layer]:
@@ -56,7 +56,7 @@ def _encoder_block(prefix: str, tokens: int) -> list[Layer]:
     attention_core = 2 * (2.0 * tokens * tokens * HIDDEN)  # Q K^T and softmax(.) V
     return [
         layernorm(f"{prefix}.ln_1", HIDDEN, tokens=tokens),
-        Layer(attention, in_proj, qkv_flops + attention_core),
+        Layer(attention, in_proj, qkv_flops + attention_core, kind="linear"),
         linear(f"{attention}.out_proj", HIDDEN, HIDDEN, tokens=tokens),
         layernorm(f"{prefix}.ln_2", HIDDEN, tokens=tokens),
         linear(f"{prefix}.mlp.0", HIDDEN, MLP_DIM, tokens=tokens),

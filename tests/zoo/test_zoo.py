@@ -474,7 +474,7 @@ def test_device_presets():
 @pytest.mark.parametrize("dev", ["v100", "h100"])
 def test_profile_is_a_consistent_roofline_estimate(name, dev):
     batch, dtype_bytes = 32, 2
-    p = profile(name, device=dev, batch=batch, dtype_bytes=dtype_bytes)
+    p = profile(name, device=dev, batch=batch, dtype_bytes=dtype_bytes, compute="roofline")
     arch = architecture(name)
     d = device(dev)
     assert isinstance(p, Profile)
@@ -499,7 +499,7 @@ def test_profile_times_go_on_each_layers_last_tensor(name):
     # As profile_model attributes measured times: every gradient of a layer is ready only
     # after the layer's backward, and a layerwise forward waits for all of its tensors.
     arch = architecture(name)
-    p = profile(name, device="a100", batch=8, order="cpu")     # the architecture's own (CPU) layers
+    p = profile(name, device="a100", batch=8, order="cpu", compute="roofline")   # the architecture's own (CPU) layers
     rate = device("a100").peak_flops * device("a100").efficiency
     ready = p.ready_times
     for layer in arch.layers:
@@ -513,15 +513,15 @@ def test_profile_times_go_on_each_layers_last_tensor(name):
 
 
 def test_profile_passes_architecture_arguments():
-    short = profile("bert-base", seq_len=64)
-    long = profile("bert-base", seq_len=256)
+    short = profile("bert-base", seq_len=64, compute="roofline")
+    long = profile("bert-base", seq_len=256, compute="roofline")
     assert short.total_bytes == long.total_bytes
     assert long.F > 4 * short.F
 
 
 def test_profile_accepts_a_device_object():
     toy = Device("toy", peak_flops=1e12, efficiency=1.0, description="toy")
-    p = profile("vgg16", device=toy, batch=1)
+    p = profile("vgg16", device=toy, batch=1, compute="roofline")
     assert p.F == pytest.approx(architecture("vgg16").flops / 1e12, rel=1e-12)
     assert p.metadata["device"] == "toy"
 

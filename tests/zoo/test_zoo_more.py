@@ -360,19 +360,19 @@ def test_lstm_lm_bad_seq_len(bad):
 
 
 def test_lstm_profile_puts_each_layers_time_on_its_last_tensor():
-    p = profile("lstm-lm", device="v100", batch=20, order="cpu")
+    p = profile("lstm-lm", device="v100", batch=20, order="cpu", compute="roofline")
     assert p.names == tuple(n for n, _ in LSTM_TENSORS)
     nonzero = [n for n, f in zip(p.names, p.forward) if f > 0]
     assert nonzero == ["rnn.bias_hh_l0", "rnn.bias_hh_l1", "decoder.bias"]
     assert p.forward[4] == pytest.approx(p.forward[8], rel=1e-15)  # both layers 1500 -> 1500
     # On CUDA cuDNN runs both layers as one node: their time lands on its last tensor.
-    gpu = profile("lstm-lm", device="v100", batch=20)
+    gpu = profile("lstm-lm", device="v100", batch=20, compute="roofline")
     assert [n for n, f in zip(gpu.names, gpu.forward) if f > 0] == ["rnn.bias_hh_l1", "decoder.bias"]
     assert gpu.forward[8] == pytest.approx(p.forward[4] + p.forward[8], rel=1e-15)
 
 
 def test_vit_profile_gives_bare_parameters_no_time():
-    p = profile("vit-b16", device="h100", batch=8)
+    p = profile("vit-b16", device="h100", batch=8, compute="roofline")
     assert p.forward[p.index("class_token")] == 0
     assert p.forward[p.index("encoder.pos_embedding")] == 0
     assert p.forward[p.index("conv_proj.bias")] > 0
