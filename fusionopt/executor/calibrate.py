@@ -8,7 +8,11 @@ is timed as the plan runner sends it (pack a buffer into the fused buffer, all-r
 place, unpack it), so the fitted ``c(S)`` prices exactly what a plan's message costs on the
 backend. ``collective="reduce_scatter"`` or ``"all_gather"`` times that collective instead,
 ``S`` its unsharded size (MODEL.md section 8: what ``Decoupled`` and ``FullySharded`` price):
-each size is rounded down to a whole number of 8-byte words per rank.
+each size is rounded down to a whole number of 8-byte words per rank. A reduce-scatter is
+timed with the packing of its buffer, as the sharded runner sends one; an all-gather lands
+where it is used (a fully sharded run's gather store), so nothing is unpacked after it (a
+decoupled run copies its gathered words into the parameters, outside this ``c(S)``; the run
+reports its copies apart, :class:`~fusionopt.executor.measurement.Measurement`).
 
 Two models are fitted (MODEL.md section 2): :class:`~fusionopt.model.cost.AlphaBeta` by
 least squares on relative residuals with ``alpha, beta >= 0``, and
@@ -35,7 +39,7 @@ from fusionopt.model.cost import AlphaBeta, CommCost, PiecewiseLinear
 CALIBRATION_SCHEMA = "fusionopt.executor.calibration-job"
 COLLECTIVES = ("all_reduce", "reduce_scatter", "all_gather")
 MESSAGES = {"all_reduce": "pack + all-reduce (sum, in place) + unpack; slowest rank's mean",
-            "reduce_scatter": "reduce-scatter of S bytes (each rank keeps S/P); slowest rank's mean",
+            "reduce_scatter": "pack + reduce-scatter of S bytes (each rank keeps S/P); slowest rank's mean",
             "all_gather": "all-gather to S bytes (each rank gives S/P); slowest rank's mean"}
 # Back-to-back batches per size; the median batch is kept (robust to a noisy neighbour).
 TRIALS = 5
@@ -91,7 +95,8 @@ def _message(comm: Communicator, source: Any, fused: Any, timeout: float, collec
         comm.allreduce(fused[:words], timeout=timeout)
         source[:] = fused[:words]
     elif collective == "reduce_scatter":
-        comm.reduce_scatter(source, fused[:words // comm.size], timeout=timeout)
+        fused[:words] = source
+        comm.reduce_scatter(fused[:words], source[:words // comm.size], timeout=timeout)
     else:
         comm.all_gather(fused[:words // comm.size], source, timeout=timeout)
     comm.synchronize(timeout=timeout)

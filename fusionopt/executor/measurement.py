@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 import numpy as np
@@ -31,6 +31,14 @@ class Measurement:
     Times are seconds from the start of a step's backward, in the run's own time base:
     compute runs ``time_scale`` times the profile's seconds, and ``predicted`` simulates the
     problem with its compute scaled the same way (communication is never scaled).
+
+    A message's time, start to end, is what a calibration times for ``c(S)`` (packing, the
+    collective, unpacking; :func:`~fusionopt.executor.calibrate.calibrate`), but a
+    calibration's ranks run in lockstep, while in a run a rank that reaches a message first
+    waits inside it for the others. ``lockstep_durations`` leaves that wait out (each
+    message's shortest time over the ranks: the last to join waited for no one), so
+    :attr:`lockstep_time` against :attr:`predicted_message_time` compares like with like;
+    the rest of ``T - predicted T`` is the runner's: waits for other ranks, late wake-ups.
 
     Attributes
     ----------
@@ -68,6 +76,15 @@ class Measurement:
         Sharded patterns: what rank 0's communication thread ran each step, in order: the
         kind (``"reduce-scatter"``, ``"all-gather"``), the unsharded bytes and the bytes
         sent after padding to a multiple of the ranks. Empty for an all-reduce plan.
+    collective_start, collective_end : ndarray, shape (iterations, messages)
+        Rank 0's start and end of each message's collective alone, between its packing and
+        its unpacking (empty where the backend's runner does not mark them).
+    lockstep_durations : ndarray, shape (iterations, messages)
+        Each message's shortest ``end - start`` over the ranks: its time once every rank had
+        joined it, as a calibration times messages.
+    check_times : ndarray, shape (iterations,)
+        Seconds the slowest rank spent checking every byte after each timed step (after a
+        barrier that ends the step on every rank: not part of ``T``).
     """
 
     backend: str
@@ -89,6 +106,10 @@ class Measurement:
     description: str = ""
     pattern: str = "all-reduce"
     collectives: tuple[tuple[str, int, int], ...] = ()
+    collective_start: np.ndarray = field(default_factory=lambda: _frozen([], 2))
+    collective_end: np.ndarray = field(default_factory=lambda: _frozen([], 2))
+    lockstep_durations: np.ndarray = field(default_factory=lambda: _frozen([], 2))
+    check_times: np.ndarray = field(default_factory=lambda: _frozen([], 1))
 
     # ------------------------------------------------------------------ figures
     @property
@@ -113,6 +134,36 @@ class Measurement:
         return np.median(self.message_end - self.message_start, axis=0)
 
     @property
+    def message_time(self) -> float:
+        """Rank 0's messages, start to end, summed over a step (median step), seconds."""
+        return _median_sum(self.message_end - self.message_start)
+
+    @property
+    def lockstep_time(self) -> float:
+        """:attr:`lockstep_durations` summed over a step (median step), seconds: what the
+        calibrated ``c(S)`` of every message add up to, if the cost model is right."""
+        return _median_sum(self.lockstep_durations)
+
+    @property
+    def predicted_message_time(self) -> float:
+        """``sum_k c(S_k)``: the predicted messages' durations added up, seconds."""
+        return self.predicted.busy
+
+    @property
+    def copy_times(self) -> tuple[float, float]:
+        """Rank 0's packing and unpacking summed over a step (median steps), seconds; NaN
+        where the collectives were not marked."""
+        if not self.collective_start.size or not self.message_start.size:
+            return math.nan, math.nan
+        return (_median_sum(self.collective_start - self.message_start),
+                _median_sum(self.message_end - self.collective_end))
+
+    @property
+    def check_time(self) -> float:
+        """Median seconds the slowest rank spent checking bytes after a step (not in ``T``)."""
+        return float(np.median(self.check_times)) if self.check_times.size else math.nan
+
+    @property
     def message_errors(self) -> np.ndarray:
         """Relative error of each message's median duration against ``c(S_k)``."""
         predicted = self.predicted.message_end - self.predicted.message_start
@@ -131,6 +182,7 @@ class Measurement:
             f"error          {100 * self.relative_error:+.2f} %",
             f"messages       {self.predicted.message_end.size}",
         ]
+        lines += self._message_time_lines()
         start = np.median(self.message_start, axis=0) if self.message_start.size else None
         end = np.median(self.message_end, axis=0) if self.message_end.size else None
         kinds = self.predicted.message_kind
@@ -146,6 +198,26 @@ class Measurement:
         else:
             lines.append(f"correctness    FAILED: {len(self.errors)} wrong range(s); first: {self.errors[0]}")
         return "\n".join(lines)
+
+    def _message_time_lines(self) -> list[str]:
+        """The messages' time in all, measured the way a calibration measures ``c(S)``."""
+        if not self.message_start.size:
+            return []
+        ms = 1e3
+        pack, unpack = self.copy_times
+        parts = "" if math.isnan(pack) else (
+            f": pack {ms * pack:.3f}, collective {ms * _median_sum(self.collective_end - self.collective_start):.3f}, "
+            f"unpack {ms * unpack:.3f} ms")
+        lines = [f"message time   {ms * self.message_time:.3f} ms in all on rank 0 (median step){parts}"]
+        if self.lockstep_durations.size:
+            predicted = self.predicted_message_time
+            error = (self.lockstep_time - predicted) / predicted if predicted > 0 else math.nan
+            lines.append(f"               {ms * self.lockstep_time:.3f} ms once every rank had joined each message "
+                         f"(as calibrate times c(S)); predicted sum of c(S) {ms * predicted:.3f} ms, "
+                         f"error {100 * error:+.2f} %")
+        if self.check_times.size:
+            lines.append(f"checks         {ms * self.check_time:.3f} ms per step, after T (not in it)")
+        return lines
 
     def to_dict(self) -> dict[str, Any]:
         p = self.predicted
@@ -168,7 +240,35 @@ class Measurement:
             "correct": self.correct, "errors": list(self.errors), "checked_bytes": self.checked_bytes,
             "steps": self.steps, "backward_late": self.backward_late,
             "pattern": self.pattern, "collectives": [list(c) for c in self.collectives],
+            "collective_start": self.collective_start.tolist(), "collective_end": self.collective_end.tolist(),
+            "lockstep_durations": self.lockstep_durations.tolist(),
+            "lockstep_time": _json_float(self.lockstep_time),
+            "predicted_message_time": self.predicted_message_time,
+            "check_times": self.check_times.tolist(),
         }
+
+
+def _median_sum(per_message: np.ndarray) -> float:
+    """Median over steps (rows) of a row's sum; NaN with no rows."""
+    return float(np.median(per_message.sum(axis=1))) if per_message.size else math.nan
+
+
+def _lockstep(records: Sequence[Mapping[str, Any]], timed: int) -> np.ndarray:
+    """Each message's shortest ``end - start`` over the ranks, per timed step."""
+    durations = [np.array(r["message_end"][:timed], dtype=np.float64) - np.array(r["message_start"][:timed],
+                                                                                 dtype=np.float64)
+                 for r in records]
+    if not timed or any(d.shape != durations[0].shape for d in durations):
+        return np.empty((0, 0))
+    return np.min(durations, axis=0)
+
+
+def _slowest(records: Sequence[Mapping[str, Any]], key: str, timed: int) -> np.ndarray:
+    """Per timed step, the largest of the ranks' ``key`` (empty where a rank has none)."""
+    values = [r.get(key, [])[:timed] for r in records]
+    if not timed or any(len(v) != timed for v in values):
+        return np.empty(0)
+    return np.max(np.array(values, dtype=np.float64), axis=0)
 
 
 def _min(values: np.ndarray) -> float:
@@ -211,4 +311,8 @@ def assemble(job: Job, records: Sequence[Mapping[str, Any]], *, backend: str, de
         backward_late=float(max((max(r["backward_late"], default=0.0) for r in records), default=0.0)),
         description=description, pattern=job.pattern,
         collectives=tuple((str(k), int(b), int(p)) for k, b, p in first.get("collectives", [])),
+        collective_start=_frozen(first.get("collective_start", [])[:timed], 2),
+        collective_end=_frozen(first.get("collective_end", [])[:timed], 2),
+        lockstep_durations=_frozen(_lockstep(records, timed), 2),
+        check_times=_frozen(_slowest(records, "check_times", timed), 1),
     )

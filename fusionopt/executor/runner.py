@@ -15,8 +15,13 @@ Each step, on every rank (MODEL.md sections 3 and 4):
 4. the compute thread runs the next forward per ``sync``: after every ``C_i`` and the
    updates (barrier), or tensor by tensor, each after its own ``C_i`` and update
    (layerwise); the step's measured ``T`` is when that forward ends;
-5. (not timed) every byte of every tensor is compared with the exact sum; the ranks
-   exchange their verdicts, and a failure stops the run after this step.
+5. (not timed) once every rank has ended its step (a barrier, so that no rank's check
+   runs during another's timed step), every byte of every tensor is compared with the
+   exact sum; the ranks exchange their verdicts, and a failure stops the run after this step.
+
+Each message's time (start to end) is what :func:`~fusionopt.executor.calibrate.calibrate`
+times for ``c(S)``: pack, all-reduce, unpack. The runner also marks when the collective
+itself began and ended, so that the copies and the collective are reported apart.
 
 Emulated compute waits until absolute deadlines (``time.sleep``), so sleep overshoot does
 not accumulate. The forward keeps a compute clock ``phi`` like the simulator's and waits
@@ -89,6 +94,8 @@ class Step:
         self.in_flight: tuple[int, float] | None = None
         self.start_tokens: list[Any] = [None] * self.messages
         self.end_tokens: list[Any] = [None] * self.messages
+        # When the collective itself began and ended, between the packing and the unpacking.
+        self.collective_tokens: list[tuple[Any, Any]] = [(None, None)] * self.messages
         self.number = number
 
 
@@ -110,9 +117,10 @@ class RankRecord:
 
     Set-up binds the rank's device, checks that every rank holds the same plan and settings,
     and allocates the gradients and the fused buffer (or, given ``data``, calls it for the
-    buffers: any object with ``verify(step)`` and ``nbytes``). :meth:`add` checks a finished step's
-    bytes, shares the verdict with every rank and keeps the step's figures once warm-up is
-    over; ``fields`` is the record both runners return (plain lists, JSON-ready).
+    buffers: any object with ``verify(step)`` and ``nbytes``). :meth:`add` waits until every
+    rank has ended the step, checks its bytes (timed: ``check_times``), shares the verdict
+    with every rank and keeps the step's figures once warm-up is over; ``fields`` is the
+    record the runners return (plain lists, JSON-ready).
     """
 
     def __init__(self, comm: Communicator, job: Job, layout: Any, *, data: Callable[[], Any] | None = None) -> None:
@@ -128,6 +136,7 @@ class RankRecord:
             self.grads, self.fused = data(), None
         self.fields: dict[str, Any] = {
             "rank": comm.rank, "iteration_times": [], "message_start": [], "message_end": [],
+            "collective_start": [], "collective_end": [], "check_times": [],
             "reduced": [], "forward_start": [], "backward_late": [], "errors": [],
             "checked_bytes": 0, "steps": 0, "collectives": [],
         }
@@ -135,9 +144,16 @@ class RankRecord:
     def add(self, step: int, figures: dict[str, Any]) -> bool:
         """Check step ``step`` and keep its figures; True when a check failed (stop the run)."""
         job, fields = self.job, self.fields
+        # A rank that ended its step first would otherwise check its bytes while another
+        # rank's step is still timed, and slow it down (on shared cores, or the interpreter's
+        # lock with thread ranks): the checks are not part of T.
+        self.comm.barrier(timeout=job.timeout)
+        started = time.perf_counter()
         errors = self.grads.verify(step) if job.verify else []
         if job.verify:
             fields["checked_bytes"] += self.grads.nbytes
+        if step >= job.warmup:
+            fields["check_times"].append(time.perf_counter() - started)
         fields["steps"] = step + 1
         verdicts = self.comm.allgather(errors, timeout=job.timeout)
         for r, rank_errors in enumerate(verdicts):
@@ -253,6 +269,7 @@ class RankRunner:
             "iteration_times": iteration_time,
             "message_start": [timer.seconds(t) for t in state.start_tokens],
             "message_end": [timer.seconds(t) for t in state.end_tokens],
+            **collective_spans(timer, state.collective_tokens),
             "reduced": state.reduced.tolist(),
             "forward_start": phi.tolist(),
             "backward_late": late,
@@ -314,7 +331,9 @@ class RankRunner:
         for p in message.pieces:
             fused[p.offset: p.offset + p.hi - p.lo] = grads[p.tensor][p.lo: p.hi]
         try:
+            begun = timer.mark()
             comm.allreduce(fused, timeout=self.timeout, tag=(step, message.index))
+            ended = timer.mark()
             for p in message.pieces:
                 grads[p.tensor][p.lo: p.hi] = fused[p.offset: p.offset + p.hi - p.lo]
             comm.synchronize(timeout=self.timeout)
@@ -326,11 +345,19 @@ class RankRunner:
         with state.cond:
             state.start_tokens[message.index] = start
             state.end_tokens[message.index] = end
+            state.collective_tokens[message.index] = (begun, ended)
             state.in_flight = None
             for i in message.completes:
                 state.reduced[i] = now
             state.done += 1
             state.cond.notify_all()
+
+
+def collective_spans(timer: Any, tokens: list[tuple[Any, Any]]) -> dict[str, list[float]]:
+    """A step's ``collective_start`` and ``collective_end`` (seconds of ``timer``) from each
+    message's pair of tokens."""
+    return {"collective_start": [timer.seconds(a) for a, _ in tokens],
+            "collective_end": [timer.seconds(b) for _, b in tokens]}
 
 
 def run_rank(comm: Communicator, job: Job) -> dict[str, Any]:
@@ -342,4 +369,4 @@ def run_rank(comm: Communicator, job: Job) -> dict[str, Any]:
     return RankRunner(comm, job).run()
 
 
-__all__ = ["RankRecord", "RankRunner", "check_agreement", "fast_thread_switching", "run_rank"]
+__all__ = ["RankRecord", "RankRunner", "check_agreement", "collective_spans", "fast_thread_switching", "run_rank"]

@@ -75,9 +75,11 @@ class ShardData:
                         target[:] = grads[t][a:b]
 
     # ------------------------------------------------------------------ the collectives
-    def run(self, c: Collective, comm: Communicator, *, timeout: float, tag: tuple[int, int]) -> None:
+    def run(self, c: Collective, comm: Communicator, *, timeout: float, tag: tuple[int, int],
+            mark: Callable[[], Any] = lambda: None) -> tuple[Any, Any]:
         """Run collective ``c`` on this rank's buffers (pack, collective, unpack), queued
-        work included: it has completed when this returns."""
+        work included: it has completed when this returns. Returns ``mark()`` taken just
+        before and just after the collective itself (between the copies)."""
         grads = self.gradients.grads
         if c.kind == 0:
             buffer = self.send[: c.padded]
@@ -85,17 +87,24 @@ class ShardData:
                 buffer[p.offset: p.offset + p.hi - p.lo] = grads[p.tensor][p.lo: p.hi]
             if c.padded > c.words:
                 buffer[c.words:] = 0
+            begun = mark()
             comm.reduce_scatter(buffer, self.shards[c.out: c.out + c.shard], timeout=timeout, tag=tag)
+            ended = mark()
         else:
             source = self.sources[c.source: c.source + c.shard]
             if self.unpack:
                 buffer = self.send[: c.padded]
+                begun = mark()
                 comm.all_gather(source, buffer, timeout=timeout, tag=tag)
+                ended = mark()
                 for p in c.pieces:
                     self.params[p.tensor][p.lo: p.hi] = buffer[p.offset: p.offset + p.hi - p.lo]
             else:
+                begun = mark()
                 comm.all_gather(source, self.gathered[c.out: c.out + c.padded], timeout=timeout, tag=tag)
+                ended = mark()
         comm.synchronize(timeout=timeout)
+        return begun, ended
 
     # ------------------------------------------------------------------ after the step
     def verify(self, step: int) -> list[str]:

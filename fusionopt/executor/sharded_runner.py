@@ -30,7 +30,7 @@ from fusionopt.executor.communicator import Communicator, HostTimer
 from fusionopt.executor.errors import CollectiveTimeout, GroupAborted
 from fusionopt.executor.job import Job
 from fusionopt.executor.programs import build_program
-from fusionopt.executor.runner import POLL, RankRecord, RankRunner, sleep_until, Step
+from fusionopt.executor.runner import POLL, RankRecord, RankRunner, Step, collective_spans, sleep_until
 from fusionopt.executor.shard_data import ShardData
 from fusionopt.executor.shards import Collective, ShardLayout
 from fusionopt.model.step_program import AT, CHANNEL, COMPUTE, MARK, PUBLISH, SPAN, WAIT
@@ -125,6 +125,7 @@ class ShardedRankRunner(RankRunner):
             "iteration_times": iteration_time,
             "message_start": [timer.seconds(t) for t in state.start_tokens],
             "message_end": [timer.seconds(t) for t in state.end_tokens],
+            **collective_spans(timer, state.collective_tokens),
             "reduced": ended[list(self.program.reduced_by)].tolist(),
             "forward_start": self.program.forward_start(marks).tolist(),
             "backward_late": late,
@@ -147,7 +148,7 @@ class ShardedRankRunner(RankRunner):
             timer = state.timer
         start = timer.mark()
         try:
-            self.grads.run(c, comm, timeout=self.timeout, tag=(step, c.index))
+            collective = self.grads.run(c, comm, timeout=self.timeout, tag=(step, c.index), mark=timer.mark)
         except CollectiveTimeout as exc:
             raise CollectiveTimeout(f"{self.layout.describe(c.index)}: {exc} on rank {comm.rank} "
                                     f"(step {step})") from None
@@ -156,6 +157,7 @@ class ShardedRankRunner(RankRunner):
         with state.cond:
             state.start_tokens[c.index] = start
             state.end_tokens[c.index] = end
+            state.collective_tokens[c.index] = collective
             state.ended[c.index] = now
             state.executed.append([c.kind_name, c.nbytes, c.padded * self.layout.word_bytes])
             state.in_flight = None
