@@ -190,7 +190,8 @@ def _sigterm_raises() -> Iterator[None]:
 def _stop_job(process: subprocess.Popen, marker: str) -> None:
     """End ``mpiexec`` and every rank of its job: SIGTERM to its process group (``mpiexec``
     passes it to the ranks), SIGKILL after 2 s; then any process whose command line still
-    names ``marker`` (the job file: the ranks, which MPICH starts in sessions of their own)."""
+    names ``marker`` (the job file: the ranks, which MPICH starts in sessions of their own).
+    A second Ctrl-C or SIGTERM while it waits skips to SIGKILL; the clean-up still ends."""
     for sig in (signal.SIGTERM, signal.SIGKILL):
         try:
             os.killpg(process.pid, sig)
@@ -199,7 +200,7 @@ def _stop_job(process: subprocess.Popen, marker: str) -> None:
         try:
             process.wait(timeout=2.0)
             break
-        except subprocess.TimeoutExpired:
+        except (subprocess.TimeoutExpired, KeyboardInterrupt, SystemExit):
             continue
     for pid in _processes_naming(marker):
         try:
