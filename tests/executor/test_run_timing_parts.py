@@ -14,7 +14,6 @@ from executor_helpers import small_problem, small_profile
 from fusionopt.executor import Job, run
 from fusionopt.executor.calibrate import _message
 from fusionopt.executor.gradients import Gradients
-from fusionopt.executor.local import LocalGroup
 from fusionopt.executor.measurement import assemble
 from fusionopt.executor.runner import RankRunner
 from fusionopt.executor.shard_data import ShardData
