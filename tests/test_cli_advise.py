@@ -67,23 +67,23 @@ def test_fsdp_advice_for_vit_and_for_names_without_dots(capsys, tmp_path):
 
 
 def test_a_cap_fsdp2_can_meet_is_met_and_zero3_is_still_advised(capsys):
-    doc = run_json(capsys, "advise", "--model", "gpt2", *IB_64, "--pattern", "fsdp", "--memory-cap", "200MB")
-    assert doc["fsdp2"]["peak_memory"] <= 200e6 < doc["fsdp2"]["default_peak_memory"]
-    assert doc["zero3"]["peak_memory"] <= 200e6 and "over_memory_cap" not in doc
+    doc = run_json(capsys, "advise", "--model", "gpt2", *IB_64, "--pattern", "fsdp", "--memory-cap", "330MB")
+    assert doc["fsdp2"]["peak_memory"] <= 330e6 < doc["fsdp2"]["default_peak_memory"]
+    assert doc["zero3"]["peak_memory"] <= 330e6 and "over_memory_cap" not in doc
 
 
 def test_a_cap_one_framework_cannot_meet_is_said_in_one_line(capsys):
-    # lstm-lm (batch 16): ZeRO-3 fits 210 MB, no FSDP2 plan searched does (its embedding and
+    # lstm-lm (batch 16): ZeRO-3 fits 300 MB, no FSDP2 plan searched does (its embedding and
     # LSTM units are large); mobilenet-v2: FSDP2 fits 13 MB, no ZeRO-3 setting tried does.
     lstm = ["advise", "--model", "lstm-lm", "--batch", "16", *IB_64, "--pattern", "fsdp"]
-    status, out, err = run(capsys, *lstm, "--memory-cap", "210MB")
+    status, out, err = run(capsys, *lstm, "--memory-cap", "300MB")
     assert status == 0 and err == "", err
     assert len([line for line in out.splitlines() if line.startswith("fsdp2     no setting fits the cap: ")]) == 1
     assert "fully_shard(" not in out
     assert re.search(r"^deepspeed ZeRO-3 \(zero_optimization\): prefetch_bucket_size=", out, re.M)
-    doc = run_json(capsys, *lstm, "--memory-cap", "210MB")
+    doc = run_json(capsys, *lstm, "--memory-cap", "300MB")
     assert "fsdp2" not in doc and "memory cap" in doc["over_memory_cap"]["fsdp2"]
-    assert doc["zero3"]["peak_memory"] <= 210e6
+    assert doc["zero3"]["peak_memory"] <= 300e6
     doc = run_json(capsys, "advise", "--model", "mobilenet-v2", "--batch", "16", *IB_64, "--pattern", "fsdp",
                    "--memory-cap", "13MB")
     assert "zero3" not in doc and "memory cap" in doc["over_memory_cap"]["zero3"]

@@ -1,6 +1,6 @@
 """``fusionopt.sweep`` and ``fusionopt sweep``: records, resuming, repair, formats, errors.
 
-The cells are zoo models on preset networks (roofline compute estimates); every figure a
+The cells are zoo models on preset networks (the zoo's calibrated compute); every figure a
 test checks is compared with :func:`fusionopt.solve` on the same problem, or with the
 record's own definition, never with a wall-clock time.
 """
@@ -143,7 +143,7 @@ def test_records_equal_a_direct_solve_and_their_definitions(tmp_path):
         # the DP is exact over fusion plans: no baseline beats it; single sends one message
         dp = by_key[key(record)[:-2] + ("dp",)]
         assert dp["status"] == "OPTIMAL"
-        assert dp["iteration_time"] <= record["iteration_time"]
+        assert dp["iteration_time"] <= record["iteration_time"] * (1 + 1e-12)   # ties differ in rounding
         if record["method"] == "single":
             assert record["messages"] == 1
         if record["method"] == "wfbp":

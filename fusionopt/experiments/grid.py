@@ -34,7 +34,7 @@ class Cell:
     model : str
         A zoo model (:func:`fusionopt.zoo.models`).
     device : str
-        A zoo device preset for the roofline compute estimate.
+        A zoo device (:func:`fusionopt.zoo.devices`) whose calibrated compute the cell takes.
     batch : int
         Samples per worker per step.
     network : str

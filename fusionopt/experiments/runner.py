@@ -51,7 +51,7 @@ def run_cell(cell: Cell, *, time_limit: float | None = None, search_workers: int
     --------
     >>> record = run_cell(Cell("alexnet", "h100", 64, "10gbe", "ring", 8, "barrier", "single"))
     >>> record["messages"], record["status"], round(record["iteration_time"], 6)
-    (1, 'FEASIBLE', 0.343208)
+    (1, 'FEASIBLE', 0.345887)
     >>> record["throughput"] == 8 * record["compute_time"] / record["iteration_time"]
     True
     >>> run_cell(Cell("alexnet", "h100", 64, "10gbe", "ring", 8, "barrier", "p3"))["error"]
@@ -163,7 +163,7 @@ def run_sweep(
     >>> grid = cells(["resnet50"], [8, 64], ["10gbe", "100gb-ib"], ["dp"])
     >>> records = run_sweep(grid, path, jobs=2, progress=False)
     >>> [(r["workers"], r["network"], round(r["throughput"], 2)) for r in records]   # in one worker's steps
-    [(8, '10gbe', 0.22), (8, '100gb-ib', 2.03), (64, '10gbe', 1.52), (64, '100gb-ib', 14.15)]
+    [(8, '10gbe', 2.01), (8, '100gb-ib', 7.99), (64, '10gbe', 13.92), (64, '100gb-ib', 63.59)]
     >>> with open(path) as handle:
     ...     len(handle.readlines())
     4

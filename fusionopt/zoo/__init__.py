@@ -33,6 +33,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import numpy as np
+
 from fusionopt.model.profile import Profile
 from fusionopt.zoo import calibrated, published
 from fusionopt.zoo.catalog import MODELS, build, lookup
@@ -55,8 +57,9 @@ __all__ = [
     "profile",
 ]
 
-# What :func:`profile` can compute the times with.
+# What :func:`profile` can compute the times with, and the optimisers it can add.
 COMPUTES = ("calibrated", "roofline")
+OPTIMIZERS = (None, "sgd")
 
 
 def models() -> dict[str, str]:
@@ -153,6 +156,7 @@ def profile(
     order: str = "cuda",
     precision: str | None = None,
     compute: str = "calibrated",
+    optimizer: str | None = None,
     **arch_kwargs: Any,
 ) -> Profile:
     """One training step of model ``name`` on one device, as a :class:`Profile`.
@@ -169,13 +173,17 @@ def profile(
       batch 32 (``fusionopt/zoo/measured``) for the twelve models measured there, and from
       the per-kind rates of the nearest measured model for the others (``resnet18``,
       ``resnet152``, ``vgg19``, ``alexnet``, ``densenet201``, ``gpt2-medium``) and for other
-      ``seq_len``, ``image_size`` or ``num_classes``; its one-worker step is within 7% of
-      the plain steps measured on the H100 (``python validation/zoo/run.py``);
+      ``seq_len``, ``image_size`` or ``num_classes``; with ``optimizer="sgd"`` its one-worker
+      step is within 7% of the plain steps measured on the H100 (``python
+      validation/zoo/run.py``);
     * on ``"a100"``, ``"v100"`` and ``"k80"``, the H100's fp32 profile times one factor
       from a published throughput of that device (:mod:`fusionopt.zoo.published`);
-    * the step includes the optimiser: ``update_lump`` is SGD with momentum on float32
-      parameters (:func:`fusionopt.zoo.calibrated.update_time`, scaled like the rest), as
-      in the measured steps; ``profile.with_step_parts(update_lump=0.0)`` leaves it out.
+    * ``optimizer="sgd"`` adds the optimiser the measured steps ran, SGD with momentum on
+      float32 parameters: each tensor's ``update`` time is a fixed cost plus its bytes over a
+      bandwidth (:func:`fusionopt.zoo.calibrated.tensor_update_times`, scaled like the rest).
+      By default the profile has no update time, as before: the step's other methods and
+      bounds (decoupled, layerwise) then apply as they do to forward and backward alone, and
+      under barrier sync an update only adds its sum to every plan's step.
 
     ``compute="roofline"`` is the roofline **ESTIMATE** of :mod:`fusionopt.zoo.roofline`:
     ``flops * batch / (peak_flops * efficiency)`` forward, twice that backward, no optimiser;
@@ -214,6 +222,10 @@ def profile(
         takes no precision (it assumes a fixed fraction of the tensor-core peak).
     compute : {"calibrated", "roofline"}
         How the times are obtained; default ``"calibrated"``.
+    optimizer : {None, "sgd"}
+        For ``compute="calibrated"``: ``"sgd"`` gives each tensor the update time of SGD with
+        momentum (the optimiser of the measured steps); default None, no update time. The
+        roofline has no optimiser.
     **arch_kwargs
         Passed to :func:`architecture`, e.g. ``seq_len=128`` for ``bert-base``.
 
@@ -238,10 +250,10 @@ def profile(
 
     Examples
     --------
-    >>> p = profile("resnet50", batch=128)
+    >>> p = profile("resnet50", batch=128, optimizer="sgd")
     >>> p.n, p.total_bytes == 4 * architecture("resnet50").parameters
     (161, True)
-    >>> round(p.F * 1e3, 1), round(p.B * 1e3, 1), round(p.update_lump * 1e3, 2)   # ms
+    >>> round(p.F * 1e3, 1), round(p.B * 1e3, 1), round(p.U * 1e3, 2)   # ms; 72.3 measured in all
     (24.1, 48.0, 0.54)
     >>> p.metadata["layer_times"]
     'measured: fusionopt/zoo/measured/resnet50-h100-b32.json'
@@ -274,10 +286,13 @@ def profile(
         if precision is not None:
             raise ValueError(f"precision={precision!r} needs compute='calibrated': the roofline estimate takes no "
                              "precision (it assumes a fixed fraction of the device's tensor-core peak)")
+        if optimizer is not None:
+            raise ValueError(f"optimizer={optimizer!r} needs compute='calibrated': the roofline estimate has no "
+                             "optimiser")
         dev = device if isinstance(device, Device) else _preset(device)
         timed = arch
         forward, backward = roofline_layer_times(arch, dev, batch)
-        update_lump = 0.0
+        update = [0.0] * len(arch.tensors)
         metadata: dict[str, Any] = {
             "source": "roofline estimate",
             "device": dev.name,
@@ -291,8 +306,14 @@ def profile(
             raise ValueError(f"device {device.name!r} is a custom Device: its peak and efficiency feed only "
                              f"compute='roofline'; the calibrated compute knows {', '.join(sorted(PRESETS))}")
         timed = build(model, "cuda", **arch_kwargs)   # as the H100 ran it
-        forward, backward, update_lump, metadata = _calibrated(model, timed, lookup("device", device, PRESETS),
+        if optimizer not in OPTIMIZERS:
+            raise ValueError(f"unknown optimizer {optimizer!r}: choose None or "
+                             f"{', '.join(repr(o) for o in OPTIMIZERS if o)}")
+        forward, backward, update, metadata = _calibrated(model, timed, lookup("device", device, PRESETS),
                                                                batch, "fp32" if precision is None else precision)
+        if optimizer is None:
+            update = np.zeros(len(update))
+            metadata["update"] = "none (optimizer='sgd' adds SGD with momentum)"
         metadata["ready_order_for"] = order
     placed = _place_layer_times(timed, forward, backward, arch)
     names = [tname for tname, _ in arch.tensors]
@@ -310,7 +331,7 @@ def profile(
         ready_order=arch.ready_order,
         registration_order=list(arch.registration),
         shapes=shapes,
-        update_lump=update_lump,
+        update=[float(u) for u in update],
         metadata=metadata,
     )
 
@@ -343,7 +364,7 @@ def _calibrated(model: str, arch: Architecture, device: str, batch: int,
     reference = calibrated.reference_of(model, arch)
     on_h100 = device == calibrated.MEASURED_HARDWARE
     forward, backward = calibrated.layer_times(model, arch, batch, precision if on_h100 else "fp32")
-    update = calibrated.update_time(arch)
+    update = np.array(calibrated.tensor_update_times(arch))
     measured_file = f"fusionopt/zoo/measured/{reference}-{calibrated.MEASURED_HARDWARE}-b{calibrated.MEASURED_BATCH}.json"
     if reference == model and calibrated.is_measured(model, arch):
         layer_source = f"measured: {measured_file}"
@@ -356,7 +377,7 @@ def _calibrated(model: str, arch: Architecture, device: str, batch: int,
         "batch": batch,
         "precision": precision,
         "layer_times": layer_source,
-        "update": "SGD with momentum on float32 parameters (update_lump)",
+        "update": "SGD with momentum on float32 parameters, per tensor (update)",
     }
     if precision == "bf16" and on_h100:
         metadata["bf16_speedup"] = calibrated.bf16_speedup(model)

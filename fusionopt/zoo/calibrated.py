@@ -41,9 +41,10 @@ one plain bf16 step per family (ResNet-50 at 64, BERT-base at 32, GPT-2 at 8). T
 data: one batch per family, and these cases run partly host-bound, so the rule likely
 understates the bf16 speedup at large batches. ``c`` and the update do not change.
 
-**The optimiser**: the step's ``update_lump`` is SGD with momentum on float32 parameters
-(torch's ``foreach`` implementation), :func:`update_time`: ``u_tensor * tensors +
-4 * parameters / u_bandwidth``.
+**The optimiser**: SGD with momentum on float32 parameters (torch's ``foreach``
+implementation), :func:`update_time`: ``u_tensor * tensors + 4 * parameters / u_bandwidth``;
+``zoo.profile(..., optimizer="sgd")`` gives each tensor its share (:func:`tensor_update_times`)
+as its ``update`` time (not an update lump, which layerwise sync and the decoupled step refuse).
 
 The constants (:data:`H100`) are the least-squares fit of the fp32 plain steps measured on the
 H100 (``fusionopt/zoo/measured/h100-steps.json``), by :func:`fusionopt.zoo.fitting.fit_h100`;
@@ -337,6 +338,20 @@ def update_time(arch: Architecture, calibration: Calibration = H100) -> float:
     """
     tensors = len(arch.tensors)
     return tensors * calibration.update_per_tensor + PARAMETER_BYTES * arch.parameters / calibration.update_bandwidth
+
+
+def tensor_update_times(arch: Architecture, calibration: Calibration = H100) -> list[float]:
+    """Each tensor's share of :func:`update_time`, in forward order: its fixed cost plus its
+    float32 bytes over the bandwidth, seconds.
+
+    >>> from fusionopt import zoo
+    >>> arch = zoo.architecture("resnet50")
+    >>> times = tensor_update_times(arch)
+    >>> times[0] == 1.58e-06 + 4 * 64 * 3 * 7 * 7 / 3.53e11, abs(sum(times) - update_time(arch)) < 1e-15
+    (True, True)
+    """
+    return [calibration.update_per_tensor + PARAMETER_BYTES * math.prod(shape) / calibration.update_bandwidth
+            for _, shape in arch.tensors]
 
 
 def step_time(model: str, batch: int, precision: str = "fp32", calibration: Calibration = H100,

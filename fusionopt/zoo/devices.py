@@ -1,4 +1,8 @@
-"""Accelerator presets for roofline compute-time estimates.
+"""Accelerator presets for roofline compute-time estimates (``compute="roofline"``).
+
+The calibrated compute, :func:`fusionopt.zoo.profile`'s default, knows the same four names
+but not these figures: it takes measured steps (:mod:`fusionopt.zoo.calibrated`) and
+published throughput (:mod:`fusionopt.zoo.published`).
 
 Peak figures are dense (no structured sparsity) FP16/BF16 tensor-core throughput from
 the NVIDIA datasheets, in FLOP/s:

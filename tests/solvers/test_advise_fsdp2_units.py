@@ -87,13 +87,14 @@ def test_names_without_dots_get_the_root_alone():
 
 
 def test_gpt2_advice_meets_a_cap_its_defaults_exceed():
-    # 200 MB: FSDP2's defaults (the root keeps wte, 154 MB, whole) peak over it; units of whole
-    # blocks with wte a unit of its own, resharded, fit.
-    problem = Problem(zoo.profile("gpt2"), fully_sharded=FullySharded.from_network("100gb-ib", 64, memory_cap=200e6))
-    assert solve(problem, "fsdp2").timeline.peak_memory > 200e6
+    # 330 MB: FSDP2's defaults (the root keeps wte, 154 MB, whole) peak over it (343 MB); units
+    # of whole blocks with wte a unit of its own, resharded, fit (312 MB). wte's parameters and
+    # gradient, 309 MB, are whole together during its backward, which takes time.
+    problem = Problem(zoo.profile("gpt2"), fully_sharded=FullySharded.from_network("100gb-ib", 64, memory_cap=330e6))
+    assert solve(problem, "fsdp2").timeline.peak_memory > 330e6
     advice = fsdp2_advice(problem)
     assert not advice.default_feasible and not advice.defaults and advice.atoms == "block"
-    assert advice.settings.peak_memory <= 200e6
+    assert advice.settings.peak_memory <= 330e6
     assert ["wte"] in advice.settings.units
     assert simulate(problem, advice.settings.plan).peak_memory == advice.settings.peak_memory
     assert advice.lower_bound <= advice.settings.iteration_time

@@ -306,12 +306,13 @@ def test_a_cut_only_pays_when_its_delta_is_covered():
 
 # ---------------------------------------------------------------------------- zoo scale
 def test_ipart_on_a_zoo_model_at_72_nodes():
-    # GoogLeNet on V100s, batch 64, 72 workers and 72 co-located servers on 10GbE (BigDL's
-    # layout): communication-bound. Greedy partitions beat both baselines by a clear margin
-    # (measured: 1.27x over ps-default, 1.20x over ps-layer).
+    # GoogLeNet on V100s (the roofline estimate, which makes it communication-bound), batch
+    # 64, 72 workers and 72 co-located servers on 10GbE (BigDL's layout). Greedy partitions
+    # beat both baselines by a clear margin (measured: 1.27x over ps-default, 1.20x over
+    # ps-layer).
     from fusionopt import zoo
 
-    profile = zoo.profile("googlenet", device="v100", batch=64)
+    profile = zoo.profile("googlenet", device="v100", batch=64, compute="roofline")
     ps = ParameterServer.from_network("10gbe", 72, 72, colocated=True, partition_compute=True)
     problem = Problem(profile, sync="layerwise", ps=ps)
     r = ipart(problem)

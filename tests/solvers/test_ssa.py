@@ -272,7 +272,7 @@ def test_anytime_history(method):
 
 
 def test_gradssa_improves_on_ssa_and_the_baselines_on_a_zoo_model():
-    problem = Problem(zoo_profile("googlenet"), network("100gb-ib", 8))
+    problem = Problem(zoo_profile("googlenet"), network("10gbe", 8))
     grad = solve(problem, "gradssa", population=10, iterations=10, rng=0)
     plain = solve(problem, "ssa", population=10, iterations=10, rng=0)
     assert grad.iteration_time <= plain.iteration_time

@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 from fusionopt import Problem, solve, zoo
-from fusionopt.cost import AlphaBeta
+from fusionopt.cost import AlphaBeta, network
+from fusionopt.model import Decoupled, FullySharded
 from fusionopt.zoo import calibrated, fitting, published
 from fusionopt.zoo.devices import Device
 from fusionopt.zoo.layers import Layer, conv2d
@@ -80,15 +81,33 @@ def test_the_batch_rule_is_c_plus_work_in_proportion_to_the_batch():
 
 def test_the_update_is_sgd_with_momentum_by_tensors_and_bytes():
     # 161 tensors * 1.58e-6 s + 4 * 25,557,032 bytes / 3.53e11 B/s = 2.5438e-4 + 2.8960e-4 s.
-    p = zoo.profile("resnet50")
-    assert p.update_lump == pytest.approx(5.4398e-4, rel=1e-4)
-    assert zoo.profile("resnet50", compute="roofline").update_lump == 0.0
+    assert zoo.profile("resnet50").U == 0.0                     # no optimiser unless asked for
+    p = zoo.profile("resnet50", optimizer="sgd")
+    assert p.U == pytest.approx(5.4398e-4, rel=1e-4) and p.update_lump == 0.0
+    # Each tensor's share: 1.58e-6 s plus its float32 bytes; fc.weight: 4 * 2048 * 1000 B.
+    assert p.update[p.index("fc.weight")] == pytest.approx(1.58e-6 + 4 * 2048 * 1000 / 3.53e11, rel=1e-12)
+    assert zoo.profile("resnet50", dtype_bytes=2, optimizer="sgd").U == p.U   # its bytes are float32
+    assert zoo.profile("resnet50", compute="roofline").U == 0.0
+
+
+@pytest.mark.parametrize("pattern", ["layerwise", "decoupled", "fully-sharded"])
+def test_a_calibrated_profile_runs_under_every_sync_and_pattern(pattern):
+    # The optimiser is in the tensors' update times, not in an update lump, which layerwise
+    # sync and the decoupled step would refuse.
+    p = zoo.profile("resnet18", batch=32, optimizer="sgd")
+    if pattern == "layerwise":
+        problem, method = Problem(p, network("10gbe", 8), sync="layerwise"), "wfbp"
+    elif pattern == "decoupled":
+        problem, method = Problem(p, decoupled=Decoupled.from_network("10gbe", 8)), "megatron"
+    else:
+        problem, method = Problem(p, fully_sharded=FullySharded.from_network("10gbe", 8)), "fsdp2"
+    assert solve(problem, method).iteration_time >= p.F + p.B + p.U
 
 
 def test_the_one_worker_step_is_forward_backward_and_update():
-    p = zoo.profile("inception-v3", batch=48)
-    assert one_worker_step(p) == pytest.approx(p.F + p.B + p.update_lump, rel=1e-9)
-    assert calibrated.step_time("inception-v3", 48) == pytest.approx(p.F + p.B + p.update_lump, rel=1e-12)
+    p = zoo.profile("inception-v3", batch=48, optimizer="sgd")
+    assert one_worker_step(p) == pytest.approx(p.F + p.B + p.U, rel=1e-9)
+    assert calibrated.step_time("inception-v3", 48) == pytest.approx(p.F + p.B + p.U, rel=1e-12)
 
 
 # ---------------------------------------------------------------------- models the H100 did not measure
@@ -132,13 +151,14 @@ STEPS = json.loads(fitting.STEPS_FILE.read_text())["cases"]
 
 @pytest.mark.parametrize("case", STEPS, ids=lambda c: f"{c['model']}-{c['batch']}-{c['precision']}")
 def test_the_zoo_step_is_within_15_percent_of_the_measured_plain_step(case):
-    p = zoo.profile(case["model"], device="h100", batch=case["batch"], precision=case["precision"])
+    p = zoo.profile(case["model"], device="h100", batch=case["batch"], precision=case["precision"], optimizer="sgd")
     assert one_worker_step(p) == pytest.approx(case["step_median"], rel=0.15)
 
 
 def test_the_roofline_step_is_an_order_of_magnitude_short_of_the_measured_one():
     case = next(c for c in STEPS if c["model"] == "resnet50" and c["batch"] == 256)
     roofline = one_worker_step(zoo.profile("resnet50", batch=256, compute="roofline"))
+    assert one_worker_step(zoo.profile("resnet50", batch=256)) < case["step_median"]   # without the update
     assert roofline < case["step_median"] / 5
 
 
@@ -163,24 +183,26 @@ def test_a_refit_without_a_case_still_predicts_it_within_15_percent():
 # ---------------------------------------------------------------------- bf16
 def test_bf16_divides_the_work_not_the_fixed_cost_nor_the_update():
     arch = zoo.architecture("gpt2")
-    fp32, bf16 = zoo.profile("gpt2", batch=8), zoo.profile("gpt2", batch=8, precision="bf16")
+    fp32 = zoo.profile("gpt2", batch=8, optimizer="sgd")
+    bf16 = zoo.profile("gpt2", batch=8, precision="bf16", optimizer="sgd")
     speedup = calibrated.H100.bf16_speedup["decoder"]
     assert speedup == 2.85 and bf16.metadata["bf16_speedup"] == speedup
     for i in (0, 3, 7):
         assert layer_time(bf16, arch, i) - C == pytest.approx((layer_time(fp32, arch, i) - C) / speedup, rel=1e-9)
-    assert bf16.update_lump == fp32.update_lump
+    assert bf16.update.tolist() == fp32.update.tolist()
     assert bf16.sizes.tolist() == fp32.sizes.tolist()        # float32 gradients under autocast
     assert zoo.profile("gpt2", precision="bf16", dtype_bytes=2).total_bytes == fp32.total_bytes // 2
 
 
 # ---------------------------------------------------------------------- other devices
 def test_a_device_profile_is_the_h100_fp32_profile_times_its_published_factor():
-    h100, v100 = zoo.profile("resnet101", batch=64), zoo.profile("resnet101", device="v100", batch=64)
+    h100 = zoo.profile("resnet101", batch=64, optimizer="sgd")
+    v100 = zoo.profile("resnet101", device="v100", batch=64, optimizer="sgd")
     factor = (112 / 367.0) / calibrated.step_time("resnet50", 112)
     assert v100.metadata["device_figure"]["factor"] == pytest.approx(factor, rel=1e-12)
     np.testing.assert_allclose(v100.backward, h100.backward * factor, rtol=1e-12)
     np.testing.assert_allclose(v100.forward, h100.forward * factor, rtol=1e-12)
-    assert v100.update_lump == pytest.approx(h100.update_lump * factor, rel=1e-12)
+    np.testing.assert_allclose(v100.update, h100.update * factor, rtol=1e-12)
     # A100 bf16 scales the H100's fp32 profile by the A100's own mixed-precision figure.
     a100 = zoo.profile("bert-base", device="a100", batch=16, precision="bf16")
     a100_factor = (64 / 415.0) / calibrated.step_time("bert-large", 64)
@@ -200,7 +222,8 @@ def test_metadata_says_where_each_figure_came_from():
     assert p.metadata["source"].startswith("calibrated: one NVIDIA H100 80GB HBM3")
     assert p.metadata["compute"] == "calibrated" and p.metadata["precision"] == "fp32"
     assert p.metadata["layer_times"] == "measured: fusionopt/zoo/measured/resnet50-h100-b32.json"
-    assert "SGD with momentum" in p.metadata["update"]
+    assert p.metadata["update"].startswith("none")
+    assert "SGD with momentum" in zoo.profile("resnet50", optimizer="sgd").metadata["update"]
     for device, model, precision in (("v100", "resnet50", "fp32"), ("a100", "gpt2", "bf16"),
                                      ("k80", "bert-base", "fp32"), ("a100", "vit-b16", "fp32")):
         figure = zoo.profile(model, device=device, precision=precision).metadata["device_figure"]
@@ -219,6 +242,8 @@ def test_metadata_says_where_each_figure_came_from():
     ({"device": "k80", "precision": "bf16"}, "no bf16 on 'k80'"),
     ({"compute": "roofline", "precision": "bf16"}, "the roofline estimate takes no precision"),
     ({"compute": "roofline", "precision": "fp32"}, "the roofline estimate takes no precision"),
+    ({"compute": "roofline", "optimizer": "sgd"}, "the roofline estimate has no optimiser"),
+    ({"optimizer": "adam"}, "unknown optimizer 'adam': choose None or 'sgd'"),
     ({"device": Device("toy", 1e12, 0.5, "toy")}, "custom Device"),
 ])
 def test_what_the_zoo_has_no_data_for_is_refused_in_one_line(kwargs, message):

@@ -1,8 +1,9 @@
 """The zoo's calibrated compute against the measurements it stands for; no GPU needed.
 
 * **Steps**: for every plain training step stored in ``fusionopt/zoo/measured/h100-steps.json``
-  (one H100, fp32 and bf16), the zoo's one-worker step (``solve(Problem(zoo.profile(...),
-  AlphaBeta(0, 0)), "wfbp").iteration_time``: forward, backward and the SGD update) against
+  (one H100, fp32 and bf16), the zoo's one-worker step (``solve(Problem(zoo.profile(...,
+  optimizer="sgd"), AlphaBeta(0, 0)), "wfbp").iteration_time``: forward, backward and the
+  SGD update, as the plain step runs them) against
   the measured median, and the same with the rule refitted without that case (leave one
   out: how well it predicts a step it was not fitted to). The roofline estimate's step is
   shown beside them.
@@ -45,7 +46,8 @@ def steps_table(cases: list[fitting.StepCase]) -> list[dict[str, Any]]:
     fp32 = [c for c in cases if c.precision == "fp32"]
     rows = []
     for case in cases:
-        profile = zoo.profile(case.model, device="h100", batch=case.batch, precision=case.precision)
+        profile = zoo.profile(case.model, device="h100", batch=case.batch, precision=case.precision,
+                              optimizer="sgd")
         zoo_step = one_worker_step(profile)
         left = [c for c in cases if c is not case]
         held_out = None
@@ -121,7 +123,7 @@ def markdown(document: dict[str, Any]) -> str:
         "# The zoo's calibrated compute against measured steps",
         "",
         f"`{document['command']}`. Measured: one H100 80GB HBM3, torch 2.11.0+cu130, 2026-11-27 "
-        "(`fusionopt/zoo/measured/`). Zoo: `zoo.profile(model, device='h100', batch, precision)`, its "
+        "(`fusionopt/zoo/measured/`). Zoo: `zoo.profile(model, device='h100', batch, precision, optimizer='sgd')`, its "
         "one-worker step (`wfbp` on a free network: forward, backward, SGD update). Left out: the fp32 "
         "rule refitted without that case. Roofline: `compute='roofline'`.",
         "",
