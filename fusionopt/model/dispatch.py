@@ -12,8 +12,8 @@ Priority is a rank per tensor (lower first), then byte order within it.
 :func:`priority_dispatch` runs the policy and returns its own timeline and the order it
 posted the slices in, from which the solver emits a static plan (one slice per message)
 for :func:`~fusionopt.model.simulate` to judge: on the plain model the policy's recursion is
-the simulator's term for term, so the two agree exactly; under contention or several
-channels the policy runs in the event semantics of :mod:`fusionopt.model.events` and agrees
+the simulator's term for term, so the two agree exactly; under contention (either way) or
+several channels the policy runs in the event semantics of :mod:`fusionopt.model.events` and agrees
 to rounding.
 """
 
@@ -116,7 +116,7 @@ def priority_dispatch(problem: Problem, slices: list[Chunk], window: Window, ran
     ([2, 1, 2, 0, 0, 0, 0], 18.0)
     """
     rank = list(range(problem.profile.n)) if rank is None else rank
-    if problem.channels == 1 and problem.contention == 1.0:
+    if problem.channels == 1 and problem.contention == 1.0 and problem.comm_contention == 1.0:
         return _serial(problem, slices, window, rank)
     return _events(problem, slices, window, rank)
 
@@ -173,7 +173,8 @@ def _events(problem: Problem, slices: list[Chunk], window: Window, rank: list[in
     tensor's slices are ready when its backward ends), then each tensor's update, gated by
     its last slice, and forward, all at ``1 / contention`` speed while a slice is in
     flight; a dispatched slice runs a latency phase, then a transfer phase sharing the
-    bandwidth with the transfers in flight."""
+    bandwidth with the transfers in flight, both at ``1 / comm_contention`` speed while the
+    stream computes."""
     profile = problem.profile
     n = profile.n
     channels = problem.channels
@@ -242,14 +243,15 @@ def _events(problem: Problem, slices: list[Chunk], window: Window, rank: list[in
             break
         rate = 1.0 / problem.contention if flights else 1.0
         computing = gate_open()
+        pace = 1.0 / problem.comm_contention if computing else 1.0
         candidates = [remaining / rate] if computing else []
         share = transfers(flights)
-        candidates.extend(time_to_next(flights, share))
+        candidates.extend(seconds / pace for seconds in time_to_next(flights, share))
         if not candidates:
             raise AssertionError("priority dispatch stalled: a gate waits for a slice that never runs")
         step = min(candidates)
         clock += step
         if computing:
             remaining = advance(remaining, step * rate, tol)
-        fly(flights, step, share, tol)
+        fly(flights, step * pace, share, tol)
     return PolicyRun(order, start[order], end[order], clock + profile.W)

@@ -1,17 +1,20 @@
 """Event-driven simulation of the extensions of MODEL.md section 6.
 
-Used by :func:`fusionopt.model.simulate` when a problem has ``copy_cost``, ``contention``
-or ``channels`` on. The plain model's recursion is a special case; tests pin the two
-together with every extension off.
+Used by :func:`fusionopt.model.simulate` when a problem has ``copy_cost``, ``contention``,
+``comm_contention`` or ``channels`` on. The plain model's recursion is a special case; tests
+pin the two together with every extension off.
 
 The compute stream runs a fixed list of tasks, each an amount of work in seconds at full
 speed: the backward of the tensors in the ready order (``n-1 .. 0`` unless the profile's
 ``ready_order`` reorders tensors ready at one moment; each backward takes its tensor's ready
 time less the one before, so every gradient is ready when the profile says, in the order it
 says), each followed by the packing of the messages it makes ready when
-``copy_on="compute"`` (plan order), then the updates and forwards
-gated by the sync rule, with the profile's step parts where MODEL.md section 4 puts them. While at least one message is in flight the stream progresses at
-``1 / contention`` of full speed.
+``copy_on="compute"`` (plan order), then the updates and forwards gated by the sync rule,
+with the profile's step parts where MODEL.md section 4 puts them. While at least one message
+is in flight the stream progresses at ``1 / contention`` of full speed. The stream
+*computes* while its current task has work left and every message it waits for has ended;
+meanwhile every message in flight progresses at ``1 / comm_contention`` of full speed, in
+its latency and its transfer phase alike.
 
 A message is *ready* when the backward of every tensor it carries has ended (and its
 packing, on the compute stream); it is *dispatched* in plan order, once ready and past its
@@ -125,6 +128,7 @@ def simulate_events(problem: Problem, plan: Plan, *, pieces: list | None = None)
     release = plan.release
     tasks = _compute_tasks(problem, plan)
     slowdown = problem.contention
+    comm_slowdown = problem.comm_contention
 
     ready = np.full(n_messages, np.inf)
     start = np.full(n_messages, np.inf)
@@ -180,11 +184,13 @@ def simulate_events(problem: Problem, plan: Plan, *, pieces: list | None = None)
         busy = bool(flights)
         rate = 1.0 / slowdown if busy else 1.0
         computing = task_index < len(tasks) and tasks[task_index].gate <= done
+        # Channel seconds per second: the messages slow while the stream computes.
+        pace = 1.0 / comm_slowdown if computing else 1.0
         candidates = []
         if computing:
             candidates.append(remaining / rate)
         share = transfers(flights)
-        candidates.extend(time_to_next(flights, share))
+        candidates.extend(seconds / pace for seconds in time_to_next(flights, share))
         if (next_dispatch < n_messages and ready[next_dispatch] <= clock
                 and len(flights) < problem.channels and release[next_dispatch] > clock):
             candidates.append(release[next_dispatch] - clock)
@@ -194,7 +200,7 @@ def simulate_events(problem: Problem, plan: Plan, *, pieces: list | None = None)
         clock += step
         if computing:
             remaining = advance(remaining, step * rate, tol)
-        fly(flights, step, share, tol)
+        fly(flights, step * pace, share, tol)
 
     reduced = reduction_times(plan, end, profile.n)
     return build_timeline(problem, plan, float(finished_at), ready, start, end, reduced, phi)

@@ -121,8 +121,13 @@ def fusion_message_times(problem: Problem, cuts: Any) -> tuple[np.ndarray, np.nd
     the channel is FIFO and busy exactly on ``[R_m, e_m]``, the compute stream runs at
     ``1 / kappa`` there, so with ``Delta_m`` the compute work between two ready times,
     ``R_1 = Delta_1``, ``R_{m+1} = R_m + min(kappa Delta, Delta + (1 - 1/kappa)(e_m - R_m))``
-    and ``e_m = max(R_m, e_{m-1}) + d_m``; ``T = e_M + U + F + W`` in both sync modes. A fast
-    path for :func:`simulate`, which tests pin it to; the CP-SAT model encodes it.
+    and ``e_m = max(R_m, e_{m-1}) + d_m``; ``T = e_M + U + F + W`` in both sync modes. With
+    ``comm_contention = mu > 1`` the channel also slows while the backward computes (until
+    ``R_M``; the compute stream then waits for the last message), and the recursion carries
+    the channel's backlog instead (:func:`_two_way_times`). Under layerwise sync with a
+    positive :func:`layerwise_slack`, forward work may overlap the last messages and slow
+    them: the ready times stay exact and the ends are then lower bounds. A fast path for
+    :func:`simulate`, which tests pin it to; the CP-SAT model encodes it.
 
     >>> from fusionopt.model import AlphaBeta, Profile
     >>> profile = Profile.from_arrays([4e6, 1e6, 2e6], [1e-3] * 3, [3e-3, 2e-3, 1e-3])
@@ -130,6 +135,13 @@ def fusion_message_times(problem: Problem, cuts: Any) -> tuple[np.ndarray, np.nd
     >>> ready, end = fusion_message_times(problem, [True, True])
     >>> (ready * 1e3).round(9).tolist(), (end * 1e3).round(9).tolist()
     ([1.0, 4.5, 8.5], [4.0, 6.5, 13.5])
+
+    Messages at half speed while the backward computes instead (MODEL.md section 6): t3's
+    3 ms from 1 ms end at 6.5, after the backward.
+
+    >>> ready, end = fusion_message_times(Problem(profile, AlphaBeta(1e-3, 1e-9), comm_contention=2.0), [True, True])
+    >>> (ready * 1e3).round(9).tolist(), (end * 1e3).round(9).tolist()
+    ([1.0, 3.0, 6.0], [6.5, 8.5, 13.5])
     """
     refuse_ps(problem, "fusion_message_times")
     if problem.channels > 1:
@@ -144,6 +156,8 @@ def fusion_message_times(problem: Problem, cuts: Any) -> tuple[np.ndarray, np.nd
     times = arc_times(problem, ready_at, prefix, tails, heads)
     durations, work = times["duration"], times["work"]
     kappa = problem.contention
+    if problem.comm_contention > 1.0:
+        return _two_way_times(kappa, problem.comm_contention, durations, work)
     ready = np.empty(len(heads))
     end = np.empty(len(heads))
     for m, (d, delta) in enumerate(zip(durations.tolist(), work.tolist())):
@@ -154,6 +168,31 @@ def fusion_message_times(problem: Problem, cuts: Any) -> tuple[np.ndarray, np.nd
         backlog = end[m - 1] - ready[m - 1]
         ready[m] = ready[m - 1] + min(kappa * delta, delta + (1.0 - 1.0 / kappa) * backlog)
         end[m] = max(ready[m], end[m - 1]) + d
+    return ready, end
+
+
+def _two_way_times(kappa: float, mu: float, durations: np.ndarray, work: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`fusion_message_times` with ``comm_contention = mu > 1``: the channel runs at
+    ``1 / mu`` while the backward computes, that is until ``R_M``, and at full speed after.
+
+    With ``G_m`` the channel seconds (at full speed) left at ``R_m``, message ``m``'s included:
+    ``G_1 = d_1``; between ``R_m`` and ``R_{m+1}`` the channel stays busy exactly when
+    ``kappa Delta <= mu G_m``, so ``R_{m+1} = R_m + min(kappa Delta, Delta + (1 - 1/kappa) mu G_m)``
+    and ``G_{m+1} = max(G_m - kappa Delta / mu, 0) + d_{m+1}``. Message ``m`` ends when its
+    ``G_m`` is sent: ``R_m + mu G_m`` if that is by ``R_M``, else ``R_M + G_m - (R_M - R_m) / mu``.
+    """
+    ready = np.empty(len(durations))
+    backlog = np.empty(len(durations))
+    for m, (d, delta) in enumerate(zip(durations.tolist(), work.tolist())):
+        if m == 0:
+            ready[m], backlog[m] = delta, d
+            continue
+        left = backlog[m - 1]
+        ready[m] = ready[m - 1] + min(kappa * delta, delta + (1.0 - 1.0 / kappa) * mu * left)
+        backlog[m] = max(left - kappa * delta / mu, 0.0) + d
+    backward_end = ready[-1]
+    slow_end = ready + mu * backlog
+    end = np.where(slow_end <= backward_end, slow_end, backward_end + backlog - (backward_end - ready) / mu)
     return ready, end
 
 

@@ -35,7 +35,8 @@ def fusion_iteration_time(problem: Problem, cuts: np.ndarray) -> float:
     """Iteration time of the fusion plan with cut vector ``cuts``, in seconds.
 
     Equal to ``simulate(problem, Plan.from_cuts(profile, cuts)).iteration_time``. With copy
-    cost or contention on (one channel), :func:`fusion_message_times` gives the last end.
+    cost or contention (either way) on one channel, :func:`fusion_message_times` gives the
+    last end.
 
     Examples
     --------
@@ -167,8 +168,8 @@ def score_cuts(problem: Problem, cuts: np.ndarray) -> np.ndarray:
     """Iteration times of many fusion plans on any problem, seconds: the batch evaluator.
 
     The entry point for searches over cut vectors (metaheuristics, brute force): the plain
-    model uses :func:`evaluate_cuts`; with copy cost or contention on one channel, the
-    recursion of :func:`fusion_message_times`; with several channels,
+    model uses :func:`evaluate_cuts`; with copy cost or contention (either way) on one
+    channel, the recursion of :func:`fusion_message_times`; with several channels,
     :func:`~fusionopt.model.sharing.channel_schedule` plan by plan, or with contention too
     :func:`simulate` (event-driven, slower still).
 
@@ -187,7 +188,7 @@ def score_cuts(problem: Problem, cuts: np.ndarray) -> np.ndarray:
         return np.array([_simulated(problem, row) for row in cuts])
     if problem.channels == 1:
         return _evaluate_extended(problem, cuts)
-    if problem.contention == 1.0:
+    if problem.contention == 1.0 and problem.comm_contention == 1.0:
         return np.array([channel_schedule(problem, row)["iteration_time"] for row in cuts])
     profile = problem.profile
     return np.array([simulate(problem, Plan.from_cuts(profile, row), validate=False).iteration_time
@@ -202,8 +203,9 @@ def _evaluate_extended(problem: Problem, cuts: np.ndarray) -> np.ndarray:
     profile = problem.profile
     m = cuts.shape[0]
     out = np.empty(m)
+    sweep = _sweep_two_way if problem.comm_contention > 1.0 else _sweep_extended
     for lo, hi, block in _position_blocks(cuts):
-        out[lo:hi] = _sweep_extended(problem, block)
+        out[lo:hi] = sweep(problem, block)
     return out + profile.U + profile.F + profile.W
 
 
@@ -238,6 +240,42 @@ def _sweep_extended(problem: Problem, block: np.ndarray) -> np.ndarray:
         np.maximum(last_rho, rho[j - 1] * is_cut, out=last_rho)
         np.maximum(last_position, j * is_cut, out=last_position)
     return end
+
+
+def _sweep_two_way(problem: Problem, block: np.ndarray) -> np.ndarray:
+    # The recursion of fusion._two_way_times, plans advancing together: the channel's backlog
+    # may shrink at a cut, so it is updated where there is one rather than by a maximum.
+    rho, prefix = backward_arrays(problem)
+    n = len(rho)
+    width = block.shape[1]
+    kappa, mu, gamma = problem.contention, problem.comm_contention, problem.copy_cost
+    on_channel = problem.copy_on == "channel"
+    affine = problem.cost.affine
+    ready, backlog = np.zeros(width), np.zeros(width)
+    last_q, last_rho, last_position = np.zeros(width), np.zeros(width), np.zeros(width)
+    always = np.ones(width, dtype=bool)
+    for j in range(1, n + 1):
+        is_cut = block[j - 1] if j < n else always
+        size = prefix[j] - last_q
+        packing = gamma * size * (j - last_position > 1)
+        if affine is not None:
+            duration = affine[0] + affine[1] * size
+        else:
+            duration = np.asarray(problem.cost(size), dtype=np.float64)
+        work = rho[j - 1] - last_rho
+        if on_channel:
+            duration += packing
+        else:
+            work += packing
+        # The first message finds the channel idle (backlog 0), so min() gives its work.
+        new_ready = ready + np.minimum(kappa * work, work + (1.0 - 1.0 / kappa) * mu * backlog)
+        new_backlog = np.maximum(backlog - kappa * work / mu, 0.0) + duration
+        ready = np.where(is_cut, new_ready, ready)
+        backlog = np.where(is_cut, new_backlog, backlog)
+        np.maximum(last_q, prefix[j] * is_cut, out=last_q)
+        np.maximum(last_rho, rho[j - 1] * is_cut, out=last_rho)
+        np.maximum(last_position, j * is_cut, out=last_position)
+    return ready + backlog          # the compute waits from R_M: the rest runs at full speed
 
 
 def _position_blocks(cuts: np.ndarray):

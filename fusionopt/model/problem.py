@@ -70,6 +70,11 @@ class Problem:
     contention : float
         ``kappa >= 1``: compute runs ``kappa`` times slower while a message is in flight
         (collectives take SMs).
+    comm_contention : float
+        ``mu >= 1``: a message in flight progresses ``mu`` times slower while the compute
+        stream computes (compute kernels hold the SMs a collective's kernels need), in both
+        its startup and its transfer (MODEL.md section 6). With ``contention`` it makes the
+        contention two-way; ``fusionopt calibrate --contention`` measures both on a GPU.
     channels : int
         ``K >= 1`` concurrent channels: up to ``K`` messages in flight, dispatched in plan
         order; each pays its own startup ``alpha`` in full and the bytes of the messages
@@ -134,6 +139,7 @@ class Problem:
     decoupled: Decoupled | None = None
     fully_sharded: FullySharded | None = None
     step_parts: str = "refuse"
+    comm_contention: float = 1.0
 
     def __post_init__(self) -> None:
         if not isinstance(self.profile, Profile):
@@ -185,6 +191,7 @@ class Problem:
         if self.copy_on not in COPY_PLACES:
             raise ValueError(f"unknown copy_on {self.copy_on!r}: choose 'channel' or 'compute'")
         object.__setattr__(self, "contention", _finite("contention", self.contention, minimum=1.0))
+        object.__setattr__(self, "comm_contention", _finite("comm_contention", self.comm_contention, minimum=1.0))
         if isinstance(self.channels, bool) or not isinstance(self.channels, (int, np.integer)) or self.channels < 1:
             raise ValueError(f"channels must be an integer >= 1, got {self.channels!r}")
         object.__setattr__(self, "channels", int(self.channels))
@@ -206,7 +213,7 @@ class Problem:
             raise ValueError(f"a fully sharded step has its own order (MODEL.md section 8.2: forward, backward, "
                              f"optimiser), so sync does not apply; leave it at 'barrier', not {self.sync!r}")
         others = {"copy_cost": self.copy_cost != 0.0, "contention": self.contention != 1.0,
-                  "channels": self.channels != 1}
+                  "comm_contention": self.comm_contention != 1.0, "channels": self.channels != 1}
         for name, on in others.items():
             if on:
                 raise ValueError(f"fully_sharded does not combine with {name} "
@@ -223,7 +230,7 @@ class Problem:
 
     def _check_decoupled(self) -> None:
         others = {"ps": self.ps is not None, "copy_cost": self.copy_cost != 0.0, "contention": self.contention != 1.0,
-                  "channels": self.channels != 1}
+                  "comm_contention": self.comm_contention != 1.0, "channels": self.channels != 1}
         for name, on in others.items():
             if on:
                 raise ValueError(f"the decoupled all-reduce does not combine with {name} "
@@ -246,7 +253,7 @@ class Problem:
             raise ValueError(f"cost {self.cost!r} differs from the parameter server's push cost {ps.push!r}: "
                              "with ps, cost is the push cost; leave it out")
         others = {"copy_cost": self.copy_cost != 0.0, "contention": self.contention != 1.0,
-                  "channels": self.channels != 1}
+                  "comm_contention": self.comm_contention != 1.0, "channels": self.channels != 1}
         for name, on in others.items():
             if on:
                 raise ValueError(f"the parameter server does not combine with {name} "
@@ -265,6 +272,8 @@ class Problem:
             on.append("copy_cost")
         if self.contention != 1.0:
             on.append("contention")
+        if self.comm_contention != 1.0:
+            on.append("comm_contention")
         if self.channels > 1:
             on.append("channels")
         if self.ps is not None:
@@ -309,8 +318,9 @@ class Problem:
             )
 
     def __repr__(self) -> str:
-        extras = "".join(f", {name}={getattr(self, name)!r}" for name in ("copy_cost", "copy_on", "contention", "channels", "ps",
-                                                                          "decoupled", "fully_sharded", "step_parts")
+        names = ("copy_cost", "copy_on", "contention", "comm_contention", "channels", "ps", "decoupled",
+                 "fully_sharded", "step_parts")
+        extras = "".join(f", {name}={getattr(self, name)!r}" for name in names
                          if getattr(self, name) != getattr(Problem, name))
         return f"Problem({self.profile!r}, {self.cost!r}, sync={self.sync!r}{extras})"
 

@@ -45,7 +45,7 @@ def channel_schedule(problem: Problem, cuts: Any) -> dict[str, Any]:
     >>> (times["end"] * 1e3).round(9).tolist(), round(times["iteration_time"] * 1e3, 9)
     ([6.0, 7.0, 13.0], 16.0)
     """
-    if problem.contention > 1.0:
+    if problem.contention > 1.0 or problem.comm_contention > 1.0:
         raise ValueError("channel_schedule does not model contention; use simulate()")
     if problem.channels < 2:
         raise ValueError("channel_schedule models several channels; for one, use fusion_message_times()")

@@ -73,6 +73,22 @@ Boolean ``y_kj`` per arc ``(k, j)``, ``k > 0`` (the branch of the ``min``). Enfo
   ``e_n >= sum_{j < p} (p_kj + (1 - 1/kappa) d_kj) x_kj + sum_{k < p <= j} (rho_j + p_kj + d_kj) x_kj
   + sum_{k >= p} d_kj x_kj``.
 
+With ``comm_contention = mu > 1`` the channel also runs at ``1 / mu`` until the backward
+ends at ``R_M`` (the compute stream works without a break until then, and waits for the
+last message after), so ``e_m`` no longer follows from ``e_{m-1}``. The model carries the
+backlog instead, ``G_1 = d_1``, ``G_{m+1} = max(G_m - (kappa / mu) Delta_{m+1}, 0) + d_{m+1}``,
+and ``E = R_M + G_M``; the lag is ``L_m = (1 - 1/kappa) mu G_m``, with the recursions above
+for ``R`` and ``L`` and the share ``(1 - 1/kappa) mu`` in place of ``1 - 1/kappa``. An integer
+``G_j`` per node replaces the constraints on ``e_j``: ``G_j >= d_kj`` and, for ``k > 0``,
+``G_j >= G_k + d_kj - (kappa / mu) Delta_kj``, enforced by ``x_kj``, and ``e_n >= R_n + G_n``.
+In the delay cuts a message before the one holding ``p`` weighs
+``p_kj + min((1 - 1/kappa) mu, 1) d_kj``: the compute stream loses ``(1 - 1/kappa)`` of each
+second the channel is busy before ``R_m``, and the channel is busy ``mu`` seconds per second
+of its work then; the earlier messages' backlog ``b`` at ``R_m`` is sent after it at speed 1
+at most, so ``e_M >= W_m + (1 - 1/kappa) mu (D - b) + b + sum_{i >= m} d_i`` with ``D`` the
+earlier messages' ``sum d`` and ``W_m`` the compute work until ``R_m``, least at ``b = 0`` or
+``b = D``. (With ``mu = 1`` the share is below 1 and the weight is the one above.)
+
 The delay cuts come from an identity. During the backward the compute stream never idles
 and loses ``1 - 1/kappa`` of every second the channel is busy, so for the message ``m``
 holding ``p``, ``R_m = rho_{j_m} + sum_{i <= m} p_i + (1 - 1/kappa) (busy time before R_m)``;
@@ -137,7 +153,10 @@ raises the model's value of a plan (the horizon takes both into account).
   ``a_M < 1 + (M - 1)(M + 2) / 2`` and ``eps_M < (M^2 + M + 2) / 2``:
   ``rounding_bound = (M^2 + M + 2) / 2 * q`` with ``M = n``, or ``max_messages`` when
   smaller. With ``kappa = 1`` (copy cost only) ``a_{m+1} < a_m + 1``, so ``a_m < m``,
-  ``eps_M < M + 1`` and ``rounding_bound = (M + 1) q``. CP-SAT's objective is at least
+  ``eps_M < M + 1`` and ``rounding_bound = (M + 1) q``. With ``mu > 1`` the backlog's error
+  ``g_m < m`` adds to the end, ``E / q - V < a_M + g_M``: ``(M^2 + 3M) / 2 * q``, or ``2M q``
+  with ``kappa = 1``. The lags reach ``(1 - 1/kappa) mu`` times a backlog, so the automatic
+  ``q`` keeps that many times the horizon under 2^30 steps. CP-SAT's objective is at least
   its plan's rounded least end, so the plan's true ``T`` exceeds ``objective q + U + F + W``
   by less than ``rounding_bound``, and a plan CP-SAT proves optimal is within
   ``rounding_bound`` of the lower bound, hence of the optimal ``T``.
@@ -213,11 +232,12 @@ def cpsat(
 
     Exact up to ``stats["rounding_bound"]`` seconds: ``(n + 1) q``, where ``q`` is the time
     quantum, for the plain model; ``(M + 1) q`` with a copy cost and ``(M^2 + M + 2) / 2 * q``
-    with contention, ``M`` the most messages allowed (module docstring). ``OPTIMAL`` is
+    with contention, ``2M q`` with ``comm_contention`` and ``(M^2 + 3M) / 2 * q`` with both,
+    ``M`` the most messages allowed (module docstring). ``OPTIMAL`` is
     reported only when the re-simulated ``T`` is within that of a proven lower bound. Valid
     for both sync modes (FIFO fusion plans do not overlap the forward), with the extensions
-    ``copy_cost`` (either ``copy_on``) and ``contention`` on one channel, and with
-    ``channels > 1`` (and copy cost, not contention) by the relaxation and cuts of
+    ``copy_cost`` (either ``copy_on``), ``contention`` and ``comm_contention`` on one channel,
+    and with ``channels > 1`` (and copy cost, no contention) by the relaxation and cuts of
     :mod:`fusionopt.solvers.cpsat_channels`, exact up to ``rounding_bound = q``. The model has
     ``n (n + 1) / 2`` arcs: an exact reference for small and medium ``n``, not a production
     solver (use ``method="dp"`` for the plain model).
@@ -296,7 +316,7 @@ def cpsat(
     ------
     ValueError
         For a bad option or hint, caps no fusion plan satisfies, or ``channels > 1`` with
-        ``contention > 1``.
+        ``contention > 1`` or ``comm_contention > 1``.
     ImportError
         When OR-Tools is not installed.
 
@@ -329,9 +349,10 @@ def cpsat(
     (16.0, 'OPTIMAL')
     """
     started = time.perf_counter()
-    if problem.channels > 1 and problem.contention > 1.0:
+    if problem.channels > 1 and (problem.contention > 1.0 or problem.comm_contention > 1.0):
+        name = "contention" if problem.contention > 1.0 else "comm_contention"
         raise ValueError(
-            f"cpsat does not model contention = {problem.contention!r} with channels = "
+            f"cpsat does not model {name} = {getattr(problem, name)!r} with channels = "
             f"{problem.channels}: use method='brute' (n <= 14) or a metaheuristic ('gradssa')"
         )
     time_limit = positive_seconds("time_limit", time_limit)
@@ -389,7 +410,8 @@ def cpsat(
             anchor_end = float(fusion_message_times(problem, anchor.cuts(profile))[1][-1])
         else:
             anchor_end = _path_end(anchor_path, ready, durations[anchor_arcs])
-        time_quantum = automatic_quantum(anchor_end, factor)
+        # The lags reach (1 - 1/kappa) mu times the backlog: their steps must fit too.
+        time_quantum = automatic_quantum(anchor_end * max(1.0, _lag_share(problem)), factor)
     q = time_quantum
     rounding_bound = factor * q
     ready_q = np.floor(ready / q)
@@ -406,8 +428,13 @@ def cpsat(
     else:
         horizon = _path_end(anchor_path, ready_q, durations_q[anchor_arcs])
         earliest_end_q = ready_q[heads] + durations_q
-    if not horizon < MAX_INTEGER_TIME:
+    # With comm contention a backlog or a lag may reach past the horizon (module docstring).
+    reach = max(1.0, _lag_share(problem)) * (horizon + factor) if problem.comm_contention > 1.0 else horizon
+    if not reach < MAX_INTEGER_TIME:
         raise ValueError(
+            f"time_quantum = {q!r} s is too small: the {hint_label if hint_used else 'reference'} "
+            f"plan ends after {horizon:.3g} steps, and its backlogs and lags may take {reach:.3g}, "
+            "more than 2^30 (MAX_INTEGER_TIME)" if reach > horizon else
             f"time_quantum = {q!r} s is too small: the {hint_label if hint_used else 'reference'} "
             f"plan ends after {horizon:.3g} steps, more than 2^30 (MAX_INTEGER_TIME)"
         )
@@ -446,7 +473,7 @@ def cpsat(
         entering[j].append(x)
     if extended:
         extended_variables = _add_extended_constraints(model, problem, constants, kept, arcs, arc_tails,
-                                                       arc_heads, ends, horizon)
+                                                       arc_heads, ends, horizon, factor)
     else:
         extended_variables = {}
         for a, (x, k, j, d) in enumerate(zip(arcs, arc_tails, arc_heads, arc_durations)):
@@ -563,29 +590,38 @@ def _rounding_factor(problem: Problem, messages: int) -> int:
     """``rounding_bound / q`` (module docstring) for plans of at most ``messages`` messages."""
     if not problem.extensions:
         return problem.profile.n + 1
+    if problem.comm_contention > 1.0:
+        return (messages * messages + 3 * messages) // 2 if problem.contention > 1.0 else 2 * messages
     if problem.contention > 1.0:
         return (messages * messages + messages + 2) // 2
     return messages + 1
 
 
+def _lag_share(problem: Problem) -> float:
+    """``(1 - 1/kappa) mu``: the compute delay per second of backlog (module docstring)."""
+    return (1.0 - 1.0 / problem.contention) * problem.comm_contention
+
+
 def _integer_arc_times(problem: Problem, q: float, times: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """The extended model's per-arc constants in whole quanta (as floats), each rounded
     towards the faster plan (module docstring)."""
-    kappa = problem.contention
-    share = 1.0 - 1.0 / kappa                           # of busy time lost by the compute
+    kappa, mu = problem.contention, problem.comm_contention
+    share = _lag_share(problem)                         # of backlog lost by the compute
     durations, work, packing = times["duration"], times["work"], times["packing"]
     constants = {
         "duration": np.floor(durations / q),
         "work": np.floor(work / q),
         "nominal": np.floor(times["nominal"] / q),
         # The delay cuts' weights: a message before the one holding p, and that one.
-        "before": np.floor((packing + share * durations) / q),
+        "before": np.floor((packing + min(share, 1.0) * durations) / q),
         "holding": np.floor((times["nominal"] + durations) / q),
     }
     if kappa > 1.0:
         constants["slow_work"] = np.floor(kappa * work / q)
         constants["lag_start"] = np.floor(share * durations / q)
         constants["lag_carry"] = np.floor((share * durations - (kappa - 1.0) * work) / q)
+    if mu > 1.0:
+        constants["backlog_carry"] = np.floor((durations - kappa * work / mu) / q)
     # Floats holding whole numbers: an arc the horizon prunes may not fit in int64 (a tiny
     # automatic q); kept arcs end by the horizon, and int() converts them exactly.
     return constants
@@ -593,17 +629,21 @@ def _integer_arc_times(problem: Problem, q: float, times: dict[str, np.ndarray])
 
 def _rounded_path(path: list[int], arc_index: np.ndarray, constants: dict[str, np.ndarray]) -> dict[str, list]:
     """The least integer values the extended model allows along ``path`` (its recursion in
-    whole quanta): ``ready``, ``lag`` and ``end`` per message and ``slow``, the branch of
-    each message after the first (``None`` without contention)."""
+    whole quanta): ``ready``, ``lag``, ``backlog`` and ``end`` per message and ``slow``, the
+    branch of each message after the first (``None`` without contention). With comm
+    contention ``end`` is ``ready + backlog``, the end of the last message only."""
     contention = "slow_work" in constants
-    values: dict[str, list] = {"ready": [], "lag": [], "end": [], "slow": []}
+    two_way = "backlog_carry" in constants
+    values: dict[str, list] = {"ready": [], "lag": [], "backlog": [], "end": [], "slow": []}
     for m, a in enumerate(arc_index.tolist()):
         nominal = int(constants["nominal"][a])
+        duration = int(constants["duration"][a])
         lag = int(constants["lag_start"][a]) if contention else 0
+        backlog = duration
         slow = None
         if m == 0:
             ready = nominal
-            end = ready + int(constants["duration"][a])
+            end = ready + duration
         else:
             previous_ready, previous_lag = values["ready"][-1], values["lag"][-1]
             fast = previous_ready + int(constants["work"][a]) + (previous_lag if contention else 0)
@@ -613,9 +653,14 @@ def _rounded_path(path: list[int], arc_index: np.ndarray, constants: dict[str, n
                 fast = min(slowed, fast)
                 lag = max(lag, previous_lag + int(constants["lag_carry"][a]))
             ready = max(nominal, fast)
-            end = max(ready, values["end"][-1]) + int(constants["duration"][a])
+            end = max(ready, values["end"][-1]) + duration
+            if two_way:
+                backlog = max(duration, values["backlog"][-1] + int(constants["backlog_carry"][a]))
+        if two_way:
+            end = ready + backlog
         values["ready"].append(ready)
         values["lag"].append(lag)
+        values["backlog"].append(backlog)
         values["end"].append(end)
         values["slow"].append(slow)
     return values
@@ -631,23 +676,37 @@ def _delay_cut(path: list[int], arc_index: np.ndarray, constants: dict[str, np.n
 
 def _add_extended_constraints(model: Any, problem: Problem, constants: dict[str, np.ndarray],
                               kept: np.ndarray, arcs: list[Any], arc_tails: list[int],
-                              arc_heads: list[int], ends: list[Any], horizon: int) -> dict[str, Any]:
-    """Copy cost and contention: the variables ``R_j``, ``L_j`` and ``y_kj`` and the
-    constraints of the module docstring, each enforced by its arc's ``x_kj``."""
+                              arc_heads: list[int], ends: list[Any], horizon: int, factor: int) -> dict[str, Any]:
+    """Copy cost and contention: the variables ``R_j``, ``L_j``, ``G_j`` and ``y_kj`` and
+    the constraints of the module docstring, each enforced by its arc's ``x_kj``."""
     n = problem.profile.n
     contention = problem.contention > 1.0
+    two_way = problem.comm_contention > 1.0
+    # A backlog and a lag of a plan worth finding stay below its true end, within the
+    # rounding bound of the horizon; a lag is (1 - 1/kappa) mu times a backlog.
+    reach = horizon + factor if two_way else horizon
+    lag_reach = int(math.ceil(max(1.0, _lag_share(problem)) * reach)) if two_way else horizon
     readies = [None] + [model.new_int_var(0, horizon, f"r{j}") for j in range(1, n + 1)]
-    lags = [None] + [model.new_int_var(0, horizon, f"l{j}") for j in range(1, n + 1)] if contention else []
+    lags = [None] + [model.new_int_var(0, lag_reach, f"l{j}") for j in range(1, n + 1)] if contention else []
+    backlogs = [None] + [model.new_int_var(0, reach, f"g{j}") for j in range(1, n + 1)] if two_way else []
+    if two_way:
+        model.add(ends[n] >= readies[n] + backlogs[n])  # from R_M the channel runs at full speed
     slow: dict[tuple[int, int], Any] = {}
     for x, a, k, j in zip(arcs, kept.tolist(), arc_tails, arc_heads):
         d = int(constants["duration"][a])
         model.add(readies[j] >= int(constants["nominal"][a])).only_enforce_if(x)
-        model.add(ends[j] >= readies[j] + d).only_enforce_if(x)
+        if two_way:
+            model.add(backlogs[j] >= d).only_enforce_if(x)
+        else:
+            model.add(ends[j] >= readies[j] + d).only_enforce_if(x)
         if contention and constants["lag_start"][a] > 0:
             model.add(lags[j] >= int(constants["lag_start"][a])).only_enforce_if(x)
         if k == 0:
             continue                                    # R_j >= Delta_0j = nominal: above
-        model.add(ends[j] >= ends[k] + d).only_enforce_if(x)
+        if two_way:
+            model.add(backlogs[j] >= backlogs[k] + int(constants["backlog_carry"][a])).only_enforce_if(x)
+        else:
+            model.add(ends[j] >= ends[k] + d).only_enforce_if(x)
         if not contention:
             model.add(readies[j] >= readies[k] + int(constants["work"][a])).only_enforce_if(x)
             continue
@@ -657,18 +716,22 @@ def _add_extended_constraints(model: Any, problem: Problem, constants: dict[str,
         model.add(readies[j] >= readies[k] + int(constants["slow_work"][a])).only_enforce_if([x, y])
         model.add(readies[j] >= readies[k] + lags[k] + int(constants["work"][a])).only_enforce_if([x, ~y])
         model.add(lags[j] >= lags[k] + int(constants["lag_carry"][a])).only_enforce_if(x)
-    return {"ready": readies, "lag": lags, "slow": slow, "end": ends}
+    return {"ready": readies, "lag": lags, "backlog": backlogs, "slow": slow, "end": ends}
 
 
 def _add_extended_hint(model: Any, variables: dict[str, Any], path: list[int],
                        values: dict[str, list], n: int) -> None:
     on_path = {j: m for m, j in enumerate(path[1:])}
+    two_way = bool(variables["backlog"])
     for j in range(1, n + 1):
         m = on_path.get(j)
-        model.add_hint(variables["end"][j], 0 if m is None else values["end"][m])
+        # With comm contention only the last end is constrained (by R_n + G_n).
+        model.add_hint(variables["end"][j], 0 if m is None or (two_way and j < n) else values["end"][m])
         model.add_hint(variables["ready"][j], 0 if m is None else values["ready"][m])
         if variables["lag"]:
             model.add_hint(variables["lag"][j], 0 if m is None else values["lag"][m])
+        if two_way:
+            model.add_hint(variables["backlog"][j], 0 if m is None else values["backlog"][m])
     chosen = {(k, j): m + 1 for m, (k, j) in enumerate(zip(path[1:-1], path[2:]))}
     for arc, y in variables["slow"].items():
         model.add_hint(y, bool(values["slow"][chosen[arc]]) if arc in chosen else False)
