@@ -84,6 +84,10 @@ def _add_cost_arguments(parser: argparse.ArgumentParser, *, required: bool = Tru
                             help="where packing runs, with --copy-cost (default channel)")
     extensions.add_argument("--contention", type=float, default=1.0, metavar="KAPPA",
                             help="compute slowdown while a message is in flight (>= 1)")
+    extensions.add_argument("--comm-contention", type=float, default=1.0, metavar="MU",
+                            help="message slowdown while the compute stream computes (>= 1)")
+    extensions.add_argument("--contention-file", metavar="CONTENTION.json",
+                            help="both slowdowns as fusionopt calibrate --contention measured them")
     extensions.add_argument("--channels", type=int, default=1, metavar="K",
                             help="concurrent channels sharing the bandwidth (default 1)")
     server = parser.add_argument_group("parameter server instead of all-reduce (default off)")
@@ -146,19 +150,33 @@ def _problem(profile: Profile, args: argparse.Namespace) -> Problem:
             raise UsageError(f"--channels with --fully-sharded is 1 (one communicator, the default) or 2 (the "
                              f"all-gathers and the reduce-scatters on their own, sharing the bandwidth), not {args.channels}")
         return Problem(profile, fully_sharded=_fully_sharded(args), copy_cost=args.copy_cost,
-                       copy_on=args.copy_on or "channel", contention=args.contention, step_parts="fit")
+                       copy_on=args.copy_on or "channel", **_contention(args), step_parts="fit")
     if args.decoupled:
         if args.ps_servers is not None:
             raise UsageError("--decoupled and --ps-servers are two patterns: give one")
         return Problem(profile, sync=args.sync, decoupled=_decoupled(args), copy_cost=args.copy_cost,
-                       copy_on=args.copy_on or "channel", contention=args.contention, channels=args.channels,
+                       copy_on=args.copy_on or "channel", **_contention(args), channels=args.channels,
                        step_parts="fit")
     _measured_halves(args)                                # refuses them here, with the reason
     if args.ps_servers is None:
         return Problem(profile, _cost(args), sync=args.sync, copy_cost=args.copy_cost,
-                       copy_on=args.copy_on or "channel", contention=args.contention, channels=args.channels,
+                       copy_on=args.copy_on or "channel", **_contention(args), channels=args.channels,
                        step_parts="fit")
     return Problem(profile, sync=args.sync, ps=_parameter_server(args), step_parts="fit")
+
+
+def _contention(args: argparse.Namespace) -> dict[str, float]:
+    """``contention`` and ``comm_contention``: the flags, or a calibration's file."""
+    if args.contention_file is None:
+        return {"contention": args.contention, "comm_contention": args.comm_contention}
+    given = [flag for flag, value in (("--contention", args.contention), ("--comm-contention", args.comm_contention))
+             if value != 1.0]
+    if given:
+        raise UsageError(f"--contention-file gives both slowdowns: leave {' and '.join(given)} out")
+    from fusionopt.executor.contention import read_contention
+
+    kappa, mu = read_contention(args.contention_file)
+    return {"contention": kappa, "comm_contention": mu}
 
 
 def _decoupled(args: argparse.Namespace) -> Decoupled:
@@ -263,6 +281,8 @@ def parse_bytes(flag: str, text: str) -> float:
 def _parameter_server(args: argparse.Namespace) -> ParameterServer:
     if args.copy_cost != 0.0 or args.contention != 1.0 or args.channels != 1:
         raise UsageError("--ps-servers cannot be combined with --copy-cost, --contention or --channels")
+    if args.comm_contention != 1.0 or args.contention_file is not None:
+        raise UsageError("--ps-servers cannot be combined with --comm-contention or --contention-file")
     options = {"update_per_byte": args.ps_update_per_byte, "update_overhead": args.ps_update_overhead,
                "partition_compute": args.ps_partition_compute, "delta": args.ps_delta}
     if args.network is not None and args.alpha is None and args.beta is None and args.cost is None:
@@ -1116,6 +1136,14 @@ def _fail(exc: BaseException) -> None:
 def _cmd_calibrate(args: argparse.Namespace) -> None:
     from fusionopt.executor import calibrate
 
+    if args.contention:
+        _calibrate_contention(args)
+        return
+    for flag, given in (("--emulate-network", args.emulate_network), ("--workers", args.workers)):
+        if given is not None:
+            raise UsageError(f"{flag} names the emulated link of a contention calibration and goes with --contention")
+    if args.ranks is None:
+        args.ranks = 2
     _json_output(args.output, "the cost")
     from fusionopt.executor.calibrate import SweepSpec, default_sizes
 
@@ -1143,6 +1171,55 @@ def _cmd_calibrate(args: argparse.Namespace) -> None:
         print(f"wrote {args.output}: the {args.model} fit (read it with {flag} {args.output})")
 
 
+def _calibrate_contention(args: argparse.Namespace) -> None:
+    """``calibrate --contention``: both slowdowns measured on the GPU(s), written as JSON."""
+    from fusionopt.executor.contention import DEFAULT_LINK, ContentionSpec, calibrate_contention, check_gpus
+
+    if args.backend != "nccl":
+        raise UsageError(f"--contention measures GEMMs and collectives sharing a GPU: it needs --backend nccl, "
+                         f"not {args.backend}")
+    defaults = {"model": "piecewise", "min_bytes": 256, "max_bytes": 64 << 20, "iterations": 20,
+                "collective": "all_reduce"}
+    for name, default in defaults.items():
+        if getattr(args, name) != default:
+            raise UsageError(f"--{name.replace('_', '-')} belongs to the cost sweep; --contention does not take it")
+    ranks = 1 if args.ranks is None else args.ranks
+    if ranks != 1 and (args.emulate_network is not None or args.workers is not None):
+        raise UsageError(f"--emulate-network and --workers name the link one GPU emulates; with --ranks {ranks} "
+                         "the collectives are real")
+    _json_output(args.output, "the contention")
+    network_name = args.emulate_network or DEFAULT_LINK[0]
+    workers = args.workers if args.workers is not None else DEFAULT_LINK[1]
+    link = network(network_name, workers) if ranks == 1 else None
+    spec = ContentionSpec(timeout=args.timeout)
+    try:
+        check_gpus(ranks)
+    except ImportError as exc:
+        raise UsageError(str(exc)) from None
+    except RuntimeError as exc:
+        _fail(exc)
+    where = f"an emulated {network_name} link of {workers} workers" if ranks == 1 else f"NCCL over {ranks} GPUs"
+    print(f"fusionopt calibrate: contention of GEMMs and messages ({where}) at {len(spec.sizes)} message sizes, "
+          "about 10 s", file=sys.stderr, flush=True)
+    try:
+        result = calibrate_contention(ranks=ranks, link=link, spec=spec,
+                                      link_name={"network": network_name, "workers": workers, "cost": repr(link)})
+    except ImportError as exc:
+        raise UsageError(str(exc)) from None
+    except RuntimeError as exc:
+        _fail(exc)
+    if args.output:
+        result.write(args.output)
+    if args.json:
+        print(json.dumps(result.to_dict(), indent=1))
+        return
+    print(f"device   {result.device}: {result.description}")
+    print(result.table())
+    if args.output:
+        print(f"wrote {args.output}: read it with --contention-file {args.output} (contention "
+              f"{result.contention:.4g}, comm_contention {result.comm_contention:.4g})")
+
+
 def _add_executor_parsers(commands: Any) -> None:
     p = commands.add_parser("run", help="run a plan with real collectives; measured vs predicted")
     p.add_argument("profile", metavar="PROFILE.json|.csv")
@@ -1167,8 +1244,18 @@ def _add_executor_parsers(commands: Any) -> None:
 
     p = commands.add_parser("calibrate", help="time a collective against size on a backend; fit cost models")
     p.add_argument("--backend", default="local", choices=("local", "mpi", "nccl"))
-    p.add_argument("--ranks", type=int, default=2, help="number of ranks (default 2)")
-    p.add_argument("--output", metavar="COST.json", help="write the fitted cost model (for --cost)")
+    p.add_argument("--ranks", type=int, help="number of ranks (default 2; 1 with --contention)")
+    p.add_argument("--output", metavar="COST.json",
+                   help="write the fitted cost model (for --cost), or with --contention the two slowdowns "
+                        "(for --contention-file)")
+    p.add_argument("--contention", action="store_true",
+                   help="instead of a cost sweep, measure on the GPU how much GEMMs slow while messages run and "
+                        "messages while GEMMs run (--contention and --comm-contention of the model; nccl only)")
+    p.add_argument("--emulate-network", metavar="NAME",
+                   help="with --contention on one GPU: the network preset whose link is emulated (default "
+                        "100gb-ib, as the stored GPU runs)")
+    p.add_argument("--workers", type=int, help="with --contention on one GPU: the workers of --emulate-network "
+                                               "(default 8)")
     p.add_argument("--model", default="piecewise", choices=("piecewise", "alpha-beta"),
                    help="which fit --output holds (both are recorded; default piecewise)")
     p.add_argument("--min-bytes", type=int, default=256, help="smallest message (default 256)")

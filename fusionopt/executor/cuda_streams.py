@@ -13,7 +13,8 @@ modes:
   duration shorter than one product is spun). They occupy the SMs as a real backward does,
   so NCCL's kernels and the products slow each other down: the measured ``T`` then shows
   the contention that the plain model leaves out, and the calibration is reported with the
-  measurement.
+  measurement. :mod:`fusionopt.executor.contention` measures that contention both ways on
+  these streams (``fusionopt calibrate --contention``).
 
 This module imports without CuPy; building :class:`CudaStreams` needs it.
 """
@@ -89,6 +90,13 @@ class CudaStreams(Streams):
                     self._product()
                 seconds -= products * self.gemm_seconds
             if seconds > 0:
+                self._spin((1,), (1,), (np.uint64(round(seconds * 1e9)),))
+
+    def spin(self, stream: Any, seconds: float) -> None:
+        """Hold ``stream`` for ``seconds`` with the one-thread spin kernel, whatever the mode:
+        the device stays busy, its SMs nearly free, while the host queues what follows."""
+        if seconds > 0:
+            with stream:
                 self._spin((1,), (1,), (np.uint64(round(seconds * 1e9)),))
 
     def elapsed(self, start: Any, end: Any) -> float:

@@ -14,8 +14,10 @@ most telling first:
    (``profiles-gpu``, and the measured profiles under ``measured/``);
 5. ``training``: ``validation/training/run.py --backend nccl --ranks 1``, plans trained on one
    GPU over an emulated link (``training-gpu``), where that script takes ``--ranks``;
-6. ``contention``: ``fusionopt calibrate --contention`` on the GPU (``contention-gpu.json``),
-   where the command line has that mode.
+6. ``contention``: ``fusionopt calibrate --contention`` on the GPU
+   (``contention-calibration-gpu.json``: how much GEMMs and messages slow each other), where the
+   command line has that mode; ``validation/hardware/contention.py --calibration`` predicts
+   the GEMM run with it.
 
 A stage that this checkout cannot run is listed as skipped, with why. Each stage writes its
 own result files as it finishes, so a run stopped by the budget or by a kill keeps them;
@@ -62,7 +64,7 @@ STAGES: dict[str, tuple[float, list[str]]] = {
                         "--output-dir", "OUT"]),
     "training": (0.10, ["validation/training/run.py", "--backend", "nccl", "--ranks", "1", "--out", "OUT"]),
     "contention": (0.08, ["-m", "fusionopt", "calibrate", "--backend", "nccl", "--contention",
-                          "--output", "OUT/contention-gpu.json"]),
+                          "--output", "OUT/contention-calibration-gpu.json"]),
 }
 
 
