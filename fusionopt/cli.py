@@ -607,16 +607,43 @@ def _print_collectives(messages: list[dict[str, Any]], timeline: Any, *, sharded
 
 
 ZOO_DEVICE, ZOO_BATCH = "h100", 64
+# The options of a zoo model's profile beside --device and --batch (fusionopt.zoo.profile's).
+ZOO_COMPUTE_OPTIONS = ("precision", "compute", "optimizer")
+
+
+def _add_zoo_arguments(parser: argparse.ArgumentParser) -> None:
+    """--device, --batch and the zoo's compute options, for a command that takes --model."""
+    parser.add_argument("--device", help=f"device of the zoo model: {', '.join(zoo.devices())} (default h100)")
+    parser.add_argument("--batch", type=int, help="per-worker batch of the zoo model (default 64)")
+    parser.add_argument("--precision", help="fp32 (default) or bf16 (autocast mixed precision) for the zoo model")
+    parser.add_argument("--compute", help="the zoo model's compute: calibrated (default; from measured training "
+                                          "steps) or roofline (an estimate from FLOPs at 40%% of peak)")
+    parser.add_argument("--optimizer", help="sgd: add SGD with momentum's update time to each tensor of the zoo "
+                                            "model (default: no update time)")
 
 
 def _zoo_settings(args: argparse.Namespace, source: str | None) -> tuple[str, int]:
-    """--device and --batch for a zoo estimate (their defaults when not given); refused with
-    another ``source`` of the profile, which they would not change."""
+    """--device and --batch for a zoo model (their defaults when not given); refused, like the
+    zoo's compute options, with another ``source`` of the profile, which they would not change."""
     if source is not None:
-        for option in ("device", "batch"):
+        for option in ("device", "batch", *ZOO_COMPUTE_OPTIONS):
             if getattr(args, option, None) is not None:
-                raise UsageError(f"--{option} is for a zoo model's estimate and changes nothing with {source}")
+                raise UsageError(f"--{option} is for a zoo model and changes nothing with {source}")
     return args.device or ZOO_DEVICE, args.batch if args.batch is not None else ZOO_BATCH
+
+
+def _zoo_profile(args: argparse.Namespace, device: str, batch: int) -> tuple[Profile, str]:
+    """The zoo model's profile with the command's options, and a label saying what it is."""
+    options = {option: getattr(args, option) for option in ZOO_COMPUTE_OPTIONS
+               if getattr(args, option, None) is not None}
+    profile = zoo.profile(args.model, device=device, batch=batch, **options)
+    meta = profile.metadata
+    if meta.get("compute") == "calibrated":
+        update = ", with SGD's update" if args.optimizer else ""
+        what = f"{meta.get('precision', 'fp32')}, compute calibrated on measured steps{update}"
+    else:
+        what = "roofline estimate"
+    return profile, f"{args.model} on {device}, batch {batch} ({what})"
 
 
 def _problem_for_compare(args: argparse.Namespace) -> tuple[Problem, str]:
@@ -627,8 +654,7 @@ def _problem_for_compare(args: argparse.Namespace) -> tuple[Problem, str]:
         profile = _read_profile(args.profile)
         label = args.profile
     else:
-        profile = zoo.profile(args.model, device=device, batch=batch)
-        label = f"{args.model} on {device}, batch {batch} (roofline estimate)"
+        profile, label = _zoo_profile(args, device, batch)
     return _problem(profile, args), label
 
 
@@ -850,7 +876,7 @@ def _cmd_profile(args: argparse.Namespace) -> None:
         raise UsageError("--input-shape goes with --torch")
     device, batch = _zoo_settings(args, None if args.model is not None else f"--{sources[0]}")
     if args.model is not None:
-        profile = zoo.profile(args.model, device=device, batch=batch)
+        profile, _ = _zoo_profile(args, device, batch)
     elif args.input is not None:
         profile = _read_profile(args.input)
     elif args.trace is not None:
@@ -1363,8 +1389,7 @@ def _add_plot_parsers(commands: Any) -> None:
                                           "with --fully-sharded, the memory over the step under it")
     p.add_argument("--model", help=f"a zoo model: {', '.join(zoo.models())}")
     p.add_argument("--profile", metavar="PROFILE.json|.csv", help="a profile instead of a zoo model")
-    p.add_argument("--device", help=f"device for the zoo estimate: {', '.join(zoo.devices())} (default h100)")
-    p.add_argument("--batch", type=int, help="per-worker batch for the zoo estimate (default 64)")
+    _add_zoo_arguments(p)
     p.add_argument("--method", help="the method whose plan to draw (default dp; ps-dp on a parameter server, "
                                     "decoupled-dp with --decoupled, fsdp2 with --fully-sharded)")
     p.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
@@ -1425,8 +1450,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = commands.add_parser("compare", help="compare methods on a zoo model or a profile")
     p.add_argument("--model", help=f"a zoo model: {', '.join(zoo.models())}")
     p.add_argument("--profile", metavar="PROFILE.json|.csv", help="a profile instead of a zoo model")
-    p.add_argument("--device", help=f"device for the zoo estimate: {', '.join(zoo.devices())} (default h100)")
-    p.add_argument("--batch", type=int, help="per-worker batch for the zoo estimate (default 64)")
+    _add_zoo_arguments(p)
     p.add_argument("--methods", help="comma-separated method names (default: all)")
     p.add_argument("--json", action="store_true", help="print the rows as JSON")
     _add_cost_arguments(p)
@@ -1436,8 +1460,7 @@ def build_parser() -> argparse.ArgumentParser:
                                            "ZeRO-2 and Megatron, or FSDP2 and ZeRO-3 (--pattern)")
     p.add_argument("--model", help=f"a zoo model: {', '.join(zoo.models())}")
     p.add_argument("--profile", metavar="PROFILE.json|.csv", help="a profile instead of a zoo model")
-    p.add_argument("--device", help=f"device for the zoo estimate: {', '.join(zoo.devices())} (default h100)")
-    p.add_argument("--batch", type=int, help="per-worker batch for the zoo estimate (default 64)")
+    _add_zoo_arguments(p)
     p.add_argument("--method", default="dp", help="the method whose plan to follow (default dp)")
     p.add_argument("--horovod-backend", default="nccl", choices=("nccl", "gloo", "mpi"),
                    help="judge Horovod settings under GPU (nccl, default) or CPU (gloo, mpi) behaviour")
@@ -1456,15 +1479,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = commands.add_parser("profile", help="a profile from a zoo model, a file, a PyTorch trace or a PyTorch model")
     source = p.add_argument_group("source (exactly one)")
-    source.add_argument("--model", help=f"a zoo model's roofline estimate: {', '.join(zoo.models())}")
+    source.add_argument("--model", help=f"a zoo model: {', '.join(zoo.models())}")
     source.add_argument("--input", metavar="PROFILE.json|PROFILE.csv", help="a profile file (to convert it)")
     source.add_argument("--trace", metavar="TRACE.json[.gz]|FOLDER",
                         help="a PyTorch profiler (Kineto) chrome trace of training steps, or a folder of "
                              "one per rank")
     source.add_argument("--torch", metavar="MODULE:FACTORY",
                         help="measure a PyTorch model: MODULE.FACTORY() returns it; needs --input-shape (extra torch)")
-    p.add_argument("--device", help=f"device for --model: {', '.join(zoo.devices())} (default h100)")
-    p.add_argument("--batch", type=int, help="per-worker batch for --model (default 64)")
+    _add_zoo_arguments(p)
     p.add_argument("--parameters", metavar="PARAMS.json|PARAMS.csv",
                    help="for --trace: the parameters' names and bytes in forward order: a CSV with name and "
                         "size_bytes columns, a JSON list of [name, bytes] or object of name: bytes, or a profile "
