@@ -27,15 +27,16 @@ def flat(profile: Profile) -> Profile:
 def test_vit_atoms_keep_each_attention_whole_and_leave_the_embeddings_to_the_root():
     # torchvision's ViT-B/16: conv_proj.weight, conv_proj.bias, class_token (the model's own)
     # and encoder.pos_embedding (the encoder's own, beside its layers) go to the root's first
-    # part; each of the 12 layers of 12 tensors (from 4 + 12 k) has five atoms: ln_1 (2),
+    # part; by modules, each of the 12 layers of 12 tensors (from 4 + 12 k) has five atoms: ln_1 (2),
     # self_attention (in_proj_weight and in_proj_bias beside out_proj's two: 4), ln_2 (2),
     # mlp.0 (2), mlp.3 (2); then encoder.ln and heads.head.
     profile = vit()
     assert profile.names[2] == "class_token" and profile.names[3] == "encoder.pos_embedding"
     assert profile.names[6] == "encoder.layers.encoder_layer_0.self_attention.in_proj_weight"
-    layers = [4 + 12 * k + offset for k in range(12) for offset in (0, 2, 6, 8, 10)]
-    for atoms in ("block", "module"):
-        assert fsdp2_atoms(profile, atoms) == ([0, *layers, 148, 150, 152], True)
+    modules = [4 + 12 * k + offset for k in range(12) for offset in (0, 2, 6, 8, 10)]
+    assert fsdp2_atoms(profile, "module") == ([0, *modules, 148, 150, 152], True)
+    # Whole blocks: each encoder_layer_k of the encoder's Sequential is one atom.
+    assert fsdp2_atoms(profile, "block") == ([0, *[4 + 12 * k for k in range(12)], 148, 150, 152], True)
 
 
 def test_vit_advice_wraps_whole_modules_and_builds_what_it_reports():
