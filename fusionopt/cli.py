@@ -23,6 +23,7 @@ from fusionopt import __version__
 from fusionopt.cost import PiecewiseLinear, cost_from_dict, network, networks, ALGORITHMS
 from fusionopt.integrations.kineto import TIMELINE_RULE, describe_clock, read_parameter_list
 from fusionopt.integrations.traced_step import COPIED_PARTS, PARAMETERS_FILE, PREDICTED_PART
+from fusionopt.integrations.unprofiled import DEFAULT_PROFILER_COST, PROFILER_COST_FILE
 from fusionopt.model import AlphaBeta, Plan, Problem, Profile, simulate
 from fusionopt.model.decoupled import Decoupled, DecoupledPlan
 from fusionopt.model.sharded import FullySharded, ShardedPlan
@@ -942,9 +943,12 @@ def _trace_parameters(trace: str, path: str | None) -> Any:
 def _cmd_traced(args: argparse.Namespace) -> None:
     from fusionopt.integrations.traced_step import predict_traced_step
 
+    if args.profiler_cost is not None and not (math.isfinite(args.profiler_cost) and args.profiler_cost >= 0):
+        raise UsageError(f"--profiler-cost must be a finite number of seconds >= 0, got {args.profiler_cost:g}")
     result = predict_traced_step(args.traces, _trace_parameters(args.traces, args.parameters),
-                                 statistic=args.statistic, timeline=args.timeline)
+                                 statistic=args.statistic, timeline=args.timeline, profiler_cost=args.profiler_cost)
     clock = describe_clock(result.profile.metadata)
+    cost = result.profiler_cost
     if args.json:
         print(json.dumps({"predicted": result.predicted, "measured": result.measured, "error": result.error,
                           "predicted_parts": result.predicted_parts, "measured_parts": result.measured_parts,
@@ -952,7 +956,15 @@ def _cmd_traced(args: argparse.Namespace) -> None:
                           "exposed_error": result.exposed_error, "exposed_difference": result.exposed_difference,
                           "copied_difference": result.copied_difference,
                           "buckets": [m.nbytes for m in result.plan.messages], "timeline": result.profile.metadata["timeline"],
-                          "clock": clock},
+                          "clock": clock,
+                          "predicted_unprofiled": result.predicted_unprofiled,
+                          "unprofiled_parts": result.unprofiled_parts, "replayed_unprofiled": result.replayed,
+                          "measured_unprofiled": result.measured_unprofiled,
+                          "unprofiled_error": result.unprofiled_error,
+                          "profiler_cost": {"seconds_per_event": cost.seconds_per_event, "source": cost.source,
+                                            "detail": cost.detail},
+                          "unprofiled_clock": describe_clock(result.unprofiled_profile.metadata),
+                          "unprofiled_note": result.unprofiled_note},
                          indent=1))
         return
     print(f"{args.traces}: {plural(result.profile.n, 'tensor')}, {plural(result.plan.num_messages, 'bucket')}, "
@@ -972,6 +984,16 @@ def _cmd_traced(args: argparse.Namespace) -> None:
           f"{round(1e3 * result.copied_difference, 3) + 0.0:+.3f} ms from the copied parts (where the measured "
           "parts do not add up to the measured period).")
     print(f"Timed by {clock}.")
+    print(f"Without the profiler (predicted: the traces replayed with its cost, {cost.describe()}, taken out of the "
+          "host's time, then read and simulated as above):")
+    print(f"{'part':<15} {'unprofiled ms':>14}")
+    for part, seconds in result.unprofiled_parts.items():
+        print(f"{part:<15} {1e3 * seconds:>14.3f}")
+    check = ("not measured" if result.measured_unprofiled is None else
+             f"measured {1e3 * result.measured_unprofiled:.3f} ms, error {100 * result.unprofiled_error:+.1f}%")
+    print(f"{'step':<15} {1e3 * result.predicted_unprofiled:>14.3f}   {check}")
+    print(f"The replayed steps last {1e3 * result.replayed:.3f} ms; timed by "
+          f"{describe_clock(result.unprofiled_profile.metadata)}.")
 
 
 def _read_parameters(path: str) -> Profile | list[tuple[str, int]]:
@@ -1515,6 +1537,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "throughput, and means add up; `profile --trace` takes medians by default)")
     p.add_argument("--timeline", default="auto", choices=("auto", "cpu", "gpu"),
                    help=f"which clock times the steps (default auto: {TIMELINE_HELP})")
+    p.add_argument("--profiler-cost", type=float, metavar="SECONDS",
+                   help=f"the profiler's host cost per recorded event, for the step without the profiler (default: "
+                        f"the folder's {PROFILER_COST_FILE}, measured when the job was recorded, else "
+                        f"{DEFAULT_PROFILER_COST.seconds_per_event:g}, fitted to H100 traces)")
     p.add_argument("--json", action="store_true", help="print the figures as JSON")
     p.set_defaults(run=_cmd_traced)
 

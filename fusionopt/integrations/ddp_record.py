@@ -22,9 +22,12 @@ read as one job.
 
 from __future__ import annotations
 
+import datetime
 import json
 import os
+import platform
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -33,9 +36,14 @@ from pathlib import Path
 from typing import Any
 
 from fusionopt.integrations.kineto import TRACE_SUFFIXES
+from fusionopt.integrations.profiler_calibration import measure_profiler_cost
 from fusionopt.integrations.torch import require_torch
 from fusionopt.integrations.traced_step import PARAMETERS_FILE
-from fusionopt.model._io import csv_text, write_text_atomic
+from fusionopt.integrations.unprofiled import PROFILER_COST_FILE, UNPROFILED_FILE, write_profiler_cost
+from fusionopt.model._io import csv_text, write_json_atomic, write_text_atomic
+
+# What a folder holding a recording holds beside its traces.
+RECORDING_FILES = (PARAMETERS_FILE, PROFILER_COST_FILE, UNPROFILED_FILE)
 
 # The folder that holds the fusionopt package, for the ranks' processes to import it from.
 PACKAGE_PARENT = Path(__file__).resolve().parents[2]
@@ -84,6 +92,8 @@ def _rank(rank: int, ranks: int, port: int, folder: str, model: str, batch: int,
 
     join_gloo(rank, ranks, port, threads)
     try:
+        if rank == 0:       # the profiler's cost on this host, before the job
+            write_profiler_cost(folder, measure_profiler_cost("cpu"))
         torch.manual_seed(seed)
         net = small_model(model)
         if rank == 0:      # the parameter list, forward (registration) order, beside the traces
@@ -95,14 +105,29 @@ def _rank(rank: int, ranks: int, port: int, folder: str, model: str, batch: int,
         x = torch.randn(batch, *SMALL_INPUTS[model])
         timing = {"schedule": make_schedule(wait=1, warmup=1, active=steps - 2)} if schedule else {}
         handler = tensorboard_trace_handler(folder, worker_name=f"rank{rank}", use_gzip=True)
+        def step() -> None:
+            optimizer.zero_grad()
+            ddp(x).sum().backward()
+            optimizer.step()
+
         with profile(activities=[ProfilerActivity.CPU], record_shapes=True, on_trace_ready=handler,
                      **timing) as prof:
             for _ in range(steps):
-                optimizer.zero_grad()
-                ddp(x).sum().backward()
-                optimizer.step()
+                step()
                 if schedule:
                     prof.step()
+        periods = []
+        for _ in range(steps - 2 if schedule else steps):       # the same job without the profiler
+            started = time.perf_counter()
+            step()
+            periods.append(time.perf_counter() - started)
+        if rank == 0:
+            write_json_atomic(Path(folder) / UNPROFILED_FILE, {
+                "ddp_plain_median": statistics.median(periods), "steps": len(periods),
+                "source": {"recorder": "fusionopt.integrations.ddp_record", "what": "the traced job's next steps "
+                           "without the profiler, rank 0's periods", "machine": f"{platform.machine()}, "
+                           f"{os.cpu_count()} cores, torch {torch.__version__}",
+                           "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}})
     finally:
         dist.destroy_process_group()
 
@@ -129,7 +154,8 @@ def record_ddp_traces(folder: str | Path, model: str, *, batch: int = 32, ranks:
                       schedule: bool = True, bucket_cap_mb: float | None = None, threads: int = 1,
                       seed: int = 0) -> list[Path]:
     """Run a ``ranks``-process gloo DDP job of the small model ``model`` (:func:`small_model`)
-    and write one gzip trace per rank into ``folder`` (module docstring); returns the files.
+    and write one gzip trace per rank into ``folder``, with ``parameters.csv``,
+    ``profiler_cost.json`` and ``unprofiled.json`` (module docstring); returns the files.
 
     ``steps >= 3`` with a schedule (one skipped, one warm-up, the rest recorded). ``folder``
     must not hold a recording already; it is made if missing. The ranks run in processes of
@@ -143,7 +169,7 @@ def record_ddp_traces(folder: str | Path, model: str, *, batch: int = 32, ranks:
         raise ValueError(f"steps must be a whole number >= {3 if schedule else 1}, got {steps!r}")
     folder = Path(folder)
     if folder.is_dir():
-        held = sorted(p.name for p in folder.iterdir() if p.name.endswith(TRACE_SUFFIXES) or p.name == PARAMETERS_FILE)
+        held = sorted(p.name for p in folder.iterdir() if p.name.endswith(TRACE_SUFFIXES) or p.name in RECORDING_FILES)
         if held:
             listed = ", ".join(held[:2]) + (", ..." if len(held) > 2 else "")
             raise ValueError(f"{folder}: already holds a recording ({listed}): a second job's traces would read as one "

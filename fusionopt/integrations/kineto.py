@@ -323,6 +323,27 @@ def _load(trace: Any) -> tuple[str, list[_Event], Mapping[str, Any]]:
     return source, events, header
 
 
+def trace_events(doc: Any, source: str = "trace") -> list[_Event]:
+    """The complete (``"ph": "X"``) events of a parsed trace as :func:`profile_from_trace`
+    reads them: ``name``, ``cat`` (lower-cased), ``tid``, ``ts``, ``dur``, ``end`` (microseconds)
+    and ``args``, sorted by start (the longer first where two start together). ``source``
+    names the trace in errors."""
+    return _load(_Named(source, doc))[1]
+
+
+def step_windows(events: Sequence[_Event], n_parameters: int, source: str = "trace") -> list[tuple[str, float, float]]:
+    """``(label, start, end)`` in microseconds of each training step :func:`profile_from_trace`
+    reads in ``events`` (:func:`trace_events`): the host's ``ProfilerStep`` annotations, else
+    one step per ``n_parameters`` AccumulateGrad events (module docstring, "Steps")."""
+    steps = [e for e in events if e.name.startswith(STEP_PREFIX) and not e.cat.startswith("gpu")]
+    if steps:
+        return [(e.name, e.ts, e.end) for e in steps]
+    acc_name = ACCUMULATE_GRAD if any(e.name == ACCUMULATE_GRAD for e in events) else EVALUATE_FUNCTION + ACCUMULATE_GRAD
+    with warnings.catch_warnings():             # profile_from_trace names a truncated last step
+        warnings.simplefilter("ignore")
+        return _backward_windows(list(events), acc_name, n_parameters, source)
+
+
 class _GpuClock:
     """GPU work linked to its launch on the host; times in microseconds. NCCL kernels (a
     framework's collectives, launched while the backward runs) are left out: a gradient is

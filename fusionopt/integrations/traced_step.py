@@ -33,10 +33,24 @@ error, where :attr:`TracedStep.error`, the whole step's, is diluted by the copie
 A job is read from every rank's trace: a folder whose traces name a world of ``P`` ranks
 (``distributedInfo``) must hold all ``P`` (one rank's all-reduce durations include its
 wait for the others), and is refused in one line naming the missing ranks.
+
+**Without the profiler.** The profiler slows the job it traces (its host time per recorded
+event), so ``predicted`` is the traced job's step. :attr:`TracedStep.predicted_unprofiled` is
+the same job's step without the profiler: each rank's trace is replayed with the profiler's
+cost taken out (:func:`~fusionopt.integrations.unprofiled.replay_trace`: the host's events
+move earlier, the GPU's work keeps its durations and follows its launches and the host's
+synchronisations), the replayed trace is read into a profile like the traced one, and the
+same plan is simulated on it with the same fitted cost: :attr:`TracedStep.unprofiled_parts`
+says where its time goes. The profiler's cost per event is the job folder's measured one
+(``profiler_cost.json``, written by the recorders), or the default; a job folder's
+``unprofiled.json`` (the unprofiled step, measured) is read only to be set against the
+prediction (:attr:`TracedStep.unprofiled_error`). Where either is missing, one warning line
+names what is missing.
 """
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -46,6 +60,9 @@ import numpy as np
 from fusionopt.integrations.collective_trace import collective_samples, fit_collective_cost, recorded_buckets
 from fusionopt.integrations.kineto import (describe_ranks, documents_by_rank, parameters_from_trace,
                                            profile_from_traces, read_parameter_csv)
+from fusionopt.integrations.unprofiled import (DEFAULT_PROFILER_COST, PROFILER_COST_FILE, UNPROFILED_FILE,
+                                               ProfilerCost, StepReplay, read_profiler_cost,
+                                               read_unprofiled_reference, replay_job)
 from fusionopt.model import Plan, Problem, Profile, simulate
 from fusionopt.model.cost import CommCost
 
@@ -85,6 +102,27 @@ class TracedStep:
         Forward, backward, update, the step parts and the exposed communication: the
         profile's and the simulator's (predicted) and the trace's (measured). All but
         ``"exposed"`` are the trace's measurements on both sides (:data:`COPIED_PARTS`).
+    predicted_unprofiled : float or None
+        The job's step without the profiler: :attr:`plan` simulated on the profile of the
+        traces replayed without the profiler's cost (module docstring), seconds.
+    unprofiled_parts : dict
+        Its parts, as ``predicted_parts``: the replayed profile's and the simulator's.
+    unprofiled_profile : Profile or None
+        The profile read from the replayed traces.
+    replayed : float or None
+        The replayed steps' period (the statistic over steps and ranks), seconds: the
+        replay's own figure, which ``predicted_unprofiled`` models as ``predicted`` models
+        ``measured``.
+    profiler_cost : ProfilerCost or None
+        The profiler's cost per event the replay took out, and where it comes from.
+    replays : dict
+        Rank -> each step's :class:`~fusionopt.integrations.unprofiled.StepReplay`.
+    measured_unprofiled : float or None
+        The job's unprofiled step as measured (its folder's ``unprofiled.json``), seconds;
+        ``None`` where there is none. Never an input to the prediction.
+    unprofiled_note : str or None
+        The one line naming what the unprofiled prediction lacks (a measured profiler cost,
+        a measured unprofiled step), ``None`` where it lacks nothing.
     """
 
     profile: Profile
@@ -94,6 +132,22 @@ class TracedStep:
     measured: float
     predicted_parts: dict[str, float] = field(default_factory=dict)
     measured_parts: dict[str, float] = field(default_factory=dict)
+    predicted_unprofiled: float | None = None
+    unprofiled_parts: dict[str, float] = field(default_factory=dict)
+    unprofiled_profile: Profile | None = None
+    replayed: float | None = None
+    profiler_cost: ProfilerCost | None = None
+    replays: dict[int, list[StepReplay]] = field(default_factory=dict)
+    measured_unprofiled: float | None = None
+    unprofiled_note: str | None = None
+
+    @property
+    def unprofiled_error(self) -> float | None:
+        """``(predicted_unprofiled - measured_unprofiled) / measured_unprofiled``; ``None``
+        without both."""
+        if self.predicted_unprofiled is None or self.measured_unprofiled is None:
+            return None
+        return (self.predicted_unprofiled - self.measured_unprofiled) / self.measured_unprofiled
 
     @property
     def error(self) -> float:
@@ -140,7 +194,7 @@ class TracedStep:
 
 
 def predict_traced_step(traces: Any, parameters: Any = None, *, statistic: str = "mean",
-                        **options: Any) -> TracedStep:
+                        profiler_cost: ProfilerCost | float | None = None, **options: Any) -> TracedStep:
     """Predict a traced DDP job's step time from its traces and compare it with the traces.
 
     Parameters
@@ -158,6 +212,10 @@ def predict_traced_step(traces: Any, parameters: Any = None, *, statistic: str =
     statistic : {"mean", "median"}
         How the steps, the ranks and the repeats of each all-reduce size are summed up
         (module docstring).
+    profiler_cost : ProfilerCost or float, optional
+        The profiler's host cost per recorded event (a float: seconds) for the unprofiled
+        prediction; default: the folder's ``profiler_cost.json``, else
+        :data:`~fusionopt.integrations.unprofiled.DEFAULT_PROFILER_COST`.
     **options
         For :func:`~fusionopt.integrations.kineto.profile_from_trace` (``timeline``, ...).
     """
@@ -170,10 +228,13 @@ def predict_traced_step(traces: Any, parameters: Any = None, *, statistic: str =
                          f"(traces of {describe_ranks(sorted(job))} only): give every rank's trace")
     if parameters is None:
         parameters = folder_parameters(traces) or parameters_from_trace(job)
+    if profiler_cost is not None and not isinstance(profiler_cost, ProfilerCost):
+        profiler_cost = ProfilerCost(profiler_cost)
     profile = profile_from_traces(job, parameters, statistic=statistic, **options)
     sizes, seconds, _ = collective_samples(job)
     cost = fit_collective_cost(sizes, seconds, statistic=statistic).curve
-    plan = Plan.from_groups(profile, recorded_buckets(job, profile))
+    groups = recorded_buckets(job, profile)
+    plan = Plan.from_groups(profile, groups)
     timeline = simulate(Problem(profile, cost, sync="barrier"), plan)
     step = profile.metadata["step"]
     predicted_parts = {**profile.parts, "exposed": timeline.exposed}
@@ -181,6 +242,45 @@ def predict_traced_step(traces: Any, parameters: Any = None, *, statistic: str =
     # The update and the step parts are read from the trace once, into the profile: the same
     # figures on both sides; forward, backward and the exposed wait are measured apart.
     measured_parts.update(update=profile.U, **{part: step[part] for part in profile.step_parts}, exposed=step["exposed"])
-    measured = float(np.mean(step["periods"]) if statistic == "mean" else np.median(step["periods"]))
-    return TracedStep(profile, cost, plan, timeline.iteration_time, measured,
-                      predicted_parts, measured_parts)
+    pick = np.mean if statistic == "mean" else np.median
+    measured = float(pick(step["periods"]))
+
+    folder = Path(traces) if isinstance(traces, (str, Path)) and Path(traces).is_dir() else None
+    given = profiler_cost
+    if given is None:
+        profiler_cost = (read_profiler_cost(folder) if folder else None) or DEFAULT_PROFILER_COST
+    replayed_job, replays = replay_job(job, profiler_cost, profile.n)
+    with warnings.catch_warnings():     # the traced read said them already
+        warnings.simplefilter("ignore")
+        unprofiled_profile = profile_from_traces(replayed_job, parameters, statistic=statistic, **options)
+    unprofiled = simulate(Problem(unprofiled_profile, cost, sync="barrier"), Plan.from_groups(unprofiled_profile, groups))
+    reference = read_unprofiled_reference(folder) if folder else None
+    note = _missing_note(traces, folder, profiler_cost if given is None else None, reference)
+    if note:
+        warnings.warn(note, stacklevel=2)
+    return TracedStep(profile, cost, plan, timeline.iteration_time, measured, predicted_parts, measured_parts,
+                      predicted_unprofiled=unprofiled.iteration_time,
+                      unprofiled_parts={**unprofiled_profile.parts, "exposed": unprofiled.exposed},
+                      unprofiled_profile=unprofiled_profile,
+                      replayed=float(pick([r.replayed for steps in replays.values() for r in steps])),
+                      profiler_cost=profiler_cost, replays=replays,
+                      measured_unprofiled=reference.seconds if reference else None, unprofiled_note=note)
+
+
+def _missing_note(traces: Any, folder: Path | None, taken: ProfilerCost | None, reference: Any) -> str | None:
+    """The one line naming what the unprofiled prediction lacks: a measured profiler cost
+    (``taken`` is the cost read or defaulted, ``None`` when one was given) and a measured
+    unprofiled step to check it against."""
+    lacking = []
+    if taken is not None and taken.source != "measured":
+        lacking.append(f"no {PROFILER_COST_FILE} (the profiler's cost per event, measured where the job was "
+                       f"recorded), so predicted_unprofiled takes the default "
+                       f"{1e6 * taken.seconds_per_event:.3g} us per event fitted to H100 traces")
+    if reference is None:
+        lacking.append(f"no {UNPROFILED_FILE} (the job's step measured without the profiler), so "
+                       "predicted_unprofiled is not checked against a measurement")
+    if not lacking:
+        return None
+    where = folder if folder is not None else (traces if isinstance(traces, (str, Path)) else "the traces")
+    kind = "" if folder is not None else " (not a job folder)"
+    return f"{where}{kind}: " + "; ".join(lacking)

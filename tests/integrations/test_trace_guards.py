@@ -55,7 +55,8 @@ def test_files_fusionopt_writes_into_a_job_folder_are_not_rank_traces(tmp_path, 
     assert round(r.measured / US, 6) == 1000.0 and round(r.predicted / US, 6) == 900.0
     status, out, err = run(capsys, "traced", job)
     assert status == 0 and "step                   1.000         0.900   error -10.0%" in out
-    assert err.count("\n") == 1 and "notes.json" in err
+    # One line for the unreadable file; one naming what the step without the profiler lacks.
+    assert err.count("\n") == 2 and "notes.json" in err and "no profiler_cost.json" in err
 
 
 def test_profile_never_writes_over_a_file_it_read_from_a_trace_folder(tmp_path, capsys):
@@ -197,7 +198,7 @@ def test_traced_names_the_measured_parts_and_the_predicted_ones_error(tmp_path, 
     assert "forward                0.290         0.290   (copied from the trace)" in out
     assert "exposed                0.300         0.200   the model: error -33.3% (-0.100 ms)" in out
     assert "The step's error, -0.100 ms, is the exposed part's -0.100 ms and +0.000 ms from the copied parts" in out
-    assert out.rstrip().endswith("Timed by the host's clock: no GPU work in the trace.")
+    assert "\nTimed by the host's clock: no GPU work in the trace.\nWithout the profiler" in out
     status, out, _ = run(capsys, "traced", job, "--json")
     doc = json.loads(out)
     assert round(doc["exposed_error"], 9) == round(-1 / 3, 9) and doc["predicted_part"] == "exposed"
@@ -278,8 +279,9 @@ def test_recording_needs_no_main_guard_and_refuses_a_used_folder(tmp_path):
     """))
     done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.splitlines()[-1] == "['parameters', 'rank0', 'rank1']"
-    with pytest.raises(ValueError, match=r"job: already holds a recording \(parameters.csv, rank0\..*\): a second "
+    assert done.stdout.splitlines()[-1] == "['parameters', 'profiler_cost', 'rank0', 'rank1', 'unprofiled']"
+    with pytest.raises(ValueError, match=r"job: already holds a recording \(parameters.csv, profiler_cost.json, "
+                                         r"\.\.\.\): a second "
                                          r"job's traces would read as one job with it; record into a new folder$"):
         record_ddp_traces(tmp_path / "job", "mlp", batch=4, steps=3)
 

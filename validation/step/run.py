@@ -173,7 +173,10 @@ def traced_route(model: Any, inputs: Any, precision: Precision, folder: Path, sy
                  steps: int, warmup: int) -> dict[str, Any]:
     from torch.profiler import ProfilerActivity, profile, schedule, tensorboard_trace_handler
 
+    from fusionopt.integrations.profiler_calibration import measure_profiler_cost
     from fusionopt.integrations.traced_step import PARAMETERS_FILE, predict_traced_step
+    from fusionopt.integrations.unprofiled import UNPROFILED_FILE, write_profiler_cost
+    from fusionopt.model._io import write_json_atomic
 
     torch = precision.torch
     folder.mkdir(parents=True, exist_ok=True)
@@ -187,6 +190,8 @@ def traced_route(model: Any, inputs: Any, precision: Precision, folder: Path, sy
         plain_step(ddp, inputs, optimizer, precision)
     sync()
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if gpu else [])
+    # The profiler's cost per recorded event on this host, now: what the unprofiled step is predicted with.
+    write_profiler_cost(folder, measure_profiler_cost(precision.device))
     handler = tensorboard_trace_handler(str(folder), worker_name="rank0", use_gzip=True)
     with profile(activities=activities, record_shapes=True, schedule=schedule(wait=1, warmup=1, active=6),
                  on_trace_ready=handler) as prof:
@@ -195,13 +200,17 @@ def traced_route(model: Any, inputs: Any, precision: Precision, folder: Path, sy
             prof.step()
     sync()
     unprofiled = measure(lambda: plain_step(ddp, inputs, optimizer, precision), sync, steps, warmup)
+    write_json_atomic(folder / UNPROFILED_FILE, {        # the check of the prediction, never its input
+        "ddp_plain_median": unprofiled["median"], "steps": steps,
+        "source": {"what": "the traced DDP job's plain steps after the trace, synchronised, median",
+                   "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+                   "machine": ", ".join(f"{k} {v}" for k, v in hardware(torch, precision.device).items())}})
     step = predict_traced_step(folder)
     row = {"predicted": step.predicted, "measured_in_trace": step.measured, "unprofiled": unprofiled["median"],
            "predicted_parts": dict(step.predicted_parts), "measured_parts": dict(step.measured_parts),
            "buckets": len(step.plan.groups())}
-    unprofiled_prediction = getattr(step, "predicted_unprofiled", None)
-    if unprofiled_prediction is not None:
-        row["predicted_unprofiled"] = unprofiled_prediction
+    row.update(predicted_unprofiled=step.predicted_unprofiled, unprofiled_parts=dict(step.unprofiled_parts),
+               profiler_cost=step.profiler_cost.seconds_per_event)
     return row
 
 
