@@ -181,7 +181,7 @@ def write(args: argparse.Namespace, checks: dict, rows: list[dict], started: flo
         "",
         "## The zoo",
         "",
-        "Zoo roofline profiles (estimates) on H100 (batch 32; GPT-2 at 8), ring reduce-scatter and all-gather presets,"
+        "Zoo profiles (calibrated compute) on H100 (batch 32; GPT-2 at 8), ring reduce-scatter and all-gather presets,"
         " no update time. Megatron with its bucket rule for P ranks; ZeRO-2 and DeAR with their defaults;"
         " `decoupled-opt` with its default budget; `decoupled-dp`, the exact optimum of `decoupled-opt`'s space,"
         " under barrier sync (no update time) and, under layerwise sync, where tensor 0's gradient is last in the"
