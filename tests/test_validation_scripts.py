@@ -119,7 +119,9 @@ def test_training_output_path(training, capsys):
     assert (models, Path(folder), stem) == (["mlp", "cnn", "lstm"], RESULTS, "training-cpu")
     for argv in (["--models", "mlp"], ["--steps", "10"], ["--workers", "8"], ["--models", "lstm,cnn,mlp"]):
         assert Path(training.parse_arguments(argv)[2]) == RESULTS / "subset"
-    assert training.parse_arguments(["--backend", "nccl"])[2:] == (str(RESULTS), "training-gpu")
+    assert training.parse_arguments(["--backend", "nccl", "--ranks", "1"])[2:] == (str(RESULTS), "training-gpu")
+    assert Path(training.parse_arguments(["--backend", "nccl", "--ranks", "2"])[2]) == RESULTS / "subset"
+    assert Path(training.parse_arguments(["--ranks", "1"])[2]) == RESULTS / "subset"
     assert training.parse_arguments(["--models", "mlp", "--out", "elsewhere"])[2] == "elsewhere"
     capsys.readouterr()
 
@@ -128,6 +130,7 @@ def test_training_output_path(training, capsys):
     (["--steps", "0"], "--steps"), (["--steps=-3"], "--steps"), (["--warmup", "-1"], "--warmup"),
     (["--profile-steps", "0"], "--profile-steps"), (["--batch", "0"], "--batch"), (["--workers", "0"], "--workers"),
     (["--steps", "nan"], "--steps"), (["--models", "mlp,gpt"], "--models"), (["--network", "5g"], "--network"),
+    (["--ranks", "3"], "--ranks"),
 ])
 def test_training_refuses_bad_numbers_when_parsing(training, capsys, argv, culprit):
     with pytest.raises(SystemExit) as exit_:
@@ -215,3 +218,10 @@ def test_an_interrupted_training_run_keeps_the_models_finished(tmp_path):
     assert list(kept["results"]) == ["mlp"] and set(kept["results"]["mlp"]["plans"]) >= {"ddp", "dp", "wfbp"}
     assert "mlp: ddp" in (tmp_path / "training-cpu.interrupted.md").read_text()
     assert lines[-1].startswith("interrupted after") and "training-cpu.interrupted.json" in lines[-1]
+
+
+def test_a_one_rank_run_says_so_in_its_table(training):
+    args, _, _, _ = training.parse_arguments(["--ranks", "1", "--models", "mlp"])
+    document = training.document_of({}, args, ["--ranks", "1"], "a host")
+    assert document["ranks"] == 1
+    assert "; 1 rank, gloo on this host's CPU, 1 thread each;" in training.markdown(document)

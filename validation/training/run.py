@@ -1,4 +1,4 @@
-"""Plans trained for real: small models trained on 2 ranks with fusionopt's ``PlanReducer``
+"""Plans trained for real: small models trained on 2 ranks (one with ``--ranks 1``, as on one GPU) with fusionopt's ``PlanReducer``
 under several plans, each measured against the model's prediction.
 
 For each model (``fusionopt.integrations.ddp_record.small_model``: mlp, cnn, lstm), 2 gloo
@@ -116,7 +116,7 @@ def _rank(rank: int, port: int, out: str, args: dict[str, Any]) -> None:
         torch.cuda.set_device(rank)
     device = torch.device("cuda", rank) if gpu else torch.device("cpu")
     settle = torch.cuda.synchronize if gpu else (lambda: None)    # the device's queued work done
-    dist.init_process_group(args["backend"], rank=rank, world_size=2)
+    dist.init_process_group(args["backend"], rank=rank, world_size=args["ranks"])
     cost = network(args["network"], args["workers"])
     report: dict[str, Any] = {}
     try:
@@ -128,10 +128,10 @@ def _rank(rank: int, port: int, out: str, args: dict[str, Any]) -> None:
             dist.barrier()
             measured = profile_model(model, x, loss_fn=lambda out: out.sum(), steps=args["profile_steps"],
                                      warmup=args["warmup"], optimizer=optimizer, name=name)
-            shared: list[Any] = [None, None]
+            shared: list[Any] = [None] * args["ranks"]
             dist.all_gather_object(shared, measured.to_dict())
             profile = Profile.from_dict(shared[0])
-            plans: list[Any] = [None, None]
+            plans: list[Any] = [None] * args["ranks"]
             dist.all_gather_object(plans, {k: (s, p.to_dict(), t) for k, (s, p, t) in solve_plans(profile, cost).items()}
                                    if rank == 0 else None)
             row: dict[str, Any] = {"profile": profile.to_dict(), "tensors": profile.n,
@@ -238,12 +238,17 @@ def targets(results: dict[str, Any], key: str) -> dict[str, Any]:
     return {"median_error": median, "pairs": pairs, "pairs_agreeing": agree, "dp_speedup": speedups}
 
 
+def _ranks(document: dict[str, Any]) -> str:
+    ranks = document.get("ranks", 2)
+    return f"{ranks} rank{'' if ranks == 1 else 's'},"
+
+
 def markdown(document: dict[str, Any]) -> str:
     ms = lambda s: f"{1e3 * s:.2f}"  # noqa: E731
     lines = ["# Plans trained for real: measured against predicted (emulated link)", "",
              f"{document['date']}; {document['host']}; "
-             + ("2 NCCL ranks, one GPU each; " if document.get("backend") == "nccl"
-                else "2 gloo ranks on this host's CPU, 1 thread each; ")
+             + (f"{_ranks(document)} NCCL, one GPU each; " if document.get("backend") == "nccl"
+                else f"{_ranks(document)} gloo on this host's CPU, 1 thread each; ")
              +
              f"**emulated link** `network({document['network']!r}, {document['workers']})`, one message at a time; "
              f"{document['steps']} timed steps after {document['warmup']}. Written by `{document['command']}`. "
@@ -289,7 +294,10 @@ def parse_arguments(argv: list[str] | None) -> tuple[argparse.Namespace, list[st
     parser.add_argument("--workers", type=positive_int, default=64, help="the emulated link's workers (default 64)")
     parser.add_argument("--batch", type=positive_int, default=32)
     parser.add_argument("--backend", default="gloo", choices=("gloo", "nccl"),
-                        help="gloo on the CPU (default) or nccl with one GPU per rank (two GPUs needed)")
+                        help="gloo on the CPU (default) or nccl with one GPU per rank")
+    parser.add_argument("--ranks", type=int, default=2, choices=(1, 2),
+                        help="ranks (default 2; 1 on one GPU: the plans' messages then move no data between "
+                             "ranks, and the emulated link holds each for its cost)")
     parser.add_argument("--steps", type=positive_int, default=30, help="timed steps per plan (default 30)")
     parser.add_argument("--warmup", type=nonnegative_int, default=10, help="untimed steps first (default 10)")
     parser.add_argument("--profile-steps", type=positive_int, default=20,
@@ -306,7 +314,9 @@ def parse_arguments(argv: list[str] | None) -> tuple[argparse.Namespace, list[st
         parser.error(f"--network {args.network}: {exc}")
     stem = "training-gpu" if args.backend == "nccl" else "training-cpu"
     # The stored training-cpu result is the defaults' (gloo); a GPU result would be nccl's.
-    changed = changed_options(parser, args, reference={"backend": args.backend}, leave=("out",))
+    # One GPU runs one NCCL rank: that run is the stored training-gpu result.
+    reference = {"backend": args.backend, **({"ranks": 1} if args.backend == "nccl" else {})}
+    changed = changed_options(parser, args, reference=reference, leave=("out",))
     folder = subset_location(args.out, parser.get_default("out"), changed, folder=True)
     return args, models, folder, stem
 
@@ -317,6 +327,7 @@ def document_of(results: dict[str, Any], args: argparse.Namespace, argv: list[st
         "date": datetime.date.today().isoformat(),
         "host": host,
         "backend": args.backend,
+        "ranks": args.ranks,
         "link": "emulated", "network": args.network, "workers": args.workers, "steps": args.steps, "warmup": args.warmup,
         "command": command_line("validation/training/run.py", argv, args.out),
         "timings": "measured on the host named; not reproducible to the digit",
@@ -340,14 +351,14 @@ def main(argv: list[str] | None = None) -> int:
     host = (f"{platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}, torch {torch.__version__}"
             + (f", {torch.cuda.get_device_name(0)}, NCCL {'.'.join(map(str, torch.cuda.nccl.version()))}"
                if args.backend == "nccl" else ""))
-    settings = {"backend": args.backend, "models": models, "network": args.network, "workers": args.workers,
+    settings = {"backend": args.backend, "ranks": args.ranks, "models": models, "network": args.network, "workers": args.workers,
                 "batch": args.batch, "steps": args.steps, "warmup": args.warmup, "profile_steps": args.profile_steps}
     results: dict[str, Any] = {}
     with Progress(interrupted_path(os.path.join(folder, f"{stem}.md"))) as progress:
         progress.stage("models", total=len(models))
         with tempfile.TemporaryDirectory() as scratch:
             rank0 = os.path.join(scratch, "rank0.json")
-            ranks = mp.spawn(_rank, args=(free_port(), rank0, settings), nprocs=2, join=False)
+            ranks = mp.spawn(_rank, args=(free_port(), rank0, settings), nprocs=settings["ranks"], join=False)
             try:
                 finished = False
                 while not finished:
