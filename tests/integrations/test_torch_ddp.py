@@ -90,9 +90,15 @@ def test_one_step_profile_fits_inside_the_measured_step():
     # With one timed step the parts are taken from the very step whose wall time is recorded,
     # so they cannot exceed it (with several steps, a sum of medians need not stay below the
     # median of the sums).
-    p = profile_model(mlp(), torch.randn(32, 256), steps=1, warmup=1)
+    p = profile_model(mlp(), torch.randn(32, 256), steps=1, warmup=1, reconcile=False)
     assert 0 < p.F <= p.metadata["forward_step_s"]
     assert 0 < p.B <= p.metadata["backward_step_s"]
+    # Reconciled, each part is scaled by the plain step's phase over the hooked one's, so it
+    # stays inside the plain step's phase.
+    p = profile_model(mlp(), torch.randn(32, 256), steps=1, warmup=1)
+    reconciled = p.metadata["reconciled"]
+    assert 0 < p.F <= reconciled["plain_forward_s"] * (1 + 1e-12)
+    assert 0 < p.B <= reconciled["plain_backward_s"] * (1 + 1e-12)
 
 
 def test_the_optimizer_is_the_update_lump_and_the_step_adds_up():
