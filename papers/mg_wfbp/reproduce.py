@@ -276,10 +276,10 @@ def make_plots(out_dir, grid, sweep_data, scaling_data, scales, methods, workers
 
 
 # ----------------------------------------------------------------------------- report
-def compute_source(profiles: dict[str, Profile]) -> str:
+def compute_source(profiles: dict[str, Profile], *others: dict[str, Profile]) -> str:
     """Where the calibrated times of ``profiles`` (label -> profile) come from, read from their
     metadata: the H100 measurements, each model's layer times and, off the H100, the published
-    throughput that scales them."""
+    throughput that scales them; ``others`` (the same models on other devices) add their figures."""
     first = next(iter(profiles.values())).metadata
     layers = []
     for label, p in profiles.items():
@@ -288,13 +288,14 @@ def compute_source(profiles: dict[str, Profile]) -> str:
                       else f"{label} from {source.split(' (')[0].removeprefix('work at ')}")
     text = f"{first['source'].removeprefix('calibrated: ')}; layer times: {', '.join(layers)}"
     figures: dict[tuple, list[str]] = {}
-    for label, p in profiles.items():
-        fig = p.metadata.get("device_figure")
-        if fig is not None:
-            figures.setdefault(tuple(sorted(fig.items())), []).append(label)
-    for key, labels in figures.items():
-        fig = dict(key)
-        text += (f"; on the {first['device'].upper()} every time x {fig['factor']:.2f} for {', '.join(labels)}: "
+    for group in (profiles, *others):
+        for label, p in group.items():
+            fig = p.metadata.get("device_figure")
+            if fig is not None:
+                figures.setdefault((p.metadata["device"], *sorted(fig.items())), []).append(label)
+    for (device, *items), labels in figures.items():
+        fig = dict(items)
+        text += (f"; on the {device.upper()} every time x {fig['factor']:.2f} for {', '.join(labels)}: "
                  f"{fig['model']} at batch {fig['batch']}, {fig['throughput']:g} samples/s {fig['precision']} "
                  f"({fig['source']}" + (f"; derived: {fig['derived']}" if fig["derived"] else "") + ")")
     return text
@@ -352,8 +353,8 @@ def report(ctx) -> str:
           f"({zoo.device(DEVICE).peak_flops / 1e12:.2f} TFLOP/s, one GK210 at boost) that the profile's step sustains, counting a "
           "backward as twice the forward's FLOPs.",
           "* Per-GPU batch (GoogLeNet 64, ResNet-50 32) is **our choice**; we could not confirm the "
-          "paper's batch sizes. Under this model only the product batch x compute scale matters, "
-          "which the sweep below covers.",
+          "paper's batch sizes. Under this model the batch acts only through the compute times (a fixed "
+          "cost per layer plus work in proportion to the batch), which the sweep below scales.",
           f"* Network, results 1 and 2: `network(\"{FITTED}\", {NODES})` = alpha {ctx['cost8'].alpha:.5g} s, "
           f"beta {ctx['cost8'].beta:.5g} s/B, the all-reduce constants fitted in the reference code.",
           f"* Network, result 3: `network(\"{NOMINAL}\", P)`, ring all-reduce with alpha = 2(P-1) a, "

@@ -308,10 +308,10 @@ def make_plot(out_dir, data, models, networks, workers, labels) -> list[str]:
 
 
 # ----------------------------------------------------------------------------- report
-def compute_source(profiles: dict[str, Profile]) -> str:
+def compute_source(profiles: dict[str, Profile], *others: dict[str, Profile]) -> str:
     """Where the calibrated times of ``profiles`` (label -> profile) come from, read from their
     metadata: the H100 measurements, each model's layer times and, off the H100, the published
-    throughput that scales them."""
+    throughput that scales them; ``others`` (the same models on other devices) add their figures."""
     first = next(iter(profiles.values())).metadata
     layers = []
     for label, p in profiles.items():
@@ -320,13 +320,14 @@ def compute_source(profiles: dict[str, Profile]) -> str:
                       else f"{label} from {source.split(' (')[0].removeprefix('work at ')}")
     text = f"{first['source'].removeprefix('calibrated: ')}; layer times: {', '.join(layers)}"
     figures: dict[tuple, list[str]] = {}
-    for label, p in profiles.items():
-        fig = p.metadata.get("device_figure")
-        if fig is not None:
-            figures.setdefault(tuple(sorted(fig.items())), []).append(label)
-    for key, labels in figures.items():
-        fig = dict(key)
-        text += (f"; on the {first['device'].upper()} every time x {fig['factor']:.2f} for {', '.join(labels)}: "
+    for group in (profiles, *others):
+        for label, p in group.items():
+            fig = p.metadata.get("device_figure")
+            if fig is not None:
+                figures.setdefault((p.metadata["device"], *sorted(fig.items())), []).append(label)
+    for (device, *items), labels in figures.items():
+        fig = dict(items)
+        text += (f"; on the {device.upper()} every time x {fig['factor']:.2f} for {', '.join(labels)}: "
                  f"{fig['model']} at batch {fig['batch']}, {fig['throughput']:g} samples/s {fig['precision']} "
                  f"({fig['source']}" + (f"; derived: {fig['derived']}" if fig["derived"] else "") + ")")
     return text
