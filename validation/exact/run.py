@@ -264,7 +264,7 @@ def zoo_suite(budget: Budget, quick: bool, progress: Progress) -> list[str]:
     lines = [
         f"## Zoo models x networks x workers ({budget})",
         "",
-        "Roofline profiles on H100 at batch 64, ring all-reduce presets. \"agrees\": the solver proved",
+        "Zoo profiles (calibrated compute) on H100 at batch 64, ring all-reduce presets. \"agrees\": the solver proved",
         "optimality by itself (CP-SAT's or HiGHS's own status) and equals the DP within its stated",
         "tolerance; otherwise its excess over the DP optimum when its budget stopped it. The columns of",
         "seconds are timings.",
