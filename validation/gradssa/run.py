@@ -70,7 +70,7 @@ def plain_suite(quick: bool, seed: int, progress: Progress) -> list[str]:
     return [
         f"## Plain model: gap to the DP optimum ({len(gaps)} instances)",
         "",
-        "Roofline profiles on H100 at batch 64, ring all-reduce presets, GradSSA with its default options"
+        "Zoo profiles (calibrated compute) on H100 at batch 64, ring all-reduce presets, GradSSA with its default options"
         f" and `rng={seed}`.",
         "",
         "| figure | value | target |",
