@@ -137,7 +137,7 @@ def write(args: argparse.Namespace, rows: list[dict], models: tuple, workers: tu
         f" on {os.cpu_count()} cores ({platform.machine()}), Python {platform.python_version()},"
         f" fusionopt {fusionopt.__version__}.",
         "",
-        f"Zoo roofline profiles (estimates) on H100 at batch 64, `sync=\"layerwise\"`, ring all-reduce presets;"
+        f"Zoo profiles (calibrated compute) on H100 at batch 64, `sync=\"layerwise\"`, ring all-reduce presets;"
         f" {len(rows)} instances ({', '.join(models)} x {', '.join(NETWORKS)} x P = {', '.join(map(str, workers))}).",
         "Each method with its default options (ByteScheduler also with its advised 8M/16M partition and credit);"
         " `layerwise-opt` with its defaults (2 s limit, 200 kicks, rng 0). ByteScheduler runs on Horovod 0.16 as"
