@@ -89,8 +89,8 @@ def write(args: argparse.Namespace, rows: list[dict], started: float) -> None:
         f" on {os.cpu_count()} cores ({platform.machine()}), Python {platform.python_version()},"
         f" fusionopt {fusionopt.__version__}.",
         "",
-        "Zoo roofline profiles (estimates) on " + " and ".join(f"{d.upper()} at batch {b}" for d, b in DEVICES)
-        + "; 10GbE, co-located servers"
+        "Zoo profiles (calibrated compute: the H100's scaled by published throughput) on "
+        + " and ".join(f"{d.upper()} at batch {b}" for d, b in DEVICES) + "; 10GbE, co-located servers"
         f" (K = P), partitioned compute with delta = {1e6 * DELTA:g} us, layerwise sync;"
         f" {len(rows)} instances. `ps-dp` is exact over whole-tensor plans here"
         f" ({sum(r['dp_optimal'] for r in rows)} of {len(rows)} results say OPTIMAL); iPart may cut inside"
