@@ -60,7 +60,8 @@ def run_json(capsys, *argv):
     """Run a command that ends in ``--json``, check it succeeded, parse its stdout."""
     status, out, err = run(capsys, *argv)
     assert status == 0, err
-    assert err == ""
+    # Nothing on stderr but, on a slow host, the notice of a search still running after 1 s.
+    assert all(": still searching, " in line for line in err.splitlines()), err
     return json.loads(out)
 
 
@@ -760,7 +761,7 @@ def test_an_output_that_is_an_input_is_refused_and_the_input_kept(tmp_path, caps
     (["compare", "--model", "alexnet", "--alpha", "1e-3", "--beta", "1e-9", "--algorithm", "tree"],
      "--algorithm chooses --network's all-reduce and goes with --network"),
     (["compare", "--profile", "{profile}", "--device", "v100", "--network", "10gbe", "--workers", "8"],
-     "--device is for a zoo model's estimate and changes nothing with --profile"),
+     "--device is for a zoo model and changes nothing with --profile"),
     (["compare", "--model", "alexnet", "--network", "10gbe", "--workers", "8", "--copy-on", "compute"],
      "--copy-on says where packing runs and goes with --copy-cost GAMMA"),
     (["compare", "--model", "alexnet", "--network", "10gbe", "--workers", "8", "--ps-colocated"],
@@ -774,7 +775,7 @@ def test_an_output_that_is_an_input_is_refused_and_the_input_kept(tmp_path, caps
     (["profile", "--model", "alexnet", "--output", "alexnet.txt"],
      "--output alexnet.txt: a profile is written as JSON or CSV"),
     (["profile", "--input", "{profile}", "--batch", "32"],
-     "--batch is for a zoo model's estimate and changes nothing with --input"),
+     "--batch is for a zoo model and changes nothing with --input"),
     (["advise", "--model", "alexnet", "--network", "10gbe", "--workers", "8", "--method", "p3", "--sync", "layerwise"],
      "method 'p3' gives a plan that is not a fusion plan"),
 ])
