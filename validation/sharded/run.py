@@ -212,7 +212,7 @@ def plot(curves: list[dict], folder: Path) -> str | None:
         ax.xaxis.set_minor_formatter(plt.NullFormatter())
         ax.set_xlabel("memory cap: unsharded parameters and gradients (MiB)")
         ax.set_ylabel("iteration time (ms)")
-        ax.set_title(f"{curve['model']}, 64 workers, 100 Gb IB (H100 estimate)")
+        ax.set_title(f"{curve['model']}, 64 workers, 100 Gb IB (H100, calibrated compute)")
         ax.legend(fontsize=7)
     return save_png(plt, fig, str(folder), "sharded-memory.png")
 
@@ -243,7 +243,7 @@ def write(args: argparse.Namespace, checks: dict, rows: list[dict], curves: list
         "",
         "## Scale",
         "",
-        "Zoo roofline profiles (estimates) on H100 (GPT-2 at batch 8, BERT at 32), ring reduce-scatter and all-gather"
+        "Zoo profiles (calibrated compute) on H100 (GPT-2 at batch 8, BERT at 32), ring reduce-scatter and all-gather"
         " presets, no memory cap. T in ms and, in brackets, the gap to `sharded_lower_bound`; then the peak memory of"
         " unsharded parameters and gradients (MiB) and the seconds each method took to solve (timings, on the machine named above).",
         "",
