@@ -128,8 +128,16 @@ def _rank(rank: int, ranks: int, port: int, folder: str, model: str, batch: int,
                            "without the profiler, rank 0's periods", "machine": f"{platform.machine()}, "
                            f"{os.cpu_count()} cores, torch {torch.__version__}",
                            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}})
-    finally:
+        dist.barrier()
+    except BaseException:
         dist.destroy_process_group()
+        raise
+    # Every rank has written its files and passed the barrier. Leave without tearing the gloo
+    # group down: in torch 2.13 a rank sometimes aborts in its teardown ("terminate called
+    # without an active exception") after its work is done, as the FSDP2 recorder found too.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def join_gloo(rank: int, ranks: int, port: int, threads: int) -> None:
