@@ -1,4 +1,4 @@
-"""Measured PyTorch profiles of zoo models beside the zoo's roofline estimates.
+"""Measured PyTorch profiles of zoo models beside the zoo's profiles of them.
 
 For each model that PyTorch can build here (the LSTM language model from ``torch.nn`` alone;
 the CNNs and ViT when torchvision is installed; BERT and GPT-2 when transformers is, built
@@ -8,7 +8,8 @@ backward times with :func:`fusionopt.integrations.torch.profile_model` (hooks, m
 order and byte sizes equal the zoo architecture's exactly (and its ready and registration
 orders: the order the gradient hooks fire, and ``named_parameters()`` order), and sets the
 measured compute beside the
-roofline estimate of the same model on the chosen zoo device preset.
+zoo's profile of the same model on the chosen zoo device preset (``zoo.profile``'s default,
+calibrated compute; the compute model is named in the result).
 
 Writes each measured profile as JSON (device, torch version, batch and date in its
 metadata) to ``--profiles-dir`` as ``<model>-<hardware>-b<batch>.json`` (default: the zoo's
@@ -66,7 +67,7 @@ def hardware_tag(gpu_name: str) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--device", default="cuda", help="torch device to measure on (default cuda)")
-    parser.add_argument("--zoo-device", default="h100", help="zoo preset of the roofline estimate (default h100)")
+    parser.add_argument("--zoo-device", default="h100", help="zoo preset to compare with (default h100)")
     parser.add_argument("--models", default=DEFAULT_MODELS)
     parser.add_argument("--batch", type=positive_int, default=32, help="per-worker batch (default 32)")
     parser.add_argument("--steps", type=positive_int, default=20, help="timed steps; medians taken (default 20)")
@@ -94,6 +95,7 @@ def main(argv: list[str] | None = None) -> int:
     with Progress(interrupted_path(Path(args.output_dir) / f"profiles-{label}.md")) as progress:
         progress.stage("models", total=len(models))
         rows, skipped = [], []
+        zoo_compute = None
         for name, build, inputs in buildable(models, torch, progress, skipped):
             model = build().to(device).train()
             started = time.perf_counter()
@@ -101,6 +103,7 @@ def main(argv: list[str] | None = None) -> int:
                                      warmup=args.warmup, device=device, batch=args.batch, name=name)
             seconds = time.perf_counter() - started
             estimate = zoo.profile(name, device=args.zoo_device, batch=args.batch, order=device.type)
+            zoo_compute = estimate.metadata.get("compute")
             same_tensors = (measured.names == estimate.names
                             and measured.sizes.tolist() == estimate.sizes.tolist())
             # The order in which the hooks saw the gradients, and the order torch registers the
@@ -136,7 +139,8 @@ def main(argv: list[str] | None = None) -> int:
 
         document = {
             "schema": "fusionopt.validation.profiles", "version": 1, "device": str(device), "hardware": hardware,
-            "zoo_device": args.zoo_device, "batch": args.batch, "steps": args.steps, "warmup": args.warmup,
+            "zoo_device": args.zoo_device, "zoo_compute": zoo_compute, "batch": args.batch, "steps": args.steps,
+            "warmup": args.warmup,
             "torch": torch.__version__, "cuda": torch.version.cuda if device.type == "cuda" else None,
             "python": platform.python_version(), "libraries": library_versions(),
             "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
@@ -162,13 +166,14 @@ def library_versions() -> dict[str, str | None]:
 
 def markdown(document: dict) -> str:
     lines = [
-        f"# Measured profiles against the roofline estimate ({document['hardware']})",
+        f"# Measured profiles against the zoo's ({document['hardware']})",
         "",
         f"{document['date']}; "
         + ", ".join(f"{k} {v}" for k, v in document["libraries"].items() if v)
         + (f", CUDA {document['cuda']}" if document["cuda"] else "")
         + f"; batch {document['batch']}; medians of {document['steps']} steps after {document['warmup']}; "
-        f"estimates from the zoo's `{document['zoo_device']}` preset. Written by `validation/profiles/run.py`.",
+        f"estimates from the zoo's `{document['zoo_device']}` preset ({document.get('zoo_compute') or 'roofline'} compute). "
+        "Written by `validation/profiles/run.py`.",
         "",
         "| model | tensors | names, order and sizes as zoo | ready order as zoo | registration order as zoo | "
         "measured B (ms) | estimate B (ms) | B ratio | "
@@ -186,7 +191,7 @@ def markdown(document: dict) -> str:
         lines += ["", f"Not built here (torchvision or transformers missing): {', '.join(document['skipped'])}."]
     lines += ["", "Ratio: measured over estimated. F is each parameter-owning layer's span to the next, the "
               "last one's to the backward: the measured forward with the loss (see "
-              "`fusionopt.integrations.torch`); the roofline estimate counts layers with parameters only."]
+              "`fusionopt.integrations.torch`)."]
     return "\n".join(lines) + "\n"
 
 
