@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import os
 import platform
 import sys
 import time
@@ -82,6 +83,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(str(exc))
 
     torch = require_torch()
+    load_before = os.getloadavg()[0]
     device = torch.device(args.device)
     label = "gpu" if device.type == "cuda" else "cpu"
     changed = changed_options(parser, args, reference=STORED[label], leave=("output_dir", "profiles_dir"))
@@ -144,6 +146,8 @@ def main(argv: list[str] | None = None) -> int:
             "torch": torch.__version__, "cuda": torch.version.cuda if device.type == "cuda" else None,
             "python": platform.python_version(), "libraries": library_versions(),
             "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "threads": torch.get_num_threads(), "cpus": os.cpu_count(),
+            "load_average": {"before": load_before, "after": os.getloadavg()[0]},
             "results": rows, "skipped": skipped,
         }
         write_result(args.output_dir, f"profiles-{label}", document, markdown(document))
@@ -164,6 +168,15 @@ def library_versions() -> dict[str, str | None]:
     return versions
 
 
+def host_load(document: dict) -> str:
+    """The host's load during the run, as a sentence, or nothing for a document that lacks it."""
+    load = document.get("load_average")
+    if not load:
+        return ""
+    return (f"{document['threads']} torch threads on {document['cpus']} CPUs, 1-minute load average "
+            f"{load['before']:.2f} before and {load['after']:.2f} after: the measured times are timings of that host. ")
+
+
 def markdown(document: dict) -> str:
     lines = [
         f"# Measured profiles against the zoo's ({document['hardware']})",
@@ -173,7 +186,7 @@ def markdown(document: dict) -> str:
         + (f", CUDA {document['cuda']}" if document["cuda"] else "")
         + f"; batch {document['batch']}; medians of {document['steps']} steps after {document['warmup']}; "
         f"estimates from the zoo's `{document['zoo_device']}` preset ({document.get('zoo_compute') or 'roofline'} compute). "
-        "Written by `validation/profiles/run.py`.",
+        + host_load(document) + "Written by `validation/profiles/run.py`.",
         "",
         "| model | tensors | names, order and sizes as zoo | ready order as zoo | registration order as zoo | "
         "measured B (ms) | estimate B (ms) | B ratio | "
