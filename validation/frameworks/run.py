@@ -176,8 +176,8 @@ def markdown(document: dict) -> str:
     advice = document["advice"]
     exact = sum(r["list"] is not None and r["list"] == r["plan"] for r in advice)
     lines += ["", f"## What `advise` prints for the DP's plan ({document['workers']} workers)", "",
-              f"On {len(advice)} cases (every zoo model x {', '.join(ADVICE_NETWORKS)}; zoo roofline estimates on "
-              f"H100, batch 64), the printed `bucket_cap_mb_list` makes the ddp model (checked above against "
+              f"On {len(advice)} cases (every zoo model x {', '.join(ADVICE_NETWORKS)}; calibrated zoo "
+              f"profiles on H100, batch 64), the printed `bucket_cap_mb_list` makes the ddp model (checked above against "
               f"torch) build the DP's plan exactly in **{exact} of {len(advice)}**. T in ms:", "",
               "| model | network | DP plan | `bucket_cap_mb_list` | best single cap | T (cap) | unset | "
               "find_unused (list) | Horovod advised (NCCL) | Horovod defaults (NCCL) |",
