@@ -485,8 +485,8 @@ def main(argv: list[str] | None = None) -> int:
         f"Measured {datetime.date.today().isoformat()} by `{command}` on {os.cpu_count()} cores"
         f" ({platform.processor() or platform.machine()}), Python {platform.python_version()}, numpy {np.__version__},"
         f" OR-Tools {ortools_version}, fusionopt {fusionopt.__version__}; 1-minute load average {load:.2f} at the"
-        " start. Profiles are the zoo's roofline"
-        f" estimates at batch {BATCH}; costs are the ring all-reduce network presets. Seeds `rng = 0..{seeds - 1}`"
+        " start. Profiles are the zoo's (calibrated compute)"
+        f" at batch {BATCH}; costs are the ring all-reduce network presets. Seeds `rng = 0..{seeds - 1}`"
         " for every search. Times are wall-clock seconds from the start of the `solve` call, as recorded"
         " in `stats[\"history_seconds\"]`; for GradSSA they include solving its six seed baselines.",
         "",
