@@ -8,8 +8,12 @@ Measures in one run, on one machine (timings: best of ``--repeats``):
 * ``simulate`` of a 100,000-message plan (one message per tensor): target under 10 ms;
 * ``Plan.validate`` of that plan: target under 20 ms;
 * the default ``compare`` of zoo models (ResNet-50 at batch 64, BERT-base and GPT-2 at batch
-  8; H100 estimates, 10GbE, 64 workers), barrier and layerwise sync: target at least 2x
-  faster than the baseline revision.
+  8; H100, this tree's zoo compute, 10GbE, 64 workers), barrier and layerwise sync: target
+  at least 2x faster than the baseline revision.
+
+The zoo profiles are built once, by this tree, and handed to both sides as
+``Profile.to_dict`` documents: a revision with another zoo compute model then still compares
+the same problems.
 
 ``--baseline REF`` runs the same measurements on a git revision of this repository (checked
 out into a temporary worktree) in a child process, so the two columns come from one run.
@@ -45,11 +49,20 @@ def best(fn, repeats: int) -> float:
     return min(timings(fn, repeats))
 
 
-def measure(repeats: int) -> dict[str, float]:
-    """Seconds per operation, with the fusionopt that ``sys.path`` finds first."""
-    from fusionopt import compare, solve, zoo
+def compare_profiles() -> dict[str, dict]:
+    """The zoo profiles that ``compare`` is timed on, as ``Profile.to_dict`` documents."""
+    from fusionopt import zoo
+
+    return {model: zoo.profile(model, device="h100", batch=64 if model.startswith("resnet") else 8).to_dict()
+            for model in COMPARE_MODELS}
+
+
+def measure(repeats: int, profiles: dict[str, dict]) -> dict[str, float]:
+    """Seconds per operation, with the fusionopt that ``sys.path`` finds first; ``compare``
+    on ``profiles`` (:func:`compare_profiles`)."""
+    from fusionopt import compare, solve
     from fusionopt.cost import AlphaBeta, network
-    from fusionopt.model import Plan, Problem, simulate
+    from fusionopt.model import Plan, Problem, Profile, simulate
     from fusionopt.model.fusion_dp import optimal_fusion
 
     profile = random_profile(TENSORS, 0)
@@ -66,22 +79,26 @@ def measure(repeats: int) -> dict[str, float]:
         "validate": best(lambda: wfbp.validate(profile), repeats),
     }
     for model in COMPARE_MODELS:
-        zoo_profile = zoo.profile(model, device="h100", batch=64 if model.startswith("resnet") else 8)
+        zoo_profile = Profile.from_dict(profiles[model])
         for sync in ("barrier", "layerwise"):
             out[f"compare_{model}_{sync}"] = best(
                 lambda: compare(Problem(zoo_profile, network("10gbe", 64), sync=sync)), max(1, repeats // 2))
     return out
 
 
-def measure_revision(ref: str, repeats: int) -> dict[str, float]:
+def measure_revision(ref: str, repeats: int, profiles: dict[str, dict]) -> dict[str, float]:
     """:func:`measure` on a git revision of this repository, in a child process."""
     with tempfile.TemporaryDirectory(prefix="bench-") as scratch:
         tree = Path(scratch) / "tree"
+        profiles_file = Path(scratch) / "profiles.json"
+        profiles_file.write_text(json.dumps(profiles))
         subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", "-q", str(tree), ref], check=True)
         try:
             code = ("import json, sys; sys.path.insert(0, sys.argv[1]); sys.path.insert(1, sys.argv[2]); "
-                    "import bench_scale; print(json.dumps(bench_scale.measure(int(sys.argv[3]))))")
-            done = subprocess.run([sys.executable, "-c", code, str(tree), str(ROOT / "benchmarks"), str(repeats)],
+                    "import bench_scale; profiles = json.load(open(sys.argv[4])); "
+                    "print(json.dumps(bench_scale.measure(int(sys.argv[3]), profiles)))")
+            done = subprocess.run([sys.executable, "-c", code, str(tree), str(ROOT / "benchmarks"), str(repeats),
+                                   str(profiles_file)],
                                   check=True, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(tree)})
             return json.loads(done.stdout.strip().splitlines()[-1])
         finally:
@@ -97,8 +114,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.repeats < 1:
         parser.error("--repeats must be >= 1")
     sys.path.insert(0, str(ROOT))
-    now = measure(args.repeats)
-    before = measure_revision(args.baseline, args.repeats)
+    profiles = compare_profiles()
+    now = measure(args.repeats, profiles)
+    before = measure_revision(args.baseline, args.repeats, profiles)
     rows = [
         ("`solve(problem, \"dp\")`, 100,000 tensors", "solve_dp", "<= 2x the DP core and < 0.1 s"),
         ("the DP core alone (`optimal_fusion`), same instance", "dp_core", "-"),
@@ -113,7 +131,9 @@ def main(argv: list[str] | None = None) -> int:
         f"{datetime.date.today().isoformat()}; {platform.machine()}, {os.cpu_count()} CPUs, Python "
         f"{platform.python_version()}. Written by `python benchmarks/bench_scale.py --baseline {args.baseline} "
         f"--repeats {args.repeats}`. **Timings** of this host (best of the repeats; they vary from run to run): "
-        f"this tree beside revision `{args.baseline}`, measured in the same run.",
+        f"this tree beside revision `{args.baseline}`, measured in the same run. Both sides time `compare` on "
+        f"the same zoo profiles, built by this tree ({profiles[COMPARE_MODELS[0]]['metadata'].get('compute', 'zoo')} "
+        f"compute on H100).",
         "",
         "| operation | this tree (ms) | " + f"`{args.baseline}` (ms) | speed-up | target |",
         "|---|---|---|---|---|",
