@@ -1,6 +1,6 @@
 """How far ``decoupled-cpsat`` proves optimality without interleaving (``interleave=False``).
 
-Instances: the last ``n`` tensors of three zoo models (H100 compute estimate, batch 32) and a
+Instances: the last ``n`` tensors of three zoo models (H100, calibrated compute, batch 32) and a
 seeded random profile, each with an optimiser update per tensor (below), on 10 Gb Ethernet
 over 8 workers (ring halves); both update semantics (ZeRO: update, then gather; DeAR:
 ``update_after_gather``) and both sync modes. ``interleave=False`` runs for every ``n``, and
