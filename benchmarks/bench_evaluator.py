@@ -47,6 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--output", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
+    load_before = os.getloadavg()[0]
     rng = np.random.default_rng(0)
 
     # Batch evaluator on ResNet-50, 64 workers, 10GbE ring all-reduce.
@@ -92,7 +93,9 @@ def main(argv: list[str] | None = None) -> int:
         f"Measured {datetime.date.today().isoformat()} by `python benchmarks/bench_evaluator.py"
         f" --plans {args.plans} --repeats {args.repeats}`",
         f"on {os.cpu_count()} cores ({platform.processor() or platform.machine()}), Python {platform.python_version()},"
-        f" numpy {np.__version__}, fusionopt {fusionopt.__version__}. Times are medians of the repeats.",
+        f" numpy {np.__version__}, fusionopt {fusionopt.__version__}; 1-minute load average {load_before:.2f} at the"
+        f" start, {os.getloadavg()[0]:.2f} at the end. Times are medians of the repeats, timings of this host; the"
+        " ResNet-50 profile is the zoo's (calibrated compute, H100, batch 64).",
         "",
         "## Fusion plans of ResNet-50 (161 tensors, 64 workers, 10GbE ring)",
         "",
