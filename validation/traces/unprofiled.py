@@ -154,6 +154,19 @@ def markdown(document: dict[str, Any]) -> str:
     lines += markdown_table(["job", "unprofiled, measured"] + [f"step {k + 1}" for k in range(width)],
                             [[r["job"], _ms(r["measured_unprofiled"])]
                              + [f"{_ms(s['traced'])} / {_ms(s['replayed'])}" for s in r["replays"]] for r in rows])
+    lines += ["", "What each job's own measurements imply the profiler cost, us per recorded event: (traced period "
+              "- unprofiled step) / recorded events per traced step. One constant cost fits the jobs only as far as "
+              "these agree. Where the GPU bounds the step the profiler's host time hides behind GPU work (the replay "
+              "models that), so a small implied cost there is expected; where the host bounds it, a job whose traced "
+              "steps include one no slower than its unprofiled median was measured unprofiled on a slower host than "
+              "traced, and no profiler cost accounts for that.", ""]
+    lines += markdown_table(["job", "events per step", "implied cost (us per event)", "fastest traced step (ms)",
+                             "unprofiled, measured (ms)", "note"],
+                            [[r["job"], f"{implied(r)[0]:.0f}", f"{implied(r)[1]:.2f}",
+                              _ms(min(s["traced"] for s in r["replays"])), _ms(r["measured_unprofiled"]),
+                              "a traced step, profiler included, ran no slower than the unprofiled median"
+                              if min(s["traced"] for s in r["replays"]) <= r["measured_unprofiled"] else ""]
+                             for r in rows])
     if document.get("fit"):
         fitted = document["fit"]
         lines += ["", f"The profiler's cost fitted (`--fit`): each job's unprofiled error at each cost; the least "
@@ -162,6 +175,13 @@ def markdown(document: dict[str, Any]) -> str:
                                 [[f"{c:g}"] + [_pct(fitted["errors"][name][k]) for name in fitted["errors"]]
                                  + [f"{100 * fitted['largest'][k]:.1f}%"] for k, c in enumerate(fitted["grid_us"])])
     return "\n".join(lines) + "\n"
+
+
+def implied(r: dict[str, Any]) -> tuple[float, float]:
+    """A job's recorded events per traced step and the profiler cost per event (us) that its
+    traced period and unprofiled step imply."""
+    events = statistics.mean(s["events"] for s in r["replays"])
+    return events, 1e6 * (r["measured_in_trace"] - r["measured_unprofiled"]) / events
 
 
 def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
