@@ -233,9 +233,11 @@ def test_a_plan_below_a_bound_claimed_for_it_is_an_error():
 
 # ---------------------------------------------------------------------- bounds that say nothing
 def test_a_bound_that_misses_the_communication_gives_no_gap():
-    # The parameter server's bounds charge a measured push or pull one smallest message,
-    # c(1) = 0.1 ms, whatever the bytes: B + F + 2 x 0.1 ms = 9.2 ms covers 0.2 of the best
-    # plan's 9.29 ms of communication, so those gaps say nothing and are shown as "-".
+    # The parameter server's channel bound counts the 7 MB pushed on the measured curve,
+    # c(7 MB) = 7.09 ms from the first ready tensor at 1 ms, but under layerwise sync only the
+    # last tensor's forward (1 ms) surely follows: 9.19 ms, below the last chunk's bound
+    # B + 2 c(1) + F = 9.2 ms, which covers 0.2 of the best plan's 9.29 ms of communication,
+    # so those gaps say nothing and are shown as "-".
     measured = compare(Problem(section5(), ps=ParameterServer(CURVE), sync="layerwise"))
     rows = {r.method: r for r in measured}
     best = min(r.iteration_time for r in measured)
@@ -247,7 +249,7 @@ def test_a_bound_that_misses_the_communication_gives_no_gap():
     text = format_table(measured)
     ipart_line = next(line for line in text.splitlines() if line.startswith("ipart "))
     assert ipart_line.split()[-2] == "-" and "FEASIBLE" in ipart_line
-    assert "gap -: the lower bound of ps-default, ps-layer, ibatch, ipart" in text and "a cost is measured" in text
+    assert "gap -: the lower bound of ps-default, ps-layer, ibatch, ipart" in text
     # The decoupled bounds count the bytes of a measured curve as of alpha + beta S: every gap
     # is shown.
     for half in (CURVE, AlphaBeta(1e-4, 1e-9)):

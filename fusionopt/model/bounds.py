@@ -212,10 +212,11 @@ def ps_lower_bound(problem: Problem) -> float:
       its push, server update and pull (each of at least one byte) follow, then the forward:
       ``U + F + W`` (barrier, or layerwise without partitioned compute) or at least the
       updates and forwards of tensors ``1..n-1`` (tensor 0's forward may be split);
-    * for an affine push cost, the push channel: it opens no earlier than the first chunk
-      is ready and carries every byte (``sum_k c(S_k) >= c(total)`` when ``alpha >= 0``);
-      the last push's bytes are then updated and pulled; likewise for the pull channel,
-      which opens after the first push and its update;
+    * the push channel: it opens no earlier than the first chunk is ready and carries every
+      byte, in at least :func:`least_channel_time` of the total bytes (``c(total)`` for an
+      affine cost; a measured cost's least cost per byte times the bytes); the last push's
+      bytes are then updated and pulled; likewise for the pull channel, which opens after
+      the first push and its update;
     * without partitioned compute, every all-reduce bound of
       :func:`fusionopt.model.bounds.best_bound` for the push cost: pulls and updates only
       delay each tensor's return, so ``T`` is at least the all-reduce ``T`` of the push plan.
@@ -244,10 +245,10 @@ def ps_lower_bound(problem: Problem) -> float:
     last_backward = float(profile.backward[-1])
     first_ready = min(last_backward, ps.delta) if split else last_backward
     total = profile.total_bytes
-    if problem.cost.affine is not None:
-        bounds.append(first_ready + float(problem.cost(total)) + ps.server_update(1) + float(ps.pull(1)) + least_tail)
-    if ps.pull.affine is not None:
-        bounds.append(first_ready + float(problem.cost(1)) + ps.server_update(1) + float(ps.pull(total)) + least_tail)
+    bounds.append(first_ready + least_channel_time(problem.cost, total) + ps.server_update(1) + float(ps.pull(1))
+                  + least_tail)
+    bounds.append(first_ready + float(problem.cost(1)) + ps.server_update(1) + least_channel_time(ps.pull, total)
+                  + least_tail)
     if not split:
         bounds.append(best_bound(problem.plain(), space="any"))
     return float(max(bounds))

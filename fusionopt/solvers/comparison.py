@@ -37,8 +37,7 @@ INFORMATIVE_SHARE = 0.1
 W`` (every plan's least ``T``) by at least this share of ``T* - C``, the exposed communication
 of the fastest plan in the table: ``L - C >= 0.1 (T* - C)``. Below it the bound certifies under
 a tenth of what the best known plan spends waiting for the network, and a gap of hundreds of
-per cent measures the bound, not the plan (what the bounds give for a cost that is not
-``alpha + beta S``: they charge the channel one smallest message, whatever the bytes)."""
+per cent measures the bound, not the plan."""
 
 
 @dataclass(frozen=True)
@@ -286,10 +285,8 @@ def _notes(comparison: Comparison) -> list[str]:
                      "exact over)")
     vague = [r.method for r in comparison.rows if r.gap is not None and not r.informative]
     if vague:
-        why = (" (a cost is measured, not alpha + beta S: the bounds charge the channel one smallest message "
-               "whatever the bytes)" if comparison.measured_cost else "")
         notes.append(f"gap -: the lower bound of {', '.join(vague)} covers under {INFORMATIVE_SHARE:.0%} of the "
-                     f"best plan's exposed communication{why}; compare their T")
+                     "best plan's exposed communication; compare their T")
     notes += [f"left out: {reason}" for reason in comparison.left_out.values()]
     return [""] + notes if notes else []
 

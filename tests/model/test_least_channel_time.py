@@ -8,8 +8,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fusionopt.model.bounds import least_channel_time
+from fusionopt.model import Problem, Profile
+from fusionopt.model.bounds import least_channel_time, ps_lower_bound
 from fusionopt.model.cost import AlphaBeta, Composite, PiecewiseLinear
+from fusionopt.model.ps import ParameterServer
 
 
 @st.composite
@@ -44,3 +46,18 @@ def test_a_measured_curve_bounds_the_bytes_not_only_one_message():
     assert least_channel_time(measured, 10**6) <= measured(1e6)
     assert least_channel_time(measured, 500) == pytest.approx(1e-5)        # below the first point: c(1)
     assert least_channel_time(AlphaBeta(1e-3, 1e-9), 10**6) == pytest.approx(2e-3)
+
+
+def test_the_parameter_servers_bound_counts_the_bytes_of_a_measured_push():
+    # Pushes on a measured curve (100 us at 1 kB, 100 ms at 100 MB, linear between) of
+    # 7 MB in all: whatever the split, the push channel carries 7 MB in at least
+    # c(7 MB) = 1e-4 + (7e6 - 1e3) * (0.1 - 1e-4) / (1e8 - 1e3) s. With partitioned compute
+    # and delta = 0 the first chunk may be ready at 0; the last push's update (0) and pull
+    # (c(1) = 100 us) and U + F + W = 3 ms follow. Charging one smallest push gave only
+    # B + 2 c(1) + F = 9.2 ms.
+    curve = PiecewiseLinear([1e3, 1e8], [1e-4, 0.1])
+    profile = Profile.from_arrays([4e6, 1e6, 2e6], [1e-3] * 3, [3e-3, 2e-3, 1e-3])
+    problem = Problem(profile, ps=ParameterServer(curve, partition_compute=True))
+    push = 1e-4 + (7e6 - 1e3) * (0.1 - 1e-4) / (1e8 - 1e3)
+    assert ps_lower_bound(problem) == pytest.approx(push + 1e-4 + 3e-3, rel=1e-12)
+    assert ps_lower_bound(problem) > 9.2e-3
