@@ -1,0 +1,68 @@
+"""A framework's own costs on the model: a constant per message on the channel and a fixed
+cost per step on the host (MODEL.md section 2.1).
+
+A gradient reducer (DDP's C++ reducer, FSDP2, fusionopt's ``PlanReducer``) spends time of its
+own beyond the link: hooks, packing and unpacking, hand-offs to its communication thread.
+What each message costs holds the channel like the link's startup does, so it is added to
+every message's ``c(S)``: ``c'(S) = c(S) + o`` for ``S > 0`` (``alpha + o`` for an
+:class:`~fusionopt.model.cost.AlphaBeta`). What each step costs is time the step waits for
+the host, so it is added to the profile's ``host_overhead``: every plan's ``T`` grows by
+exactly that (MODEL.md section 4).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from fusionopt.model.cost import AlphaBeta, CommCost, Composite, check_param
+from fusionopt.model.problem import Problem
+
+__all__ = ["with_message_overhead", "with_overhead"]
+
+
+def with_message_overhead(cost: CommCost, seconds: float) -> CommCost:
+    """``cost`` with ``seconds`` more on every message of ``S > 0`` bytes (``c(0)`` stays 0).
+
+    >>> with_message_overhead(AlphaBeta(1e-4, 1e-9), 2.5e-4)
+    AlphaBeta(alpha=0.00035, beta=1e-09)
+    >>> from fusionopt.model.cost import PiecewiseLinear
+    >>> c = with_message_overhead(PiecewiseLinear([1e3, 1e6], [1e-5, 1e-3]), 1e-4)
+    >>> round(float(c(1e6)), 9), float(c(0))
+    (0.0011, 0.0)
+    """
+    seconds = check_param("per-message overhead", seconds)
+    if not isinstance(cost, CommCost):
+        raise ValueError(f"cost must be a CommCost, got {type(cost).__name__}")
+    if seconds == 0.0:
+        return cost
+    if isinstance(cost, AlphaBeta):
+        return AlphaBeta(cost.alpha + seconds, cost.beta)
+    return Composite([(cost, 1.0), (AlphaBeta(seconds, 0.0), 1.0)])
+
+
+def with_overhead(problem: Problem, *, per_step: float, per_message: float) -> Problem:
+    """``problem`` with a framework's own costs: ``per_message`` seconds on every message
+    (on both collectives' costs of a fully sharded problem) and ``per_step`` seconds added to
+    the profile's ``host_overhead``.
+
+    >>> from fusionopt.model import Plan, Profile, simulate
+    >>> profile = Profile.from_arrays([4e6], [1e-3], [2e-3])
+    >>> problem = Problem(profile, AlphaBeta(1e-3, 1e-9))
+    >>> plan = Plan.from_cuts(profile, [])
+    >>> slower = with_overhead(problem, per_step=5e-4, per_message=2e-4)
+    >>> round(simulate(slower, plan).iteration_time - simulate(problem, plan).iteration_time, 12)
+    0.0007
+    """
+    per_step = check_param("per-step overhead", per_step)
+    per_message = check_param("per-message overhead", per_message)
+    if problem.ps is not None or problem.decoupled is not None:
+        raise ValueError(f"a reducer's overhead applies to all-reduce and fully sharded problems, not to a "
+                         f"{problem.pattern} problem")
+    profile = problem.profile.with_step_parts(host_overhead=problem.profile.host_overhead + per_step)
+    if problem.fully_sharded is not None:
+        sharded = dataclasses.replace(
+            problem.fully_sharded,
+            reduce_scatter=with_message_overhead(problem.fully_sharded.reduce_scatter, per_message),
+            all_gather=with_message_overhead(problem.fully_sharded.all_gather, per_message))
+        return dataclasses.replace(problem, profile=profile, cost=None, fully_sharded=sharded)
+    return dataclasses.replace(problem, profile=profile, cost=with_message_overhead(problem.cost, per_message))

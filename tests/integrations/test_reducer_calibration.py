@@ -1,0 +1,189 @@
+"""A reducer's own cost: the fit, where the model puts it, the file, and a short real run."""
+
+import json
+import math
+
+import pytest
+
+from fusionopt.integrations.reducer_calibration import (REDUCER_CALIBRATION_SCHEMA, ReducerCalibration, Sample,
+                                                         fit_overhead, read_reducer_calibration,
+                                                         with_reducer_overhead)
+from fusionopt.model import AlphaBeta, FullySharded, Plan, Problem, Profile, simulate
+from fusionopt.model.cost import PiecewiseLinear
+from fusionopt.model.overhead import with_message_overhead, with_overhead
+from fusionopt.solvers.sharded import fsdp2_plan
+
+
+# ---------------------------------------------------------------------- the fit
+def test_fit_recovers_exact_figures():
+    # excess = 0.5 ms + 0.25 ms per message, no noise.
+    messages = [1, 2, 4, 8, 16]
+    per_step, per_message = fit_overhead(messages, [5e-4 + 2.5e-4 * m for m in messages])
+    assert per_step == pytest.approx(5e-4, abs=1e-15)
+    assert per_message == pytest.approx(2.5e-4, abs=1e-15)
+
+
+def test_fit_is_least_squares_by_hand():
+    # x = 1, 2, 3; y = 2, 3, 5: mean x 2, mean y 10/3; slope ((-1)(-4/3) + 0 + (1)(5/3)) / 2 = 1.5,
+    # intercept 10/3 - 3 = 1/3.
+    per_step, per_message = fit_overhead([1, 2, 3], [2.0, 3.0, 5.0])
+    assert per_message == pytest.approx(1.5)
+    assert per_step == pytest.approx(1 / 3)
+
+
+def test_fit_keeps_both_figures_non_negative():
+    # Free fit (-2, 1). Through the origin: slope (1*-1 + 3*1) / (1 + 9) = 0.2, residual
+    # 1.2^2 + 0.4^2 = 1.6; flat at the mean 0: residual 2. The origin wins.
+    assert fit_overhead([1, 3], [-1.0, 1.0]) == (0.0, pytest.approx(0.2))
+    # Falling excess: free slope -1; flat at the mean 2 (residual 2) beats the origin's.
+    assert fit_overhead([1, 2, 3], [3.0, 2.0, 1.0]) == (pytest.approx(2.0), 0.0)
+    assert fit_overhead([1, 2], [-1.0, -2.0]) == (0.0, 0.0)
+
+
+def test_sample_excess_is_step_less_plain_and_link():
+    assert Sample(messages=4, step=30e-3, plain=2e-3, link=20e-3).excess == pytest.approx(8e-3)
+
+
+# ---------------------------------------------------------------------- where the model puts it
+def two_tensors() -> Profile:
+    # Backward 1 ms per tensor, forward 1 ms each; each tensor 1 MB.
+    return Profile.from_arrays([1e6, 1e6], [1e-3, 1e-3], [1e-3, 1e-3])
+
+
+def test_one_message_grows_by_exactly_its_overhead_where_the_channel_is_critical():
+    # One message of 2 MB, ready at B = 2 ms, c = 3 ms + 2 ms = 5 ms: T = 2 + 5 + F 2 = 9 ms.
+    # With 0.4 ms per message and 0.7 ms per step: 2 + 5.4 + 2 + 0.7 = 10.1 ms.
+    profile, cost = two_tensors(), AlphaBeta(3e-3, 1e-9)
+    single = Plan.from_cuts(profile, [False])
+    plain = simulate(Problem(profile, cost), single).iteration_time
+    slower = simulate(with_overhead(Problem(profile, cost), per_step=7e-4, per_message=4e-4), single).iteration_time
+    assert plain == pytest.approx(9e-3, abs=1e-12)
+    assert slower == pytest.approx(10.1e-3, abs=1e-12)
+
+
+def test_every_message_pays_it_on_a_critical_channel():
+    # WFBP: tensor 1 ready at 1 ms, c = 4 ms (3 + 1), ends 5; tensor 0 then 5 to 9 ms; T = 9 + 2 = 11 ms.
+    # With 0.5 ms per message: 1 -> 5.5, 5.5 -> 10; T = 12 ms: two messages, 1 ms more.
+    profile, cost = two_tensors(), AlphaBeta(3e-3, 1e-9)
+    wfbp = Plan.from_cuts(profile, [True])
+    assert simulate(Problem(profile, cost), wfbp).iteration_time == pytest.approx(11e-3, abs=1e-12)
+    slower = with_overhead(Problem(profile, cost), per_step=0.0, per_message=5e-4)
+    assert simulate(slower, wfbp).iteration_time == pytest.approx(12e-3, abs=1e-12)
+
+
+def test_per_step_overhead_is_host_overhead():
+    problem = with_overhead(Problem(two_tensors(), AlphaBeta(1e-3, 0.0)), per_step=2.5e-3, per_message=0.0)
+    assert problem.profile.host_overhead == 2.5e-3
+    assert problem.cost == AlphaBeta(1e-3, 0.0)
+
+
+def test_message_overhead_on_a_measured_curve():
+    curve = PiecewiseLinear([1e3, 1e6], [1e-5, 1e-3])
+    c = with_message_overhead(curve, 2e-4)
+    assert float(c(0)) == 0.0
+    assert float(c(1e3)) == pytest.approx(2.1e-4)
+    assert float(c(1e6)) == pytest.approx(1.2e-3)
+
+
+def test_fully_sharded_collectives_each_pay_it():
+    # Every all-gather and reduce-scatter of the FSDP2 plan pays the figure: with the
+    # channel critical (startups far above the compute), T grows by collectives x figure.
+    profile = Profile.from_arrays([4e3] * 4, [1e-5] * 4, [1e-5] * 4, names=[f"layers.{i}.weight" for i in range(4)])
+    sharded = FullySharded(reduce_scatter=AlphaBeta(5e-3, 0.0), all_gather=AlphaBeta(5e-3, 0.0))
+    problem = Problem(profile, fully_sharded=sharded)
+    plan = fsdp2_plan(profile)
+    plain = simulate(problem, plan)
+    slower = simulate(with_overhead(problem, per_step=0.0, per_message=1e-3), plan)
+    assert slower.iteration_time - plain.iteration_time == pytest.approx(1e-3 * plain.num_messages, rel=1e-9)
+
+
+def test_reducer_figures_go_where_their_pattern_is():
+    problem = Problem(two_tensors(), AlphaBeta(1e-3, 1e-9))
+    slower = with_reducer_overhead(problem, ReducerCalibration("plan", per_step=1e-3, per_message=2e-4))
+    assert slower.cost.affine == pytest.approx((1.2e-3, 1e-9))
+    assert slower.profile.host_overhead == pytest.approx(1e-3)
+    with pytest.raises(ValueError, match="fsdp2 reducer calibration prices fully-sharded problems"):
+        with_reducer_overhead(problem, ReducerCalibration("fsdp2", per_step=0.0, per_message=0.0))
+
+
+def test_advice_prefers_fewer_messages_when_each_costs_more():
+    # Four 1 MB tensors, backward 2 ms each, c = 0.1 ms + 1 ms per message: WFBP hides every
+    # message but the last (T = 8 + 1.1 + F 4 = 13.1 ms), the only plan that fast. With 50 ms
+    # more per message one message is best: 8 + 54.1 + 4 = 66.1 ms, any second costs 50 ms more.
+    from fusionopt.solvers import solve
+
+    profile = Profile.from_arrays([1e6] * 4, [1e-3] * 4, [2e-3] * 4)
+    problem = Problem(profile, AlphaBeta(1e-4, 1e-9))
+    plain = solve(problem, "dp")
+    heavy = solve(with_overhead(problem, per_step=0.0, per_message=5e-2), "dp")
+    assert (plain.num_messages, plain.iteration_time) == (4, pytest.approx(13.1e-3))
+    assert (heavy.num_messages, heavy.iteration_time) == (1, pytest.approx(66.1e-3))
+
+
+# ---------------------------------------------------------------------- the file
+def document(**changes):
+    doc = {"schema": REDUCER_CALIBRATION_SCHEMA, "version": 1, "reducer": "ddp", "per_step": 1e-3,
+           "per_message": 2e-5, "samples": [{"messages": 1, "step": 7e-3, "plain": 1e-3, "link": 5e-3}]}
+    doc.update(changes)
+    return doc
+
+
+def test_file_round_trip(tmp_path):
+    path = tmp_path / "ddp.json"
+    ReducerCalibration("plan", per_step=1e-3, per_message=2e-4, samples=(Sample(2, 13e-3, 1e-3, 10e-3),),
+                       torch_version="2.13.0", ranks=2, threads=1).write(path)
+    read = read_reducer_calibration(path)
+    assert (read.reducer, read.per_step, read.per_message) == ("plan", 1e-3, 2e-4)
+    assert read.samples[0].excess == pytest.approx(2e-3)
+
+
+@pytest.mark.parametrize("changes, message", [
+    ({"schema": "fusionopt.cost"}, "not a reducer calibration"),
+    ({"reducer": "horovod"}, "unknown reducer 'horovod'"),
+    ({"per_message": -1e-3}, "per_message must be a finite number of seconds >= 0"),
+    ({"per_step": "fast"}, "per_step must be a finite number"),
+    ({"version": 7}, "unsupported reducer calibration version 7"),
+    ({"samples": [{"messages": 1}]}, "samples must be a list"),
+])
+def test_bad_files_name_the_file_and_the_fault(tmp_path, changes, message):
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps(document(**changes)))
+    with pytest.raises(ValueError, match=message) as caught:
+        read_reducer_calibration(path)
+    assert str(caught.value).startswith(str(path))
+
+
+def test_malformed_json_names_the_file(tmp_path):
+    path = tmp_path / "r.json"
+    path.write_text("{\"schema\": ")
+    with pytest.raises(ValueError, match="r.json: malformed JSON"):
+        read_reducer_calibration(path)
+
+
+# ---------------------------------------------------------------------- a short real run
+@pytest.mark.parametrize("reducer", ["plan", "ddp", "fsdp2"])
+def test_short_gloo_calibration_gives_finite_non_negative_figures(reducer):
+    torch = pytest.importorskip("torch")
+    if not torch.distributed.is_available() or not torch.distributed.is_gloo_available():
+        pytest.skip("torch.distributed with gloo is not available")
+    from fusionopt.integrations.reducer_calibration import measure_reducer_overhead
+
+    result = measure_reducer_overhead(reducer, 2, message_counts=(1, 2), layers=2, width=8, steps=2, warmup=1,
+                                      rounds=1, link=AlphaBeta(1e-3, 0.0))
+    assert result.reducer == reducer and result.ranks == 2 and result.backend == "gloo"
+    assert math.isfinite(result.per_step) and result.per_step >= 0
+    assert math.isfinite(result.per_message) and result.per_message >= 0
+    per_count = 2 if reducer == "fsdp2" else 1      # FSDP2: an all-gather and a reduce-scatter per unit
+    assert [s.messages for s in result.samples] == [per_count * 1, per_count * 2]
+    # Each sample's link time is its messages' 1 ms holds.
+    assert [s.link for s in result.samples] == pytest.approx([1e-3 * s.messages for s in result.samples], rel=1e-6)
+
+
+def test_bad_arguments_are_refused_before_any_rank_starts():
+    pytest.importorskip("torch")
+    from fusionopt.integrations.reducer_calibration import measure_reducer_overhead
+
+    with pytest.raises(ValueError, match="unknown reducer 'horovod'"):
+        measure_reducer_overhead("horovod")
+    with pytest.raises(ValueError, match="message_counts must hold at least two divisors of layers"):
+        measure_reducer_overhead("plan", message_counts=(1, 3), layers=4)
