@@ -16,9 +16,19 @@ they measured; :mod:`~fusionopt.integrations.ddp_record` records such jobs (gloo
 :mod:`~fusionopt.integrations.ddp_layout` reads DDP's buckets with a comm hook.
 Profiles also travel as CSV: :meth:`~fusionopt.model.profile.Profile.to_csv` and
 :meth:`~fusionopt.model.profile.Profile.read_csv`.
+
+Advice out: :func:`~fusionopt.integrations.apply.apply_advice` builds DDP or FSDP2 on a
+real model as ``fusionopt advise --json`` says, and
+:func:`~fusionopt.integrations.apply.apply_defaults` as the framework's defaults;
+:class:`~fusionopt.integrations.emulated_link.EmulatedLink` holds their collectives for a
+slower network's time (:func:`~fusionopt.integrations.emulated_link.ddp_comm_hook`,
+:func:`~fusionopt.integrations.emulated_link.emulate_fsdp2`).
 """
 
+from fusionopt.integrations.apply import apply_advice, apply_defaults
+from fusionopt.integrations.emulated_link import EmulatedLink, ddp_comm_hook, emulate_fsdp2
 from fusionopt.integrations.kineto import profile_from_trace
 from fusionopt.integrations.torch import profile_model
 
-__all__ = ["profile_from_trace", "profile_model"]
+__all__ = ["EmulatedLink", "apply_advice", "apply_defaults", "ddp_comm_hook", "emulate_fsdp2", "profile_from_trace",
+           "profile_model"]

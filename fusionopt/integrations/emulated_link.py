@@ -199,7 +199,7 @@ def emulate_fsdp2(model: Any, link: EmulatedLink) -> int:
     """Hold every all-gather and reduce-scatter of each FSDP2 module in ``model`` (the model
     itself and its submodules that ``fully_shard`` wrapped) on ``link`` (module docstring).
     Call it after the ``fully_shard`` calls and before the first step; returns how many
-    FSDP2 modules it installed on. ``ValueError`` where ``model`` holds no FSDP2 module, a
+    FSDP2 units (``fully_shard`` calls, of one module or several) it installed on. ``ValueError`` where ``model`` holds no FSDP2 module, a
     module is already emulated, or its parameters are on CUDA.
     """
     require_torch()
@@ -207,22 +207,24 @@ def emulate_fsdp2(model: Any, link: EmulatedLink) -> int:
 
     if not isinstance(link, EmulatedLink):
         raise ValueError(f"link must be an EmulatedLink, got {type(link).__name__}")
-    modules = [(name, m) for name, m in model.named_modules() if isinstance(m, FSDPModule)]
-    if not modules:
+    units: dict[int, tuple[str, Any]] = {}      # one FSDP2 state per fully_shard call, of one or more modules
+    for name, module in model.named_modules():
+        if isinstance(module, FSDPModule):
+            units.setdefault(id(module._get_fsdp_state()), (name, module))
+    if not units:
         raise ValueError("the model holds no FSDP2 module: call fully_shard on it (and its units) first")
-    for name, module in modules:
-        groups = module._get_fsdp_state()._fsdp_param_groups
-        for group in groups:
+    for name, module in units.values():
+        for group in module._get_fsdp_state()._fsdp_param_groups:
             if group.device.type != "cpu":
                 raise ValueError(f"FSDP2 module {name or '(root)'!r} is on {group.device.type}: the emulated link "
                                  "holds collectives on the issuing thread, which is faithful on CPU only")
             if isinstance(group._all_gather_comm, _HeldCollective):
                 raise ValueError(f"FSDP2 module {name or '(root)'!r} already holds its collectives on a link")
-    for _, module in modules:
+    for _, module in units.values():
         for group in module._get_fsdp_state()._fsdp_param_groups:
             module.set_custom_all_gather(_HeldCollective(group._all_gather_comm, link, "output_tensor"))
             module.set_custom_reduce_scatter(_HeldCollective(group._reduce_scatter_comm, link, "input_tensor"))
-    return len(modules)
+    return len(units)
 
 
 __all__ = ["EmulatedLink", "Hold", "ddp_comm_hook", "emulate_fsdp2"]

@@ -42,7 +42,6 @@ import platform
 import statistics
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -106,6 +105,7 @@ def _rank(rank: int, port: int, out: str, args: dict[str, Any]) -> None:
     import torch.distributed as dist
 
     from fusionopt.integrations.ddp_record import SMALL_INPUTS, small_model
+    from fusionopt.integrations.emulated_link import EmulatedLink, ddp_comm_hook
     from fusionopt.integrations.plan_reducer import PlanReducer
     from fusionopt.integrations.torch import profile_model
 
@@ -163,27 +163,7 @@ def _rank(rank: int, port: int, out: str, args: dict[str, Any]) -> None:
             # a bucket holds the link for c(S) from when it is posted or the link frees, the
             # later (gloo runs two buckets at once; one link carries one at a time).
             ddp = torch.nn.parallel.DistributedDataParallel(model)
-            world = dist.get_world_size()
-            link = {"free": 0.0}
-            lock = threading.Lock()
-
-            def held(state, bucket):                 # DDP checks the annotations: none, or its own
-                posted = time.perf_counter()
-                nbytes = bucket.buffer().numel() * bucket.buffer().element_size()
-                with lock:
-                    link["free"] = max(posted, link["free"]) + float(cost(nbytes))
-                    until = link["free"]
-                future = dist.all_reduce(bucket.buffer(), async_op=True).get_future()
-
-                def done(f: Any) -> Any:
-                    buffer = f.value()[0].div_(world)
-                    hold = until - time.perf_counter()
-                    if hold > 0:
-                        time.sleep(hold)
-                    return buffer
-                return future.then(done)
-
-            ddp.register_comm_hook(None, held)
+            ddp.register_comm_hook(None, ddp_comm_hook(EmulatedLink(cost)))
 
             def ddp_step() -> None:
                 optimizer.zero_grad()
