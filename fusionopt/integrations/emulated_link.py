@@ -30,9 +30,13 @@ What it does not emulate:
 * each rank holds on its own clock: the ranks' links are not synchronised; a message's
   real collective already waits for the last rank to post it;
 * on FSDP2 the hold blocks the thread that issues the collective. On CPU (gloo) FSDP2
-  issues and waits for each collective on the training thread, which is what a collective
-  on a slow link does to that thread. On CUDA it would block the host instead of the
-  stream, which is not the same: :func:`emulate_fsdp2` refuses modules on CUDA.
+  issues and waits for each collective on the training thread (its all-gathers are
+  synchronous unless ``unshard_async_op`` is set, its reduce-scatters always), which is what
+  a collective on a slow link does to that thread; so on CPU no compute overlaps a hold,
+  where a GPU's streams would overlap them (as fusionopt's FSDP2 model does). On CUDA the
+  hold would block the host instead of the stream, which is not the same:
+  :func:`emulate_fsdp2` refuses modules on CUDA. An asynchronous all-gather (an explicit
+  ``unshard(async_op=True)``) is held when its work is waited for.
 
 Checked against torch 2.13.0 (CPU, gloo): DDP's comm hook protocol
 (``register_comm_hook(state, hook)``, ``GradBucket.buffer()``) and FSDP2's
