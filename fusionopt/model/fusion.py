@@ -124,7 +124,8 @@ def fusion_message_times(problem: Problem, cuts: Any) -> tuple[np.ndarray, np.nd
     and ``e_m = max(R_m, e_{m-1}) + d_m``; ``T = e_M + U + F + W`` in both sync modes. With
     ``comm_contention = mu > 1`` the channel also slows while the backward computes (until
     ``R_M``; the compute stream then waits for the last message), and the recursion carries
-    the channel's backlog instead (:func:`_two_way_times`). Under layerwise sync with a
+    the channel's backlog instead (:func:`_channel_times`, which is also the
+    one-way recursion at ``mu = 1``). Under layerwise sync with a
     positive :func:`layerwise_slack`, forward work may overlap the last messages and slow
     them: the ready times stay exact and the ends are then lower bounds. A fast path for
     :func:`simulate`, which tests pin it to; the CP-SAT model encodes it.
@@ -155,31 +156,20 @@ def fusion_message_times(problem: Problem, cuts: Any) -> tuple[np.ndarray, np.nd
         raise ValueError(f"cut vector must have n - 1 = {profile.n - 1} entries")
     times = arc_times(problem, ready_at, prefix, tails, heads)
     durations, work = times["duration"], times["work"]
-    kappa = problem.contention
-    if problem.comm_contention > 1.0:
-        return _two_way_times(kappa, problem.comm_contention, durations, work)
-    ready = np.empty(len(heads))
-    end = np.empty(len(heads))
-    for m, (d, delta) in enumerate(zip(durations.tolist(), work.tolist())):
-        if m == 0:
-            ready[m] = delta                            # the channel is idle before
-            end[m] = ready[m] + d
-            continue
-        backlog = end[m - 1] - ready[m - 1]
-        ready[m] = ready[m - 1] + min(kappa * delta, delta + (1.0 - 1.0 / kappa) * backlog)
-        end[m] = max(ready[m], end[m - 1]) + d
-    return ready, end
+    return _channel_times(problem.contention, problem.comm_contention, durations, work)
 
 
-def _two_way_times(kappa: float, mu: float, durations: np.ndarray, work: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """:func:`fusion_message_times` with ``comm_contention = mu > 1``: the channel runs at
-    ``1 / mu`` while the backward computes, that is until ``R_M``, and at full speed after.
+def _channel_times(kappa: float, mu: float, durations: np.ndarray, work: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`fusion_message_times`' recursion: the channel runs at ``1 / mu`` (``mu >= 1``)
+    while the backward computes, that is until ``R_M``, and at full speed after.
 
     With ``G_m`` the channel seconds (at full speed) left at ``R_m``, message ``m``'s included:
     ``G_1 = d_1``; between ``R_m`` and ``R_{m+1}`` the channel stays busy exactly when
     ``kappa Delta <= mu G_m``, so ``R_{m+1} = R_m + min(kappa Delta, Delta + (1 - 1/kappa) mu G_m)``
     and ``G_{m+1} = max(G_m - kappa Delta / mu, 0) + d_{m+1}``. Message ``m`` ends when its
     ``G_m`` is sent: ``R_m + mu G_m`` if that is by ``R_M``, else ``R_M + G_m - (R_M - R_m) / mu``.
+    With ``mu = 1`` (no slowdown of the channel) ``G_m = e_m - R_m`` and this is the one-way
+    recursion ``e_m = max(R_m, e_{m-1}) + d_m``: ``G_{m+1} = max(e_m - R_{m+1}, 0) + d_{m+1}``.
     """
     ready = np.empty(len(durations))
     backlog = np.empty(len(durations))

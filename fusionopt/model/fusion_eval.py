@@ -197,54 +197,21 @@ def score_cuts(problem: Problem, cuts: np.ndarray) -> np.ndarray:
 
 def _evaluate_extended(problem: Problem, cuts: np.ndarray) -> np.ndarray:
     # One channel with copy cost and/or contention: the recursion of fusion_message_times,
-    # plans advancing together through the positions. Every state variable only grows at
-    # a cut (ready time, end, and the prefix size, ready time and position of the last
-    # cut), so each update is a maximum with the candidate zeroed where there is no cut.
+    # plans advancing together through the positions. The last cut's prefix size, ready time
+    # and position only grow at a cut, so each is updated by a maximum with the candidate
+    # zeroed where there is no cut.
     profile = problem.profile
     m = cuts.shape[0]
     out = np.empty(m)
-    sweep = _sweep_two_way if problem.comm_contention > 1.0 else _sweep_extended
     for lo, hi, block in _position_blocks(cuts):
-        out[lo:hi] = sweep(problem, block)
+        out[lo:hi] = _sweep(problem, block)
     return out + profile.U + profile.F + profile.W
 
 
-def _sweep_extended(problem: Problem, block: np.ndarray) -> np.ndarray:
-    rho, prefix = backward_arrays(problem)
-    n = len(rho)
-    width = block.shape[1]
-    kappa, gamma = problem.contention, problem.copy_cost
-    on_channel = problem.copy_on == "channel"
-    affine = problem.cost.affine
-    ready, end = np.zeros(width), np.zeros(width)
-    last_q, last_rho, last_position = np.zeros(width), np.zeros(width), np.zeros(width)
-    always = np.ones(width, dtype=bool)
-    for j in range(1, n + 1):
-        is_cut = block[j - 1] if j < n else always
-        size = prefix[j] - last_q                    # > 0: sizes are positive
-        packing = gamma * size * (j - last_position > 1)
-        if affine is not None:
-            duration = affine[0] + affine[1] * size
-        else:
-            duration = np.asarray(problem.cost(size), dtype=np.float64)
-        work = rho[j - 1] - last_rho
-        if on_channel:
-            duration += packing
-        else:
-            work += packing
-        new_ready = ready + np.minimum(kappa * work, work + (1.0 - 1.0 / kappa) * (end - ready))
-        new_end = np.maximum(new_ready, end) + duration
-        np.maximum(ready, new_ready * is_cut, out=ready)
-        np.maximum(end, new_end * is_cut, out=end)
-        np.maximum(last_q, prefix[j] * is_cut, out=last_q)
-        np.maximum(last_rho, rho[j - 1] * is_cut, out=last_rho)
-        np.maximum(last_position, j * is_cut, out=last_position)
-    return end
-
-
-def _sweep_two_way(problem: Problem, block: np.ndarray) -> np.ndarray:
-    # The recursion of fusion._two_way_times, plans advancing together: the channel's backlog
-    # may shrink at a cut, so it is updated where there is one rather than by a maximum.
+def _sweep(problem: Problem, block: np.ndarray) -> np.ndarray:
+    # The recursion of fusion._channel_times (one-way contention at mu = 1), plans advancing
+    # together: the channel's backlog may shrink at a cut, so it is updated where there is one
+    # rather than by a maximum.
     rho, prefix = backward_arrays(problem)
     n = len(rho)
     width = block.shape[1]

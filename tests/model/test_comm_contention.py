@@ -116,7 +116,7 @@ def two_way(draw, cost=alpha_beta):
 @given(data=st.data(), problem=two_way(cost=costs))
 def test_the_event_simulation_equals_the_backlog_recursion(data, problem):
     # Two computations of one fusion plan: the engine's event loop, and the closed recursion
-    # over the channel's backlog (fusion._two_way_times), where the compute stream works
+    # over the channel's backlog (fusion._channel_times), where the compute stream works
     # without a break until the backward ends and then waits for the last message.
     assume(layerwise_slack(problem) == 0.0)
     cuts = data.draw(cut_vectors(problem.profile.n))
