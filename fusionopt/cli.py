@@ -22,6 +22,8 @@ from fusionopt import zoo
 from fusionopt import __version__
 from fusionopt.cost import PiecewiseLinear, cost_from_dict, network, networks, ALGORITHMS
 from fusionopt.integrations.kineto import TIMELINE_RULE, describe_clock, read_parameter_list
+from fusionopt.integrations.reducer_calibration import REDUCERS, measure_reducer_overhead, read_reducer_calibration, \
+    with_reducer_overhead
 from fusionopt.integrations.traced_step import COPIED_PARTS, PARAMETERS_FILE, PREDICTED_PART
 from fusionopt.integrations.unprofiled import DEFAULT_PROFILER_COST, PROFILER_COST_FILE
 from fusionopt.model import AlphaBeta, Plan, Problem, Profile, simulate
@@ -164,6 +166,28 @@ def _problem(profile: Profile, args: argparse.Namespace) -> Problem:
                        copy_on=args.copy_on or "channel", **_contention(args), channels=args.channels,
                        step_parts="fit")
     return Problem(profile, sync=args.sync, ps=_parameter_server(args), step_parts="fit")
+
+
+def _with_reducer_calibration(problem: Problem, args: argparse.Namespace) -> Problem:
+    """The problem with --reducer-calibration's cost per message and per step, where given."""
+    path = getattr(args, "reducer_calibration", None)
+    if path is None:
+        return problem
+    calibration = read_reducer_calibration(path)
+    try:
+        return with_reducer_overhead(problem, calibration)
+    except ValueError as exc:
+        raise UsageError(f"--reducer-calibration {path}: {exc}") from None
+
+
+def _reducer_words(args: argparse.Namespace) -> str | None:
+    """What --reducer-calibration added, in words (None when not given)."""
+    path = getattr(args, "reducer_calibration", None)
+    if path is None:
+        return None
+    c = read_reducer_calibration(path)
+    return (f"{path}: {c.reducer}, {1e3 * c.per_message:.3f} ms per message on the channel, "
+            f"{1e3 * c.per_step:.3f} ms per step on the host")
 
 
 def _contention(args: argparse.Namespace) -> dict[str, float]:
@@ -536,7 +560,7 @@ def _cmd_solve(args: argparse.Namespace) -> None:
 def _read_problem_and_plan(args: argparse.Namespace) -> tuple[Profile, Problem, Plan]:
     """The profile, problem and validated plan named by ``args`` (errors name the plan file)."""
     profile = _read_profile(args.profile)
-    problem = _problem(profile, args)
+    problem = _with_reducer_calibration(_problem(profile, args), args)
     if problem.fully_sharded is not None:
         plan = ShardedPlan.read(args.plan)
     else:
@@ -571,9 +595,13 @@ def _cmd_simulate(args: argparse.Namespace) -> None:
             document["over_memory_cap"] = max(0.0, timeline.peak_memory - cap)
         for k, unit in enumerate(timeline.message_unit.tolist()):
             document["messages"][k]["unit"] = unit
+    if args.reducer_calibration is not None:
+        document["reducer_calibration"] = args.reducer_calibration
     if args.json:
         print(json.dumps(document, indent=1))
         return
+    if args.reducer_calibration is not None:
+        print(f"reducer         {_reducer_words(args)}")
     print(f"iteration time  {1e3 * timeline.iteration_time:.6f} ms")
     if timeline.peak_memory is not None:
         over = "" if cap is None else (f", over the cap of {cap / 2**20:.3f} MiB: infeasible" if timeline.peak_memory > cap
@@ -656,7 +684,7 @@ def _problem_for_compare(args: argparse.Namespace) -> tuple[Problem, str]:
         label = args.profile
     else:
         profile, label = _zoo_profile(args, device, batch)
-    return _problem(profile, args), label
+    return _with_reducer_calibration(_problem(profile, args), args), label
 
 
 def _cmd_compare(args: argparse.Namespace) -> None:
@@ -746,6 +774,8 @@ def _cmd_advise(args: argparse.Namespace) -> None:
                           "ddp": ddp.to_dict(), "horovod": hvd.to_dict()}, indent=1))
         return
     print(f"workload  {label}: {plural(problem.profile.n, 'tensor')}")
+    if args.reducer_calibration is not None:
+        print(f"reducer   {_reducer_words(args)}")
     print(f"plan      {args.method}: T = {1e3 * plan_result.iteration_time:.3f} ms, "
           f"{plural(plan_result.num_messages, 'message')}")
     ms = 1e3
@@ -1184,6 +1214,9 @@ def _fail(exc: BaseException) -> None:
 def _cmd_calibrate(args: argparse.Namespace) -> None:
     from fusionopt.executor import calibrate
 
+    if args.reducer is not None:
+        _calibrate_reducer(args)
+        return
     if args.contention:
         _calibrate_contention(args)
         return
@@ -1217,6 +1250,38 @@ def _cmd_calibrate(args: argparse.Namespace) -> None:
         flag = {"all_reduce": "--cost", "reduce_scatter": "--reduce-scatter-cost",
                 "all_gather": "--all-gather-cost"}[args.collective]
         print(f"wrote {args.output}: the {args.model} fit (read it with {flag} {args.output})")
+
+
+def _calibrate_reducer(args: argparse.Namespace) -> None:
+    """``calibrate --reducer``: a reducer's own cost per step and per message, measured on gloo
+    ranks of this host on a synthetic model, written as JSON (for --reducer-calibration)."""
+    defaults = {"backend": "local", "model": "piecewise", "min_bytes": 256, "max_bytes": 64 << 20, "iterations": 20,
+                "collective": "all_reduce", "timeout": 60.0, "contention": False, "emulate_network": None,
+                "workers": None}
+    for name, default in defaults.items():
+        if getattr(args, name) != default:
+            raise UsageError(f"--{name.replace('_', '-')} does not apply to --reducer, which times gloo ranks of "
+                             "this host on a synthetic model")
+    ranks = 2 if args.ranks is None else args.ranks
+    if ranks < 2:
+        raise UsageError(f"--ranks {ranks}: --reducer measures a reducer between ranks: give 2 or more")
+    _json_output(args.output, "the reducer calibration")
+    print(f"fusionopt calibrate: the {args.reducer} reducer's own cost on {ranks} gloo ranks, about 30 s "
+          "(Ctrl-C stops it)", file=sys.stderr, flush=True)
+    try:
+        result = measure_reducer_overhead(args.reducer, ranks)
+    except ImportError as exc:
+        raise UsageError(str(exc)) from None
+    except RuntimeError as exc:
+        _fail(exc)
+    if args.output:
+        result.write(args.output)
+    if args.json:
+        print(json.dumps(result.to_dict(), indent=1))
+        return
+    print(result.summary())
+    if args.output:
+        print(f"wrote {args.output}: read it with --reducer-calibration {args.output} (simulate, advise)")
 
 
 def _calibrate_contention(args: argparse.Namespace) -> None:
@@ -1314,6 +1379,10 @@ def _add_executor_parsers(commands: Any) -> None:
     p.add_argument("--collective", default="all_reduce", choices=("all_reduce", "reduce_scatter", "all_gather"),
                    help="the collective timed (default all_reduce); the sharded ones price --decoupled and "
                         "--fully-sharded problems through --reduce-scatter-cost and --all-gather-cost")
+    p.add_argument("--reducer", choices=REDUCERS,
+                   help="instead of a cost sweep, measure a gradient reducer's own cost per step and per message "
+                        "beyond the link (DDP, FSDP2 or fusionopt's PlanReducer) on gloo ranks of this host; "
+                        "--output writes it for --reducer-calibration")
     p.add_argument("--json", action="store_true", help="print the cost JSON instead of a table")
     p.set_defaults(run=_cmd_calibrate)
 
@@ -1466,6 +1535,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("profile", metavar="PROFILE.json|.csv")
     p.add_argument("--plan", required=True, metavar="PLAN.json")
     p.add_argument("--json", action="store_true", help="print the timeline as JSON")
+    p.add_argument("--reducer-calibration", metavar="R.json",
+                   help="add a reducer's own cost per message and per step, as fusionopt calibrate --reducer "
+                        "measured it")
     _add_cost_arguments(p)
     p.set_defaults(run=_cmd_simulate)
 
@@ -1493,6 +1565,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="with --pattern fsdp: what a fully_shard call may wrap: whole blocks or any run of modules "
                         "(default: whole blocks, modules where no plan of whole blocks fits --memory-cap)")
     p.add_argument("--json", action="store_true", help="print the settings as JSON")
+    p.add_argument("--reducer-calibration", metavar="R.json",
+                   help="add a reducer's own cost per message and per step, as fusionopt calibrate --reducer "
+                        "measured it (a ddp or plan calibration for --pattern allreduce, fsdp2 for --pattern fsdp)")
     _add_cost_arguments(p)
     p.set_defaults(run=_cmd_advise)
 
