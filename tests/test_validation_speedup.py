@@ -1,0 +1,150 @@
+"""validation/frameworks/speedup.py: the advice against the frameworks' defaults on real DDP and
+FSDP2 over an emulated link. Its statistics and memory count by hand, where it writes, the
+one-line refusals of bad arguments, and a tiny real run (one model, 2 ranks, few steps) whose
+document must agree with itself and with the prediction functions."""
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from fusionopt.integrations.reducer_calibration import read_reducer_calibration
+from fusionopt.model import Profile
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "validation" / "results"
+SCRIPT = ROOT / "validation" / "frameworks" / "speedup.py"
+
+
+@pytest.fixture(scope="module")
+def speedup():
+    spec = importlib.util.spec_from_file_location("validation_frameworks_speedup", SCRIPT)
+    module = sys.modules.setdefault(spec.name, importlib.util.module_from_spec(spec))
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_speedup_is_the_ratio_of_the_means_and_its_interval_resamples_rounds(speedup):
+    # Rounds of 30, 36 and 33 ms against 20, 24 and 22 ms: means 33 and 22 ms, speedup 1.5; every
+    # round's own ratio is 1.5, so every resample's is too and the interval is [1.5, 1.5].
+    s = speedup.speedup_interval([0.030, 0.036, 0.033], [0.020, 0.024, 0.022])
+    assert (round(s["default"], 12), round(s["advised"], 12), round(s["speedup"], 12)) == (0.033, 0.022, 1.5)
+    assert s["ci"] == pytest.approx([1.5, 1.5])
+    # Two rounds, ratios 2 and 1: a resample is both rounds of one kind or one of each, so the
+    # interval runs from the second round's 1.0 to the first's 2.0; fixed seed, same interval.
+    s = speedup.speedup_interval([4.0, 1.0], [2.0, 1.0])
+    assert s["speedup"] == pytest.approx(5 / 3) and s["ci"] == pytest.approx([1.0, 2.0])
+    assert speedup.speedup_interval([4.0, 1.0], [2.0, 1.0]) == s
+    with pytest.raises(ValueError, match="pair up: 2 default against 1 advised"):
+        speedup.speedup_interval([1.0, 2.0], [1.0])
+
+
+def test_peak_counts_as_the_model_does(speedup):
+    # [0, 2) 5 B and [2, 3) 7 B meet at 2, where the 5 B is freed first: 7; the zero-length 4 B
+    # at 1 counts beside the 5 B: 9.
+    assert speedup.peak_of([(0.0, 2.0, 5), (2.0, 3.0, 7), (1.0, 1.0, 4)]) == 9
+    assert speedup.peak_of([(0.0, 2.0, 5), (1.5, 3.0, 7)]) == 12
+    assert speedup.peak_of([]) == 0
+
+
+def test_targets_by_hand(speedup):
+    case = {"framework": "fsdp2", "memory_cap": 100.0,
+            "predicted": {"speedup": 2.0, "advised_peak": 100},
+            "measured": {"speedup": 1.7, "ci": [0.95, 2.1]}, "memory": {"advised_peak": 104}}
+    t = speedup.targets(case)
+    assert (t["not_slower"], t["speedup_ratio"], t["speedup"]) == (True, 0.85, False)
+    assert (t["memory_error"], t["memory"], t["cap"]) == (pytest.approx(0.04), True, False)
+    case["measured"] = {"speedup": 0.9, "ci": [0.85, 0.99]}      # 0.9 of a predicted 1.0: met
+    case["predicted"] = {"speedup": 1.0, "advised_peak": 100}
+    case["memory"] = {"advised_peak": 94}
+    t = speedup.targets(case)
+    assert (t["not_slower"], t["speedup"], t["memory"], t["cap"]) == (False, True, False, True)
+    ddp = {"framework": "ddp", "memory_cap": None, "predicted": {"speedup": 1.0}, "measured": {"speedup": 1.0,
+                                                                                              "ci": [0.9, 1.1]}}
+    assert speedup.targets(ddp)["memory"] is None and speedup.targets(ddp)["cap"] is None
+
+
+def test_output_path(speedup, capsys):
+    args, folder = speedup.parse_arguments([])
+    assert Path(folder) == RESULTS
+    assert (args.models, args.networks, args.ranks) == (["mlp", "cnn", "lstm", "transformer"], ["10gbe", "100gb-ib"],
+                                                        [2, 4])
+    assert args.capped_model == "transformer"
+    assert speedup.parse_arguments(["--models", "mlp"])[0].capped_model is None      # no transformer: no cap case
+    for argv in (["--models", "mlp"], ["--ranks", "2"], ["--rounds", "3"], ["--networks", "10gbe"],
+                 ["--calibration-rounds", "0"], ["--capped-model", "none"]):
+        assert Path(speedup.parse_arguments(argv)[1]) == RESULTS / "subset"
+    assert speedup.parse_arguments(["--ranks", "2,4", "--out", str(RESULTS)])[1] == str(RESULTS)
+    assert speedup.parse_arguments(["--models", "mlp", "--capped-model", "mlp", "--out", "elsewhere"])[1] == "elsewhere"
+    capsys.readouterr()
+
+
+@pytest.mark.parametrize("argv, culprit", [
+    (["--models", "mlp,gpt"], "--models"), (["--models", "mlp,mlp"], "--models"), (["--networks", "5g"], "--networks"),
+    (["--networks", "mgwfbp-10gbe"], "--networks"), (["--ranks", "1"], "--ranks"), (["--ranks", "two"], "--ranks"),
+    (["--rounds", "0"], "--rounds"), (["--steps", "0"], "--steps"), (["--warmup", "-1"], "--warmup"),
+    (["--workers", "0"], "--workers"), (["--cap-fraction", "0"], "--cap-fraction"),
+    (["--cap-fraction", "inf"], "--cap-fraction"), (["--calibration-rounds", "-1"], "--calibration-rounds"),
+    (["--models", "mlp", "--capped-model", "cnn"], "--capped-model"), (["--profile-steps", "nan"], "--profile-steps"),
+])
+def test_bad_arguments_get_one_line(speedup, capsys, argv, culprit):
+    with pytest.raises(SystemExit) as exit_:
+        speedup.parse_arguments(argv)
+    assert exit_.value.code == 2
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "error:" in last and culprit in last
+
+
+def test_a_tiny_run_agrees_with_itself_and_the_predictions(speedup, tmp_path):
+    pytest.importorskip("torch")
+    command = [sys.executable, str(SCRIPT), "--models", "mlp", "--ranks", "2", "--networks", "10gbe",
+               "--rounds", "2", "--steps", "1", "--warmup", "1", "--profile-steps", "2",
+               "--calibration-rounds", "1", "--calibration-steps", "2",
+               "--capped-model", "mlp", "--cap-fraction", "1.5", "--out", str(tmp_path)]
+    run = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-3000:]
+    document = json.loads((tmp_path / "speedup-cpu.json").read_text())
+    table = (tmp_path / "speedup-cpu.md").read_text()
+    assert "emulated link" in table and "Timings of this host" in table and document["command"] in table
+    cases = document["cases"]
+    assert [(c["framework"], c["memory_cap"] is not None) for c in cases] == [("ddp", False), ("fsdp2", False),
+                                                                             ("fsdp2", True)]
+    calibration = tmp_path / "calibration.json"
+    for case in cases:
+        assert "error" not in case, case.get("error")
+        m, p = case["measured"], case["predicted"]
+        assert len(case["rounds"]["default"]) == len(case["rounds"]["advised"]) == 2
+        assert m["default"] == pytest.approx(np.mean(case["rounds"]["default"]), rel=1e-12)
+        assert m["advised"] == pytest.approx(np.mean(case["rounds"]["advised"]), rel=1e-12)
+        assert m["speedup"] == pytest.approx(m["default"] / m["advised"], rel=1e-12)
+        assert m["ci"][0] <= m["speedup"] <= m["ci"][1]
+        assert p["speedup"] == pytest.approx(p["default"] / p["advised"], rel=1e-12)
+        assert case["targets"]["speedup_ratio"] == pytest.approx(m["speedup"] / p["speedup"], rel=1e-12)
+        assert case["targets"]["not_slower"] == (m["ci"][1] >= 1.0)
+        # The predictions are the prediction functions' on the profile the ranks measured, with
+        # the reducer's cost the calibration measured.
+        calibration.write_text(json.dumps(document["calibrations"]["2"][case["framework"]]))
+        profile = Profile.from_dict(case["profile"])
+        again = (speedup.ddp_case(profile, "10gbe", 64, read_reducer_calibration(calibration))
+                 if case["framework"] == "ddp" else
+                 speedup.fsdp2_case(profile, "10gbe", 64, case["memory_cap"], read_reducer_calibration(calibration)))
+        assert again["predicted"] == p and again["predicted_plain"] == case["predicted_plain"]
+        assert again["advice"] == case["advice"]
+    ddp, fsdp2, capped = cases
+    assert ddp["messages_per_step"]["advised"] == ddp["predicted"]["messages"]["advised"]
+    assert capped["memory_cap"] == pytest.approx(1.5 * Profile.from_dict(capped["profile"]).total_bytes)
+    for case in (fsdp2, capped):
+        peak, measured = case["predicted"]["advised_peak"], case["memory"]["advised_peak"]
+        assert case["targets"]["memory_error"] == pytest.approx((measured - peak) / peak, rel=1e-12)
+    assert capped["targets"]["cap"] == (capped["memory"]["advised_peak"] <= capped["memory_cap"])
+    # The mlp's tensors cost far less than a message's 3 ms on 10gbe: FSDP2 is advised one unit,
+    # the model, kept whole. Its parameters and gradients are then all whole at once at the end
+    # of the backward, on the real job as in the model: twice the model's bytes.
+    total = Profile.from_dict(fsdp2["profile"]).total_bytes
+    assert fsdp2["setting"]["units"] == [[""]]
+    assert fsdp2["predicted"]["advised_peak"] == fsdp2["memory"]["advised_peak"] == 2 * total
+    assert fsdp2["messages_per_step"]["advised"] == fsdp2["predicted"]["messages"]["advised"] == 2

@@ -1,0 +1,740 @@
+"""The advice applied for real: ``advise``'s DDP and FSDP2 settings against each framework's
+defaults, trained on gloo ranks over an emulated link; the measured speedup against the
+predicted one, and FSDP2's measured peak of unsharded bytes against the predicted ``M_peak``.
+
+For each number of ranks (``--ranks``: 2 and 4 gloo ranks on this host's CPU, one torch
+thread each) and each model (``--models``: ``mlp``, ``cnn`` (two convolutions with batch
+norm) and ``lstm`` of :func:`fusionopt.integrations.ddp_record.small_model`, and
+``transformer``, :func:`fusionopt.integrations.fsdp_record.tiny_transformer` with four blocks
+of inner widths 256 to 640 over 128), batch ``--batch``, SGD with momentum:
+
+1. every rank measures the profile at once with ``profile_model`` (the training job's
+   optimiser; the same threads and load as the training that follows); rank 0's is shared;
+2. for each network (``--networks``, priced for ``--workers`` workers) the advice is solved
+   on rank 0 with the functions ``fusionopt advise`` calls, as the document
+   ``advise --json`` prints: DDP's ``ddp_settings`` for the DP's plan (the all-reduce of
+   ``network(NAME, WORKERS)``), FSDP2's ``fsdp2_advice`` (its ring reduce-scatter and
+   all-gather, the same price per message); ``simulate`` predicts the step of each
+   framework's defaults and of the advice on that profile (predicted speedup = predicted
+   default / predicted advised). Nothing is fitted on the steps it predicts;
+3. two copies of the model, built once, are wrapped once each: one with the framework's
+   defaults (``DistributedDataParallel(model)``; ``fully_shard`` on each block, then on the
+   model), one with the advice (``bucket_cap_mb_list``; the advised ``fully_shard`` calls
+   and prefetch lists). Every collective runs for real and is then held on an **emulated
+   link** (:mod:`fusionopt.integrations.emulated_link`: one channel, first in, first out,
+   ``c(S)`` per message);
+4. measured: ``--rounds`` rounds after ``--warmup`` untimed steps of each, each round
+   ``--steps`` steps of one setting then ``--steps`` of the other, the order swapped every
+   round, so that drift in the host's load hits both alike; a setting's step is the mean over
+   its steps on rank 0. The speedup is the mean default step over the mean advised step, its
+   95% interval a bootstrap over the rounds (paired: a round's two blocks stay together;
+   ``BOOTSTRAP`` resamples, a fixed seed);
+5. FSDP2's memory: on the same steps, the unsharded parameter and gradient bytes whole at
+   once, counted as MODEL.md section 8.2 counts ``M_peak``, from what the FSDP2 job did
+   (:class:`UnshardedBytes`). Once more with ``--memory-cap``: the FSDP2 advice for
+   ``--capped-model`` under a cap of ``--cap-fraction`` times its parameter bytes, whose
+   measured peak must stay under the cap.
+
+The targets, printed met or missed with the results: the advised setting is never slower
+than the default beyond its interval (the interval's upper end >= 1); the measured speedup
+is at least 0.9 of the predicted; FSDP2's measured peak is within 5% of the predicted
+``M_peak``; under the cap, the measured peak is at most the cap.
+
+Writes ``validation/results/speedup-cpu.{json,md}`` (``--out`` to choose the folder); a run
+with other arguments than the stored result's writes into ``validation/results/subset/``, and
+Ctrl-C writes the cases finished to ``speedup-cpu.interrupted.{md,json}``. Timings of this
+host: they vary from run to run.
+
+    python validation/frameworks/speedup.py
+    python validation/frameworks/speedup.py --models mlp --ranks 2 --rounds 4    # into results/subset/
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import math
+import os
+import platform
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from fusionopt.cost import network  # noqa: E402
+from fusionopt.integrations.apply import apply_advice, apply_defaults  # noqa: E402
+from fusionopt.integrations.ddp_record import SMALL_INPUTS, free_port, small_model  # noqa: E402
+from fusionopt.integrations.emulated_link import EmulatedLink  # noqa: E402
+from fusionopt.integrations.fsdp_record import tiny_transformer  # noqa: E402
+from fusionopt.integrations.torch import profile_model  # noqa: E402
+from fusionopt.integrations.reducer_calibration import (measure_reducer_overhead, read_reducer_calibration,  # noqa: E402
+                                                        with_reducer_overhead)
+from fusionopt.model import Plan, Problem, Profile, simulate  # noqa: E402
+from fusionopt.model._io import write_json_atomic  # noqa: E402
+from fusionopt.model.sharded import FullySharded  # noqa: E402
+from fusionopt.reporting import (Progress, changed_options, command_line, interrupted_path,  # noqa: E402
+                                 markdown_table, nonnegative_int, positive_float, positive_int, subset_location,
+                                 write_result)
+from fusionopt.solvers import solve  # noqa: E402
+from fusionopt.solvers.advise import ddp_settings  # noqa: E402
+from fusionopt.solvers.advise_sharded import OverMemoryCap, fsdp2_advice  # noqa: E402
+
+MODELS = ("mlp", "cnn", "lstm", "transformer")
+FRAMEWORKS = ("ddp", "fsdp2")
+TRANSFORMER = {"vocab": 256, "dim": 128, "hidden": (256, 384, 512, 640)}
+TOKENS = 64                       # the transformer's batch: tokens per step
+BOOTSTRAP = 2000                  # resamples of the rounds for the speedup's interval
+SEED = 0
+SPEEDUP_SHARE = 0.9               # the measured speedup is at least this share of the predicted
+MEMORY_TOLERANCE = 0.05           # the measured peak within this fraction of M_peak
+
+
+# --- the predictions --------------------------------------------------------------------
+
+def _problems(problem: Problem, calibration: Any) -> tuple[Problem, Problem]:
+    """``problem`` with the reducer's measured cost (:func:`with_reducer_overhead`; as
+    ``advise --reducer-calibration`` takes it), and without it."""
+    return (problem if calibration is None else with_reducer_overhead(problem, calibration)), problem
+
+
+def ddp_case(profile: Profile, name: str, workers: int, calibration: Any = None) -> dict[str, Any]:
+    """The DDP advice for ``profile`` on ``network(name, workers)`` with the reducer's cost
+    ``calibration`` (a :class:`ReducerCalibration` of DDP, or None), as ``advise --json``
+    prints it (the DP's plan; no Horovod part), with the predicted steps (seconds) of DDP's
+    default layout and of the advised one: ``predicted`` on the problem the advice was
+    solved on, ``predicted_plain`` without the reducer's cost."""
+    problem, plain = _problems(Problem(profile, network(name, workers), step_parts="fit"), calibration)
+    result = solve(problem, "dp")
+    settings = ddp_settings(problem, result.plan)
+    layouts = {"default": solve(problem, "ddp").plan,
+               "advised": Plan.from_groups(problem.profile, [list(b) for b in settings.buckets])}
+    predicted = {}
+    for key, on in (("predicted", problem), ("predicted_plain", plain)):
+        steps = {setting: simulate(on, layout).iteration_time for setting, layout in layouts.items()}
+        predicted[key] = {**steps, "speedup": steps["default"] / steps["advised"],
+                          "messages": {setting: layout.num_messages for setting, layout in layouts.items()}}
+    return {"advice": {"method": "dp", "iteration_time": result.iteration_time, "messages": result.num_messages,
+                       "ddp": settings.to_dict()},
+            "advised_is_default": not settings.arguments,
+            "setting": settings.arguments or "defaults", **predicted}
+
+
+def fsdp2_case(profile: Profile, name: str, workers: int, memory_cap: float | None = None,
+               calibration: Any = None) -> dict[str, Any]:
+    """The FSDP2 advice for ``profile`` on ``name``'s ring reduce-scatter and all-gather for
+    ``workers`` workers under ``memory_cap`` (bytes; None: no cap) with the reducer's cost
+    ``calibration`` (of FSDP2, or None), as ``advise --pattern fsdp --json`` prints it (no
+    ZeRO-3 part), with the predicted steps (seconds) and peaks ``M_peak`` (bytes) of FSDP2's
+    defaults and of the advice (``predicted``; ``predicted_plain`` without the reducer's
+    cost). :class:`OverMemoryCap` where nothing fits the cap."""
+    halves = FullySharded.from_network(name, workers, memory_cap=memory_cap)
+    problem, plain = _problems(Problem(profile, fully_sharded=halves, step_parts="fit"), calibration)
+    advice = fsdp2_advice(problem)
+    plans = {"default": solve(problem, "fsdp2").plan, "advised": advice.settings.plan}
+    predicted = {}
+    for key, on in (("predicted", problem), ("predicted_plain", plain)):
+        timelines = {setting: simulate(on, plan) for setting, plan in plans.items()}
+        predicted[key] = {**{setting: t.iteration_time for setting, t in timelines.items()},
+                          "speedup": timelines["default"].iteration_time / timelines["advised"].iteration_time,
+                          **{f"{setting}_peak": int(t.peak_memory) for setting, t in timelines.items()},
+                          "messages": {setting: len(t.message_start) for setting, t in timelines.items()}}
+    settings = advice.settings
+    return {"advice": {"fsdp2": advice.to_dict()},
+            "advised_is_default": advice.defaults,
+            "setting": "defaults" if advice.defaults else
+            {"units": settings.units, "reshard_after_forward": settings.reshard_after_forward,
+             "forward_prefetch": settings.forward_prefetch, "backward_prefetch": settings.backward_prefetch},
+            **predicted}
+
+
+def link_cost(framework: str, name: str, workers: int) -> Any:
+    """The emulated link's price per message: DDP's all-reduce, or FSDP2's ring halves, which
+    price a reduce-scatter and an all-gather of ``S`` bytes alike (one link carries both)."""
+    if framework == "ddp":
+        return network(name, workers)
+    halves = FullySharded.from_network(name, workers)
+    if halves.reduce_scatter.affine != halves.all_gather.affine:
+        raise ValueError(f"network {name!r}: its reduce-scatter and all-gather cost differ, and one emulated "
+                         "link prices both")
+    return halves.all_gather
+
+
+# --- the statistics ---------------------------------------------------------------------
+
+def speedup_interval(default: list[float], advised: list[float], *, resamples: int = BOOTSTRAP,
+                     seed: int = SEED) -> dict[str, Any]:
+    """The speedup of the paired rounds: ``default[r]`` and ``advised[r]`` are round ``r``'s
+    mean steps (seconds) of each setting, over the same number of steps. Returns the means,
+    the speedup (mean default / mean advised) and its 95% bootstrap interval: the rounds
+    resampled with replacement, ``resamples`` times with a generator seeded ``seed``, the
+    2.5th and 97.5th percentiles of the resampled speedups.
+
+    >>> s = speedup_interval([2.0, 2.2], [1.0, 1.1])
+    >>> round(s["speedup"], 6), s["ci"][0] <= s["speedup"] <= s["ci"][1]
+    (2.0, True)
+    """
+    d, a = np.asarray(default, dtype=float), np.asarray(advised, dtype=float)
+    if d.shape != a.shape or d.ndim != 1 or len(d) == 0:
+        raise ValueError(f"the rounds must pair up: {len(d)} default against {len(a)} advised")
+    picks = np.random.default_rng(seed).integers(0, len(d), size=(resamples, len(d)))
+    ratios = d[picks].mean(axis=1) / a[picks].mean(axis=1)
+    return {"default": float(d.mean()), "advised": float(a.mean()), "speedup": float(d.mean() / a.mean()),
+            "ci": [float(np.percentile(ratios, 2.5)), float(np.percentile(ratios, 97.5))]}
+
+
+def peak_of(intervals: list[tuple[float, float, int]]) -> int:
+    """The most bytes whole at once over ``(start, end, bytes)`` intervals, counted as
+    ``M_peak`` is (MODEL.md section 8.2): at one moment what ends is freed before what
+    starts is counted, and a zero-length interval counts at its moment.
+
+    >>> peak_of([(0, 2, 5), (2, 3, 7), (1, 1, 4)])
+    9
+    """
+    events = []
+    for start, end, size in intervals:
+        events.append((start, 1, size))
+        events.append((end, 0 if end > start else 2, -size))
+    level = peak = 0
+    for _, _, delta in sorted(events, key=lambda e: (e[0], e[1])):
+        level += delta
+        peak = max(peak, level)
+    return peak
+
+
+def targets(case: dict[str, Any]) -> dict[str, Any]:
+    """The case's targets, each True (met) or False (missed); None where it does not apply."""
+    measured, predicted = case["measured"], case["predicted"]
+    ratio = measured["speedup"] / predicted["speedup"]
+    checks: dict[str, Any] = {"not_slower": measured["ci"][1] >= 1.0,
+                              "speedup_ratio": ratio, "speedup": ratio >= SPEEDUP_SHARE,
+                              "memory": None, "memory_error": None, "cap": None}
+    if case["framework"] == "fsdp2":
+        peak, measured_peak = predicted["advised_peak"], case["memory"]["advised_peak"]
+        checks["memory_error"] = (measured_peak - peak) / peak
+        checks["memory"] = abs(checks["memory_error"]) <= MEMORY_TOLERANCE
+        if case["memory_cap"] is not None:
+            checks["cap"] = measured_peak <= case["memory_cap"]
+    return checks
+
+
+# --- the ranks ----------------------------------------------------------------------------
+
+class UnshardedBytes:
+    """The unsharded parameter and gradient bytes of an FSDP2 model whole over time, counted as
+    MODEL.md section 8.2 counts ``M_peak``, from what each ``FSDPParamGroup`` (one
+    ``fully_shard`` call's unit) does on the real job; a unit's bytes are its parameters'
+    (unpadded):
+
+    * its parameters are whole from the start of its all-gather on the emulated link (the
+      hold the gather put on ``link``) until FSDP2 frees them (``reshard``: after the forward
+      when resharded, else after its backward), and again from the start of a second
+      all-gather before its backward;
+    * its gradients from the start of its backward (``pre_backward`` has returned: the
+      parameters are whole) until the end of its reduce-scatter's hold. The root's tensors
+      that come before a wrapped unit in forward order (an embedding) start their backward
+      when the unit after them ends its own (``post_backward`` has returned), as the model's
+      root has a first part and a last part.
+
+    Installed by wrapping the groups' own methods; counts only between :meth:`start` and
+    :meth:`stop`. On CPU FSDP2 holds each collective on the training thread, so a gather's
+    hold is the one the link logged while ``unshard`` ran."""
+
+    def __init__(self, model: Any, link: Any) -> None:
+        from torch.distributed.fsdp import FSDPModule
+
+        self.link = link
+        self.intervals: list[tuple[float, float, int]] = []
+        self._on = False
+        self._whole: dict[int, float] = {}          # group -> when its parameters became whole
+        self._grads: dict[Any, float] = {}          # (group, part) -> when its backward started
+        order = {id(p): k for k, p in enumerate(model.parameters())}
+        groups: list[tuple[bool, Any]] = []          # (the root's?, group), each once: fully_shard([a, b])
+        for module in model.modules():                # gives its modules one group
+            if isinstance(module, FSDPModule):
+                for group in module._get_fsdp_state()._fsdp_param_groups:
+                    if all(group is not g for _, g in groups):
+                        groups.append((module is model, group))
+        wrapped = sorted((min(order[id(p.sharded_param)] for p in g.fsdp_params), id(g))
+                         for root, g in groups if not root and g.fsdp_params)
+        # Per group, its parts: (the wrapped group whose backward's end starts theirs, or None
+        # for the group's own pre_backward) -> bytes.
+        parts: dict[int, dict[int | None, int]] = {}
+        for root, group in groups:
+            for p in group.fsdp_params:
+                index = order[id(p.sharded_param)]
+                after = next((g for first, g in wrapped if first > index), None) if root else None
+                share = parts.setdefault(id(group), {})
+                share[after] = share.get(after, 0) + math.prod(p._orig_size) * p.sharded_param.element_size()
+        self._starts: dict[int, list[Any]] = {}     # wrapped group -> the root parts its backward's end starts
+        for root, group in groups:
+            for after in parts.get(id(group), {}):
+                if after is not None:
+                    self._starts.setdefault(after, []).append((id(group), after))
+        for _, group in groups:
+            self._wrap(group, parts.get(id(group), {}))
+
+    def _wrap(self, group: Any, parts: dict[int | None, int]) -> None:
+        key, size, clock = id(group), sum(parts.values()), self.link.clock
+        unshard, reshard, pre_backward, post_backward = (group.unshard, group.reshard, group.pre_backward,
+                                                         group.post_backward)
+
+        def gathered(first: int) -> None:
+            holds = self.link.log[first:]
+            self._whole[key] = holds[0].start if holds else clock()
+
+        def unshard_counted(*args: Any, **kwargs: Any) -> Any:
+            first, before = len(self.link.log), group._all_gather_result
+            out = unshard(*args, **kwargs)
+            if self._on and before is None and group._all_gather_result is not None and key not in self._whole:
+                gathered(first)
+            return out
+
+        def reshard_counted(*args: Any, **kwargs: Any) -> Any:
+            whole = group.is_unsharded
+            out = reshard(*args, **kwargs)
+            if self._on and whole and not group.is_unsharded and key in self._whole:
+                self.intervals.append((self._whole.pop(key), clock(), size))
+            return out
+
+        def pre_backward_counted(*args: Any, **kwargs: Any) -> Any:
+            first = len(self.link.log)
+            out = pre_backward(*args, **kwargs)
+            if self._on and key not in self._whole and group.is_unsharded:     # gathered again for the backward
+                gathered(first)
+            if self._on and None in parts:
+                self._grads.setdefault((key, None), clock())
+            return out
+
+        def post_backward_counted(*args: Any, **kwargs: Any) -> Any:
+            first = len(self.link.log)
+            out = post_backward(*args, **kwargs)
+            if self._on:
+                holds = self.link.log[first:]
+                end = holds[-1].end if holds else clock()
+                for part, nbytes in parts.items():
+                    if (key, part) in self._grads:
+                        self.intervals.append((self._grads.pop((key, part)), end, nbytes))
+                if key in self._whole and not group.is_unsharded:
+                    self.intervals.append((self._whole.pop(key), clock(), size))
+                for waiting in self._starts.get(key, []):       # the root's parts before this unit
+                    self._grads.setdefault(waiting, clock())
+            return out
+
+        group.unshard, group.reshard = unshard_counted, reshard_counted
+        group.pre_backward, group.post_backward = pre_backward_counted, post_backward_counted
+
+    def start(self) -> None:
+        self._on = True
+
+    def stop(self) -> None:
+        self._on = False
+        self._whole.clear()
+        self._grads.clear()
+
+    @property
+    def peak(self) -> int:
+        """The most bytes whole at once over the counted steps."""
+        return peak_of(self.intervals)
+
+
+def build_model(name: str) -> tuple[Any, Callable[[int, int], Any]]:
+    """The model called ``name`` and its batch maker ``(batch, seed) -> input``."""
+    import torch
+
+    if name == "transformer":
+        model = tiny_transformer(**TRANSFORMER)
+        return model, lambda batch, seed: torch.randint(0, TRANSFORMER["vocab"], (TOKENS,),
+                                                        generator=torch.Generator().manual_seed(seed))
+    return small_model(name), lambda batch, seed: torch.randn(batch, *SMALL_INPUTS[name],
+                                                               generator=torch.Generator().manual_seed(seed))
+
+
+def _measure(steps: dict[str, Callable[[], None]], args: dict[str, Any], dist: Any, links: dict[str, Any],
+             counters: dict[str, Any]) -> dict[str, list[float]]:
+    """Warm both settings up, then the paired rounds: each round's mean step (seconds) per
+    setting, on this rank's clock. The links' logs hold the rounds' messages only."""
+    for _ in range(args["warmup"]):
+        for step in steps.values():
+            step()
+    for link in links.values():
+        link.reset()
+    rounds: dict[str, list[float]] = {key: [] for key in steps}
+    for counter in counters.values():
+        counter.start()
+    for r in range(args["rounds"]):
+        for key in (("default", "advised") if r % 2 == 0 else ("advised", "default")):
+            dist.barrier()
+            begin = time.perf_counter()
+            for _ in range(args["steps"]):
+                steps[key]()
+            rounds[key].append((time.perf_counter() - begin) / args["steps"])
+    for counter in counters.values():
+        counter.stop()
+    return rounds
+
+
+def _wrapped(name: str, framework: str, advice: dict[str, Any] | None, cost: Any) -> tuple[Any, Any]:
+    """A fresh copy of the model (seed 0) wrapped by ``framework`` with ``advice`` (None: the
+    defaults), its collectives held on a link of its own; with the link."""
+    import torch
+
+    torch.manual_seed(0)
+    model, _ = build_model(name)
+    link = EmulatedLink(cost)
+    if advice is None:
+        return apply_defaults(model, framework, link=link), link
+    return apply_advice(model, advice, framework=framework, link=link), link
+
+
+def _rank(rank: int, port: int, out: str, args: dict[str, Any]) -> None:
+    import torch
+    import torch.distributed as dist
+
+    torch.set_num_threads(1)
+    os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", str(port)
+    dist.init_process_group("gloo", rank=rank, world_size=args["ranks"])
+    cases: list[dict[str, Any]] = []
+    calibrations = {framework: None if path is None else read_reducer_calibration(path)
+                    for framework, path in args["calibrations"].items()}
+    try:
+        for name in args["models"]:
+            torch.manual_seed(0)
+            model, make_input = build_model(name)
+            x = make_input(args["batch"], rank)
+            optimizer = torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9)
+            dist.barrier()
+            measured = profile_model(model, x, loss_fn=lambda out: out.sum(), steps=args["profile_steps"],
+                                     warmup=args["warmup"], optimizer=optimizer, name=name)
+            shared: list[Any] = [None] * args["ranks"]
+            dist.all_gather_object(shared, measured.to_dict())
+            profile = Profile.from_dict(shared[0])
+            del model, optimizer
+            for case in args["cases"]:
+                if case["model"] != name:
+                    continue
+                solved: list[Any] = [None]
+                cap = None if case["cap_fraction"] is None else case["cap_fraction"] * profile.total_bytes
+                if rank == 0:
+                    calibration = calibrations[case["framework"]]
+                    try:
+                        solved[0] = (ddp_case(profile, case["network"], args["workers"], calibration)
+                                     if case["framework"] == "ddp" else
+                                     fsdp2_case(profile, case["network"], args["workers"], cap, calibration))
+                    except (OverMemoryCap, ValueError) as exc:
+                        solved[0] = {"error": f"advice: {exc}"}
+                dist.broadcast_object_list(solved, src=0)
+                row = {**case, "ranks": args["ranks"], "profile": profile.to_dict(), **solved[0], "memory_cap": cap}
+                if "error" not in row:
+                    try:
+                        row.update(_run_case(case, row, x, args, dist))
+                    except (ValueError, RuntimeError) as exc:    # the same on every rank: wrapping the model
+                        row["error"] = f"{case['framework']}: {exc}"
+                cases.append(row)
+                if rank == 0:        # the cases finished so far, for the parent to report as they come
+                    write_json_atomic(out, cases)
+    finally:
+        dist.destroy_process_group()
+
+
+def _run_case(case: dict[str, Any], row: dict[str, Any], x: Any, args: dict[str, Any], dist: Any) -> dict[str, Any]:
+    """Build the default and the advised job, measure them paired, and count FSDP2's bytes."""
+    import torch
+
+    framework = case["framework"]
+    cost = link_cost(framework, case["network"], args["workers"])
+    default, default_link = _wrapped(case["model"], framework, None, cost)
+    advised, advised_link = _wrapped(case["model"], framework, row["advice"], cost)
+    optimizers = {"default": torch.optim.SGD(default.parameters(), lr=1e-3, momentum=0.9),
+                  "advised": torch.optim.SGD(advised.parameters(), lr=1e-3, momentum=0.9)}
+    models = {"default": default, "advised": advised}
+
+    def step_of(key: str) -> Callable[[], None]:
+        def step() -> None:
+            optimizers[key].zero_grad()
+            models[key](x).sum().backward()
+            optimizers[key].step()
+        return step
+
+    counters = ({"default": UnshardedBytes(default, default_link), "advised": UnshardedBytes(advised, advised_link)}
+                if framework == "fsdp2" else {})
+    links = {"default": default_link, "advised": advised_link}
+    rounds = _measure({key: step_of(key) for key in models}, args, dist, links, counters)
+    steps = args["rounds"] * args["steps"]
+    result: dict[str, Any] = {"rounds": rounds, "measured": speedup_interval(rounds["default"], rounds["advised"]),
+                              "messages_per_step": {key: len(link.log) / steps for key, link in links.items()}}
+    if counters:
+        result["memory"] = {"default_peak": counters["default"].peak, "advised_peak": counters["advised"].peak}
+    dist.barrier()
+    return result
+
+
+# --- the document -------------------------------------------------------------------------
+
+def cases_of(models: list[str], networks: list[str], capped: str | None, cap_fraction: float) -> list[dict[str, Any]]:
+    """The cases of one number of ranks, in the order they run: per model, network and
+    framework; the capped FSDP2 case after the model's others."""
+    cases = [{"model": m, "network": n, "framework": f, "cap_fraction": None}
+             for m in models for n in networks for f in FRAMEWORKS]
+    if capped is not None:
+        at = max(k for k, c in enumerate(cases) if c["model"] == capped) + 1
+        cases.insert(at, {"model": capped, "network": networks[0], "framework": "fsdp2", "cap_fraction": cap_fraction})
+    return cases
+
+
+def document_of(cases: list[dict[str, Any]], calibrations: dict[str, Any], args: argparse.Namespace,
+                argv: list[str], host: str) -> dict[str, Any]:
+    """The result document of the finished ``cases`` (each given its targets in place) and
+    the reducer ``calibrations`` (per number of ranks, per framework)."""
+    for case in cases:
+        if "measured" in case:
+            case["targets"] = targets(case)
+    return {
+        "date": datetime.date.today().isoformat(),
+        "host": host,
+        "link": "emulated", "networks": args.networks, "workers": args.workers, "batch": args.batch,
+        "rounds": args.rounds, "steps": args.steps, "warmup": args.warmup, "profile_steps": args.profile_steps,
+        "memory_cap": {"model": args.capped_model, "fraction": args.cap_fraction},
+        "command": command_line("validation/frameworks/speedup.py", argv, args.out),
+        "timings": "measured on the host named, shared with other work; not reproducible to the digit",
+        "calibrations": calibrations,
+        "cases": cases,
+    }
+
+
+def _setting(case: dict[str, Any]) -> str:
+    setting = case.get("setting")
+    if setting in (None, "defaults"):
+        return "defaults"
+    if case["framework"] == "ddp":
+        return ", ".join(f"{k}={v}" for k, v in setting.items())
+    calls = "; ".join(f"{'+'.join(m or 'model' for m in unit)}{'' if r else ' (kept)'}"
+                      for unit, r in zip(setting["units"], setting["reshard_after_forward"]))
+    prefetch = [k for k in ("forward_prefetch", "backward_prefetch") if setting[k]]
+    return f"fully_shard: {calls}" + (f"; {', '.join(prefetch)} lists" if prefetch else "")
+
+
+def markdown(document: dict[str, Any]) -> str:
+    ms = lambda s: f"{1e3 * s:.2f}"  # noqa: E731
+    mib = lambda b: f"{b / 2**20:.3f}"  # noqa: E731
+    met = lambda ok: "met" if ok else "**missed**"  # noqa: E731
+    cases = document["cases"]
+    done = [c for c in cases if "measured" in c]
+    lines = ["# The advice applied for real: DDP and FSDP2 defaults against the advice (emulated link)", "",
+             f"{document['date']}; {document['host']}. Written by `{document['command']}`.", "",
+             f"gloo ranks on this host's CPU, one torch thread each; **emulated link**: every collective runs "
+             f"for real, then is held on one channel, first in, first out, for `c(S)` of the network named for "
+             f"{document['workers']} workers. Per setting {document['rounds']} rounds of {document['steps']} "
+             f"steps after {document['warmup']} untimed ones, the two settings alternating, the order swapped "
+             f"each round. **Timings of this host** (2 CPUs shared with other work, loaded): they vary from run "
+             f"to run; the ratios of the two settings, measured side by side, are what the targets judge.", "",
+             "*Predicted*: `simulate` on the profile the ranks measured at the start of each model (with the "
+             "training job's optimiser), the defaults' layout and the advice's, on the network's cost; the advice "
+             "is what `fusionopt advise` (`--pattern fsdp` for FSDP2) gives for that profile. *Measured*: the mean "
+             "step on rank 0 of each setting; speedup = mean default / mean advised, with its 95% bootstrap "
+             "interval over the rounds. FSDP2's *measured peak*: the unsharded parameters and gradients whole at "
+             "once on the real job, counted as `M_peak` counts them (a unit's parameters from the start of its "
+             "all-gather's hold until FSDP2 frees them, its gradients from the start of its backward until the "
+             "end of its reduce-scatter's hold).", ""]
+    if done:
+        counts = {key: (sum(1 for c in done if c["targets"][key]), sum(1 for c in done if c["targets"][key] is not None))
+                  for key in ("not_slower", "speedup", "memory", "cap")}
+        lines += ["Targets:", "",
+                  f"* the advice never slower than the default beyond its interval: **{counts['not_slower'][0]} of "
+                  f"{counts['not_slower'][1]}** cases ({met(counts['not_slower'][0] == counts['not_slower'][1])});",
+                  f"* measured speedup >= {SPEEDUP_SHARE} x predicted: **{counts['speedup'][0]} of "
+                  f"{counts['speedup'][1]}** ({met(counts['speedup'][0] == counts['speedup'][1])});",
+                  f"* FSDP2's measured peak within {100 * MEMORY_TOLERANCE:.0f}% of `M_peak`: **{counts['memory'][0]} "
+                  f"of {counts['memory'][1]}** ({met(counts['memory'][0] == counts['memory'][1])});",
+                  f"* under `--memory-cap`, the measured peak at most the cap: **{counts['cap'][0]} of "
+                  f"{counts['cap'][1]}** ({met(counts['cap'][0] == counts['cap'][1])}).", ""]
+    rows = []
+    for c in cases:
+        label = [c["ranks"], c["model"], c["network"], c["framework"] + ("" if c["memory_cap"] is None else " (capped)")]
+        if "measured" not in c:
+            rows.append(label + [c.get("error", "not run")] + [""] * 11)
+            continue
+        p, m, t = c["predicted"], c["measured"], c["targets"]
+        messages = f"{p['messages']['default']} / {p['messages']['advised']}"
+        measured_messages = f"{c['messages_per_step']['default']:g} / {c['messages_per_step']['advised']:g}"
+        rows.append(label + [_setting(c), messages, measured_messages, ms(p["default"]), ms(p["advised"]),
+                             f"{p['speedup']:.3f}", f"{c['predicted_plain']['speedup']:.3f}",
+                             ms(m["default"]), ms(m["advised"]),
+                             f"{m['speedup']:.3f} [{m['ci'][0]:.3f}, {m['ci'][1]:.3f}]",
+                             f"{t['speedup_ratio']:.3f}", met(t["not_slower"]), met(t["speedup"])])
+    lines += markdown_table(["ranks", "model", "network", "framework", "advice", "messages per step, predicted",
+                             "measured", "predicted default (ms)", "predicted advised (ms)", "predicted speedup",
+                             "without the reducer's cost", "measured default (ms)", "measured advised (ms)",
+                             "measured speedup [95%]", "measured / predicted", "not slower",
+                             f">= {SPEEDUP_SHARE} x predicted"], rows)
+    memory = [c for c in done if c["framework"] == "fsdp2"]
+    if memory:
+        lines += ["", "FSDP2's unsharded parameters and gradients, MiB (`M_peak` predicted for the advice against the "
+                  "peak measured on its steps; the defaults' beside them):", ""]
+        rows = [[c["ranks"], c["model"], c["network"], "" if c["memory_cap"] is None else mib(c["memory_cap"]),
+                 mib(c["predicted"]["advised_peak"]), mib(c["memory"]["advised_peak"]),
+                 f"{100 * c['targets']['memory_error']:+.1f}%", met(c["targets"]["memory"]),
+                 "" if c["targets"]["cap"] is None else met(c["targets"]["cap"]),
+                 mib(c["predicted"]["default_peak"]), mib(c["memory"]["default_peak"])] for c in memory]
+        lines += markdown_table(["ranks", "model", "network", "cap", "advised M_peak", "advised measured",
+                                 "error", f"within {100 * MEMORY_TOLERANCE:.0f}%", "<= cap",
+                                 "defaults' M_peak", "defaults' measured"], rows)
+    if document["calibrations"]:
+        lines += ["", "The reducers' own cost, measured by `measure_reducer_overhead` on its synthetic model before "
+                  "each number of ranks (a fixed cost per step and a cost per message, fitted on 1 to 16 messages "
+                  "per step; FSDP2's collectives there run without the link, so its figure includes the loopback "
+                  "collective's own time); `predicted` adds it, as `advise --reducer-calibration` does: " + "; ".join(
+                      f"{ranks} ranks: " + ", ".join(f"{framework} {ms(c['per_step'])} ms per step, "
+                                                     f"{ms(c['per_message'])} ms per message"
+                                                     for framework, c in by.items())
+                      for ranks, by in document["calibrations"].items()) + "."]
+    profiles = {(c["ranks"], c["model"]): c["profile"] for c in cases if "profile" in c}
+    if profiles:
+        lines += ["", "Profiles measured (ms per step, rank 0): " + "; ".join(
+            f"{model} on {ranks} ranks: " + ", ".join(f"{k} {1e3 * v:.2f}"
+                                                      for k, v in Profile.from_dict(doc).parts.items() if v)
+            for (ranks, model), doc in profiles.items())]
+    return "\n".join(lines) + "\n"
+
+
+# --- the command line ---------------------------------------------------------------------
+
+def _names(parser: argparse.ArgumentParser, flag: str, text: str, allowed: tuple[str, ...] | None) -> list[str]:
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    unknown = [n for n in names if allowed is not None and n not in allowed]
+    if unknown or not names:
+        parser.error(f"{flag}: unknown name {unknown[0] if unknown else '(none)'!r}"
+                     + (f": choose from {', '.join(allowed)}" if allowed else ""))
+    if len(set(names)) < len(names):
+        parser.error(f"{flag}: {text!r} names one twice")
+    return names
+
+
+def parse_arguments(argv: list[str] | None) -> tuple[argparse.Namespace, str]:
+    """The arguments (``models``, ``networks`` and ``ranks`` as lists) and the folder of the
+    result files: a run with other arguments than the stored result's writes into the
+    ``subset`` folder beside it. Bad arguments exit with one line (status 2)."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--models", default=",".join(MODELS), help=f"comma-separated: {', '.join(MODELS)}")
+    parser.add_argument("--networks", default="10gbe,100gb-ib",
+                        help="the emulated link's network presets, comma-separated (default 10gbe,100gb-ib)")
+    parser.add_argument("--workers", type=positive_int, default=64, help="the networks' workers (default 64)")
+    parser.add_argument("--ranks", default="2,4", help="gloo ranks, comma-separated (default 2,4)")
+    parser.add_argument("--batch", type=positive_int, default=32, help="samples per rank and step (default 32; "
+                        f"the transformer takes {TOKENS} tokens)")
+    parser.add_argument("--rounds", type=positive_int, default=10, help="paired rounds (default 10)")
+    parser.add_argument("--steps", type=positive_int, default=4, help="steps per setting and round (default 4)")
+    parser.add_argument("--warmup", type=nonnegative_int, default=5, help="untimed steps of each setting (default 5)")
+    parser.add_argument("--profile-steps", type=positive_int, default=10,
+                        help="profile_model's timed steps (default 10)")
+    parser.add_argument("--calibration-rounds", type=nonnegative_int, default=3,
+                        help="rounds of each reducer calibration (default 3; 0: predict without the reducers' cost)")
+    parser.add_argument("--calibration-steps", type=positive_int, default=20,
+                        help="timed steps per sample of each reducer calibration (default 20)")
+    parser.add_argument("--capped-model", default=None,
+                        help="the model of the FSDP2 case under a memory cap (default: the transformer when it is "
+                             "among --models; 'none': no such case)")
+    parser.add_argument("--cap-fraction", type=positive_float, default=1.0,
+                        help="that cap, as a fraction of the model's parameter bytes (default 1.0)")
+    parser.add_argument("--out", default=str(ROOT / "validation" / "results"), help="folder of the result files")
+    args = parser.parse_args(argv)
+    args.models = _names(parser, "--models", args.models, MODELS)
+    args.networks = _names(parser, "--networks", args.networks, None)
+    for name in args.networks:
+        try:
+            for framework in FRAMEWORKS:
+                link_cost(framework, name, args.workers)
+        except ValueError as exc:
+            parser.error(f"--networks {name}: {exc}")
+    ranks = _names(parser, "--ranks", args.ranks, None)
+    if not all(r.isdigit() and int(r) >= 2 for r in ranks):
+        parser.error(f"--ranks: {args.ranks!r}: each must be a whole number >= 2 (data parallelism)")
+    args.ranks = [int(r) for r in ranks]
+    if args.capped_model not in (None, "none", *args.models):
+        parser.error(f"--capped-model {args.capped_model!r}: not among --models ({', '.join(args.models)}); "
+                     "'none' for no capped case")
+    changed = changed_options(parser, args, leave=("out",),
+                              reference={"models": list(MODELS), "networks": ["10gbe", "100gb-ib"], "ranks": [2, 4]})
+    folder = subset_location(args.out, parser.get_default("out"), changed, folder=True)
+    if args.capped_model is None:
+        args.capped_model = "transformer" if "transformer" in args.models else "none"
+    if args.capped_model == "none":
+        args.capped_model = None
+    return args, folder
+
+
+def main(argv: list[str] | None = None) -> int:
+    args, folder = parse_arguments(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    import torch
+    import torch.multiprocessing as mp
+
+    host = (f"{platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}, torch {torch.__version__}, "
+            f"load average {' '.join(f'{v:.2f}' for v in os.getloadavg())} at the start")
+    cases: list[dict[str, Any]] = []
+    calibrations: dict[str, Any] = {}
+    stem = "speedup-cpu"
+    plan = [(ranks, cases_of(args.models, args.networks,
+                             args.capped_model if ranks == args.ranks[0] else None, args.cap_fraction))
+            for ranks in args.ranks]
+    with Progress(interrupted_path(os.path.join(folder, f"{stem}.md"))) as progress:
+        with tempfile.TemporaryDirectory() as scratch:
+            for ranks, ranks_cases in plan:
+                paths = {framework: None for framework in FRAMEWORKS}
+                if args.calibration_rounds:
+                    progress.stage(f"reducer calibrations on {ranks} ranks", total=len(FRAMEWORKS))
+                    for framework in FRAMEWORKS:
+                        calibration = measure_reducer_overhead(framework, ranks, steps=args.calibration_steps,
+                                                               warmup=max(1, args.warmup),
+                                                               rounds=args.calibration_rounds)
+                        paths[framework] = os.path.join(scratch, f"{framework}-{ranks}.json")
+                        calibration.write(paths[framework])
+                        calibrations.setdefault(str(ranks), {})[framework] = calibration.to_dict()
+                        progress.step(calibration.summary())
+                settings = {"ranks": ranks, "models": args.models, "cases": ranks_cases, "workers": args.workers,
+                            "batch": args.batch, "rounds": args.rounds, "steps": args.steps, "warmup": args.warmup,
+                            "profile_steps": args.profile_steps, "calibrations": paths}
+                progress.stage(f"cases on {ranks} ranks", total=len(ranks_cases))
+                rank0 = os.path.join(scratch, f"ranks{ranks}.json")
+                context = mp.spawn(_rank, args=(free_port(), rank0, settings), nprocs=ranks, join=False)
+                seen = 0
+                try:
+                    finished = False
+                    while not finished:
+                        finished = context.join(timeout=1.0)
+                        done = json.loads(Path(rank0).read_text()) if os.path.exists(rank0) else []
+                        for case in done[seen:]:
+                            cases.append(case)
+                            progress.keep(document_of(list(cases), calibrations, args, argv, host))
+                            progress.step(_line(case))
+                        seen = len(done)
+                finally:             # interrupted or failed: the ranks go too
+                    for process in context.processes:
+                        if process.is_alive():
+                            process.terminate()
+                    for process in context.processes:
+                        process.join()
+        document = document_of(cases, calibrations, args, argv, host)
+        write_result(folder, stem, document, markdown(document))
+    return progress.exit_code
+
+
+def _line(case: dict[str, Any]) -> str:
+    label = (f"{case['ranks']} ranks, {case['model']}, {case['network']}, {case['framework']}"
+             + ("" if case["memory_cap"] is None else " (capped)"))
+    if "measured" not in case:
+        return f"{label}: {case.get('error')}"
+    p, m = case["predicted"], case["measured"]
+    return (f"{label}: predicted {1e3 * p['default']:.2f} -> {1e3 * p['advised']:.2f} ms ({p['speedup']:.3f}x), "
+            f"measured {1e3 * m['default']:.2f} -> {1e3 * m['advised']:.2f} ms ({m['speedup']:.3f}x, "
+            f"95% {m['ci'][0]:.3f} to {m['ci'][1]:.3f})")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
