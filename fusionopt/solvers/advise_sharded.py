@@ -197,7 +197,10 @@ class FSDP2Settings:
     unit (its first module's name) the units to list in
     ``set_modules_to_forward_prefetch`` / ``set_modules_to_backward_prefetch`` (empty: leave
     FSDP2's default). ``iteration_time`` (seconds) and ``peak_memory`` (bytes): of the plan
-    FSDP2 builds from these settings (:func:`fsdp2_plan_of`).
+    FSDP2 builds from these settings (:func:`fsdp2_plan_of`). ``separate_reduce_scatter_group``:
+    the problem runs the reduce-scatters on a channel of their own
+    (``FullySharded(..., channels="two")``), which FSDP2 builds with
+    ``set_separate_reduce_scatter_group(True)`` on the root (torch 2.13 has it).
     """
 
     units: list[list[str]]
@@ -207,6 +210,7 @@ class FSDP2Settings:
     iteration_time: float
     peak_memory: int
     plan: ShardedPlan
+    separate_reduce_scatter_group: bool = False
 
     def code(self, model: str = "model") -> str:
         """The calls, as Python, on a model called ``model``."""
@@ -220,6 +224,8 @@ class FSDP2Settings:
         for kind, lists in (("forward", self.forward_prefetch), ("backward", self.backward_prefetch)):
             for unit, targets in lists.items():
                 lines.append(f"{ref(unit)}.set_modules_to_{kind}_prefetch([{', '.join(ref(t) for t in targets)}])")
+        if self.separate_reduce_scatter_group:
+            lines.append(f"{model}.set_separate_reduce_scatter_group(True)")
         return "\n".join(lines)
 
     def to_dict(self) -> dict[str, Any]:
@@ -284,7 +290,8 @@ def fsdp2_settings(problem: Problem, plan: ShardedPlan) -> FSDP2Settings:
                 backward[key[j]] = targets
     built = fsdp2_plan_of(profile, units, reshard, forward, backward)
     timeline = simulate(problem, built)
-    return FSDP2Settings(units, reshard, forward, backward, timeline.iteration_time, int(timeline.peak_memory), built)
+    return FSDP2Settings(units, reshard, forward, backward, timeline.iteration_time, int(timeline.peak_memory), built,
+                         separate_reduce_scatter_group=problem.fully_sharded.channels == "two")
 
 
 def fsdp2_plan_of(profile: Profile, units: list[list[str]], reshard_after_forward: list[bool],

@@ -10,6 +10,7 @@ import json
 import os
 import re
 from collections import Counter
+from pathlib import Path
 
 import pytest
 
@@ -70,7 +71,8 @@ def hand_fsdp2_advice(model):
 def advices(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("advice")
     return {"ddp": advise(tmp, mlp()), "fsdp": advise(tmp, tiny_transformer(), "--pattern", "fsdp"),
-            "hand": hand_fsdp2_advice(tiny_transformer())}
+            "hand": hand_fsdp2_advice(tiny_transformer()),
+            "two": advise(tmp, tiny_transformer(), "--pattern", "fsdp", "--channels", "2")}
 
 
 # --------------------------------------------------------------------------- the ranks
@@ -111,6 +113,15 @@ def _fsdp_structure(model):
     return units
 
 
+def _own_reduce_scatter(model):
+    """Per FSDP2 unit: whether each of its parameter groups reduce-scatters on a group of its own."""
+    from torch.distributed.fsdp import FSDPModule
+
+    return {name: [g.mesh_info.reduce_scatter_process_group is not None
+                   for g in module._get_fsdp_state()._fsdp_param_groups]
+            for name, module in model.named_modules() if isinstance(module, FSDPModule)}
+
+
 def _train(model, steps, rank, link):
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     per_step = []
@@ -145,6 +156,8 @@ def _rank(rank, port, out, advices):
             model = apply_advice(tiny_transformer(), advices[key], framework="fsdp2", link=link)
             report[f"{key} messages"] = _train(model, 2, rank, link)
             report[f"{key} units"] = _fsdp_structure(model)
+        report["two groups"] = _own_reduce_scatter(apply_advice(tiny_transformer(), advices["two"], framework="fsdp2"))
+        report["one groups"] = _own_reduce_scatter(apply_advice(tiny_transformer(), advices["fsdp"], framework="fsdp2"))
         torch.manual_seed(0)
         model = apply_defaults(tiny_transformer(), "fsdp2", link=link)
         report["default messages"] = _train(model, 2, rank, link)
@@ -304,3 +317,14 @@ def test_settings_this_torch_lacks_and_conflicts_are_named(advices, monkeypatch)
     with pytest.raises(ValueError, match=re.escape(f"torch {torch.__version__}'s DistributedDataParallel has no "
                                                    "bucket_cap_mb_list= argument, which the advice sets")):
         apply_advice(mlp(), advices["ddp"])
+
+
+def test_a_two_channel_advice_gives_the_reduce_scatters_their_own_group(reports, advices):
+    # `advise --pattern fsdp --channels 2` plans the reduce-scatters on a channel of their own,
+    # and FSDP2 then runs them on a process group of their own in every unit; the one-channel
+    # advice leaves every unit on the shared group.
+    assert json.loads(Path(advices["two"]).read_text())["fsdp2"]["separate_reduce_scatter_group"] is True
+    assert json.loads(Path(advices["fsdp"]).read_text())["fsdp2"]["separate_reduce_scatter_group"] is False
+    for report in reports:
+        assert report["two groups"] and all(all(groups) for groups in report["two groups"].values())
+        assert report["one groups"] and not any(any(groups) for groups in report["one groups"].values())

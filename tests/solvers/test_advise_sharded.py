@@ -144,3 +144,18 @@ def test_zero2_advice_is_the_best_of_its_grid(elements, alpha, backward):
     assert zero2.iteration_time <= zero2.default_iteration_time
     assert zero2.default_iteration_time == solve(problem, "zero2").iteration_time
     assert solve(problem, "zero2", **zero2.options).iteration_time == zero2.iteration_time
+
+
+def test_two_channels_ask_fsdp2_for_a_separate_reduce_scatter_group():
+    # The same plan on one channel and on two: only the two-channel problem's settings ask
+    # FSDP2 for the reduce-scatter's own process group, and say it in the code and the JSON.
+    plan = ShardedPlan([0, 1, 4, 7, 8, 10], [False, True, False, True, False], forward_prefetch=2, root=True)
+    one = fsdp2_settings(named_problem(), plan)
+    half = AlphaBeta(2e-4, 1e-10)
+    two_problem = Problem(named_problem().profile, fully_sharded=FullySharded(half, half, channels="two"))
+    two = fsdp2_settings(two_problem, plan)
+    assert not one.separate_reduce_scatter_group and two.separate_reduce_scatter_group
+    assert "set_separate_reduce_scatter_group" not in one.code()
+    assert two.code().splitlines()[-1] == "model.set_separate_reduce_scatter_group(True)"
+    assert two.to_dict()["separate_reduce_scatter_group"] is True
+    assert two.iteration_time == simulate(two_problem, two.plan).iteration_time
