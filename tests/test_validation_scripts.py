@@ -225,3 +225,27 @@ def test_a_one_rank_run_says_so_in_its_table(training):
     assert args.ranks == 1
     assert (training._ranks({"ranks": 1}), training._ranks({"ranks": 2}), training._ranks({})) == \
         ("1 rank,", "2 ranks,", "2 ranks,")
+
+
+def test_training_predicts_with_the_reducer_cost_measured_apart(training, tmp_path):
+    # Two 1 MB tensors, backward and forward 1 ms each, on AlphaBeta(3 ms, 1 ns/B): single is
+    # 2 + 5 + 2 = 9 ms, wfbp 1 -> 5 -> 9 + 2 = 11 ms. With 0.4 ms per message and 0.7 ms per
+    # step: single 10.1 ms, wfbp 12.5 ms; the plain prediction is left as it was.
+    from fusionopt.integrations.reducer_calibration import ReducerCalibration
+    from fusionopt.model import AlphaBeta, Plan, Profile
+
+    profile = Profile.from_arrays([1e6, 1e6], [1e-3, 1e-3], [1e-3, 1e-3])
+    plans = {name: {"sync": "barrier", "predicted": t, "plan": Plan.from_cuts(profile, [cut]).to_dict()}
+             for name, cut, t in (("single", False, 9e-3), ("wfbp", True, 11e-3))}
+    results = {"tiny": {"profile": profile.to_dict(), "plans": plans}}
+    calibration = ReducerCalibration("plan", per_step=7e-4, per_message=4e-4)
+    training.with_reducer(results, AlphaBeta(3e-3, 1e-9), calibration)
+    assert plans["single"]["predicted_with_reducer"] == pytest.approx(10.1e-3, abs=1e-12)
+    assert plans["wfbp"]["predicted_with_reducer"] == pytest.approx(12.5e-3, abs=1e-12)
+    assert plans["single"]["predicted"] == 9e-3
+    # A calibration file of another reducer is refused in one line naming it.
+    path = tmp_path / "ddp.json"
+    ReducerCalibration("ddp", per_step=0.0, per_message=0.0).write(path)
+    args, _, _, _ = training.parse_arguments(["--reducer-calibration", str(path)])
+    with pytest.raises(ValueError, match=f"--reducer-calibration {path}: a ddp reducer calibration"):
+        training.reducer_calibration(args)

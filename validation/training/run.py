@@ -10,7 +10,7 @@ ranks on this host's CPU, one thread each:
 2. the link is emulated: each message is held on the channel for ``c(S)`` of
    ``network(--network, --workers)`` after its start (its real loopback all-reduce is far
    shorter); every figure below is of an **emulated link**;
-3. the plans: ``single`` and ``wfbp`` (run last, to fit the reducer's own cost), DDP's default layout (``ddp``), the best single ``bucket_cap_mb``
+3. the plans: ``single`` and ``wfbp`` (run last; the in-run fit below uses them), DDP's default layout (``ddp``), the best single ``bucket_cap_mb``
    that ``advise`` gives for the DP's plan (``ddp-advised``), the exact ``dp`` plan (barrier
    sync), and ``usbyte`` and ``layerwise-opt`` (layerwise sync; the update lump spread over the
    tensors by size, since layerwise sync updates tensor by tensor). Each trains ``--steps``
@@ -18,6 +18,15 @@ ranks on this host's CPU, one thread each:
    default layout, its buckets held for the same ``c(S)`` by a comm hook;
 4. predicted: ``simulate`` on the profile and the emulated link's cost; measured: the mean
    step on rank 0.
+
+The reducer's own cost is measured first, apart from the plans it predicts: before any model
+trains, ``measure_reducer_overhead("plan")`` times ``PlanReducer`` on a synthetic stack of
+linear layers at 1 to 16 messages (``fusionopt.integrations.reducer_calibration``), or
+``--reducer-calibration R.json`` reads one ``fusionopt calibrate --reducer plan`` wrote. Each
+plan gets three predictions: ``predicted`` (the model alone), ``predicted_with_reducer`` (that
+measured cost per message on the link's cost and per step on the host overhead; the targets'
+headline) and, as a comparison only, ``calibrated``: the same two figures fitted per model on
+the run's own ``single`` and ``wfbp`` plans, that is, on what is predicted.
 
 The targets are printed with the results, met or not. Writes
 ``validation/results/training-cpu.{json,md}`` (``--backend nccl``, one GPU per rank:
@@ -51,13 +60,16 @@ sys.path.insert(0, str(ROOT))
 
 from fusionopt.cost import network  # noqa: E402
 from fusionopt.integrations.ddp_record import free_port  # noqa: E402
+from fusionopt.integrations.reducer_calibration import (ReducerCalibration, measure_reducer_overhead,  # noqa: E402
+                                                         read_reducer_calibration, with_reducer_overhead)
 from fusionopt.model import Plan, Problem, Profile, simulate  # noqa: E402
 from fusionopt.model._io import write_json_atomic  # noqa: E402
 from fusionopt.reporting import (Progress, changed_options, command_line, interrupted_path,  # noqa: E402
                                  markdown_table, nonnegative_int, positive_int, subset_location, write_result)
 
 MODELS = ("mlp", "cnn", "lstm")
-CALIBRATION = ("single", "wfbp")      # the plans that fit the reducer's own cost
+CALIBRATION = ("single", "wfbp")      # the plans the in-run fit (``calibrated``) uses
+PREDICTIONS = ("predicted", "predicted_with_reducer", "calibrated")
 USBYTE_UNIT = 4096          # parameters per US-Byte unit (the models are small)
 
 
@@ -178,8 +190,8 @@ def _rank(rank: int, port: int, out: str, args: dict[str, Any]) -> None:
 
 
 def calibrate(results: dict[str, Any], cost: Any) -> None:
-    """Add each plan's ``calibrated`` prediction: the model with the reducer's own cost,
-    fitted per model on the two calibration plans (``single``, ``wfbp``) as a fixed cost per
+    """Add each plan's ``calibrated`` prediction, a comparison only: the model with the
+    reducer's own cost fitted per model on this run's own two plans (``single``, ``wfbp``) as a fixed cost per
     step (added to the host overhead) and a cost per message (added to ``alpha``): the
     measured excess of ``single`` is ``a + b``, of ``wfbp`` ``a + b * messages``."""
     from fusionopt.model.cost import AlphaBeta
@@ -199,9 +211,21 @@ def calibrate(results: dict[str, Any], cost: Any) -> None:
             p["calibrated"] = simulate(Problem(shaped, slower, sync=p["sync"]), Plan.from_dict(p["plan"])).iteration_time
 
 
+def with_reducer(results: dict[str, Any], cost: Any, calibration: ReducerCalibration) -> None:
+    """Add each plan's ``predicted_with_reducer``: the model with the reducer's own cost
+    measured apart from these plans (``calibration``), per message on the link's cost and per
+    step on the host overhead (``with_reducer_overhead``)."""
+    for row in results.values():
+        profile = Profile.from_dict(row["profile"])
+        for p in row["plans"].values():
+            shaped = profile if p["sync"] == "barrier" else layerwise_profile(profile)
+            problem = with_reducer_overhead(Problem(shaped, cost, sync=p["sync"]), calibration)
+            p["predicted_with_reducer"] = simulate(problem, Plan.from_dict(p["plan"])).iteration_time
+
+
 def targets(results: dict[str, Any], key: str) -> dict[str, Any]:
-    """The three targets over every model and the plans not used to calibrate, with
-    the ``key`` prediction (``predicted`` or ``calibrated``)."""
+    """The three targets over every model and the plans the in-run fit does not use, with
+    the ``key`` prediction (one of ``PREDICTIONS``)."""
     checked = {name: {k: p for k, p in row["plans"].items() if k not in CALIBRATION} for name, row in results.items()}
     median = statistics.median(abs(p["measured"] - p[key]) / p[key] for plans in checked.values() for p in plans.values())
     pairs = agree = 0
@@ -218,6 +242,19 @@ def targets(results: dict[str, Any], key: str) -> dict[str, Any]:
     return {"median_error": median, "pairs": pairs, "pairs_agreeing": agree, "dp_speedup": speedups}
 
 
+LABELS = {"predicted": "predicted (the model alone)",
+          "predicted_with_reducer": "with reducer (the reducer's cost measured apart: the headline)",
+          "calibrated": "fitted on own plans (single and wfbp of this run: a comparison only)"}
+
+
+def _reducer_source(calibration: dict[str, Any]) -> str:
+    source = calibration.get("source")
+    if source:
+        return f"read from `{source}` (`fusionopt calibrate --reducer plan`)"
+    return ("measured apart, before the plans, by `measure_reducer_overhead(\"plan\")` on a synthetic stack of "
+            "linear layers at 1 to 16 messages (figures below)")
+
+
 def _ranks(document: dict[str, Any]) -> str:
     ranks = document.get("ranks", 2)
     return f"{ranks} rank{'' if ranks == 1 else 's'},"
@@ -232,13 +269,17 @@ def markdown(document: dict[str, Any]) -> str:
              +
              f"**emulated link** `network({document['network']!r}, {document['workers']})`, one message at a time; "
              f"{document['steps']} timed steps after {document['warmup']}. Written by `{document['command']}`. "
-             "Timings of this host: they vary from run to run.", "",
-             "`predicted` is the model on the measured profile and the link's cost; `calibrated` adds the "
-             "reducer's own cost, fitted per model on the plans `single` and `wfbp` (a fixed cost per step and a "
-             "cost per message: the Python hooks, packing and unpacking, the communication thread's hand-offs). "
-             "The targets are checked on the other plans.", ""]
+             "Timings of this host: they vary from run to run."
+             + (f" 1-minute load average {document['load_average']['before']:.2f} before the run and "
+                f"{document['load_average']['after']:.2f} after." if document.get("load_average") else ""), "",
+             "`predicted` is the model on the measured profile and the link's cost. `with reducer` adds the "
+             "reducer's own cost (a fixed cost per step on the host overhead and a cost per message on the link's "
+             "cost: the Python hooks, packing and unpacking, the communication thread's hand-offs), "
+             f"{_reducer_source(document['reducer_calibration'])}. `fitted on own plans` adds the same two figures "
+             "fitted per model on this run's plans `single` and `wfbp`, that is, on what is predicted: a comparison "
+             "only. The targets are checked on the other plans, and met or missed on `with reducer`.", ""]
     for key, t in document["targets"].items():
-        lines += [f"Targets, {key}:", "",
+        lines += [f"Targets, {LABELS[key]}:", "",
                   f"* median |measured - {key}| / {key} <= 10%: **{100 * t['median_error']:.1f}%** "
                   f"({'met' if t['median_error'] <= 0.10 else 'missed'});",
                   f"* orders agree for every pair of plans more than 10% apart: **{t['pairs_agreeing']} of {t['pairs']}** "
@@ -249,13 +290,17 @@ def markdown(document: dict[str, Any]) -> str:
     rows = []
     for name, row in document["results"].items():
         for plan_name, p in row["plans"].items():
-            rows.append([name, plan_name + (" (calibration)" if plan_name in CALIBRATION else ""), p["sync"],
-                         p["messages"], ms(p["predicted"]), ms(p["calibrated"]), ms(p["measured"]),
-                         f"{p['measured'] / p['calibrated']:.3f}"])
-        rows.append([name, "real DDP (default layout)", "barrier", "", "", "", ms(row["real_ddp"]), ""])
-    lines += markdown_table(["model", "plan", "sync", "messages", "predicted (ms)", "calibrated (ms)", "measured (ms)",
-                             "measured / calibrated"], rows)
-    lines += ["", "Reducer cost fitted per model (ms): " + "; ".join(
+            rows.append([name, plan_name + (" (fits own plans)" if plan_name in CALIBRATION else ""), p["sync"],
+                         p["messages"], ms(p["predicted"]), ms(p["predicted_with_reducer"]), ms(p["calibrated"]),
+                         ms(p["measured"]), f"{p['measured'] / p['predicted_with_reducer']:.3f}"])
+        rows.append([name, "real DDP (default layout)", "barrier", "", "", "", "", ms(row["real_ddp"]), ""])
+    lines += markdown_table(["model", "plan", "sync", "messages", "predicted (ms)", "with reducer (ms)",
+                             "fitted on own plans (ms)", "measured (ms)", "measured / with reducer"], rows)
+    measured = document["reducer_calibration"]
+    lines += ["", f"Reducer cost measured apart ({measured['reducer']} reducer, {len(measured['samples'])} samples, "
+              f"{measured['ranks']} {measured['backend']} ranks): {ms(measured['per_step'])} ms per step, "
+              f"{ms(measured['per_message'])} ms per message."]
+    lines += ["", "Reducer cost fitted per model on its own plans (ms): " + "; ".join(
         f"{name}: {ms(row['calibration']['per_step'])} per step, {ms(row['calibration']['per_message'])} per message"
         for name, row in document["results"].items())]
     lines += ["", "Profiles (ms per step): " + "; ".join(
@@ -282,6 +327,9 @@ def parse_arguments(argv: list[str] | None) -> tuple[argparse.Namespace, list[st
     parser.add_argument("--warmup", type=nonnegative_int, default=10, help="untimed steps first (default 10)")
     parser.add_argument("--profile-steps", type=positive_int, default=20,
                         help="profile_model's timed steps (default 20)")
+    parser.add_argument("--reducer-calibration", metavar="R.json",
+                        help="the plan reducer's own cost as `fusionopt calibrate --reducer plan` wrote it (default: "
+                             "measured first, in this job)")
     parser.add_argument("--out", default=str(ROOT / "validation" / "results"), help="folder of the result files")
     args = parser.parse_args(argv)
     models = [m.strip() for m in args.models.split(",") if m.strip()]
@@ -301,8 +349,10 @@ def parse_arguments(argv: list[str] | None) -> tuple[argparse.Namespace, list[st
     return args, models, folder, stem
 
 
-def document_of(results: dict[str, Any], args: argparse.Namespace, argv: list[str], host: str) -> dict[str, Any]:
-    """The result document of the models in ``results`` (each calibrated in place)."""
+def document_of(results: dict[str, Any], args: argparse.Namespace, argv: list[str], host: str,
+                reducer: dict[str, Any]) -> dict[str, Any]:
+    """The result document of the models in ``results`` (each given its predictions with the
+    reducer's cost in place); ``reducer``: the reducer calibration's document."""
     document = {
         "date": datetime.date.today().isoformat(),
         "host": host,
@@ -311,11 +361,36 @@ def document_of(results: dict[str, Any], args: argparse.Namespace, argv: list[st
         "link": "emulated", "network": args.network, "workers": args.workers, "steps": args.steps, "warmup": args.warmup,
         "command": command_line("validation/training/run.py", argv, args.out),
         "timings": "measured on the host named; not reproducible to the digit",
+        "reducer_calibration": reducer,
         "results": results,
     }
-    calibrate(results, network(args.network, args.workers))
-    document["targets"] = {key: targets(results, key) for key in ("predicted", "calibrated")}
+    cost = network(args.network, args.workers)
+    with_reducer(results, cost, reducer_of(reducer))
+    calibrate(results, cost)
+    document["targets"] = {key: targets(results, key) for key in PREDICTIONS}
     return document
+
+
+def reducer_of(document: dict[str, Any]) -> ReducerCalibration:
+    """The calibration a result document carries."""
+    return ReducerCalibration(document["reducer"], per_step=document["per_step"], per_message=document["per_message"])
+
+
+def reducer_calibration(args: argparse.Namespace) -> dict[str, Any]:
+    """The plan reducer's own cost: read from ``--reducer-calibration``, or measured now on
+    this host's CPU (gloo, one thread per rank, as the training ranks), before any plan runs."""
+    if args.reducer_calibration is not None:
+        calibration = read_reducer_calibration(args.reducer_calibration)
+        if calibration.reducer != "plan":
+            raise ValueError(f"--reducer-calibration {args.reducer_calibration}: a {calibration.reducer} reducer "
+                             "calibration; the plans train with PlanReducer: give a plan calibration "
+                             "(fusionopt calibrate --reducer plan)")
+        return {**calibration.to_dict(), "source": args.reducer_calibration}
+    print("measuring the plan reducer's own cost apart from the plans (a synthetic model, about 15 s)",
+          file=sys.stderr, flush=True)
+    calibration = measure_reducer_overhead("plan", args.ranks)
+    print(calibration.summary(), file=sys.stderr, flush=True)
+    return calibration.to_dict()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -334,6 +409,15 @@ def main(argv: list[str] | None = None) -> int:
     settings = {"backend": args.backend, "ranks": args.ranks, "models": models, "network": args.network, "workers": args.workers,
                 "batch": args.batch, "steps": args.steps, "warmup": args.warmup, "profile_steps": args.profile_steps}
     results: dict[str, Any] = {}
+    try:
+        load_before = os.getloadavg()[0]
+        reducer = reducer_calibration(args)
+    except ValueError as exc:
+        print(f"error: {' '.join(str(exc).split())}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:          # its ranks are stopped; no plan has run
+        print("interrupted while measuring the reducer's own cost: nothing written", file=sys.stderr)
+        return 130
     with Progress(interrupted_path(os.path.join(folder, f"{stem}.md"))) as progress:
         progress.stage("models", total=len(models))
         with tempfile.TemporaryDirectory() as scratch:
@@ -346,7 +430,7 @@ def main(argv: list[str] | None = None) -> int:
                     done = json.loads(Path(rank0).read_text()) if os.path.exists(rank0) else {}
                     for name in [m for m in done if m not in results]:
                         results[name] = done[name]
-                        progress.keep(document_of(dict(results), args, argv, host))
+                        progress.keep(document_of(dict(results), args, argv, host, reducer))
                         progress.step(f"{name}: " + ", ".join(
                             f"{plan} {1e3 * p['predicted']:.2f} / {1e3 * p['measured']:.2f} ms"
                             for plan, p in done[name]["plans"].items())
@@ -357,7 +441,8 @@ def main(argv: list[str] | None = None) -> int:
                         process.terminate()
                 for process in ranks.processes:
                     process.join()
-        document = document_of(results, args, argv, host)
+        document = document_of(results, args, argv, host, reducer)
+        document["load_average"] = {"before": load_before, "after": os.getloadavg()[0]}
         write_result(folder, stem, document, markdown(document))
     return progress.exit_code
 
