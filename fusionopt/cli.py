@@ -1080,10 +1080,11 @@ def _cmd_sweep(args: argparse.Namespace) -> None:
     from fusionopt import sweep
 
     device, batch = _zoo_settings(args, None)
+    options = {option: getattr(args, option) for option in ZOO_COMPUTE_OPTIONS if getattr(args, option) is not None}
     grid = sweep.cells(_comma_list("--models", args.models), _comma_list("--workers", args.workers, int),
                        _comma_list("--networks", args.networks),
                        _comma_list("--methods", args.methods) if args.methods is not None else None,
-                       device=device, batch=batch, sync=args.sync, algorithm=args.algorithm)
+                       device=device, batch=batch, sync=args.sync, algorithm=args.algorithm, **options)
     to_run = len(sweep.pending_cells(grid, args.output, retry_errors=args.retry_errors, time_limit=args.time_limit))
     try:
         with contextlib.ExitStack() as stack:
@@ -1141,8 +1142,7 @@ def _add_sweep_parser(commands: Any) -> None:
                                      "preset's reduce-scatter and all-gather")
     p.add_argument("--output", required=True, metavar="RESULTS.jsonl|RESULTS.csv",
                    help="results file, one record per cell; run again on it to resume")
-    p.add_argument("--device", help=f"device for the zoo estimate: {', '.join(zoo.devices())} (default h100)")
-    p.add_argument("--batch", type=int, help="per-worker batch for the zoo estimate (default 64)")
+    _add_zoo_arguments(p)
     p.add_argument("--sync", default="barrier", choices=("barrier", "layerwise"),
                    help="when the next forward may start (default barrier)")
     p.add_argument("--algorithm", default="ring", help=f"all-reduce algorithm: {', '.join(ALGORITHMS)} (ring or "

@@ -16,7 +16,10 @@ leaves at worst one partial last line, which the next run drops (with a warning)
 
 Records (:data:`FIELDS`; times in seconds):
 
-* ``model, device, batch, network, algorithm, workers, sync, method``: the cell;
+* ``model, device, batch, network, algorithm, workers, sync, method, precision, compute,
+  optimizer``: the cell (the last three: the zoo profile's options, :func:`fusionopt.zoo.profile`;
+  ``optimizer`` is ``"none"`` or ``"sgd"``; records of an older fusionopt lack them, are kept,
+  and match no cell);
 * ``time_limit``: the time limit its solve ran under (None for a method without one): a
   rerun with another limit solves those cells again;
 * ``iteration_time``: the plan's simulated iteration time;

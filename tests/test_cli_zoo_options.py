@@ -57,9 +57,27 @@ def test_profile_writes_the_zoo_profile_of_its_options(capsys, tmp_path):
     (["compare", "--model", "lstm-lm", *NET, "--precision", "bf16"], "lstm-lm"),
     (["compare", "--model", "resnet50", *NET, "--compute", "roofline", "--precision", "bf16"], "roofline"),
     (["compare", "--model", "resnet50", *NET, "--compute", "measured"], "measured"),
+    (["sweep", "--models", "resnet50", "--workers", "8", "--networks", "25gbe", "--output", "OUT",
+      "--precision", "fp8"], "fp8"),
 ])
 def test_options_the_zoo_cannot_honour_are_refused_in_one_line(capsys, tmp_path, argv, message):
     profile = tmp_path / "p.json"
     zoo.profile("alexnet").write(profile)
-    status, out, err = run(capsys, *[str(profile) if a == "PROFILE" else a for a in argv])
+    out_file = tmp_path / "sweep.jsonl"
+    status, out, err = run(capsys, *[str(profile) if a == "PROFILE" else str(out_file) if a == "OUT" else a
+                                     for a in argv])
     assert status == 2 and out == "" and len(err.splitlines()) == 1 and message in err, err
+    assert not out_file.exists()
+
+
+def test_sweep_runs_the_zoo_profile_of_its_options(capsys, tmp_path):
+    path = tmp_path / "sweep.jsonl"
+    status, _, err = run(capsys, "sweep", "--models", "resnet50", "--workers", "64", "--networks", "25gbe",
+                         "--methods", "dp", "--precision", "bf16", "--optimizer", "sgd", "--output", path,
+                         "--jobs", "1", "--no-progress")
+    assert status == 0, err
+    [record] = [json.loads(line) for line in path.read_text().splitlines()]
+    options = {"precision": "bf16", "optimizer": "sgd"}
+    expected = solve(Problem(zoo.profile("resnet50", **options), network("25gbe", workers=64)), "dp")
+    assert record["iteration_time"] == expected.iteration_time
+    assert (record["precision"], record["compute"], record["optimizer"]) == ("bf16", "calibrated", "sgd")

@@ -22,9 +22,10 @@ import fusionopt
 from fusionopt import zoo
 from fusionopt.cli import main
 from fusionopt.cost import network
-from fusionopt.solvers import default_methods
+from fusionopt.solvers import default_methods, solve
 from fusionopt import sweep
 from fusionopt.experiments import runner
+from fusionopt.experiments.grid import cell_problem
 from fusionopt.experiments.records import CSV_COLUMNS, record_key
 from fusionopt.sweep import FIELDS, Cell, cells, pending_cells, read_results, run_sweep
 
@@ -138,10 +139,13 @@ def test_records_equal_a_direct_solve_and_their_definitions(tmp_path):
         assert 0 < record["scaling_efficiency"] < 1
         assert record["fusionopt_version"] == fusionopt.__version__
         assert record["solve_seconds"] >= 0
-    by_key = {key(r)[:-2] + (r["method"],): r for r in records}
+    def without_method(r):
+        return tuple(r[name] for name in sweep.CELL_FIELDS if name != "method")
+
+    by_key = {without_method(r) + (r["method"],): r for r in records}
     for record in records:
         # the DP is exact over fusion plans: no baseline beats it; single sends one message
-        dp = by_key[key(record)[:-2] + ("dp",)]
+        dp = by_key[without_method(record) + ("dp",)]
         assert dp["status"] == "OPTIMAL"
         assert dp["iteration_time"] <= record["iteration_time"] * (1 + 1e-12)   # ties differ in rounding
         if record["method"] == "single":
@@ -495,11 +499,50 @@ def test_a_sweep_with_failed_cells_exits_non_zero(tmp_path, capsys):
     assert [r["status"] for r in read_results(path)] == ["FEASIBLE", "ERROR"]
 
 
+ZOO_OPTIONS = ("precision", "compute", "optimizer")
+
+
 def test_an_older_sweep_csv_is_refused_with_one_line(tmp_path):
-    old = [c for c in CSV_COLUMNS if c != "time_limit"]
-    old[old.index("throughput")] = "speedup"
-    path = tmp_path / "old.csv"
-    path.write_text(",".join(old) + "\n")
-    with pytest.raises(ValueError, match=r"old.csv: a sweep CSV file of an older fusionopt \(no time_limit column"):
-        run_sweep(cells(["alexnet"], [8], ["10gbe"], ["wfbp"]), path, jobs=1, progress=False)
-    assert path.read_text() == ",".join(old) + "\n"
+    older = [c for c in CSV_COLUMNS if c not in ZOO_OPTIONS]
+    oldest = [c for c in older if c != "time_limit"]
+    oldest[oldest.index("throughput")] = "speedup"
+    for header, match in ((oldest, r"\(no time_limit column"), (older, r"\(no precision, compute and optimizer")):
+        path = tmp_path / "old.csv"
+        path.write_text(",".join(header) + "\n")
+        with pytest.raises(ValueError, match=r"old.csv: a sweep CSV file of an older fusionopt " + match):
+            run_sweep(cells(["alexnet"], [8], ["10gbe"], ["wfbp"]), path, jobs=1, progress=False)
+        assert path.read_text() == ",".join(header) + "\n"
+
+
+def test_zoo_options_make_cells_of_their_own(tmp_path):
+    # A bf16 sweep and an fp32 one of the same grid are different cells in one file: the bf16
+    # cells take the zoo's bf16 profile (its compute time is the record's) and the fp32
+    # records are not taken for them.
+    path = tmp_path / "sweep.jsonl"
+    fp32 = run_sweep(cells(["resnet18"], [8], ["10gbe"], ["dp"]), path, jobs=1, progress=False)
+    grid = cells(["resnet18"], [8], ["10gbe"], ["dp"], precision="bf16", optimizer="sgd")
+    assert grid[0].precision == "bf16" and grid[0].optimizer == "sgd" and grid[0].compute == "calibrated"
+    bf16 = run_sweep(grid, path, jobs=1, progress=False)
+    assert len(read_results(path)) == 2
+    expected = zoo.profile("resnet18", precision="bf16", optimizer="sgd").compute_time
+    assert bf16[0]["compute_time"] == expected != fp32[0]["compute_time"]
+    assert bf16[0]["iteration_time"] == solve(cell_problem(grid[0], zoo.profile("resnet18", precision="bf16",
+                                                                                optimizer="sgd")),
+                                              "dp").iteration_time
+    with pytest.raises(ValueError, match="unknown compute 'estimate'"):
+        cells(["resnet18"], [8], ["10gbe"], ["dp"], compute="estimate")
+
+
+def test_records_of_an_older_fusionopt_are_kept_and_their_cells_solved_again(tmp_path, capsys):
+    # A JSON-lines record without the zoo options stays in the file, but which compute its
+    # cell used cannot be told: the cell is solved again, and the sweep says so.
+    path = tmp_path / "sweep.jsonl"
+    grid = cells(["alexnet"], [8], ["10gbe"], ["single"])
+    record = run_sweep(grid, path, jobs=1, progress=False)[0]
+    older = {k: v for k, v in record.items() if k not in ZOO_OPTIONS}
+    path.write_text(json.dumps(older) + "\n")
+    capsys.readouterr()
+    again = run_sweep(grid, path, jobs=1, progress=False)
+    assert "1 record(s) of an older fusionopt name no precision, compute or optimizer" in capsys.readouterr().err
+    assert read_results(path)[0] == older and len(read_results(path)) == 2
+    assert again[0]["iteration_time"] == record["iteration_time"] and again[0]["precision"] == "fp32"

@@ -46,6 +46,13 @@ class Cell:
     sync : {"barrier", "layerwise"}
     method : str
         A registered method (:func:`fusionopt.methods`).
+    precision : {"fp32", "bf16"}
+        The zoo model's precision (:func:`fusionopt.zoo.profile`; default ``"fp32"``).
+    compute : {"calibrated", "roofline"}
+        The zoo model's compute (default ``"calibrated"``).
+    optimizer : {"none", "sgd"}
+        ``"sgd"``: SGD with momentum's update time on each tensor; ``"none"`` (default): no
+        update time.
     """
 
     model: str
@@ -56,6 +63,9 @@ class Cell:
     workers: int
     sync: str
     method: str
+    precision: str = "fp32"
+    compute: str = "calibrated"
+    optimizer: str = "none"
 
     @property
     def label(self) -> str:
@@ -75,6 +85,9 @@ def cells(
     batch: int = 64,
     sync: str = "barrier",
     algorithm: str = "ring",
+    precision: str = "fp32",
+    compute: str = "calibrated",
+    optimizer: str | None = None,
 ) -> list[Cell]:
     """The cartesian product models x workers x networks x methods, validated.
 
@@ -105,6 +118,9 @@ def cells(
     algorithm : str
         All-reduce algorithm for the network presets (default ``"ring"``; the decoupled and
         fully sharded methods take its reduce-scatter and all-gather: ring or rabenseifner).
+    precision, compute, optimizer : str
+        The zoo model's profile options (:func:`fusionopt.zoo.profile`): ``"fp32"`` or
+        ``"bf16"``; ``"calibrated"`` or ``"roofline"``; None (or ``"none"``) or ``"sgd"``.
 
     Returns
     -------
@@ -126,7 +142,7 @@ def cells(
     (8, 'resnet18 8 10gbe wfbp', 'alexnet 64 10gbe dp')
     >>> grid[0]   # doctest: +NORMALIZE_WHITESPACE
     Cell(model='resnet18', device='h100', batch=64, network='10gbe', algorithm='ring', workers=8,
-         sync='barrier', method='wfbp')
+         sync='barrier', method='wfbp', precision='fp32', compute='calibrated', optimizer='none')
     >>> cells(["resnet18"], [0], ["10gbe"], ["wfbp"])
     Traceback (most recent call last):
     ...
@@ -145,9 +161,13 @@ def cells(
         if isinstance(count, bool) or not isinstance(count, Integral) or count < 1:
             raise ValueError(f"workers must be integers >= 1, got {count!r}")
     workers = [int(count) for count in workers]
-    # zoo.profile names an unknown model or device and a bad batch, listing the known ones.
-    profiles = {model.strip().lower(): zoo.profile(model, device=device, batch=batch) for model in models}
+    optimizer = None if optimizer == "none" else optimizer
+    # zoo.profile names an unknown model, device, precision, compute or optimizer and a bad
+    # batch, listing the known ones.
+    options = {"precision": precision, "compute": compute, "optimizer": optimizer}
+    profiles = {model.strip().lower(): zoo.profile(model, device=device, batch=batch, **options) for model in models}
     device = device.strip().lower()
+    optimizer = "none" if optimizer is None else optimizer
     for name in networks:
         for count in workers:      # fitted presets know some worker counts only
             network(name, count, algorithm=algorithm)
@@ -179,7 +199,7 @@ def cells(
                                      f"all-gather: {exc}") from None
     if notes:
         print(f"fusionopt sweep: skipping {notes_text}", file=sys.stderr)
-    return [Cell(model, device, batch, name, algorithm, count, sync, method)
+    return [Cell(model, device, batch, name, algorithm, count, sync, method, precision, compute, optimizer)
             for model in profiles for count in workers for name in networks for method in kept]
 
 

@@ -39,6 +39,10 @@ _FLOAT_FIELDS = frozenset({"time_limit", "iteration_time", "compute_time", "scal
 
 _FORMATS = {".jsonl": "jsonl", ".csv": "csv"}
 
+#: The cell's zoo options that records of an older fusionopt do not have: such a record is
+#: kept, but matches no cell (its compute cannot be told), so its cell is solved again.
+ZOO_OPTION_FIELDS = ("precision", "compute", "optimizer")
+
 
 def results_format(path: str | os.PathLike) -> str:
     """``"jsonl"`` or ``"csv"``, from the file's extension; one line naming the path otherwise."""
@@ -118,7 +122,8 @@ def _parse_line(line: bytes, fmt: str, header: list[str] | None) -> dict[str, An
     except (UnicodeDecodeError, ValueError, StopIteration, csv.Error):
         return None
     if not isinstance(record, dict) or any(not isinstance(record.get(name), str)
-                                           for name in CELL_FIELDS if name not in _INT_FIELDS):
+                                           for name in CELL_FIELDS if name not in _INT_FIELDS
+                                           and not (name in ZOO_OPTION_FIELDS and name not in record)):
         return None
     if any(isinstance(record.get(name), bool) or not isinstance(record.get(name), int)
            for name in ("batch", "workers")):
@@ -150,10 +155,15 @@ def scan_results(path: Path, fmt: str) -> ResultsScan:
     if fmt == "csv" and complete:
         found = complete[0].decode("utf-8", errors="replace")
         if found != ",".join(CSV_COLUMNS):
-            older = ",".join("speedup" if c == "throughput" else c for c in CSV_COLUMNS if c != "time_limit")
-            if found == older:
+            columns = [c for c in CSV_COLUMNS if c not in ZOO_OPTION_FIELDS]
+            oldest = ",".join("speedup" if c == "throughput" else c for c in columns if c != "time_limit")
+            if found == oldest:
                 raise ValueError(f"{path}: a sweep CSV file of an older fusionopt (no time_limit column, "
                                  "'speedup' for throughput): write this sweep to a new file")
+            if found == ",".join(columns):
+                raise ValueError(f"{path}: a sweep CSV file of an older fusionopt (no precision, compute and "
+                                 "optimizer columns: which zoo compute its cells used cannot be told): write "
+                                 "this sweep to a new file")
             raise ValueError(f"{path}: not a sweep CSV file: its header is {found[:80]!r}, "
                              f"expected {','.join(CSV_COLUMNS)!r}")
         scan.header = complete[0] + b"\n"

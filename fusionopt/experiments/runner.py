@@ -21,8 +21,8 @@ from typing import Any, Iterable, Sequence, TextIO
 
 from fusionopt import __version__, zoo
 from fusionopt.experiments.grid import CELL_FIELDS, Cell, cell_problem
-from fusionopt.experiments.records import (FIELDS, append_record, applied_limit, csv_header, encode_record,
-                                           preview_line, record_key, repair_results, results_format,
+from fusionopt.experiments.records import (FIELDS, ZOO_OPTION_FIELDS, append_record, applied_limit, csv_header,
+                                           encode_record, preview_line, record_key, repair_results, results_format,
                                            scan_results, writer_lock)
 from fusionopt.solvers.registry import get_method, solve
 
@@ -62,7 +62,8 @@ def run_cell(cell: Cell, *, time_limit: float | None = None, search_workers: int
     record["fusionopt_version"] = __version__
     started = time.perf_counter()
     try:
-        profile = zoo.profile(cell.model, device=cell.device, batch=cell.batch)
+        profile = zoo.profile(cell.model, device=cell.device, batch=cell.batch, precision=cell.precision,
+                              compute=cell.compute, optimizer=None if cell.optimizer == "none" else cell.optimizer)
         record["compute_time"] = float(profile.compute_time)
         problem = cell_problem(cell, profile)
         options = {}
@@ -204,6 +205,11 @@ def _run_locked(cells: list[Cell], path: Path, fmt: str, jobs: int, time_limit: 
                 print(f"fusionopt sweep: {path}: solving {len(retried)} ERROR cell(s) again", file=sys.stderr)
         if scan.dropped or scan.torn is not None or retried:
             repair_results(path, fmt, scan)
+        older = sum(any(name not in record for name in ZOO_OPTION_FIELDS) for record in scan.records)
+        if older:
+            print(f"fusionopt sweep: {path}: {older} record(s) of an older fusionopt name no precision, compute "
+                  "or optimizer (which zoo compute they used cannot be told): kept, and their cells solved again",
+                  file=sys.stderr)
         for record in scan.records:
             done.setdefault(record_key(record), record)
     pending = [cell for cell in cells if record_key(cell, time_limit) not in done]
