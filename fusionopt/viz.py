@@ -425,7 +425,7 @@ _METRIC_LABELS = {          # (axis label, figure title)
     "throughput": ("throughput (one-worker steps)", "Throughput in one worker's steps, P (B + F + U + W) / T, against workers"),
     "iteration_time": ("iteration time T (ms)", "Iteration time T against workers"),
 }
-_VARIANT_KEYS = ("device", "batch", "algorithm", "sync")
+_VARIANT_KEYS = ("device", "batch", "precision", "compute", "optimizer", "algorithm", "sync")
 
 
 def _is_error(record: Mapping[str, Any]) -> bool:
@@ -488,8 +488,8 @@ def sweep_series(records: Iterable[Mapping[str, Any]], metric: str = "scaling_ef
     dict
         ``{label: (workers, values)}``, labels in order of first appearance, workers
         ascending (int), values as float. The label is the method; when the records differ
-        in ``device``, ``batch``, ``algorithm`` or ``sync``, those values follow it in
-        parentheses, so that every line is one setting.
+        in ``device``, ``batch``, ``precision``, ``compute``, ``optimizer``, ``algorithm`` or
+        ``sync``, those values follow it in parentheses, so that every line is one setting.
 
     Examples
     --------
@@ -537,7 +537,7 @@ def _series(records: list[Mapping[str, Any]], metric: str) -> dict[str, tuple[np
         if workers in line:
             raise ValueError(f"two sweep records of {label!r} at {workers} workers ({r['model']}, {r['network']}): "
                              "the records differ in a field other than model, network, device, batch, "
-                             "algorithm and sync")
+                             "precision, compute, optimizer, algorithm and sync")
         line[workers] = value
     out = {}
     for label, line in points.items():

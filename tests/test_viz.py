@@ -262,6 +262,9 @@ def test_sweep_series_labels_settings_that_differ_and_refuses_duplicates():
     series = sweep_series(RECORDS + tree)
     assert sorted(series) == ["dp (algorithm ring)", "dp (algorithm tree)", "wfbp (algorithm ring)",
                               "wfbp (algorithm tree)"]
+    bf16 = [dict(r, precision="bf16") for r in RECORDS]
+    series = sweep_series([dict(r, precision="fp32") for r in RECORDS] + bf16)
+    assert series["dp (precision bf16)"][1].tolist() == [0.8, 0.5, 0.4] and "wfbp (precision fp32)" in series
     with pytest.raises(ValueError, match="two sweep records of 'dp' at 4 workers"):
         sweep_series(RECORDS + [record("dp", 4, 0.1)])
     with pytest.raises(ValueError, match="unknown metric 'speedup'"):
