@@ -489,15 +489,16 @@ def cases_of(models: list[str], networks: list[str], capped: str | None, cap_fra
 
 
 def document_of(cases: list[dict[str, Any]], calibrations: dict[str, Any], args: argparse.Namespace,
-                argv: list[str], host: str) -> dict[str, Any]:
-    """The result document of the finished ``cases`` (each given its targets in place) and
-    the reducer ``calibrations`` (per number of ranks, per framework)."""
+                argv: list[str], host: str, load: dict[str, str | None]) -> dict[str, Any]:
+    """The result document of the finished ``cases`` (each given its targets in place), the
+    reducer ``calibrations`` (per number of ranks, per framework) and the host's ``load``
+    average at the start and at the end."""
     for case in cases:
         if "measured" in case:
             case["targets"] = targets(case)
     return {
         "date": datetime.date.today().isoformat(),
-        "host": host,
+        "host": host, "cpus": os.cpu_count(), "load_average": load,
         "link": "emulated", "networks": args.networks, "workers": args.workers, "batch": args.batch,
         "rounds": args.rounds, "steps": args.steps, "warmup": args.warmup, "profile_steps": args.profile_steps,
         "memory_cap": {"model": args.capped_model, "fraction": args.cap_fraction},
@@ -532,8 +533,10 @@ def markdown(document: dict[str, Any]) -> str:
              f"for real, then is held on one channel, first in, first out, for `c(S)` of the network named for "
              f"{document['workers']} workers. Per setting {document['rounds']} rounds of {document['steps']} "
              f"steps after {document['warmup']} untimed ones, the two settings alternating, the order swapped "
-             f"each round. **Timings of this host** (2 CPUs shared with other work, loaded): they vary from run "
-             f"to run; the ratios of the two settings, measured side by side, are what the targets judge.", "",
+             f"each round. **Timings of this host** ({document['cpus']} CPUs shared with other work; load average "
+             f"{document['load_average']['start']} at the start, {document['load_average']['end']} at the end): "
+             f"they vary from run to run; the ratios of the two settings, measured side by side, are what the "
+             f"targets judge.", "",
              "*Predicted*: `simulate` on the profile the ranks measured at the start of each model (with the "
              "training job's optimiser), the defaults' layout and the advice's, on the network's cost; the advice "
              "is what `fusionopt advise` (`--pattern fsdp` for FSDP2) gives for that profile. *Measured*: the mean "
@@ -628,7 +631,7 @@ def parse_arguments(argv: list[str] | None) -> tuple[argparse.Namespace, str]:
     parser.add_argument("--ranks", default="2,4", help="gloo ranks, comma-separated (default 2,4)")
     parser.add_argument("--batch", type=positive_int, default=32, help="samples per rank and step (default 32; "
                         f"the transformer takes {TOKENS} tokens)")
-    parser.add_argument("--rounds", type=positive_int, default=10, help="paired rounds (default 10)")
+    parser.add_argument("--rounds", type=positive_int, default=20, help="paired rounds (default 20)")
     parser.add_argument("--steps", type=positive_int, default=4, help="steps per setting and round (default 4)")
     parser.add_argument("--warmup", type=nonnegative_int, default=5, help="untimed steps of each setting (default 5)")
     parser.add_argument("--profile-steps", type=positive_int, default=10,
@@ -675,8 +678,8 @@ def main(argv: list[str] | None = None) -> int:
     import torch
     import torch.multiprocessing as mp
 
-    host = (f"{platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}, torch {torch.__version__}, "
-            f"load average {' '.join(f'{v:.2f}' for v in os.getloadavg())} at the start")
+    host = f"{platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}, torch {torch.__version__}"
+    load = {"start": _load_average(), "end": None}
     cases: list[dict[str, Any]] = []
     calibrations: dict[str, Any] = {}
     stem = "speedup-cpu"
@@ -711,7 +714,8 @@ def main(argv: list[str] | None = None) -> int:
                         done = json.loads(Path(rank0).read_text()) if os.path.exists(rank0) else []
                         for case in done[seen:]:
                             cases.append(case)
-                            progress.keep(document_of(list(cases), calibrations, args, argv, host))
+                            progress.keep(document_of(list(cases), calibrations, args, argv, host,
+                                                      {**load, "end": _load_average()}))
                             progress.step(_line(case))
                         seen = len(done)
                 finally:             # interrupted or failed: the ranks go too
@@ -720,9 +724,15 @@ def main(argv: list[str] | None = None) -> int:
                             process.terminate()
                     for process in context.processes:
                         process.join()
-        document = document_of(cases, calibrations, args, argv, host)
+        load["end"] = _load_average()
+        document = document_of(cases, calibrations, args, argv, host, load)
         write_result(folder, stem, document, markdown(document))
     return progress.exit_code
+
+
+def _load_average() -> str:
+    """The host's 1, 5 and 15 minute load averages."""
+    return " ".join(f"{v:.2f}" for v in os.getloadavg())
 
 
 def _line(case: dict[str, Any]) -> str:
