@@ -10,14 +10,16 @@ ranks on this host's CPU, one thread each:
 2. the link is emulated: each message is held on the channel for ``c(S)`` of
    ``network(--network, --workers)`` after its start (its real loopback all-reduce is far
    shorter); every figure below is of an **emulated link**;
-3. the plans: ``single`` and ``wfbp`` (run last; the in-run fit below uses them), DDP's default layout (``ddp``), the best single ``bucket_cap_mb``
+3. the plans: ``single`` and ``wfbp`` (the in-run fit below uses them), DDP's default layout (``ddp``), the best single ``bucket_cap_mb``
    that ``advise`` gives for the DP's plan (``ddp-advised``), the exact ``dp`` plan (barrier
    sync), and ``usbyte`` and ``layerwise-opt`` (layerwise sync; the update lump spread over the
-   tensors by size, since layerwise sync updates tensor by tensor). Each trains ``--steps``
-   timed steps after ``--warmup``; beside them, real ``DistributedDataParallel`` with its
-   default layout, its buckets held for the same ``c(S)`` by a comm hook;
-4. predicted: ``simulate`` on the profile and the emulated link's cost; measured: the mean
-   step on rank 0.
+   tensors by size, since layerwise sync updates tensor by tensor); beside them, real
+   ``DistributedDataParallel`` with its default layout (on a copy of the model), its buckets
+   held for the same ``c(S)`` by a comm hook. They take turns in ``--rounds`` rounds, each
+   round in an order rotated by one, each turn ``--steps / --rounds`` timed steps after
+   ``--warmup``;
+4. predicted: ``simulate`` on the profile and the emulated link's cost; measured: the median
+   over the rounds of the mean step on rank 0.
 
 The reducer's own cost is measured first, apart from the plans it predicts: before any model
 trains, ``measure_reducer_overhead("plan")`` times ``PlanReducer`` on a synthetic stack of
@@ -42,6 +44,7 @@ this host: they vary from run to run.
 from __future__ import annotations
 
 import argparse
+import copy
 import dataclasses
 import datetime
 import itertools
@@ -70,6 +73,7 @@ from fusionopt.reporting import (Progress, changed_options, command_line, interr
 MODELS = ("mlp", "cnn", "lstm")
 CALIBRATION = ("single", "wfbp")      # the plans the in-run fit (``calibrated``) uses
 PREDICTIONS = ("predicted", "predicted_with_reducer", "calibrated")
+REAL_DDP = "real DDP"
 USBYTE_UNIT = 4096          # parameters per US-Byte unit (the models are small)
 
 
@@ -148,8 +152,21 @@ def _rank(rank: int, port: int, out: str, args: dict[str, Any]) -> None:
                                    if rank == 0 else None)
             row: dict[str, Any] = {"profile": profile.to_dict(), "tensors": profile.n,
                                    "bytes": profile.total_bytes, "plans": {}}
-            for plan_name, (sync, plan_doc, predicted) in plans[0].items():
-                plan = Plan.from_dict(plan_doc)
+            # Real DDP, its default layout, on a copy of the model (its hooks stay off the
+            # original's parameters), its buckets held on one emulated link by a comm hook:
+            # a bucket holds the link for c(S) from when it is posted or the link frees, the
+            # later (gloo runs two buckets at once; one link carries one at a time).
+            replica = copy.deepcopy(model)
+            ddp = torch.nn.parallel.DistributedDataParallel(replica)
+            ddp.register_comm_hook(None, ddp_comm_hook(EmulatedLink(cost)))
+            ddp_optimizer = torch.optim.SGD(replica.parameters(), lr=1e-3, momentum=0.9)
+
+            def ddp_step() -> None:
+                ddp_optimizer.zero_grad()
+                ddp(x).sum().backward()
+                ddp_optimizer.step()
+
+            def time_plan(sync: str, plan: Plan, steps: int) -> float:
                 if sync == "barrier":
                     reducer = PlanReducer(model, plan, profile, link=cost)
 
@@ -164,24 +181,32 @@ def _rank(rank: int, port: int, out: str, args: dict[str, Any]) -> None:
                     def step() -> None:
                         model(x).sum().backward()
                 with reducer:
-                    seconds = _time_steps(step, args["warmup"], args["steps"], dist, settle)
+                    seconds = _time_steps(step, args["warmup"], steps, dist, settle)
                     reducer.flush()
-                row["plans"][plan_name] = {"sync": sync, "messages": plan.num_messages, "predicted": predicted,
-                                           "measured": seconds, "plan": plan_doc}
+                return seconds
+
+            # Every plan and real DDP take turns, round after round, each round in an order
+            # rotated by one: a slow spell of the host falls on every setting alike.
+            names = list(plans[0]) + [REAL_DDP]
+            rounds: dict[str, list[float]] = {k: [] for k in names}
+            per_round = max(1, args["steps"] // args["rounds"])
+            for r in range(args["rounds"]):
+                for key in names[r % len(names):] + names[:r % len(names)]:
+                    if key == REAL_DDP:
+                        rounds[key].append(_time_steps(ddp_step, args["warmup"], per_round, dist, settle))
+                    else:
+                        sync, plan_doc, _ = plans[0][key]
+                        rounds[key].append(time_plan(sync, Plan.from_dict(plan_doc), per_round))
+            for plan_name, (sync, plan_doc, predicted) in plans[0].items():
+                seconds = statistics.median(rounds[plan_name])
+                row["plans"][plan_name] = {"sync": sync, "messages": Plan.from_dict(plan_doc).num_messages,
+                                           "predicted": predicted, "measured": seconds, "rounds": rounds[plan_name],
+                                           "plan": plan_doc}
                 if rank == 0:
                     print(f"{name} {plan_name}: predicted {1e3 * predicted:.2f} ms, measured {1e3 * seconds:.2f} ms",
                           file=sys.stderr, flush=True)
-            # Real DDP, its default layout, its buckets held on one emulated link by a comm hook:
-            # a bucket holds the link for c(S) from when it is posted or the link frees, the
-            # later (gloo runs two buckets at once; one link carries one at a time).
-            ddp = torch.nn.parallel.DistributedDataParallel(model)
-            ddp.register_comm_hook(None, ddp_comm_hook(EmulatedLink(cost)))
-
-            def ddp_step() -> None:
-                optimizer.zero_grad()
-                ddp(x).sum().backward()
-                optimizer.step()
-            row["real_ddp"] = _time_steps(ddp_step, args["warmup"], args["steps"], dist, settle)
+            row["real_ddp"] = statistics.median(rounds[REAL_DDP])
+            row["real_ddp_rounds"] = rounds[REAL_DDP]
             report[name] = row
             if rank == 0:        # the models finished so far, for the parent to report as they come
                 write_json_atomic(out, report)
@@ -255,6 +280,10 @@ def _reducer_source(calibration: dict[str, Any]) -> str:
             "linear layers at 1 to 16 messages (figures below)")
 
 
+def _steps(count: int) -> str:
+    return f"{count} timed step{'' if count == 1 else 's'}"
+
+
 def _ranks(document: dict[str, Any]) -> str:
     ranks = document.get("ranks", 2)
     return f"{ranks} rank{'' if ranks == 1 else 's'},"
@@ -268,7 +297,10 @@ def markdown(document: dict[str, Any]) -> str:
                 else f"{_ranks(document)} gloo on this host's CPU, 1 thread each; ")
              +
              f"**emulated link** `network({document['network']!r}, {document['workers']})`, one message at a time; "
-             f"{document['steps']} timed steps after {document['warmup']}. Written by `{document['command']}`. "
+             + (f"{document['rounds']} rounds of {_steps(max(1, document['steps'] // document['rounds']))} after "
+                f"{document['warmup']}, the settings taking turns; measured: the median of the rounds' means. "
+                if document.get("rounds") else f"{document['steps']} timed steps after {document['warmup']}. ")
+             + f"Written by `{document['command']}`. "
              "Timings of this host: they vary from run to run."
              + (f" 1-minute load average {document['load_average']['before']:.2f} before the run and "
                 f"{document['load_average']['after']:.2f} after." if document.get("load_average") else ""), "",
@@ -323,7 +355,11 @@ def parse_arguments(argv: list[str] | None) -> tuple[argparse.Namespace, list[st
     parser.add_argument("--ranks", type=int, default=2, choices=(1, 2),
                         help="ranks (default 2; 1 on one GPU: the plans' messages then move no data between "
                              "ranks, and the emulated link holds each for its cost)")
-    parser.add_argument("--steps", type=positive_int, default=30, help="timed steps per plan (default 30)")
+    parser.add_argument("--steps", type=positive_int, default=30,
+                        help="timed steps per plan, over all rounds (default 30)")
+    parser.add_argument("--rounds", type=positive_int, default=3,
+                        help="rounds in which the plans and real DDP take turns, each timing steps / rounds steps "
+                             "after its warm-up; measured is the median of a plan's rounds (default 3)")
     parser.add_argument("--warmup", type=nonnegative_int, default=10, help="untimed steps first (default 10)")
     parser.add_argument("--profile-steps", type=positive_int, default=20,
                         help="profile_model's timed steps (default 20)")
@@ -358,7 +394,8 @@ def document_of(results: dict[str, Any], args: argparse.Namespace, argv: list[st
         "host": host,
         "backend": args.backend,
         "ranks": args.ranks,
-        "link": "emulated", "network": args.network, "workers": args.workers, "steps": args.steps, "warmup": args.warmup,
+        "link": "emulated", "network": args.network, "workers": args.workers, "steps": args.steps,
+        "rounds": args.rounds, "warmup": args.warmup,
         "command": command_line("validation/training/run.py", argv, args.out),
         "timings": "measured on the host named; not reproducible to the digit",
         "reducer_calibration": reducer,
@@ -407,7 +444,8 @@ def main(argv: list[str] | None = None) -> int:
             + (f", {torch.cuda.get_device_name(0)}, NCCL {'.'.join(map(str, torch.cuda.nccl.version()))}"
                if args.backend == "nccl" else ""))
     settings = {"backend": args.backend, "ranks": args.ranks, "models": models, "network": args.network, "workers": args.workers,
-                "batch": args.batch, "steps": args.steps, "warmup": args.warmup, "profile_steps": args.profile_steps}
+                "batch": args.batch, "steps": args.steps, "rounds": args.rounds, "warmup": args.warmup,
+                "profile_steps": args.profile_steps}
     results: dict[str, Any] = {}
     try:
         load_before = os.getloadavg()[0]
