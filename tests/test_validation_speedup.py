@@ -210,10 +210,14 @@ torch.set_num_threads(1)
 torch.manual_seed(0)
 model, make_input = speedup.build_model("transformer")
 nbytes = lambda modules: sum(p.numel() * p.element_size() for m in modules for p in m.parameters())
-units = [[model.embed, model.layers[0], model.layers[1]], [model.layers[2]], [model.layers[3], model.norm]]
-sizes = sorted({nbytes(u) for u in units} | {nbytes([model.head])})
+if sys.argv[3] == "blocks":
+    units = [[model.embed, model.layers[0], model.layers[1]], [model.layers[2]], [model.layers[3], model.norm]]
+    sizes = sorted({nbytes(u) for u in units} | {nbytes([model.head])})
+else:                                  # a ModuleList, whose forward never runs, in a unit
+    units = [[model.embed, model.layers], [model.norm, model.head]]
+    sizes = sorted({nbytes(u) for u in units})
 for unit in units:
-    fully_shard(unit if len(unit) > 1 else unit[0], reshard_after_forward=True)
+    fully_shard(unit if len(unit) > 1 else unit[0], reshard_after_forward=sys.argv[3] == "blocks")
 fully_shard(model)
 link = EmulatedLink(AlphaBeta(1e-4, 0.0))
 emulate_fsdp2(model, link)
@@ -233,11 +237,28 @@ def test_a_unit_of_several_modules_is_counted_once(tmp_path):
     # fully_shard([embed, layers.0, layers.1]) gives three modules one parameter group: its bytes
     # are counted once per interval, not once per module.
     pytest.importorskip("torch")
-    from fusionopt.integrations.ddp_record import free_port
-
-    run = subprocess.run([sys.executable, "-c", COUNT_GROUPED_UNIT, str(SCRIPT), str(free_port())],
-                         capture_output=True, text=True, timeout=300, cwd=ROOT)
-    assert run.returncode == 0, run.stderr[-3000:]
-    found = json.loads(run.stdout.strip().splitlines()[-1])
+    found = count_units("blocks")
     assert found["counted"] and set(found["counted"]) <= set(found["sizes"])
     assert max(found["sizes"]) < found["peak"] <= 2 * found["total"]
+
+
+def count_units(units):
+    from fusionopt.integrations.ddp_record import free_port
+
+    run = subprocess.run([sys.executable, "-c", COUNT_GROUPED_UNIT, str(SCRIPT), str(free_port()), units],
+                         capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert run.returncode == 0, run.stderr[-3000:]
+    return json.loads(run.stdout.strip().splitlines()[-1])
+
+
+def test_a_units_backward_starts_when_the_unit_after_it_ends(tmp_path):
+    # fully_shard([embed, layers]) with layers a ModuleList: FSDP2 runs the unit's pre_backward
+    # at the model's output, before [norm, head]'s backward. Its gradients are counted from the
+    # end of [norm, head]'s backward, whose reduce-scatter (held on the training thread) has
+    # freed its gradients and whose parameters are resharded: the peak is [embed, layers]'
+    # parameters and gradients, not every parameter and gradient (2 x the model's bytes).
+    pytest.importorskip("torch")
+    found = count_units("modulelist")
+    small, large = found["sizes"]
+    assert small + large == found["total"]
+    assert found["peak"] == 2 * large

@@ -236,11 +236,14 @@ class UnshardedBytes:
       hold the gather put on ``link``) until FSDP2 frees them (``reshard``: after the forward
       when resharded, else after its backward), and again from the start of a second
       all-gather before its backward;
-    * its gradients from the start of its backward (``pre_backward`` has returned: the
-      parameters are whole) until the end of its reduce-scatter's hold. The root's tensors
-      that come before a wrapped unit in forward order (an embedding) start their backward
-      when the unit after them ends its own (``post_backward`` has returned), as the model's
-      root has a first part and a last part.
+    * its gradients from the start of its backward until the end of its reduce-scatter's
+      hold. A unit's backward starts once its ``pre_backward`` has returned (its parameters
+      are whole) and the wrapped unit after it in forward order has ended its own
+      (``post_backward`` has returned): FSDP2 runs ``pre_backward`` early for a unit that
+      holds a module whose forward never runs (a ``ModuleList``), at the model's output. The
+      root's tensors count in parts, as the model's root has a first part and a last one: those
+      before a wrapped unit start with that unit's end, the others with the root's
+      ``pre_backward``.
 
     Installed by wrapping the groups' own methods; counts only between :meth:`start` and
     :meth:`stop`. On CPU FSDP2 holds each collective on the training thread, so a gather's
@@ -253,7 +256,8 @@ class UnshardedBytes:
         self.intervals: list[tuple[float, float, int]] = []
         self._on = False
         self._whole: dict[int, float] = {}          # group -> when its parameters became whole
-        self._grads: dict[Any, float] = {}          # (group, part) -> when its backward started
+        self._grads: dict[Any, float] = {}          # part -> when its backward started
+        self._heard: dict[Any, set[Any]] = {}       # part -> the signals it has had this step
         order = {id(p): k for k, p in enumerate(model.parameters())}
         groups: list[tuple[bool, Any]] = []          # (the root's?, group), each once: fully_shard([a, b])
         for module in model.modules():                # gives its modules one group
@@ -263,24 +267,34 @@ class UnshardedBytes:
                         groups.append((module is model, group))
         wrapped = sorted((min(order[id(p.sharded_param)] for p in g.fsdp_params), id(g))
                          for root, g in groups if not root and g.fsdp_params)
-        # Per group, its parts: (the wrapped group whose backward's end starts theirs, or None
-        # for the group's own pre_backward) -> bytes.
-        parts: dict[int, dict[int | None, int]] = {}
+        # A part: (group, the wrapped group after it in forward order, or None) -> its bytes;
+        # it waits for its group's pre_backward and for that next group's post_backward.
+        parts: dict[int, dict[Any, int]] = {}
         for root, group in groups:
+            first = None if root or not group.fsdp_params else \
+                min(order[id(p.sharded_param)] for p in group.fsdp_params)
             for p in group.fsdp_params:
-                index = order[id(p.sharded_param)]
-                after = next((g for first, g in wrapped if first > index), None) if root else None
+                index = order[id(p.sharded_param)] if root else first
+                after = next((g for start, g in wrapped if start > index), None)
                 share = parts.setdefault(id(group), {})
-                share[after] = share.get(after, 0) + math.prod(p._orig_size) * p.sharded_param.element_size()
-        self._starts: dict[int, list[Any]] = {}     # wrapped group -> the root parts its backward's end starts
-        for root, group in groups:
-            for after in parts.get(id(group), {}):
-                if after is not None:
-                    self._starts.setdefault(after, []).append((id(group), after))
+                share[(id(group), after)] = share.get((id(group), after), 0) + \
+                    math.prod(p._orig_size) * p.sharded_param.element_size()
+        self._needs = {part: {("pre", part[0])} | ({("post", part[1])} if part[1] is not None else set())
+                       for share in parts.values() for part in share}
         for _, group in groups:
             self._wrap(group, parts.get(id(group), {}))
 
-    def _wrap(self, group: Any, parts: dict[int | None, int]) -> None:
+    def _signal(self, signal: tuple[str, int]) -> None:
+        """A group's ``pre_backward`` or ``post_backward`` returned: start the backward of each
+        part that has now had all it waits for."""
+        for part, needs in self._needs.items():
+            if signal in needs and part not in self._grads:
+                heard = self._heard.setdefault(part, set())
+                heard.add(signal)
+                if heard >= needs:
+                    self._grads[part] = self.link.clock()
+
+    def _wrap(self, group: Any, parts: dict[Any, int]) -> None:
         key, size, clock = id(group), sum(parts.values()), self.link.clock
         unshard, reshard, pre_backward, post_backward = (group.unshard, group.reshard, group.pre_backward,
                                                          group.post_backward)
@@ -306,10 +320,10 @@ class UnshardedBytes:
         def pre_backward_counted(*args: Any, **kwargs: Any) -> Any:
             first = len(self.link.log)
             out = pre_backward(*args, **kwargs)
-            if self._on and key not in self._whole and group.is_unsharded:     # gathered again for the backward
-                gathered(first)
-            if self._on and None in parts:
-                self._grads.setdefault((key, None), clock())
+            if self._on:
+                if key not in self._whole and group.is_unsharded:     # gathered again for the backward
+                    gathered(first)
+                self._signal(("pre", key))
             return out
 
         def post_backward_counted(*args: Any, **kwargs: Any) -> Any:
@@ -319,12 +333,12 @@ class UnshardedBytes:
                 holds = self.link.log[first:]
                 end = holds[-1].end if holds else clock()
                 for part, nbytes in parts.items():
-                    if (key, part) in self._grads:
-                        self.intervals.append((self._grads.pop((key, part)), end, nbytes))
+                    if part in self._grads:
+                        self.intervals.append((self._grads.pop(part), end, nbytes))
+                    self._heard.pop(part, None)
                 if key in self._whole and not group.is_unsharded:
                     self.intervals.append((self._whole.pop(key), clock(), size))
-                for waiting in self._starts.get(key, []):       # the root's parts before this unit
-                    self._grads.setdefault(waiting, clock())
+                self._signal(("post", key))
             return out
 
         group.unshard, group.reshard = unshard_counted, reshard_counted
@@ -337,6 +351,7 @@ class UnshardedBytes:
         self._on = False
         self._whole.clear()
         self._grads.clear()
+        self._heard.clear()
 
     @property
     def peak(self) -> int:
@@ -597,6 +612,13 @@ def markdown(document: dict[str, Any]) -> str:
                                                      f"{ms(c['per_message'])} ms per message"
                                                      for framework, c in by.items())
                       for ranks, by in document["calibrations"].items()) + "."]
+    lines += ["", "The emulated link's hold of a 1 MB message (a DDP bucket's all-reduce; an FSDP2 all-gather or "
+              "reduce-scatter): " + "; ".join(
+                  f"{name} {ms(link_cost('ddp', name, document['workers'])(1e6))} ms and "
+                  f"{ms(link_cost('fsdp2', name, document['workers'])(1e6))} ms" for name in document["networks"])
+              + ". A message whose real loopback collective outlasts its hold ends when the collective ends, "
+              "later than the model says (the emulated link's documented limit): compare the FSDP2 calibration's "
+              "cost per collective, measured without the link."]
     profiles = {(c["ranks"], c["model"]): c["profile"] for c in cases if "profile" in c}
     if profiles:
         lines += ["", "Profiles measured (ms per step, rank 0): " + "; ".join(
