@@ -9,21 +9,25 @@ gradient tensor each) with one of the reducers, and varies how many messages a s
 * ``"plan"``: fusionopt's :class:`~fusionopt.integrations.plan_reducer.PlanReducer` with a
   fusion plan of ``m`` equal messages in backward order;
 * ``"ddp"``: ``DistributedDataParallel`` with ``bucket_cap_mb`` set to ``layers / m`` layers'
-  bytes, so ``m`` buckets (counted by its comm hook);
+  bytes, so ``m`` buckets;
 * ``"fsdp2"``: ``fully_shard`` on ``m`` equal groups of layers and then on the model, with
   ``reshard_after_forward=False``: one all-gather and one reduce-scatter per group and step
-  (counted as they are issued; a "message" is one collective).
+  (a "message" is one collective).
 
 Each message is held on an emulated link of cost ``link``
 (:class:`~fusionopt.integrations.emulated_link.EmulatedLink`; ``PlanReducer``'s own ``link``),
 by default ``AlphaBeta(5 ms, 0)``, longer than the real loopback collective of these small
-buffers, which it hides: the way an emulated link is held in training. Each message count is timed
+buffers, which it hides: the way an emulated link is held in training; the messages of a
+step are counted on the link. Each message count is timed
 ``rounds`` times, interleaved with the same model's step without any reducer (the *plain*
 step, same ranks, same load). A sample's *excess* is its mean step less the plain step's and
 less the link's time of its messages; :func:`fit_overhead` fits ``excess = per_step +
 per_message * messages`` by least squares, both figures kept ``>= 0``. The synthetic model's
 backward is far shorter than the link's time per message, so the channel is critical and
 each message's own cost adds to the step in full, as the model adds it (MODEL.md section 2.1).
+What it does not measure: how much slower the hand-offs are while a long backward or forward
+keeps the host's cores busy (contention), and costs that grow with a message's bytes (the
+synthetic tensors are 4 KiB each by default).
 
 :func:`read_reducer_calibration` reads the JSON document :meth:`ReducerCalibration.write`
 writes; :func:`with_reducer_overhead` puts the figures into a problem
