@@ -29,6 +29,7 @@ from fusionopt.integrations.unprofiled import DEFAULT_PROFILER_COST, PROFILER_CO
 from fusionopt.model import AlphaBeta, Plan, Problem, Profile, simulate
 from fusionopt.model.decoupled import Decoupled, DecoupledPlan
 from fusionopt.model.sharded import FullySharded, ShardedPlan
+from fusionopt.solvers.advise import MIN_GAIN, check_min_gain
 from fusionopt.solvers.advise_sharded import OverMemoryCap, fsdp2_advice, zero2_settings, zero3_settings
 from fusionopt.model.ps import ParameterServer, PSPlan
 from fusionopt.model._io import read_json_document
@@ -745,6 +746,14 @@ def _size_words(nbytes: float) -> str:
     return f"{nbytes:.4g} B"
 
 
+def _min_gain(text: str) -> float:
+    """``--min-gain``: a fraction in [0, 1)."""
+    try:
+        return check_min_gain(float(text))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"takes a fraction in [0, 1) (0.05 for 5%), got {text!r}") from None
+
+
 def _cmd_advise(args: argparse.Namespace) -> None:
     if args.update_after_gather:
         raise UsageError("--update-after-gather does not apply to advise: the frameworks it judges update in the "
@@ -766,8 +775,8 @@ def _cmd_advise(args: argparse.Namespace) -> None:
         raise UsageError(f"method {args.method!r} gives a plan that is not a fusion plan (it cuts tensors, reorders "
                          "them or sets release times), which DDP and Horovod cannot build: advise on a fusion "
                          "method (dp, wfbp, mgwfbp, ddp, ...)")
-    ddp = ddp_settings(problem, plan_result.plan)
-    hvd = horovod_settings(problem, plan_result.plan, backend=args.horovod_backend)
+    ddp = ddp_settings(problem, plan_result.plan, min_gain=args.min_gain)
+    hvd = horovod_settings(problem, plan_result.plan, backend=args.horovod_backend, min_gain=args.min_gain)
     if args.json:
         print(json.dumps({"method": args.method, "iteration_time": plan_result.iteration_time,
                           "messages": plan_result.num_messages,
@@ -779,15 +788,21 @@ def _cmd_advise(args: argparse.Namespace) -> None:
     print(f"plan      {args.method}: T = {1e3 * plan_result.iteration_time:.3f} ms, "
           f"{plural(plan_result.num_messages, 'message')}")
     ms = 1e3
+    slower = ddp.list_iteration_time is not None and ddp.list_iteration_time > ddp.default_iteration_time * (1 + 1e-9)
+    label = "ddp"
+    if ddp.kept_defaults and not slower:
+        print(f"ddp       keep DDP's defaults: T = {ms * ddp.default_iteration_time:.3f} ms; no setting below is "
+              f"predicted {ddp.min_gain:.0%} faster (--min-gain)")
+        label = ""
     if ddp.bucket_cap_mb_list is not None:
         caps = ", ".join(f"{m:g}" for m in ddp.bucket_cap_mb_list)
-        print(f"ddp       bucket_cap_mb_list=[{caps}] ({plural(len(ddp.bucket_cap_mb_list), 'bucket')}, "
-              f"the plan's): T = {ms * ddp.list_iteration_time:.3f} ms"
+        print(f"{label:<9} bucket_cap_mb_list=[{caps}] "
+              f"({plural(len(ddp.bucket_cap_mb_list), 'bucket')}, the plan's): T = {ms * ddp.list_iteration_time:.3f} ms"
               + (f"; slower than DDP's defaults ({ms * ddp.default_iteration_time:.3f} ms): leave it unset"
-                 if ddp.list_iteration_time > ddp.default_iteration_time * (1 + 1e-9) else ""))
+                 if slower else ""))
     else:
-        print("ddp       no bucket_cap_mb_list reproduces this plan (not contiguous in the gradient-ready "
-              "order, or it mixes dtypes)")
+        print(f"{label:<9} no bucket_cap_mb_list reproduces this plan (not "
+              "contiguous in the gradient-ready order, or it mixes dtypes)")
     single = ("leave bucket_cap_mb unset" if ddp.bucket_cap_mb is None
               else f"bucket_cap_mb={ddp.bucket_cap_mb:g} (every bucket, the first too)")
     print(f"          best single cap: {single}: T = {ms * ddp.cap_iteration_time:.3f} ms "
@@ -796,7 +811,8 @@ def _cmd_advise(args: argparse.Namespace) -> None:
           f"T = {ms * ddp.find_unused_iteration_time:.3f} ms")
     print(f"horovod   HOROVOD_FUSION_THRESHOLD={hvd.fusion_threshold_bytes} "
           f"HOROVOD_CYCLE_TIME={hvd.environment['HOROVOD_CYCLE_TIME']} ({hvd.backend}): "
-          f"T = {1e3 * hvd.iteration_time:.3f} ms (defaults: {1e3 * hvd.default_iteration_time:.3f} ms)")
+          f"T = {1e3 * hvd.iteration_time:.3f} ms (defaults: {1e3 * hvd.default_iteration_time:.3f} ms"
+          + (f"; kept: no pair is predicted {args.min_gain:.0%} faster)" if hvd.kept_defaults else ")"))
 
 
 def _advise_pattern_flags(args: argparse.Namespace) -> None:
@@ -814,7 +830,8 @@ def _advise_fsdp(args: argparse.Namespace) -> None:
     problem, label = _problem_for_compare(args)
     advice: dict[str, Any] = {}
     unmet: dict[str, str] = {}                            # per framework, why no setting fits the cap
-    for name, advise in (("fsdp2", lambda: fsdp2_advice(problem, args.atoms)), ("zero3", lambda: zero3_settings(problem))):
+    for name, advise in (("fsdp2", lambda: fsdp2_advice(problem, args.atoms, min_gain=args.min_gain)),
+                         ("zero3", lambda: zero3_settings(problem, min_gain=args.min_gain))):
         try:
             advice[name] = advise()
         except OverMemoryCap as exc:
@@ -859,7 +876,7 @@ def _advise_zero2(args: argparse.Namespace) -> None:
         raise UsageError(f"{'--memory-cap' if args.memory_cap is not None else '--atoms'} goes with --pattern fsdp")
     args.decoupled = True
     problem, label = _problem_for_compare(args)
-    zero2, megatron = zero2_settings(problem, data_parallel_size=args.workers)
+    zero2, megatron = zero2_settings(problem, data_parallel_size=args.workers, min_gain=args.min_gain)
     if args.json:
         print(json.dumps({"zero2": None if zero2 is None else zero2.to_dict(), "megatron": megatron.to_dict()},
                          indent=1))
@@ -1565,6 +1582,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="with --pattern fsdp: what a fully_shard call may wrap: whole blocks or any run of modules "
                         "(default: whole blocks, modules where no plan of whole blocks fits --memory-cap)")
     p.add_argument("--json", action="store_true", help="print the settings as JSON")
+    p.add_argument("--min-gain", type=_min_gain, default=MIN_GAIN, metavar="FRACTION",
+                   help=f"replace a framework's default only with a setting predicted at least this fraction "
+                        f"faster (default {MIN_GAIN:g}: below it the model's error on real jobs is larger than the "
+                        f"gain; 0: any gain)")
     p.add_argument("--reducer-calibration", metavar="R.json",
                    help="add a reducer's own cost per message and per step, as fusionopt calibrate --reducer "
                         "measured it (a ddp or plan calibration for --pattern allreduce, fsdp2 for --pattern fsdp)")

@@ -19,6 +19,15 @@ plan's own ``T``.
 
 Ties in ``T`` (within a relative ``1e-9``) go to the schedule whose message boundaries
 differ least from the plan's, then to the smaller knob.
+
+A setting replaces a framework's default only where the model predicts it at least
+``min_gain`` faster (:data:`MIN_GAIN`, 5%, by default; :func:`gains_enough`): below that the
+model's own error on a real job is larger than the gain. Applied to real DDP and FSDP2 jobs
+(``validation/frameworks/speedup.py``, gloo on a 2-core host, emulated link), settings
+predicted 0-3% faster than the default, most of them with more buckets, were measured
+7-30% slower, where each extra bucket cost the host a loopback collective and its hand-offs
+that the model does not price; settings predicted 10% or more faster were measured within
+0.8-1.06 of their predicted speedup.
 """
 
 from __future__ import annotations
@@ -40,6 +49,27 @@ DDP_CAP_CANDIDATES_MB = (1, 2, 5, 10, 25, 50, 100, 200, 500, 1000)
 HOROVOD_CYCLE_TIMES_MS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 HOROVOD_MAX_THRESHOLDS = 16       # plan sizes beyond this many are thinned to quantiles
 _TIE = 1e-9                       # relative tolerance on T for ties
+MIN_GAIN = 0.05
+"""The least predicted gain, a fraction of the default's ``T``, for which advice replaces a
+framework's default (module docstring)."""
+
+
+def check_min_gain(min_gain: Any) -> float:
+    """``min_gain`` as a float in ``[0, 1)``; one line naming it otherwise."""
+    if isinstance(min_gain, bool) or not isinstance(min_gain, (int, float)) or not 0 <= min_gain < 1:
+        raise ValueError(f"min_gain must be a fraction in [0, 1), got {min_gain!r}")
+    return float(min_gain)
+
+
+def gains_enough(advised: float, default: float, min_gain: float) -> bool:
+    """Whether a setting of ``T = advised`` replaces a default of ``T = default`` (seconds):
+    it must be faster by at least ``min_gain`` of the default's ``T``, beyond a tie.
+
+    >>> gains_enough(0.95, 1.0, 0.05), gains_enough(0.951, 1.0, 0.05), gains_enough(1.0 - 1e-12, 1.0, 0.0)
+    (True, False, False)
+    """
+    gain = default - advised
+    return gain > _TIE * abs(default) and gain >= min_gain * default - _TIE * abs(default)
 
 
 @dataclass(frozen=True)
@@ -55,7 +85,11 @@ class DDPSettings:
     setting (the list when there is one, else the single cap or the default): tensor
     indices per bucket in the order DDP fills them, buckets in reduction order;
     ``iteration_time`` its ``T``. ``find_unused_iteration_time`` is the ``T`` of the
-    recommended setting with ``find_unused_parameters=True``.
+    recommended setting with ``find_unused_parameters=True``. ``kept_defaults``: the list
+    (or, without one, every single cap) is predicted less than ``min_gain`` faster than
+    torch's default layout, so the advice is to leave DDP's defaults (``arguments`` is
+    empty, ``buckets`` and ``iteration_time`` the default layout's); ``bucket_cap_mb_list``
+    still names the list that would rebuild the plan.
     """
 
     bucket_cap_mb_list: tuple[float, ...] | None
@@ -66,6 +100,8 @@ class DDPSettings:
     plan_iteration_time: float
     find_unused_iteration_time: float
     candidates: int                       # single caps tried
+    kept_defaults: bool = False
+    min_gain: float = 0.0
 
     @property
     def list_iteration_time(self) -> float | None:
@@ -74,12 +110,17 @@ class DDPSettings:
 
     @property
     def iteration_time(self) -> float:
-        """T of the recommended setting's layout (the list's, else the single cap's)."""
+        """T of the recommended setting's layout (the list's, else the single cap's, or the
+        default's where the defaults are kept)."""
+        if self.kept_defaults:
+            return self.default_iteration_time
         return self.cap_iteration_time if self.bucket_cap_mb_list is None else self.plan_iteration_time
 
     @property
     def arguments(self) -> dict[str, Any]:
-        """The keyword arguments to give ``DistributedDataParallel``."""
+        """The keyword arguments to give ``DistributedDataParallel`` (none: keep its defaults)."""
+        if self.kept_defaults:
+            return {}
         if self.bucket_cap_mb_list is not None:
             return {"bucket_cap_mb_list": list(self.bucket_cap_mb_list)}
         return {} if self.bucket_cap_mb is None else {"bucket_cap_mb": self.bucket_cap_mb}
@@ -110,6 +151,7 @@ class HorovodSettings:
     plan_iteration_time: float
     default_iteration_time: float  # T of Horovod's current defaults (1 ms, 128 MiB)
     candidates: int                # (threshold, cycle time) pairs tried
+    kept_defaults: bool = False    # no pair gains min_gain: the settings are the defaults
 
     @property
     def environment(self) -> dict[str, str]:
@@ -203,25 +245,36 @@ def _single_caps(problem: Problem, plan: Plan) -> list[float]:
     return sorted(tried.values())
 
 
-def ddp_settings(problem: Problem, plan: Plan) -> DDPSettings:
-    """PyTorch DDP settings for ``plan``, each judged by the buckets torch builds from it.
+def ddp_settings(problem: Problem, plan: Plan, *, min_gain: float = MIN_GAIN) -> DDPSettings:
+    """PyTorch DDP settings for ``plan``, each judged by the buckets torch builds from it;
+    torch's defaults where no setting is predicted at least ``min_gain`` faster (a fraction
+    of their ``T``; :data:`MIN_GAIN`).
 
     MODEL.md section 5, ``alpha = 3 ms``: the DP sends t3 (2 MB) alone, then t2 (1 MB) and
     t1 (4 MB) together. A bucket closes once it *reaches* its cap, so the first cap lies in
     ``(0, 2e6]`` bytes and the second in ``(1e6, 5e6]``: 1 MiB (1,048,576 B) fits both. The
-    default layout (1 MiB first, then 25 MiB) happens to be the same plan here, so no
-    single cap is advised.
+    default layout (1 MiB first, then 25 MiB) is the same plan here, so the list gains
+    nothing and the advice is to keep DDP's defaults.
 
     >>> from fusionopt.model.cost import AlphaBeta
     >>> from fusionopt.model.profile import Profile
     >>> profile = Profile.from_arrays([4e6, 1e6, 2e6], [1e-3] * 3, [3e-3, 2e-3, 1e-3])
     >>> problem = Problem(profile, AlphaBeta(3e-3, 1e-9))
     >>> s = ddp_settings(problem, solve(problem, "dp").plan)
-    >>> s.bucket_cap_mb_list, [list(b) for b in s.buckets], round(s.iteration_time * 1e3, 9)
-    ((1.0, 1.0), [[2], [1, 0]], 17.0)
-    >>> s.bucket_cap_mb, s.arguments, round(s.find_unused_iteration_time * 1e3, 9)
-    (None, {'bucket_cap_mb_list': [1.0, 1.0]}, 19.0)
+    >>> s.bucket_cap_mb_list, s.kept_defaults, s.arguments, [list(b) for b in s.buckets]
+    ((1.0, 1.0), True, {}, [[2], [1, 0]])
+    >>> round(s.iteration_time * 1e3, 9), s.bucket_cap_mb, round(s.find_unused_iteration_time * 1e3, 9)
+    (17.0, None, 19.0)
+
+    With ``alpha = 1 ms`` the DP sends each tensor alone: 14 ms against the defaults' 15 ms,
+    6.7% faster, which clears :data:`MIN_GAIN`.
+
+    >>> problem = Problem(profile, AlphaBeta(1e-3, 1e-9))
+    >>> s = ddp_settings(problem, solve(problem, "dp").plan)
+    >>> s.arguments, round(s.iteration_time * 1e3, 9), round(s.default_iteration_time * 1e3, 9)
+    ({'bucket_cap_mb_list': [1.0, 0.1, 1.0]}, 14.0, 15.0)
     """
+    min_gain = check_min_gain(min_gain)
     plan_time = _check(problem, plan)
     profile = problem.profile
     target = _boundaries(plan)
@@ -239,10 +292,14 @@ def ddp_settings(problem: Problem, plan: Plan) -> DDPSettings:
         t, buckets = timed(bucket_cap_mb=m)
         trials.append((t, len(_boundaries(Plan.from_groups(profile, buckets)) ^ target), m, buckets))
     cap_time, _, cap, cap_buckets = _pick(trials)
-    if default_time <= cap_time + _TIE * abs(cap_time):
+    if not gains_enough(cap_time, default_time, min_gain):
         cap, cap_time, cap_buckets = None, default_time, default_buckets
-    if exact is not None:
-        recommended: dict[str, Any] = {"bucket_cap_mb_list": list(exact)}
+    kept = not gains_enough(plan_time if exact is not None else cap_time, default_time, min_gain)
+    if kept:
+        recommended: dict[str, Any] = {}
+        buckets = default_buckets
+    elif exact is not None:
+        recommended = {"bucket_cap_mb_list": list(exact)}
         buckets = plan.groups()
     else:
         recommended = {} if cap is None else {"bucket_cap_mb": cap}
@@ -257,6 +314,8 @@ def ddp_settings(problem: Problem, plan: Plan) -> DDPSettings:
         plan_iteration_time=plan_time,
         find_unused_iteration_time=unused_time,
         candidates=len(caps),
+        kept_defaults=kept,
+        min_gain=min_gain,
     )
 
 
@@ -269,8 +328,10 @@ def _thresholds(plan: Plan) -> list[int]:
     return sorted(set(sizes) | defaults)
 
 
-def horovod_settings(problem: Problem, plan: Plan, *, backend: str = "nccl") -> HorovodSettings:
-    """Horovod's fusion threshold and cycle time closest to ``plan``, with its predicted ``T``.
+def horovod_settings(problem: Problem, plan: Plan, *, backend: str = "nccl",
+                     min_gain: float = MIN_GAIN) -> HorovodSettings:
+    """Horovod's fusion threshold and cycle time closest to ``plan``, with its predicted ``T``;
+    Horovod's current defaults where no pair is predicted at least ``min_gain`` faster.
 
     The grid: the plan's distinct message sizes (thinned to 16 quantiles when there are
     more) and Horovod's 64 and 128 MiB as thresholds, times cycle times of 0.1 to 10 ms;
@@ -288,6 +349,7 @@ def horovod_settings(problem: Problem, plan: Plan, *, backend: str = "nccl") -> 
     >>> sorted(s.environment)
     ['HOROVOD_CYCLE_TIME', 'HOROVOD_FUSION_THRESHOLD']
     """
+    min_gain = check_min_gain(min_gain)
     plan_time = _check(problem, plan)
     target = _boundaries(plan)
     thresholds = _thresholds(plan)
@@ -302,6 +364,9 @@ def horovod_settings(problem: Problem, plan: Plan, *, backend: str = "nccl") -> 
     default = solve(problem, "horovod", cycle_time=default_cycle, fusion_threshold_bytes=default_threshold,
                     backend=backend)
     t, _, (threshold, cycle_ms), result = _pick(trials)
+    kept = not gains_enough(t, default.iteration_time, min_gain)
+    if kept:
+        t, threshold, cycle_ms, result = default.iteration_time, int(default_threshold), default_cycle * 1e3, default
     return HorovodSettings(
         backend=backend,
         fusion_threshold_bytes=threshold,
@@ -311,4 +376,5 @@ def horovod_settings(problem: Problem, plan: Plan, *, backend: str = "nccl") -> 
         plan_iteration_time=plan_time,
         default_iteration_time=default.iteration_time,
         candidates=len(trials),
+        kept_defaults=kept,
     )

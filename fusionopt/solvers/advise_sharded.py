@@ -11,8 +11,9 @@ schedule the framework builds from them.
 
 Every setting reported comes with the model's ``T`` (seconds) of what the framework runs
 with it, and on a fully sharded problem its peak memory (bytes); a setting over the
-problem's memory cap is never recommended, nor one the model predicts slower than the
-framework's defaults (then the advice is to leave the knobs unset). Where no setting tried
+problem's memory cap is never recommended, nor one the model predicts less than ``min_gain``
+faster than the framework's defaults where they fit (then the advice is to leave the knobs
+unset; :data:`fusionopt.solvers.advise.MIN_GAIN`). Where no setting tried
 fits the cap, :class:`OverMemoryCap` says so.
 
 :func:`fsdp2_settings` turns a :class:`~fusionopt.model.sharded.ShardedPlan` into what an
@@ -46,6 +47,7 @@ from fusionopt.model.problem import Problem
 from fusionopt.model.profile import Profile
 from fusionopt.model.sharded import ShardedPlan
 from fusionopt.model.simulator import simulate
+from fusionopt.solvers.advise import MIN_GAIN, check_min_gain, gains_enough
 from fusionopt.solvers.registry import solve
 from fusionopt.solvers.result import Result, Status
 from fusionopt.solvers.sharded import atom_bounds
@@ -348,12 +350,13 @@ class FSDP2Advice:
                 "lower_bound": self.lower_bound, "atoms": self.atoms}
 
 
-def fsdp2_advice(problem: Problem, atoms: str | None = None) -> FSDP2Advice:
+def fsdp2_advice(problem: Problem, atoms: str | None = None, *, min_gain: float = MIN_GAIN) -> FSDP2Advice:
     """FSDP2's calls for the best plan ``sharded-opt`` finds over :func:`fsdp2_atoms` with
     the least prefetch depths FSDP2 can set, judged by the plan FSDP2 builds from them
-    (:func:`fsdp2_settings`); FSDP2's defaults instead where they fit the memory cap and are
-    at least as fast (within a relative :data:`TIE`). :class:`OverMemoryCap` where neither
-    fits the cap.
+    (:func:`fsdp2_settings`); FSDP2's defaults instead where they fit the memory cap and the
+    plan is not at least ``min_gain`` faster (a fraction of the defaults' ``T``;
+    :data:`fusionopt.solvers.advise.MIN_GAIN`). :class:`OverMemoryCap` where neither fits
+    the cap.
 
     ``atoms``: ``"block"`` (units of whole blocks where the model has blocks), ``"module"``
     (any run of modules: a larger space, searched more slowly), or None: whole blocks, then
@@ -365,11 +368,12 @@ def fsdp2_advice(problem: Problem, atoms: str | None = None) -> FSDP2Advice:
     >>> advice.settings.units, advice.defaults                  # names without dots: the root alone
     ([['']], True)
     """
+    min_gain = check_min_gain(min_gain)
     if atoms is None:
         try:
-            return fsdp2_advice(problem, "block")
+            return fsdp2_advice(problem, "block", min_gain=min_gain)
         except OverMemoryCap:
-            return fsdp2_advice(problem, "module")
+            return fsdp2_advice(problem, "module", min_gain=min_gain)
     if atoms not in ("block", "module"):
         raise ValueError(f"atoms must be 'block', 'module' or None, got {atoms!r}")
     cap = problem.fully_sharded.memory_cap
@@ -391,7 +395,8 @@ def fsdp2_advice(problem: Problem, atoms: str | None = None) -> FSDP2Advice:
         if cap is not None and settings.peak_memory > cap:
             settings = None                               # what FSDP2 builds from the plan needs more
     defaults = False
-    if default_fits and (settings is None or default.iteration_time <= settings.iteration_time * (1 + TIE)):
+    if default_fits and (settings is None or not gains_enough(settings.iteration_time, default.iteration_time,
+                                                               min_gain)):
         try:
             settings, defaults = fsdp2_settings(problem, default.plan), True
         except ValueError:                                # blocks FSDP2's calls cannot name: keep the plan
@@ -409,8 +414,8 @@ class GridSetting:
     (seconds) and ``peak_memory`` (bytes; None where the pattern models no memory) of the
     best setting within the memory cap, and the same for the framework's defaults;
     ``tried``: how many settings were judged. ``unset``: True when the advice is to leave
-    the grid's knobs unset, the defaults fitting the cap and being at least as fast as every
-    setting tried (within a relative :data:`TIE`); ``options`` then holds only the fixed
+    the grid's knobs unset, the defaults fitting the cap and no setting tried being at least
+    ``min_gain`` faster (:func:`fusionopt.solvers.advise.gains_enough`); ``options`` then holds only the fixed
     ones (Megatron-LM's ``data_parallel_size``)."""
 
     method: str
@@ -448,10 +453,12 @@ MEGATRON_BUCKETS = [1_000_000, 4_000_000, 10_000_000, 20_000_000, 40_000_000, 10
 """Megatron-LM ``bucket_size`` values tried (parameters; default ``max(4e7, 1e6 x dp)``)."""
 
 
-def _grid(problem: Problem, method: str, grid: dict[str, list[Any]], fixed: dict[str, Any] | None = None) -> GridSetting:
+def _grid(problem: Problem, method: str, grid: dict[str, list[Any]], fixed: dict[str, Any] | None = None, *,
+          min_gain: float = MIN_GAIN) -> GridSetting:
     """The fastest setting of ``grid`` within the memory cap (ties: the first, the grid's
-    order), or ``method``'s defaults where they fit and are at least as fast; beside the
-    defaults. :class:`OverMemoryCap` where neither fits."""
+    order), or ``method``'s defaults where they fit and it is not at least ``min_gain``
+    faster; beside the defaults. :class:`OverMemoryCap` where neither fits."""
+    min_gain = check_min_gain(min_gain)
     fixed = dict(fixed or {})
     default = solve(problem, method, **fixed)
     default_fits = default.status != Status.INFEASIBLE
@@ -469,7 +476,7 @@ def _grid(problem: Problem, method: str, grid: dict[str, list[Any]], fixed: dict
         if best is None or result.iteration_time < best[0] * (1 - TIE):
             best = (result.iteration_time, options, result)
     default_peak = None if default.timeline.peak_memory is None else int(default.timeline.peak_memory)
-    if default_fits and (best is None or default.iteration_time <= best[0] * (1 + TIE)):
+    if default_fits and (best is None or not gains_enough(best[0], default.iteration_time, min_gain)):
         return GridSetting(method, fixed, default.iteration_time, default_peak, default.iteration_time,
                            default_peak, True, tried, grid, unset=True)
     if best is None:
@@ -491,27 +498,30 @@ def _product(lists: list[list[Any]]):
             yield (head, *rest)
 
 
-def zero3_settings(problem: Problem) -> GridSetting:
+def zero3_settings(problem: Problem, *, min_gain: float = MIN_GAIN) -> GridSetting:
     """DeepSpeed ZeRO-3's ``stage3_prefetch_bucket_size``, ``stage3_max_reuse_distance`` and
     ``reduce_bucket_size`` (:data:`ZERO3_GRID`) judged with :func:`~fusionopt.solvers.zero3.zero3`:
-    the fastest within the cap, or the defaults where they fit and are no slower."""
-    return _grid(problem, "zero3", ZERO3_GRID)
+    the fastest within the cap, or the defaults where they fit and it is not at least
+    ``min_gain`` faster."""
+    return _grid(problem, "zero3", ZERO3_GRID, min_gain=min_gain)
 
 
-def zero2_settings(problem: Problem, *, data_parallel_size: int | None = None) -> tuple[GridSetting, GridSetting]:
+def zero2_settings(problem: Problem, *, data_parallel_size: int | None = None,
+                   min_gain: float = MIN_GAIN) -> tuple[GridSetting, GridSetting]:
     """On a decoupled problem: DeepSpeed ZeRO-2's ``reduce_bucket_size`` and ``overlap_comm``
     (:data:`ZERO2_GRID`, judged with :func:`~fusionopt.solvers.zero2.zero2`, sync
     ``"barrier"``, its only mode) and Megatron-LM's ``bucket_size``
     (:data:`MEGATRON_BUCKETS`; ``megatron`` under barrier sync, ``megatron-overlap`` with
     ``overlap_param_gather`` under layerwise sync), each the fastest beside the defaults, or
-    the defaults (``unset``) where none is faster: Megatron-LM's own ``max(4e7, 1e6 x dp)``
-    often is.
+    the defaults (``unset``) where none is at least ``min_gain`` faster: Megatron-LM's own
+    ``max(4e7, 1e6 x dp)`` often is.
     The decoupled pattern models no memory: ``peak_memory`` is None. Under layerwise sync
     ZeRO-2 is not judged (None)."""
     fixed = {} if data_parallel_size is None else {"data_parallel_size": data_parallel_size}
     layerwise = problem.sync == "layerwise"
-    zero2 = None if layerwise else _grid(problem, "zero2", ZERO2_GRID)
-    megatron = _grid(problem, "megatron-overlap" if layerwise else "megatron", {"bucket_size": MEGATRON_BUCKETS}, fixed)
+    zero2 = None if layerwise else _grid(problem, "zero2", ZERO2_GRID, min_gain=min_gain)
+    megatron = _grid(problem, "megatron-overlap" if layerwise else "megatron", {"bucket_size": MEGATRON_BUCKETS}, fixed,
+                     min_gain=min_gain)
     return zero2, megatron
 
 

@@ -56,8 +56,9 @@ def advice_rows(workers: int) -> list[dict[str, Any]]:
         for net in ADVICE_NETWORKS:
             problem = Problem(profile, network(net, workers))
             plan = solve(problem, "dp").plan
-            s = ddp_settings(problem, plan)
-            h = horovod_settings(problem, plan)
+            # Every setting however small its gain (min_gain 0): these rows judge layouts, not advice.
+            s = ddp_settings(problem, plan, min_gain=0.0)
+            h = horovod_settings(problem, plan, min_gain=0.0)
             rows.append({"model": name, "network": net, "plan": s.plan_iteration_time,
                          "list": s.list_iteration_time, "list_caps": None if s.bucket_cap_mb_list is None
                          else list(s.bucket_cap_mb_list), "cap": s.bucket_cap_mb, "cap_time": s.cap_iteration_time,
@@ -113,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
                 inputs = tiny_inputs(name, torch)
                 profile = zoo.profile(name, order="cpu")      # the real DDP below runs on the CPU
                 problem = Problem(profile, network(args.network, args.workers))
-                advised = ddp_settings(problem, solve(problem, "dp").plan)
+                advised = ddp_settings(problem, solve(problem, "dp").plan, min_gain=0.0)   # any gain: layouts
                 settings = list(SETTINGS)
                 if advised.bucket_cap_mb_list is not None:
                     settings.append(("advised list", {"bucket_cap_mb_list": list(advised.bucket_cap_mb_list)}))

@@ -92,7 +92,7 @@ def solve_plans(profile: Profile, cost: Any) -> dict[str, tuple[str, Plan, float
     barrier = Problem(profile, cost)
     layerwise = Problem(layerwise_profile(profile), cost, sync="layerwise")
     dp = solve(barrier, "dp").plan
-    cap = ddp_settings(barrier, dp).bucket_cap_mb
+    cap = ddp_settings(barrier, dp, min_gain=0.0).bucket_cap_mb      # the best single cap, however small its gain
     plans = {"ddp": ("barrier", solve(barrier, "ddp").plan),
              "ddp-advised": ("barrier", solve(barrier, "ddp", **({} if cap is None else {"bucket_cap_mb": cap})).plan),
              "dp": ("barrier", dp),
