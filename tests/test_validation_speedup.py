@@ -74,7 +74,7 @@ def test_targets_by_hand(speedup):
 def test_output_path(speedup, capsys):
     args, folder = speedup.parse_arguments([])
     assert Path(folder) == RESULTS
-    assert (args.models, args.networks, args.ranks) == (["mlp", "cnn", "lstm", "transformer"], ["10gbe", "100gb-ib"],
+    assert (args.models, args.networks, args.ranks) == (["mlp", "cnn", "lstm", "transformer"], ["10gbe", "25gbe"],
                                                         [2, 4])
     assert args.capped_model == "transformer"
     assert speedup.parse_arguments(["--models", "mlp"])[0].capped_model is None      # no transformer: no cap case
