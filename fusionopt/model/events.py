@@ -1,7 +1,7 @@
 """Event-driven simulation of the extensions of MODEL.md section 6.
 
-Used by :func:`fusionopt.model.simulate` when a problem has ``copy_cost``, ``contention``,
-``comm_contention`` or ``channels`` on. The plain model's recursion is a special case; tests
+Used by :func:`fusionopt.model.simulate` when a problem has ``copy_cost``, ``message_compute``,
+``contention``, ``comm_contention`` or ``channels`` on. The plain model's recursion is a special case; tests
 pin the two together with every extension off.
 
 The compute stream runs a fixed list of tasks, each an amount of work in seconds at full
@@ -9,7 +9,7 @@ speed: the backward of the tensors in the ready order (``n-1 .. 0`` unless the p
 ``ready_order`` reorders tensors ready at one moment; each backward takes its tensor's ready
 time less the one before, so every gradient is ready when the profile says, in the order it
 says), each followed by the packing of the messages it makes ready when
-``copy_on="compute"`` (plan order), then the updates and forwards gated by the sync rule,
+``copy_on="compute"`` and the ``message_compute`` of each (plan order), then the updates and forwards gated by the sync rule,
 with the profile's step parts where MODEL.md section 4 puts them. While at least one message
 is in flight the stream progresses at ``1 / contention`` of full speed. The stream
 *computes* while its current task has work left and every message it waits for has ended;
@@ -17,7 +17,7 @@ meanwhile every message in flight progresses at ``1 / comm_contention`` of full 
 its latency and its transfer phase alike.
 
 A message is *ready* when the backward of every tensor it carries has ended (and its
-packing, on the compute stream); it is *dispatched* in plan order, once ready and past its
+work on the compute stream); it is *dispatched* in plan order, once ready and past its
 release time, once the message before it has been dispatched and while fewer than
 ``channels`` messages are in flight. It then runs a latency phase (``alpha``, plus the packing ``copy_cost * S`` when it
 runs on the channel) and a transfer phase (``beta * S`` seconds of exclusive bandwidth),
@@ -60,21 +60,18 @@ def _compute_tasks(problem: Problem, plan: Plan) -> list[_Task]:
     made_ready: dict[int, list[int]] = {}
     for k, i in enumerate(order[np.maximum.reduceat(position[plan.tensor], plan.starts[:-1])].tolist()):
         made_ready.setdefault(i, []).append(k)
-    packing_on_compute = problem.copy_on == "compute" and problem.copy_cost > 0
+    # Compute-stream work of each message: its packing there and the work every message costs.
+    packing = problem.compute_per_message(np.array([len(m.tensors) for m in plan.messages]),
+                                          plan.message_bytes.astype(np.float64))
     backward = profile.backward_steps
     tasks: list[_Task] = []
     for p, i in enumerate(order.tolist()):
         ready = made_ready.get(i, [])
         tasks.append(_Task("backward", i, float(backward[p])))
-        if packing_on_compute:
-            plain = [k for k in ready if len(plan.messages[k].tensors) == 1]
-            tasks[-1].on_done.extend(plain)
-            for k in ready:
-                if len(plan.messages[k].tensors) > 1:
-                    tasks.append(_Task("pack", i, problem.copy_cost * plan.messages[k].nbytes, on_done=[k],
-                                       message=k))
-        else:
-            tasks[-1].on_done.extend(ready)
+        tasks[-1].on_done.extend(k for k in ready if packing[k] <= 0.0)
+        for k in ready:
+            if packing[k] > 0.0:
+                tasks.append(_Task("pack", i, float(packing[k]), on_done=[k], message=k))
     carried_by: dict[int, set[int]] = {}
     for k, message in enumerate(plan.messages):
         for c in message.chunks:

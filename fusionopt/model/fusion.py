@@ -102,13 +102,13 @@ def arc_times(problem: Problem, ready: np.ndarray, prefix: np.ndarray, tails: np
     """Per arc ``(k, j)``, seconds: ``duration`` ``d_kj`` on the channel, compute ``work``
     ``Delta_kj`` between the ready times of the messages ending at ``k`` and ``j``, the
     earliest ready time ``nominal`` ``rho_j (+ p_kj)`` and the ``packing`` ``p_kj`` on the
-    compute stream (0 when it runs on the channel)."""
+    compute stream: the packing when it runs there (on the channel it lengthens the duration
+    instead) plus the ``message_compute`` every message costs the compute stream."""
     sizes = prefix[heads] - prefix[tails]
     durations = np.asarray(problem.cost(sizes), dtype=np.float64)
-    packing = problem.copy_cost * sizes * (heads - tails > 1)
     if problem.copy_on == "channel":
-        durations = durations + packing
-        packing = np.zeros_like(sizes)
+        durations = durations + problem.copy_cost * sizes * (heads - tails > 1)
+    packing = problem.compute_per_message(heads - tails, sizes)
     return {"duration": durations, "work": ready[heads] - ready[tails] + packing,
             "nominal": ready[heads] + packing, "packing": packing}
 

@@ -7,7 +7,9 @@ What each message costs holds the channel like the link's startup does, so it is
 every message's ``c(S)``: ``c'(S) = c(S) + o`` for ``S > 0`` (``alpha + o`` for an
 :class:`~fusionopt.model.cost.AlphaBeta`). What each step costs is time the step waits for
 the host, so it is added to the profile's ``host_overhead``: every plan's ``T`` grows by
-exactly that (MODEL.md section 4).
+exactly that (MODEL.md section 4). What each message costs the compute stream (a hook packing
+it in the backward's thread, a communication thread taking a core from the backward) delays
+the backward after it: it is added to the problem's ``message_compute``.
 """
 
 from __future__ import annotations
@@ -40,10 +42,12 @@ def with_message_overhead(cost: CommCost, seconds: float) -> CommCost:
     return Composite([(cost, 1.0), (AlphaBeta(seconds, 0.0), 1.0)])
 
 
-def with_overhead(problem: Problem, *, per_step: float, per_message: float) -> Problem:
+def with_overhead(problem: Problem, *, per_step: float, per_message: float,
+                  per_message_compute: float = 0.0) -> Problem:
     """``problem`` with a framework's own costs: ``per_message`` seconds on every message
-    (on both collectives' costs of a fully sharded problem) and ``per_step`` seconds added to
-    the profile's ``host_overhead``.
+    (on both collectives' costs of a fully sharded problem), ``per_step`` seconds added to
+    the profile's ``host_overhead`` and ``per_message_compute`` seconds of compute-stream
+    work per message added to the problem's ``message_compute`` (an all-reduce problem only).
 
     >>> from fusionopt.model import Plan, Profile, simulate
     >>> profile = Profile.from_arrays([4e6], [1e-3], [2e-3])
@@ -55,14 +59,19 @@ def with_overhead(problem: Problem, *, per_step: float, per_message: float) -> P
     """
     per_step = check_param("per-step overhead", per_step)
     per_message = check_param("per-message overhead", per_message)
+    per_message_compute = check_param("per-message compute", per_message_compute)
     if problem.ps is not None or problem.decoupled is not None:
         raise ValueError(f"a reducer's overhead applies to all-reduce and fully sharded problems, not to a "
                          f"{problem.pattern} problem")
     profile = problem.profile.with_step_parts(host_overhead=problem.profile.host_overhead + per_step)
+    if per_message_compute and problem.fully_sharded is not None:
+        raise ValueError(f"per-message compute ({per_message_compute!r} s) applies to all-reduce problems; a fully "
+                         "sharded problem has no message_compute: leave it out")
     if problem.fully_sharded is not None:
         sharded = dataclasses.replace(
             problem.fully_sharded,
             reduce_scatter=with_message_overhead(problem.fully_sharded.reduce_scatter, per_message),
             all_gather=with_message_overhead(problem.fully_sharded.all_gather, per_message))
         return dataclasses.replace(problem, profile=profile, cost=None, fully_sharded=sharded)
-    return dataclasses.replace(problem, profile=profile, cost=with_message_overhead(problem.cost, per_message))
+    return dataclasses.replace(problem, profile=profile, cost=with_message_overhead(problem.cost, per_message),
+                               message_compute=problem.message_compute + per_message_compute)

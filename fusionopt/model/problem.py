@@ -67,6 +67,12 @@ class Problem:
         Where packing runs: on the channel, before the message's transfer (default), or on
         the compute stream, right after the backward that makes the message ready (it
         then delays the rest of the backward).
+    message_compute : float
+        ``eta``, seconds of compute-stream work per message, every message alike (one tensor
+        or many): a reducer's hook packing the message and its communication thread taking
+        a core from the backward (MODEL.md section 2.1). It runs where packing runs with
+        ``copy_on="compute"``, right after the backward that makes the message ready, after
+        that packing, and the message is ready when it ends.
     contention : float
         ``kappa >= 1``: compute runs ``kappa`` times slower while a message is in flight
         (collectives take SMs).
@@ -140,6 +146,7 @@ class Problem:
     fully_sharded: FullySharded | None = None
     step_parts: str = "refuse"
     comm_contention: float = 1.0
+    message_compute: float = 0.0
 
     def __post_init__(self) -> None:
         if not isinstance(self.profile, Profile):
@@ -190,6 +197,7 @@ class Problem:
         object.__setattr__(self, "copy_cost", _finite("copy_cost", self.copy_cost, minimum=0.0))
         if self.copy_on not in COPY_PLACES:
             raise ValueError(f"unknown copy_on {self.copy_on!r}: choose 'channel' or 'compute'")
+        object.__setattr__(self, "message_compute", _finite("message_compute", self.message_compute, minimum=0.0))
         object.__setattr__(self, "contention", _finite("contention", self.contention, minimum=1.0))
         object.__setattr__(self, "comm_contention", _finite("comm_contention", self.comm_contention, minimum=1.0))
         if isinstance(self.channels, bool) or not isinstance(self.channels, (int, np.integer)) or self.channels < 1:
@@ -212,8 +220,9 @@ class Problem:
         if self.sync != "barrier":
             raise ValueError(f"a fully sharded step has its own order (MODEL.md section 8.2: forward, backward, "
                              f"optimiser), so sync does not apply; leave it at 'barrier', not {self.sync!r}")
-        others = {"copy_cost": self.copy_cost != 0.0, "contention": self.contention != 1.0,
-                  "comm_contention": self.comm_contention != 1.0, "channels": self.channels != 1}
+        others = {"copy_cost": self.copy_cost != 0.0, "message_compute": self.message_compute != 0.0,
+                  "contention": self.contention != 1.0, "comm_contention": self.comm_contention != 1.0,
+                  "channels": self.channels != 1}
         for name, on in others.items():
             if on:
                 raise ValueError(f"fully_sharded does not combine with {name} "
@@ -229,7 +238,8 @@ class Problem:
                 raise ValueError(f"{half} cost: {exc}") from None
 
     def _check_decoupled(self) -> None:
-        others = {"ps": self.ps is not None, "copy_cost": self.copy_cost != 0.0, "contention": self.contention != 1.0,
+        others = {"ps": self.ps is not None, "copy_cost": self.copy_cost != 0.0,
+                  "message_compute": self.message_compute != 0.0, "contention": self.contention != 1.0,
                   "comm_contention": self.comm_contention != 1.0, "channels": self.channels != 1}
         for name, on in others.items():
             if on:
@@ -252,8 +262,9 @@ class Problem:
         if self.cost is not ps.push and self.cost != ps.push:
             raise ValueError(f"cost {self.cost!r} differs from the parameter server's push cost {ps.push!r}: "
                              "with ps, cost is the push cost; leave it out")
-        others = {"copy_cost": self.copy_cost != 0.0, "contention": self.contention != 1.0,
-                  "comm_contention": self.comm_contention != 1.0, "channels": self.channels != 1}
+        others = {"copy_cost": self.copy_cost != 0.0, "message_compute": self.message_compute != 0.0,
+                  "contention": self.contention != 1.0, "comm_contention": self.comm_contention != 1.0,
+                  "channels": self.channels != 1}
         for name, on in others.items():
             if on:
                 raise ValueError(f"the parameter server does not combine with {name} "
@@ -270,6 +281,8 @@ class Problem:
         on = []
         if self.copy_cost > 0:
             on.append("copy_cost")
+        if self.message_compute > 0:
+            on.append("message_compute")
         if self.contention != 1.0:
             on.append("contention")
         if self.comm_contention != 1.0:
@@ -283,6 +296,23 @@ class Problem:
         if self.fully_sharded is not None:
             on.append("fully_sharded")
         return tuple(on)
+
+    def compute_per_message(self, tensors: np.ndarray, sizes: np.ndarray) -> np.ndarray:
+        """Seconds of compute-stream work of messages of ``tensors`` tensors and ``sizes`` bytes
+        each: the packing ``gamma S`` of a multi-tensor message when ``copy_on="compute"``,
+        plus ``message_compute`` for every message; 0 for all with neither on.
+
+        >>> from fusionopt.model.cost import AlphaBeta
+        >>> p = Profile.from_arrays([4, 8], [0, 0], [1, 1])
+        >>> Problem(p, AlphaBeta(0, 1), copy_cost=0.5, copy_on="compute", message_compute=2.0
+        ...         ).compute_per_message(np.array([1, 2]), np.array([4.0, 12.0])).tolist()
+        [2.0, 8.0]
+        """
+        sizes = np.asarray(sizes, dtype=np.float64)
+        work = np.full(sizes.shape, self.message_compute)
+        if self.copy_on == "compute":
+            work = work + self.copy_cost * sizes * (np.asarray(tensors) > 1)
+        return work
 
     @property
     def pattern(self) -> str:
@@ -318,8 +348,8 @@ class Problem:
             )
 
     def __repr__(self) -> str:
-        names = ("copy_cost", "copy_on", "contention", "comm_contention", "channels", "ps", "decoupled",
-                 "fully_sharded", "step_parts")
+        names = ("copy_cost", "copy_on", "message_compute", "contention", "comm_contention", "channels", "ps",
+                 "decoupled", "fully_sharded", "step_parts")
         extras = "".join(f", {name}={getattr(self, name)!r}" for name in names
                          if getattr(self, name) != getattr(Problem, name))
         return f"Problem({self.profile!r}, {self.cost!r}, sync={self.sync!r}{extras})"

@@ -35,7 +35,8 @@ plans tighten until it meets the best of them. Let message ``m = 1..M`` be the a
 * Packing: a message of more than one tensor costs ``p_m = gamma S_m``. On the channel it
   lengthens the message, ``d_m = c(S_m) + p_m``; on the compute stream it runs right after
   the backward of position ``j_m``, the message is ready when it ends, and it delays all
-  later compute. The compute work between two ready times is
+  later compute. A ``message_compute = eta > 0`` adds ``eta`` to every message's ``p_m``
+  on the compute stream, one tensor or many. The compute work between two ready times is
   ``Delta_m = rho_{j_m} - rho_{k_m}`` (``+ p_m`` on the compute stream), ``rho_0 = 0``.
 * Contention: the channel is FIFO and work-conserving, so it is busy exactly on
   ``[R_m, e_m]`` (message ``m`` is ready and unfinished there; message ``m - 1`` may still
@@ -236,7 +237,7 @@ def cpsat(
     ``M`` the most messages allowed (module docstring). ``OPTIMAL`` is
     reported only when the re-simulated ``T`` is within that of a proven lower bound. Valid
     for both sync modes (FIFO fusion plans do not overlap the forward), with the extensions
-    ``copy_cost`` (either ``copy_on``), ``contention`` and ``comm_contention`` on one channel,
+    ``copy_cost`` (either ``copy_on``), ``message_compute``, ``contention`` and ``comm_contention`` on one channel,
     and with ``channels > 1`` (and copy cost, no contention) by the relaxation and cuts of
     :mod:`fusionopt.solvers.cpsat_channels`, exact up to ``rounding_bound = q``. The model has
     ``n (n + 1) / 2`` arcs: an exact reference for small and medium ``n``, not a production
@@ -439,7 +440,8 @@ def cpsat(
             f"plan ends after {horizon:.3g} steps, more than 2^30 (MAX_INTEGER_TIME)"
         )
     # Cuts with the least delays replace the plain ones when a delay can be positive.
-    delays = extended and (problem.contention > 1.0 or (problem.copy_on == "compute" and problem.copy_cost > 0))
+    delays = extended and (problem.contention > 1.0 or problem.message_compute > 0
+                           or (problem.copy_on == "compute" and problem.copy_cost > 0))
     keep = (sizes <= cap) & (earliest_end_q <= horizon)
     keep[anchor_arcs] = True                            # holds already; float-proof
     kept = np.flatnonzero(keep)

@@ -1,0 +1,146 @@
+"""Compute per message (``message_compute``, MODEL.md section 2.1): hand-worked cases, the fast
+paths against the event simulator, and the paths that refuse it."""
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from strategies import alpha_beta, cut_vectors, problems
+
+from fusionopt.cost import AlphaBeta
+from fusionopt.model import Plan, Problem, Profile, fusion_iteration_time, simulate
+from fusionopt.model.dispatch import free_channel_window, priority_dispatch
+from fusionopt.model.fusion import fusion_message_times
+from fusionopt.model.fusion_dp import optimal_fusion
+from fusionopt.model.fusion_eval import score_cuts
+from fusionopt.model.overhead import with_overhead
+from fusionopt.model.ps import ParameterServer
+from fusionopt.model.sharing import channel_schedule
+from fusionopt.model.plan import Chunk
+
+MS = 1e-3
+RTOL = 1e-9
+
+
+def worked_profile() -> Profile:
+    # MODEL.md section 5: backward t3 1 ms, t2 2 ms, t1 3 ms; forward 1 ms each.
+    return Profile.from_arrays([4e6, 1e6, 2e6], [MS] * 3, [3 * MS, 2 * MS, MS])
+
+
+def ms(values):
+    return [round(v * 1e3, 9) for v in values]
+
+
+def test_compute_critical_wfbp_grows_by_eta_per_message():
+    # alpha 0, beta 1 us/MB: the compute is critical. eta 0.5 ms after each backward:
+    # t3 0-1, eta 1-1.5 ({t3} ready 1.5, sent 1.5-1.502), t2 1.5-3.5, eta 3.5-4 ({t2} 4-4.001),
+    # t1 4-7, eta 7-7.5 ({t1} 7.5-7.504); T = 7.504 + 3 = 10.504 ms, 9.004 without: 3 eta more.
+    p = worked_profile()
+    problem = Problem(p, AlphaBeta(0.0, 1e-12), message_compute=0.5 * MS)
+    t = simulate(problem, Plan.per_tensor(p))
+    assert ms(t.message_ready) == [1.5, 4, 7.5]
+    assert ms(t.message_end) == [1.502, 4.001, 7.504]
+    assert t.iteration_time == pytest.approx(10.504 * MS, rel=1e-12)
+    plain = simulate(Problem(p, AlphaBeta(0.0, 1e-12)), Plan.per_tensor(p)).iteration_time
+    assert t.iteration_time - plain == pytest.approx(3 * 0.5 * MS, rel=1e-9)
+    # One message: one eta, after the whole backward: 6.5 + 0.007 + 3 = 9.507 ms.
+    single = simulate(problem, Plan.from_cuts(p, [False, False]))
+    assert single.iteration_time == pytest.approx(9.507 * MS, rel=1e-12)
+
+
+def test_eta_hides_behind_a_busy_channel_but_the_first_message():
+    # alpha 5 ms: the channel is critical. WFBP without eta: t3 1-6, t2 6-11, t1 11-16, T 19.
+    # With eta 0.5 ms: {t3} ready 1.5 and sent 1.5-6.5; {t2} ready 4 and {t1} ready 7.5 wait
+    # for the channel (6.5-11.5, 11.5-16.5): only the first eta reaches T = 19.5 ms.
+    p = worked_profile()
+    problem = Problem(p, AlphaBeta(5 * MS, 0.0), message_compute=0.5 * MS)
+    t = simulate(problem, Plan.per_tensor(p))
+    assert ms(t.message_ready) == [1.5, 4, 7.5]
+    assert ms(t.message_end) == [6.5, 11.5, 16.5]
+    assert t.iteration_time == pytest.approx(19.5 * MS, rel=1e-12)
+
+
+def test_eta_follows_the_packing_on_the_compute_stream():
+    # gamma 1 ms/MB on the compute stream, eta 0.5 ms, plan {t3, t2}, {t1}, alpha 0, beta 1 us/MB:
+    # t3 0-1, t2 1-3, pack 3 MB 3-6 and eta 6-6.5 ({t3, t2} ready 6.5, sent 6.5-6.503),
+    # t1 6.5-9.5, eta 9.5-10 ({t1} 10-10.004); T = 10.004 + 3 = 13.004 ms.
+    p = worked_profile()
+    problem = Problem(p, AlphaBeta(0.0, 1e-12), copy_cost=1e-9, copy_on="compute", message_compute=0.5 * MS)
+    t = simulate(problem, Plan.from_groups(p, [[2, 1], [0]]))
+    assert ms(t.message_ready) == [6.5, 10]
+    assert ms(t.message_end) == [6.503, 10.004]
+    assert t.iteration_time == pytest.approx(13.004 * MS, rel=1e-12)
+    ready, end = fusion_message_times(problem, [False, True])
+    assert ms(ready) == [6.5, 10] and ms(end) == [6.503, 10.004]
+
+
+def test_eta_on_two_channels():
+    # alpha 1 ms, beta 1 ms/MB, two channels, eta 0.5 ms, WFBP: {t3} ready 1.5, latency to 2.5,
+    # 2 MB to 4.5; {t2} ready 4, latency to 5, 1 MB to 6; {t1} ready 7.5, 1 + 4 ms: 12.5; T 15.5.
+    p = worked_profile()
+    problem = Problem(p, AlphaBeta(MS, 1e-9), channels=2, message_compute=0.5 * MS)
+    times = channel_schedule(problem, [True, True])
+    assert ms(times["ready"]) == [1.5, 4, 7.5]
+    assert ms(times["end"]) == [4.5, 6, 12.5]
+    assert times["iteration_time"] == pytest.approx(15.5 * MS, rel=1e-12)
+    assert simulate(problem, Plan.per_tensor(p)).iteration_time == pytest.approx(15.5 * MS, rel=1e-12)
+
+
+def test_with_overhead_puts_eta_on_the_compute_stream():
+    p = worked_profile()
+    problem = with_overhead(Problem(p, AlphaBeta(0.0, 1e-12)), per_step=0.2 * MS, per_message=0.0,
+                            per_message_compute=0.5 * MS)
+    assert problem.message_compute == 0.5 * MS and problem.profile.host_overhead == pytest.approx(0.2 * MS)
+    # The compute-critical WFBP above, and the host overhead after it: 10.504 + 0.2 ms.
+    assert simulate(problem, Plan.per_tensor(p)).iteration_time == pytest.approx(10.704 * MS, rel=1e-12)
+    with pytest.raises(ValueError, match="per-message compute must be"):
+        with_overhead(Problem(p, AlphaBeta(0.0, 1e-12)), per_step=0.0, per_message=0.0, per_message_compute=-1.0)
+
+
+@settings(deadline=None)
+@given(data=st.data(), problem=problems(), eta=st.floats(0.0, 5e-3), gamma=st.floats(0.0, 2e-9),
+       kappa=st.floats(1.0, 3.0), copy_on=st.sampled_from(["channel", "compute"]))
+def test_fusion_fast_path_equals_simulate(data, problem, eta, gamma, kappa, copy_on):
+    extended = Problem(problem.profile, problem.cost, sync=problem.sync, copy_cost=gamma, copy_on=copy_on,
+                       contention=kappa, message_compute=eta)
+    cuts = data.draw(cut_vectors(problem.profile.n))
+    timeline = simulate(extended, Plan.from_cuts(problem.profile, cuts))
+    assert fusion_iteration_time(extended, cuts) == pytest.approx(timeline.iteration_time, rel=RTOL, abs=1e-15)
+    ready, _ = fusion_message_times(extended, cuts)
+    assert ready.tolist() == pytest.approx(timeline.message_ready.tolist(), rel=RTOL, abs=1e-15)
+    # Compute per message only adds time.
+    assert timeline.iteration_time >= simulate(problem, Plan.from_cuts(problem.profile, cuts)).iteration_time * (1 - RTOL)
+
+
+@settings(deadline=None)
+@given(data=st.data(), problem=problems(cost=alpha_beta), eta=st.floats(0.0, 5e-3), gamma=st.floats(0.0, 2e-9),
+       kappa=st.sampled_from([1.0, 1.5]), mu=st.sampled_from([1.0, 1.7]), copy_on=st.sampled_from(["channel", "compute"]),
+       channels=st.integers(1, 3))
+def test_score_cuts_equals_simulate(data, problem, eta, gamma, kappa, mu, copy_on, channels):
+    extended = Problem(problem.profile, problem.cost, sync=problem.sync, copy_cost=gamma, copy_on=copy_on,
+                       contention=kappa, comm_contention=mu, channels=channels, message_compute=eta)
+    rows = data.draw(st.lists(cut_vectors(problem.profile.n), min_size=1, max_size=4))
+    scores = score_cuts(extended, np.array(rows).reshape(len(rows), problem.profile.n - 1))
+    for row, score in zip(rows, scores):
+        expected = simulate(extended, Plan.from_cuts(problem.profile, row)).iteration_time
+        assert score == pytest.approx(expected, rel=RTOL, abs=1e-15)
+
+
+def test_paths_without_it_refuse_it():
+    p = worked_profile()
+    cost = AlphaBeta(MS, 1e-9)
+    extended = Problem(p, cost, message_compute=MS)
+    assert extended.extensions == ("message_compute",)
+    with pytest.raises(ValueError, match="the fusion DP applies to the plain model only, and this problem has "
+                                         "message_compute on"):
+        optimal_fusion(extended)
+    with pytest.raises(ValueError, match="priority policies do not model compute per message"):
+        priority_dispatch(Problem(p, cost, sync="layerwise", message_compute=MS), [Chunk(i, 0, 10) for i in range(3)],
+                          free_channel_window(1))
+    with pytest.raises(ValueError, match=r"parameter server does not combine with message_compute \(message_compute=0.001\)"):
+        Problem(p, ps=ParameterServer(cost), message_compute=MS)
+    with pytest.raises(ValueError, match="message_compute must be >= 0, got -1"):
+        Problem(p, cost, message_compute=-1)
+    with pytest.raises(ValueError, match="message_compute must be finite, got inf"):
+        Problem(p, cost, message_compute=float("inf"))
