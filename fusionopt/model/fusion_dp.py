@@ -17,6 +17,13 @@ Three algorithms, all exact:
   ``alpha + beta Q_j + (G(i-1) - beta Q_{i-1})``: a monotone deque gives its minimum.
 * any other cost: O(n^2), the recurrence evaluated for all ``i`` at once with numpy.
 * with ``max_messages = K``: a layered recurrence over "at most k messages", O(K n^2).
+* with ``message_compute = eta > 0`` (MODEL.md section 2.1): message ``m`` is ready at
+  ``rho_j + m eta`` (the ``eta`` of every message so far ran on the compute stream), so the
+  recurrence counts messages exactly: ``G_m(j) = min_i max(rho_j + m eta, G_{m-1}(i-1)) +
+  c(Q_j - Q_{i-1})`` with ``G_0(0) = -inf``, ``E* = min_m G_m(n)``, O(n^2) per layer; a layer
+  stops the search once ``rho_n + m eta`` reaches the best ``E`` found. The backward and its
+  ``eta`` s end at ``R_M <= E``, so ``T* = E* + U + F + W``. Under layerwise sync it needs a
+  zero layerwise slack.
 
 ``max_message_bytes`` restricts the last message to ``Q_j - Q_{i-1} <= cap``; it keeps the
 complexity (the window's left end only moves right) and ``G`` non-decreasing (dropping the
@@ -44,7 +51,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from fusionopt.model.fusion import backward_arrays, layerwise_slack
+from fusionopt.model.fusion import backward_arrays, layerwise_slack, time_after_channel
 from fusionopt.model.problem import Problem
 
 
@@ -130,10 +137,12 @@ def optimal_fusion(
     >>> best.cuts.tolist(), round(best.iteration_time * 1e3, 9), best.algorithm
     ([True, False], 17.0, 'linear')
     """
-    problem.require_plain("the fusion DP")
+    problem.require_plain("the fusion DP", allowing=("message_compute",))
     if algorithm not in ("auto", "linear", "quadratic"):
         raise ValueError(f"unknown algorithm {algorithm!r}: choose 'auto', 'linear' or 'quadratic'")
     cap, max_messages = check_caps(problem, max_message_bytes, max_messages)
+    if problem.message_compute > 0:
+        return _with_message_compute(problem, cap, max_messages)
     affine = problem.cost.affine
     if algorithm == "linear" and affine is None:
         raise ValueError("the linear-time DP needs an affine cost (AlphaBeta); use algorithm='quadratic'")
@@ -175,6 +184,40 @@ def optimal_fusion(
         iteration_time = max(profile.B, last_end) + profile.U + profile.F + profile.W
     cuts.setflags(write=False)
     return FusionOptimum(cuts=cuts, communication_end=last_end, iteration_time=iteration_time, algorithm=used)
+
+
+def _with_message_compute(problem: Problem, cap: float, max_messages: int | None) -> FusionOptimum:
+    """The DP by exact message count of the module docstring (``message_compute > 0``)."""
+    if layerwise_slack(problem) > 0.0:
+        raise ValueError("the fusion DP with message_compute needs a zero layerwise slack (MODEL.md section 7): "
+                         "use cpsat, or sync='barrier'")
+    eta = problem.message_compute
+    rho, prefix = backward_arrays(problem)
+    n = problem.profile.n
+    tails, heads = np.triu_indices(n + 1, k=1)
+    sizes = prefix[heads] - prefix[tails]
+    durations = np.full((n + 1, n + 1), np.inf)          # [i - 1, j]: the message of positions i..j
+    durations[tails, heads] = np.where(sizes <= cap, np.asarray(problem.cost(sizes), dtype=np.float64), np.inf)
+    previous = np.full(n + 1, np.inf)
+    previous[0] = -np.inf
+    parents: list[np.ndarray] = []
+    best, best_count = math.inf, 0
+    for m in range(1, (n if max_messages is None else max_messages) + 1):
+        if rho[-1] + m * eta >= best:
+            break                                    # more messages end later still
+        values = np.maximum(previous[:, None], np.concatenate(([np.inf], rho + m * eta))[None, :]) + durations
+        choice = np.argmin(values, axis=0)
+        current = values[choice, np.arange(n + 1)]
+        current[0] = np.inf
+        parents.append(choice)
+        previous = current
+        if current[n] < best:
+            best, best_count = float(current[n]), m
+    parent = _walk_layers(parents, n, best_count - 1)
+    cuts = _cuts_of(parent, n, n)
+    cuts.setflags(write=False)
+    return FusionOptimum(cuts=cuts, communication_end=best, iteration_time=time_after_channel(problem.profile, best),
+                         algorithm="by message count")
 
 
 def _linear(rho: np.ndarray, prefix: np.ndarray, cap: float, alpha: float, beta: float) -> tuple[list[float], list[int]]:

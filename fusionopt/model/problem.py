@@ -330,12 +330,14 @@ class Problem:
         all-reduce problem whose channel costs what its push channel costs)."""
         return Problem(self.profile, self.cost, sync=self.sync)
 
-    def require_plain(self, what: str) -> None:
-        """Raise ``ValueError`` if an extension is on: ``what`` needs the plain model."""
-        if self.extensions:
+    def require_plain(self, what: str, *, allowing: tuple[str, ...] = ()) -> None:
+        """Raise ``ValueError`` if an extension other than those ``allowing`` names is on:
+        ``what`` needs the plain model (with those)."""
+        others = [name for name in self.extensions if name not in allowing]
+        if others:
             raise ValueError(
                 f"{what} applies to the plain model only, and this problem has "
-                f"{', '.join(self.extensions)} on; use simulate, or cpsat (one channel)"
+                f"{', '.join(others)} on; use simulate, or cpsat (one channel)"
             )
 
     def require_layerwise(self, what: str) -> None:

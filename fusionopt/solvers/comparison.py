@@ -184,8 +184,9 @@ def _refusal(problem: Problem, name: str) -> str:
     for sync in ("layerwise", "barrier"):
         if getattr(needs, sync) and problem.sync != sync:
             return f"{name}: for sync={sync!r} only"
-    if needs.plain and problem.extensions:
-        return f"{name}: plain model only, and this problem has {', '.join(problem.extensions)}"
+    others = [e for e in problem.extensions if e not in needs.takes]
+    if needs.plain and others:
+        return f"{name}: plain model only, and this problem has {', '.join(others)}"
     try:
         get_method(name).needs.check(problem, name)
     except ValueError as exc:

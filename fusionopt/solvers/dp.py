@@ -12,7 +12,7 @@ from fusionopt.solvers.result import Result, finish
 from fusionopt.solvers.needs import Needs, declares
 
 
-@declares(Needs(plain=True))
+@declares(Needs(plain=True, takes=("message_compute",)))
 def dp(
     problem: Problem,
     *,
@@ -24,7 +24,9 @@ def dp(
 
     Complexity: O(n) for affine costs (``AlphaBeta``), O(n^2) for any other cost model;
     a ``max_message_bytes`` cap keeps these; ``max_messages = K`` costs O(K n^2).
-    Valid for both sync modes (a FIFO fusion plan does not overlap the forward).
+    Valid for both sync modes (a FIFO fusion plan does not overlap the forward). With
+    ``message_compute`` on, a recurrence by message count, O(n^3) at most
+    (:func:`~fusionopt.model.fusion_dp.optimal_fusion`).
 
     Parameters
     ----------

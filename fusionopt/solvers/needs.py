@@ -30,7 +30,8 @@ class Needs:
     ``"fully-sharded"`` (section 8.2).
     ``max_tensors``: the most tensors it takes (``max_tensors_channels`` with several
     channels, where it is smaller), ``size_reason`` why, and ``plain_alternative`` the method
-    to use instead on a larger problem of the plain model.
+    to use instead on a larger problem of the plain model. ``takes``: the extensions a
+    ``plain`` method takes all the same.
 
     >>> Needs(plain=True, layerwise=True).describe()
     'all-reduce; plain model only; layerwise sync only'
@@ -50,12 +51,13 @@ class Needs:
     max_tensors_channels: int | None = None
     size_reason: str = "takes"
     plain_alternative: str | None = None
+    takes: tuple[str, ...] = ()
 
     def describe(self) -> str:
         """The declaration in words, for listings."""
         words = [PATTERN_WORDS[self.pattern]]
         if self.plain:
-            words.append("plain model only")
+            words.append("plain model only" + (f" (and {', '.join(self.takes)})" if self.takes else ""))
         if self.layerwise:
             words.append("layerwise sync only")
         if self.barrier:
@@ -97,7 +99,7 @@ class Needs:
             raise ValueError(f"{method} is an all-reduce method and this problem is a decoupled all-reduce "
                              "(decoupled=...): use a decoupled method such as decoupled-wfbp")
         if self.plain:
-            problem.require_plain(method)
+            problem.require_plain(method, allowing=self.takes)
         if self.layerwise:
             problem.require_layerwise(method)
         if self.barrier and problem.sync != "barrier":

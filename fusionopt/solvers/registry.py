@@ -267,11 +267,11 @@ def default_methods(problem: Problem | None = None) -> list[str]:
     >>> default_methods()[:2]
     ['wfbp', 'single']
     """
-    extended = problem is not None and bool(problem.extensions)
+    extensions = set() if problem is None else set(problem.extensions)
     layerwise = problem is not None and problem.sync == "layerwise"
     pattern = "all-reduce" if problem is None else problem.pattern
     return [name for name, m in _REGISTRY.items()
-            if m.in_default_comparison and not (extended and m.plain_only)
+            if m.in_default_comparison and not (m.plain_only and extensions - set(m.needs.takes))
             and (layerwise or not m.layerwise_only) and not (layerwise and m.needs.barrier)
             and m.pattern == pattern]
 

@@ -1,6 +1,9 @@
 """Compute per message (``message_compute``, MODEL.md section 2.1): hand-worked cases, the fast
 paths against the event simulator, and the paths that refuse it."""
 
+import itertools
+import math
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -18,6 +21,8 @@ from fusionopt.model.overhead import with_overhead
 from fusionopt.model.ps import ParameterServer
 from fusionopt.model.sharing import channel_schedule
 from fusionopt.model.plan import Chunk
+from fusionopt.model.fusion import layerwise_slack
+from fusionopt.solvers import Status, solve
 
 MS = 1e-3
 RTOL = 1e-9
@@ -133,8 +138,11 @@ def test_paths_without_it_refuse_it():
     extended = Problem(p, cost, message_compute=MS)
     assert extended.extensions == ("message_compute",)
     with pytest.raises(ValueError, match="the fusion DP applies to the plain model only, and this problem has "
-                                         "message_compute on"):
-        optimal_fusion(extended)
+                                         "contention on"):
+        optimal_fusion(Problem(p, cost, message_compute=MS, contention=1.5))
+    slack = Profile.from_arrays([8, 8], [1.0, 2.0], [0.0, 3.0], update=[0.5, 0.5], ready_order=[0, 1])
+    with pytest.raises(ValueError, match="the fusion DP with message_compute needs a zero layerwise slack"):
+        optimal_fusion(Problem(slack, AlphaBeta(0, 1), sync="layerwise", message_compute=0.1))
     with pytest.raises(ValueError, match="priority policies do not model compute per message"):
         priority_dispatch(Problem(p, cost, sync="layerwise", message_compute=MS), [Chunk(i, 0, 10) for i in range(3)],
                           free_channel_window(1))
@@ -144,3 +152,48 @@ def test_paths_without_it_refuse_it():
         Problem(p, cost, message_compute=-1)
     with pytest.raises(ValueError, match="message_compute must be finite, got inf"):
         Problem(p, cost, message_compute=float("inf"))
+
+
+def exhaustive(problem: Problem, cap: float = math.inf, limit: int | None = None) -> float:
+    """The smallest simulated T over every fusion plan meeting the caps."""
+    best = math.inf
+    for bits in itertools.product((False, True), repeat=problem.profile.n - 1):
+        plan = Plan.from_cuts(problem.profile, np.array(bits, dtype=bool))
+        if plan.message_bytes.max() <= cap and (limit is None or plan.num_messages <= limit):
+            best = min(best, simulate(problem, plan).iteration_time)
+    return best
+
+
+def test_the_dp_takes_eta_on_the_worked_example():
+    # Compute critical (alpha 0): WFBP's three eta cost 1.5 ms, one message's one eta 0.5 ms:
+    # single is best at 9.507 ms. Channel critical (alpha 5 ms): WFBP 19.5 ms (above), two
+    # messages {t3}, {t2, t1}: 1.5 -> 6.5, {t2, t1} ready 7.5 -> 12.5, 15.5 ms; single ready 6.5, 14.5 ms.
+    p = worked_profile()
+    result = solve(Problem(p, AlphaBeta(0.0, 1e-12), message_compute=0.5 * MS), "dp")
+    assert result.plan.num_messages == 1 and result.iteration_time == pytest.approx(9.507 * MS, rel=1e-12)
+    result = solve(Problem(p, AlphaBeta(5 * MS, 0.0), message_compute=0.5 * MS), "dp")
+    assert result.plan.num_messages == 1 and result.iteration_time == pytest.approx(14.5 * MS, rel=1e-12)
+    assert result.status is Status.OPTIMAL and result.lower_bound == result.iteration_time
+
+
+@settings(deadline=None)
+@given(problem=problems(max_n=7), eta=st.one_of(st.just(1e-6), st.floats(0.0, 5e-3)), cap_share=st.floats(0.0, 1.0),
+       limit=st.one_of(st.none(), st.integers(1, 7)))
+def test_the_dp_equals_the_exhaustive_optimum(problem, eta, cap_share, limit):
+    problem = Problem(problem.profile, problem.cost, sync=problem.sync, message_compute=eta)
+    sizes = problem.profile.sizes
+    cap = float(sizes.max()) + cap_share * float(sizes.sum() - sizes.max())
+    if layerwise_slack(problem) > 0.0 and eta > 0.0:
+        with pytest.raises(ValueError, match="zero layerwise slack"):
+            optimal_fusion(problem)
+        return
+    try:
+        best = optimal_fusion(problem, max_message_bytes=cap, max_messages=limit)
+    except ValueError as exc:                 # the cap needs more messages than the limit
+        assert "infeasible" in str(exc)
+        return
+    optimum = exhaustive(problem, cap, limit)
+    plan = Plan.from_cuts(problem.profile, best.cuts)
+    assert best.iteration_time == pytest.approx(optimum, rel=RTOL, abs=1e-15)
+    assert simulate(problem, plan).iteration_time == pytest.approx(optimum, rel=RTOL, abs=1e-15)
+    assert plan.message_bytes.max() <= cap and (limit is None or plan.num_messages <= limit)
