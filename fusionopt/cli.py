@@ -188,7 +188,8 @@ def _reducer_words(args: argparse.Namespace) -> str | None:
         return None
     c = read_reducer_calibration(path)
     return (f"{path}: {c.reducer}, {1e3 * c.per_message:.3f} ms per message on the channel, "
-            f"{1e3 * c.per_step:.3f} ms per step on the host")
+            f"{1e3 * c.per_step:.3f} ms per step on the host"
+            + ("" if c.reducer == "fsdp2" else f", {1e3 * c.message_compute:.3f} ms of compute per message"))
 
 
 def _contention(args: argparse.Namespace) -> dict[str, float]:
@@ -1283,7 +1284,7 @@ def _calibrate_reducer(args: argparse.Namespace) -> None:
     if ranks < 2:
         raise UsageError(f"--ranks {ranks}: --reducer measures a reducer between ranks: give 2 or more")
     _json_output(args.output, "the reducer calibration")
-    print(f"fusionopt calibrate: the {args.reducer} reducer's own cost on {ranks} gloo ranks, about 30 s "
+    print(f"fusionopt calibrate: the {args.reducer} reducer's own cost on {ranks} gloo ranks, about a minute "
           "(Ctrl-C stops it)", file=sys.stderr, flush=True)
     try:
         result = measure_reducer_overhead(args.reducer, ranks)
@@ -1398,7 +1399,8 @@ def _add_executor_parsers(commands: Any) -> None:
                         "--fully-sharded problems through --reduce-scatter-cost and --all-gather-cost")
     p.add_argument("--reducer", choices=REDUCERS,
                    help="instead of a cost sweep, measure a gradient reducer's own cost per step and per message "
-                        "beyond the link (DDP, FSDP2 or fusionopt's PlanReducer) on gloo ranks of this host; "
+                        "beyond the link, and (DDP, PlanReducer) per message on the compute stream (DDP, FSDP2 or "
+                        "fusionopt's PlanReducer) on gloo ranks of this host; "
                         "--output writes it for --reducer-calibration")
     p.add_argument("--json", action="store_true", help="print the cost JSON instead of a table")
     p.set_defaults(run=_cmd_calibrate)

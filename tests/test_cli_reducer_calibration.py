@@ -56,6 +56,21 @@ def test_simulate_adds_the_reducer_cost_exactly(capsys, tmp_path):
     assert "iteration time  10.100000 ms" in out
 
 
+def test_simulate_puts_the_compute_per_message_on_the_compute_stream(capsys, tmp_path):
+    # wfbp, c = 0.1 ms + 1 ms/MB: tensor 1 sent 1 -> 2.1, tensor 0 2.1 -> 3.2; T = 5.2 ms. With 0.5 ms of
+    # compute per message: tensor 1 ready 1.5 (sent to 2.6), tensor 0's backward 1.5 -> 2.5, ready 3,
+    # sent to 4.1; T = 4.1 + 2 = 6.1 ms.
+    profile, _ = files(tmp_path)
+    ReducerCalibration("plan", per_step=0.0, per_message=0.0, message_compute=5e-4).write(tmp_path / "c.json")
+    cost = ["--alpha", "1e-4", "--beta", "1e-9", "--plan", tmp_path / "wfbp.json"]
+    assert iteration_time(capsys, profile, *cost) == pytest.approx(5.2e-3, abs=1e-12)
+    assert iteration_time(capsys, profile, *cost, "--reducer-calibration", tmp_path / "c.json") == pytest.approx(
+        6.1e-3, abs=1e-12)
+    status, out, _ = run(capsys, "simulate", profile, *cost, "--reducer-calibration", tmp_path / "c.json")
+    assert status == 0 and ("plan, 0.000 ms per message on the channel, 0.000 ms per step on the host, "
+                            "0.500 ms of compute per message") in out
+
+
 def test_advise_packs_messages_when_each_costs_the_reducer_more(capsys, tmp_path):
     # Four 1 MB tensors, backward 2 ms each, c = 0.1 ms + 1 ms: the DP's plan is WFBP (T = 8 + 1.1 +
     # F 4 = 13.1 ms); at 50 ms per message, one message (8 + 54.1 + 4 = 66.1 ms).
@@ -67,6 +82,18 @@ def test_advise_packs_messages_when_each_costs_the_reducer_more(capsys, tmp_path
     status, out, _ = run(capsys, "advise", "--profile", tmp_path / "p.json", *cost, "--reducer-calibration",
                          tmp_path / "r.json")
     assert status == 0 and "plan      dp: T = 66.100 ms, 1 message" in out
+
+
+def test_advise_takes_a_calibration_with_compute_per_message(capsys, tmp_path):
+    # The four tensors above with 5 ms of compute per message: WFBP's messages are ready at 7, 14, 21
+    # and 28 ms, T = 28 + 1.1 + 4 = 33.1 ms; two messages ready at 9 and 18, T = 18 + 2.1 + 4 = 24.1 ms;
+    # one message ready at 8 + 5 = 13, T = 13 + 4.1 + 4 = 21.1 ms: the DP's plan.
+    Profile.from_arrays([1e6] * 4, [1e-3] * 4, [2e-3] * 4).write(tmp_path / "p.json")
+    ReducerCalibration("ddp", per_step=0.0, per_message=0.0, message_compute=5e-3).write(tmp_path / "r.json")
+    status, out, err = run(capsys, "advise", "--profile", tmp_path / "p.json", "--alpha", "1e-4", "--beta", "1e-9",
+                           "--reducer-calibration", tmp_path / "r.json")
+    assert status == 0, err
+    assert "plan      dp: T = 21.100 ms, 1 message" in out and "5.000 ms of compute per message" in out
 
 
 @pytest.mark.parametrize("content, culprit", [

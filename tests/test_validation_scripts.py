@@ -243,6 +243,24 @@ def test_training_predicts_with_the_reducer_cost_measured_apart(training, tmp_pa
     assert plans["single"]["predicted_with_reducer"] == pytest.approx(10.1e-3, abs=1e-12)
     assert plans["wfbp"]["predicted_with_reducer"] == pytest.approx(12.5e-3, abs=1e-12)
     assert plans["single"]["predicted"] == 9e-3
+    # The compute per message a result document carries goes on the compute stream, 0.5 ms: single
+    # ready at 2.5 ms, 2.5 -> 7.5, T = 9.5 ms; wfbp's tensor 1 ready at 1.5, sent 1.5 -> 5.5, tensor 0's
+    # backward 1.5 -> 2.5 and ready at 3, but the channel frees at 5.5: 5.5 -> 9.5, T = 11.5 ms.
+    document = dict(ReducerCalibration("plan", per_step=0.0, per_message=0.0, message_compute=5e-4).to_dict())
+    assert training.reducer_of(document).message_compute == 5e-4
+    training.with_reducer(results, AlphaBeta(3e-3, 1e-9), training.reducer_of(document))
+    assert plans["single"]["predicted_with_reducer"] == pytest.approx(9.5e-3, abs=1e-12)
+    assert plans["wfbp"]["predicted_with_reducer"] == pytest.approx(11.5e-3, abs=1e-12)
+    # A version 1 document, written before the compute regime, has none.
+    old = {k: v for k, v in document.items() if k not in ("message_compute", "compute_samples")}
+    assert training.reducer_of({**old, "version": 1}).message_compute == 0.0
+    # The table's line of the figures measured apart names the compute per message.
+    text = training.markdown({"date": "d", "host": "h", "network": "10gbe", "workers": 64, "steps": 3, "warmup": 1,
+                              "command": "c", "reducer_calibration": document, "targets": {}, "results": {}})
+    assert "0.00 ms per message on the channel, 0.50 ms per message on the compute stream." in text
+    text = training.markdown({"date": "d", "host": "h", "network": "10gbe", "workers": 64, "steps": 3, "warmup": 1,
+                              "command": "c", "reducer_calibration": old, "targets": {}, "results": {}})
+    assert "0.00 ms per message on the compute stream (not measured)." in text
     # A calibration file of another reducer is refused in one line naming it.
     path = tmp_path / "ddp.json"
     ReducerCalibration("ddp", per_step=0.0, per_message=0.0).write(path)

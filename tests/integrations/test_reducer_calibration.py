@@ -131,10 +131,52 @@ def document(**changes):
 def test_file_round_trip(tmp_path):
     path = tmp_path / "ddp.json"
     ReducerCalibration("plan", per_step=1e-3, per_message=2e-4, samples=(Sample(2, 13e-3, 1e-3, 10e-3),),
+                       message_compute=3e-4, compute_samples=(Sample(4, 40e-3, 30e-3, 1e-3),),
                        torch_version="2.13.0", ranks=2, threads=1).write(path)
+    assert json.loads(path.read_text())["version"] == 2
     read = read_reducer_calibration(path)
-    assert (read.reducer, read.per_step, read.per_message) == ("plan", 1e-3, 2e-4)
+    assert (read.reducer, read.per_step, read.per_message, read.message_compute) == ("plan", 1e-3, 2e-4, 3e-4)
     assert read.samples[0].excess == pytest.approx(2e-3)
+    assert read.compute_samples[0].excess == pytest.approx(9e-3)
+
+
+def test_a_version_1_file_reads_with_no_compute_per_message(tmp_path):
+    # Written before the compute regime: its figures price the model as they did, eta = 0.
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps(document()))
+    read = read_reducer_calibration(path)
+    assert (read.per_step, read.per_message, read.message_compute, read.compute_samples) == (1e-3, 2e-5, 0.0, ())
+    problem = with_reducer_overhead(Problem(two_tensors(), AlphaBeta(1e-3, 1e-9)), read)
+    assert problem.message_compute == 0.0 and problem.extensions == ()
+
+
+def test_a_version_2_file_must_carry_the_compute_per_message(tmp_path):
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps(document(version=2)))
+    with pytest.raises(ValueError, match="message_compute must be a finite number of seconds >= 0, got None"):
+        read_reducer_calibration(path)
+    path.write_text(json.dumps(document(version=2, message_compute=-1.0)))
+    with pytest.raises(ValueError, match="message_compute must be a finite number of seconds >= 0, got -1.0"):
+        read_reducer_calibration(path)
+    path.write_text(json.dumps(document(version=2, message_compute=1e-4, compute_samples=[{"step": 1}])))
+    with pytest.raises(ValueError, match="compute_samples must be a list of objects"):
+        read_reducer_calibration(path)
+
+
+def test_the_compute_per_message_goes_on_the_compute_stream():
+    # Two 1 MB tensors, backward 1 ms each, forward 1 ms each, c = 0.1 ms + 1 ms/MB, WFBP without
+    # eta: tensor 1 sent 1 -> 2.1, tensor 0 (ready 2) 2.1 -> 3.2; T = 3.2 + 2 = 5.2 ms.
+    # With 0.5 ms of compute per message: tensor 1 ready 1.5 (sent to 2.6), tensor 0's backward
+    # 1.5 -> 2.5, ready 3 (sent to 4.1); T = 4.1 + 2 + 0.2 per step = 6.3 ms: both messages' 0.5 ms.
+    profile, cost = two_tensors(), AlphaBeta(1e-4, 1e-9)
+    wfbp = Plan.from_cuts(profile, [True])
+    assert simulate(Problem(profile, cost), wfbp).iteration_time == pytest.approx(5.2e-3, abs=1e-12)
+    slower = with_reducer_overhead(Problem(profile, cost),
+                                   ReducerCalibration("plan", per_step=2e-4, per_message=0.0, message_compute=5e-4))
+    assert slower.message_compute == 5e-4
+    assert simulate(slower, wfbp).iteration_time == pytest.approx(6.3e-3, abs=1e-12)
+    with pytest.raises(ValueError, match="fsdp2 reducer calibration prices fully-sharded problems"):
+        with_reducer_overhead(Problem(profile, cost), ReducerCalibration("fsdp2", per_step=0.0, per_message=0.0))
 
 
 @pytest.mark.parametrize("changes, message", [
@@ -168,8 +210,10 @@ def test_short_gloo_calibration_gives_finite_non_negative_figures(reducer):
         pytest.skip("torch.distributed with gloo is not available")
     from fusionopt.integrations.reducer_calibration import measure_reducer_overhead
 
+    compute = {} if reducer == "fsdp2" else {"compute_counts": (1, 2), "compute_layers": 2, "compute_width": 16,
+                                             "compute_batch": 8, "compute_link": AlphaBeta(2e-4, 0.0)}
     result = measure_reducer_overhead(reducer, 2, message_counts=(1, 2), layers=2, width=8, steps=2, warmup=1,
-                                      rounds=1, link=AlphaBeta(1e-3, 0.0))
+                                      rounds=1, link=AlphaBeta(1e-3, 0.0), **compute)
     assert result.reducer == reducer and result.ranks == 2 and result.backend == "gloo"
     assert math.isfinite(result.per_step) and result.per_step >= 0
     assert math.isfinite(result.per_message) and result.per_message >= 0
@@ -177,6 +221,13 @@ def test_short_gloo_calibration_gives_finite_non_negative_figures(reducer):
     assert [s.messages for s in result.samples] == [per_count * 1, per_count * 2]
     # Each sample's link time is its messages' 1 ms holds.
     assert [s.link for s in result.samples] == pytest.approx([1e-3 * s.messages for s in result.samples], rel=1e-6)
+    assert math.isfinite(result.message_compute) and result.message_compute >= 0
+    if reducer == "fsdp2":
+        assert result.compute_samples == () and result.message_compute == 0.0
+    else:
+        # The compute regime keeps one message's link time: the last one's 0.2 ms hold.
+        assert [s.messages for s in result.compute_samples] == [1, 2]
+        assert [s.link for s in result.compute_samples] == pytest.approx([2e-4, 2e-4], rel=1e-6)
 
 
 def test_bad_arguments_are_refused_before_any_rank_starts():
@@ -187,3 +238,9 @@ def test_bad_arguments_are_refused_before_any_rank_starts():
         measure_reducer_overhead("horovod")
     with pytest.raises(ValueError, match="message_counts must hold at least two divisors of layers"):
         measure_reducer_overhead("plan", message_counts=(1, 3), layers=4)
+    with pytest.raises(ValueError, match=r"compute_counts must hold at least two divisors of layers \(8\)"):
+        measure_reducer_overhead("plan", compute_counts=(1, 3))
+    with pytest.raises(ValueError, match="the fsdp2 reducer has no compute regime"):
+        measure_reducer_overhead("fsdp2", compute_counts=(1, 2))
+    with pytest.raises(ValueError, match="compute_width must be a whole number >= 1, got 0"):
+        measure_reducer_overhead("ddp", compute_width=0)

@@ -23,11 +23,12 @@ ranks on this host's CPU, one thread each:
 
 The reducer's own cost is measured first, apart from the plans it predicts: before any model
 trains, ``measure_reducer_overhead("plan")`` times ``PlanReducer`` on a synthetic stack of
-linear layers at 1 to 16 messages (``fusionopt.integrations.reducer_calibration``), or
+linear layers at 1 to 16 messages with the channel critical, and on a wider stack at 1 to 8
+messages with the compute critical (``fusionopt.integrations.reducer_calibration``), or
 ``--reducer-calibration R.json`` reads one ``fusionopt calibrate --reducer plan`` wrote. Each
 plan gets three predictions: ``predicted`` (the model alone), ``predicted_with_reducer`` (that
-measured cost per message on the link's cost and per step on the host overhead; the targets'
-headline) and, as a comparison only, ``calibrated``: the same two figures fitted per model on
+measured cost per message on the link's cost, per step on the host overhead and per message
+on the compute stream; the targets' headline) and, as a comparison only, ``calibrated``: the same two figures fitted per model on
 the run's own ``single`` and ``wfbp`` plans, that is, on what is predicted.
 
 The targets are printed with the results, met or not. Writes
@@ -238,8 +239,8 @@ def calibrate(results: dict[str, Any], cost: Any) -> None:
 
 def with_reducer(results: dict[str, Any], cost: Any, calibration: ReducerCalibration) -> None:
     """Add each plan's ``predicted_with_reducer``: the model with the reducer's own cost
-    measured apart from these plans (``calibration``), per message on the link's cost and per
-    step on the host overhead (``with_reducer_overhead``)."""
+    measured apart from these plans (``calibration``), per message on the link's cost, per
+    step on the host overhead and per message on the compute stream (``with_reducer_overhead``)."""
     for row in results.values():
         profile = Profile.from_dict(row["profile"])
         for p in row["plans"].values():
@@ -277,7 +278,8 @@ def _reducer_source(calibration: dict[str, Any]) -> str:
     if source:
         return f"read from `{source}` (`fusionopt calibrate --reducer plan`)"
     return ("measured apart, before the plans, by `measure_reducer_overhead(\"plan\")` on a synthetic stack of "
-            "linear layers at 1 to 16 messages (figures below)")
+            "linear layers at 1 to 16 messages with the channel critical and on a wider one at 1 to 8 messages with "
+            "the compute critical (figures below)")
 
 
 def _steps(count: int) -> str:
@@ -306,8 +308,10 @@ def markdown(document: dict[str, Any]) -> str:
                 f"{document['load_average']['after']:.2f} after." if document.get("load_average") else ""), "",
              "`predicted` is the model on the measured profile and the link's cost. `with reducer` adds the "
              "reducer's own cost (a fixed cost per step on the host overhead and a cost per message on the link's "
-             "cost: the Python hooks, packing and unpacking, the communication thread's hand-offs), "
-             f"{_reducer_source(document['reducer_calibration'])}. `fitted on own plans` adds the same two figures "
+             "cost: the Python hooks, packing and unpacking, the communication thread's hand-offs; and a cost per "
+             "message on the compute stream, after the backward that makes the message ready: the hook's packing "
+             "and the communication thread's collective taking a core from the backward), "
+             f"{_reducer_source(document['reducer_calibration'])}. `fitted on own plans` adds the first two figures "
              "fitted per model on this run's plans `single` and `wfbp`, that is, on what is predicted: a comparison "
              "only. The targets are checked on the other plans, and met or missed on `with reducer`.", ""]
     for key, t in document["targets"].items():
@@ -331,7 +335,10 @@ def markdown(document: dict[str, Any]) -> str:
     measured = document["reducer_calibration"]
     lines += ["", f"Reducer cost measured apart ({measured['reducer']} reducer, {len(measured['samples'])} samples, "
               f"{measured['ranks']} {measured['backend']} ranks): {ms(measured['per_step'])} ms per step, "
-              f"{ms(measured['per_message'])} ms per message."]
+              f"{ms(measured['per_message'])} ms per message on the channel, "
+              f"{ms(measured.get('message_compute', 0.0))} ms per message on the compute stream"
+              + (f" ({len(measured['compute_samples'])} samples with the compute critical)."
+                 if measured.get("compute_samples") else "." if measured.get("message_compute") else " (not measured).")]
     lines += ["", "Reducer cost fitted per model on its own plans (ms): " + "; ".join(
         f"{name}: {ms(row['calibration']['per_step'])} per step, {ms(row['calibration']['per_message'])} per message"
         for name, row in document["results"].items())]
@@ -410,7 +417,8 @@ def document_of(results: dict[str, Any], args: argparse.Namespace, argv: list[st
 
 def reducer_of(document: dict[str, Any]) -> ReducerCalibration:
     """The calibration a result document carries."""
-    return ReducerCalibration(document["reducer"], per_step=document["per_step"], per_message=document["per_message"])
+    return ReducerCalibration(document["reducer"], per_step=document["per_step"], per_message=document["per_message"],
+                              message_compute=document.get("message_compute", 0.0))
 
 
 def reducer_calibration(args: argparse.Namespace) -> dict[str, Any]:
@@ -423,7 +431,7 @@ def reducer_calibration(args: argparse.Namespace) -> dict[str, Any]:
                              "calibration; the plans train with PlanReducer: give a plan calibration "
                              "(fusionopt calibrate --reducer plan)")
         return {**calibration.to_dict(), "source": args.reducer_calibration}
-    print("measuring the plan reducer's own cost apart from the plans (a synthetic model, about 15 s)",
+    print("measuring the plan reducer's own cost apart from the plans (two synthetic models, about a minute)",
           file=sys.stderr, flush=True)
     calibration = measure_reducer_overhead("plan", args.ranks)
     print(calibration.summary(), file=sys.stderr, flush=True)
