@@ -28,15 +28,14 @@ import os
 import platform
 import socket
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 from fusionopt.integrations.kineto import TRACE_SUFFIXES
 from fusionopt.integrations.profiler_calibration import measure_profiler_cost
+from fusionopt.integrations.rank_processes import run_rank_processes
 from fusionopt.integrations.torch import require_torch
 from fusionopt.integrations.traced_step import PARAMETERS_FILE
 from fusionopt.integrations.unprofiled import PROFILER_COST_FILE, UNPROFILED_FILE, write_profiler_cost
@@ -44,9 +43,6 @@ from fusionopt.model._io import csv_text, write_json_atomic, write_text_atomic
 
 # What a folder holding a recording holds beside its traces.
 RECORDING_FILES = (PARAMETERS_FILE, PROFILER_COST_FILE, UNPROFILED_FILE)
-
-# The folder that holds the fusionopt package, for the ranks' processes to import it from.
-PACKAGE_PARENT = Path(__file__).resolve().parents[2]
 
 
 def small_model(name: str) -> Any:
@@ -186,38 +182,8 @@ def record_ddp_traces(folder: str | Path, model: str, *, batch: int = 32, ranks:
     before = set(folder.iterdir())
     job = {"ranks": ranks, "port": free_port(), "folder": str(folder), "model": model, "batch": batch, "steps": steps,
            "schedule": schedule, "bucket_cap_mb": bucket_cap_mb, "threads": threads, "seed": seed}
-    _run_ranks(job)
+    run_rank_processes(__name__, job, ranks, what=f"the {model} job")
     return sorted(set(folder.iterdir()) - before)
-
-
-def _run_ranks(job: dict[str, Any]) -> None:
-    """Run rank ``0 .. ranks - 1`` of ``job`` (:func:`_rank`'s arguments), each in a process
-    of its own, until all have finished; when one fails, stop the others and raise."""
-    paths = [str(PACKAGE_PARENT)] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else [])
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(paths))
-    with tempfile.TemporaryDirectory() as logs:
-        outputs = [open(Path(logs) / f"rank{rank}.log", "w+b") for rank in range(job["ranks"])]
-        ranks = [subprocess.Popen([sys.executable, "-m", __name__, json.dumps(job), str(rank)], env=env,
-                                  stdout=output, stderr=subprocess.STDOUT) for rank, output in enumerate(outputs)]
-        try:
-            while True:
-                codes = [process.poll() for process in ranks]
-                failed = next((rank for rank, code in enumerate(codes) if code not in (None, 0)), None)
-                if failed is not None or all(code == 0 for code in codes):
-                    break
-                time.sleep(0.05)
-        finally:
-            for process in ranks:
-                if process.poll() is None:
-                    process.terminate()
-            for process in ranks:
-                process.wait()
-            for output in outputs:
-                output.close()
-        if failed is not None:
-            lines = (Path(logs) / f"rank{failed}.log").read_text(errors="replace").splitlines()
-            last = next((line for line in reversed(lines) if line.strip()), "no output")
-            raise RuntimeError(f"rank {failed} of the {job['model']} job failed (exit status {codes[failed]}): {last}")
 
 
 if __name__ == "__main__":            # one rank of a job record_ddp_traces runs

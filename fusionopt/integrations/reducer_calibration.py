@@ -54,7 +54,6 @@ import json
 import math
 import os
 import platform
-import subprocess
 import sys
 import tempfile
 import time
@@ -62,7 +61,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-from fusionopt.integrations.ddp_record import PACKAGE_PARENT, free_port, join_gloo
+from fusionopt.integrations.ddp_record import free_port, join_gloo
+from fusionopt.integrations.rank_processes import run_rank_processes
 from fusionopt.integrations.emulated_link import EmulatedLink, ddp_comm_hook, emulate_fsdp2
 from fusionopt.integrations.torch import require_torch
 from fusionopt.model.cost import AlphaBeta, CommCost, cost_from_dict
@@ -325,37 +325,10 @@ def _run_job(job: dict[str, Any], timeout: float) -> dict[str, list[dict[str, fl
     """Run every rank of ``job`` as a process of its own and return rank 0's samples; when a
     rank fails, or on Ctrl-C, stop every rank (none is left behind). The samples are
     ``{"channel": [...], "compute": [...]}``, one dict per :class:`Sample`."""
-    paths = [str(PACKAGE_PARENT)] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else [])
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(paths))
     with tempfile.TemporaryDirectory() as scratch:
         job = dict(job, port=free_port(), out=str(Path(scratch) / "samples.json"))
-        outputs = [open(Path(scratch) / f"rank{rank}.log", "w+b") for rank in range(job["ranks"])]
-        ranks = [subprocess.Popen([sys.executable, "-m", __name__, json.dumps(job), str(rank)], env=env,
-                                  stdout=output, stderr=subprocess.STDOUT) for rank, output in enumerate(outputs)]
-        deadline = time.monotonic() + timeout
-        failed = None
-        try:
-            while True:
-                codes = [process.poll() for process in ranks]
-                failed = next((rank for rank, code in enumerate(codes) if code not in (None, 0)), None)
-                if failed is not None or all(code == 0 for code in codes):
-                    break
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"the {job['reducer']} reducer calibration took over {timeout:g} s; stopped")
-                time.sleep(0.05)
-        finally:
-            for process in ranks:
-                if process.poll() is None:
-                    process.terminate()
-            for process in ranks:
-                process.wait()
-            for output in outputs:
-                output.close()
-        if failed is not None:
-            lines = (Path(scratch) / f"rank{failed}.log").read_text(errors="replace").splitlines()
-            last = next((line for line in reversed(lines) if line.strip()), "no output")
-            raise RuntimeError(f"rank {failed} of the {job['reducer']} reducer calibration failed (exit status "
-                               f"{codes[failed]}): {last}")
+        run_rank_processes(__name__, job, job["ranks"], what=f"the {job['reducer']} reducer calibration",
+                           timeout=timeout)
         return json.loads(Path(job["out"]).read_text())
 
 
