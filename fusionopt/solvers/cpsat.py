@@ -276,7 +276,8 @@ def cpsat(
         A limit on CP-SAT's work, in its deterministic time units (close to seconds on a
         typical core), beside ``time_limit``: a seeded search stopped by it stops at the same
         point on every machine, with several workers too (they are then interleaved; see
-        :mod:`fusionopt.solvers.cpsat_search`). Use it, with a ``time_limit`` far out of the
+        :mod:`fusionopt.solvers.cpsat_search`, which names the one exception seen: the
+        several-channel rounds with two workers; one worker reproduces them). Use it, with a ``time_limit`` far out of the
         way, for results that must reproduce exactly; ``stats["deterministic_time"]`` is the
         work spent.
     unit_parameters : int, optional

@@ -6,7 +6,10 @@ close to seconds on a typical core): a search stopped by it stops at the same po
 machine, so a seeded run with it reproduces its plan and its proof exactly. With several
 workers CP-SAT's search is reproducible only when the workers are interleaved in one
 deterministic schedule (its ``interleave_search``), which is what a ``deterministic_time``
-asks for here.
+asks for here. One exception was seen: the rounds of the several-channel relaxation
+(:mod:`fusionopt.solvers.cpsat_channels`) with two interleaved workers sometimes took one
+round in one run and two in another on a loaded host, ending at plans of the same ``T`` up
+to its last digit; with one worker they reproduce.
 
 Ctrl-C stops a search and keeps what it found: :func:`run_search` runs CP-SAT in a thread
 of its own (with CP-SAT's own SIGINT handler off) while the caller's thread waits, so the
