@@ -90,6 +90,31 @@ def fmt_ms(t: float, digits: int = 1) -> str:
     return f"{1e3 * t:.{digits}f}" if t >= 0.1 else f"{1e3 * t:.{digits + 1}f}"
 
 
+def compute_source(profiles: dict[str, Any], *others: dict[str, Any]) -> str:
+    """Where the zoo's calibrated times of ``profiles`` (label -> profile) come from, read from their
+    metadata: the H100 measurements, each model's layer times and, off the H100, the published
+    throughput that scales them; ``others`` (the same models on other devices) add their figures."""
+    first = next(iter(profiles.values())).metadata
+    layers = []
+    for label, p in profiles.items():
+        source = p.metadata["layer_times"]
+        layers.append(f"{label} measured" if source.startswith("measured: ")
+                      else f"{label} from {source.split(' (')[0].removeprefix('work at ')}")
+    text = f"{first['source'].removeprefix('calibrated: ')}; layer times: {', '.join(layers)}"
+    figures: dict[tuple, list[str]] = {}
+    for group in (profiles, *others):
+        for label, p in group.items():
+            fig = p.metadata.get("device_figure")
+            if fig is not None:
+                figures.setdefault((p.metadata["device"], *sorted(fig.items())), []).append(label)
+    for (device, *items), labels in figures.items():
+        fig = dict(items)
+        text += (f"; on the {device.upper()} every time x {fig['factor']:.2f} for {', '.join(labels)}: "
+                 f"{fig['model']} at batch {fig['batch']}, {fig['throughput']:g} samples/s {fig['precision']} "
+                 f"({fig['source']}" + (f"; derived: {fig['derived']}" if fig["derived"] else "") + ")")
+    return text
+
+
 def fmt_gain(x: float) -> str:
     """A ratio of times as a signed percentage: 1.94 -> '+94%', 1.05 -> '+5.0%'."""
     v = 100 * (x - 1)

@@ -35,7 +35,7 @@ from typing import Any
 
 from fusionopt.integrations.kineto import TRACE_SUFFIXES
 from fusionopt.integrations.profiler_calibration import measure_profiler_cost
-from fusionopt.integrations.rank_processes import run_rank_processes
+from fusionopt.integrations.rank_processes import leave_rank, run_rank_processes
 from fusionopt.integrations.torch import require_torch
 from fusionopt.integrations.traced_step import PARAMETERS_FILE
 from fusionopt.integrations.unprofiled import PROFILER_COST_FILE, UNPROFILED_FILE, write_profiler_cost
@@ -128,12 +128,7 @@ def _rank(rank: int, ranks: int, port: int, folder: str, model: str, batch: int,
     except BaseException:
         dist.destroy_process_group()
         raise
-    # Every rank has written its files and passed the barrier. Leave without tearing the gloo
-    # group down: in torch 2.13 a rank sometimes aborts in its teardown ("terminate called
-    # without an active exception") after its work is done, as the FSDP2 recorder found too.
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
+    leave_rank()            # every rank has written its files and passed the barrier
 
 
 def join_gloo(rank: int, ranks: int, port: int, threads: int) -> None:

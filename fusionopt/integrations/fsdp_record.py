@@ -32,13 +32,13 @@ from __future__ import annotations
 import contextlib
 import inspect
 import json
-import os
 import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from fusionopt.integrations.ddp_record import free_port, join_gloo
+from fusionopt.integrations.rank_processes import leave_rank
 from fusionopt.integrations.torch import require_torch
 from fusionopt.model._io import write_text_atomic
 from fusionopt.model.names import block_of
@@ -257,10 +257,7 @@ def _rank(rank: int, ranks: int, port: int, folder: str, factory: Callable[[], A
     except BaseException:
         dist.destroy_process_group()
         raise
-    # Every rank has written its record and passed the barrier. Leave without tearing the
-    # FSDP2 job down: in torch 2.13 on gloo a rank sometimes aborts in its teardown ("terminate
-    # called without an active exception") after its work is done.
-    os._exit(0)
+    leave_rank()            # every rank has written its record and passed the barrier
 
 
 def record_fsdp2_collectives(factory: Callable[[], Any] = tiny_transformer, *, make_input: Callable[[Any, Any], Any]

@@ -62,8 +62,8 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from fusionopt.integrations.ddp_record import free_port, join_gloo
-from fusionopt.integrations.rank_processes import run_rank_processes
 from fusionopt.integrations.emulated_link import EmulatedLink, ddp_comm_hook, emulate_fsdp2
+from fusionopt.integrations.rank_processes import leave_rank, run_rank_processes
 from fusionopt.integrations.torch import require_torch
 from fusionopt.model.cost import AlphaBeta, CommCost, cost_from_dict
 from fusionopt.model.overhead import with_overhead
@@ -385,11 +385,7 @@ def _rank(rank: int, job: dict[str, Any]) -> None:
     except BaseException:
         dist.destroy_process_group()
         raise
-    # Leave without tearing the gloo group down (the recorders' remedy: in torch 2.13 a rank
-    # sometimes aborts in its teardown after its work is done).
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
+    leave_rank()
 
 
 def _plain_step(torch: Any, job: dict[str, Any], x: Any, dist: Any) -> float:

@@ -52,7 +52,7 @@ import numpy as np
 
 from fusionopt import zoo
 from fusionopt.cost import network
-from fusionopt.experiments.study import Outcome, Study, fmt_ms as _fmt_ms, ratio, solve_methods
+from fusionopt.experiments.study import Outcome, Study, compute_source, fmt_ms as _fmt_ms, ratio, solve_methods
 from fusionopt.model import Decoupled, Problem, Profile
 from fusionopt.model.bounds import decoupled_lower_bound
 from fusionopt.reporting import SAFEGUARD_SECONDS, markdown_table as table, pyplot, save_png
@@ -348,31 +348,6 @@ def make_plot(out_dir, data, models, grid, labels, a100_scale) -> list[str]:
 
 
 # ----------------------------------------------------------------------------- report
-def compute_source(profiles: dict[str, Profile], *others: dict[str, Profile]) -> str:
-    """Where the calibrated times of ``profiles`` (label -> profile) come from, read from their
-    metadata: the H100 measurements, each model's layer times and, off the H100, the published
-    throughput that scales them; ``others`` (the same models on other devices) add their figures."""
-    first = next(iter(profiles.values())).metadata
-    layers = []
-    for label, p in profiles.items():
-        source = p.metadata["layer_times"]
-        layers.append(f"{label} measured" if source.startswith("measured: ")
-                      else f"{label} from {source.split(' (')[0].removeprefix('work at ')}")
-    text = f"{first['source'].removeprefix('calibrated: ')}; layer times: {', '.join(layers)}"
-    figures: dict[tuple, list[str]] = {}
-    for group in (profiles, *others):
-        for label, p in group.items():
-            fig = p.metadata.get("device_figure")
-            if fig is not None:
-                figures.setdefault((p.metadata["device"], *sorted(fig.items())), []).append(label)
-    for (device, *items), labels in figures.items():
-        fig = dict(items)
-        text += (f"; on the {device.upper()} every time x {fig['factor']:.2f} for {', '.join(labels)}: "
-                 f"{fig['model']} at batch {fig['batch']}, {fig['throughput']:g} samples/s {fig['precision']} "
-                 f"({fig['source']}" + (f"; derived: {fig['derived']}" if fig["derived"] else "") + ")")
-    return text
-
-
 def a100_points(ctx) -> str:
     """The compute scales of the calibrated A100 on the sweep, with the models at each."""
     at: dict[float, list[str]] = {}

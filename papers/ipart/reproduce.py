@@ -47,7 +47,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from fusionopt.experiments.study import Outcome, Study, fmt_gain, fmt_ms, solve_methods
+from fusionopt.experiments.study import Outcome, Study, compute_source, fmt_gain, fmt_ms, solve_methods
 from fusionopt.reporting import markdown_table as table, nonnegative_float, pyplot, save_png
 from fusionopt import zoo
 from fusionopt.cost import network_link
@@ -393,31 +393,6 @@ def plot_sensitivity(plt, out_dir, st, sw, models, startups, grid, sweep_startup
 
 
 # ----------------------------------------------------------------------------- report
-def compute_source(profiles: dict[str, Profile], *others: dict[str, Profile]) -> str:
-    """Where the calibrated times of ``profiles`` (label -> profile) come from, read from their
-    metadata: the H100 measurements, each model's layer times and, off the H100, the published
-    throughput that scales them; ``others`` (the same models on other devices) add their figures."""
-    first = next(iter(profiles.values())).metadata
-    layers = []
-    for label, p in profiles.items():
-        source = p.metadata["layer_times"]
-        layers.append(f"{label} measured" if source.startswith("measured: ")
-                      else f"{label} from {source.split(' (')[0].removeprefix('work at ')}")
-    text = f"{first['source'].removeprefix('calibrated: ')}; layer times: {', '.join(layers)}"
-    figures: dict[tuple, list[str]] = {}
-    for group in (profiles, *others):
-        for label, p in group.items():
-            fig = p.metadata.get("device_figure")
-            if fig is not None:
-                figures.setdefault((p.metadata["device"], *sorted(fig.items())), []).append(label)
-    for (device, *items), labels in figures.items():
-        fig = dict(items)
-        text += (f"; on the {device.upper()} every time x {fig['factor']:.2f} for {', '.join(labels)}: "
-                 f"{fig['model']} at batch {fig['batch']}, {fig['throughput']:g} samples/s {fig['precision']} "
-                 f"({fig['source']}" + (f"; derived: {fig['derived']}" if fig["derived"] else "") + ")")
-    return text
-
-
 def report(ctx) -> str:
     labels, models = ctx["labels"], ctx["models"]
     main, nodes_data, st, sw = ctx["main"], ctx["nodes"], ctx["startup"], ctx["sweep"]

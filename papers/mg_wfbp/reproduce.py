@@ -41,7 +41,7 @@ import sys
 import numpy as np
 
 import fusionopt
-from fusionopt.experiments.study import Outcome, Study, ratio, solve_methods
+from fusionopt.experiments.study import Outcome, Study, compute_source, ratio, solve_methods
 from fusionopt.reporting import markdown_table as table, positive_float, positive_int, pyplot, save_png
 from fusionopt import zoo
 from fusionopt.cost import network
@@ -276,31 +276,6 @@ def make_plots(out_dir, grid, sweep_data, scaling_data, scales, methods, workers
 
 
 # ----------------------------------------------------------------------------- report
-def compute_source(profiles: dict[str, Profile], *others: dict[str, Profile]) -> str:
-    """Where the calibrated times of ``profiles`` (label -> profile) come from, read from their
-    metadata: the H100 measurements, each model's layer times and, off the H100, the published
-    throughput that scales them; ``others`` (the same models on other devices) add their figures."""
-    first = next(iter(profiles.values())).metadata
-    layers = []
-    for label, p in profiles.items():
-        source = p.metadata["layer_times"]
-        layers.append(f"{label} measured" if source.startswith("measured: ")
-                      else f"{label} from {source.split(' (')[0].removeprefix('work at ')}")
-    text = f"{first['source'].removeprefix('calibrated: ')}; layer times: {', '.join(layers)}"
-    figures: dict[tuple, list[str]] = {}
-    for group in (profiles, *others):
-        for label, p in group.items():
-            fig = p.metadata.get("device_figure")
-            if fig is not None:
-                figures.setdefault((p.metadata["device"], *sorted(fig.items())), []).append(label)
-    for (device, *items), labels in figures.items():
-        fig = dict(items)
-        text += (f"; on the {device.upper()} every time x {fig['factor']:.2f} for {', '.join(labels)}: "
-                 f"{fig['model']} at batch {fig['batch']}, {fig['throughput']:g} samples/s {fig['precision']} "
-                 f"({fig['source']}" + (f"; derived: {fig['derived']}" if fig["derived"] else "") + ")")
-    return text
-
-
 def peak_share(profile: Profile, model: str) -> float:
     """The share of the K80's FP32 peak that ``profile``'s step sustains: its model's forward
     FLOPs x batch x 3 (a backward counted as twice the forward) over (B + F)."""

@@ -45,8 +45,8 @@ import numpy as np
 
 from fusionopt import zoo
 from fusionopt.cost import network, network_link
-from fusionopt.experiments.study import Outcome, Study, fmt_ms, ratio, solve_methods
-from fusionopt.model import Problem, Profile
+from fusionopt.experiments.study import Outcome, Study, compute_source, fmt_ms, ratio, solve_methods
+from fusionopt.model import Problem
 from fusionopt.model.bounds import best_bound, fluid_bound, fluid_latency_bound
 from fusionopt.reporting import SAFEGUARD_SECONDS, markdown_table as table, pyplot, save_png
 
@@ -346,31 +346,6 @@ def plot_sweep(plt, out_dir, sweep_data, grid, models, setting_list, labels, dev
 
 
 # ----------------------------------------------------------------------------- report
-def compute_source(profiles: dict[str, Profile], *others: dict[str, Profile]) -> str:
-    """Where the calibrated times of ``profiles`` (label -> profile) come from, read from their
-    metadata: the H100 measurements, each model's layer times and, off the H100, the published
-    throughput that scales them; ``others`` (the same models on other devices) add their figures."""
-    first = next(iter(profiles.values())).metadata
-    layers = []
-    for label, p in profiles.items():
-        source = p.metadata["layer_times"]
-        layers.append(f"{label} measured" if source.startswith("measured: ")
-                      else f"{label} from {source.split(' (')[0].removeprefix('work at ')}")
-    text = f"{first['source'].removeprefix('calibrated: ')}; layer times: {', '.join(layers)}"
-    figures: dict[tuple, list[str]] = {}
-    for group in (profiles, *others):
-        for label, p in group.items():
-            fig = p.metadata.get("device_figure")
-            if fig is not None:
-                figures.setdefault((p.metadata["device"], *sorted(fig.items())), []).append(label)
-    for (device, *items), labels in figures.items():
-        fig = dict(items)
-        text += (f"; on the {device.upper()} every time x {fig['factor']:.2f} for {', '.join(labels)}: "
-                 f"{fig['model']} at batch {fig['batch']}, {fig['throughput']:g} samples/s {fig['precision']} "
-                 f"({fig['source']}" + (f"; derived: {fig['derived']}" if fig["derived"] else "") + ")")
-    return text
-
-
 def where_text(where, settings_by_key, labels) -> str:
     model, skey, s = where
     return f"{labels[model]}, {settings_by_key[skey][3]}, s = {fmt_s(s)}"

@@ -23,6 +23,7 @@ from fusionopt.cli import main  # noqa: E402
 from fusionopt.integrations.apply import apply_advice, apply_defaults, read_advice  # noqa: E402
 from fusionopt.integrations.ddp_record import free_port, join_gloo  # noqa: E402
 from fusionopt.integrations.emulated_link import EmulatedLink  # noqa: E402
+from fusionopt.integrations.rank_processes import leave_rank  # noqa: E402
 from fusionopt.integrations.fsdp_record import tiny_transformer  # noqa: E402
 from fusionopt.model import AlphaBeta, FullySharded, Problem  # noqa: E402
 from fusionopt.model.profile import Profile  # noqa: E402
@@ -167,7 +168,7 @@ def _rank(rank, port, out, advices):
     with open(os.path.join(out, f"rank{rank}.json"), "w") as f:
         json.dump(report, f)
     dist.barrier()
-    os._exit(0)        # torch 2.13 on gloo sometimes aborts tearing an FSDP2 job down
+    leave_rank()
 
 
 @pytest.fixture(scope="module")

@@ -18,6 +18,7 @@ if not dist.is_available() or not dist.is_gloo_available():
     pytest.skip("torch.distributed with the gloo backend is not available", allow_module_level=True)
 
 from fusionopt.integrations.ddp_record import free_port, join_gloo  # noqa: E402
+from fusionopt.integrations.rank_processes import leave_rank  # noqa: E402
 
 
 class FakeClock:
@@ -181,7 +182,7 @@ def _rank(rank, port, out):
     with open(os.path.join(out, f"rank{rank}.json"), "w") as f:
         json.dump(report, f)
     dist.barrier()
-    os._exit(0)        # torch 2.13 on gloo sometimes aborts tearing an FSDP2 job down
+    leave_rank()
 
 
 @pytest.fixture(scope="module")
