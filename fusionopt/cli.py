@@ -29,7 +29,8 @@ from fusionopt.integrations.unprofiled import DEFAULT_PROFILER_COST, PROFILER_CO
 from fusionopt.model import AlphaBeta, Plan, Problem, Profile, simulate
 from fusionopt.model.decoupled import Decoupled, DecoupledPlan
 from fusionopt.model.sharded import FullySharded, ShardedPlan
-from fusionopt.solvers.advise import MIN_GAIN, check_min_gain
+from fusionopt.reporting import fraction
+from fusionopt.solvers.advise import MIN_GAIN
 from fusionopt.solvers.advise_sharded import OverMemoryCap, fsdp2_advice, zero2_settings, zero3_settings
 from fusionopt.model.ps import ParameterServer, PSPlan
 from fusionopt.model._io import read_json_document
@@ -745,14 +746,6 @@ def _size_words(nbytes: float) -> str:
         if nbytes >= scale:
             return f"{nbytes / scale:.4g} {unit}"
     return f"{nbytes:.4g} B"
-
-
-def _min_gain(text: str) -> float:
-    """``--min-gain``: a fraction in [0, 1)."""
-    try:
-        return check_min_gain(float(text))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"takes a fraction in [0, 1) (0.05 for 5%), got {text!r}") from None
 
 
 def _cmd_advise(args: argparse.Namespace) -> None:
@@ -1584,7 +1577,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="with --pattern fsdp: what a fully_shard call may wrap: whole blocks or any run of modules "
                         "(default: whole blocks, modules where no plan of whole blocks fits --memory-cap)")
     p.add_argument("--json", action="store_true", help="print the settings as JSON")
-    p.add_argument("--min-gain", type=_min_gain, default=MIN_GAIN, metavar="FRACTION",
+    p.add_argument("--min-gain", type=fraction, default=MIN_GAIN, metavar="FRACTION",
                    help=f"replace a framework's default only with a setting predicted at least this fraction "
                         f"faster (default {MIN_GAIN:g}: below it the model's error on real jobs is larger than the "
                         f"gain; 0: any gain)")

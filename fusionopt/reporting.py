@@ -85,13 +85,13 @@ def subset_location(path: str | os.PathLike, stored: str | os.PathLike, changed:
     return target
 
 
-def _bounded(kind: type, low: float, inclusive: bool, what: str):
+def _bounded(kind: type, low: float, inclusive: bool, what: str, below: float = math.inf):
     def parse(text: str) -> Any:
         try:
             value = kind(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"{what}, got {text!r}") from None
-        if not math.isfinite(value) or value < low or (value == low and not inclusive):
+        if not math.isfinite(value) or value < low or (value == low and not inclusive) or value >= below:
             raise argparse.ArgumentTypeError(f"{what}, got {text!r}")
         return value
     parse.__name__ = what
@@ -110,6 +110,12 @@ positive_float = _bounded(float, 0.0, False, "must be a positive, finite number"
 """An ``argparse`` type: a positive, finite number (budgets, scales, seconds)."""
 nonnegative_float = _bounded(float, 0.0, True, "must be a finite number >= 0")
 """An ``argparse`` type: a finite number >= 0."""
+fraction = _bounded(float, 0.0, True, "takes a fraction in [0, 1) (0.05 for 5%)", below=1.0)
+"""An ``argparse`` type: a fraction in ``[0, 1)`` (``--min-gain``).
+
+>>> fraction("0.05")
+0.05
+"""
 
 
 def reproduction_parser(doc: str, out: str, quick: str) -> argparse.ArgumentParser:

@@ -100,8 +100,14 @@ class DDPSettings:
     plan_iteration_time: float
     find_unused_iteration_time: float
     candidates: int                       # single caps tried
-    kept_defaults: bool = False
     min_gain: float = 0.0
+
+    @property
+    def kept_defaults(self) -> bool:
+        """Whether the advice keeps torch's defaults: the list (without one, the best single
+        cap) is not predicted ``min_gain`` faster than they are."""
+        recommended = self.plan_iteration_time if self.bucket_cap_mb_list is not None else self.cap_iteration_time
+        return not gains_enough(recommended, self.default_iteration_time, self.min_gain)
 
     @property
     def list_iteration_time(self) -> float | None:
@@ -130,7 +136,7 @@ class DDPSettings:
         doc["bucket_cap_mb_list"] = None if self.bucket_cap_mb_list is None else list(self.bucket_cap_mb_list)
         doc["buckets"] = [list(b) for b in self.buckets]
         doc.update(arguments=self.arguments, list_iteration_time=self.list_iteration_time,
-                   iteration_time=self.iteration_time)
+                   iteration_time=self.iteration_time, kept_defaults=self.kept_defaults)
         return doc
 
 
@@ -314,7 +320,6 @@ def ddp_settings(problem: Problem, plan: Plan, *, min_gain: float = MIN_GAIN) ->
         plan_iteration_time=plan_time,
         find_unused_iteration_time=unused_time,
         candidates=len(caps),
-        kept_defaults=kept,
         min_gain=min_gain,
     )
 

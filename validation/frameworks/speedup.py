@@ -80,10 +80,10 @@ from fusionopt.model import Plan, Problem, Profile, simulate  # noqa: E402
 from fusionopt.model._io import write_json_atomic  # noqa: E402
 from fusionopt.model.sharded import FullySharded  # noqa: E402
 from fusionopt.reporting import (Progress, changed_options, command_line, interrupted_path,  # noqa: E402
-                                 markdown_table, nonnegative_int, positive_float, positive_int, subset_location,
-                                 write_result)
+                                 fraction, markdown_table, nonnegative_int, positive_float, positive_int,
+                                 subset_location, write_result)
 from fusionopt.solvers import solve  # noqa: E402
-from fusionopt.solvers.advise import ddp_settings  # noqa: E402
+from fusionopt.solvers.advise import MIN_GAIN, ddp_settings  # noqa: E402
 from fusionopt.solvers.advise_sharded import OverMemoryCap, fsdp2_advice  # noqa: E402
 
 MODELS = ("mlp", "cnn", "lstm", "transformer")
@@ -104,7 +104,8 @@ def _problems(problem: Problem, calibration: Any) -> tuple[Problem, Problem]:
     return (problem if calibration is None else with_reducer_overhead(problem, calibration)), problem
 
 
-def ddp_case(profile: Profile, name: str, workers: int, calibration: Any = None) -> dict[str, Any]:
+def ddp_case(profile: Profile, name: str, workers: int, calibration: Any = None, *,
+             min_gain: float = MIN_GAIN) -> dict[str, Any]:
     """The DDP advice for ``profile`` on ``network(name, workers)`` with the reducer's cost
     ``calibration`` (a :class:`ReducerCalibration` of DDP, or None), as ``advise --json``
     prints it (the DP's plan; no Horovod part), with the predicted steps (seconds) of DDP's
@@ -112,7 +113,7 @@ def ddp_case(profile: Profile, name: str, workers: int, calibration: Any = None)
     solved on, ``predicted_plain`` without the reducer's cost."""
     problem, plain = _problems(Problem(profile, network(name, workers), step_parts="fit"), calibration)
     result = solve(problem, "dp")
-    settings = ddp_settings(problem, result.plan)
+    settings = ddp_settings(problem, result.plan, min_gain=min_gain)
     layouts = {"default": solve(problem, "ddp").plan,
                "advised": Plan.from_groups(problem.profile, [list(b) for b in settings.buckets])}
     predicted = {}
@@ -127,7 +128,7 @@ def ddp_case(profile: Profile, name: str, workers: int, calibration: Any = None)
 
 
 def fsdp2_case(profile: Profile, name: str, workers: int, memory_cap: float | None = None,
-               calibration: Any = None) -> dict[str, Any]:
+               calibration: Any = None, *, min_gain: float = MIN_GAIN) -> dict[str, Any]:
     """The FSDP2 advice for ``profile`` on ``name``'s ring reduce-scatter and all-gather for
     ``workers`` workers under ``memory_cap`` (bytes; None: no cap) with the reducer's cost
     ``calibration`` (of FSDP2, or None), as ``advise --pattern fsdp --json`` prints it (no
@@ -136,7 +137,7 @@ def fsdp2_case(profile: Profile, name: str, workers: int, memory_cap: float | No
     cost). :class:`OverMemoryCap` where nothing fits the cap."""
     halves = FullySharded.from_network(name, workers, memory_cap=memory_cap)
     problem, plain = _problems(Problem(profile, fully_sharded=halves, step_parts="fit"), calibration)
-    advice = fsdp2_advice(problem)
+    advice = fsdp2_advice(problem, min_gain=min_gain)
     plans = {"default": solve(problem, "fsdp2").plan, "advised": advice.settings.plan}
     predicted = {}
     for key, on in (("predicted", problem), ("predicted_plain", plain)):
@@ -439,9 +440,11 @@ def _rank(rank: int, port: int, out: str, args: dict[str, Any]) -> None:
                 if rank == 0:
                     calibration = calibrations[case["framework"]]
                     try:
-                        solved[0] = (ddp_case(profile, case["network"], args["workers"], calibration)
+                        solved[0] = (ddp_case(profile, case["network"], args["workers"], calibration,
+                                              min_gain=args["min_gain"])
                                      if case["framework"] == "ddp" else
-                                     fsdp2_case(profile, case["network"], args["workers"], cap, calibration))
+                                     fsdp2_case(profile, case["network"], args["workers"], cap, calibration,
+                                                min_gain=args["min_gain"]))
                     except (OverMemoryCap, ValueError) as exc:
                         solved[0] = {"error": f"advice: {exc}"}
                 dist.broadcast_object_list(solved, src=0)
@@ -516,7 +519,7 @@ def document_of(cases: list[dict[str, Any]], calibrations: dict[str, Any], args:
         "host": host, "cpus": os.cpu_count(), "load_average": load,
         "link": "emulated", "networks": args.networks, "workers": args.workers, "batch": args.batch,
         "rounds": args.rounds, "steps": args.steps, "warmup": args.warmup, "profile_steps": args.profile_steps,
-        "memory_cap": {"model": args.capped_model, "fraction": args.cap_fraction},
+        "memory_cap": {"model": args.capped_model, "fraction": args.cap_fraction}, "min_gain": args.min_gain,
         "command": command_line("validation/frameworks/speedup.py", argv, args.out),
         "timings": "measured on the host named, shared with other work; not reproducible to the digit",
         "calibrations": calibrations,
@@ -554,7 +557,8 @@ def markdown(document: dict[str, Any]) -> str:
              f"targets judge.", "",
              "*Predicted*: `simulate` on the profile the ranks measured at the start of each model (with the "
              "training job's optimiser), the defaults' layout and the advice's, on the network's cost; the advice "
-             "is what `fusionopt advise` (`--pattern fsdp` for FSDP2) gives for that profile. *Measured*: the mean "
+             f"is what `fusionopt advise --min-gain {document.get('min_gain', 0.05):g}` (`--pattern fsdp` for FSDP2) "
+             "gives for that profile. *Measured*: the mean "
              "step on rank 0 of each setting; speedup = mean default / mean advised, with its 95% bootstrap "
              "interval over the rounds. FSDP2's *measured peak*: the unsharded parameters and gradients whole at "
              "once on the real job, counted as `M_peak` counts them (a unit's parameters from the start of its "
@@ -669,6 +673,9 @@ def parse_arguments(argv: list[str] | None) -> tuple[argparse.Namespace, str]:
                              "among --models; 'none': no such case)")
     parser.add_argument("--cap-fraction", type=positive_float, default=1.0,
                         help="that cap, as a fraction of the model's parameter bytes (default 1.0)")
+    parser.add_argument("--min-gain", type=fraction, default=MIN_GAIN,
+                        help=f"advise's --min-gain: the least predicted gain for which the advice replaces a default "
+                             f"(default {MIN_GAIN:g}; 0: any gain, as advise chose before it had one)")
     parser.add_argument("--out", default=str(ROOT / "validation" / "results"), help="folder of the result files")
     args = parser.parse_args(argv)
     args.models = _names(parser, "--models", args.models, MODELS)
@@ -726,7 +733,7 @@ def main(argv: list[str] | None = None) -> int:
                         progress.step(calibration.summary())
                 settings = {"ranks": ranks, "models": args.models, "cases": ranks_cases, "workers": args.workers,
                             "batch": args.batch, "rounds": args.rounds, "steps": args.steps, "warmup": args.warmup,
-                            "profile_steps": args.profile_steps, "calibrations": paths}
+                            "profile_steps": args.profile_steps, "calibrations": paths, "min_gain": args.min_gain}
                 progress.stage(f"cases on {ranks} ranks", total=len(ranks_cases))
                 rank0 = os.path.join(scratch, f"ranks{ranks}.json")
                 context = mp.spawn(_rank, args=(free_port(), rank0, settings), nprocs=ranks, join=False)
