@@ -68,6 +68,7 @@ from fusionopt.integrations.reducer_calibration import (ReducerCalibration, meas
                                                          read_reducer_calibration, with_reducer_overhead)
 from fusionopt.model import Plan, Problem, Profile, simulate  # noqa: E402
 from fusionopt.model._io import write_json_atomic  # noqa: E402
+from fusionopt.model.overhead import with_overhead  # noqa: E402
 from fusionopt.reporting import (Progress, changed_options, command_line, interrupted_path,  # noqa: E402
                                  markdown_table, nonnegative_int, positive_int, subset_location, write_result)
 
@@ -219,10 +220,8 @@ def calibrate(results: dict[str, Any], cost: Any) -> None:
     """Add each plan's ``calibrated`` prediction, a comparison only: the model with the
     reducer's own cost fitted per model on this run's own two plans (``single``, ``wfbp``) as a fixed cost per
     step (added to the host overhead) and a cost per message (added to ``alpha``): the
-    measured excess of ``single`` is ``a + b``, of ``wfbp`` ``a + b * messages``."""
-    from fusionopt.model.cost import AlphaBeta
-
-    alpha, beta = cost.affine
+    measured excess of ``single`` is ``a + b``, of ``wfbp`` ``a + b * messages``
+    (:func:`fusionopt.model.overhead.with_overhead` puts them into the model)."""
     for row in results.values():
         single, wfbp = row["plans"]["single"], row["plans"]["wfbp"]
         excess = [p["measured"] - p["predicted"] for p in (single, wfbp)]
@@ -230,11 +229,10 @@ def calibrate(results: dict[str, Any], cost: Any) -> None:
         fixed = max(0.0, excess[0] - per_message)
         row["calibration"] = {"per_step": fixed, "per_message": per_message}
         profile = Profile.from_dict(row["profile"])
-        profile = profile.with_step_parts(host_overhead=profile.host_overhead + fixed)
-        slower = AlphaBeta(alpha + per_message, beta)
         for p in row["plans"].values():
             shaped = profile if p["sync"] == "barrier" else layerwise_profile(profile)
-            p["calibrated"] = simulate(Problem(shaped, slower, sync=p["sync"]), Plan.from_dict(p["plan"])).iteration_time
+            fitted = with_overhead(Problem(shaped, cost, sync=p["sync"]), per_step=fixed, per_message=per_message)
+            p["calibrated"] = simulate(fitted, Plan.from_dict(p["plan"])).iteration_time
 
 
 def with_reducer(results: dict[str, Any], cost: Any, calibration: ReducerCalibration) -> None:
