@@ -127,6 +127,9 @@ def _add_cost_arguments(parser: argparse.ArgumentParser, *, required: bool = Tru
     full.add_argument("--memory-cap", metavar="BYTES",
                       help="with --fully-sharded: the most bytes of unsharded parameters and gradients at once "
                            "(a number, or with a unit: 512MB, 8GiB)")
+    full.add_argument("--blocking-collectives", action="store_true",
+                      help="with --fully-sharded: each collective blocks the training thread from its issue to its "
+                           "end, so no compute overlaps it (FSDP2 on CPU with gloo); one channel")
 
 
 def _problem(profile: Profile, args: argparse.Namespace) -> Problem:
@@ -145,6 +148,8 @@ def _problem(profile: Profile, args: argparse.Namespace) -> Problem:
             raise UsageError(f"{given[0]} is a parameter-server option and goes with --ps-servers K")
     if args.memory_cap is not None and not args.fully_sharded:
         raise UsageError("--memory-cap is a fully sharded option and goes with --fully-sharded")
+    if args.blocking_collectives and not args.fully_sharded:
+        raise UsageError("--blocking-collectives is a fully sharded option and goes with --fully-sharded")
     if args.fully_sharded:
         for flag, given in (("--decoupled", args.decoupled), ("--ps-servers", args.ps_servers is not None)):
             if given:
@@ -154,6 +159,9 @@ def _problem(profile: Profile, args: argparse.Namespace) -> Problem:
         if args.channels not in (1, 2):
             raise UsageError(f"--channels with --fully-sharded is 1 (one communicator, the default) or 2 (the "
                              f"all-gathers and the reduce-scatters on their own, sharing the bandwidth), not {args.channels}")
+        if args.blocking_collectives and args.channels != 1:
+            raise UsageError("--blocking-collectives runs the collectives one at a time on the training thread: "
+                             "leave out --channels 2")
         return Problem(profile, fully_sharded=_fully_sharded(args), copy_cost=args.copy_cost,
                        copy_on=args.copy_on or "channel", **_contention(args), step_parts="fit")
     if args.decoupled:
@@ -256,16 +264,17 @@ def _read_cost(path: str, allowed: tuple[str, ...], flag: str):
 def _fully_sharded(args: argparse.Namespace) -> FullySharded:
     cap = None if args.memory_cap is None else parse_bytes("--memory-cap", args.memory_cap)
     channels = "two" if args.channels == 2 else "one"
+    blocking = bool(args.blocking_collectives)
     measured = _measured_halves(args)
     if measured is not None:
-        return FullySharded(*measured, memory_cap=cap, channels=channels)
+        return FullySharded(*measured, memory_cap=cap, channels=channels, blocking=blocking)
     if args.network is not None and args.alpha is None and args.beta is None and args.cost is None:
         if args.workers is None:
             raise UsageError("--network needs --workers")
         return FullySharded.from_network(args.network, args.workers, algorithm=args.algorithm or "ring",
-                                         memory_cap=cap, channels=channels)
+                                         memory_cap=cap, channels=channels, blocking=blocking)
     half = _cost(args)
-    return FullySharded(half, half, memory_cap=cap, channels=channels)
+    return FullySharded(half, half, memory_cap=cap, channels=channels, blocking=blocking)
 
 
 BYTE_UNITS = {"b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
@@ -712,6 +721,7 @@ def _cmd_compare(args: argparse.Namespace) -> None:
         else:
             cap = "no memory cap" if halves.memory_cap is None else f"memory cap {halves.memory_cap / 2**20:.1f} MiB"
             lanes = ", all-gathers and reduce-scatters on two channels" if halves.channels == "two" else ""
+            lanes += ", collectives blocking the training thread" if halves.blocking else ""
             print(f"network   {both}, {cap}{lanes}")
     else:
         extras = "".join(f", {name} {getattr(problem, name)}" for name in problem.extensions)
@@ -824,22 +834,33 @@ def _advise_fsdp(args: argparse.Namespace) -> None:
     problem, label = _problem_for_compare(args)
     advice: dict[str, Any] = {}
     unmet: dict[str, str] = {}                            # per framework, why no setting fits the cap
-    for name, advise in (("fsdp2", lambda: fsdp2_advice(problem, args.atoms, min_gain=args.min_gain)),
-                         ("zero3", lambda: zero3_settings(problem, min_gain=args.min_gain))):
+    left_out: dict[str, str] = {}                         # per framework, why it is not judged
+    frameworks = [("fsdp2", lambda: fsdp2_advice(problem, args.atoms, min_gain=args.min_gain))]
+    if problem.fully_sharded.blocking:
+        left_out["zero3"] = ("not judged with --blocking-collectives: its reduce-scatter buckets would split a "
+                             "unit's backward on the training thread, which the model does not time")
+    else:
+        frameworks.append(("zero3", lambda: zero3_settings(problem, min_gain=args.min_gain)))
+    for name, advise in frameworks:
         try:
             advice[name] = advise()
         except OverMemoryCap as exc:
             unmet[name] = str(exc)
-    if len(unmet) == 2:
-        raise UsageError(f"--memory-cap {args.memory_cap}: neither FSDP2 nor DeepSpeed ZeRO-3 fits it: "
-                         f"{unmet['fsdp2']}; {unmet['zero3']}")
+    if len(unmet) == len(frameworks):
+        raise UsageError(f"--memory-cap {args.memory_cap}: " + (
+            f"FSDP2 does not fit it: {unmet['fsdp2']}" if len(unmet) == 1 else
+            f"neither FSDP2 nor DeepSpeed ZeRO-3 fits it: {unmet['fsdp2']}; {unmet['zero3']}"))
     if args.json:
         print(json.dumps({**{name: setting.to_dict() for name, setting in advice.items()},
-                          **({"over_memory_cap": unmet} if unmet else {})}, indent=1))
+                          **({"over_memory_cap": unmet} if unmet else {}),
+                          **({"left_out": left_out} if left_out else {})}, indent=1))
         return
     cap = problem.fully_sharded.memory_cap
     print(f"workload  {label}: {plural(problem.profile.n, 'tensor')}, {problem.profile.total_bytes / 2**20:.1f} MiB")
     print(f"memory    {'no cap' if cap is None else f'cap {cap / 2**20:.1f} MiB'} on unsharded parameters and gradients")
+    if problem.fully_sharded.blocking:
+        print("threads   each collective blocks the training thread (--blocking-collectives): FSDP2's forward "
+              "prefetches nothing by default")
     if "fsdp2" in unmet:
         print(f"fsdp2     no setting fits the cap: {unmet['fsdp2']}")
     else:
@@ -857,7 +878,9 @@ def _advise_fsdp(args: argparse.Namespace) -> None:
               f"{built.peak_memory / 2**20:.1f} MiB{bound}")
         for line in built.code().splitlines():
             print(f"            {line}")
-    if "zero3" in unmet:
+    if "zero3" in left_out:
+        print(f"deepspeed ZeRO-3 (zero_optimization): {left_out['zero3']}")
+    elif "zero3" in unmet:
         print(f"deepspeed ZeRO-3 (zero_optimization): no setting fits the cap: {unmet['zero3']}")
     else:
         _print_grid("deepspeed", "ZeRO-3 (zero_optimization)", advice["zero3"])
@@ -1442,6 +1465,7 @@ def _cmd_plot_timeline(args: argparse.Namespace) -> None:
             cap = problem.fully_sharded.memory_cap
             setting += "" if cap is None else f", memory cap {cap / 2**20:.4g} MiB"
             setting += ", two channels" if problem.fully_sharded.channels == "two" else ""
+            setting += ", blocking collectives" if problem.fully_sharded.blocking else ""
     plan_note = f"; plan {args.plan}" if args.plan is not None else ""
     title = args.title if args.title is not None else f"{label}; {setting}{plan_note}"
     try:

@@ -209,15 +209,23 @@ dist.init_process_group("gloo", rank=0, world_size=1)
 torch.set_num_threads(1)
 torch.manual_seed(0)
 model, make_input = speedup.build_model("transformer")
+params = [[name, p.numel() * p.element_size()] for name, p in model.named_parameters()]
 nbytes = lambda modules: sum(p.numel() * p.element_size() for m in modules for p in m.parameters())
 if sys.argv[3] == "blocks":
     units = [[model.embed, model.layers[0], model.layers[1]], [model.layers[2]], [model.layers[3], model.norm]]
     sizes = sorted({nbytes(u) for u in units} | {nbytes([model.head])})
+    reshard = [True] * 3
+elif sys.argv[3] == "capped":          # every parameter wrapped; the first unit alone resharded
+    units = [[model.embed, model.layers[0], model.layers[1]], [model.layers[2]], [model.layers[3], model.norm],
+             [model.head]]
+    sizes = sorted({nbytes(u) for u in units})
+    reshard = [True, False, False, False]
 else:                                  # a ModuleList, whose forward never runs, in a unit
     units = [[model.embed, model.layers], [model.norm, model.head]]
     sizes = sorted({nbytes(u) for u in units})
-for unit in units:
-    fully_shard(unit if len(unit) > 1 else unit[0], reshard_after_forward=sys.argv[3] == "blocks")
+    reshard = [False] * 2
+for unit, flag in zip(units, reshard):
+    fully_shard(unit if len(unit) > 1 else unit[0], reshard_after_forward=flag)
 fully_shard(model)
 link = EmulatedLink(AlphaBeta(1e-4, 0.0))
 emulate_fsdp2(model, link)
@@ -228,7 +236,7 @@ count.start()
 model(x).sum().backward()
 count.stop()
 print(json.dumps({"sizes": sizes, "counted": sorted({b for _, _, b in count.intervals}), "peak": count.peak,
-                  "total": nbytes([model])}))
+                  "total": nbytes([model]), "params": params}))
 dist.destroy_process_group()
 """
 
@@ -262,3 +270,30 @@ def test_a_units_backward_starts_when_the_unit_after_it_ends(tmp_path):
     small, large = found["sizes"]
     assert small + large == found["total"]
     assert found["peak"] == 2 * large
+
+
+def test_the_measured_peak_is_m_peak_with_the_collectives_blocking(tmp_path):
+    # FSDP2 on CPU (gloo) waits out each all-gather and reduce-scatter on the training thread,
+    # and nothing runs ahead: with FullySharded(blocking=True) the model's M_peak of the plan
+    # FSDP2 builds from these calls ([embed, layers.0, layers.1] resharded; [layers.2],
+    # [layers.3, norm] and [head] kept; the root owning nothing) is the peak the real job
+    # reached, to the byte (the times only set the order, which blocking fixes). The model
+    # that overlaps collectives with compute and lets FSDP2's forward gather two units ahead (a
+    # GPU's streams) predicts a higher peak: three units whole in the first forward.
+    pytest.importorskip("torch")
+    from fusionopt.model import AlphaBeta, FullySharded, Problem, simulate
+    from fusionopt.solvers.advise_sharded import fsdp2_plan_of
+
+    found = count_units("capped")
+    names, sizes = zip(*found["params"])
+    profile = Profile.from_arrays(list(sizes), [1e-3] * len(sizes), [2e-3] * len(sizes), names=list(names))
+    units = [["embed", "layers.0", "layers.1"], ["layers.2"], ["layers.3", "norm"], ["head"], [""]]
+    reshard = [True, False, False, False, False]
+    half = AlphaBeta(1e-4, 0.0)
+    blocking = Problem(profile, fully_sharded=FullySharded(half, half, blocking=True))
+    plan = fsdp2_plan_of(profile, units, reshard, {}, {}, blocking=True)
+    assert plan.forward_prefetch == 0 and plan.num_units == 4 and not plan.root
+    assert simulate(blocking, plan).peak_memory == found["peak"]
+    overlapped = Problem(profile, fully_sharded=FullySharded(half, half))
+    ahead = fsdp2_plan_of(profile, units, reshard, {}, {})
+    assert simulate(overlapped, ahead).peak_memory > found["peak"]

@@ -61,6 +61,12 @@ class FullySharded:
         reduce-scatters on theirs (FSDP2's streams); while both carry a transfer they share
         the bandwidth equally (each pays its own startup in full), so both costs must be
         affine (:func:`~fusionopt.model.sharded_timing.simulate_sharded`).
+    blocking : bool
+        False (the default): the compute stream only waits for a collective where it needs
+        its result (a GPU's streams). True: the training thread waits out every collective
+        it issues, from its issue to its end, so no compute overlaps one (FSDP2 on CPU with
+        gloo, whose all-gathers and reduce-scatters are synchronous on the training thread).
+        One channel only.
 
     >>> from fusionopt.model.cost import AlphaBeta
     >>> FullySharded(AlphaBeta(1e-4, 1e-9), AlphaBeta(1e-4, 1e-9), memory_cap=-1)
@@ -71,12 +77,17 @@ class FullySharded:
     Traceback (most recent call last):
     ...
     ValueError: channels must be 'one' or 'two', got 2
+    >>> FullySharded(AlphaBeta(1e-4, 1e-9), AlphaBeta(1e-4, 1e-9), channels="two", blocking=True)
+    Traceback (most recent call last):
+    ...
+    ValueError: blocking collectives run one at a time on the training thread: channels must be 'one', got 'two'
     """
 
     reduce_scatter: CommCost
     all_gather: CommCost
     memory_cap: float | None = None
     channels: str = "one"
+    blocking: bool = False
 
     def __post_init__(self) -> None:
         for name in ("reduce_scatter", "all_gather"):
@@ -96,10 +107,17 @@ class FullySharded:
                 if getattr(self, name).affine is None:
                     raise ValueError(f"channels='two' needs affine costs (alpha + beta S): {name} is "
                                      f"{type(getattr(self, name)).__name__}, not affine")
+        if not isinstance(self.blocking, (bool, np.bool_)):
+            raise ValueError(f"blocking must be True or False, got {self.blocking!r}")
+        object.__setattr__(self, "blocking", bool(self.blocking))
+        if self.blocking and self.channels != "one":
+            raise ValueError("blocking collectives run one at a time on the training thread: channels must be "
+                             f"'one', got {self.channels!r}")
 
     @classmethod
     def from_network(cls, name: str, workers: int, *, algorithm: str = "ring",
-                     memory_cap: float | None = None, channels: str = "one") -> "FullySharded":
+                     memory_cap: float | None = None, channels: str = "one",
+                     blocking: bool = False) -> "FullySharded":
         """Both collectives on a preset network (:func:`~fusionopt.model.collectives.network`).
 
         >>> s = FullySharded.from_network("10gbe", workers=2)
@@ -107,7 +125,8 @@ class FullySharded:
         (25.0, 0.5)
         """
         return cls(network(name, workers, algorithm=algorithm, collective="reduce_scatter"),
-                   network(name, workers, algorithm=algorithm, collective="all_gather"), memory_cap, channels)
+                   network(name, workers, algorithm=algorithm, collective="all_gather"), memory_cap, channels,
+                   blocking)
 
     @property
     def all_reduce(self) -> CommCost:
@@ -115,8 +134,8 @@ class FullySharded:
         return Composite([(self.reduce_scatter, 1.0), (self.all_gather, 1.0)])
 
     def with_cap(self, memory_cap: float | None) -> "FullySharded":
-        """The same collectives (and channels) under another memory cap (bytes; None: no cap)."""
-        return FullySharded(self.reduce_scatter, self.all_gather, memory_cap, self.channels)
+        """The same collectives (channels, blocking) under another memory cap (bytes; None: no cap)."""
+        return FullySharded(self.reduce_scatter, self.all_gather, memory_cap, self.channels, self.blocking)
 
 
 def _depth(label: str, value: Any) -> int:

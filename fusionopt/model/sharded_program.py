@@ -5,7 +5,8 @@ reverse, then the optimiser; every collective is issued at a point of that progr
 ``issued``: collective ``c`` is issued when the counter reaches ``c + 1``), so the channel's
 order is the issue order. :func:`~fusionopt.model.sharded_timing.simulate_sharded` runs it on
 the model's clock and the executor on a rank; the rules are those of ``simulate_sharded``'s
-docstring.
+docstring. With blocking collectives (``FullySharded(blocking=True)``) the stream waits for
+each collective where it issues it.
 """
 
 from __future__ import annotations
@@ -45,6 +46,11 @@ def sharded_program(problem: Problem, plan: ShardedPlan) -> Program:
     unit_of = np.repeat(np.arange(m), np.diff(plan.bounds))
     program = Program("fully-sharded", sizes)
     ops = program.ops
+    blocking = problem.fully_sharded.blocking
+    if blocking and plan.reduce_bounds is not None:
+        raise ValueError("blocking collectives (FullySharded(blocking=True)) with reduce-scatter groups "
+                         "(plan.reduce_bounds, ZeRO-3's buckets) are not modelled: a group's reduce-scatter would "
+                         "split its unit's backward on the training thread; plan without reduce_bounds")
 
     kept = [False] * n if plan.persistent is None else plan.persistent.tolist()
     persistent = [i for i in range(n) if kept[i]]
@@ -61,6 +67,8 @@ def sharded_program(problem: Problem, plan: ShardedPlan) -> Program:
     def send(kind: int, unit: int, nbytes: int, tensors, label: tuple) -> int:
         c = program.collective(kind, unit, nbytes, ISSUED, len(program.kind) + 1, 0.0, label, tensors)
         ops.append((PUBLISH, ISSUED, c + 1))
+        if blocking:
+            ops.append((WAIT, c))
         return c
 
     # The persistent tensors, gathered one by one after the last step's optimiser: first,
@@ -90,9 +98,9 @@ def sharded_program(problem: Problem, plan: ShardedPlan) -> Program:
     for j in range(m):
         if gather[j] != NOTHING:
             ops.append((WAIT, gather[j]))
-        ops.append((MARK, FORWARD, j))
         if d_f >= 1:
             gather_forward(j + d_f)
+        ops.append((MARK, FORWARD, j))                    # after the prefetch: it may block
         ops.append((COMPUTE, forward_total[j]))
         if d_f == 0:
             gather_forward(j + 1)
@@ -117,10 +125,10 @@ def sharded_program(problem: Problem, plan: ShardedPlan) -> Program:
     for j in range(m - 1, -1, -1):
         if regather[j] >= 0:
             ops.append((WAIT, regather[j]))
-        ops.append((MARK, BACKWARD, j))
         k = j - d_b
         if d_b >= 1 and k >= 0 and again[k] and regather[k] < 0:
             gather_backward(k)
+        ops.append((MARK, BACKWARD, j))
         if grouped:
             issues = []
             for g, before in issuing[j]:              # groups whose last gradient is ready in this unit

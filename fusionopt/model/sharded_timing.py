@@ -177,6 +177,11 @@ def simulate_sharded(problem: Problem, plan: ShardedPlan, *, validate: bool = Tr
       the whole bandwidth, which the transfers in flight (at most one per channel) share
       equally; the step's rules are otherwise the same. A collective that runs alone ends at
       ``start + c(S)``, exactly as on one channel.
+    * **Blocking collectives** (``FullySharded(blocking=True)``: FSDP2 on CPU with gloo, one
+      channel): the compute stream waits for each collective where it issues it, until its
+      end, so no compute overlaps a collective and every collective starts at its issue. A
+      prefetch depth still says where a gather is issued (FSDP2's explicit lists); the
+      rules are otherwise the same. Not with reduce-scatter groups (``ValueError``).
     * A plan with a ``root`` gathers its two parts (the first and the last unit) in one
       all-gather, first, keeps them whole and reduce-scatters them in one message when the
       backward of the first unit ends.

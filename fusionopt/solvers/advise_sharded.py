@@ -35,6 +35,11 @@ FSDP2's prefetch, as read in torch 2.13.0 (``_fsdp_param_group.py``,
 * backward: each unit's copy-out makes the streams wait for it at once, so unit ``j``'s
   all-gather starts when unit ``j + 1``'s backward starts even without a list (depth 1); a
   list of ``k`` units on unit ``j`` gives depth ``k``. Depth 0 cannot be set.
+
+On CPU (gloo; a problem with ``FullySharded(blocking=True)``) every all-gather is synchronous
+on the training thread, so nothing runs ahead: without lists unit ``j``'s all-gather is
+issued by its own pre-forward hook (depth 0), and a list of ``k`` units on unit ``j``
+gathers them right after unit ``j``'s own (depth ``k``). The backward is as above.
 """
 
 from __future__ import annotations
@@ -53,7 +58,7 @@ from fusionopt.solvers.result import Result, Status
 from fusionopt.solvers.sharded import atom_bounds
 
 ROOT = "(root)"
-FSDP2_MIN_FORWARD_PREFETCH = 2
+FSDP2_MIN_FORWARD_PREFETCH = 2                    # with the CPU running ahead of the GPU
 FSDP2_MIN_BACKWARD_PREFETCH = 1
 TIE = 1e-9
 """Relative tolerance on ``T``: a setting within it of the defaults' is no faster than them."""
@@ -236,11 +241,18 @@ class FSDP2Settings:
         return doc
 
 
+def fsdp2_least_forward_prefetch(problem: Problem) -> int:
+    """The least forward prefetch depth FSDP2 can set on ``problem``: 2 with the CPU running
+    ahead of the GPU, 0 where the collectives block the training thread (module docstring)."""
+    return 0 if problem.fully_sharded.blocking else FSDP2_MIN_FORWARD_PREFETCH
+
+
 def fsdp2_settings(problem: Problem, plan: ShardedPlan) -> FSDP2Settings:
     """The FSDP2 settings that build ``plan`` (module docstring), with the ``T`` and peak
     memory of that schedule. The plan's units must be runs of whole modules, its forward
-    prefetch at least 2 and its backward prefetch at least 1 (FSDP2 can set no less when the
-    CPU runs ahead); else ``ValueError`` saying what to change.
+    prefetch at least 2 (0 where the collectives block: :func:`fsdp2_least_forward_prefetch`)
+    and its backward prefetch at least 1 (FSDP2 can set no less); else ``ValueError`` saying
+    what to change.
 
     >>> from fusionopt.model import AlphaBeta, FullySharded
     >>> p = Profile.from_arrays([4] * 5, [0.0] * 5, [1.0] * 5,
@@ -259,11 +271,14 @@ def fsdp2_settings(problem: Problem, plan: ShardedPlan) -> FSDP2Settings:
     """
     profile = problem.profile
     plan.validate(profile)
-    if plan.forward_prefetch < FSDP2_MIN_FORWARD_PREFETCH or plan.backward_prefetch < FSDP2_MIN_BACKWARD_PREFETCH:
+    blocking = problem.fully_sharded.blocking
+    least = fsdp2_least_forward_prefetch(problem)
+    if plan.forward_prefetch < least or plan.backward_prefetch < FSDP2_MIN_BACKWARD_PREFETCH:
+        where = "with its collectives blocking the training thread" if blocking else "when the CPU runs ahead"
         raise ValueError(f"the plan prefetches {plan.forward_prefetch} unit(s) ahead in the forward and "
                          f"{plan.backward_prefetch} in the backward; FSDP2 prefetches at least "
-                         f"{FSDP2_MIN_FORWARD_PREFETCH} and {FSDP2_MIN_BACKWARD_PREFETCH} when the CPU runs ahead "
-                         "(plan with sharded-opt's min_forward_prefetch=2, min_backward_prefetch=1)")
+                         f"{least} and {FSDP2_MIN_BACKWARD_PREFETCH} {where} "
+                         f"(plan with sharded-opt's min_forward_prefetch={least}, min_backward_prefetch=1)")
     bounds = plan.bounds.tolist()
     m = plan.num_units
     wrapped = [j for j in range(m) if not (plan.root and j in (0, m - 1))]
@@ -278,10 +293,10 @@ def fsdp2_settings(problem: Problem, plan: ShardedPlan) -> FSDP2Settings:
     key = {j: ("" if j not in wrapped else units[k][0]) for k, j in enumerate(wrapped)}
     key.update({j: "" for j in range(m) if j not in wrapped})
     forward: dict[str, list[str]] = {}
-    if plan.forward_prefetch > FSDP2_MIN_FORWARD_PREFETCH:
-        depth = plan.forward_prefetch - 1                 # a list of k units gives depth k + 1
+    if plan.forward_prefetch > least:
+        length = plan.forward_prefetch - (0 if blocking else 1)   # a list of k units gives depth k (+ 1)
         for j in range(m - 1 if plan.root else m):
-            targets = [key[t] for t in range(j + 1, min(j + depth, m - 1) + 1) if t in wrapped]
+            targets = [key[t] for t in range(j + 1, min(j + length, m - 1) + 1) if t in wrapped]
             if targets:
                 forward[key[j]] = targets
     backward: dict[str, list[str]] = {}
@@ -290,18 +305,20 @@ def fsdp2_settings(problem: Problem, plan: ShardedPlan) -> FSDP2Settings:
             targets = [key[t] for t in range(j - 1, max(j - plan.backward_prefetch, 0) - 1, -1) if t in wrapped]
             if targets:
                 backward[key[j]] = targets
-    built = fsdp2_plan_of(profile, units, reshard, forward, backward)
+    built = fsdp2_plan_of(profile, units, reshard, forward, backward, blocking=blocking)
     timeline = simulate(problem, built)
     return FSDP2Settings(units, reshard, forward, backward, timeline.iteration_time, int(timeline.peak_memory), built,
                          separate_reduce_scatter_group=problem.fully_sharded.channels == "two")
 
 
 def fsdp2_plan_of(profile: Profile, units: list[list[str]], reshard_after_forward: list[bool],
-                  forward_prefetch: dict[str, list[str]], backward_prefetch: dict[str, list[str]]) -> ShardedPlan:
+                  forward_prefetch: dict[str, list[str]], backward_prefetch: dict[str, list[str]], *,
+                  blocking: bool = False) -> ShardedPlan:
     """The plan FSDP2 builds from settings (:class:`FSDP2Settings`' fields): each call's
     tensors form a unit (the root's, ``[""]`` last, the tensors no other call wraps); the
-    forward depth is 2, or one more than the longest forward list; the backward depth 1, or
-    the longest backward list.
+    forward depth is 2, or one more than the longest forward list (``blocking``, collectives
+    that block the training thread: 0, or the longest forward list); the backward depth 1,
+    or the longest backward list.
     """
     owner = [-1] * profile.n
     root_call = None
@@ -320,7 +337,8 @@ def fsdp2_plan_of(profile: Profile, units: list[list[str]], reshard_after_forwar
         raise ValueError("the root owns tensors before and after the other units and is resharded after the "
                          "forward; fusionopt models a root kept whole (MODEL.md section 8.2)")
     flags = [root_reshard if label == -1 else bool(reshard_after_forward[label]) for label in labels]
-    d_f = max([FSDP2_MIN_FORWARD_PREFETCH] + [len(t) + 1 for t in forward_prefetch.values()])
+    ahead = 0 if blocking else 1
+    d_f = max([0 if blocking else FSDP2_MIN_FORWARD_PREFETCH] + [len(t) + ahead for t in forward_prefetch.values()])
     d_b = max([FSDP2_MIN_BACKWARD_PREFETCH] + [len(t) for t in backward_prefetch.values()])
     names = [ROOT if label == -1 else ",".join(units[label]) for label in labels]
     return ShardedPlan(bounds, flags, forward_prefetch=d_f, backward_prefetch=d_b, root=has_root, names=names)
@@ -382,7 +400,8 @@ def fsdp2_advice(problem: Problem, atoms: str | None = None, *, min_gain: float 
     bounds, root = fsdp2_atoms(problem.profile, atoms)
     settings, lower_bound = None, None
     try:
-        found = solve(problem, "sharded-opt", atoms=bounds, min_forward_prefetch=FSDP2_MIN_FORWARD_PREFETCH,
+        found = solve(problem, "sharded-opt", atoms=bounds,
+                      min_forward_prefetch=fsdp2_least_forward_prefetch(problem),
                       min_backward_prefetch=FSDP2_MIN_BACKWARD_PREFETCH, root=root)
     except ValueError as exc:                             # its options are sound: only a cap stops it
         if cap is None:
@@ -526,4 +545,4 @@ def zero2_settings(problem: Problem, *, data_parallel_size: int | None = None,
 
 
 __all__ = ["FSDP2Advice", "FSDP2Settings", "GridSetting", "OverMemoryCap", "fsdp2_advice", "fsdp2_atoms",
-           "fsdp2_settings", "fsdp2_plan_of", "unit_modules", "zero2_settings", "zero3_settings"]
+           "fsdp2_settings", "fsdp2_least_forward_prefetch", "fsdp2_plan_of", "unit_modules", "zero2_settings", "zero3_settings"]

@@ -123,7 +123,7 @@ def inductor_plan(problem: Problem, *, bucket_cap_mb: float | None = None) -> Sh
         cap_mb = float(bucket_cap_mb)
     cap_bytes = int(cap_mb * MIB)
     profile = problem.profile
-    base = fsdp2_plan(profile)
+    base = fsdp2_plan(profile, forward_prefetch=0 if problem.fully_sharded.blocking else 2)   # as fsdp2's default
     bounds = base.bounds.tolist()
     sizes = base.unit_bytes(profile).tolist()
     m = len(sizes)

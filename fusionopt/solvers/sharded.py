@@ -121,7 +121,7 @@ def fsdp2_plan(profile: Profile, *, reshard_after_forward: bool = True, forward_
 
 
 @declares(SHARDED)
-def fsdp2(problem: Problem, *, reshard_after_forward: bool = True, forward_prefetch: int = 2,
+def fsdp2(problem: Problem, *, reshard_after_forward: bool = True, forward_prefetch: int | None = None,
           backward_prefetch: int = 1) -> Result:
     """PyTorch FSDP2: ``fully_shard`` on each block, then on the model (the root).
 
@@ -140,6 +140,10 @@ def fsdp2(problem: Problem, *, reshard_after_forward: bool = True, forward_prefe
       unit ``j``'s all-gather can start once unit ``j - 2``'s forward starts:
       ``forward_prefetch=2``, assuming the CPU runs ahead of the GPU (a CPU-bound step
       issues later);
+    * on CPU (gloo; ``FullySharded(blocking=True)``) each all-gather is synchronous on the
+      training thread: nothing runs ahead, and a unit's all-gather is issued by its own
+      pre-forward hook: ``forward_prefetch=0``, the default there (None: 2, or 0 where the
+      problem's collectives block);
     * backward: the pre-backward hook waits for its own unit, then prefetches the next
       unit in reverse forward order (``_backward_prefetch``): ``backward_prefetch=1``;
     * all-gathers and reduce-scatters run on separate streams but one process group, so
@@ -163,6 +167,8 @@ def fsdp2(problem: Problem, *, reshard_after_forward: bool = True, forward_prefe
     (14, True, 38)
     """
     started = time.perf_counter()
+    if forward_prefetch is None:
+        forward_prefetch = 0 if problem.fully_sharded.blocking else 2
     plan = fsdp2_plan(problem.profile, reshard_after_forward=reshard_after_forward,
                       forward_prefetch=forward_prefetch, backward_prefetch=backward_prefetch)
     return finish(problem, plan, "fsdp2", started,

@@ -14,7 +14,9 @@ of inner widths 256 to 640 over 128), batch ``--batch``, SGD with momentum:
    on rank 0 with the functions ``fusionopt advise`` calls, as the document
    ``advise --json`` prints: DDP's ``ddp_settings`` for the DP's plan (the all-reduce of
    ``network(NAME, WORKERS)``), FSDP2's ``fsdp2_advice`` (its ring reduce-scatter and
-   all-gather, the same price per message); ``simulate`` predicts the step of each
+   all-gather, the same price per message, each blocking the training thread as gloo's
+   collectives do under FSDP2 on CPU: ``FullySharded(blocking=True)``, ``advise --pattern fsdp
+   --blocking-collectives``); ``simulate`` predicts the step of each
    framework's defaults and of the advice on that profile (predicted speedup = predicted
    default / predicted advised). Nothing is fitted on the steps it predicts;
 3. two copies of the model, built once, are wrapped once each: one with the framework's
@@ -130,12 +132,13 @@ def ddp_case(profile: Profile, name: str, workers: int, calibration: Any = None,
 def fsdp2_case(profile: Profile, name: str, workers: int, memory_cap: float | None = None,
                calibration: Any = None, *, min_gain: float = MIN_GAIN) -> dict[str, Any]:
     """The FSDP2 advice for ``profile`` on ``name``'s ring reduce-scatter and all-gather for
-    ``workers`` workers under ``memory_cap`` (bytes; None: no cap) with the reducer's cost
+    ``workers`` workers under ``memory_cap`` (bytes; None: no cap), each collective blocking the
+    training thread (FSDP2 on CPU), with the reducer's cost
     ``calibration`` (of FSDP2, or None), as ``advise --pattern fsdp --json`` prints it (no
     ZeRO-3 part), with the predicted steps (seconds) and peaks ``M_peak`` (bytes) of FSDP2's
     defaults and of the advice (``predicted``; ``predicted_plain`` without the reducer's
     cost). :class:`OverMemoryCap` where nothing fits the cap."""
-    halves = FullySharded.from_network(name, workers, memory_cap=memory_cap)
+    halves = FullySharded.from_network(name, workers, memory_cap=memory_cap, blocking=True)   # gloo on CPU
     problem, plain = _problems(Problem(profile, fully_sharded=halves, step_parts="fit"), calibration)
     advice = fsdp2_advice(problem, min_gain=min_gain)
     plans = {"default": solve(problem, "fsdp2").plan, "advised": advice.settings.plan}
@@ -557,7 +560,8 @@ def markdown(document: dict[str, Any]) -> str:
              f"targets judge.", "",
              "*Predicted*: `simulate` on the profile the ranks measured at the start of each model (with the "
              "training job's optimiser), the defaults' layout and the advice's, on the network's cost; the advice "
-             f"is what `fusionopt advise --min-gain {document.get('min_gain', 0.05):g}` (`--pattern fsdp` for FSDP2) "
+             f"is what `fusionopt advise --min-gain {document.get('min_gain', 0.05):g}` (`--pattern fsdp "
+             "--blocking-collectives` for FSDP2: gloo's collectives block FSDP2's training thread on CPU) "
              "gives for that profile. *Measured*: the mean "
              "step on rank 0 of each setting; speedup = mean default / mean advised, with its 95% bootstrap "
              "interval over the rounds. FSDP2's *measured peak*: the unsharded parameters and gradients whole at "
