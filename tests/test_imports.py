@@ -97,3 +97,26 @@ def test_the_model_imports_nothing_above_it():
     above = {name: sorted(w for w in targets if not w.startswith("fusionopt.model"))
              for name, targets in graph().items() if name.startswith("fusionopt.model")}
     assert {name: targets for name, targets in above.items() if targets} == {}
+
+
+SOLVERS_ABOVE = {"fusionopt.solvers.registry", "fusionopt.solvers.comparison", "fusionopt.solvers.advise",
+                 "fusionopt.solvers.advise_sharded", "fusionopt.solvers"}
+"""The dispatcher, the comparison and the advice: above the solvers."""
+
+
+def test_no_solver_climbs_to_the_dispatcher():
+    # Solvers register themselves in the catalogue and take warm starts from
+    # fusionopt.solvers.warm; none imports the dispatcher (registry), the comparison or the
+    # advice, at module level or inside a function.
+    edges = graph()
+    solvers = [name for name in edges if name.startswith("fusionopt.solvers.") and name not in SOLVERS_ABOVE]
+    assert len(solvers) > 25
+    assert {name: sorted(edges[name] & SOLVERS_ABOVE) for name in solvers if edges[name] & SOLVERS_ABOVE} == {}
+
+
+def test_methods_are_registered_by_function_not_by_module_path():
+    # The dispatcher imports the solver modules it loads; no import by a string.
+    for name, path in modules().items():
+        if name.startswith("fusionopt.solvers"):
+            text = path.read_text()
+            assert "import_module" not in text and "__import__" not in text, name

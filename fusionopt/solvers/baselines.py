@@ -17,6 +17,7 @@ import numpy as np
 from fusionopt.model.plan import Plan
 from fusionopt.model.problem import Problem
 from fusionopt.solvers.result import Result, finish
+from fusionopt.solvers.catalogue import method
 
 MiB = 1024 * 1024
 
@@ -39,6 +40,7 @@ def _backward_order(problem: Problem) -> list[int]:
     return list(problem.profile.ready_order)
 
 
+@method("wfbp", family="framework baseline", summary="wait-free backpropagation: one message per tensor")
 def wfbp(problem: Problem) -> Result:
     """Wait-free backpropagation: one message per tensor, in backward order.
 
@@ -57,6 +59,7 @@ def wfbp(problem: Problem) -> Result:
     return finish(problem, Plan.per_tensor(problem.profile), "wfbp", started)
 
 
+@method("single", family="framework baseline", summary="SyncEASGD: one message after the backward")
 def single(problem: Problem) -> Result:
     """SyncEASGD: all gradients in one message after the backward.
 
@@ -71,6 +74,7 @@ def single(problem: Problem) -> Result:
     return finish(problem, plan, "single", started)
 
 
+@method("threshold", family="framework baseline", summary="fuse consecutive tensors up to a byte threshold")
 def threshold(problem: Problem, *, threshold_bytes: float = 25 * MiB) -> Result:
     """Fuse consecutive tensors in backward order while the message stays within
     ``threshold_bytes``; a tensor larger than the threshold travels alone.

@@ -14,6 +14,7 @@ from fusionopt.model.problem import Problem
 from fusionopt.model.simulator import simulate
 from fusionopt.solvers.needs import Needs, declares
 from fusionopt.solvers.result import Result, finish
+from fusionopt.solvers.catalogue import method
 
 MAX_TENSORS = 20
 # Several channels are simulated event by event, plan by plan: a smaller limit.
@@ -21,6 +22,26 @@ MAX_TENSORS_EVENT_DRIVEN = 14
 _BATCH = 1 << 16
 
 
+def in_fusion_space(problem: Problem, plan: object) -> bool:
+    """Whether ``plan`` is one of the plans :func:`brute` searches: a fusion plan of
+    ``problem``'s profile (:meth:`~fusionopt.model.plan.Plan.is_fusion`). Its optimum then
+    bounds the plan's ``T`` under the same problem, model options included.
+
+    >>> from fusionopt.model import AlphaBeta, Profile
+    >>> profile = Profile.from_arrays([4e6, 1e6], [1e-3] * 2, [1e-3] * 2)
+    >>> problem = Problem(profile, AlphaBeta(1e-3, 1e-9))
+    >>> in_fusion_space(problem, Plan.from_cuts(profile, [True]))
+    True
+    >>> in_fusion_space(problem, Plan.from_groups(profile, [[0, 1]]))   # forward order: tensor 1 is ready first
+    False
+    """
+    return isinstance(plan, Plan) and plan.is_fusion(problem.profile)
+
+
+@method("brute", family="exact",
+        summary="exact: every fusion plan, n <= 20 (any model option)",
+        in_default_comparison=False,
+        space=in_fusion_space)
 @declares(Needs(max_tensors=MAX_TENSORS, max_tensors_channels=MAX_TENSORS_EVENT_DRIVEN,
                size_reason="enumerates 2^(n-1) plans", plain_alternative="dp"))
 def brute(
@@ -72,22 +93,6 @@ def brute(
     plan = Plan.from_cuts(problem.profile, best_cuts)
     return finish(problem, plan, "brute", started, lower_bound=best_time, optimal=True,
                   stats={"plans": feasible})
-
-
-def in_fusion_space(problem: Problem, plan: object) -> bool:
-    """Whether ``plan`` is one of the plans :func:`brute` searches: a fusion plan of
-    ``problem``'s profile (:meth:`~fusionopt.model.plan.Plan.is_fusion`). Its optimum then
-    bounds the plan's ``T`` under the same problem, model options included.
-
-    >>> from fusionopt.model import AlphaBeta, Profile
-    >>> profile = Profile.from_arrays([4e6, 1e6], [1e-3] * 2, [1e-3] * 2)
-    >>> problem = Problem(profile, AlphaBeta(1e-3, 1e-9))
-    >>> in_fusion_space(problem, Plan.from_cuts(profile, [True]))
-    True
-    >>> in_fusion_space(problem, Plan.from_groups(profile, [[0, 1]]))   # forward order: tensor 1 is ready first
-    False
-    """
-    return isinstance(plan, Plan) and plan.is_fusion(problem.profile)
 
 
 def _score(problem: Problem, cuts: np.ndarray) -> np.ndarray:

@@ -48,6 +48,7 @@ from fusionopt.solvers.horovod import BACKENDS, HOROVOD_DEFAULTS, PADDING_BYTES,
 from fusionopt.solvers.priority import check_message_ends, check_reproduced, whole_parameters
 from fusionopt.solvers.result import Result, finish
 from fusionopt.solvers.needs import Needs, declares
+from fusionopt.solvers.catalogue import method
 
 MiB = 1024 * 1024
 BYTESCHEDULER_PRESETS = {
@@ -187,6 +188,8 @@ def _finish(problem: Problem, method: str, started: float, plan: Plan, stats: di
     return result
 
 
+@method("bytescheduler", family="paper",
+        summary="ByteScheduler on Horovod 0.16: partitions, credit, cycle-tick fusion (layerwise)")
 @declares(Needs(layerwise=True))
 def bytescheduler(
     problem: Problem,
@@ -301,6 +304,8 @@ def bytescheduler(
     return _finish(problem, "bytescheduler", started, plan, stats, schedule, options)
 
 
+@method("bytescheduler-tuned", family="paper",
+        summary="ByteScheduler with partition and credit searched on a grid (layerwise)")
 @declares(Needs(layerwise=True))
 def bytescheduler_tuned(
     problem: Problem,

@@ -211,10 +211,13 @@ from fusionopt.solvers.result import Result, Status, finish
 from fusionopt.solvers.cpsat_arcs import (MAX_INTEGER_TIME, add_path_constraints, arc_positions, automatic_quantum,
                                           plan_path, positive_seconds, reference_cuts)
 from fusionopt.solvers.cpsat_search import check_deterministic_time, raise_if_interrupted, run_search, set_search
+from fusionopt.solvers.catalogue import method
+import fusionopt.solvers.warm as warm
 
 HINT_BASELINES = ("wfbp", "single", "ddp", "horovod", "threshold")
 
 
+@method("cpsat", family="exact", summary="exact: OR-Tools CP-SAT model, anytime", in_default_comparison=False)
 def cpsat(
     problem: Problem,
     *,
@@ -384,9 +387,7 @@ def cpsat(
     n = profile.n
     extended = bool(problem.extensions)
     hint_plan, hint_label = _hint_plan(problem, hint, cap, limit, max_message_bytes, max_messages)
-    hint_used = hint_plan is not None and _respects_caps(hint_plan, cap, limit)
-    if hint_plan is not None and not hint_used:
-        hint_label += " (not used: it breaks the caps)"
+    hint_used = hint_plan is not None
     reference = Plan.from_cuts(profile, reference_cuts(problem, cap, limit))
     if problem.channels > 1:
         from fusionopt.solvers.cpsat_channels import cpsat_channels
@@ -748,57 +749,18 @@ def _iteration_time(problem: Problem, plan: Plan) -> float:
 
 def _hint_plan(problem: Problem, hint: Any, cap: float, limit: int | None,
                max_message_bytes: float | None, max_messages: int | None) -> tuple[Plan | None, str]:
-    """The hint as a fusion plan of ``problem`` and a label for ``stats``."""
+    """The hint as a fusion plan of ``problem`` and a label for ``stats``
+    (:func:`fusionopt.solvers.warm.hint_plan`): None where it breaks the caps."""
     profile = problem.profile
-    if hint is None:
-        return None, "none"
-    if isinstance(hint, Plan):
-        if not hint.is_fusion(profile):
-            raise ValueError(
-                f"hint plan is not a fusion plan of this profile ({profile.n} tensors): the arc "
-                "model needs whole tensors, contiguous in backward order, messages in backward order"
-            )
-        return hint, "plan"
-    if not isinstance(hint, str):
-        raise ValueError(
-            f"hint must be 'best-baseline', a method name, a Plan or None; got {type(hint).__name__}"
-        )
-    if hint == "best-baseline":
-        from fusionopt.solvers.registry import solve as solve_with
 
-        best: tuple[float, str, Plan] | None = None
-        for name in HINT_BASELINES:
-            result = solve_with(problem, name)
-            if (result.plan.without_release().is_fusion(problem.profile) and _respects_caps(result.plan, cap, limit)
-                    and (best is None or result.iteration_time < best[0])):
-                best = (result.iteration_time, name, result.plan.without_release())
-        if best is None:
-            return None, "best-baseline (none respects the caps)"
-        return best[2], best[1]
-    if hint == "cpsat":
-        raise ValueError("hint 'cpsat' would solve the problem with CP-SAT to hint CP-SAT; "
-                         "name another method, 'best-baseline', a Plan or None")
-    from fusionopt.solvers.registry import get_method, solve
+    def check(plan: Plan) -> None:
+        if not plan.is_fusion(profile):
+            raise ValueError(f"not a fusion plan of this profile ({profile.n} tensors): the arc model needs whole "
+                             "tensors, contiguous in backward order, messages in backward order")
 
-    try:
-        method = get_method(hint)
-    except ValueError as exc:
-        raise ValueError(f"hint {hint!r} is neither 'best-baseline' nor a method: {exc}") from None
-    options: dict[str, Any] = {}
-    if max_message_bytes is not None and "max_message_bytes" in method.options:
-        options["max_message_bytes"] = max_message_bytes
-    if max_messages is not None and "max_messages" in method.options:
-        options["max_messages"] = max_messages
-    if method.plain_only and problem.extensions:
-        # Its plan for the problem without extensions is still a fusion plan of this one.
-        plan = solve(problem.plain(), hint, **options).plan
-        label = f"{hint} (on the plain problem)"
-    else:
-        plan = solve(problem, hint, **options).plan
-        label = hint
-    if not plan.is_fusion(profile):
-        raise ValueError(f"hint method {hint!r} returned a plan that is not a fusion plan")
-    return plan, label
+    return warm.hint_plan(problem, hint, method="cpsat", plan_type=Plan, best_of=HINT_BASELINES, check=check,
+                          fits=lambda plan: _respects_caps(plan, cap, limit), adapt=Plan.without_release,
+                          options={"max_message_bytes": max_message_bytes, "max_messages": max_messages})
 
 
 def _respects_caps(plan: Plan, cap: float, limit: int | None) -> bool:

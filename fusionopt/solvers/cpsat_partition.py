@@ -52,6 +52,7 @@ from fusionopt.model.simulator import simulate
 from fusionopt.solvers.cpsat_arcs import MAX_INTEGER_TIME, add_path_constraints, automatic_quantum
 from fusionopt.solvers.cpsat_search import raise_if_interrupted, run_search, set_search
 from fusionopt.solvers.result import Result, Status, finish
+import fusionopt.solvers.warm as warm
 
 DEFAULT_MAX_UNITS = 40
 
@@ -262,40 +263,26 @@ def _intervals_of(plan: Plan, units: list[tuple[int, int, int]]) -> list[tuple[i
         for c in message.chunks:
             a, b = first.get((c.tensor, c.lo)), after.get((c.tensor, c.hi))
             if a is None or b is None:
-                raise ValueError(f"hint plan: message {m} cuts tensor {c.tensor} off the unit grid "
+                raise ValueError(f"message {m} cuts tensor {c.tensor} off the unit grid "
                                  f"(bytes [{c.lo}, {c.hi}))")
             covered.extend(range(a, b))
         if sorted(covered) != list(range(min(covered), max(covered) + 1)):
-            raise ValueError(f"hint plan: message {m} is not a run of consecutive units in forward order")
+            raise ValueError(f"message {m} is not a run of consecutive units in forward order")
         runs.append((min(covered), max(covered) + 1))
     return runs
 
 
 def _grid_hint(problem: Problem, hint: Any, units: list[tuple[int, int, int]], cap: float,
                max_messages: int | None) -> tuple[Plan | None, str]:
-    """The hint as a plan on the grid: a Plan, a method name, ``"best-baseline"`` (the best
-    fusion baseline, or the DP's plan, that meets the caps) or None."""
-    from fusionopt.solvers.registry import solve
+    """The hint as a plan on the grid (:func:`fusionopt.solvers.warm.hint_plan`): a Plan, a
+    method name, ``"best-baseline"`` (the best fusion baseline, or the DP's plan, that meets
+    the caps) or None; None where it breaks the caps."""
+    def check(plan: Plan) -> None:
+        _intervals_of(plan.validate(problem.profile), units)
 
     def fits(plan: Plan) -> bool:
         return (plan.message_bytes.max() <= cap
                 and (max_messages is None or plan.num_messages <= max_messages))
 
-    if hint is None:
-        return None, "none"
-    if isinstance(hint, Plan):
-        plan, label = hint.validate(problem.profile), "plan"
-    elif hint == "best-baseline":
-        results = [(name, solve(problem, name)) for name in ("wfbp", "single", "ddp", "horovod", "dp")]
-        plans = [(r.iteration_time, name, r.plan) for name, r in results if fits(r.plan)]
-        if not plans:
-            return None, "best-baseline (none meets the caps)"
-        _, label, plan = min(plans, key=lambda p: p[0])
-    elif isinstance(hint, str):
-        plan, label = solve(problem, hint).plan, hint
-    else:
-        raise ValueError(f"hint must be 'best-baseline', a method name, a Plan or None; got {type(hint).__name__}")
-    _intervals_of(plan, units)
-    if not fits(plan):
-        return None, f"{label} (not used: it breaks the caps)"
-    return plan, label
+    return warm.hint_plan(problem, hint, method="cpsat", plan_type=Plan,
+                          best_of=("wfbp", "single", "ddp", "horovod", "dp"), check=check, fits=fits)

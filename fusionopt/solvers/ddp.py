@@ -50,6 +50,7 @@ from fusionopt.model.plan import Plan
 from fusionopt.model.problem import Problem
 from fusionopt.model.profile import Profile
 from fusionopt.solvers.result import Result, finish
+from fusionopt.solvers.catalogue import method
 
 MiB = 1024 * 1024
 DDP_DEFAULT_CAP_MB = 25
@@ -146,6 +147,8 @@ def ddp_buckets(profile: Profile, *, bucket_cap_mb: float | None = None,
     return buckets[::-1]
 
 
+@method("ddp", family="framework baseline",
+        summary="PyTorch DDP buckets as torch 2.13 builds them (1 MiB first, then 25 MiB)")
 def ddp(problem: Problem, *, bucket_cap_mb: float | None = None,
         bucket_cap_mb_list: Sequence[float] | None = None,
         find_unused_parameters: bool = False, static_graph: bool = False) -> Result:

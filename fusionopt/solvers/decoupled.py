@@ -32,12 +32,15 @@ from fusionopt.model.problem import Problem
 from fusionopt.model.simulator import compute_pieces, simulate
 from fusionopt.solvers.needs import Needs, declares
 from fusionopt.solvers.result import Result, finish
+from fusionopt.solvers.catalogue import method
 
 MEGATRON_MIN_BUCKET = 40_000_000            # parameters
 MEGATRON_BUCKET_PER_RANK = 1_000_000        # parameters per data-parallel rank
 BRUTE_MAX_TENSORS = 8
 
 
+@method("decoupled-wfbp", family="framework baseline",
+        summary="decoupled all-reduce: a reduce-scatter per tensor when ready, an all-gather per tensor in forward order")
 @declares(Needs(pattern="decoupled"))
 def decoupled_wfbp(problem: Problem) -> Result:
     """Each gradient reduce-scattered alone as soon as it is ready, each parameter all-gathered
@@ -160,6 +163,8 @@ def _gathered_one_ahead(problem: Problem, reduce_scatter: Plan, chain: list[list
     raise AssertionError("the one-ahead all-gathers did not settle")
 
 
+@method("megatron", family="framework baseline",
+        summary="Megatron-LM buckets (max(4e7, 1e6 x dp) params), distributed optimiser, gathers in the step (barrier)")
 @declares(Needs(pattern="decoupled", barrier=True))
 def megatron(problem: Problem, *, data_parallel_size: int | None = None, bucket_size: int | None = None) -> Result:
     """Megatron-LM DDP with the distributed optimiser and ``overlap_grad_reduce``, parameters
@@ -197,6 +202,8 @@ def megatron(problem: Problem, *, data_parallel_size: int | None = None, bucket_
     return _megatron(problem, "megatron", data_parallel_size, bucket_size, overlap_param_gather=False)
 
 
+@method("megatron-overlap", family="framework baseline",
+        summary="Megatron-LM with overlap_param_gather: buckets gathered one ahead by forward pre-hooks (layerwise)")
 @declares(Needs(pattern="decoupled", layerwise=True))
 def megatron_overlap(problem: Problem, *, data_parallel_size: int | None = None,
                      bucket_size: int | None = None) -> Result:
@@ -222,6 +229,40 @@ def megatron_overlap(problem: Problem, *, data_parallel_size: int | None = None,
     return _megatron(problem, "megatron-overlap", data_parallel_size, bucket_size, overlap_param_gather=True)
 
 
+def in_grouping_space(problem: Problem, plan: object) -> bool:
+    """Whether ``plan`` is one of :func:`decoupled_brute`'s space (the space
+    :func:`~fusionopt.solvers.decoupled_dp.decoupled_dp` is exact over too): whole tensors,
+    reduce-scatters in contiguous groups of the ready order, all-gathers in contiguous groups
+    of the forward order, each kind in that order, every reduce-scatter before the first
+    all-gather, no release times, gradients reduce-scattered. An optimum over the space then
+    bounds the plan's ``T`` on the same problem.
+
+    >>> from fusionopt.model import AlphaBeta, Decoupled, Profile
+    >>> profile = Profile.from_arrays([4e6, 1e6, 2e6], [1e-3] * 3, [3e-3, 2e-3, 1e-3])
+    >>> problem = Problem(profile, decoupled=Decoupled(AlphaBeta(1e-3, 1e-9), AlphaBeta(1e-3, 1e-9)))
+    >>> in_grouping_space(problem, decoupled_wfbp(problem).plan)
+    True
+    >>> in_grouping_space(problem, DecoupledPlan.from_groups(profile, [[2, 1, 0]], [[0], [1, 2]], order=[1, 0, 1]))
+    False
+    """
+    if not isinstance(plan, DecoupledPlan):
+        return False
+    profile = problem.profile
+    rs, ag = plan.reduce_scatter.groups(), plan.all_gather.groups()
+    if [i for g in rs for i in g] != [int(i) for i in profile.ready_order]:
+        return False
+    if [i for g in ag for i in g] != list(range(profile.n)):
+        return False
+    return DecoupledPlan.from_groups(profile, rs, ag) == plan          # whole tensors, no release, RS first
+
+
+DEAR_THRESHOLD_MB = 25.0
+
+
+@method("decoupled-brute", family="exact",
+        summary="decoupled all-reduce, exact: every pair of contiguous groupings, n <= 8",
+        in_default_comparison=False,
+        space=in_grouping_space)
 @declares(Needs(pattern="decoupled", max_tensors=BRUTE_MAX_TENSORS,
                 size_reason="enumerates 4^(n-1) pairs of groupings"))
 def decoupled_brute(problem: Problem) -> Result:
@@ -253,36 +294,6 @@ def decoupled_brute(problem: Problem) -> Result:
     assert best is not None
     return finish(problem, best[1], "decoupled-brute", started, lower_bound=best[0], optimal=True,
                   stats={"plans": plans})
-
-
-def in_grouping_space(problem: Problem, plan: object) -> bool:
-    """Whether ``plan`` is one of :func:`decoupled_brute`'s space (the space
-    :func:`~fusionopt.solvers.decoupled_dp.decoupled_dp` is exact over too): whole tensors,
-    reduce-scatters in contiguous groups of the ready order, all-gathers in contiguous groups
-    of the forward order, each kind in that order, every reduce-scatter before the first
-    all-gather, no release times, gradients reduce-scattered. An optimum over the space then
-    bounds the plan's ``T`` on the same problem.
-
-    >>> from fusionopt.model import AlphaBeta, Decoupled, Profile
-    >>> profile = Profile.from_arrays([4e6, 1e6, 2e6], [1e-3] * 3, [3e-3, 2e-3, 1e-3])
-    >>> problem = Problem(profile, decoupled=Decoupled(AlphaBeta(1e-3, 1e-9), AlphaBeta(1e-3, 1e-9)))
-    >>> in_grouping_space(problem, decoupled_wfbp(problem).plan)
-    True
-    >>> in_grouping_space(problem, DecoupledPlan.from_groups(profile, [[2, 1, 0]], [[0], [1, 2]], order=[1, 0, 1]))
-    False
-    """
-    if not isinstance(plan, DecoupledPlan):
-        return False
-    profile = problem.profile
-    rs, ag = plan.reduce_scatter.groups(), plan.all_gather.groups()
-    if [i for g in rs for i in g] != [int(i) for i in profile.ready_order]:
-        return False
-    if [i for g in ag for i in g] != list(range(profile.n)):
-        return False
-    return DecoupledPlan.from_groups(profile, rs, ag) == plan          # whole tensors, no release, RS first
-
-
-DEAR_THRESHOLD_MB = 25.0
 
 
 def dear_groups(problem: Problem, threshold_mb: float = DEAR_THRESHOLD_MB) -> list[list[int]]:
@@ -321,6 +332,8 @@ def dear_groups(problem: Problem, threshold_mb: float = DEAR_THRESHOLD_MB) -> li
     return groups
 
 
+@method("dear", family="paper",
+        summary="DeAR: 25 MB module groups, reduce-scatters in the backward, gathers one ahead in the forward (layerwise)")
 @declares(Needs(pattern="decoupled", layerwise=True))
 def dear(problem: Problem, *, threshold_mb: float = DEAR_THRESHOLD_MB) -> Result:
     """DeAR (Zhang, Shi et al., ICDCS 2023) as its code runs it: fused reduce-scatters during
@@ -374,6 +387,8 @@ def dear(problem: Problem, *, threshold_mb: float = DEAR_THRESHOLD_MB) -> Result
                   stats={"threshold_mb": float(threshold_mb), "groups": len(groups)})
 
 
+@method("decoupled-opt", family="search",
+        summary="decoupled all-reduce: local search over both groupings from the best of the others, any n")
 @declares(Needs(pattern="decoupled"))
 def decoupled_opt(problem: Problem, *, evaluations: int = 4000, kicks: int = 40, rng: int = 0,
                   time_limit: float = 10.0) -> Result:

@@ -65,6 +65,8 @@ from fusionopt.solvers.cpsat_search import check_deterministic_time, raise_if_in
 from fusionopt.solvers.decoupled import decoupled_opt, decoupled_wfbp
 from fusionopt.solvers.needs import Needs, declares
 from fusionopt.solvers.result import Result, Status, finish
+from fusionopt.solvers.catalogue import method
+import fusionopt.solvers.warm as warm
 
 __all__ = ["decoupled_cpsat", "MAX_TENSORS", "MAX_TENSORS_SEQUENTIAL", "SPACE", "SPACE_SEQUENTIAL"]
 
@@ -495,6 +497,10 @@ class _Space:
         model.add_hint(variables["T"], max(int(values["T"]), floor_T))
 
 
+@method("decoupled-cpsat", family="exact",
+        summary="decoupled all-reduce, exact: CP-SAT over both groupings and their interleaving on the channel, "
+                "n <= 10 (every reduce-scatter first with interleave=False, n <= 40)",
+        in_default_comparison=False)
 @declares(Needs(pattern="decoupled", max_tensors=MAX_TENSORS_SEQUENTIAL,
                 size_reason=SIZE_REASON_SEQUENTIAL))
 def decoupled_cpsat(
@@ -753,35 +759,12 @@ def _decode(solver: Any, space: _Space, variables: dict[str, Any], k: dict[str, 
 
 
 def _hint(problem: Problem, hint: Any, space: _Space) -> tuple[DecoupledPlan | None, str]:
-    """The hint as a plan of the space, and a label for ``stats``."""
-    if hint is None:
-        return None, "none"
-    if isinstance(hint, DecoupledPlan):
-        hint.validate(problem.profile)
-        try:
-            space.arcs_of(hint)
-        except ValueError as exc:
-            raise ValueError(f"hint: {exc}") from None
-        simulate(problem, hint, validate=False)             # an order it cannot run: ValueError
-        return hint, "plan"
-    if not isinstance(hint, str):
-        raise ValueError(f"hint must be 'best-baseline', a method name, a DecoupledPlan or None; "
-                         f"got {type(hint).__name__}")
-    if hint == "best-baseline":
-        results = [(decoupled_wfbp(problem), "decoupled-wfbp"), (decoupled_opt(problem), "decoupled-opt")]
-        result, name = min(results, key=lambda r: r[0].iteration_time)
-        return result.plan, name
-    if hint == "decoupled-cpsat":
-        raise ValueError("hint 'decoupled-cpsat' would solve the problem with CP-SAT to hint CP-SAT; "
-                         "name another method, 'best-baseline', a DecoupledPlan or None")
-    from fusionopt.solvers.registry import solve
-
-    try:
-        plan = solve(problem, hint).plan
-    except ValueError as exc:
-        raise ValueError(f"hint {hint!r} is neither 'best-baseline' nor a decoupled method: {exc}") from None
-    try:
+    """The hint as a plan of the space, and a label for ``stats``
+    (:func:`fusionopt.solvers.warm.hint_plan`)."""
+    def check(plan: DecoupledPlan) -> None:
+        plan.validate(problem.profile)
         space.arcs_of(plan)
-    except ValueError as exc:
-        raise ValueError(f"hint method {hint!r} returned a plan outside the space: {exc}") from None
-    return plan, hint
+        simulate(problem, plan, validate=False)             # an order it cannot run: ValueError
+
+    return warm.hint_plan(problem, hint, method="decoupled-cpsat", plan_type=DecoupledPlan,
+                          best_of=("decoupled-wfbp", "decoupled-opt"), check=check)

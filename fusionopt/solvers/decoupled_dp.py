@@ -28,8 +28,14 @@ from fusionopt.model.plan import Plan
 from fusionopt.model.problem import Problem
 from fusionopt.solvers.needs import Needs, declares
 from fusionopt.solvers.result import Result, finish
+from fusionopt.solvers.catalogue import method
+from fusionopt.solvers.decoupled import in_grouping_space
 
 
+@method("decoupled-dp", family="exact",
+        summary="decoupled all-reduce, exact over decoupled-brute's space, any n: tensor 0 ready last, or barrier sync "
+                "without update time",
+        space=in_grouping_space)
 @declares(Needs(pattern="decoupled"))
 def decoupled_dp(problem: Problem) -> Result:
     """The optimum over :func:`~fusionopt.solvers.decoupled.decoupled_brute`'s space, at any

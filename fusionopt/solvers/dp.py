@@ -10,8 +10,10 @@ from fusionopt.model.plan import Plan
 from fusionopt.model.problem import Problem
 from fusionopt.solvers.result import Result, finish
 from fusionopt.solvers.needs import Needs, declares
+from fusionopt.solvers.catalogue import method
 
 
+@method("dp", family="exact", summary="exact fusion dynamic programme (O(n) affine, O(n^2) any cost)")
 @declares(Needs(plain=True, takes=("message_compute",)))
 def dp(
     problem: Problem,

@@ -49,6 +49,7 @@ from fusionopt.model.ticks import cycle_ticks
 from fusionopt.solvers.baselines import positive_number
 from fusionopt.solvers.priority import check_message_ends
 from fusionopt.solvers.result import Result, finish
+from fusionopt.solvers.catalogue import method
 
 MiB = 1024 * 1024
 HOROVOD_DEFAULTS = {"current": (1e-3, 128 * MiB), "legacy": (5e-3, 64 * MiB)}
@@ -93,6 +94,8 @@ def fuse(batch: list[int], sizes: Sequence[int], dtypes: tuple[str, ...] | None,
     return messages
 
 
+@method("horovod", family="framework baseline",
+        summary="Horovod tensor fusion at cycle ticks (1 ms, 128 MiB; NCCL behaviour by default)")
 def horovod(
     problem: Problem,
     *,

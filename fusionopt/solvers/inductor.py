@@ -53,6 +53,7 @@ from fusionopt.model.sharded_timing import require_sharded
 from fusionopt.solvers.needs import Needs, declares
 from fusionopt.solvers.result import Result, finish
 from fusionopt.solvers.sharded import fsdp2_plan
+from fusionopt.solvers.catalogue import method
 
 MIB = 1024 * 1024
 MIN_CAP_MB, MAX_CAP_MB = 10.0, 500.0
@@ -141,6 +142,8 @@ def inductor_plan(problem: Problem, *, bucket_cap_mb: float | None = None) -> Sh
                        reduce_bounds=None if group_bounds == unit_bounds else group_bounds)
 
 
+@method("inductor", family="framework baseline",
+        summary="TorchInductor (torch 2.13) FSDP bucketing: FSDP2's collectives merged greedily under a bandwidth cap")
 @declares(Needs(pattern="fully-sharded"))
 def inductor(problem: Problem, *, bucket_cap_mb: float | None = None) -> Result:
     """TorchInductor's FSDP collective bucketing (torch 2.13) on FSDP2's per-block units

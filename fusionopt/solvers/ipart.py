@@ -126,6 +126,7 @@ from fusionopt.model.ps_timing import offsets_iteration_time, simulate_ps
 from fusionopt.solvers.result import finish
 from fusionopt.solvers.result import Result
 from fusionopt.solvers.needs import Needs, declares
+from fusionopt.solvers.catalogue import method
 
 __all__ = ["PUSH_MODES", "ibatch", "ipart"]
 
@@ -567,6 +568,8 @@ def _best_simulated(problem: Problem, candidates: Sequence[tuple[str, list[int],
 
 
 # ---------------------------------------------------------------------------- iBatch
+@method("ibatch", family="paper",
+        summary="iBatch: pulls batched greedily with the forward (parameter server; reconstructed)")
 @declares(Needs(pattern="ps"))
 def ibatch(problem: Problem, *, pushes: str = "after-backward") -> Result:
     """iBatch: pulls batched with the forward, boundaries placed greedily from the first layer.
@@ -638,6 +641,8 @@ def ibatch(problem: Problem, *, pushes: str = "after-backward") -> Result:
 
 
 # ---------------------------------------------------------------------------- iPart
+@method("ipart", family="paper",
+        summary="iPart: greedy partitions both ways with partitioned compute (parameter server; reconstructed)")
 @declares(Needs(pattern="ps"))
 def ipart(problem: Problem, *, min_partition_bytes: int | None = None,
           lookahead_sizes: int = DEFAULT_LOOKAHEAD_SIZES) -> Result:

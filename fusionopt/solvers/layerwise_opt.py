@@ -48,12 +48,15 @@ from fusionopt.model.problem import Problem
 from fusionopt.model.simulator import simulate
 from fusionopt.solvers.result import Interrupted, Result, Status, finish
 from fusionopt.solvers.needs import Needs, declares
+from fusionopt.solvers.catalogue import get_method, method
+import fusionopt.solvers.warm as warm
 
 STARTS = ("dp", "wfbp", "p3", "bytescheduler", "bytescheduler-tuned", "usbyte")
 _IMPROVEMENT = 1e-12
 
 
 
+@method("layerwise-opt", family="search", summary="ours: the best layerwise start improved by local search (layerwise)")
 @declares(Needs(layerwise=True))
 def layerwise_opt(problem: Problem, *, time_limit: float = 2.0, kicks: int = 200, rng: int | None = 0,
                   starts: tuple[str, ...] | None = None) -> Result:
@@ -111,8 +114,6 @@ def layerwise_opt(problem: Problem, *, time_limit: float = 2.0, kicks: int = 200
     names = STARTS if starts is None else tuple(starts)
     if not names:
         raise ValueError("starts must name at least one method")
-    from fusionopt.solvers.registry import get_method, solve
-
     start_times: dict[str, float] = {}
     best: tuple[float, str, Plan] | None = None
     interrupted = False
@@ -121,7 +122,7 @@ def layerwise_opt(problem: Problem, *, time_limit: float = 2.0, kicks: int = 200
         if (method.plain_only and problem.extensions) or (name == "dp" and problem.extensions):
             continue
         try:
-            result = solve(problem, name)
+            result = warm.start(problem, name)
         except ValueError:
             continue                                # this start refuses the problem
         except KeyboardInterrupt:

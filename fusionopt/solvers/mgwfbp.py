@@ -12,8 +12,10 @@ from fusionopt.model.plan import Plan
 from fusionopt.model.problem import Problem
 from fusionopt.model.simulator import simulate
 from fusionopt.solvers.result import Result, finish
+from fusionopt.solvers.catalogue import method
 
 
+@method("mgwfbp", family="paper", summary="MG-WFBP merge rule (a greedy; not optimal in general)")
 def mgwfbp(problem: Problem) -> Result:
     """MG-WFBP's merge rule, as the reference code applies it (docs/methods.md, section mgwfbp).
 

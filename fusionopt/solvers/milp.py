@@ -76,6 +76,7 @@ from fusionopt.model.problem import Problem
 from fusionopt.solvers.cpsat_arcs import reference_cuts
 from fusionopt.solvers.result import Result, Status, finish
 from fusionopt.solvers.needs import Needs, declares
+from fusionopt.solvers.catalogue import method
 
 # HiGHS's primal, dual and MIP feasibility tolerances on the scaled model, where they are
 # fractions of tau and of Q_n. With the defaults (1e-7, 1e-7, 1e-6) HiGHS passed over
@@ -89,6 +90,9 @@ HIGHS_FEASIBILITY = 1e-9
 NUMERICAL_RTOL = 10 * HIGHS_FEASIBILITY
 
 
+@method("milp", family="exact",
+        summary="exact: MILP solved by HiGHS, independent formulation",
+        in_default_comparison=False)
 @declares(Needs(plain=True))
 def milp(
     problem: Problem,

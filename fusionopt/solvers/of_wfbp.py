@@ -11,8 +11,12 @@ import numpy as np
 from fusionopt.model.problem import Problem
 from fusionopt.solvers.closed_form import closed_form
 from fusionopt.solvers.result import Interrupted, Result
+from fusionopt.solvers.catalogue import method
 
 
+@method("of-wfbp", family="paper",
+        summary="OF-WFBP: closed-form cases, else GradSSA (reconstructed)",
+        in_default_comparison=False)
 def of_wfbp(
     problem: Problem,
     *,

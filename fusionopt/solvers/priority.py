@@ -66,6 +66,7 @@ from fusionopt.model.plan import Chunk
 from fusionopt.model.problem import Problem
 from fusionopt.solvers.result import Result, finish
 from fusionopt.solvers.needs import Needs, declares
+from fusionopt.solvers.catalogue import method
 
 P3_SLICE_PARAMETERS = 40_000
 
@@ -117,6 +118,7 @@ def check_reproduced(problem: Problem, result: Result, schedule: PolicyRun, meth
 
 
 # ---------------------------------------------------------------------------- P3
+@method("p3", family="paper", summary="P3: 40k-parameter slices, priority by forward index (layerwise)")
 @declares(Needs(layerwise=True))
 def p3(problem: Problem, *, slice_parameters: int = P3_SLICE_PARAMETERS) -> Result:
     """P3 (priority-based parameter propagation, Jayarajan et al. 2019) for layerwise sync.

@@ -22,10 +22,13 @@ from fusionopt.model.problem import Problem
 from fusionopt.model.ps import PSPlan
 from fusionopt.solvers.needs import Needs, declares
 from fusionopt.solvers.result import Result, finish
+from fusionopt.solvers.catalogue import method
 
 __all__ = ["ps_default", "ps_layer"]
 
 
+@method("ps-default", family="framework baseline",
+        summary="parameter server: one push after the backward, one pull before the forward")
 @declares(Needs(pattern="ps"))
 def ps_default(problem: Problem) -> Result:
     """Default parameter server: one push after the backward, one pull before the forward.
@@ -51,6 +54,8 @@ def ps_default(problem: Problem) -> Result:
     return finish(problem, PSPlan.from_offsets(problem.profile), "ps-default", started)
 
 
+@method("ps-layer", family="framework baseline",
+        summary="parameter server: one push and one pull per tensor, overlapping the compute")
 @declares(Needs(pattern="ps"))
 def ps_layer(problem: Problem) -> Result:
     """Layer-by-layer parameter server: one push per tensor, one pull per tensor.

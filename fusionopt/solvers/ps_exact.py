@@ -49,6 +49,8 @@ from fusionopt.solvers.cpsat_arcs import add_path_constraints, integer_horizon, 
 from fusionopt.solvers.cpsat_search import raise_if_interrupted, run_search
 from fusionopt.solvers.needs import Needs, declares
 from fusionopt.solvers.result import Result, Status, finish
+from fusionopt.solvers.catalogue import method
+import fusionopt.solvers.warm as warm
 
 __all__ = ["ps_brute", "ps_dp", "ps_cpsat", "ps_units", "MAX_BRUTE_CUTS"]
 
@@ -109,6 +111,9 @@ def _common_stats(problem: Problem, granularity: Any, units: list[tuple[int, int
 
 
 # ---------------------------------------------------------------------------- brute force
+@method("ps-brute", family="exact",
+        summary="parameter server, exact: every push and pull grouping (whole tensors or a unit grid), small n",
+        in_default_comparison=False)
 @declares(Needs(pattern="ps"))
 def ps_brute(problem: Problem, *, granularity: Any = "tensor") -> Result:
     """Every plan of the space, scored by the fast evaluator; the fastest (ties: the first).
@@ -398,6 +403,8 @@ def _pareto_dp(n: int, first: np.ndarray, second: np.ndarray, step, lower, incum
     return value, cuts
 
 
+@method("ps-dp", family="exact",
+        summary="parameter server: push and pull DPs (exact over whole tensors when updates cost no time per byte)")
 @declares(Needs(pattern="ps"))
 def ps_dp(problem: Problem, *, max_rounds: int = 50, exhaustive_up_to: int = 10) -> Result:
     """The fusion DP of MODEL.md section 7 adapted to both directions, over whole tensors.
@@ -929,6 +936,9 @@ class _Grid:
         model.add_hint(variables["T"], max(int(values["T"]), floor_T))
 
 
+@method("ps-cpsat", family="exact",
+        summary="parameter server, exact: CP-SAT over push and pull groupings, anytime",
+        in_default_comparison=False)
 @declares(Needs(pattern="ps"))
 def ps_cpsat(
     problem: Problem,
@@ -1148,35 +1158,9 @@ HINT_METHODS = ("ps-default", "ps-layer", "ps-dp")
 
 
 def _ps_hint(problem: Problem, hint: Any, grid: _Grid) -> tuple[PSPlan | None, str]:
-    """The hint as a plan of the space, and a label for ``stats``."""
-    if hint is None:
-        return None, "none"
-    if isinstance(hint, PSPlan):
-        grid.cuts_of(hint.validate(problem.profile))
-        return hint, "plan"
-    if not isinstance(hint, str):
-        raise ValueError(f"hint must be 'best-baseline', a method name, a PSPlan or None; got {type(hint).__name__}")
-    from fusionopt.solvers.ps import ps_default, ps_layer
+    """The hint as a plan of the space, and a label for ``stats``
+    (:func:`fusionopt.solvers.warm.hint_plan`)."""
+    def check(plan: PSPlan) -> None:
+        grid.cuts_of(plan.validate(problem.profile))
 
-    local = {"ps-default": ps_default, "ps-layer": ps_layer, "ps-dp": ps_dp}
-    if hint == "best-baseline":
-        results = [(local[name](problem), name) for name in HINT_METHODS]
-        result, name = min(results, key=lambda r: r[0].iteration_time)
-        return result.plan, name
-    if hint == "ps-cpsat":
-        raise ValueError("hint 'ps-cpsat' would solve the problem with CP-SAT to hint CP-SAT; "
-                         "name another method, 'best-baseline', a PSPlan or None")
-    if hint in local:
-        plan = local[hint](problem).plan
-    else:
-        from fusionopt.solvers.registry import solve
-
-        try:
-            plan = solve(problem, hint).plan
-        except ValueError as exc:
-            raise ValueError(f"hint {hint!r} is neither 'best-baseline' nor a parameter-server method: {exc}") from None
-    try:
-        grid.cuts_of(plan)
-    except ValueError as exc:
-        raise ValueError(f"hint method {hint!r} returned a plan outside the space: {exc}") from None
-    return plan, hint
+    return warm.hint_plan(problem, hint, method="ps-cpsat", plan_type=PSPlan, best_of=HINT_METHODS, check=check)

@@ -34,6 +34,7 @@ from fusionopt.model.sharded import ShardedPlan
 from fusionopt.model.sharded_timing import simulate_sharded
 from fusionopt.solvers.needs import Needs, declares
 from fusionopt.solvers.result import Interrupted, Result, Status, finish
+from fusionopt.solvers.catalogue import method
 
 SHARDED = Needs(pattern="fully-sharded")
 BRUTE_MAX_ATOMS = 8
@@ -71,6 +72,8 @@ def atom_bounds(profile: Profile, atoms: str | Sequence[int] = "module") -> list
 
 # --- the frameworks ---------------------------------------------------------------------------
 
+@method("sharded-wfbp", family="framework baseline",
+        summary="fully sharded: a unit per tensor, resharded, prefetch one ahead each way (the unfused reference)")
 @declares(SHARDED)
 def sharded_wfbp(problem: Problem) -> Result:
     """A unit per tensor, each resharded after its forward, prefetch one unit ahead both ways.
@@ -120,6 +123,8 @@ def fsdp2_plan(profile: Profile, *, reshard_after_forward: bool = True, forward_
                        root=root, names=names)
 
 
+@method("fsdp2", family="framework baseline",
+        summary="PyTorch FSDP2 (torch 2.13): fully_shard per block and on the root, blocks resharded, implicit prefetch")
 @declares(SHARDED)
 def fsdp2(problem: Problem, *, reshard_after_forward: bool = True, forward_prefetch: int | None = None,
           backward_prefetch: int = 1) -> Result:
@@ -226,6 +231,9 @@ def _infeasible(problem: Problem, method: str, least_over: float) -> ValueError:
                       f"is {cap + least_over:.6g} B")
 
 
+@method("sharded-brute", family="exact",
+        summary="fully sharded, exact: every plan over at most 8 atoms (units, reshard flags, depths, root)",
+        in_default_comparison=False)
 @declares(SHARDED)
 def sharded_brute(problem: Problem, *, atoms: str | Sequence[int] = "tensor") -> Result:
     """Exact: every plan whose units are unions of consecutive ``atoms`` (:func:`atom_bounds`),
@@ -430,6 +438,9 @@ def _neighbours(plan: ShardedPlan, atoms: list[int], least: dict[str, int], root
             yield plan.replace(bounds=bounds[:j] + [b] + bounds[j:], reshard=split)
 
 
+@method("sharded-opt", family="search",
+        summary="fully sharded: local search over units, reshard flags, prefetch depths and root under the memory cap "
+                "(reduce_groups=True: also reduce-scatter groups)")
 @declares(SHARDED)
 def sharded_opt(problem: Problem, *, atoms: str | Sequence[int] = "module", max_evaluations: int = 20_000,
                 kicks: int = 20, rng: int = 0, time_limit: float = 30.0, min_forward_prefetch: int = 0,

@@ -55,13 +55,15 @@ from fusionopt.model.plan import Plan
 from fusionopt.model.problem import Problem
 from fusionopt.model.simulator import simulate
 from fusionopt.solvers.result import Interrupted, Result, Status, finish
+from fusionopt.solvers.catalogue import method
+import fusionopt.solvers.warm as warm
 
 THRESHOLD = 0.5
 # Smallest positive float: the paper's "smallest constant" against division by zero (Eq. 5).
 _EPSILON = np.finfo(np.float64).tiny
 # Most position entries in one batch of neighbours (32 MiB of float64).
 _BLOCK_ENTRIES = 1 << 22
-# Baselines GradSSA seeds its population with, solved through the registry.
+# Baselines GradSSA seeds its population with, solved as warm starts (fusionopt.solvers.warm).
 GRADSSA_SEEDS = ("wfbp", "single", "threshold", "ddp", "horovod", "mgwfbp")
 # Seeds whose solve grows with n^2 (MG-WFBP's merges), and about how long they take per
 # n^2 (1.4 s for DenseNet-201's 604 tensors on the reference host): with a time_limit below
@@ -565,6 +567,9 @@ def _key(position: np.ndarray) -> bytes:
 
 
 # ---------------------------------------------------------------------------- solvers
+@method("ssa", family="search",
+        summary="sparrow search (Xue and Shen 2020) over cut vectors",
+        in_default_comparison=False)
 def ssa(
     problem: Problem,
     *,
@@ -634,6 +639,9 @@ def ssa(
     return setting.run("ssa", algorithm, dict(zip(seeds, seed_cuts)), time_limit, started, rng_seed)
 
 
+@method("gradssa", family="search",
+        summary="our sparrow search for fusion: seeded, with local search",
+        in_default_comparison=False)
 def gradssa(
     problem: Problem,
     *,
@@ -649,8 +657,8 @@ def gradssa(
     """GradSSA, our sparrow search for tensor fusion (:class:`GradSSA`; all choices ours).
 
     The population starts from the plans of the baselines ``wfbp``, ``single``,
-    ``threshold``, ``ddp``, ``horovod`` and ``mgwfbp`` (default options, solved through
-    the registry, repaired for the caps) and random plans: each draws a cut density ``p ~
+    ``threshold``, ``ddp``, ``horovod`` and ``mgwfbp`` (default options, solved as
+    warm starts, repaired for the caps) and random plans: each draws a cut density ``p ~
     U(0, 1)`` (``U(0, (K - 1) / (n - 1))`` under ``max_messages = K``) and cuts each
     position with probability ``p``, so that plans of few and of many messages both
     appear. Each iteration moves the sparrows by the paper's equations, then improves
@@ -696,8 +704,6 @@ def gradssa(
     >>> round(result.stats["seeds"]["mgwfbp"] * 1e3, 9)
     19.0
     """
-    from fusionopt.solvers.registry import solve
-
     started = time.perf_counter()
     _check_int("population", population, 2)
     _check_int("iterations", iterations, 1)
@@ -718,7 +724,7 @@ def gradssa(
         if time_limit is not None and name in QUADRATIC_SEEDS and QUADRATIC_SEED_SECONDS * d * d > time_limit:
             skipped.append(name)      # it would take the whole limit (MG-WFBP: 1.4 s for n = 604)
             continue
-        seeds.append((name, solve(problem, name).plan.without_release()))
+        seeds.append((name, warm.start(problem, name).plan.without_release()))
     seeds = [(name, plan) for name, plan in seeds if plan.is_fusion(profile)]   # DDP over dtypes may not be
     seed_names = [name for name, _ in seeds]
     seed_cuts = setting.repair_all(np.array([plan.cuts(profile) for _, plan in seeds]))

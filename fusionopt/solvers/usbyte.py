@@ -91,6 +91,7 @@ from fusionopt.model.problem import Problem
 from fusionopt.model.sync import layerwise_forward
 from fusionopt.solvers.result import Result, finish
 from fusionopt.solvers.needs import Needs, declares
+from fusionopt.solvers.catalogue import method
 
 DEFAULT_UNIT_PARAMETERS = 1_000_000
 USBYTE_NEEDS = Needs(plain=True, layerwise=True)
@@ -288,6 +289,9 @@ def _preempting(schedule: BlockSchedule, l: int) -> list[int]:
                    if schedule.phases[k] == 1 and schedule.chunks[k].tensor != l})
 
 
+@method("usbyte", family="paper",
+        summary="US-Byte: unequal blocks in gaps, priority search (layerwise)",
+        in_default_comparison=False)
 @declares(USBYTE_NEEDS)
 def usbyte(
     problem: Problem,

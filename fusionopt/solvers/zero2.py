@@ -44,6 +44,7 @@ from fusionopt.model.problem import Problem
 from fusionopt.model.simulator import simulate
 from fusionopt.solvers.needs import Needs, declares
 from fusionopt.solvers.result import Result, finish
+from fusionopt.solvers.catalogue import method
 
 ZERO_REDUCE_BUCKET = 500_000_000           # elements: DeepSpeed's reduce_bucket_size default
 
@@ -81,6 +82,8 @@ def zero2_buckets(problem: Problem, reduce_bucket_size: int = ZERO_REDUCE_BUCKET
     return buckets
 
 
+@method("zero2", family="framework baseline",
+        summary="DeepSpeed ZeRO-2: 5e8-element buckets all-reduced (overlap_comm: on their own stream), one gather (barrier)")
 @declares(Needs(pattern="decoupled", barrier=True))
 def zero2(problem: Problem, *, reduce_bucket_size: int = ZERO_REDUCE_BUCKET, overlap_comm: bool = False) -> Result:
     """DeepSpeed ZeRO stage 2 as DeepSpeed 0.19.6 runs it (module docstring), with its

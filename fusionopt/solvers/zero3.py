@@ -73,6 +73,7 @@ from fusionopt.model.profile import Profile
 from fusionopt.model.sharded import ShardedPlan
 from fusionopt.solvers.needs import Needs, declares
 from fusionopt.solvers.result import Result, finish
+from fusionopt.solvers.catalogue import method
 
 PREFETCH_BUCKET_SIZE = 50_000_000
 PARAM_PERSISTENCE_THRESHOLD = 100_000
@@ -177,6 +178,8 @@ def zero3_plan(profile: Profile, *, prefetch_bucket_size: int = PREFETCH_BUCKET_
                        reduce_bounds=groups, persistent=persistent)
 
 
+@method("zero3", family="framework baseline",
+        summary="DeepSpeed ZeRO-3 (0.19.6 defaults): 5e7-element prefetch buckets, 5e8-element reduce-scatter buckets")
 @declares(Needs(pattern="fully-sharded"))
 def zero3(problem: Problem, *, prefetch_bucket_size: int = PREFETCH_BUCKET_SIZE,
           param_persistence_threshold: int = PARAM_PERSISTENCE_THRESHOLD,

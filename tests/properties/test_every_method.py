@@ -11,7 +11,7 @@ from strategies import alpha_beta, problems
 from fusionopt.model import AlphaBeta, Problem, Profile, simulate
 from fusionopt.model.ps import ParameterServer
 from fusionopt.solvers import solve
-from fusionopt.solvers.registry import _REGISTRY, get_method
+from fusionopt.solvers.registry import catalogue, get_method
 
 # The reasons a method may give for not taking a problem, each documented in its docstring.
 REFUSALS = (
@@ -31,7 +31,7 @@ def check_every_method(problem: Problem) -> None:
     """Each registered method for ``problem``'s pattern (all-reduce or parameter server) gives a
     valid plan the simulator agrees with, at no less than the compute time, or refuses it
     for a documented reason."""
-    for method, entry in _REGISTRY.items():
+    for method, entry in ((m.name, m) for m in catalogue()):
         if entry.pattern != problem.pattern:
             continue
         try:

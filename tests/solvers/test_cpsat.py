@@ -171,11 +171,11 @@ def test_bad_input_is_named():
     with pytest.raises(ValueError, match="random_seed"):
         cpsat(problem, random_seed=2.5)
     forward_order = Plan.from_groups(profile, [[0], [1], [2]])
-    with pytest.raises(ValueError, match="hint plan is not a fusion plan"):
+    with pytest.raises(ValueError, match="^hint: not a fusion plan of this profile"):
         cpsat(problem, hint=forward_order)
     split = Plan((Message((Chunk(2, 0, 2_000_000), Chunk(1, 0, 500_000))),
                   Message((Chunk(1, 500_000, 1_000_000), Chunk(0, 0, 4_000_000)))))
-    with pytest.raises(ValueError, match="hint plan is not a fusion plan"):
+    with pytest.raises(ValueError, match="^hint: not a fusion plan of this profile"):
         cpsat(problem, hint=split)
     with pytest.raises(ValueError, match="hint 'cpsat'"):
         cpsat(problem, hint="cpsat")
@@ -183,6 +183,9 @@ def test_bad_input_is_named():
         cpsat(problem, hint="nope")
     with pytest.raises(ValueError, match="hint must be"):
         cpsat(problem, hint=3)
+    with pytest.raises(ValueError, match="^hint 'ps-dp' is neither 'best-baseline' nor an all-reduce method: it plans "
+                                         "parameter server problems$"):
+        cpsat(problem, hint="ps-dp")
     with pytest.raises(ValueError, match="infeasible: tensor 't0'"):
         cpsat(problem, max_message_bytes=3e6)
     with pytest.raises(ValueError, match="max_messages must be an integer"):

@@ -187,7 +187,7 @@ def test_options_hints_and_refusals():
                                          r"reduce-scatter first\) takes n <= 40$"):
         solve(decoupled(Profile.from_arrays([8] * 11, [MS] * 11, [MS] * 11), HALF, HALF, "barrier", False),
               "decoupled-cpsat")
-    with pytest.raises(ValueError, match="would solve the problem with CP-SAT"):
+    with pytest.raises(ValueError, match="^hint .decoupled-cpsat. would solve the problem with decoupled-cpsat to hint decoupled-cpsat"):
         solve(problem, "decoupled-cpsat", hint="decoupled-cpsat")
     released = DecoupledPlan(Plan.from_groups(HAND, [[0], [1]]), Plan.from_groups(HAND, [[0, 1]], release=[MS]))
     with pytest.raises(ValueError, match="^hint: not a plan of the space: it splits tensors, has release times"):

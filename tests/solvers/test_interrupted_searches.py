@@ -11,7 +11,7 @@ import pytest
 from fusionopt.cost import AlphaBeta
 from fusionopt.model import FullySharded, Problem, Profile, simulate
 from fusionopt.solvers import Status, solve
-from fusionopt.solvers import layerwise_opt, registry, sharded, ssa
+from fusionopt.solvers import layerwise_opt, sharded, ssa, warm
 from fusionopt.solvers.result import Interrupted
 
 MS = 1e-3
@@ -106,7 +106,7 @@ def test_layerwise_opt_interrupted_keeps_the_best_plan_evaluated(monkeypatch, ca
 def test_layerwise_opt_interrupted_in_its_starts_keeps_the_best_start(monkeypatch):
     problem = Problem(random_profile(12, 2), AlphaBeta(0.3 * MS, 1e-9), sync="layerwise")
     alone = {name: solve(problem, name).iteration_time for name in ("wfbp", "single")}
-    interrupt_after(monkeypatch, registry, "solve", 2)          # the third start is stopped
+    interrupt_after(monkeypatch, warm, "start", 2)             # the third start is stopped
     result = kept(layerwise_opt.layerwise_opt, problem, starts=("wfbp", "single", "dp"))
     assert result.stats["start_times"] == alone
     assert judged(result, problem) == pytest.approx(min(alone.values()), rel=RTOL)
@@ -114,7 +114,7 @@ def test_layerwise_opt_interrupted_in_its_starts_keeps_the_best_start(monkeypatc
 
 def test_layerwise_opt_interrupted_in_its_first_start_has_no_plan(monkeypatch):
     problem = Problem(random_profile(12, 2), AlphaBeta(0.3 * MS, 1e-9), sync="layerwise")
-    interrupt_after(monkeypatch, registry, "solve", 0)
+    interrupt_after(monkeypatch, warm, "start", 0)
     assert not isinstance(stopped(layerwise_opt.layerwise_opt, problem, starts=("wfbp", "single")), Interrupted)
 
 

@@ -305,7 +305,7 @@ def test_other_bad_options():
         ps_dp(worked(), max_rounds=-1)
     with pytest.raises(ValueError, match="exhaustive_up_to must be an integer >= 0, got 2.5"):
         ps_dp(worked(), exhaustive_up_to=2.5)
-    with pytest.raises(ValueError, match="hint 'ps-cpsat' would solve the problem with CP-SAT"):
+    with pytest.raises(ValueError, match="^hint 'ps-cpsat' would solve the problem with ps-cpsat to hint ps-cpsat"):
         ps_cpsat(worked(), hint="ps-cpsat")
     with pytest.raises(ValueError, match="hint must be 'best-baseline', a method name, a PSPlan or None; got int"):
         ps_cpsat(worked(), hint=3)

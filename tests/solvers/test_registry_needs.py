@@ -7,7 +7,7 @@ from fusionopt.cost import network
 from fusionopt.model import Decoupled, FullySharded, Problem
 from fusionopt.model.ps import ParameterServer
 from fusionopt.solvers import solve
-from fusionopt.solvers.registry import _REGISTRY, default_methods, get_method
+from fusionopt.solvers.registry import catalogue, default_methods, get_method
 
 pytest.importorskip("ortools")
 
@@ -29,7 +29,7 @@ def another(pattern):
     return "ps" if pattern == "all-reduce" else "all-reduce"
 
 
-@pytest.mark.parametrize("name", sorted(_REGISTRY))
+@pytest.mark.parametrize("name", sorted(m.name for m in catalogue()))
 def test_a_method_refuses_what_it_declares_it_cannot_solve(name):
     needs = get_method(name).needs
     options = SMALL.get(name, {})
@@ -73,7 +73,7 @@ def test_a_method_refuses_what_it_declares_it_cannot_solve(name):
 def test_the_default_comparison_follows_the_declarations():
     assert "dp" not in default_methods(problem(copy_cost=1e-11))
     assert "p3" not in default_methods(problem()) and "p3" in default_methods(problem(sync="layerwise"))
-    assert default_methods(problem(ps=True)) == [n for n in _REGISTRY if get_method(n).needs.pattern == "ps"
+    assert default_methods(problem(ps=True)) == [n for n in (m.name for m in catalogue()) if get_method(n).needs.pattern == "ps"
                                                   and get_method(n).in_default_comparison]
     assert default_methods(problem("decoupled")) == ["decoupled-wfbp", "megatron", "zero2", "decoupled-opt",
                                                      "decoupled-dp"]
@@ -82,7 +82,7 @@ def test_the_default_comparison_follows_the_declarations():
     assert default_methods(problem("fully-sharded"))[:3] == ["sharded-wfbp", "fsdp2", "sharded-opt"]
 
 
-DECLARED = sorted(name for name in _REGISTRY if hasattr(get_method(name).function, "needs"))
+DECLARED = sorted(name for name in (m.name for m in catalogue()) if hasattr(get_method(name).function, "needs"))
 
 
 @pytest.mark.parametrize("name", DECLARED)
@@ -127,4 +127,21 @@ def test_the_methods_page_gives_each_method_its_registered_family():
     from pathlib import Path
     page = (Path(__file__).resolve().parents[2] / "docs" / "methods.md").read_text()
     rows = dict(re.findall(r"^\| \[([a-z0-9-]+)\]\(#[a-z0-9-]+\) \| ([a-z ]+) \|", page, re.M))
-    assert rows == {name: get_method(name).family for name in _REGISTRY}
+    assert rows == {name: get_method(name).family for name in (m.name for m in catalogue())}
+
+
+def test_every_method_registers_itself_and_has_its_place():
+    # Each solver registers itself with the decorator beside its definition; the dispatcher's
+    # ORDER places every one of them (a comparison's rows follow it), and names no other.
+    from fusionopt.solvers.catalogue import register
+    from fusionopt.solvers.registry import ORDER
+
+    assert [m.name for m in catalogue()] == list(ORDER)
+    assert all(get_method(name).function.__module__.startswith("fusionopt.solvers.") for name in ORDER)
+    with pytest.raises(ValueError, match="^method 'dp' is already registered$"):
+        register("dp", lambda problem: None, "again", family="exact")
+    with pytest.raises(ValueError, match="^method 'mine': its solver must be a function, got str$"):
+        register("mine", "fusionopt.solvers.dp:dp", "by path", family="exact")
+    with pytest.raises(ValueError, match="^unknown family 'heuristic' for method 'mine'"):
+        register("mine", lambda problem: None, "mine", family="heuristic")
+    assert "mine" not in [m.name for m in catalogue()]

@@ -1,0 +1,238 @@
+"""The catalogue of methods: each solver registers itself with :func:`method`, a decorator on
+its own function, and is run by name with :func:`run`.
+
+The catalogue sits below every solver: a solver module imports it to register its functions
+and to run another method as a warm start (:mod:`fusionopt.solvers.warm`), and never imports
+the dispatcher (:mod:`fusionopt.solvers.registry`), which imports every solver module and
+puts the methods in their order.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+from contextvars import ContextVar
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator, Sequence, TypeVar
+
+from fusionopt.model.problem import Problem
+from fusionopt.solvers.needs import Needs, needs_of
+from fusionopt.solvers.result import Result
+
+F = TypeVar("F", bound=Callable[..., Result])
+
+FAMILIES = {
+    "framework baseline": "what a training framework does by default (DDP, Horovod, a parameter server)",
+    "paper": "a published scheduler, as its paper or code runs it",
+    "search": "a heuristic search, with its gap to a bound",
+    "exact": "an exact method: a proved optimum over its plan space, or a certified gap",
+}
+"""The method families, each with what its members have in common."""
+
+REFERENCE = {"all-reduce": "wfbp", "ps": "ps-default", "decoupled": "decoupled-wfbp", "fully-sharded": "sharded-wfbp"}
+"""The method :func:`~fusionopt.solvers.comparison.compare` measures speedups against, for
+each pattern of problem."""
+
+_SOLVED: ContextVar[dict[str, tuple[Problem, Result]] | None] = ContextVar("fusionopt_solved", default=None)
+"""Within :func:`solved_once`: each method's result on its problem, solved with the default
+options, so a method that starts from other methods' plans (``layerwise-opt``, ``cpsat``'s
+hints) is handed the comparison's own results instead of solving them again."""
+
+
+@dataclass(frozen=True)
+class Method:
+    """A registered solver: ``function(problem, **options) -> Result``.
+
+    ``space`` (exact methods): ``in_space(problem, plan) -> bool``, true for the plans of the
+    space the method is exact over, so that its proven bound also bounds another method's
+    plan of that space.
+    """
+
+    name: str
+    function: Callable[..., Result]
+    summary: str
+    family: str
+    in_default_comparison: bool = True
+    space: Callable[[Problem, Any], bool] | None = None
+
+    @property
+    def in_space(self) -> Callable[[Problem, Any], bool] | None:
+        """The membership test of the plan space the method is exact over (None: not declared)."""
+        return self.space
+
+    @property
+    def needs(self) -> Needs:
+        """What the method can solve, as its function declares it (:mod:`fusionopt.solvers.needs`)."""
+        return needs_of(self.function)
+
+    @property
+    def plain_only(self) -> bool:
+        """Needs the plain model (no copy cost, contention or several channels)."""
+        return self.needs.plain
+
+    @property
+    def layerwise_only(self) -> bool:
+        """Needs ``sync="layerwise"`` (the partition schedulers)."""
+        return self.needs.layerwise
+
+    @property
+    def pattern(self) -> str:
+        """The pattern of the problems it plans: ``"all-reduce"``, ``"ps"``, ``"decoupled"`` or
+        ``"fully-sharded"``."""
+        return self.needs.pattern
+
+    @property
+    def options(self) -> dict[str, Any]:
+        """Keyword options with their defaults."""
+        signature = inspect.signature(self.function)
+        return {p.name: p.default for p in signature.parameters.values() if p.kind is inspect.Parameter.KEYWORD_ONLY}
+
+
+_CATALOGUE: dict[str, Method] = {}
+
+
+def register(name: str, function: Callable[..., Result], summary: str, *, family: str,
+             in_default_comparison: bool = True, space: Callable[[Problem, Any], bool] | None = None) -> Method:
+    """Add ``function`` (``function(problem, **options) -> Result``) as method ``name`` of
+    ``family`` (one of :data:`FAMILIES`); :func:`method` does the same as a decorator.
+
+    ``in_default_comparison``: whether :func:`~fusionopt.solvers.comparison.compare` runs it
+    when no methods are named (off for searches that are slow or limited in size). What the
+    method can solve is read from its function's declaration
+    (:func:`fusionopt.solvers.needs.declares`): a method that needs the plain model or
+    layerwise sync is left out of that comparison, with its reason, on problems it refuses,
+    and each pattern's methods run on their own kind of problem only. ``space``: see
+    :class:`Method`.
+    """
+    if name in _CATALOGUE:
+        raise ValueError(f"method {name!r} is already registered")
+    if not callable(function):
+        raise ValueError(f"method {name!r}: its solver must be a function, got {type(function).__name__}")
+    if family not in FAMILIES:
+        raise ValueError(f"unknown family {family!r} for method {name!r}; families: {', '.join(FAMILIES)}")
+    if space is not None and not callable(space):
+        raise ValueError(f"method {name!r}: space must be a function (problem, plan) -> bool")
+    entry = Method(name, function, summary, family, in_default_comparison, space)
+    _CATALOGUE[name] = entry
+    return entry
+
+
+def method(name: str, *, family: str, summary: str, in_default_comparison: bool = True,
+           space: Callable[[Problem, Any], bool] | None = None) -> Callable[[F], F]:
+    """Register the decorated solver function as method ``name`` (:func:`register`), beside
+    its own definition; the function itself is returned unchanged."""
+    def registered(function: F) -> F:
+        register(name, function, summary, family=family, in_default_comparison=in_default_comparison, space=space)
+        return function
+    return registered
+
+
+def arrange(order: Sequence[str]) -> None:
+    """Put the methods named in ``order`` first, in that order (the order of listings and of
+    a comparison's rows); the others keep theirs after them."""
+    known = [name for name in order if name in _CATALOGUE]
+    rest = [name for name in _CATALOGUE if name not in order]
+    entries = {name: _CATALOGUE[name] for name in known + rest}
+    _CATALOGUE.clear()
+    _CATALOGUE.update(entries)
+
+
+def methods() -> dict[str, str]:
+    """Registered method names with a one-line description.
+
+    >>> "wfbp" in methods()
+    True
+    """
+    return {name: m.summary for name, m in _CATALOGUE.items()}
+
+
+def catalogue() -> tuple[Method, ...]:
+    """Every registered :class:`Method`, in order."""
+    return tuple(_CATALOGUE.values())
+
+
+def default_methods(problem: Problem | None = None) -> list[str]:
+    """The methods :func:`~fusionopt.solvers.comparison.compare` runs when none are named,
+    as their declarations allow (for ``problem``: without the plain-model methods when it has
+    extensions on, with the layerwise-only ones when its sync is layerwise); a method may
+    still refuse the problem when it is solved (compare then leaves it out with its reason).
+
+    >>> default_methods()[:2]
+    ['wfbp', 'single']
+    """
+    extensions = set() if problem is None else set(problem.extensions)
+    layerwise = problem is not None and problem.sync == "layerwise"
+    pattern = "all-reduce" if problem is None else problem.pattern
+    return [name for name, m in _CATALOGUE.items()
+            if m.in_default_comparison and not (m.plain_only and extensions - set(m.needs.takes))
+            and (layerwise or not m.layerwise_only) and not (layerwise and m.needs.barrier)
+            and m.pattern == pattern]
+
+
+def comparison_candidates(problem: Problem | None = None) -> list[str]:
+    """The methods of ``problem``'s pattern marked for the default comparison, whether or not
+    they take ``problem``: :func:`default_methods` and those its declarations leave out.
+
+    >>> [m for m in comparison_candidates() if m not in default_methods()]
+    ['p3', 'bytescheduler', 'bytescheduler-tuned', 'layerwise-opt']
+    """
+    pattern = "all-reduce" if problem is None else problem.pattern
+    return [name for name, m in _CATALOGUE.items() if m.in_default_comparison and m.pattern == pattern]
+
+
+def get_method(name: str) -> Method:
+    """The registered :class:`Method` called ``name``; ``ValueError`` listing the known ones."""
+    try:
+        return _CATALOGUE[name]
+    except KeyError:
+        known = ", ".join(sorted(_CATALOGUE))
+        raise ValueError(f"unknown method {name!r}; known methods: {known}") from None
+
+
+_KIND = {"ps": "a parameter-server", "decoupled": "a decoupled all-reduce", "all-reduce": "an all-reduce",
+         "fully-sharded": "a fully sharded"}
+_HAS = {"ps": "a parameter server", "decoupled": "a decoupled all-reduce (decoupled=...)",
+        "all-reduce": "all-reduce (no ps)", "fully-sharded": "full sharding (fully_sharded=...)"}
+
+
+def run(problem: Problem, name: str, **options: Any) -> Result:
+    """Solve ``problem`` with method ``name`` and its keyword ``options`` (what
+    :func:`fusionopt.solvers.solve` does once every solver is registered): the method must
+    be of the problem's pattern and take each option; within :func:`solved_once` a method
+    run without options is solved once per problem."""
+    if not isinstance(problem, Problem):
+        raise ValueError(f"problem must be a Problem, got {type(problem).__name__}")
+    entry = get_method(name)
+    if entry.pattern != problem.pattern:
+        others = ", ".join(n for n, m in _CATALOGUE.items() if m.pattern == problem.pattern)
+        raise ValueError(f"method {name!r} is {_KIND[entry.pattern]} method and this problem uses "
+                         f"{_HAS[problem.pattern]}; methods for it: {others}")
+    allowed = entry.options
+    for key in options:
+        if key not in allowed:
+            listed = ", ".join(allowed) if allowed else "none"
+            raise ValueError(f"unknown option {key!r} for method {name!r}; its options: {listed}")
+    solved = _SOLVED.get()
+    if solved is None or options:
+        return entry.function(problem, **options)
+    if name in solved and solved[name][0] is problem:
+        return solved[name][1]
+    result = entry.function(problem)
+    solved[name] = (problem, result)
+    return result
+
+
+@contextlib.contextmanager
+def solved_once() -> Iterator[None]:
+    """Within this context, :func:`run` (and so :func:`~fusionopt.solvers.solve`) with no
+    options solves each method once per problem and hands later calls (a method that starts
+    from another's plan) the same result."""
+    token = _SOLVED.set({})
+    try:
+        yield
+    finally:
+        _SOLVED.reset(token)
+
+
+__all__ = ["FAMILIES", "REFERENCE", "Method", "arrange", "catalogue", "comparison_candidates", "default_methods",
+           "get_method", "method", "methods", "register", "run", "solved_once"]
