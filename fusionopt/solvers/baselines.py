@@ -10,13 +10,12 @@ frameworks' own schedules live in :mod:`fusionopt.solvers.ddp` and
 from __future__ import annotations
 
 import math
-import time
 
 import numpy as np
 
 from fusionopt.model.plan import Plan
 from fusionopt.model.problem import Problem
-from fusionopt.solvers.result import Result, finish
+from fusionopt.solvers.result import Outcome, Result
 from fusionopt.solvers.catalogue import method
 
 MiB = 1024 * 1024
@@ -55,8 +54,7 @@ def wfbp(problem: Problem) -> Result:
     >>> round(r.iteration_time * 1e3, 9), r.num_messages
     (14.0, 3)
     """
-    started = time.perf_counter()
-    return finish(problem, Plan.per_tensor(problem.profile), "wfbp", started)
+    return Outcome(Plan.per_tensor(problem.profile))
 
 
 @method("single", family="framework baseline", summary="SyncEASGD: one message after the backward")
@@ -69,9 +67,8 @@ def single(problem: Problem) -> Result:
     >>> round(single(Problem(profile, AlphaBeta(3e-3, 1e-9))).iteration_time * 1e3, 9)
     19.0
     """
-    started = time.perf_counter()
     plan = Plan.from_groups(problem.profile, [_backward_order(problem)])
-    return finish(problem, plan, "single", started)
+    return Outcome(plan)
 
 
 @method("threshold", family="framework baseline", summary="fuse consecutive tensors up to a byte threshold")
@@ -87,7 +84,6 @@ def threshold(problem: Problem, *, threshold_bytes: float = 25 * MiB) -> Result:
     >>> threshold(Problem(profile, AlphaBeta(3e-3, 1e-9)), threshold_bytes=3e6).plan.groups()
     [[2, 1], [0]]
     """
-    started = time.perf_counter()
     cap = _positive_bytes("threshold_bytes", threshold_bytes)
     sizes = problem.profile.sizes
     groups: list[list[int]] = []
@@ -101,4 +97,4 @@ def threshold(problem: Problem, *, threshold_bytes: float = 25 * MiB) -> Result:
         current_bytes += int(sizes[i])
     groups.append(current)
     plan = Plan.from_groups(problem.profile, groups)
-    return finish(problem, plan, "threshold", started, stats={"threshold_bytes": cap})
+    return Outcome(plan, stats={"threshold_bytes": cap})

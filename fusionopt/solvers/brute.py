@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import time
 
 import numpy as np
 
@@ -13,7 +12,7 @@ from fusionopt.model.plan import Plan
 from fusionopt.model.problem import Problem
 from fusionopt.model.simulator import simulate
 from fusionopt.solvers.needs import Needs, declares
-from fusionopt.solvers.result import Result, finish
+from fusionopt.solvers.result import Outcome, Result
 from fusionopt.solvers.catalogue import method
 
 MAX_TENSORS = 20
@@ -67,7 +66,6 @@ def brute(
     >>> result.plan.groups(), round(result.iteration_time * 1e3, 9), result.stats["plans"]
     ([[2], [1, 0]], 17.0, 4)
     """
-    started = time.perf_counter()
     n = problem.profile.n
     cap, max_messages = check_caps(problem, max_message_bytes, max_messages)
     _, prefix = backward_arrays(problem)
@@ -91,8 +89,8 @@ def brute(
         if times[k] < best_time:
             best_time, best_cuts = float(times[k]), cuts[k]
     plan = Plan.from_cuts(problem.profile, best_cuts)
-    return finish(problem, plan, "brute", started, lower_bound=best_time, optimal=True,
-                  stats={"plans": feasible})
+    return Outcome(plan, lower_bound=best_time, optimal=True,
+                   stats={"plans": feasible})
 
 
 def _score(problem: Problem, cuts: np.ndarray) -> np.ndarray:

@@ -34,7 +34,6 @@ The Horovod path models one channel without contention or copy cost.
 from __future__ import annotations
 
 import math
-import time
 from typing import Any, Iterable
 
 import numpy as np
@@ -46,7 +45,7 @@ from fusionopt.model.simulator import simulate
 from fusionopt.model.ticks import credit_ticks
 from fusionopt.solvers.horovod import BACKENDS, HOROVOD_DEFAULTS, PADDING_BYTES, fuse
 from fusionopt.solvers.priority import check_message_ends, check_reproduced, whole_parameters
-from fusionopt.solvers.result import Result, finish
+from fusionopt.solvers.result import Outcome, Result
 from fusionopt.solvers.needs import Needs, declares
 from fusionopt.solvers.catalogue import method
 
@@ -176,16 +175,18 @@ def _horovod_options(problem: Problem, fusion_threshold_bytes: float | None, cyc
             "backend": backend, "horovod_defaults": horovod_defaults}
 
 
-def _finish(problem: Problem, method: str, started: float, plan: Plan, stats: dict[str, Any],
-            timing: PolicyRun | list[float], options: dict[str, Any]) -> Result:
+def _outcome(problem: Problem, method: str, plan: Plan, stats: dict[str, Any], timing: PolicyRun | list[float],
+             options: dict[str, Any]) -> Outcome:
+    """The plan with its stats, and the check that the simulation reproduces ``timing``."""
     stats.update(fusion_threshold_bytes=options["threshold"], cycle_time=options["cycle"],
                  backend=options["backend"], horovod_defaults=options["horovod_defaults"])
-    result = finish(problem, plan, method, started, space="any", stats=stats)
-    if isinstance(timing, PolicyRun):
-        check_reproduced(problem, result, timing, method)
-    else:
-        check_message_ends(problem, result, timing, method)
-    return result
+
+    def check(result: Result) -> None:
+        if isinstance(timing, PolicyRun):
+            check_reproduced(problem, result, timing, method)
+        else:
+            check_message_ends(problem, result, timing, method)
+    return Outcome(plan, space="any", stats=stats, check=check)
 
 
 @method("bytescheduler", family="paper",
@@ -271,7 +272,6 @@ def bytescheduler(
     >>> round(alone.iteration_time * 1e3, 1), alone.num_messages
     (715.8, 176)
     """
-    started = time.perf_counter()
     defaults = BYTESCHEDULER_PRESETS["default"]
     if preset is not None:
         if preset not in BYTESCHEDULER_PRESETS:
@@ -301,7 +301,7 @@ def bytescheduler(
     stats["preset"] = preset
     if credit_tuning:
         stats["credits_tried"] = len(credits)
-    return _finish(problem, "bytescheduler", started, plan, stats, schedule, options)
+    return _outcome(problem, "bytescheduler", plan, stats, schedule, options)
 
 
 @method("bytescheduler-tuned", family="paper",
@@ -359,7 +359,6 @@ def bytescheduler_tuned(
     >>> tuned.stats["partition_parameters"], tuned.stats["credit_parameters"]
     (1000000, 4000000)
     """
-    started = time.perf_counter()
     options = _horovod_options(problem, fusion_threshold_bytes, cycle_time, backend, horovod_defaults)
     if partitions is None:
         partition_grid = list(TUNING_PARTITIONS)
@@ -394,4 +393,4 @@ def bytescheduler_tuned(
             best = (iteration_time, plan, stats, schedule)
     _, plan, stats, schedule = best
     stats.update(evaluated=len(candidates), default_iteration_time=default_time)
-    return _finish(problem, "bytescheduler-tuned", started, plan, stats, schedule, options)
+    return _outcome(problem, "bytescheduler-tuned", plan, stats, schedule, options)

@@ -10,16 +10,16 @@ puts the methods in their order.
 from __future__ import annotations
 
 import contextlib
+import functools
 import inspect
+import time
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Sequence, TypeVar
+from typing import Any, Callable, Iterator, Sequence
 
 from fusionopt.model.problem import Problem
 from fusionopt.solvers.needs import Needs, needs_of
-from fusionopt.solvers.result import Result
-
-F = TypeVar("F", bound=Callable[..., Result])
+from fusionopt.solvers.result import Interrupted, Outcome, Result
 
 FAMILIES = {
     "framework baseline": "what a training framework does by default (DDP, Horovod, a parameter server)",
@@ -117,14 +117,47 @@ def register(name: str, function: Callable[..., Result], summary: str, *, family
     return entry
 
 
+Solver = Callable[..., Result]
+
+
 def method(name: str, *, family: str, summary: str, in_default_comparison: bool = True,
-           space: Callable[[Problem, Any], bool] | None = None) -> Callable[[F], F]:
+           space: Callable[[Problem, Any], bool] | None = None) -> Callable[[Callable[..., Any]], Solver]:
     """Register the decorated solver function as method ``name`` (:func:`register`), beside
-    its own definition; the function itself is returned unchanged."""
-    def registered(function: F) -> F:
-        register(name, function, summary, family=family, in_default_comparison=in_default_comparison, space=space)
-        return function
+    its own definition, and run it in the life cycle every method shares (:func:`solving`).
+
+    The function returns an :class:`~fusionopt.solvers.result.Outcome` (its plan and what it
+    claims) and may raise :class:`~fusionopt.solvers.result.Interrupted` with one; what the
+    decorator returns, called directly or by :func:`run`, returns the judged
+    :class:`~fusionopt.solvers.result.Result`."""
+    def registered(body: Callable[..., Any]) -> Callable[..., Result]:
+        solver = solving(name, body)
+        register(name, solver, summary, family=family, in_default_comparison=in_default_comparison, space=space)
+        return solver
     return registered
+
+
+def solving(name: str, body: Callable[..., Any]) -> Callable[..., Result]:
+    """``body`` (``body(problem, **options)``) in the life cycle of method ``name``: the solve's
+    clock starts, ``body`` runs, and its :class:`~fusionopt.solvers.result.Outcome` is judged
+    (:func:`~fusionopt.solvers.result.finish`: simulated, its bound and gap attached, its
+    status set, the seconds taken), as is the outcome an
+    :class:`~fusionopt.solvers.result.Interrupted` carries. A :class:`Result` the body
+    returns is already judged (another method's, handed on) and is returned as it is."""
+    @functools.wraps(body)
+    def solver(problem: Any, *args: Any, **options: Any) -> Result:
+        started = time.perf_counter()
+        try:
+            found = body(problem, *args, **options)
+        except Interrupted as stop:
+            if isinstance(stop.result, Outcome):
+                raise Interrupted(stop.result.judged(problem, name, started)) from None
+            raise
+        if isinstance(found, Outcome):
+            return found.judged(problem, name, started)
+        if isinstance(found, Result):
+            return found
+        raise TypeError(f"method {name!r} returned {type(found).__name__}: a solver returns an Outcome")
+    return solver
 
 
 def arrange(order: Sequence[str]) -> None:
@@ -235,4 +268,4 @@ def solved_once() -> Iterator[None]:
 
 
 __all__ = ["FAMILIES", "REFERENCE", "Method", "arrange", "catalogue", "comparison_candidates", "default_methods",
-           "get_method", "method", "methods", "register", "run", "solved_once"]
+           "get_method", "method", "methods", "register", "run", "solved_once", "solving"]

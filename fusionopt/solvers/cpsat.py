@@ -207,7 +207,7 @@ from fusionopt.model.plan import Plan
 from fusionopt.model.problem import Problem
 from fusionopt.model.profile import Profile
 from fusionopt.model.simulator import simulate
-from fusionopt.solvers.result import Result, Status, finish
+from fusionopt.solvers.result import Outcome, Result, Status
 from fusionopt.solvers.cpsat_arcs import (MAX_INTEGER_TIME, add_path_constraints, arc_positions, automatic_quantum,
                                           plan_path, positive_seconds, reference_cuts)
 from fusionopt.solvers.cpsat_search import check_deterministic_time, raise_if_interrupted, run_search, set_search
@@ -376,7 +376,7 @@ def cpsat(
     if unit_parameters is not None:
         from fusionopt.solvers.cpsat_partition import cpsat_partition
 
-        return cpsat_partition(problem, started=started, unit_parameters=unit_parameters,
+        return cpsat_partition(problem, unit_parameters=unit_parameters,
                                time_limit=time_limit, workers=int(workers), hint=hint,
                                time_quantum=time_quantum, max_message_bytes=max_message_bytes,
                                max_messages=max_messages, random_seed=int(random_seed),
@@ -392,7 +392,7 @@ def cpsat(
     if problem.channels > 1:
         from fusionopt.solvers.cpsat_channels import cpsat_channels
 
-        return cpsat_channels(problem, started=started, time_limit=time_limit, workers=int(workers),
+        return cpsat_channels(problem, time_limit=time_limit, workers=int(workers),
                               hint_plan=hint_plan, hint_label=hint_label, hint_used=hint_used,
                               reference=reference, cap=cap, limit=limit, time_quantum=time_quantum,
                               random_seed=int(random_seed), deterministic_time=deterministic_time)
@@ -462,7 +462,7 @@ def cpsat(
                  "model": f"not built within time_limit = {time_limit:g} s ({len(arc_tails)} arcs); "
                           "raise time_limit, or use method='dp'",
                  "extensions": problem.extensions}
-        return finish(problem, anchor, "cpsat", started, stats=stats, status=Status.TIME_LIMIT)
+        return Outcome(anchor, stats=stats, status=Status.TIME_LIMIT)
 
     if time.perf_counter() > deadline:
         return unbuilt()
@@ -586,8 +586,8 @@ def cpsat(
     # FEASIBLE or UNKNOWN: a limit (time or work) stopped the search.
     status = Status.INTERRUPTED if interrupted else (
         Status.FEASIBLE if outcome == cp_model.OPTIMAL else Status.TIME_LIMIT)
-    return raise_if_interrupted(finish(problem, plan, "cpsat", started, stats=stats, lower_bound=time_bound,
-                                       status=status, tolerance=rounding_bound))
+    return raise_if_interrupted(Outcome(plan, stats=stats, lower_bound=time_bound,
+                                        status=status, tolerance=rounding_bound))
 
 
 def _rounding_factor(problem: Problem, messages: int) -> int:

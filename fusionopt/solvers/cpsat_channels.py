@@ -87,7 +87,7 @@ from fusionopt.model.bounds import layerwise_tails
 from fusionopt.solvers.cpsat_arcs import (MAX_INTEGER_TIME, add_path_constraints, arc_positions, automatic_quantum,
                                           plan_path)
 from fusionopt.solvers.cpsat_search import raise_if_interrupted, run_search, set_search
-from fusionopt.solvers.result import Result, Status, finish
+from fusionopt.solvers.result import Outcome, Status
 
 class ChannelRelaxation:
     """The CP-SAT relaxation of the module docstring for one problem, with its cuts.
@@ -273,10 +273,10 @@ class ChannelRelaxation:
         return solver.objective_value * self.q
 
 
-def cpsat_channels(problem: Problem, *, started: float, time_limit: float, workers: int,
+def cpsat_channels(problem: Problem, *, time_limit: float, workers: int,
                    hint_plan: Plan | None, hint_label: str, hint_used: bool, reference: Plan,
                    cap: float, limit: int | None, time_quantum: float | None,
-                   random_seed: int, deterministic_time: float | None = None) -> Result:
+                   random_seed: int, deterministic_time: float | None = None) -> Outcome:
     """The relaxation-and-cuts scheme of the module docstring (called by ``cpsat``)."""
     from ortools.sat.python import cp_model
 
@@ -377,8 +377,7 @@ def cpsat_channels(problem: Problem, *, started: float, time_limit: float, worke
     }
     status = Status.INTERRUPTED if interrupted else (Status.TIME_LIMIT if timed_out else Status.FEASIBLE)
     plan = Plan.from_cuts(profile, _cuts_of(best[1], n))
-    return raise_if_interrupted(finish(problem, plan, "cpsat", started, stats=stats, lower_bound=lower_bound,
-                                       status=status, tolerance=q))
+    return raise_if_interrupted(Outcome(plan, stats=stats, lower_bound=lower_bound, status=status, tolerance=q))
 
 
 def _cuts_of(path: tuple[int, ...], n: int) -> np.ndarray:

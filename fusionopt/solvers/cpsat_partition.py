@@ -51,7 +51,7 @@ from fusionopt.model.problem import Problem
 from fusionopt.model.simulator import simulate
 from fusionopt.solvers.cpsat_arcs import MAX_INTEGER_TIME, add_path_constraints, automatic_quantum
 from fusionopt.solvers.cpsat_search import raise_if_interrupted, run_search, set_search
-from fusionopt.solvers.result import Result, Status, finish
+from fusionopt.solvers.result import Outcome, Status
 import fusionopt.solvers.warm as warm
 
 DEFAULT_MAX_UNITS = 40
@@ -76,10 +76,10 @@ def unit_grid(problem: Problem, unit_parameters: Any) -> list[tuple[int, int, in
     return units
 
 
-def cpsat_partition(problem: Problem, *, started: float, unit_parameters: int, time_limit: float,
+def cpsat_partition(problem: Problem, *, unit_parameters: int, time_limit: float,
                     workers: int, hint: Any, time_quantum: float | None, max_message_bytes: float | None,
                     max_messages: int | None, random_seed: int, max_units: int = DEFAULT_MAX_UNITS,
-                    deterministic_time: float | None = None) -> Result:
+                    deterministic_time: float | None = None) -> Outcome:
     """``cpsat(problem, unit_parameters=...)``: the optimal plan on the unit grid (module docstring)."""
     from ortools.sat.python import cp_model
 
@@ -220,8 +220,8 @@ def cpsat_partition(problem: Problem, *, started: float, unit_parameters: int, t
     }
     status = Status.INTERRUPTED if interrupted else (
         Status.FEASIBLE if outcome == cp_model.OPTIMAL else Status.TIME_LIMIT)
-    return raise_if_interrupted(finish(problem, plan, "cpsat", started, stats=stats, lower_bound=bound,
-                                       status=status, space="any", tolerance=factor * q))
+    return raise_if_interrupted(Outcome(plan, stats=stats, lower_bound=bound, status=status, space="any",
+                                        tolerance=factor * q))
 
 
 def _partition_quantum(upper: float, factor: int) -> float:

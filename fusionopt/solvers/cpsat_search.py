@@ -24,7 +24,7 @@ import math
 import threading
 from typing import Any
 
-from fusionopt.solvers.result import Interrupted, Result, Status
+from fusionopt.solvers.result import Interrupted, Outcome, Status
 
 
 def check_deterministic_time(value: Any) -> float | None:
@@ -85,7 +85,7 @@ def run_search(solver: Any, model: Any, callback: Any = None) -> tuple[int, bool
     return box["outcome"], interrupted
 
 
-def raise_if_interrupted(result: Result) -> Result:
+def raise_if_interrupted(result: Outcome) -> Outcome:
     """``result``, or :class:`~fusionopt.solvers.result.Interrupted` carrying it when its
     search was interrupted (status ``INTERRUPTED``)."""
     if result.status is Status.INTERRUPTED:

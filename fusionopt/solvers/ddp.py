@@ -41,7 +41,6 @@ The model takes the steady state; the first iterations are not modelled.
 from __future__ import annotations
 
 import math
-import time
 from typing import Sequence
 
 import numpy as np
@@ -49,7 +48,7 @@ import numpy as np
 from fusionopt.model.plan import Plan
 from fusionopt.model.problem import Problem
 from fusionopt.model.profile import Profile
-from fusionopt.solvers.result import Result, finish
+from fusionopt.solvers.result import Outcome, Result
 from fusionopt.solvers.catalogue import method
 
 MiB = 1024 * 1024
@@ -167,13 +166,12 @@ def ddp(problem: Problem, *, bucket_cap_mb: float | None = None,
     >>> ddp(problem, bucket_cap_mb_list=[2.5]).plan.groups()
     [[2, 1], [0]]
     """
-    started = time.perf_counter()
     buckets = ddp_buckets(problem.profile, bucket_cap_mb=bucket_cap_mb, bucket_cap_mb_list=bucket_cap_mb_list,
                           find_unused_parameters=find_unused_parameters, static_graph=static_graph)
     caps, _ = bucket_caps(bucket_cap_mb, bucket_cap_mb_list)
     plan = Plan.from_groups(problem.profile, buckets)
     space = "fusion" if plan.is_fusion(problem.profile) else "any"
-    return finish(problem, plan, "ddp", started, space=space, stats={
+    return Outcome(plan, space=space, stats={
         "bucket_cap_mb": bucket_cap_mb,
         "bucket_cap_mb_list": None if bucket_cap_mb_list is None else [float(m) for m in bucket_cap_mb_list],
         "bucket_caps_bytes": caps,

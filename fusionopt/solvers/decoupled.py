@@ -31,7 +31,7 @@ from fusionopt.model.plan import Plan
 from fusionopt.model.problem import Problem
 from fusionopt.model.simulator import compute_pieces, simulate
 from fusionopt.solvers.needs import Needs, declares
-from fusionopt.solvers.result import Result, finish
+from fusionopt.solvers.result import Outcome, Result
 from fusionopt.solvers.catalogue import method
 
 MEGATRON_MIN_BUCKET = 40_000_000            # parameters
@@ -59,10 +59,9 @@ def decoupled_wfbp(problem: Problem) -> Result:
     >>> round(r.iteration_time * 1e3, 9), r.num_messages
     (22.0, 6)
     """
-    started = time.perf_counter()
     profile = problem.profile
     plan = DecoupledPlan(Plan.per_tensor(profile, list(profile.ready_order)), Plan.per_tensor(profile, range(profile.n)))
-    return finish(problem, plan, "decoupled-wfbp", started)
+    return Outcome(plan)
 
 
 def megatron_buckets(problem: Problem, data_parallel_size: int | None = None,
@@ -106,8 +105,7 @@ def megatron_buckets(problem: Problem, data_parallel_size: int | None = None,
 
 
 def _megatron(problem: Problem, method: str, data_parallel_size: int | None, bucket_size: int | None,
-              overlap_param_gather: bool) -> Result:
-    started = time.perf_counter()
+              overlap_param_gather: bool) -> Outcome:
     profile = problem.profile
     if problem.decoupled.update_after_gather and profile.U > 0:
         raise ValueError(f"{method} updates in the optimiser step, before gathering parameters; this problem "
@@ -132,7 +130,7 @@ def _megatron(problem: Problem, method: str, data_parallel_size: int | None, buc
         data_parallel_size = problem.decoupled.workers
     stats = {"bucket_size": size, "buckets": len(buckets), "data_parallel_size": data_parallel_size,
              "overlap_param_gather": overlap_param_gather, "step_end": step_end}
-    return finish(problem, plan, method, started, stats=stats)
+    return Outcome(plan, stats=stats)
 
 
 def _gradients_reduced(problem: Problem, reduce_scatter: Plan, reduce_with: str = "reduce_scatter") -> float:
@@ -277,7 +275,6 @@ def decoupled_brute(problem: Problem) -> Result:
     >>> round(r.iteration_time * 1e3, 9), str(r.status), r.stats["plans"]
     (22.0, 'OPTIMAL', 16)
     """
-    started = time.perf_counter()
     profile = problem.profile
     n = profile.n
     ready_order = list(profile.ready_order)
@@ -292,8 +289,8 @@ def decoupled_brute(problem: Problem) -> Result:
             if best is None or value < best[0]:
                 best = (value, plan)
     assert best is not None
-    return finish(problem, best[1], "decoupled-brute", started, lower_bound=best[0], optimal=True,
-                  stats={"plans": plans})
+    return Outcome(best[1], lower_bound=best[0], optimal=True,
+                   stats={"plans": plans})
 
 
 def dear_groups(problem: Problem, threshold_mb: float = DEAR_THRESHOLD_MB) -> list[list[int]]:
@@ -372,7 +369,6 @@ def dear(problem: Problem, *, threshold_mb: float = DEAR_THRESHOLD_MB) -> Result
     >>> r.plan.all_gather.groups(), (r.plan.all_gather.release * 1e3).round(9).tolist(), round(r.iteration_time * 1e3, 9)
     ([[0], [1, 2]], [12.0, 17.0], 23.0)
     """
-    started = time.perf_counter()
     profile = problem.profile
     if not problem.decoupled.update_after_gather and profile.U > 0:
         raise ValueError("dear updates each module after its all-gather (in the forward pre-hook): build the "
@@ -383,8 +379,8 @@ def dear(problem: Problem, *, threshold_mb: float = DEAR_THRESHOLD_MB) -> Result
     reduce_scatter = Plan.from_groups(profile, [sorted(groups[g], key=position.get) for g in rs_order])
     # step() waits for every reduce-scatter and issues the first group's all-gather.
     all_gather = _gathered_one_ahead(problem, reduce_scatter, groups, _gradients_reduced(problem, reduce_scatter))
-    return finish(problem, DecoupledPlan(reduce_scatter, all_gather), "dear", started,
-                  stats={"threshold_mb": float(threshold_mb), "groups": len(groups)})
+    return Outcome(DecoupledPlan(reduce_scatter, all_gather),
+                   stats={"threshold_mb": float(threshold_mb), "groups": len(groups)})
 
 
 @method("decoupled-opt", family="search",
@@ -494,8 +490,8 @@ def decoupled_opt(problem: Problem, *, evaluations: int = 4000, kicks: int = 40,
             current, value, kept = trial, trial_value, kept + 1
     plan = DecoupledPlan(Plan.from_cuts(profile, current[0]),
                          Plan.from_groups(profile, _groups(list(range(n)), current[1])))
-    return finish(problem, plan, "decoupled-opt", started,
-                  stats={"start": start, "start_times": values, "evaluations": count, "kicks_kept": kept})
+    return Outcome(plan,
+                   stats={"start": start, "start_times": values, "evaluations": count, "kicks_kept": kept})
 
 
 def _cuts_of(groups: list[list[int]], order: list[int]) -> np.ndarray | None:

@@ -51,7 +51,6 @@ from __future__ import annotations
 
 import math
 import numbers
-import time
 from typing import Any
 
 import numpy as np
@@ -62,9 +61,9 @@ from fusionopt.model.problem import Problem
 from fusionopt.model.simulator import simulate
 from fusionopt.solvers.cpsat_arcs import integer_horizon, positive_seconds
 from fusionopt.solvers.cpsat_search import check_deterministic_time, raise_if_interrupted, run_search, set_search
-from fusionopt.solvers.decoupled import decoupled_opt, decoupled_wfbp
+from fusionopt.solvers.decoupled import decoupled_wfbp
 from fusionopt.solvers.needs import Needs, declares
-from fusionopt.solvers.result import Result, Status, finish
+from fusionopt.solvers.result import Outcome, Result, Status
 from fusionopt.solvers.catalogue import method
 import fusionopt.solvers.warm as warm
 
@@ -663,7 +662,6 @@ def decoupled_cpsat(
     >>> round(r.iteration_time * 1e3, 6), r.plan.order.tolist(), r.stats["intervals"]
     (18.0, [0, 1, 1], 0)
     """
-    started = time.perf_counter()
     if not isinstance(interleave, (bool, np.bool_)):
         raise ValueError(f"interleave must be True or False, got {interleave!r}")
     interleave = bool(interleave)
@@ -738,8 +736,8 @@ def decoupled_cpsat(
     # FEASIBLE or UNKNOWN: a limit (time or work) stopped the search.
     status = Status.INTERRUPTED if interrupted else (
         Status.FEASIBLE if outcome == cp_model.OPTIMAL else Status.TIME_LIMIT)
-    return raise_if_interrupted(finish(problem, plan, "decoupled-cpsat", started, stats=stats, lower_bound=bound,
-                                       status=status, tolerance=factor * q))
+    return raise_if_interrupted(Outcome(plan, stats=stats, lower_bound=bound,
+                                        status=status, tolerance=factor * q))
 
 
 def _decode(solver: Any, space: _Space, variables: dict[str, Any], k: dict[str, Any]) -> DecoupledPlan:

@@ -17,7 +17,6 @@ separates them; it refuses, naming the tensor.
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import numpy as np
@@ -27,7 +26,7 @@ from fusionopt.model.fusion_dp import optimal_fusion
 from fusionopt.model.plan import Plan
 from fusionopt.model.problem import Problem
 from fusionopt.solvers.needs import Needs, declares
-from fusionopt.solvers.result import Result, finish
+from fusionopt.solvers.result import Outcome, Result
 from fusionopt.solvers.catalogue import method
 from fusionopt.solvers.decoupled import in_grouping_space
 
@@ -93,7 +92,6 @@ def decoupled_dp(problem: Problem) -> Result:
     >>> r.plan.reduce_scatter.groups(), round(r.stats["first_gather"] * 1e3, 9), round(r.iteration_time * 1e3, 9)
     ([[1], [0]], 7.0, 13.0)
     """
-    started = time.perf_counter()
     profile = problem.profile
     halves = problem.decoupled
     order = [int(i) for i in profile.ready_order]
@@ -102,9 +100,8 @@ def decoupled_dp(problem: Problem) -> Result:
         reduce_scatter = Plan.from_cuts(profile, fused.cuts)
         groups, gather_time = _least_gather_time(profile, halves.all_gather)
         optimum = fused.communication_end + gather_time + profile.F + profile.W
-        return finish(problem, DecoupledPlan(reduce_scatter, Plan.from_groups(profile, groups)), "decoupled-dp",
-                      started, lower_bound=optimum, optimal=True,
-                      stats={"separation": "barrier, no update time", "reduce_scatter_end": fused.communication_end,
+        return Outcome(DecoupledPlan(reduce_scatter, Plan.from_groups(profile, groups)), lower_bound=optimum, optimal=True,
+                       stats={"separation": "barrier, no update time", "reduce_scatter_end": fused.communication_end,
                              "all_gather_time": gather_time})
     if order[-1] != 0:
         tied = order[order.index(0) + 1]
@@ -127,8 +124,8 @@ def decoupled_dp(problem: Problem) -> Result:
         groups, after_first = _least_forward_after_gathers(profile, halves.all_gather, work)
         after_first += profile.host_overhead
     plan = DecoupledPlan(reduce_scatter, Plan.from_groups(profile, groups))
-    return finish(problem, plan, "decoupled-dp", started, lower_bound=first + after_first, optimal=True,
-                  stats={"separation": "tensor 0 ready last", "first_gather": first, "after_first_gather": after_first})
+    return Outcome(plan, lower_bound=first + after_first, optimal=True,
+                   stats={"separation": "tensor 0 ready last", "first_gather": first, "after_first_gather": after_first})
 
 
 def _least_gather_time(profile: Any, cost: Any) -> tuple[list[list[int]], float]:

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import time
 
 from fusionopt.model.bounds import note_fusion_optimum
 from fusionopt.model.fusion_dp import optimal_fusion
 from fusionopt.model.plan import Plan
 from fusionopt.model.problem import Problem
-from fusionopt.solvers.result import Result, finish
+from fusionopt.solvers.result import Outcome, Result
 from fusionopt.solvers.needs import Needs, declares
 from fusionopt.solvers.catalogue import method
 
@@ -57,11 +56,10 @@ def dp(
     >>> dp(Problem(profile, AlphaBeta(3e-3, 1e-9)), max_messages=1).plan.groups()
     [[2, 1, 0]]
     """
-    started = time.perf_counter()
     best = optimal_fusion(problem, max_message_bytes=max_message_bytes,
                           max_messages=max_messages, algorithm=algorithm)
     if max_message_bytes is None and max_messages is None and not problem.extensions:
         note_fusion_optimum(problem, best.iteration_time)       # the fusion bound: not computed twice
     plan = Plan.from_cuts(problem.profile, best.cuts)
-    return finish(problem, plan, "dp", started, lower_bound=best.iteration_time, optimal=True,
-                  stats={"algorithm": best.algorithm, "communication_end": best.communication_end})
+    return Outcome(plan, lower_bound=best.iteration_time, optimal=True,
+                   stats={"algorithm": best.algorithm, "communication_end": best.communication_end})

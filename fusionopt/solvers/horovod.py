@@ -38,7 +38,6 @@ the backward; the thread's phase is not known in a real job, and 0 is our choice
 
 from __future__ import annotations
 
-import time
 from typing import Sequence
 
 import numpy as np
@@ -48,7 +47,7 @@ from fusionopt.model.problem import Problem
 from fusionopt.model.ticks import cycle_ticks
 from fusionopt.solvers.baselines import positive_number
 from fusionopt.solvers.priority import check_message_ends
-from fusionopt.solvers.result import Result, finish
+from fusionopt.solvers.result import Outcome, Result
 from fusionopt.solvers.catalogue import method
 
 MiB = 1024 * 1024
@@ -141,7 +140,6 @@ def horovod(
     >>> r.plan.groups(), (r.plan.release * 1e3).round(9).tolist(), round(r.iteration_time * 1e3, 9)
     ([[2], [1], [0]], [3.0, 3.0, 6.0], 22.0)
     """
-    started = time.perf_counter()
     if defaults not in HOROVOD_DEFAULTS:
         raise ValueError(f"unknown defaults {defaults!r}: choose 'current' or 'legacy'")
     if backend not in BACKENDS:
@@ -167,9 +165,7 @@ def horovod(
                       cycle, phase=float(cycle_phase), wait_for_collectives=not gpu)
     plan = Plan.from_groups(profile, run.groups, release=run.release)
     space = "fusion" if plan.is_fusion(profile) else "any"     # releases make it another plan
-    result = finish(problem, plan, "horovod", started, space=space, stats={
+    return Outcome(plan, space=space, stats={
         "cycle_time": cycle, "fusion_threshold_bytes": threshold, "cycles": run.cycles,
         "backend": backend, "defaults": defaults, "cycle_phase": float(cycle_phase),
-    })
-    check_message_ends(problem, result, run.ends, "horovod")
-    return result
+    }, check=lambda result: check_message_ends(problem, result, run.ends, "horovod"))

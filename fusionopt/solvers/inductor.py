@@ -43,7 +43,6 @@ forward, 1 backward).
 
 from __future__ import annotations
 
-import time
 
 import numpy as np
 
@@ -51,7 +50,7 @@ from fusionopt.model.problem import Problem
 from fusionopt.model.sharded import ShardedPlan
 from fusionopt.model.sharded_timing import require_sharded
 from fusionopt.solvers.needs import Needs, declares
-from fusionopt.solvers.result import Result, finish
+from fusionopt.solvers.result import Outcome, Result
 from fusionopt.solvers.sharded import fsdp2_plan
 from fusionopt.solvers.catalogue import method
 
@@ -168,12 +167,11 @@ def inductor(problem: Problem, *, bucket_cap_mb: float | None = None) -> Result:
     >>> inductor(problem, bucket_cap_mb=100).plan.num_units
     5
     """
-    started = time.perf_counter()
     cap = inductor_cap_mb(problem) if bucket_cap_mb is None else bucket_cap_mb
     plan = inductor_plan(problem, bucket_cap_mb=cap)
     groups = plan.num_units if plan.reduce_bounds is None else plan.reduce_bounds.size - 1
-    return finish(problem, plan, "inductor", started,
-                  stats={"bucket_cap_mb": float(cap), "units": plan.num_units, "reduce_scatters": int(groups)})
+    return Outcome(plan,
+                   stats={"bucket_cap_mb": float(cap), "units": plan.num_units, "reduce_scatters": int(groups)})
 
 
 __all__ = ["inductor", "inductor_plan", "inductor_cap_mb"]

@@ -113,7 +113,6 @@ from __future__ import annotations
 import bisect
 import math
 import numbers
-import time
 from dataclasses import dataclass
 from typing import Any, Sequence
 
@@ -123,7 +122,7 @@ from fusionopt.model.cost import CommCost
 from fusionopt.model.problem import Problem
 from fusionopt.model.ps import PSPlan, stream_offsets
 from fusionopt.model.ps_timing import offsets_iteration_time, simulate_ps
-from fusionopt.solvers.result import finish
+from fusionopt.solvers.result import Outcome
 from fusionopt.solvers.result import Result
 from fusionopt.solvers.needs import Needs, declares
 from fusionopt.solvers.catalogue import method
@@ -626,7 +625,6 @@ def ibatch(problem: Problem, *, pushes: str = "after-backward") -> Result:
     ...
     ValueError: pushes must be 'after-backward' or 'per-tensor', got 'all'
     """
-    started = time.perf_counter()
     if not isinstance(pushes, str) or pushes not in PUSH_MODES:
         raise ValueError(f"pushes must be 'after-backward' or 'per-tensor', got {pushes!r}")
     profile = problem.profile
@@ -637,7 +635,7 @@ def ibatch(problem: Problem, *, pushes: str = "after-backward") -> Result:
     chosen, plan, times = _best_simulated(problem, [("greedy", push, pull), ("ps-default", [], [])])
     stats = {"pushes": pushes, "batches": len(pull) + 1, "greedy_time": times["greedy"],
              "ps_default_time": times["ps-default"], "chosen": chosen}
-    return finish(problem, plan, "ibatch", started, stats=stats)
+    return Outcome(plan, stats=stats)
 
 
 # ---------------------------------------------------------------------------- iPart
@@ -715,7 +713,6 @@ def ipart(problem: Problem, *, min_partition_bytes: int | None = None,
     ...
     ValueError: lookahead_sizes must be an integer >= 1, got 0
     """
-    started = time.perf_counter()
     min_partition = _check_min_partition(min_partition_bytes)
     if (isinstance(lookahead_sizes, bool) or not isinstance(lookahead_sizes, numbers.Integral)
             or lookahead_sizes < 1):
@@ -780,7 +777,7 @@ def ipart(problem: Problem, *, min_partition_bytes: int | None = None,
         "tensors_cut": len(_cut_tensors(greedy_plan.push) | _cut_tensors(greedy_plan.pull)),
         "candidates": evaluated,
     }
-    return finish(problem, plan, "ipart", started, stats=stats)
+    return Outcome(plan, stats=stats)
 
 
 def _cut_tensors(plan) -> set[int]:

@@ -46,7 +46,7 @@ from fusionopt.model.blocks import Block, BlockTimes
 from fusionopt.model.plan import Chunk, Message, Plan
 from fusionopt.model.problem import Problem
 from fusionopt.model.simulator import simulate
-from fusionopt.solvers.result import Interrupted, Result, Status, finish
+from fusionopt.solvers.result import Interrupted, Outcome, Result, Status
 from fusionopt.solvers.needs import Needs, declares
 from fusionopt.solvers.catalogue import get_method, method
 import fusionopt.solvers.warm as warm
@@ -103,7 +103,6 @@ def layerwise_opt(problem: Problem, *, time_limit: float = 2.0, kicks: int = 200
     >>> round(result.iteration_time * 1e3, 9), result.stats["start"]
     (14.0, 'usbyte')
     """
-    started = time.perf_counter()
     if isinstance(time_limit, bool) or not isinstance(time_limit, (int, float)) or not (
             math.isfinite(time_limit) and time_limit > 0):
         raise ValueError(f"time_limit must be positive and finite (seconds), got {time_limit!r}")
@@ -172,9 +171,9 @@ def layerwise_opt(problem: Problem, *, time_limit: float = 2.0, kicks: int = 200
         "search_seconds": time.perf_counter() - (deadline - float(time_limit)),
     }
     if interrupted:
-        raise Interrupted(finish(problem, plan, "layerwise-opt", started, stats=stats, space="any",
-                                 status=Status.INTERRUPTED)) from None
-    return finish(problem, plan, "layerwise-opt", started, stats=stats, space="any")
+        raise Interrupted(Outcome(plan, stats=stats, space="any",
+                                  status=Status.INTERRUPTED)) from None
+    return Outcome(plan, stats=stats, space="any")
 
 
 def _descend(messages: list[list[Block]], current: float, evaluate: "_Evaluator", dtype_bytes: int,

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import time
 
 import numpy as np
 
@@ -11,7 +10,7 @@ from fusionopt.model.fifo import fifo_job
 from fusionopt.model.plan import Plan
 from fusionopt.model.problem import Problem
 from fusionopt.model.simulator import simulate
-from fusionopt.solvers.result import Result, finish
+from fusionopt.solvers.result import Outcome, Result
 from fusionopt.solvers.catalogue import method
 
 
@@ -49,14 +48,13 @@ def mgwfbp(problem: Problem) -> Result:
     >>> result.plan.groups(), round(result.iteration_time * 1e3, 9)
     ([[2, 1], [0]], 19.0)
     """
-    started = time.perf_counter()
     profile = problem.profile
     affine = problem.cost.affine
     alpha = affine[0] if affine is not None else float(problem.cost(1))
     groups = (_simulated_merges if problem.extensions else _plain_merges)(problem, alpha)
     merges = profile.n - len(groups)
     plan = Plan.from_groups(profile, groups)
-    return finish(problem, plan, "mgwfbp", started, stats={"merges": merges, "alpha": alpha})
+    return Outcome(plan, stats={"merges": merges, "alpha": alpha})
 
 
 def _merge_rule(ready: float, start: float, end: float, alpha: float) -> bool:

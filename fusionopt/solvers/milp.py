@@ -62,7 +62,6 @@ plan is re-simulated and its simulated ``T`` is what the result reports.
 from __future__ import annotations
 
 import math
-import time
 import warnings
 from dataclasses import dataclass
 from typing import Any
@@ -74,7 +73,7 @@ from fusionopt.model.fusion_dp import check_caps
 from fusionopt.model.plan import Plan
 from fusionopt.model.problem import Problem
 from fusionopt.solvers.cpsat_arcs import reference_cuts
-from fusionopt.solvers.result import Result, Status, finish
+from fusionopt.solvers.result import Outcome, Result, Status
 from fusionopt.solvers.needs import Needs, declares
 from fusionopt.solvers.catalogue import method
 
@@ -163,7 +162,6 @@ def milp(
     >>> round(milp(problem, max_messages=1).iteration_time * 1e3, 9)
     19.0
     """
-    started = time.perf_counter()
     time_limit, mip_rel_gap = _check_options(time_limit, mip_rel_gap)
     if node_limit is not None and (isinstance(node_limit, bool) or not isinstance(node_limit, (int, np.integer))
                                    or node_limit < 1):
@@ -211,11 +209,11 @@ def milp(
         # fewest-messages plan within the caps (greedy, in ready order), with TIME_LIMIT.
         plan = Plan.from_cuts(profile, reference_cuts(problem, cap, profile.n))   # greedy packing under cap
         if max_messages is not None and plan.num_messages > max_messages:
-            return finish(problem, plan, "milp", started, status=Status.INFEASIBLE,
-                          stats={"highs_status": int(res.status), "highs_message": str(res.message)})
+            return Outcome(plan, status=Status.INFEASIBLE,
+                           stats={"highs_status": int(res.status), "highs_message": str(res.message)})
         stats = {"highs_status": int(res.status), "highs_message": str(res.message),
                  "plan": "fewest messages within the caps: HiGHS found no plan within its limit"}
-        return finish(problem, plan, "milp", started, stats=stats, status=Status.TIME_LIMIT)
+        return Outcome(plan, stats=stats, status=Status.TIME_LIMIT)
     cuts = np.asarray(res.x[: profile.n - 1]) > 0.5
     plan = Plan.from_cuts(profile, cuts)
     # HiGHS's incumbent meets the caps to its tolerance; the rounded plan must meet them exactly.
@@ -247,8 +245,8 @@ def milp(
     }
     lower_bound = None if dual_end is None else time_bound_after_channel(problem, dual_end)
     status = Status.TIME_LIMIT if stopped else Status.FEASIBLE
-    return finish(problem, plan, "milp", started, stats=stats, lower_bound=lower_bound,
-                  status=status, tolerance=tolerance)
+    return Outcome(plan, stats=stats, lower_bound=lower_bound,
+                   status=status, tolerance=tolerance)
 
 
 def _check_options(time_limit: float, mip_rel_gap: float) -> tuple[float, float]:

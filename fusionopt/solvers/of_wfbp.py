@@ -2,15 +2,11 @@
 
 from __future__ import annotations
 
-import dataclasses
-import time
-from types import MappingProxyType
-
 import numpy as np
 
 from fusionopt.model.problem import Problem
 from fusionopt.solvers.closed_form import closed_form
-from fusionopt.solvers.result import Interrupted, Result
+from fusionopt.solvers.result import Interrupted, Outcome, Result
 from fusionopt.solvers.catalogue import method
 
 
@@ -50,24 +46,15 @@ def of_wfbp(
     >>> result.stats["case"], round(result.iteration_time * 1e3, 9)
     ('gradssa', 17.0)
     """
-    started = time.perf_counter()
     if max_message_bytes is None and max_messages is None:
         known = closed_form(problem)
         if known is not None:
-            return dataclasses.replace(known, method="of-wfbp", solve_seconds=time.perf_counter() - started)
+            return Outcome.handed_on(known)
     from fusionopt.solvers.ssa import gradssa
 
     try:
         result = gradssa(problem, population=population, iterations=iterations, time_limit=time_limit, rng=rng,
                          max_message_bytes=max_message_bytes, max_messages=max_messages)
     except Interrupted as stop:
-        raise Interrupted(_as_of_wfbp(stop.result, started)) from None
-    return _as_of_wfbp(result, started)
-
-
-def _as_of_wfbp(result: Result, started: float) -> Result:
-    """GradSSA's result as OF-WFBP's: its method, its case and the whole solve's seconds."""
-    stats = dict(result.stats)
-    stats["case"] = "gradssa"
-    return dataclasses.replace(result, method="of-wfbp", stats=MappingProxyType(stats),
-                               solve_seconds=time.perf_counter() - started)
+        raise Interrupted(Outcome.handed_on(stop.result, case="gradssa")) from None
+    return Outcome.handed_on(result, case="gradssa")

@@ -56,7 +56,6 @@ the next forward start tensor by tensor, which a barrier rules out.
 from __future__ import annotations
 
 import math
-import time
 from typing import Any
 
 import numpy as np
@@ -64,7 +63,7 @@ import numpy as np
 from fusionopt.model.dispatch import PolicyRun, free_channel_window, priority_dispatch
 from fusionopt.model.plan import Chunk
 from fusionopt.model.problem import Problem
-from fusionopt.solvers.result import Result, finish
+from fusionopt.solvers.result import Outcome, Result
 from fusionopt.solvers.needs import Needs, declares
 from fusionopt.solvers.catalogue import method
 
@@ -168,14 +167,11 @@ def p3(problem: Problem, *, slice_parameters: int = P3_SLICE_PARAMETERS) -> Resu
     >>> round(free.iteration_time * 1e3, 9), str(free.status)
     (13.0, 'OPTIMAL')
     """
-    started = time.perf_counter()
     slices = p3_slices(problem, slice_parameters)
     schedule = priority_dispatch(problem, slices, free_channel_window(problem.channels))
-    result = finish(problem, schedule.plan(slices), "p3", started, space="any", stats={
+    return Outcome(schedule.plan(slices), space="any", stats={
         "slice_parameters": int(slice_parameters),
         "slice_bytes": int(slice_parameters) * problem.profile.dtype_bytes,
         "slices": len(slices),
         "policy_iteration_time": schedule.iteration_time,
-    })
-    check_reproduced(problem, result, schedule, "p3")
-    return result
+    }, check=lambda result: check_reproduced(problem, result, schedule, "p3"))

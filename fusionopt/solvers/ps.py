@@ -16,12 +16,11 @@ Neither baseline cuts a tensor, so partitioned compute, if on, never splits a pi
 
 from __future__ import annotations
 
-import time
 
 from fusionopt.model.problem import Problem
 from fusionopt.model.ps import PSPlan
 from fusionopt.solvers.needs import Needs, declares
-from fusionopt.solvers.result import Result, finish
+from fusionopt.solvers.result import Outcome, Result
 from fusionopt.solvers.catalogue import method
 
 __all__ = ["ps_default", "ps_layer"]
@@ -50,8 +49,7 @@ def ps_default(problem: Problem) -> Result:
     >>> round(r.iteration_time * 1e3, 9), r.plan.push.groups(), r.plan.pull.groups()
     (25.0, [[2, 1, 0]], [[0, 1, 2]])
     """
-    started = time.perf_counter()
-    return finish(problem, PSPlan.from_offsets(problem.profile), "ps-default", started)
+    return Outcome(PSPlan.from_offsets(problem.profile))
 
 
 @method("ps-layer", family="framework baseline",
@@ -81,8 +79,7 @@ def ps_layer(problem: Problem) -> Result:
     >>> round(ps_layer(Problem(profile, ps=ps)).iteration_time * 1e3, 9)   # barrier: 21 + 3
     24.0
     """
-    started = time.perf_counter()
     n = problem.profile.n
     plan = PSPlan.from_groups(problem.profile, push=[[i] for i in range(n - 1, -1, -1)],
                               pull=[[i] for i in range(n)])
-    return finish(problem, plan, "ps-layer", started)
+    return Outcome(plan)

@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import math
 import numbers
-import time
 from typing import Any
 
 import numpy as np
@@ -48,7 +47,7 @@ from fusionopt.model.bounds import ps_lower_bound
 from fusionopt.solvers.cpsat_arcs import add_path_constraints, integer_horizon, positive_seconds
 from fusionopt.solvers.cpsat_search import raise_if_interrupted, run_search
 from fusionopt.solvers.needs import Needs, declares
-from fusionopt.solvers.result import Result, Status, finish
+from fusionopt.solvers.result import Outcome, Result, Status
 from fusionopt.solvers.catalogue import method
 import fusionopt.solvers.warm as warm
 
@@ -155,7 +154,6 @@ def ps_brute(problem: Problem, *, granularity: Any = "tensor") -> Result:
     >>> round(ps_brute(problem, granularity=250_000).iteration_time * 1e3, 9)
     20.0
     """
-    started = time.perf_counter()
     units = ps_units(problem, granularity)
     push_points = _candidate_cuts(problem, units, "push")
     pull_points = _candidate_cuts(problem, units, "pull")
@@ -177,7 +175,7 @@ def ps_brute(problem: Problem, *, granularity: Any = "tensor") -> Result:
     stats = _common_stats(problem, granularity, units)
     stats.update({"plans": len(push_sets) * len(pull_sets), "push_offsets": list(best[0]),
                   "pull_offsets": list(best[1])})
-    return finish(problem, plan, "ps-brute", started, stats=stats, lower_bound=best_time, optimal=True)
+    return Outcome(plan, stats=stats, lower_bound=best_time, optimal=True)
 
 
 # ---------------------------------------------------------------------------- the DP
@@ -503,7 +501,6 @@ def ps_dp(problem: Problem, *, max_rounds: int = 50, exhaustive_up_to: int = 10)
     >>> r.stats["proved"]
     'update_per_byte = 0'
     """
-    started = time.perf_counter()
     for label, value in (("max_rounds", max_rounds), ("exhaustive_up_to", exhaustive_up_to)):
         if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 0:
             raise ValueError(f"{label} must be an integer >= 0, got {value!r}")
@@ -555,8 +552,8 @@ def ps_dp(problem: Problem, *, max_rounds: int = 50, exhaustive_up_to: int = 10)
     # An optimum from the theorem or the bound is claimed with the relaxation bound, so
     # finish checks the claim against the simulation; an enumerated one is its own bound.
     if proved == "every pull plan":
-        return finish(problem, plan, "ps-dp", started, stats=stats, lower_bound=best_time, optimal=True)
-    return finish(problem, plan, "ps-dp", started, stats=stats, lower_bound=bound, optimal=proved is not None)
+        return Outcome(plan, stats=stats, lower_bound=best_time, optimal=True)
+    return Outcome(plan, stats=stats, lower_bound=bound, optimal=proved is not None)
 
 
 # ---------------------------------------------------------------------------- CP-SAT
@@ -1064,7 +1061,6 @@ def ps_cpsat(
     >>> round(r.iteration_time * 1e3, 6), str(r.status), r.stats["units"]
     (20.0, 'OPTIMAL', 7)
     """
-    started = time.perf_counter()
     time_limit = positive_seconds("time_limit", time_limit)
     if isinstance(workers, bool) or not isinstance(workers, numbers.Integral) or workers < 1:
         raise ValueError(f"workers must be an integer >= 1, got {workers!r}")
@@ -1145,8 +1141,8 @@ def ps_cpsat(
     })
     status = Status.INTERRUPTED if interrupted else (
         Status.FEASIBLE if outcome == cp_model.OPTIMAL else Status.TIME_LIMIT)
-    return raise_if_interrupted(finish(problem, plan, "ps-cpsat", started, stats=stats, lower_bound=time_bound,
-                                       status=status, tolerance=factor * q))
+    return raise_if_interrupted(Outcome(plan, stats=stats, lower_bound=time_bound,
+                                        status=status, tolerance=factor * q))
 
 
 def _offsets_of(grid: _Grid, plan: PSPlan) -> tuple[list[int], list[int]]:

@@ -6,7 +6,7 @@ import time
 from dataclasses import dataclass, field, replace
 from enum import Enum
 from types import MappingProxyType
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from fusionopt.model.bounds import best_bound, decoupled_lower_bound, ps_lower_bound, sharded_lower_bound
 from fusionopt.model.decoupled import DecoupledPlan
@@ -81,6 +81,48 @@ class Result:
         )
 
 
+@dataclass(frozen=True)
+class Outcome:
+    """What a registered solver returns: its ``plan`` and what it claims about it, which the
+    life cycle every method runs in (:func:`fusionopt.solvers.catalogue.method`) judges with
+    :func:`finish`: the solve's seconds, the simulation, the bound and the status.
+
+    ``stats`` (solver-specific figures), ``lower_bound`` (seconds, a bound the solver proved
+    for the plans it searches), ``status`` (``FEASIBLE``, or ``TIME_LIMIT``,
+    ``INTERRUPTED``, ``INFEASIBLE`` where the search says so; ``OPTIMAL`` is the judge's),
+    ``space``, ``tolerance`` and ``optimal``: as :func:`finish` takes them. ``check``: run on
+    the judged result (a solver's cross-check of its own schedule against the simulation);
+    it raises ``AssertionError`` where they differ.
+    """
+
+    plan: Any
+    stats: Mapping[str, Any] | None = None
+    lower_bound: float | None = None
+    status: Status = Status.FEASIBLE
+    space: str = "fusion"
+    tolerance: float = 0.0
+    optimal: bool = False
+    check: Callable[[Result], None] | None = None
+
+    @classmethod
+    def handed_on(cls, result: Result, **stats: Any) -> "Outcome":
+        """Another solve's ``result`` as this method's outcome, ``stats`` added to its own: its
+        plan and proven bound (judged again, so ``OPTIMAL`` stands where it did), and its
+        status where the search said it stopped early."""
+        early = result.status if result.status in (Status.TIME_LIMIT, Status.INTERRUPTED) else Status.FEASIBLE
+        return cls(result.plan, stats={**result.stats, **stats}, lower_bound=result.lower_bound, status=early,
+                   space="any")
+
+    def judged(self, problem: Problem, method: str, started: float) -> Result:
+        """The :class:`Result` of this outcome of ``method`` on ``problem``, whose solve began at
+        ``started`` (a ``time.perf_counter()`` reading): :func:`finish`."""
+        result = finish(problem, self.plan, method, started, stats=self.stats, lower_bound=self.lower_bound,
+                        status=self.status, space=self.space, tolerance=self.tolerance, optimal=self.optimal)
+        if self.check is not None:
+            self.check(result)
+        return result
+
+
 class Interrupted(KeyboardInterrupt):
     """Ctrl-C (SIGINT, ``KeyboardInterrupt``) stopped an anytime search after it had a plan.
 
@@ -103,9 +145,12 @@ class Interrupted(KeyboardInterrupt):
     ('INTERRUPTED', 10.0)
     """
 
-    def __init__(self, result: Result) -> None:
-        super().__init__(f"{result.method} was interrupted; its best plan so far (T = "
-                         f"{result.iteration_time:.6g} s) is this exception's result")
+    def __init__(self, result: "Result | Outcome") -> None:
+        if isinstance(result, Outcome):        # a solver's, judged by the life cycle it runs in
+            super().__init__("interrupted; the best plan so far is this exception's result")
+        else:
+            super().__init__(f"{result.method} was interrupted; its best plan so far (T = "
+                             f"{result.iteration_time:.6g} s) is this exception's result")
         self.result = result
 
 

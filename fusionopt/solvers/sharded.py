@@ -33,7 +33,7 @@ from fusionopt.model.profile import Profile
 from fusionopt.model.sharded import ShardedPlan
 from fusionopt.model.sharded_timing import simulate_sharded
 from fusionopt.solvers.needs import Needs, declares
-from fusionopt.solvers.result import Interrupted, Result, Status, finish
+from fusionopt.solvers.result import Interrupted, Outcome, Result, Status
 from fusionopt.solvers.catalogue import method
 
 SHARDED = Needs(pattern="fully-sharded")
@@ -89,8 +89,7 @@ def sharded_wfbp(problem: Problem) -> Result:
     >>> r.num_messages, r.plan.num_units
     (9, 3)
     """
-    started = time.perf_counter()
-    return finish(problem, ShardedPlan.per_tensor(problem.profile), "sharded-wfbp", started)
+    return Outcome(ShardedPlan.per_tensor(problem.profile))
 
 
 def fsdp2_plan(profile: Profile, *, reshard_after_forward: bool = True, forward_prefetch: int = 2,
@@ -171,13 +170,12 @@ def fsdp2(problem: Problem, *, reshard_after_forward: bool = True, forward_prefe
     >>> r.plan.num_units, r.plan.root, r.num_messages
     (14, True, 38)
     """
-    started = time.perf_counter()
     if forward_prefetch is None:
         forward_prefetch = 0 if problem.fully_sharded.blocking else 2
     plan = fsdp2_plan(problem.profile, reshard_after_forward=reshard_after_forward,
                       forward_prefetch=forward_prefetch, backward_prefetch=backward_prefetch)
-    return finish(problem, plan, "fsdp2", started,
-                  stats={"units": plan.num_units, "root": plan.root, "forward_prefetch": forward_prefetch,
+    return Outcome(plan,
+                   stats={"units": plan.num_units, "root": plan.root, "forward_prefetch": forward_prefetch,
                          "backward_prefetch": backward_prefetch})
 
 
@@ -262,7 +260,6 @@ def sharded_brute(problem: Problem, *, atoms: str | Sequence[int] = "tensor") ->
     >>> round(capped.iteration_time * 1e3, 9), capped.timeline.peak_memory, capped.plan.reshard.tolist()
     (27.0, 9000000, [False, True, False])
     """
-    started = time.perf_counter()
     _check_floor(problem, "sharded-brute")
     bounds = atom_bounds(problem.profile, atoms)
     if len(bounds) - 1 > BRUTE_MAX_ATOMS:
@@ -276,8 +273,8 @@ def sharded_brute(problem: Problem, *, atoms: str | Sequence[int] = "tensor") ->
             best, best_score = plan, score
     if best_score[0] > 0:
         raise _infeasible(problem, "sharded-brute", best_score[0])
-    result = finish(problem, best, "sharded-brute", started, stats={"plans": count, "atoms": len(bounds) - 1},
-                    lower_bound=best_score[1], optimal=True)
+    result = Outcome(best, stats={"plans": count, "atoms": len(bounds) - 1},
+                     lower_bound=best_score[1], optimal=True)
     return result
 
 
@@ -634,7 +631,7 @@ def sharded_opt(problem: Problem, *, atoms: str | Sequence[int] = "module", max_
              "stopped": stopped or "local optimum"}
     if reduce_groups:
         stats["group_evaluations"] = group_evaluations
-    result = finish(problem, best, "sharded-opt", started, status=status, stats=stats)
+    result = Outcome(best, status=status, stats=stats)
     if stopped == "interrupted":
         raise Interrupted(result) from None
     return result

@@ -54,7 +54,7 @@ from fusionopt.model.fusion_dp import check_caps
 from fusionopt.model.plan import Plan
 from fusionopt.model.problem import Problem
 from fusionopt.model.simulator import simulate
-from fusionopt.solvers.result import Interrupted, Result, Status, finish
+from fusionopt.solvers.result import Interrupted, Outcome, Result, Status
 from fusionopt.solvers.catalogue import method
 import fusionopt.solvers.warm as warm
 
@@ -787,7 +787,7 @@ class _Setting:
 
     # ------------------------------------------------------------------ driver
     def run(self, method: str, algorithm: SparrowSearch, seeds: dict[str, np.ndarray], time_limit: float | None,
-            started: float, rng_seed: int | None, extra: Callable[[], dict] | None = None) -> Result:
+            started: float, rng_seed: int | None, extra: Callable[[], dict] | None = None) -> Outcome:
         seed_times = self.objective(encode(np.array(list(seeds.values()))))
         history, history_evaluations, history_seconds = [], [], []
 
@@ -837,19 +837,17 @@ class _Setting:
         if extra is not None:
             stats.update(extra())
         if interrupted:
-            raise Interrupted(finish(self.problem, plan, method, started, stats=stats,
-                                     status=Status.INTERRUPTED)) from None
-        return finish(self.problem, plan, method, started, stats=stats,
-                      status=Status.TIME_LIMIT if stopped else Status.FEASIBLE)
+            raise Interrupted(Outcome(plan, stats=stats, status=Status.INTERRUPTED)) from None
+        return Outcome(plan, stats=stats, status=Status.TIME_LIMIT if stopped else Status.FEASIBLE)
 
-    def trivial(self, method: str, started: float, rng_seed: int | None) -> Result:
+    def trivial(self, method: str, started: float, rng_seed: int | None) -> Outcome:
         """One tensor: the only plan is one message."""
         plan = Plan.from_groups(self.problem.profile, [[0]])
         t = simulate(self.problem, plan).iteration_time
         stats = {"history": (t,), "history_evaluations": (0,), "history_seconds": (time.perf_counter() - started,),
                  "evaluations": 0, "iterations": 0, "seeds": {"single": t}, "best_seed": "single",
                  "rng_seed": rng_seed}
-        return finish(self.problem, plan, method, started, stats=stats)
+        return Outcome(plan, stats=stats)
 
 
 # ---------------------------------------------------------------------------- validation

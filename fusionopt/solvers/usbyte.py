@@ -80,7 +80,6 @@ from __future__ import annotations
 
 import heapq
 import math
-import time
 from dataclasses import dataclass
 from typing import Any, Sequence
 
@@ -89,7 +88,7 @@ import numpy as np
 from fusionopt.model.plan import Chunk, Message, Plan
 from fusionopt.model.problem import Problem
 from fusionopt.model.sync import layerwise_forward
-from fusionopt.solvers.result import Result, finish
+from fusionopt.solvers.result import Outcome, Result
 from fusionopt.solvers.needs import Needs, declares
 from fusionopt.solvers.catalogue import method
 
@@ -351,7 +350,6 @@ def usbyte(
     ...
     ValueError: usbyte is for sync='layerwise' only (...), and this problem has sync='barrier'
     """
-    started = time.perf_counter()
     alpha, beta, unit_bytes = _check_problem(problem, unit_parameters)
     if priority not in PRIORITY_MODES:
         raise ValueError(f"unknown priority {priority!r}: choose 'search' or 'forward'")
@@ -372,7 +370,12 @@ def usbyte(
             if trial.iteration_time < best.iteration_time * (1 - IMPROVEMENT_RTOL):
                 best, order = trial, trial_order
                 promotions += 1
-    result = finish(problem, best.plan, "usbyte", started, space="any", stats={
+    def check(result: Result) -> None:
+        if result.iteration_time != best.iteration_time:
+            raise AssertionError(f"usbyte: the policy timed T = {best.iteration_time!r} s but its plan simulates to "
+                                 f"{result.iteration_time!r} s")
+
+    return Outcome(best.plan, space="any", stats={
         "unit_parameters": int(unit_parameters),
         "unit_bytes": unit_bytes,
         "priority": priority,
@@ -381,10 +384,4 @@ def usbyte(
         "promotions": promotions,
         "phase1_blocks": best.count(1),
         "phase2_blocks": best.count(2),
-    })
-    if result.iteration_time != best.iteration_time:
-        raise AssertionError(
-            f"usbyte: the policy timed T = {best.iteration_time!r} s but its plan simulates to "
-            f"{result.iteration_time!r} s"
-        )
-    return result
+    }, check=check)

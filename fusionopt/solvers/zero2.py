@@ -34,7 +34,6 @@ Read in ``deepspeed/runtime/zero/stage_1_and_2.py`` and ``config.py`` of DeepSpe
 
 from __future__ import annotations
 
-import time
 
 import numpy as np
 
@@ -43,7 +42,7 @@ from fusionopt.model.plan import Plan
 from fusionopt.model.problem import Problem
 from fusionopt.model.simulator import simulate
 from fusionopt.solvers.needs import Needs, declares
-from fusionopt.solvers.result import Result, finish
+from fusionopt.solvers.result import Outcome, Result
 from fusionopt.solvers.catalogue import method
 
 ZERO_REDUCE_BUCKET = 500_000_000           # elements: DeepSpeed's reduce_bucket_size default
@@ -163,7 +162,6 @@ def zero2(problem: Problem, *, reduce_bucket_size: int = ZERO_REDUCE_BUCKET, ove
     >>> (r.timeline.message_end * 1e3).round(9).tolist(), round(r.iteration_time * 1e3, 9)
     ([5.0, 8.0, 13.0, 16.0, 17.5], 21.5)
     """
-    started = time.perf_counter()
     if not isinstance(overlap_comm, (bool, np.bool_)):
         raise ValueError(f"overlap_comm must be True or False, got {overlap_comm!r}")
     profile = problem.profile
@@ -182,8 +180,8 @@ def zero2(problem: Problem, *, reduce_bucket_size: int = ZERO_REDUCE_BUCKET, ove
     step_end = float(ends[-1]) + profile.U
     gather = Plan.from_groups(profile, [list(range(profile.n))], release=[step_end])
     plan = DecoupledPlan(reduce, gather, reduce_with="all_reduce")
-    return finish(problem, plan, "zero2", started,
-                  stats={"reduce_bucket_size": int(reduce_bucket_size), "overlap_comm": bool(overlap_comm),
+    return Outcome(plan,
+                   stats={"reduce_bucket_size": int(reduce_bucket_size), "overlap_comm": bool(overlap_comm),
                          "buckets": len(buckets), "stall": stall, "backward_end": profile.B + stall,
                          "step_end": step_end})
 

@@ -62,7 +62,6 @@ count is ``ceil(size / element_bytes)``; a module is a tensor name without its l
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import numpy as np
@@ -72,7 +71,7 @@ from fusionopt.model.problem import Problem
 from fusionopt.model.profile import Profile
 from fusionopt.model.sharded import ShardedPlan
 from fusionopt.solvers.needs import Needs, declares
-from fusionopt.solvers.result import Result, finish
+from fusionopt.solvers.result import Outcome, Result
 from fusionopt.solvers.catalogue import method
 
 PREFETCH_BUCKET_SIZE = 50_000_000
@@ -220,15 +219,14 @@ def zero3(problem: Problem, *, prefetch_bucket_size: int = PREFETCH_BUCKET_SIZE,
     >>> r.plan.num_units, r.plan.reduce_bounds.size - 1, r.num_messages, bool(r.plan.reshard.any())
     (3, 1, 102, False)
     """
-    started = time.perf_counter()
     plan = zero3_plan(problem.profile, prefetch_bucket_size=prefetch_bucket_size,
                       param_persistence_threshold=param_persistence_threshold,
                       max_live_parameters=max_live_parameters, max_reuse_distance=max_reuse_distance,
                       reduce_bucket_size=reduce_bucket_size)
     elements = element_counts(problem.profile)
     persistent = sum(1 for e in elements if e <= param_persistence_threshold)
-    return finish(problem, plan, "zero3", started,
-                  stats={"units": plan.num_units, "reduce_scatters": int(plan.reduce_bounds.size - 1),
+    return Outcome(plan,
+                   stats={"units": plan.num_units, "reduce_scatters": int(plan.reduce_bounds.size - 1),
                          "prefetch_depth": plan.forward_prefetch, "resharded": int(plan.reshard.sum()),
                          "persistent_tensors": persistent})
 
