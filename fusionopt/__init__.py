@@ -3,6 +3,40 @@
 Model how gradient communication overlaps computation, compute optimal or near-optimal
 tensor fusion and partition schedules, and compare published heuristics against them.
 
+The package by task (each name at the path it is documented under):
+
+Describe a training step
+    ``fusionopt.model.Profile`` (tensors' bytes and compute times; measured ones from
+    ``fusionopt.integrations.profile_model``, the zoo's from ``fusionopt.zoo.profile``), a
+    cost per message (``fusionopt.cost.AlphaBeta``, ``fusionopt.cost.network``), and the
+    ``fusionopt.model.Problem`` they make: an all-reduce, or a pattern of its own
+    (``fusionopt.model.ParameterServer``, ``fusionopt.model.Decoupled``,
+    ``fusionopt.model.FullySharded``).
+Judge a plan
+    ``fusionopt.model.simulate`` (the model's one judge: a ``fusionopt.model.Timeline``),
+    ``fusionopt.model.compute_pieces`` (the compute stream), plans
+    ``fusionopt.model.Plan``, ``fusionopt.model.PSPlan``, ``fusionopt.model.DecoupledPlan``,
+    ``fusionopt.model.ShardedPlan``, and lower bounds (``fusionopt.model.best_bound``).
+Solve and compare
+    ``fusionopt.solvers.solve`` (a ``fusionopt.solvers.Result``), ``fusionopt.solvers.methods``
+    (the catalogue: framework baselines, papers, searches, exact methods),
+    ``fusionopt.solvers.compare`` (a table, each plan's gap to a bound).
+Settings for a framework
+    ``fusionopt.solvers.advise.ddp_settings``, ``fusionopt.solvers.advise.horovod_settings``,
+    ``fusionopt.solvers.advise_sharded.fsdp2_advice``,
+    ``fusionopt.solvers.advise_sharded.zero3_settings``,
+    ``fusionopt.solvers.advise_sharded.zero2_settings``; applied to a real job by
+    ``fusionopt.integrations.apply_advice``.
+Run and measure
+    ``fusionopt.integrations.plan_reducer.PlanReducer`` (train with a plan),
+    ``fusionopt.integrations.EmulatedLink`` (a slower network inside real frameworks),
+    ``fusionopt.executor.run`` (a plan on local, MPI or NCCL ranks) and
+    ``fusionopt.executor.calibrate`` (a link's cost, measured).
+Experiments and plots
+    ``fusionopt.experiments.runner.run_sweep`` (grids of problems),
+    ``fusionopt.viz.save_timeline`` and ``fusionopt.viz.save_sweep``; the ``fusionopt``
+    command line (``python -m fusionopt --help``) does each of these from a shell.
+
 Examples
 --------
 >>> import fusionopt

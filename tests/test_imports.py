@@ -120,3 +120,31 @@ def test_methods_are_registered_by_function_not_by_module_path():
         if name.startswith("fusionopt.solvers"):
             text = path.read_text()
             assert "import_module" not in text and "__import__" not in text, name
+
+
+def test_the_package_map_names_what_exists():
+    # fusionopt/__init__.py's map by task names each thing at its documented path: every one
+    # of them resolves.
+    import importlib
+    import re
+
+    import fusionopt
+
+    named = re.findall(r"``(fusionopt(?:\.[A-Za-z_][A-Za-z0-9_]*)+)``", fusionopt.__doc__)
+    assert len(named) > 25
+    missing = []
+    for dotted in named:
+        module, _, name = dotted.rpartition(".")
+        try:
+            found = hasattr(importlib.import_module(module), name)
+        except ImportError:
+            found = False
+        if not found:
+            try:
+                importlib.import_module(dotted)
+                found = True
+            except ImportError:
+                pass
+        if not found:
+            missing.append(dotted)
+    assert missing == []
