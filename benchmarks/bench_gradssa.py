@@ -49,7 +49,7 @@ from fusionopt.model._io import write_bytes_atomic, write_text_atomic
 from fusionopt.model.fusion_eval import score_cuts
 from fusionopt.solvers import solve
 from fusionopt.solvers.result import Status
-from fusionopt.solvers.ssa import GRADSSA_SEEDS
+from fusionopt.solvers.searches.ssa import GRADSSA_SEEDS
 
 RESULTS = Path(__file__).resolve().parent / "results" / "gradssa.md"
 MODELS = ("resnet50", "vgg16", "googlenet", "bert-base")

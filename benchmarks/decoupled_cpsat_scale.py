@@ -37,7 +37,7 @@ from fusionopt import zoo
 from fusionopt.model import Decoupled, Problem, Profile
 from fusionopt.model._io import write_text_atomic
 from fusionopt.solvers import solve
-from fusionopt.solvers.decoupled_cpsat import MAX_TENSORS
+from fusionopt.solvers.exact.decoupled_cpsat import MAX_TENSORS
 
 RESULTS = Path(__file__).resolve().parent / "results" / "decoupled_cpsat_scale.md"
 MODELS = ("resnet50", "bert-base", "vgg16")

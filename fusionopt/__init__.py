@@ -22,10 +22,10 @@ Solve and compare
     (the catalogue: framework baselines, papers, searches, exact methods),
     ``fusionopt.solvers.compare`` (a table, each plan's gap to a bound).
 Settings for a framework
-    ``fusionopt.solvers.advise.ddp_settings``, ``fusionopt.solvers.advise.horovod_settings``,
-    ``fusionopt.solvers.advise_sharded.fsdp2_advice``,
-    ``fusionopt.solvers.advise_sharded.zero3_settings``,
-    ``fusionopt.solvers.advise_sharded.zero2_settings``; applied to a real job by
+    ``fusionopt.advice.allreduce.ddp_settings``, ``fusionopt.advice.allreduce.horovod_settings``,
+    ``fusionopt.advice.sharded.fsdp2_advice``,
+    ``fusionopt.advice.sharded.zero3_settings``,
+    ``fusionopt.advice.sharded.zero2_settings``; applied to a real job by
     ``fusionopt.integrations.apply_advice``.
 Run and measure
     ``fusionopt.integrations.plan_reducer.PlanReducer`` (train with a plan),

@@ -30,8 +30,8 @@ from fusionopt.model import AlphaBeta, Plan, Problem, Profile, simulate
 from fusionopt.model.decoupled import Decoupled, DecoupledPlan
 from fusionopt.model.sharded import FullySharded, ShardedPlan
 from fusionopt.reporting import fraction
-from fusionopt.solvers.advise import MIN_GAIN
-from fusionopt.solvers.advise_sharded import OverMemoryCap, fsdp2_advice, zero2_settings, zero3_settings
+from fusionopt.advice.allreduce import MIN_GAIN
+from fusionopt.advice.sharded import OverMemoryCap, fsdp2_advice, zero2_settings, zero3_settings
 from fusionopt.model.ps import ParameterServer, PSPlan
 from fusionopt.model._io import read_json_document
 from fusionopt.solvers import compare, format_table, methods, solve
@@ -771,7 +771,7 @@ def _cmd_advise(args: argparse.Namespace) -> None:
         return
     if args.memory_cap is not None or args.atoms is not None:
         raise UsageError(f"{'--memory-cap' if args.memory_cap is not None else '--atoms'} goes with --pattern fsdp")
-    from fusionopt.solvers.advise import ddp_settings, horovod_settings
+    from fusionopt.advice.allreduce import ddp_settings, horovod_settings
 
     problem, label = _problem_for_compare(args)
     plan_result = solve(problem, args.method)

@@ -14,7 +14,7 @@ from kineto_traces import PARAMS, ddp_job
 from fusionopt.cli import main
 from fusionopt.model import AlphaBeta, Decoupled, FullySharded, Problem, Profile
 from fusionopt.solvers import solve
-from fusionopt.solvers.advise_sharded import zero2_settings
+from fusionopt.advice.sharded import zero2_settings
 
 ALPHA, BETA = "1e-5", "1e-9"
 COST = AlphaBeta(1e-5, 1e-9)

@@ -23,7 +23,7 @@ from fusionopt.model import Decoupled, FullySharded, Problem, Profile
 from fusionopt.model.ps import ParameterServer
 from fusionopt.solvers import compare, format_table, solve
 from fusionopt.solvers.comparison import INFORMATIVE_SHARE
-from fusionopt.solvers.decoupled import in_grouping_space
+from fusionopt.solvers.exact.decoupled_brute import in_grouping_space
 from fusionopt.solvers.registry import comparison_candidates
 from fusionopt.solvers.result import with_bound
 from fusionopt.sweep import Cell, cells, run_cell

@@ -89,7 +89,7 @@ def test_the_graph_sees_imports_inside_functions(tmp_path):
 
 def test_no_import_circles():
     edges = graph()
-    assert {"fusionopt.cli", "fusionopt.model.simulator", "fusionopt.solvers.cpsat", "fusionopt.zoo.bert"} <= set(edges)
+    assert {"fusionopt.cli", "fusionopt.model.simulator", "fusionopt.solvers.exact.cpsat", "fusionopt.zoo.bert"} <= set(edges)
     assert circles(edges) == []
 
 
@@ -99,9 +99,21 @@ def test_the_model_imports_nothing_above_it():
     assert {name: targets for name, targets in above.items() if targets} == {}
 
 
-SOLVERS_ABOVE = {"fusionopt.solvers.registry", "fusionopt.solvers.comparison", "fusionopt.solvers.advise",
-                 "fusionopt.solvers.advise_sharded", "fusionopt.solvers"}
+SOLVERS_ABOVE = {"fusionopt.solvers.registry", "fusionopt.solvers.comparison", "fusionopt.solvers",
+                 "fusionopt.advice", "fusionopt.advice.allreduce", "fusionopt.advice.sharded"}
 """The dispatcher, the comparison and the advice: above the solvers."""
+
+
+def test_the_solvers_stand_in_the_folders_of_their_families():
+    # Every registered method is defined in the folder of its family.
+    from fusionopt.solvers.registry import catalogue
+
+    folder = {"framework baseline": "baselines", "paper": "papers", "search": "searches", "exact": "exact"}
+    import inspect
+
+    misplaced = {m.name: inspect.unwrap(m.function).__module__ for m in catalogue()
+                 if inspect.unwrap(m.function).__module__.split(".")[2] != folder[m.family]}
+    assert misplaced == {}
 
 
 def test_no_solver_climbs_to_the_dispatcher():

@@ -290,7 +290,7 @@ def test_the_measured_peak_is_m_peak_with_the_collectives_blocking(tmp_path):
     # GPU's streams) predicts a higher peak: three units whole in the first forward.
     pytest.importorskip("torch")
     from fusionopt.model import AlphaBeta, FullySharded, Problem, simulate
-    from fusionopt.solvers.advise_sharded import fsdp2_plan_of
+    from fusionopt.advice.sharded import fsdp2_plan_of
 
     found = count_units("capped")
     names, sizes = zip(*found["params"])

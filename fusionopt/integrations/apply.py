@@ -17,7 +17,7 @@ or as the framework's defaults, so the two can be measured side by side.
   ``set_modules_to_backward_prefetch`` lists.
 * :func:`apply_defaults`: what the advice is compared with: ``DistributedDataParallel`` with
   torch's default arguments; FSDP2 as fusionopt models its defaults
-  (:func:`fusionopt.solvers.sharded.fsdp2`): ``fully_shard`` on each block
+  (:func:`fusionopt.solvers.baselines.fsdp2.fsdp2`): ``fully_shard`` on each block
   (:func:`fusionopt.integrations.fsdp_record.fsdp2_blocks`), then on the model, every
   other argument left at torch's default.
 

@@ -1,5 +1,5 @@
 """The gradient buckets real ``DistributedDataParallel`` builds for a model, read with a comm
-hook: the evidence :mod:`fusionopt.solvers.ddp` is checked against."""
+hook: the evidence :mod:`fusionopt.solvers.baselines.ddp` is checked against."""
 
 from __future__ import annotations
 

@@ -6,7 +6,7 @@ advance and the channels can be simulated on their own: up to ``K`` messages in 
 dispatched in plan order, each a latency phase and then a transfer, the transfers in flight
 sharing the bandwidth equally (the semantics of :mod:`fusionopt.model.events`, which tests
 pin this module to). :func:`fusionopt.model.fusion_eval.score_cuts` uses it for searches, and
-the CP-SAT scheme of :mod:`fusionopt.solvers.cpsat_channels` for its cuts.
+the CP-SAT scheme of :mod:`fusionopt.solvers.exact.cpsat_channels` for its cuts.
 """
 
 from __future__ import annotations

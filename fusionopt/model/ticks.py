@@ -2,7 +2,7 @@
 since the last one (MODEL.md section 3; Horovod's ``RunLoopOnce``).
 
 At each tick the items posted and not yet sent are grouped by a **fuse rule**, the plug-in
-(Horovod's ``FuseResponses``: :func:`fusionopt.solvers.horovod.fuse`), into messages released
+(Horovod's ``FuseResponses``: :func:`fusionopt.solvers.baselines.horovod.fuse`), into messages released
 at that tick (their release time, MODEL.md section 3); the channel runs them one at a time in
 order. When the next tick comes depends on the deployment: a thread that hands the
 collectives to a device stream ticks every ``cycle`` (``wait_for_collectives=False``,

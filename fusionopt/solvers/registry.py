@@ -1,9 +1,11 @@
 """One entry point for every method: :func:`solve` (tables of several methods:
 :mod:`fusionopt.solvers.comparison`).
 
-Each solver registers itself where it is defined (:func:`fusionopt.solvers.catalogue.method`);
-this module imports every solver module, so that all are registered, and puts them in the
-order of listings and comparison tables (:data:`ORDER`). No solver imports it: a solver that
+Each solver registers itself where it is defined (:func:`fusionopt.solvers.catalogue.method`),
+in the folder of its family: ``baselines`` (what the frameworks do), ``papers`` (the seed
+papers' schedulers), ``searches`` (heuristics with a gap) and ``exact``. This module imports
+every solver module, so that all are registered, and puts them in the order of listings and
+comparison tables (:data:`ORDER`). No solver imports it: a solver that
 starts from other methods' plans runs them through :mod:`fusionopt.solvers.warm`.
 """
 
@@ -12,9 +14,12 @@ from __future__ import annotations
 from typing import Any
 
 from fusionopt.model.problem import Problem
-from fusionopt.solvers import (  # noqa: F401  (each registers its methods)
-    baselines, brute, bytescheduler, cpsat, ddp, decoupled, decoupled_cpsat, decoupled_dp, dp, horovod, inductor,
-    ipart, layerwise_opt, mgwfbp, milp, of_wfbp, priority, ps, ps_exact, sharded, ssa, usbyte, zero2, zero3)
+from fusionopt.solvers.baselines import (  # noqa: F401  (each registers its methods)
+    ddp, fsdp2, horovod, inductor, megatron, ps, wfbp, zero2, zero3)
+from fusionopt.solvers.exact import (  # noqa: F401
+    brute, cpsat, decoupled_brute, decoupled_cpsat, decoupled_dp, dp, milp, ps_exact, sharded_brute)
+from fusionopt.solvers.papers import bytescheduler, dear, ipart, mgwfbp, of_wfbp, priority, usbyte  # noqa: F401
+from fusionopt.solvers.searches import decoupled_opt, layerwise_opt, sharded_opt, ssa  # noqa: F401
 from fusionopt.solvers.catalogue import (FAMILIES, REFERENCE, Method, arrange, catalogue, comparison_candidates,
                                          default_methods, get_method, methods, register, run, solved_once)
 from fusionopt.solvers.result import Result

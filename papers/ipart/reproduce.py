@@ -412,7 +412,7 @@ def report(ctx) -> str:
           f"and **{fmt_gain(1 + PAPER[('ibatch', 'layer')])}**. No full text or code of either paper is "
           "public: models, batch sizes, the measure's exact definition, the cluster's CPUs and the "
           "greedy itself are not known to us. `ibatch` and `ipart` are fusionopt's reconstructions "
-          "(`fusionopt/solvers/ipart.py`), not the authors' algorithms.", ""]
+          "(`fusionopt/solvers/papers/ipart.py`), not the authors' algorithms.", ""]
 
     # ---------------------------------------------------------------- definitions
     L += ["## The measure (our reading)", "",
@@ -475,7 +475,7 @@ def report(ctx) -> str:
           "own pull: how iBatch and iPart overlap pulls with the forward; the default PS is the same in "
           "both modes).",
           "* **Methods** (`fusionopt.solve(Problem(profile, ps=..., sync=\"layerwise\"), name)`; all "
-          "[reconstructed], see `fusionopt/solvers/ps.py` and `ipart.py`): **default PS** (`ps-default`: "
+          "[reconstructed], see `fusionopt/solvers/baselines/ps.py` and `ipart.py`): **default PS** (`ps-default`: "
           "one push of everything after the backward, one pull before the forward); **layer-by-layer** "
           "(`ps-layer`: one push per layer in backward order overlapping the backward, one pull per layer "
           "in forward order overlapping the forward); **iBatch** (`ibatch`: pulls batched greedily with "
@@ -957,7 +957,7 @@ def why(ctx) -> list[str]:
         "in this model, so scalability is flat in N unless the startup grows with it (result 2). The "
         "papers' cluster may lose scalability to stragglers, task scheduling and network effects the "
         "model does not include.",
-        "* **Our iBatch and iPart are reconstructions** of two abstracts (`fusionopt/solvers/ipart.py`): "
+        "* **Our iBatch and iPart are reconstructions** of two abstracts (`fusionopt/solvers/papers/ipart.py`): "
         "the greedy's rules, look-aheads, minimum piece size and the fallback to the baselines are our "
         "choices. The papers' partitioning of the computation (how a layer's compute is split and what "
         "a piece costs, our delta) is not known either.",

@@ -769,7 +769,7 @@ def why(ctx) -> list[str]:
         "* **128 GPUs.** The paper's 128-GPU figure comes from its own simulation, with settings we do "
         "not know; ours uses nominal ring all-reduce presets, not fitted constants.",
         "* **Our US-Byte is a reading of the authors' code** (docs/methods.md, section usbyte; the choices left open "
-        "are documented in `fusionopt/solvers/usbyte.py`): gaps, block lengths, when phase 2 starts, "
+        "are documented in `fusionopt/solvers/papers/usbyte.py`): gaps, block lengths, when phase 2 starts, "
         "and the promotion rule of the priority search. The unit S_p is 1M parameters unless result 4 "
         "says otherwise; the paper tuned it by Bayesian optimisation.",
         "* **Simulation, not measurement.** One FIFO channel with an affine cost, no contention between "

@@ -28,8 +28,8 @@ from fusionopt.integrations.fsdp_record import tiny_transformer  # noqa: E402
 from fusionopt.model import AlphaBeta, FullySharded, Problem  # noqa: E402
 from fusionopt.model.profile import Profile  # noqa: E402
 from fusionopt.model.sharded import ShardedPlan  # noqa: E402
-from fusionopt.solvers.advise_sharded import fsdp2_settings  # noqa: E402
-from fusionopt.solvers.ddp import ddp_buckets  # noqa: E402
+from fusionopt.advice.sharded import fsdp2_settings  # noqa: E402
+from fusionopt.solvers.baselines.ddp import ddp_buckets  # noqa: E402
 
 
 def mlp():

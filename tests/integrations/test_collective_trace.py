@@ -87,7 +87,7 @@ def test_real_ddp_traces_of_two_ranks(tmp_path):
     from fusionopt.integrations.ddp_record import free_port
 
     from fusionopt.integrations.kineto import profile_from_traces
-    from fusionopt.solvers.ddp import ddp_buckets
+    from fusionopt.solvers.baselines.ddp import ddp_buckets
 
     mp.spawn(_traced_ddp_rank, args=(str(tmp_path), free_port()), nprocs=2, join=True)
     model = torch.nn.Sequential(torch.nn.Linear(256, 512), torch.nn.ReLU(), torch.nn.Linear(512, 512),

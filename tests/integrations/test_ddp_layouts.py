@@ -19,8 +19,8 @@ from fusionopt.integrations.ddp_layout import ddp_bucket_layout  # noqa: E402
 from fusionopt.integrations.torch import profile_model  # noqa: E402
 from fusionopt.model import Problem  # noqa: E402
 from fusionopt.solvers import solve  # noqa: E402
-from fusionopt.solvers.advise import ddp_settings  # noqa: E402
-from fusionopt.solvers.ddp import ddp_buckets  # noqa: E402
+from fusionopt.advice.allreduce import ddp_settings  # noqa: E402
+from fusionopt.solvers.baselines.ddp import ddp_buckets  # noqa: E402
 
 if not dist.is_available():
     pytest.skip("torch.distributed is not available", allow_module_level=True)

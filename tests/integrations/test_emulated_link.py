@@ -210,7 +210,7 @@ def test_ddp_hook_posts_every_bucket_on_the_link(reports):
     # (the bucket reaches the cap), then 384 + 24,576 B; fusionopt's DDP model builds the same.
     # Each holds the channel 5 ms, one after the other.
     from fusionopt.model.profile import Profile
-    from fusionopt.solvers.ddp import ddp_buckets
+    from fusionopt.solvers.baselines.ddp import ddp_buckets
 
     sizes = [4 * 64 * 96, 4 * 96, 4 * 96 * 96, 4 * 96, 4 * 96 * 10, 4 * 10]
     profile = Profile.from_arrays(sizes, [1e-3] * 6, [1e-3] * 6)

@@ -28,7 +28,7 @@ from fusionopt.integrations.fsdp_record import (  # noqa: E402
 from fusionopt.model import AlphaBeta, FullySharded, Problem, simulate  # noqa: E402
 from fusionopt.model.sharded_timing import ALL_GATHER, REDUCE_SCATTER  # noqa: E402
 from fusionopt.model.names import block_of  # noqa: E402
-from fusionopt.solvers.sharded import fsdp2_plan  # noqa: E402
+from fusionopt.solvers.baselines.fsdp2 import fsdp2_plan  # noqa: E402
 
 AG, RS = KIND_CODES["all_gather"], KIND_CODES["reduce_scatter"]
 # The tiny model's units, float32 bytes: root (embed 32x16, norm 2x16, head 32x16 + 32) and

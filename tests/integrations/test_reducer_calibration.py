@@ -11,7 +11,7 @@ from fusionopt.integrations.reducer_calibration import (REDUCER_CALIBRATION_SCHE
 from fusionopt.model import AlphaBeta, FullySharded, Plan, Problem, Profile, simulate
 from fusionopt.model.cost import PiecewiseLinear
 from fusionopt.model.overhead import with_message_overhead, with_overhead
-from fusionopt.solvers.sharded import fsdp2_plan
+from fusionopt.solvers.baselines.fsdp2 import fsdp2_plan
 
 
 # ---------------------------------------------------------------------- the fit

@@ -18,7 +18,7 @@ from fusionopt.integrations import profile_model  # noqa: E402
 from fusionopt.integrations.torch import require_torch  # noqa: E402
 from fusionopt.model import Problem, Profile, simulate  # noqa: E402
 from fusionopt.solvers import solve  # noqa: E402
-from fusionopt.solvers.advise import ddp_settings  # noqa: E402
+from fusionopt.advice.allreduce import ddp_settings  # noqa: E402
 
 
 def small_cnn() -> nn.Module:

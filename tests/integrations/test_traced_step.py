@@ -73,7 +73,7 @@ def test_real_two_rank_jobs_recorded_here(tmp_path):
     # median error over recorded jobs is measured by validation/traces/run.py).
     pytest.importorskip("torch")
     from fusionopt.integrations.ddp_record import record_ddp_traces
-    from fusionopt.solvers.ddp import ddp_buckets
+    from fusionopt.solvers.baselines.ddp import ddp_buckets
 
     for name, model, schedule, steps in (("mlp", "mlp", True, 10), ("cnn", "cnn", False, 6)):
         folder = tmp_path / name

@@ -14,7 +14,7 @@ from fusionopt.executor.programs import build_program
 from fusionopt.model import FullySharded, Problem, Profile, ShardedPlan, compute_pieces, simulate
 from fusionopt.model.bounds import sharded_lower_bound
 from fusionopt.solvers import solve
-from fusionopt.solvers.advise_sharded import fsdp2_plan_of, fsdp2_settings
+from fusionopt.advice.sharded import fsdp2_plan_of, fsdp2_settings
 
 MS = 1e-3
 HALF = AlphaBeta(MS, 1e-9)                               # 1 ms + 1 ns/B for each collective

@@ -14,8 +14,8 @@ from fusionopt.model.bounds import (best_bound, channel_bound, compute_bound, fl
                                      fusion_bound, last_message_bound)
 from fusionopt.model.fusion_dp import optimal_fusion
 from fusionopt.solvers import solve
-from fusionopt.solvers.brute import brute
-from fusionopt.solvers.dp import dp
+from fusionopt.solvers.exact.brute import brute
+from fusionopt.solvers.exact.dp import dp
 
 BASELINES = ["wfbp", "single", "threshold", "ddp", "horovod"]
 REL = 1e-9

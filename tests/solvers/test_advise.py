@@ -1,4 +1,4 @@
-"""DDP and Horovod settings derived from a plan (fusionopt.solvers.advise)."""
+"""DDP and Horovod settings derived from a plan (fusionopt.advice.allreduce)."""
 
 import pytest
 from hypothesis import given, settings
@@ -10,7 +10,7 @@ from fusionopt.cost import AlphaBeta, network
 from fusionopt.model import Plan, Problem, Profile, simulate
 from fusionopt.model.ps import ParameterServer
 from fusionopt.solvers import solve
-from fusionopt.solvers.advise import DDPSettings, HorovodSettings, ddp_settings, horovod_settings
+from fusionopt.advice.allreduce import DDPSettings, HorovodSettings, ddp_settings, horovod_settings
 
 MS = 1e-3
 MiB = 2**20

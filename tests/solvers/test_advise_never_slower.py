@@ -11,8 +11,8 @@ from fusionopt.cost import network
 from fusionopt.model import Decoupled, FullySharded, Problem
 from fusionopt.model.bounds import sharded_memory_floor
 from fusionopt.solvers import solve
-from fusionopt.solvers.advise import ddp_settings, horovod_settings
-from fusionopt.solvers.advise_sharded import OverMemoryCap, fsdp2_advice, zero2_settings, zero3_settings
+from fusionopt.advice.allreduce import ddp_settings, horovod_settings
+from fusionopt.advice.sharded import OverMemoryCap, fsdp2_advice, zero2_settings, zero3_settings
 
 TIE = 1e-9                                               # the advice's tolerance on T, relative
 

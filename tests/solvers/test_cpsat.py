@@ -16,8 +16,8 @@ from fusionopt.cost import AlphaBeta
 from fusionopt.model import Chunk, Message, Plan, Problem, Profile, simulate
 from fusionopt.model.fusion_dp import _fewest_messages
 from fusionopt.solvers import Status, solve
-from fusionopt.solvers.cpsat import cpsat
-from fusionopt.solvers.dp import dp
+from fusionopt.solvers.exact.cpsat import cpsat
+from fusionopt.solvers.exact.dp import dp
 
 MS = 1e-3
 SLACK = 1e-12          # seconds of float noise between two exact methods

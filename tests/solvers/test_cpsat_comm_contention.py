@@ -16,8 +16,8 @@ from fusionopt.cost import AlphaBeta
 from fusionopt.model import Plan, Problem, Profile, simulate
 from fusionopt.model.fusion import arc_times, backward_arrays, layerwise_slack
 from fusionopt.solvers import Status, solve
-from fusionopt.solvers.cpsat import _delay_cut, _integer_arc_times, _rounded_path, _rounding_factor, cpsat
-from fusionopt.solvers.cpsat_arcs import arc_positions, plan_path
+from fusionopt.solvers.exact.cpsat import _delay_cut, _integer_arc_times, _rounded_path, _rounding_factor, cpsat
+from fusionopt.solvers.exact.cpsat_arcs import arc_positions, plan_path
 
 MS = 1e-3
 RTOL = 1e-9

@@ -18,8 +18,8 @@ from fusionopt.model.fusion import arc_times as _arc_times, backward_arrays
 from fusionopt.model.fusion import fusion_message_times as _fusion_recursion
 from fusionopt.model.fusion_dp import _fewest_messages
 from fusionopt.solvers import Status, solve
-from fusionopt.solvers.cpsat import _delay_cut, _integer_arc_times, _rounded_path, _rounding_factor, cpsat
-from fusionopt.solvers.cpsat_arcs import QUANTUM_PRECISION, arc_positions, plan_path
+from fusionopt.solvers.exact.cpsat import _delay_cut, _integer_arc_times, _rounded_path, _rounding_factor, cpsat
+from fusionopt.solvers.exact.cpsat_arcs import QUANTUM_PRECISION, arc_positions, plan_path
 
 MS = 1e-3
 RTOL = 1e-9            # relative float noise between the simulator and the model's arithmetic
@@ -325,7 +325,7 @@ def test_large_integer_horizons_are_avoided():
     # the horizon at 2^29 steps; the bound must not exceed any plan's time.
     from fusionopt import zoo
     from fusionopt.cost import network
-    from fusionopt.solvers.cpsat_arcs import MAX_INTEGER_TIME
+    from fusionopt.solvers.exact.cpsat_arcs import MAX_INTEGER_TIME
 
     base = zoo.profile("resnet50", device="v100", batch=64)
     keep = slice(base.n - 48, base.n)

@@ -14,7 +14,7 @@ from strategies import alpha_beta, problems
 from fusionopt.cost import AlphaBeta
 from fusionopt.model import Plan, Problem, Profile, simulate
 from fusionopt.solvers import Status
-from fusionopt.solvers.cpsat import cpsat
+from fusionopt.solvers.exact.cpsat import cpsat
 
 MS = 1e-3
 RTOL = 1e-9

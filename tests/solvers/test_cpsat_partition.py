@@ -12,7 +12,7 @@ from fusionopt.cost import AlphaBeta
 from fusionopt.model import Chunk, Message, Plan, Problem, Profile, simulate
 from fusionopt.model.bounds import fluid_bound, fluid_latency_bound
 from fusionopt.solvers import Status, solve
-from fusionopt.solvers.cpsat_partition import _grid_plan, unit_grid
+from fusionopt.solvers.exact.cpsat_partition import _grid_plan, unit_grid
 
 MS = 1e-3
 MB = 1_000_000

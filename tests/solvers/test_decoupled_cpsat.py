@@ -19,7 +19,7 @@ from fusionopt.solvers import solve
 
 pytest.importorskip("ortools")
 
-from fusionopt.solvers.decoupled_cpsat import MAX_TENSORS_SEQUENTIAL, SPACE_SEQUENTIAL, _Space  # noqa: E402
+from fusionopt.solvers.exact.decoupled_cpsat import MAX_TENSORS_SEQUENTIAL, SPACE_SEQUENTIAL, _Space  # noqa: E402
 
 MS = 1e-3
 BUDGET = {"workers": 1, "deterministic_time": 5.0, "time_limit": 60.0}

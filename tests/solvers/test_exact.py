@@ -10,8 +10,8 @@ from fusionopt.cost import AlphaBeta, PiecewiseLinear
 from fusionopt.model import Problem, Profile
 from fusionopt.model.bounds import fluid_bound
 from fusionopt.solvers import Status, solve
-from fusionopt.solvers.closed_form import closed_form
-from fusionopt.solvers.dp import dp
+from fusionopt.solvers.exact.closed_form import closed_form
+from fusionopt.solvers.exact.dp import dp
 
 MS = 1e-3
 

@@ -19,7 +19,7 @@ from fusionopt.cost import AlphaBeta  # noqa: E402
 from fusionopt.model import Decoupled, Problem, Profile, simulate  # noqa: E402
 from fusionopt.model.ps import ParameterServer  # noqa: E402
 from fusionopt.solvers import Status, solve  # noqa: E402
-from fusionopt.solvers import cpsat, cpsat_channels, cpsat_partition, cpsat_search, decoupled_cpsat, ps_exact  # noqa: E402
+from fusionopt.solvers.exact import cpsat, cpsat_channels, cpsat_partition, cpsat_search, decoupled_cpsat, ps_exact  # noqa: E402
 from fusionopt.solvers.result import Interrupted  # noqa: E402
 
 

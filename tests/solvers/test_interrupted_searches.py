@@ -11,7 +11,8 @@ import pytest
 from fusionopt.cost import AlphaBeta
 from fusionopt.model import FullySharded, Problem, Profile, simulate
 from fusionopt.solvers import Status, solve
-from fusionopt.solvers import layerwise_opt, sharded, ssa, warm
+from fusionopt.solvers import warm
+from fusionopt.solvers.searches import layerwise_opt, sharded_opt, ssa
 from fusionopt.solvers.result import Interrupted
 
 MS = 1e-3
@@ -129,7 +130,7 @@ def sharded_problem(cap=None) -> Problem:
 @pytest.mark.parametrize("calls", [1, 60])
 def test_sharded_opt_interrupted_keeps_the_best_plan_scored(monkeypatch, calls):
     problem = sharded_problem()
-    scores = interrupt_after(monkeypatch, sharded, "_score", calls)
+    scores = interrupt_after(monkeypatch, sharded_opt, "plan_score", calls)
     result = kept(solve, problem, "sharded-opt", **SHARDED_ENDLESS)
     assert result.stats["stopped"] == "interrupted" and result.stats["evaluations"] == calls
     assert judged(result, problem) == pytest.approx(min(t for over, t in scores if over == 0), rel=1e-12)
@@ -140,7 +141,7 @@ def test_sharded_opt_interrupted_keeps_only_a_plan_within_the_cap(monkeypatch):
     # over it (checked below), and the plan kept is the best of those within it.
     cap = 3.0 * float(random_profile(10, 3).sizes.max())
     problem = sharded_problem(cap)
-    scores = interrupt_after(monkeypatch, sharded, "_score", 60)
+    scores = interrupt_after(monkeypatch, sharded_opt, "plan_score", 60)
     result = kept(solve, problem, "sharded-opt", **SHARDED_ENDLESS)
     within = [t for over, t in scores if over == 0]
     assert within and len(within) < len(scores)
@@ -149,5 +150,5 @@ def test_sharded_opt_interrupted_keeps_only_a_plan_within_the_cap(monkeypatch):
 
 
 def test_sharded_opt_interrupted_before_a_plan_within_the_cap_has_no_plan(monkeypatch):
-    interrupt_after(monkeypatch, sharded, "_score", 0)
+    interrupt_after(monkeypatch, sharded_opt, "plan_score", 0)
     assert not isinstance(stopped(solve, sharded_problem(), "sharded-opt", atoms="tensor"), Interrupted)

@@ -15,7 +15,7 @@ from fusionopt.model import Problem, Profile, simulate
 from fusionopt.model.ps import ParameterServer, PSPlan
 from fusionopt.model.ps_timing import offsets_iteration_time
 from fusionopt.model.bounds import ps_lower_bound
-from fusionopt.solvers.ipart import (
+from fusionopt.solvers.papers.ipart import (
     NEXT_TENSOR,
     _cuts,
     _Gates,
@@ -26,7 +26,7 @@ from fusionopt.solvers.ipart import (
     ibatch,
     ipart,
 )
-from fusionopt.solvers.ps import ps_default, ps_layer
+from fusionopt.solvers.baselines.ps import ps_default, ps_layer
 
 MS = 1e-3
 MB = 1_000_000

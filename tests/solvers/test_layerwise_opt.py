@@ -13,7 +13,7 @@ from fusionopt.model import Problem, Profile, simulate
 from fusionopt.model.blocks import block_iteration_time
 from fusionopt.model.bounds import fluid_bound, fluid_latency_bound
 from fusionopt.solvers import solve
-from fusionopt.solvers.layerwise_opt import _Evaluator, layerwise_opt
+from fusionopt.solvers.searches.layerwise_opt import _Evaluator, layerwise_opt
 
 MS = 1e-3
 RTOL = 1e-9

@@ -14,9 +14,6 @@ from fusionopt.solvers import solve
 from fusionopt.solvers.catalogue import catalogue, solving
 from fusionopt.solvers.result import Interrupted, Outcome, Status
 
-SOLVERS = Path(__file__).resolve().parents[2] / "fusionopt" / "solvers"
-
-
 def problem() -> Problem:
     # Backward 3, 2, 1 ms (ready at 1, 3, 6 ms), 1 ms + 1 ns/B: WFBP ends at 14 ms and meets
     # the fusion bound; one message of 7 MB ends at 6 + 8 + 3 (forward) = 17 ms.
@@ -72,8 +69,8 @@ def test_a_method_handed_another_result_is_judged_as_itself():
 def test_no_registered_solver_judges_itself():
     # finish (simulate, bound, status) is called by the life cycle only: no module of a
     # registered method calls it.
-    modules = {Path(inspect.unwrap(m.function).__code__.co_filename).name for m in catalogue()}
-    calling = sorted(name for name in modules
+    modules = {Path(inspect.unwrap(m.function).__code__.co_filename) for m in catalogue()}
+    calling = sorted(path.name for path in modules
                      if any(isinstance(node, ast.Call) and getattr(node.func, "id", None) == "finish"
-                            for node in ast.walk(ast.parse((SOLVERS / name).read_text()))))
+                            for node in ast.walk(ast.parse(path.read_text()))))
     assert len(modules) > 20 and calling == []

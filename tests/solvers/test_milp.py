@@ -16,8 +16,8 @@ from fusionopt.cost import AlphaBeta, PiecewiseLinear, network
 from fusionopt.model import Plan, Problem, Profile, simulate
 from fusionopt.model.fusion import backward_arrays
 from fusionopt.solvers import Status, solve
-from fusionopt.solvers.dp import dp
-from fusionopt.solvers.milp import _encode, milp
+from fusionopt.solvers.exact.dp import dp
+from fusionopt.solvers.exact.milp import _encode, milp
 
 MS = 1e-3
 

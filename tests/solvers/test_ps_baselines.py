@@ -14,8 +14,8 @@ from fusionopt.model import Plan, Problem, Profile, simulate
 from fusionopt.model.ps import ParameterServer, PSPlan
 from fusionopt.model.bounds import ps_lower_bound
 from fusionopt.solvers import Status
-from fusionopt.solvers.baselines import wfbp
-from fusionopt.solvers.ps import ps_default, ps_layer
+from fusionopt.solvers.baselines.wfbp import wfbp
+from fusionopt.solvers.baselines.ps import ps_default, ps_layer
 from fusionopt.solvers.result import finish
 
 MS = 1e-3

@@ -21,8 +21,8 @@ from fusionopt.model.ps import ParameterServer, PSPlan
 from fusionopt.model.ps_timing import offsets_iteration_time
 from fusionopt.model.bounds import ps_lower_bound
 from fusionopt.solvers import Status, solve
-from fusionopt.solvers.ps import ps_default, ps_layer
-from fusionopt.solvers.ps_exact import (
+from fusionopt.solvers.baselines.ps import ps_default, ps_layer
+from fusionopt.solvers.exact.ps_exact import (
     MAX_BRUTE_CUTS,
     _candidate_cuts,
     _Grid,

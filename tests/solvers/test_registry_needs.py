@@ -141,7 +141,7 @@ def test_every_method_registers_itself_and_has_its_place():
     with pytest.raises(ValueError, match="^method 'dp' is already registered$"):
         register("dp", lambda problem: None, "again", family="exact")
     with pytest.raises(ValueError, match="^method 'mine': its solver must be a function, got str$"):
-        register("mine", "fusionopt.solvers.dp:dp", "by path", family="exact")
+        register("mine", "fusionopt.solvers.exact.dp:dp", "by path", family="exact")
     with pytest.raises(ValueError, match="^unknown family 'heuristic' for method 'mine'"):
         register("mine", lambda problem: None, "mine", family="heuristic")
     assert "mine" not in [m.name for m in catalogue()]

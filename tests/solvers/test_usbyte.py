@@ -13,7 +13,7 @@ from fusionopt.model import Problem, Profile, simulate
 from fusionopt.model.bounds import fluid_bound
 from fusionopt.solvers import solve
 from fusionopt.solvers.result import OPTIMALITY_RTOL
-from fusionopt.solvers.usbyte import DEFAULT_UNIT_PARAMETERS, dispatch, usbyte
+from fusionopt.solvers.papers.usbyte import DEFAULT_UNIT_PARAMETERS, dispatch, usbyte
 
 MS = 1e-3
 MB = 1_000_000

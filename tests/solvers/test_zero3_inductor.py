@@ -8,8 +8,8 @@ from fusionopt.cost import AlphaBeta, PiecewiseLinear
 from fusionopt.model import FullySharded, Problem, Profile, compute_pieces
 from fusionopt.model.bounds import sharded_lower_bound
 from fusionopt.solvers import solve
-from fusionopt.solvers.inductor import inductor_cap_mb, inductor_plan
-from fusionopt.solvers.zero3 import zero3_plan
+from fusionopt.solvers.baselines.inductor import inductor_cap_mb, inductor_plan
+from fusionopt.solvers.baselines.zero3 import zero3_plan
 
 MS = 1e-3
 HALF = AlphaBeta(MS, 1e-9)

@@ -86,8 +86,8 @@ from fusionopt.reporting import (Progress, changed_options, command_line, interr
                                  fraction, markdown_table, nonnegative_int, positive_float, positive_int,
                                  subset_location, write_result)
 from fusionopt.solvers import solve  # noqa: E402
-from fusionopt.solvers.advise import MIN_GAIN, ddp_settings  # noqa: E402
-from fusionopt.solvers.advise_sharded import OverMemoryCap, fsdp2_advice  # noqa: E402
+from fusionopt.advice.allreduce import MIN_GAIN, ddp_settings  # noqa: E402
+from fusionopt.advice.sharded import OverMemoryCap, fsdp2_advice  # noqa: E402
 
 MODELS = ("mlp", "cnn", "lstm", "transformer")
 FRAMEWORKS = ("ddp", "fsdp2")

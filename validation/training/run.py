@@ -89,7 +89,7 @@ def layerwise_profile(profile: Profile) -> Profile:
 def solve_plans(profile: Profile, cost: Any) -> dict[str, tuple[str, Plan, float]]:
     """Each plan with its sync and predicted T (seconds)."""
     from fusionopt.solvers import solve
-    from fusionopt.solvers.advise import ddp_settings
+    from fusionopt.advice.allreduce import ddp_settings
 
     barrier = Problem(profile, cost)
     layerwise = Problem(layerwise_profile(profile), cost, sync="layerwise")

@@ -1,7 +1,7 @@
 """The pieces of fusionopt's CP-SAT arc models that every one of them shares.
 
 A fusion plan of ``n`` tensors in backward order is a path through the nodes ``0, ..., n`` of a
-DAG whose arc ``(k, j)`` is the message of positions ``k .. j-1`` (:mod:`fusionopt.solvers.cpsat`).
+DAG whose arc ``(k, j)`` is the message of positions ``k .. j-1`` (:mod:`fusionopt.solvers.exact.cpsat`).
 Times are integers of a quantum ``q`` seconds. Here: the quantum and its limits, a plan's path
 and its arcs' positions, the constraints that make the chosen arcs one path, and a first plan
 that meets the caps.

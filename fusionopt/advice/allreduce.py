@@ -3,7 +3,7 @@ layout the framework will actually build from it.
 
 A plan (the DP's, say) fixes every message; DDP and Horovod take a few knobs. For each
 setting these functions report the model's ``T`` of the schedule the framework builds from
-it (:mod:`fusionopt.solvers.ddp`, :func:`~fusionopt.solvers.baselines.horovod`), beside the
+it (:mod:`fusionopt.solvers.baselines.ddp`, :func:`~fusionopt.solvers.baselines.horovod.horovod`), beside the
 plan's own ``T``.
 
 * :func:`ddp_settings`: the ``bucket_cap_mb_list`` that makes torch build the plan's
@@ -43,8 +43,8 @@ import numpy as np
 from fusionopt.model.plan import Plan
 from fusionopt.model.problem import Problem
 from fusionopt.model import simulate
-from fusionopt.solvers.ddp import MiB, ddp_buckets
-from fusionopt.solvers.horovod import HOROVOD_DEFAULTS
+from fusionopt.solvers.baselines.ddp import MiB, ddp_buckets
+from fusionopt.solvers.baselines.horovod import HOROVOD_DEFAULTS
 from fusionopt.solvers.registry import solve
 
 DDP_CAP_CANDIDATES_MB = (1, 2, 5, 10, 25, 50, 100, 200, 500, 1000)

@@ -45,8 +45,8 @@ import numpy as np
 from fusionopt.model.plan import Plan
 from fusionopt.model.problem import Problem
 from fusionopt.model.ticks import cycle_ticks
-from fusionopt.solvers.baselines import positive_number
-from fusionopt.solvers.priority import check_message_ends
+from fusionopt.solvers.baselines.wfbp import positive_number
+from fusionopt.solvers.policy_checks import check_message_ends
 from fusionopt.solvers.result import Outcome, Result
 from fusionopt.solvers.catalogue import method
 

@@ -7,7 +7,7 @@ machine, so a seeded run with it reproduces its plan and its proof exactly. With
 workers CP-SAT's search is reproducible only when the workers are interleaved in one
 deterministic schedule (its ``interleave_search``), which is what a ``deterministic_time``
 asks for here. One exception was seen: the rounds of the several-channel relaxation
-(:mod:`fusionopt.solvers.cpsat_channels`) with two interleaved workers sometimes took one
+(:mod:`fusionopt.solvers.exact.cpsat_channels`) with two interleaved workers sometimes took one
 round in one run and two in another on a loaded host, ending at plans of the same ``T`` up
 to its last digit; with one worker they reproduce.
 

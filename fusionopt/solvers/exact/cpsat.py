@@ -29,7 +29,7 @@ Copy cost and contention (one channel)
 With ``copy_cost = gamma > 0`` or ``contention = kappa > 1`` (MODEL.md section 6), a fusion
 plan on one channel follows :mod:`fusionopt.model.events` exactly as below. Several
 channels share their bandwidth (processor sharing), which no arc of this model can state:
-:mod:`fusionopt.solvers.cpsat_channels` solves them exactly by a relaxation that simulated
+:mod:`fusionopt.solvers.exact.cpsat_channels` solves them exactly by a relaxation that simulated
 plans tighten until it meets the best of them. Let message ``m = 1..M`` be the arc ``(k_m, j_m)`` of ``S_m`` bytes.
 
 * Packing: a message of more than one tensor costs ``p_m = gamma S_m``. On the channel it
@@ -182,7 +182,7 @@ The model has up to ``n (n + 1) / 2`` arcs, twice as many enforced constraints a
 O(n^3) terms in the cuts: it is an exact, independent reference for small and medium ``n``
 (``benchmarks/results/exact.md`` gives its time to a proven optimum against ``n``, and
 ``validation/results/exact.md`` the largest ``n`` it proves within 10 s), not a production
-solver; :func:`fusionopt.solvers.dp.dp` solves the same problem in O(n) or
+solver; :func:`fusionopt.solvers.exact.dp.dp` solves the same problem in O(n) or
 O(n^2). For a few hundred tensors CP-SAT's presolve alone can outlast the time limit;
 the result is then the hint (or a reference plan) with status ``TIME_LIMIT``.
 
@@ -208,9 +208,9 @@ from fusionopt.model.problem import Problem
 from fusionopt.model.profile import Profile
 from fusionopt.model.simulator import simulate
 from fusionopt.solvers.result import Outcome, Result, Status
-from fusionopt.solvers.cpsat_arcs import (MAX_INTEGER_TIME, add_path_constraints, arc_positions, automatic_quantum,
+from fusionopt.solvers.exact.cpsat_arcs import (MAX_INTEGER_TIME, add_path_constraints, arc_positions, automatic_quantum,
                                           plan_path, positive_seconds, reference_cuts)
-from fusionopt.solvers.cpsat_search import check_deterministic_time, raise_if_interrupted, run_search, set_search
+from fusionopt.solvers.exact.cpsat_search import check_deterministic_time, raise_if_interrupted, run_search, set_search
 from fusionopt.solvers.catalogue import method
 import fusionopt.solvers.warm as warm
 
@@ -242,7 +242,7 @@ def cpsat(
     for both sync modes (FIFO fusion plans do not overlap the forward), with the extensions
     ``copy_cost`` (either ``copy_on``), ``message_compute``, ``contention`` and ``comm_contention`` on one channel,
     and with ``channels > 1`` (and copy cost, no contention) by the relaxation and cuts of
-    :mod:`fusionopt.solvers.cpsat_channels`, exact up to ``rounding_bound = q``. The model has
+    :mod:`fusionopt.solvers.exact.cpsat_channels`, exact up to ``rounding_bound = q``. The model has
     ``n (n + 1) / 2`` arcs: an exact reference for small and medium ``n``, not a production
     solver (use ``method="dp"`` for the plain model).
 
@@ -270,7 +270,7 @@ def cpsat(
         Seconds per integer time step ``q``; default automatic (see the module docstring).
     max_message_bytes : float, optional
         Largest message in bytes; a tensor larger than it makes the problem infeasible
-        (``ValueError``), as for :func:`fusionopt.solvers.dp.dp`.
+        (``ValueError``), as for :func:`fusionopt.solvers.exact.dp.dp`.
     max_messages : int, optional
         Most messages allowed.
     random_seed : int
@@ -279,12 +279,12 @@ def cpsat(
         A limit on CP-SAT's work, in its deterministic time units (close to seconds on a
         typical core), beside ``time_limit``: a seeded search stopped by it stops at the same
         point on every machine, with several workers too (they are then interleaved; see
-        :mod:`fusionopt.solvers.cpsat_search`, which names the one exception seen: the
+        :mod:`fusionopt.solvers.exact.cpsat_search`, which names the one exception seen: the
         several-channel rounds with two workers; one worker reproduces them). Use it, with a ``time_limit`` far out of the
         way, for results that must reproduce exactly; ``stats["deterministic_time"]`` is the
         work spent.
     unit_parameters : int, optional
-        Optimise over **partition plans** instead (:mod:`fusionopt.solvers.cpsat_partition`):
+        Optimise over **partition plans** instead (:mod:`fusionopt.solvers.exact.cpsat_partition`):
         tensors cut into units of this many parameters, messages of consecutive units in any
         order; the exact reference for layerwise sync on small instances. Plain model only;
         ``hint`` must then be a plan on the unit grid (fusion plans are).
@@ -374,7 +374,7 @@ def cpsat(
     except ImportError as exc:
         raise ImportError("method='cpsat' needs OR-Tools: pip install ortools") from exc
     if unit_parameters is not None:
-        from fusionopt.solvers.cpsat_partition import cpsat_partition
+        from fusionopt.solvers.exact.cpsat_partition import cpsat_partition
 
         return cpsat_partition(problem, unit_parameters=unit_parameters,
                                time_limit=time_limit, workers=int(workers), hint=hint,
@@ -390,7 +390,7 @@ def cpsat(
     hint_used = hint_plan is not None
     reference = Plan.from_cuts(profile, reference_cuts(problem, cap, limit))
     if problem.channels > 1:
-        from fusionopt.solvers.cpsat_channels import cpsat_channels
+        from fusionopt.solvers.exact.cpsat_channels import cpsat_channels
 
         return cpsat_channels(problem, time_limit=time_limit, workers=int(workers),
                               hint_plan=hint_plan, hint_label=hint_label, hint_used=hint_used,

@@ -13,13 +13,13 @@ run here.
   (the profile's registration order), then its index: lower first.
 * **Credit.** The core posts the ready partition of best priority while its credit is
   positive, taking the partition's elements from it (so it may go negative), and gives them
-  back when the communication completes (module :mod:`fusionopt.solvers.priority` has the
+  back when the communication completes (module :mod:`fusionopt.solvers.papers.priority` has the
   same rule). By default the core also tunes the credit online (a Bayesian search over 4M
   to 64M elements); here ``credit_tuning`` tries that range's powers of two on the model
   and keeps the best, what the online search could at most reach.
 * **Horovod underneath.** Posting calls ``allreduce_async_``: the partition joins
   Horovod's queue, and Horovod's next cycle tick fuses the partitions pending then, up to
-  its fusion threshold, into messages released at that tick (:mod:`fusionopt.solvers.horovod`).
+  its fusion threshold, into messages released at that tick (:mod:`fusionopt.solvers.baselines.horovod`).
   The deployment's defaults: Horovod 0.16's 5 ms cycle and 64 MiB threshold, NCCL
   behaviour (a tick every cycle). A partition's credit comes back when its fused message
   ends.
@@ -27,7 +27,7 @@ run here.
 ``fusion_threshold_bytes=0`` turns Horovod's fusion off (each partition its own message;
 US-Byte's runtime sets ``HOROVOD_FUSION_THRESHOLD=0``), and ``cycle_time=0`` hands posted
 partitions straight to the channel: with both, the schedule is the unfused policy of
-:mod:`fusionopt.solvers.priority`, which also runs under contention and several channels.
+:mod:`fusionopt.solvers.papers.priority`, which also runs under contention and several channels.
 The Horovod path models one channel without contention or copy cost.
 """
 
@@ -43,8 +43,9 @@ from fusionopt.model.plan import Chunk, Message, Plan
 from fusionopt.model.problem import Problem
 from fusionopt.model.simulator import simulate
 from fusionopt.model.ticks import credit_ticks
-from fusionopt.solvers.horovod import BACKENDS, HOROVOD_DEFAULTS, PADDING_BYTES, fuse
-from fusionopt.solvers.priority import check_message_ends, check_reproduced, whole_parameters
+from fusionopt.solvers.baselines.horovod import BACKENDS, HOROVOD_DEFAULTS, PADDING_BYTES, fuse
+from fusionopt.solvers.papers.priority import whole_parameters
+from fusionopt.solvers.policy_checks import check_message_ends, check_reproduced
 from fusionopt.solvers.result import Outcome, Result
 from fusionopt.solvers.needs import Needs, declares
 from fusionopt.solvers.catalogue import method

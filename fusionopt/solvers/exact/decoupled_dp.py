@@ -1,5 +1,5 @@
 """The exact decoupled DP (MODEL.md section 8.1; docs/methods.md, decoupled-dp):
-:func:`decoupled_dp`, the optimum over :func:`~fusionopt.solvers.decoupled.decoupled_brute`'s
+:func:`decoupled_dp`, the optimum over :func:`~fusionopt.solvers.exact.decoupled_brute.decoupled_brute`'s
 space (reduce-scatters in contiguous groups of the ready order, all-gathers in contiguous
 groups of the forward order, every reduce-scatter first) at any size, wherever the two
 groupings separate:
@@ -28,7 +28,7 @@ from fusionopt.model.problem import Problem
 from fusionopt.solvers.needs import Needs, declares
 from fusionopt.solvers.result import Outcome, Result
 from fusionopt.solvers.catalogue import method
-from fusionopt.solvers.decoupled import in_grouping_space
+from fusionopt.solvers.exact.decoupled_brute import in_grouping_space
 
 
 @method("decoupled-dp", family="exact",
@@ -37,7 +37,7 @@ from fusionopt.solvers.decoupled import in_grouping_space
         space=in_grouping_space)
 @declares(Needs(pattern="decoupled"))
 def decoupled_dp(problem: Problem) -> Result:
-    """The optimum over :func:`~fusionopt.solvers.decoupled.decoupled_brute`'s space, at any
+    """The optimum over :func:`~fusionopt.solvers.exact.decoupled_brute.decoupled_brute`'s space, at any
     size, where the two groupings separate.
 
     **Barrier sync, no update time** (any ready order): each tensor's update ends at
@@ -69,7 +69,7 @@ def decoupled_dp(problem: Problem) -> Result:
       ``h(a) = min_b c_AG(a, b) + max(work from a, h(b))``, ``h(n) = 0``, ``g = h(0) + W``.
 
     Exact up to floating-point rounding (the DP and the simulator add in different orders);
-    tests hold it to :func:`~fusionopt.solvers.decoupled.decoupled_brute`.
+    tests hold it to :func:`~fusionopt.solvers.exact.decoupled_brute.decoupled_brute`.
 
     Examples
     --------

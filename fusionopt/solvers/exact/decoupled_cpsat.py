@@ -59,9 +59,9 @@ from fusionopt.model.bounds import decoupled_lower_bound
 from fusionopt.model.decoupled import ALL_GATHER, REDUCE_SCATTER, DecoupledPlan
 from fusionopt.model.problem import Problem
 from fusionopt.model.simulator import simulate
-from fusionopt.solvers.cpsat_arcs import integer_horizon, positive_seconds
-from fusionopt.solvers.cpsat_search import check_deterministic_time, raise_if_interrupted, run_search, set_search
-from fusionopt.solvers.decoupled import decoupled_wfbp
+from fusionopt.solvers.exact.cpsat_arcs import integer_horizon, positive_seconds
+from fusionopt.solvers.exact.cpsat_search import check_deterministic_time, raise_if_interrupted, run_search, set_search
+from fusionopt.solvers.baselines.megatron import decoupled_wfbp
 from fusionopt.solvers.needs import Needs, declares
 from fusionopt.solvers.result import Outcome, Result, Status
 from fusionopt.solvers.catalogue import method
@@ -522,7 +522,7 @@ def decoupled_cpsat(
     -----------
     Integer times (quanta, below), every timing constraint a ``>=``:
 
-    * **Groupings** (the arc model of :mod:`fusionopt.solvers.cpsat`): a Boolean ``x_ab`` per
+    * **Groupings** (the arc model of :mod:`fusionopt.solvers.exact.cpsat`): a Boolean ``x_ab`` per
       reduce-scatter arc (ready positions ``a+1..b``) and ``y_ab`` per all-gather arc
       (forward positions ``a+1..b``); each set forms one path ``0 -> n``.
     * **The channel**: each arc is an optional interval of fixed length (``c_RS`` or
@@ -599,7 +599,7 @@ def decoupled_cpsat(
         Seconds CP-SAT may search (positive, finite).
     deterministic_time : float, optional
         A limit on CP-SAT's work in its deterministic time units: a seeded search stopped by
-        it stops at the same point on every machine (:mod:`fusionopt.solvers.cpsat_search`).
+        it stops at the same point on every machine (:mod:`fusionopt.solvers.exact.cpsat_search`).
     workers : int
         CP-SAT search workers, ``>= 1``.
     hint : str, DecoupledPlan or None

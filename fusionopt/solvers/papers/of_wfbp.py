@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from fusionopt.model.problem import Problem
-from fusionopt.solvers.closed_form import closed_form
+from fusionopt.solvers.exact.closed_form import closed_form
 from fusionopt.solvers.result import Interrupted, Outcome, Result
 from fusionopt.solvers.catalogue import method
 
@@ -28,10 +28,10 @@ def of_wfbp(
     **Reconstructed** (docs/methods.md, section of-wfbp): the paper's abstract says it models the problem,
     solves it mathematically in two cases and uses an improved sparrow search (GradSSA) for
     the others; its full text and code are not public. fusionopt takes the two closed-form
-    cases of MODEL.md section 7 as those two cases (:func:`~fusionopt.solvers.closed_form.
+    cases of MODEL.md section 7 as those two cases (:func:`~fusionopt.solvers.exact.closed_form.
     closed_form`: WFBP when every message ends before the next gradient is ready, a single
     message when the backward after the first gradient fits in one startup), and otherwise
-    runs :func:`~fusionopt.solvers.ssa.gradssa` with the options given. With caps or model
+    runs :func:`~fusionopt.solvers.searches.ssa.gradssa` with the options given. With caps or model
     extensions the closed forms are not used. ``stats["case"]`` is ``"wfbp"``, ``"single"``
     or ``"gradssa"``. Ctrl-C during GradSSA raises :class:`~fusionopt.solvers.result.Interrupted`
     with the best plan so far, as ``gradssa`` does.
@@ -50,7 +50,7 @@ def of_wfbp(
         known = closed_form(problem)
         if known is not None:
             return Outcome.handed_on(known)
-    from fusionopt.solvers.ssa import gradssa
+    from fusionopt.solvers.searches.ssa import gradssa
 
     try:
         result = gradssa(problem, population=population, iterations=iterations, time_limit=time_limit, rng=rng,

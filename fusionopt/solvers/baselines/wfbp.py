@@ -3,8 +3,8 @@
 Each is a plain function ``f(problem, *, options) -> Result``; the plan it builds is
 re-evaluated by the simulator (:func:`fusionopt.solvers.result.finish`). All of them emit
 fusion plans: whole tensors, contiguous in backward order, in backward order. The
-frameworks' own schedules live in :mod:`fusionopt.solvers.ddp` and
-:mod:`fusionopt.solvers.horovod`.
+frameworks' own schedules live in :mod:`fusionopt.solvers.baselines.ddp` and
+:mod:`fusionopt.solvers.baselines.horovod`.
 """
 
 from __future__ import annotations

@@ -52,7 +52,7 @@ def brute(
     """Enumerate all ``2^(n-1)`` fusion plans and keep the fastest (ties: the first found).
 
     Refuses ``n > 20`` (over half a million plans). The reference the DP, CP-SAT and the
-    MILP are tested against; the same caps as :func:`fusionopt.solvers.dp.dp`. It also
+    MILP are tested against; the same caps as :func:`fusionopt.solvers.exact.dp.dp`. It also
     accepts the extensions of MODEL.md section 6, where it is the exact reference for
     small ``n``: plans are then scored with the one-channel fast path of
     :func:`~fusionopt.model.fusion_eval.fusion_iteration_time` or, with several channels, by

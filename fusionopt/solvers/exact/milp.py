@@ -72,7 +72,7 @@ from fusionopt.model.fusion import backward_arrays, time_bound_after_channel
 from fusionopt.model.fusion_dp import check_caps
 from fusionopt.model.plan import Plan
 from fusionopt.model.problem import Problem
-from fusionopt.solvers.cpsat_arcs import reference_cuts
+from fusionopt.solvers.exact.cpsat_arcs import reference_cuts
 from fusionopt.solvers.result import Outcome, Result, Status
 from fusionopt.solvers.needs import Needs, declares
 from fusionopt.solvers.catalogue import method

@@ -11,7 +11,7 @@ like every other plan (MODEL.md section 3).
 * :func:`p3` (Jayarajan et al., SysML 2019): slices of ``slice_parameters`` parameters;
   whenever a channel is free, the ready slice of best priority is sent (non-preemptive
   per slice).
-* ByteScheduler (Peng et al., SOSP 2019; :mod:`fusionopt.solvers.bytescheduler`): tensors
+* ByteScheduler (Peng et al., SOSP 2019; :mod:`fusionopt.solvers.papers.bytescheduler`): tensors
   above the partition size are cut into slices; a credit window of parameters in flight
   (below), on top of Horovod's cycle-tick fusion or, with that turned off, with this
   module's scheduler.
@@ -60,12 +60,13 @@ from typing import Any
 
 import numpy as np
 
-from fusionopt.model.dispatch import PolicyRun, free_channel_window, priority_dispatch
+from fusionopt.model.dispatch import free_channel_window, priority_dispatch
 from fusionopt.model.plan import Chunk
 from fusionopt.model.problem import Problem
 from fusionopt.solvers.result import Outcome, Result
 from fusionopt.solvers.needs import Needs, declares
 from fusionopt.solvers.catalogue import method
+from fusionopt.solvers.policy_checks import check_reproduced
 
 P3_SLICE_PARAMETERS = 40_000
 
@@ -95,25 +96,6 @@ def p3_slices(problem: Problem, slice_parameters: int) -> list[Chunk]:
     step = slice_parameters * profile.dtype_bytes
     return [Chunk(i, lo, min(lo + step, size))
             for i, size in enumerate(profile.sizes.tolist()) for lo in range(0, size, step)]
-
-
-def check_message_ends(problem: Problem, result: Result, ends: list[float], method: str) -> None:
-    """A policy that timed its own messages (to return a credit, to start a cycle) must agree
-    with the simulator that judges its plan: on the plain model, exactly."""
-    if not problem.extensions and not np.array_equal(result.timeline.message_end, np.asarray(ends)):
-        raise AssertionError(f"{method}: the simulator does not reproduce the policy's message ends")
-
-
-def check_reproduced(problem: Problem, result: Result, schedule: PolicyRun, method: str) -> None:
-    """On the plain model the policy's recursion is the simulator's, term for term: its
-    starts, ends and ``T`` must be the simulator's exactly."""
-    if problem.extensions:
-        return
-    timeline = result.timeline
-    if not (np.array_equal(timeline.message_start, schedule.start)
-            and np.array_equal(timeline.message_end, schedule.end)
-            and timeline.iteration_time == schedule.iteration_time):
-        raise AssertionError(f"{method}: the simulator does not reproduce the policy's timeline")
 
 
 # ---------------------------------------------------------------------------- P3

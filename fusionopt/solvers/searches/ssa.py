@@ -600,7 +600,7 @@ def ssa(
     rng : None, int or numpy.random.Generator
         Seed or generator; ``None`` draws a fresh seed, recorded in ``stats["rng_seed"]``.
     max_message_bytes, max_messages : optional
-        Caps as in :func:`fusionopt.solvers.dp.dp` (byte cap repaired, message count
+        Caps as in :func:`fusionopt.solvers.exact.dp.dp` (byte cap repaired, message count
         penalised; module docstring).
 
     Returns

@@ -14,7 +14,7 @@ Formulation
 -----------
 With ``N`` units, nodes ``0..N`` and a Boolean ``x_ab`` per run of units ``a+1..b`` (an
 *interval*), the chosen intervals form a path ``0 -> N`` (the arc model of
-:mod:`fusionopt.solvers.cpsat`). Each interval carries an optional CP-SAT interval variable
+:mod:`fusionopt.solvers.exact.cpsat`). Each interval carries an optional CP-SAT interval variable
 of length ``c(S_ab)`` that starts no earlier than its ready time ``r_ab`` (the latest ready
 time of the tensors it touches), present iff ``x_ab``; one ``NoOverlap`` puts the present
 ones on the channel, in any order. Then, enforced by ``x_ab``, ``C_i >= end_ab`` for each
@@ -49,8 +49,8 @@ from fusionopt.model.bounds import best_bound
 from fusionopt.model.plan import Chunk, Message, Plan
 from fusionopt.model.problem import Problem
 from fusionopt.model.simulator import simulate
-from fusionopt.solvers.cpsat_arcs import MAX_INTEGER_TIME, add_path_constraints, automatic_quantum
-from fusionopt.solvers.cpsat_search import raise_if_interrupted, run_search, set_search
+from fusionopt.solvers.exact.cpsat_arcs import MAX_INTEGER_TIME, add_path_constraints, automatic_quantum
+from fusionopt.solvers.exact.cpsat_search import raise_if_interrupted, run_search, set_search
 from fusionopt.solvers.result import Outcome, Status
 import fusionopt.solvers.warm as warm
 
@@ -225,7 +225,7 @@ def cpsat_partition(problem: Problem, *, unit_parameters: int, time_limit: float
 
 
 def _partition_quantum(upper: float, factor: int) -> float:
-    """The automatic quantum of this model: as :func:`~fusionopt.solvers.cpsat.automatic_quantum`,
+    """The automatic quantum of this model: as :func:`~fusionopt.solvers.exact.cpsat.automatic_quantum`,
     but never finer than ``upper / 2^16``: NoOverlap over fine time grids is slow to prove
     (with ``alpha = 0``, tiny instances whose many plans tie; the hypothesis tests of
     ``tests/solvers/test_cpsat_partition.py`` run into it without this cap)."""

@@ -28,7 +28,7 @@ cap is ``clamp(9 alpha / beta bytes, 10 MiB, 500 MiB)`` (the profiles' floors in
 for InfiniBand are left out). A cost that is not affine needs ``bucket_cap_mb``.
 
 Reconstructed on our unit model: the collectives bucketed are FSDP2's per unit
-(:func:`~fusionopt.solvers.sharded.fsdp2_plan`): the all-gathers in forward order, the
+(:func:`~fusionopt.solvers.baselines.fsdp2.fsdp2_plan`): the all-gathers in forward order, the
 reduce-scatters in backward order. When nothing merges the plan is FSDP2's own. Merged
 all-gathers make one unit; the reduce-scatter
 buckets are the plan's ``reduce_bounds`` when they differ from the units. A merged unit is
@@ -51,7 +51,7 @@ from fusionopt.model.sharded import ShardedPlan
 from fusionopt.model.sharded_timing import require_sharded
 from fusionopt.solvers.needs import Needs, declares
 from fusionopt.solvers.result import Outcome, Result
-from fusionopt.solvers.sharded import fsdp2_plan
+from fusionopt.solvers.baselines.fsdp2 import fsdp2_plan
 from fusionopt.solvers.catalogue import method
 
 MIB = 1024 * 1024

@@ -1,281 +1,26 @@
-"""Methods for fully sharded data parallelism (MODEL.md section 8.2; docs/methods.md).
-
-* :func:`sharded_wfbp`: a unit per tensor, each resharded, prefetch one ahead each way: the
-  unfused schedule, the reference of :func:`~fusionopt.solvers.comparison.compare` on these
-  problems.
-* :func:`fsdp2`: PyTorch FSDP2's ``fully_shard`` on each block of the model and on the
-  root, with its defaults.
-* :func:`sharded_brute`: every plan over a small set of atoms (units, reshard flags,
-  prefetch depths, root), exact over that space.
-* :func:`sharded_opt`: a deterministic local search over the same space for any size, from
-  the frameworks' settings, with its gap to
-  :func:`~fusionopt.model.bounds.sharded_lower_bound`; with ``reduce_groups=True`` also over
-  reduce-scatter groups apart from the units (DeepSpeed ZeRO-3's gradient buckets).
-
-Every method honours the problem's memory cap: the searches return only plans within it
-(or raise naming the least peak they found), and a framework's fixed setting that exceeds
-it is returned with status ``INFEASIBLE``.
+"""``sharded-opt``: a deterministic local search over fully sharded plans (units, reshard
+flags, prefetch depths, root; with ``reduce_groups=True`` also reduce-scatter groups apart
+from the units, DeepSpeed ZeRO-3's gradient buckets) for any size, from the frameworks'
+settings, within the memory cap, with its gap to
+:func:`~fusionopt.model.bounds.sharded_lower_bound` (MODEL.md section 8.2; docs/methods.md).
 """
 
 from __future__ import annotations
 
-import itertools
 import math
 import time
 from typing import Sequence
 
 import numpy as np
 
-from fusionopt.model.bounds import sharded_memory_floor
-from fusionopt.model.names import block_of, module_of
 from fusionopt.model.problem import Problem
 from fusionopt.model.profile import Profile
 from fusionopt.model.sharded import ShardedPlan
-from fusionopt.model.sharded_timing import simulate_sharded
-from fusionopt.solvers.needs import Needs, declares
-from fusionopt.solvers.result import Interrupted, Outcome, Result, Status
+from fusionopt.solvers.baselines.fsdp2 import fsdp2_plan
 from fusionopt.solvers.catalogue import method
-
-SHARDED = Needs(pattern="fully-sharded")
-BRUTE_MAX_ATOMS = 8
-ATOM_KINDS = ("tensor", "module", "block")
-
-
-def atom_bounds(profile: Profile, atoms: str | Sequence[int] = "module") -> list[int]:
-    """Where units may start: ``0 = a_0 < a_1 < ... < a_k = n``.
-
-    ``atoms``: ``"tensor"`` (anywhere), ``"module"`` (between tensors of different modules,
-    so a layer's weight and bias stay together: what ``fully_shard`` can wrap), ``"block"``
-    (between blocks, :func:`block_of`, each run of root tensors its own atom), or the list
-    of boundaries itself. A tensor whose name has no dot belongs to no module: an atom alone.
-
-    >>> p = Profile.from_arrays([4] * 5, [0] * 5, [1] * 5,
-    ...                         names=["emb.weight", "h.0.fc.weight", "h.0.fc.bias", "h.1.fc.weight", "ln.weight"])
-    >>> atom_bounds(p, "tensor"), atom_bounds(p, "module"), atom_bounds(p, "block")
-    ([0, 1, 2, 3, 4, 5], [0, 1, 3, 4, 5], [0, 1, 3, 4, 5])
-    """
-    n = profile.n
-    if not isinstance(atoms, str):
-        bounds = [int(b) for b in atoms]
-        if not bounds or bounds[0] != 0 or bounds[-1] != n or any(a >= b for a, b in zip(bounds, bounds[1:])):
-            raise ValueError(f"atoms must be increasing boundaries from 0 to {n}, got {list(atoms)[:6]}...")
-        return bounds
-    if atoms not in ATOM_KINDS:
-        raise ValueError(f"unknown atoms {atoms!r}: choose one of {', '.join(ATOM_KINDS)}, or give the boundaries")
-    if atoms == "tensor":
-        return list(range(n + 1))
-    # A tensor outside every module (a name without a dot) is an atom of its own.
-    key = module_of if atoms == "module" else (lambda name: block_of(name) or module_of(name))
-    labels = [key(name) or name for name in profile.names]
-    return [0] + [i for i in range(1, n) if labels[i] != labels[i - 1]] + [n]
-
-
-# --- the frameworks ---------------------------------------------------------------------------
-
-@method("sharded-wfbp", family="framework baseline",
-        summary="fully sharded: a unit per tensor, resharded, prefetch one ahead each way (the unfused reference)")
-@declares(SHARDED)
-def sharded_wfbp(problem: Problem) -> Result:
-    """A unit per tensor, each resharded after its forward, prefetch one unit ahead both ways.
-
-    Examples
-    --------
-    MODEL.md section 5's profile with halves of ``1 ms + 1 ns/B``:
-
-    >>> from fusionopt.model import AlphaBeta, FullySharded, Profile
-    >>> profile = Profile.from_arrays([4e6, 1e6, 2e6], [1e-3] * 3, [3e-3, 2e-3, 1e-3])
-    >>> half = AlphaBeta(1e-3, 1e-9)
-    >>> r = sharded_wfbp(Problem(profile, fully_sharded=FullySharded(half, half)))
-    >>> r.num_messages, r.plan.num_units
-    (9, 3)
-    """
-    return Outcome(ShardedPlan.per_tensor(problem.profile))
-
-
-def fsdp2_plan(profile: Profile, *, reshard_after_forward: bool = True, forward_prefetch: int = 2,
-               backward_prefetch: int = 1) -> ShardedPlan:
-    """The units FSDP2 builds when ``fully_shard`` is applied to each block
-    (:func:`block_of`) and then to the whole model.
-
-    Each run of consecutive tensors of one block is a unit; the tensors outside every block
-    belong to the root. A root with tensors both before and after the blocks is the plan's
-    ``root`` (one unit of two parts, kept); a root with tensors only before them is the first
-    unit, kept; root tensors after the last block only, or between blocks, are kept units of
-    their own (FSDP2 would gather them with the root's first part: a reconstruction).
-
-    >>> p = Profile.from_arrays([4] * 5, [0] * 5, [1] * 5,
-    ...                         names=["emb.weight", "h.0.fc.weight", "h.0.fc.bias", "h.1.fc.weight", "ln.weight"])
-    >>> plan = fsdp2_plan(p)
-    >>> plan.bounds.tolist(), plan.reshard.tolist(), plan.root, plan.names
-    ([0, 1, 3, 4, 5], [False, True, True, False], True, ('(root)', 'h.0', 'h.1', '(root)'))
-    """
-    if not isinstance(reshard_after_forward, (bool, np.bool_)):
-        raise ValueError(f"reshard_after_forward must be True or False, got {reshard_after_forward!r}")
-    blocks = [block_of(name) for name in profile.names]
-    bounds = [0] + [i for i in range(1, profile.n) if blocks[i] != blocks[i - 1]] + [profile.n]
-    labels = [blocks[b] for b in bounds[:-1]]
-    m = len(labels)
-    root = m >= 2 and labels[0] is None and labels[-1] is None
-    reshard = [label is not None and bool(reshard_after_forward) for label in labels]
-    names = [label if label is not None else "(root)" for label in labels]
-    return ShardedPlan(bounds, reshard, forward_prefetch=forward_prefetch, backward_prefetch=backward_prefetch,
-                       root=root, names=names)
-
-
-@method("fsdp2", family="framework baseline",
-        summary="PyTorch FSDP2 (torch 2.13): fully_shard per block and on the root, blocks resharded, implicit prefetch")
-@declares(SHARDED)
-def fsdp2(problem: Problem, *, reshard_after_forward: bool = True, forward_prefetch: int | None = None,
-          backward_prefetch: int = 1) -> Result:
-    """PyTorch FSDP2: ``fully_shard`` on each block, then on the model (the root).
-
-    Read in ``torch/distributed/fsdp/_fully_shard`` of torch 2.13.0 (``_fsdp_state.py``,
-    ``_fsdp_param_group.py``, ``_fsdp_collectives.py``):
-
-    * units: each block (:func:`fsdp2_plan`) and the root, which owns the parameters outside
-      them (embeddings, final norm, head): its all-gather is the first of the step, it is
-      not resharded after the forward (``reshard_after_forward`` left at its default is
-      turned off for the root in ``FSDPState._lazy_init``), and its reduce-scatter is the last
-      (issued by the root's final backward callback);
-    * ``reshard_after_forward=True`` for every block (the default);
-    * forward: no explicit prefetch; each unit's all-gather is issued by its pre-forward
-      hook, as far ahead as the CPU runs, and the all-gather streams wait for the copy-out
-      of the unit two before (``wait_for_unshard``: the previous ``all_gather_state``), so
-      unit ``j``'s all-gather can start once unit ``j - 2``'s forward starts:
-      ``forward_prefetch=2``, assuming the CPU runs ahead of the GPU (a CPU-bound step
-      issues later);
-    * on CPU (gloo; ``FullySharded(blocking=True)``) each all-gather is synchronous on the
-      training thread: nothing runs ahead, and a unit's all-gather is issued by its own
-      pre-forward hook: ``forward_prefetch=0``, the default there (None: 2, or 0 where the
-      problem's collectives block);
-    * backward: the pre-backward hook waits for its own unit, then prefetches the next
-      unit in reverse forward order (``_backward_prefetch``): ``backward_prefetch=1``;
-    * all-gathers and reduce-scatters run on separate streams but one process group, so
-      one NCCL communicator: one channel in issue order.
-
-    Reconstructed, not measured: the copy-in and copy-out copies and the padding of each
-    parameter to a multiple of the world size are left out; root tensors found between
-    blocks or only after them are units of their own (:func:`fsdp2_plan`).
-
-    Examples
-    --------
-    GPT-2's 148 tensors make 12 block units and the root (``wte``, ``wpe`` before the blocks
-    and ``ln_f`` after them):
-
-    >>> from fusionopt import zoo
-    >>> from fusionopt.model import FullySharded
-    >>> problem = Problem(zoo.profile("gpt2", device="h100", batch=8),
-    ...                   fully_sharded=FullySharded.from_network("100gb-ib", workers=64))
-    >>> r = fsdp2(problem)
-    >>> r.plan.num_units, r.plan.root, r.num_messages
-    (14, True, 38)
-    """
-    if forward_prefetch is None:
-        forward_prefetch = 0 if problem.fully_sharded.blocking else 2
-    plan = fsdp2_plan(problem.profile, reshard_after_forward=reshard_after_forward,
-                      forward_prefetch=forward_prefetch, backward_prefetch=backward_prefetch)
-    return Outcome(plan,
-                   stats={"units": plan.num_units, "root": plan.root, "forward_prefetch": forward_prefetch,
-                         "backward_prefetch": backward_prefetch})
-
-
-# --- exact and search -------------------------------------------------------------------------
-
-def _score(problem: Problem, plan: ShardedPlan) -> tuple[float, float]:
-    """``(bytes over the cap, T)``: lexicographically smaller is better."""
-    timeline = simulate_sharded(problem, plan, validate=False)
-    cap = problem.fully_sharded.memory_cap
-    over = 0.0 if cap is None else max(0.0, timeline.peak_memory - cap)
-    return over, timeline.iteration_time
-
-
-def _plans_over(atoms: list[int]):
-    """Every plan whose unit boundaries are among ``atoms``: partitions, reshard flags, root,
-    and the prefetch depths that differ (a depth of ``m - 1`` or more issues every
-    all-gather of the pass at its start)."""
-    inner = atoms[1:-1]
-    for mask in range(1 << len(inner)):
-        bounds = [atoms[0]] + [b for k, b in enumerate(inner) if mask >> k & 1] + [atoms[-1]]
-        m = len(bounds) - 1
-        depths = range(0, max(m - 1, 0) + 1)
-        for root in ((False, True) if m >= 2 else (False,)):
-            free = list(range(1, m - 1)) if root else list(range(m))
-            for flags in itertools.product((False, True), repeat=len(free)):
-                reshard = [False] * m
-                for j, flag in zip(free, flags):
-                    reshard[j] = flag
-                for d_f in depths:
-                    for d_b in depths:
-                        yield ShardedPlan(bounds, reshard, forward_prefetch=d_f, backward_prefetch=d_b, root=root)
-
-
-def _check_floor(problem: Problem, method: str) -> None:
-    """Refuse a cap no plan can meet (:func:`~fusionopt.model.bounds.sharded_memory_floor`)."""
-    cap = problem.fully_sharded.memory_cap
-    if cap is None:
-        return
-    floor, tensor = sharded_memory_floor(problem)
-    if cap < floor:
-        name = problem.profile.names[tensor]
-        why = ("its parameters and gradients, whole together during its backward" if problem.profile.backward[tensor] > 0
-               else "its parameters")
-        raise ValueError(f"{method}: no plan fits the memory cap of {cap:.6g} B: tensor {name!r} alone needs "
-                         f"{floor:.6g} B ({why})")
-
-
-def _infeasible(problem: Problem, method: str, least_over: float) -> ValueError:
-    cap = problem.fully_sharded.memory_cap
-    return ValueError(f"{method}: no plan it searched fits the memory cap of {cap:.6g} B; the least peak found "
-                      f"is {cap + least_over:.6g} B")
-
-
-@method("sharded-brute", family="exact",
-        summary="fully sharded, exact: every plan over at most 8 atoms (units, reshard flags, depths, root)",
-        in_default_comparison=False)
-@declares(SHARDED)
-def sharded_brute(problem: Problem, *, atoms: str | Sequence[int] = "tensor") -> Result:
-    """Exact: every plan whose units are unions of consecutive ``atoms`` (:func:`atom_bounds`),
-    with every reshard flag, root or not, and every prefetch depth, at most
-    ``BRUTE_MAX_ATOMS`` atoms. The best plan within the memory cap; ``OPTIMAL`` over that
-    space (a proof by enumeration), ties broken by the first found.
-
-    The space is FSDP's: each unit's gradients are reduce-scattered with the unit. Plans
-    with a reduce-scatter grouping of their own (``reduce_bounds``, DeepSpeed ZeRO-3's
-    gradient buckets) are outside it, and can be faster: the ``lower_bound`` reported is
-    the optimum of this space, as a fusion method's is of fusion plans.
-
-    Examples
-    --------
-    MODEL.md section 5's profile, halves of ``1 ms + 1 ns/B``: without a cap the best plan
-    keeps a unit per tensor whole from its all-gather to its backward (22 ms, 11 MB whole at
-    the peak); a cap of 10 MB makes it reshard the middle unit (27 ms, 9 MB):
-
-    >>> from fusionopt.model import AlphaBeta, FullySharded, Profile
-    >>> profile = Profile.from_arrays([4e6, 1e6, 2e6], [1e-3] * 3, [3e-3, 2e-3, 1e-3])
-    >>> half = AlphaBeta(1e-3, 1e-9)
-    >>> free = sharded_brute(Problem(profile, fully_sharded=FullySharded(half, half)))
-    >>> capped = sharded_brute(Problem(profile, fully_sharded=FullySharded(half, half, memory_cap=1e7)))
-    >>> round(free.iteration_time * 1e3, 9), free.timeline.peak_memory, str(free.status)
-    (22.0, 11000000, 'OPTIMAL')
-    >>> round(capped.iteration_time * 1e3, 9), capped.timeline.peak_memory, capped.plan.reshard.tolist()
-    (27.0, 9000000, [False, True, False])
-    """
-    _check_floor(problem, "sharded-brute")
-    bounds = atom_bounds(problem.profile, atoms)
-    if len(bounds) - 1 > BRUTE_MAX_ATOMS:
-        raise ValueError(f"sharded-brute enumerates every plan over at most {BRUTE_MAX_ATOMS} atoms and refuses "
-                         f"{len(bounds) - 1}; use method='sharded-opt', or coarser atoms")
-    best, best_score, count = None, (math.inf, math.inf), 0
-    for plan in _plans_over(bounds):
-        count += 1
-        score = _score(problem, plan)
-        if score < best_score:
-            best, best_score = plan, score
-    if best_score[0] > 0:
-        raise _infeasible(problem, "sharded-brute", best_score[0])
-    result = Outcome(best, stats={"plans": count, "atoms": len(bounds) - 1},
-                     lower_bound=best_score[1], optimal=True)
-    return result
+from fusionopt.solvers.needs import declares
+from fusionopt.solvers.result import Interrupted, Outcome, Result, Status
+from fusionopt.solvers.sharded_units import SHARDED, atom_bounds, check_floor, infeasible, plan_score
 
 
 DESCENTS = 4
@@ -473,7 +218,7 @@ def sharded_opt(problem: Problem, *, atoms: str | Sequence[int] = "module", max_
     ``max_evaluations`` further simulations.
 
     ``min_forward_prefetch``, ``min_backward_prefetch``: the least depths to consider (FSDP2
-    can set no less than 2 and 1, :mod:`fusionopt.solvers.advise_sharded`); ``root``: True or
+    can set no less than 2 and 1, :mod:`fusionopt.advice.sharded`); ``root``: True or
     False fixes whether the first and last units are a root (None: both are searched; a plan
     with groups of its own has none, so ``root=True`` does not combine with ``reduce_groups``).
     ``stats``: ``evaluations`` (simulations in all), ``reduce_groups`` (whether groupings were
@@ -519,7 +264,7 @@ def sharded_opt(problem: Problem, *, atoms: str | Sequence[int] = "module", max_
     if reduce_groups and root:
         raise ValueError("reduce_groups=True searches reduce-scatter groups, which a root does not take: "
                          "leave root at None or False")
-    _check_floor(problem, "sharded-opt")
+    check_floor(problem, "sharded-opt")
     profile = problem.profile
     bounds = atom_bounds(profile, atoms)
     seen: dict[ShardedPlan, tuple[float, float]] = {}
@@ -532,7 +277,7 @@ def sharded_opt(problem: Problem, *, atoms: str | Sequence[int] = "module", max_
             if len(seen) >= limit:
                 stopped = "evaluations"
                 return (math.inf, math.inf)
-            seen[plan] = _score(problem, plan)
+            seen[plan] = plan_score(problem, plan)
         return seen[plan]
 
     def descend(plan: ShardedPlan, moves) -> tuple[ShardedPlan, tuple[float, float]]:
@@ -624,7 +369,7 @@ def sharded_opt(problem: Problem, *, atoms: str | Sequence[int] = "module", max_
         reasons.append("interrupted")
         best_score = seen[best]
     if best_score[0] > 0:
-        raise _infeasible(problem, "sharded-opt", best_score[0])
+        raise infeasible(problem, "sharded-opt", best_score[0])
     stopped = next((reason for reason in ("interrupted", "time", "evaluations") if reason in reasons), None)
     status = {"interrupted": Status.INTERRUPTED, "time": Status.TIME_LIMIT}.get(stopped, Status.FEASIBLE)
     stats = {"evaluations": len(seen), "atoms": len(bounds) - 1, "reduce_groups": bool(reduce_groups),
@@ -637,4 +382,4 @@ def sharded_opt(problem: Problem, *, atoms: str | Sequence[int] = "module", max_
     return result
 
 
-__all__ = ["sharded_wfbp", "fsdp2", "fsdp2_plan", "sharded_brute", "sharded_opt", "atom_bounds"]
+__all__ = ["DESCENTS", "sharded_opt"]

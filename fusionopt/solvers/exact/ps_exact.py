@@ -44,8 +44,8 @@ from fusionopt.model.problem import Problem
 from fusionopt.model.ps import PSPlan, stream_offsets
 from fusionopt.model.ps_timing import offsets_iteration_time
 from fusionopt.model.bounds import ps_lower_bound
-from fusionopt.solvers.cpsat_arcs import add_path_constraints, integer_horizon, positive_seconds
-from fusionopt.solvers.cpsat_search import raise_if_interrupted, run_search
+from fusionopt.solvers.exact.cpsat_arcs import add_path_constraints, integer_horizon, positive_seconds
+from fusionopt.solvers.exact.cpsat_search import raise_if_interrupted, run_search
 from fusionopt.solvers.needs import Needs, declares
 from fusionopt.solvers.result import Outcome, Result, Status
 from fusionopt.solvers.catalogue import method
@@ -139,7 +139,7 @@ def ps_brute(problem: Problem, *, granularity: Any = "tensor") -> Result:
     MODEL.md section 5's profile, push and pull at ``1 ms + 1 ns/B``, layerwise sync:
     pushes ``{t3}, {t2}, {t1}`` end at 4, 6 and 11 ms; pulling ``{t1, t2}`` (11 -> 17) and
     then ``{t3}`` (17 -> 20) lets the forward run 17 -> 19 and 20 -> 21 ms, faster than
-    pulling per tensor (22 ms, :func:`~fusionopt.solvers.ps.ps_layer`). On a grid of
+    pulling per tensor (22 ms, :func:`~fusionopt.solvers.baselines.ps.ps_layer`). On a grid of
     1 MB units (250,000 float32 parameters), pushing t1 in two halves (6 -> 9, 9 -> 12 ms)
     lets the pull of its first half (9 -> 12) overlap the push of the second: pulls end at
     12, 16 (the second half with t2) and 19, the forward at 20 ms.
@@ -961,7 +961,7 @@ def ps_cpsat(
     (quanta, below), every constraint a ``>=`` (the least solution of a plan is its
     recursion: each right-hand side is non-decreasing in every variable):
 
-    * **Paths** (the arc model of :mod:`fusionopt.solvers.cpsat`): a Boolean ``x_ab`` per
+    * **Paths** (the arc model of :mod:`fusionopt.solvers.exact.cpsat`): a Boolean ``x_ab`` per
       push arc (a message of push positions ``a+1..b``) and ``y_ab`` per pull arc; each
       set forms one path ``0 -> N``. ``z_m = sum_a x_am`` (``z'_m`` for pulls) says a
       message ends at node ``m``.
@@ -990,7 +990,7 @@ def ps_cpsat(
     * ``min T``; ``T >= ps_lower_bound``. Valid inequalities for the LP relaxation (each
       holds for every plan's least values, so none changes a plan's value):
       ``e_N >= rho_p + sum_(push arcs ending at or after p) d x`` (the push cuts of
-      :mod:`fusionopt.solvers.cpsat`; with split compute ``rho_p`` is the backward share
+      :mod:`fusionopt.solvers.exact.cpsat`; with split compute ``rho_p`` is the backward share
       before ``p``), ``f_N >= g_p + sum_(pull arcs ending at or after p) d' y``,
       ``Upd_b >= e_b + sum_a (o + u S_ab) x_ab`` (linear: one arc at most enters ``b``),
       and, layerwise, ``T >= g_1 + sum_(pull arcs starting before q) d' y + (forward
@@ -1017,7 +1017,7 @@ def ps_cpsat(
     optimal is within that of the optimum over the space. The automatic ``q_s`` is the
     largest power of two with ``rounding_bound <= 1e-7`` of the hint's ``T`` unless that
     takes the horizon past ``2^29`` quanta (``MAX_INTEGER_TIME`` of
-    :mod:`fusionopt.solvers.cpsat`); the hint's ``T`` is the horizon.
+    :mod:`fusionopt.solvers.exact.cpsat`); the hint's ``T`` is the horizon.
 
     Parameters
     ----------

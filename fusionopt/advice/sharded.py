@@ -13,7 +13,7 @@ Every setting reported comes with the model's ``T`` (seconds) of what the framew
 with it, and on a fully sharded problem its peak memory (bytes); a setting over the
 problem's memory cap is never recommended, nor one the model predicts less than ``min_gain``
 faster than the framework's defaults where they fit (then the advice is to leave the knobs
-unset; :data:`fusionopt.solvers.advise.MIN_GAIN`). Where no setting tried
+unset; :data:`fusionopt.advice.allreduce.MIN_GAIN`). Where no setting tried
 fits the cap, :class:`OverMemoryCap` says so.
 
 :func:`fsdp2_settings` turns a :class:`~fusionopt.model.sharded.ShardedPlan` into what an
@@ -52,10 +52,10 @@ from fusionopt.model.problem import Problem
 from fusionopt.model.profile import Profile
 from fusionopt.model.sharded import ShardedPlan
 from fusionopt.model.simulator import simulate
-from fusionopt.solvers.advise import MIN_GAIN, check_min_gain, gains_enough
+from fusionopt.advice.allreduce import MIN_GAIN, check_min_gain, gains_enough
 from fusionopt.solvers.registry import solve
 from fusionopt.solvers.result import Result, Status
-from fusionopt.solvers.sharded import atom_bounds
+from fusionopt.solvers.sharded_units import atom_bounds
 
 ROOT = "(root)"
 FSDP2_MIN_FORWARD_PREFETCH = 2                    # with the CPU running ahead of the GPU
@@ -106,7 +106,7 @@ def _within(name: str, module: str) -> bool:
 
 def fsdp2_atoms(profile: Profile, atoms: str | Sequence[int] = "module") -> tuple[list[int], bool | None]:
     """Where the units of a plan FSDP2 can build may start, among ``atoms``
-    (:func:`~fusionopt.solvers.sharded.atom_bounds`), and the ``root`` such a plan needs
+    (:func:`~fusionopt.solvers.sharded_units.atom_bounds`), and the ``root`` such a plan needs
     (``True``; ``None`` where a root may or may not be searched).
 
     ``fully_shard`` wraps whole modules, and a tensor belongs to the innermost wrapped module
@@ -373,7 +373,7 @@ def fsdp2_advice(problem: Problem, atoms: str | None = None, *, min_gain: float 
     the least prefetch depths FSDP2 can set, judged by the plan FSDP2 builds from them
     (:func:`fsdp2_settings`); FSDP2's defaults instead where they fit the memory cap and the
     plan is not at least ``min_gain`` faster (a fraction of the defaults' ``T``;
-    :data:`fusionopt.solvers.advise.MIN_GAIN`). :class:`OverMemoryCap` where neither fits
+    :data:`fusionopt.advice.allreduce.MIN_GAIN`). :class:`OverMemoryCap` where neither fits
     the cap.
 
     ``atoms``: ``"block"`` (units of whole blocks where the model has blocks), ``"module"``
@@ -434,7 +434,7 @@ class GridSetting:
     best setting within the memory cap, and the same for the framework's defaults;
     ``tried``: how many settings were judged. ``unset``: True when the advice is to leave
     the grid's knobs unset, the defaults fitting the cap and no setting tried being at least
-    ``min_gain`` faster (:func:`fusionopt.solvers.advise.gains_enough`); ``options`` then holds only the fixed
+    ``min_gain`` faster (:func:`fusionopt.advice.allreduce.gains_enough`); ``options`` then holds only the fixed
     ones (Megatron-LM's ``data_parallel_size``)."""
 
     method: str
@@ -519,7 +519,7 @@ def _product(lists: list[list[Any]]):
 
 def zero3_settings(problem: Problem, *, min_gain: float = MIN_GAIN) -> GridSetting:
     """DeepSpeed ZeRO-3's ``stage3_prefetch_bucket_size``, ``stage3_max_reuse_distance`` and
-    ``reduce_bucket_size`` (:data:`ZERO3_GRID`) judged with :func:`~fusionopt.solvers.zero3.zero3`:
+    ``reduce_bucket_size`` (:data:`ZERO3_GRID`) judged with :func:`~fusionopt.solvers.baselines.zero3.zero3`:
     the fastest within the cap, or the defaults where they fit and it is not at least
     ``min_gain`` faster."""
     return _grid(problem, "zero3", ZERO3_GRID, min_gain=min_gain)
@@ -528,7 +528,7 @@ def zero3_settings(problem: Problem, *, min_gain: float = MIN_GAIN) -> GridSetti
 def zero2_settings(problem: Problem, *, data_parallel_size: int | None = None,
                    min_gain: float = MIN_GAIN) -> tuple[GridSetting, GridSetting]:
     """On a decoupled problem: DeepSpeed ZeRO-2's ``reduce_bucket_size`` and ``overlap_comm``
-    (:data:`ZERO2_GRID`, judged with :func:`~fusionopt.solvers.zero2.zero2`, sync
+    (:data:`ZERO2_GRID`, judged with :func:`~fusionopt.solvers.baselines.zero2.zero2`, sync
     ``"barrier"``, its only mode) and Megatron-LM's ``bucket_size``
     (:data:`MEGATRON_BUCKETS`; ``megatron`` under barrier sync, ``megatron-overlap`` with
     ``overlap_param_gather`` under layerwise sync), each the fastest beside the defaults, or

@@ -100,7 +100,7 @@ Examples
 --------
 >>> from fusionopt.model import AlphaBeta, Problem, Profile
 >>> from fusionopt.model.ps import ParameterServer
->>> from fusionopt.solvers.ps import ps_default, ps_layer
+>>> from fusionopt.solvers.baselines.ps import ps_default, ps_layer
 >>> profile = Profile.from_arrays([4e6, 1e6, 2e6], [1e-3] * 3, [3e-3, 2e-3, 1e-3])
 >>> ps = ParameterServer(AlphaBeta(1e-3, 1e-9), AlphaBeta(0.2e-3, 0.2e-9))
 >>> problem = Problem(profile, ps=ps, sync="layerwise")

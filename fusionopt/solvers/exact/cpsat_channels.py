@@ -6,7 +6,7 @@ messages are in flight, dispatched in plan order; each runs a latency phase ``al
 channel) and then a transfer of ``w_m = beta S_m`` seconds of exclusive bandwidth, the
 transfers in flight sharing the bandwidth equally (processor sharing). A message's end
 depends on every transfer it overlaps, so it is no ``max``/``+`` expression of constants
-as on one channel, and the arc model of :mod:`fusionopt.solvers.cpsat` cannot state it.
+as on one channel, and the arc model of :mod:`fusionopt.solvers.exact.cpsat` cannot state it.
 
 Exactness comes instead from a **relaxation with no-good cuts** (a logic-based Benders
 scheme). CP-SAT minimises a lower bound ``T'(P) <= T(P)`` over fusion plans ``P``; each
@@ -67,7 +67,7 @@ When the best plan meets the bound, ``T - v q < q`` (its own cut is ``floor(T / 
 ``rounding_bound = q``.
 
 Contention (compute slowed while a message is in flight) couples the compute stream to
-the shared bandwidth as well and is refused here: :func:`fusionopt.solvers.brute.brute`
+the shared bandwidth as well and is refused here: :func:`fusionopt.solvers.exact.brute.brute`
 (n <= 14) is exact for it with several channels, GradSSA searches larger instances.
 """
 
@@ -84,9 +84,9 @@ from fusionopt.model.plan import Plan
 from fusionopt.model.problem import Problem
 from fusionopt.model.sharing import channel_schedule, message_phases
 from fusionopt.model.bounds import layerwise_tails
-from fusionopt.solvers.cpsat_arcs import (MAX_INTEGER_TIME, add_path_constraints, arc_positions, automatic_quantum,
+from fusionopt.solvers.exact.cpsat_arcs import (MAX_INTEGER_TIME, add_path_constraints, arc_positions, automatic_quantum,
                                           plan_path)
-from fusionopt.solvers.cpsat_search import raise_if_interrupted, run_search, set_search
+from fusionopt.solvers.exact.cpsat_search import raise_if_interrupted, run_search, set_search
 from fusionopt.solvers.result import Outcome, Status
 
 class ChannelRelaxation:
