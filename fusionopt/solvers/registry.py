@@ -17,7 +17,7 @@ from fusionopt.model.problem import Problem
 from fusionopt.solvers.baselines import (  # noqa: F401  (each registers its methods)
     ddp, fsdp2, horovod, inductor, megatron, ps, wfbp, zero2, zero3)
 from fusionopt.solvers.exact import (  # noqa: F401
-    brute, cpsat, decoupled_brute, decoupled_cpsat, decoupled_dp, dp, milp, ps_exact, sharded_brute)
+    brute, cpsat, decoupled_brute, decoupled_cpsat, decoupled_dp, dp, milp, ps_brute, ps_cpsat, ps_dp, sharded_brute)
 from fusionopt.solvers.papers import bytescheduler, dear, ipart, mgwfbp, of_wfbp, priority, usbyte  # noqa: F401
 from fusionopt.solvers.searches import decoupled_opt, layerwise_opt, sharded_opt, ssa  # noqa: F401
 from fusionopt.solvers.catalogue import (FAMILIES, REFERENCE, Method, arrange, catalogue, comparison_candidates,

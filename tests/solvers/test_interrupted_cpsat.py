@@ -19,7 +19,7 @@ from fusionopt.cost import AlphaBeta  # noqa: E402
 from fusionopt.model import Decoupled, Problem, Profile, simulate  # noqa: E402
 from fusionopt.model.ps import ParameterServer  # noqa: E402
 from fusionopt.solvers import Status, solve  # noqa: E402
-from fusionopt.solvers.exact import cpsat, cpsat_channels, cpsat_partition, cpsat_search, decoupled_cpsat, ps_exact  # noqa: E402
+from fusionopt.solvers.exact import cpsat, cpsat_channels, cpsat_partition, cpsat_search, decoupled_cpsat, ps_cpsat  # noqa: E402
 from fusionopt.solvers.result import Interrupted  # noqa: E402
 
 
@@ -77,7 +77,7 @@ CASES = {
     "cpsat-channels": (cpsat_channels, lambda: Problem(profile(), AlphaBeta(5e-4, 2e-10), channels=2), {}),
     "decoupled-cpsat": (decoupled_cpsat, lambda: Problem(profile(4), decoupled=Decoupled(
         AlphaBeta(5e-4, 2e-10), AlphaBeta(5e-4, 2e-10))), {}),
-    "ps-cpsat": (ps_exact, lambda: Problem(profile(4), ps=ParameterServer(AlphaBeta(5e-4, 2e-10)),
+    "ps-cpsat": (ps_cpsat, lambda: Problem(profile(4), ps=ParameterServer(AlphaBeta(5e-4, 2e-10)),
                                            sync="layerwise"), {}),
 }
 

@@ -22,15 +22,10 @@ from fusionopt.model.ps_timing import offsets_iteration_time
 from fusionopt.model.bounds import ps_lower_bound
 from fusionopt.solvers import Status, solve
 from fusionopt.solvers.baselines.ps import ps_default, ps_layer
-from fusionopt.solvers.exact.ps_exact import (
-    MAX_BRUTE_CUTS,
-    _candidate_cuts,
-    _Grid,
-    ps_brute,
-    ps_cpsat,
-    ps_dp,
-    ps_units,
-)
+from fusionopt.solvers.exact.ps_brute import MAX_BRUTE_CUTS, ps_brute
+from fusionopt.solvers.exact.ps_spaces import candidate_cuts, ps_units
+from fusionopt.solvers.exact.ps_cpsat import _Grid, ps_cpsat
+from fusionopt.solvers.exact.ps_dp import ps_dp
 
 MS = 1e-3
 REL = 1e-9
@@ -212,8 +207,8 @@ def test_cpsat_rounding_claim(case, data):
     units = ps_units(problem, unit)
     grid = _Grid(problem, units)
     q = data.draw(st.sampled_from([2.0 ** -20, 2.0 ** -14, 2.0 ** -9]))
-    push = sorted(data.draw(st.sets(st.sampled_from(_candidate_cuts(problem, units, "push")))) if len(units) > 1 else [])
-    pull = sorted(data.draw(st.sets(st.sampled_from(_candidate_cuts(problem, units, "pull")))) if len(units) > 1 else [])
+    push = sorted(data.draw(st.sets(st.sampled_from(candidate_cuts(problem, units, "push")))) if len(units) > 1 else [])
+    pull = sorted(data.draw(st.sets(st.sampled_from(candidate_cuts(problem, units, "pull")))) if len(units) > 1 else [])
     true = offsets_iteration_time(problem, push, pull)
     # A horizon this plan fits in, as the anchor plan's does in ps_cpsat: none of its constants capped.
     constants = grid.constants(q, math.floor(true / q) + 1)

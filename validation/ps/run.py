@@ -3,7 +3,7 @@
 For the zoo models x node counts 4..128 on 10GbE with co-located servers (``K = P``),
 partitioned compute on and layerwise sync: T of ``ps-default``, ``ps-layer``, ``ibatch``,
 ``ipart`` and ``ps-dp``, which is the exact optimum over whole-tensor plans here (the
-server update costs no time per byte: ``fusionopt/solvers/exact/ps_exact.py`` proves it and the
+server update costs no time per byte: ``fusionopt/solvers/exact/ps_dp.py`` proves it and the
 result says OPTIMAL), and ``ps_lower_bound``, a bound for every plan. iPart may cut inside
 tensors, outside ``ps-dp``'s space, so its gap to ``ps-dp`` can be negative.
 
