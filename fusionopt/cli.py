@@ -36,6 +36,7 @@ from fusionopt.model.ps import ParameterServer, PSPlan
 from fusionopt.model._io import read_json_document
 from fusionopt.solvers import compare, format_table, methods, solve
 from fusionopt.solvers.result import Interrupted, Result, Status
+from fusionopt.model.profile_csv import profile_csv_text, read_profile_csv, write_profile_csv
 
 # --timeline auto's rule for the help, whose text argparse formats with % (50% becomes 50%%).
 TIMELINE_HELP = TIMELINE_RULE.replace("%", "%%")
@@ -469,13 +470,13 @@ def _print_units(plan: ShardedPlan, timeline: Any, profile: Profile) -> None:
 def _read_profile(path: str) -> Profile:
     """A profile file: CSV (``.csv``, named after the file) or JSON (anything else)."""
     if path.lower().endswith(".csv"):
-        return Profile.read_csv(path, name=Path(path).stem)
+        return read_profile_csv(path, name=Path(path).stem)
     return Profile.read(path)
 
 
 def _write_profile(profile: Profile, path: str) -> None:
     if path.lower().endswith(".csv"):
-        profile.to_csv(path)
+        write_profile_csv(profile, path)
     else:
         profile.write(path)
 
@@ -956,7 +957,7 @@ def _cmd_profile(args: argparse.Namespace) -> None:
         _write_profile(profile, args.output)
         print(f"wrote {args.output}: {profile!r}{_clock(profile) if args.trace is not None else ''}")
     elif args.csv:
-        sys.stdout.write(profile.to_csv_text())
+        sys.stdout.write(profile_csv_text(profile))
     else:
         print(profile.to_json())
 

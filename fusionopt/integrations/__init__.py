@@ -14,8 +14,8 @@ the all-reduce cost and reads the buckets DDP launched, and
 :mod:`~fusionopt.integrations.traced_step` predicts the job's step from them against the step
 they measured; :mod:`~fusionopt.integrations.ddp_record` records such jobs (gloo, CPU) and
 :mod:`~fusionopt.integrations.ddp_layout` reads DDP's buckets with a comm hook.
-Profiles also travel as CSV: :meth:`~fusionopt.model.profile.Profile.to_csv` and
-:meth:`~fusionopt.model.profile.Profile.read_csv`.
+Profiles also travel as CSV: :func:`~fusionopt.model.profile_csv.write_profile_csv` and
+:func:`~fusionopt.model.profile_csv.read_profile_csv`.
 
 Advice out: :func:`~fusionopt.integrations.apply.apply_advice` builds DDP or FSDP2 on a
 real model as ``fusionopt advise --json`` says, and

@@ -103,6 +103,7 @@ import numpy as np
 from fusionopt.integrations import _attribution
 from fusionopt.model._io import read_csv_rows, read_json_document
 from fusionopt.model.profile import DTYPE_BYTES, STEP_PARTS, Profile
+from fusionopt.model.profile_csv import read_profile_csv
 
 ACCUMULATE_GRAD = "torch::autograd::AccumulateGrad"
 EVALUATE_FUNCTION = "autograd::engine::evaluate_function: "
@@ -950,7 +951,7 @@ def read_parameter_list(path: str | Path) -> Profile | list[tuple[str, int]]:
         rows = read_csv_rows(path)
         header = [h.strip() for h in rows[0][1]] if rows else []
         if "forward_s" in header or "backward_s" in header:
-            return Profile.read_csv(path, name=path.stem)
+            return read_profile_csv(path, name=path.stem)
         return read_parameter_csv(path)
     document = read_json_document(path)
     if isinstance(document, Mapping) and "tensors" in document:

@@ -17,6 +17,7 @@ from fusionopt.integrations.collective_trace import collective_samples
 from fusionopt.integrations.kineto import documents_by_rank, profile_from_trace, profile_from_traces
 from fusionopt.integrations.traced_step import COPIED_PARTS, predict_traced_step
 from fusionopt.model import Profile
+from fusionopt.model.profile_csv import read_profile_csv
 
 
 def run(capsys, *argv):
@@ -73,7 +74,7 @@ def test_profile_never_writes_over_a_file_it_read_from_a_trace_folder(tmp_path, 
     (tmp_path / "params.csv").write_text(listing)
     assert run(capsys, "profile", "--trace", job, "--parameters", tmp_path / "params.csv",
                "--output", job / "parameters.csv")[0] == 0
-    assert Profile.read_csv(job / "parameters.csv").names == tuple(n for n, _ in PARAMS)
+    assert read_profile_csv(job / "parameters.csv").names == tuple(n for n, _ in PARAMS)
 
 
 # ---------------------------------------------------------------- 2. a trace cut short

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from fusionopt.model import Profile
+from fusionopt.model.profile_csv import read_profile_csv, write_profile_csv
 
 
 def make(**overrides):
@@ -106,17 +107,17 @@ from hypothesis import given, settings, strategies as st  # noqa: E402
 def test_csv_round_trip_exact_values(tmp_path):
     p = make(update=[0.5, 0.0, 0.25], names=["conv1.weight", "a,b", 'c"d'])
     path = tmp_path / "toy.csv"
-    p.to_csv(path)
+    write_profile_csv(p, path)
     lines = path.read_text().splitlines()
     assert lines[0] == "name,size_bytes,forward_s,backward_s,update_s"
     assert lines[1] == "conv1.weight,400,1.0,3.0,0.5"
     assert lines[2] == '"a,b",100,1.0,2.0,0.0'
     assert lines[3] == '"c""d",200,1.0,1.0,0.25'
-    q = Profile.read_csv(path)
+    q = read_profile_csv(path)
     assert q == p
     assert not list(tmp_path.glob(".*.tmp")), "atomic writer left its temporary file"
     # name, dtype_bytes and metadata do not travel in CSV; read_csv takes them.
-    r = Profile.read_csv(path, name="toy", dtype_bytes=2, metadata={"batch": 8})
+    r = read_profile_csv(path, name="toy", dtype_bytes=2, metadata={"batch": 8})
     assert (r.name, r.dtype_bytes, dict(r.metadata)) == ("toy", 2, {"batch": 8})
 
 
@@ -131,14 +132,14 @@ def test_csv_round_trip_any_values(tmp_path_factory, rows):
     sizes, fwd, bwd, upd = (list(x) for x in zip(*rows))
     p = Profile.from_arrays(sizes, fwd, bwd, [f"layer{i}.weight" for i in range(len(rows))], update=upd)
     path = tmp_path_factory.mktemp("csv") / "p.csv"
-    p.to_csv(path)
-    assert Profile.read_csv(path) == p
+    write_profile_csv(p, path)
+    assert read_profile_csv(path) == p
 
 
 def test_csv_columns_in_any_order_and_update_optional(tmp_path):
     path = tmp_path / "p.csv"
     path.write_text("backward_s,name,forward_s,size_bytes\n3.0,a,1.0,400\n2.0,b,1.0,100\n\n")
-    p = Profile.read_csv(path)
+    p = read_profile_csv(path)
     assert p.names == ("a", "b")
     assert p.sizes.tolist() == [400, 100]
     assert p.backward.tolist() == [3.0, 2.0] and p.update.tolist() == [0.0, 0.0]
@@ -172,22 +173,22 @@ def test_bad_csv_is_named(tmp_path, text, message):
     path = tmp_path / "bad.csv"
     path.write_text(text)
     with pytest.raises(ValueError, match=message) as info:
-        Profile.read_csv(path)
+        read_profile_csv(path)
     assert str(info.value).startswith(str(path))
 
 
 def test_csv_missing_file_and_binary(tmp_path):
     with pytest.raises(FileNotFoundError, match="nope.csv"):
-        Profile.read_csv(tmp_path / "nope.csv")
+        read_profile_csv(tmp_path / "nope.csv")
     path = tmp_path / "bin.csv"
     path.write_bytes(b"\xff\xfe\x00name")
     with pytest.raises(ValueError, match="bin.csv: not UTF-8 text"):
-        Profile.read_csv(path)
+        read_profile_csv(path)
 
 
 def test_csv_to_missing_folder_is_named(tmp_path):
     with pytest.raises(FileNotFoundError, match="does not exist"):
-        make().to_csv(tmp_path / "no" / "p.csv")
+        write_profile_csv(make(), tmp_path / "no" / "p.csv")
 
 
 def test_nothing_given_is_ignored_or_misread(tmp_path):
