@@ -35,9 +35,8 @@ from fusionopt.model.cost import (
     Composite,
     PiecewiseLinear,
     cost_from_dict,
-    read_nccl_tests,
-    read_osu,
 )
+from fusionopt.model.cost_files import read_nccl_tests, read_osu
 
 __all__ = [
     "COST_SCHEMA",

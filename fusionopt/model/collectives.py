@@ -450,7 +450,7 @@ def network(name: str, workers: int, *, algorithm: str = "ring", collective: str
     costs depend on the library, protocol, message size and topology (NCCL's own model uses
     base latencies of a few to tens of microseconds per algorithm and protocol), and line
     rates are upper bounds on achieved bandwidth. For anything quantitative, fit your own
-    model from measurements, e.g. :func:`~fusionopt.model.cost.read_nccl_tests` on an
+    model from measurements, e.g. :func:`~fusionopt.model.cost_files.read_nccl_tests` on an
     ``all_reduce_perf`` run of your cluster.
 
     Parameters
