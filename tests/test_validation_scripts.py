@@ -6,15 +6,12 @@ import argparse
 import importlib.util
 import io
 import json
-import os
-import signal
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
+from interrupting import interrupt_on
 from kineto_traces import ddp_job
 
 from fusionopt.experiments.study import Study
@@ -195,24 +192,9 @@ def test_an_interrupted_training_run_keeps_the_models_finished(tmp_path):
     pytest.importorskip("torch")
     command = [sys.executable, str(ROOT / "validation" / "training" / "run.py"), "--models", "mlp,cnn,lstm",
                "--steps", "1", "--warmup", "0", "--profile-steps", "1", "--out", str(tmp_path)]
-    process = subprocess.Popen(command, start_new_session=True, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL,
-                               text=True)
-    lines = []
-    try:
-        deadline = time.monotonic() + 240
-        while time.monotonic() < deadline:
-            line = process.stderr.readline()
-            if not line:
-                break
-            lines.append(line.rstrip("\n"))
-            if line.startswith("models 1/3"):
-                os.killpg(process.pid, signal.SIGINT)
-                break
-        lines += process.stderr.read().splitlines()
-        assert process.wait(timeout=120) == 130, lines
-    finally:
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGKILL)
+    status, lines, left = interrupt_on(command, "models 1/3")
+    assert status == 130, lines
+    assert not left                                  # no rank left behind
     assert not (tmp_path / "training-cpu.md").exists()
     kept = json.loads((tmp_path / "training-cpu.interrupted.json").read_text())
     assert list(kept["results"]) == ["mlp"] and set(kept["results"]["mlp"]["plans"]) >= {"ddp", "dp", "wfbp"}

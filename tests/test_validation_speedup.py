@@ -5,15 +5,14 @@ document must agree with itself and with the prediction functions."""
 
 import importlib.util
 import json
-import os
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
 import pytest
+
+from interrupting import interrupt_on
 
 from fusionopt.integrations.reducer_calibration import read_reducer_calibration
 from fusionopt.model import Profile
@@ -168,33 +167,9 @@ def test_an_interrupted_run_keeps_the_cases_finished_and_leaves_no_rank(tmp_path
     command = [sys.executable, str(SCRIPT), "--models", "mlp", "--ranks", "2", "--networks", "10gbe",
                "--rounds", "200", "--steps", "1", "--warmup", "1", "--profile-steps", "2",
                "--calibration-rounds", "0", "--out", str(tmp_path)]
-    process = subprocess.Popen(command, start_new_session=True, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL,
-                               text=True)
-    lines = []
-    try:
-        deadline = time.monotonic() + 240
-        while time.monotonic() < deadline:
-            line = process.stderr.readline()
-            if not line:
-                break
-            lines.append(line.rstrip("\n"))
-            if line.startswith("cases on 2 ranks 1/2"):
-                os.killpg(process.pid, signal.SIGINT)
-                break
-        lines += process.stderr.read().splitlines()
-        assert process.wait(timeout=120) == 130, lines
-        # No rank left behind (multiprocessing's resource tracker leaves a moment after the script).
-        left = deadline = time.monotonic() + 15
-        while time.monotonic() < deadline:
-            table = subprocess.run(["ps", "-eo", "pgid=,args="], capture_output=True, text=True).stdout
-            left = [row for row in table.splitlines() if row.split()[0] == str(process.pid) and "<defunct>" not in row]
-            if not left:
-                break
-            time.sleep(0.5)
-        assert not left
-    finally:
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGKILL)
+    status, lines, left = interrupt_on(command, "cases on 2 ranks 1/2")
+    assert status == 130, lines
+    assert not left                                  # no rank left behind
     assert not (tmp_path / "speedup-cpu.md").exists()
     kept = json.loads((tmp_path / "speedup-cpu.interrupted.json").read_text())
     assert [(c["framework"], c["model"]) for c in kept["cases"]] == [("ddp", "mlp")]

@@ -53,12 +53,13 @@ from fusionopt.model.profile import Profile
 from fusionopt.model.sharded import ShardedPlan
 from fusionopt.model.simulator import simulate
 from fusionopt.advice.allreduce import MIN_GAIN, check_min_gain, gains_enough
+from fusionopt.solvers.baselines.fsdp2 import fsdp2_forward_prefetch
 from fusionopt.solvers.registry import solve
 from fusionopt.solvers.result import Result, Status
 from fusionopt.solvers.sharded_units import atom_bounds
 
 ROOT = "(root)"
-FSDP2_MIN_FORWARD_PREFETCH = 2                    # with the CPU running ahead of the GPU
+FSDP2_MIN_FORWARD_PREFETCH = fsdp2_forward_prefetch(blocking=False)   # with the CPU running ahead of the GPU
 FSDP2_MIN_BACKWARD_PREFETCH = 1
 TIE = 1e-9
 """Relative tolerance on ``T``: a setting within it of the defaults' is no faster than them."""
@@ -244,7 +245,7 @@ class FSDP2Settings:
 def fsdp2_least_forward_prefetch(problem: Problem) -> int:
     """The least forward prefetch depth FSDP2 can set on ``problem``: 2 with the CPU running
     ahead of the GPU, 0 where the collectives block the training thread (module docstring)."""
-    return 0 if problem.fully_sharded.blocking else FSDP2_MIN_FORWARD_PREFETCH
+    return fsdp2_forward_prefetch(problem.fully_sharded.blocking)
 
 
 def fsdp2_settings(problem: Problem, plan: ShardedPlan) -> FSDP2Settings:
@@ -338,7 +339,7 @@ def fsdp2_plan_of(profile: Profile, units: list[list[str]], reshard_after_forwar
                          "forward; fusionopt models a root kept whole (MODEL.md section 8.2)")
     flags = [root_reshard if label == -1 else bool(reshard_after_forward[label]) for label in labels]
     ahead = 0 if blocking else 1
-    d_f = max([0 if blocking else FSDP2_MIN_FORWARD_PREFETCH] + [len(t) + ahead for t in forward_prefetch.values()])
+    d_f = max([fsdp2_forward_prefetch(blocking)] + [len(t) + ahead for t in forward_prefetch.values()])
     d_b = max([FSDP2_MIN_BACKWARD_PREFETCH] + [len(t) for t in backward_prefetch.values()])
     names = [ROOT if label == -1 else ",".join(units[label]) for label in labels]
     return ShardedPlan(bounds, flags, forward_prefetch=d_f, backward_prefetch=d_b, root=has_root, names=names)

@@ -43,9 +43,9 @@ hints) is handed the comparison's own results instead of solving them again."""
 class Method:
     """A registered solver: ``function(problem, **options) -> Result``.
 
-    ``space`` (exact methods): ``in_space(problem, plan) -> bool``, true for the plans of the
-    space the method is exact over, so that its proven bound also bounds another method's
-    plan of that space.
+    ``in_space`` (exact methods): ``in_space(problem, plan) -> bool``, true for the plans of
+    the space the method is exact over, so that its proven bound also bounds another method's
+    plan of that space; None where not declared.
     """
 
     name: str
@@ -53,12 +53,7 @@ class Method:
     summary: str
     family: str
     in_default_comparison: bool = True
-    space: Callable[[Problem, Any], bool] | None = None
-
-    @property
-    def in_space(self) -> Callable[[Problem, Any], bool] | None:
-        """The membership test of the plan space the method is exact over (None: not declared)."""
-        return self.space
+    in_space: Callable[[Problem, Any], bool] | None = None
 
     @property
     def needs(self) -> Needs:
@@ -101,8 +96,8 @@ def register(name: str, function: Callable[..., Result], summary: str, *, family
     method can solve is read from its function's declaration
     (:func:`fusionopt.solvers.needs.declares`): a method that needs the plain model or
     layerwise sync is left out of that comparison, with its reason, on problems it refuses,
-    and each pattern's methods run on their own kind of problem only. ``space``: see
-    :class:`Method`.
+    and each pattern's methods run on their own kind of problem only. ``space``: the
+    method's ``in_space`` (:class:`Method`).
     """
     if name in _CATALOGUE:
         raise ValueError(f"method {name!r} is already registered")
@@ -141,8 +136,8 @@ def solving(name: str, body: Callable[..., Any]) -> Callable[..., Result]:
     clock starts, ``body`` runs, and its :class:`~fusionopt.solvers.result.Outcome` is judged
     (:func:`~fusionopt.solvers.result.finish`: simulated, its bound and gap attached, its
     status set, the seconds taken), as is the outcome an
-    :class:`~fusionopt.solvers.result.Interrupted` carries. A :class:`Result` the body
-    returns is already judged (another method's, handed on) and is returned as it is."""
+    :class:`~fusionopt.solvers.result.Interrupted` carries. Another method's result is handed
+    on as an outcome (:meth:`~fusionopt.solvers.result.Outcome.handed_on`)."""
     @functools.wraps(body)
     def solver(problem: Any, *args: Any, **options: Any) -> Result:
         started = time.perf_counter()
@@ -154,8 +149,6 @@ def solving(name: str, body: Callable[..., Any]) -> Callable[..., Result]:
             raise
         if isinstance(found, Outcome):
             return found.judged(problem, name, started)
-        if isinstance(found, Result):
-            return found
         raise TypeError(f"method {name!r} returned {type(found).__name__}: a solver returns an Outcome")
     return solver
 

@@ -45,6 +45,13 @@ def sharded_wfbp(problem: Problem) -> Result:
     return Outcome(ShardedPlan.per_tensor(problem.profile))
 
 
+def fsdp2_forward_prefetch(blocking: bool) -> int:
+    """FSDP2's forward prefetch depth without prefetch lists (torch 2.13): 2 where the CPU runs
+    ahead of the GPU's streams (:func:`fsdp2`), 0 where each collective blocks the training
+    thread (``FullySharded(blocking=True)``, gloo on CPU: nothing runs ahead)."""
+    return 0 if blocking else 2
+
+
 def fsdp2_plan(profile: Profile, *, reshard_after_forward: bool = True, forward_prefetch: int = 2,
                backward_prefetch: int = 1) -> ShardedPlan:
     """The units FSDP2 builds when ``fully_shard`` is applied to each block
@@ -124,7 +131,7 @@ def fsdp2(problem: Problem, *, reshard_after_forward: bool = True, forward_prefe
     (14, True, 38)
     """
     if forward_prefetch is None:
-        forward_prefetch = 0 if problem.fully_sharded.blocking else 2
+        forward_prefetch = fsdp2_forward_prefetch(problem.fully_sharded.blocking)
     plan = fsdp2_plan(problem.profile, reshard_after_forward=reshard_after_forward,
                       forward_prefetch=forward_prefetch, backward_prefetch=backward_prefetch)
     return Outcome(plan,
@@ -132,4 +139,4 @@ def fsdp2(problem: Problem, *, reshard_after_forward: bool = True, forward_prefe
                          "backward_prefetch": backward_prefetch})
 
 
-__all__ = ["sharded_wfbp", "fsdp2_plan", "fsdp2"]
+__all__ = ["fsdp2_forward_prefetch", "sharded_wfbp", "fsdp2_plan", "fsdp2"]

@@ -51,7 +51,7 @@ from fusionopt.model.sharded import ShardedPlan
 from fusionopt.model.sharded_timing import require_sharded
 from fusionopt.solvers.needs import Needs, declares
 from fusionopt.solvers.result import Outcome, Result
-from fusionopt.solvers.baselines.fsdp2 import fsdp2_plan
+from fusionopt.solvers.baselines.fsdp2 import fsdp2_forward_prefetch, fsdp2_plan
 from fusionopt.solvers.catalogue import method
 
 MIB = 1024 * 1024
@@ -123,7 +123,7 @@ def inductor_plan(problem: Problem, *, bucket_cap_mb: float | None = None) -> Sh
         cap_mb = float(bucket_cap_mb)
     cap_bytes = int(cap_mb * MIB)
     profile = problem.profile
-    base = fsdp2_plan(profile, forward_prefetch=0 if problem.fully_sharded.blocking else 2)   # as fsdp2's default
+    base = fsdp2_plan(profile, forward_prefetch=fsdp2_forward_prefetch(problem.fully_sharded.blocking))
     bounds = base.bounds.tolist()
     sizes = base.unit_bytes(profile).tolist()
     m = len(sizes)
