@@ -5,7 +5,7 @@ backward, message, update and forward, weighted by its duration); its longest pa
 iteration time, computed by graph search instead of :func:`fusionopt.model.simulate`'s
 recursion. The property tests compare the two on random problems and plans.
 :func:`ps_schedule_graph` does the same for a parameter-server problem and its
-:class:`~fusionopt.model.ps.PSPlan`.
+:class:`~fusionopt.model.ps_plan.PSPlan`.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import networkx as nx
 
 from fusionopt.model.plan import Plan
 from fusionopt.model.problem import Problem
-from fusionopt.model.ps import PSPlan
+from fusionopt.model.ps_plan import PSPlan
 
 
 def schedule_graph(problem: Problem, plan: Plan | PSPlan) -> nx.DiGraph:
@@ -216,7 +216,8 @@ def longest_path_time(problem: Problem, plan: Plan | PSPlan) -> float:
 
     A parameter server, layer by layer (:func:`~fusionopt.model.ps_timing.simulate_ps`'s example):
 
-    >>> from fusionopt.model.ps import ParameterServer, PSPlan
+    >>> from fusionopt.model.ps import ParameterServer
+    >>> from fusionopt.model.ps_plan import PSPlan
     >>> ps_problem = Problem(profile, ps=ParameterServer(AlphaBeta(1e-3, 1e-9)), sync="layerwise")
     >>> plan = PSPlan.from_groups(profile, push=[[2], [1], [0]], pull=[[0], [1], [2]])
     >>> round(longest_path_time(ps_problem, plan) * 1e3, 9)

@@ -27,15 +27,18 @@ from fusionopt.integrations.reducer_calibration import REDUCERS, measure_reducer
 from fusionopt.integrations.traced_step import COPIED_PARTS, PARAMETERS_FILE, PREDICTED_PART
 from fusionopt.integrations.unprofiled import DEFAULT_PROFILER_COST, PROFILER_COST_FILE
 from fusionopt.model import AlphaBeta, Plan, Problem, Profile, simulate
-from fusionopt.model.decoupled import Decoupled, DecoupledPlan
-from fusionopt.model.sharded import FullySharded, ShardedPlan
+from fusionopt.model.decoupled import Decoupled
+from fusionopt.model.decoupled_plan import DecoupledPlan
+from fusionopt.model.sharded import FullySharded
+from fusionopt.model.sharded_plan import ShardedPlan
 from fusionopt.reporting import fraction
 from fusionopt.advice.allreduce import MIN_GAIN
 from fusionopt.advice.sharded import OverMemoryCap, fsdp2_advice, zero2_settings, zero3_settings
-from fusionopt.model.ps import ParameterServer, PSPlan
+from fusionopt.model.ps import ParameterServer
+from fusionopt.model.ps_plan import PSPlan
 from fusionopt.model._io import read_json_document
 from fusionopt.solvers import compare, format_table, methods, solve
-from fusionopt.solvers.result import Interrupted, Result, Status
+from fusionopt.solvers.result import Interrupted, Result
 from fusionopt.model.profile_csv import profile_csv_text, read_profile_csv, write_profile_csv
 
 # --timeline auto's rule for the help, whose text argparse formats with % (50% becomes 50%%).

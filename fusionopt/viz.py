@@ -25,12 +25,12 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from fusionopt.model.decoupled import ALL_GATHER, KINDS, REDUCE_SCATTER, DecoupledPlan
+from fusionopt.model.decoupled_plan import ALL_GATHER, KINDS, REDUCE_SCATTER, DecoupledPlan
 from fusionopt.model.decoupled_program import decoupled_program
 from fusionopt.model.plan import Plan
 from fusionopt.model.problem import Problem
-from fusionopt.model.ps import PSPlan
-from fusionopt.model.sharded import ShardedPlan
+from fusionopt.model.ps_plan import PSPlan
+from fusionopt.model.sharded_plan import ShardedPlan
 from fusionopt.model.sharded_program import sharded_program
 from fusionopt.model.timeline import Timeline
 from fusionopt.model.simulator import compute_pieces, simulate

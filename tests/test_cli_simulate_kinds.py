@@ -10,8 +10,8 @@ import pytest
 
 from fusionopt.cli import main
 from fusionopt.model import Plan, Profile
-from fusionopt.model.decoupled import DecoupledPlan
-from fusionopt.model.sharded import ShardedPlan
+from fusionopt.model.decoupled_plan import DecoupledPlan
+from fusionopt.model.sharded_plan import ShardedPlan
 
 COST = ["--alpha", "0.001", "--beta", "1e-9"]
 

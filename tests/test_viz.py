@@ -18,7 +18,8 @@ import pytest
 from fusionopt import solve
 from fusionopt.cli import main
 from fusionopt.model import AlphaBeta, Chunk, Message, Plan, Problem, Profile, simulate
-from fusionopt.model.ps import ParameterServer, PSPlan
+from fusionopt.model.ps import ParameterServer
+from fusionopt.model.ps_plan import PSPlan
 from fusionopt.viz import Bar, image_format, sweep_series, timeline_bars
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"

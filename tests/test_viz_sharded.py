@@ -18,8 +18,10 @@ from fusionopt import solve, zoo
 from fusionopt.cli import main
 from fusionopt.cost import network
 from fusionopt.model import AlphaBeta, Problem, Profile, simulate
-from fusionopt.model.decoupled import Decoupled, DecoupledPlan
-from fusionopt.model.sharded import FullySharded, ShardedPlan
+from fusionopt.model.decoupled import Decoupled
+from fusionopt.model.decoupled_plan import DecoupledPlan
+from fusionopt.model.sharded import FullySharded
+from fusionopt.model.sharded_plan import ShardedPlan
 from fusionopt.viz import _ROW_COLORS, memory_steps, timeline_bars
 
 HALF = AlphaBeta(1e-3, 1e-9)

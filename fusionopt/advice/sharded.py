@@ -16,7 +16,7 @@ faster than the framework's defaults where they fit (then the advice is to leave
 unset; :data:`fusionopt.advice.allreduce.MIN_GAIN`). Where no setting tried
 fits the cap, :class:`OverMemoryCap` says so.
 
-:func:`fsdp2_settings` turns a :class:`~fusionopt.model.sharded.ShardedPlan` into what an
+:func:`fsdp2_settings` turns a :class:`~fusionopt.model.sharded_plan.ShardedPlan` into what an
 engineer types: the modules each ``fully_shard`` call wraps (the coarsest modules that lie
 wholly in each unit, by the profile's tensor names), ``reshard_after_forward`` per call, and
 the ``set_modules_to_forward_prefetch`` / ``set_modules_to_backward_prefetch`` lists that
@@ -50,7 +50,7 @@ from typing import Any, Sequence
 from fusionopt.model.names import module_of
 from fusionopt.model.problem import Problem
 from fusionopt.model.profile import Profile
-from fusionopt.model.sharded import ShardedPlan
+from fusionopt.model.sharded_plan import ShardedPlan
 from fusionopt.model.simulator import simulate
 from fusionopt.advice.allreduce import MIN_GAIN, check_min_gain, gains_enough
 from fusionopt.solvers.baselines.fsdp2 import fsdp2_forward_prefetch

@@ -10,10 +10,10 @@ from fusionopt.executor.footprint import check_host_memory, size_words
 from fusionopt.executor.job import Fault, Job
 from fusionopt.executor.measurement import Measurement, assemble
 from fusionopt.executor.mpi import inside_mpi_world
-from fusionopt.model.decoupled import DecoupledPlan
+from fusionopt.model.decoupled_plan import DecoupledPlan
 from fusionopt.model.plan import Plan
 from fusionopt.model.problem import Problem
-from fusionopt.model.sharded import ShardedPlan
+from fusionopt.model.sharded_plan import ShardedPlan
 from fusionopt.model.simulator import simulate
 
 
@@ -29,9 +29,9 @@ def run(problem: Problem, plan: Plan | DecoupledPlan | ShardedPlan, backend: str
     After every step every byte of every tensor is checked against its exact sum.
 
     A decoupled problem (``Problem(profile, decoupled=...)``, MODEL.md 8.1) runs a
-    :class:`~fusionopt.model.decoupled.DecoupledPlan`: reduce-scatters and all-gathers in the
+    :class:`~fusionopt.model.decoupled_plan.DecoupledPlan`: reduce-scatters and all-gathers in the
     plan's channel order; a fully sharded one (``fully_sharded=...``, 8.2) a
-    :class:`~fusionopt.model.sharded.ShardedPlan`: each unit's all-gathers and
+    :class:`~fusionopt.model.sharded_plan.ShardedPlan`: each unit's all-gathers and
     reduce-scatters at the model's issue points (:mod:`fusionopt.executor.sharded_runner`).
     Each rank's reduce-scatter shards are checked against their exact sums and every
     gathered word against the shard it came from; ``message_*`` then follow the channel

@@ -16,11 +16,13 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from fusionopt.model.cost import cost_from_dict
-from fusionopt.model.decoupled import DECOUPLED_SCHEMA, Decoupled, DecoupledPlan
+from fusionopt.model.decoupled_plan import DECOUPLED_SCHEMA, DecoupledPlan
+from fusionopt.model.decoupled import Decoupled
 from fusionopt.model.plan import Plan
 from fusionopt.model.problem import Problem
 from fusionopt.model.profile import Profile
-from fusionopt.model.sharded import SHARDED_SCHEMA, FullySharded, ShardedPlan
+from fusionopt.model.sharded_plan import SHARDED_SCHEMA, ShardedPlan
+from fusionopt.model.sharded import FullySharded
 
 # The plan type each pattern runs (Problem.pattern).
 PLAN_TYPES = {"all-reduce": Plan, "decoupled": DecoupledPlan, "fully-sharded": ShardedPlan}

@@ -10,11 +10,11 @@ plan for another pattern, an order that can never run) in one line.
 
 from __future__ import annotations
 
-from fusionopt.model.decoupled import DecoupledPlan
+from fusionopt.model.decoupled_plan import DecoupledPlan
 from fusionopt.model.decoupled_program import decoupled_program
 from fusionopt.model.decoupled_timing import simulate_decoupled
 from fusionopt.model.problem import Problem
-from fusionopt.model.sharded import ShardedPlan
+from fusionopt.model.sharded_plan import ShardedPlan
 from fusionopt.model.sharded_program import sharded_program
 from fusionopt.model.step_program import Program
 

@@ -21,7 +21,7 @@ from typing import Sequence
 import numpy as np
 
 from fusionopt.executor.layout import WORD_DTYPES, Piece
-from fusionopt.model.decoupled import KINDS
+from fusionopt.model.decoupled_plan import KINDS
 from fusionopt.model.step_program import CollectiveSpec
 from fusionopt.model.profile import Profile
 

@@ -5,13 +5,16 @@ numpy only: nothing here imports a solver.
 
 from fusionopt.model.bounds import best_bound
 from fusionopt.model.cost import AlphaBeta, CommCost
-from fusionopt.model.decoupled import Decoupled, DecoupledPlan
+from fusionopt.model.decoupled import Decoupled
+from fusionopt.model.decoupled_plan import DecoupledPlan
 from fusionopt.model.fusion_eval import evaluate_cuts, fusion_iteration_time
 from fusionopt.model.plan import Chunk, Message, Plan
 from fusionopt.model.problem import Problem
 from fusionopt.model.profile import Profile
-from fusionopt.model.ps import ParameterServer, PSPlan
-from fusionopt.model.sharded import FullySharded, ShardedPlan
+from fusionopt.model.ps import ParameterServer
+from fusionopt.model.ps_plan import PSPlan
+from fusionopt.model.sharded import FullySharded
+from fusionopt.model.sharded_plan import ShardedPlan
 from fusionopt.model.timeline import ComputePiece, Timeline
 from fusionopt.model.simulator import compute_pieces, simulate
 

@@ -1,4 +1,4 @@
-"""Decoupled all-reduce (MODEL.md section 8.1): its collectives and its plans.
+"""Decoupled all-reduce (MODEL.md section 8.1): the pattern, its collectives and its rules.
 
 ZeRO-1/2, Megatron's distributed optimiser and DeAR split each all-reduce into its two
 halves: gradients are **reduce-scattered** as the backward produces them, each worker
@@ -11,12 +11,13 @@ models the two kinds of message on one channel, in the plan's order, and judges 
 
 * :class:`Decoupled`: the reduce-scatter and all-gather costs, each priced on a message's
   unsharded size (:func:`~fusionopt.model.collectives.network` with ``collective=``);
-* :class:`DecoupledPlan`: a reduce-scatter :class:`~fusionopt.model.plan.Plan` and an
-  all-gather ``Plan`` of the same profile (each sends every byte exactly once; the two
-  groupings may differ) and the order in which the channel runs their messages.
+* its plans are :class:`~fusionopt.model.decoupled_plan.DecoupledPlan` s: a reduce-scatter
+  :class:`~fusionopt.model.plan.Plan` and an all-gather ``Plan`` of the same profile and the
+  order in which the channel runs their messages.
 
 Examples
 --------
+>>> from fusionopt.model.decoupled_plan import DecoupledPlan
 >>> from fusionopt.model.profile import Profile
 >>> d = Decoupled.from_network("10gbe", workers=8)
 >>> round(d.reduce_scatter.alpha * 1e6, 9), round(d.all_gather.beta * 1.25e9, 9)   # 7 a; 7/8 g
@@ -30,25 +31,15 @@ Examples
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from fusionopt.model._io import read_json_document, write_json_atomic
 from fusionopt.model.collectives import network
 from fusionopt.model.cost import CommCost, Composite
-from fusionopt.model.plan import Plan
-from fusionopt.model.profile import Profile
 
-__all__ = ["Decoupled", "DecoupledPlan", "REDUCE_SCATTER", "ALL_GATHER", "DECOUPLED_SCHEMA", "DECOUPLED_VERSION"]
+from fusionopt.model.decoupled_plan import ALL_GATHER
 
-DECOUPLED_SCHEMA = "fusionopt.decoupledplan"
-DECOUPLED_VERSION = 1
-
-REDUCE_SCATTER, ALL_GATHER = 0, 1
-KINDS = ("reduce-scatter", "all-gather")
-REDUCERS = ("reduce_scatter", "all_reduce")
+__all__ = ["Decoupled"]
 
 
 @dataclass(frozen=True)
@@ -103,136 +94,3 @@ class Decoupled:
         if kind == ALL_GATHER:
             return self.all_gather
         return self.all_reduce if reduce_with == "all_reduce" else self.reduce_scatter
-
-
-class DecoupledPlan:
-    """A reduce-scatter plan, an all-gather plan and the channel's order of their messages.
-
-    Parameters
-    ----------
-    reduce_scatter, all_gather : Plan
-        Each sends every byte of every tensor exactly once (MODEL.md section 3); message
-        release times are kept (a message starts no earlier than its release).
-    order : sequence of int, optional
-        The channel's order: ``0`` for the next reduce-scatter message, ``1`` for the next
-        all-gather message, each plan's messages taken in their own order. Default: every
-        reduce-scatter, then every all-gather.
-    reduce_with : {"reduce_scatter", "all_reduce"}
-        The collective the gradient messages use: a reduce-scatter (default), or an
-        all-reduce of which each worker keeps its shard (DeepSpeed ZeRO-1/2 as deployed),
-        priced at ``c_RS + c_AG``.
-    """
-
-    __slots__ = ("reduce_scatter", "all_gather", "order", "reduce_with")
-
-    def __init__(self, reduce_scatter: Plan, all_gather: Plan, order: Sequence[int] | np.ndarray | None = None,
-                 reduce_with: str = "reduce_scatter") -> None:
-        for name, plan in (("reduce_scatter", reduce_scatter), ("all_gather", all_gather)):
-            if not isinstance(plan, Plan):
-                raise ValueError(f"{name} must be a Plan, got {type(plan).__name__}")
-        counts = (reduce_scatter.num_messages, all_gather.num_messages)
-        if order is None:
-            kinds = np.repeat(np.array([REDUCE_SCATTER, ALL_GATHER], dtype=np.int8), counts)
-        else:
-            kinds = np.asarray(order)
-            if kinds.ndim != 1 or not np.isin(kinds, (REDUCE_SCATTER, ALL_GATHER)).all():
-                raise ValueError("order must list 0 (reduce-scatter) and 1 (all-gather) for each message")
-            kinds = kinds.astype(np.int8)
-            got = (int((kinds == REDUCE_SCATTER).sum()), int((kinds == ALL_GATHER).sum()))
-            if got != counts:
-                raise ValueError(f"order has {got[0]} reduce-scatter and {got[1]} all-gather entries; "
-                                 f"the plans have {counts[0]} and {counts[1]} messages")
-        kinds.setflags(write=False)
-        if reduce_with not in REDUCERS:
-            raise ValueError(f"unknown reduce_with {reduce_with!r}: choose 'reduce_scatter' or 'all_reduce'")
-        self.reduce_scatter, self.all_gather, self.order = reduce_scatter, all_gather, kinds
-        self.reduce_with = reduce_with
-
-    @classmethod
-    def from_groups(cls, profile: Profile, reduce_scatter: Sequence[Sequence[int]],
-                    all_gather: Sequence[Sequence[int]], order: Sequence[int] | None = None,
-                    reduce_with: str = "reduce_scatter") -> "DecoupledPlan":
-        """Whole-tensor messages: ``reduce_scatter`` and ``all_gather`` list each message's tensors."""
-        return cls(Plan.from_groups(profile, reduce_scatter), Plan.from_groups(profile, all_gather), order, reduce_with)
-
-    def plan(self, kind: int) -> Plan:
-        """The plan of ``kind`` (:data:`REDUCE_SCATTER` or :data:`ALL_GATHER`)."""
-        return self.reduce_scatter if kind == REDUCE_SCATTER else self.all_gather
-
-    @property
-    def num_messages(self) -> int:
-        return self.reduce_scatter.num_messages + self.all_gather.num_messages
-
-    def validate(self, profile: Profile) -> "DecoupledPlan":
-        """Check that each plan sends every byte of ``profile`` exactly once; return self."""
-        for kind, plan in ((REDUCE_SCATTER, self.reduce_scatter), (ALL_GATHER, self.all_gather)):
-            try:
-                plan.validate(profile)
-            except ValueError as exc:
-                raise ValueError(f"{KINDS[kind]} plan: {exc}") from None
-        return self
-
-    def __eq__(self, other: Any) -> bool:
-        if not isinstance(other, DecoupledPlan):
-            return NotImplemented
-        return (self.reduce_scatter == other.reduce_scatter and self.all_gather == other.all_gather
-                and np.array_equal(self.order, other.order) and self.reduce_with == other.reduce_with)
-
-    def __hash__(self) -> int:
-        return hash((self.reduce_scatter, self.all_gather, self.order.tobytes(), self.reduce_with))
-
-    def to_dict(self) -> dict[str, Any]:
-        """The plan as a JSON-ready dict (schema ``fusionopt.decoupledplan``, version 1).
-
-        >>> p = Profile.from_arrays([8, 8], [0.0] * 2, [1.0] * 2)
-        >>> plan = DecoupledPlan.from_groups(p, [[1], [0]], [[0, 1]], order=[0, 1, 0], reduce_with="all_reduce")
-        >>> DecoupledPlan.from_dict(plan.to_dict()) == plan
-        True
-        """
-        return {
-            "schema": DECOUPLED_SCHEMA,
-            "version": DECOUPLED_VERSION,
-            "reduce_with": self.reduce_with,
-            "order": self.order.tolist(),
-            "reduce_scatter": self.reduce_scatter.to_dict(),
-            "all_gather": self.all_gather.to_dict(),
-        }
-
-    @classmethod
-    def from_dict(cls, doc: Mapping[str, Any], *, source: str = "decoupled plan") -> "DecoupledPlan":
-        """Read :meth:`to_dict`'s form; anything malformed is one ``ValueError`` naming ``source``."""
-        if not isinstance(doc, Mapping):
-            raise ValueError(f"{source}: expected a JSON object")
-        if doc.get("schema") != DECOUPLED_SCHEMA:
-            raise ValueError(f"{source}: schema is {doc.get('schema')!r}, expected {DECOUPLED_SCHEMA!r}")
-        if doc.get("version") != DECOUPLED_VERSION:
-            raise ValueError(f"{source}: unsupported decoupled plan version {doc.get('version')!r} "
-                             f"(this fusionopt reads {DECOUPLED_VERSION})")
-        unknown = sorted(set(doc) - {"schema", "version", "reduce_with", "order", "reduce_scatter", "all_gather"})
-        if unknown:
-            raise ValueError(f"{source}: unknown key {unknown[0]!r}")
-        parts = {}
-        for label in ("reduce_scatter", "all_gather"):
-            if label not in doc:
-                raise ValueError(f"{source}: no {label!r} plan")
-            parts[label] = Plan.from_dict(doc[label], source=f"{source}: {label}")
-        order = doc.get("order")
-        if not isinstance(order, list) or not all(isinstance(k, int) and not isinstance(k, bool) for k in order):
-            raise ValueError(f"{source}: 'order' must be a list of 0 (reduce-scatter) and 1 (all-gather)")
-        try:
-            return cls(parts["reduce_scatter"], parts["all_gather"], order, doc.get("reduce_with", "reduce_scatter"))
-        except ValueError as exc:
-            raise ValueError(f"{source}: {exc}") from None
-
-    def write(self, path: str | Path) -> None:
-        """Write the plan as JSON to ``path`` atomically."""
-        write_json_atomic(path, self.to_dict())
-
-    @classmethod
-    def read(cls, path: str | Path) -> "DecoupledPlan":
-        """Read a decoupled plan JSON file; a malformed one raises ``ValueError`` naming the file."""
-        return cls.from_dict(read_json_document(path), source=str(path))
-
-    def __repr__(self) -> str:
-        return (f"DecoupledPlan({self.reduce_scatter.num_messages} reduce-scatter and "
-                f"{self.all_gather.num_messages} all-gather messages)")

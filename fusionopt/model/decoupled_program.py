@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from fusionopt.model.decoupled import ALL_GATHER, KINDS, REDUCE_SCATTER, DecoupledPlan
+from fusionopt.model.decoupled_plan import ALL_GATHER, KINDS, REDUCE_SCATTER, DecoupledPlan
 from fusionopt.model.problem import Problem
 from fusionopt.model.step_program import AT, CHANNEL, COMPUTE, FORWARD, MARK, PUBLISH, WAIT, Program
 

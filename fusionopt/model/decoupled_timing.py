@@ -16,7 +16,7 @@ import math
 
 import numpy as np
 
-from fusionopt.model.decoupled import ALL_GATHER, REDUCE_SCATTER, DecoupledPlan
+from fusionopt.model.decoupled_plan import ALL_GATHER, REDUCE_SCATTER, DecoupledPlan
 from fusionopt.model.decoupled_program import UPDATE, UPDATED, decoupled_program
 from fusionopt.model.problem import Problem
 from fusionopt.model.step_program import FORWARD, MARK, Fifo, Program, durations, run

@@ -88,13 +88,13 @@ class Problem:
     ps : ParameterServer, optional
         A parameter server instead of all-reduce (:mod:`fusionopt.model.ps`): a push and a
         pull channel, server updates and optionally partitioned compute. Plans are then
-        :class:`~fusionopt.model.ps.PSPlan` s and ``sync`` applies to the pulls. It does not
+        :class:`~fusionopt.model.ps_plan.PSPlan` s and ``sync`` applies to the pulls. It does not
         combine with the other extensions.
     decoupled : Decoupled, optional
         A decoupled all-reduce instead (ZeRO-1/2, DeAR; MODEL.md section 8.1,
         :mod:`fusionopt.model.decoupled`): reduce-scatters during the backward, sharded
         updates, all-gathers before the forward. Plans are then
-        :class:`~fusionopt.model.decoupled.DecoupledPlan` s; ``sync`` says whether the forward
+        :class:`~fusionopt.model.decoupled_plan.DecoupledPlan` s; ``sync`` says whether the forward
         waits for every all-gather (``"barrier"``) or for its own tensor's (``"layerwise"``).
         ``cost`` defaults to the all-reduce the two halves make. It does not combine with the
         other extensions, nor with a profile's ``update_lump`` or ``post_backward`` (the
@@ -103,7 +103,7 @@ class Problem:
         Fully sharded data parallelism instead (FSDP, ZeRO-3; MODEL.md section 8.2,
         :mod:`fusionopt.model.sharded`): parameters all-gathered per unit before its forward
         and its backward, gradients reduce-scattered per unit, an optional memory cap. Plans
-        are then :class:`~fusionopt.model.sharded.ShardedPlan` s. The step has its own order
+        are then :class:`~fusionopt.model.sharded_plan.ShardedPlan` s. The step has its own order
         (forward, backward, optimiser), so ``sync`` stays ``"barrier"``; ``cost`` defaults to
         the all-reduce the two collectives make. It does not combine with the other
         extensions, nor with a profile's ``post_backward`` (DDP's copies into ``.grad``) unless

@@ -3,7 +3,7 @@
 :func:`simulate_ps` is what :func:`fusionopt.model.simulate` runs for a problem with
 ``ps=ParameterServer(...)``; its docstring is the PS model's statement.
 :func:`offsets_iteration_time` computes the same ``T`` for the plans of
-:meth:`~fusionopt.model.ps.PSPlan.from_offsets` without building them (the inner loop of
+:meth:`~fusionopt.model.ps_plan.PSPlan.from_offsets` without building them (the inner loop of
 searches; tests pin it to the simulator). The bound on every PS plan is
 :func:`fusionopt.model.bounds.ps_lower_bound`.
 """
@@ -17,7 +17,7 @@ import numpy as np
 
 from fusionopt.model.plan import Plan
 from fusionopt.model.problem import Problem
-from fusionopt.model.ps import PSPlan, check_offsets, stream_offsets
+from fusionopt.model.ps_plan import PSPlan, check_offsets, stream_offsets
 from fusionopt.model.timeline import ComputePiece, Timeline, read_only
 
 __all__ = ["simulate_ps", "offsets_iteration_time", "require_ps"]
@@ -119,7 +119,8 @@ def simulate_ps(problem: Problem, plan: PSPlan, *, validate: bool = True, pieces
     t3 21 -> 22 ms.
 
     >>> from fusionopt.model import AlphaBeta, Problem, Profile, simulate
-    >>> from fusionopt.model.ps import ParameterServer, PSPlan
+    >>> from fusionopt.model.ps import ParameterServer
+    >>> from fusionopt.model.ps_plan import PSPlan
     >>> profile = Profile.from_arrays([4e6, 1e6, 2e6], [1e-3] * 3, [3e-3, 2e-3, 1e-3])
     >>> problem = Problem(profile, ps=ParameterServer(AlphaBeta(1e-3, 1e-9)), sync="layerwise")
     >>> t = simulate(problem, PSPlan.from_groups(profile, push=[[2], [1], [0]], pull=[[0], [1], [2]]))
@@ -274,7 +275,7 @@ def offsets_iteration_time(problem: Problem, push: Iterable[int] = (), pull: Ite
     Equal to ``simulate(problem, PSPlan.from_offsets(problem.profile, push, pull)).iteration_time``
     (tests pin the two together), in ``O((n + m) log m)`` for ``m`` messages: the compute
     pieces come from the union of the cut offsets and the tensor boundaries of each byte
-    stream (:func:`~fusionopt.model.ps.stream_offsets`), the pull gates from range maxima
+    stream (:func:`~fusionopt.model.ps_plan.stream_offsets`), the pull gates from range maxima
     of the server-update times, and only the three max-plus recursions (push channel, pull
     channel, forward) are loops. Use it as the inner loop of searches over partitions.
 

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from fusionopt.model.decoupled import ALL_GATHER, REDUCE_SCATTER
+from fusionopt.model.decoupled_plan import ALL_GATHER, REDUCE_SCATTER
 from fusionopt.model.problem import Problem
-from fusionopt.model.sharded import ShardedPlan
+from fusionopt.model.sharded_plan import ShardedPlan
 from fusionopt.model.step_program import COMPUTE, FORWARD, MARK, PUBLISH, SPAN, WAIT, Program
 
 ISSUED = "issued"

@@ -19,11 +19,11 @@ from collections import deque
 
 import numpy as np
 
-from fusionopt.model.decoupled import ALL_GATHER, REDUCE_SCATTER
+from fusionopt.model.decoupled_plan import ALL_GATHER, REDUCE_SCATTER
 from fusionopt.model.fifo import fifo_job
 from fusionopt.model.flights import Flight, fly, time_to_next, tolerance, transfers
 from fusionopt.model.problem import Problem
-from fusionopt.model.sharded import ShardedPlan
+from fusionopt.model.sharded_plan import ShardedPlan
 from fusionopt.model.sharded_program import ISSUED, OPTIMISER, sharded_program, unit_spans
 from fusionopt.model.step_program import Program, durations, run
 from fusionopt.model.timeline import ComputePiece, Timeline, read_only

@@ -11,15 +11,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from fusionopt.model.decoupled import DecoupledPlan
+from fusionopt.model.decoupled_plan import DecoupledPlan
 from fusionopt.model.decoupled_timing import simulate_decoupled
 from fusionopt.model.events import simulate_events
 from fusionopt.model.fifo import fifo_ends
 from fusionopt.model.plan import Plan
 from fusionopt.model.problem import Problem
-from fusionopt.model.ps import PSPlan
+from fusionopt.model.ps_plan import PSPlan
 from fusionopt.model.ps_timing import simulate_ps
-from fusionopt.model.sharded import ShardedPlan
+from fusionopt.model.sharded_plan import ShardedPlan
 from fusionopt.model.sharded_timing import simulate_sharded
 from fusionopt.model.sync import barrier_forward, layerwise_forward
 from fusionopt.model.timeline import ComputePiece, Timeline, build_timeline, reduction_times
@@ -101,11 +101,11 @@ def simulate(problem: Problem, plan: Plan | PSPlan | DecoupledPlan | ShardedPlan
     tensor by tensor (``problem.sync``). A problem with extensions on (copy cost,
     contention, several channels) is simulated event by event instead
     (:mod:`fusionopt.model.events`); a parameter-server problem (``problem.ps``) takes a
-    :class:`~fusionopt.model.ps.PSPlan` and is simulated by
+    :class:`~fusionopt.model.ps_plan.PSPlan` and is simulated by
     :func:`~fusionopt.model.ps_timing.simulate_ps`; a decoupled all-reduce
-    (``problem.decoupled``) takes a :class:`~fusionopt.model.decoupled.DecoupledPlan` and is
+    (``problem.decoupled``) takes a :class:`~fusionopt.model.decoupled_plan.DecoupledPlan` and is
     simulated by :func:`~fusionopt.model.decoupled_timing.simulate_decoupled`; a fully sharded
-    problem (``problem.fully_sharded``) takes a :class:`~fusionopt.model.sharded.ShardedPlan`
+    problem (``problem.fully_sharded``) takes a :class:`~fusionopt.model.sharded_plan.ShardedPlan`
     and is simulated by :func:`~fusionopt.model.sharded_timing.simulate_sharded`.
 
     Parameters

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from fusionopt.model.decoupled import ALL_GATHER, KINDS, REDUCE_SCATTER
+from fusionopt.model.decoupled_plan import ALL_GATHER, KINDS, REDUCE_SCATTER
 from fusionopt.model.plan import Plan
 from fusionopt.model.problem import Problem
 

@@ -9,11 +9,11 @@ from types import MappingProxyType
 from typing import Any, Callable, Mapping
 
 from fusionopt.model.bounds import best_bound, decoupled_lower_bound, ps_lower_bound, sharded_lower_bound
-from fusionopt.model.decoupled import DecoupledPlan
+from fusionopt.model.decoupled_plan import DecoupledPlan
 from fusionopt.model.plan import Plan
 from fusionopt.model.problem import Problem
-from fusionopt.model.ps import PSPlan
-from fusionopt.model.sharded import ShardedPlan
+from fusionopt.model.ps_plan import PSPlan
+from fusionopt.model.sharded_plan import ShardedPlan
 from fusionopt.model.timeline import Timeline
 from fusionopt.model.simulator import simulate
 
@@ -178,7 +178,7 @@ def finish(
     memory cap, a plan whose peak memory exceeds the cap is returned with status
     ``INFEASIBLE`` (what a framework's fixed setting would run out of memory on), no gap,
     and its excess bytes in ``stats["over_memory_cap"]``. A plan of another kind (a
-    :class:`~fusionopt.model.ps.PSPlan` for an all-reduce problem, or the reverse) is a
+    :class:`~fusionopt.model.ps_plan.PSPlan` for an all-reduce problem, or the reverse) is a
     ``ValueError`` from the simulator.
 
     >>> from fusionopt.model import AlphaBeta, Profile

@@ -11,7 +11,7 @@ from fusionopt.model.bounds import sharded_memory_floor
 from fusionopt.model.names import block_of, module_of
 from fusionopt.model.problem import Problem
 from fusionopt.model.profile import Profile
-from fusionopt.model.sharded import ShardedPlan
+from fusionopt.model.sharded_plan import ShardedPlan
 from fusionopt.model.sharded_timing import simulate_sharded
 from fusionopt.solvers.needs import Needs
 

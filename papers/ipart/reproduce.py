@@ -52,7 +52,8 @@ from fusionopt.reporting import markdown_table as table, nonnegative_float, pypl
 from fusionopt import zoo
 from fusionopt.cost import network_link
 from fusionopt.model import Problem, Profile
-from fusionopt.model.ps import ParameterServer, stream_offsets
+from fusionopt.model.ps import ParameterServer
+from fusionopt.model.ps_plan import stream_offsets
 from fusionopt.model.ps_timing import offsets_iteration_time
 from fusionopt.model.bounds import ps_lower_bound
 

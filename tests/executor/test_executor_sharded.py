@@ -14,8 +14,10 @@ from fusionopt.executor import CollectiveTimeout, CorrectnessError, Fault, Job, 
 from fusionopt.executor.local import LocalGroup, run_threads
 from fusionopt.executor.programs import build_program
 from fusionopt.model import AlphaBeta, Plan, Problem, simulate
-from fusionopt.model.decoupled import Decoupled, DecoupledPlan
-from fusionopt.model.sharded import FullySharded, ShardedPlan
+from fusionopt.model.decoupled import Decoupled
+from fusionopt.model.decoupled_plan import DecoupledPlan
+from fusionopt.model.sharded import FullySharded
+from fusionopt.model.sharded_plan import ShardedPlan
 from fusionopt.model.step_program import replay
 
 HALF = AlphaBeta(alpha=1e-4, beta=1e-9)

@@ -16,8 +16,10 @@ from fusionopt.executor.local import LocalGroup
 from fusionopt.executor.runner import RankRunner
 from fusionopt.executor.sharded_runner import ShardedRankRunner
 from fusionopt.model import AlphaBeta, Plan, Problem, Profile, simulate
-from fusionopt.model.decoupled import Decoupled, DecoupledPlan
-from fusionopt.model.sharded import FullySharded, ShardedPlan
+from fusionopt.model.decoupled import Decoupled
+from fusionopt.model.decoupled_plan import DecoupledPlan
+from fusionopt.model.sharded import FullySharded
+from fusionopt.model.sharded_plan import ShardedPlan
 
 AB = ["--alpha", "1e-4", "--beta", "1e-9"]
 HALF = AlphaBeta(alpha=1e-4, beta=1e-9)

@@ -19,7 +19,8 @@ from fusionopt.executor.runner import RankRunner
 from fusionopt.executor.shard_data import ShardData
 from fusionopt.executor.sharded_runner import ShardedRankRunner
 from fusionopt.model import AlphaBeta, Plan, Problem
-from fusionopt.model.sharded import FullySharded, ShardedPlan
+from fusionopt.model.sharded import FullySharded
+from fusionopt.model.sharded_plan import ShardedPlan
 
 HALF = AlphaBeta(alpha=1e-4, beta=1e-9)
 

@@ -27,7 +27,7 @@ from fusionopt.integrations.rank_processes import leave_rank  # noqa: E402
 from fusionopt.integrations.fsdp_record import tiny_transformer  # noqa: E402
 from fusionopt.model import AlphaBeta, FullySharded, Problem  # noqa: E402
 from fusionopt.model.profile import Profile  # noqa: E402
-from fusionopt.model.sharded import ShardedPlan  # noqa: E402
+from fusionopt.model.sharded_plan import ShardedPlan  # noqa: E402
 from fusionopt.advice.sharded import fsdp2_settings  # noqa: E402
 from fusionopt.solvers.baselines.ddp import ddp_buckets  # noqa: E402
 

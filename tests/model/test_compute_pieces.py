@@ -17,7 +17,8 @@ from strategies import alpha_beta, partition_plans, problems
 from fusionopt.model import (AlphaBeta, Chunk, ComputePiece, Message, Plan, Problem, Profile, compute_pieces,
                              simulate)
 from fusionopt.model.events import simulate_events
-from fusionopt.model.ps import ParameterServer, PSPlan
+from fusionopt.model.ps import ParameterServer
+from fusionopt.model.ps_plan import PSPlan
 from fusionopt.model.ps_timing import simulate_ps
 
 MS = 1e-3

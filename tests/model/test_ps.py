@@ -9,7 +9,8 @@ from fusionopt.checks import longest_path_time
 from fusionopt.cost import AlphaBeta, PiecewiseLinear
 from fusionopt.model import Chunk, Message, Plan, Problem, Profile, simulate
 from fusionopt.model.fusion_dp import optimal_fusion
-from fusionopt.model.ps import ParameterServer, PSPlan, ps_cost, stream_offsets
+from fusionopt.model.ps import ParameterServer, ps_cost
+from fusionopt.model.ps_plan import PSPlan, stream_offsets
 from fusionopt.model.ps_timing import offsets_iteration_time, simulate_ps
 from fusionopt.model.bounds import ps_lower_bound
 

@@ -10,7 +10,7 @@ import pytest
 from fusionopt.model import AlphaBeta, Plan, Problem, Profile, simulate
 from fusionopt.model.events import simulate_events
 from fusionopt.model.plan import Chunk, Message
-from fusionopt.model.ps import PSPlan
+from fusionopt.model.ps_plan import PSPlan
 from fusionopt.solvers import solve
 
 

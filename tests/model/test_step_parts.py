@@ -15,7 +15,8 @@ from fusionopt.checks import longest_path_time
 from fusionopt.model import AlphaBeta, Plan, Problem, Profile, compute_pieces, simulate
 from fusionopt.model.bounds import best_bound
 from fusionopt.model.fusion_eval import fusion_iteration_time
-from fusionopt.model.ps import ParameterServer, PSPlan
+from fusionopt.model.ps import ParameterServer
+from fusionopt.model.ps_plan import PSPlan
 from fusionopt.solvers import solve
 from fusionopt.model.profile_csv import read_profile_csv, write_profile_csv
 

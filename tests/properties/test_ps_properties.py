@@ -11,7 +11,8 @@ from strategies import alpha_beta, cut_vectors, partition_plans, problems
 from fusionopt.checks import longest_path_time
 from fusionopt.cost import AlphaBeta
 from fusionopt.model import Plan, Problem, simulate
-from fusionopt.model.ps import ParameterServer, PSPlan
+from fusionopt.model.ps import ParameterServer
+from fusionopt.model.ps_plan import PSPlan
 from fusionopt.model.ps_timing import offsets_iteration_time
 from fusionopt.model.bounds import ps_lower_bound
 

@@ -12,7 +12,8 @@ from ps_strategies import ps_problems
 
 from fusionopt.cost import AlphaBeta
 from fusionopt.model import Problem, Profile, simulate
-from fusionopt.model.ps import ParameterServer, PSPlan
+from fusionopt.model.ps import ParameterServer
+from fusionopt.model.ps_plan import PSPlan
 from fusionopt.model.ps_timing import offsets_iteration_time
 from fusionopt.model.bounds import ps_lower_bound
 from fusionopt.solvers.papers.ipart import (

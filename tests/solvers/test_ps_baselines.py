@@ -11,7 +11,8 @@ from ps_strategies import ps_problems
 
 from fusionopt.cost import AlphaBeta
 from fusionopt.model import Plan, Problem, Profile, simulate
-from fusionopt.model.ps import ParameterServer, PSPlan
+from fusionopt.model.ps import ParameterServer
+from fusionopt.model.ps_plan import PSPlan
 from fusionopt.model.bounds import ps_lower_bound
 from fusionopt.solvers import Status
 from fusionopt.solvers.baselines.wfbp import wfbp

@@ -17,7 +17,8 @@ from strategies import times
 
 from fusionopt.cost import AlphaBeta, PiecewiseLinear
 from fusionopt.model import Plan, Problem, Profile, simulate
-from fusionopt.model.ps import ParameterServer, PSPlan
+from fusionopt.model.ps import ParameterServer
+from fusionopt.model.ps_plan import PSPlan
 from fusionopt.model.ps_timing import offsets_iteration_time
 from fusionopt.model.bounds import ps_lower_bound
 from fusionopt.solvers import Status, solve

@@ -18,7 +18,7 @@ import numpy as np
 from fusionopt.model.names import block_of
 from fusionopt.model.problem import Problem
 from fusionopt.model.profile import Profile
-from fusionopt.model.sharded import ShardedPlan
+from fusionopt.model.sharded_plan import ShardedPlan
 from fusionopt.solvers.catalogue import method
 from fusionopt.solvers.needs import declares
 from fusionopt.solvers.result import Outcome, Result

@@ -47,7 +47,7 @@ from __future__ import annotations
 import numpy as np
 
 from fusionopt.model.problem import Problem
-from fusionopt.model.sharded import ShardedPlan
+from fusionopt.model.sharded_plan import ShardedPlan
 from fusionopt.model.sharded_timing import require_sharded
 from fusionopt.solvers.needs import Needs, declares
 from fusionopt.solvers.result import Outcome, Result

@@ -1,7 +1,7 @@
 """Parameter-server baselines (docs/methods.md, sections ps-default to ps-cpsat).
 
 Each method is a plain function ``f(problem) -> Result`` on a problem with
-``ps=ParameterServer(...)``; its :class:`~fusionopt.model.ps.PSPlan` is re-evaluated by the
+``ps=ParameterServer(...)``; its :class:`~fusionopt.model.ps_plan.PSPlan` is re-evaluated by the
 simulator through :func:`fusionopt.solvers.result.finish`, as every method's plan is.
 
 Neither baseline's system publishes the schedule as fusionopt states it; both are our
@@ -18,7 +18,7 @@ from __future__ import annotations
 
 
 from fusionopt.model.problem import Problem
-from fusionopt.model.ps import PSPlan
+from fusionopt.model.ps_plan import PSPlan
 from fusionopt.solvers.needs import Needs, declares
 from fusionopt.solvers.result import Outcome, Result
 from fusionopt.solvers.catalogue import method

@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from fusionopt.model.decoupled import REDUCE_SCATTER, DecoupledPlan
+from fusionopt.model.decoupled_plan import REDUCE_SCATTER, DecoupledPlan
 from fusionopt.model.plan import Plan
 from fusionopt.model.problem import Problem
 from fusionopt.model.simulator import simulate

@@ -69,7 +69,7 @@ import numpy as np
 from fusionopt.model.names import module_of
 from fusionopt.model.problem import Problem
 from fusionopt.model.profile import Profile
-from fusionopt.model.sharded import ShardedPlan
+from fusionopt.model.sharded_plan import ShardedPlan
 from fusionopt.solvers.needs import Needs, declares
 from fusionopt.solvers.result import Outcome, Result
 from fusionopt.solvers.catalogue import method

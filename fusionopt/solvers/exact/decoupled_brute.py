@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import itertools
 
-from fusionopt.model.decoupled import DecoupledPlan
+from fusionopt.model.decoupled_plan import DecoupledPlan
 from fusionopt.model.plan import Plan
 from fusionopt.model.problem import Problem
 from fusionopt.model.simulator import simulate

@@ -3,7 +3,7 @@ by an OR-Tools CP-SAT model of its one channel, for small ``n``.
 
 The space
 ---------
-A plan of the space is a :class:`~fusionopt.model.decoupled.DecoupledPlan` of whole tensors
+A plan of the space is a :class:`~fusionopt.model.decoupled_plan.DecoupledPlan` of whole tensors
 without release times: reduce-scatter messages that are contiguous groups of the **ready
 order**, run in that order; all-gather messages that are contiguous groups of the **forward
 order**, run in that order; and **any interleaving** of the two kinds on the channel (the
@@ -56,7 +56,7 @@ from typing import Any
 import numpy as np
 
 from fusionopt.model.bounds import decoupled_lower_bound
-from fusionopt.model.decoupled import ALL_GATHER, REDUCE_SCATTER, DecoupledPlan
+from fusionopt.model.decoupled_plan import ALL_GATHER, REDUCE_SCATTER, DecoupledPlan
 from fusionopt.model.problem import Problem
 from fusionopt.model.simulator import simulate
 from fusionopt.solvers.exact.cpsat_arcs import integer_horizon, positive_seconds

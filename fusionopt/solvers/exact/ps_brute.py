@@ -8,7 +8,7 @@ import math
 from typing import Any
 
 from fusionopt.model.problem import Problem
-from fusionopt.model.ps import PSPlan
+from fusionopt.model.ps_plan import PSPlan
 from fusionopt.model.ps_timing import offsets_iteration_time
 from fusionopt.solvers.catalogue import method
 from fusionopt.solvers.exact.ps_spaces import candidate_cuts, common_stats, ps_units, subsets

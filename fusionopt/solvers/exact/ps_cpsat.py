@@ -13,7 +13,7 @@ import numpy as np
 import fusionopt.solvers.warm as warm
 from fusionopt.model.bounds import ps_lower_bound
 from fusionopt.model.problem import Problem
-from fusionopt.model.ps import PSPlan
+from fusionopt.model.ps_plan import PSPlan
 from fusionopt.model.ps_timing import offsets_iteration_time
 from fusionopt.solvers.catalogue import method
 from fusionopt.solvers.exact.cpsat_arcs import add_path_constraints, integer_horizon, positive_seconds

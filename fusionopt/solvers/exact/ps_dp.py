@@ -10,7 +10,7 @@ import numbers
 import numpy as np
 
 from fusionopt.model.problem import Problem
-from fusionopt.model.ps import PSPlan
+from fusionopt.model.ps_plan import PSPlan
 from fusionopt.model.ps_timing import offsets_iteration_time
 from fusionopt.solvers.catalogue import method
 from fusionopt.solvers.exact.ps_spaces import common_stats, ps_units

@@ -4,7 +4,7 @@
 directions) and ``ps-cpsat`` (:mod:`fusionopt.solvers.exact.ps_cpsat`).
 
 They give the greedy methods (iPart, iBatch) a gap to measure. Each searches a stated
-**space** of :class:`~fusionopt.model.ps.PSPlan` s, and its ``OPTIMAL`` status and
+**space** of :class:`~fusionopt.model.ps_plan.PSPlan` s, and its ``OPTIMAL`` status and
 ``lower_bound`` hold over that space, as for the all-reduce ``brute`` and ``dp`` over
 fusion plans: ``stats["space"]`` names it and ``stats["bound_all_plans"]`` is
 :func:`~fusionopt.model.bounds.ps_lower_bound`, the bound for every PS plan.
@@ -13,7 +13,7 @@ The spaces
 ----------
 A plan of the space cuts the **push stream** (the tensors in backward order, MODEL.md
 section 7's order) and the **pull stream** (forward order) into contiguous messages
-(:meth:`PSPlan.from_offsets <fusionopt.model.ps.PSPlan.from_offsets>`), at candidate
+(:meth:`PSPlan.from_offsets <fusionopt.model.ps_plan.PSPlan.from_offsets>`), at candidate
 cut points given by ``granularity``:
 
 * ``"tensor"`` (default): tensor boundaries only, so every message carries whole tensors,
@@ -41,7 +41,7 @@ from typing import Any
 
 from fusionopt.model.bounds import ps_lower_bound
 from fusionopt.model.problem import Problem
-from fusionopt.model.ps import stream_offsets
+from fusionopt.model.ps_plan import stream_offsets
 
 
 DEFAULT_MAX_UNITS = 64

@@ -10,7 +10,7 @@ import math
 from typing import Sequence
 
 from fusionopt.model.problem import Problem
-from fusionopt.model.sharded import ShardedPlan
+from fusionopt.model.sharded_plan import ShardedPlan
 from fusionopt.solvers.catalogue import method
 from fusionopt.solvers.needs import declares
 from fusionopt.solvers.result import Outcome, Result

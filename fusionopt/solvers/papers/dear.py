@@ -5,7 +5,7 @@ docs/methods.md).
 
 from __future__ import annotations
 
-from fusionopt.model.decoupled import DecoupledPlan
+from fusionopt.model.decoupled_plan import DecoupledPlan
 from fusionopt.model.plan import Plan
 from fusionopt.model.problem import Problem
 from fusionopt.solvers.baselines.megatron import gathered_one_ahead, gradients_reduced

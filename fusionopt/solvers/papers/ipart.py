@@ -15,7 +15,7 @@ claim about the papers' own algorithms.
 
 The plan space
 --------------
-Both methods return plans of :meth:`PSPlan.from_offsets <fusionopt.model.ps.PSPlan.from_offsets>`:
+Both methods return plans of :meth:`PSPlan.from_offsets <fusionopt.model.ps_plan.PSPlan.from_offsets>`:
 contiguous partitions of the **push stream** (the tensors in backward order) and of the **pull
 stream** (forward order), cut at byte offsets, between tensors or inside one. Candidates are
 timed by the fast evaluator :func:`~fusionopt.model.ps_timing.offsets_iteration_time`, the
@@ -120,7 +120,7 @@ import numpy as np
 
 from fusionopt.model.cost import CommCost
 from fusionopt.model.problem import Problem
-from fusionopt.model.ps import PSPlan, stream_offsets
+from fusionopt.model.ps_plan import PSPlan, stream_offsets
 from fusionopt.model.ps_timing import offsets_iteration_time, simulate_ps
 from fusionopt.solvers.result import Outcome
 from fusionopt.solvers.result import Result
@@ -600,7 +600,7 @@ def ibatch(problem: Problem, *, pushes: str = "after-backward") -> Result:
     Returns
     -------
     Result
-        ``plan`` a :class:`~fusionopt.model.ps.PSPlan`; ``stats``: ``pushes``, ``batches``
+        ``plan`` a :class:`~fusionopt.model.ps_plan.PSPlan`; ``stats``: ``pushes``, ``batches``
         (pull messages of the greedy plan), ``greedy_time`` and ``ps_default_time`` (seconds,
         simulated), ``chosen`` (``"greedy"`` or ``"ps-default"``).
 
@@ -681,7 +681,7 @@ def ipart(problem: Problem, *, min_partition_bytes: int | None = None,
     Returns
     -------
     Result
-        ``plan`` a :class:`~fusionopt.model.ps.PSPlan`; ``stats``: ``chosen`` (``"greedy"``,
+        ``plan`` a :class:`~fusionopt.model.ps_plan.PSPlan`; ``stats``: ``chosen`` (``"greedy"``,
         ``"ps-default"`` or ``"ps-layer"``); ``greedy_time``, ``ps_default_time``,
         ``ps_layer_time`` (seconds, simulated); of the greedy plan: ``push_lookahead`` and
         ``pull_lookahead`` (bytes, ``"next tensor"``, or for the pull ``"per tensor"`` and

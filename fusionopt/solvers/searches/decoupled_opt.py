@@ -10,7 +10,7 @@ import time
 
 import numpy as np
 
-from fusionopt.model.decoupled import DecoupledPlan
+from fusionopt.model.decoupled_plan import DecoupledPlan
 from fusionopt.model.fusion_dp import optimal_fusion
 from fusionopt.model.plan import Plan
 from fusionopt.model.problem import Problem

@@ -15,7 +15,7 @@ import numpy as np
 
 from fusionopt.model.problem import Problem
 from fusionopt.model.profile import Profile
-from fusionopt.model.sharded import ShardedPlan
+from fusionopt.model.sharded_plan import ShardedPlan
 from fusionopt.solvers.baselines.fsdp2 import fsdp2_plan
 from fusionopt.solvers.catalogue import method
 from fusionopt.solvers.needs import declares
