@@ -111,7 +111,7 @@ def sharded_simulate(profile: Any, calls: int = 200) -> dict[str, float]:
         from fusionopt.model import FullySharded
     except ImportError:
         return out
-    sharded = Problem(profile, fully_sharded=FullySharded.from_network("10gbe", 64))
+    sharded = Problem(profile, pattern=FullySharded.from_network("10gbe", 64))
     out["simulate_fsdp2"] = per_call(sharded, solve(sharded, "fsdp2").plan)
     out["simulate_sharded_wfbp"] = per_call(sharded, solve(sharded, "sharded-wfbp").plan)
     return out

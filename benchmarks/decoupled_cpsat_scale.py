@@ -111,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
             last = int(profile.ready_order[-1]) == 0
             for after in (False, True):
                 for sync in ("barrier", "layerwise"):
-                    problem = Problem(profile, decoupled=Decoupled.from_network(
+                    problem = Problem(profile, pattern=Decoupled.from_network(
                         NETWORK, WORKERS, update_after_gather=after), sync=sync)
                     local = solve(problem, "decoupled-opt").iteration_time
                     for interleave in (False, True):

@@ -9,9 +9,11 @@ Describe a training step
     ``fusionopt.model.Profile`` (tensors' bytes and compute times; measured ones from
     ``fusionopt.integrations.profile_model``, the zoo's from ``fusionopt.zoo.profile``), a
     cost per message (``fusionopt.cost.AlphaBeta``, ``fusionopt.cost.network``), and the
-    ``fusionopt.model.Problem`` they make: an all-reduce, or a pattern of its own
-    (``fusionopt.model.ParameterServer``, ``fusionopt.model.Decoupled``,
-    ``fusionopt.model.FullySharded``).
+    ``fusionopt.model.Problem`` they make with a communication pattern: an all-reduce on
+    that cost (``fusionopt.model.AllReduce``), or ``pattern=`` one of
+    ``fusionopt.model.ParameterServer``, ``fusionopt.model.Decoupled``,
+    ``fusionopt.model.FullySharded``, ``fusionopt.model.HSDP`` (each a
+    ``fusionopt.model.Pattern``: its plans, timing, bound and refusals).
 Judge a plan
     ``fusionopt.model.simulate`` (the model's one judge: a ``fusionopt.model.Timeline``),
     ``fusionopt.model.compute_pieces`` (the compute stream), plans

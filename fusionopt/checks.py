@@ -35,7 +35,7 @@ def schedule_graph(problem: Problem, plan: Plan | PSPlan) -> nx.DiGraph:
       and every message carrying tensor ``i``; forward ``i`` follows update ``i``;
     - the host's share (``("host",)``) follows the last forward and ends the step.
     """
-    if problem.ps is not None:
+    if problem.pattern.is_a("ps"):
         return ps_schedule_graph(problem, plan)
     problem.require_plain("the schedule DAG")
     plan.validate(problem.profile)
@@ -120,7 +120,7 @@ def ps_schedule_graph(problem: Problem, plan: PSPlan) -> nx.DiGraph:
 
     check_ps_inputs(problem, plan)
     plan.validate(problem.profile)
-    profile, ps = problem.profile, problem.ps
+    profile, ps = problem.profile, problem.pattern
     n = profile.n
     sizes = profile.sizes
     split = ps.partition_compute
@@ -218,7 +218,7 @@ def longest_path_time(problem: Problem, plan: Plan | PSPlan) -> float:
 
     >>> from fusionopt.model.ps import ParameterServer
     >>> from fusionopt.model.ps_plan import PSPlan
-    >>> ps_problem = Problem(profile, ps=ParameterServer(AlphaBeta(1e-3, 1e-9)), sync="layerwise")
+    >>> ps_problem = Problem(profile, pattern=ParameterServer(AlphaBeta(1e-3, 1e-9)), sync="layerwise")
     >>> plan = PSPlan.from_groups(profile, push=[[2], [1], [0]], pull=[[0], [1], [2]])
     >>> round(longest_path_time(ps_problem, plan) * 1e3, 9)
     22.0

@@ -166,12 +166,12 @@ def _problem(profile: Profile, args: argparse.Namespace) -> Problem:
         if args.blocking_collectives and args.channels != 1:
             raise UsageError("--blocking-collectives runs the collectives one at a time on the training thread: "
                              "leave out --channels 2")
-        return Problem(profile, fully_sharded=_fully_sharded(args), copy_cost=args.copy_cost,
+        return Problem(profile, pattern=_fully_sharded(args), copy_cost=args.copy_cost,
                        copy_on=args.copy_on or "channel", **_contention(args), step_parts="fit")
     if args.decoupled:
         if args.ps_servers is not None:
             raise UsageError("--decoupled and --ps-servers are two patterns: give one")
-        return Problem(profile, sync=args.sync, decoupled=_decoupled(args), copy_cost=args.copy_cost,
+        return Problem(profile, sync=args.sync, pattern=_decoupled(args), copy_cost=args.copy_cost,
                        copy_on=args.copy_on or "channel", **_contention(args), channels=args.channels,
                        step_parts="fit")
     _measured_halves(args)                                # refuses them here, with the reason
@@ -179,7 +179,7 @@ def _problem(profile: Profile, args: argparse.Namespace) -> Problem:
         return Problem(profile, _cost(args), sync=args.sync, copy_cost=args.copy_cost,
                        copy_on=args.copy_on or "channel", **_contention(args), channels=args.channels,
                        step_parts="fit")
-    return Problem(profile, sync=args.sync, ps=_parameter_server(args), step_parts="fit")
+    return Problem(profile, sync=args.sync, pattern=_parameter_server(args), step_parts="fit")
 
 
 def _with_reducer_calibration(problem: Problem, args: argparse.Namespace) -> Problem:
@@ -577,10 +577,7 @@ def _read_problem_and_plan(args: argparse.Namespace) -> tuple[Profile, Problem, 
     """The profile, problem and validated plan named by ``args`` (errors name the plan file)."""
     profile = _read_profile(args.profile)
     problem = _with_reducer_calibration(_problem(profile, args), args)
-    if problem.fully_sharded is not None:
-        plan = ShardedPlan.read(args.plan)
-    else:
-        plan = DecoupledPlan.read(args.plan) if problem.decoupled is not None else Plan.read(args.plan)
+    plan = problem.pattern.plan_type.read(args.plan)
     try:
         plan.validate(profile)
     except ValueError as exc:
@@ -603,7 +600,7 @@ def _cmd_simulate(args: argparse.Namespace) -> None:
                                         timeline.message_bytes, timeline.message_collectives(_reduce_with(plan)))
         ],
     }
-    cap = None if problem.fully_sharded is None else problem.fully_sharded.memory_cap
+    cap = problem.pattern.memory_cap
     if timeline.peak_memory is not None:
         document["peak_memory"] = timeline.peak_memory
         if cap is not None:
@@ -626,7 +623,7 @@ def _cmd_simulate(args: argparse.Namespace) -> None:
     print(f"compute         {1e3 * timeline.compute_time:.6f} ms")
     print(f"exposed         {1e3 * timeline.exposed:.6f} ms")
     print(f"messages        {timeline.num_messages}")
-    _print_collectives(document["messages"], timeline, sharded=problem.fully_sharded is not None)
+    _print_collectives(document["messages"], timeline, sharded=problem.pattern.is_a("fully-sharded"))
 
 
 def _reduce_with(plan: Any) -> str:
@@ -715,11 +712,11 @@ def _cmd_compare(args: argparse.Namespace) -> None:
     profile = problem.profile
     print(f"workload  {label}: {plural(profile.n, 'tensor')}, {profile.total_bytes / 2**20:.1f} MiB of gradients")
     print(f"compute   B = {1e3 * profile.B:.3f} ms, F = {1e3 * profile.F:.3f} ms")
-    if problem.decoupled is not None or problem.fully_sharded is not None:
-        halves = problem.decoupled or problem.fully_sharded
+    if problem.pattern.is_a("decoupled") or problem.pattern.is_a("fully-sharded"):
+        halves = problem.pattern
         both = (f"reduce-scatter {_cost_words(halves.reduce_scatter, args.reduce_scatter_cost or args.cost)}, "
                 f"all-gather {_cost_words(halves.all_gather, args.all_gather_cost or args.cost)}")
-        if problem.decoupled is not None:
+        if problem.pattern.is_a("decoupled"):
             after = ", updates after the gathers" if halves.update_after_gather else ""
             print(f"network   {both}, sync {problem.sync}{after}")
         else:
@@ -779,7 +776,7 @@ def _cmd_advise(args: argparse.Namespace) -> None:
 
     problem, label = _problem_for_compare(args)
     plan_result = solve(problem, args.method)
-    if problem.ps is not None or not plan_result.plan.is_fusion(problem.profile):
+    if not problem.pattern.is_a("all-reduce") or not plan_result.plan.is_fusion(problem.profile):
         raise UsageError(f"method {args.method!r} gives a plan that is not a fusion plan (it cuts tensors, reorders "
                          "them or sets release times), which DDP and Horovod cannot build: advise on a fusion "
                          "method (dp, wfbp, mgwfbp, ddp, ...)")
@@ -840,7 +837,7 @@ def _advise_fsdp(args: argparse.Namespace) -> None:
     unmet: dict[str, str] = {}                            # per framework, why no setting fits the cap
     left_out: dict[str, str] = {}                         # per framework, why it is not judged
     frameworks = [("fsdp2", lambda: fsdp2_advice(problem, args.atoms, min_gain=args.min_gain))]
-    if problem.fully_sharded.blocking:
+    if problem.pattern.blocking:
         left_out["zero3"] = ("not judged with --blocking-collectives: its reduce-scatter buckets would split a "
                              "unit's backward on the training thread, which the model does not time")
     else:
@@ -859,10 +856,10 @@ def _advise_fsdp(args: argparse.Namespace) -> None:
                           **({"over_memory_cap": unmet} if unmet else {}),
                           **({"left_out": left_out} if left_out else {})}, indent=1))
         return
-    cap = problem.fully_sharded.memory_cap
+    cap = problem.pattern.memory_cap
     print(f"workload  {label}: {plural(problem.profile.n, 'tensor')}, {problem.profile.total_bytes / 2**20:.1f} MiB")
     print(f"memory    {'no cap' if cap is None else f'cap {cap / 2**20:.1f} MiB'} on unsharded parameters and gradients")
-    if problem.fully_sharded.blocking:
+    if problem.pattern.blocking:
         print("threads   each collective blocks the training thread (--blocking-collectives): FSDP2's forward "
               "prefetches nothing by default")
     if "fsdp2" in unmet:
@@ -1436,7 +1433,6 @@ def _outputs(args: argparse.Namespace) -> list[str]:
     return args.output
 
 
-PLAN_TYPES = {"all-reduce": Plan, "ps": PSPlan, "decoupled": DecoupledPlan, "fully-sharded": ShardedPlan}
 PLOT_METHODS = {"all-reduce": "dp", "ps": "ps-dp", "decoupled": "decoupled-dp", "fully-sharded": "fsdp2"}
 """The method whose plan ``plot timeline`` draws when none is named, for each pattern."""
 
@@ -1449,27 +1445,27 @@ def _cmd_plot_timeline(args: argparse.Namespace) -> None:
     if args.plan is not None:
         if args.method is not None or args.option:
             raise UsageError("give --method (with --option) or --plan, not both")
-        plan = PLAN_TYPES[problem.pattern].read(args.plan)
+        plan = problem.pattern.plan_type.read(args.plan)
         try:
             plan.validate(problem.profile)
         except ValueError as exc:
             raise ValueError(f"{args.plan}: {exc}") from None
         source, name = plan, args.plan
     else:
-        name = args.method or PLOT_METHODS[problem.pattern]
+        name = args.method or PLOT_METHODS[problem.pattern.step]
         source = solve(problem, name, **_parse_options(args.option))
     setting = (f"{args.workers} workers, {args.network}" if args.network is not None
                else f"{problem.cost!r}" if problem.cost is not None else "")
-    halves = problem.decoupled or problem.fully_sharded
-    if halves is not None:
+    halves = problem.pattern
+    if halves.is_a("decoupled") or halves.is_a("fully-sharded"):
         if args.network is None:
             setting = f"reduce-scatter {halves.reduce_scatter!r}, all-gather {halves.all_gather!r}"
-        setting += "; decoupled" if problem.decoupled is not None else "; fully sharded"
-        if problem.fully_sharded is not None:
-            cap = problem.fully_sharded.memory_cap
+        setting += f"; {halves.words}"
+        if halves.is_a("fully-sharded"):
+            cap = problem.pattern.memory_cap
             setting += "" if cap is None else f", memory cap {cap / 2**20:.4g} MiB"
-            setting += ", two channels" if problem.fully_sharded.channels == "two" else ""
-            setting += ", blocking collectives" if problem.fully_sharded.blocking else ""
+            setting += ", two channels" if problem.pattern.channels == "two" else ""
+            setting += ", blocking collectives" if problem.pattern.blocking else ""
     plan_note = f"; plan {args.plan}" if args.plan is not None else ""
     title = args.title if args.title is not None else f"{label}; {setting}{plan_note}"
     try:

@@ -28,6 +28,7 @@ import numpy as np
 from fusionopt.model.decoupled_plan import ALL_GATHER, KINDS, REDUCE_SCATTER, DecoupledPlan
 from fusionopt.model.decoupled_program import decoupled_program
 from fusionopt.model.plan import Plan
+from fusionopt.model.pattern import Pattern, require_pattern
 from fusionopt.model.problem import Problem
 from fusionopt.model.ps_plan import PSPlan
 from fusionopt.model.sharded_plan import ShardedPlan
@@ -85,9 +86,6 @@ _KIND_NAMES = {
     "all-reduce": "all-reduce (gradients)",
 }
 _SHORT_KINDS = {"reduce-scatter": "RS", "all-gather": "AG", "all-reduce": "AR"}
-_PLANS = {"all-reduce": Plan, "ps": PSPlan, "decoupled": DecoupledPlan, "fully-sharded": ShardedPlan}
-_PROBLEM_WORDS = {"all-reduce": "an all-reduce problem", "ps": "a parameter-server problem",
-                  "decoupled": "a decoupled problem", "fully-sharded": "a fully sharded problem"}
 
 
 # ============================================================================ timelines
@@ -150,7 +148,7 @@ def _resolve(source: Any, problem: Problem, plan: Any, *, fn: str) -> tuple[Time
         raise ValueError(f"{fn} needs the Problem the plan was simulated on (its profile gives the compute "
                          f"stream), got {type(problem).__name__}")
     method = None
-    if isinstance(source, tuple(_PLANS.values())):
+    if isinstance(source, tuple(Pattern.named(name).plan_type for name in Pattern.names())):
         if plan is not None:
             raise ValueError(f"{fn}: give the plan once, as the first argument or as plan=, not both")
         return simulate(problem, source), source, None
@@ -167,9 +165,10 @@ def _resolve(source: Any, problem: Problem, plan: Any, *, fn: str) -> tuple[Time
     else:
         raise ValueError(f"{fn} draws a Result, a Plan, a PSPlan, a DecoupledPlan, a ShardedPlan or a Timeline "
                          f"(with plan=), got {type(source).__name__}")
-    wanted = _PLANS[problem.pattern]
-    if not isinstance(plan, wanted):
-        raise ValueError(f"{fn}: {_PROBLEM_WORDS[problem.pattern]} needs a {wanted.__name__}, got {type(plan).__name__}")
+    pattern = problem.pattern
+    if not isinstance(plan, pattern.plan_type):
+        raise ValueError(f"{fn}: {pattern.article()} {pattern.words} problem needs a {pattern.plan_type.__name__}, "
+                         f"got {type(plan).__name__}")
     if isinstance(plan, (DecoupledPlan, ShardedPlan)):
         sizes = np.asarray(_program(problem, plan).nbytes, dtype=np.int64)
     else:
@@ -238,9 +237,9 @@ def _message_bars(plan: Plan, start: np.ndarray, end: np.ndarray, sizes: np.ndar
 
 def _channel_rows(problem: Problem) -> list[str]:
     """The rows of the communication, top to bottom."""
-    if problem.ps is not None:
+    if problem.pattern.is_a("ps"):
         return ["push", "pull"]
-    if problem.fully_sharded is not None and problem.fully_sharded.channels == "two":
+    if problem.pattern.is_a("fully-sharded") and problem.pattern.channels == "two":
         return [f"{KINDS[ALL_GATHER]} channel", f"{KINDS[REDUCE_SCATTER]} channel"]
     if problem.channels > 1:
         return [f"channel {j + 1}" for j in range(problem.channels)]
@@ -307,13 +306,12 @@ def memory_steps(source: Any, problem: Problem, *, plan: ShardedPlan | None = No
     >>> from fusionopt.model.sharded import FullySharded
     >>> profile = Profile.from_arrays([4e6, 1e6, 2e6], [1e-3] * 3, [3e-3, 2e-3, 1e-3])
     >>> half = AlphaBeta(1e-3, 1e-9)
-    >>> problem = Problem(profile, fully_sharded=FullySharded(half, half))
+    >>> problem = Problem(profile, pattern=FullySharded(half, half))
     >>> times, nbytes = memory_steps(ShardedPlan([0, 3]), problem)
     >>> (times * 1e3).round(9).tolist(), nbytes.tolist()
     ([0.0, 11.0, 19.0, 25.0, 33.0], [7000000, 7000000, 14000000, 7000000, 0])
     """
-    if not isinstance(problem, Problem) or problem.fully_sharded is None:
-        raise ValueError("memory_steps needs a fully sharded problem: Problem(profile, fully_sharded=FullySharded(...))")
+    require_pattern(problem, "fully-sharded", "memory_steps")
     timeline, _, _ = _resolve(source, problem, plan, fn="memory_steps")
     times = timeline.memory_time.tolist()
     levels = timeline.memory_bytes.tolist()
@@ -708,7 +706,7 @@ def _timeline_figure(source, problem, plan, *, ax, managed, title=None, label_me
     memory_ax = None
     if ax is None:
         gantt = 1.6 + 0.6 * len(rows)
-        if problem.fully_sharded is not None:         # the memory step function under the chart
+        if problem.pattern.is_a("fully-sharded"):         # the memory step function under the chart
             fig = _new_figure(figsize or (11.0, gantt + 2.2), managed=managed)
             ax, memory_ax = fig.subplots(2, 1, sharex=True, gridspec_kw={"height_ratios": [gantt - 1.0, 1.4],
                                                                           "hspace": 0.12})
@@ -735,7 +733,7 @@ def _draw_memory(ax, times: np.ndarray, nbytes: np.ndarray, timeline: Timeline, 
     ax.plot([1e3 * at], [peak], marker="v", color=_MEMORY_COLOR, ms=5, ls="none")
     ax.annotate(f"peak {peak:.4g} MiB", (1e3 * at, peak), xytext=(4, 4), textcoords="offset points", fontsize=8,
                 color=_MEMORY_COLOR)
-    cap = problem.fully_sharded.memory_cap
+    cap = problem.pattern.memory_cap
     top = peak
     if cap is not None:
         over = timeline.peak_memory > cap
@@ -763,7 +761,7 @@ def _draw_timeline(ax, bars: list[Bar], rows: list[str], timeline: Timeline, pro
     T = timeline.iteration_time
     # The backward ends at B, later with contention, packing on the compute stream or pieces' overheads.
     B = max((b.end for b in bars if b.kind in ("backward", "pack")), default=0.0)
-    sharded = problem.fully_sharded is not None          # its step starts with the forward
+    sharded = problem.pattern.is_a("fully-sharded")          # its step starts with the forward
     plain_backward = not sharded and abs(B - profile.B) <= 1e-9 * max(T, 1e-300)
     left, right = (0.0, 1e3 * T * 1.02) if xlim is None else (float(xlim[0]), float(xlim[1]))
     if not right > left:

@@ -31,7 +31,7 @@ def ps_problems(draw, min_n: int = 1, max_n: int = 6, sync=None, partition: bool
                 cost=costs) -> Problem:
     profile = draw(profiles(min_n, max_n))
     chosen_sync = draw(st.sampled_from(["barrier", "layerwise"])) if sync is None else sync
-    return Problem(profile, sync=chosen_sync, ps=draw(parameter_servers(partition, cost)))
+    return Problem(profile, sync=chosen_sync, pattern=draw(parameter_servers(partition, cost)))
 
 
 @st.composite

@@ -720,7 +720,7 @@ def test_parameter_server_from_the_command_line(capsys, tmp_path):
     assert "cannot be combined with --copy-cost, --contention or --channels" in run_error(
         capsys, "solve", profile, "--alpha", "1e-3", "--beta", "1e-9", "--ps-servers", "2", "--channels", "2")
     assert "--network needs --workers" in run_error(capsys, "solve", profile, "--network", "10gbe", "--ps-servers", "2")
-    assert "is an all-reduce method and this problem uses a parameter server" in run_error(
+    assert "is an all-reduce method and this problem is a parameter-server problem" in run_error(
         capsys, "solve", profile, "--alpha", "1e-3", "--beta", "1e-9", "--ps-servers", "2", "--method", "dp")
 
 
@@ -859,7 +859,7 @@ def test_decoupled_problems_from_the_command_line(capsys, tmp_path, profile_path
     assert [r["method"] for r in rows] == ["decoupled-wfbp", "megatron", "zero2", "decoupled-opt", "decoupled-dp"]
     assert "goes with --decoupled" in run_error(capsys, "solve", profile_path, "--alpha", "0.001", "--beta", "1e-9",
                                                 "--update-after-gather")
-    assert "is a decoupled all-reduce method" in run_error(capsys, "solve", profile_path, "--alpha", "0.001",
+    assert "is a decoupled method" in run_error(capsys, "solve", profile_path, "--alpha", "0.001",
                                                            "--beta", "1e-9", "--method", "megatron")
 
 
@@ -912,7 +912,7 @@ def test_fully_sharded_problems_from_the_command_line(capsys, tmp_path, profile_
 
 
 def simulate_peak(plan_path):
-    problem = fusionopt.Problem(example_profile(), fully_sharded=fusionopt.model.FullySharded(
+    problem = fusionopt.Problem(example_profile(), pattern=fusionopt.model.FullySharded(
         fusionopt.cost.AlphaBeta(1e-3, 1e-9), fusionopt.cost.AlphaBeta(1e-3, 1e-9)))
     return fusionopt.simulate(problem, fusionopt.model.ShardedPlan.read(plan_path)).peak_memory
 

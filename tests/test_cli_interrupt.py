@@ -33,7 +33,7 @@ SEARCHES = {
                       lambda profile: Problem(profile, AlphaBeta(3e-4, 1e-9), sync="layerwise")),
     "sharded-opt": (["--alpha", "2e-4", "--beta", "1e-9", "--fully-sharded"],
                     [f"kicks={ENDLESS}", f"max_evaluations={ENDLESS}", "time_limit=1000000", "atoms=tensor"],
-                    lambda profile: Problem(profile, fully_sharded=FullySharded(AlphaBeta(2e-4, 1e-9),
+                    lambda profile: Problem(profile, pattern=FullySharded(AlphaBeta(2e-4, 1e-9),
                                                                                 AlphaBeta(2e-4, 1e-9)))),
 }
 

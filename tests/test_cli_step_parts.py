@@ -68,7 +68,7 @@ def test_compare_fully_sharded_drops_the_copies(traced, capsys):
     profile = traced[1]
     times, notes = compared(capsys, traced, "--fully-sharded", methods=["fsdp2", "sharded-wfbp"])
     assert notes == [f"{DROPPED}: a fully sharded step does not run them"]
-    by_hand = Problem(profile.with_step_parts(post_backward=0.0), fully_sharded=FullySharded(COST, COST))
+    by_hand = Problem(profile.with_step_parts(post_backward=0.0), pattern=FullySharded(COST, COST))
     for method, T in times.items():
         assert T == solve(by_hand, method).iteration_time, method
 
@@ -79,7 +79,7 @@ def test_compare_decoupled_spreads_the_lump(traced, capsys, sync):
     times, notes = compared(capsys, traced, "--decoupled", "--sync", sync, methods=["decoupled-wfbp", "decoupled-opt"])
     assert notes == [f"{DROPPED}: a decoupled all-reduce does not run them",
                      f"update_lump (0.105 ms) {SPREAD}: each shard is updated after its reduce-scatter"]
-    by_hand = Problem(spread(profile, profile.update_lump), decoupled=Decoupled(COST, COST), sync=sync)
+    by_hand = Problem(spread(profile, profile.update_lump), pattern=Decoupled(COST, COST), sync=sync)
     for method, T in times.items():
         assert T == pytest.approx(solve(by_hand, method).iteration_time, rel=1e-12), method
 
@@ -106,12 +106,12 @@ def test_advise_fsdp_and_zero2_on_a_traced_profile(traced, capsys):
     status, out, err = run(capsys, "advise", "--profile", path, "--pattern", "fsdp", "--alpha", ALPHA,
                            "--beta", BETA, "--json")
     assert status == 0 and warnings_of(err, profile) == [f"{DROPPED}: a fully sharded step does not run them"]
-    by_hand = Problem(profile.with_step_parts(post_backward=0.0), fully_sharded=FullySharded(COST, COST))
+    by_hand = Problem(profile.with_step_parts(post_backward=0.0), pattern=FullySharded(COST, COST))
     assert json.loads(out)["fsdp2"]["default_iteration_time"] == solve(by_hand, "fsdp2").iteration_time
     status, out, err = run(capsys, "advise", "--profile", path, "--pattern", "zero2", "--network", "10gbe",
                            "--workers", "8", "--json")
     assert status == 0 and len(warnings_of(err, profile)) == 2
-    hand = Problem(spread(profile, profile.update_lump), decoupled=Decoupled.from_network("10gbe", 8))
+    hand = Problem(spread(profile, profile.update_lump), pattern=Decoupled.from_network("10gbe", 8))
     megatron = zero2_settings(hand, data_parallel_size=8)[1]
     assert json.loads(out)["megatron"]["iteration_time"] == pytest.approx(megatron.iteration_time, rel=1e-12)
     # The text form says the same lines once each.

@@ -72,7 +72,7 @@ def assert_rule(table, problem) -> None:
 # ---------------------------------------------------------------------- methods that do not apply
 def test_update_after_gather_leaves_megatron_and_zero2_out_instead_of_failing():
     # Updates of 0.1 ms after the gathers: Megatron and ZeRO-2 update in the optimiser step.
-    problem = Problem(section5(update=[1e-4] * 3), decoupled=Decoupled(AlphaBeta(MS, 1e-9), AlphaBeta(MS, 1e-9),
+    problem = Problem(section5(update=[1e-4] * 3), pattern=Decoupled(AlphaBeta(MS, 1e-9), AlphaBeta(MS, 1e-9),
                                                                        update_after_gather=True))
     table = compare(problem)
     assert_rule(table, problem)
@@ -83,7 +83,7 @@ def test_update_after_gather_leaves_megatron_and_zero2_out_instead_of_failing():
 
 
 def test_a_method_named_explicitly_that_does_not_apply_is_refused():
-    problem = Problem(section5(update=[1e-4] * 3), decoupled=Decoupled(AlphaBeta(MS, 1e-9), AlphaBeta(MS, 1e-9),
+    problem = Problem(section5(update=[1e-4] * 3), pattern=Decoupled(AlphaBeta(MS, 1e-9), AlphaBeta(MS, 1e-9),
                                                                        update_after_gather=True))
     with pytest.raises(ValueError, match="megatron updates in the optimiser step"):
         compare(problem, ["decoupled-wfbp", "megatron"])
@@ -95,12 +95,12 @@ def patterns() -> list[tuple[str, Problem]]:
     return [
         ("all-reduce", Problem(section5(), half)),
         ("all-reduce, layerwise, copy cost", Problem(section5(), half, sync="layerwise", copy_cost=1e-11)),
-        ("parameter server", Problem(section5(), ps=ParameterServer(half, servers=2))),
-        ("decoupled", Problem(timed, decoupled=Decoupled(half, half))),
+        ("parameter server", Problem(section5(), pattern=ParameterServer(half, servers=2))),
+        ("decoupled", Problem(timed, pattern=Decoupled(half, half))),
         ("decoupled, layerwise, updates after gathers",
-         Problem(timed, sync="layerwise", decoupled=Decoupled(half, half, update_after_gather=True))),
-        ("decoupled, layerwise, updates in the step", Problem(timed, sync="layerwise", decoupled=Decoupled(half, half))),
-        ("fully sharded, measured", Problem(section5(), fully_sharded=FullySharded(CURVE, CURVE))),
+         Problem(timed, sync="layerwise", pattern=Decoupled(half, half, update_after_gather=True))),
+        ("decoupled, layerwise, updates in the step", Problem(timed, sync="layerwise", pattern=Decoupled(half, half))),
+        ("fully sharded, measured", Problem(section5(), pattern=FullySharded(CURVE, CURVE))),
     ]
 
 
@@ -119,12 +119,12 @@ def test_the_declarations_and_the_refusals_give_their_reasons():
     barrier = compare(Problem(section5(), half))
     assert barrier.left_out["p3"] == "p3: for sync='layerwise' only" and barrier.refused == ()
     # DeAR updates each module after its gather: with updates in the step it refuses.
-    step = compare(Problem(timed, sync="layerwise", decoupled=Decoupled(half, half)))
+    step = compare(Problem(timed, sync="layerwise", pattern=Decoupled(half, half)))
     assert step.refused == ("dear",) and "update_after_gather=True" in step.left_out["dear"]
 
 
 def test_inductor_is_left_out_on_a_measured_cost_and_the_table_still_runs():
-    problem = Problem(zoo.profile("alexnet"), fully_sharded=FullySharded(CURVE, CURVE))
+    problem = Problem(zoo.profile("alexnet"), pattern=FullySharded(CURVE, CURVE))
     table = compare(problem)
     assert "inductor" in table.refused and "bucket_cap_mb" in table.left_out["inductor"]
     assert {"sharded-wfbp", "fsdp2", "zero3"} <= {r.method for r in table}
@@ -163,9 +163,9 @@ def test_the_update_after_gather_table_of_the_command_line(capsys, tmp_path):
 # ---------------------------------------------------------------------- the decoupled table
 def test_the_decoupled_tables_hold_decoupled_dp_and_dear():
     half = AlphaBeta(MS, 1e-9)
-    barrier = compare(Problem(section5(), decoupled=Decoupled(half, half)))
+    barrier = compare(Problem(section5(), pattern=Decoupled(half, half)))
     assert "decoupled-dp" in {r.method for r in barrier} and "dear" in barrier.left_out
-    layerwise = compare(Problem(section5(), sync="layerwise", decoupled=Decoupled(half, half)))
+    layerwise = compare(Problem(section5(), sync="layerwise", pattern=Decoupled(half, half)))
     assert {"decoupled-dp", "dear"} <= {r.method for r in layerwise}
 
 
@@ -174,7 +174,7 @@ def test_decoupled_dp_is_left_out_with_its_reason_where_the_groupings_do_not_sep
     # ready order; layerwise sync, so the DP does not apply.
     profile = Profile.from_arrays([4e6, 1e6, 2e6], [MS] * 3, [0.0, 2 * MS, MS], ready_order=[2, 0, 1])
     half = AlphaBeta(MS, 1e-9)
-    table = compare(Problem(profile, sync="layerwise", decoupled=Decoupled(half, half)))
+    table = compare(Problem(profile, sync="layerwise", pattern=Decoupled(half, half)))
     assert "decoupled-dp" in table.refused
     assert table.left_out["decoupled-dp"].startswith("decoupled-dp is exact where the groupings separate")
 
@@ -182,7 +182,7 @@ def test_decoupled_dp_is_left_out_with_its_reason_where_the_groupings_do_not_sep
 def test_the_exact_optimum_bounds_the_plans_of_its_space_by_hand():
     # Barrier, no update time, measured halves: decoupled-dp's optimum is E + c(7 MB) + F with
     # E the end of the best reduce-scatters: t2 at 1 ms, t1 after it, t0 at 6 ms.
-    problem = Problem(section5(), decoupled=Decoupled(CURVE, CURVE))
+    problem = Problem(section5(), pattern=Decoupled(CURVE, CURVE))
     end = 6 * MS + curve(4e6)                        # t2 and t1 are done before t0 is ready
     assert 1 * MS + curve(2e6) + curve(1e6) < 6 * MS
     optimum = end + curve(7e6) + 3 * MS
@@ -209,7 +209,7 @@ def test_the_exact_optimum_bounds_the_plans_of_its_space_by_hand():
 @given(profiles(max_n=5), st.one_of(alpha_beta, costs), st.one_of(alpha_beta, costs),
        st.sampled_from(["barrier", "layerwise"]), st.booleans())
 def test_an_exact_bound_is_the_brute_force_optimum_for_the_plans_of_the_space(profile, rs, ag, sync, after):
-    problem = Problem(profile, sync=sync, decoupled=Decoupled(rs, ag, update_after_gather=after))
+    problem = Problem(profile, sync=sync, pattern=Decoupled(rs, ag, update_after_gather=after))
     table = compare(problem)
     optimum = solve(problem, "decoupled-brute").iteration_time
     for row in table:
@@ -238,7 +238,7 @@ def test_a_bound_that_misses_the_communication_gives_no_gap():
     # last tensor's forward (1 ms) surely follows: 9.19 ms, below the last chunk's bound
     # B + 2 c(1) + F = 9.2 ms, which covers 0.2 of the best plan's 9.29 ms of communication,
     # so those gaps say nothing and are shown as "-".
-    measured = compare(Problem(section5(), ps=ParameterServer(CURVE), sync="layerwise"))
+    measured = compare(Problem(section5(), pattern=ParameterServer(CURVE), sync="layerwise"))
     rows = {r.method: r for r in measured}
     best = min(r.iteration_time for r in measured)
     compute = 9 * MS                                          # B + F
@@ -253,9 +253,9 @@ def test_a_bound_that_misses_the_communication_gives_no_gap():
     # The decoupled bounds count the bytes of a measured curve as of alpha + beta S: every gap
     # is shown.
     for half in (CURVE, AlphaBeta(1e-4, 1e-9)):
-        table = compare(Problem(section5(), decoupled=Decoupled(half, half)))
+        table = compare(Problem(section5(), pattern=Decoupled(half, half)))
         assert all(r.informative for r in table) and "gap -" not in format_table(table)
-    affine = compare(Problem(section5(), decoupled=Decoupled(AlphaBeta(1e-4, 1e-9), AlphaBeta(1e-4, 1e-9))))
+    affine = compare(Problem(section5(), pattern=Decoupled(AlphaBeta(1e-4, 1e-9), AlphaBeta(1e-4, 1e-9))))
     assert next(r for r in affine if r.method == "megatron").gap == pytest.approx(23.2 / 20.2 - 1, rel=1e-9)
 
 
@@ -265,9 +265,9 @@ def test_a_sweep_runs_decoupled_and_fully_sharded_methods_on_their_pattern(capsy
     assert [c.method for c in grid] == ["wfbp", "megatron", "decoupled-dp", "fsdp2"]
     assert "ps-dp (parameter-server methods: a sweep gives no server count" in capsys.readouterr().err
     profile = zoo.profile("alexnet")
-    problems = {"megatron": Problem(profile, decoupled=Decoupled.from_network("10gbe", 8)),
-                "decoupled-dp": Problem(profile, decoupled=Decoupled.from_network("10gbe", 8)),
-                "fsdp2": Problem(profile, fully_sharded=FullySharded.from_network("10gbe", 8))}
+    problems = {"megatron": Problem(profile, pattern=Decoupled.from_network("10gbe", 8)),
+                "decoupled-dp": Problem(profile, pattern=Decoupled.from_network("10gbe", 8)),
+                "fsdp2": Problem(profile, pattern=FullySharded.from_network("10gbe", 8))}
     for cell in grid[1:]:
         record = run_cell(cell)
         assert record["status"] != "ERROR", record["error"]

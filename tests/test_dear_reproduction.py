@@ -75,7 +75,7 @@ def test_deARs_cell_is_what_dear_solves(dear, report):
     assert row["decoupled bound"] == dear.fmt_ms(decoupled_lower_bound(problems["dec-layerwise"]))
     # the exact decoupled optimum is decoupled-dp on DeAR's own problem (layerwise, updates after the gathers)
     exact = solve(problems["dec-layerwise"], "decoupled-dp")
-    assert problems["dec-layerwise"].sync == "layerwise" and problems["dec-layerwise"].decoupled.update_after_gather
+    assert problems["dec-layerwise"].sync == "layerwise" and problems["dec-layerwise"].pattern.update_after_gather
     assert str(exact.status) == "OPTIMAL" and exact.stats["separation"] == "tensor 0 ready last"
     assert row["decoupled optimum (exact)"] == dear.fmt_ms(exact.iteration_time)
     barrier = solve(problems["dec-barrier"], "decoupled-dp").iteration_time

@@ -273,10 +273,10 @@ def test_the_measured_peak_is_m_peak_with_the_collectives_blocking(tmp_path):
     units = [["embed", "layers.0", "layers.1"], ["layers.2"], ["layers.3", "norm"], ["head"], [""]]
     reshard = [True, False, False, False, False]
     half = AlphaBeta(1e-4, 0.0)
-    blocking = Problem(profile, fully_sharded=FullySharded(half, half, blocking=True))
+    blocking = Problem(profile, pattern=FullySharded(half, half, blocking=True))
     plan = fsdp2_plan_of(profile, units, reshard, {}, {}, blocking=True)
     assert plan.forward_prefetch == 0 and plan.num_units == 4 and not plan.root
     assert simulate(blocking, plan).peak_memory == found["peak"]
-    overlapped = Problem(profile, fully_sharded=FullySharded(half, half))
+    overlapped = Problem(profile, pattern=FullySharded(half, half))
     ahead = fsdp2_plan_of(profile, units, reshard, {}, {})
     assert simulate(overlapped, ahead).peak_memory > found["peak"]

@@ -159,7 +159,7 @@ def test_parameter_server_bars_have_push_and_pull_rows():
     """simulate_ps's docstring example: pushes 1 -> 4, 4 -> 6, 6 -> 11; pulls 11 -> 16,
     16 -> 18, 18 -> 21; forwards at 16, 18, 21; T = 22 ms."""
     profile = example_profile()
-    problem = Problem(profile, ps=ParameterServer(AlphaBeta(1e-3, 1e-9)), sync="layerwise")
+    problem = Problem(profile, pattern=ParameterServer(AlphaBeta(1e-3, 1e-9)), sync="layerwise")
     plan = PSPlan.from_groups(profile, push=[[2], [1], [0]], pull=[[0], [1], [2]])
     timeline = simulate(problem, plan)
     bars = timeline_bars(plan, problem)
@@ -177,7 +177,7 @@ def test_parameter_server_partitioned_compute_splits_the_backward_along_the_push
     """t0 (4 MB, 3 ms) pushed in two halves with delta = 0.5 ms: two backward pieces of 2 ms."""
     profile = example_profile()
     ps = ParameterServer(AlphaBeta(1e-3, 1e-9), partition_compute=True, delta=5e-4)
-    problem = Problem(profile, ps=ps, sync="layerwise")
+    problem = Problem(profile, pattern=ps, sync="layerwise")
     push = Plan((Message((Chunk(2, 0, 2_000_000),)), Message((Chunk(1, 0, 1_000_000),)),
                  Message((Chunk(0, 0, 2_000_000),)), Message((Chunk(0, 2_000_000, 4_000_000),))))
     plan = PSPlan(push, Plan.from_groups(profile, [[0], [1], [2]]))

@@ -33,11 +33,11 @@ def example_profile(**step) -> Profile:
 
 
 def sharded(profile: Profile | None = None, **options) -> Problem:
-    return Problem(profile or example_profile(), fully_sharded=FullySharded(HALF, HALF, **options))
+    return Problem(profile or example_profile(), pattern=FullySharded(HALF, HALF, **options))
 
 
 def decoupled(sync: str = "layerwise") -> Problem:
-    return Problem(example_profile(), decoupled=Decoupled(HALF, HALF), sync=sync)
+    return Problem(example_profile(), pattern=Decoupled(HALF, HALF), sync=sync)
 
 
 def ms(values) -> list[float]:
@@ -153,7 +153,7 @@ def test_fully_sharded_chart_and_memory_to_png_and_svg(plt, tmp_path, channels):
 
     profile = zoo.profile("resnet18", device="v100", batch=64)
     fully = FullySharded.from_network("25gbe", 8, memory_cap=60e6, channels=channels)
-    problem = Problem(profile, fully_sharded=fully)
+    problem = Problem(profile, pattern=fully)
     result = solve(problem, "fsdp2")
     kinds = result.timeline.message_collectives()
     written = save_timeline(result, problem, [tmp_path / "t.png", tmp_path / "t.svg"])
@@ -225,7 +225,7 @@ def test_cli_plot_timeline_fully_sharded_on_two_channels(plt, capsys, tmp_path):
                            "1e-9", "--fully-sharded", "--channels", "2", "--method", "sharded-wfbp",
                            "--output", png, "--output", svg)
     assert (status, err) == (0, "")
-    timeline = solve(Problem(example_profile(), fully_sharded=FullySharded(HALF, HALF, channels="two")),
+    timeline = solve(Problem(example_profile(), pattern=FullySharded(HALF, HALF, channels="two")),
                      "sharded-wfbp").timeline
     kinds = timeline.message_collectives()
     assert out.splitlines()[0] == (f"sharded-wfbp: T = {1e3 * timeline.iteration_time:.6f} ms, exposed "

@@ -41,6 +41,7 @@ from typing import Any
 import numpy as np
 
 from fusionopt.model.plan import Plan
+from fusionopt.model.pattern import require_pattern
 from fusionopt.model.problem import Problem
 from fusionopt.model import simulate
 from fusionopt.solvers.baselines.ddp import MiB, ddp_buckets
@@ -176,10 +177,8 @@ def _check(problem: Problem, plan: Plan) -> float:
     """Validate the inputs; return the plan's simulated T."""
     if not isinstance(problem, Problem):
         raise ValueError(f"problem must be a Problem, got {type(problem).__name__}")
-    if problem.ps is not None:
-        raise ValueError("DDP and Horovod settings need an all-reduce problem, not a parameter server")
-    if not isinstance(plan, Plan):
-        raise ValueError(f"plan must be a Plan, got {type(plan).__name__}")
+    require_pattern(problem, "all-reduce", "DDP and Horovod settings")
+    problem.pattern.require_plan(plan)
     plan.validate(problem.profile)
     return simulate(problem, plan, validate=False).iteration_time
 

@@ -245,7 +245,7 @@ class FSDP2Settings:
 def fsdp2_least_forward_prefetch(problem: Problem) -> int:
     """The least forward prefetch depth FSDP2 can set on ``problem``: 2 with the CPU running
     ahead of the GPU, 0 where the collectives block the training thread (module docstring)."""
-    return fsdp2_forward_prefetch(problem.fully_sharded.blocking)
+    return fsdp2_forward_prefetch(problem.pattern.blocking)
 
 
 def fsdp2_settings(problem: Problem, plan: ShardedPlan) -> FSDP2Settings:
@@ -258,7 +258,7 @@ def fsdp2_settings(problem: Problem, plan: ShardedPlan) -> FSDP2Settings:
     >>> from fusionopt.model import AlphaBeta, FullySharded
     >>> p = Profile.from_arrays([4] * 5, [0.0] * 5, [1.0] * 5,
     ...                         names=["emb.weight", "h.0.fc.weight", "h.0.fc.bias", "h.1.fc.weight", "ln.weight"])
-    >>> problem = Problem(p, fully_sharded=FullySharded(AlphaBeta(0.1, 0.0), AlphaBeta(0.1, 0.0)))
+    >>> problem = Problem(p, pattern=FullySharded(AlphaBeta(0.1, 0.0), AlphaBeta(0.1, 0.0)))
     >>> plan = ShardedPlan([0, 1, 3, 4, 5], [False, False, True, False], forward_prefetch=3, root=True)
     >>> s = fsdp2_settings(problem, plan)
     >>> print(s.code())
@@ -272,7 +272,7 @@ def fsdp2_settings(problem: Problem, plan: ShardedPlan) -> FSDP2Settings:
     """
     profile = problem.profile
     plan.validate(profile)
-    blocking = problem.fully_sharded.blocking
+    blocking = problem.pattern.blocking
     least = fsdp2_least_forward_prefetch(problem)
     if plan.forward_prefetch < least or plan.backward_prefetch < FSDP2_MIN_BACKWARD_PREFETCH:
         where = "with its collectives blocking the training thread" if blocking else "when the CPU runs ahead"
@@ -309,7 +309,7 @@ def fsdp2_settings(problem: Problem, plan: ShardedPlan) -> FSDP2Settings:
     built = fsdp2_plan_of(profile, units, reshard, forward, backward, blocking=blocking)
     timeline = simulate(problem, built)
     return FSDP2Settings(units, reshard, forward, backward, timeline.iteration_time, int(timeline.peak_memory), built,
-                         separate_reduce_scatter_group=problem.fully_sharded.channels == "two")
+                         separate_reduce_scatter_group=problem.pattern.channels == "two")
 
 
 def fsdp2_plan_of(profile: Profile, units: list[list[str]], reshard_after_forward: list[bool],
@@ -383,7 +383,7 @@ def fsdp2_advice(problem: Problem, atoms: str | None = None, *, min_gain: float 
 
     >>> from fusionopt.model import AlphaBeta, FullySharded
     >>> p = Profile.from_arrays([4e6] * 4, [1e-3] * 4, [2e-3] * 4, names=["a", "b", "c", "d"])
-    >>> advice = fsdp2_advice(Problem(p, fully_sharded=FullySharded(AlphaBeta(1e-3, 1e-9), AlphaBeta(1e-3, 1e-9))))
+    >>> advice = fsdp2_advice(Problem(p, pattern=FullySharded(AlphaBeta(1e-3, 1e-9), AlphaBeta(1e-3, 1e-9))))
     >>> advice.settings.units, advice.defaults                  # names without dots: the root alone
     ([['']], True)
     """
@@ -395,7 +395,7 @@ def fsdp2_advice(problem: Problem, atoms: str | None = None, *, min_gain: float 
             return fsdp2_advice(problem, "module", min_gain=min_gain)
     if atoms not in ("block", "module"):
         raise ValueError(f"atoms must be 'block', 'module' or None, got {atoms!r}")
-    cap = problem.fully_sharded.memory_cap
+    cap = problem.pattern.memory_cap
     default = solve(problem, "fsdp2")
     default_fits = default.status != Status.INFEASIBLE
     bounds, root = fsdp2_atoms(problem.profile, atoms)
@@ -500,7 +500,7 @@ def _grid(problem: Problem, method: str, grid: dict[str, list[Any]], fixed: dict
         return GridSetting(method, fixed, default.iteration_time, default_peak, default.iteration_time,
                            default_peak, True, tried, grid, unset=True)
     if best is None:
-        cap = problem.fully_sharded.memory_cap
+        cap = problem.pattern.memory_cap
         raise OverMemoryCap(f"{method}: no setting tried fits the memory cap of {cap:.6g} B; the least peak is "
                             f"{least_peak:.6g} B")
     _, options, result = best

@@ -28,9 +28,9 @@ def run(problem: Problem, plan: Plan | DecoupledPlan | ShardedPlan, backend: str
     unpack) and runs the next forward per ``problem.sync``; see :mod:`fusionopt.executor.runner`.
     After every step every byte of every tensor is checked against its exact sum.
 
-    A decoupled problem (``Problem(profile, decoupled=...)``, MODEL.md 8.1) runs a
+    A decoupled problem (``Problem(profile, pattern=...)``, MODEL.md 8.1) runs a
     :class:`~fusionopt.model.decoupled_plan.DecoupledPlan`: reduce-scatters and all-gathers in the
-    plan's channel order; a fully sharded one (``fully_sharded=...``, 8.2) a
+    plan's channel order; a fully sharded one (``pattern=FullySharded(...)``, 8.2) a
     :class:`~fusionopt.model.sharded_plan.ShardedPlan`: each unit's all-gathers and
     reduce-scatters at the model's issue points (:mod:`fusionopt.executor.sharded_runner`).
     Each rank's reduce-scatter shards are checked against their exact sums and every
@@ -143,7 +143,7 @@ def run(problem: Problem, plan: Plan | DecoupledPlan | ShardedPlan, backend: str
 
 def _check_memory_cap(problem: Problem, plan: Plan | DecoupledPlan | ShardedPlan) -> None:
     """A fully sharded plan over the problem's memory cap is refused, as the simulator judges it."""
-    cap = None if problem.fully_sharded is None else problem.fully_sharded.memory_cap
+    cap = problem.pattern.memory_cap
     if cap is None:
         return
     peak = simulate(problem, plan, validate=False).peak_memory
@@ -193,13 +193,10 @@ def _run_nccl(job: Job, ranks: int) -> Measurement:
     from fusionopt.executor.ranks import run_rank
     from fusionopt.executor.runner import fast_thread_switching
 
-    halves = job.problem.decoupled or job.problem.fully_sharded
     if not job.emulate_link:
         group = NcclGroup(ranks)
-    elif halves is not None:
-        group = NcclGroup(ranks, link_costs={"reduce_scatter": halves.reduce_scatter, "all_gather": halves.all_gather})
     else:
-        group = NcclGroup(ranks, link_cost=job.problem.cost)
+        group = NcclGroup(ranks, link_costs=job.problem.pattern.collectives)
     comms = group.communicators()
     description = comms[0].describe()
     try:

@@ -24,8 +24,8 @@ from fusionopt.model.profile import Profile
 from fusionopt.model.sharded_plan import SHARDED_SCHEMA, ShardedPlan
 from fusionopt.model.sharded import FullySharded
 
-# The plan type each pattern runs (Problem.pattern).
-PLAN_TYPES = {"all-reduce": Plan, "decoupled": DecoupledPlan, "fully-sharded": ShardedPlan}
+# The patterns the ranks run (the parameter server is not executed).
+RUN_PATTERNS = ("all-reduce", "decoupled", "fully-sharded")
 
 JOB_SCHEMA = "fusionopt.executor.job"
 COMPUTE_MODES = ("host", "spin", "gemm")
@@ -89,7 +89,7 @@ class Job:
     ----------
     problem : Problem
         The plain model (MODEL.md sections 1 to 4), a decoupled all-reduce
-        (``decoupled=``, MODEL.md 8.1) or a fully sharded problem (``fully_sharded=``,
+        (``pattern=Decoupled(...)``, MODEL.md 8.1) or a fully sharded problem (``pattern=FullySharded(...)``,
         MODEL.md 8.2); the executor emulates no other extension.
     plan : Plan, DecoupledPlan or ShardedPlan
         The plan type of the problem's pattern.
@@ -132,9 +132,12 @@ class Job:
             raise ValueError(
                 f"the executor runs the plain model (MODEL.md sections 1-4), and this problem has "
                 f"{', '.join(others)} on (of the extensions it runs decoupled and fully_sharded only, section 8)")
-        wanted = PLAN_TYPES[self.pattern]
-        if not isinstance(self.plan, wanted):
-            raise ValueError(f"plan must be a {wanted.__name__} for a {self.pattern} problem, "
+        pattern = self.problem.pattern
+        if pattern.name not in RUN_PATTERNS:
+            raise ValueError(f"the executor does not run {pattern.article()} {pattern.words} problem: it runs "
+                             f"{', '.join(RUN_PATTERNS)} plans")
+        if not isinstance(self.plan, pattern.plan_type):
+            raise ValueError(f"plan must be a {pattern.plan_type.__name__} for a {self.pattern} problem, "
                              f"got {type(self.plan).__name__}")
         _positive_int("iterations", self.iterations, 1)
         _positive_int("warmup", self.warmup, 0)
@@ -156,17 +159,13 @@ class Job:
     @property
     def pattern(self) -> str:
         """``"all-reduce"``, ``"decoupled"`` or ``"fully-sharded"``."""
-        return self.problem.pattern
+        return self.problem.pattern.name
 
     def scaled_problem(self) -> Problem:
         """The problem the ranks actually run: compute times multiplied by ``time_scale``."""
         problem = self.problem
         profile = scale_compute(problem.profile, self.time_scale)
-        if problem.decoupled is not None:
-            return Problem(profile, sync=problem.sync, decoupled=problem.decoupled)
-        if problem.fully_sharded is not None:
-            return Problem(profile, sync=problem.sync, fully_sharded=problem.fully_sharded)
-        return Problem(profile, problem.cost, sync=problem.sync)
+        return Problem(profile, sync=problem.sync, pattern=problem.pattern)
 
     # ------------------------------------------------------------------ JSON and hashes
     def to_dict(self) -> dict[str, Any]:
@@ -204,28 +203,18 @@ class Job:
         return plan, _digest(doc)
 
 
-def _halves(value: Decoupled | FullySharded) -> dict[str, Any]:
-    return {"reduce_scatter": value.reduce_scatter.to_dict(), "all_gather": value.all_gather.to_dict()}
-
-
 def _pattern_to_dict(problem: Problem) -> dict[str, Any]:
-    """The sharded pattern's part of a job document (nothing for the plain model)."""
-    if problem.decoupled is not None:
-        return {"decoupled": {**_halves(problem.decoupled),
-                              "update_after_gather": bool(problem.decoupled.update_after_gather)}}
-    if problem.fully_sharded is not None:
-        return {"fully_sharded": {**_halves(problem.fully_sharded), "memory_cap": problem.fully_sharded.memory_cap}}
-    return {}
+    """The pattern's part of a job document (nothing for the all-reduce, whose cost is the
+    document's ``cost``)."""
+    pattern = problem.pattern
+    return {} if pattern.extension is None else {pattern.extension: pattern.to_dict()}
 
 
 def _problem_from_dict(doc: Mapping[str, Any], profile: Profile, source: str) -> Problem:
-    for key, cls in (("decoupled", Decoupled), ("fully_sharded", FullySharded)):
-        part = doc.get(key)
+    for cls in (Decoupled, FullySharded):
+        part = doc.get(cls.extension)
         if part is not None:
-            halves = [cost_from_dict(part[h], source=f"{source}.{key}.{h}") for h in ("reduce_scatter", "all_gather")]
-            extra = (bool(part.get("update_after_gather", False)) if key == "decoupled"
-                     else part.get("memory_cap"))
-            return Problem(profile, sync=doc["sync"], **{key: cls(*halves, extra)})
+            return Problem(profile, sync=doc["sync"], pattern=cls.from_dict(part, source=f"{source}.{cls.extension}"))
     return Problem(profile, cost_from_dict(doc["cost"], source=f"{source}.cost"), sync=doc["sync"])
 
 

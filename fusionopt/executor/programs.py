@@ -4,33 +4,28 @@ The program itself (its collectives in channel order, the compute stream's ops, 
 is the model's: :mod:`fusionopt.model.step_program`, built by
 :func:`~fusionopt.model.sharded_program.sharded_program` (MODEL.md 8.2) and
 :func:`~fusionopt.model.decoupled_program.decoupled_program` (8.1), the same programs the
-simulator runs. :func:`build_program` refuses what the executor cannot run (two channels, a
-plan for another pattern, an order that can never run) in one line.
+simulator runs; the pattern builds it (:meth:`~fusionopt.model.pattern.Pattern.program`).
+:func:`build_program` refuses what the executor cannot run (two channels, a plan for another
+pattern, an order that can never run) in one line.
 """
 
 from __future__ import annotations
 
 from fusionopt.model.decoupled_plan import DecoupledPlan
-from fusionopt.model.decoupled_program import decoupled_program
-from fusionopt.model.decoupled_timing import simulate_decoupled
 from fusionopt.model.problem import Problem
 from fusionopt.model.sharded_plan import ShardedPlan
-from fusionopt.model.sharded_program import sharded_program
 from fusionopt.model.step_program import Program
 
 
 def build_program(problem: Problem, plan: DecoupledPlan | ShardedPlan) -> Program:
     """The :class:`~fusionopt.model.step_program.Program` of ``plan`` on a decoupled or
-    fully sharded ``problem``, validated."""
-    if problem.fully_sharded is not None and isinstance(plan, ShardedPlan):
-        if problem.fully_sharded.channels != "one":
-            raise ValueError("the executor runs one communicator: FullySharded(channels='two') is not executable")
-        plan.validate(problem.profile)
-        return sharded_program(problem, plan)
-    if problem.decoupled is not None and isinstance(plan, DecoupledPlan):
-        simulate_decoupled(problem, plan)                 # validates; refuses an order that can never run, naming it
-        return decoupled_program(problem, plan)
-    raise ValueError(f"a {problem.pattern} problem does not take a {type(plan).__name__}")
+    fully sharded ``problem``, validated (:meth:`~fusionopt.model.pattern.Pattern.program`)."""
+    problem.pattern.require_plan(plan)
+    program = problem.pattern.program(problem, plan)
+    if program is None:
+        raise ValueError(f"{problem.pattern.article()} {problem.pattern.words} problem has no step program: "
+                         "the executor runs its plan's messages itself")
+    return program
 
 
 __all__ = ["build_program"]

@@ -222,7 +222,7 @@ def cell_problem(cell: Cell, profile: Profile) -> Problem:
     on its network preset, workers and algorithm.
 
     >>> profile = zoo.profile("alexnet")
-    >>> [cell_problem(Cell("alexnet", "h100", 64, "10gbe", "ring", 8, "barrier", m), profile).pattern
+    >>> [cell_problem(Cell("alexnet", "h100", 64, "10gbe", "ring", 8, "barrier", m), profile).pattern.name
     ...  for m in ("dp", "megatron", "fsdp2")]
     ['all-reduce', 'decoupled', 'fully-sharded']
     """
@@ -232,9 +232,9 @@ def cell_problem(cell: Cell, profile: Profile) -> Problem:
 
 def _pattern_problem(pattern: str, profile: Profile, name: str, workers: int, algorithm: str, sync: str) -> Problem:
     if pattern == "decoupled":
-        return Problem(profile, sync=sync, decoupled=Decoupled.from_network(name, workers, algorithm=algorithm))
+        return Problem(profile, sync=sync, pattern=Decoupled.from_network(name, workers, algorithm=algorithm))
     if pattern == "fully-sharded":
-        return Problem(profile, fully_sharded=FullySharded.from_network(name, workers, algorithm=algorithm))
+        return Problem(profile, pattern=FullySharded.from_network(name, workers, algorithm=algorithm))
     return Problem(profile, network(name, workers, algorithm=algorithm), sync=sync)
 
 

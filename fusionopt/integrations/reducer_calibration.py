@@ -241,9 +241,9 @@ def with_reducer_overhead(problem: Problem, calibration: ReducerCalibration) -> 
     0.0003
     """
     wanted = _PATTERNS[calibration.reducer]
-    if problem.pattern != wanted:
+    if not problem.pattern.is_a(wanted):
         raise ValueError(f"a {calibration.reducer} reducer calibration prices {wanted} problems, and this one is "
-                         f"{problem.pattern}")
+                         f"{problem.pattern.name}")
     return with_overhead(problem, per_step=calibration.per_step, per_message=calibration.per_message,
                          per_message_compute=calibration.message_compute)
 

@@ -1,12 +1,15 @@
-"""The pure timing model (MODEL.md): profiles, cost models, plans, problems, the simulator.
+"""The pure timing model (MODEL.md): profiles, cost models, patterns, plans, problems, the simulator.
 
 numpy only: nothing here imports a solver.
 """
 
+from fusionopt.model.allreduce import AllReduce
 from fusionopt.model.bounds import best_bound
 from fusionopt.model.cost import AlphaBeta, CommCost
 from fusionopt.model.decoupled import Decoupled
 from fusionopt.model.decoupled_plan import DecoupledPlan
+from fusionopt.model.pattern import Pattern
+from fusionopt.model.hsdp import HSDP
 from fusionopt.model.fusion_eval import evaluate_cuts, fusion_iteration_time
 from fusionopt.model.plan import Chunk, Message, Plan
 from fusionopt.model.problem import Problem
@@ -19,6 +22,6 @@ from fusionopt.model.timeline import ComputePiece, Timeline
 from fusionopt.model.simulator import compute_pieces, simulate
 
 __all__ = [
-    "AlphaBeta", "Chunk", "CommCost", "ComputePiece", "Decoupled", "DecoupledPlan", "FullySharded", "Message", "PSPlan", "ParameterServer", "Plan", "Problem",
+    "AllReduce", "AlphaBeta", "Chunk", "CommCost", "ComputePiece", "Decoupled", "DecoupledPlan", "FullySharded", "HSDP", "Message", "PSPlan", "ParameterServer", "Pattern", "Plan", "Problem",
     "Profile", "ShardedPlan", "Timeline", "best_bound", "compute_pieces", "evaluate_cuts", "fusion_iteration_time", "simulate",
 ]

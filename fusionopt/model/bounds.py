@@ -191,7 +191,7 @@ def best_bound(problem: Problem, space: str = "any") -> float:
     """The largest lower bound this module proves for the plans of ``space``, in seconds."""
     if space not in SPACES:
         raise ValueError(f"unknown plan space {space!r}: choose 'any' or 'fusion'")
-    if problem.decoupled is not None:
+    if problem.pattern.is_a("decoupled"):
         raise ValueError("best_bound bounds all-reduce plans; this problem is a decoupled all-reduce, "
                          "whose plans it does not bound")
     bounds = [last_message_bound(problem), channel_bound(problem), fluid_bound(problem),
@@ -225,11 +225,11 @@ def ps_lower_bound(problem: Problem) -> float:
     >>> from fusionopt.model.ps import ParameterServer
     >>> profile = Profile.from_arrays([4e6, 1e6, 2e6], [1e-3] * 3, [3e-3, 2e-3, 1e-3])
     >>> ps = ParameterServer(AlphaBeta(1e-3, 1e-9), partition_compute=True)
-    >>> round(ps_lower_bound(Problem(profile, ps=ps)) * 1e3, 6)   # 0 + 8 pushing + 1 pulling + 3
+    >>> round(ps_lower_bound(Problem(profile, pattern=ps)) * 1e3, 6)   # 0 + 8 pushing + 1 pulling + 3
     12.000001
     """
     require_ps(problem, "ps_lower_bound")
-    profile, ps = problem.profile, problem.ps
+    profile, ps = problem.profile, problem.pattern
     split = ps.partition_compute
     # Work left after tensor i's update starts, the step parts included (layerwise: the host's).
     tails = (profile.update + profile.forward)[::-1].cumsum()[::-1] + profile.W
@@ -307,11 +307,11 @@ def decoupled_lower_bound(problem: Problem) -> float:
     >>> from fusionopt.model.profile import Profile
     >>> profile = Profile.from_arrays([4e6, 1e6, 2e6], [1e-3] * 3, [3e-3, 2e-3, 1e-3])
     >>> half = AlphaBeta(1e-3, 1e-9)
-    >>> round(decoupled_lower_bound(Problem(profile, decoupled=Decoupled(half, half), sync="layerwise")) * 1e3, 9)
+    >>> round(decoupled_lower_bound(Problem(profile, pattern=Decoupled(half, half), sync="layerwise")) * 1e3, 9)
     20.0
     """
     require_decoupled(problem, "decoupled_lower_bound")
-    profile, halves = problem.profile, problem.decoupled
+    profile, halves = problem.profile, problem.pattern
     order = profile.backward_order
     ready = profile.ready_times
     last = int(order[-1])
@@ -336,7 +336,7 @@ def decoupled_lower_bound(problem: Problem) -> float:
 
 
 def _gather_then_update_bound(problem: Problem, last: int, rs_last: float) -> float:
-    profile, halves = problem.profile, problem.decoupled
+    profile, halves = problem.profile, problem.pattern
     layerwise = problem.sync == "layerwise"
     work = profile.update + profile.forward
     suffix = float(work[last:].sum()) if layerwise else profile.U + profile.F
@@ -358,7 +358,7 @@ def _gather_then_update_bound(problem: Problem, last: int, rs_last: float) -> fl
 def _both_ways(problem: Problem) -> float:
     """The first gradient's ready time plus the least channel time of every byte reduce-scattered
     and all-gathered (seconds): no message starts earlier, and they run one at a time."""
-    profile, halves = problem.profile, problem.decoupled
+    profile, halves = problem.profile, problem.pattern
     return (float(profile.ready_times.min()) + least_channel_time(halves.reduce_scatter, profile.total_bytes)
             + least_channel_time(halves.all_gather, profile.total_bytes))
 
@@ -407,11 +407,11 @@ def sharded_lower_bound(problem: Problem) -> float:
     >>> from fusionopt.model.sharded import FullySharded
     >>> profile = Profile.from_arrays([4e6, 1e6, 2e6], [1e-3] * 3, [3e-3, 2e-3, 1e-3])
     >>> half = AlphaBeta(1e-3, 1e-9)
-    >>> round(sharded_lower_bound(Problem(profile, fully_sharded=FullySharded(half, half))) * 1e3, 9)   # 5 + 3 + 6 + 5
+    >>> round(sharded_lower_bound(Problem(profile, pattern=FullySharded(half, half))) * 1e3, 9)   # 5 + 3 + 6 + 5
     19.0
     """
     require_sharded(problem, "sharded_lower_bound")
-    profile, halves = problem.profile, problem.fully_sharded
+    profile, halves = problem.profile, problem.pattern
     first = float(profile.sizes[0])
     ag_first = float(halves.all_gather(first))
     rs_first = float(halves.reduce_scatter(first))
@@ -455,7 +455,7 @@ def sharded_memory_floor(problem: Problem) -> tuple[int, int]:
     >>> from fusionopt.model.profile import Profile
     >>> from fusionopt.model.sharded import FullySharded
     >>> profile = Profile.from_arrays([4e6, 1e6, 5e6], [1e-3] * 3, [3e-3, 2e-3, 0.0])
-    >>> sharded_memory_floor(Problem(profile, fully_sharded=FullySharded(AlphaBeta(0, 1e-9), AlphaBeta(0, 1e-9))))
+    >>> sharded_memory_floor(Problem(profile, pattern=FullySharded(AlphaBeta(0, 1e-9), AlphaBeta(0, 1e-9))))
     (8000000, 0)
     """
     require_sharded(problem, "sharded_memory_floor")

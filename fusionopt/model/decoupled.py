@@ -6,7 +6,7 @@ updates its shard of the parameters (``u_i``, on the compute stream, after the b
 and the new parameters are **all-gathered** before the forward that needs them. fusionopt
 models the two kinds of message on one channel, in the plan's order, and judges them with
 :func:`fusionopt.model.simulate` on a :class:`~fusionopt.model.problem.Problem` built with
-``decoupled=Decoupled(...)`` (the timing rules are in
+``pattern=Decoupled(...)`` (the timing rules are in
 :func:`fusionopt.model.decoupled_timing.simulate_decoupled`):
 
 * :class:`Decoupled`: the reduce-scatter and all-gather costs, each priced on a message's
@@ -31,20 +31,27 @@ Examples
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any, ClassVar, Mapping
 
 import numpy as np
 
 from fusionopt.model.collectives import network
-from fusionopt.model.cost import CommCost, Composite
+from fusionopt.model.cost import CommCost, Composite, cost_from_dict
 
-from fusionopt.model.decoupled_plan import ALL_GATHER
+from fusionopt.model.bounds import decoupled_lower_bound
+from fusionopt.model.decoupled_plan import ALL_GATHER, DecoupledPlan
+from fusionopt.model.decoupled_program import decoupled_program
+from fusionopt.model.decoupled_timing import simulate_decoupled
+from fusionopt.model.pattern import Pattern
+from fusionopt.model.step_program import Program
+from fusionopt.model.timeline import Timeline
 
 __all__ = ["Decoupled"]
 
 
 @dataclass(frozen=True)
-class Decoupled:
-    """The two collectives of a decoupled all-reduce: ``reduce_scatter`` and ``all_gather``,
+class Decoupled(Pattern):
+    """The decoupled all-reduce pattern, by the two collectives of a decoupled all-reduce: ``reduce_scatter`` and ``all_gather``,
     each a :class:`~fusionopt.model.cost.CommCost` of a message's unsharded size in bytes.
     ``update_after_gather``: the all-gathers carry the reduced gradient shards and each tensor
     is updated just before its forward (DeAR), instead of each worker updating its shard
@@ -58,6 +65,12 @@ class Decoupled:
     ...
     ValueError: all_gather must be a CommCost (e.g. AlphaBeta), got str
     """
+
+    name: ClassVar[str] = "decoupled"
+    words: ClassVar[str] = "decoupled"
+    subject: ClassVar[str] = "the decoupled all-reduce"
+    plan_type: ClassVar[type] = DecoupledPlan
+    extension: ClassVar[str] = "decoupled"
 
     reduce_scatter: CommCost
     all_gather: CommCost
@@ -94,3 +107,47 @@ class Decoupled:
         if kind == ALL_GATHER:
             return self.all_gather
         return self.all_reduce if reduce_with == "all_reduce" else self.reduce_scatter
+
+    @property
+    def collectives(self) -> dict[str, CommCost]:
+        return {"reduce_scatter": self.reduce_scatter, "all_gather": self.all_gather}
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"reduce_scatter": self.reduce_scatter.to_dict(), "all_gather": self.all_gather.to_dict(),
+                "update_after_gather": bool(self.update_after_gather), "workers": self.workers}
+
+    @classmethod
+    def from_dict(cls, doc: Mapping[str, Any], *, source: str = "decoupled") -> "Decoupled":
+        """Rebuild the pattern from its :meth:`to_dict` form; one line naming ``source`` if
+        it is not one."""
+        if not isinstance(doc, Mapping):
+            raise ValueError(f"{source}: expected a mapping, got {type(doc).__name__}")
+        halves = [cost_from_dict(doc.get(half), source=f"{source}.{half}") for half in ("reduce_scatter", "all_gather")]
+        return cls(*halves, bool(doc.get("update_after_gather", False)), doc.get("workers"))
+
+    def channel_cost(self, given: Any) -> CommCost:
+        if given is not None:
+            raise ValueError("a decoupled problem is priced by its reduce-scatter and all-gather costs: "
+                             "leave cost out (it is the all-reduce they make)")
+        return self.all_reduce
+
+    def check(self, problem: Any) -> None:
+        self.refuse_options(problem)
+        whole = [part for part in ("update_lump", "post_backward") if getattr(problem.profile, part)]
+        if whole:
+            raise ValueError(
+                f"profile {problem.profile.name or 'without a name'!r} has {' and '.join(whole)} time; a decoupled "
+                "all-reduce updates each tensor's shard after its reduce-scatter (MODEL.md section 8.1) and runs no "
+                "DDP copies: step_parts='fit' spreads the lump over the tensors' update times and drops the copies")
+
+    def _simulate(self, problem: Any, plan: DecoupledPlan, *, validate: bool, pieces: list | None) -> Timeline:
+        return simulate_decoupled(problem, plan, validate=validate, pieces=pieces)
+
+    def lower_bound(self, problem: Any, space: str = "any") -> float:
+        return decoupled_lower_bound(problem)
+
+    def program(self, problem: Any, plan: DecoupledPlan) -> Program:
+        """The step program of ``plan`` (validated; an order that can never run is refused,
+        naming it)."""
+        self.simulate(problem, plan)
+        return decoupled_program(problem, plan)

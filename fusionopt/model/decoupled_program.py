@@ -34,7 +34,7 @@ def decoupled_program(problem: Problem, plan: DecoupledPlan) -> Program:
     n = profile.n
     order = [int(i) for i in profile.ready_order]
     position = {i: p for p, i in enumerate(order)}
-    after = problem.decoupled.update_after_gather
+    after = problem.pattern.update_after_gather
     program = Program("decoupled", profile.sizes.tolist())
     last = {REDUCE_SCATTER: [-1] * n, ALL_GATHER: [-1] * n}
     counts = [0, 0]

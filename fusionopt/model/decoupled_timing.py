@@ -18,6 +18,7 @@ import numpy as np
 
 from fusionopt.model.decoupled_plan import ALL_GATHER, REDUCE_SCATTER, DecoupledPlan
 from fusionopt.model.decoupled_program import UPDATE, UPDATED, decoupled_program
+from fusionopt.model.pattern import require_pattern
 from fusionopt.model.problem import Problem
 from fusionopt.model.step_program import FORWARD, MARK, Fifo, Program, durations, run
 from fusionopt.model.timeline import ComputePiece, Timeline, read_only
@@ -25,10 +26,7 @@ from fusionopt.model.timeline import ComputePiece, Timeline, read_only
 
 def require_decoupled(problem: Problem, what: str) -> None:
     """Raise ``ValueError`` unless ``problem`` is a decoupled all-reduce: ``what`` needs one."""
-    if not isinstance(problem, Problem):
-        raise ValueError(f"problem must be a Problem, got {type(problem).__name__}")
-    if problem.decoupled is None:
-        raise ValueError(f"{what} needs a decoupled problem: Problem(profile, decoupled=Decoupled(...))")
+    require_pattern(problem, "decoupled", what)
 
 
 def simulate_decoupled(problem: Problem, plan: DecoupledPlan, *, validate: bool = True,
@@ -81,7 +79,7 @@ def simulate_decoupled(problem: Problem, plan: DecoupledPlan, *, validate: bool 
     >>> from fusionopt.model.decoupled import Decoupled
     >>> profile = Profile.from_arrays([4e6, 1e6, 2e6], [1e-3] * 3, [3e-3, 2e-3, 1e-3])
     >>> half = AlphaBeta(1e-3, 1e-9)
-    >>> problem = Problem(profile, decoupled=Decoupled(half, half), sync="layerwise")
+    >>> problem = Problem(profile, pattern=Decoupled(half, half), sync="layerwise")
     >>> plan = DecoupledPlan.from_groups(profile, [[2], [1], [0]], [[0, 1, 2]])
     >>> t = simulate_decoupled(problem, plan)
     >>> (t.message_end * 1e3).round(9).tolist(), round(t.iteration_time * 1e3, 9)
@@ -96,14 +94,13 @@ def simulate_decoupled(problem: Problem, plan: DecoupledPlan, *, validate: bool 
     ([16.0, 18.0, 21.0], 22.0)
     """
     require_decoupled(problem, "simulate_decoupled")
-    if not isinstance(plan, DecoupledPlan):
-        raise ValueError(f"a decoupled problem takes a DecoupledPlan, got {type(plan).__name__}")
+    problem.pattern.require_plan(plan)
     profile = problem.profile
     if validate:
         plan.validate(profile)
     _refuse_orders_that_never_run(problem, plan)
     program = decoupled_program(problem, plan)
-    costs = {kind: problem.decoupled.cost(kind, plan.reduce_with) for kind in (REDUCE_SCATTER, ALL_GATHER)}
+    costs = {kind: problem.pattern.cost(kind, plan.reduce_with) for kind in (REDUCE_SCATTER, ALL_GATHER)}
     channel = Fifo(program, durations(program, costs))
     clock, marks = run(program, channel)
     n = profile.n
@@ -136,7 +133,7 @@ def _refuse_orders_that_never_run(problem: Problem, plan: DecoupledPlan) -> None
     profile = problem.profile
     n = profile.n
     backward = [int(i) for i in profile.ready_order]
-    after = problem.decoupled.update_after_gather
+    after = problem.pattern.update_after_gather
     unsent = np.bincount(plan.reduce_scatter.tensor, minlength=n).tolist()   # reduce-scatter chunks left per tensor
     tensors = {kind: np.split(plan.plan(kind).tensor, plan.plan(kind).starts[1:-1]) for kind in (REDUCE_SCATTER, ALL_GATHER)}
     known = 0                                             # updates determined: backward[:known]

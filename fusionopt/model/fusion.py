@@ -187,11 +187,9 @@ def _channel_times(kappa: float, mu: float, durations: np.ndarray, work: np.ndar
 
 
 def refuse_ps(problem: Problem, what: str) -> None:
-    """Raise ``ValueError`` for a problem that is not an all-reduce (a parameter server or a
-    decoupled all-reduce): ``what`` times all-reduce fusion plans."""
-    if problem.ps is not None:
-        raise ValueError(f"{what} times all-reduce fusion plans; this problem has a parameter server: "
-                         "time its PSPlans with simulate() or fusionopt.model.ps_timing")
-    if problem.decoupled is not None:
-        raise ValueError(f"{what} times all-reduce fusion plans; this problem is a decoupled all-reduce: "
-                         "time its DecoupledPlans with simulate()")
+    """Raise ``ValueError`` for a problem that is not an all-reduce (a parameter server, a
+    decoupled all-reduce, a fully sharded problem): ``what`` times all-reduce fusion plans."""
+    pattern = problem.pattern
+    if pattern.extension is not None:
+        raise ValueError(f"{what} times all-reduce fusion plans; this problem is {pattern.article()} {pattern.words} "
+                         f"problem: time its {pattern.plan_type.__name__}s with simulate()")

@@ -60,18 +60,7 @@ def with_overhead(problem: Problem, *, per_step: float, per_message: float,
     per_step = check_param("per-step overhead", per_step)
     per_message = check_param("per-message overhead", per_message)
     per_message_compute = check_param("per-message compute", per_message_compute)
-    if problem.ps is not None or problem.decoupled is not None:
-        raise ValueError(f"a reducer's overhead applies to all-reduce and fully sharded problems, not to a "
-                         f"{problem.pattern} problem")
     profile = problem.profile.with_step_parts(host_overhead=problem.profile.host_overhead + per_step)
-    if per_message_compute and problem.fully_sharded is not None:
-        raise ValueError(f"per-message compute ({per_message_compute!r} s) applies to all-reduce problems; a fully "
-                         "sharded problem has no message_compute: leave it out")
-    if problem.fully_sharded is not None:
-        sharded = dataclasses.replace(
-            problem.fully_sharded,
-            reduce_scatter=with_message_overhead(problem.fully_sharded.reduce_scatter, per_message),
-            all_gather=with_message_overhead(problem.fully_sharded.all_gather, per_message))
-        return dataclasses.replace(problem, profile=profile, cost=None, fully_sharded=sharded)
-    return dataclasses.replace(problem, profile=profile, cost=with_message_overhead(problem.cost, per_message),
+    pattern = problem.pattern.with_message_overhead(per_message)
+    return dataclasses.replace(problem, profile=profile, pattern=pattern,
                                message_compute=problem.message_compute + per_message_compute)

@@ -4,15 +4,13 @@ from __future__ import annotations
 
 import math
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from fusionopt.model.cost import CommCost
-from fusionopt.model.decoupled import Decoupled
 from fusionopt.model.profile import Profile
-from fusionopt.model.ps import ParameterServer
-from fusionopt.model.sharded import FullySharded
+from fusionopt.model.pattern import Pattern
 from fusionopt.model.step_parts import fit_step_parts
 
 SYNC_MODES = ("barrier", "layerwise")
@@ -30,17 +28,50 @@ def _finite(label: str, value: float, *, minimum: float) -> float:
     return float(value)
 
 
+def _pattern_from_keywords(pattern: Pattern | None, keywords: dict[str, Pattern | None]) -> Pattern | None:
+    """The pattern of the deprecated keywords ``ps=``, ``decoupled=`` and ``fully_sharded=``
+    (each warns once), checked against ``pattern`` and each other."""
+    given = {keyword: value for keyword, value in keywords.items() if value is not None}
+    for keyword, value in given.items():
+        warnings.warn(f"Problem({keyword}=...) is deprecated: write Problem(profile, pattern=...)",
+                      DeprecationWarning, stacklevel=4)
+        if not isinstance(value, Pattern) or value.extension != keyword:
+            wanted = {"ps": "ParameterServer", "decoupled": "Decoupled", "fully_sharded": "FullySharded"}[keyword]
+            raise ValueError(f"{keyword} must be a {wanted}, got {type(value).__name__}")
+    if len(given) > 1:
+        first, second = list(given)[:2]
+        raise ValueError(f"{second} does not combine with {first}; leave one of them out")
+    if given and pattern is not None:
+        raise ValueError(f"pattern and {next(iter(given))} both say the pattern; give pattern only")
+    return next(iter(given.values()), pattern)
+
+
+
 @dataclass(frozen=True, eq=False)
 class Problem:
-    """Everything a plan is judged on: ``profile``, communication ``cost`` and ``sync``.
+    """Everything a plan is judged on: ``profile``, the communication ``pattern`` and ``sync``.
 
     Parameters
     ----------
     profile : Profile
         The workload (MODEL.md section 1).
-    cost : CommCost
-        Time of a message of ``S`` bytes on the channel (MODEL.md section 2). With ``ps``
-        it is the push channel's cost and may be left out (it defaults to ``ps.push``).
+    cost : CommCost, optional
+        Time in seconds of an all-reduce of ``S`` bytes (MODEL.md section 2):
+        ``Problem(profile, cost)`` is ``Problem(profile, pattern=AllReduce(cost))``. With
+        another pattern, leave it out: :attr:`cost` is then the pattern's channel cost (a
+        parameter server's push cost; the all-reduce that a reduce-scatter and an all-gather
+        make).
+    pattern : Pattern, keyword only
+        How gradients and parameters move (:mod:`fusionopt.model.pattern`):
+        :class:`~fusionopt.model.allreduce.AllReduce` (the default, with ``cost``),
+        :class:`~fusionopt.model.ps.ParameterServer` (a push and a pull channel, server updates,
+        optionally partitioned compute; ``sync`` applies to the pulls),
+        :class:`~fusionopt.model.decoupled.Decoupled` (ZeRO-1/2, DeAR; MODEL.md section 8.1:
+        ``sync`` says whether the forward waits for every all-gather or for its own tensor's)
+        or :class:`~fusionopt.model.sharded.FullySharded` (FSDP, ZeRO-3; section 8.2: the step
+        has its own order, so ``sync`` stays ``"barrier"``). The pattern owns its plan type, its
+        timing, its lower bound and its refusals: the extensions below are all-reduce
+        extensions, and the other patterns refuse them.
     sync : {"barrier", "layerwise"}
         When the next forward may start (MODEL.md section 4): after every gradient is
         reduced (``"barrier"``: DDP, Horovod, MG-WFBP) or tensor by tensor as each gradient
@@ -85,29 +116,9 @@ class Problem:
         ``K >= 1`` concurrent channels: up to ``K`` messages in flight, dispatched in plan
         order; each pays its own startup ``alpha`` in full and the bytes of the messages
         in transfer share the bandwidth equally (processor sharing). Needs an affine cost.
-    ps : ParameterServer, optional
-        A parameter server instead of all-reduce (:mod:`fusionopt.model.ps`): a push and a
-        pull channel, server updates and optionally partitioned compute. Plans are then
-        :class:`~fusionopt.model.ps_plan.PSPlan` s and ``sync`` applies to the pulls. It does not
-        combine with the other extensions.
-    decoupled : Decoupled, optional
-        A decoupled all-reduce instead (ZeRO-1/2, DeAR; MODEL.md section 8.1,
-        :mod:`fusionopt.model.decoupled`): reduce-scatters during the backward, sharded
-        updates, all-gathers before the forward. Plans are then
-        :class:`~fusionopt.model.decoupled_plan.DecoupledPlan` s; ``sync`` says whether the forward
-        waits for every all-gather (``"barrier"``) or for its own tensor's (``"layerwise"``).
-        ``cost`` defaults to the all-reduce the two halves make. It does not combine with the
-        other extensions, nor with a profile's ``update_lump`` or ``post_backward`` (the
-        sharded update is per tensor) unless ``step_parts="fit"``.
-    fully_sharded : FullySharded, optional
-        Fully sharded data parallelism instead (FSDP, ZeRO-3; MODEL.md section 8.2,
-        :mod:`fusionopt.model.sharded`): parameters all-gathered per unit before its forward
-        and its backward, gradients reduce-scattered per unit, an optional memory cap. Plans
-        are then :class:`~fusionopt.model.sharded_plan.ShardedPlan` s. The step has its own order
-        (forward, backward, optimiser), so ``sync`` stays ``"barrier"``; ``cost`` defaults to
-        the all-reduce the two collectives make. It does not combine with the other
-        extensions, nor with a profile's ``post_backward`` (DDP's copies into ``.grad``) unless
-        ``step_parts="fit"``.
+    ps, decoupled, fully_sharded : Pattern, optional
+        Deprecated spellings of ``pattern=`` (each warns with a ``DeprecationWarning``), as are
+        the properties of the same names.
 
     Examples
     --------
@@ -120,7 +131,7 @@ class Problem:
     ...
     ValueError: unknown sync 'eager': choose one of 'barrier', 'layerwise'
     >>> from fusionopt.model.ps import ParameterServer
-    >>> Problem(p, ps=ParameterServer(AlphaBeta(1e-4, 1e-9))).extensions
+    >>> Problem(p, pattern=ParameterServer(AlphaBeta(1e-4, 1e-9))).extensions
     ('ps',)
 
     A traced profile's optimiser lump under layerwise sync, spread by bytes:
@@ -135,65 +146,49 @@ class Problem:
     """
 
     profile: Profile
-    cost: CommCost | None = None
+    cost: CommCost = field(init=False)
     sync: str = "barrier"
     copy_cost: float = 0.0
     copy_on: str = "channel"
     contention: float = 1.0
     channels: int = 1
-    ps: ParameterServer | None = None
-    decoupled: Decoupled | None = None
-    fully_sharded: FullySharded | None = None
     step_parts: str = "refuse"
     comm_contention: float = 1.0
     message_compute: float = 0.0
+    pattern: Pattern | None = None
 
-    def __post_init__(self) -> None:
-        if not isinstance(self.profile, Profile):
-            raise ValueError(f"profile must be a Profile, got {type(self.profile).__name__}")
-        if self.ps is not None:
-            if not isinstance(self.ps, ParameterServer):
-                raise ValueError(f"ps must be a ParameterServer, got {type(self.ps).__name__}")
-            if self.cost is None:
-                object.__setattr__(self, "cost", self.ps.push)
-        if self.decoupled is not None:
-            if not isinstance(self.decoupled, Decoupled):
-                raise ValueError(f"decoupled must be a Decoupled, got {type(self.decoupled).__name__}")
-            if self.ps is not None:
-                raise ValueError("the decoupled all-reduce does not combine with ps; leave one of them out")
-            if self.cost is not None:
-                raise ValueError("a decoupled problem is priced by its reduce-scatter and all-gather costs: "
-                                 "leave cost out (it is the all-reduce they make)")
-            object.__setattr__(self, "cost", self.decoupled.all_reduce)
-        if self.fully_sharded is not None:
-            if not isinstance(self.fully_sharded, FullySharded):
-                raise ValueError(f"fully_sharded must be a FullySharded, got {type(self.fully_sharded).__name__}")
-            for other in ("ps", "decoupled"):
-                if getattr(self, other) is not None:
-                    raise ValueError(f"fully_sharded does not combine with {other}; leave one of them out")
-            if self.cost is not None:
-                raise ValueError("a fully sharded problem is priced by its reduce-scatter and all-gather costs: "
-                                 "leave cost out (it is the all-reduce they make)")
-            object.__setattr__(self, "cost", self.fully_sharded.all_reduce)
-        if not isinstance(self.cost, CommCost):
-            raise ValueError(f"cost must be a CommCost (e.g. AlphaBeta), got {type(self.cost).__name__}")
+    def __init__(self, profile: Profile, cost: CommCost | None = None, sync: str = "barrier", copy_cost: float = 0.0,
+                 copy_on: str = "channel", contention: float = 1.0, channels: int = 1, ps: Pattern | None = None,
+                 decoupled: Pattern | None = None, fully_sharded: Pattern | None = None, step_parts: str = "refuse",
+                 comm_contention: float = 1.0, message_compute: float = 0.0, *, pattern: Pattern | None = None) -> None:
+        if not isinstance(profile, Profile):
+            raise ValueError(f"profile must be a Profile, got {type(profile).__name__}")
+        pattern = _pattern_from_keywords(pattern, {"ps": ps, "decoupled": decoupled, "fully_sharded": fully_sharded})
+        if pattern is None:
+            pattern, cost = Pattern.of_cost(cost), None
+        elif not isinstance(pattern, Pattern):
+            raise ValueError(f"pattern must be a Pattern (AllReduce, ParameterServer, Decoupled or FullySharded), "
+                             f"got {type(pattern).__name__}")
+        if cost is not None and not isinstance(cost, CommCost):
+            raise ValueError(f"cost must be a CommCost (e.g. AlphaBeta), got {type(cost).__name__}")
+        values = {"profile": profile, "pattern": pattern, "cost": pattern.channel_cost(cost), "sync": sync,
+                  "copy_cost": copy_cost, "copy_on": copy_on, "contention": contention, "channels": channels,
+                  "step_parts": step_parts, "comm_contention": comm_contention, "message_compute": message_compute}
+        for name, value in values.items():
+            object.__setattr__(self, name, value)
+        self._check()
+
+    def _check(self) -> None:
         if self.sync not in SYNC_MODES:
             choices = ", ".join(repr(s) for s in SYNC_MODES)
             raise ValueError(f"unknown sync {self.sync!r}: choose one of {choices}")
         if self.step_parts not in STEP_PART_RULES:
             raise ValueError(f"unknown step_parts {self.step_parts!r}: choose 'refuse' or 'fit'")
         if self.step_parts == "fit":
-            fitted, notes = fit_step_parts(self.profile, pattern=self.pattern, sync=self.sync)
+            fitted, notes = fit_step_parts(self.profile, pattern=self.pattern.step, sync=self.sync)
             object.__setattr__(self, "profile", fitted)
             for note in notes:
-                warnings.warn(note, UserWarning, stacklevel=3)
-        whole = [part for part in ("update_lump", "post_backward") if getattr(self.profile, part)]
-        if self.sync == "layerwise" and whole and self.decoupled is None:     # the decoupled check says why
-            raise ValueError(
-                f"profile {self.profile.name or 'without a name'!r} has {' and '.join(whole)} time, which waits for "
-                "every gradient (MODEL.md section 4), so it cannot run tensor by tensor under sync='layerwise': "
-                "use sync='barrier', or step_parts='fit' to spread it over the tensors' update times"
-            )
+                warnings.warn(note, UserWarning, stacklevel=4)
         object.__setattr__(self, "copy_cost", _finite("copy_cost", self.copy_cost, minimum=0.0))
         if self.copy_on not in COPY_PLACES:
             raise ValueError(f"unknown copy_on {self.copy_on!r}: choose 'channel' or 'compute'")
@@ -209,71 +204,39 @@ class Problem:
                 f"splits a message into its startup and its bytes, and {type(self.cost).__name__} has no such split"
             )
         check_cost(self.cost, self.profile)
-        if self.ps is not None:
-            self._check_ps()
-        if self.decoupled is not None:
-            self._check_decoupled()
-        if self.fully_sharded is not None:
-            self._check_sharded()
-
-    def _check_sharded(self) -> None:
-        if self.sync != "barrier":
-            raise ValueError(f"a fully sharded step has its own order (MODEL.md section 8.2: forward, backward, "
-                             f"optimiser), so sync does not apply; leave it at 'barrier', not {self.sync!r}")
-        others = {"copy_cost": self.copy_cost != 0.0, "message_compute": self.message_compute != 0.0,
-                  "contention": self.contention != 1.0, "comm_contention": self.comm_contention != 1.0,
-                  "channels": self.channels != 1}
-        for name, on in others.items():
-            if on:
-                raise ValueError(f"fully_sharded does not combine with {name} "
-                                 f"({name}={getattr(self, name)!r}); leave one of them out")
-        if self.profile.post_backward:
-            raise ValueError(
-                f"profile {self.profile.name or 'without a name'!r} has post_backward time (DDP's copies of the "
-                "reduced buckets), which a fully sharded step does not run: drop it with step_parts='fit'")
-        for half in ("reduce_scatter", "all_gather"):
-            try:
-                check_cost(getattr(self.fully_sharded, half), self.profile)
-            except ValueError as exc:
-                raise ValueError(f"{half} cost: {exc}") from None
-
-    def _check_decoupled(self) -> None:
-        others = {"ps": self.ps is not None, "copy_cost": self.copy_cost != 0.0,
-                  "message_compute": self.message_compute != 0.0, "contention": self.contention != 1.0,
-                  "comm_contention": self.comm_contention != 1.0, "channels": self.channels != 1}
-        for name, on in others.items():
-            if on:
-                raise ValueError(f"the decoupled all-reduce does not combine with {name} "
-                                 f"({name}={getattr(self, name)!r}); leave one of them out")
+        for label, cost in self.pattern.collectives.items():
+            if cost is not self.cost:
+                try:
+                    check_cost(cost, self.profile)
+                except ValueError as exc:
+                    raise ValueError(f"{label} cost: {exc}") from None
+        self.pattern.check(self)
         whole = [part for part in ("update_lump", "post_backward") if getattr(self.profile, part)]
-        if whole:
+        if self.sync == "layerwise" and whole:
             raise ValueError(
-                f"profile {self.profile.name or 'without a name'!r} has {' and '.join(whole)} time; a decoupled "
-                "all-reduce updates each tensor's shard after its reduce-scatter (MODEL.md section 8.1) and runs no "
-                "DDP copies: step_parts='fit' spreads the lump over the tensors' update times and drops the copies")
-        for half in ("reduce_scatter", "all_gather"):
-            try:
-                check_cost(getattr(self.decoupled, half), self.profile)
-            except ValueError as exc:
-                raise ValueError(f"{half} cost: {exc}") from None
+                f"profile {self.profile.name or 'without a name'!r} has {' and '.join(whole)} time, which waits for "
+                "every gradient (MODEL.md section 4), so it cannot run tensor by tensor under sync='layerwise': "
+                "use sync='barrier', or step_parts='fit' to spread it over the tensors' update times"
+            )
 
-    def _check_ps(self) -> None:
-        ps = self.ps
-        if self.cost is not ps.push and self.cost != ps.push:
-            raise ValueError(f"cost {self.cost!r} differs from the parameter server's push cost {ps.push!r}: "
-                             "with ps, cost is the push cost; leave it out")
-        others = {"copy_cost": self.copy_cost != 0.0, "message_compute": self.message_compute != 0.0,
-                  "contention": self.contention != 1.0, "comm_contention": self.comm_contention != 1.0,
-                  "channels": self.channels != 1}
-        for name, on in others.items():
-            if on:
-                raise ValueError(f"the parameter server does not combine with {name} "
-                                 f"({name}={getattr(self, name)!r}); leave one of them out")
-        if ps.pull is not ps.push:
-            try:
-                check_cost(ps.pull, self.profile)
-            except ValueError as exc:
-                raise ValueError(f"pull cost: {exc}") from None
+    @property
+    def ps(self) -> Pattern | None:
+        """Deprecated: the pattern when it is a parameter server, else None; use :attr:`pattern`."""
+        return self._deprecated_keyword("ps")
+
+    @property
+    def decoupled(self) -> Pattern | None:
+        """Deprecated: the pattern when it is a decoupled all-reduce, else None; use :attr:`pattern`."""
+        return self._deprecated_keyword("decoupled")
+
+    @property
+    def fully_sharded(self) -> Pattern | None:
+        """Deprecated: the pattern when it is fully sharded, else None; use :attr:`pattern`."""
+        return self._deprecated_keyword("fully_sharded")
+
+    def _deprecated_keyword(self, keyword: str) -> Pattern | None:
+        warnings.warn(f"Problem.{keyword} is deprecated: use Problem.pattern", DeprecationWarning, stacklevel=3)
+        return self.pattern if self.pattern.extension == keyword else None
 
     @property
     def extensions(self) -> tuple[str, ...]:
@@ -289,12 +252,8 @@ class Problem:
             on.append("comm_contention")
         if self.channels > 1:
             on.append("channels")
-        if self.ps is not None:
-            on.append("ps")
-        if self.decoupled is not None:
-            on.append("decoupled")
-        if self.fully_sharded is not None:
-            on.append("fully_sharded")
+        if self.pattern.extension is not None:
+            on.append(self.pattern.extension)
         return tuple(on)
 
     def compute_per_message(self, tensors: np.ndarray, sizes: np.ndarray) -> np.ndarray:
@@ -313,17 +272,6 @@ class Problem:
         if self.copy_on == "compute":
             work = work + self.copy_cost * sizes * (np.asarray(tensors) > 1)
         return work
-
-    @property
-    def pattern(self) -> str:
-        """The communication pattern: ``"all-reduce"``, ``"ps"`` (a parameter server) or
-        ``"decoupled"`` (reduce-scatter and all-gather, MODEL.md section 8.1) or
-        ``"fully-sharded"`` (MODEL.md section 8.2)."""
-        if self.ps is not None:
-            return "ps"
-        if self.fully_sharded is not None:
-            return "fully-sharded"
-        return "decoupled" if self.decoupled is not None else "all-reduce"
 
     def plain(self) -> "Problem":
         """The same profile, cost and sync without extensions (for a parameter server: the
@@ -350,10 +298,12 @@ class Problem:
             )
 
     def __repr__(self) -> str:
-        names = ("copy_cost", "copy_on", "message_compute", "contention", "comm_contention", "channels", "ps",
-                 "decoupled", "fully_sharded", "step_parts")
-        extras = "".join(f", {name}={getattr(self, name)!r}" for name in names
-                         if getattr(self, name) != getattr(Problem, name))
+        defaults = {"copy_cost": 0.0, "copy_on": "channel", "message_compute": 0.0, "contention": 1.0,
+                    "comm_contention": 1.0, "channels": 1, "step_parts": "refuse"}
+        extras = "".join(f", {name}={getattr(self, name)!r}" for name, default in defaults.items()
+                         if getattr(self, name) != default)
+        if self.pattern.extension is not None:
+            return f"Problem({self.profile!r}, sync={self.sync!r}{extras}, pattern={self.pattern!r})"
         return f"Problem({self.profile!r}, {self.cost!r}, sync={self.sync!r}{extras})"
 
 

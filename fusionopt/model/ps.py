@@ -5,7 +5,7 @@ A data-parallel step on a parameter server (PS) moves every gradient byte twice:
 the new parameters down. fusionopt models the two directions as two channels, each running
 its own ordered messages one at a time (MODEL.md section 3), and judges them with
 :func:`fusionopt.model.simulate` on a :class:`~fusionopt.model.problem.Problem` built with
-``ps=ParameterServer(...)``:
+``pattern=ParameterServer(...)``:
 
 * :func:`ps_cost`: the BytePS-style cost of one direction for ``P`` workers and ``K``
   servers, co-located with the workers or not;
@@ -34,12 +34,18 @@ from __future__ import annotations
 import math
 import numbers
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
 from fusionopt.model.collectives import network_link
+from fusionopt.model.bounds import ps_lower_bound
 from fusionopt.model.cost import AlphaBeta, CommCost, check_param
+from fusionopt.model.pattern import Pattern
+from fusionopt.model.plan import Plan
+from fusionopt.model.ps_plan import PSPlan
+from fusionopt.model.ps_timing import simulate_ps
+from fusionopt.model.timeline import Timeline
 
 __all__ = ["ParameterServer", "ps_cost"]
 
@@ -140,8 +146,11 @@ def ps_cost(workers: int, servers: int, latency: float, inverse_bandwidth: float
 
 
 @dataclass(frozen=True, eq=False)
-class ParameterServer:
-    """The parameter-server option of a :class:`~fusionopt.model.problem.Problem`.
+class ParameterServer(Pattern):
+    """The parameter-server pattern of a :class:`~fusionopt.model.problem.Problem`: its plans
+    are :class:`~fusionopt.model.ps_plan.PSPlan` s, its timing
+    :func:`~fusionopt.model.ps_timing.simulate_ps`, its bound
+    :func:`~fusionopt.model.bounds.ps_lower_bound`. The problem's ``cost`` is the push cost.
 
     Parameters
     ----------
@@ -179,6 +188,12 @@ class ParameterServer:
     ...
     ValueError: delta must be >= 0, got -1e-06
     """
+
+    name: ClassVar[str] = "ps"
+    words: ClassVar[str] = "parameter-server"
+    subject: ClassVar[str] = "the parameter server"
+    plan_type: ClassVar[type] = PSPlan
+    extension: ClassVar[str] = "ps"
 
     push: CommCost
     pull: CommCost | None = None
@@ -246,6 +261,31 @@ class ParameterServer:
         sizes = np.asarray(size, dtype=np.float64)
         times = np.where(sizes > 0, self.update_overhead + self.update_per_byte * sizes, 0.0)
         return float(times) if times.ndim == 0 else times
+
+    @property
+    def collectives(self) -> dict[str, CommCost]:
+        return {"push": self.push, "pull": self.pull}
+
+    def channel_cost(self, given: Any) -> CommCost:
+        if given is not None and given is not self.push and given != self.push:
+            raise ValueError(f"cost {given!r} differs from the parameter server's push cost {self.push!r}: "
+                             "with a parameter server, cost is the push cost; leave it out")
+        return self.push
+
+    def check(self, problem: Any) -> None:
+        self.refuse_options(problem)
+
+    def require_plan(self, plan: Any) -> None:
+        if isinstance(plan, Plan):
+            raise ValueError("a parameter-server problem needs a PSPlan (push and pull plans), got Plan; "
+                             "PSPlan.mirror(plan) pulls its messages as they were pushed")
+        super().require_plan(plan)
+
+    def _simulate(self, problem: Any, plan: PSPlan, *, validate: bool, pieces: list | None) -> Timeline:
+        return simulate_ps(problem, plan, validate=validate, pieces=pieces)
+
+    def lower_bound(self, problem: Any, space: str = "any") -> float:
+        return ps_lower_bound(problem)
 
     def __repr__(self) -> str:
         parts = [f"push={self.push!r}"]

@@ -1,7 +1,7 @@
 """Timing of parameter-server plans (MODEL.md section 6): the simulator and a fast evaluator.
 
 :func:`simulate_ps` is what :func:`fusionopt.model.simulate` runs for a problem with
-``ps=ParameterServer(...)``; its docstring is the PS model's statement.
+``pattern=ParameterServer(...)``; its docstring is the PS model's statement.
 :func:`offsets_iteration_time` computes the same ``T`` for the plans of
 :meth:`~fusionopt.model.ps_plan.PSPlan.from_offsets` without building them (the inner loop of
 searches; tests pin it to the simulator). The bound on every PS plan is
@@ -16,6 +16,7 @@ from typing import Iterable
 import numpy as np
 
 from fusionopt.model.plan import Plan
+from fusionopt.model.pattern import require_pattern
 from fusionopt.model.problem import Problem
 from fusionopt.model.ps_plan import PSPlan, check_offsets, stream_offsets
 from fusionopt.model.timeline import ComputePiece, Timeline, read_only
@@ -25,22 +26,13 @@ __all__ = ["simulate_ps", "offsets_iteration_time", "require_ps"]
 
 def require_ps(problem: Problem, what: str) -> None:
     """Raise ``ValueError`` unless ``problem`` has a parameter server: ``what`` needs one."""
-    if not isinstance(problem, Problem):
-        raise ValueError(f"problem must be a Problem, got {type(problem).__name__}")
-    if problem.ps is None:
-        raise ValueError(f"{what} needs a parameter-server problem: Problem(profile, ps=ParameterServer(...))")
+    require_pattern(problem, "ps", what)
 
 
 def check_ps_inputs(problem: Problem, plan: PSPlan) -> None:
     """Raise ``ValueError`` unless ``plan`` is a PS plan for ``problem``'s parameter server."""
-    if problem.ps is None:
-        if isinstance(plan, PSPlan):
-            raise ValueError("a PSPlan needs a parameter-server problem: Problem(profile, ps=ParameterServer(...))")
-        raise ValueError(f"plan must be a Plan, got {type(plan).__name__}")
-    if not isinstance(plan, PSPlan):
-        hint = "; PSPlan.mirror(plan) pulls its messages as they were pushed" if isinstance(plan, Plan) else ""
-        raise ValueError(f"a parameter-server problem needs a PSPlan (push and pull plans), "
-                         f"got {type(plan).__name__}{hint}")
+    require_ps(problem, "simulate_ps")
+    problem.pattern.require_plan(plan)
 
 
 def _pieces_by_tensor(plan: Plan, n: int) -> list[list[tuple[int, int, int]]]:
@@ -122,13 +114,13 @@ def simulate_ps(problem: Problem, plan: PSPlan, *, validate: bool = True, pieces
     >>> from fusionopt.model.ps import ParameterServer
     >>> from fusionopt.model.ps_plan import PSPlan
     >>> profile = Profile.from_arrays([4e6, 1e6, 2e6], [1e-3] * 3, [3e-3, 2e-3, 1e-3])
-    >>> problem = Problem(profile, ps=ParameterServer(AlphaBeta(1e-3, 1e-9)), sync="layerwise")
+    >>> problem = Problem(profile, pattern=ParameterServer(AlphaBeta(1e-3, 1e-9)), sync="layerwise")
     >>> t = simulate(problem, PSPlan.from_groups(profile, push=[[2], [1], [0]], pull=[[0], [1], [2]]))
     >>> (t.pull_end * 1e3).round(9).tolist(), round(t.iteration_time * 1e3, 9)
     ([16.0, 18.0, 21.0], 22.0)
     """
     check_ps_inputs(problem, plan)
-    profile, ps = problem.profile, problem.ps
+    profile, ps = problem.profile, problem.pattern
     if validate:
         plan.validate(profile)
     n = profile.n
@@ -290,7 +282,7 @@ def offsets_iteration_time(problem: Problem, push: Iterable[int] = (), pull: Ite
     >>> from fusionopt.model import AlphaBeta, Problem, Profile
     >>> from fusionopt.model.ps import ParameterServer
     >>> profile = Profile.from_arrays([4e6, 1e6, 2e6], [1e-3] * 3, [3e-3, 2e-3, 1e-3])
-    >>> problem = Problem(profile, ps=ParameterServer(AlphaBeta(1e-3, 1e-9)), sync="layerwise")
+    >>> problem = Problem(profile, pattern=ParameterServer(AlphaBeta(1e-3, 1e-9)), sync="layerwise")
     >>> round(offsets_iteration_time(problem, push=[2_000_000, 3_000_000],
     ...                              pull=[4_000_000, 5_000_000]) * 1e3, 9)    # layer by layer
     22.0
@@ -298,7 +290,7 @@ def offsets_iteration_time(problem: Problem, push: Iterable[int] = (), pull: Ite
     25.0
     """
     require_ps(problem, "offsets_iteration_time")
-    profile, ps = problem.profile, problem.ps
+    profile, ps = problem.profile, problem.pattern
     n = profile.n
     sizes = profile.sizes
     total = profile.total_bytes

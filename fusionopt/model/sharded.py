@@ -5,7 +5,7 @@ The model is cut into contiguous **units** (FSDP's ``fully_shard`` groups, ZeRO-
 buckets); before a unit computes, its parameters are **all-gathered**, and after its
 backward its gradients are **reduce-scattered**. fusionopt judges such a schedule with
 :func:`fusionopt.model.simulate` on a :class:`~fusionopt.model.problem.Problem` built with
-``fully_sharded=FullySharded(...)`` (the timing rules are in
+``pattern=FullySharded(...)`` (the timing rules are in
 :func:`fusionopt.model.sharded_timing.simulate_sharded`):
 
 * :class:`FullySharded`: the reduce-scatter and all-gather costs, each priced on a message's
@@ -28,18 +28,27 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any, ClassVar, Mapping
 
 import numpy as np
 
 from fusionopt.model.collectives import network
-from fusionopt.model.cost import CommCost, Composite
+from fusionopt.model.bounds import sharded_lower_bound
+from fusionopt.model.cost import CommCost, Composite, cost_from_dict
+from fusionopt.model.overhead import with_message_overhead
+from fusionopt.model.pattern import Pattern
+from fusionopt.model.sharded_plan import ShardedPlan
+from fusionopt.model.sharded_program import sharded_program
+from fusionopt.model.sharded_timing import simulate_sharded
+from fusionopt.model.step_program import Program
+from fusionopt.model.timeline import Timeline
 
 __all__ = ["FullySharded"]
 
 
 @dataclass(frozen=True)
-class FullySharded:
-    """The collectives and the memory of a fully sharded problem.
+class FullySharded(Pattern):
+    """The fully sharded pattern: the collectives and the memory of a fully sharded problem.
 
     Parameters
     ----------
@@ -76,6 +85,12 @@ class FullySharded:
     ...
     ValueError: blocking collectives run one at a time on the training thread: channels must be 'one', got 'two'
     """
+
+    name: ClassVar[str] = "fully-sharded"
+    words: ClassVar[str] = "fully sharded"
+    subject: ClassVar[str] = "fully_sharded"
+    plan_type: ClassVar[type] = ShardedPlan
+    extension: ClassVar[str] = "fully_sharded"
 
     reduce_scatter: CommCost
     all_gather: CommCost
@@ -130,3 +145,57 @@ class FullySharded:
     def with_cap(self, memory_cap: float | None) -> "FullySharded":
         """The same collectives (channels, blocking) under another memory cap (bytes; None: no cap)."""
         return FullySharded(self.reduce_scatter, self.all_gather, memory_cap, self.channels, self.blocking)
+
+    def with_message_overhead(self, seconds: float) -> "FullySharded":
+        return FullySharded(with_message_overhead(self.reduce_scatter, seconds),
+                            with_message_overhead(self.all_gather, seconds), self.memory_cap, self.channels, self.blocking)
+
+    def without_cap(self) -> "FullySharded":
+        return self.with_cap(None)
+
+    @property
+    def collectives(self) -> dict[str, CommCost]:
+        return {"reduce_scatter": self.reduce_scatter, "all_gather": self.all_gather}
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"reduce_scatter": self.reduce_scatter.to_dict(), "all_gather": self.all_gather.to_dict(),
+                "memory_cap": self.memory_cap, "channels": self.channels, "blocking": bool(self.blocking)}
+
+    @classmethod
+    def from_dict(cls, doc: Mapping[str, Any], *, source: str = "sharded") -> "FullySharded":
+        """Rebuild the pattern from its :meth:`to_dict` form; one line naming ``source`` if
+        it is not one."""
+        if not isinstance(doc, Mapping):
+            raise ValueError(f"{source}: expected a mapping, got {type(doc).__name__}")
+        halves = [cost_from_dict(doc.get(half), source=f"{source}.{half}") for half in ("reduce_scatter", "all_gather")]
+        return cls(*halves, doc.get("memory_cap"), doc.get("channels", "one"), bool(doc.get("blocking", False)))
+
+    def channel_cost(self, given: Any) -> CommCost:
+        if given is not None:
+            raise ValueError("a fully sharded problem is priced by its reduce-scatter and all-gather costs: "
+                             "leave cost out (it is the all-reduce they make)")
+        return self.all_reduce
+
+    def check(self, problem: Any) -> None:
+        if problem.sync != "barrier":
+            raise ValueError(f"a fully sharded step has its own order (MODEL.md section 8.2: forward, backward, "
+                             f"optimiser), so sync does not apply; leave it at 'barrier', not {problem.sync!r}")
+        self.refuse_options(problem)
+        if problem.profile.post_backward:
+            raise ValueError(
+                f"profile {problem.profile.name or 'without a name'!r} has post_backward time (DDP's copies of the "
+                "reduced buckets), which a fully sharded step does not run: drop it with step_parts='fit'")
+
+    def _simulate(self, problem: Any, plan: ShardedPlan, *, validate: bool, pieces: list | None) -> Timeline:
+        return simulate_sharded(problem, plan, validate=validate, pieces=pieces)
+
+    def lower_bound(self, problem: Any, space: str = "any") -> float:
+        return sharded_lower_bound(problem)
+
+    def program(self, problem: Any, plan: ShardedPlan) -> Program:
+        """The step program of ``plan`` (validated); one communicator only."""
+        self.require_plan(plan)
+        if self.channels != "one":
+            raise ValueError("the executor runs one communicator: FullySharded(channels='two') is not executable")
+        plan.validate(problem.profile)
+        return sharded_program(problem, plan)

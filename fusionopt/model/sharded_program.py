@@ -46,7 +46,7 @@ def sharded_program(problem: Problem, plan: ShardedPlan) -> Program:
     unit_of = np.repeat(np.arange(m), np.diff(plan.bounds))
     program = Program("fully-sharded", sizes)
     ops = program.ops
-    blocking = problem.fully_sharded.blocking
+    blocking = problem.pattern.blocking
     if blocking and plan.reduce_bounds is not None:
         raise ValueError("blocking collectives (FullySharded(blocking=True)) with reduce-scatter groups "
                          "(plan.reduce_bounds, ZeRO-3's buckets) are not modelled: a group's reduce-scatter would "

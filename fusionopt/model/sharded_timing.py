@@ -22,6 +22,7 @@ import numpy as np
 from fusionopt.model.decoupled_plan import ALL_GATHER, REDUCE_SCATTER
 from fusionopt.model.fifo import fifo_job
 from fusionopt.model.flights import Flight, fly, time_to_next, tolerance, transfers
+from fusionopt.model.pattern import require_pattern
 from fusionopt.model.problem import Problem
 from fusionopt.model.sharded_plan import ShardedPlan
 from fusionopt.model.sharded_program import ISSUED, OPTIMISER, sharded_program, unit_spans
@@ -32,10 +33,8 @@ from fusionopt.model.timeline import ComputePiece, Timeline, read_only
 
 def require_sharded(problem: Problem, what: str) -> None:
     """Raise ``ValueError`` unless ``problem`` is fully sharded: ``what`` needs one."""
-    if not isinstance(problem, Problem):
-        raise ValueError(f"problem must be a Problem, got {type(problem).__name__}")
-    if problem.fully_sharded is None:
-        raise ValueError(f"{what} needs a fully sharded problem: Problem(profile, fully_sharded=FullySharded(...))")
+    require_pattern(problem, "fully-sharded", what)
+
 
 class _InIssueOrder:
     """The one channel of a fully sharded step: the program issues collective ``c`` by
@@ -235,7 +234,7 @@ def simulate_sharded(problem: Problem, plan: ShardedPlan, *, validate: bool = Tr
     >>> from fusionopt.model.sharded import FullySharded
     >>> profile = Profile.from_arrays([4e6, 1e6, 2e6], [1e-3] * 3, [3e-3, 2e-3, 1e-3])
     >>> half = AlphaBeta(1e-3, 1e-9)
-    >>> problem = Problem(profile, fully_sharded=FullySharded(half, half))
+    >>> problem = Problem(profile, pattern=FullySharded(half, half))
     >>> t = simulate_sharded(problem, ShardedPlan([0, 3]))
     >>> (t.message_end * 1e3).round(9).tolist(), round(t.iteration_time * 1e3, 9), t.peak_memory
     ([8.0, 19.0, 33.0], 33.0, 14000000)
@@ -256,13 +255,12 @@ def simulate_sharded(problem: Problem, plan: ShardedPlan, *, validate: bool = Tr
     ([0.0, 6.0, 16.0], 24.0, [0, 1, 0])
     """
     require_sharded(problem, "simulate_sharded")
-    if not isinstance(plan, ShardedPlan):
-        raise ValueError(f"a fully sharded problem takes a ShardedPlan, got {type(plan).__name__}")
+    problem.pattern.require_plan(plan)
     profile = problem.profile
     if validate:
         plan.validate(profile)
     program = sharded_program(problem, plan)
-    if problem.fully_sharded.channels == "two":
+    if problem.pattern.channels == "two":
         channel: _TwoChannels | _InIssueOrder = _TwoChannels(problem, program)
     else:
         channel = _InIssueOrder(durations(program, _costs(problem)))
@@ -328,7 +326,7 @@ def simulate_sharded(problem: Problem, plan: ShardedPlan, *, validate: bool = Tr
 
 def _costs(problem: Problem) -> dict:
     """The cost of each kind of collective on a fully sharded problem."""
-    return {REDUCE_SCATTER: problem.fully_sharded.reduce_scatter, ALL_GATHER: problem.fully_sharded.all_gather}
+    return {REDUCE_SCATTER: problem.pattern.reduce_scatter, ALL_GATHER: problem.pattern.all_gather}
 
 
 def _stream(profile, plan: ShardedPlan, unit_forward: list[tuple[float, float]],

@@ -38,7 +38,7 @@ class Timeline:
     busy : float
         Time the channel is busy, ``sum_k c(S_k)``.
 
-    Parameter server (``problem.ps``, :func:`~fusionopt.model.ps_timing.simulate_ps`): the
+    Parameter server (:class:`~fusionopt.model.ps.ParameterServer`, :func:`~fusionopt.model.ps_timing.simulate_ps`): the
     ``message_*`` arrays and ``busy`` describe the push channel, ``reduced`` holds when the
     last pull of each tensor ends, and these are set (``None`` and 0 otherwise):
 
@@ -52,7 +52,7 @@ class Timeline:
         Seconds of partitioned-compute overhead (``delta`` per piece) on the compute
         stream; it counts in ``exposed``, since ``compute_time`` is the profile's ``B + F + U + W``.
 
-    Decoupled all-reduce (``problem.decoupled``,
+    Decoupled all-reduce (:class:`~fusionopt.model.decoupled.Decoupled`,
     :func:`~fusionopt.model.decoupled_timing.simulate_decoupled`): the ``message_*`` arrays
     hold both kinds in channel order, ``reduced`` is when each tensor's last reduce-scatter
     ends, and these are set:
@@ -64,7 +64,7 @@ class Timeline:
     gathered : ndarray
         ``A_i``: when tensor ``i``'s last all-gather ends.
 
-    Fully sharded (``problem.fully_sharded``,
+    Fully sharded (:class:`~fusionopt.model.sharded.FullySharded`,
     :func:`~fusionopt.model.sharded_timing.simulate_sharded`): times from the start of the
     step's forward; ``message_*`` hold every collective in issue order with
     ``message_ready`` its issue time and ``message_kind`` as above, ``gathered`` the end of

@@ -17,6 +17,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Sequence
 
+from fusionopt.model.pattern import Pattern
 from fusionopt.model.problem import Problem
 from fusionopt.solvers.needs import Needs, needs_of
 from fusionopt.solvers.result import Interrupted, Outcome, Result
@@ -188,11 +189,11 @@ def default_methods(problem: Problem | None = None) -> list[str]:
     """
     extensions = set() if problem is None else set(problem.extensions)
     layerwise = problem is not None and problem.sync == "layerwise"
-    pattern = "all-reduce" if problem is None else problem.pattern
+    pattern = Pattern.named("all-reduce") if problem is None else type(problem.pattern)
     return [name for name, m in _CATALOGUE.items()
             if m.in_default_comparison and not (m.plain_only and extensions - set(m.needs.takes))
             and (layerwise or not m.layerwise_only) and not (layerwise and m.needs.barrier)
-            and m.pattern == pattern]
+            and issubclass(pattern, Pattern.named(m.pattern))]
 
 
 def comparison_candidates(problem: Problem | None = None) -> list[str]:
@@ -202,8 +203,9 @@ def comparison_candidates(problem: Problem | None = None) -> list[str]:
     >>> [m for m in comparison_candidates() if m not in default_methods()]
     ['p3', 'bytescheduler', 'bytescheduler-tuned', 'layerwise-opt']
     """
-    pattern = "all-reduce" if problem is None else problem.pattern
-    return [name for name, m in _CATALOGUE.items() if m.in_default_comparison and m.pattern == pattern]
+    pattern = Pattern.named("all-reduce") if problem is None else type(problem.pattern)
+    return [name for name, m in _CATALOGUE.items()
+            if m.in_default_comparison and issubclass(pattern, Pattern.named(m.pattern))]
 
 
 def get_method(name: str) -> Method:
@@ -215,12 +217,6 @@ def get_method(name: str) -> Method:
         raise ValueError(f"unknown method {name!r}; known methods: {known}") from None
 
 
-_KIND = {"ps": "a parameter-server", "decoupled": "a decoupled all-reduce", "all-reduce": "an all-reduce",
-         "fully-sharded": "a fully sharded"}
-_HAS = {"ps": "a parameter server", "decoupled": "a decoupled all-reduce (decoupled=...)",
-        "all-reduce": "all-reduce (no ps)", "fully-sharded": "full sharding (fully_sharded=...)"}
-
-
 def run(problem: Problem, name: str, **options: Any) -> Result:
     """Solve ``problem`` with method ``name`` and its keyword ``options`` (what
     :func:`fusionopt.solvers.solve` does once every solver is registered): the method must
@@ -229,10 +225,13 @@ def run(problem: Problem, name: str, **options: Any) -> Result:
     if not isinstance(problem, Problem):
         raise ValueError(f"problem must be a Problem, got {type(problem).__name__}")
     entry = get_method(name)
-    if entry.pattern != problem.pattern:
-        others = ", ".join(n for n, m in _CATALOGUE.items() if m.pattern == problem.pattern)
-        raise ValueError(f"method {name!r} is {_KIND[entry.pattern]} method and this problem uses "
-                         f"{_HAS[problem.pattern]}; methods for it: {others}")
+    have = problem.pattern
+    if not have.is_a(entry.pattern):
+        wanted = Pattern.named(entry.pattern)
+        others = ", ".join(n for n, m in _CATALOGUE.items() if have.is_a(m.pattern))
+        raise ValueError(f"method {name!r} is {wanted.article()} {wanted.words} method and this problem is "
+                         f"{have.article()} {have.words} problem (pattern={type(have).__name__}(...)); "
+                         f"methods for it: {others}")
     allowed = entry.options
     for key in options:
         if key not in allowed:

@@ -118,7 +118,7 @@ def compare(problem: Problem, methods: Iterable[str] | None = None) -> Compariso
     >>> from fusionopt.model.decoupled import Decoupled
     >>> timed = Profile.from_arrays([4e6, 1e6, 2e6], [1e-3] * 3, [3e-3, 2e-3, 1e-3], update=[1e-4] * 3)
     >>> half = AlphaBeta(1e-3, 1e-9)
-    >>> table = compare(Problem(timed, decoupled=Decoupled(half, half, update_after_gather=True)))
+    >>> table = compare(Problem(timed, pattern=Decoupled(half, half, update_after_gather=True)))
     >>> [r.method for r in table]
     ['decoupled-wfbp', 'decoupled-opt', 'decoupled-dp']
     >>> table.left_out["megatron"]
@@ -136,7 +136,7 @@ def compare(problem: Problem, methods: Iterable[str] | None = None) -> Compariso
         get_method(name)
     left_out = {} if explicit else {name: _refusal(problem, name) for name in comparison_candidates(problem)
                                     if name not in names}
-    base = REFERENCE[problem.pattern]
+    base = REFERENCE[problem.pattern.step]
     refused = []
     results: dict[str, Result] = {}
     with solved_once():
@@ -228,12 +228,7 @@ def _bounded_by_exact_optima(problem: Problem, results: dict[str, Result]) -> di
 
 def _costs(problem: Problem) -> tuple[CommCost, ...]:
     """The communication costs of ``problem``'s pattern."""
-    for halves in (problem.decoupled, problem.fully_sharded):
-        if halves is not None:
-            return (halves.reduce_scatter, halves.all_gather)
-    if problem.ps is not None:
-        return (problem.ps.push, problem.ps.pull)
-    return (problem.cost,)
+    return problem.pattern.costs
 
 
 def _speedup(reference: float, value: float) -> float:

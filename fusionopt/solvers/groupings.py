@@ -47,7 +47,7 @@ def dear_groups(problem: Problem, threshold_mb: float = DEAR_THRESHOLD_MB) -> li
     >>> mb = 2 ** 20
     >>> profile = Profile.from_arrays([10 * mb, 2 * mb, 20 * mb, 8 * mb], [0.0] * 4, [1e-3] * 4,
     ...                               names=["a.weight", "a.bias", "b.weight", "c.weight"])
-    >>> dear_groups(Problem(profile, decoupled=Decoupled(AlphaBeta(0, 1e-9), AlphaBeta(0, 1e-9))))
+    >>> dear_groups(Problem(profile, pattern=Decoupled(AlphaBeta(0, 1e-9), AlphaBeta(0, 1e-9))))
     [[0, 1], [2], [3]]
     """
     if isinstance(threshold_mb, bool) or not isinstance(threshold_mb, (int, float)) or not (

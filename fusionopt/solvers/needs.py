@@ -13,6 +13,7 @@ import functools
 from dataclasses import dataclass
 from typing import Any, Callable, TypeVar
 
+from fusionopt.model.pattern import Pattern
 from fusionopt.model.problem import Problem
 
 F = TypeVar("F", bound=Callable)
@@ -40,7 +41,7 @@ class Needs:
     >>> Needs(pattern="allreduce")
     Traceback (most recent call last):
     ...
-    ValueError: unknown pattern 'allreduce': choose one of all-reduce, ps, decoupled, fully-sharded
+    ValueError: unknown pattern 'allreduce': choose one of ...
     """
 
     plain: bool = False
@@ -68,8 +69,7 @@ class Needs:
         return "; ".join(words)
 
     def __post_init__(self) -> None:
-        if self.pattern not in PATTERN_WORDS:
-            raise ValueError(f"unknown pattern {self.pattern!r}: choose one of {', '.join(PATTERN_WORDS)}")
+        Pattern.named(self.pattern)
 
     def tensor_limit(self, problem: Problem) -> int | None:
         """The most tensors the method takes on ``problem``'s options (None: no limit)."""
@@ -81,23 +81,13 @@ class Needs:
         """Raise a one-line ``ValueError`` naming ``method`` if it does not take ``problem``."""
         if not isinstance(problem, Problem):
             raise ValueError(f"problem must be a Problem, got {type(problem).__name__}")
-        if self.pattern != problem.pattern:
-            if self.pattern == "ps":
-                raise ValueError(f"{method} needs a parameter-server problem: Problem(profile, ps=ParameterServer(...))")
-            if self.pattern == "decoupled":
-                raise ValueError(f"{method} needs a decoupled problem: Problem(profile, decoupled=Decoupled(...))")
-            if self.pattern == "fully-sharded":
-                raise ValueError(f"{method} needs a fully sharded problem: Problem(profile, fully_sharded=FullySharded(...))")
-            if problem.fully_sharded is not None:
-                words = PATTERN_WORDS[self.pattern]
-                article = "an" if words[0] in "aeiou" else "a"
-                raise ValueError(f"{method} is {article} {words} method and this problem is fully sharded "
-                                 "(fully_sharded=...): use a fully sharded method such as fsdp2")
-            if problem.ps is not None:
-                raise ValueError(f"{method} is an all-reduce method and this problem has a parameter server "
-                                 "(ps=...): use a parameter-server method such as ps-dp")
-            raise ValueError(f"{method} is an all-reduce method and this problem is a decoupled all-reduce "
-                             "(decoupled=...): use a decoupled method such as decoupled-wfbp")
+        if not problem.pattern.is_a(self.pattern):
+            wanted, have = Pattern.named(self.pattern), problem.pattern
+            if wanted.extension is not None:
+                raise ValueError(f"{method} needs {wanted.article()} {wanted.words} problem: {wanted.spelling()}")
+            raise ValueError(f"{method} is {wanted.article()} {wanted.words} method and this problem is "
+                             f"{have.article()} {have.words} problem (pattern={type(have).__name__}(...)): use a "
+                             f"{have.words} method (fusionopt methods lists them)")
         if self.plain:
             problem.require_plain(method, allowing=self.takes)
         if self.layerwise:

@@ -8,7 +8,6 @@ from enum import Enum
 from types import MappingProxyType
 from typing import Any, Callable, Mapping
 
-from fusionopt.model.bounds import best_bound, decoupled_lower_bound, ps_lower_bound, sharded_lower_bound
 from fusionopt.model.decoupled_plan import DecoupledPlan
 from fusionopt.model.plan import Plan
 from fusionopt.model.problem import Problem
@@ -170,11 +169,9 @@ def finish(
     """Validate and simulate ``plan``, attach the best known bound and build the Result: the
     one path every solver's result takes, all-reduce and parameter server alike.
 
-    The model's bound is :func:`~fusionopt.model.bounds.best_bound` for the plans of
-    ``space`` on an all-reduce problem, :func:`~fusionopt.model.bounds.ps_lower_bound` on a
-    parameter-server problem and :func:`~fusionopt.model.bounds.decoupled_lower_bound` on a
-    decoupled all-reduce, :func:`~fusionopt.model.bounds.sharded_lower_bound` on a fully
-    sharded problem (``space`` does not apply to these). On a fully sharded problem with a
+    The model's bound is the pattern's (:meth:`~fusionopt.model.pattern.Pattern.lower_bound`:
+    :func:`~fusionopt.model.bounds.best_bound` for the plans of ``space`` on an all-reduce
+    problem; ``space`` does not apply to the other patterns). On a fully sharded problem with a
     memory cap, a plan whose peak memory exceeds the cap is returned with status
     ``INFEASIBLE`` (what a framework's fixed setting would run out of memory on), no gap,
     and its excess bytes in ``stats["over_memory_cap"]``. A plan of another kind (a
@@ -184,7 +181,7 @@ def finish(
     >>> from fusionopt.model import AlphaBeta, Profile
     >>> from fusionopt.model.ps import ParameterServer
     >>> profile = Profile.from_arrays([8], [1e-3], [1e-3])
-    >>> problem = Problem(profile, ps=ParameterServer(AlphaBeta(1e-3, 0.0)))
+    >>> problem = Problem(profile, pattern=ParameterServer(AlphaBeta(1e-3, 0.0)))
     >>> r = finish(problem, PSPlan.from_offsets(profile), "one", time.perf_counter())
     >>> round(r.iteration_time * 1e3, 9), str(r.status)      # 1 + 1 + 1 + 1: meets the bound
     (4.0, 'OPTIMAL')
@@ -208,26 +205,20 @@ def finish(
         itself is the bound reported.
     """
     timeline = simulate(problem, plan, validate=True)      # a plan of the other kind: ValueError
-    if problem.ps is not None:
-        model_bound = ps_lower_bound(problem)
-    elif problem.decoupled is not None:
-        model_bound = decoupled_lower_bound(problem)
-    elif problem.fully_sharded is not None:
-        model_bound = sharded_lower_bound(problem)
-        cap = problem.fully_sharded.memory_cap
-        if cap is not None and timeline.peak_memory > cap:
-            # The plan breaks the memory cap: what the framework would run out of memory on.
-            # The bound the cap gives holds for plans within it only.
-            uncapped = Problem(problem.profile, fully_sharded=problem.fully_sharded.with_cap(None))
-            model_bound = sharded_lower_bound(uncapped)
-            stats = {**(stats or {}), "over_memory_cap": timeline.peak_memory - cap}
-            return _conclude(plan, method, started, timeline, model_bound, stats=stats,
-                             lower_bound=None, status=Status.INFEASIBLE, tolerance=tolerance, optimal=False,
-                             feasible=False)
-    else:
-        if space == "fusion" and not plan.is_fusion(problem.profile):
-            raise AssertionError(f"{method}: a fusion method returned a plan that is not a fusion plan")
-        model_bound = best_bound(problem, space=space)
+    pattern = problem.pattern
+    cap = pattern.memory_cap
+    if cap is not None and timeline.peak_memory > cap:
+        # The plan breaks the memory cap: what the framework would run out of memory on.
+        # The bound the cap gives holds for plans within it only.
+        uncapped = Problem(problem.profile, pattern=pattern.without_cap())
+        model_bound = uncapped.pattern.lower_bound(uncapped)
+        stats = {**(stats or {}), "over_memory_cap": timeline.peak_memory - cap}
+        return _conclude(plan, method, started, timeline, model_bound, stats=stats,
+                         lower_bound=None, status=Status.INFEASIBLE, tolerance=tolerance, optimal=False,
+                         feasible=False)
+    if not pattern.plan_in_space(problem, plan, space):
+        raise AssertionError(f"{method}: a fusion method returned a plan that is not a fusion plan")
+    model_bound = pattern.lower_bound(problem, space=space)
     return _conclude(plan, method, started, timeline, model_bound, stats=stats,
                      lower_bound=lower_bound, status=status, tolerance=tolerance, optimal=optimal)
 

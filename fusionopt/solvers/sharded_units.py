@@ -54,14 +54,14 @@ def atom_bounds(profile: Profile, atoms: str | Sequence[int] = "module") -> list
 def plan_score(problem: Problem, plan: ShardedPlan) -> tuple[float, float]:
     """``(bytes over the cap, T)``: lexicographically smaller is better."""
     timeline = simulate_sharded(problem, plan, validate=False)
-    cap = problem.fully_sharded.memory_cap
+    cap = problem.pattern.memory_cap
     over = 0.0 if cap is None else max(0.0, timeline.peak_memory - cap)
     return over, timeline.iteration_time
 
 
 def check_floor(problem: Problem, method: str) -> None:
     """Refuse a cap no plan can meet (:func:`~fusionopt.model.bounds.sharded_memory_floor`)."""
-    cap = problem.fully_sharded.memory_cap
+    cap = problem.pattern.memory_cap
     if cap is None:
         return
     floor, tensor = sharded_memory_floor(problem)
@@ -74,7 +74,7 @@ def check_floor(problem: Problem, method: str) -> None:
 
 
 def infeasible(problem: Problem, method: str, least_over: float) -> ValueError:
-    cap = problem.fully_sharded.memory_cap
+    cap = problem.pattern.memory_cap
     return ValueError(f"{method}: no plan it searched fits the memory cap of {cap:.6g} B; the least peak found "
                       f"is {cap + least_over:.6g} B")
 

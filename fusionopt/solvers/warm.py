@@ -15,9 +15,9 @@ from __future__ import annotations
 
 from typing import Any, Callable, Mapping, Sequence
 
+from fusionopt.model.pattern import Pattern
 from fusionopt.model.problem import Problem
 from fusionopt.solvers.catalogue import get_method, run
-from fusionopt.solvers.needs import PATTERN_WORDS
 from fusionopt.solvers.result import Result
 
 
@@ -90,11 +90,10 @@ def hint_plan(problem: Problem, hint: Any, *, method: str, plan_type: type, best
             entry = get_method(hint)
         except ValueError as exc:
             raise ValueError(f"hint {hint!r} is neither 'best-baseline' nor a method: {exc}") from None
-        if entry.pattern != problem.pattern:
-            words = PATTERN_WORDS[problem.pattern]
-            article = "an" if words[0] in "aeiou" else "a"
-            raise ValueError(f"hint {hint!r} is neither 'best-baseline' nor {article} {words} method: it plans "
-                             f"{PATTERN_WORDS[entry.pattern]} problems")
+        if not problem.pattern.is_a(entry.pattern):
+            have = problem.pattern
+            raise ValueError(f"hint {hint!r} is neither 'best-baseline' nor {have.article()} {have.words} method: "
+                             f"it plans {Pattern.named(entry.pattern).words} problems")
         taken = {key: value for key, value in (options or {}).items()
                  if value is not None and key in entry.options}
         on, label = problem, hint

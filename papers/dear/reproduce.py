@@ -163,9 +163,9 @@ def problems(profile: Profile, net: str, P: int = WORKERS) -> dict[str, Problem]
     return {
         "ar-barrier": Problem(profile, network(net, P), sync="barrier"),
         "ar-layerwise": Problem(profile, network(net, P), sync="layerwise"),
-        "dec-layerwise": Problem(profile, decoupled=Decoupled.from_network(net, P, update_after_gather=True),
+        "dec-layerwise": Problem(profile, pattern=Decoupled.from_network(net, P, update_after_gather=True),
                                  sync="layerwise"),
-        "dec-barrier": Problem(profile, decoupled=Decoupled.from_network(net, P), sync="barrier"),
+        "dec-barrier": Problem(profile, pattern=Decoupled.from_network(net, P), sync="barrier"),
     }
 
 
@@ -210,7 +210,7 @@ def solve_cell(profile: Profile, net: str, evaluations: int, kicks: int, full: b
     # No all-gather of DeAR's decoupled problem starts before the backward ends (the first holds tensor 0, whose
     # gradient is ready last, and waits for its reduce-scatter), and every byte is all-gathered: at least one
     # message of all of them on an affine cost. So B + c_AG(every byte) bounds every plan of decoupled-dp's space.
-    gather_all = float(probs["dec-layerwise"].decoupled.all_gather.of_sizes(np.array([float(profile.total_bytes)]))[0])
+    gather_all = float(probs["dec-layerwise"].pattern.all_gather.of_sizes(np.array([float(profile.total_bytes)]))[0])
     res["ag-floor"] = Outcome(T=profile.B + gather_all, status="bound")
     if full:
         check_exact(res)

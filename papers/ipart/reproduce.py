@@ -187,7 +187,7 @@ class Instance:
 
 def solve_all(profile: Profile, ps: ParameterServer, keys=None) -> Instance:
     """The methods of METHODS (those in ``keys``, default all) on ``profile`` under ``ps``."""
-    problem = Problem(profile, ps=ps, sync="layerwise")
+    problem = Problem(profile, pattern=ps, sync="layerwise")
     specs = [(key, method, options) for key, method, options, _ in METHODS if keys is None or key in keys]
     return Instance(problem, solve_methods(problem, specs), ps_lower_bound(problem))
 
@@ -475,7 +475,7 @@ def report(ctx) -> str:
           "* **Synchronisation** `sync=\"layerwise\"` for every method (each layer's forward waits for its "
           "own pull: how iBatch and iPart overlap pulls with the forward; the default PS is the same in "
           "both modes).",
-          "* **Methods** (`fusionopt.solve(Problem(profile, ps=..., sync=\"layerwise\"), name)`; all "
+          "* **Methods** (`fusionopt.solve(Problem(profile, pattern=..., sync=\"layerwise\"), name)`; all "
           "[reconstructed], see `fusionopt/solvers/baselines/ps.py` and `ipart.py`): **default PS** (`ps-default`: "
           "one push of everything after the backward, one pull before the forward); **layer-by-layer** "
           "(`ps-layer`: one push per layer in backward order overlapping the backward, one pull per layer "

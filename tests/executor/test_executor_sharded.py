@@ -25,12 +25,12 @@ KINDS = {0: "reduce-scatter", 1: "all-gather"}
 
 
 def decoupled_problem(sync="barrier", after=False, **kwargs):
-    return Problem(small_profile(update=2e-4, **kwargs), decoupled=Decoupled(HALF, HALF, update_after_gather=after),
+    return Problem(small_profile(update=2e-4, **kwargs), pattern=Decoupled(HALF, HALF, update_after_gather=after),
                    sync=sync)
 
 
 def sharded_problem(**kwargs):
-    return Problem(small_profile(update=2e-4, **kwargs), fully_sharded=FullySharded(HALF, HALF))
+    return Problem(small_profile(update=2e-4, **kwargs), pattern=FullySharded(HALF, HALF))
 
 
 def sharded_plans():
@@ -89,7 +89,7 @@ def test_an_interleaved_decoupled_order_runs_as_ordered():
 
 def test_chunked_decoupled_plans_with_odd_bytes_use_byte_words():
     profile = small_profile([1001, 7, 64], update=1e-4)
-    problem = Problem(profile, decoupled=Decoupled(HALF, HALF))
+    problem = Problem(profile, pattern=Decoupled(HALF, HALF))
     rs = Plan.from_dict({"schema": "fusionopt.plan", "version": 1,
                          "messages": [[[2, 0, 64], [1, 0, 7], [0, 0, 500]], [[0, 500, 1001]]]})
     plan = DecoupledPlan(rs, Plan.from_groups(profile, [[0, 1, 2]]))
@@ -137,19 +137,19 @@ def test_the_program_replays_the_models_timeline_exactly(case):
     profile = small_profile([4096, 1024, 2048, 512], update=3e-4)
     ag = AlphaBeta(3e-4, 2e-9)
     problems_and_plans = [
-        (Problem(profile, decoupled=Decoupled(HALF, ag), sync="layerwise"),
+        (Problem(profile, pattern=Decoupled(HALF, ag), sync="layerwise"),
          DecoupledPlan.from_groups(profile, [[3, 2], [1], [0]], [[0], [1, 2, 3]], order=[0, 0, 0, 1, 1])),
-        (Problem(profile, decoupled=Decoupled(HALF, ag, update_after_gather=True), sync="layerwise"),
+        (Problem(profile, pattern=Decoupled(HALF, ag, update_after_gather=True), sync="layerwise"),
          DecoupledPlan.from_groups(profile, [[3], [2, 1], [0]], [[3], [2, 1], [0]], order=[0, 1, 0, 1, 0, 1])),
-        (Problem(profile, decoupled=Decoupled(HALF, ag, update_after_gather=True)),
+        (Problem(profile, pattern=Decoupled(HALF, ag, update_after_gather=True)),
          DecoupledPlan.from_groups(profile, [[3, 2, 1, 0]], [[0, 1, 2, 3]])),
-        (Problem(profile, fully_sharded=FullySharded(HALF, ag)), ShardedPlan([0, 1, 3, 4], root=True)),
-        (Problem(profile, fully_sharded=FullySharded(HALF, ag)),
+        (Problem(profile, pattern=FullySharded(HALF, ag)), ShardedPlan([0, 1, 3, 4], root=True)),
+        (Problem(profile, pattern=FullySharded(HALF, ag)),
          ShardedPlan([0, 2, 4], [False, True], forward_prefetch=0, backward_prefetch=2, reduce_bounds=[0, 1, 3, 4])),
-        (Problem(profile, fully_sharded=FullySharded(HALF, ag)), ShardedPlan.per_tensor(profile, backward_prefetch=0)),
-        (Problem(profile, fully_sharded=FullySharded(HALF, ag)),
+        (Problem(profile, pattern=FullySharded(HALF, ag)), ShardedPlan.per_tensor(profile, backward_prefetch=0)),
+        (Problem(profile, pattern=FullySharded(HALF, ag)),
          ShardedPlan([0, 2, 4], [True, True], reduce_bounds=[0, 4], persistent=[False, True, True, True])),
-        (Problem(profile, fully_sharded=FullySharded(HALF, ag)),
+        (Problem(profile, pattern=FullySharded(HALF, ag)),
          ShardedPlan([0, 1, 3, 4], root=True, persistent=[True, False, False, True])),
     ]
     problem, plan = problems_and_plans[case]
@@ -226,7 +226,7 @@ def test_local_reduce_scatter_and_all_gather_are_exact():
 def test_jobs_of_both_patterns_travel_as_json():
     for problem, plan in ((decoupled_problem("layerwise", True),
                            DecoupledPlan.from_groups(small_profile(), [[2], [1, 0]], [[0], [1, 2]])),
-                          (Problem(small_profile(), fully_sharded=FullySharded(HALF, HALF, memory_cap=1e6)),
+                          (Problem(small_profile(), pattern=FullySharded(HALF, HALF, memory_cap=1e6)),
                            ShardedPlan([0, 1, 3], reduce_bounds=[0, 2, 3]))):
         job = Job(problem, plan, iterations=1, warmup=0, backend="mpi")
         again = Job.from_dict(json.loads(json.dumps(job.to_dict())))

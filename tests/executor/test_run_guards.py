@@ -63,7 +63,7 @@ def test_a_plan_within_the_memory_cap_runs(sharded_files, capsys):
 
 
 def test_the_python_api_refuses_a_plan_over_the_cap():
-    problem = Problem(small_profile(), fully_sharded=FullySharded(HALF, HALF, memory_cap=14335))
+    problem = Problem(small_profile(), pattern=FullySharded(HALF, HALF, memory_cap=14335))
     plan = ShardedPlan([0, 3], [False])
     assert simulate(problem, plan).peak_memory == 14336
     with pytest.raises(ValueError, match=r"peak of 14 KiB \(14336 B\) .* over the memory cap"):
@@ -93,9 +93,9 @@ def test_a_run_too_big_for_the_host_is_refused_before_allocating(tmp_path, capsy
 def test_sharded_runs_too_big_are_refused_too(pattern):
     profile = huge_profile()
     if pattern == "decoupled":
-        problem, plan = Problem(profile, decoupled=Decoupled(HALF, HALF)), DecoupledPlan.from_groups(profile, [[2], [1, 0]], [[0, 1], [2]])
+        problem, plan = Problem(profile, pattern=Decoupled(HALF, HALF)), DecoupledPlan.from_groups(profile, [[2], [1, 0]], [[0, 1], [2]])
     else:
-        problem, plan = Problem(profile, fully_sharded=FullySharded(HALF, HALF)), ShardedPlan.per_tensor(profile)
+        problem, plan = Problem(profile, pattern=FullySharded(HALF, HALF)), ShardedPlan.per_tensor(profile)
     with pytest.raises(MemoryError, match=r"^the run needs .* of memory on this host: 3 ranks x .* is available"):
         run(problem, plan, ranks=3, iterations=1)
 
@@ -130,10 +130,10 @@ def test_rank_bytes_is_what_a_rank_allocates(pattern):
     if pattern == "all-reduce":
         job, runner = Job(Problem(profile, HALF), Plan.from_groups(profile, [[2], [1, 0]])), RankRunner
     elif pattern == "decoupled":
-        job = Job(Problem(profile, decoupled=Decoupled(HALF, HALF)), DecoupledPlan.from_groups(profile, [[2], [1, 0]], [[0, 1], [2]]))
+        job = Job(Problem(profile, pattern=Decoupled(HALF, HALF)), DecoupledPlan.from_groups(profile, [[2], [1, 0]], [[0, 1], [2]]))
         runner = ShardedRankRunner
     else:
-        job = Job(Problem(profile, fully_sharded=FullySharded(HALF, HALF)), ShardedPlan([0, 2, 3]))
+        job = Job(Problem(profile, pattern=FullySharded(HALF, HALF)), ShardedPlan([0, 2, 3]))
         runner = ShardedRankRunner
     expected = rank_bytes(job, 1)
     allocated = allocated_by_set_up(runner, job)

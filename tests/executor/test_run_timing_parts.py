@@ -53,7 +53,7 @@ def test_no_rank_checks_its_bytes_while_another_rank_is_in_its_step(monkeypatch,
         problem = small_problem()
         plan = Plan.from_groups(problem.profile, [[2], [1, 0]])
     else:
-        problem = Problem(small_profile(update=2e-4), fully_sharded=FullySharded(HALF, HALF))
+        problem = Problem(small_profile(update=2e-4), pattern=FullySharded(HALF, HALF))
         plan = ShardedPlan([0, 2, 3])
     m = run(problem, plan, ranks=2, iterations=3, warmup=1, time_scale=0.1)
     assert m.correct and m.check_times.shape == (3,) and (m.check_times > 0).all()
@@ -69,7 +69,7 @@ def test_each_message_marks_its_collective_between_its_copies(pattern):
         problem = small_problem()
         plan = Plan.from_groups(problem.profile, [[2], [1, 0]])
     else:
-        problem = Problem(small_profile(update=2e-4), fully_sharded=FullySharded(HALF, HALF))
+        problem = Problem(small_profile(update=2e-4), pattern=FullySharded(HALF, HALF))
         plan = ShardedPlan([0, 2, 3])
     m = run(problem, plan, ranks=3, iterations=2, warmup=1, time_scale=0.1)
     messages = m.predicted.message_end.size

@@ -62,7 +62,7 @@ def hand_fsdp2_advice(model):
     """FSDP2 settings for a plan of a root (the embedding; norm and head), ``layers.0``
     resharded, ``layers.1`` and ``layers.2`` together kept, prefetching 3 ahead in the
     forward and 2 in the backward: a unit of two modules and both prefetch lists."""
-    problem = Problem(profile_of(model), fully_sharded=FullySharded(AlphaBeta(1e-3, 1e-9), AlphaBeta(1e-3, 1e-9)))
+    problem = Problem(profile_of(model), pattern=FullySharded(AlphaBeta(1e-3, 1e-9), AlphaBeta(1e-3, 1e-9)))
     plan = ShardedPlan([0, 1, 5, 13, 17], [False, True, False, False], forward_prefetch=3, backward_prefetch=2,
                        root=True)
     return {"fsdp2": {**fsdp2_settings(problem, plan).to_dict(), "defaults": False}}

@@ -52,7 +52,7 @@ def timeline():
     model = tiny_transformer()
     profile = profile_model(model, torch.randint(0, 32, (64,)), steps=1, warmup=0)
     plan = fsdp2_plan(profile)
-    problem = Problem(profile, fully_sharded=FullySharded(AlphaBeta(1e-4, 1e-9), AlphaBeta(1e-4, 1e-9)))
+    problem = Problem(profile, pattern=FullySharded(AlphaBeta(1e-4, 1e-9), AlphaBeta(1e-4, 1e-9)))
     return profile, plan, simulate(problem, plan)
 
 

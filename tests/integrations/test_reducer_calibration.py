@@ -90,7 +90,7 @@ def test_fully_sharded_collectives_each_pay_it():
     # channel critical (startups far above the compute), T grows by collectives x figure.
     profile = Profile.from_arrays([4e3] * 4, [1e-5] * 4, [1e-5] * 4, names=[f"layers.{i}.weight" for i in range(4)])
     sharded = FullySharded(reduce_scatter=AlphaBeta(5e-3, 0.0), all_gather=AlphaBeta(5e-3, 0.0))
-    problem = Problem(profile, fully_sharded=sharded)
+    problem = Problem(profile, pattern=sharded)
     plan = fsdp2_plan(profile)
     plain = simulate(problem, plan)
     slower = simulate(with_overhead(problem, per_step=0.0, per_message=1e-3), plan)

@@ -95,9 +95,9 @@ def test_comm_contention_is_checked_and_named():
     assert Problem(p, cost, comm_contention=1.0).extensions == ()
     with pytest.raises(ValueError, match=r"the parameter server does not combine with comm_contention "
                                          r"\(comm_contention=2.0\)"):
-        Problem(p, ps=ParameterServer(AlphaBeta(1e-4, 1e-9)), comm_contention=2.0)
+        Problem(p, pattern=ParameterServer(AlphaBeta(1e-4, 1e-9)), comm_contention=2.0)
     with pytest.raises(ValueError, match=r"the decoupled all-reduce does not combine with comm_contention"):
-        Problem(p, decoupled=Decoupled(AlphaBeta(1e-4, 5e-10), AlphaBeta(1e-4, 5e-10)), comm_contention=2.0)
+        Problem(p, pattern=Decoupled(AlphaBeta(1e-4, 5e-10), AlphaBeta(1e-4, 5e-10)), comm_contention=2.0)
     with pytest.raises(ValueError, match="channel_schedule does not model contention"):
         channel_schedule(Problem(p, cost, channels=2, comm_contention=2.0), [True, True])
 

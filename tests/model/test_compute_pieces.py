@@ -94,7 +94,7 @@ def test_packing_on_the_compute_stream_is_a_piece_after_its_backward():
 def test_parameter_server_layerwise():
     # simulate_ps's example: pulls end at 16, 18, 21; forwards 16, 18, 21 -> 22 ms.
     profile = worked_profile()
-    problem = Problem(profile, ps=ParameterServer(AlphaBeta(MS, 1e-9)), sync="layerwise")
+    problem = Problem(profile, pattern=ParameterServer(AlphaBeta(MS, 1e-9)), sync="layerwise")
     pieces = compute_pieces(problem, PSPlan.from_groups(profile, push=[[2], [1], [0]], pull=[[0], [1], [2]]))
     assert rounded(pieces) == [
         ("backward", 2, 0.0, 1.0, None), ("backward", 1, 1.0, 3.0, None), ("backward", 0, 3.0, 6.0, None),
@@ -108,7 +108,7 @@ def test_parameter_server_barrier_runs_the_updates_back_to_back():
     # Same pushes (1 -> 4, 4 -> 6, 6 -> 11), pulls in forward order 11 -> 16, 16 -> 18,
     # 18 -> 21; barrier: updates of 0.5 ms from 21 to 22.5, forwards 22.5 -> 25.5 ms.
     profile = worked_profile(update=[0.5 * MS] * 3)
-    problem = Problem(profile, ps=ParameterServer(AlphaBeta(MS, 1e-9)))
+    problem = Problem(profile, pattern=ParameterServer(AlphaBeta(MS, 1e-9)))
     plan = PSPlan.from_groups(profile, push=[[2], [1], [0]], pull=[[0], [1], [2]])
     pieces = compute_pieces(problem, plan)
     assert rounded(pieces[3:]) == [
@@ -126,7 +126,7 @@ def test_parameter_server_partitioned_compute_follows_the_chunks():
     # 12 -> 13 and, after the second half's pull, 15 -> 16; t1 17 -> 18, t2 20 -> 21 ms.
     profile = worked_profile()
     ps = ParameterServer(AlphaBeta(MS, 1e-9), partition_compute=True, delta=0.5 * MS)
-    problem = Problem(profile, ps=ps, sync="layerwise")
+    problem = Problem(profile, pattern=ps, sync="layerwise")
     halves = (Chunk(0, 0, 2_000_000), Chunk(0, 2_000_000, 4_000_000))
     push = Plan((Message((Chunk(2, 0, 2_000_000),)), Message((Chunk(1, 0, 1_000_000),)),
                  Message((halves[0],)), Message((halves[1],))))
@@ -148,7 +148,7 @@ def test_parameter_server_partitioned_compute_follows_the_chunks():
 def test_compute_pieces_checks_its_inputs():
     profile = worked_profile()
     problem = Problem(profile, AlphaBeta(MS, 1e-9))
-    with pytest.raises(ValueError, match="a PSPlan needs a parameter-server problem"):
+    with pytest.raises(ValueError, match=r"an all-reduce problem takes a Plan, got PSPlan; a PSPlan is for Problem\(profile, pattern=ParameterServer"):
         compute_pieces(problem, PSPlan.mirror(Plan.per_tensor(profile)))
     t0_missing = Plan((Message((Chunk(2, 0, 2_000_000),)), Message((Chunk(1, 0, 1_000_000),))))
     with pytest.raises(ValueError, match=r"tensor 't0' \(index 0\): bytes \[0, 4000000\) are missing"):
@@ -293,7 +293,7 @@ def test_recording_the_pieces_changes_no_event_timeline_number(data, problem):
 @settings(deadline=None)
 @given(data=st.data(), problem=ps_problems())
 def test_parameter_server_pieces_are_the_simulated_stream(data, problem):
-    profile, ps = problem.profile, problem.ps
+    profile, ps = problem.profile, problem.pattern
     n = profile.n
     plan = data.draw(ps_plans(profile))
     pieces: list = []

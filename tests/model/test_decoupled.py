@@ -10,9 +10,7 @@ from hypothesis import strategies as st
 from strategies import costs, partition_plans, profiles
 
 from fusionopt.cost import AlphaBeta, network
-from fusionopt.model import (
-    Decoupled, DecoupledPlan, Plan, Problem, Profile, ParameterServer, compute_pieces, simulate,
-)
+from fusionopt.model import Decoupled, DecoupledPlan, Plan, Problem, Profile, compute_pieces, simulate
 
 MS = 1e-3
 HALF = AlphaBeta(MS, 1e-9)                               # 1 ms + 1 ns/B each way
@@ -21,7 +19,7 @@ HALF = AlphaBeta(MS, 1e-9)                               # 1 ms + 1 ns/B each wa
 def section5(sync="layerwise", update=None, host=0.0):
     profile = Profile.from_arrays([4e6, 1e6, 2e6], [MS] * 3, [3 * MS, 2 * MS, MS], update=update,
                                   host_overhead=host)
-    return Problem(profile, decoupled=Decoupled(HALF, HALF), sync=sync)
+    return Problem(profile, pattern=Decoupled(HALF, HALF), sync=sync)
 
 
 def ms(values):
@@ -51,7 +49,7 @@ def test_updates_gate_the_all_gathers_and_releases_hold_messages():
     # t0): t2 from max(6, 4) to 6.5, t1 from max(6.5, 6) to 8.5, t0 from max(8.5, 11) to 11.5.
     # One all-gather of everything waits for 11.5: 11.5-19.5; T = 19.5 + 3 + 0.25 (host) = 22.75.
     problem = section5(update=[0.5 * MS, 2 * MS, 0.5 * MS], host=0.25 * MS)
-    problem = Problem(problem.profile, decoupled=problem.decoupled, sync="layerwise")
+    problem = Problem(problem.profile, pattern=problem.pattern, sync="layerwise")
     plan = DecoupledPlan.from_groups(problem.profile, [[2], [1], [0]], [[0, 1, 2]])
     t = simulate(problem, plan)
     assert ms(t.updated) == [11.5, 8.5, 6.5] and ms(t.message_end)[-1] == 19.5
@@ -73,7 +71,7 @@ def test_one_message_each_way_is_the_one_message_all_reduce():
     decoupled = Decoupled.from_network("10gbe", 8)
     plan = DecoupledPlan.from_groups(profile, [[2, 1, 0]], [[0, 1, 2]])
     for sync in ("barrier", "layerwise"):
-        t = simulate(Problem(profile, decoupled=decoupled, sync=sync), plan)
+        t = simulate(Problem(profile, pattern=decoupled, sync=sync), plan)
         single = simulate(Problem(profile, network("10gbe", 8), sync=sync), Plan.from_groups(profile, [[2, 1, 0]]))
         assert t.iteration_time == pytest.approx(single.iteration_time, rel=1e-12)
 
@@ -94,20 +92,22 @@ def test_an_order_that_can_never_run_is_refused():
 
 def test_bad_problems_and_plans_in_one_line():
     profile = Profile.from_arrays([8, 8], [1.0, 1.0], [1.0, 1.0])
-    with pytest.raises(ValueError, match="^decoupled must be a Decoupled, got AlphaBeta$"):
-        Problem(profile, decoupled=HALF)
+    with pytest.raises(ValueError, match=r"^pattern must be a Pattern \(AllReduce, ParameterServer, Decoupled or "
+                                         r"FullySharded\), got AlphaBeta$"):
+        Problem(profile, pattern=HALF)
     with pytest.raises(ValueError, match="^the decoupled all-reduce does not combine with channels"):
-        Problem(profile, decoupled=Decoupled(HALF, HALF), channels=2)
-    with pytest.raises(ValueError, match="^the decoupled all-reduce does not combine with ps"):
-        Problem(profile, ps=ParameterServer(HALF), decoupled=Decoupled(HALF, HALF))
+        Problem(profile, pattern=Decoupled(HALF, HALF), channels=2)
+    with pytest.raises(ValueError, match="^a decoupled problem is priced by its reduce-scatter and all-gather costs"):
+        Problem(profile, HALF, pattern=Decoupled(HALF, HALF))
     lump = Profile.from_arrays([8, 8], [1.0, 1.0], [1.0, 1.0], update_lump=1.0)
     with pytest.raises(ValueError, match="has update_lump time; a decoupled all-reduce updates each tensor's shard"):
-        Problem(lump, decoupled=Decoupled(HALF, HALF))
-    problem = Problem(profile, decoupled=Decoupled(HALF, HALF))
+        Problem(lump, pattern=Decoupled(HALF, HALF))
+    problem = Problem(profile, pattern=Decoupled(HALF, HALF))
     assert problem.extensions == ("decoupled",)
     with pytest.raises(ValueError, match="^a decoupled problem takes a DecoupledPlan, got Plan$"):
         simulate(problem, Plan.per_tensor(profile))
-    with pytest.raises(ValueError, match="^simulate_decoupled needs a decoupled problem"):
+    with pytest.raises(ValueError, match=r"^an all-reduce problem takes a Plan, got DecoupledPlan; a DecoupledPlan is "
+                                         r"for Problem\(profile, pattern=Decoupled\(\.\.\.\)\)$"):
         simulate(Problem(profile, HALF), DecoupledPlan.from_groups(profile, [[0, 1]], [[0, 1]]))
     with pytest.raises(ValueError, match="^all-gather plan: "):
         simulate(problem, DecoupledPlan(Plan.per_tensor(profile), Plan.from_groups(profile, [[0]])))
@@ -126,7 +126,7 @@ def test_bad_problems_and_plans_in_one_line():
 def decoupled_cases(draw):
     profile = draw(profiles(max_n=6))
     half = draw(costs)
-    problem = Problem(profile, decoupled=Decoupled(half, draw(st.one_of(st.just(half), costs))),
+    problem = Problem(profile, pattern=Decoupled(half, draw(st.one_of(st.just(half), costs))),
                       sync=draw(st.sampled_from(["barrier", "layerwise"])))
     return problem, DecoupledPlan(draw(partition_plans(profile)), draw(partition_plans(profile)))
 
@@ -144,7 +144,7 @@ def test_timing_properties(case):
     assert np.all(t.message_start >= t.message_ready) and np.all(np.diff(t.message_start) >= 0)
     assert np.all(t.updated >= t.reduced) and np.all(t.updated >= profile.B)
     assert math.isclose(float(t.message_end[kinds == 1].max()), float(t.gathered.max()))
-    other = Problem(profile, decoupled=problem.decoupled, sync="barrier" if problem.sync == "layerwise" else "layerwise")
+    other = Problem(profile, pattern=problem.pattern, sync="barrier" if problem.sync == "layerwise" else "layerwise")
     lw, barrier = sorted([t.iteration_time, simulate(other, plan).iteration_time])
     assert lw <= barrier
     # The compute stream ends at T and its forwards start where the timeline says.
@@ -190,7 +190,7 @@ def test_update_after_gather_by_hand():
     # forward. Updates of 0.5, 2, 0.5 ms; per-tensor reduce-scatters end at 4, 6, 11 ms (D =
     # 11, 6, 4); per-tensor all-gathers in forward order wait only for them: 11-16, 16-18, 18-21.
     profile = Profile.from_arrays([4e6, 1e6, 2e6], [MS] * 3, [3 * MS, 2 * MS, MS], update=[0.5 * MS, 2 * MS, 0.5 * MS])
-    problem = Problem(profile, decoupled=Decoupled(HALF, HALF, update_after_gather=True), sync="layerwise")
+    problem = Problem(profile, pattern=Decoupled(HALF, HALF, update_after_gather=True), sync="layerwise")
     plan = DecoupledPlan.from_groups(profile, [[2], [1], [0]], [[0], [1], [2]])
     t = simulate(problem, plan)
     assert ms(t.message_end) == [4, 6, 11, 16, 18, 21]
@@ -199,7 +199,7 @@ def test_update_after_gather_by_hand():
     assert ms(t.updated) == [16.5, 20, 21.5] and ms(t.forward_start) == [16.5, 20, 21.5]
     assert round(t.iteration_time / MS, 9) == 22.5
     # Barrier: every update after the last all-gather (21 + 3), then the forward: 27.
-    barrier = Problem(profile, decoupled=problem.decoupled, sync="barrier")
+    barrier = Problem(profile, pattern=problem.pattern, sync="barrier")
     assert round(simulate(barrier, plan).iteration_time / MS, 9) == 27
     # Its all-gathers wait for reduce-scatters, not updates: one queued before them is refused.
     early = DecoupledPlan.from_groups(profile, [[2], [1], [0]], [[2], [1], [0]], order=[0, 1, 0, 1, 0, 1])
@@ -212,8 +212,8 @@ def test_update_after_gather_by_hand():
 @st.composite
 def after_cases(draw):
     problem, plan = draw(decoupled_cases())
-    halves = problem.decoupled
-    return Problem(problem.profile, decoupled=Decoupled(halves.reduce_scatter, halves.all_gather, True),
+    halves = problem.pattern
+    return Problem(problem.profile, pattern=Decoupled(halves.reduce_scatter, halves.all_gather, True),
                    sync=problem.sync), plan
 
 
@@ -229,8 +229,8 @@ def test_update_after_gather_properties(case):
     assert pieces[-1].end == pytest.approx(t.iteration_time, rel=1e-12, abs=1e-15)
     # Without update time the two semantics give the same T (every reduce-scatter first).
     if problem.profile.U == 0:
-        before = Problem(problem.profile, decoupled=Decoupled(problem.decoupled.reduce_scatter,
-                                                              problem.decoupled.all_gather), sync=problem.sync)
+        before = Problem(problem.profile, pattern=Decoupled(problem.pattern.reduce_scatter,
+                                                              problem.pattern.all_gather), sync=problem.sync)
         assert simulate(before, plan).iteration_time == pytest.approx(t.iteration_time, rel=1e-12, abs=1e-15)
 
 
@@ -253,13 +253,13 @@ def test_plans_round_trip_through_json_and_bad_files_name_themselves(tmp_path):
         DecoupledPlan.from_dict({**doc, "reduce-with": "all_reduce"}, source="x.json")
     # Release times travel with the plan, and change its T.
     released = DecoupledPlan(Plan.from_groups(profile, [[1], [0]], release=[5.0, 0.0]), plan.all_gather)
-    problem = Problem(profile, decoupled=Decoupled(HALF, HALF))
+    problem = Problem(profile, pattern=Decoupled(HALF, HALF))
     back = DecoupledPlan.from_dict(released.to_dict())
     assert back == released and simulate(problem, back).iteration_time == simulate(problem, released).iteration_time
     assert simulate(problem, back).iteration_time > simulate(problem, DecoupledPlan.from_groups(
         profile, [[1], [0]], [[0, 1]])).iteration_time
     with pytest.raises(ValueError, match="^a decoupled problem is priced by its reduce-scatter and all-gather costs"):
-        Problem(profile, HALF, decoupled=Decoupled(HALF, HALF))
+        Problem(profile, HALF, pattern=Decoupled(HALF, HALF))
 
 
 def test_the_bound_holds_when_gathers_run_before_the_backward_ends():
@@ -270,7 +270,7 @@ def test_the_bound_holds_when_gathers_run_before_the_backward_ends():
     # met; counting every all-gather byte after B (35.2 ms) would exceed T.
     from fusionopt.model.bounds import decoupled_lower_bound
     profile = Profile.from_arrays([1e5, 4e6, 4e6], [MS] * 3, [20 * MS, MS, MS])
-    problem = Problem(profile, decoupled=Decoupled(HALF, HALF, update_after_gather=True), sync="barrier")
+    problem = Problem(profile, pattern=Decoupled(HALF, HALF, update_after_gather=True), sync="barrier")
     plan = DecoupledPlan.from_groups(profile, [[2], [1], [0]], [[2], [1], [0]], order=[0, 1, 0, 1, 0, 1])
     t = simulate(problem, plan)
     assert ms(t.message_end) == [6, 11, 16, 21, 23.1, 24.2] and round(t.iteration_time / MS, 9) == 27.2

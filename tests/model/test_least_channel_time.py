@@ -57,7 +57,7 @@ def test_the_parameter_servers_bound_counts_the_bytes_of_a_measured_push():
     # B + 2 c(1) + F = 9.2 ms.
     curve = PiecewiseLinear([1e3, 1e8], [1e-4, 0.1])
     profile = Profile.from_arrays([4e6, 1e6, 2e6], [1e-3] * 3, [3e-3, 2e-3, 1e-3])
-    problem = Problem(profile, ps=ParameterServer(curve, partition_compute=True))
+    problem = Problem(profile, pattern=ParameterServer(curve, partition_compute=True))
     push = 1e-4 + (7e6 - 1e3) * (0.1 - 1e-4) / (1e8 - 1e3)
     assert ps_lower_bound(problem) == pytest.approx(push + 1e-4 + 3e-3, rel=1e-12)
     assert ps_lower_bound(problem) > 9.2e-3

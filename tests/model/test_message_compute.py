@@ -147,7 +147,7 @@ def test_paths_without_it_refuse_it():
         priority_dispatch(Problem(p, cost, sync="layerwise", message_compute=MS), [Chunk(i, 0, 10) for i in range(3)],
                           free_channel_window(1))
     with pytest.raises(ValueError, match=r"parameter server does not combine with message_compute \(message_compute=0.001\)"):
-        Problem(p, ps=ParameterServer(cost), message_compute=MS)
+        Problem(p, pattern=ParameterServer(cost), message_compute=MS)
     with pytest.raises(ValueError, match="message_compute must be >= 0, got -1"):
         Problem(p, cost, message_compute=-1)
     with pytest.raises(ValueError, match="message_compute must be finite, got inf"):

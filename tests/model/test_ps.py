@@ -59,7 +59,7 @@ def test_two_tensor_ps_with_partitioned_compute_by_hand():
     # after pull 0, 8.6 -> 9.3; 2 * 0.75 + 0.2 = 1.7 ms after pull 1, 12.1 -> 13.8.
     # t1 whole after its pull and t0: 13.8 -> 15.8. T = 15.8 ms; deltas paid 4 * 0.2.
     profile = two_tensors()
-    problem = Problem(profile, sync="layerwise", ps=two_tensor_server())
+    problem = Problem(profile, sync="layerwise", pattern=two_tensor_server())
     plan = two_tensor_plan(profile)
     t = simulate(problem, plan)
     assert ms(t.message_ready) == [2.0, 4.2, 6.4]
@@ -88,7 +88,7 @@ def test_two_tensor_ps_barrier_and_without_partitioned_compute():
     profile = two_tensors()
     plan = two_tensor_plan(profile)
     # Barrier: same channels; the forward waits for every pull: 13.6 + 2 + 2 = 17.6 ms.
-    barrier = simulate(Problem(profile, ps=two_tensor_server()), plan)
+    barrier = simulate(Problem(profile, pattern=two_tensor_server()), plan)
     assert ms(barrier.pull_end) == [8.6, 12.1, 13.6]
     assert round(barrier.iteration_time / MS, 9) == 17.6
     assert round(barrier.compute_overhead / MS, 9) == 0.4      # the forward is not split
@@ -96,7 +96,7 @@ def test_two_tensor_ps_barrier_and_without_partitioned_compute():
     # Pushes 2 -> 4.5, 6 -> 8.5, 8.5 -> 11; updated 5.1, 9.1, 11.6.
     # Pulls 9.1 -> 10.1, 11.6 -> 13.6, 13.6 -> 15.1. Forward: t0 after both of its pulls,
     # 13.6 -> 15.6; t1 15.6 -> 17.6.
-    problem = Problem(profile, sync="layerwise", ps=two_tensor_server(partition_compute=False))
+    problem = Problem(profile, sync="layerwise", pattern=two_tensor_server(partition_compute=False))
     t = simulate(problem, plan)
     assert ms(t.message_end) == [4.5, 8.5, 11.0]
     assert ms(t.pull_end) == [10.1, 13.6, 15.1]
@@ -112,7 +112,7 @@ def test_backward_pieces_follow_the_push_order_inside_a_tensor():
     profile = Profile.from_arrays([4], [0.0], [4 * MS])
     ps = ParameterServer(AlphaBeta(0.0, 0.0), partition_compute=True)
     push = Plan((Message((Chunk(0, 2, 4),)), Message((Chunk(0, 0, 2),))))
-    t = simulate(Problem(profile, ps=ps), PSPlan.mirror(push))
+    t = simulate(Problem(profile, pattern=ps), PSPlan.mirror(push))
     assert ms(t.message_ready) == [2.0, 4.0]
 
 
@@ -173,38 +173,38 @@ def test_negative_overheads_are_refused(name):
 def test_problem_with_a_parameter_server():
     profile = two_tensors()
     ps = two_tensor_server()
-    problem = Problem(profile, ps=ps)
+    problem = Problem(profile, pattern=ps)
     assert problem.cost is ps.push and problem.extensions == ("ps",)
-    assert problem.plain().ps is None and problem.plain().cost is ps.push
-    assert Problem(profile, AlphaBeta(0.5 * MS, 1e-9), ps=ps).cost == ps.push
+    assert problem.plain().pattern.name == "all-reduce" and problem.plain().cost is ps.push
+    assert Problem(profile, AlphaBeta(0.5 * MS, 1e-9), pattern=ps).cost == ps.push
     with pytest.raises(ValueError, match="differs from the parameter server's push cost"):
-        Problem(profile, AlphaBeta(1 * MS, 1e-9), ps=ps)
+        Problem(profile, AlphaBeta(1 * MS, 1e-9), pattern=ps)
     with pytest.raises(ValueError, match=r"does not combine with contention \(contention=2.0\)"):
-        Problem(profile, ps=ps, contention=2.0)
+        Problem(profile, pattern=ps, contention=2.0)
     with pytest.raises(ValueError, match="does not combine with channels"):
-        Problem(profile, ps=ps, channels=2)
-    with pytest.raises(ValueError, match="ps must be a ParameterServer, got dict"):
-        Problem(profile, ps={"servers": 2})
+        Problem(profile, pattern=ps, channels=2)
+    with pytest.raises(ValueError, match=r"pattern must be a Pattern \(AllReduce, ParameterServer, Decoupled or FullySharded\), got dict"):
+        Problem(profile, pattern={"servers": 2})
     with pytest.raises(ValueError, match="cost must be a CommCost"):
         Problem(profile)
     with pytest.raises(ValueError, match=r"^pull cost: cost model Broken: c\(1 B\) = -1 s is negative$"):
         class Broken(PiecewiseLinear):
             def _evaluate(self, sizes):
                 return np.where(sizes > 0, -1.0, 0.0)
-        Problem(profile, ps=ParameterServer(AlphaBeta(0, 0), Broken([1], [1.0])))
+        Problem(profile, pattern=ParameterServer(AlphaBeta(0, 0), Broken([1], [1.0])))
     # Plain-model solvers refuse it.
     with pytest.raises(ValueError, match="has ps on"):
         optimal_fusion(problem)
-    assert "ps=ParameterServer(" in repr(problem)
+    assert "pattern=ParameterServer(" in repr(problem)
 
 
 def test_simulate_wants_a_psplan_for_a_parameter_server_and_only_then():
     profile = two_tensors()
-    ps_problem = Problem(profile, ps=two_tensor_server())
+    ps_problem = Problem(profile, pattern=two_tensor_server())
     plan = Plan.per_tensor(profile)
     with pytest.raises(ValueError, match=r"needs a PSPlan \(push and pull plans\), got Plan; PSPlan.mirror"):
         simulate(ps_problem, plan)
-    with pytest.raises(ValueError, match="a PSPlan needs a parameter-server problem"):
+    with pytest.raises(ValueError, match=r"an all-reduce problem takes a Plan, got PSPlan; a PSPlan is for Problem\(profile, pattern=ParameterServer"):
         simulate(Problem(profile, AlphaBeta(1e-3, 1e-9)), PSPlan.mirror(plan))
     assert simulate(ps_problem, PSPlan.mirror(plan)).iteration_time > 0
 
@@ -213,7 +213,7 @@ def test_simulate_wants_a_psplan_for_a_parameter_server_and_only_then():
 def test_a_pull_plan_that_misses_or_repeats_bytes_is_named():
     profile = Profile.from_arrays([100, 50], [0, 0], [1, 1], ["w", "b"])
     push = Plan.from_groups(profile, [[1, 0]])
-    problem = Problem(profile, ps=ParameterServer(AlphaBeta(1e-3, 1e-9)))
+    problem = Problem(profile, pattern=ParameterServer(AlphaBeta(1e-3, 1e-9)))
     missing = PSPlan(push, Plan((Message((Chunk(1, 0, 50), Chunk(0, 0, 60))),)))
     with pytest.raises(ValueError, match=r"^pull plan: tensor 'w' \(index 0\): bytes \[60, 100\) are missing$"):
         simulate(problem, missing)
@@ -290,7 +290,7 @@ def test_fast_evaluator_and_bound_refuse_plain_problems():
         offsets_iteration_time(problem)
     with pytest.raises(ValueError, match="ps_lower_bound needs a parameter-server problem"):
         ps_lower_bound(problem)
-    with pytest.raises(ValueError, match="a PSPlan needs a parameter-server problem"):
+    with pytest.raises(ValueError, match="simulate_ps needs a parameter-server problem"):
         simulate_ps(problem, PSPlan.from_offsets(problem.profile))
 
 
@@ -300,7 +300,7 @@ def test_a_pull_waits_for_the_slowest_update_not_the_last_push():
     # The single pull waits for the first: 1.9 -> 1.9 ms (free pull); forward 1.9 -> 2.9 ms.
     profile = Profile.from_arrays([1000], [MS], [MS])
     ps = ParameterServer(AlphaBeta(0.0, 0.0), AlphaBeta(0.0, 0.0), update_per_byte=1e-6)
-    problem = Problem(profile, ps=ps)
+    problem = Problem(profile, pattern=ps)
     t = simulate(problem, PSPlan.from_offsets(profile, push=[900]))
     assert ms(t.server_updated) == [1.9, 1.1] and ms(t.pull_ready) == [1.9]
     assert round(t.iteration_time / MS, 9) == 2.9

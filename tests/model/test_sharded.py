@@ -19,7 +19,7 @@ HALF = AlphaBeta(MS, 1e-9)                               # 1 ms + 1 ns/B for eac
 
 def section5(cap=None, update=None, **parts):
     profile = Profile.from_arrays([4e6, 1e6, 2e6], [MS] * 3, [3 * MS, 2 * MS, MS], update=update, **parts)
-    return Problem(profile, fully_sharded=FullySharded(HALF, HALF, memory_cap=cap))
+    return Problem(profile, pattern=FullySharded(HALF, HALF, memory_cap=cap))
 
 
 def ms(values):
@@ -36,7 +36,7 @@ def test_worked_check_one_unit(workers, resharded):
     ag, rs = float(halves.all_gather(S)), float(halves.reduce_scatter(S))
     a, g = 25e-6, 1 / 1.25e9                              # the 10gbe preset's per-link figures
     assert ag == pytest.approx((workers - 1) * a + (workers - 1) / workers * g * S, rel=1e-12)
-    t = simulate(Problem(profile, fully_sharded=halves), ShardedPlan([0, 2], [resharded]))
+    t = simulate(Problem(profile, pattern=halves), ShardedPlan([0, 2], [resharded]))
     expected = ag + 3 * MS + (ag if resharded else 0.0) + 5 * MS + rs + 0.75 * MS
     assert t.iteration_time == pytest.approx(expected, rel=1e-12)
     assert t.message_kind.tolist() == ([1, 1, 0] if resharded else [1, 0])
@@ -143,7 +143,7 @@ def test_timeline_keeps_every_rule(data):
     # independent count, and no plan beats the bound.
     profile = data.draw(profiles(1, 7))
     halves = FullySharded(data.draw(costs), data.draw(costs))
-    problem = Problem(profile, fully_sharded=halves)
+    problem = Problem(profile, pattern=halves)
     plan = data.draw(sharded_plans(profile.n))
     t = simulate(problem, plan)
     starts, ends, issue = t.message_start, t.message_end, t.message_ready
@@ -198,17 +198,17 @@ def test_problem_refuses_what_does_not_apply():
     profile = section5().profile
     halves = FullySharded(HALF, HALF)
     with pytest.raises(ValueError, match="sync does not apply"):
-        Problem(profile, fully_sharded=halves, sync="layerwise")
+        Problem(profile, pattern=halves, sync="layerwise")
     with pytest.raises(ValueError, match="leave cost out"):
-        Problem(profile, HALF, fully_sharded=halves)
+        Problem(profile, HALF, pattern=halves)
     with pytest.raises(ValueError, match="post_backward"):
-        Problem(profile.with_step_parts(post_backward=MS), fully_sharded=halves)
+        Problem(profile.with_step_parts(post_backward=MS), pattern=halves)
     with pytest.raises(ValueError, match="does not combine with contention"):
-        Problem(profile, fully_sharded=halves, contention=1.5)
+        Problem(profile, pattern=halves, contention=1.5)
     with pytest.raises(ValueError, match="memory_cap must be a positive number"):
         FullySharded(HALF, HALF, memory_cap=float("nan"))
-    problem = Problem(profile, fully_sharded=halves)
-    assert problem.pattern == "fully-sharded" and problem.extensions == ("fully_sharded",)
+    problem = Problem(profile, pattern=halves)
+    assert problem.pattern.name == "fully-sharded" and problem.extensions == ("fully_sharded",)
     with pytest.raises(ValueError, match="takes a ShardedPlan"):
         simulate(problem, __import__("fusionopt").Plan.from_groups(profile, [[0, 1, 2]]))
 
@@ -233,9 +233,9 @@ def test_the_capped_bound_holds_for_every_plan_within_the_cap(data):
     if not plan.root and data.draw(st.booleans()):
         cuts = sorted(data.draw(st.sets(st.integers(1, profile.n - 1), max_size=profile.n - 1))) if profile.n > 1 else []
         plan = plan.replace(reduce_bounds=[0, *cuts, profile.n])
-    peak = simulate(Problem(profile, fully_sharded=halves), plan).peak_memory
+    peak = simulate(Problem(profile, pattern=halves), plan).peak_memory
     cap = max(peak, 1) * data.draw(st.sampled_from([1.0, 1.0001, 1.5, 3.0]))
-    problem = Problem(profile, fully_sharded=halves.with_cap(cap))
+    problem = Problem(profile, pattern=halves.with_cap(cap))
     t = simulate(problem, plan)
     assert t.iteration_time >= sharded_lower_bound(problem) * (1 - 1e-9) - 1e-15
 

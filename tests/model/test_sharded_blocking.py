@@ -22,7 +22,7 @@ HALF = AlphaBeta(MS, 1e-9)                               # 1 ms + 1 ns/B for eac
 
 def section5(blocking=True, cap=None):
     profile = Profile.from_arrays([4e6, 1e6, 2e6], [MS] * 3, [3 * MS, 2 * MS, MS])
-    return Problem(profile, fully_sharded=FullySharded(HALF, HALF, memory_cap=cap, blocking=blocking))
+    return Problem(profile, pattern=FullySharded(HALF, HALF, memory_cap=cap, blocking=blocking))
 
 
 def ms(values):
@@ -68,14 +68,14 @@ def test_blocking_serialises_the_step_and_is_never_faster(data):
     profile = data.draw(profiles(1, 7))
     rs, ag = data.draw(alpha_beta), data.draw(alpha_beta)
     plan = data.draw(sharded_plans(profile.n))
-    blocking = Problem(profile, fully_sharded=FullySharded(rs, ag, blocking=True))
+    blocking = Problem(profile, pattern=FullySharded(rs, ag, blocking=True))
     t = simulate(blocking, plan)
     costs = [(rs if k == 0 else ag)(float(b)) for k, b in zip(t.message_kind.tolist(), t.message_bytes.tolist())]
     serial = math.fsum([profile.F, profile.B, profile.U, profile.update_lump, profile.host_overhead, *costs])
     assert t.iteration_time == pytest.approx(serial, rel=1e-12, abs=1e-15)
     assert np.array_equal(t.message_start, t.message_ready)
     assert np.all(t.message_start[1:] >= t.message_end[:-1])
-    overlapped = simulate(Problem(profile, fully_sharded=FullySharded(rs, ag)), plan)
+    overlapped = simulate(Problem(profile, pattern=FullySharded(rs, ag)), plan)
     assert t.iteration_time >= overlapped.iteration_time * (1 - 1e-12)
     assert t.iteration_time >= sharded_lower_bound(blocking) * (1 - 1e-9) - 1e-15
     assert compute_pieces(blocking, plan)[-1].end == pytest.approx(t.iteration_time, rel=1e-12, abs=1e-15)
@@ -91,7 +91,7 @@ def test_fsdp2_on_a_blocking_thread_prefetches_nothing_ahead():
     # streams, with the CPU ahead, give depth k + 1.
     names = ["emb.weight", "h.0.w", "h.1.w", "h.2.w", "ln.weight"]
     profile = Profile.from_arrays([4e6] * 5, [MS] * 5, [2 * MS] * 5, names=names)
-    problem = Problem(profile, fully_sharded=FullySharded(HALF, HALF, blocking=True))
+    problem = Problem(profile, pattern=FullySharded(HALF, HALF, blocking=True))
     default = solve(problem, "fsdp2")
     assert default.plan.forward_prefetch == 0 and default.plan.backward_prefetch == 1
     units = [["h.0"], ["h.1"], ["h.2"], [""]]
@@ -114,4 +114,4 @@ def test_refusals():
     grouped = ShardedPlan([0, 2, 3], [False, False], reduce_bounds=[0, 1, 3])
     with pytest.raises(ValueError, match="reduce-scatter groups"):
         simulate(section5(), grouped)
-    assert section5(cap=1e7).fully_sharded.with_cap(None).blocking
+    assert section5(cap=1e7).pattern.with_cap(None).blocking

@@ -20,7 +20,7 @@ HALF = AlphaBeta(MS, 1e-9)                               # 1 ms + 1 ns/B for eac
 
 def section5(channels="two", cap=None):
     profile = Profile.from_arrays([4e6, 1e6, 2e6], [MS] * 3, [3 * MS, 2 * MS, MS])
-    return Problem(profile, fully_sharded=FullySharded(HALF, HALF, memory_cap=cap, channels=channels))
+    return Problem(profile, pattern=FullySharded(HALF, HALF, memory_cap=cap, channels=channels))
 
 
 def ms(values):
@@ -79,8 +79,8 @@ def test_without_overlap_two_channels_are_one(data):
     profile = data.draw(profiles(1, 6))
     rs, ag = data.draw(alpha_beta), data.draw(alpha_beta)
     plan = data.draw(sharded_plans(profile.n))
-    two = simulate(Problem(profile, fully_sharded=FullySharded(rs, ag, channels="two")), plan)
-    one = simulate(Problem(profile, fully_sharded=FullySharded(rs, ag)), plan)
+    two = simulate(Problem(profile, pattern=FullySharded(rs, ag, channels="two")), plan)
+    one = simulate(Problem(profile, pattern=FullySharded(rs, ag)), plan)
     if _overlap(two):
         return
     assert np.array_equal(one.message_start, two.message_start)
@@ -101,7 +101,7 @@ def test_two_channels_keep_the_rules_and_the_bound(data):
         n = profile.n
         cuts = sorted(data.draw(st.sets(st.integers(1, n - 1), max_size=n - 1))) if n > 1 else []
         plan = plan.replace(reduce_bounds=[0, *cuts, profile.n])
-    problem = Problem(profile, fully_sharded=halves)
+    problem = Problem(profile, pattern=halves)
     t = simulate(problem, plan)
     kinds = np.asarray(t.message_kind)
     assert len(kinds) == plan.num_messages and np.all(np.diff(t.message_ready) >= 0)
@@ -122,8 +122,8 @@ def test_two_channels_keep_the_rules_and_the_bound(data):
     assert t.iteration_time >= sharded_lower_bound(problem) * (1 - 1e-9) - 1e-15
     # Within a cap the plan keeps, the capped bound holds too.
     cap = max(t.peak_memory, 1) * data.draw(st.sampled_from([1.0, 1.0001, 1.5, 3.0]))
-    capped = Problem(profile, fully_sharded=halves.with_cap(cap))
-    assert capped.fully_sharded.channels == "two"
+    capped = Problem(profile, pattern=halves.with_cap(cap))
+    assert capped.pattern.channels == "two"
     assert simulate(capped, plan).iteration_time >= sharded_lower_bound(capped) * (1 - 1e-9) - 1e-15
 
 
@@ -140,8 +140,8 @@ def test_the_bound_keeps_the_startups_that_cannot_overlap():
     # (5 ms): 5 ms.
     profile = Profile.from_arrays([1e6] * 4, [0.0] * 4, [0.0] * 4)
     alpha = AlphaBeta(MS, 0.0)
-    one = Problem(profile, fully_sharded=FullySharded(alpha, alpha, memory_cap=1e6))
-    two = Problem(profile, fully_sharded=FullySharded(alpha, alpha, memory_cap=1e6, channels="two"))
+    one = Problem(profile, pattern=FullySharded(alpha, alpha, memory_cap=1e6))
+    two = Problem(profile, pattern=FullySharded(alpha, alpha, memory_cap=1e6, channels="two"))
     assert round(sharded_lower_bound(one) / MS, 9) == 8
     assert round(sharded_lower_bound(two) / MS, 9) == 5
     # A unit per tensor, resharded, no prefetch: no faster than the bound.
@@ -163,4 +163,4 @@ def test_refusals():
     with pytest.raises(ValueError, match="one communicator"):
         build_program(problem, ShardedPlan([0, 2, 3]))
     assert FullySharded.from_network("10gbe", 2, channels="two").channels == "two"
-    assert section5().fully_sharded.with_cap(1e9).channels == "two"
+    assert section5().pattern.with_cap(1e9).channels == "two"

@@ -20,7 +20,7 @@ HALF = AlphaBeta(MS, 1e-9)                               # 1 ms + 1 ns/B for eac
 
 def section5():
     profile = Profile.from_arrays([4e6, 1e6, 2e6], [MS] * 3, [3 * MS, 2 * MS, MS])
-    return Problem(profile, fully_sharded=FullySharded(HALF, HALF))
+    return Problem(profile, pattern=FullySharded(HALF, HALF))
 
 
 def ms(values):
@@ -108,7 +108,7 @@ FIELDS = ("message_ready", "message_start", "message_end", "message_bytes", "mes
 @given(st.data())
 def test_unit_groups_are_the_default_bit_for_bit(data):
     profile = data.draw(profiles(1, 7))
-    problem = Problem(profile, fully_sharded=FullySharded(data.draw(costs), data.draw(costs)))
+    problem = Problem(profile, pattern=FullySharded(data.draw(costs), data.draw(costs)))
     grouped = data.draw(plans(profile.n))
     default = grouped.replace(reduce_bounds=None)
     a, b = simulate(problem, grouped), simulate(problem, default)
@@ -122,7 +122,7 @@ def test_unit_groups_are_the_default_bit_for_bit(data):
 @given(st.data())
 def test_any_groups_keep_the_rules_and_the_bound(data):
     profile = data.draw(profiles(1, 7))
-    problem = Problem(profile, fully_sharded=FullySharded(data.draw(costs), data.draw(costs)))
+    problem = Problem(profile, pattern=FullySharded(data.draw(costs), data.draw(costs)))
     plan = data.draw(plans(profile.n, groups="any"))
     t = simulate(problem, plan)
     starts, ends, issue = t.message_start, t.message_end, t.message_ready

@@ -140,8 +140,8 @@ def test_solvers_shift_by_w_and_the_exact_ones_still_agree(data, problem):
 @given(data=st.data(), problem=problems(max_n=4, cost=alpha_beta))
 def test_parameter_server_shifts_by_w(data, problem):
     ps = ParameterServer(problem.cost)
-    plain = Problem(problem.profile, ps=ps, sync=problem.sync)
-    parted = Problem(data.draw(with_parts(problem)).profile, ps=ps, sync=problem.sync)
+    plain = Problem(problem.profile, pattern=ps, sync=problem.sync)
+    parted = Problem(data.draw(with_parts(problem)).profile, pattern=ps, sync=problem.sync)
     w = parted.profile.W
     plan = PSPlan.from_groups(plain.profile, push=[[i] for i in range(plain.profile.n - 1, -1, -1)],
                               pull=[[i] for i in range(plain.profile.n)])

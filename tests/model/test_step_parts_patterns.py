@@ -78,12 +78,12 @@ def test_fully_sharded_keeps_the_lump_and_drops_the_copies(channels):
     by_hand = section5(update_lump=0.5 * MS, host_overhead=0.25 * MS)
     halves = FullySharded(HALF, HALF, channels=channels)
     with pytest.raises(ValueError, match="post_backward time .* step_parts='fit'"):
-        Problem(traced, fully_sharded=halves)
-    problem, notes = fitted(traced, fully_sharded=halves)
+        Problem(traced, pattern=halves)
+    problem, notes = fitted(traced, pattern=halves)
     assert problem.profile == by_hand
     assert notes == ["profile 'traced': post_backward (0.25 ms of DDP's copies into .grad) dropped: a fully "
                      "sharded step does not run them"]
-    reference = Problem(by_hand, fully_sharded=halves)
+    reference = Problem(by_hand, pattern=halves)
     for plan in SHARDED_PLANS:
         assert simulate(problem, plan).iteration_time == simulate(reference, plan).iteration_time, plan
     # One unit of 7 MB (8 ms each way), resharded: 8 + F 3 + 8 + B 6 + 8 + lump 0.5 + host 0.25.
@@ -100,14 +100,14 @@ def test_decoupled_spreads_the_lump_and_drops_the_copies(sync, after):
     by_hand = section5(update=[0.4 * MS, 0.1 * MS, 0.2 * MS], host_overhead=0.5 * MS)
     halves = Decoupled(HALF, HALF, update_after_gather=after)
     with pytest.raises(ValueError, match="has update_lump and post_backward time; a decoupled all-reduce"):
-        Problem(traced, decoupled=halves, sync=sync)
-    problem, notes = fitted(traced, decoupled=halves, sync=sync)
+        Problem(traced, pattern=halves, sync=sync)
+    problem, notes = fitted(traced, pattern=halves, sync=sync)
     assert np.allclose(problem.profile.update, by_hand.update, rtol=0, atol=1e-15)
     assert problem.profile.step_parts == by_hand.step_parts
     assert [note.split(":")[1].strip() for note in notes] == [
         "post_backward (0.25 ms of DDP's copies into .grad) dropped", "update_lump (0.7 ms) spread over the "
         "tensors' update times in proportion to their bytes"]
-    reference = Problem(by_hand, decoupled=halves, sync=sync)
+    reference = Problem(by_hand, pattern=halves, sync=sync)
     for rs, ag in DECOUPLED_PLANS:
         plan = DecoupledPlan.from_groups(traced, rs, ag)
         assert simulate(problem, plan).iteration_time == pytest.approx(simulate(reference, plan).iteration_time,
@@ -122,7 +122,7 @@ def test_decoupled_hand_worked():
     traced = section5(update_lump=0.7 * MS, post_backward=0.25 * MS, host_overhead=0.5 * MS)
     plan = DecoupledPlan.from_groups(traced, [[2], [1], [0]], [[0], [1], [2]])
     for sync, T in (("layerwise", 22.9), ("barrier", 24.9)):
-        problem, _ = fitted(traced, decoupled=Decoupled(HALF, HALF), sync=sync)
+        problem, _ = fitted(traced, pattern=Decoupled(HALF, HALF), sync=sync)
         t = simulate(problem, plan)
         assert [ms(v) for v in t.updated] == pytest.approx([11.4, 6.3, 6.2])
         assert ms(t.iteration_time) == pytest.approx(T)
@@ -132,11 +132,11 @@ def test_the_parameter_server_under_layerwise_sync_spreads_too():
     traced = section5(update_lump=0.7 * MS, host_overhead=0.5 * MS)
     by_hand = section5(update=[0.4 * MS, 0.1 * MS, 0.2 * MS], host_overhead=0.5 * MS)
     ps = ParameterServer(AlphaBeta(MS, 1e-9))
-    problem, notes = fitted(traced, ps=ps, sync="layerwise")
+    problem, notes = fitted(traced, pattern=ps, sync="layerwise")
     plan = PSPlan.from_groups(traced, push=[[2], [1], [0]], pull=[[0], [1], [2]])
     assert len(notes) == 1
     assert simulate(problem, plan).iteration_time == pytest.approx(
-        simulate(Problem(by_hand, ps=ps, sync="layerwise"), plan).iteration_time, rel=1e-12)
+        simulate(Problem(by_hand, pattern=ps, sync="layerwise"), plan).iteration_time, rel=1e-12)
 
 
 def test_fit_and_spread_refuse_what_they_cannot_do():

@@ -86,7 +86,7 @@ def test_the_decoupled_timeline_reports_when_each_gather_became_ready_not_when_i
     # queued behind it: 17-19, 19-22.
     profile = Profile.from_arrays([4e6, 1e6, 2e6], [1e-3] * 3, [3e-3, 2e-3, 1e-3], update=[1e-3] * 3)
     half = AlphaBeta(1e-3, 1e-9)
-    problem = Problem(profile, decoupled=Decoupled(half, half), sync="layerwise")
+    problem = Problem(profile, pattern=Decoupled(half, half), sync="layerwise")
     t = simulate_decoupled(problem, DecoupledPlan.from_groups(profile, [[2], [1], [0]], [[0], [1], [2]]))
     assert [round(v / MS, 9) for v in t.message_ready] == [1, 3, 6, 12, 8, 7]
     assert [round(v / MS, 9) for v in t.message_end] == [4, 6, 11, 17, 19, 22]
@@ -98,7 +98,7 @@ def test_the_fully_sharded_program_is_what_the_simulator_times():
     # and the program replayed with the timeline's durations give the timeline itself.
     profile = Profile.from_arrays([4e6, 1e6, 2e6], [1e-3] * 3, [3e-3, 2e-3, 1e-3])
     half = AlphaBeta(1e-3, 1e-9)
-    problem = Problem(profile, fully_sharded=FullySharded(half, half))
+    problem = Problem(profile, pattern=FullySharded(half, half))
     plan = ShardedPlan([0, 2, 3], [False, False])
     program = sharded_program(problem, plan)
     t = simulate_sharded(problem, plan)

@@ -41,7 +41,7 @@ def test_one_worker_equivalent_with_free_pulls_is_all_reduce(data, problem):
     # message is pulled as it was pushed: the all-reduce timeline, for any plan.
     plan = data.draw(partition_plans(problem.profile))
     ps = ParameterServer(problem.cost, AlphaBeta(0.0, 0.0))
-    ps_problem = Problem(problem.profile, sync=problem.sync, ps=ps)
+    ps_problem = Problem(problem.profile, sync=problem.sync, pattern=ps)
     assert_reduces(simulate(problem, plan), simulate(ps_problem, PSPlan.mirror(plan)))
 
 
@@ -54,7 +54,7 @@ def test_one_worker_one_server_links_reduce_too(data, problem, delta):
     assert linked.push == problem.cost
     ps = ParameterServer(linked.push, AlphaBeta(0.0, 0.0), partition_compute=True, delta=delta)
     plan = Plan.from_cuts(problem.profile, data.draw(cut_vectors(problem.profile.n)))
-    t = simulate(Problem(problem.profile, sync=problem.sync, ps=ps), PSPlan.mirror(plan))
+    t = simulate(Problem(problem.profile, sync=problem.sync, pattern=ps), PSPlan.mirror(plan))
     assert_reduces(simulate(problem, plan), t)
     assert t.compute_overhead == 0.0
 
@@ -106,7 +106,7 @@ def test_range_maximum(values, data):
 def test_every_ps_plan_respects_the_bound_and_the_channel_rules(data, problem):
     plan = data.draw(ps_plans(problem.profile))
     t = simulate(problem, plan)
-    profile, ps = problem.profile, problem.ps
+    profile, ps = problem.profile, problem.pattern
     assert t.iteration_time >= ps_lower_bound(problem) * (1 - REL)
     assert t.exposed >= t.compute_overhead - 1e-15 * max(1.0, t.iteration_time)
     assert np.all(t.message_start >= t.message_ready)
@@ -140,13 +140,13 @@ def test_pulls_only_delay_the_all_reduce_of_the_push_plan(data, problem):
 def test_scaling_every_time_scales_T(data, problem, k):
     from fusionopt.model import Profile
 
-    profile, ps = problem.profile, problem.ps
+    profile, ps = problem.profile, problem.pattern
     plan = data.draw(ps_plans(profile))
     scaled_profile = Profile.from_arrays(profile.sizes, profile.forward * k, profile.backward * k,
                                          update=profile.update * k)
     scaled_ps = ParameterServer(ps.push.scaled(k), ps.pull.scaled(k), update_per_byte=ps.update_per_byte * k,
                                 update_overhead=ps.update_overhead * k, partition_compute=True, delta=ps.delta * k)
-    scaled = Problem(scaled_profile, sync=problem.sync, ps=scaled_ps)
+    scaled = Problem(scaled_profile, sync=problem.sync, pattern=scaled_ps)
     assert close(simulate(scaled, plan).iteration_time, k * simulate(problem, plan).iteration_time)
 
 
@@ -154,5 +154,5 @@ def test_scaling_every_time_scales_T(data, problem, k):
 def test_barrier_forward_follows_the_last_pull(problem, data):
     profile = problem.profile
     t = simulate(problem, data.draw(ps_plans(profile)))
-    backward_end = profile.B + (t.compute_overhead if problem.ps.partition_compute else 0.0)
+    backward_end = profile.B + (t.compute_overhead if problem.pattern.partition_compute else 0.0)
     assert close(t.iteration_time, max(backward_end, t.communication_end) + profile.U + profile.F)

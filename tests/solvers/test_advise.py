@@ -131,10 +131,10 @@ def test_bad_input(advise):
     plan = solve(problem, "dp").plan
     with pytest.raises(ValueError, match="problem must be a Problem, got Plan"):
         advise(plan, plan)
-    with pytest.raises(ValueError, match="plan must be a Plan, got list"):
+    with pytest.raises(ValueError, match="^an all-reduce problem takes a Plan, got list$"):
         advise(problem, [[2], [1, 0]])
     with pytest.raises(ValueError, match="missing"):
         advise(problem, Plan.from_groups(problem.profile, [[2, 1]]))
-    ps = Problem(problem.profile, ps=ParameterServer(AlphaBeta(MS, 1e-9), servers=1, workers=2))
+    ps = Problem(problem.profile, pattern=ParameterServer(AlphaBeta(MS, 1e-9), servers=1, workers=2))
     with pytest.raises(ValueError, match="all-reduce problem"):
         advise(ps, plan)

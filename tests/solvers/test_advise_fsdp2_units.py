@@ -42,7 +42,7 @@ def test_vit_atoms_keep_each_attention_whole_and_leave_the_embeddings_to_the_roo
 def test_vit_advice_wraps_whole_modules_and_builds_what_it_reports():
     profile = vit()
     for workers, net, cap in ((64, "100gb-ib", None), (1024, "10gbe", 300e6)):
-        problem = Problem(profile, fully_sharded=FullySharded.from_network(net, workers, memory_cap=cap))
+        problem = Problem(profile, pattern=FullySharded.from_network(net, workers, memory_cap=cap))
         advice = fsdp2_advice(problem)
         s = advice.settings
         # What FSDP2 builds from the calls is the plan simulated, with the T and peak reported.
@@ -75,7 +75,7 @@ def test_names_without_dots_get_the_root_alone():
     profile = flat(zoo.profile("resnet50", batch=16))
     assert fsdp2_atoms(profile, "module") == ([0, profile.n], None)
     assert fsdp2_atoms(profile, "block") == ([0, profile.n], None)
-    problem = Problem(profile, fully_sharded=FullySharded.from_network("100gb-ib", 64))
+    problem = Problem(profile, pattern=FullySharded.from_network("100gb-ib", 64))
     for atoms in ("block", "module"):
         advice = fsdp2_advice(problem, atoms)
         assert advice.settings.units == [[""]]
@@ -84,14 +84,14 @@ def test_names_without_dots_get_the_root_alone():
     # A cap below that one unit's peak: no FSDP2 setting fits, which is said, not crashed on.
     cap = 0.5 * advice.settings.peak_memory
     with pytest.raises(OverMemoryCap, match="memory cap"):
-        fsdp2_advice(Problem(profile, fully_sharded=FullySharded.from_network("100gb-ib", 64, memory_cap=cap)))
+        fsdp2_advice(Problem(profile, pattern=FullySharded.from_network("100gb-ib", 64, memory_cap=cap)))
 
 
 def test_gpt2_advice_meets_a_cap_its_defaults_exceed():
     # 330 MB: FSDP2's defaults (the root keeps wte, 154 MB, whole) peak over it (343 MB); units
     # of whole blocks with wte a unit of its own, resharded, fit (312 MB). wte's parameters and
     # gradient, 309 MB, are whole together during its backward, which takes time.
-    problem = Problem(zoo.profile("gpt2"), fully_sharded=FullySharded.from_network("100gb-ib", 64, memory_cap=330e6))
+    problem = Problem(zoo.profile("gpt2"), pattern=FullySharded.from_network("100gb-ib", 64, memory_cap=330e6))
     assert solve(problem, "fsdp2").timeline.peak_memory > 330e6
     advice = fsdp2_advice(problem)
     assert not advice.default_feasible and not advice.defaults and advice.atoms == "block"

@@ -50,7 +50,7 @@ def test_ddp_and_horovod_advice_is_never_slower_than_the_defaults(profile):
 def test_zero2_and_megatron_advice_is_never_slower_than_the_defaults(profile):
     model, prof = profile
     for workers, net in cases_of(model):
-        problem = Problem(prof, decoupled=Decoupled.from_network(net, workers))
+        problem = Problem(prof, pattern=Decoupled.from_network(net, workers))
         zero2, megatron = zero2_settings(problem, data_parallel_size=workers)
         for setting, fixed in ((zero2, {}), (megatron, {"data_parallel_size": workers})):
             default = solve(problem, setting.method, **fixed).iteration_time
@@ -63,7 +63,7 @@ def test_zero2_and_megatron_advice_is_never_slower_than_the_defaults(profile):
 def test_megatron_advice_leaves_the_bucket_size_to_megatron_where_its_default_wins():
     # Megatron-LM's max(4e7, 1e6 x dp) parameters: 1.024e9 at 1024 ranks, one bucket for
     # bert-large's 335M parameters, which the model predicts faster than every size tried.
-    problem = Problem(zoo.profile("bert-large"), decoupled=Decoupled.from_network("10gbe", 1024))
+    problem = Problem(zoo.profile("bert-large"), pattern=Decoupled.from_network("10gbe", 1024))
     _, megatron = zero2_settings(problem, data_parallel_size=1024)
     default = solve(problem, "megatron", data_parallel_size=1024)
     assert default.stats["bucket_size"] == 1_024_000_000 and default.stats["buckets"] == 1
@@ -81,9 +81,9 @@ def test_fsdp2_and_zero3_advice_is_never_slower_than_the_defaults(profile, share
     # no setting of its framework is refused only where the defaults do not fit either.
     model, prof = profile
     workers, net = cases_of(model)[0]
-    free = Problem(prof, fully_sharded=FullySharded.from_network(net, workers))
+    free = Problem(prof, pattern=FullySharded.from_network(net, workers))
     cap = None if share is None else max(share * prof.total_bytes, 1.05 * sharded_memory_floor(free)[0])
-    problem = Problem(prof, fully_sharded=FullySharded.from_network(net, workers, memory_cap=cap))
+    problem = Problem(prof, pattern=FullySharded.from_network(net, workers, memory_cap=cap))
     for method, advise in (("fsdp2", fsdp2_advice), ("zero3", zero3_settings)):
         default = solve(problem, method)
         default_fits = default.status.name != "INFEASIBLE"

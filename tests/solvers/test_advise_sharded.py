@@ -20,7 +20,7 @@ NAMES = ["emb.weight", "h.0.a.weight", "h.0.a.bias", "h.0.b.weight", "h.1.a.weig
 def named_problem(cap=None):
     n = len(NAMES)
     profile = Profile.from_arrays([4e6 + 1e5 * i for i in range(n)], [1e-4] * n, [2e-4] * n, names=NAMES)
-    return Problem(profile, fully_sharded=FullySharded(AlphaBeta(2e-4, 1e-10), AlphaBeta(2e-4, 1e-10),
+    return Problem(profile, pattern=FullySharded(AlphaBeta(2e-4, 1e-10), AlphaBeta(2e-4, 1e-10),
                                                        memory_cap=cap))
 
 
@@ -37,7 +37,7 @@ def test_unit_modules_are_the_coarsest_whole_modules():
 def test_fsdp2_defaults_read_back_to_the_fsdp2_baseline():
     # FSDP2's own default plan needs no prefetch lists and every block resharded.
     problem = Problem(zoo.profile("gpt2", device="h100", batch=8),
-                      fully_sharded=FullySharded.from_network("100gb-ib", 64))
+                      pattern=FullySharded.from_network("100gb-ib", 64))
     plan = fsdp2_plan(problem.profile)
     s = fsdp2_settings(problem, plan)
     assert s.units == [[f"h.{k}"] for k in range(12)] + [[""]]
@@ -111,7 +111,7 @@ def test_zero2_advice_turns_overlap_comm_on_where_it_gains():
     # (5e8, off) 46.6 + 7.3 = 53.9 ms.
     profile = Profile.from_arrays([80e6] * 4, [MS] * 4, [10 * MS] * 4)
     half = AlphaBeta(1e-4, 1e-11)
-    zero2, megatron = zero2_settings(Problem(profile, decoupled=Decoupled(half, half)))
+    zero2, megatron = zero2_settings(Problem(profile, pattern=Decoupled(half, half)))
     assert zero2.method == "zero2" and zero2.tried == 8 and zero2.peak_memory is None
     assert zero2.options == {"overlap_comm": True, "reduce_bucket_size": 5_000_000}
     assert zero2.iteration_time / MS == pytest.approx(50.9, rel=1e-12)
@@ -124,10 +124,10 @@ def test_zero2_advice_keeps_overlap_comm_off_when_it_gains_nothing():
     # with or without overlap_comm, so all eight settings tie with the defaults: leave them unset.
     profile = Profile.from_arrays([4e6, 1e6, 2e6], [MS] * 3, [3 * MS, 2 * MS, MS])
     half = AlphaBeta(MS, 1e-9)
-    zero2, _ = zero2_settings(Problem(profile, decoupled=Decoupled(half, half)))
+    zero2, _ = zero2_settings(Problem(profile, pattern=Decoupled(half, half)))
     assert zero2.unset and zero2.options == {} and zero2.tried == 8
     assert zero2.iteration_time == zero2.default_iteration_time
-    zero2, megatron = zero2_settings(Problem(profile, decoupled=Decoupled(half, half), sync="layerwise"))
+    zero2, megatron = zero2_settings(Problem(profile, pattern=Decoupled(half, half), sync="layerwise"))
     assert zero2 is None and megatron.method == "megatron-overlap"
 
 
@@ -136,7 +136,7 @@ def test_zero2_advice_keeps_overlap_comm_off_when_it_gains_nothing():
 def test_zero2_advice_is_the_best_of_its_grid(elements, alpha, backward):
     profile = Profile.from_arrays([4 * e for e in elements], [MS] * len(elements), [backward] * len(elements))
     half = AlphaBeta(alpha, 1e-11)
-    problem = Problem(profile, decoupled=Decoupled(half, half))
+    problem = Problem(profile, pattern=Decoupled(half, half))
     zero2, _ = zero2_settings(problem)
     every = [solve(problem, "zero2", reduce_bucket_size=size, overlap_comm=overlap)
              for overlap in (False, True) for size in (5_000_000, 20_000_000, 100_000_000, 500_000_000)]
@@ -153,7 +153,7 @@ def test_two_channels_ask_fsdp2_for_a_separate_reduce_scatter_group():
     plan = ShardedPlan([0, 1, 4, 7, 8, 10], [False, True, False, True, False], forward_prefetch=2, root=True)
     one = fsdp2_settings(named_problem(), plan)
     half = AlphaBeta(2e-4, 1e-10)
-    two_problem = Problem(named_problem().profile, fully_sharded=FullySharded(half, half, channels="two"))
+    two_problem = Problem(named_problem().profile, pattern=FullySharded(half, half, channels="two"))
     two = fsdp2_settings(two_problem, plan)
     assert not one.separate_reduce_scatter_group and two.separate_reduce_scatter_group
     assert "set_separate_reduce_scatter_group" not in one.code()

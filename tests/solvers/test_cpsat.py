@@ -184,7 +184,7 @@ def test_bad_input_is_named():
     with pytest.raises(ValueError, match="hint must be"):
         cpsat(problem, hint=3)
     with pytest.raises(ValueError, match="^hint 'ps-dp' is neither 'best-baseline' nor an all-reduce method: it plans "
-                                         "parameter server problems$"):
+                                         "parameter-server problems$"):
         cpsat(problem, hint="ps-dp")
     with pytest.raises(ValueError, match="infeasible: tensor 't0'"):
         cpsat(problem, max_message_bytes=3e6)

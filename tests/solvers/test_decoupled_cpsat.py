@@ -80,7 +80,7 @@ def tied_profiles(draw, max_n):
 
 
 def decoupled(profile, rs, ag, sync, after):
-    return Problem(profile, decoupled=Decoupled(rs, ag, update_after_gather=after), sync=sync)
+    return Problem(profile, pattern=Decoupled(rs, ag, update_after_gather=after), sync=sync)
 
 
 # The hand-worked case of the docstring: tensors of 1 and 3 MB ready at 0 (tensor 0 first),
@@ -211,7 +211,7 @@ def test_a_deterministic_budget_reproduces_and_a_tiny_one_stops_early():
     from fusionopt import zoo
 
     profile = zoo.profile("resnet18", device="h100", batch=32).tail(10, name="")
-    problem = Problem(profile, decoupled=Decoupled.from_network("10gbe", 8, update_after_gather=True), sync="layerwise")
+    problem = Problem(profile, pattern=Decoupled.from_network("10gbe", 8, update_after_gather=True), sync="layerwise")
     stopped = solve(problem, "decoupled-cpsat", hint=None, workers=1, deterministic_time=1e-3)
     assert str(stopped.status) == "TIME_LIMIT" and stopped.stats["plan_source"] == "reference"
     first = solve(problem, "decoupled-cpsat", workers=2, deterministic_time=0.05)
@@ -277,7 +277,7 @@ def all_groupings_times(problem):
     (``V_n``, or ``E_n`` with update_after_gather) over every reduce-scatter grouping, and the
     least time from it to ``T`` over every all-gather grouping run back to back, each with
     its grouping."""
-    profile, halves = problem.profile, problem.decoupled
+    profile, halves = problem.profile, problem.pattern
     ready, order = profile.ready_times, list(profile.ready_order)
     assert order[-1] == 0
     after = halves.update_after_gather

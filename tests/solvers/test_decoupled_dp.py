@@ -18,7 +18,7 @@ MS = 1e-3
 @given(profiles(max_n=6), st.one_of(alpha_beta, costs), st.one_of(alpha_beta, costs),
        st.sampled_from(["barrier", "layerwise"]), st.booleans())
 def test_with_tensor_zero_last_the_dp_equals_brute_force(profile, rs, ag, sync, after):
-    problem = Problem(profile, decoupled=Decoupled(rs, ag, update_after_gather=after), sync=sync)
+    problem = Problem(profile, pattern=Decoupled(rs, ag, update_after_gather=after), sync=sync)
     brute = solve(problem, "decoupled-brute").iteration_time
     if profile.ready_order[-1] != 0 and not (sync == "barrier" and profile.U == 0):
         with pytest.raises(ValueError, match="^decoupled-dp is exact where the groupings separate"):
@@ -55,7 +55,7 @@ HALF = AlphaBeta(2 * MS, 1e-9)
     ("barrier", True, 6.5, 15.5),
 ])
 def test_the_dp_separates_by_hand(sync, after, first, T):
-    problem = Problem(UPDATE_CASE, decoupled=Decoupled(HALF, HALF, update_after_gather=after), sync=sync)
+    problem = Problem(UPDATE_CASE, pattern=Decoupled(HALF, HALF, update_after_gather=after), sync=sync)
     r = solve(problem, "decoupled-dp")
     assert round(r.stats["first_gather"] / MS, 9) == first
     assert round(r.iteration_time / MS, 9) == T == round(solve(problem, "decoupled-brute").iteration_time / MS, 9)
@@ -66,7 +66,7 @@ def test_the_dp_refuses_where_tensor_zero_ties_with_later_tensors():
     # update time: the best reduce-scatters depend on the gathers (docs/methods.md).
     tied = Profile.from_arrays([2e6, 1e6, 1e6], [MS] * 3, [0.0, 0.0, MS], update=[0.0, 2 * MS, 0.0],
                                ready_order=[0, 1, 2])
-    problem = Problem(tied, decoupled=Decoupled(HALF, HALF), sync="barrier")
+    problem = Problem(tied, pattern=Decoupled(HALF, HALF), sync="barrier")
     with pytest.raises(ValueError, match=r"^decoupled-dp is exact where the groupings separate \(tensor 0's gradient "
                                          r"ready last, or barrier sync without update time\), and tensor 1 is ready "
                                          r"with tensor 0 but after it in the ready order"):
@@ -80,7 +80,7 @@ def test_the_dp_scales_and_never_loses_to_the_search():
     n = 200
     profile = Profile.from_arrays(rng.integers(1, 64, n) * 2 ** 16, rng.uniform(0, MS, n), rng.uniform(0.1, 1, n) * MS,
                                   update=rng.uniform(0, 0.2, n) * MS)
-    problem = Problem(profile, decoupled=Decoupled(AlphaBeta(50e-6, 1e-10), AlphaBeta(50e-6, 1e-10)), sync="layerwise")
+    problem = Problem(profile, pattern=Decoupled(AlphaBeta(50e-6, 1e-10), AlphaBeta(50e-6, 1e-10)), sync="layerwise")
     exact = solve(problem, "decoupled-dp")
     search = solve(problem, "decoupled-opt", evaluations=300)
     assert str(exact.status) == "OPTIMAL" and exact.iteration_time <= search.iteration_time * (1 + 1e-12)

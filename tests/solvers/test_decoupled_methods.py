@@ -17,7 +17,7 @@ MS = 1e-3
 
 
 def decoupled(profile, sync="barrier", half=AlphaBeta(MS, 1e-9)):
-    return Problem(profile, decoupled=Decoupled(half, half), sync=sync)
+    return Problem(profile, pattern=Decoupled(half, half), sync=sync)
 
 
 def test_megatron_bucket_rule():
@@ -40,10 +40,10 @@ def test_megatron_needs_the_sync_its_gather_runs_under():
         solve(decoupled(profile, "layerwise"), "megatron")
     with pytest.raises(ValueError, match="^megatron-overlap is for sync='layerwise' only"):
         solve(decoupled(profile, "barrier"), "megatron-overlap")
-    with pytest.raises(ValueError, match="^method 'megatron' is a decoupled all-reduce method and this problem "
-                                         "uses all-reduce"):
+    with pytest.raises(ValueError, match="^method 'megatron' is a decoupled method and this problem "
+                                         "is an all-reduce problem"):
         solve(Problem(profile, AlphaBeta(MS, 1e-9)), "megatron")
-    with pytest.raises(ValueError, match="^method 'dp' is an all-reduce method and this problem uses a decoupled"):
+    with pytest.raises(ValueError, match="^method 'dp' is an all-reduce method and this problem is a decoupled problem"):
         solve(decoupled(profile), "dp")
 
 
@@ -92,7 +92,7 @@ def test_megatron_overlap_gathers_one_ahead(profile, half, bucket):
 @given(profiles(max_n=6, with_updates=False), st.one_of(alpha_beta, costs), st.one_of(alpha_beta, costs))
 def test_the_dp_equals_brute_force(profile, rs, ag):
     # Barrier sync, no update time: the groupings separate, and the DP's optimum is brute force's.
-    problem = Problem(profile, decoupled=Decoupled(rs, ag), sync="barrier")
+    problem = Problem(profile, pattern=Decoupled(rs, ag), sync="barrier")
     exact = solve(problem, "decoupled-dp")
     assert exact.iteration_time == pytest.approx(solve(problem, "decoupled-brute").iteration_time, rel=1e-9, abs=1e-15)
     assert str(exact.status) == "OPTIMAL"
@@ -121,7 +121,7 @@ def test_dear_gathers_one_ahead(profile, half, threshold):
     # With its own semantics (updates after the gathers) and any update time: the first group
     # goes once every reduce-scatter has ended, each next one when the update of the group
     # before it starts, which waits for that group's all-gather.
-    problem = Problem(profile, decoupled=Decoupled(half, half, update_after_gather=True), sync="layerwise")
+    problem = Problem(profile, pattern=Decoupled(half, half, update_after_gather=True), sync="layerwise")
     result = solve(problem, "dear", threshold_mb=threshold)
     assert result.iteration_time >= result.lower_bound
     assert result.plan.all_gather.release[0] == result.timeline.message_end[result.timeline.message_kind == 0].max()
@@ -156,7 +156,7 @@ def test_megatron_overlap_with_free_collectives_and_update_time():
     # One worker: every collective costs nothing, so the first all-gather waits only for the
     # updates, and the model's own update ends must be what the policy uses (to the bit).
     profile = Profile.from_arrays([8, 8, 8], [MS] * 3, [0.1, 0.1, 0.0], update=[0.01, 0.0002, 0.0007])
-    result = solve(Problem(profile, decoupled=Decoupled.from_network("10gbe", 1), sync="layerwise"),
+    result = solve(Problem(profile, pattern=Decoupled.from_network("10gbe", 1), sync="layerwise"),
                    "megatron-overlap", bucket_size=1)
     assert result.iteration_time == pytest.approx(profile.compute_time, rel=1e-12) and str(result.status) == "OPTIMAL"
 
@@ -168,12 +168,12 @@ def test_megatron_takes_the_problems_workers_for_its_bucket_rule():
     from fusionopt.model import Decoupled, Problem
     from fusionopt.solvers import solve
     profile = zoo.profile("gpt2", device="h100", batch=8)
-    preset = Problem(profile, decoupled=Decoupled.from_network("10gbe", 64))
+    preset = Problem(profile, pattern=Decoupled.from_network("10gbe", 64))
     r = solve(preset, "megatron")
     assert r.stats["bucket_size"] == 64_000_000 and r.stats["data_parallel_size"] == 64
     assert r.iteration_time == solve(preset, "megatron", data_parallel_size=64).iteration_time
-    bare = Problem(profile, decoupled=Decoupled(preset.decoupled.reduce_scatter, preset.decoupled.all_gather))
+    bare = Problem(profile, pattern=Decoupled(preset.pattern.reduce_scatter, preset.pattern.all_gather))
     assert solve(bare, "megatron").stats["bucket_size"] == 40_000_000
     import pytest
     with pytest.raises(ValueError, match="workers must be a whole number >= 1 or None, got 0"):
-        Decoupled(preset.decoupled.reduce_scatter, preset.decoupled.all_gather, workers=0)
+        Decoupled(preset.pattern.reduce_scatter, preset.pattern.all_gather, workers=0)

@@ -75,9 +75,9 @@ CASES = {
     "cpsat-partition": (cpsat_partition, lambda: Problem(profile(), AlphaBeta(5e-4, 2e-10)),
                         {"unit_parameters": 200_000}),
     "cpsat-channels": (cpsat_channels, lambda: Problem(profile(), AlphaBeta(5e-4, 2e-10), channels=2), {}),
-    "decoupled-cpsat": (decoupled_cpsat, lambda: Problem(profile(4), decoupled=Decoupled(
+    "decoupled-cpsat": (decoupled_cpsat, lambda: Problem(profile(4), pattern=Decoupled(
         AlphaBeta(5e-4, 2e-10), AlphaBeta(5e-4, 2e-10))), {}),
-    "ps-cpsat": (ps_cpsat, lambda: Problem(profile(4), ps=ParameterServer(AlphaBeta(5e-4, 2e-10)),
+    "ps-cpsat": (ps_cpsat, lambda: Problem(profile(4), pattern=ParameterServer(AlphaBeta(5e-4, 2e-10)),
                                            sync="layerwise"), {}),
 }
 

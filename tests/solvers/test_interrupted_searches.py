@@ -124,7 +124,7 @@ SHARDED_ENDLESS = {"atoms": "tensor", "kicks": ENDLESS, "max_evaluations": ENDLE
 
 def sharded_problem(cap=None) -> Problem:
     half = AlphaBeta(0.2 * MS, 1e-9)
-    return Problem(random_profile(10, 3), fully_sharded=FullySharded(half, half, memory_cap=cap))
+    return Problem(random_profile(10, 3), pattern=FullySharded(half, half, memory_cap=cap))
 
 
 @pytest.mark.parametrize("calls", [1, 60])

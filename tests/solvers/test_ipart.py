@@ -60,7 +60,7 @@ def test_ibatch_by_hand_pushes_after_the_backward():
     # Fit: the channel is free at 15, the forward needs more at 16: [t2] alone would end at
     # 15.4, [t2, t3] (0.2 + 0.6 ms) at 15.8 <= 16: the whole rest is batch 2.
     # Forward: t1 15 -> 16, t2 16 -> 17, t3 17 -> 18 ms. ps-default: pull 14 -> 15.6, 18.6 ms.
-    problem = Problem(three_tensors(), sync="layerwise", ps=cheap_pulls())
+    problem = Problem(three_tensors(), sync="layerwise", pattern=cheap_pulls())
     r = ibatch(problem)
     t = r.timeline
     assert r.plan.push.groups() == [[2, 1, 0]] and r.plan.pull.groups() == [[0], [1, 2]]
@@ -79,7 +79,7 @@ def test_ibatch_by_hand_pushes_per_tensor():
     # Walk from t1: pulled 11 -> 12, forward 12 -> 13; t2's pull would end at 12.4 <= 13:
     # batch [t1]. Fit: [t2, t3] waits for updates at 6 and 4 (long past), pulled
     # 12 -> 12.8 <= 13: batch 2. Forward t1 12 -> 13, t2 13 -> 14, t3 14 -> 15 ms.
-    problem = Problem(three_tensors(), sync="layerwise", ps=cheap_pulls())
+    problem = Problem(three_tensors(), sync="layerwise", pattern=cheap_pulls())
     r = ibatch(problem, pushes="per-tensor")
     t = r.timeline
     assert r.plan.push.groups() == [[2], [1], [0]] and r.plan.pull.groups() == [[0], [1, 2]]
@@ -96,7 +96,7 @@ def test_ibatch_falls_back_to_the_default_ps():
     # greedy pulls [t1] 38 -> 39 and [t2, t3] 39 -> 39.8, forward 39 -> 42 ms. The default
     # plan (push 6 -> 23, pull 23 -> 24.6, forward 24.6 -> 27.6 ms) is returned.
     ps = ParameterServer(AlphaBeta(10 * MS, 1e-9), AlphaBeta(0.2 * MS, 0.2e-9))
-    problem = Problem(three_tensors(), sync="layerwise", ps=ps)
+    problem = Problem(three_tensors(), sync="layerwise", pattern=ps)
     r = ibatch(problem, pushes="per-tensor")
     assert r.stats["chosen"] == "ps-default" and round(r.stats["greedy_time"] / MS, 9) == 42.0
     assert r.plan == PSPlan.from_offsets(problem.profile)
@@ -105,7 +105,7 @@ def test_ibatch_falls_back_to_the_default_ps():
 
 def test_ibatch_under_barrier_sync_is_the_default_ps():
     # No forward overlaps a pull: one pull message, the ps-default plan (the greedy's, on a tie).
-    problem = Problem(three_tensors(), ps=cheap_pulls())
+    problem = Problem(three_tensors(), pattern=cheap_pulls())
     r = ibatch(problem)
     assert r.plan == PSPlan.from_offsets(problem.profile) and r.stats["batches"] == 1
     assert r.iteration_time == ps_default(problem).iteration_time and r.stats["chosen"] == "greedy"
@@ -116,7 +116,7 @@ def one_large_tensor() -> Problem:
     # One 8 MB tensor, b = f = 8 ms (1 ms/MB), both directions 1 ms + 1 ms/MB, partitioned
     # compute with delta = 0, layerwise sync.
     profile = Profile.from_arrays([8 * MB], [8 * MS], [8 * MS])
-    return Problem(profile, sync="layerwise", ps=ParameterServer(AlphaBeta(MS, 1e-9), partition_compute=True))
+    return Problem(profile, sync="layerwise", pattern=ParameterServer(AlphaBeta(MS, 1e-9), partition_compute=True))
 
 
 def test_ipart_greedy_by_hand():
@@ -179,7 +179,7 @@ def test_ipart_without_partitioned_compute_cuts_no_tensor():
     # backward ends and the forward waits for every piece, so the greedy does not cut, and
     # the plans are the baselines' (34 ms).
     profile = one_large_tensor().profile
-    problem = Problem(profile, sync="layerwise", ps=ParameterServer(AlphaBeta(MS, 1e-9)))
+    problem = Problem(profile, sync="layerwise", pattern=ParameterServer(AlphaBeta(MS, 1e-9)))
     r = ipart(problem, min_partition_bytes=MB)
     assert r.plan == PSPlan.from_offsets(profile) and r.stats["tensors_cut"] == 0
     assert round(r.iteration_time / MS, 9) == 34.0
@@ -191,7 +191,7 @@ def test_ipart_on_three_tensors_by_hand():
     # gradient is ready but the last), pulls t1 11 -> 12, t2 12 -> 12.4, t3 12.4 -> 12.8,
     # forward 12 -> 15 ms, the forward never waits after t1: 15 ms, the bound of a plan
     # whose pulls start at 11 (11 + 1 + 3).
-    problem = Problem(three_tensors(), sync="layerwise", ps=cheap_pulls())
+    problem = Problem(three_tensors(), sync="layerwise", pattern=cheap_pulls())
     r = ipart(problem)
     assert round(r.iteration_time / MS, 9) == 15.0
     assert round(r.stats["ps_layer_time"] / MS, 9) == 15.0 and round(r.stats["ps_default_time"] / MS, 9) == 18.6
@@ -234,7 +234,7 @@ def test_ibatch_is_never_slower_than_the_default_ps(problem, pushes):
 def test_ipart_pieces_respect_the_smallest_piece_and_delta(problem, min_partition):
     # Every chunk of a cut tensor keeps min_partition_bytes and at least delta of compute.
     r = ipart(problem, min_partition_bytes=min_partition)
-    profile, delta = problem.profile, problem.ps.delta
+    profile, delta = problem.profile, problem.pattern.delta
     for plan, compute in ((r.plan.push, profile.backward), (r.plan.pull, profile.forward)):
         pieces = [[] for _ in range(profile.n)]
         for message in plan.messages:
@@ -279,7 +279,7 @@ def test_the_greedy_times_its_partitions_as_the_model_does(problem, allowed, loo
     assert np.allclose(ends, timeline.message_end, rtol=REL, atol=1e-15)
     p, free, forward = 0, -math.inf, gates.backward_end
     for y in pull + [profile.total_bytes]:
-        free = max(free, gates.between(p, y)) + float(problem.ps.pull(y - p))
+        free = max(free, gates.between(p, y)) + float(problem.pattern.pull(y - p))
         forward = max(forward, free) + pull_stream.work_between(p, y)
         p = y
     assert forward == pytest.approx(timeline.iteration_time, rel=REL, abs=1e-15)
@@ -299,7 +299,7 @@ def test_a_cut_only_pays_when_its_delta_is_covered():
     # cover its overhead; with pieces of at least 3 MB the tensor splits at most in two.
     profile = one_large_tensor().profile
     ps = ParameterServer(AlphaBeta(MS, 1e-9), partition_compute=True, delta=MS)
-    problem = Problem(profile, sync="layerwise", ps=ps)
+    problem = Problem(profile, sync="layerwise", pattern=ps)
     r = ipart(problem, min_partition_bytes=3 * MB)
     assert r.plan.push.num_messages <= 2 and r.plan.pull.num_messages <= 2
     assert r.iteration_time <= 34 * MS
@@ -315,7 +315,7 @@ def test_ipart_on_a_zoo_model_at_72_nodes():
 
     profile = zoo.profile("googlenet", device="v100", batch=64, compute="roofline")
     ps = ParameterServer.from_network("10gbe", 72, 72, colocated=True, partition_compute=True)
-    problem = Problem(profile, sync="layerwise", ps=ps)
+    problem = Problem(profile, sync="layerwise", pattern=ps)
     r = ipart(problem)
     assert r.stats["chosen"] == "greedy"
     assert r.stats["ps_default_time"] / r.iteration_time > 1.2
@@ -328,7 +328,7 @@ def test_ipart_on_a_zoo_model_at_72_nodes():
 def test_a_parameter_server_is_required(method, name):
     problem = Problem(three_tensors(), AlphaBeta(MS, 1e-9))
     with pytest.raises(ValueError, match=rf"^{name} needs a parameter-server problem: Problem\(profile, "
-                                         r"ps=ParameterServer\(...\)\)$"):
+                                         r"pattern=ParameterServer\(...\)\)$"):
         method(problem)
     with pytest.raises(ValueError, match="^problem must be a Problem, got Profile$"):
         method(three_tensors())
@@ -336,27 +336,27 @@ def test_a_parameter_server_is_required(method, name):
 
 @pytest.mark.parametrize("value", [0, -4, 2.5, "1MB", True])
 def test_bad_min_partition_bytes(value):
-    problem = Problem(three_tensors(), sync="layerwise", ps=cheap_pulls(partition_compute=True))
+    problem = Problem(three_tensors(), sync="layerwise", pattern=cheap_pulls(partition_compute=True))
     with pytest.raises(ValueError, match=r"^min_partition_bytes must be"):
         ipart(problem, min_partition_bytes=value)
 
 
 @pytest.mark.parametrize("value", [0, -1, 2.0, None, False])
 def test_bad_lookahead_sizes(value):
-    problem = Problem(three_tensors(), sync="layerwise", ps=cheap_pulls())
+    problem = Problem(three_tensors(), sync="layerwise", pattern=cheap_pulls())
     with pytest.raises(ValueError, match=rf"^lookahead_sizes must be an integer >= 1, got {value!r}$"):
         ipart(problem, lookahead_sizes=value)
 
 
 @pytest.mark.parametrize("value", ["after", "", None, 1])
 def test_bad_pushes(value):
-    problem = Problem(three_tensors(), sync="layerwise", ps=cheap_pulls())
+    problem = Problem(three_tensors(), sync="layerwise", pattern=cheap_pulls())
     with pytest.raises(ValueError, match=rf"^pushes must be 'after-backward' or 'per-tensor', got {value!r}$"):
         ibatch(problem, pushes=value)
 
 
 def test_options_are_keyword_only():
-    problem = Problem(three_tensors(), sync="layerwise", ps=cheap_pulls())
+    problem = Problem(three_tensors(), sync="layerwise", pattern=cheap_pulls())
     with pytest.raises(TypeError):
         ipart(problem, 1000)
     with pytest.raises(TypeError):

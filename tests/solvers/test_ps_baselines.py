@@ -39,7 +39,7 @@ def ms(values):
 def test_ps_default_by_hand():
     # Push 7 MB at 6 ms: 6 -> 14; update 0.7 ms: 14.7; pull 14.7 -> 18.7; forward 18.7 -> 21.7.
     for sync in ("barrier", "layerwise"):
-        r = ps_default(Problem(worked_profile(), sync=sync, ps=worked_server()))
+        r = ps_default(Problem(worked_profile(), sync=sync, pattern=worked_server()))
         assert r.plan.push.groups() == [[2, 1, 0]] and r.plan.pull.groups() == [[0, 1, 2]]
         assert ms(r.timeline.message_end) == [14.0] and ms(r.timeline.pull_end) == [18.7]
         assert round(r.iteration_time / MS, 9) == 21.7
@@ -50,7 +50,7 @@ def test_ps_layer_by_hand():
     # Pushes (WFBP): t3 1 -> 4, t2 4 -> 6, t1 6 -> 11; updated 4.2, 6.1, 11.4.
     # Pulls in forward order: t1 11.4 -> 13.9, t2 13.9 -> 14.9, t3 14.9 -> 16.4.
     # Layerwise forward: t1 13.9 -> 14.9, t2 14.9 -> 15.9, t3 16.4 -> 17.4. Barrier: 16.4 + 3.
-    problem = Problem(worked_profile(), sync="layerwise", ps=worked_server())
+    problem = Problem(worked_profile(), sync="layerwise", pattern=worked_server())
     r = ps_layer(problem)
     t = r.timeline
     assert r.plan.push.groups() == [[2], [1], [0]] and r.plan.pull.groups() == [[0], [1], [2]]
@@ -59,7 +59,7 @@ def test_ps_layer_by_hand():
     assert ms(t.pull_end) == [13.9, 14.9, 16.4]
     assert ms(t.forward_start) == [13.9, 14.9, 16.4]
     assert round(r.iteration_time / MS, 9) == 17.4
-    assert round(ps_layer(Problem(worked_profile(), ps=worked_server())).iteration_time / MS, 9) == 19.4
+    assert round(ps_layer(Problem(worked_profile(), pattern=worked_server())).iteration_time / MS, 9) == 19.4
     # Layer by layer beats the default here: 17.4 < 21.7.
     assert r.iteration_time < ps_default(problem).iteration_time
     assert r.lower_bound <= r.iteration_time and r.status in (Status.FEASIBLE, Status.OPTIMAL)
@@ -68,7 +68,7 @@ def test_ps_layer_by_hand():
 @given(problem=ps_problems())
 def test_ps_default_closed_form(problem):
     # T = B + c_push(total) + update(total) + c_pull(total) + U + F: nothing overlaps.
-    profile, ps = problem.profile, problem.ps
+    profile, ps = problem.profile, problem.pattern
     total = profile.total_bytes
     expected = (profile.B + float(problem.cost(total)) + ps.server_update(total) + float(ps.pull(total))
                 + profile.U + profile.F)
@@ -94,18 +94,18 @@ def test_ps_layer_pushes_like_wfbp_and_never_splits_compute(problem):
 def test_ps_methods_need_a_parameter_server():
     problem = Problem(worked_profile(), AlphaBeta(MS, 1e-9))
     with pytest.raises(ValueError, match=r"ps-default needs a parameter-server problem: Problem\(profile, "
-                                         r"ps=ParameterServer\(...\)\)"):
+                                         r"pattern=ParameterServer\(...\)\)"):
         ps_default(problem)
     with pytest.raises(ValueError, match="ps-layer needs a parameter-server problem"):
         ps_layer(problem)
     # And all-reduce methods refuse a parameter-server problem when their plan is simulated.
     with pytest.raises(ValueError, match="needs a PSPlan"):
-        wfbp(Problem(worked_profile(), ps=worked_server()))
+        wfbp(Problem(worked_profile(), pattern=worked_server()))
 
 
 def test_finish_checks_the_claims_of_a_ps_method():
     profile = worked_profile()
-    problem = Problem(profile, sync="layerwise", ps=worked_server())
+    problem = Problem(profile, sync="layerwise", pattern=worked_server())
     plan = PSPlan.from_offsets(profile)
     with pytest.raises(AssertionError, match="claims an optimum"):
         finish(problem, plan, "liar", time.perf_counter(), lower_bound=ps_lower_bound(problem), optimal=True)
@@ -123,18 +123,18 @@ def test_default_ps_on_one_tensor_meets_the_bound():
     # 2 + 1 + 0.5 + 1 = 4.5 ms.
     profile = Profile.from_arrays([1e6], [MS], [2 * MS])
     ps = ParameterServer(AlphaBeta(MS, 0.0), AlphaBeta(0.5 * MS, 0.0))
-    r = ps_default(Problem(profile, ps=ps))
+    r = ps_default(Problem(profile, pattern=ps))
     assert round(r.iteration_time / MS, 9) == 4.5
     assert r.status == Status.OPTIMAL and r.gap == 0.0
     # With bandwidth terms the bound is not tight (pipelining chunks could pay off).
-    assert ps_default(Problem(profile, ps=worked_server())).status == Status.FEASIBLE
+    assert ps_default(Problem(profile, pattern=worked_server())).status == Status.FEASIBLE
 
 
 @given(delta=st.floats(0.0, 1e-3))
 def test_partitioned_compute_is_moot_for_the_baselines(delta):
     profile = worked_profile()
-    plain = Problem(profile, sync="layerwise", ps=worked_server())
-    split = Problem(profile, sync="layerwise", ps=worked_server(partition_compute=True, delta=delta))
+    plain = Problem(profile, sync="layerwise", pattern=worked_server())
+    split = Problem(profile, sync="layerwise", pattern=worked_server(partition_compute=True, delta=delta))
     for method in (ps_default, ps_layer):
         assert method(split).iteration_time == method(plain).iteration_time
 
@@ -144,18 +144,18 @@ def test_the_registry_keeps_parameter_server_and_all_reduce_methods_apart():
     from fusionopt.solvers import compare, solve
     from fusionopt.solvers.registry import default_methods
 
-    problem = Problem(worked_profile(), sync="layerwise", ps=worked_server())
+    problem = Problem(worked_profile(), sync="layerwise", pattern=worked_server())
     assert default_methods(problem) == ["ps-default", "ps-layer", "ibatch", "ipart", "ps-dp"]
     rows = {row.method: row for row in compare(problem)}
     # Speedups are over ps-default on a parameter server: 21.7 / 17.4 ms (hand values above).
     assert rows["ps-default"].speedup == 1.0
     assert rows["ps-layer"].speedup == pytest.approx(21.7 / 17.4, rel=1e-9)
-    with pytest.raises(ValueError, match=r"method 'wfbp' is an all-reduce method and this problem uses a "
-                                         r"parameter server; methods for it: ps-default, ps-layer, ibatch, ipart, ps-brute, ps-dp, ps-cpsat"):
+    with pytest.raises(ValueError, match=r"method 'wfbp' is an all-reduce method and this problem is a "
+                                         r"parameter-server problem \(pattern=ParameterServer\(\.\.\.\)\); methods for it: ps-default, ps-layer, ibatch, ipart, ps-brute, ps-dp, ps-cpsat"):
         solve(problem, "wfbp")
     with pytest.raises(ValueError, match=r"method 'ps-layer' is a parameter-server method and this problem "
-                                         r"uses all-reduce"):
+                                         r"is an all-reduce problem"):
         solve(Problem(worked_profile(), AlphaBeta(MS, 1e-9)), "ps-layer")
     assert "ps-default" not in default_methods(Problem(worked_profile(), AlphaBeta(MS, 1e-9)))
-    with pytest.raises(ValueError, match="score_cuts times all-reduce fusion plans; this problem has a parameter server"):
+    with pytest.raises(ValueError, match="score_cuts times all-reduce fusion plans; this problem is a parameter-server problem"):
         score_cuts(problem, np.ones((1, 2), dtype=bool))

@@ -39,7 +39,7 @@ def ms(value: float) -> float:
 def worked(sync: str = "layerwise", **options) -> Problem:
     # MODEL.md section 5's profile; push and pull both 1 ms + 1 ms/MB.
     profile = Profile.from_arrays([4e6, 1e6, 2e6], [MS] * 3, [3 * MS, 2 * MS, MS])
-    return Problem(profile, ps=ParameterServer(AlphaBeta(MS, 1e-9), **options), sync=sync)
+    return Problem(profile, pattern=ParameterServer(AlphaBeta(MS, 1e-9), **options), sync=sync)
 
 
 def same(a: float, b: float, slack: float = 0.0) -> bool:
@@ -98,7 +98,7 @@ def test_one_tensor_in_two_halves(partition, expected):
     # forward 7 -> 8. With partitioned compute (delta 0) the backward halves end at 0.5 and 1:
     # pushes 0.5 -> 2.5 -> 4.5, pulls 2.5 -> 4.5 -> 6.5, forward halves 4.5 -> 5 and 6.5 -> 7.
     profile = Profile.from_arrays([4_000_000], [MS], [MS])
-    problem = Problem(profile, ps=ParameterServer(AlphaBeta(0.0, 1e-9), partition_compute=partition),
+    problem = Problem(profile, pattern=ParameterServer(AlphaBeta(0.0, 1e-9), partition_compute=partition),
                       sync="layerwise")
     assert ms(ps_brute(problem).iteration_time) == 10.0
     assert ms(ps_dp(problem).iteration_time) == 10.0
@@ -115,7 +115,7 @@ def coupled_case() -> Problem:
                                   [2 * MS, 0, 0, 3 * MS])
     ps = ParameterServer(AlphaBeta(0.2 * MS, 0.5e-9), AlphaBeta(0.1 * MS, 2e-9),
                          update_per_byte=0.5e-9, update_overhead=0.1 * MS)
-    return Problem(profile, ps=ps, sync="layerwise")
+    return Problem(profile, pattern=ps, sync="layerwise")
 
 
 def test_the_alternation_alone_can_miss_and_enumeration_closes_the_gap():
@@ -148,7 +148,7 @@ def test_dp_is_exact_without_per_byte_updates_and_never_below_brute_force(proble
     assert dp.iteration_time >= brute.iteration_time * (1 - REL) - 1e-15
     assert dp.lower_bound <= brute.iteration_time * (1 + REL) + 1e-15
     assert dp.stats["relaxation_bound"] <= brute.iteration_time * (1 + REL) + 1e-15
-    if problem.ps.update_per_byte == 0.0:
+    if problem.pattern.update_per_byte == 0.0:
         assert dp.stats["proved"] == "update_per_byte = 0"
     if dp.stats["proved"] is not None:
         assert dp.status is Status.OPTIMAL and same(dp.iteration_time, brute.iteration_time)
@@ -183,7 +183,7 @@ def grid_problems(draw):
     per_byte = st.builds(AlphaBeta, alpha=st.one_of(st.just(0.0), st.floats(1e-7, 5e-3)),
                          beta=st.one_of(st.just(0.0), st.floats(1e-6, 1e-3)))
     ps = draw(parameter_servers(cost=per_byte))
-    return Problem(profile, ps=ps, sync=draw(st.sampled_from(["barrier", "layerwise"]))), unit
+    return Problem(profile, pattern=ps, sync=draw(st.sampled_from(["barrier", "layerwise"]))), unit
 
 
 @settings(deadline=None, max_examples=40)
@@ -230,7 +230,7 @@ def bert_prefix(n: int, sync: str, update_per_byte: float) -> Problem:
     profile = Profile.from_arrays(base.sizes[keep], base.forward[keep], base.backward[keep], base.names[keep])
     ps = ParameterServer.from_network("10gbe", 16, 16, colocated=True, update_per_byte=update_per_byte,
                                       update_overhead=1e-5)
-    return Problem(profile, ps=ps, sync=sync)
+    return Problem(profile, pattern=ps, sync=sync)
 
 
 @pytest.mark.parametrize("sync", ["barrier", "layerwise"])
@@ -338,7 +338,7 @@ def test_piecewise_costs_are_fine():
     # The DPs take any cost model; brute force agrees.
     profile = Profile.from_arrays([4e6, 1e6, 2e6], [MS] * 3, [3 * MS, 2 * MS, MS])
     push = PiecewiseLinear([1e6, 2e6, 4e6], [2 * MS, 2.5 * MS, 5 * MS])
-    problem = Problem(profile, ps=ParameterServer(push, AlphaBeta(0.5 * MS, 1e-9)), sync="layerwise")
+    problem = Problem(profile, pattern=ParameterServer(push, AlphaBeta(0.5 * MS, 1e-9)), sync="layerwise")
     brute = ps_brute(problem)
     assert same(ps_dp(problem).iteration_time, brute.iteration_time)
     cp = ps_cpsat(problem)
@@ -354,7 +354,7 @@ def test_cpsat_with_a_zero_time_anchor_caps_its_constants():
     profile = Profile.from_arrays([8], [0.0], [0.0])
     ps = ParameterServer(push=AlphaBeta(0.0, 0.0), pull=AlphaBeta(0.0, 0.0), partition_compute=True,
                          delta=2.0 ** -9)
-    problem = Problem(profile, ps=ps)
+    problem = Problem(profile, pattern=ps)
     result = solve(problem, "ps-cpsat", granularity=1)
     assert result.iteration_time == solve(problem, "ps-brute", granularity=1).iteration_time == 0.0
     assert result.status == Status.OPTIMAL

@@ -17,11 +17,11 @@ SMALL = {"brute": {}, "cpsat": {"time_limit": 5.0}, "ps-brute": {}, "ps-cpsat": 
 
 def problem(pattern="all-reduce", **kind):
     if kind.pop("ps", False) or pattern == "ps":
-        return Problem(PROFILE, ps=ParameterServer.from_network("10gbe", 4, 4, colocated=True), **kind)
+        return Problem(PROFILE, pattern=ParameterServer.from_network("10gbe", 4, 4, colocated=True), **kind)
     if pattern == "decoupled":
-        return Problem(PROFILE, decoupled=Decoupled.from_network("10gbe", 8), **kind)
+        return Problem(PROFILE, pattern=Decoupled.from_network("10gbe", 8), **kind)
     if pattern == "fully-sharded":
-        return Problem(PROFILE, fully_sharded=FullySharded.from_network("10gbe", 8), **kind)
+        return Problem(PROFILE, pattern=FullySharded.from_network("10gbe", 8), **kind)
     return Problem(PROFILE, network("10gbe", 8), **kind)
 
 
@@ -39,7 +39,7 @@ def test_a_method_refuses_what_it_declares_it_cannot_solve(name):
     if needs.pattern == "all-reduce":
         with pytest.raises(ValueError):
             solve(problem("decoupled", sync="layerwise"), name, **options)
-        with pytest.raises(ValueError, match="this problem uses full sharding"):
+        with pytest.raises(ValueError, match="this problem is a fully sharded problem"):
             solve(problem("fully-sharded"), name, **options)
     if needs.pattern == "ps":
         solve(problem("ps", sync="layerwise"), name, **options)
@@ -94,7 +94,7 @@ def test_the_declaration_is_checked_on_a_direct_call(name):
                                          "|needs a fully sharded problem|is an all-reduce method)"):
         function(problem(another(needs.pattern), sync="layerwise"))
     if needs.pattern != "fully-sharded":
-        with pytest.raises(ValueError, match=f"^{name} (is an? [a-z -]+ method and this problem is fully sharded"
+        with pytest.raises(ValueError, match=f"^{name} (is an? [a-z -]+ method and this problem is a fully sharded problem"
                                              "|needs a (parameter-server|decoupled) problem)"):
             function(problem("fully-sharded"))
     if needs.layerwise:

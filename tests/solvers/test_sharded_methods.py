@@ -21,7 +21,7 @@ HALF = AlphaBeta(MS, 1e-9)
 
 def section5(cap=None):
     profile = Profile.from_arrays([4e6, 1e6, 2e6], [MS] * 3, [3 * MS, 2 * MS, MS])
-    return Problem(profile, fully_sharded=FullySharded(HALF, HALF, memory_cap=cap))
+    return Problem(profile, pattern=FullySharded(HALF, HALF, memory_cap=cap))
 
 
 def test_brute_hand_worked_optimum_and_the_cap():
@@ -48,14 +48,14 @@ def test_brute_hand_worked_optimum_and_the_cap():
 def test_brute_against_search_bound_and_coarser_atoms(data):
     profile = data.draw(profiles(1, 5))
     halves = FullySharded(data.draw(alpha_beta), data.draw(alpha_beta))
-    problem = Problem(profile, fully_sharded=halves)
+    problem = Problem(profile, pattern=halves)
     exact = solve(problem, "sharded-brute")
     search = solve(problem, "sharded-opt", atoms="tensor")
     bound = sharded_lower_bound(problem)
     assert exact.iteration_time >= bound * (1 - 1e-9) - 1e-15
     assert search.iteration_time >= exact.iteration_time * (1 - 1e-12) - 1e-15
     # A cap at the optimum's own peak keeps the optimum.
-    capped = Problem(profile, fully_sharded=halves.with_cap(max(exact.timeline.peak_memory, 1)))
+    capped = Problem(profile, pattern=halves.with_cap(max(exact.timeline.peak_memory, 1)))
     assert solve(capped, "sharded-brute").iteration_time == exact.iteration_time
     coarse = [0, profile.n]
     assert solve(problem, "sharded-brute", atoms=coarse).iteration_time >= exact.iteration_time
@@ -72,7 +72,7 @@ def test_fsdp2_units_on_the_zoo_transformers():
     plan = fsdp2_plan(bert)
     assert plan.names == ("(root)", *[f"encoder.layer.{k}" for k in range(12)], "(root)")
     assert bert.names[plan.bounds[-2]] == "pooler.dense.weight"
-    r = solve(Problem(gpt2, fully_sharded=halves), "fsdp2")
+    r = solve(Problem(gpt2, pattern=halves), "fsdp2")
     # 13 unit gathers (the root's two parts in one), 12 regathers, 13 reduce-scatters.
     assert r.num_messages == 38 and r.timeline.message_kind.tolist().count(0) == 13
     assert r.timeline.message_bytes[0] == gpt2.sizes[[0, 1, gpt2.n - 2, gpt2.n - 1]].sum()
@@ -82,12 +82,12 @@ def test_fsdp2_units_on_the_zoo_transformers():
 def test_framework_settings_over_the_cap_are_infeasible():
     gpt2 = zoo.profile("gpt2", device="h100", batch=8)
     halves = FullySharded.from_network("100gb-ib", 64)
-    peak = solve(Problem(gpt2, fully_sharded=halves), "fsdp2").timeline.peak_memory
-    r = solve(Problem(gpt2, fully_sharded=halves.with_cap(peak - 1)), "fsdp2")
+    peak = solve(Problem(gpt2, pattern=halves), "fsdp2").timeline.peak_memory
+    r = solve(Problem(gpt2, pattern=halves.with_cap(peak - 1)), "fsdp2")
     assert str(r.status) == "INFEASIBLE" and r.stats["over_memory_cap"] == 1
-    searched = solve(Problem(gpt2, fully_sharded=halves.with_cap(peak)), "sharded-opt", max_evaluations=3000)
+    searched = solve(Problem(gpt2, pattern=halves.with_cap(peak)), "sharded-opt", max_evaluations=3000)
     assert searched.timeline.peak_memory <= peak
-    assert searched.iteration_time <= solve(Problem(gpt2, fully_sharded=halves), "fsdp2").iteration_time
+    assert searched.iteration_time <= solve(Problem(gpt2, pattern=halves), "fsdp2").iteration_time
 
 
 def test_atoms_and_method_errors():
@@ -96,12 +96,12 @@ def test_atoms_and_method_errors():
     with pytest.raises(ValueError, match="unknown atoms 'layer'"):
         atom_bounds(p, "layer")
     problem = Problem(zoo.profile("gpt2", device="h100", batch=8),
-                      fully_sharded=FullySharded.from_network("10gbe", 8))
+                      pattern=FullySharded.from_network("10gbe", 8))
     with pytest.raises(ValueError, match="sharded-brute enumerates every plan over at most 8 atoms and refuses 75"):
         solve(problem, "sharded-brute", atoms="module")
-    with pytest.raises(ValueError, match="method .fsdp2. is a fully sharded method and this problem uses all-reduce"):
+    with pytest.raises(ValueError, match="method .fsdp2. is a fully sharded method and this problem is an all-reduce problem"):
         solve(Problem(p, HALF), "fsdp2")
-    with pytest.raises(ValueError, match="method 'wfbp' is an all-reduce method and this problem uses full sharding"):
+    with pytest.raises(ValueError, match="method 'wfbp' is an all-reduce method and this problem is a fully sharded problem"):
         solve(section5(), "wfbp")
 
 

@@ -19,7 +19,7 @@ def two_tensors():
     """Two tensors of 1 MB, forwards of 1 ms, backwards of 4 ms; an all-gather costs 10 ms
     whatever its size, a reduce-scatter 4 ns/B (4 ms a tensor)."""
     profile = Profile.from_arrays([1_000_000] * 2, [MS] * 2, [4 * MS] * 2)
-    return Problem(profile, fully_sharded=FullySharded(AlphaBeta(0.0, 4e-9), AlphaBeta(10 * MS, 0.0)))
+    return Problem(profile, pattern=FullySharded(AlphaBeta(0.0, 4e-9), AlphaBeta(10 * MS, 0.0)))
 
 
 def test_separate_groups_beat_every_unit_aligned_plan():
@@ -54,7 +54,7 @@ def gpt2_like(workers=1024):
     sizes = [150_000_000] + [28_000_000, 12_000] * 12 + [3_000]
     forward = [1e-5] + [3e-4, 1e-6] * 12 + [1e-6]
     return Problem(Profile.from_arrays(sizes, forward, [2 * f for f in forward], names=names),
-                   fully_sharded=FullySharded.from_network("100gb-ib", workers))
+                   pattern=FullySharded.from_network("100gb-ib", workers))
 
 
 @pytest.mark.parametrize("budget", [150, 20_000])
@@ -80,13 +80,13 @@ def test_never_slower_than_without_groups_on_the_same_budget(budget):
 def test_random_problems_bound_cap_and_resimulation(data):
     profile = data.draw(profiles(1, 5))
     halves = FullySharded(data.draw(alpha_beta), data.draw(alpha_beta))
-    free = Problem(profile, fully_sharded=halves)
+    free = Problem(profile, pattern=halves)
     floor, _ = sharded_memory_floor(free)
     unlimited = solve(free, "sharded-opt", atoms="tensor", reduce_groups=True).timeline.peak_memory
     problems = [free]
     if unlimited > floor:                                 # a cap between the floor and the free result's peak
         cap = floor + data.draw(st.floats(0, 1)) * (unlimited - floor)
-        problems.append(Problem(profile, fully_sharded=halves.with_cap(max(cap, 1))))
+        problems.append(Problem(profile, pattern=halves.with_cap(max(cap, 1))))
     for problem in problems:
         try:
             plain = solve(problem, "sharded-opt", atoms="tensor")
@@ -100,7 +100,7 @@ def test_random_problems_bound_cap_and_resimulation(data):
         assert grouped.iteration_time >= sharded_lower_bound(problem) * (1 - 1e-9) - 1e-15
         if plain is not None:
             assert grouped.iteration_time <= plain.iteration_time
-        cap = problem.fully_sharded.memory_cap
+        cap = problem.pattern.memory_cap
         assert cap is None or grouped.timeline.peak_memory <= cap
         again = simulate(problem, grouped.plan)
         assert again.iteration_time == grouped.iteration_time and again.peak_memory == grouped.timeline.peak_memory

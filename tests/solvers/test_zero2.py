@@ -18,7 +18,7 @@ MS = 1e-3
 
 
 def decoupled(profile, half=AlphaBeta(MS, 1e-9), gather=None):
-    return Problem(profile, decoupled=Decoupled(half, half if gather is None else gather), sync="barrier")
+    return Problem(profile, pattern=Decoupled(half, half if gather is None else gather), sync="barrier")
 
 
 def cost(c, nbytes):
@@ -37,11 +37,11 @@ def test_zero2_buckets_and_refusals():
     with pytest.raises(ValueError, match="^overlap_comm must be True or False, got 'yes'$"):
         solve(problem, "zero2", overlap_comm="yes")
     after = Problem(Profile.from_arrays([8], [MS], [MS], update=[MS]),
-                    decoupled=Decoupled(AlphaBeta(MS, 0), AlphaBeta(MS, 0), update_after_gather=True))
+                    pattern=Decoupled(AlphaBeta(MS, 0), AlphaBeta(MS, 0), update_after_gather=True))
     with pytest.raises(ValueError, match="^zero2 updates in the optimiser step, before gathering parameters"):
         solve(after, "zero2", overlap_comm=True)
     with pytest.raises(ValueError, match="^zero2 is for sync='barrier' only"):
-        solve(Problem(profile, decoupled=Decoupled(AlphaBeta(MS, 0), AlphaBeta(MS, 0)), sync="layerwise"), "zero2")
+        solve(Problem(profile, pattern=Decoupled(AlphaBeta(MS, 0), AlphaBeta(MS, 0)), sync="layerwise"), "zero2")
 
 
 @settings(deadline=None, max_examples=40)
@@ -113,7 +113,7 @@ def overlapped_end(problem, buckets):
     backward's stalls so far; at each flush after the first the backward waits for the
     all-reduce before; the channel runs the all-reduces in turn."""
     profile = problem.profile
-    halves = problem.decoupled
+    halves = problem.pattern
     ready = profile.ready_times
     stall, end = 0.0, 0.0
     for k, bucket in enumerate(buckets):

@@ -23,7 +23,7 @@ def small(forward=(0,) * 6, backward=(0,) * 6):
 
 def gpt2(network="100gb-ib", workers=64):
     return Problem(zoo.profile("gpt2", device="h100", batch=8),
-                   fully_sharded=FullySharded.from_network(network, workers=workers))
+                   pattern=FullySharded.from_network(network, workers=workers))
 
 
 def test_zero3_layouts_by_hand():
@@ -64,7 +64,7 @@ def test_zero3_timing_by_hand():
     # 13-14), unit 0 13-15, tensor 0's reduce-scatter 15-16: T = 16 ms.
     one = AlphaBeta(MS, 0.0)
     p = small([MS, MS, 0, MS, 0, MS], [2 * MS, 2 * MS, 0, 2 * MS, 0, 2 * MS])
-    r = solve(Problem(p, fully_sharded=FullySharded(one, one)), "zero3", prefetch_bucket_size=8,
+    r = solve(Problem(p, pattern=FullySharded(one, one)), "zero3", prefetch_bucket_size=8,
               param_persistence_threshold=1, reduce_bucket_size=12)
     t = r.timeline
     assert [round(v / MS, 9) for v in t.message_ready] == [0, 0, 0, 0, 0, 11, 13, 15]
@@ -110,7 +110,7 @@ def test_zero3_on_gpt2_one_reduce_scatter_at_the_end():
 def test_inductor_layouts_by_hand():
     p = Profile.from_arrays([40, 24, 24, 24, 32], [0] * 5, [0] * 5,
                             names=["emb.weight", "h.0.w", "h.1.w", "h.2.w", "ln.weight"])
-    problem = Problem(p, fully_sharded=FullySharded(HALF, HALF))
+    problem = Problem(p, pattern=FullySharded(HALF, HALF))
     # FSDP2's units 40 (root's first part), 24, 24, 24, 32 (root's last part) B, cap 50 B.
     # All-gathers forward: [40] [24 24] [24] (24 + 32 > 50) [32]; reduce-scatters backward:
     # [32] (32 + 24 > 50) [24 24] [24] (24 + 40 > 50) [40].
@@ -140,16 +140,16 @@ def test_inductor_cap_and_gpt2():
     # beta 0: the 500 MiB ceiling.
     assert inductor_cap_mb(gpt2("10gbe", 8)) == 10.0
     p = Profile.from_arrays([8], [0], [0])
-    assert inductor_cap_mb(Problem(p, fully_sharded=FullySharded(HALF, AlphaBeta(0.0, 1e-9)))) == 10.0
-    assert inductor_cap_mb(Problem(p, fully_sharded=FullySharded(HALF, AlphaBeta(MS, 0.0)))) == 500.0
+    assert inductor_cap_mb(Problem(p, pattern=FullySharded(HALF, AlphaBeta(0.0, 1e-9)))) == 10.0
+    assert inductor_cap_mb(Problem(p, pattern=FullySharded(HALF, AlphaBeta(MS, 0.0)))) == 500.0
     # 100 MiB: three 28.35 MB blocks a bucket, ln_f with the last three.
     merged = solve(problem, "inductor", bucket_cap_mb=100)
     assert merged.plan.num_units == 5 and merged.plan.bounds.tolist()[1] == 2
     assert merged.plan.reshard.tolist() == [False, True, True, True, False]
     curve = PiecewiseLinear([1, 1e6], [MS, 2 * MS])
     with pytest.raises(ValueError, match="not alpha \\+ beta S; give bucket_cap_mb"):
-        solve(Problem(p, fully_sharded=FullySharded(curve, curve)), "inductor")
-    assert solve(Problem(p, fully_sharded=FullySharded(curve, curve)), "inductor", bucket_cap_mb=20).plan.num_units == 1
+        solve(Problem(p, pattern=FullySharded(curve, curve)), "inductor")
+    assert solve(Problem(p, pattern=FullySharded(curve, curve)), "inductor", bucket_cap_mb=20).plan.num_units == 1
     with pytest.raises(ValueError, match="bucket_cap_mb must be a positive number of MiB"):
         solve(problem, "inductor", bucket_cap_mb=0)
 

@@ -98,9 +98,9 @@ def test_a_calibrated_profile_runs_under_every_sync_and_pattern(pattern):
     if pattern == "layerwise":
         problem, method = Problem(p, network("10gbe", 8), sync="layerwise"), "wfbp"
     elif pattern == "decoupled":
-        problem, method = Problem(p, decoupled=Decoupled.from_network("10gbe", 8)), "megatron"
+        problem, method = Problem(p, pattern=Decoupled.from_network("10gbe", 8)), "megatron"
     else:
-        problem, method = Problem(p, fully_sharded=FullySharded.from_network("10gbe", 8)), "fsdp2"
+        problem, method = Problem(p, pattern=FullySharded.from_network("10gbe", 8)), "fsdp2"
     assert solve(problem, method).iteration_time >= p.F + p.B + p.U
 
 

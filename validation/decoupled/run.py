@@ -65,7 +65,7 @@ def random_problem(rng: np.random.Generator) -> Problem:
         points = np.unique(rng.integers(1, 20_000_000, 3))
         return PiecewiseLinear(points.tolist(), np.cumsum(rng.uniform(0, 2e-3, points.size)).tolist())
 
-    return Problem(profile, decoupled=Decoupled(cost(), cost(), update_after_gather=bool(rng.random() < 0.3)),
+    return Problem(profile, pattern=Decoupled(cost(), cost(), update_after_gather=bool(rng.random() < 0.3)),
                    sync=["barrier", "layerwise"][int(rng.integers(2))])
 
 
@@ -93,7 +93,7 @@ def cross_checks(count: int, progress: Progress) -> dict:
             kinds = out["dp_kinds"]
             kinds["layerwise"] += problem.sync == "layerwise"
             kinds["update"] += problem.profile.U > 0
-            kinds["after"] += problem.decoupled.update_after_gather
+            kinds["after"] += problem.pattern.update_after_gather
         found = solve(problem, "decoupled-opt", **SEARCH).iteration_time
         if found < exact * (1 - RTOL):
             raise AssertionError(f"random problem {k}: decoupled-opt {found!r} s beats brute force {exact!r} s")
@@ -107,7 +107,7 @@ def cross_checks(count: int, progress: Progress) -> dict:
 
 def zoo_cell(model: str, batch: int, net: str, workers: int, sync: str) -> dict:
     profile = zoo.profile(model, device="h100", batch=batch)
-    problem = Problem(profile, decoupled=Decoupled.from_network(net, workers), sync=sync)
+    problem = Problem(profile, pattern=Decoupled.from_network(net, workers), sync=sync)
     methods = [("decoupled-wfbp", "unfused", {})]
     if sync == "barrier":
         methods += [("megatron", "Megatron", {"data_parallel_size": workers}), ("zero2", "ZeRO-2", {})]

@@ -140,7 +140,7 @@ def fsdp2_case(profile: Profile, name: str, workers: int, memory_cap: float | No
     defaults and of the advice (``predicted``; ``predicted_plain`` without the reducer's
     cost). :class:`OverMemoryCap` where nothing fits the cap."""
     halves = FullySharded.from_network(name, workers, memory_cap=memory_cap, blocking=True)   # gloo on CPU
-    problem, plain = _problems(Problem(profile, fully_sharded=halves, step_parts="fit"), calibration)
+    problem, plain = _problems(Problem(profile, pattern=halves, step_parts="fit"), calibration)
     advice = fsdp2_advice(problem, min_gain=min_gain)
     plans = {"default": solve(problem, "fsdp2").plan, "advised": advice.settings.plan}
     predicted = {}

@@ -42,7 +42,7 @@ DELTA = 1e-4
 
 def run_instance(model: str, device: str, batch: int, nodes: int) -> dict:
     ps = ParameterServer.from_network("10gbe", nodes, nodes, colocated=True, partition_compute=True, delta=DELTA)
-    problem = Problem(zoo.profile(model, device=device, batch=batch), ps=ps, sync="layerwise")
+    problem = Problem(zoo.profile(model, device=device, batch=batch), pattern=ps, sync="layerwise")
     row = {"model": model, "device": device, "nodes": nodes, "bound": ps_lower_bound(problem), "T": {}, "seconds": {}}
     for name in METHODS:
         started = time.perf_counter()

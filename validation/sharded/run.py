@@ -73,7 +73,7 @@ def random_problem(rng: np.random.Generator) -> Problem:
         points = np.unique(rng.integers(1, 20_000_000, 3))
         return PiecewiseLinear(points.tolist(), np.cumsum(rng.uniform(0, 2e-3, points.size)).tolist())
 
-    return Problem(profile, fully_sharded=FullySharded(cost(), cost()))
+    return Problem(profile, pattern=FullySharded(cost(), cost()))
 
 
 def cross_checks(count: int, progress: Progress) -> dict:
@@ -87,7 +87,7 @@ def cross_checks(count: int, progress: Progress) -> dict:
         problems = [(free, optimum)]
         if peak > floor:                                  # a cap between the floor and the free optimum's peak
             cap = floor + float(rng.uniform(0, 1)) * (peak - floor)
-            capped = Problem(free.profile, fully_sharded=free.fully_sharded.with_cap(cap))
+            capped = Problem(free.profile, pattern=free.pattern.with_cap(cap))
             try:
                 problems.append((capped, solve(capped, "sharded-brute")))
             except ValueError:                            # the floor is a bound; no plan may reach it
@@ -97,7 +97,7 @@ def cross_checks(count: int, progress: Progress) -> dict:
             if found.iteration_time < exact.iteration_time * (1 - RTOL):
                 raise AssertionError(f"random problem {k}: sharded-opt {found.iteration_time!r} s beats brute force "
                                      f"{exact.iteration_time!r} s")
-            capped = problem.fully_sharded.memory_cap is not None
+            capped = problem.pattern.memory_cap is not None
             out["problems"] += 1
             out["capped"] += capped
             out["equal"] += found.iteration_time <= exact.iteration_time * (1 + RTOL)
@@ -110,7 +110,7 @@ def cross_checks(count: int, progress: Progress) -> dict:
 
 
 def scale_cell(model: str, batch: int, net: str, workers: int) -> dict:
-    problem = Problem(zoo.profile(model, device="h100", batch=batch), fully_sharded=FullySharded.from_network(net, workers))
+    problem = Problem(zoo.profile(model, device="h100", batch=batch), pattern=FullySharded.from_network(net, workers))
     row = {"model": model, "net": net, "workers": workers, "bound": sharded_lower_bound(problem), "T": {}, "seconds": {},
            "peak": {}}
     for name, label in FRAMEWORKS + (("sharded-opt", "sharded-opt"),):
@@ -128,14 +128,14 @@ def scale_cell(model: str, batch: int, net: str, workers: int) -> dict:
 
 
 def trade_off(model: str, batch: int, progress: Progress, caps: int) -> dict:
-    free = Problem(zoo.profile(model, device="h100", batch=batch), fully_sharded=FullySharded.from_network("100gb-ib", 64))
+    free = Problem(zoo.profile(model, device="h100", batch=batch), pattern=FullySharded.from_network("100gb-ib", 64))
     defaults = {label: solve(free, name) for name, label in FRAMEWORKS}
     unlimited = solve(free, "sharded-opt", **SEARCH)
     floor, _ = sharded_memory_floor(free)
     top = max(unlimited.timeline.peak_memory, *(r.timeline.peak_memory for r in defaults.values()))
     points = []
     for cap in np.geomspace(floor, top, caps).tolist():
-        problem = Problem(free.profile, fully_sharded=free.fully_sharded.with_cap(cap))
+        problem = Problem(free.profile, pattern=free.pattern.with_cap(cap))
         point = {"cap": cap, "bound": sharded_lower_bound(problem)}
         for label, options in (("sharded-opt", {}),
                                ("FSDP2-settable", {"atoms": "block", "min_forward_prefetch": FSDP2_MIN_FORWARD_PREFETCH,

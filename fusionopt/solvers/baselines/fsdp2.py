@@ -38,7 +38,7 @@ def sharded_wfbp(problem: Problem) -> Result:
     >>> from fusionopt.model import AlphaBeta, FullySharded, Profile
     >>> profile = Profile.from_arrays([4e6, 1e6, 2e6], [1e-3] * 3, [3e-3, 2e-3, 1e-3])
     >>> half = AlphaBeta(1e-3, 1e-9)
-    >>> r = sharded_wfbp(Problem(profile, fully_sharded=FullySharded(half, half)))
+    >>> r = sharded_wfbp(Problem(profile, pattern=FullySharded(half, half)))
     >>> r.num_messages, r.plan.num_units
     (9, 3)
     """
@@ -125,13 +125,13 @@ def fsdp2(problem: Problem, *, reshard_after_forward: bool = True, forward_prefe
     >>> from fusionopt import zoo
     >>> from fusionopt.model import FullySharded
     >>> problem = Problem(zoo.profile("gpt2", device="h100", batch=8),
-    ...                   fully_sharded=FullySharded.from_network("100gb-ib", workers=64))
+    ...                   pattern=FullySharded.from_network("100gb-ib", workers=64))
     >>> r = fsdp2(problem)
     >>> r.plan.num_units, r.plan.root, r.num_messages
     (14, True, 38)
     """
     if forward_prefetch is None:
-        forward_prefetch = fsdp2_forward_prefetch(problem.fully_sharded.blocking)
+        forward_prefetch = fsdp2_forward_prefetch(problem.pattern.blocking)
     plan = fsdp2_plan(problem.profile, reshard_after_forward=reshard_after_forward,
                       forward_prefetch=forward_prefetch, backward_prefetch=backward_prefetch)
     return Outcome(plan,

@@ -65,14 +65,14 @@ def inductor_cap_mb(problem: Problem) -> float:
 
     >>> from fusionopt.model import AlphaBeta, FullySharded, Profile
     >>> p = Profile.from_arrays([8], [0], [0])
-    >>> inductor_cap_mb(Problem(p, fully_sharded=FullySharded(AlphaBeta(1e-4, 1e-9), AlphaBeta(1e-4, 1e-9))))
+    >>> inductor_cap_mb(Problem(p, pattern=FullySharded(AlphaBeta(1e-4, 1e-9), AlphaBeta(1e-4, 1e-9))))
     10.0
     >>> ab = AlphaBeta(1e-3, 1e-10)                              # 9e7 B = 85.83 MiB
-    >>> round(inductor_cap_mb(Problem(p, fully_sharded=FullySharded(ab, ab))), 2)
+    >>> round(inductor_cap_mb(Problem(p, pattern=FullySharded(ab, ab))), 2)
     85.83
     """
     require_sharded(problem, "inductor")
-    affine = problem.fully_sharded.all_gather.affine
+    affine = problem.pattern.all_gather.affine
     if affine is None:
         raise ValueError("inductor: the all-gather cost is not alpha + beta S; give bucket_cap_mb (MiB): the "
                          "default cap is read from alpha and beta")
@@ -109,7 +109,7 @@ def inductor_plan(problem: Problem, *, bucket_cap_mb: float | None = None) -> Sh
     >>> p = Profile.from_arrays([40, 24, 24, 24, 32], [0] * 5, [0] * 5,
     ...                         names=["emb.weight", "h.0.w", "h.1.w", "h.2.w", "ln.weight"])
     >>> half = AlphaBeta(1e-3, 1e-9)
-    >>> plan = inductor_plan(Problem(p, fully_sharded=FullySharded(half, half)), bucket_cap_mb=50 / 2**20)
+    >>> plan = inductor_plan(Problem(p, pattern=FullySharded(half, half)), bucket_cap_mb=50 / 2**20)
     >>> plan.bounds.tolist(), plan.reduce_bounds.tolist(), plan.reshard.tolist(), plan.num_messages
     ([0, 1, 3, 4, 5], [0, 1, 2, 4, 5], [False, True, True, False], 10)
     """
@@ -123,7 +123,7 @@ def inductor_plan(problem: Problem, *, bucket_cap_mb: float | None = None) -> Sh
         cap_mb = float(bucket_cap_mb)
     cap_bytes = int(cap_mb * MIB)
     profile = problem.profile
-    base = fsdp2_plan(profile, forward_prefetch=fsdp2_forward_prefetch(problem.fully_sharded.blocking))
+    base = fsdp2_plan(profile, forward_prefetch=fsdp2_forward_prefetch(problem.pattern.blocking))
     bounds = base.bounds.tolist()
     sizes = base.unit_bytes(profile).tolist()
     m = len(sizes)
@@ -160,7 +160,7 @@ def inductor(problem: Problem, *, bucket_cap_mb: float | None = None) -> Result:
     >>> from fusionopt import zoo
     >>> from fusionopt.model import FullySharded
     >>> problem = Problem(zoo.profile("gpt2", device="h100", batch=8),
-    ...                   fully_sharded=FullySharded.from_network("100gb-ib", workers=64))
+    ...                   pattern=FullySharded.from_network("100gb-ib", workers=64))
     >>> r = inductor(problem)
     >>> round(r.stats["bucket_cap_mb"], 2), r.plan.num_units, r.plan.reduce_bounds is None
     (13.73, 14, True)

@@ -43,7 +43,7 @@ def decoupled_wfbp(problem: Problem) -> Result:
     >>> from fusionopt.model import AlphaBeta, Decoupled, Profile
     >>> profile = Profile.from_arrays([4e6, 1e6, 2e6], [1e-3] * 3, [3e-3, 2e-3, 1e-3])
     >>> half = AlphaBeta(1e-3, 1e-9)
-    >>> r = decoupled_wfbp(Problem(profile, decoupled=Decoupled(half, half), sync="layerwise"))
+    >>> r = decoupled_wfbp(Problem(profile, pattern=Decoupled(half, half), sync="layerwise"))
     >>> round(r.iteration_time * 1e3, 9), r.num_messages
     (22.0, 6)
     """
@@ -65,13 +65,13 @@ def megatron_buckets(problem: Problem, data_parallel_size: int | None = None,
 
     >>> from fusionopt.model import AlphaBeta, Decoupled, Profile
     >>> profile = Profile.from_arrays([8e7, 1e8, 8e7], [0.0] * 3, [1e-3] * 3)   # 20M, 25M, 20M params
-    >>> megatron_buckets(Problem(profile, decoupled=Decoupled(AlphaBeta(0, 1e-9), AlphaBeta(0, 1e-9))))
+    >>> megatron_buckets(Problem(profile, pattern=Decoupled(AlphaBeta(0, 1e-9), AlphaBeta(0, 1e-9))))
     ([[2, 1], [0]], 40000000)
     """
     if bucket_size is None:
         dp = data_parallel_size
         if dp is None:                                    # the problem's own, when it was built on a network
-            dp = problem.decoupled.workers if problem.decoupled is not None and problem.decoupled.workers else 1
+            dp = getattr(problem.pattern, "workers", None) or 1
         if isinstance(dp, bool) or not isinstance(dp, (int, np.integer)) or dp < 1:
             raise ValueError(f"data_parallel_size must be an integer >= 1, got {data_parallel_size!r}")
         bucket_size = max(MEGATRON_MIN_BUCKET, MEGATRON_BUCKET_PER_RANK * int(dp))
@@ -95,7 +95,7 @@ def megatron_buckets(problem: Problem, data_parallel_size: int | None = None,
 def _megatron(problem: Problem, method: str, data_parallel_size: int | None, bucket_size: int | None,
               overlap_param_gather: bool) -> Outcome:
     profile = problem.profile
-    if problem.decoupled.update_after_gather and profile.U > 0:
+    if problem.pattern.update_after_gather and profile.U > 0:
         raise ValueError(f"{method} updates in the optimiser step, before gathering parameters; this problem "
                          "updates after the gathers (update_after_gather=True)")
     buckets, size = megatron_buckets(problem, data_parallel_size, bucket_size)
@@ -115,7 +115,7 @@ def _megatron(problem: Problem, method: str, data_parallel_size: int | None, buc
         all_gather = gathered_one_ahead(problem, reduce_scatter, chain, step_end)
     plan = DecoupledPlan(reduce_scatter, all_gather)
     if data_parallel_size is None:
-        data_parallel_size = problem.decoupled.workers
+        data_parallel_size = problem.pattern.workers
     stats = {"bucket_size": size, "buckets": len(buckets), "data_parallel_size": data_parallel_size,
              "overlap_param_gather": overlap_param_gather, "step_end": step_end}
     return Outcome(plan, stats=stats)
@@ -136,7 +136,7 @@ def gathered_one_ahead(problem: Problem, reduce_scatter: Plan, chain: list[list[
     group's all-gather (its update when the problem updates after the gathers, else its
     forward). Those moments are read from the simulator's compute stream: a group's start
     depends only on the groups before it, so each pass fixes one more release."""
-    kind = "update" if problem.decoupled.update_after_gather else "forward"
+    kind = "update" if problem.pattern.update_after_gather else "forward"
     release = [first] * len(chain)
     for _ in range(len(chain)):
         gather = Plan.from_groups(problem.profile, chain, release=release)
@@ -181,7 +181,7 @@ def megatron(problem: Problem, *, data_parallel_size: int | None = None, bucket_
     >>> from fusionopt.model import AlphaBeta, Decoupled, Profile
     >>> profile = Profile.from_arrays([4e6, 1e6, 3e6], [1e-3] * 3, [3e-3, 2e-3, 1e-3])
     >>> half = AlphaBeta(1e-3, 1e-9)
-    >>> r = megatron(Problem(profile, decoupled=Decoupled(half, half)))
+    >>> r = megatron(Problem(profile, pattern=Decoupled(half, half)))
     >>> r.stats["buckets"], round(r.iteration_time * 1e3, 9)
     (1, 27.0)
     """
@@ -208,7 +208,7 @@ def megatron_overlap(problem: Problem, *, data_parallel_size: int | None = None,
     ``{t0}`` 8-13 ms; the step ends at 13 ms and gathers ``{t0}``, 13-18 ms; the forward
     reaches t0 at 18 ms and dispatches ``{t2, t1}``, 18-23 ms; forwards at 18, 23 and 24 ms.
 
-    >>> r = megatron_overlap(Problem(profile, decoupled=Decoupled(half, half), sync="layerwise"), bucket_size=1_000_000)
+    >>> r = megatron_overlap(Problem(profile, pattern=Decoupled(half, half), sync="layerwise"), bucket_size=1_000_000)
     >>> r.stats["buckets"], (r.plan.all_gather.release * 1e3).round(9).tolist(), round(r.iteration_time * 1e3, 9)
     (2, [13.0, 18.0], 25.0)
     """

@@ -1,7 +1,7 @@
 """Parameter-server baselines (docs/methods.md, sections ps-default to ps-cpsat).
 
 Each method is a plain function ``f(problem) -> Result`` on a problem with
-``ps=ParameterServer(...)``; its :class:`~fusionopt.model.ps_plan.PSPlan` is re-evaluated by the
+``pattern=ParameterServer(...)``; its :class:`~fusionopt.model.ps_plan.PSPlan` is re-evaluated by the
 simulator through :func:`fusionopt.solvers.result.finish`, as every method's plan is.
 
 Neither baseline's system publishes the schedule as fusionopt states it; both are our
@@ -45,7 +45,7 @@ def ps_default(problem: Problem) -> Result:
     >>> from fusionopt.model import AlphaBeta, Profile
     >>> from fusionopt.model.ps import ParameterServer
     >>> profile = Profile.from_arrays([4e6, 1e6, 2e6], [1e-3] * 3, [3e-3, 2e-3, 1e-3])
-    >>> r = ps_default(Problem(profile, ps=ParameterServer(AlphaBeta(1e-3, 1e-9))))
+    >>> r = ps_default(Problem(profile, pattern=ParameterServer(AlphaBeta(1e-3, 1e-9))))
     >>> round(r.iteration_time * 1e3, 9), r.plan.push.groups(), r.plan.pull.groups()
     (25.0, [[2, 1, 0]], [[0, 1, 2]])
     """
@@ -73,10 +73,10 @@ def ps_layer(problem: Problem) -> Result:
     >>> from fusionopt.model.ps import ParameterServer
     >>> profile = Profile.from_arrays([4e6, 1e6, 2e6], [1e-3] * 3, [3e-3, 2e-3, 1e-3])
     >>> ps = ParameterServer(AlphaBeta(1e-3, 1e-9))
-    >>> r = ps_layer(Problem(profile, ps=ps, sync="layerwise"))
+    >>> r = ps_layer(Problem(profile, pattern=ps, sync="layerwise"))
     >>> round(r.iteration_time * 1e3, 9), r.plan.push.groups(), r.plan.pull.groups()
     (22.0, [[2], [1], [0]], [[0], [1], [2]])
-    >>> round(ps_layer(Problem(profile, ps=ps)).iteration_time * 1e3, 9)   # barrier: 21 + 3
+    >>> round(ps_layer(Problem(profile, pattern=ps)).iteration_time * 1e3, 9)   # barrier: 21 + 3
     24.0
     """
     n = problem.profile.n

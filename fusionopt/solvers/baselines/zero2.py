@@ -59,7 +59,7 @@ def zero2_buckets(problem: Problem, reduce_bucket_size: int = ZERO_REDUCE_BUCKET
 
     >>> from fusionopt.model import AlphaBeta, Decoupled, Profile
     >>> profile = Profile.from_arrays([12, 8, 8], [0.0] * 3, [1e-3] * 3)          # 3, 2, 2 float32 elements
-    >>> zero2_buckets(Problem(profile, decoupled=Decoupled(AlphaBeta(0, 1e-9), AlphaBeta(0, 1e-9))), 4)
+    >>> zero2_buckets(Problem(profile, pattern=Decoupled(AlphaBeta(0, 1e-9), AlphaBeta(0, 1e-9))), 4)
     [[2, 1], [0]]
     """
     if isinstance(reduce_bucket_size, bool) or not isinstance(reduce_bucket_size, (int, np.integer)) \
@@ -142,7 +142,7 @@ def zero2(problem: Problem, *, reduce_bucket_size: int = ZERO_REDUCE_BUCKET, ove
     >>> from fusionopt.model import AlphaBeta, Decoupled, Profile
     >>> profile = Profile.from_arrays([4e6, 1e6, 2e6], [1e-3] * 3, [3e-3, 2e-3, 1e-3])
     >>> half = AlphaBeta(1e-3, 1e-9)
-    >>> r = zero2(Problem(profile, decoupled=Decoupled(half, half)))
+    >>> r = zero2(Problem(profile, pattern=Decoupled(half, half)))
     >>> (r.timeline.message_end * 1e3).round(9).tolist(), round(r.iteration_time * 1e3, 9)
     ([22.0, 30.0], 33.0)
 
@@ -155,7 +155,7 @@ def zero2(problem: Problem, *, reduce_bucket_size: int = ZERO_REDUCE_BUCKET, ove
     ``8 + 4 x 3 + 1.5 + 4 = 25.5`` ms).
 
     >>> profile = Profile.from_arrays([4] * 4, [1e-3] * 4, [5e-3, 1e-3, 1e-3, 1e-3])
-    >>> problem = Problem(profile, decoupled=Decoupled(AlphaBeta(1.5e-3, 0), AlphaBeta(1.5e-3, 0)))
+    >>> problem = Problem(profile, pattern=Decoupled(AlphaBeta(1.5e-3, 0), AlphaBeta(1.5e-3, 0)))
     >>> r = zero2(problem, reduce_bucket_size=1, overlap_comm=True)
     >>> (r.plan.reduce_scatter.release * 1e3).round(9).tolist(), round(r.stats["stall"] * 1e3, 9)
     ([2.0, 3.0, 10.0, 10.0], 2.0)
@@ -165,7 +165,7 @@ def zero2(problem: Problem, *, reduce_bucket_size: int = ZERO_REDUCE_BUCKET, ove
     if not isinstance(overlap_comm, (bool, np.bool_)):
         raise ValueError(f"overlap_comm must be True or False, got {overlap_comm!r}")
     profile = problem.profile
-    if problem.decoupled.update_after_gather and profile.U > 0:
+    if problem.pattern.update_after_gather and profile.U > 0:
         raise ValueError("zero2 updates in the optimiser step, before gathering parameters; this problem "
                          "updates after the gathers (update_after_gather=True)")
     buckets = zero2_buckets(problem, reduce_bucket_size)

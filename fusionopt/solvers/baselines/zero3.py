@@ -202,7 +202,7 @@ def zero3(problem: Problem, *, prefetch_bucket_size: int = PREFETCH_BUCKET_SIZE,
     ...                         [2e-3, 2e-3, 0, 2e-3, 0, 2e-3], names=[
     ...     "emb.weight", "h.0.fc.weight", "h.0.fc.bias", "h.1.fc.weight", "h.1.fc.bias", "ln.weight"])
     >>> one_ms = AlphaBeta(1e-3, 0.0)
-    >>> r = zero3(Problem(p, fully_sharded=FullySharded(one_ms, one_ms)), prefetch_bucket_size=8,
+    >>> r = zero3(Problem(p, pattern=FullySharded(one_ms, one_ms)), prefetch_bucket_size=8,
     ...           param_persistence_threshold=1, reduce_bucket_size=12)
     >>> (r.timeline.message_ready * 1e3).round(9).tolist(), round(r.iteration_time * 1e3, 9)
     ([0.0, 0.0, 0.0, 0.0, 0.0, 11.0, 13.0, 15.0], 16.0)
@@ -214,7 +214,7 @@ def zero3(problem: Problem, *, prefetch_bucket_size: int = PREFETCH_BUCKET_SIZE,
 
     >>> from fusionopt import zoo
     >>> problem = Problem(zoo.profile("gpt2", device="h100", batch=8),
-    ...                   fully_sharded=FullySharded.from_network("100gb-ib", workers=64))
+    ...                   pattern=FullySharded.from_network("100gb-ib", workers=64))
     >>> r = zero3(problem)
     >>> r.plan.num_units, r.plan.reduce_bounds.size - 1, r.num_messages, bool(r.plan.reshard.any())
     (3, 1, 102, False)

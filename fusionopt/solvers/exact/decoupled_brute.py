@@ -32,7 +32,7 @@ def in_grouping_space(problem: Problem, plan: object) -> bool:
     >>> from fusionopt.model import AlphaBeta, Decoupled, Profile
     >>> from fusionopt.solvers.baselines.megatron import decoupled_wfbp
     >>> profile = Profile.from_arrays([4e6, 1e6, 2e6], [1e-3] * 3, [3e-3, 2e-3, 1e-3])
-    >>> problem = Problem(profile, decoupled=Decoupled(AlphaBeta(1e-3, 1e-9), AlphaBeta(1e-3, 1e-9)))
+    >>> problem = Problem(profile, pattern=Decoupled(AlphaBeta(1e-3, 1e-9), AlphaBeta(1e-3, 1e-9)))
     >>> in_grouping_space(problem, decoupled_wfbp(problem).plan)
     True
     >>> in_grouping_space(problem, DecoupledPlan.from_groups(profile, [[2, 1, 0]], [[0], [1, 2]], order=[1, 0, 1]))
@@ -63,7 +63,7 @@ def decoupled_brute(problem: Problem) -> Result:
     >>> from fusionopt.model import AlphaBeta, Decoupled, Profile
     >>> profile = Profile.from_arrays([4e6, 1e6, 2e6], [1e-3] * 3, [3e-3, 2e-3, 1e-3])
     >>> half = AlphaBeta(1e-3, 1e-9)
-    >>> r = decoupled_brute(Problem(profile, decoupled=Decoupled(half, half), sync="barrier"))
+    >>> r = decoupled_brute(Problem(profile, pattern=Decoupled(half, half), sync="barrier"))
     >>> round(r.iteration_time * 1e3, 9), str(r.status), r.stats["plans"]
     (22.0, 'OPTIMAL', 16)
     """

@@ -98,7 +98,7 @@ class _Space:
         self.problem = problem
         self.interleave = interleave
         self.n = n = profile.n
-        self.after = bool(problem.decoupled.update_after_gather)
+        self.after = bool(problem.pattern.update_after_gather)
         self.layerwise = problem.sync == "layerwise"
         self.ready_order = [int(i) for i in profile.ready_order]
         self.position = {i: p + 1 for p, i in enumerate(self.ready_order)}
@@ -145,7 +145,7 @@ class _Space:
         """Every constant in whole quanta, rounded down and capped at ``horizon + 1`` (a
         constant past the horizon only appears in plans slower than the anchor plan)."""
         problem, profile = self.problem, self.problem.profile
-        halves = problem.decoupled
+        halves = problem.pattern
 
         def quanta(seconds: Any) -> Any:
             value = np.minimum(np.floor(np.asarray(seconds, dtype=np.float64) / q), horizon + 1)
@@ -639,7 +639,7 @@ def decoupled_cpsat(
     >>> from fusionopt.model import AlphaBeta, Decoupled, Profile
     >>> profile = Profile.from_arrays([4e6, 1e6, 2e6], [1e-3] * 3, [3e-3, 2e-3, 1e-3])
     >>> half = AlphaBeta(1e-3, 1e-9)
-    >>> r = decoupled_cpsat(Problem(profile, decoupled=Decoupled(half, half)), workers=1, hint=None)
+    >>> r = decoupled_cpsat(Problem(profile, pattern=Decoupled(half, half)), workers=1, hint=None)
     >>> round(r.iteration_time * 1e3, 6), str(r.status), r.stats["interleaved"]
     (22.0, 'OPTIMAL', False)
 
@@ -651,7 +651,7 @@ def decoupled_cpsat(
     0-5, gathers 5-7 and 7-11, forwards 7-17 and 17-18).
 
     >>> profile = Profile.from_arrays([1e6, 3e6], [10e-3, 1e-3], [0.0, 0.0], ready_order=[0, 1])
-    >>> problem = Problem(profile, decoupled=Decoupled(half, half, update_after_gather=True), sync="layerwise")
+    >>> problem = Problem(profile, pattern=Decoupled(half, half, update_after_gather=True), sync="layerwise")
     >>> r = decoupled_cpsat(problem, workers=1, hint=None)
     >>> round(r.iteration_time * 1e3, 6), r.plan.order.tolist(), r.plan.reduce_scatter.groups()
     (15.0, [0, 1, 0, 1], [[0], [1]])

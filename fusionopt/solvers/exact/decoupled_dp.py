@@ -76,7 +76,7 @@ def decoupled_dp(problem: Problem) -> Result:
     >>> from fusionopt.model import AlphaBeta, Decoupled, Profile
     >>> profile = Profile.from_arrays([4e6, 1e6, 2e6], [1e-3] * 3, [3e-3, 2e-3, 1e-3])
     >>> half = AlphaBeta(1e-3, 1e-9)
-    >>> r = decoupled_dp(Problem(profile, decoupled=Decoupled(half, half)))
+    >>> r = decoupled_dp(Problem(profile, pattern=Decoupled(half, half)))
     >>> round(r.iteration_time * 1e3, 9), str(r.status), r.plan.all_gather.groups()
     (22.0, 'OPTIMAL', [[0, 1, 2]])
 
@@ -87,13 +87,13 @@ def decoupled_dp(problem: Problem) -> Result:
     ``T = 13`` ms (15.5 with one reduce-scatter).
 
     >>> profile = Profile.from_arrays([1e6, 1e6], [1e-3] * 2, [1.5e-3, 1e-3], update=[0.0, 3e-3])
-    >>> r = decoupled_dp(Problem(profile, decoupled=Decoupled(AlphaBeta(2e-3, 1e-9), AlphaBeta(2e-3, 1e-9)),
+    >>> r = decoupled_dp(Problem(profile, pattern=Decoupled(AlphaBeta(2e-3, 1e-9), AlphaBeta(2e-3, 1e-9)),
     ...                          sync="layerwise"))
     >>> r.plan.reduce_scatter.groups(), round(r.stats["first_gather"] * 1e3, 9), round(r.iteration_time * 1e3, 9)
     ([[1], [0]], 7.0, 13.0)
     """
     profile = problem.profile
-    halves = problem.decoupled
+    halves = problem.pattern
     order = [int(i) for i in profile.ready_order]
     if problem.sync == "barrier" and profile.U == 0:
         fused = optimal_fusion(Problem(profile, halves.reduce_scatter, sync="barrier"))

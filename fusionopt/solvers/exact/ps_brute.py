@@ -59,7 +59,7 @@ def ps_brute(problem: Problem, *, granularity: Any = "tensor") -> Result:
     >>> from fusionopt.model import AlphaBeta, Profile
     >>> from fusionopt.model.ps import ParameterServer
     >>> profile = Profile.from_arrays([4e6, 1e6, 2e6], [1e-3] * 3, [3e-3, 2e-3, 1e-3])
-    >>> problem = Problem(profile, ps=ParameterServer(AlphaBeta(1e-3, 1e-9)), sync="layerwise")
+    >>> problem = Problem(profile, pattern=ParameterServer(AlphaBeta(1e-3, 1e-9)), sync="layerwise")
     >>> r = ps_brute(problem)
     >>> r.plan.push.groups(), r.plan.pull.groups(), round(r.iteration_time * 1e3, 9), r.stats["plans"]
     ([[2], [1], [0]], [[0, 1], [2]], 21.0, 16)

@@ -34,7 +34,7 @@ class _Grid:
     """
 
     def __init__(self, problem: Problem, units: list[tuple[int, int, int]]) -> None:
-        profile, ps = problem.profile, problem.ps
+        profile, ps = problem.profile, problem.pattern
         self.problem = problem
         self.n, self.N = profile.n, len(units)
         push_units = sorted(units, key=lambda u: (-u[0], u[1]))
@@ -84,7 +84,7 @@ class _Grid:
         ``horizon + 1``: a constant past the horizon only appears in plans slower than the
         anchor plan (which set the horizon), and the cap keeps it a 64-bit integer when a
         tiny automatic quantum meets a long duration."""
-        problem, profile, ps = self.problem, self.problem.profile, self.problem.ps
+        problem, profile, ps = self.problem, self.problem.profile, self.problem.pattern
         N = self.N
 
         def quanta(seconds: Any) -> np.ndarray:
@@ -520,7 +520,7 @@ def ps_cpsat(
     >>> from fusionopt.model import AlphaBeta, Profile
     >>> from fusionopt.model.ps import ParameterServer
     >>> profile = Profile.from_arrays([4e6, 1e6, 2e6], [1e-3] * 3, [3e-3, 2e-3, 1e-3])
-    >>> problem = Problem(profile, ps=ParameterServer(AlphaBeta(1e-3, 1e-9)), sync="layerwise")
+    >>> problem = Problem(profile, pattern=ParameterServer(AlphaBeta(1e-3, 1e-9)), sync="layerwise")
     >>> r = ps_cpsat(problem, workers=1, hint=None)
     >>> r.plan.push.groups(), r.plan.pull.groups(), round(r.iteration_time * 1e3, 6), str(r.status)
     ([[2], [1], [0]], [[0, 1], [2]], 21.0, 'OPTIMAL')

@@ -28,7 +28,7 @@ class _WholeTensors:
     """
 
     def __init__(self, problem: Problem) -> None:
-        profile, ps = problem.profile, problem.ps
+        profile, ps = problem.profile, problem.pattern
         self.problem = problem
         self.n = profile.n
         self.push_cost = problem.cost
@@ -334,7 +334,7 @@ def ps_dp(problem: Problem, *, max_rounds: int = 50, exhaustive_up_to: int = 10)
     >>> from fusionopt.model import AlphaBeta, Profile
     >>> from fusionopt.model.ps import ParameterServer
     >>> profile = Profile.from_arrays([4e6, 1e6, 2e6], [1e-3] * 3, [3e-3, 2e-3, 1e-3])
-    >>> problem = Problem(profile, ps=ParameterServer(AlphaBeta(1e-3, 1e-9)), sync="layerwise")
+    >>> problem = Problem(profile, pattern=ParameterServer(AlphaBeta(1e-3, 1e-9)), sync="layerwise")
     >>> r = ps_dp(problem)
     >>> r.plan.push.groups(), r.plan.pull.groups(), round(r.iteration_time * 1e3, 9), str(r.status)
     ([[2], [1], [0]], [[0, 1], [2]], 21.0, 'OPTIMAL')
@@ -350,7 +350,7 @@ def ps_dp(problem: Problem, *, max_rounds: int = 50, exhaustive_up_to: int = 10)
     best_time, best_push, best_pull, source = space.time(push, pull), push, pull, "relaxation"
     meets = lambda t: t <= bound * (1 + 1e-12)          # noqa: E731
     proved = None
-    if problem.ps.update_per_byte == 0.0:
+    if problem.pattern.update_per_byte == 0.0:
         proved = "update_per_byte = 0"
     elif meets(best_time):
         proved = "relaxation bound met"

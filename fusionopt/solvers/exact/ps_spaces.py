@@ -57,7 +57,7 @@ def ps_units(problem: Problem, granularity: Any = "tensor") -> list[tuple[int, i
     >>> from fusionopt.model import AlphaBeta, Profile
     >>> from fusionopt.model.ps import ParameterServer
     >>> profile = Profile.from_arrays([12, 4], [0.0] * 2, [1e-3] * 2)   # float32: 3 and 1 parameters
-    >>> problem = Problem(profile, ps=ParameterServer(AlphaBeta(1e-3, 1e-9)))
+    >>> problem = Problem(profile, pattern=ParameterServer(AlphaBeta(1e-3, 1e-9)))
     >>> ps_units(problem), ps_units(problem, 2)
     ([(0, 0, 12), (1, 0, 4)], [(0, 0, 8), (0, 8, 12), (1, 0, 4)])
     """

@@ -64,8 +64,8 @@ def sharded_brute(problem: Problem, *, atoms: str | Sequence[int] = "tensor") ->
     >>> from fusionopt.model import AlphaBeta, FullySharded, Profile
     >>> profile = Profile.from_arrays([4e6, 1e6, 2e6], [1e-3] * 3, [3e-3, 2e-3, 1e-3])
     >>> half = AlphaBeta(1e-3, 1e-9)
-    >>> free = sharded_brute(Problem(profile, fully_sharded=FullySharded(half, half)))
-    >>> capped = sharded_brute(Problem(profile, fully_sharded=FullySharded(half, half, memory_cap=1e7)))
+    >>> free = sharded_brute(Problem(profile, pattern=FullySharded(half, half)))
+    >>> capped = sharded_brute(Problem(profile, pattern=FullySharded(half, half, memory_cap=1e7)))
     >>> round(free.iteration_time * 1e3, 9), free.timeline.peak_memory, str(free.status)
     (22.0, 11000000, 'OPTIMAL')
     >>> round(capped.iteration_time * 1e3, 9), capped.timeline.peak_memory, capped.plan.reshard.tolist()

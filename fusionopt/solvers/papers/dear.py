@@ -53,12 +53,12 @@ def dear(problem: Problem, *, threshold_mb: float = DEAR_THRESHOLD_MB) -> Result
     >>> from fusionopt.model import AlphaBeta, Decoupled, Profile
     >>> profile = Profile.from_arrays([4e6, 1e6, 2e6], [1e-3] * 3, [3e-3, 2e-3, 1e-3])
     >>> half = AlphaBeta(1e-3, 1e-9)
-    >>> r = dear(Problem(profile, decoupled=Decoupled(half, half), sync="layerwise"), threshold_mb=4)
+    >>> r = dear(Problem(profile, pattern=Decoupled(half, half), sync="layerwise"), threshold_mb=4)
     >>> r.plan.all_gather.groups(), (r.plan.all_gather.release * 1e3).round(9).tolist(), round(r.iteration_time * 1e3, 9)
     ([[0], [1, 2]], [12.0, 17.0], 23.0)
     """
     profile = problem.profile
-    if not problem.decoupled.update_after_gather and profile.U > 0:
+    if not problem.pattern.update_after_gather and profile.U > 0:
         raise ValueError("dear updates each module after its all-gather (in the forward pre-hook): build the "
                          "problem with Decoupled(..., update_after_gather=True)")
     groups = dear_groups(problem, threshold_mb)

@@ -103,7 +103,7 @@ Examples
 >>> from fusionopt.solvers.baselines.ps import ps_default, ps_layer
 >>> profile = Profile.from_arrays([4e6, 1e6, 2e6], [1e-3] * 3, [3e-3, 2e-3, 1e-3])
 >>> ps = ParameterServer(AlphaBeta(1e-3, 1e-9), AlphaBeta(0.2e-3, 0.2e-9))
->>> problem = Problem(profile, ps=ps, sync="layerwise")
+>>> problem = Problem(profile, pattern=ps, sync="layerwise")
 >>> [round(solver(problem).iteration_time * 1e3, 9) for solver in (ps_default, ps_layer, ibatch, ipart)]
 [18.6, 15.0, 18.0, 15.0]
 """
@@ -157,7 +157,7 @@ class _Stream:
 
     @classmethod
     def build(cls, problem: Problem, direction: str) -> "_Stream":
-        profile, ps = problem.profile, problem.ps
+        profile, ps = problem.profile, problem.pattern
         order = list(range(profile.n - 1, -1, -1)) if direction == "push" else list(range(profile.n))
         offsets = stream_offsets(profile, direction)
         sizes = profile.sizes.tolist()
@@ -419,7 +419,7 @@ def _pull_greedy(problem: Problem, stream: _Stream, cuts: _Cuts, gates: _Gates,
     """Pull-stream offsets of the pull greedy (module docstring, "Pull phase")."""
     if problem.sync == "barrier":
         return []
-    cost = _pricer(problem.ps.pull)
+    cost = _pricer(problem.pattern.pull)
     total = stream.total
     p, free, forward = 0, -math.inf, gates.backward_end
     offsets: list[int] = []
@@ -524,10 +524,10 @@ def _cuts(problem: Problem, direction: str, allowed: bool, min_partition: int | 
     profile = problem.profile
     align = profile.dtype_bytes
     if min_partition is None:
-        cost = problem.cost if direction == "push" else problem.ps.pull
+        cost = problem.cost if direction == "push" else problem.pattern.pull
         min_partition = _half_performance_bytes(cost, profile.total_bytes)
     min_piece = max(align, -(-min_partition // align) * align)
-    return _Cuts(allowed and problem.ps.partition_compute, align, min_piece)
+    return _Cuts(allowed and problem.pattern.partition_compute, align, min_piece)
 
 
 def _lookaheads(total: int, smallest: int, count: int) -> list[int | None]:
@@ -589,7 +589,7 @@ def ibatch(problem: Problem, *, pushes: str = "after-backward") -> Result:
     Parameters
     ----------
     problem : Problem
-        A parameter-server problem, ``Problem(profile, ps=ParameterServer(...))``.
+        A parameter-server problem, ``Problem(profile, pattern=ParameterServer(...))``.
     pushes : {"after-backward", "per-tensor"}
         The push side, which iBatch leaves as it is [our choice]. ``"after-backward"``
         (default): one push of the whole gradient after the backward, as ``ps-default``:
@@ -617,10 +617,10 @@ def ibatch(problem: Problem, *, pushes: str = "after-backward") -> Result:
     >>> from fusionopt.model.ps import ParameterServer
     >>> profile = Profile.from_arrays([4e6, 1e6, 2e6], [1e-3] * 3, [3e-3, 2e-3, 1e-3])
     >>> ps = ParameterServer(AlphaBeta(1e-3, 1e-9), AlphaBeta(0.2e-3, 0.2e-9))
-    >>> r = ibatch(Problem(profile, ps=ps, sync="layerwise"))
+    >>> r = ibatch(Problem(profile, pattern=ps, sync="layerwise"))
     >>> r.plan.pull.groups(), round(r.iteration_time * 1e3, 9), r.stats["chosen"]
     ([[0], [1, 2]], 18.0, 'greedy')
-    >>> ibatch(Problem(profile, ps=ps), pushes="all")
+    >>> ibatch(Problem(profile, pattern=ps), pushes="all")
     Traceback (most recent call last):
     ...
     ValueError: pushes must be 'after-backward' or 'per-tensor', got 'all'
@@ -647,7 +647,7 @@ def ipart(problem: Problem, *, min_partition_bytes: int | None = None,
     """iPart: push and pull partitions of various sizes, placed greedily, partitioned compute.
 
     The push and pull greedies of the module docstring [reconstructed], cutting inside
-    tensors when ``problem.ps.partition_compute`` is on, run for several look-aheads; plans
+    tensors when ``problem.pattern.partition_compute`` is on, run for several look-aheads; plans
     are judged by :func:`~fusionopt.model.ps_timing.offsets_iteration_time`:
 
     1. for each look-ahead ``g`` (the next whole tensor, then ``lookahead_sizes - 1`` sizes
@@ -668,7 +668,7 @@ def ipart(problem: Problem, *, min_partition_bytes: int | None = None,
     Parameters
     ----------
     problem : Problem
-        A parameter-server problem, ``Problem(profile, ps=ParameterServer(...))``.
+        A parameter-server problem, ``Problem(profile, pattern=ParameterServer(...))``.
     min_partition_bytes : int, optional
         The smallest piece in bytes the greedy cuts out of a tensor, ``>= 1``: both sides of a
         cut keep at least this, rounded up to whole parameters. Default, per direction: the
@@ -703,12 +703,12 @@ def ipart(problem: Problem, *, min_partition_bytes: int | None = None,
     >>> from fusionopt.model.ps import ParameterServer
     >>> profile = Profile.from_arrays([8_000_000], [8e-3], [8e-3])
     >>> ps = ParameterServer(AlphaBeta(1e-3, 1e-9), partition_compute=True)
-    >>> r = ipart(Problem(profile, ps=ps, sync="layerwise"), min_partition_bytes=1_000_000)
+    >>> r = ipart(Problem(profile, pattern=ps, sync="layerwise"), min_partition_bytes=1_000_000)
     >>> round(r.iteration_time * 1e3, 9), round(r.stats["ps_layer_time"] * 1e3, 9), r.stats["chosen"]
     (19.0, 34.0, 'greedy')
     >>> [(c.lo, c.hi) for m in r.plan.push.messages for c in m.chunks]
     [(0, 1000000), (1000000, 3000000), (3000000, 6000000), (6000000, 8000000)]
-    >>> ipart(Problem(profile, ps=ps), lookahead_sizes=0)
+    >>> ipart(Problem(profile, pattern=ps), lookahead_sizes=0)
     Traceback (most recent call last):
     ...
     ValueError: lookahead_sizes must be an integer >= 1, got 0
@@ -721,7 +721,7 @@ def ipart(problem: Problem, *, min_partition_bytes: int | None = None,
     push_stream, pull_stream = _Stream.build(problem, "push"), _Stream.build(problem, "pull")
     settings = [(allowed, _cuts(problem, "push", allowed, min_partition),
                  _cuts(problem, "pull", allowed, min_partition))
-                for allowed in ((True, False) if problem.ps.partition_compute else (False,))]
+                for allowed in ((True, False) if problem.pattern.partition_compute else (False,))]
     smallest = min(_cuts(problem, d, True, min_partition).min_piece for d in ("push", "pull"))
     lookaheads = _lookaheads(profile.total_bytes, smallest, int(lookahead_sizes))
     layer_push, layer_pull = _layer_offsets(profile)
@@ -762,7 +762,7 @@ def ipart(problem: Problem, *, min_partition_bytes: int | None = None,
                                                      ("ps-layer", layer_push, layer_pull)])
     evaluated += 3
     greedy_plan = PSPlan.from_offsets(profile, push=push, pull=pull)
-    split = problem.ps.partition_compute
+    split = problem.pattern.partition_compute
     stats = {
         "chosen": chosen,
         "greedy_time": times["greedy"],

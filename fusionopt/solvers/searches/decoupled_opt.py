@@ -60,7 +60,7 @@ def decoupled_opt(problem: Problem, *, evaluations: int = 4000, kicks: int = 40,
     >>> from fusionopt.model import AlphaBeta, Decoupled, Profile
     >>> profile = Profile.from_arrays([4e6, 1e6, 2e6], [1e-3] * 3, [3e-3, 2e-3, 1e-3])
     >>> half = AlphaBeta(1e-3, 1e-9)
-    >>> r = decoupled_opt(Problem(profile, decoupled=Decoupled(half, half)))
+    >>> r = decoupled_opt(Problem(profile, pattern=Decoupled(half, half)))
     >>> round(r.iteration_time * 1e3, 9), str(r.status)
     (22.0, 'OPTIMAL')
     """
@@ -88,7 +88,7 @@ def decoupled_opt(problem: Problem, *, evaluations: int = 4000, kicks: int = 40,
         "one message": (np.zeros(n - 1, bool), np.zeros(n - 1, bool)),
     }
     if problem.sync == "barrier" and profile.U == 0:
-        fused = optimal_fusion(Problem(profile, problem.decoupled.reduce_scatter, sync="barrier"))
+        fused = optimal_fusion(Problem(profile, problem.pattern.reduce_scatter, sync="barrier"))
         starts["decoupled-dp"] = (np.array(fused.cuts, bool), np.zeros(n - 1, bool))
     for name, groups in (("megatron", megatron_buckets(problem)[0]), ("dear", dear_groups(problem))):
         cuts = (cuts_of(groups, ready_order), cuts_of(groups, list(range(n))))

@@ -232,7 +232,7 @@ def sharded_opt(problem: Problem, *, atoms: str | Sequence[int] = "module", max_
     >>> from fusionopt.model import AlphaBeta, FullySharded, Profile
     >>> profile = Profile.from_arrays([4e6, 1e6, 2e6], [1e-3] * 3, [3e-3, 2e-3, 1e-3])
     >>> half = AlphaBeta(1e-3, 1e-9)
-    >>> problem = Problem(profile, fully_sharded=FullySharded(half, half, memory_cap=1e7))
+    >>> problem = Problem(profile, pattern=FullySharded(half, half, memory_cap=1e7))
     >>> r = sharded_opt(problem, atoms="tensor")
     >>> round(r.iteration_time * 1e3, 9), r.timeline.peak_memory <= 1e7
     (27.0, True)
@@ -243,7 +243,7 @@ def sharded_opt(problem: Problem, *, atoms: str | Sequence[int] = "module", max_
     16 ms, is reduce-scattered 16-20 while ``t0``'s backward runs, and ``t0``'s 20-24 ms:
 
     >>> two = Problem(Profile.from_arrays([1e6, 1e6], [1e-3] * 2, [4e-3] * 2),
-    ...               fully_sharded=FullySharded(AlphaBeta(0.0, 4e-9), AlphaBeta(10e-3, 0.0)))
+    ...               pattern=FullySharded(AlphaBeta(0.0, 4e-9), AlphaBeta(10e-3, 0.0)))
     >>> [round(sharded_opt(two, reduce_groups=g).iteration_time * 1e3, 9) for g in (False, True)]
     [28.0, 24.0]
     """
