@@ -29,6 +29,7 @@ from fusionopt.integrations.unprofiled import DEFAULT_PROFILER_COST, PROFILER_CO
 from fusionopt.model import AlphaBeta, Plan, Problem, Profile, simulate
 from fusionopt.model.decoupled import Decoupled
 from fusionopt.model.decoupled_plan import DecoupledPlan
+from fusionopt.model.hsdp import HSDP
 from fusionopt.model.sharded import FullySharded
 from fusionopt.model.sharded_plan import ShardedPlan
 from fusionopt.reporting import fraction
@@ -131,6 +132,13 @@ def _add_cost_arguments(parser: argparse.ArgumentParser, *, required: bool = Tru
     full.add_argument("--memory-cap", metavar="BYTES",
                       help="with --fully-sharded: the most bytes of unsharded parameters and gradients at once "
                            "(a number, or with a unit: 512MB, 8GiB)")
+    full.add_argument("--replicas", type=int, metavar="R",
+                      help="with --fully-sharded and --network: hybrid sharding (HSDP), the --workers split into R "
+                           "replica groups, each unit sharded over the P / R workers of a group and its reduced "
+                           "shard all-reduced over the R groups (MODEL.md section 8.3)")
+    full.add_argument("--shard-network", metavar="NAME",
+                      help="with --replicas: the preset network of the shard groups (default --network, which then "
+                           "carries the replicate axis)")
     full.add_argument("--blocking-collectives", action="store_true",
                       help="with --fully-sharded: each collective blocks the training thread from its issue to its "
                            "end, so no compute overlaps it (FSDP2 on CPU with gloo); one channel")
@@ -154,6 +162,10 @@ def _problem(profile: Profile, args: argparse.Namespace) -> Problem:
         raise UsageError("--memory-cap is a fully sharded option and goes with --fully-sharded")
     if args.blocking_collectives and not args.fully_sharded:
         raise UsageError("--blocking-collectives is a fully sharded option and goes with --fully-sharded")
+    if getattr(args, "replicas", None) is not None and not args.fully_sharded:
+        raise UsageError("--replicas is a fully sharded option (HSDP) and goes with --fully-sharded")
+    if getattr(args, "shard_network", None) is not None and getattr(args, "replicas", None) is None:
+        raise UsageError("--shard-network prices HSDP's shard groups and goes with --replicas R")
     if args.fully_sharded:
         for flag, given in (("--decoupled", args.decoupled), ("--ps-servers", args.ps_servers is not None)):
             if given:
@@ -270,6 +282,8 @@ def _fully_sharded(args: argparse.Namespace) -> FullySharded:
     channels = "two" if args.channels == 2 else "one"
     blocking = bool(args.blocking_collectives)
     measured = _measured_halves(args)
+    if getattr(args, "replicas", None) is not None:
+        return _hsdp(args, measured is not None, memory_cap=cap, channels=channels, blocking=blocking)
     if measured is not None:
         return FullySharded(*measured, memory_cap=cap, channels=channels, blocking=blocking)
     if args.network is not None and args.alpha is None and args.beta is None and args.cost is None:
@@ -279,6 +293,20 @@ def _fully_sharded(args: argparse.Namespace) -> FullySharded:
                                          memory_cap=cap, channels=channels, blocking=blocking)
     half = _cost(args)
     return FullySharded(half, half, memory_cap=cap, channels=channels, blocking=blocking)
+
+
+def _hsdp(args: argparse.Namespace, measured: bool, **options: Any) -> HSDP:
+    """HSDP on preset networks: --workers P in --replicas R groups of P / R."""
+    replicas = args.replicas
+    if measured or args.network is None or args.alpha is not None or args.beta is not None or args.cost is not None:
+        raise UsageError("--replicas prices each axis on a preset network: give --network (and --shard-network "
+                         "for the shard groups' link), not --alpha/--beta, --cost or measured collectives")
+    if args.workers is None:
+        raise UsageError("--network needs --workers")
+    if replicas < 1 or args.workers % replicas:
+        raise UsageError(f"--replicas {replicas} must divide --workers {args.workers} into whole shard groups")
+    return HSDP.from_network(args.network, replicas=replicas, shards=args.workers // replicas,
+                             shard_network=args.shard_network, algorithm=args.algorithm or "ring", **options)
 
 
 BYTE_UNITS = {"b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
@@ -716,6 +744,10 @@ def _cmd_compare(args: argparse.Namespace) -> None:
         halves = problem.pattern
         both = (f"reduce-scatter {_cost_words(halves.reduce_scatter, args.reduce_scatter_cost or args.cost)}, "
                 f"all-gather {_cost_words(halves.all_gather, args.all_gather_cost or args.cost)}")
+        if halves.is_a("hsdp"):
+            both = (f"HSDP, {halves.replicas} replica groups x {halves.shards} shards: shard reduce-scatter "
+                    f"{halves.shard_reduce_scatter!r}, all-gather {halves.all_gather!r}, replicate all-reduce "
+                    f"{halves.replicate_all_reduce!r}")
         if problem.pattern.is_a("decoupled"):
             after = ", updates after the gathers" if halves.update_after_gather else ""
             print(f"network   {both}, sync {problem.sync}{after}")

@@ -87,7 +87,7 @@ def default_sizes(min_bytes: int = 256, max_bytes: int = 64 << 20) -> tuple[int,
     return tuple(dict.fromkeys(sizes))
 
 
-def _message(comm: Communicator, source: Any, fused: Any, timeout: float, collective: str = "all_reduce") -> None:
+def time_message(comm: Communicator, source: Any, fused: Any, timeout: float, collective: str = "all_reduce") -> None:
     """One message of ``source``'s words (the unsharded size for the sharded collectives)."""
     words = source.shape[0]
     if collective == "all_reduce":
@@ -117,7 +117,7 @@ def sweep_rank(comm: Communicator, spec: SweepSpec) -> dict[str, Any]:
         comm.barrier(timeout=spec.timeout)
         timer = comm.step_timer()
         for _ in range(max(1, spec.warmup)):
-            _message(comm, view, fused, spec.timeout, spec.collective)
+            time_message(comm, view, fused, spec.timeout, spec.collective)
         estimate = timer.seconds(timer.mark()) / max(1, spec.warmup)
         # Every rank must run the same number of messages: agree on the slowest estimate.
         estimate = max(comm.allgather(estimate, timeout=spec.timeout))
@@ -127,7 +127,7 @@ def sweep_rank(comm: Communicator, spec: SweepSpec) -> dict[str, Any]:
             comm.barrier(timeout=spec.timeout)
             timer = comm.step_timer()
             for _ in range(reps):
-                _message(comm, view, fused, spec.timeout, spec.collective)
+                time_message(comm, view, fused, spec.timeout, spec.collective)
             trials.append(timer.seconds(timer.mark()) / reps)
         times.append(trials)
     return {"rank": comm.rank, "sizes": list(spec.sizes), "times": times}

@@ -96,7 +96,7 @@ def fluid_bound(problem: Problem) -> float | None:
         return None
     profile = problem.profile
     tails = layerwise_tails(problem)
-    return float(max(profile.B + tails[0], float((_fluid_prefix_done(profile, affine[1]) + tails).max())))
+    return float(max(profile.B + tails[0], float((fluid_prefix_done(profile, affine[1]) + tails).max())))
 
 
 def fluid_latency_bound(problem: Problem) -> float | None:
@@ -131,14 +131,14 @@ def fluid_latency_bound(problem: Problem) -> float | None:
     alpha, beta = affine
     profile = problem.profile
     B = float(profile.ready_times[0])
-    unserved = _fluid_prefix_done(profile, beta) - B
+    unserved = fluid_prefix_done(profile, beta) - B
     latency = alpha if profile.sizes.min() > 0 else 0.0
     if problem.sync == "barrier":
         return float(B + latency + unserved[-1] + profile.U + profile.F + profile.W)
     return float((B + latency + unserved + layerwise_tails(problem)).max())
 
 
-def _fluid_prefix_done(profile, beta: float) -> np.ndarray:
+def fluid_prefix_done(profile, beta: float) -> np.ndarray:
     """``D_i``, seconds: when the fluid schedule (preemptive, smallest forward index first,
     ``beta`` seconds per byte, no latency) has served every byte of tensors ``0..i``.
 

@@ -87,17 +87,17 @@ def check_caps(problem: Problem, max_message_bytes: float | None, max_messages: 
         if isinstance(max_messages, bool) or not isinstance(max_messages, (int, np.integer)) or max_messages < 1:
             raise ValueError(f"max_messages must be an integer >= 1, got {max_messages!r}")
         max_messages = int(max_messages)
-        if cap < math.inf and _fewest_messages(profile.sizes[profile.backward_order], cap) > max_messages:
+        if cap < math.inf and fewest_messages(profile.sizes[profile.backward_order], cap) > max_messages:
             raise ValueError(
                 f"infeasible: max_message_bytes = {max_message_bytes!r} needs at least "
-                f"{_fewest_messages(profile.sizes[profile.backward_order], cap)} messages, more than max_messages = {max_messages}"
+                f"{fewest_messages(profile.sizes[profile.backward_order], cap)} messages, more than max_messages = {max_messages}"
             )
         if max_messages >= profile.n:
             max_messages = None
     return cap, max_messages
 
 
-def _fewest_messages(sizes_backward: np.ndarray, cap: float) -> int:
+def fewest_messages(sizes_backward: np.ndarray, cap: float) -> int:
     # Greedy packing of contiguous groups is optimal for the fewest groups under a cap.
     count, current = 1, 0
     for s in sizes_backward.tolist():

@@ -331,7 +331,7 @@ def offsets_iteration_time(problem: Problem, push: Iterable[int] = (), pull: Ite
     hi = lo + (ends - begins)
     first = np.searchsorted(push_bounds, lo, side="right")
     last = np.searchsorted(push_bounds, hi - 1, side="right")
-    piece_gate = _range_max(updated, first, last)
+    piece_gate = range_max(updated, first, last)
     message_of_piece = np.searchsorted(pull_bounds, ends, side="left")
     gate = np.maximum.reduceat(piece_gate, np.searchsorted(message_of_piece, np.arange(len(pull_bounds))))
     pull_bytes = np.diff(pull_bounds, prepend=0)
@@ -369,7 +369,7 @@ def offsets_iteration_time(problem: Problem, push: Iterable[int] = (), pull: Ite
     return clock + profile.W
 
 
-def _range_max(values: np.ndarray, first: np.ndarray, last: np.ndarray) -> np.ndarray:
+def range_max(values: np.ndarray, first: np.ndarray, last: np.ndarray) -> np.ndarray:
     """``max(values[first[j] .. last[j]])`` for each ``j`` (inclusive), by a sparse table."""
     table = [values]
     width = 1

@@ -31,7 +31,7 @@ NLAYERS = 2
 GATES = 4
 
 
-def _lstm_layer(k: int, fan_in: int, hidden: int, seq_len: int) -> Layer:
+def lstm_layer(k: int, fan_in: int, hidden: int, seq_len: int) -> Layer:
     """Layer ``k`` of ``nn.LSTM`` (module ``rnn``): its two weight matrices and two biases."""
     tensors: tuple[tuple[str, Shape], ...] = (
         (f"rnn.weight_ih_l{k}", (GATES * hidden, fan_in)),
@@ -54,7 +54,7 @@ CUDNN_READY = (0, 1, 5, 7, 4, 2, 6, 3)
 
 def _cudnn_rnn(seq_len: int) -> Layer:
     """``nn.LSTM`` as cuDNN runs it: one node for both layers, all eight gradients together."""
-    layers = [_lstm_layer(k, NINP if k == 0 else NHID, NHID, seq_len) for k in range(NLAYERS)]
+    layers = [lstm_layer(k, NINP if k == 0 else NHID, NHID, seq_len) for k in range(NLAYERS)]
     tensors = tuple(t for layer in layers for t in layer.tensors)
     return Layer("rnn", tensors, sum(layer.flops for layer in layers), ready=CUDNN_READY, kind="lstm")
 
@@ -109,7 +109,7 @@ def lstm_lm(seq_len: int = 35, order: str = "cpu") -> Architecture:
         layers.append(_cudnn_rnn(seq_len))
     else:
         for k in range(NLAYERS):
-            layers.append(_lstm_layer(k, NINP if k == 0 else NHID, NHID, seq_len))
+            layers.append(lstm_layer(k, NINP if k == 0 else NHID, NHID, seq_len))
     layers.append(linear("decoder", NHID, NTOKEN, tokens=seq_len))
     return Architecture(
         name="lstm-lm",

@@ -12,7 +12,7 @@ import pytest
 
 from executor_helpers import small_problem, small_profile
 from fusionopt.executor import Job, run
-from fusionopt.executor.calibrate import _message
+from fusionopt.executor.calibrate import time_message
 from fusionopt.executor.gradients import Gradients
 from fusionopt.executor.measurement import assemble
 from fusionopt.executor.runner import RankRunner
@@ -135,7 +135,7 @@ def test_a_calibrated_reduce_scatter_packs_its_buffer_as_the_runner_does():
     source = np.arange(16, dtype=np.uint64)
     fused = np.zeros(16, dtype=np.uint64)
     comm = _Recording()
-    _message(comm, source, fused, 1.0, "reduce_scatter")
+    time_message(comm, source, fused, 1.0, "reduce_scatter")
     (sent,) = comm.sent
     assert np.shares_memory(sent, fused) and not np.shares_memory(sent, source)
     assert sent.tolist() == list(range(16))

@@ -1,6 +1,8 @@
 """HSDP, the pattern added on the pattern core: each axis's costs, the fully sharded step and
 methods unchanged, its own refusals."""
 
+import json
+
 import pytest
 from hypothesis import given, settings, strategies as st
 
@@ -80,3 +82,26 @@ def test_it_travels_as_json_and_refuses_what_it_cannot_be():
         Problem(one_tensor(), pattern=hsdp, contention=2.0)
     with pytest.raises(ValueError, match="^replicas must be a whole number >= 1, got 0$"):
         HSDP.from_network("10gbe", replicas=0, shards=2)
+
+
+def test_the_command_line_builds_the_same_problem(capsys):
+    from fusionopt import zoo
+    from fusionopt.cli import main
+
+    argv = ["compare", "--model", "alexnet", "--network", "100gb-ib", "--workers", "16", "--fully-sharded",
+            "--replicas", "2", "--shard-network", "nvlink-h100", "--methods", "fsdp2", "--json"]
+    assert main(argv) == 0
+    [printed] = json.loads(capsys.readouterr().out)
+    profile = zoo.profile("alexnet")
+    problem = Problem(profile, pattern=HSDP.from_network("100gb-ib", replicas=2, shards=8, shard_network="nvlink-h100"),
+                      step_parts="fit")
+    assert printed["iteration_time"] == solve(problem, "fsdp2").iteration_time
+    for extra, line in ((["--replicas", "3"], "--replicas 3 must divide --workers 16 into whole shard groups"),
+                        (["--replicas", "2", "--alpha", "1e-5", "--beta", "1e-9"],
+                         "--replicas prices each axis on a preset network: give --network")):
+        argv = ["compare", "--model", "alexnet", "--network", "100gb-ib", "--workers", "16", "--fully-sharded", *extra]
+        assert main(argv) == 2
+        assert capsys.readouterr().err.startswith(f"fusionopt: error: {line}")
+    assert main(["compare", "--model", "alexnet", "--network", "10gbe", "--workers", "8", "--replicas", "2"]) == 2
+    assert capsys.readouterr().err.strip() == ("fusionopt: error: --replicas is a fully sharded option (HSDP) and goes "
+                                               "with --fully-sharded")

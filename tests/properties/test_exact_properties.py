@@ -148,10 +148,10 @@ def fluid_service(ready, work):
 def test_the_fluid_closed_form_is_the_fluid_schedule(problem):
     # The bounds take when tensors 0..i are all served from a closed form (Lindley's
     # recursion); an event simulation of the fluid schedule must agree.
-    from fusionopt.model.bounds import _fluid_prefix_done
+    from fusionopt.model.bounds import fluid_prefix_done
 
     profile, beta = problem.profile, problem.cost.affine[1]
     simulated = np.maximum.accumulate(fluid_service(profile.ready_times, profile.sizes * beta))
-    closed = _fluid_prefix_done(profile, beta)
+    closed = fluid_prefix_done(profile, beta)
     scale = profile.B + float(profile.sizes.sum()) * beta + 1e-300
     assert closed.tolist() == pytest.approx(simulated.tolist(), rel=1e-12, abs=1e-12 * scale)

@@ -91,7 +91,7 @@ def test_fast_evaluator_equals_simulate_with_slow_updates(data, problem):
 
 @given(values=st.lists(st.floats(-1e3, 1e3), min_size=1, max_size=40), data=st.data())
 def test_range_maximum(values, data):
-    from fusionopt.model.ps_timing import _range_max
+    from fusionopt.model.ps_timing import range_max
 
     array = np.array(values)
     pairs = data.draw(st.lists(st.tuples(st.integers(0, len(values) - 1), st.integers(0, len(values) - 1)),
@@ -99,7 +99,7 @@ def test_range_maximum(values, data):
     first = np.array([min(p) for p in pairs])
     last = np.array([max(p) for p in pairs])
     expected = [max(values[a:b + 1]) for a, b in zip(first, last)]
-    assert _range_max(array, first, last).tolist() == expected
+    assert range_max(array, first, last).tolist() == expected
 
 
 @given(data=st.data(), problem=ps_problems())

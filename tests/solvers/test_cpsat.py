@@ -14,7 +14,7 @@ import fusionopt.zoo
 from fusionopt.model.fusion import layerwise_slack
 from fusionopt.cost import AlphaBeta
 from fusionopt.model import Chunk, Message, Plan, Problem, Profile, simulate
-from fusionopt.model.fusion_dp import _fewest_messages
+from fusionopt.model.fusion_dp import fewest_messages
 from fusionopt.solvers import Status, solve
 from fusionopt.solvers.exact.cpsat import cpsat
 from fusionopt.solvers.exact.dp import dp
@@ -102,7 +102,7 @@ def test_equals_the_dp_with_caps(problem, cap_share, max_messages):
     sizes = problem.profile.sizes
     largest, total = int(sizes.max()), int(sizes.sum())
     cap = largest + cap_share * (total - largest)
-    assume(_fewest_messages(sizes[problem.profile.backward_order], cap) <= max_messages)
+    assume(fewest_messages(sizes[problem.profile.backward_order], cap) <= max_messages)
     result = cpsat(problem, max_message_bytes=cap, max_messages=max_messages, workers=1)
     check_against_dp(problem, result,
                      dp(problem, max_message_bytes=cap, max_messages=max_messages).iteration_time)

@@ -16,7 +16,7 @@ from fusionopt.cost import AlphaBeta
 from fusionopt.model import Plan, Problem, Profile, simulate
 from fusionopt.model.fusion import arc_times, backward_arrays, layerwise_slack
 from fusionopt.solvers import Status, solve
-from fusionopt.solvers.exact.cpsat import _delay_cut, _integer_arc_times, _rounded_path, _rounding_factor, cpsat
+from fusionopt.solvers.exact.cpsat import delay_cut, integer_arc_times, rounded_path, rounding_factor, cpsat
 from fusionopt.solvers.exact.cpsat_arcs import arc_positions, plan_path
 
 MS = 1e-3
@@ -54,15 +54,15 @@ def test_rounded_recursion_brackets_the_true_end(data, problem, quantum):
     rho, prefix = backward_arrays(problem)
     tails, heads = np.triu_indices(n + 1, k=1)
     times = arc_times(problem, np.concatenate(([0.0], rho)), prefix, tails, heads)
-    constants = _integer_arc_times(problem, quantum, times)
+    constants = integer_arc_times(problem, quantum, times)
     path = plan_path(plan, profile)
-    least = _rounded_path(path, arc_positions(path, n), constants)
+    least = rounded_path(path, arc_positions(path, n), constants)
     true_end = simulate(problem, plan).iteration_time - profile.U - profile.F
     tiny = slack(true_end)
     assert quantum * least["end"][-1] <= true_end + tiny
-    assert true_end < quantum * least["end"][-1] + _rounding_factor(problem, plan.num_messages) * quantum + tiny
+    assert true_end < quantum * least["end"][-1] + rounding_factor(problem, plan.num_messages) * quantum + tiny
     for p in range(1, n + 1):                   # the delay cuts hold for the true end
-        assert quantum * _delay_cut(path, arc_positions(path, n), constants, p) <= true_end + tiny
+        assert quantum * delay_cut(path, arc_positions(path, n), constants, p) <= true_end + tiny
 
 
 def test_rounding_factors_with_comm_contention():
@@ -70,9 +70,9 @@ def test_rounding_factors_with_comm_contention():
     # E / q - V < (M^2 + 3M) / 2; kappa = 1: a_M < M, so 2M.
     profile = Profile.from_arrays([1] * 5, [MS] * 5, [MS] * 5)
     cost = AlphaBeta(MS, 1e-9)
-    assert _rounding_factor(Problem(profile, cost, comm_contention=2.0), 3) == 6
-    assert _rounding_factor(Problem(profile, cost, contention=1.5, comm_contention=2.0), 3) == 9
-    assert _rounding_factor(Problem(profile, cost, contention=1.5, comm_contention=2.0), 1) == 2
+    assert rounding_factor(Problem(profile, cost, comm_contention=2.0), 3) == 6
+    assert rounding_factor(Problem(profile, cost, contention=1.5, comm_contention=2.0), 3) == 9
+    assert rounding_factor(Problem(profile, cost, contention=1.5, comm_contention=2.0), 1) == 2
 
 
 @settings(deadline=None, max_examples=60)
@@ -82,7 +82,7 @@ def test_equals_the_exhaustive_optimum(problem, hint):
     optimum = exhaustive(problem)
     tiny = slack(optimum)
     rounding = result.stats["rounding_bound"]
-    assert rounding == _rounding_factor(problem, problem.profile.n) * result.stats["time_quantum"]
+    assert rounding == rounding_factor(problem, problem.profile.n) * result.stats["time_quantum"]
     assert simulate(problem, result.plan).iteration_time == result.iteration_time
     assert optimum - tiny <= result.iteration_time
     assert result.lower_bound <= optimum + tiny

@@ -14,11 +14,11 @@ from strategies import cut_vectors, problems
 from fusionopt.model.fusion import layerwise_slack
 from fusionopt.cost import AlphaBeta
 from fusionopt.model import Plan, Problem, Profile, simulate
-from fusionopt.model.fusion import arc_times as _arc_times, backward_arrays
-from fusionopt.model.fusion import fusion_message_times as _fusion_recursion
-from fusionopt.model.fusion_dp import _fewest_messages
+from fusionopt.model.fusion import arc_times as fusion_arc_times, backward_arrays
+from fusionopt.model.fusion import fusion_message_times as fusion_recursion
+from fusionopt.model.fusion_dp import fewest_messages
 from fusionopt.solvers import Status, solve
-from fusionopt.solvers.exact.cpsat import _delay_cut, _integer_arc_times, _rounded_path, _rounding_factor, cpsat
+from fusionopt.solvers.exact.cpsat import delay_cut, integer_arc_times, rounded_path, rounding_factor, cpsat
 from fusionopt.solvers.exact.cpsat_arcs import QUANTUM_PRECISION, arc_positions, plan_path
 
 MS = 1e-3
@@ -85,7 +85,7 @@ def test_fusion_recursion_equals_the_event_simulation(data, problem, gamma, copy
     profile = problem.profile
     cuts = data.draw(cut_vectors(profile.n))
     timeline = simulate(problem, Plan.from_cuts(profile, cuts))
-    ready, end = _fusion_recursion(problem, cuts)
+    ready, end = fusion_recursion(problem, cuts)
     scale = timeline.iteration_time
     assert ready.tolist() == pytest.approx(timeline.message_ready.tolist(), rel=RTOL, abs=slack(scale))
     assert end.tolist() == pytest.approx(timeline.message_end.tolist(), rel=RTOL, abs=slack(scale))
@@ -100,7 +100,7 @@ def test_fusion_recursion_equals_the_event_simulation(data, problem, gamma, copy
     rho, prefix = backward_arrays(problem)
     heads = np.flatnonzero(np.append(cuts, True)) + 1
     tails = np.concatenate(([0], heads[:-1]))
-    times = _arc_times(problem, np.concatenate(([0.0], rho)), prefix, tails, heads)
+    times = fusion_arc_times(problem, np.concatenate(([0.0], rho)), prefix, tails, heads)
     backlog = [times["duration"][0]]
     for d, delta in zip(times["duration"][1:], times["work"][1:]):
         backlog.append(max(backlog[-1] - kappa * delta, 0.0) + d)
@@ -118,7 +118,7 @@ def test_fusion_recursion_on_hand_worked_packing():
     # stream, plan {t3, t2}, {t1}: packing 3 -> 6, {t3, t2} 6 -> 6.003; t1 6 -> 9, sent 9 -> 9.004.
     profile = Profile.from_arrays([4e6, 1e6, 2e6], [MS] * 3, [3 * MS, 2 * MS, MS])
     problem = Problem(profile, AlphaBeta(0.0, 1e-12), copy_cost=1e-9, copy_on="compute")
-    ready, end = _fusion_recursion(problem, [False, True])
+    ready, end = fusion_recursion(problem, [False, True])
     assert (ready * 1e3).round(9).tolist() == [6, 9]
     assert (end * 1e3).round(9).tolist() == [6.003, 9.004]
 
@@ -138,34 +138,34 @@ def test_rounded_recursion_brackets_the_true_end(data, problem, gamma, copy_on, 
     plan = Plan.from_cuts(profile, data.draw(cut_vectors(n)))
     rho, prefix = backward_arrays(problem)
     tails, heads = np.triu_indices(n + 1, k=1)
-    times = _arc_times(problem, np.concatenate(([0.0], rho)), prefix, tails, heads)
-    constants = _integer_arc_times(problem, quantum, times)
+    times = fusion_arc_times(problem, np.concatenate(([0.0], rho)), prefix, tails, heads)
+    constants = integer_arc_times(problem, quantum, times)
     path = plan_path(plan, profile)
-    least = _rounded_path(path, arc_positions(path, n), constants)
+    least = rounded_path(path, arc_positions(path, n), constants)
     true_end = simulate(problem, plan).iteration_time - profile.U - profile.F
     rounded_end = quantum * least["end"][-1]
     tiny = slack(true_end)
     assert rounded_end <= true_end + tiny
-    assert true_end < rounded_end + _rounding_factor(problem, plan.num_messages) * quantum + tiny
+    assert true_end < rounded_end + rounding_factor(problem, plan.num_messages) * quantum + tiny
     # The delay cuts hold for the plan's true end too (rounded down, so more so).
     arc_index = arc_positions(path, n)
     for p in range(1, n + 1):
-        assert quantum * _delay_cut(path, arc_index, constants, p) <= true_end + tiny
+        assert quantum * delay_cut(path, arc_index, constants, p) <= true_end + tiny
     # Unrounded, the largest cut is the true end when nothing delays (the closed form).
     if kappa == 1.0 and (gamma == 0.0 or copy_on == "channel"):
         exact = {name: values / quantum for name, values in times.items()}
         exact.update(before=exact["packing"], holding=exact["nominal"] + exact["duration"])
-        largest = max(_delay_cut(path, arc_index, exact, p) for p in range(1, n + 1)) * quantum
+        largest = max(delay_cut(path, arc_index, exact, p) for p in range(1, n + 1)) * quantum
         assert largest == pytest.approx(true_end, rel=RTOL, abs=tiny)
 
 
 def test_rounding_factors():
     profile = Profile.from_arrays([1] * 5, [MS] * 5, [MS] * 5)
     cost = AlphaBeta(MS, 1e-9)
-    assert _rounding_factor(Problem(profile, cost), 3) == 6                        # plain: n + 1
-    assert _rounding_factor(Problem(profile, cost, copy_cost=1e-9), 3) == 4         # M + 1
-    assert _rounding_factor(Problem(profile, cost, contention=1.5), 3) == 7         # (M^2 + M + 2) / 2
-    assert _rounding_factor(Problem(profile, cost, contention=1.5), 1) == 2
+    assert rounding_factor(Problem(profile, cost), 3) == 6                        # plain: n + 1
+    assert rounding_factor(Problem(profile, cost, copy_cost=1e-9), 3) == 4         # M + 1
+    assert rounding_factor(Problem(profile, cost, contention=1.5), 3) == 7         # (M^2 + M + 2) / 2
+    assert rounding_factor(Problem(profile, cost, contention=1.5), 1) == 2
 
 
 # --- CP-SAT against an exhaustive reference -----------------------------------------------
@@ -178,7 +178,7 @@ def test_equals_the_exhaustive_optimum(problem, gamma, copy_on, kappa, hint):
     check_against_exhaustive(problem, result, exhaustive(problem))
     if problem.extensions:
         q = result.stats["time_quantum"]
-        assert result.stats["rounding_bound"] == _rounding_factor(problem, problem.profile.n) * q
+        assert result.stats["rounding_bound"] == rounding_factor(problem, problem.profile.n) * q
         assert result.stats["extensions"] == problem.extensions
 
 
@@ -190,7 +190,7 @@ def test_equals_the_exhaustive_optimum_with_caps(problem, gamma, copy_on, kappa,
     sizes = problem.profile.sizes
     largest, total = int(sizes.max()), int(sizes.sum())
     cap = largest + cap_share * (total - largest)
-    assume(_fewest_messages(sizes[problem.profile.backward_order], cap) <= max_messages)
+    assume(fewest_messages(sizes[problem.profile.backward_order], cap) <= max_messages)
     result = cpsat(problem, max_message_bytes=cap, max_messages=max_messages, workers=1)
     limit = max_messages if max_messages < problem.profile.n else None
     check_against_exhaustive(problem, result, exhaustive(problem, cap, limit))
@@ -199,7 +199,7 @@ def test_equals_the_exhaustive_optimum_with_caps(problem, gamma, copy_on, kappa,
     if problem.extensions:
         messages = min(max_messages, problem.profile.n)
         assert result.stats["rounding_bound"] == (
-            _rounding_factor(problem, messages) * result.stats["time_quantum"])
+            rounding_factor(problem, messages) * result.stats["time_quantum"])
 
 
 @settings(deadline=None, max_examples=30)

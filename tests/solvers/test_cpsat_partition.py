@@ -12,7 +12,7 @@ from fusionopt.cost import AlphaBeta
 from fusionopt.model import Chunk, Message, Plan, Problem, Profile, simulate
 from fusionopt.model.bounds import fluid_bound, fluid_latency_bound
 from fusionopt.solvers import Status, solve
-from fusionopt.solvers.exact.cpsat_partition import _grid_plan, unit_grid
+from fusionopt.solvers.exact.cpsat_partition import grid_plan, unit_grid
 
 MS = 1e-3
 MB = 1_000_000
@@ -59,7 +59,7 @@ def every_grid_plan(problem: Problem, unit: int) -> float:
     for cuts in itertools.product((False, True), repeat=count - 1):
         nodes = [0] + [k + 1 for k, cut in enumerate(cuts) if cut] + [count]
         for order in itertools.permutations(list(zip(nodes[:-1], nodes[1:]))):
-            plan = _grid_plan(units, list(order), problem.profile.n)
+            plan = grid_plan(units, list(order), problem.profile.n)
             best = min(best, simulate(problem, plan, validate=False).iteration_time)
     return best
 

@@ -75,6 +75,6 @@ def test_runs_on_extended_problems_and_fitted_presets():
 def test_kept_starts_equal_a_simulation_after_each_merge(problem):
     # On the plain model the scan keeps the open message's start and end; the general path
     # simulates the whole plan after each merge. They must take the same decisions.
-    from fusionopt.solvers.papers.mgwfbp import _plain_merges, _simulated_merges
+    from fusionopt.solvers.papers.mgwfbp import plain_merges, simulated_merges
     for alpha in (problem.cost(1), 0.0, 1e-3):
-        assert _plain_merges(problem, alpha) == _simulated_merges(problem, alpha)
+        assert plain_merges(problem, alpha) == simulated_merges(problem, alpha)

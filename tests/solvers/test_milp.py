@@ -17,7 +17,7 @@ from fusionopt.model import Plan, Problem, Profile, simulate
 from fusionopt.model.fusion import backward_arrays
 from fusionopt.solvers import Status, solve
 from fusionopt.solvers.exact.dp import dp
-from fusionopt.solvers.exact.milp import _encode, milp
+from fusionopt.solvers.exact.milp import encode_model, milp
 
 MS = 1e-3
 
@@ -129,7 +129,7 @@ def test_the_formulation_is_exact_for_every_cut_vector(problem, data):
     profile = problem.profile
     n = profile.n
     cap = data.draw(st.one_of(st.just(math.inf), st.integers(int(profile.sizes.max()), profile.total_bytes)))
-    model = _encode(problem, problem.cost.affine, float(cap), None)
+    model = encode_model(problem, problem.cost.affine, float(cap), None)
     _, prefix = backward_arrays(problem)
     tau, total = model.time_scale, prefix[-1]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from fusionopt.zoo.layers import Architecture, batchnorm2d, conv2d, embedding, layernorm, linear
-from fusionopt.zoo.lstm import _lstm_layer
+from fusionopt.zoo.lstm import lstm_layer
 
 torch = pytest.importorskip("torch")
 nn = torch.nn
@@ -61,7 +61,7 @@ def test_convolution_norm_and_linear_layers_match_autograd():
 def test_lstm_layers_match_autograd():
     torch.manual_seed(0)
     model = RecurrentNet()
-    arch = Architecture("rnn", (embedding("encoder", 10, 8), _lstm_layer(0, 8, 6, 5), _lstm_layer(1, 6, 6, 5),
+    arch = Architecture("rnn", (embedding("encoder", 10, 8), lstm_layer(0, 8, 6, 5), lstm_layer(1, 6, 6, 5),
                                 linear("decoder", 6, 10)), "", "")
     assert [n for n, _ in arch.tensors] == [n for n, _ in model.named_parameters()]
     assert hook_order(model, torch.randint(0, 10, (5, 2))) == arch.ready_order

@@ -407,7 +407,7 @@ def cpsat(
     durations = times["duration"]
     anchor_path = plan_path(anchor, profile)
     anchor_arcs = arc_positions(anchor_path, n)
-    factor = _rounding_factor(problem, n if limit is None else limit)
+    factor = rounding_factor(problem, n if limit is None else limit)
     if time_quantum is None:
         if extended:
             anchor_end = float(fusion_message_times(problem, anchor.cuts(profile))[1][-1])
@@ -420,11 +420,11 @@ def cpsat(
     ready_q = np.floor(ready / q)
     durations_q = np.floor(durations / q)
     if extended:
-        constants = _integer_arc_times(problem, q, times)
-        anchor_values = _rounded_path(anchor_path, anchor_arcs, constants)
+        constants = integer_arc_times(problem, q, times)
+        anchor_values = rounded_path(anchor_path, anchor_arcs, constants)
         # The delay cuts below may exceed the recursion's rounded end (a sum of floors is
         # not the floor of the sum): the horizon admits the anchor under both.
-        anchor_cut = max(_delay_cut(anchor_path, anchor_arcs, constants, p) for p in range(1, n + 1))
+        anchor_cut = max(delay_cut(anchor_path, anchor_arcs, constants, p) for p in range(1, n + 1))
         anchor_values["end"][-1] = max(anchor_values["end"][-1], int(anchor_cut))
         horizon = float(anchor_values["end"][-1])
         earliest_end_q = constants["nominal"] + constants["duration"]
@@ -590,7 +590,7 @@ def cpsat(
                                         status=status, tolerance=rounding_bound))
 
 
-def _rounding_factor(problem: Problem, messages: int) -> int:
+def rounding_factor(problem: Problem, messages: int) -> int:
     """``rounding_bound / q`` (module docstring) for plans of at most ``messages`` messages."""
     if not problem.extensions:
         return problem.profile.n + 1
@@ -606,7 +606,7 @@ def _lag_share(problem: Problem) -> float:
     return (1.0 - 1.0 / problem.contention) * problem.comm_contention
 
 
-def _integer_arc_times(problem: Problem, q: float, times: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+def integer_arc_times(problem: Problem, q: float, times: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """The extended model's per-arc constants in whole quanta (as floats), each rounded
     towards the faster plan (module docstring)."""
     kappa, mu = problem.contention, problem.comm_contention
@@ -631,7 +631,7 @@ def _integer_arc_times(problem: Problem, q: float, times: dict[str, np.ndarray])
     return constants
 
 
-def _rounded_path(path: list[int], arc_index: np.ndarray, constants: dict[str, np.ndarray]) -> dict[str, list]:
+def rounded_path(path: list[int], arc_index: np.ndarray, constants: dict[str, np.ndarray]) -> dict[str, list]:
     """The least integer values the extended model allows along ``path`` (its recursion in
     whole quanta): ``ready``, ``lag``, ``backlog`` and ``end`` per message and ``slow``, the
     branch of each message after the first (``None`` without contention). With comm
@@ -670,7 +670,7 @@ def _rounded_path(path: list[int], arc_index: np.ndarray, constants: dict[str, n
     return values
 
 
-def _delay_cut(path: list[int], arc_index: np.ndarray, constants: dict[str, np.ndarray], p: int) -> float:
+def delay_cut(path: list[int], arc_index: np.ndarray, constants: dict[str, np.ndarray], p: int) -> float:
     """The delay cut at position ``p`` (module docstring) for one path, in quanta."""
     value = 0.0
     for k, j, a in zip(path[:-1], path[1:], arc_index.tolist()):

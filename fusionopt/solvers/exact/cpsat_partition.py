@@ -114,7 +114,7 @@ def cpsat_partition(problem: Problem, *, unit_parameters: int, time_limit: float
     hint_plan, hint_label = _grid_hint(problem, hint, units, cap, max_messages)
     upper = simulate(problem, hint_plan).iteration_time if hint_plan is not None else None
     if upper is None:
-        upper = simulate(problem, _grid_plan(units, [(a, a + 1) for a in range(count)], profile.n)).iteration_time
+        upper = simulate(problem, grid_plan(units, [(a, a + 1) for a in range(count)], profile.n)).iteration_time
     factor = count + 2 * profile.n + 3
     q = time_quantum if time_quantum is not None else _partition_quantum(upper, factor)
     horizon = math.floor(upper / q) + 1
@@ -193,13 +193,13 @@ def cpsat_partition(problem: Problem, *, unit_parameters: int, time_limit: float
         objective = solver.objective_value * q
         picked = sorted(((solver.value(start), int(tails[v]), int(heads[v]))
                          for v, x, start in zip(kept.tolist(), chosen, starts) if solver.boolean_value(x)))
-        candidates.append(("cpsat", _grid_plan(units, [(a, b) for _, a, b in picked], profile.n)))
+        candidates.append(("cpsat", grid_plan(units, [(a, b) for _, a, b in picked], profile.n)))
         if math.isfinite(solver.best_objective_bound):
             bound = max(0.0, solver.best_objective_bound) * q
     if hint_plan is not None:
         candidates.append(("hint", hint_plan))
     if not candidates:
-        candidates.append(("units", _grid_plan(units, [(a, a + 1) for a in range(count)], profile.n)))
+        candidates.append(("units", grid_plan(units, [(a, a + 1) for a in range(count)], profile.n)))
     source, plan = min(candidates, key=lambda c: simulate(problem, c[1]).iteration_time)
     stats = {
         "unit_parameters": int(unit_parameters),
@@ -238,7 +238,7 @@ def _interval_index(a: int, b: int, count: int) -> int:
     return a * count - a * (a - 1) // 2 + (b - a - 1)
 
 
-def _grid_plan(units: list[tuple[int, int, int]], intervals: list[tuple[int, int]], n: int) -> Plan:
+def grid_plan(units: list[tuple[int, int, int]], intervals: list[tuple[int, int]], n: int) -> Plan:
     """The plan sending the runs of units ``a..b-1`` in the given order."""
     messages = []
     for a, b in intervals:

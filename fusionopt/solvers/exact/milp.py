@@ -176,7 +176,7 @@ def milp(
     from scipy.optimize import Bounds, LinearConstraint
     from scipy.optimize import milp as highs_milp
 
-    model = _encode(problem, affine, cap, max_messages)
+    model = encode_model(problem, affine, cap, max_messages)
     # scipy passes the HiGHS options it does not list through verbatim, with a warning.
     options = {
         "time_limit": time_limit,
@@ -288,7 +288,7 @@ class _Model:
         return len(self.row_lower)
 
 
-def _encode(problem: Problem, affine: tuple[float, float], cap: float, max_messages: int | None) -> _Model:
+def encode_model(problem: Problem, affine: tuple[float, float], cap: float, max_messages: int | None) -> _Model:
     from scipy.sparse import coo_array
 
     alpha, beta = affine

@@ -51,7 +51,7 @@ def mgwfbp(problem: Problem) -> Result:
     profile = problem.profile
     affine = problem.cost.affine
     alpha = affine[0] if affine is not None else float(problem.cost(1))
-    groups = (_simulated_merges if problem.extensions else _plain_merges)(problem, alpha)
+    groups = (simulated_merges if problem.extensions else plain_merges)(problem, alpha)
     merges = profile.n - len(groups)
     plan = Plan.from_groups(profile, groups)
     return Outcome(plan, stats={"merges": merges, "alpha": alpha})
@@ -63,7 +63,7 @@ def _merge_rule(ready: float, start: float, end: float, alpha: float) -> bool:
     return ready < end and (start > ready or ready - start < alpha)
 
 
-def _plain_merges(problem: Problem, alpha: float) -> list[list[int]]:
+def plain_merges(problem: Problem, alpha: float) -> list[list[int]]:
     """The rule's groups on the plain model, in backward order: the open message's start and
     end from the channel's state before it, as the simulator computes them."""
     profile = problem.profile
@@ -94,7 +94,7 @@ def _plain_merges(problem: Problem, alpha: float) -> list[list[int]]:
     return groups
 
 
-def _simulated_merges(problem: Problem, alpha: float) -> list[list[int]]:
+def simulated_merges(problem: Problem, alpha: float) -> list[list[int]]:
     """The rule's groups with a full simulation after each merge (any model option)."""
     profile = problem.profile
     ready_times = profile.ready_times
