@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 
 from fusionopt import cli, sweep
+from fusionopt.cli import solving
 from fusionopt.cost import AlphaBeta
 from fusionopt.model import FullySharded, Plan, Problem, Profile, ShardedPlan, simulate
 
@@ -117,10 +118,10 @@ def interrupting(*args, **kwargs):
 
 
 def test_ctrl_c_in_any_command_is_one_line_and_status_130(capsys, monkeypatch, tmp_path):
-    monkeypatch.setattr(cli, "compare", interrupting)
+    monkeypatch.setattr(solving, "compare", interrupting)
     status, out, err = in_process(capsys, "compare", "--model", "alexnet", "--network", "10gbe", "--workers", 8)
     assert (status, out, err) == (130, "", "fusionopt: interrupted\n")
-    monkeypatch.setattr(cli, "simulate", interrupting)
+    monkeypatch.setattr(solving, "simulate", interrupting)
     profile = profile_file(tmp_path)
     Plan.per_tensor(Profile.read(profile)).write(tmp_path / "plan.json")
     status, out, err = in_process(capsys, "simulate", profile, "--plan", tmp_path / "plan.json",

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from fusionopt.cli import main, option_value
+from fusionopt.cli import main
+from fusionopt.cli.problems import option_value
 from fusionopt.model import Profile
 from fusionopt.solvers import methods
 from fusionopt.solvers.registry import get_method
