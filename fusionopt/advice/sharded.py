@@ -70,7 +70,7 @@ class OverMemoryCap(ValueError):
 
 
 def unit_modules(profile: Profile, first: int, stop: int) -> list[str]:
-    """The coarsest modules whose tensors are exactly a run of tensors ``first .. stop - 1``,
+    """The coarsest modules whose tensors are exactly a run of tensors ``first`` to ``stop - 1``,
     in forward order, by the profile's dotted tensor names (a module is a name prefix ending
     at a dot; ``""`` is the whole model). A unit that splits one module's tensors has no
     such modules: ``ValueError`` naming the module.

@@ -75,7 +75,7 @@ class _EventTimer:
 
 
 class NcclGroup:
-    """``ranks`` GPUs (devices ``0 .. ranks-1`` unless ``devices`` is given) in one process.
+    """``ranks`` GPUs (devices ``0`` to ``ranks - 1`` unless ``devices`` is given) in one process.
 
     With ``link_cost`` (emulated link, one GPU), every all-reduce then holds the stream for
     ``link_cost(bytes)`` seconds; ``link_costs`` (``{"reduce_scatter": c_RS, "all_gather":

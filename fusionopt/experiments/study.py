@@ -22,7 +22,7 @@ import os
 import sys
 import time
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, NamedTuple, Sequence
 
 import fusionopt
 from fusionopt.model._io import write_bytes_atomic
@@ -32,8 +32,13 @@ from fusionopt.reporting import (Progress, changed_options, command_line, interr
 from fusionopt.solvers.registry import solve
 from fusionopt.solvers.result import Result
 
-MethodSpec = tuple[str, str, dict]
-"""``(key, method, options)``: a method under the key a study reports it by."""
+class MethodSpec(NamedTuple):
+    """A method under the key a study reports it by, with its options (a plain
+    ``(key, method, options)`` tuple is one too)."""
+
+    key: str
+    method: str
+    options: dict
 
 
 @dataclass

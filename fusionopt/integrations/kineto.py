@@ -5,7 +5,7 @@
 (names and gradient sizes in bytes, forward order) from the user. It needs no torch.
 
 The mapping (timestamps ``ts`` and durations ``dur`` of ``"ph": "X"`` events, microseconds)
----------------------------------------------------------------------------------------
+-------------------------------------------------------------------------------------------
 * **Steps.** Each host-side ``ProfilerStep#k`` event (written when the profiler runs with
   a ``schedule`` and ``prof.step()`` is called each step; the copy a GPU trace keeps on the
   device's timeline is ignored) is one training step: the events that start inside it are

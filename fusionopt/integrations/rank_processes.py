@@ -26,7 +26,7 @@ PACKAGE_PARENT = Path(__file__).resolve().parents[2]
 
 def run_rank_processes(module: str, job: dict[str, Any], ranks: int, *, what: str,
                        timeout: float | None = None) -> None:
-    """Run ranks ``0 .. ranks - 1`` of ``job`` as ``python -m module JOB RANK`` until all
+    """Run ranks ``0`` to ``ranks - 1`` of ``job`` as ``python -m module JOB RANK`` until all
     have ended; ``what`` names the job in messages ("the mlp job").
 
     Raises

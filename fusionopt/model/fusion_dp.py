@@ -41,7 +41,7 @@ message k + tail(min index of message k))`` over splits of positions ``p..n-1``,
     T* = min_{a <= s <= e} max(B + U + F + W, max(G(a), B) + c(Q_{e+1} - Q_a) + max(tail(a..e), V(e+1))),
 
 where ``s`` is the first position of ``L``, the first message holding ``L`` spans positions
-``a..e``, and ``tail_i = sum_{k >= i} (u_k + f_k)``. O(n |L| + |L|^2) after the DP.
+``a..e``, and ``tail_i = sum_{k >= i} (u_k + f_k)``. ``O(n |L| + |L|^2)`` after the DP.
 """
 
 from __future__ import annotations

@@ -1,16 +1,17 @@
 """A communication pattern: how a step moves its gradients and parameters, and the rules
 that judge its plans.
 
-A :class:`~fusionopt.model.problem.Problem` holds one pattern object. Four are built in:
+A :class:`~fusionopt.model.problem.Problem` holds one pattern object. Five are built in:
 
-======================================================  ================  ===========================
-pattern                                                 ``name``          plan type
-======================================================  ================  ===========================
-:class:`~fusionopt.model.allreduce.AllReduce`           ``all-reduce``    :class:`~fusionopt.model.plan.Plan`
-:class:`~fusionopt.model.ps.ParameterServer`            ``ps``            :class:`~fusionopt.model.ps_plan.PSPlan`
-:class:`~fusionopt.model.decoupled.Decoupled`           ``decoupled``     :class:`~fusionopt.model.decoupled_plan.DecoupledPlan`
-:class:`~fusionopt.model.sharded.FullySharded`          ``fully-sharded`` :class:`~fusionopt.model.sharded_plan.ShardedPlan`
-======================================================  ================  ===========================
+=================================================  =================  =========================================================
+pattern                                            ``name``           plan type
+=================================================  =================  =========================================================
+:class:`~fusionopt.model.allreduce.AllReduce`      ``all-reduce``     :class:`~fusionopt.model.plan.Plan`
+:class:`~fusionopt.model.ps.ParameterServer`       ``ps``             :class:`~fusionopt.model.ps_plan.PSPlan`
+:class:`~fusionopt.model.decoupled.Decoupled`      ``decoupled``      :class:`~fusionopt.model.decoupled_plan.DecoupledPlan`
+:class:`~fusionopt.model.sharded.FullySharded`     ``fully-sharded``  :class:`~fusionopt.model.sharded_plan.ShardedPlan`
+:class:`~fusionopt.model.hsdp.HSDP`                ``hsdp``           :class:`~fusionopt.model.sharded_plan.ShardedPlan`
+=================================================  =================  =========================================================
 
 Each owns what differs between patterns, so that nothing outside a pattern asks which one
 a problem has:
@@ -43,8 +44,8 @@ _STEPS = ("all-reduce", "ps", "decoupled", "fully-sharded")
 class Pattern:
     """The base of every communication pattern (see the module's table).
 
-    Class attributes
-    ----------------
+    Attributes
+    ----------
     name : str
         The pattern's name (``"all-reduce"``, ``"ps"``, ...): what a solver's needs name.
     words : str

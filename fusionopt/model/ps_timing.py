@@ -370,7 +370,7 @@ def offsets_iteration_time(problem: Problem, push: Iterable[int] = (), pull: Ite
 
 
 def range_max(values: np.ndarray, first: np.ndarray, last: np.ndarray) -> np.ndarray:
-    """``max(values[first[j] .. last[j]])`` for each ``j`` (inclusive), by a sparse table."""
+    """``max(values[first[j]:last[j] + 1])`` for each ``j``, by a sparse table."""
     table = [values]
     width = 1
     longest = int((last - first).max()) + 1 if len(first) else 1

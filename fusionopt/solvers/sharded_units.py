@@ -23,7 +23,7 @@ ATOM_KINDS = ("tensor", "module", "block")
 
 
 def atom_bounds(profile: Profile, atoms: str | Sequence[int] = "module") -> list[int]:
-    """Where units may start: ``0 = a_0 < a_1 < ... < a_k = n``.
+    """Where units may start: the atom bounds, increasing from ``a_0 = 0`` to ``a_k = n``.
 
     ``atoms``: ``"tensor"`` (anywhere), ``"module"`` (between tensors of different modules,
     so a layer's weight and bias stay together: what ``fully_shard`` can wrap), ``"block"``

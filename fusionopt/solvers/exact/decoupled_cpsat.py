@@ -518,76 +518,8 @@ def decoupled_cpsat(
     by a CP-SAT model of the channel, for ``n <= 10``; with ``interleave=False``, of
     ``decoupled-brute``'s space (every reduce-scatter first), for ``n <= 40``.
 
-    Formulation
-    -----------
-    Integer times (quanta, below), every timing constraint a ``>=``:
-
-    * **Groupings** (the arc model of :mod:`fusionopt.solvers.exact.cpsat`): a Boolean ``x_ab`` per
-      reduce-scatter arc (ready positions ``a+1..b``) and ``y_ab`` per all-gather arc
-      (forward positions ``a+1..b``); each set forms one path ``0 -> n``.
-    * **The channel**: each arc is an optional interval of fixed length (``c_RS`` or
-      ``c_AG`` of its bytes, present when chosen), all in one ``NoOverlap``. With
-      ``interleave=False`` the order is known and there are no starts or intervals: each
-      enforced ``s >= w`` below reads ``end >= w + d``, and the first all-gather follows
-      the last reduce-scatter (``G_b >= E_n + d'_0b``).
-    * **Reduce-scatters**, enforced by ``x_ab``: ``s_ab >= rho_ab`` (the latest ready time
-      of its gradients), ``s_ab >= E_a`` (after the previous one: the ready order),
-      ``E_b >= s_ab + d_ab``. ``H_p >= E_p`` where a message ends at ``p``, else
-      ``H_p >= H_(p+1)``: ``D`` of the tensor at ready position ``p``.
-    * **Updates** (ZeRO's semantics): ``V_0 = B``, ``V_p >= V_(p-1) + u_p``,
-      ``V_p >= H_p + u_p``.
-    * **All-gathers**, enforced by ``y_ab``: ``s'_ab >= V_P`` (``H_P`` with
-      ``update_after_gather``), ``P`` the latest ready position among its tensors (``V``
-      and ``H`` do not decrease along the ready order, so it waits for that one);
-      ``s'_ab >= G_a`` (forward order), ``G_b >= s'_ab + d'_ab``; ``A_q`` from ``G`` as
-      ``H`` from ``E``.
-    * **Forward**: layerwise ``X_i >= X_(i-1) + w_i``, ``X_i >= A_(i+1) + w_i`` from
-      ``X_(-1) = V_n`` (``B`` with ``update_after_gather``), ``w_i = f_i`` (``u_i + f_i``),
-      ``T >= X_(n-1) + W``; barrier ``T >= max(V_n or B, G_n) + F + W`` (``+ U``).
-    * ``min T``, ``T >= decoupled_lower_bound``; valid inequalities for the LP relaxation,
-      which sees the enforced constraints only through big-M terms (each holds for every
-      plan's least values): the channel carries every chosen message from the first ready
-      time on; the reduce-scatters from position ``p`` on follow ``rho_p`` (those up to
-      tensor 0's, ``H`` at its position); every all-gather follows tensor 0's wait ``V``
-      (or ``H``) at its position, so ``T`` is at least that wait plus the all-gathers up to
-      tensor ``q - 1`` plus the forward work from ``q - 1`` on (layerwise), or plus every
-      all-gather and ``F + W`` (barrier); ``T`` is at least that wait plus
-      :meth:`_Space.least_after_first_gather` (and, without interleaving, ``E_n`` plus it);
-      tensor 0's wait, ``V_n`` and ``E_n`` are at least their least values over every
-      reduce-scatter grouping (:meth:`_Space.least_wait`). With tensor 0 last in the ready
-      order these last constants make the bound the optimum (module docstring).
-
-    **Why the relaxation is exact.** The simulator runs a plan's messages in its order
-    without delay: ``start = max(wait, end of the one before)``. The model lets a message
-    start later than that and leaves the order to ``NoOverlap``, whose meaning (CP-SAT's
-    proto) is that some sequence of the intervals has ``end <= next start``, zero-length
-    ones included. (a) Every plan of the space is a solution: its simulated times, rounded
-    as below, satisfy every constraint. (b) From any solution, sort the chosen messages by
-    ``(start, end, kind, index)``: consecutive ones then have ``end <= next start``, each
-    kind keeps its own order (``s >= E_a``), and every all-gather comes after the
-    reduce-scatter it waits for (``s' >= V_P >= H_P >= that end``), so the sorted order is a
-    plan the simulator runs; and, by induction along it, its non-delay times are no later
-    than the solution's, as every wait is a non-decreasing function of earlier ends. So
-    the least ``T`` of the model equals the least non-delay ``T`` over the space, and the
-    plan decoded from the optimal solution attains it (the docstring of the section
-    8.1 simulator has the rules these constraints restate).
-
-    Infeasible orders (an all-gather queued before a reduce-scatter it waits for) are
-    excluded by the all-gather's wait, which is at least that reduce-scatter's end. Without
-    interleaving (b) needs no sorting: the known order's non-delay times are the least
-    values the chains allow.
-
-    Integer time and the rounding bound
-    -----------------------------------
-    With a quantum of ``q`` seconds every constant is rounded down, so a plan's least
-    integer ``T`` is at most its true ``T / q`` and CP-SAT's bound times ``q`` bounds the
-    optimum over the space. A plan's ``T`` is a longest path through at most ``4 n + 2``
-    constants (a ready time or ``B``, ``n`` reduce-scatters, ``n`` updates, ``n``
-    all-gathers, ``n`` forward steps, ``W``), each short by less than ``q``: the true ``T``
-    exceeds ``q`` times the least one by less than ``rounding_bound = (4 n + 2) q``. The
-    automatic ``q`` is the largest power of two with ``rounding_bound <= 1e-7`` of the
-    anchor plan's ``T`` (the hint, else ``decoupled-wfbp``), unless that takes the horizon
-    past ``2^29`` quanta; the anchor's ``T`` is the horizon.
+    The formulation, why its relaxation is exact, and the rounding bound: docs/methods.md,
+    section decoupled-cpsat.
 
     Parameters
     ----------

@@ -421,70 +421,8 @@ def ps_cpsat(
     (``granularity="tensor"``) or on a grid of units, in both streams; with a grid and
     ``ps.partition_compute`` it includes split compute.
 
-    Formulation
-    -----------
-    ``N`` units; push positions ``p = 1..N`` in push-stream order, pull positions
-    ``q = 1..N`` in pull-stream order, nodes ``0..N`` between them. All times are integers
-    (quanta, below), every constraint a ``>=`` (the least solution of a plan is its
-    recursion: each right-hand side is non-decreasing in every variable):
-
-    * **Paths** (the arc model of :mod:`fusionopt.solvers.exact.cpsat`): a Boolean ``x_ab`` per
-      push arc (a message of push positions ``a+1..b``) and ``y_ab`` per pull arc; each
-      set forms one path ``0 -> N``. ``z_m = sum_a x_am`` (``z'_m`` for pulls) says a
-      message ends at node ``m``.
-    * **Ready times**: without split compute, the ready time ``rho_b`` of the tensor of
-      position ``b`` (the last, hence latest, of the message). With partitioned compute
-      on a grid, the backward clock at node ``b``: ``Bprefix_b + delta D_b``, where
-      ``D_b`` counts the compute pieces of split tensors ended by node ``b``
-      (``split_i >= z_m`` for every node ``m`` inside tensor ``i``, ``split_i <= sum z``;
-      a piece ends at an inner cut, and at a split tensor's last node), a linear
-      expression of the Booleans.
-    * **Push channel and updates**, enforced by ``x_ab``: ``e_b >= e_a + d_ab``,
-      ``e_b >= R_b + d_ab``, ``Upd_b >= e_b + o + u S_ab``.
-    * **Gates**: ``V_p >= Upd_p`` if ``z_p`` and ``V_p >= V_(p+1)`` if not (the update
-      of the push message holding ``p``); ``g_q >= V_(push position of q)`` and
-      ``g_q >= g_(q+1)`` if not ``z'_q`` (the largest ``V`` from ``q`` to the end of its
-      pull message); a pull arc ``(a, b)`` starts after ``g_(a+1)``.
-    * **Pull channel**, enforced by ``y_ab``: ``f_b >= f_a + d'_ab``, ``f_b >= g_(a+1) + d'_ab``;
-      ``h_q >= f_q`` if ``z'_q`` and ``h_q >= h_(q+1)`` if not (the end of the pull message
-      holding ``q``).
-    * **Forward** (``sync``): barrier ``T >= f_N + U + F + W`` and ``T >= Bend + U + F + W``
-      (``Bend = B + delta D_N``); layerwise ``phi_i >= phi_(i-1) + u_i + f_i`` and
-      ``phi_i >= h_(last unit of i) + u_i + f_i``, ``phi_(-1) = Bend``; with split compute
-      the same chain per pull unit, each unit adding its byte share of ``f_i`` (plus
-      ``u_i`` at a tensor's first unit, plus ``delta`` where a piece ends: an inner pull
-      cut, or a split tensor's last unit), and every unit waiting for ``h_q``.
-    * ``min T``; ``T >= ps_lower_bound``. Valid inequalities for the LP relaxation (each
-      holds for every plan's least values, so none changes a plan's value):
-      ``e_N >= rho_p + sum_(push arcs ending at or after p) d x`` (the push cuts of
-      :mod:`fusionopt.solvers.exact.cpsat`; with split compute ``rho_p`` is the backward share
-      before ``p``), ``f_N >= g_p + sum_(pull arcs ending at or after p) d' y``,
-      ``Upd_b >= e_b + sum_a (o + u S_ab) x_ab`` (linear: one arc at most enters ``b``),
-      and, layerwise, ``T >= g_1 + sum_(pull arcs starting before q) d' y + (forward
-      work from q on)`` for each tensor's last pull unit ``q`` (each unit with split
-      compute): on whole tensors with the paths fixed, they give :func:`ps_dp`'s relaxation bound.
-
-    Search: the model branches on the cuts first, then sets each time to its least value
-    in the order they are computed; CP-SAT's presolve is off (it turned the valid
-    inequalities into a form whose LP bound stayed near half the optimum), and a single
-    worker follows that strategy (``FIXED_SEARCH``).
-
-    Integer time and the rounding bound
-    -----------------------------------
-    With a quantum of ``q_s`` seconds every constant (ready times, durations, updates,
-    compute shares, ``delta``) is rounded down. Every time in the model is a ``max`` and
-    ``+`` of constants (and ``delta`` times Booleans), so a plan's least integer ``T`` is
-    at most its true ``T / q_s``: CP-SAT's bound times ``q_s`` is a lower bound on the
-    optimum over the space. A plan's least ``T`` is a longest path through at most
-    ``N`` push arcs, one update, ``N`` pull arcs, the ready time (one constant plus at
-    most ``N`` deltas), and the forward (per tensor one constant, or per unit a share and
-    a delta plus ``n`` updates), each constant short by less than one quantum: the true
-    ``T`` exceeds ``q_s`` times the least one by less than ``rounding_bound = (3 N + n + 3)
-    q_s`` without split compute and ``(5 N + n + 3) q_s`` with it. A plan CP-SAT proves
-    optimal is within that of the optimum over the space. The automatic ``q_s`` is the
-    largest power of two with ``rounding_bound <= 1e-7`` of the hint's ``T`` unless that
-    takes the horizon past ``2^29`` quanta (``MAX_INTEGER_TIME`` of
-    :mod:`fusionopt.solvers.exact.cpsat`); the hint's ``T`` is the horizon.
+    The formulation, why its relaxation is exact, and the rounding bound: docs/methods.md,
+    section ps-cpsat.
 
     Parameters
     ----------

@@ -1,0 +1,30 @@
+"""The manual (docs/: the MODEL and methods pages, the README's examples, the API reference)
+builds with Sphinx with warnings as errors, as CI builds it."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_the_manual_builds_without_a_warning(tmp_path):
+    for module in ("sphinx", "numpydoc", "myst_parser", "furo"):
+        pytest.importorskip(module)
+    # Built from a copy, so that the pages it generates (the API's, the examples') land there.
+    shutil.copytree(ROOT / "docs", tmp_path / "docs", ignore=shutil.ignore_patterns("_api", "_build", "examples.md"))
+    shutil.copy(ROOT / "README.md", tmp_path / "README.md")
+    html = tmp_path / "html"
+    done = subprocess.run([sys.executable, "-m", "sphinx", "-W", "--keep-going", "-q", "-b", "html",
+                           str(tmp_path / "docs"), str(html)], capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-4000:]
+    examples = (html / "examples.html").read_text(encoding="utf-8")
+    assert "bucket_cap_mb" in examples and "profile_model" in examples       # the README's first examples
+    assert (html / "MODEL.html").exists() and (html / "methods.html").exists()
+    pattern = (html / "_api" / "fusionopt.model.pattern.html").read_text(encoding="utf-8")
+    assert "HSDP" in pattern and "require_plan" in pattern
