@@ -22,7 +22,8 @@ from fusionopt.model.decoupled import Decoupled
 from fusionopt.model.decoupled_plan import DecoupledPlan
 from fusionopt.model.sharded import FullySharded
 from fusionopt.model.sharded_plan import ShardedPlan
-from fusionopt.viz import _ROW_COLORS, memory_steps, timeline_bars
+from fusionopt.viz import memory_steps, timeline_bars
+from fusionopt.viz.timeline import ROW_COLORS
 
 HALF = AlphaBeta(1e-3, 1e-9)
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -133,7 +134,7 @@ def drawn_kinds(ax) -> dict[str, dict[str, int]]:
     """Per row, the number of rectangles drawn in each collective kind's colours."""
     from matplotlib.colors import to_hex
 
-    colours = {to_hex(c): kind for kind in ("all-gather", "reduce-scatter", "all-reduce") for c in _ROW_COLORS[kind]}
+    colours = {to_hex(c): kind for kind in ("all-gather", "reduce-scatter", "all-reduce") for c in ROW_COLORS[kind]}
     ticks = {round(float(t), 6): label.get_text() for t, label in zip(ax.get_yticks(), ax.get_yticklabels())}
     out: dict[str, dict[str, int]] = {}
     for collection in ax.collections:
