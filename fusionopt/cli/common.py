@@ -8,7 +8,7 @@ import re
 import sys
 from pathlib import Path
 from typing import Any
-from fusionopt.integrations.kineto import TIMELINE_RULE, describe_clock
+from fusionopt.integrations.kineto_events import TIMELINE_RULE, describe_clock
 from fusionopt.model import Profile
 from fusionopt.model.profile_csv import read_profile_csv, write_profile_csv
 

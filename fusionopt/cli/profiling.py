@@ -10,7 +10,8 @@ import sys
 from pathlib import Path
 from typing import Any
 from fusionopt import zoo
-from fusionopt.integrations.kineto import describe_clock, read_parameter_list
+from fusionopt.integrations.kineto_events import describe_clock
+from fusionopt.integrations.kineto_parameters import read_parameter_list
 from fusionopt.integrations.traced_step import COPIED_PARTS, PARAMETERS_FILE, PREDICTED_PART
 from fusionopt.model import Profile
 from fusionopt.model.profile_csv import profile_csv_text
@@ -60,7 +61,8 @@ def cmd_profile(args: argparse.Namespace) -> None:
 
 
 def _profile_from_trace(args: argparse.Namespace) -> Profile:
-    from fusionopt.integrations.kineto import profile_from_trace, profile_from_traces
+    from fusionopt.integrations.kineto import profile_from_trace
+    from fusionopt.integrations.kineto_ranks import profile_from_traces
 
     parameters = _trace_parameters(args.trace, args.parameters)
     stem = Path(args.trace).name.split(".")[0]
@@ -89,7 +91,7 @@ def _refuse_writing_over_trace_folder(args: argparse.Namespace, profile: Profile
 def _trace_parameters(trace: str, path: str | None) -> Any:
     """``--parameters`` for a trace; without it, a folder's ``parameters.csv`` or the list the
     trace's recorded shapes give (names ``param0, param1, ...``)."""
-    from fusionopt.integrations.kineto import parameters_from_trace
+    from fusionopt.integrations.kineto_parameters import parameters_from_trace
     from fusionopt.integrations.traced_step import folder_parameters
 
     if path is not None:

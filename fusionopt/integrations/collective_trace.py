@@ -36,7 +36,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from fusionopt.integrations.kineto import ALLREDUCE_NAMES, ELEMENT_BYTES, documents_by_rank
+from fusionopt.integrations.kineto_events import ALLREDUCE_NAMES, documents_by_rank, ELEMENT_BYTES
 from fusionopt.model.cost import AlphaBeta, PiecewiseLinear
 from fusionopt.model.profile import Profile
 
@@ -72,7 +72,7 @@ def _allreduces(doc: Any, source: str) -> list[tuple[int, float, float]]:
 
 def collective_samples(traces: Any) -> tuple[np.ndarray, np.ndarray, str]:
     """``(bytes, seconds, how)`` of every all-reduce in the traces of one job: a trace, a
-    folder of them, a list of files or a :class:`~fusionopt.integrations.kineto.JobTraces`
+    folder of them, a list of files or a :class:`~fusionopt.integrations.kineto_events.JobTraces`
     (module docstring). ``how`` is ``"ranks"`` (latest entry to latest exit over the ranks)
     or ``"one rank"`` (durations). A job whose world is one rank is named in a warning."""
     job = documents_by_rank(traces)

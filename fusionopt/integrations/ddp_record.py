@@ -33,7 +33,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from fusionopt.integrations.kineto import TRACE_SUFFIXES
+from fusionopt.integrations.kineto_events import TRACE_SUFFIXES
 from fusionopt.integrations.profiler_calibration import measure_profiler_cost
 from fusionopt.integrations.rank_processes import leave_rank, run_rank_processes
 from fusionopt.integrations.torch import require_torch

@@ -86,8 +86,7 @@ The mapping (timestamps ``ts`` and durations ``dur`` of ``"ph": "X"`` events, mi
     copies: the wait for communication the model predicts (not a profile field);
   - ``host_overhead``: the step's period less its forward (first unit to the backward),
     backward, post-backward window and update lump: data loading, Python, launches, idle
-    device time; never below 0.
-"""
+    device time; never below 0."""
 
 from __future__ import annotations
 
@@ -101,346 +100,16 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from fusionopt.integrations import _attribution
-from fusionopt.model._io import read_csv_rows, read_json_document
+from fusionopt.integrations.kineto_events import Event, GpuClock, Named, backward_windows, first_names, innermost, load_trace, outside_of, summed_up, top_level, total_length, union_of
+from fusionopt.integrations.kineto_parameters import checked_parameter_list, gradient_bytes, match_sizes, ready_positions
+from fusionopt.integrations.kineto_events import ACCUMULATE_GRAD, ALLREDUCE_NAMES, DEVICE_CATEGORIES, EVALUATE_FUNCTION, GPU_BOUND, LAUNCH_CATEGORIES, MODULE_PREFIX, OPERATOR_CATEGORIES, OPTIMIZER_PREFIXES, POST_BACKWARD_OPS, STEP_PREFIX, TIMELINES, TRACE_DTYPES
 from fusionopt.model.profile import DTYPE_BYTES, STEP_PARTS, Profile
-from fusionopt.model.profile_csv import read_profile_csv
-
-ACCUMULATE_GRAD = "torch::autograd::AccumulateGrad"
-EVALUATE_FUNCTION = "autograd::engine::evaluate_function: "
-MODULE_PREFIX = "nn.Module: "
-STEP_PREFIX = "ProfilerStep#"
-# Event categories, lower-cased (older traces spell them "Operator", "Kernel", "Runtime", ...).
-OPERATOR_CATEGORIES = ("cpu_op", "operator")
-DEVICE_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset", "memcpy", "memset")
-LAUNCH_CATEGORIES = ("cuda_runtime", "cuda_driver", "runtime")
-TIMELINES = ("auto", "cpu", "gpu")
-# Names tensorboard_trace_handler gives a rank's trace; other JSON files of a job's folder
-# count as traces only when they hold a 'traceEvents' list.
-TRACE_SUFFIXES = (".pt.trace.json", ".pt.trace.json.gz")
-# The host annotations of a process group's all-reduce (backend:collective).
-ALLREDUCE_NAMES = ("gloo:all_reduce", "nccl:all_reduce", "mpi:all_reduce")
-# The optimiser's annotations (torch.optim names them "Optimizer.step#SGD.step", ...).
-OPTIMIZER_PREFIXES = ("Optimizer.step#", "Optimizer.zero_grad#")
-# DDP's copy of a reduced bucket back into the parameters' .grad (torch 2.13's reducer).
-POST_BACKWARD_OPS = ("torch.distributed.ddp.reducer::copy_bucket_to_grad",)
-# A step whose GPU is busy for less than this share of it is host-bound: the host's clock paces it.
-GPU_BOUND = 0.5
-# timeline="auto", in words.
-TIMELINE_RULE = (f"the GPU's clock where the trace holds GPU kernels and the steps are GPU-bound (the GPU busy "
-                 f"at least {100 * GPU_BOUND:.0f}% of their host time), else the host's")
-
-# Element sizes of the type names the profiler writes in "Input type" (c10 spellings).
-ELEMENT_BYTES = {
-    "float": 4, "double": 8, "c10::Half": 2, "c10::BFloat16": 2, "bool": 1,
-    "signed char": 1, "unsigned char": 1, "short int": 2, "int": 4, "long int": 8,
-    "c10::complex<float>": 8, "c10::complex<double>": 16, "c10::complex<c10::Half>": 4,
-    "c10::Float8_e4m3fn": 1, "c10::Float8_e5m2": 1, "c10::Float8_e4m3fnuz": 1, "c10::Float8_e5m2fnuz": 1,
-}
-# The same types by the names a profile gives them (torch's dtype names).
-TRACE_DTYPES = {
-    "float": "float32", "double": "float64", "c10::Half": "float16", "c10::BFloat16": "bfloat16", "bool": "bool",
-    "signed char": "int8", "unsigned char": "uint8", "short int": "int16", "int": "int32", "long int": "int64",
-    "c10::complex<float>": "complex64", "c10::complex<double>": "complex128",
-    "c10::Float8_e4m3fn": "float8_e4m3fn", "c10::Float8_e5m2": "float8_e5m2",
-}
 
 
-class _Event:
-    """One complete ('X') event, times in microseconds."""
-
-    __slots__ = ("name", "cat", "tid", "ts", "dur", "end", "args", "seq")
-
-    def __init__(self, raw: Mapping[str, Any]) -> None:
-        self.name = str(raw.get("name", ""))
-        self.cat = str(raw.get("cat", "")).lower()
-        self.tid = raw.get("tid")
-        self.ts = float(raw["ts"])
-        self.dur = max(float(raw.get("dur", 0.0)), 0.0)
-        self.end = self.ts + self.dur
-        args = raw.get("args")
-        self.args = args if isinstance(args, Mapping) else {}
-        seq = self.args.get("Sequence number")
-        self.seq = seq if isinstance(seq, int) and not isinstance(seq, bool) else None
 
 
-def _parameter_list(parameters: Any) -> tuple[list[str], list[int], list[str] | None]:
-    """Names and byte sizes (forward order) and any ready order a profile carries."""
-    carried = None
-    if isinstance(parameters, (str, Path)):
-        parameters = read_parameter_list(parameters)
-    if isinstance(parameters, Profile):
-        names, sizes = list(parameters.names), [int(s) for s in parameters.sizes]
-        order = parameters.metadata.get("ready_order")
-        if isinstance(order, list) and sorted(map(str, order)) == sorted(names):
-            carried = [str(x) for x in order]
-        elif not parameters.has_default_orders:
-            carried = [names[i] for i in parameters.ready_order]
-        return names, sizes, carried
-    if hasattr(parameters, "named_parameters"):   # a torch.nn.Module, duck-typed
-        pairs = [(nm, p.numel() * p.element_size()) for nm, p in parameters.named_parameters() if p.requires_grad]
-    elif isinstance(parameters, Mapping):
-        pairs = list(parameters.items())
-    elif isinstance(parameters, (list, tuple)):
-        pairs = []
-        for k, item in enumerate(parameters):
-            if not isinstance(item, (list, tuple)) or len(item) != 2:
-                raise ValueError(f"parameters[{k}] must be a (name, size_bytes) pair, got {item!r}")
-            pairs.append((item[0], item[1]))
-    else:
-        raise ValueError(
-            "parameters must be a torch.nn.Module, a Profile, a dict of name -> size_bytes, a "
-            f"list of (name, size_bytes) pairs or a file of them, got {type(parameters).__name__}"
-        )
-    if not pairs:
-        raise ValueError("parameters is empty: give every trainable parameter, in forward order")
-    names, sizes = [], []
-    for nm, size in pairs:
-        if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or size <= 0:
-            raise ValueError(f"parameter {nm!r}: size must be a positive whole number of bytes, got {size!r}")
-        names.append(str(nm))
-        sizes.append(int(size))
-    seen: set[str] = set()
-    for nm in names:
-        if nm in seen:
-            raise ValueError(f"parameter {nm!r}: name repeated")
-        seen.add(nm)
-    return names, sizes, carried
-
-
-def _ready_positions(names: list[str], ready_order: Sequence[str] | None) -> list[int]:
-    """Forward index of the k-th parameter to become ready."""
-    n = len(names)
-    if ready_order is None:
-        return list(range(n - 1, -1, -1))
-    order = [str(x) for x in ready_order]
-    index = {nm: i for i, nm in enumerate(names)}
-    unknown = [nm for nm in order if nm not in index]
-    if unknown:
-        raise ValueError(f"ready_order names unknown parameters: {', '.join(map(repr, unknown))}")
-    missing = [nm for nm in names if nm not in set(order)]
-    if missing or len(order) != n:
-        listed = ", ".join(map(repr, missing)) or "none"
-        raise ValueError(f"ready_order must name each parameter once; missing: {listed}")
-    return [index[nm] for nm in order]
-
-
-# How far ahead of reverse forward order a gradient may arrive within its layer (an LSTM
-# layer's four tensors), when the trace's shapes say which parameter it is.
-MATCH_WINDOW = 4
-
-
-def _gradient_bytes(event: _Event) -> int | None:
-    """Bytes of the gradient an AccumulateGrad event holds, when the trace recorded shapes."""
-    dims, types = event.args.get("Input Dims"), event.args.get("Input type")
-    if isinstance(dims, list) and dims and isinstance(dims[0], list) and isinstance(types, list) and types:
-        elem = ELEMENT_BYTES.get(types[0])
-        if elem is not None:
-            return math.prod(int(d) for d in dims[0]) * elem
-    return None
-
-
-def _match_sizes(recorded: list[int | None], positions: list[int], sizes: list[int]) -> list[int]:
-    """The parameter of each AccumulateGrad (time order): the first of the next
-    ``MATCH_WINDOW`` parameters in reverse forward order whose size is the recorded
-    gradient's (a convolution's weight arrives before its bias); the next one where the size
-    is unknown or matches none (then the size check names the fault). Tensors of equal size
-    within a layer (a norm's weight and bias) cannot be told apart: they keep reverse forward
-    order unless ``ready_order`` is given.
-
-    >>> _match_sizes([864, 32, None], [2, 1, 0], [32, 864, 64])
-    [1, 0, 2]
-    """
-    remaining = list(positions)
-    matched = []
-    for nbytes in recorded:
-        pick = 0
-        if nbytes is not None:
-            pick = next((j for j, i in enumerate(remaining[:MATCH_WINDOW]) if sizes[i] == nbytes), 0)
-        matched.append(remaining.pop(pick))
-    return matched
-
-
-def _backward_windows(events: list[_Event], acc_name: str, n: int, source: str) -> list[tuple[str, float, float]]:
-    """Training steps of a trace without ProfilerStep annotations, found from the backward:
-    every ``n`` AccumulateGrad events in time order close one step, which began where the
-    previous one closed (the first at the start of the trace). A trailing group of fewer
-    than ``n`` (a step cut off by the end of the trace) is skipped with a warning."""
-    acc = sorted((e for e in events if e.name == acc_name), key=lambda e: e.end)
-    start = events[0].ts
-    trace_end = max(e.end for e in events)
-    if len(acc) <= n:
-        return [("the whole trace", start, trace_end)]
-    windows = []
-    for g in range(len(acc) // n):
-        end = acc[(g + 1) * n - 1].end
-        windows.append((f"iteration {g + 1} (found from its backward)", start, end + 1e-3))
-        start = end + 1e-3
-    left = len(acc) % n
-    if left:
-        warnings.warn(f"{source}: the last {left} AccumulateGrad events do not make a whole backward "
-                      f"of {n} parameters: a truncated step, skipped", stacklevel=3)
-    return windows
-
-
-class _Named:
-    """A trace already parsed, with the file it came from (so it is read once)."""
-
-    def __init__(self, source: str, doc: Any) -> None:
-        self.source, self.doc = source, doc
-
-
-def _load(trace: Any) -> tuple[str, list[_Event], Mapping[str, Any]]:
-    if isinstance(trace, (str, Path)):
-        source = str(trace)
-        doc = read_json_document(trace)
-    elif isinstance(trace, _Named):
-        source, doc = trace.source, trace.doc
-    else:
-        source = "trace"
-        doc = trace
-    if isinstance(doc, Mapping):
-        raw_events = doc.get("traceEvents")
-        header: Mapping[str, Any] = doc
-    else:
-        raw_events, header = doc, {}
-    if not isinstance(raw_events, list):
-        raise ValueError(f"{source}: not a chrome trace: expected an object with a 'traceEvents' list")
-    events = []
-    for k, raw in enumerate(raw_events):
-        if not isinstance(raw, Mapping) or raw.get("ph") != "X":
-            continue
-        try:
-            event = _Event(raw)
-        except (KeyError, TypeError, ValueError):
-            raise ValueError(
-                f"{source}: traceEvents[{k}] ({raw.get('name')!r}): 'ts' and 'dur' must be numbers"
-            ) from None
-        if not (math.isfinite(event.ts) and math.isfinite(event.dur)):
-            raise ValueError(f"{source}: traceEvents[{k}] ({event.name!r}): 'ts' and 'dur' must be finite")
-        events.append(event)
-    if not events:
-        raise ValueError(f"{source}: no complete ('ph': 'X') events: not a PyTorch profiler trace")
-    events.sort(key=lambda e: (e.ts, -e.dur))
-    return source, events, header
-
-
-def trace_events(doc: Any, source: str = "trace") -> list[_Event]:
-    """The complete (``"ph": "X"``) events of a parsed trace as :func:`profile_from_trace`
-    reads them: ``name``, ``cat`` (lower-cased), ``tid``, ``ts``, ``dur``, ``end`` (microseconds)
-    and ``args``, sorted by start (the longer first where two start together). ``source``
-    names the trace in errors."""
-    return _load(_Named(source, doc))[1]
-
-
-def step_windows(events: Sequence[_Event], n_parameters: int, source: str = "trace") -> list[tuple[str, float, float]]:
-    """``(label, start, end)`` in microseconds of each training step :func:`profile_from_trace`
-    reads in ``events`` (:func:`trace_events`): the host's ``ProfilerStep`` annotations, else
-    one step per ``n_parameters`` AccumulateGrad events (module docstring, "Steps")."""
-    steps = [e for e in events if e.name.startswith(STEP_PREFIX) and not e.cat.startswith("gpu")]
-    if steps:
-        return [(e.name, e.ts, e.end) for e in steps]
-    acc_name = ACCUMULATE_GRAD if any(e.name == ACCUMULATE_GRAD for e in events) else EVALUATE_FUNCTION + ACCUMULATE_GRAD
-    with warnings.catch_warnings():             # profile_from_trace names a truncated last step
-        warnings.simplefilter("ignore")
-        return _backward_windows(list(events), acc_name, n_parameters, source)
-
-
-class _GpuClock:
-    """GPU work linked to its launch on the host; times in microseconds. NCCL kernels (a
-    framework's collectives, launched while the backward runs) are left out: a gradient is
-    ready when the compute launched before it ends, not when a collective before it does."""
-
-    def __init__(self, events: list[_Event]) -> None:
-        launches: dict[Any, _Event] = {}
-        device: list[_Event] = []
-        for e in events:
-            corr = e.args.get("correlation")
-            if corr is None:
-                continue
-            if e.cat in DEVICE_CATEGORIES:
-                if "nccl" not in e.name.lower():       # collectives are communication, not compute
-                    device.append(e)
-            elif e.cat in LAUNCH_CATEGORIES:
-                launches.setdefault(corr, e)
-        linked = sorted(
-            ((launches[e.args["correlation"]].ts, launches[e.args["correlation"]].tid, e.ts, e.end)
-             for e in device if e.args["correlation"] in launches),
-            key=lambda x: x[0],
-        )
-        self.launch_ts = [x[0] for x in linked]
-        self.linked = linked
-        self.done_by = list(np.maximum.accumulate([x[3] for x in linked])) if linked else []
-
-    def __bool__(self) -> bool:
-        return bool(self.linked)
-
-    def busy_fraction(self, windows: list[tuple[float, float]]) -> float:
-        """The share of the steps' host time in which the GPU runs work launched in them
-        (the union of its busy intervals over the sum of the steps' lengths)."""
-        busy = total = 0.0
-        for start, end in windows:
-            total += end - start
-            lo = bisect.bisect_left(self.launch_ts, start)
-            hi = bisect.bisect_right(self.launch_ts, end)
-            reach = -math.inf
-            for _, _, s, e in sorted(self.linked[lo:hi], key=lambda x: x[2]):
-                if e > reach:
-                    busy += e - max(s, reach)
-                    reach = e
-        return busy / total if total > 0 else 0.0
-
-    def finished(self, host_time: float) -> float | None:
-        """When all GPU work launched up to ``host_time`` has finished."""
-        k = bisect.bisect_right(self.launch_ts, host_time)
-        return float(self.done_by[k - 1]) if k else None
-
-    def first_start(self, host_from: float, host_to: float, tid: Any = None) -> float | None:
-        """GPU start of the first work launched in ``[host_from, host_to]`` (from ``tid``)."""
-        lo = bisect.bisect_left(self.launch_ts, host_from)
-        hi = bisect.bisect_right(self.launch_ts, host_to)
-        starts = [x[2] for x in self.linked[lo:hi] if tid is None or x[1] == tid]
-        return min(starts) if starts else None
-
-    def intervals(self, host_from: float, host_to: float, tid: Any) -> list[tuple[float, float]]:
-        """GPU ``(start, end)`` of each piece of work launched from ``tid`` in ``[host_from, host_to]``."""
-        lo = bisect.bisect_left(self.launch_ts, host_from)
-        hi = bisect.bisect_right(self.launch_ts, host_to)
-        return [(x[2], x[3]) for x in self.linked[lo:hi] if x[1] == tid]
-
-    def span(self, host_from: float, host_to: float, tid: Any) -> tuple[float, float] | None:
-        """GPU ``(start, end)`` of the work launched from ``tid`` in ``[host_from, host_to]``."""
-        lo = bisect.bisect_left(self.launch_ts, host_from)
-        hi = bisect.bisect_right(self.launch_ts, host_to)
-        picked = [x for x in self.linked[lo:hi] if x[1] == tid]
-        if not picked:
-            return None
-        return min(x[2] for x in picked), max(x[3] for x in picked)
-
-
-def _union(intervals: Sequence[tuple[float, float]]) -> list[tuple[float, float]]:
-    """Disjoint sorted intervals covering the same time."""
-    merged: list[tuple[float, float]] = []
-    for start, end in sorted(intervals):
-        if merged and start <= merged[-1][1]:
-            merged[-1] = (merged[-1][0], max(merged[-1][1], end))
-        elif end > start:
-            merged.append((start, end))
-    return merged
-
-
-def _length(intervals: Sequence[tuple[float, float]]) -> float:
-    return sum(end - start for start, end in _union(intervals))
-
-
-def _outside(interval: tuple[float, float], cover: list[tuple[float, float]]) -> float:
-    """The time of ``interval`` not covered by the disjoint intervals ``cover``."""
-    start, end = interval
-    inside = sum(max(0.0, min(end, b) - max(start, a)) for a, b in cover)
-    return max(0.0, end - start - inside)
-
-
-def _step_parts(inside: list[_Event], window: tuple[float, float], forward_start: float, backward_start: float,
-                backward: float, gpu: "_GpuClock | None") -> dict[str, float]:
+def _step_parts(inside: list[Event], window: tuple[float, float], forward_start: float, backward_start: float,
+                backward: float, gpu: "GpuClock | None") -> dict[str, float]:
     """The parts of one step (module docstring, "The whole step"), in microseconds, on the
     GPU's clock when ``gpu`` is given, else the host's; ``backward_start`` on that clock.
 
@@ -455,18 +124,18 @@ def _step_parts(inside: list[_Event], window: tuple[float, float], forward_start
         copy_work = [iv for e in copies for iv in gpu.intervals(e.ts, e.end, e.tid)]
         before = [iv for iv in copy_work if iv[0] < backward_start]
         anchor = (gpu.finished(w_start) or min(iv[0] for iv in before)) if before else backward_end
-        post_backward = _length(copy_work)
+        post_backward = total_length(copy_work)
         post_end = max([anchor] + [end for _, end in copy_work])
-        update_lump = _length([iv for e in optimizer for iv in gpu.intervals(e.ts, e.end, e.tid)])
+        update_lump = total_length([iv for e in optimizer for iv in gpu.intervals(e.ts, e.end, e.tid)])
     else:
         # A copy that runs while a collective is in flight waits for it (or competes with it
         # for the host): that share is communication, the rest is the copy.
         anchor = w_start if any(e.end <= backward_start for e in copies) else backward_end
-        collectives = _union([(e.ts, e.end) for e in inside if e.name in ALLREDUCE_NAMES])
+        collectives = union_of([(e.ts, e.end) for e in inside if e.name in ALLREDUCE_NAMES])
         copies = [e for e in copies if e.end > anchor]
-        post_backward = sum(_outside((max(e.ts, anchor), e.end), collectives) for e in copies)
+        post_backward = sum(outside_of((max(e.ts, anchor), e.end), collectives) for e in copies)
         post_end = max([anchor] + [e.end for e in copies])
-        update_lump = _length([(e.ts, e.end) for e in optimizer])
+        update_lump = total_length([(e.ts, e.end) for e in optimizer])
     period = w_end - w_start
     forward = backward_start - forward_start
     exposed = max(0.0, post_end - anchor - post_backward)
@@ -475,7 +144,7 @@ def _step_parts(inside: list[_Event], window: tuple[float, float], forward_start
             "post_backward": post_backward, "update_lump": update_lump, "host_overhead": host}
 
 
-def _update_per_tensor(inside: list[_Event], sizes: list[int]) -> np.ndarray | None:
+def _update_per_tensor(inside: list[Event], sizes: list[int]) -> np.ndarray | None:
     """Host time of the optimiser's step per parameter (forward order, microseconds), where the
     trace shows it: one ``Optimizer.step#...`` annotation whose top-level operators split into
     one equal run per parameter, in the parameter list's order (``model.parameters()``, which
@@ -487,14 +156,14 @@ def _update_per_tensor(inside: list[_Event], sizes: list[int]) -> np.ndarray | N
     if len(steps) != 1:
         return None
     step = steps[0]
-    ops = _top_level([e for e in inside if e.tid == step.tid and e.cat in OPERATOR_CATEGORIES
+    ops = top_level([e for e in inside if e.tid == step.tid and e.cat in OPERATOR_CATEGORIES
                       and step.ts <= e.ts and e.end <= step.end])
     n = len(sizes)
     if not ops or len(ops) % n:
         return None
     per = len(ops) // n
     runs = [ops[k * per:(k + 1) * per] for k in range(n)]
-    if any(_gradient_bytes(e) != sizes[k] for k, run in enumerate(runs) for e in run):
+    if any(gradient_bytes(e) != sizes[k] for k, run in enumerate(runs) for e in run):
         return None
     starts = [run[0].ts for run in runs] + [step.end]
     return np.diff(np.array(starts))
@@ -505,7 +174,7 @@ def _update_per_tensor(inside: list[_Event], sizes: list[int]) -> np.ndarray | N
 SHORT_STEP = 0.75
 
 
-def _missing_gpu_work(events: list[_Event], windows: list[tuple[str, float, float]], source: str) -> None:
+def _missing_gpu_work(events: list[Event], windows: list[tuple[str, float, float]], source: str) -> None:
     """Refuse a trace whose steps lost GPU work: kernel launches (host side) in the steps
     whose kernels are not on the GPU's timeline, or a thread whose launches stop before the
     last step or that launches under ``SHORT_STEP`` of a typical step's kernels in one (a
@@ -541,15 +210,6 @@ def _missing_gpu_work(events: list[_Event], windows: list[tuple[str, float, floa
                              f"{typical:g} in a typical step: {hint}")
 
 
-def _first_names(names: list[str], indices: list[int]) -> str:
-    """The first three of the named parameters, quoted.
-
-    >>> _first_names(["a", "b", "c", "d"], [3, 0, 1, 2])
-    "'d', 'a', 'b', ..."
-    """
-    return ", ".join(repr(names[i]) for i in indices[:3]) + (", ..." if len(indices) > 3 else "")
-
-
 def _forward_found(source: str, names: list[str], found: list[tuple[str, set[int]]]) -> list[str]:
     """Refuse a step in which no parameter's forward operator was found (``F`` would read 0),
     or in which parameters whose forward other steps show have none: the step's forward is
@@ -564,40 +224,13 @@ def _forward_found(source: str, names: list[str], found: list[tuple[str, set[int
         lost = sorted(seen - f)
         if lost:
             raise ValueError(f"{source}: {label}: no forward found for {len(lost)} parameters whose forward other "
-                             f"steps show ({_first_names(names, lost)}): part of the step is not in the trace (a "
+                             f"steps show ({first_names(names, lost)}): part of the step is not in the trace (a "
                              "trace cut off?)")
     unmatched = sorted(set(range(len(names))) - seen)
     if unmatched:
         warnings.warn(f"{source}: no forward operator found for {len(unmatched)} of {len(names)} parameters "
-                      f"({_first_names(names, unmatched)}): their forward time is 0", stacklevel=3)
+                      f"({first_names(names, unmatched)}): their forward time is 0", stacklevel=3)
     return [names[i] for i in unmatched]
-
-
-def _summed_up(rows: list[dict[str, float]], statistic: str) -> dict[str, Any]:
-    """Each part's median or mean over the steps, in seconds, with the steps' periods."""
-    pick = _attribution.STATISTICS[statistic]
-    step: dict[str, Any] = {key: float(pick([row[key] for row in rows])) / 1e6 for key in rows[0]}
-    step["periods"] = [row["period"] / 1e6 for row in rows]
-    return step
-
-
-def _innermost(candidates: list[_Event], tid: Any, t: float) -> _Event | None:
-    best = None
-    for e in candidates:
-        if e.tid == tid and e.ts <= t <= e.end and (best is None or (e.ts, -e.dur) > (best.ts, -best.dur)):
-            best = e
-    return best
-
-
-def _top_level(ops: list[_Event]) -> list[_Event]:
-    """Operators not nested in another on their thread (``ops`` sorted by start)."""
-    tops: list[_Event] = []
-    last_end: dict[Any, float] = {}
-    for e in ops:
-        if e.ts >= last_end.get(e.tid, -math.inf):
-            tops.append(e)
-            last_end[e.tid] = e.end
-    return tops
 
 
 def profile_from_trace(
@@ -689,12 +322,12 @@ def profile_from_trace(
     if statistic not in _attribution.STATISTICS:
         raise ValueError(f"unknown statistic {statistic!r}: choose 'median' or 'mean'")
     attribution = forward
-    names, sizes, carried = _parameter_list(parameters)
+    names, sizes, carried = checked_parameter_list(parameters)
     n = len(names)
     given = ready_order if ready_order is not None else carried
-    positions = _ready_positions(names, given)
+    positions = ready_positions(names, given)
     first_positions: list[int] | None = None
-    source, events, header = _load(trace)
+    source, events, header = load_trace(trace)
 
     acc_name = ACCUMULATE_GRAD
     if not any(e.name == acc_name for e in events):
@@ -704,7 +337,7 @@ def profile_from_trace(
                 f"{source}: no AccumulateGrad events: the trace holds no backward pass "
                 "(profile the training step, loss.backward() included, with ProfilerActivity.CPU)"
             )
-    gpu = _GpuClock(events)
+    gpu = GpuClock(events)
     if timeline == "gpu" and not gpu:
         raise ValueError(f"{source}: timeline='gpu' but the trace holds no GPU work linked to its launch")
 
@@ -721,7 +354,7 @@ def profile_from_trace(
                              f"{outside / n:.3g} backward passes): the host thread that ran the steps is not all "
                              "in the trace (a trace cut off?)")
     else:
-        windows = _backward_windows(events, acc_name, n, source)
+        windows = backward_windows(events, acc_name, n, source)
     uncounted = 1 if not step_events and len(windows) > 1 else 0
     if timeline != "cpu":
         _missing_gpu_work(events, windows[uncounted:], source)
@@ -756,8 +389,8 @@ def profile_from_trace(
         evaluations = [e for e in inside if e.name.startswith(EVALUATE_FUNCTION)]
         backward_start = min(e.ts for e in evaluations + acc)
 
-        recorded = [_gradient_bytes(e) for e in acc]
-        step_positions = positions if given is not None else _match_sizes(recorded, positions, sizes)
+        recorded = [gradient_bytes(e) for e in acc]
+        step_positions = positions if given is not None else match_sizes(recorded, positions, sizes)
         if first_positions is None:
             first_positions = step_positions
             traced_types = {step_positions[k]: TRACE_DTYPES.get((e.args.get("Input type") or [None])[0])
@@ -773,14 +406,14 @@ def profile_from_trace(
                 )
 
         # The autograd node that ran just before each AccumulateGrad, on its thread, made its gradient.
-        producers: dict[Any, list[_Event]] = {}
+        producers: dict[Any, list[Event]] = {}
         for e in evaluations:
             if e.seq is not None and ACCUMULATE_GRAD not in e.name:
                 producers.setdefault(e.tid, []).append(e)
         for tid in producers:
             producers[tid].sort(key=lambda e: e.end)
         producer_ends = {tid: [e.end for e in evs] for tid, evs in producers.items()}
-        made_by: list[_Event | None] = []
+        made_by: list[Event | None] = []
         for e in acc:
             j = bisect.bisect_right(producer_ends.get(e.tid, []), e.ts + 1e-3) - 1
             made_by.append(producers[e.tid][j] if j >= 0 else None)
@@ -805,25 +438,25 @@ def profile_from_trace(
         # The forward operator that made an autograd node: of the operators recorded with the
         # node's sequence number, the longest (batch norm's, not the num_batches_tracked.add_
         # before it that the profiler stamps with the same number).
-        first_with_seq: dict[int, _Event] = {}
+        first_with_seq: dict[int, Event] = {}
         for e in forward_ops:
             if e.seq is not None and (e.seq not in first_with_seq or e.dur > first_with_seq[e.seq].dur):
                 first_with_seq[e.seq] = e
         modules = [e for e in inside if e.ts < backward_start and e.name.startswith(MODULE_PREFIX)]
         units_kind = "nn.Module events" if modules else "outermost operators"
-        tops = None if modules else _top_level(forward_ops)
+        tops = None if modules else top_level(forward_ops)
 
-        unit_of: dict[int, _Event] = {}
+        unit_of: dict[int, Event] = {}
         for k, e in enumerate(acc):
             i = step_positions[k]
             use = first_with_seq.get(made_by[k].seq) if made_by[k] is not None else None
             unit = None
             if use is not None:
-                unit = _innermost(modules, use.tid, use.ts) if modules else _innermost(tops, use.tid, use.ts)
+                unit = innermost(modules, use.tid, use.ts) if modules else innermost(tops, use.tid, use.ts)
             if unit is not None:
                 unit_of[i] = unit
         found_rows.append((label, set(unit_of)))
-        units: list[_Event] = []
+        units: list[Event] = []
         for u in unit_of.values():
             if not any(u is v for v in units):
                 units.append(u)
@@ -867,10 +500,10 @@ def profile_from_trace(
             if row is not None:
                 parts["update_lump"] += float(row.sum()) * 1e6
         update = np.zeros(n)
-    step = _summed_up(parts_rows, statistic)
+    step = summed_up(parts_rows, statistic)
     metadata: dict[str, Any] = {
         "source": "fusionopt.integrations.kineto.profile_from_trace",
-        "trace": Path(source).name if isinstance(trace, (str, Path, _Named)) else "dict",
+        "trace": Path(source).name if isinstance(trace, (str, Path, Named)) else "dict",
         "steps": len(ready_rows),
         "steps_skipped": skipped,
         "timeline": "gpu" if use_gpu else "cpu",
@@ -902,245 +535,4 @@ def profile_from_trace(
     return profile.with_orders(ready_order=sorted(range(n), key=lambda i: (float(ready_times[i]), rank[i])))
 
 
-def describe_clock(metadata: Mapping[str, Any]) -> str:
-    """Which clock a profile read from a trace is timed by, and why, from its metadata.
-
-    >>> describe_clock({"timeline": "cpu", "gpu_busy_fraction": 0.38, "bound": "host"})
-    "the host's clock: the GPU busy 38% of the steps' host time (host-bound, under 50%)"
-    >>> describe_clock({"timeline": "gpu", "gpu_busy_fraction": 0.38, "bound": "host"})
-    "the GPU's clock, as asked: the GPU busy 38% of the steps' host time"
-    >>> describe_clock({"timeline": "cpu", "gpu_busy_fraction": None})
-    "the host's clock: no GPU work in the trace"
-    """
-    busy, on_gpu = metadata.get("gpu_busy_fraction"), metadata.get("timeline") == "gpu"
-    name = "the GPU's clock" if on_gpu else "the host's clock"
-    if busy is None:
-        return f"{name}: no GPU work in the trace"
-    share = f"the GPU busy {100 * busy:.0f}% of the steps' host time"
-    if on_gpu == (metadata.get("bound") == "gpu"):
-        bound = "GPU-bound, at least" if on_gpu else "host-bound, under"
-        return f"{name}: {share} ({bound} {100 * GPU_BOUND:.0f}%)"
-    return f"{name}, as asked: {share}"
-
-
-def read_parameter_csv(path: str | Path) -> list[tuple[str, int]]:
-    """A parameter list from a CSV file: a header with ``name`` and ``size_bytes`` columns
-    (in any order, other columns ignored), then one row per trainable parameter in forward
-    order; errors name the file and the line."""
-    rows = read_csv_rows(path)
-    header = [h.strip() for h in rows[0][1]] if rows else []
-    if "name" not in header or "size_bytes" not in header:
-        raise ValueError(f"{path}: a parameter list needs 'name' and 'size_bytes' columns, "
-                         f"got {', '.join(header) or 'no header'}")
-    at, pairs = (header.index("name"), header.index("size_bytes")), []
-    for line, row in rows[1:]:
-        try:
-            pairs.append((row[at[0]].strip(), int(row[at[1]])))
-        except (IndexError, ValueError):
-            raise ValueError(f"{path}: line {line}: size_bytes must be a whole number of bytes") from None
-    return pairs
-
-
-def read_parameter_list(path: str | Path) -> Profile | list[tuple[str, int]]:
-    """The parameter list in a file: a CSV with ``name`` and ``size_bytes`` columns
-    (:func:`read_parameter_csv`) or a CSV profile (with ``forward_s``/``backward_s``
-    columns); a JSON profile, a JSON list of ``[name, bytes]`` pairs or a JSON object of
-    ``name: bytes``. What :func:`profile_from_trace` takes as ``parameters``, read from disk."""
-    path = Path(path)
-    if path.name.lower().endswith(".csv"):
-        rows = read_csv_rows(path)
-        header = [h.strip() for h in rows[0][1]] if rows else []
-        if "forward_s" in header or "backward_s" in header:
-            return read_profile_csv(path, name=path.stem)
-        return read_parameter_csv(path)
-    document = read_json_document(path)
-    if isinstance(document, Mapping) and "tensors" in document:
-        return Profile.read(path)
-    if isinstance(document, Mapping):
-        return dict(document)
-    if isinstance(document, list):
-        return [tuple(item) if isinstance(item, list) else item for item in document]
-    raise ValueError(f"{path}: expected a profile, a list of [name, bytes] pairs or an object of name: bytes")
-
-
-def parameters_from_trace(trace: Any) -> list[tuple[str, int]]:
-    """The parameter list of a traced model from the trace alone, for traces taken with
-    ``record_shapes=True`` and a ``schedule`` (one ``ProfilerStep`` per step): the gradient
-    sizes the first step's AccumulateGrad events hold, in forward order (the reverse of the
-    order they became ready), named ``param0, param1, ...``.
-
-    Use it when the model's own parameter list is not at hand (a trace someone published);
-    its profile then has the reverse of the trace's ready order as its forward order. A
-    folder or list of a job's traces gives the lowest rank's list.
-    """
-    if isinstance(trace, JobTraces) or (not isinstance(trace, (Mapping, _Named))
-                                        and (not isinstance(trace, (str, Path)) or Path(trace).is_dir())):
-        by_rank = documents_by_rank(trace)
-        path, doc = by_rank[min(by_rank)]
-        trace = _Named(str(path), doc)
-    source, events, _ = _load(trace)
-    steps = sorted((e for e in events if e.name.startswith(STEP_PREFIX) and not e.cat.startswith("gpu")),
-                   key=lambda e: e.ts)
-    if not steps:
-        raise ValueError(f"{source}: no ProfilerStep annotations: give the model's parameter list (names and bytes, "
-                         "forward order) to read a trace without them")
-    acc_name = ACCUMULATE_GRAD if any(e.name == ACCUMULATE_GRAD for e in events) else EVALUATE_FUNCTION + ACCUMULATE_GRAD
-    first = steps[0]
-    acc = sorted((e for e in events if e.name == acc_name and first.ts <= e.ts < first.end), key=lambda e: e.end)
-    if not acc:
-        raise ValueError(f"{source}: {first.name} holds no AccumulateGrad event: the trace holds no backward pass")
-    sizes = [_gradient_bytes(e) for e in acc]
-    if any(size is None for size in sizes):
-        raise ValueError(f"{source}: AccumulateGrad events without input shapes: record the trace with "
-                         "record_shapes=True, or give the model's parameter list")
-    return [(f"param{i}", int(size)) for i, size in enumerate(reversed(sizes))]
-
-
-def _folder_traces(folder: Path) -> list[tuple[Path, Any]]:
-    """The profiler traces in ``folder``, parsed: every ``*.pt.trace.json[.gz]`` and any other
-    ``*.json[.gz]`` holding a ``traceEvents`` list. The rest (a parameter list, a profile
-    written beside the traces) is passed over; a ``.json`` that does not parse is named in a
-    warning, as it may be a damaged trace."""
-    found = []
-    for path in sorted(p for p in folder.iterdir() if p.is_file()):
-        if path.name.endswith(TRACE_SUFFIXES):
-            found.append((path, read_json_document(path)))
-        elif path.name.endswith((".json", ".json.gz")):
-            try:
-                doc = read_json_document(path)
-            except ValueError as exc:
-                warnings.warn(f"{exc}: not read as a trace", stacklevel=4)
-                continue
-            if isinstance(doc, Mapping) and isinstance(doc.get("traceEvents"), list):
-                found.append((path, doc))
-    if not found:
-        raise ValueError(f"{folder}: no trace files (*.pt.trace.json[.gz], or *.json[.gz] with traceEvents) "
-                         "in this folder")
-    return found
-
-
-def _trace_documents(traces: Any) -> list[tuple[Path, Any]]:
-    if isinstance(traces, (str, Path)) and Path(traces).is_dir():
-        return _folder_traces(Path(traces))
-    files = [Path(traces)] if isinstance(traces, (str, Path)) else [Path(t) for t in traces]
-    if not files:
-        raise ValueError("no trace files given")
-    return [(path, read_json_document(path)) for path in files]
-
-
-def _distributed_info(doc: Any, key: str) -> int | None:
-    info = doc.get("distributedInfo") if isinstance(doc, Mapping) else None
-    value = info.get(key) if isinstance(info, Mapping) else None
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-
-class JobTraces(dict):
-    """The parsed traces of one job, rank -> ``(file, document)``, and the job's world size
-    (``None`` when the traces do not say). Where a job's traces are taken, passing this
-    reads no file again."""
-
-    world_size: int | None = None
-
-    @property
-    def missing_ranks(self) -> list[int]:
-        """The ranks of the world that have no trace here (none when the world size is unknown)."""
-        return [] if self.world_size is None else [r for r in range(self.world_size) if r not in self]
-
-
-def documents_by_rank(traces: Any) -> JobTraces:
-    """The parsed traces of one job by rank: a trace, a folder of them (the files
-    :func:`profile_from_traces` names), a list of files, or a :class:`JobTraces` (returned
-    as it is). A trace's rank is its own (``distributedInfo.rank``) or else its position in the
-    sorted list. Refused, in one line each: two files of one rank, traces that claim
-    different world sizes, a rank outside its world.
-
-    >>> import json, pathlib, tempfile
-    >>> folder = pathlib.Path(tempfile.mkdtemp())
-    >>> for rank in (0, 2):
-    ...     doc = {"traceEvents": [], "distributedInfo": {"rank": rank, "world_size": 4}}
-    ...     _ = (folder / f"rank{rank}.pt.trace.json").write_text(json.dumps(doc))
-    >>> _ = (folder / "parameters.json").write_text('[["w", 64]]')        # not a trace
-    >>> job = documents_by_rank(folder)
-    >>> sorted(job), job.world_size, job.missing_ranks
-    ([0, 2], 4, [1, 3])
-    """
-    if isinstance(traces, JobTraces):
-        return traces
-    job = JobTraces()
-    claimed: dict[int, Path] = {}
-    for position, (path, doc) in enumerate(_trace_documents(traces)):
-        rank = _distributed_info(doc, "rank")
-        rank = position if rank is None else rank
-        if rank in job:
-            raise ValueError(f"{path}: rank {rank} again (also {job[rank][0]}): give one trace per rank")
-        world = _distributed_info(doc, "world_size")
-        if world is not None:
-            if claimed and world not in claimed:
-                other, first = next(iter(claimed.items()))
-                raise ValueError(f"{path}: a world of {world} ranks, but {first.name} claims {other}: "
-                                 "give the traces of one job")
-            claimed.setdefault(world, path)
-            if not 0 <= rank < world:
-                raise ValueError(f"{path}: rank {rank} outside its world of {world} ranks")
-        job[rank] = (path, doc)
-    job.world_size = next(iter(claimed), None)
-    return job
-
-
-def describe_ranks(ranks: Sequence[int]) -> str:
-    """``"rank 1"``, ``"ranks 1, 3"``.
-
-    >>> describe_ranks([1]), describe_ranks([1, 3])
-    ('rank 1', 'ranks 1, 3')
-    """
-    return ("rank " if len(ranks) == 1 else "ranks ") + ", ".join(map(str, ranks))
-
-
-def profile_from_traces(traces: Any, parameters: Any, **options: Any) -> Profile:
-    """One profile from the traces of several ranks of one job: a folder of them, a list of
-    files or a :class:`JobTraces`; ``options`` (``ready_order``, ``timeline``, ``name``,
-    ``dtype_bytes``, ``forward``, ``statistic``) as for :func:`profile_from_trace`.
-
-    In a folder, the traces are the files named ``*.pt.trace.json`` or ``*.pt.trace.json.gz``
-    (as ``tensorboard_trace_handler`` writes one per rank) and any other ``*.json[.gz]``
-    holding a ``traceEvents`` list; other files beside them (``parameters.csv``, a profile
-    written there) are not traces. Each trace is read by :func:`profile_from_trace`; its
-    rank is the trace's own (``distributedInfo.rank``, which torch writes under
-    ``torch.distributed``) or else its position in the sorted list (:func:`documents_by_rank`:
-    two files of one rank, or ranks that claim different world sizes, are refused). Ranks of
-    the world without a trace are named in a warning: the profile is then the others'. The
-    profile's ready
-    times and forward times are the medians over the ranks, tensor by tensor (medians of
-    non-increasing ready times stay non-increasing), and so are its step parts; its ready
-    order is the lowest rank's where the medians tie. ``metadata``: ``ranks`` (rank -> file),
-    ``steps`` (over all ranks), ``step`` (each part's median over the ranks, the periods of
-    every rank's steps) and the per-rank figures of the lowest rank otherwise. With
-    ``statistic="mean"`` every median over the ranks is a mean too.
-    """
-    job = documents_by_rank(traces)
-    if job.missing_ranks:
-        warnings.warn(f"{describe_ranks(job.missing_ranks)} of a world of {job.world_size} have no trace here: "
-                      f"the profile is {describe_ranks(sorted(job))}'s", stacklevel=2)
-    by_rank = {rank: (path, profile_from_trace(_Named(str(path), doc), parameters, **options))
-               for rank, (path, doc) in job.items()}
-    pick = _attribution.STATISTICS[options.get("statistic", "median")]
-    ranks = sorted(by_rank)
-    first = by_rank[ranks[0]][1]
-    ready = pick(np.array([by_rank[r][1].ready_times for r in ranks]), axis=0)
-    forward = pick(np.array([by_rank[r][1].forward for r in ranks]), axis=0)
-    steps = [by_rank[r][1].metadata["step"] for r in ranks]
-    step: dict[str, Any] = {key: float(pick([st[key] for st in steps])) for key in steps[0] if key != "periods"}
-    step["periods"] = [t for st in steps for t in st["periods"]]
-    metadata = dict(first.metadata)
-    metadata.update(source="fusionopt.integrations.kineto.profile_from_traces",
-                    ranks={str(r): by_rank[r][0].name for r in ranks},
-                    steps=sum(by_rank[r][1].metadata["steps"] for r in ranks), step=step)
-    update = pick(np.array([by_rank[r][1].update for r in ranks]), axis=0)
-    profile = Profile.from_arrays(first.sizes, forward, _attribution.backward_times(ready), first.names,
-                                  update=update, name=first.name, dtype_bytes=first.dtype_bytes, metadata=metadata, dtypes=first.dtypes,
-                                  **{part: step[part] for part in STEP_PARTS})
-    position = {i: k for k, i in enumerate(first.ready_order)}
-    ready_times = profile.ready_times
-    return profile.with_orders(ready_order=sorted(range(profile.n),
-                                                  key=lambda i: (float(ready_times[i]), position[i])))
-
+__all__ = ["profile_from_trace"]

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from fusionopt.integrations._torch_import import require_torch
-from fusionopt.integrations.kineto import trace_events
+from fusionopt.integrations.kineto_events import trace_events
 from fusionopt.integrations.unprofiled import HOST_CATEGORIES
 from fusionopt.model._io import read_json_document
 

@@ -3,7 +3,7 @@ and set against the time the traces measured (no torch needed).
 
 :func:`predict_traced_step` reads one job (a folder of per-rank traces, or one trace):
 
-1. the profile: :func:`~fusionopt.integrations.kineto.profile_from_traces`, forward and
+1. the profile: :func:`~fusionopt.integrations.kineto_ranks.profile_from_traces`, forward and
    backward per tensor and the step parts (update lump, post-backward copies, host
    overhead), medians over steps and ranks;
 2. the collective cost: :func:`~fusionopt.integrations.collective_trace.collective_samples`
@@ -58,8 +58,9 @@ from typing import Any
 import numpy as np
 
 from fusionopt.integrations.collective_trace import collective_samples, fit_collective_cost, recorded_buckets
-from fusionopt.integrations.kineto import (describe_ranks, documents_by_rank, parameters_from_trace,
-                                           profile_from_traces, read_parameter_csv)
+from fusionopt.integrations.kineto_ranks import describe_ranks, profile_from_traces
+from fusionopt.integrations.kineto_events import documents_by_rank
+from fusionopt.integrations.kineto_parameters import parameters_from_trace, read_parameter_csv
 from fusionopt.integrations.unprofiled import (DEFAULT_PROFILER_COST, PROFILER_COST_FILE, UNPROFILED_FILE,
                                                ProfilerCost, StepReplay, read_profiler_cost,
                                                read_unprofiled_reference, replay_job)
@@ -77,7 +78,7 @@ PREDICTED_PART = "exposed"
 
 def folder_parameters(traces: Any) -> list[tuple[str, int]] | None:
     """The parameter list in a job folder's ``parameters.csv``
-    (:func:`~fusionopt.integrations.kineto.read_parameter_csv`), or ``None`` when it has none."""
+    (:func:`~fusionopt.integrations.kineto_parameters.read_parameter_csv`), or ``None`` when it has none."""
     if not isinstance(traces, (str, Path)) or not Path(traces).is_dir():
         return None
     listing = Path(traces) / PARAMETERS_FILE
@@ -201,14 +202,14 @@ def predict_traced_step(traces: Any, parameters: Any = None, *, statistic: str =
     ----------
     traces : str, Path, list or JobTraces
         A folder of the job's traces (one per rank, as
-        :func:`~fusionopt.integrations.kineto.profile_from_traces` finds them), a trace, a
-        list of files, or :func:`~fusionopt.integrations.kineto.documents_by_rank`'s reading
+        :func:`~fusionopt.integrations.kineto_ranks.profile_from_traces` finds them), a trace, a
+        list of files, or :func:`~fusionopt.integrations.kineto_events.documents_by_rank`'s reading
         of them. Every rank of the world the traces name must be there.
     parameters : optional
         The model's parameter list as :func:`~fusionopt.integrations.kineto.profile_from_trace`
         takes it; default: the folder's ``parameters.csv`` (:func:`folder_parameters`), else
         read from the lowest rank's trace
-        (:func:`~fusionopt.integrations.kineto.parameters_from_trace`).
+        (:func:`~fusionopt.integrations.kineto_parameters.parameters_from_trace`).
     statistic : {"mean", "median"}
         How the steps, the ranks and the repeats of each all-reduce size are summed up
         (module docstring).

@@ -48,8 +48,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from fusionopt.integrations.kineto import (DEVICE_CATEGORIES, LAUNCH_CATEGORIES, OPERATOR_CATEGORIES, STEP_PREFIX,
-                                           JobTraces, step_windows, trace_events)
+from fusionopt.integrations.kineto_events import DEVICE_CATEGORIES, JobTraces, LAUNCH_CATEGORIES, OPERATOR_CATEGORIES, STEP_PREFIX, step_windows, trace_events
 from fusionopt.model._io import read_json_document, write_json_atomic
 
 # A job folder's measured profiler cost and measured unprofiled step, when it has them.

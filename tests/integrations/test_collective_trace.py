@@ -86,7 +86,7 @@ def test_real_ddp_traces_of_two_ranks(tmp_path):
 
     from fusionopt.integrations.ddp_record import free_port
 
-    from fusionopt.integrations.kineto import profile_from_traces
+    from fusionopt.integrations.kineto_ranks import profile_from_traces
     from fusionopt.solvers.baselines.ddp import ddp_buckets
 
     mp.spawn(_traced_ddp_rank, args=(str(tmp_path), free_port()), nprocs=2, join=True)

@@ -412,7 +412,7 @@ def test_batch_norm_forward_time_is_the_batch_norm_operator():
 def test_one_trace_per_rank(tmp_path):
     import gzip
 
-    from fusionopt.integrations.kineto import profile_from_traces
+    from fusionopt.integrations.kineto_ranks import profile_from_traces
 
     def write(rank, events, shift):
         doc = {"traceEvents": events, "distributedInfo": {"backend": "gloo", "rank": rank, "world_size": 3}}

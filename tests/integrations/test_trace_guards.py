@@ -14,7 +14,9 @@ from kineto_traces import PARAMS, US, cpu_step, ddp_job, ddp_tail, op, two_step_
 
 from fusionopt.cli import main
 from fusionopt.integrations.collective_trace import collective_samples
-from fusionopt.integrations.kineto import documents_by_rank, profile_from_trace, profile_from_traces
+from fusionopt.integrations.kineto_events import documents_by_rank
+from fusionopt.integrations.kineto_ranks import profile_from_traces
+from fusionopt.integrations.kineto import profile_from_trace
 from fusionopt.integrations.traced_step import COPIED_PARTS, predict_traced_step
 from fusionopt.model import Profile
 from fusionopt.model.profile_csv import read_profile_csv

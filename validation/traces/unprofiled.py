@@ -42,7 +42,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from fusionopt.integrations.kineto import documents_by_rank  # noqa: E402
+from fusionopt.integrations.kineto_events import documents_by_rank  # noqa: E402
 from fusionopt.integrations.traced_step import TracedStep, folder_parameters, predict_traced_step  # noqa: E402
 from fusionopt.integrations.unprofiled import DEFAULT_PROFILER_COST, read_unprofiled_reference  # noqa: E402
 from fusionopt.reporting import (Progress, changed_options, command_line, interrupted_path,  # noqa: E402
