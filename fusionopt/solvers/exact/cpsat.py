@@ -1,195 +1,7 @@
 """``method="cpsat"``: the fusion problem as a shortest-path model solved by OR-Tools CP-SAT.
 
-Formulation
------------
-In backward order, positions ``j = 1..n`` have ready times ``rho_j`` (non-decreasing) and
-prefix sizes ``Q_j`` (:func:`~fusionopt.model.fusion.backward_arrays`). A fusion plan is a
-path ``0 -> ... -> n`` in the DAG on nodes ``0..n`` whose arc ``(k, j)``, ``k < j``, means
-"one message carries positions ``k+1..j``": it is ready at ``rho_j`` and holds the channel
-for ``d_kj = c(Q_j - Q_k)``. The model has
-
-* a Boolean ``x_kj`` per arc; one arc leaves node 0, one enters node ``n``, and every other
-  node has as many arcs in as out (the DAG has no cycle, so the arcs chosen form one path);
-* an integer ``e_j`` per node ``j >= 1`` (``e_0 = 0``) with, for each arc, enforced by
-  ``x_kj``: ``e_j >= e_k + d_kj`` and ``e_j >= rho_j + d_kj``;
-* the objective ``min e_n``, the end ``E`` of the last message. ``B``, ``U`` and ``F`` are
-  constants, so ``T = max(B, E) + U + F + W`` (MODEL.md section 7, both sync modes) is minimised
-  with it. ``max_message_bytes`` removes arcs, ``max_messages = K`` adds ``sum x <= K``.
-  (Under layerwise sync with a positive :func:`~fusionopt.model.fusion.layerwise_slack`
-  ``E`` no longer decides ``T``: the plan found is then feasible, the bound is lowered by
-  the slack, and ``OPTIMAL`` comes only from meeting the DP's optimum);
-* redundant cuts for the LP relaxation, which sees the enforced constraints only through
-  big-M terms: ``e_n >= rho_p + sum_{(k, j): j >= p} d_kj x_kj`` for each position ``p``
-  (the message holding ``p`` is ready no earlier than ``rho_p``, and it and all later
-  messages follow; the maximum over ``p`` is the closed form of MODEL.md section 7). A cut
-  whose ``rho_p`` equals ``rho_{p-1}`` is dominated by the one at ``p - 1`` and left out.
-
-Copy cost and contention (one channel)
---------------------------------------
-With ``copy_cost = gamma > 0`` or ``contention = kappa > 1`` (MODEL.md section 6), a fusion
-plan on one channel follows :mod:`fusionopt.model.events` exactly as below. Several
-channels share their bandwidth (processor sharing), which no arc of this model can state:
-:mod:`fusionopt.solvers.exact.cpsat_channels` solves them exactly by a relaxation that simulated
-plans tighten until it meets the best of them. Let message ``m = 1..M`` be the arc ``(k_m, j_m)`` of ``S_m`` bytes.
-
-* Packing: a message of more than one tensor costs ``p_m = gamma S_m``. On the channel it
-  lengthens the message, ``d_m = c(S_m) + p_m``; on the compute stream it runs right after
-  the backward of position ``j_m``, the message is ready when it ends, and it delays all
-  later compute. A ``message_compute = eta > 0`` adds ``eta`` to every message's ``p_m``
-  on the compute stream, one tensor or many. The compute work between two ready times is
-  ``Delta_m = rho_{j_m} - rho_{k_m}`` (``+ p_m`` on the compute stream), ``rho_0 = 0``.
-* Contention: the channel is FIFO and work-conserving, so it is busy exactly on
-  ``[R_m, e_m]`` (message ``m`` is ready and unfinished there; message ``m - 1`` may still
-  run at ``R_m``, then ``m`` follows at once) and idle on ``[e_m, R_{m+1}]`` when
-  ``e_m < R_{m+1}``. The compute stream runs at ``1 / kappa`` while the channel is busy:
-  ``R_1 = Delta_1`` (the channel is idle before),
-  ``R_{m+1} = R_m + min(kappa Delta_{m+1}, Delta_{m+1} + (1 - 1/kappa) G_m)`` with the
-  backlog ``G_m = e_m - R_m``, and ``e_m = max(R_m, e_{m-1}) + d_m``.
-* The backlog has a recursion of its own, free of ``R``: ``G_1 = d_1``,
-  ``G_{m+1} = max(G_m - kappa Delta_{m+1}, 0) + d_{m+1}`` (the first branch of the ``min``
-  is taken exactly when ``kappa Delta_{m+1} <= G_m``: the compute ran slow throughout).
-  With the *lag* ``L_m = (1 - 1/kappa) G_m``, the delay contention adds to compute that
-  the backlog outlasts, ``L_{m+1} = max(L_m + (1 - 1/kappa) d_{m+1} - (kappa - 1) Delta_{m+1},
-  (1 - 1/kappa) d_{m+1})`` and ``R_{m+1} = R_m + min(kappa Delta_{m+1}, Delta_{m+1} + L_m)``.
-* Tensor 0 is in the last message, so the backward ends at ``R_M <= e_M`` and in both sync
-  modes ``T = e_M + U + F + W`` (no forward or update overlaps the channel, which is idle
-  after ``e_M``).
-
-:func:`fusionopt.model.fusion.fusion_message_times` computes ``R_m`` and ``e_m``; tests pin it to
-:func:`simulate`.
-
-The model adds integers ``R_j`` and (``kappa > 1``) ``L_j`` per node and (``kappa > 1``) a
-Boolean ``y_kj`` per arc ``(k, j)``, ``k > 0`` (the branch of the ``min``). Enforced by
-``x_kj``:
-
-* ``R_j >= rho_j (+ p_kj on the compute stream)``, valid since both only delay; for
-  ``k > 0`` with ``kappa = 1``: ``R_j >= R_k + Delta_kj``; with ``kappa > 1``:
-  ``R_j >= R_k + kappa Delta_kj`` if ``y_kj`` and ``R_j >= R_k + Delta_kj + L_k`` if not;
-* ``L_j >= (1 - 1/kappa) d_kj`` and, for ``k > 0``,
-  ``L_j >= L_k + (1 - 1/kappa) d_kj - (kappa - 1) Delta_kj``;
-* ``e_j >= R_j + d_kj`` and, for ``k > 0``, ``e_j >= e_k + d_kj``;
-* the path, caps and objective ``min e_n`` of the plain model, and its cuts with ``d``
-  including the packing; with packing on the compute stream or contention, the stronger
-  *delay cuts* instead, one per position ``p``:
-  ``e_n >= sum_{j < p} (p_kj + (1 - 1/kappa) d_kj) x_kj + sum_{k < p <= j} (rho_j + p_kj + d_kj) x_kj
-  + sum_{k >= p} d_kj x_kj``.
-
-With ``comm_contention = mu > 1`` the channel also runs at ``1 / mu`` until the backward
-ends at ``R_M`` (the compute stream works without a break until then, and waits for the
-last message after), so ``e_m`` no longer follows from ``e_{m-1}``. The model carries the
-backlog instead, ``G_1 = d_1``, ``G_{m+1} = max(G_m - (kappa / mu) Delta_{m+1}, 0) + d_{m+1}``,
-and ``E = R_M + G_M``; the lag is ``L_m = (1 - 1/kappa) mu G_m``, with the recursions above
-for ``R`` and ``L`` and the share ``(1 - 1/kappa) mu`` in place of ``1 - 1/kappa``. An integer
-``G_j`` per node replaces the constraints on ``e_j``: ``G_j >= d_kj`` and, for ``k > 0``,
-``G_j >= G_k + d_kj - (kappa / mu) Delta_kj``, enforced by ``x_kj``, and ``e_n >= R_n + G_n``.
-In the delay cuts a message before the one holding ``p`` weighs
-``p_kj + min((1 - 1/kappa) mu, 1) d_kj``: the compute stream loses ``(1 - 1/kappa)`` of each
-second the channel is busy before ``R_m``, and the channel is busy ``mu`` seconds per second
-of its work then; the earlier messages' backlog ``b`` at ``R_m`` is sent after it at speed 1
-at most, so ``e_M >= W_m + (1 - 1/kappa) mu (D - b) + b + sum_{i >= m} d_i`` with ``D`` the
-earlier messages' ``sum d`` and ``W_m`` the compute work until ``R_m``, least at ``b = 0`` or
-``b = D``. (With ``mu = 1`` the share is below 1 and the weight is the one above.)
-
-The delay cuts come from an identity. During the backward the compute stream never idles
-and loses ``1 - 1/kappa`` of every second the channel is busy, so for the message ``m``
-holding ``p``, ``R_m = rho_{j_m} + sum_{i <= m} p_i + (1 - 1/kappa) (busy time before R_m)``;
-the channel was busy ``sum_{i < m} d_i`` for the earlier messages, all but the backlog
-``b = max(e_{m-1} - R_m, 0)`` before ``R_m``; after ``R_m`` it sends the backlog and then
-messages ``m..M`` back to back: ``e_M >= R_m + b + sum_{i >= m} d_i``. Together,
-``e_M >= rho_{j_m} + sum_{i <= m} p_i + (1 - 1/kappa) sum_{i < m} d_i + b / kappa
-+ sum_{i >= m} d_i``, and ``b >= 0``: exactly one selected arc holds ``p``, the arcs before
-it end before ``p``. Without delays (``gamma = 0`` or packing on the channel, and
-``kappa = 1``) the largest of them would be the closed form of MODEL.md section 7: they
-lift the plain cuts by ``rho_j - rho_p``.
-
-Why ``>=`` and one Boolean per arc give the exact optimum: every right-hand side is a
-``max``, ``+`` or (through ``y``) ``min`` of variables and constants, non-decreasing in
-each. For a fixed path, the recursion's values (``y`` picking the smaller branch) satisfy
-every constraint, and by induction along the path any feasible values are at least the
-recursion's (``R_{j_{m+1}}`` is at least the branch ``y`` picks, which is at least the
-``min`` of both evaluated at the recursion's smaller ``R``, ``L``; likewise ``L`` and
-``e``). So the least feasible ``e_n`` of a path is its true end, ``min e_n`` over the
-model is the optimal ``E``, and relaxing ``=`` to ``>=`` changes no optimum. The cuts hold
-for every plan's true times (each message is ready no earlier than ``rho_j``, and later
-messages take at least their ``d``; the delay cuts as shown above), so they cut off no
-plan's true values.
-
-Integer time
-------------
-CP-SAT needs integers. With a time quantum ``q`` seconds, every ready time and duration is
-rounded **down**: ``rho'_j = floor(rho_j / q)``, ``d'_kj = floor(d_kj / q)``.
-
-* Lower bound. A plan's end ``E`` is a composition of ``max`` and ``+`` of its ready times
-  and durations, hence non-decreasing in each of them: the rounded end ``E'(P)`` of every plan
-  ``P`` satisfies ``E'(P) q <= E(P)``. CP-SAT's objective bound is at most ``min_P E'(P)``, so
-  ``bound * q`` is at most the optimal ``E``, and ``max(B, bound q) + U + F + W`` is a lower
-  bound on the optimal ``T``.
-* Rounding bound. A plan of ``m <= n`` messages ends at ``E = max_j [R_j + sum_{k>=j} c_k]``;
-  each term is a sum of at most ``m + 1`` rounded values, each short by less than ``q``,
-  so the true end exceeds ``E'(P) q`` (hence CP-SAT's objective times ``q``) by less than
-  ``(n + 1) q``: ``rounding_bound = (n + 1) q`` seconds. A plan CP-SAT proves optimal is
-  therefore within ``rounding_bound`` of the optimal ``T``.
-
-With copy cost or contention, every constant is rounded down to whole quanta towards the
-faster plan: ``d'``, ``Delta'``, ``(rho_j + p_kj)'``, ``(kappa Delta)'``,
-``((1 - 1/kappa) d)'`` and the lag's change along an arc,
-``((1 - 1/kappa) d - (kappa - 1) Delta)'``, as one constant. ``kappa`` multiplies
-constants only, never a variable (the lag recursion needs no ``R``), so it is used
-exactly, every coefficient of a variable is 1, and no right-hand side needs rounding up.
-Each weight of a delay cut is rounded down on its own, so each cut is at most a plan's
-true ``E / q``; as a sum of floors it may exceed the rounded recursion's end, which only
-raises the model's value of a plan (the horizon takes both into account).
-
-* Lower bound. A plan's least ``e_n`` in the model is the larger of its rounded
-  recursion's end and its cuts. The recursion's least values (above) are non-decreasing
-  in every constant, so rounded down they are at most the true ones over ``q``; so are
-  the cuts. Hence, for every plan, ``bound * q <= E*`` and ``max(B, bound q) + U + F + W <= T*``
-  as before.
-* Rounding bound. Along a path, write ``a_m``, ``l_m``, ``eps_m`` for the true ``R``,
-  ``L`` and ``e`` over ``q`` minus the rounded least values. ``max``, ``+`` and ``min``
-  are 1-Lipschitz, and a ``min`` errs by at most its larger branch error, so with each
-  constant short by less than one quantum: ``a_1 < 1``, ``l_1 < 1``,
-  ``l_{m+1} < l_m + 1``, ``a_{m+1} < a_m + 1 + l_m`` (branch errors ``< 1`` and
-  ``< 1 + l_m``) and ``eps_m < max(a_m, eps_{m-1}) + 1``. Hence ``l_m < m``,
-  ``a_M < 1 + (M - 1)(M + 2) / 2`` and ``eps_M < (M^2 + M + 2) / 2``:
-  ``rounding_bound = (M^2 + M + 2) / 2 * q`` with ``M = n``, or ``max_messages`` when
-  smaller. With ``kappa = 1`` (copy cost only) ``a_{m+1} < a_m + 1``, so ``a_m < m``,
-  ``eps_M < M + 1`` and ``rounding_bound = (M + 1) q``. With ``mu > 1`` the backlog's error
-  ``g_m < m`` adds to the end, ``E / q - V < a_M + g_M``: ``(M^2 + 3M) / 2 * q``, or ``2M q``
-  with ``kappa = 1``. The lags reach ``(1 - 1/kappa) mu`` times a backlog, so the automatic
-  ``q`` keeps that many times the horizon under 2^30 steps. CP-SAT's objective is at least
-  its plan's rounded least end, so the plan's true ``T`` exceeds ``objective q + U + F + W``
-  by less than ``rounding_bound``, and a plan CP-SAT proves optimal is within
-  ``rounding_bound`` of the lower bound, hence of the optimal ``T``.
-
-The automatic ``q`` is the largest power of two with ``rounding_bound <= 1e-7 * E_ub``, where
-``E_ub`` is the (true) end of the hint plan, or of a reference plan that respects the caps
-when there is no hint: an upper bound on the optimal ``E``, unless that takes ``E_ub``
-past ``2^29`` quanta: then ``q`` is the smallest power of two that does not, and the
-rounding bound is coarser (``factor * E_ub / 2^29`` at most; about ``1e-6`` of ``E`` for
-200 tensors on the plain model). Larger integers are not safe: with about ``1e10`` steps
-CP-SAT (OR-Tools 9.15) returned a wrong optimum (``MAX_INTEGER_TIME``). Powers of two make
-the rounding exact in floating point.
-
-The integer end of that same plan, ``UB`` (in quanta), is also the horizon: an arc whose
-message cannot end by ``UB`` (``rho'_j + d'_kj > UB``; with packing on the compute stream
-``(rho_j + p_kj)'`` for ``rho'_j``) is on no path better than the plan, so it is dropped;
-the optimal integer path and thus the bound are unchanged.
-
-Size
-----
-The model has up to ``n (n + 1) / 2`` arcs, twice as many enforced constraints and
-O(n^3) terms in the cuts: it is an exact, independent reference for small and medium ``n``
-(``benchmarks/results/exact.md`` gives its time to a proven optimum against ``n``, and
-``validation/results/exact.md`` the largest ``n`` it proves within 10 s), not a production
-solver; :func:`fusionopt.solvers.exact.dp.dp` solves the same problem in O(n) or
-O(n^2). For a few hundred tensors CP-SAT's presolve alone can outlast the time limit;
-the result is then the hint (or a reference plan) with status ``TIME_LIMIT``.
-
-With copy cost or contention the model has up to three times the variables and twice the
-constraints, and ``n`` delay cuts of O(n^2) terms each; packing on the compute stream
-without contention is the slowest case to prove. For large ``n`` use a simulate-based
-metaheuristic.
+The formulation, its integer time and rounding bound, and the model's size are derived in
+docs/methods.md, section cpsat; :func:`cpsat` states what it returns.
 """
 
 from __future__ import annotations
@@ -232,12 +44,12 @@ def cpsat(
     max_units: int = 40,
     deterministic_time: float | None = None,
 ) -> Result:
-    """The optimal fusion plan by the CP-SAT arc (shortest-path) model of the module docstring.
+    """The optimal fusion plan by the CP-SAT arc (shortest-path) model of docs/methods.md, section cpsat.
 
     Exact up to ``stats["rounding_bound"]`` seconds: ``(n + 1) q``, where ``q`` is the time
     quantum, for the plain model; ``(M + 1) q`` with a copy cost and ``(M^2 + M + 2) / 2 * q``
     with contention, ``2M q`` with ``comm_contention`` and ``(M^2 + 3M) / 2 * q`` with both,
-    ``M`` the most messages allowed (module docstring). ``OPTIMAL`` is
+    ``M`` the most messages allowed (docs/methods.md, section cpsat). ``OPTIMAL`` is
     reported only when the re-simulated ``T`` is within that of a proven lower bound. Valid
     for both sync modes (FIFO fusion plans do not overlap the forward), with the extensions
     ``copy_cost`` (either ``copy_on``), ``message_compute``, ``contention`` and ``comm_contention`` on one channel,
@@ -267,7 +79,7 @@ def cpsat(
         is never slower than it; one that breaks them is not used (``stats["hint_used"]``
         is false).
     time_quantum : float, optional
-        Seconds per integer time step ``q``; default automatic (see the module docstring).
+        Seconds per integer time step ``q``; default automatic (docs/methods.md, section cpsat).
     max_message_bytes : float, optional
         Largest message in bytes; a tensor larger than it makes the problem infeasible
         (``ValueError``), as for :func:`fusionopt.solvers.exact.dp.dp`.
@@ -431,7 +243,7 @@ def cpsat(
     else:
         horizon = _path_end(anchor_path, ready_q, durations_q[anchor_arcs])
         earliest_end_q = ready_q[heads] + durations_q
-    # With comm contention a backlog or a lag may reach past the horizon (module docstring).
+    # With comm contention a backlog or a lag may reach past the horizon (docs/methods.md, section cpsat).
     reach = max(1.0, _lag_share(problem)) * (horizon + factor) if problem.comm_contention > 1.0 else horizon
     if not reach < MAX_INTEGER_TIME:
         raise ValueError(
@@ -507,7 +319,7 @@ def cpsat(
             if time.perf_counter() > deadline:
                 return unbuilt()
     if delays:
-        # The delay cuts of the module docstring: packing on the compute stream and the
+        # The delay cuts of docs/methods.md, section cpsat: packing on the compute stream and the
         # compute time lost while earlier messages hold the channel.
         before, holding = constants["before"][kept], constants["holding"][kept]
         kept_tails, kept_heads = np.asarray(arc_tails), np.asarray(arc_heads)
@@ -591,7 +403,7 @@ def cpsat(
 
 
 def rounding_factor(problem: Problem, messages: int) -> int:
-    """``rounding_bound / q`` (module docstring) for plans of at most ``messages`` messages."""
+    """``rounding_bound / q`` (docs/methods.md, section cpsat) for plans of at most ``messages`` messages."""
     if not problem.extensions:
         return problem.profile.n + 1
     if problem.comm_contention > 1.0:
@@ -602,13 +414,13 @@ def rounding_factor(problem: Problem, messages: int) -> int:
 
 
 def _lag_share(problem: Problem) -> float:
-    """``(1 - 1/kappa) mu``: the compute delay per second of backlog (module docstring)."""
+    """``(1 - 1/kappa) mu``: the compute delay per second of backlog (docs/methods.md, section cpsat)."""
     return (1.0 - 1.0 / problem.contention) * problem.comm_contention
 
 
 def integer_arc_times(problem: Problem, q: float, times: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """The extended model's per-arc constants in whole quanta (as floats), each rounded
-    towards the faster plan (module docstring)."""
+    towards the faster plan (docs/methods.md, section cpsat)."""
     kappa, mu = problem.contention, problem.comm_contention
     share = _lag_share(problem)                         # of backlog lost by the compute
     durations, work, packing = times["duration"], times["work"], times["packing"]
@@ -671,7 +483,7 @@ def rounded_path(path: list[int], arc_index: np.ndarray, constants: dict[str, np
 
 
 def delay_cut(path: list[int], arc_index: np.ndarray, constants: dict[str, np.ndarray], p: int) -> float:
-    """The delay cut at position ``p`` (module docstring) for one path, in quanta."""
+    """The delay cut at position ``p`` (docs/methods.md, section cpsat) for one path, in quanta."""
     value = 0.0
     for k, j, a in zip(path[:-1], path[1:], arc_index.tolist()):
         value += constants["before" if j < p else "holding" if k < p else "duration"][a]
@@ -682,7 +494,7 @@ def _add_extended_constraints(model: Any, problem: Problem, constants: dict[str,
                               kept: np.ndarray, arcs: list[Any], arc_tails: list[int],
                               arc_heads: list[int], ends: list[Any], horizon: int, factor: int) -> dict[str, Any]:
     """Copy cost and contention: the variables ``R_j``, ``L_j``, ``G_j`` and ``y_kj`` and
-    the constraints of the module docstring, each enforced by its arc's ``x_kj``."""
+    the constraints of docs/methods.md, section cpsat, each enforced by its arc's ``x_kj``."""
     n = problem.profile.n
     contention = problem.contention > 1.0
     two_way = problem.comm_contention > 1.0
