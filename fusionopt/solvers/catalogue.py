@@ -12,6 +12,8 @@ from __future__ import annotations
 import contextlib
 import functools
 import inspect
+import math
+import numbers
 import time
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -33,6 +35,11 @@ FAMILIES = {
 REFERENCE = {"all-reduce": "wfbp", "ps": "ps-default", "decoupled": "decoupled-wfbp", "fully-sharded": "sharded-wfbp"}
 """The method :func:`~fusionopt.solvers.comparison.compare` measures speedups against, for
 each pattern of problem."""
+
+_DEADLINE: ContextVar[float] = ContextVar("fusionopt_deadline", default=math.inf)
+"""The ``time.perf_counter()`` reading by which the solve under way must end: its method's
+``time_limit`` from when the solve began, or an enclosing solve's deadline if that is
+earlier (a warm start never outlives the solve that asked for it)."""
 
 _SOLVED: ContextVar[dict[str, tuple[Problem, Result]] | None] = ContextVar("fusionopt_solved", default=None)
 """Within :func:`solved_once`: each method's result on its problem, solved with the default
@@ -134,24 +141,66 @@ def method(name: str, *, family: str, summary: str, in_default_comparison: bool 
 
 def solving(name: str, body: Callable[..., Any]) -> Callable[..., Result]:
     """``body`` (``body(problem, **options)``) in the life cycle of method ``name``: the solve's
-    clock starts, ``body`` runs, and its :class:`~fusionopt.solvers.result.Outcome` is judged
+    clock starts, the method's ``time_limit`` (when it has one) is checked and becomes the
+    solve's :func:`deadline`, ``body`` runs, and its :class:`~fusionopt.solvers.result.Outcome` is judged
     (:func:`~fusionopt.solvers.result.finish`: simulated, its bound and gap attached, its
     status set, the seconds taken), as is the outcome an
     :class:`~fusionopt.solvers.result.Interrupted` carries. Another method's result is handed
     on as an outcome (:meth:`~fusionopt.solvers.result.Outcome.handed_on`)."""
+    limited = inspect.signature(body).parameters.get("time_limit")
+
     @functools.wraps(body)
     def solver(problem: Any, *args: Any, **options: Any) -> Result:
         started = time.perf_counter()
+        token = None
+        if limited is not None:
+            limit = time_limit_seconds(options.get("time_limit", limited.default))
+            if limit is not None:
+                token = _DEADLINE.set(min(_DEADLINE.get(), started + limit))
         try:
             found = body(problem, *args, **options)
         except Interrupted as stop:
             if isinstance(stop.result, Outcome):
                 raise Interrupted(stop.result.judged(problem, name, started)) from None
             raise
+        finally:
+            if token is not None:
+                _DEADLINE.reset(token)
         if isinstance(found, Outcome):
             return found.judged(problem, name, started)
         raise TypeError(f"method {name!r} returned {type(found).__name__}: a solver returns an Outcome")
     return solver
+
+
+def time_limit_seconds(value: Any) -> float | None:
+    """A method's ``time_limit`` option as seconds (None: no limit), checked once for every
+    method: a positive, finite number, or a one-line ``ValueError``.
+
+    >>> time_limit_seconds(2), time_limit_seconds(None)
+    (2.0, None)
+    >>> time_limit_seconds(0)
+    Traceback (most recent call last):
+    ...
+    ValueError: time_limit must be a positive, finite number of seconds, got 0
+    """
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise ValueError(f"time_limit must be a number of seconds, got {value!r}")
+    if not (math.isfinite(value) and value > 0):
+        raise ValueError(f"time_limit must be a positive, finite number of seconds, got {value!r}")
+    return float(value)
+
+
+def deadline() -> float:
+    """The ``time.perf_counter()`` reading by which the solve under way must end (``inf``
+    outside a solve with a time limit): what an anytime method checks its search against."""
+    return _DEADLINE.get()
+
+
+def seconds_left() -> float:
+    """Seconds until :func:`deadline` (``inf`` without one; at most 0 once it has passed)."""
+    return _DEADLINE.get() - time.perf_counter()
 
 
 def arrange(order: Sequence[str]) -> None:
@@ -259,5 +308,5 @@ def solved_once() -> Iterator[None]:
         _SOLVED.reset(token)
 
 
-__all__ = ["FAMILIES", "REFERENCE", "Method", "arrange", "catalogue", "comparison_candidates", "default_methods",
-           "get_method", "method", "methods", "register", "run", "solved_once", "solving"]
+__all__ = ["FAMILIES", "REFERENCE", "Method", "arrange", "catalogue", "comparison_candidates", "deadline", "default_methods",
+           "get_method", "method", "methods", "register", "run", "seconds_left", "solved_once", "solving", "time_limit_seconds"]

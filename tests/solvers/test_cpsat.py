@@ -160,7 +160,7 @@ def test_bad_input_is_named():
     problem = worked(3)
     profile = problem.profile
     for value in (0, -1, float("nan"), float("inf")):
-        with pytest.raises(ValueError, match="time_limit must be positive"):
+        with pytest.raises(ValueError, match="^time_limit must be a positive, finite number of seconds, got "):
             cpsat(problem, time_limit=value)
     with pytest.raises(ValueError, match="workers must be an integer >= 1"):
         cpsat(problem, workers=0)

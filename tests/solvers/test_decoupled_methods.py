@@ -148,7 +148,7 @@ def test_the_search_options_are_checked():
     profile = Profile.from_arrays([4e6, 1e6, 2e6], [MS] * 3, [3 * MS, 2 * MS, MS])
     with pytest.raises(ValueError, match="^evaluations must be an integer >= 0, got -1$"):
         solve(decoupled(profile), "decoupled-opt", evaluations=-1)
-    with pytest.raises(ValueError, match=r"^time_limit must be positive and finite \(seconds\), got 0$"):
+    with pytest.raises(ValueError, match=r"^time_limit must be a positive, finite number of seconds, got 0$"):
         solve(decoupled(profile), "decoupled-opt", time_limit=0)
 
 

@@ -1,5 +1,7 @@
 """Exact methods on hand-worked cases, the closed forms, and their bad input."""
 
+import time
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -71,9 +73,10 @@ def test_piecewise_linear_costs_use_the_quadratic_dp():
 @settings(deadline=None)
 @given(problem=problems(max_n=9))
 def test_closed_forms_are_optimal_when_recognised(problem):
-    result = closed_form(problem)
-    if result is None:
+    outcome = closed_form(problem)
+    if outcome is None:
         return
+    result = outcome.judged(problem, "closed-form", time.perf_counter())
     assert result.status is Status.OPTIMAL
     assert result.iteration_time == pytest.approx(dp(problem).iteration_time, rel=1e-9, abs=1e-15)
     order = list(problem.profile.ready_order)
@@ -84,11 +87,13 @@ def test_closed_forms_are_optimal_when_recognised(problem):
 def test_closed_forms_on_hand_cases():
     profile = Profile.from_arrays([4e6, 1e6, 2e6], [MS] * 3, [3 * MS, 2 * MS, MS])
     # c(s_2) = 0.1 + 0.2 = 0.3 ms <= b_1 = 2 ms; c(s_1) = 0.2 ms <= b_0 = 3 ms: WFBP.
-    wfbp = closed_form(Problem(profile, AlphaBeta(1e-4, 1e-10)))
+    problem = Problem(profile, AlphaBeta(1e-4, 1e-10))
+    wfbp = closed_form(problem).judged(problem, "closed-form", time.perf_counter())
     assert wfbp.stats["case"] == "wfbp"
     assert wfbp.iteration_time == pytest.approx((6 + 0.1 + 0.4 + 3) * MS, rel=1e-12)
     # B - r_2 = 5 ms <= alpha = 6 ms: single message, 6 + 6 + 7 + 3 = 22 ms.
-    single = closed_form(Problem(profile, AlphaBeta(6 * MS, 1e-9)))
+    problem = Problem(profile, AlphaBeta(6 * MS, 1e-9))
+    single = closed_form(problem).judged(problem, "closed-form", time.perf_counter())
     assert single.stats["case"] == "single"
     assert single.iteration_time == pytest.approx(22 * MS, rel=1e-12)
     # Neither: MODEL.md section 5.

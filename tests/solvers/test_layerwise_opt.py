@@ -81,7 +81,7 @@ def test_bad_input():
     problem = Problem(profile, AlphaBeta(MS, 1e-9), sync="layerwise")
     with pytest.raises(ValueError, match="layerwise-opt is for sync='layerwise' only.*sync='barrier'"):
         solve(Problem(profile, AlphaBeta(MS, 1e-9)), "layerwise-opt")
-    with pytest.raises(ValueError, match="time_limit must be positive and finite"):
+    with pytest.raises(ValueError, match="^time_limit must be a positive, finite number of seconds, got 0$"):
         layerwise_opt(problem, time_limit=0)
     with pytest.raises(ValueError, match="kicks must be an integer >= 0, got -1"):
         layerwise_opt(problem, kicks=-1)

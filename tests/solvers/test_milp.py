@@ -166,7 +166,7 @@ def test_bad_input_is_named():
     for bad in (0, -1.0, float("nan"), float("inf")):
         with pytest.raises(ValueError, match="time_limit must be a positive, finite number of seconds"):
             milp(problem, time_limit=bad)
-    with pytest.raises(ValueError, match="time_limit must be a number, got '10'"):
+    with pytest.raises(ValueError, match="^time_limit must be a number of seconds, got '10'$"):
         milp(problem, time_limit="10")
     for bad in (-0.1, 1.5, 1.0, float("nan")):
         with pytest.raises(ValueError, match=r"mip_rel_gap must lie in \[0, 1\)"):

@@ -2,18 +2,18 @@
 
 from __future__ import annotations
 
-import time
-
 import numpy as np
 
 from fusionopt.model.fusion import layerwise_slack, time_after_channel
 from fusionopt.model.plan import Plan
 from fusionopt.model.problem import Problem
-from fusionopt.solvers.result import Result, finish
+from fusionopt.solvers.result import Outcome
 
 
-def closed_form(problem: Problem) -> Result | None:
-    """Recognise a case whose optimal fusion plan is known, and return it; else ``None``.
+def closed_form(problem: Problem) -> Outcome | None:
+    """Recognise a case whose optimal fusion plan is known, and return it as an
+    :class:`~fusionopt.solvers.result.Outcome` claiming the optimum (the life cycle of the
+    method that uses it judges the claim); else ``None``.
 
     * **WFBP is optimal** when every tensor's message ends before the next gradient in
       backward order is ready: ``c(s_i) <= b_{i-1}`` for every forward index ``i >= 1``.
@@ -33,13 +33,13 @@ def closed_form(problem: Problem) -> Result | None:
     >>> profile = Profile.from_arrays([4e6, 1e6, 2e6], [1e-3] * 3, [3e-3, 2e-3, 1e-3])
     >>> closed_form(Problem(profile, AlphaBeta(3e-3, 1e-9))) is None
     True
-    >>> r = closed_form(Problem(profile, AlphaBeta(1e-4, 1e-10)))   # c(s_i) <= b_{i-1}
-    >>> r.stats["case"], r.plan.groups(), str(r.status)
+    >>> problem = Problem(profile, AlphaBeta(1e-4, 1e-10))          # c(s_i) <= b_{i-1}
+    >>> r = closed_form(problem)
+    >>> r.stats["case"], r.plan.groups(), str(r.judged(problem, "closed-form", 0.0).status)
     ('wfbp', [[2], [1], [0]], 'OPTIMAL')
     >>> closed_form(Problem(profile, AlphaBeta(6e-3, 1e-9))).stats["case"]   # B - r_2 = 5 ms
     'single'
     """
-    started = time.perf_counter()
     if problem.extensions:
         return None             # the two cases are proved for the plain model only
     if layerwise_slack(problem) > 0.0:
@@ -51,12 +51,10 @@ def closed_form(problem: Problem) -> Result | None:
     if bool((message_costs[:-1] <= gaps).all()):
         plan = Plan.per_tensor(profile)
         claimed = time_after_channel(profile, profile.B + float(message_costs[-1]))
-        return finish(problem, plan, "closed-form", started, lower_bound=claimed, optimal=True,
-                      stats={"case": "wfbp"})
+        return Outcome(plan, stats={"case": "wfbp"}, lower_bound=claimed, optimal=True)
     affine = problem.cost.affine
     if affine is not None and profile.B - float(profile.ready_times.min()) <= affine[0]:
         plan = Plan.from_groups(profile, [list(profile.ready_order)])
         claimed = time_after_channel(profile, profile.B + float(problem.cost(profile.total_bytes)))
-        return finish(problem, plan, "closed-form", started, lower_bound=claimed, optimal=True,
-                      stats={"case": "single"})
+        return Outcome(plan, stats={"case": "single"}, lower_bound=claimed, optimal=True)
     return None

@@ -23,7 +23,7 @@ from fusionopt.solvers.result import Outcome, Result, Status
 from fusionopt.solvers.exact.cpsat_arcs import (MAX_INTEGER_TIME, add_path_constraints, arc_positions, automatic_quantum,
                                           plan_path, positive_seconds, reference_cuts)
 from fusionopt.solvers.exact.cpsat_search import check_deterministic_time, raise_if_interrupted, run_search, set_search
-from fusionopt.solvers.catalogue import method
+from fusionopt.solvers.catalogue import deadline as solve_deadline, method
 import fusionopt.solvers.warm as warm
 
 HINT_BASELINES = ("wfbp", "single", "ddp", "horovod", "threshold")
@@ -165,14 +165,12 @@ def cpsat(
     >>> round(shared.iteration_time * 1e3, 6), str(shared.status)
     (16.0, 'OPTIMAL')
     """
-    started = time.perf_counter()
     if problem.channels > 1 and (problem.contention > 1.0 or problem.comm_contention > 1.0):
         name = "contention" if problem.contention > 1.0 else "comm_contention"
         raise ValueError(
             f"cpsat does not model {name} = {getattr(problem, name)!r} with channels = "
             f"{problem.channels}: use method='brute' (n <= 14) or a metaheuristic ('gradssa')"
         )
-    time_limit = positive_seconds("time_limit", time_limit)
     deterministic_time = check_deterministic_time(deterministic_time)
     if isinstance(workers, bool) or not isinstance(workers, (int, np.integer)) or workers < 1:
         raise ValueError(f"workers must be an integer >= 1, got {workers!r}")
@@ -189,7 +187,7 @@ def cpsat(
         from fusionopt.solvers.exact.cpsat_partition import cpsat_partition
 
         return cpsat_partition(problem, unit_parameters=unit_parameters,
-                               time_limit=time_limit, workers=int(workers), hint=hint,
+                               workers=int(workers), hint=hint,
                                time_quantum=time_quantum, max_message_bytes=max_message_bytes,
                                max_messages=max_messages, random_seed=int(random_seed),
                                max_units=max_units, deterministic_time=deterministic_time)
@@ -204,7 +202,7 @@ def cpsat(
     if problem.channels > 1:
         from fusionopt.solvers.exact.cpsat_channels import cpsat_channels
 
-        return cpsat_channels(problem, time_limit=time_limit, workers=int(workers),
+        return cpsat_channels(problem, workers=int(workers),
                               hint_plan=hint_plan, hint_label=hint_label, hint_used=hint_used,
                               reference=reference, cap=cap, limit=limit, time_quantum=time_quantum,
                               random_seed=int(random_seed), deterministic_time=deterministic_time)
@@ -265,7 +263,7 @@ def cpsat(
     horizon = int(horizon)
     ready_int = ready_q.astype(np.int64).tolist()
 
-    deadline = started + time_limit
+    deadline = solve_deadline()
 
     def unbuilt() -> Result:
         """The time limit passed while the model was being built: the anchor plan, honestly."""

@@ -88,6 +88,7 @@ from fusionopt.solvers.exact.cpsat_arcs import (MAX_INTEGER_TIME, add_path_const
                                           plan_path)
 from fusionopt.solvers.exact.cpsat_search import raise_if_interrupted, run_search, set_search
 from fusionopt.solvers.result import Outcome, Status
+from fusionopt.solvers.catalogue import deadline as solve_deadline
 
 class ChannelRelaxation:
     """The CP-SAT relaxation of the module docstring for one problem, with its cuts.
@@ -273,11 +274,12 @@ class ChannelRelaxation:
         return solver.objective_value * self.q
 
 
-def cpsat_channels(problem: Problem, *, time_limit: float, workers: int,
+def cpsat_channels(problem: Problem, *, workers: int,
                    hint_plan: Plan | None, hint_label: str, hint_used: bool, reference: Plan,
                    cap: float, limit: int | None, time_quantum: float | None,
                    random_seed: int, deterministic_time: float | None = None) -> Outcome:
-    """The relaxation-and-cuts scheme of the module docstring (called by ``cpsat``)."""
+    """The relaxation-and-cuts scheme of the module docstring (called by ``cpsat``), until the
+    solve's :func:`~fusionopt.solvers.catalogue.deadline`."""
     from ortools.sat.python import cp_model
 
     profile = problem.profile
@@ -317,7 +319,7 @@ def cpsat_channels(problem: Problem, *, time_limit: float, workers: int,
         def on_solution_callback(self) -> None:
             found.append(relaxation.path_of(self))
 
-    deadline = time.perf_counter() + time_limit
+    deadline = solve_deadline()
     timed_out = False  # the time limit, not a proof or a spent relaxation, ended the search
     interrupted = False
     while True:

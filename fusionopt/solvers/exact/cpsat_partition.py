@@ -52,6 +52,7 @@ from fusionopt.model.simulator import simulate
 from fusionopt.solvers.exact.cpsat_arcs import MAX_INTEGER_TIME, add_path_constraints, automatic_quantum
 from fusionopt.solvers.exact.cpsat_search import raise_if_interrupted, run_search, set_search
 from fusionopt.solvers.result import Outcome, Status
+from fusionopt.solvers.catalogue import seconds_left
 import fusionopt.solvers.warm as warm
 
 DEFAULT_MAX_UNITS = 40
@@ -76,11 +77,12 @@ def unit_grid(problem: Problem, unit_parameters: Any) -> list[tuple[int, int, in
     return units
 
 
-def cpsat_partition(problem: Problem, *, unit_parameters: int, time_limit: float,
+def cpsat_partition(problem: Problem, *, unit_parameters: int,
                     workers: int, hint: Any, time_quantum: float | None, max_message_bytes: float | None,
                     max_messages: int | None, random_seed: int, max_units: int = DEFAULT_MAX_UNITS,
                     deterministic_time: float | None = None) -> Outcome:
-    """``cpsat(problem, unit_parameters=...)``: the optimal plan on the unit grid (module docstring)."""
+    """``cpsat(problem, unit_parameters=...)``: the optimal plan on the unit grid (module docstring),
+    searched until the solve's :func:`~fusionopt.solvers.catalogue.deadline`."""
     from ortools.sat.python import cp_model
 
     problem.require_plain("cpsat over partition plans")
@@ -178,7 +180,7 @@ def cpsat_partition(problem: Problem, *, unit_parameters: int, time_limit: float
                 model.add_hint(start, int(math.floor(hinted[key] / q)))
 
     solver = cp_model.CpSolver()
-    set_search(solver, seconds=time_limit, workers=workers, random_seed=random_seed,
+    set_search(solver, seconds=max(seconds_left(), 0.01), workers=workers, random_seed=random_seed,
                deterministic_time=deterministic_time)
     outcome, interrupted = run_search(solver, model)
     status_name = solver.status_name(outcome)

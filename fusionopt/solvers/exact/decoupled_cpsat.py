@@ -64,7 +64,7 @@ from fusionopt.solvers.exact.cpsat_search import check_deterministic_time, raise
 from fusionopt.solvers.baselines.megatron import decoupled_wfbp
 from fusionopt.solvers.needs import Needs, declares
 from fusionopt.solvers.result import Outcome, Result, Status
-from fusionopt.solvers.catalogue import method
+from fusionopt.solvers.catalogue import method, seconds_left
 import fusionopt.solvers.warm as warm
 
 __all__ = ["decoupled_cpsat", "MAX_TENSORS", "MAX_TENSORS_SEQUENTIAL", "SPACE", "SPACE_SEQUENTIAL"]
@@ -601,7 +601,6 @@ def decoupled_cpsat(
         raise ValueError(f"decoupled-cpsat, interleaving reduce-scatters and all-gathers (the default), "
                          f"{SIZE_REASON} and takes n <= {MAX_TENSORS}, and this problem has n = {problem.profile.n}: "
                          f"interleave=False (every reduce-scatter first) takes n <= {MAX_TENSORS_SEQUENTIAL}")
-    time_limit = positive_seconds("time_limit", time_limit)
     deterministic_time = check_deterministic_time(deterministic_time)
     if isinstance(workers, bool) or not isinstance(workers, numbers.Integral) or workers < 1:
         raise ValueError(f"workers must be an integer >= 1, got {workers!r}")
@@ -636,7 +635,7 @@ def decoupled_cpsat(
     structure_use = "none" if structure is None else ("hint" if best == 0 else "candidate")
 
     solver = cp_model.CpSolver()
-    set_search(solver, seconds=time_limit, workers=workers, random_seed=random_seed,
+    set_search(solver, seconds=max(seconds_left(), 0.01), workers=workers, random_seed=random_seed,
                deterministic_time=deterministic_time)
     outcome, interrupted = run_search(solver, model)
     status_name = solver.status_name(outcome)

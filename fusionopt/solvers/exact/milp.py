@@ -75,7 +75,7 @@ from fusionopt.model.problem import Problem
 from fusionopt.solvers.exact.cpsat_arcs import reference_cuts
 from fusionopt.solvers.result import Outcome, Result, Status
 from fusionopt.solvers.needs import Needs, declares
-from fusionopt.solvers.catalogue import method
+from fusionopt.solvers.catalogue import method, seconds_left
 
 # HiGHS's primal, dual and MIP feasibility tolerances on the scaled model, where they are
 # fractions of tau and of Q_n. With the defaults (1e-7, 1e-7, 1e-6) HiGHS passed over
@@ -162,7 +162,7 @@ def milp(
     >>> round(milp(problem, max_messages=1).iteration_time * 1e3, 9)
     19.0
     """
-    time_limit, mip_rel_gap = _check_options(time_limit, mip_rel_gap)
+    mip_rel_gap = _check_gap(mip_rel_gap)
     if node_limit is not None and (isinstance(node_limit, bool) or not isinstance(node_limit, (int, np.integer))
                                    or node_limit < 1):
         raise ValueError(f"node_limit must be an integer >= 1, got {node_limit!r}")
@@ -179,7 +179,7 @@ def milp(
     model = encode_model(problem, affine, cap, max_messages)
     # scipy passes the HiGHS options it does not list through verbatim, with a warning.
     options = {
-        "time_limit": time_limit,
+        "time_limit": max(seconds_left(), 0.01),         # the solve's deadline: encoding counts too
         "mip_rel_gap": mip_rel_gap,
         "mip_abs_gap": 0.0,
         "mip_feasibility_tolerance": HIGHS_FEASIBILITY,
@@ -249,15 +249,12 @@ def milp(
                    status=status, tolerance=tolerance)
 
 
-def _check_options(time_limit: float, mip_rel_gap: float) -> tuple[float, float]:
-    for name, value in (("time_limit", time_limit), ("mip_rel_gap", mip_rel_gap)):
-        if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
-            raise ValueError(f"{name} must be a number, got {value!r}")
-    if not (math.isfinite(time_limit) and time_limit > 0):
-        raise ValueError(f"time_limit must be a positive, finite number of seconds, got {time_limit!r}")
+def _check_gap(mip_rel_gap: Any) -> float:
+    if isinstance(mip_rel_gap, bool) or not isinstance(mip_rel_gap, (int, float, np.integer, np.floating)):
+        raise ValueError(f"mip_rel_gap must be a number, got {mip_rel_gap!r}")
     if not 0 <= mip_rel_gap < 1:
         raise ValueError(f"mip_rel_gap must lie in [0, 1), got {mip_rel_gap!r}")
-    return float(time_limit), float(mip_rel_gap)
+    return float(mip_rel_gap)
 
 
 @dataclass(frozen=True, eq=False)

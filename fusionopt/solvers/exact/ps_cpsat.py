@@ -15,7 +15,7 @@ from fusionopt.model.bounds import ps_lower_bound
 from fusionopt.model.problem import Problem
 from fusionopt.model.ps_plan import PSPlan
 from fusionopt.model.ps_timing import offsets_iteration_time
-from fusionopt.solvers.catalogue import method
+from fusionopt.solvers.catalogue import method, seconds_left
 from fusionopt.solvers.exact.cpsat_arcs import add_path_constraints, integer_horizon, positive_seconds
 from fusionopt.solvers.exact.cpsat_search import raise_if_interrupted, run_search
 from fusionopt.solvers.exact.ps_spaces import DEFAULT_MAX_UNITS, common_stats, ps_units
@@ -466,7 +466,6 @@ def ps_cpsat(
     >>> round(r.iteration_time * 1e3, 6), str(r.status), r.stats["units"]
     (20.0, 'OPTIMAL', 7)
     """
-    time_limit = positive_seconds("time_limit", time_limit)
     if isinstance(workers, bool) or not isinstance(workers, numbers.Integral) or workers < 1:
         raise ValueError(f"workers must be an integer >= 1, got {workers!r}")
     if time_quantum is not None:
@@ -500,7 +499,7 @@ def ps_cpsat(
     grid.add_hint(model, variables, grid.least_values(constants, *anchor_nodes), *anchor_nodes, floor_T)
 
     solver = cp_model.CpSolver()
-    solver.parameters.max_time_in_seconds = time_limit
+    solver.parameters.max_time_in_seconds = max(seconds_left(), 0.01)
     solver.parameters.num_workers = int(workers)
     solver.parameters.random_seed = int(random_seed)
     # As in cpsat: probing spends the time limit on the arc model's implications.

@@ -5,7 +5,6 @@ best of the other methods, for any size, with its gap to
 
 from __future__ import annotations
 
-import math
 import time
 
 import numpy as np
@@ -16,7 +15,7 @@ from fusionopt.model.plan import Plan
 from fusionopt.model.problem import Problem
 from fusionopt.model.simulator import simulate
 from fusionopt.solvers.baselines.megatron import megatron_buckets
-from fusionopt.solvers.catalogue import method
+from fusionopt.solvers.catalogue import deadline as solve_deadline, method
 from fusionopt.solvers.groupings import cuts_of, dear_groups, groups_of
 from fusionopt.solvers.needs import Needs, declares
 from fusionopt.solvers.result import Outcome, Result
@@ -64,17 +63,13 @@ def decoupled_opt(problem: Problem, *, evaluations: int = 4000, kicks: int = 40,
     >>> round(r.iteration_time * 1e3, 9), str(r.status)
     (22.0, 'OPTIMAL')
     """
-    started = time.perf_counter()
     for label, value in (("evaluations", evaluations), ("kicks", kicks)):
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
             raise ValueError(f"{label} must be an integer >= 0, got {value!r}")
-    if isinstance(time_limit, bool) or not isinstance(time_limit, (int, float)) or not (
-            math.isfinite(time_limit) and time_limit > 0):
-        raise ValueError(f"time_limit must be positive and finite (seconds), got {time_limit!r}")
     profile = problem.profile
     n = profile.n
     ready_order = [int(i) for i in profile.ready_order]
-    deadline = started + float(time_limit)
+    deadline = solve_deadline()
     count = 0
 
     def evaluate(cuts: tuple[np.ndarray, np.ndarray]) -> float:

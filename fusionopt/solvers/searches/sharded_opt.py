@@ -17,7 +17,7 @@ from fusionopt.model.problem import Problem
 from fusionopt.model.profile import Profile
 from fusionopt.model.sharded_plan import ShardedPlan
 from fusionopt.solvers.baselines.fsdp2 import fsdp2_plan
-from fusionopt.solvers.catalogue import method
+from fusionopt.solvers.catalogue import deadline, method
 from fusionopt.solvers.needs import declares
 from fusionopt.solvers.result import Interrupted, Outcome, Result, Status
 from fusionopt.solvers.sharded_units import SHARDED, atom_bounds, check_floor, infeasible, plan_score
@@ -247,12 +247,9 @@ def sharded_opt(problem: Problem, *, atoms: str | Sequence[int] = "module", max_
     >>> [round(sharded_opt(two, reduce_groups=g).iteration_time * 1e3, 9) for g in (False, True)]
     [28.0, 24.0]
     """
-    started = time.perf_counter()
     for label, value, least_value in (("max_evaluations", max_evaluations, 1), ("kicks", kicks, 0), ("rng", rng, 0)):
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < least_value:
             raise ValueError(f"{label} must be a whole number >= {least_value}, got {value!r}")
-    if isinstance(time_limit, bool) or not isinstance(time_limit, (int, float)) or not time_limit > 0:
-        raise ValueError(f"time_limit must be a positive number of seconds, got {time_limit!r}")
     least = {"forward_prefetch": min_forward_prefetch, "backward_prefetch": min_backward_prefetch}
     for label, value in least.items():
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
@@ -286,7 +283,7 @@ def sharded_opt(problem: Problem, *, atoms: str | Sequence[int] = "module", max_
         value = score(plan)
         improved = True
         while improved and stopped is None:
-            if time.perf_counter() - started > time_limit:
+            if time.perf_counter() > deadline():
                 stopped = "time"
                 break
             improved = False

@@ -55,7 +55,7 @@ from fusionopt.model.plan import Plan
 from fusionopt.model.problem import Problem
 from fusionopt.model.simulator import simulate
 from fusionopt.solvers.result import Interrupted, Outcome, Result, Status
-from fusionopt.solvers.catalogue import method
+from fusionopt.solvers.catalogue import deadline as solve_deadline, method
 import fusionopt.solvers.warm as warm
 
 THRESHOLD = 0.5
@@ -626,7 +626,6 @@ def ssa(
     started = time.perf_counter()
     _check_int("population", population, 2)
     _check_int("iterations", iterations, 1)
-    time_limit = _check_time_limit(time_limit)
     generator, rng_seed = _generator(rng)
     setting = _Setting(problem, max_message_bytes, max_messages)
     d = problem.profile.n - 1
@@ -636,7 +635,7 @@ def ssa(
     seed_cuts = setting.repair_all(np.array(list(seeds.values())))
     algorithm = SparrowSearch(d, population=population, iterations=iterations, initial=encode(seed_cuts),
                               repair=setting.repair, rng=generator)
-    return setting.run("ssa", algorithm, dict(zip(seeds, seed_cuts)), time_limit, started, rng_seed)
+    return setting.run("ssa", algorithm, dict(zip(seeds, seed_cuts)), started, rng_seed)
 
 
 @method("gradssa", family="search",
@@ -707,7 +706,6 @@ def gradssa(
     started = time.perf_counter()
     _check_int("population", population, 2)
     _check_int("iterations", iterations, 1)
-    time_limit = _check_time_limit(time_limit)
     if neighbours is not None:
         _check_int("neighbours", neighbours, 1)
     _check_int("kick", kick, 0)
@@ -737,7 +735,7 @@ def gradssa(
     algorithm = GradSSA(d, population=population, iterations=iterations, neighbours=neighbours, kick=kick,
                         initial=np.vstack([encode(seed_cuts), random_positions]),
                         repair=setting.repair, rng=generator)
-    return setting.run("gradssa", algorithm, dict(zip(seed_names, seed_cuts)), time_limit, started, rng_seed,
+    return setting.run("gradssa", algorithm, dict(zip(seed_names, seed_cuts)), started, rng_seed,
                        extra=lambda: {"descents": algorithm.descents, "kicks": algorithm.kicks,
                                       "neighbours": "all" if neighbours is None else neighbours,
                                       "seeds_skipped": skipped})
@@ -786,8 +784,10 @@ class _Setting:
                     and (self.max_messages is None or len(sizes) <= self.max_messages))
 
     # ------------------------------------------------------------------ driver
-    def run(self, method: str, algorithm: SparrowSearch, seeds: dict[str, np.ndarray], time_limit: float | None,
-            started: float, rng_seed: int | None, extra: Callable[[], dict] | None = None) -> Outcome:
+    def run(self, method: str, algorithm: SparrowSearch, seeds: dict[str, np.ndarray], started: float,
+            rng_seed: int | None, extra: Callable[[], dict] | None = None) -> Outcome:
+        """Run ``algorithm`` until it is done or the solve's deadline passes (checked between
+        iterations)."""
         seed_times = self.objective(encode(np.array(list(seeds.values()))))
         history, history_evaluations, history_seconds = [], [], []
 
@@ -801,7 +801,7 @@ class _Setting:
             algorithm.tell(self.objective(algorithm.ask()))        # the initial population
             record()
             while not algorithm.done:
-                if time_limit is not None and time.perf_counter() - started >= time_limit:
+                if time.perf_counter() >= solve_deadline():
                     stopped = True
                     break
                 target = algorithm.n_iter + 1
@@ -854,15 +854,6 @@ class _Setting:
 def _check_int(label: str, value: Any, minimum: int) -> None:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
         raise ValueError(f"{label} must be an integer >= {minimum}, got {value!r}")
-
-
-def _check_time_limit(value: Any) -> float | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)) \
-            or not math.isfinite(value) or value <= 0:
-        raise ValueError(f"time_limit must be a positive, finite number of seconds, got {value!r}")
-    return float(value)
 
 
 def _generator(rng: Any) -> tuple[np.random.Generator, int | None]:
