@@ -20,7 +20,7 @@ def test_the_manual_builds_without_a_warning(tmp_path):
     shutil.copytree(ROOT / "docs", tmp_path / "docs", ignore=shutil.ignore_patterns("_api", "_build", "examples.md"))
     shutil.copy(ROOT / "README.md", tmp_path / "README.md")
     html = tmp_path / "html"
-    done = subprocess.run([sys.executable, "-m", "sphinx", "-W", "--keep-going", "-q", "-b", "html",
+    done = subprocess.run([sys.executable, "-m", "sphinx", "-W", "--keep-going", "-q", "-j", "auto", "-b", "html",
                            str(tmp_path / "docs"), str(html)], capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr[-4000:]
     examples = (html / "examples.html").read_text(encoding="utf-8")
