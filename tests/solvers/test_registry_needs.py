@@ -12,7 +12,8 @@ from fusionopt.solvers.registry import catalogue, default_methods, get_method
 pytest.importorskip("ortools")
 
 PROFILE = zoo.profile("resnet18", device="h100", batch=32).tail(8, name="")      # small enough for ps-brute
-SMALL = {"brute": {}, "cpsat": {"time_limit": 5.0}, "ps-brute": {}, "ps-cpsat": {"time_limit": 5.0}}
+SMALL = {"brute": {}, "cpsat": {"time_limit": 5.0}, "ps-brute": {}, "ps-cpsat": {"time_limit": 5.0},
+         "sharded-brute": {"atoms": "module"}}       # its default tensor atoms take 25 s on this profile
 
 
 def problem(pattern="all-reduce", **kind):
