@@ -33,6 +33,7 @@ moment its class is defined.
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from typing import Any, ClassVar
 
 __all__ = ["Pattern"]
@@ -41,7 +42,7 @@ __all__ = ["Pattern"]
 _STEPS = ("all-reduce", "ps", "decoupled", "fully-sharded")
 
 
-class Pattern:
+class Pattern(ABC):
     """The base of every communication pattern (see the module's table).
 
     Attributes
@@ -117,19 +118,19 @@ class Pattern:
 
     # ------------------------------------------------------------------ what each pattern says
     @property
+    @abstractmethod
     def collectives(self) -> dict[str, Any]:
         """Its collectives by name (``"all_reduce"``, ``"reduce_scatter"``, ``"push"``, ...),
         each with its :class:`~fusionopt.model.cost.CommCost`."""
-        raise NotImplementedError
 
     @property
     def costs(self) -> tuple[Any, ...]:
         """Its communication costs, each a :class:`~fusionopt.model.cost.CommCost`."""
         return tuple(self.collectives.values())
 
+    @abstractmethod
     def channel_cost(self, given: Any) -> Any:
         """The problem's ``cost`` from the one the user ``given`` (None: left out)."""
-        raise NotImplementedError
 
     def check(self, problem: Any) -> None:
         """Raise a one-line ``ValueError`` if ``problem``'s options do not fit this pattern."""
@@ -140,13 +141,14 @@ class Pattern:
         self.require_plan(plan)
         return self._simulate(problem, plan, validate=validate, pieces=pieces)
 
+    @abstractmethod
     def _simulate(self, problem: Any, plan: Any, *, validate: bool, pieces: list | None) -> Any:
-        raise NotImplementedError
+        """:meth:`simulate` once the plan is known to be this pattern's."""
 
+    @abstractmethod
     def lower_bound(self, problem: Any, space: str = "any") -> float:
         """A proven lower bound in seconds on ``T`` of every plan of ``problem`` (of the
         plans of ``space``, ``"any"`` or ``"fusion"``, where the pattern tells them apart)."""
-        raise NotImplementedError
 
     def plan_in_space(self, problem: Any, plan: Any, space: str) -> bool:
         """Whether ``plan`` is one of the plans of ``space`` (every plan, unless the pattern

@@ -120,3 +120,15 @@ def test_a_job_carries_its_pattern_whole(name):
     key = pattern.extension
     with pytest.raises(ValueError, match=rf"^job\.{key}\.all_gather: expected a JSON object"):
         Job.from_dict({**job.to_dict(), key: {**pattern.to_dict(), "all_gather": 3}})
+
+
+def test_a_pattern_must_say_what_it_owns():
+    class Partial(Pattern):                       # no name of its own: not in the catalogue
+        words, subject = "partial", "the partial pattern"
+
+        def channel_cost(self, given):
+            return given
+
+    with pytest.raises(TypeError, match="abstract"):
+        Partial()
+    assert "partial" not in Pattern.names()

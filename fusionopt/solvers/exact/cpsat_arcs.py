@@ -95,6 +95,18 @@ def add_path_constraints(model: Any, arcs: list[Any], leaving: list[list[Any]],
         model.add(sum(arcs) <= limit)
 
 
+def add_holding_ends(model: Any, new_var: Any, name: str, ends: list[Any], cuts: list[Any], count: int) -> list[Any]:
+    """``[None, h_1, ..., h_count]``: for each position ``p`` a variable (``new_var(name + p)``)
+    at least the end of the message holding ``p``, which is ``ends[p]`` where a message ends
+    at ``p`` (``cuts[p]``, and always at ``count``) and else the next position's."""
+    held = [None] + [new_var(f"{name}{p}") for p in range(1, count + 1)]
+    model.add(held[count] >= ends[count])
+    for p in range(1, count):
+        model.add(held[p] >= ends[p]).only_enforce_if(cuts[p])
+        model.add(held[p] >= held[p + 1]).only_enforce_if(~cuts[p])
+    return held
+
+
 def reference_cuts(problem: Problem, cap: float, limit: int | None) -> np.ndarray:
     """A fusion plan that meets the caps: WFBP, or with a message limit the greedy packing
     of contiguous groups under ``cap`` (the fewest messages, which ``check_caps`` checked)."""

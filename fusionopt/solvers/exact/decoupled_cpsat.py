@@ -59,7 +59,7 @@ from fusionopt.model.bounds import decoupled_lower_bound
 from fusionopt.model.decoupled_plan import ALL_GATHER, REDUCE_SCATTER, DecoupledPlan
 from fusionopt.model.problem import Problem
 from fusionopt.model.simulator import simulate
-from fusionopt.solvers.exact.cpsat_arcs import integer_horizon, positive_seconds
+from fusionopt.solvers.exact.cpsat_arcs import add_holding_ends, integer_horizon, positive_seconds
 from fusionopt.solvers.exact.cpsat_search import check_deterministic_time, raise_if_interrupted, run_search, set_search
 from fusionopt.solvers.baselines.megatron import decoupled_wfbp
 from fusionopt.solvers.needs import Needs, declares
@@ -370,11 +370,7 @@ class _Space:
             model.add(E[b] >= sx[arc] + k["rs"][arc]).only_enforce_if(chosen)
             model.add(sx[arc] == 0).only_enforce_if(~chosen)
         # H_p: the end of the reduce-scatter holding ready position p (D of its tensor).
-        H = [None] + [var(f"H{p}") for p in range(1, n + 1)]
-        model.add(H[n] >= E[n])
-        for p in range(1, n):
-            model.add(H[p] >= E[p]).only_enforce_if(cut[p])
-            model.add(H[p] >= H[p + 1]).only_enforce_if(~cut[p])
+        H = add_holding_ends(model, var, "H", E, cut, n)
         # V_p: the updates along the ready order from B (ZeRO's semantics).
         V: list[Any] = [k["backward"]]
         if not self.after:
@@ -399,11 +395,7 @@ class _Space:
             model.add(G[b] >= sy[arc] + k["ag"][arc]).only_enforce_if(chosen)
             model.add(sy[arc] == 0).only_enforce_if(~chosen)
         # A_q: the end of the all-gather holding forward position q (tensor q - 1).
-        A = [None] + [var(f"A{q}") for q in range(1, n + 1)]
-        model.add(A[n] >= G[n])
-        for q in range(1, n):
-            model.add(A[q] >= G[q]).only_enforce_if(cut_ag[q])
-            model.add(A[q] >= A[q + 1]).only_enforce_if(~cut_ag[q])
+        A = add_holding_ends(model, var, "A", G, cut_ag, n)
         total = model.new_int_var(floor_T, horizon, "T")
         X: list[Any] = []
         first = k["backward"] if self.after else V[n]

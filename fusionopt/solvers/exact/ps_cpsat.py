@@ -16,7 +16,7 @@ from fusionopt.model.problem import Problem
 from fusionopt.model.ps_plan import PSPlan
 from fusionopt.model.ps_timing import offsets_iteration_time
 from fusionopt.solvers.catalogue import method, seconds_left
-from fusionopt.solvers.exact.cpsat_arcs import add_path_constraints, integer_horizon, positive_seconds
+from fusionopt.solvers.exact.cpsat_arcs import add_holding_ends, add_path_constraints, integer_horizon, positive_seconds
 from fusionopt.solvers.exact.cpsat_search import raise_if_interrupted, run_search
 from fusionopt.solvers.exact.ps_spaces import DEFAULT_MAX_UNITS, common_stats, ps_units
 from fusionopt.solvers.needs import Needs, declares
@@ -250,11 +250,7 @@ class _Grid:
             model.add(update[b] >= end[b] + cp_model.LinearExpr.weighted_sum([v for v, _ in entering],
                                                                             [w for _, w in entering]))
         # V_p: the update of the push message holding position p.
-        held_push = [None] + [var(f"v{p}") for p in range(1, N + 1)]
-        model.add(held_push[N] >= update[N])
-        for p in range(1, N):
-            model.add(held_push[p] >= update[p]).only_enforce_if(cut[p])
-            model.add(held_push[p] >= held_push[p + 1]).only_enforce_if(~cut[p])
+        held_push = add_holding_ends(model, var, "v", update, cut, N)
         # Pull gates: the largest V from q to the end of q's pull message.
         gate = [None] + [var(f"g{q}") for q in range(1, N + 1)]
         for q in range(1, N + 1):
@@ -268,11 +264,7 @@ class _Grid:
                 model.add(pull_end[b] >= pull_end[a] + d).only_enforce_if(y[(a, b)])
             model.add(pull_end[b] >= gate[a + 1] + d).only_enforce_if(y[(a, b)])
         # The end of the pull message holding q.
-        held = [None] + [var(f"h{q}") for q in range(1, N + 1)]
-        model.add(held[N] >= pull_end[N])
-        for q in range(1, N):
-            model.add(held[q] >= pull_end[q]).only_enforce_if(cut_pull[q])
-            model.add(held[q] >= held[q + 1]).only_enforce_if(~cut_pull[q])
+        held = add_holding_ends(model, var, "h", pull_end, cut_pull, N)
         total = model.new_int_var(floor_T, horizon, "T")
         forwards: list[Any] = []
         split_pull: dict[int, Any] = {}
