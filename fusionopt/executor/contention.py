@@ -55,24 +55,36 @@ from fusionopt.model._io import read_json_document, write_json_atomic
 from fusionopt.model.cost import CommCost
 
 CONTENTION_SCHEMA = "fusionopt.contention"
-DEFAULT_SIZES = (1 << 16, 1 << 20, 1 << 24)
+DEFAULT_SIZES = (1 << 16, 1 << 18, 1 << 20)
 # The link the stored GPU runs emulated (validation/hardware/run.py --emulate-network 100gb-ib --workers 8).
 DEFAULT_LINK = ("100gb-ib", 8)
 _WARM_MESSAGES = 3
+# Kernels a message queues on the communication stream: pack, collective, hold, unpack.
+_LAUNCHES_PER_MESSAGE = 4
 
 
 @dataclass(frozen=True)
 class ContentionSpec:
     """What a contention calibration runs: message ``sizes`` (bytes, multiples of 8), each
     side of a pair about ``batch_seconds`` alone, ``trials`` of each, a ``spin`` (seconds)
-    before each origin, at most ``rounds`` doublings of the covering side."""
+    before each origin, at most ``rounds`` doublings of the covering side and at most
+    ``rounds`` longer spins, and at most ``max_launches`` kernels queued by one run.
+
+    A run is queued whole before the device reaches its origin, and CUDA blocks the host
+    once about a thousand launches are pending; a run of more kernels than that would wait
+    on the device it is timing, so it is refused (one line) rather than run. A GEMM is about
+    12.5 us on an H100 (``CudaStreams``), hence the short batches and the sizes up to 1 MiB:
+    on one H100 the first defaults (20 ms batches, 16 MiB messages) queued thousands of
+    kernels a run, and their spin grew without end.
+    """
 
     sizes: tuple[int, ...] = DEFAULT_SIZES
-    batch_seconds: float = 0.02
+    batch_seconds: float = 0.002
     trials: int = 3
     spin: float = 0.02
     rounds: int = 6
     timeout: float = 60.0
+    max_launches: int = 900
 
     def __post_init__(self) -> None:
         if not self.sizes or any(isinstance(s, bool) or int(s) != s or s < 8 or s % 8 for s in self.sizes):
@@ -81,14 +93,14 @@ class ContentionSpec:
             value = getattr(self, label)
             if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
                 raise ValueError(f"{label} must be a positive number of seconds, got {value!r}")
-        for label in ("trials", "rounds"):
+        for label in ("trials", "rounds", "max_launches"):
             value = getattr(self, label)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{label} must be an integer >= 1, got {value!r}")
 
     def to_dict(self) -> dict[str, Any]:
         return {"sizes": [int(s) for s in self.sizes], "batch_seconds": self.batch_seconds, "trials": self.trials,
-                "spin": self.spin, "rounds": self.rounds}
+                "spin": self.spin, "rounds": self.rounds, "max_launches": self.max_launches}
 
 
 class _Run:
@@ -101,6 +113,13 @@ class _Run:
         self.fused = comm.empty(words, np.dtype(np.uint64))
         self.source[...] = 0
         self.spin = spec.spin
+        self.product = float(getattr(streams, "gemm_seconds", float("nan")))     # one GEMM's seconds
+
+    def launches(self, sizes: Sequence[int], gemm_seconds: float) -> int:
+        """Kernels one run queues: each message's, each GEMM (and a spin for the rest), the
+        spin before the origin."""
+        gemms = int(gemm_seconds // self.product) + 1 if self.product > 0 and gemm_seconds > 0 else 1
+        return _LAUNCHES_PER_MESSAGE * len(sizes) + gemms + 1
 
     def agree(self, flag: bool) -> bool:
         """Whether any rank says so (every rank then takes the same branch)."""
@@ -109,11 +128,20 @@ class _Run:
     def spans(self, sizes: Sequence[int], gemm_seconds: float) -> dict[str, float]:
         """Queue ``gemm_seconds`` of GEMMs and the messages of ``sizes`` from one origin; the
         seconds from the origin to each stream's end (slowest rank)."""
-        while True:
+        launches = self.launches(sizes, gemm_seconds)
+        if launches > self.spec.max_launches:
+            raise RuntimeError(f"contention calibration: a run of {len(sizes)} messages and {gemm_seconds * 1e3:.3g} ms "
+                               f"of GEMMs queues {launches} kernels, more than max_launches={self.spec.max_launches} "
+                               "the host can queue ahead of the GPU; give fewer or smaller sizes or a shorter "
+                               "batch_seconds")
+        for _ in range(self.spec.rounds + 1):
             timed = self._once(sizes, gemm_seconds)
             if not self.agree(timed.pop("host") > self.spin / 2):
                 return {key: max(self.comm.allgather(value, timeout=self.spec.timeout)) for key, value in timed.items()}
             self.spin *= 4                       # the device may have waited for the host
+        raise RuntimeError(f"contention calibration: the host still took over half the {self.spin / 4:.3g} s spin "
+                           f"to queue a run of {len(sizes)} messages after {self.spec.rounds} longer spins; "
+                           "lower batch_seconds or max_launches")
 
     def _once(self, sizes: Sequence[int], gemm_seconds: float) -> dict[str, float]:
         comm, streams, timeout = self.comm, self.streams, self.spec.timeout

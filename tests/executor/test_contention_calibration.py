@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -117,7 +118,8 @@ class FakeComm:
 
 
 LINK = AlphaBeta(28e-6, 1.4e-10)
-SPEC = ContentionSpec(sizes=(1 << 10, 1 << 16), batch_seconds=0.005, trials=2)
+# The fake device has no launch queue: the cap on the kernels a run queues is lifted.
+SPEC = ContentionSpec(sizes=(1 << 10, 1 << 16), batch_seconds=0.005, trials=2, max_launches=10**6)
 
 
 def calibrate_on(devices, spec=SPEC):
@@ -165,7 +167,43 @@ def test_a_cover_that_never_outlasts_is_an_error():
     # mu 40 with one doubling allowed: 4 batches of GEMMs cannot outlast 40 batches of messages.
     with pytest.raises(RuntimeError, match=r"GEMMs doubled 1 times still ended before the messages"):
         calibrate_on([ContendedDevice(1.0, 40.0)], ContentionSpec(sizes=(1 << 10,), batch_seconds=0.005,
-                                                                  trials=1, rounds=1))
+                                                                  trials=1, rounds=1, max_launches=10**6))
+
+
+class GemmDevice(ContendedDevice):
+    """The fake with GEMMs of 12.5 us, as ``CudaStreams`` times them on an H100."""
+
+    gemm_seconds = 12.5e-6
+
+
+def test_a_run_longer_than_the_launch_queue_is_refused():
+    # c(1 KiB) = 28.14 us: 5 ms is 178 messages, 712 kernels, + the GEMMs' spin + the origin's
+    # spin = 714 alone; with max_launches 700 the first run is refused before anything is queued.
+    spec = ContentionSpec(sizes=(1 << 10,), batch_seconds=0.005, trials=1, max_launches=700)
+    with pytest.raises(RuntimeError, match=r"a run of 178 messages and 0 ms of GEMMs queues 714 kernels, "
+                                           r"more than max_launches=700"):
+        calibrate_on([GemmDevice(1.0, 1.0)], spec)
+    # The GEMMs count one kernel each: 2 x 5 ms covering the messages is 10 ms // 12.5 us = 799
+    # GEMMs in floating point and a spin for the rest, as CudaStreams.work queues them.
+    spec = ContentionSpec(sizes=(1 << 10,), batch_seconds=0.005, trials=1, max_launches=1400)
+    with pytest.raises(RuntimeError, match=r"a run of 178 messages and 10 ms of GEMMs queues 1513 kernels"):
+        calibrate_on([GemmDevice(1.0, 1.0)], spec)
+
+
+class SlowHost(ContendedDevice):
+    """A host that takes 2 ms to queue each GEMM batch: never ahead of a spin of microseconds."""
+
+    def work(self, stream, seconds):
+        time.sleep(2e-3)
+        super().work(stream, seconds)
+
+
+def test_a_host_that_never_gets_ahead_is_an_error_not_an_endless_spin():
+    # Spins of 1, 4 and 16 us, then the error: the host took over half of each to queue.
+    spec = ContentionSpec(sizes=(1 << 10,), batch_seconds=0.005, trials=1, spin=1e-6, rounds=2, max_launches=10**6)
+    with pytest.raises(RuntimeError, match=r"the host still took over half the 1.6e-05 s spin to queue a run of "
+                                           r"3 messages after 2 longer spins"):
+        calibrate_on([SlowHost(1.0, 1.0)], spec)
 
 
 def test_ratios_below_one_are_recorded_and_floored():

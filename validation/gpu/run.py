@@ -116,8 +116,10 @@ def run_stage(arguments: list[str], seconds: float, log: Path) -> tuple[str, flo
     """Run one stage in its own process group for at most ``seconds``; its output to ``log``."""
     started = time.perf_counter()
     with log.open("w") as sink:
+        # The checkout's package, whether or not it is installed on the machine.
+        path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)
         process = subprocess.Popen([sys.executable, *arguments], cwd=ROOT, stdout=sink, stderr=subprocess.STDOUT,
-                                   start_new_session=True)
+                                   start_new_session=True, env={**os.environ, "PYTHONPATH": path})
         try:
             code = process.wait(timeout=seconds)
             status = "passed" if code == 0 else f"failed (exit {code})"

@@ -46,15 +46,17 @@ from pathlib import Path
 
 import numpy as np
 
-from fusionopt import zoo
-from fusionopt.cost import network
-from fusionopt.executor import calibrate, run, scale_compute
-from fusionopt.model import Problem
-from fusionopt.reporting import (Progress, changed_options, interrupted_path, nonnegative_int, positive_float,
-                                 positive_int, subset_location, write_result)
-from fusionopt.solvers import methods, solve
-
 ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from fusionopt import zoo  # noqa: E402
+from fusionopt.cost import network  # noqa: E402
+from fusionopt.executor import calibrate, run, scale_compute  # noqa: E402
+from fusionopt.model import Problem  # noqa: E402
+from fusionopt.reporting import (Progress, changed_options, interrupted_path, nonnegative_int,  # noqa: E402
+                                 positive_float, positive_int, subset_location, write_result)
+from fusionopt.solvers import methods, solve  # noqa: E402
+
 METHODS = ("wfbp", "dp", "ddp", "horovod", "usbyte")
 # The arguments, beside the defaults, of the run that made each stored result: the CPU ones on
 # 2 ranks, the GPU ones on one GPU and an emulated link (validation/README.md).

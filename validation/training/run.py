@@ -76,6 +76,7 @@ MODELS = ("mlp", "cnn", "lstm")
 CALIBRATION = ("single", "wfbp")      # the plans the in-run fit (``calibrated``) uses
 PREDICTIONS = ("predicted", "predicted_with_reducer", "calibrated")
 REAL_DDP = "real DDP"
+TEARDOWN_SECONDS = 10.0    # how long ranks whose models are all measured may take to end
 USBYTE_UNIT = 4096          # parameters per US-Byte unit (the models are small)
 
 
@@ -442,8 +443,8 @@ def main(argv: list[str] | None = None) -> int:
     import torch
     import torch.multiprocessing as mp
 
-    if args.backend == "nccl" and torch.cuda.device_count() < 2:
-        print(f"error: --backend nccl runs one rank per GPU and needs 2 GPUs; this host has "
+    if args.backend == "nccl" and torch.cuda.device_count() < args.ranks:
+        print(f"error: --backend nccl runs one rank per GPU and needs {args.ranks} GPUs; this host has "
               f"{torch.cuda.device_count()}", file=sys.stderr)
         return 2
     host = (f"{platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}, torch {torch.__version__}"
@@ -468,10 +469,15 @@ def main(argv: list[str] | None = None) -> int:
             rank0 = os.path.join(scratch, "rank0.json")
             ranks = mp.spawn(_rank, args=(free_port(), rank0, settings), nprocs=settings["ranks"], join=False)
             try:
-                finished = False
+                finished, ended = False, None
                 while not finished:
                     finished = ranks.join(timeout=1.0)
                     done = json.loads(Path(rank0).read_text()) if os.path.exists(rank0) else {}
+                    if len(done) == len(models):     # every model measured: the ranks only tear down
+                        ended = ended or time.perf_counter()
+                        # On one H100 the NCCL rank outlived its last model by over 15 s
+                        # after writing its results (tearing down); they are in, so it is stopped.
+                        finished = finished or time.perf_counter() - ended > TEARDOWN_SECONDS
                     for name in [m for m in done if m not in results]:
                         results[name] = done[name]
                         progress.keep(document_of(dict(results), args, argv, host, reducer))
