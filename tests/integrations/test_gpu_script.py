@@ -75,3 +75,24 @@ def test_the_stages_call_scripts_and_flags_that_exist():
     done = subprocess.run([sys.executable, str(root / "validation" / "step" / "run.py"), "--help"],
                           capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(root)})
     assert "--time-limit" in done.stdout
+
+
+def test_time_a_stage_leaves_goes_to_the_later_ones(script, tmp_path, monkeypatch):
+    # Each stage gets its share of what is left among the stages still to run; a stage that
+    # ends at once leaves its share to the others, and the last takes all that is left.
+    given: dict[int, float] = {}
+
+    def run_stage(arguments, seconds, log):
+        given[len(given)] = seconds
+        log.write_text("")
+        return "passed", 0.0
+
+    monkeypatch.setattr(script, "machine", lambda: {"cpu": "x", "cores": 2, "python": "3", "gpu": "Fake"})
+    monkeypatch.setattr(script, "why_not", lambda name, arguments, gpu: None)
+    monkeypatch.setattr(script, "run_stage", run_stage)
+    assert script.main(["--out", str(tmp_path), "--budget", "400", "--stages", "tests,training,step"]) == 0
+    shares = [script.STAGES[s][0] for s in ("tests", "training", "step")]
+    assert given[0] == pytest.approx(400 * shares[0] / sum(shares), rel=1e-3)
+    assert given[1] == pytest.approx(400 * shares[1] / (shares[1] + shares[2]), rel=1e-3)
+    assert given[2] == pytest.approx(400, rel=1e-3)
+    assert script.stage_seconds(-3.0, 0.2, 0.5) == 0.0

@@ -8,6 +8,7 @@ refusals."""
 from __future__ import annotations
 
 import json
+import runpy
 import subprocess
 import sys
 from pathlib import Path
@@ -43,8 +44,10 @@ def test_both_routes_on_the_cpu_write_a_subset_result(tmp_path):
     assert traced["predicted"] > 0 and traced["measured_in_trace"] > 0 and traced["unprofiled"] > 0
     table = (tmp_path / "step-cpu.subset.md").read_text()
     error = 100 * (hooks["predicted"] - row["measured"]["median"]) / row["measured"]["median"]
-    assert f"| mlp | 8 | fp32 | {1e3 * row['measured']['median']:.2f} | {1e3 * hooks['predicted']:.2f} | {error:+.1f}% |" \
-        in table
+    # No device events on the CPU: that column says "-".
+    assert "events_median" not in row["measured"]
+    assert f"| mlp | 8 | fp32 | {1e3 * row['measured']['median']:.2f} | - | {1e3 * hooks['predicted']:.2f} | " \
+           f"{error:+.1f}% |" in table
     assert "Measured: the plain step" in table and "Predicted: the hooks route" in table
 
 
@@ -83,3 +86,26 @@ def test_a_model_that_cannot_be_built_is_a_row_that_says_so(tmp_path):
     assert row["error"].startswith("no-such-model: cannot be built here")
     assert "| no-such-model | 4 | fp32 | not run: no-such-model: cannot be built here" in \
         (tmp_path / "step-cpu.subset.md").read_text()
+
+
+class FakeEvent:
+    """A timing event on a fake device clock that advances 3 ms per step."""
+
+    clock = 0.0
+
+    def __init__(self) -> None:
+        self.at = FakeEvent.clock
+
+    def elapsed_time(self, other: "FakeEvent") -> float:
+        return other.at - self.at          # milliseconds, as torch.cuda.Event says
+
+
+def test_the_plain_step_is_also_timed_by_device_events():
+    module = runpy.run_path(str(SCRIPT), run_name="step_run_events")
+
+    def step():
+        FakeEvent.clock += 3.0
+
+    found = module["measure"](step, lambda: None, 5, 1, FakeEvent)
+    assert found["events_median"] == pytest.approx(3e-3, rel=1e-12)
+    assert found["median"] >= 0 and "events_median" not in module["measure"](step, lambda: None, 2, 1)

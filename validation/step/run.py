@@ -140,18 +140,35 @@ def plain_step(model: Any, inputs: Any, optimizer: Any, precision: Precision) ->
     optimizer.step()
 
 
-def measure(step: Callable[[], None], sync: Callable[[], None], steps: int, warmup: int) -> dict[str, float]:
-    """Median, min and max period of ``step`` in seconds, synchronised after each."""
+def _recorded(event: Any) -> Any:
+    event.record()
+    return event
+
+
+def measure(step: Callable[[], None], sync: Callable[[], None], steps: int, warmup: int,
+            event: Callable[[], Any] | None = None) -> dict[str, float]:
+    """Median, min and max period of ``step`` in seconds on the host's clock, synchronised
+    after each; with ``event`` (a timing CUDA event's maker) also ``events_median``, the same
+    steps from an event recorded before each to one recorded after it, as ``profile_model``
+    times its plain steps: the device's span, without the host's time before its first
+    kernel and after the last."""
     for _ in range(warmup):
         step()
     sync()
-    periods = []
+    periods, spans = [], []
     for _ in range(steps):
         started = time.perf_counter()
+        first = event() if event is not None else None
         step()
+        last = event() if event is not None else None
         sync()
         periods.append(time.perf_counter() - started)
-    return {"median": statistics.median(periods), "min": min(periods), "max": max(periods)}
+        if first is not None:
+            spans.append(first.elapsed_time(last) / 1e3)
+    found = {"median": statistics.median(periods), "min": min(periods), "max": max(periods)}
+    if spans:
+        found["events_median"] = statistics.median(spans)
+    return found
 
 
 def hooks_route(model: Any, inputs: Any, optimizer: Any, precision: Precision, name: str, batch: int,
@@ -238,17 +255,19 @@ def markdown(document: dict[str, Any]) -> str:
              f"{document['date']}; torch {hw['torch']}; {document['steps']} plain steps after {document['warmup']} "
              f"per measurement; `profile_model` over {document['profile_steps']} steps. Timings of that machine. "
              f"Written by `{document['command']}`.", ""]
-    header = ["model", "batch", "precision", "plain, measured (ms)", "hooks: predicted (ms)", "error",
+    header = ["model", "batch", "precision", "plain, measured (ms)", "plain, device events (ms)",
+              "hooks: predicted (ms)", "error",
               "hooked period, measured (ms)", "traced: predicted (ms)", "traced period, measured (ms)",
               "DDP unprofiled, measured (ms)", "predicted unprofiled (ms)", "error vs unprofiled"]
     rows = []
     for row in document["cases"]:
         if "error" in row:
-            rows.append([row["model"], row["batch"], row["precision"], f"not run: {row['error']}"] + [""] * 8)
+            rows.append([row["model"], row["batch"], row["precision"], f"not run: {row['error']}"] + [""] * 9)
             continue
         plain = row["measured"]["median"]
         hooks, traced = row.get("hooks", {}), row.get("traced", {})
         rows.append([row["model"], row["batch"], row["precision"], _ms(plain),
+                     _ms(row["measured"].get("events_median")),
                      _ms(hooks.get("predicted")) if "failed" not in hooks else f"failed: {hooks['failed']}",
                      _error(hooks.get("predicted"), plain), _ms(hooks.get("hooked")),
                      _ms(traced.get("predicted")) if "failed" not in traced else f"failed: {traced['failed']}",
@@ -258,7 +277,9 @@ def markdown(document: dict[str, Any]) -> str:
     lines += markdown_table(header, rows)
     errors = [abs(r["hooks"]["predicted"] - r["measured"]["median"]) / r["measured"]["median"]
               for r in document["cases"] if "predicted" in r.get("hooks", {})]
-    lines += ["", "Measured: the plain step, the hooked period, the traced period and the unprofiled DDP step. "
+    lines += ["", "Measured: the plain step (on the host's clock, synchronised after each; on a GPU also from an "
+              "event before it to one after it, as `profile_model` times its own plain steps), the hooked "
+              "period, the traced period and the unprofiled DDP step. "
               "Predicted: the hooks route's one-worker step (the profile `profile_model` writes, reconciled with "
               "plain steps of its own, another run than the plain step measured here) and the traced route's "
               "step (from the traces alone) and, where the reader gives it, the unprofiled step it predicts. "
@@ -316,6 +337,7 @@ def main(argv: list[str] | None = None) -> int:
     from fusionopt.reporting import command_line
 
     sync = (lambda: torch.cuda.synchronize(device)) if gpu else (lambda: None)
+    event = (lambda: _recorded(torch.cuda.Event(enable_timing=True))) if gpu else None
     if gpu:
         torch.cuda.set_device(device)
     dist.init_process_group("nccl" if gpu else "gloo", init_method=f"tcp://127.0.0.1:{free_port()}",
@@ -345,7 +367,7 @@ def main(argv: list[str] | None = None) -> int:
                 inputs = inputs_for(batch, device)
                 optimizer = torch.optim.SGD(model.parameters(), lr=1e-4, momentum=0.9)
                 row["measured"] = measure(lambda: plain_step(model, inputs, optimizer, precision), sync,
-                                          args.steps, args.warmup)
+                                          args.steps, args.warmup, event)
                 for route in routes:
                     try:
                         if route == "hooks":
