@@ -60,3 +60,25 @@ def test_the_fit_reproduces_the_data_it_was_made_from(script):
     assert script.summarise(rows)["ranking"]["resnet50"]["equal"]
     assert script.mean_abs_error(cases, 1.2, 4.0) == 0.0
     assert script.mean_abs_error(cases, 1.3, 4.0) > 0.01
+
+
+def test_a_later_run_on_the_calibrated_zoo_is_rebuilt_and_predicted_without_a_fit(script):
+    later = json.loads(script.CHECK.read_text())
+    cases = script.rebuild(later, "checked run")
+    assert {c.zoo_compute for c in cases} == {"calibrated"}
+    for case, row in zip(cases, later["results"]):
+        assert case.predict() == pytest.approx(row["predicted_time"], rel=1e-12)
+    # The check predicts with factors given to it; the later run's measurements change nothing.
+    every = {"kappa": 1.1, "mu": 3.0}
+    folds = [{"fitted_on": "resnet50", "predicts": ["bert-base"], "kappa": 1.0, "mu": 2.0},
+             {"fitted_on": "bert-base", "predicts": ["resnet50"], "kappa": 1.2, "mu": 5.0}]
+    checked = script.check_rows(later, every, folds)
+    assert [r["predicted_time"] for r in checked["results"]] == pytest.approx([c.predict(1.1, 3.0) for c in cases])
+    resnet = [r for r in checked["other_model"]["results"] if r["model"] == "resnet50"]
+    assert [r["predicted_time"] for r in resnet] == pytest.approx(
+        [c.predict(1.2, 5.0) for c in cases if c.model == "resnet50"])
+    # A run that says which compute it had is rebuilt with that one alone.
+    said = copy.deepcopy(later)
+    said["zoo_compute"] = "roofline"
+    with pytest.raises(SystemExit, match=r"checked run: resnet50 wfbp: the rebuilt plan .* is not the stored one"):
+        script.rebuild(said, "checked run")

@@ -19,6 +19,11 @@ too (in-sample, no error is claimed from them), and those fitted on the spin run
 should be near 1. With ``--calibration FILE`` (``fusionopt calibrate --contention``'s output)
 the GEMM run is also predicted with the measured factors, fitting nothing.
 
+A later GEMM run (``--check``; by default the one the GPU command measured again on
+2026-11-27, ``results/gpu-2026-11-27/run2/nccl-gpu-gemm.json``) is predicted with the factors
+fitted here, fitting nothing on it: those fitted on every stored row, and for each model those
+fitted on the other model's stored rows.
+
 Writes ``results/contention-gpu.{json,md}``.
 
     python validation/hardware/contention.py
@@ -54,6 +59,8 @@ from fusionopt.solvers import solve  # noqa: E402
 from run import ranking  # noqa: E402
 
 RESULTS = ROOT / "validation" / "results"
+# The GEMM run measured again by the GPU command on 2026-11-27, after the stored one was fitted.
+CHECK = RESULTS / "gpu-2026-11-27" / "run2" / "nccl-gpu-gemm.json"
 KAPPAS = np.round(np.arange(1.0, 2.0001, 0.05), 2)
 MUS = np.geomspace(1.0, 64.0, 25)
 TARGET = 0.10
@@ -65,6 +72,7 @@ class Case:
 
     def __init__(self, row: dict[str, Any], scaled: Any, cost: Any) -> None:
         self.row, self.scaled, self.cost = row, scaled, cost
+        self.zoo_compute = ""            # zoo.profile's compute= the profile was rebuilt with
         self.model, self.method, self.sync = row["model"], row["method"], row["sync"]
         self.plan = solve(Problem(scaled, cost, sync=self.sync), self.method).plan.without_release()
         self.measured = float(row["measured_time"])
@@ -79,18 +87,34 @@ class Case:
 
 
 def rebuild(document: dict[str, Any], label: str) -> list[Case]:
-    """The stored run's plans, built again; each plain prediction checked against the stored one."""
+    """The stored run's plans, built again; each plain prediction checked against the stored one.
+
+    The zoo's compute the run's profiles had is ``zoo_compute`` where the run says it; the runs
+    before that field are tried with the roofline (the zoo's compute until 2026-11-27) and the
+    calibrated compute, and the one that rebuilds every row is kept."""
+    said = document.get("zoo_compute")
+    failures = []
+    for compute in [said] if said else ["roofline", "calibrated"]:
+        try:
+            return _rebuild(document, label, compute)
+        except ValueError as exc:
+            failures.append(str(exc))
+    raise SystemExit(failures[0] if said else f"{failures[0]}; with the calibrated compute: {failures[1]}")
+
+
+def _rebuild(document: dict[str, Any], label: str, compute: str) -> list[Case]:
     cases = []
     profiles = {}
     for row in document["results"]:
         model = row["model"]
         if model not in profiles:
-            profiles[model] = zoo.profile(model, device=document["device"], batch=document["batch"], compute="roofline")
+            profiles[model] = zoo.profile(model, device=document["device"], batch=document["batch"], compute=compute)
         cost = cost_from_dict(document["cost"][model])
         case = Case(row, scale_compute(profiles[model], row["time_scale"]), cost)
+        case.zoo_compute = compute
         rebuilt, stored = case.predict(), float(row["predicted_time"])
         if case.plan.num_messages != row["messages"] or not math.isclose(rebuilt, stored, rel_tol=1e-9):
-            raise SystemExit(f"{label}: {model} {case.method}: the rebuilt plan ({case.plan.num_messages} messages, "
+            raise ValueError(f"{label}: {model} {case.method}: the rebuilt plan ({case.plan.num_messages} messages, "
                              f"{1e3 * rebuilt:.6f} ms) is not the stored one ({row['messages']} messages, "
                              f"{1e3 * stored:.6f} ms): the zoo or the method changed since the run")
         cases.append(case)
@@ -145,7 +169,25 @@ def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
                        "rankings_agree_beyond_ties": all(o["agree_beyond_ties"] for o in orders.values())}}
 
 
-def evaluate(gemm: dict[str, Any], spin: dict[str, Any], calibration: str | None) -> dict[str, Any]:
+def check_rows(check: dict[str, Any], every: dict[str, Any], folds: list[dict[str, Any]]) -> dict[str, Any]:
+    """A later GEMM run, fitted on by nothing, predicted with the stored run's factors: those
+    fitted on every stored row, and for each model those fitted on the other model's stored
+    rows (new run and new model both)."""
+    cases = rebuild(check, "checked run")
+    rows = prediction_rows(cases, every["kappa"], every["mu"], "every stored row")
+    crossed = []
+    for fold in folds:
+        crossed += prediction_rows([c for c in cases if c.model in fold["predicts"]], fold["kappa"], fold["mu"],
+                                   fold["fitted_on"])
+    return {"date": check["date"], "gpu": check["hardware"].get("gpu"), "versions": check["versions"],
+            "zoo_compute": cases[0].zoo_compute,
+            "plain_median_abs_relative_error": statistics.median(abs(r["plain_error"]) for r in rows),
+            "results": rows, "summary": summarise(rows),
+            "other_model": {"results": crossed, "summary": summarise(crossed)}}
+
+
+def evaluate(gemm: dict[str, Any], spin: dict[str, Any], calibration: str | None,
+             check: dict[str, Any] | None = None, check_name: str = "") -> dict[str, Any]:
     cases = rebuild(gemm, "gemm run")
     controls = rebuild(spin, "spin run")
     models = list(dict.fromkeys(c.model for c in cases))
@@ -181,12 +223,22 @@ def evaluate(gemm: dict[str, Any], spin: dict[str, Any], calibration: str | None
         "spin_control": {**spin_fit, "plain_mean_abs_error": mean_abs_error(controls, 1.0, 1.0),
                          "note": "fitted on the spin run, where compute does not compete for the SMs"},
     }
+    if check is not None:
+        document["check"] = {"file": check_name, **check_rows(check, every, folds)}
     if calibration is not None:
         kappa, mu = read_contention(calibration)
         rows = prediction_rows(cases, kappa, mu, "calibration")
         document["calibrated"] = {"file": Path(calibration).name, "kappa": kappa, "mu": mu, "results": rows,
                                   "summary": summarise(rows)}
     return document
+
+
+def _ms(seconds: float) -> str:
+    return f"{1e3 * seconds:.2f}"
+
+
+def _percent(fraction: float) -> str:
+    return f"{100 * fraction:+.2f}%"
 
 
 def _verdict(order: dict[str, Any]) -> str:
@@ -276,6 +328,27 @@ def markdown(document: dict[str, Any]) -> str:
               f"run (compute that leaves the SMs free): kappa {spin['kappa']:.3f}, mu {spin['mu']:.2f}, mean |error| "
               f"{100 * spin['mean_abs_error']:.2f}% against {100 * spin['plain_mean_abs_error']:.2f}% without "
               f"contention (median {100 * document['plain']['spin_median_abs_relative_error']:.2f}%)."]
+    if "check" in document:
+        c = document["check"]
+        lines += ["", "## A later GEMM run, predicted", "",
+                  f"`{c['file']}`: the same command run again on {c['date'][:10]} ({c['gpu']}), its profiles the "
+                  f"zoo's {c['zoo_compute']} compute, so other compute times and time scales than the stored run's. "
+                  "Nothing was fitted on it: its plans are predicted with the factors fitted above on the stored "
+                  "run.", ""]
+        header = ["model", "method", "measured T (ms)", "predicted, no contention (ms)", "error",
+                  "predicted, factors of every stored row (ms)", "error", "predicted, factors of the other model (ms)",
+                  "error"]
+        other = {(r["model"], r["method"]): r for r in c["other_model"]["results"]}
+        table = [[r["model"], r["method"], _ms(r["measured_time"]), _ms(r["plain_predicted_time"]),
+                  _percent(r["plain_error"]), _ms(r["predicted_time"]), _percent(r["relative_error"]),
+                  _ms(other[r["model"], r["method"]]["predicted_time"]),
+                  _percent(other[r["model"], r["method"]]["relative_error"])] for r in c["results"]]
+        lines += markdown_table(header, table)
+        for label, summary in (("every stored row", c["summary"]), ("the other model", c["other_model"]["summary"])):
+            lines += ["", f"With the factors of {label}: median |error| "
+                      f"{100 * summary['median_abs_relative_error']:.2f}% (without contention "
+                      f"{100 * c['plain_median_abs_relative_error']:.2f}%); rankings "
+                      + ", ".join(f"{k} {_verdict(o)}" for k, o in summary["ranking"].items()) + "."]
     if "calibrated" in document:
         c = document["calibrated"]
         lines += ["", f"With the factors measured by `fusionopt calibrate --contention` ({c['file']}: kappa "
@@ -285,10 +358,19 @@ def markdown(document: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _shown(path: str) -> str:
+    """A path as the result shows it: from the repository's root where it is inside it."""
+    resolved = Path(path).resolve()
+    return str(resolved.relative_to(ROOT)) if resolved.is_relative_to(ROOT) else resolved.name
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--gemm", default=str(RESULTS / "nccl-gpu-gemm.json"), help="the GEMM run's result")
     parser.add_argument("--spin", default=str(RESULTS / "nccl-gpu-spin.json"), help="the spin run's result")
+    parser.add_argument("--check", default=str(CHECK) if CHECK.exists() else None, metavar="GEMM.json",
+                        help="a later GEMM run to predict with the fitted factors, fitting nothing on it "
+                             f"(default {CHECK.relative_to(ROOT)})")
     parser.add_argument("--calibration", metavar="CONTENTION.json",
                         help="also predict with these measured factors (fusionopt calibrate --contention)")
     parser.add_argument("--output-dir", default=str(RESULTS))
@@ -300,7 +382,12 @@ def main(argv: list[str] | None = None) -> int:
         if document.get("schema") != "fusionopt.validation.hardware" or document.get("compute") != compute:
             parser.error(f"{label} {Path(getattr(args, label[2:])).name}: not a validation/hardware/run.py result "
                          f"with --compute {compute}")
-    document = evaluate(gemm, spin, args.calibration)
+    check = None
+    if args.check:
+        check = read_json_document(args.check)
+        if check.get("schema") != "fusionopt.validation.hardware" or check.get("compute") != "gemm":
+            parser.error(f"--check {Path(args.check).name}: not a validation/hardware/run.py result with --compute gemm")
+    document = evaluate(gemm, spin, args.calibration, check, _shown(args.check) if args.check else "")
     write_result(output, "contention-gpu", document, markdown(document))
     return 0
 

@@ -219,7 +219,7 @@ def main(argv: list[str] | None = None) -> int:
         document = {
             "schema": "fusionopt.validation.hardware", "version": 1, "backend": args.backend,
             "device": args.device, "batch": args.batch, "ranks": args.ranks, "emulated": emulated,
-            "compute": args.compute,
+            "compute": args.compute, "zoo_compute": "calibrated",     # zoo.profile's compute= of the profiles
             "overlap": None if args.time_scale is not None else args.overlap,
             "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "hardware": hardware(args.backend), "versions": versions(args.backend),
