@@ -21,6 +21,7 @@ Writes ``validation/results/zoo-compute.{json,md}``.
 from __future__ import annotations
 
 import argparse
+import statistics
 import sys
 from pathlib import Path
 from typing import Any
@@ -30,10 +31,14 @@ sys.path.insert(0, str(ROOT))
 
 from fusionopt import Problem, solve, zoo  # noqa: E402
 from fusionopt.cost import AlphaBeta  # noqa: E402
+from fusionopt.model._io import read_json_document  # noqa: E402
 from fusionopt.reporting import command_line, markdown_table, write_result  # noqa: E402
 from fusionopt.zoo import calibrated, fitting, published  # noqa: E402
 
 OUT = ROOT / "validation" / "results"
+# The whole-step checks the GPU command ran on 2026-11-27, after the zoo's constants were fitted.
+LATER = (OUT / "gpu-2026-11-27" / "run1" / "step-gpu.partial.json",
+         OUT / "gpu-2026-11-27" / "run2" / "step-gpu.subset.partial.json")
 
 
 def one_worker_step(profile: Any) -> float:
@@ -60,6 +65,24 @@ def steps_table(cases: list[fitting.StepCase]) -> list[dict[str, Any]]:
             "left_out": held_out, "left_out_error": None if held_out is None else held_out / case.step - 1.0,
             "roofline": roofline, "layer_times": profile.metadata["layer_times"],
         })
+    return rows
+
+
+def later_steps_table(paths: list[Path]) -> list[dict[str, Any]]:
+    """The plain steps of later whole-step checks (``validation/step/run.py`` result files),
+    which no constant of the zoo was fitted on, against the zoo's one-worker step."""
+    rows = []
+    for path in paths:
+        for case in read_json_document(path)["cases"]:
+            if "measured" not in case:
+                continue
+            profile = zoo.profile(case["model"], device="h100", batch=case["batch"], precision=case["precision"],
+                                  optimizer="sgd")
+            measured, predicted = float(case["measured"]["median"]), one_worker_step(profile)
+            rows.append({"model": case["model"], "batch": case["batch"], "precision": case["precision"],
+                         "measured": measured, "zoo": predicted, "error": predicted / measured - 1.0,
+                         "source": str(path.resolve().relative_to(ROOT)) if path.resolve().is_relative_to(ROOT)
+                         else path.name})
     return rows
 
 
@@ -137,6 +160,19 @@ def markdown(document: dict[str, Any]) -> str:
          "roofline ms", "layer times"],
         [[r["model"], r["batch"], r["precision"], _ms(r["measured"]), _ms(r["zoo"]), _pct(r["error"]),
           _ms(r["left_out"]), _pct(r["left_out_error"]), _ms(r["roofline"]), r["layer_times"]] for r in steps])
+    later = document.get("later_steps") or []
+    if later:
+        errors = sorted(abs(r["error"]) for r in later)
+        lines += ["", "## Held out: steps measured later", "",
+                  "Plain steps measured after the fit by the GPU command's whole-step check (one H100 80GB HBM3, "
+                  "2026-11-27; files below), with the zoo's constants as they are: nothing here was fitted on "
+                  f"them. Largest |error| {100 * errors[-1]:.1f}%, median {100 * statistics.median(errors):.1f}%, "
+                  f"{sum(e <= 0.15 for e in errors)} of {len(errors)} within 15%; fp32 largest "
+                  f"{100 * max(abs(r['error']) for r in later if r['precision'] == 'fp32'):.1f}%, bf16 largest "
+                  f"{100 * max(abs(r['error']) for r in later if r['precision'] == 'bf16'):.1f}%.", ""]
+        lines += markdown_table(["model", "batch", "precision", "measured ms", "zoo ms", "error", "measured by"],
+                                [[r["model"], r["batch"], r["precision"], _ms(r["measured"]), _ms(r["zoo"]),
+                                  _pct(r["error"]), f"`{r['source']}`"] for r in later])
     lines += ["", "## Batch 32 profiles: measured with hooks against the zoo", "",
               "The measured times include the hooks' host time (small layers at batch 32); the zoo caps "
               "each layer at its work's time at its kind's floor rate.", ""]
@@ -162,11 +198,15 @@ def markdown(document: dict[str, Any]) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default=str(OUT), help="folder of the result (default validation/results)")
+    parser.add_argument("--later", nargs="*", default=[str(p) for p in LATER if p.exists()], metavar="STEP.json",
+                        help="whole-step results measured after the fit (default: those of the GPU command's "
+                             "2026-11-27 runs)")
     args = parser.parse_args(argv)
     cases = fitting.load_steps()
     document = {
         "command": command_line("validation/zoo/run.py", sys.argv[1:] if argv is None else argv, args.out),
         "steps": steps_table(cases),
+        "later_steps": later_steps_table([Path(p) for p in args.later]),
         "profiles": profiles_table(),
         "fit": fit_table(),
         "devices": devices_table(),
