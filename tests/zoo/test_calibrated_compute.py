@@ -288,3 +288,12 @@ def test_the_validation_script_writes_the_zoo_against_every_stored_step(tmp_path
     assert all(row["roofline"] < row["measured"] / 2 for row in document["steps"])
     assert len(document["devices"]) == len(published.FIGURES)
     assert "| resnet50 | 256 | fp32 |" in (tmp_path / "zoo-compute.md").read_text()
+    # The steps measured after the fit are predicted by the zoo as it is: each row's zoo step
+    # is the zoo's one-worker step of that case, its error against the later measurement.
+    later = document["later_steps"]
+    assert len(later) == 16 and {r["precision"] for r in later} == {"fp32", "bf16"}
+    row = next(r for r in later if (r["model"], r["batch"], r["precision"]) == ("resnet50", 128, "fp32"))
+    profile = zoo.profile("resnet50", device="h100", batch=128, precision="fp32", optimizer="sgd")
+    assert row["zoo"] == pytest.approx(script.one_worker_step(profile), rel=1e-12)
+    assert row["error"] == pytest.approx(row["zoo"] / row["measured"] - 1.0, rel=1e-12)
+    assert "## Held out: steps measured later" in (tmp_path / "zoo-compute.md").read_text()
