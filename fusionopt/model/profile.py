@@ -61,6 +61,8 @@ from typing import Any, Iterable, Mapping, Sequence
 import numpy as np
 
 from fusionopt.model._io import read_json_document, write_json_atomic
+from fusionopt.model.profile_checks import (DTYPE_BYTES, check_dtypes, check_order, check_part, check_shapes,
+                                            check_sizes, check_times, frozen)
 
 PROFILE_SCHEMA = "fusionopt.profile"
 PROFILE_VERSION = 1
@@ -70,138 +72,6 @@ _PROFILE_KEYS = ("schema", "version", "name", "dtype_bytes", "metadata", "tensor
 _TENSOR_KEYS = ("name", "size", "forward", "backward", "update", "dtype", "shape")
 # The parts of a step that belong to no tensor (MODEL.md section 4), seconds.
 STEP_PARTS = ("update_lump", "post_backward", "host_overhead")
-
-# Bytes per element of the dtypes a profile may name (torch's names, without "torch.").
-DTYPE_BYTES = {
-    "float64": 8, "float32": 4, "float16": 2, "bfloat16": 2, "float8_e4m3fn": 1, "float8_e5m2": 1,
-    "complex128": 16, "complex64": 8, "int64": 8, "int32": 4, "int16": 2, "int8": 1, "uint8": 1, "bool": 1,
-}
-
-
-def _frozen(values: np.ndarray) -> np.ndarray:
-    values.setflags(write=False)
-    return values
-
-
-def _check_times(kind: str, values: Sequence[float], names: Sequence[str]) -> np.ndarray:
-    try:
-        times = np.asarray(values, dtype=np.float64)
-    except (TypeError, ValueError) as exc:
-        raise ValueError(f"{kind} times must be numbers: {exc}") from None
-    if times.ndim != 1:
-        raise ValueError(f"{kind} times must be a flat sequence, got shape {times.shape}")
-    for i, t in enumerate(times):
-        if math.isnan(t):
-            raise ValueError(f"tensor {names[i]!r}: {kind} time is NaN")
-        if math.isinf(t):
-            raise ValueError(f"tensor {names[i]!r}: {kind} time is infinite")
-        if t < 0:
-            raise ValueError(f"tensor {names[i]!r}: {kind} time is negative ({float(t)!r} s)")
-    return times
-
-
-_MAX_BYTES = 2**63 - 1
-
-
-def _check_sizes(values: Sequence[int], names: Sequence[str]) -> np.ndarray:
-    sizes = np.empty(len(values), dtype=np.int64)
-    for i, s in enumerate(values):
-        if isinstance(s, (bool, np.bool_)):
-            raise ValueError(f"tensor {names[i]!r}: size must be an integer number of bytes, got {s!r}")
-        try:
-            as_float = float(s)
-        except (TypeError, ValueError):
-            raise ValueError(f"tensor {names[i]!r}: size must be a number of bytes, got {s!r}") from None
-        if math.isnan(as_float):
-            raise ValueError(f"tensor {names[i]!r}: size is NaN")
-        if math.isinf(as_float):
-            raise ValueError(f"tensor {names[i]!r}: size is infinite")
-        if as_float != int(as_float):
-            raise ValueError(f"tensor {names[i]!r}: size must be a whole number of bytes, got {s!r}")
-        if as_float < 0:
-            raise ValueError(f"tensor {names[i]!r}: size is negative ({s!r} bytes)")
-        if as_float == 0:
-            raise ValueError(f"tensor {names[i]!r}: size is zero bytes")
-        whole = int(s) if isinstance(s, (int, np.integer)) else int(as_float)
-        if whole > _MAX_BYTES:
-            raise ValueError(f"tensor {names[i]!r}: size {whole} bytes is more than 2**63 - 1, the most a profile holds")
-        sizes[i] = whole
-    return sizes
-
-
-def _check_order(kind: str, order: Sequence[int], names: Sequence[str]) -> tuple[int, ...]:
-    """A permutation of ``0 .. n-1`` given as forward indices or tensor names."""
-    n = len(names)
-    position = {nm: i for i, nm in enumerate(names)}
-    if isinstance(order, (str, bytes)):
-        raise ValueError(f"{kind} must be a sequence of tensor names or forward indices, got a string")
-    indices = []
-    for entry in order:
-        if isinstance(entry, str):
-            if entry not in position:
-                raise ValueError(f"{kind} names {entry!r}, which is not a tensor of the profile")
-            indices.append(position[entry])
-        elif isinstance(entry, (int, np.integer)) and not isinstance(entry, (bool, np.bool_)):
-            if not 0 <= int(entry) < n:
-                raise ValueError(f"{kind} holds index {int(entry)}, out of range for {n} tensors")
-            indices.append(int(entry))
-        else:
-            raise ValueError(f"{kind} holds {entry!r}: expected a tensor name or a forward index")
-    seen: dict[int, int] = {}
-    for k, i in enumerate(indices):
-        if i in seen:
-            raise ValueError(f"{kind} lists tensor {names[i]!r} twice (positions {seen[i]} and {k})")
-        seen[i] = k
-    if len(indices) != n:
-        missing = next(names[i] for i in range(n) if i not in seen)
-        raise ValueError(f"{kind} lists {len(indices)} of {n} tensors; {missing!r} is missing")
-    return tuple(indices)
-
-
-def _check_part(part: str, value: Any) -> float:
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
-        raise ValueError(f"{part} must be a number of seconds, got {value!r}")
-    if not math.isfinite(value) or value < 0:
-        raise ValueError(f"{part} must be a finite number of seconds >= 0, got {value!r}")
-    return float(value)
-
-
-def _check_dtypes(values: Sequence[str], names: Sequence[str], sizes: np.ndarray) -> tuple[str, ...]:
-    if isinstance(values, (str, bytes)):
-        raise ValueError("dtypes must be a sequence of dtype names, one per tensor, got a string")
-    dtypes = tuple(values)
-    if len(dtypes) != len(names):
-        raise ValueError(f"length mismatch: {len(names)} tensor names but {len(dtypes)} dtypes")
-    for i, d in enumerate(dtypes):
-        label = str(d).removeprefix("torch.")
-        if label not in DTYPE_BYTES:
-            raise ValueError(f"tensor {names[i]!r}: unknown dtype {d!r} (known: {', '.join(DTYPE_BYTES)})")
-        if int(sizes[i]) % DTYPE_BYTES[label]:
-            raise ValueError(f"tensor {names[i]!r}: {int(sizes[i])} bytes is not a whole number of "
-                             f"{label} elements ({DTYPE_BYTES[label]} bytes each)")
-    return tuple(str(d).removeprefix("torch.") for d in dtypes)
-
-
-def _check_shapes(values: Sequence[Sequence[int]], names: Sequence[str], sizes: np.ndarray,
-                  element_bytes: np.ndarray) -> tuple[tuple[int, ...], ...]:
-    shapes = tuple(values)
-    if len(shapes) != len(names):
-        raise ValueError(f"length mismatch: {len(names)} tensor names but {len(shapes)} shapes")
-    out = []
-    for i, shape in enumerate(shapes):
-        if isinstance(shape, (str, bytes)) or not isinstance(shape, Sequence):
-            raise ValueError(f"tensor {names[i]!r}: shape must be a list of dimensions, got {shape!r}")
-        dims = []
-        for d in shape:
-            if isinstance(d, (bool, np.bool_)) or not isinstance(d, (int, np.integer)) or d <= 0:
-                raise ValueError(f"tensor {names[i]!r}: shape {list(shape)!r} must hold positive whole dimensions")
-            dims.append(int(d))
-        elements = math.prod(dims)
-        if elements * int(element_bytes[i]) != int(sizes[i]):
-            raise ValueError(f"tensor {names[i]!r}: shape {dims} holds {elements} elements of "
-                             f"{int(element_bytes[i])} bytes, not its {int(sizes[i])} bytes")
-        out.append(tuple(dims))
-    return tuple(out)
 
 
 @dataclass(frozen=True, eq=False)
@@ -313,19 +183,19 @@ class Profile:
         if isinstance(self.dtype_bytes, bool) or not isinstance(self.dtype_bytes, (int, np.integer)) or self.dtype_bytes <= 0:
             raise ValueError(f"dtype_bytes must be a positive integer, got {self.dtype_bytes!r}")
         object.__setattr__(self, "names", names)
-        object.__setattr__(self, "sizes", _frozen(_check_sizes(self.sizes, names)))
-        object.__setattr__(self, "forward", _frozen(_check_times("forward", self.forward, names)))
-        object.__setattr__(self, "backward", _frozen(_check_times("backward", self.backward, names)))
-        object.__setattr__(self, "update", _frozen(_check_times("update", self.update, names)))
+        object.__setattr__(self, "sizes", frozen(check_sizes(self.sizes, names)))
+        object.__setattr__(self, "forward", frozen(check_times("forward", self.forward, names)))
+        object.__setattr__(self, "backward", frozen(check_times("backward", self.backward, names)))
+        object.__setattr__(self, "update", frozen(check_times("update", self.update, names)))
         object.__setattr__(self, "dtype_bytes", int(self.dtype_bytes))
         object.__setattr__(self, "metadata", dict(self.metadata))
         # r_i = sum_{k >= i} b_k: backward runs n-1 .. 0 from time 0.
         ready = np.cumsum(self.backward[::-1])[::-1].copy()
-        object.__setattr__(self, "_ready", _frozen(ready))
+        object.__setattr__(self, "_ready", frozen(ready))
         if self.ready_order is None:
             order = tuple(range(n - 1, -1, -1))
         else:
-            order = _check_order("ready_order", self.ready_order, names)
+            order = check_order("ready_order", self.ready_order, names)
             for a, b in zip(order, order[1:]):
                 if ready[a] > ready[b]:
                     raise ValueError(
@@ -333,22 +203,22 @@ class Profile:
                         f"(ready at {ready[b]:.6g} s): it may only reorder tensors ready at the same moment"
                     )
         object.__setattr__(self, "ready_order", order)
-        object.__setattr__(self, "_backward_order", _frozen(np.array(order, dtype=np.int64)))
+        object.__setattr__(self, "_backward_order", frozen(np.array(order, dtype=np.int64)))
         registration = (tuple(range(n)) if self.registration_order is None
-                        else _check_order("registration_order", self.registration_order, names))
+                        else check_order("registration_order", self.registration_order, names))
         object.__setattr__(self, "registration_order", registration)
         if self.dtypes is not None:
-            dtypes = _check_dtypes(self.dtypes, names, self.sizes)
+            dtypes = check_dtypes(self.dtypes, names, self.sizes)
             element = np.array([DTYPE_BYTES[d] for d in dtypes], dtype=np.int64)
         else:
             dtypes = None
             element = np.full(n, self.dtype_bytes, dtype=np.int64)
         object.__setattr__(self, "dtypes", dtypes)
-        object.__setattr__(self, "_element_bytes", _frozen(element))
+        object.__setattr__(self, "_element_bytes", frozen(element))
         if self.shapes is not None:
-            object.__setattr__(self, "shapes", _check_shapes(self.shapes, names, self.sizes, element))
+            object.__setattr__(self, "shapes", check_shapes(self.shapes, names, self.sizes, element))
         for part in STEP_PARTS:
-            object.__setattr__(self, part, _check_part(part, getattr(self, part)))
+            object.__setattr__(self, part, check_part(part, getattr(self, part)))
 
     # ------------------------------------------------------------------ constructors
     @classmethod
