@@ -25,6 +25,25 @@ def test_the_manual_builds_without_a_warning(tmp_path):
     assert done.returncode == 0, done.stderr[-4000:]
     examples = (html / "examples.html").read_text(encoding="utf-8")
     assert "bucket_cap_mb" in examples and "profile_model" in examples       # the README's first examples
+    # Each example was run: the first prints its plan's T, groups and status; the one that
+    # starts a process group says it needs a launcher instead.
+    assert "Printed (ran in" in examples and "[[2], [1, 0]] OPTIMAL" in examples
+    assert "Not run at this build: it starts a process group" in examples
     assert (html / "MODEL.html").exists() and (html / "methods.html").exists()
     pattern = (html / "_api" / "fusionopt.model.pattern.html").read_text(encoding="utf-8")
     assert "HSDP" in pattern and "require_plan" in pattern
+
+
+def test_an_example_that_fails_stops_the_build_naming_it():
+    sys.path.insert(0, str(ROOT / "docs" / "_ext"))
+    try:
+        import readme_examples
+    finally:
+        sys.path.pop(0)
+    readme = "## Broken\n\n```python\nprint('before')\n1 / 0\n```\n"
+    with pytest.raises(RuntimeError, match=r"README example 1 \(Broken\) failed: ZeroDivisionError"):
+        readme_examples.page(readme)
+    assert readme_examples.why_not_run("import no_such_module_here\n") == (
+        "it needs no_such_module_here, which is not installed where this manual was built")
+    printed = readme_examples.page("## Fine\n\n```python\nprint(6 * 7)\n```\n")
+    assert "```text\n42\n```" in printed

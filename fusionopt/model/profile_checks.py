@@ -68,7 +68,7 @@ def check_sizes(values: Sequence[int], names: Sequence[str]) -> np.ndarray:
 
 
 def check_order(kind: str, order: Sequence[int], names: Sequence[str]) -> tuple[int, ...]:
-    """A permutation of ``0 .. n-1`` given as forward indices or tensor names."""
+    """A permutation of the tensors, given as forward indices (``0`` to ``n - 1``) or as names."""
     n = len(names)
     position = {nm: i for i, nm in enumerate(names)}
     if isinstance(order, (str, bytes)):
