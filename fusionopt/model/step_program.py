@@ -1,14 +1,15 @@
-"""The program of a sharded step (MODEL.md section 8): what the compute stream does, and where
+"""The program of a step (MODEL.md sections 3, 4 and 8): what the compute stream does, and where
 it issues and waits for each collective.
 
 Both sharded patterns are stated once, as a :class:`Program`, by
 :func:`~fusionopt.model.sharded_program.sharded_program` (8.2) and
-:func:`~fusionopt.model.decoupled_program.decoupled_program` (8.1). The simulator runs the
+:func:`~fusionopt.model.decoupled_program.decoupled_program` (8.1), and the plain all-reduce
+by :func:`~fusionopt.model.allreduce_program.allreduce_program` (sections 3 and 4). The simulator runs the
 program on the model's clock (:func:`run`); the executor runs the same program on a rank,
 sleeping where it computes and blocking where it waits. A program has two parts:
 
 * **collectives**, in the order the channel runs them (first in, first out). Each has a kind
-  (0 reduce-scatter, 1 all-gather), its unsharded bytes, what it carries, and a **gate**: it
+  (0 reduce-scatter, 1 all-gather, 2 all-reduce), its unsharded bytes, what it carries, and a **gate**: it
   may start once counter ``gate`` has reached ``need`` and ``release`` seconds of the step
   have passed (no gate: as soon as the one before it has ended and its release has passed);
 * **ops**, the compute stream's program, on a compute clock ``clock`` (seconds from the
@@ -22,6 +23,8 @@ sleeping where it computes and blocking where it waits. A program has two parts:
     backward);
   - ``(PUBLISH, gate, value)``: at ``clock``, counter ``gate`` becomes ``value`` (a gradient
     emitted, an update done, a collective issued); the values a gate takes only grow;
+  - ``(EMIT, gate, value, t)``: the same at time ``t`` (seconds), the clock unmoved (the
+    all-reduce's backward emitting each gradient at its ready time);
   - ``(WAIT, c)``: ``clock = max(clock, end of collective c)``;
   - ``(MARK, name, index)``: ``clock`` is recorded as ``marks[name][index]`` (a unit's
     forward starting, the optimiser: what the timeline and the memory account read).
@@ -45,7 +48,7 @@ import numpy as np
 
 from fusionopt.model.fifo import fifo_job
 
-AT, COMPUTE, SPAN, PUBLISH, WAIT, MARK = "at", "compute", "span", "publish", "wait", "mark"
+AT, COMPUTE, SPAN, PUBLISH, EMIT, WAIT, MARK = "at", "compute", "span", "publish", "emit", "wait", "mark"
 FORWARD = "forward"                      # the mark where a tensor's forward (or its unit's) starts
 CHANNEL = "channel"                      # the gate of an earlier collective's end: need k + 1 for collective k
 
@@ -79,7 +82,7 @@ class CollectiveSpec:
 
 
 class Program:
-    """A sharded step: the channel's collectives and the compute stream's ops.
+    """A step: the channel's collectives and the compute stream's ops.
 
     Built by appending (:meth:`collective`, ``ops.append``); the builders are the only
     writers. Per collective ``c``: ``kind[c]`` (0 reduce-scatter, 1 all-gather),
@@ -255,6 +258,8 @@ def run(program: Program, channel: Channel) -> tuple[float, dict[str, dict[int, 
             clock = end
         elif code == AT:
             clock = op[1] if op[1] > clock else clock
+        elif code == EMIT:
+            publish(op[1], op[2], op[3])
         else:
             raise ValueError(f"unknown op {op!r}")
     channel.finish()
@@ -284,5 +289,5 @@ def durations(program: Program, costs: dict[int, Any]) -> list[float]:
     return out.tolist()
 
 
-__all__ = ["AT", "COMPUTE", "SPAN", "PUBLISH", "WAIT", "MARK", "FORWARD", "CHANNEL", "CollectiveSpec", "Program",
+__all__ = ["AT", "COMPUTE", "SPAN", "PUBLISH", "EMIT", "WAIT", "MARK", "FORWARD", "CHANNEL", "CollectiveSpec", "Program",
            "Channel", "Fifo", "durations", "run", "replay"]
