@@ -32,7 +32,7 @@ def run(problem: Problem, plan: Plan | DecoupledPlan | ShardedPlan, backend: str
     :class:`~fusionopt.model.decoupled_plan.DecoupledPlan`: reduce-scatters and all-gathers in the
     plan's channel order; a fully sharded one (``pattern=FullySharded(...)``, 8.2) a
     :class:`~fusionopt.model.sharded_plan.ShardedPlan`: each unit's all-gathers and
-    reduce-scatters at the model's issue points (:mod:`fusionopt.executor.sharded_runner`).
+    reduce-scatters at the model's issue points (:mod:`fusionopt.executor.runner`).
     Each rank's reduce-scatter shards are checked against their exact sums and every
     gathered word against the shard it came from; ``message_*`` then follow the channel
     (both kinds, in the order of ``predicted.message_kind``) and ``collectives`` lists what ran.

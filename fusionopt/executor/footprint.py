@@ -12,13 +12,10 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from fusionopt.executor.gradients import Gradients
 from fusionopt.executor.job import Job
-from fusionopt.executor.layout import Layout
 from fusionopt.executor.programs import build_program
 from fusionopt.executor.shard_data import ShardData
 from fusionopt.executor.shards import ShardLayout
-from fusionopt.model.plan import Plan
 
 MEMINFO = Path("/proc/meminfo")
 
@@ -32,13 +29,9 @@ def rank_bytes(job: Job, size: int, *, word_sizes: tuple[int, ...] = (8, 4, 2, 1
     >>> rank_bytes(job, 2)      # gradients and patterns 2 x 7168, scratch 4096, fused 5120
     23552
     """
-    if isinstance(job.plan, Plan):
-        layout = Layout(job.problem.profile, job.plan, word_sizes=word_sizes)
-        words = Gradients.words(layout) + layout.max_words
-    else:
-        program = build_program(job.scaled_problem(), job.plan)
-        layout = ShardLayout(job.problem.profile, program.collectives, size=size, word_sizes=word_sizes)
-        words = ShardData.words(layout, unpack=program.pattern == "decoupled")
+    program = build_program(job.scaled_problem(), job.plan)
+    layout = ShardLayout(job.problem.profile, program.collectives, size=size, word_sizes=word_sizes)
+    words = ShardData.words(layout, unpack=program.pattern == "decoupled")
     return int(words) * layout.word_bytes
 
 

@@ -57,6 +57,18 @@ class MessageLayout:
     release: float = 0.0
 
 
+
+def carried_by(carriers: list[tuple[int, int, int]], lo: int, hi: int) -> str:
+    """Which of a tensor's ``carriers`` (``(lo, hi, message)`` byte ranges) hold bytes of
+    ``[lo, hi)``, in words."""
+    ks = sorted({k for a, b, k in carriers if a < hi and b > lo})
+    if not ks:
+        return "carried by no message"
+    if len(ks) == 1:
+        return f"carried by message {ks[0]}"
+    return f"carried by messages {', '.join(map(str, ks[:-1]))} and {ks[-1]}"
+
+
 class Layout:
     """The buffers a plan needs on ``profile``; checks only what indexing needs.
 
@@ -128,9 +140,4 @@ class Layout:
 
     def carried_by(self, tensor: int, lo: int, hi: int) -> str:
         """Which messages carry bytes of ``[lo, hi)`` of ``tensor``, in words."""
-        ks = sorted({k for a, b, k in self.carriers[tensor] if a < hi and b > lo})
-        if not ks:
-            return "carried by no message"
-        if len(ks) == 1:
-            return f"carried by message {ks[0]}"
-        return f"carried by messages {', '.join(map(str, ks[:-1]))} and {ks[-1]}"
+        return carried_by(self.carriers[tensor], lo, hi)

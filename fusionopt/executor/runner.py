@@ -1,31 +1,35 @@
-"""The plan runner: one rank's training steps with emulated compute and real collectives.
+"""The runner: one rank's training steps of any plan, with emulated compute and real collectives.
 
-Each step, on every rank (MODEL.md sections 3 and 4):
+A rank runs the model's step program of its plan (:mod:`fusionopt.model.step_program`: an
+all-reduce plan's, MODEL.md sections 3 and 4, or a decoupled or fully sharded plan's, section
+8), the one :func:`fusionopt.model.simulate`'s engine runs. Each step, on every rank:
 
-1. (not timed) the rank writes its gradient values for the step
-   (:class:`~fusionopt.executor.gradients.Gradients`) and all ranks meet at a barrier;
-2. the clock starts: the compute thread emulates the backward, emitting tensor ``i``'s
-   gradient at ``r_i`` (times ``time_scale``), in the profile's ready order (it wakes only at
-   the emissions that make a message ready, the only ones the run can observe);
-3. the communication thread runs the plan's messages **in plan order**, one at a time: it
-   waits until every chunk of message ``k`` is emitted and its release time has passed
-   (seconds of the run, not scaled: the prediction simulates the same plan), packs the chunks into one fused
-   buffer, all-reduces it, unpacks it; tensor ``i`` is reduced (``C_i``) when its last
-   message ends;
-4. the compute thread runs the next forward per ``sync``: after every ``C_i`` and the
-   updates (barrier), or tensor by tensor, each after its own ``C_i`` and update
-   (layerwise); the step's measured ``T`` is when that forward ends;
-5. (not timed) once every rank has ended its step (a barrier, so that no rank's check
-   runs during another's timed step), every byte of every tensor is compared with the
-   exact sum; the ranks exchange their verdicts, and a failure stops the run after this step.
+1. (not timed) the rank writes its gradient values for the step (and its shard of every
+   all-gather; :class:`~fusionopt.executor.shard_data.ShardData`) and all ranks meet at a
+   barrier;
+2. the clock starts. The **compute thread** runs the program's ops on a compute clock like the
+   simulator's: ``AT``/``COMPUTE`` advance the clock without waking; ``PUBLISH`` sleeps until
+   the clock (an absolute deadline) and then sets a counter (a gradient emitted, an update
+   done, a collective issued), ``EMIT`` does so at its own time (the backward's emissions at
+   their ready times, scaled by ``time_scale``), and ``SPAN`` at each of its points; ``WAIT``
+   blocks until a collective has ended and moves the clock to its measured end; ``MARK``
+   records the clock. The step's measured ``T`` is when the clock's last deadline has passed;
+3. the **communication thread** runs the program's collectives in channel order, one at a
+   time: each waits for its gate and its release (seconds of the run, not scaled: the
+   prediction simulates the same plan), then packs its chunks into one buffer, all-reduces,
+   reduce-scatters (padded to a multiple of the ranks) or all-gathers it, and unpacks it;
+   a tensor is reduced (``C_i``) when the collective that last carries it ends;
+4. (not timed) once every rank has ended its step (a barrier, so that no rank's check runs
+   during another's timed step), every byte each collective left on the rank is compared
+   with its exact value; the ranks exchange their verdicts, and a failure stops the run
+   after this step.
 
-Each message's time (start to end) is what :func:`~fusionopt.executor.calibrate.calibrate`
-times for ``c(S)``: pack, all-reduce, unpack. The runner also marks when the collective
+Each collective's time (start to end) is what :func:`~fusionopt.executor.calibrate.calibrate`
+times for ``c(S)``: pack, collective, unpack. The runner also marks when the collective
 itself began and ended, so that the copies and the collective are reported apart.
 
 Emulated compute waits until absolute deadlines (``time.sleep``), so sleep overshoot does
-not accumulate. The forward keeps a compute clock ``phi`` like the simulator's and waits
-until it has passed: late wake-ups show up in the measured ``T``, they are not hidden.
+not accumulate; late wake-ups show up in the measured ``T``, they are not hidden.
 """
 
 from __future__ import annotations
@@ -43,8 +47,10 @@ from fusionopt.executor.communicator import Communicator, HostTimer
 from fusionopt.executor.errors import CollectiveTimeout, GroupAborted, PlanMismatchError
 from fusionopt.executor.gradients import Gradients
 from fusionopt.executor.job import Job
-from fusionopt.executor.layout import Layout, MessageLayout
-from fusionopt.model.sync import barrier_forward
+from fusionopt.executor.programs import build_program
+from fusionopt.executor.shard_data import ShardData
+from fusionopt.executor.shards import Collective, ShardLayout
+from fusionopt.model.step_program import AT, CHANNEL, COMPUTE, EMIT, MARK, PUBLISH, SPAN, WAIT
 
 # Emulated compute sleeps in slices of at most this, to notice a failed group.
 POLL = 0.05
@@ -170,17 +176,29 @@ class RankRecord:
         return bool(fields["errors"])
 
 
+class ProgramStep(Step):
+    """The shared step state, with the program's counters and each collective's end."""
+
+    def reset(self, number: int, t0: float) -> None:
+        super().reset(number, t0)
+        self.counters = {"emitted": 0, "updated": 0, "issued": 0}
+        self.ended = [math.nan] * self.messages
+        self.executed: list[list[Any]] = []
+
+
+
 class RankRunner:
-    """Runs a :class:`Job` on one rank through ``comm``; :meth:`run` returns its record."""
+    """Runs a :class:`Job` on one rank through ``comm``: the model's step program of its plan
+    (module docstring); :meth:`run` returns its record."""
 
     def __init__(self, comm: Communicator, job: Job) -> None:
         self.comm, self.job = comm, job
         self.problem = job.scaled_problem()
         self.profile = self.problem.profile
-        self.layout = Layout(self.profile, job.plan, word_sizes=comm.word_sizes)
+        self.program = build_program(self.problem, job.plan)
+        self.layout = ShardLayout(self.profile, self.program.collectives, size=comm.size,
+                                  word_sizes=comm.word_sizes)
         self.timeout = job.timeout
-        # Emission counts at which some message becomes ready, increasing.
-        self.wake_points = sorted({m.need for m in self.layout.messages})
 
     # ------------------------------------------------------------------ the step loop
     def run(self) -> dict[str, Any]:
@@ -203,76 +221,79 @@ class RankRunner:
         return record.fields
 
     def _record(self) -> RankRecord:
-        return RankRecord(self.comm, self.job, self.layout)
+        comm, layout = self.comm, self.layout
+        return RankRecord(comm, self.job, layout, data=lambda: ShardData(
+            layout, rank=comm.rank, size=comm.size, xp=comm.xp,
+            allocate=lambda words: comm.empty(words, layout.dtype), unpack=self.program.pattern == "decoupled"))
 
-    def _new_state(self) -> Step:
-        return Step(self.profile.n, len(self.layout.messages))
+    def _new_state(self) -> ProgramStep:
+        return ProgramStep(self.profile.n, len(self.layout.collectives))
 
     def _messages(self):
-        """What the communication thread sends each step, in order."""
-        return self.layout.messages
+        return self.layout.collectives
 
     def _in_flight(self, k: int) -> str:
-        """Message ``k`` and its collective, for a timeout's message."""
-        return f"{self.layout.describe(k)}: all-reduce"
+        return f"{self.layout.describe(k)}: {self.layout.collectives[k].kind_name}"
 
+    # ------------------------------------------------------------------ compute thread
     def _step(self, step: int) -> dict[str, Any]:
-        comm, state, profile = self.comm, self.state, self.profile
-        self.grads.fill(step)
+        comm, state, data = self.comm, self.state, self.grads
+        data.fill(step)
         comm.barrier(timeout=self.timeout)
         timer = comm.step_timer()
-        # On the host clock, step times and message times share their origin exactly.
         t0 = timer.start if isinstance(timer, HostTimer) else time.perf_counter()
         with state.cond:
             state.reset(step, t0)
             state.timer = timer
             state.cond.notify_all()
 
-        # Backward: tensor i's gradient is emitted at r_i, in backward order n-1 .. 0. Only the
-        # emissions that make a message ready are observable, so the thread wakes for those
-        # alone (a wake-up per tensor costs the communication thread time on a busy host).
-        ready = profile.ready_times
-        order = profile.ready_order
-        late = 0.0
-        for need in self.wake_points:
-            deadline = t0 + ready[order[need - 1]]
+        clock, late = 0.0, 0.0
+        marks: dict[str, dict[int, float]] = {}
+
+        def publish(gate: str, value: int, at: float) -> None:
+            nonlocal late
+            deadline = t0 + at
             sleep_until(deadline, comm)
             late = max(late, time.perf_counter() - deadline)
             with state.cond:
-                state.emitted = need
+                state.counters[gate] = value
                 state.cond.notify_all()
 
-        # Forward of the next step, per sync (MODEL.md section 4), on a compute clock.
-        forward, update = profile.forward, profile.update
-        phi = np.empty(profile.n)
-        if self.problem.sync == "barrier":
-            self._wait(lambda: state.done == state.messages, "every message")
-            phi, end = barrier_forward(profile, float(np.nanmax(state.reduced)))
-            sleep_until(t0 + end, comm)
-        else:
-            # The forward of tensor i may start once its own gradient is reduced; a tensor's
-            # forward has no effect the run can observe, so the clock is kept and the thread
-            # waits only for reductions not yet done and for the end of the forward.
-            clock = profile.B
-            for i in range(profile.n):
-                if self.layout.sent[i]:
-                    self._wait(lambda i=i: not math.isnan(state.reduced[i]), f"tensor {i}")
-                    clock = max(clock, float(state.reduced[i]))
-                clock += update[i]
-                phi[i] = clock
-                clock += forward[i]
-            sleep_until(t0 + clock + profile.host_overhead, comm)      # the host's share (MODEL.md 4)
+        for op in self.program.ops:
+            code = op[0]
+            if code == COMPUTE:
+                clock += op[1]
+            elif code == AT:
+                clock = max(clock, op[1])
+            elif code == PUBLISH:
+                publish(op[1], op[2], clock)
+            elif code == EMIT:
+                publish(op[1], op[2], op[3])
+            elif code == SPAN:
+                end = clock + op[1]
+                for before, gate, value in op[2]:
+                    publish(gate, value, max(clock, end - before))
+                clock = end
+            elif code == WAIT:
+                c = op[1]
+                if state.done <= c:
+                    self._wait(lambda c=c: state.done > c, self.layout.describe(c))
+                clock = max(clock, state.ended[c])
+            elif code == MARK:
+                marks.setdefault(op[1], {})[op[2]] = clock
+        sleep_until(t0 + clock, comm)
         iteration_time = time.perf_counter() - t0
-        self._wait(lambda: state.done == state.messages, "every message")
-        timer = state.timer
+        self._wait(lambda: state.done == state.messages, "every collective")
+        ended = np.asarray(state.ended + [math.nan])
         return {
             "iteration_times": iteration_time,
             "message_start": [timer.seconds(t) for t in state.start_tokens],
             "message_end": [timer.seconds(t) for t in state.end_tokens],
             **collective_spans(timer, state.collective_tokens),
-            "reduced": state.reduced.tolist(),
-            "forward_start": phi.tolist(),
+            "reduced": ended[list(self.program.reduced_by)].tolist(),
+            "forward_start": self.program.forward_start(marks).tolist(),
             "backward_late": late,
+            "collectives": list(state.executed),
         }
 
     def _wait(self, predicate, what: str) -> None:
@@ -313,42 +334,34 @@ class RankRunner:
                 state.failure = exc
                 state.cond.notify_all()
 
-    def _send(self, message: MessageLayout, step: int) -> None:
-        state, comm, grads = self.state, self.comm, self.grads.grads
+    def _send(self, c: Collective, step: int) -> None:
+        state, comm = self.state, self.comm
+        if c.gate is not None and c.gate != CHANNEL:          # CHANNEL: met by running in order
+            with state.cond:
+                while state.counters[c.gate] < c.need:
+                    if state.stop or comm.aborted:
+                        raise GroupAborted("stopped: another rank failed")
+                    state.cond.wait(POLL)
+        if c.release > 0.0:
+            sleep_until(state.t0 + c.release, comm)
         with state.cond:
-            while state.emitted < message.need:
-                if state.stop or comm.aborted:
-                    raise GroupAborted("stopped: another rank failed")
-                state.cond.wait(POLL)
-        if message.release > 0.0:
-            # The framework posts it then: seconds of the run, like the simulated prediction.
-            sleep_until(state.t0 + message.release, comm)
-        with state.cond:
-            state.in_flight = (message.index, time.perf_counter())
+            state.in_flight = (c.index, time.perf_counter())
             timer = state.timer
         start = timer.mark()
-        fused = self.fused[: message.words]
-        for p in message.pieces:
-            fused[p.offset: p.offset + p.hi - p.lo] = grads[p.tensor][p.lo: p.hi]
         try:
-            begun = timer.mark()
-            comm.allreduce(fused, timeout=self.timeout, tag=(step, message.index))
-            ended = timer.mark()
-            for p in message.pieces:
-                grads[p.tensor][p.lo: p.hi] = fused[p.offset: p.offset + p.hi - p.lo]
-            comm.synchronize(timeout=self.timeout)
+            collective = self.grads.run(c, comm, timeout=self.timeout, tag=(step, c.index), mark=timer.mark)
         except CollectiveTimeout as exc:
-            raise CollectiveTimeout(f"{self.layout.describe(message.index)}: {exc} on rank {comm.rank} "
+            raise CollectiveTimeout(f"{self.layout.describe(c.index)}: {exc} on rank {comm.rank} "
                                     f"(step {step})") from None
         end = timer.mark()
         now = time.perf_counter() - state.t0
         with state.cond:
-            state.start_tokens[message.index] = start
-            state.end_tokens[message.index] = end
-            state.collective_tokens[message.index] = (begun, ended)
+            state.start_tokens[c.index] = start
+            state.end_tokens[c.index] = end
+            state.collective_tokens[c.index] = collective
+            state.ended[c.index] = now
+            state.executed.append([c.kind_name, c.nbytes, c.padded * self.layout.word_bytes])
             state.in_flight = None
-            for i in message.completes:
-                state.reduced[i] = now
             state.done += 1
             state.cond.notify_all()
 
@@ -360,13 +373,6 @@ def collective_spans(timer: Any, tokens: list[tuple[Any, Any]]) -> dict[str, lis
             "collective_end": [timer.seconds(b) for _, b in tokens]}
 
 
-def run_rank(comm: Communicator, job: Job) -> dict[str, Any]:
-    """Run ``job`` on this rank; returns its record (plain lists, JSON-ready)."""
-    if job.fault is not None:
-        from fusionopt.executor.faults import FaultyCommunicator
 
-        comm = FaultyCommunicator(comm, job.fault)
-    return RankRunner(comm, job).run()
-
-
-__all__ = ["RankRecord", "RankRunner", "check_agreement", "collective_spans", "fast_thread_switching", "run_rank"]
+__all__ = ["ProgramStep", "RankRecord", "RankRunner", "Step", "check_agreement", "collective_spans",
+           "fast_thread_switching", "sleep_until"]

@@ -1,8 +1,12 @@
-"""One rank's buffers for a sharded program, the collectives on them, and the check of every byte.
+"""One rank's buffers for a step program, the collectives on them, and the check of every byte.
 
 Values follow :mod:`fusionopt.executor.gradients`: in step ``t`` rank ``r``'s word ``e`` of
 tensor ``i`` is ``v_r = 2 (g(i, e) (r + 1) + 7 t + 3 r) + 1``.
 
+* **All-reduce.** The rank packs its gradients' chunks into the send buffer, all-reduces it
+  and unpacks the sums into its gradients. Check: every word of every gradient equals the
+  exact sum (:meth:`~fusionopt.executor.gradients.Gradients.verify`, as for any all-reduce
+  plan).
 * **Reduce-scatter.** The rank packs its gradients' chunks into a send buffer (padding
   zero) and reduce-scatters it into its slot of the *shard store*. Check: every word of its
   shard equals the exact sum ``sum_r v_r`` of the word it holds (padding: zero).
@@ -23,6 +27,7 @@ from typing import Any, Callable
 from fusionopt.executor.communicator import Communicator
 from fusionopt.executor.gradients import BLOCK_WORDS, MAX_REPORTED, Gradients
 from fusionopt.executor.shards import PADDING, Collective, ShardLayout
+from fusionopt.model.allreduce_program import ALL_REDUCE
 
 
 class ShardData:
@@ -43,6 +48,9 @@ class ShardData:
             return buffer
 
         self.send = zeros(layout.max_words)
+        if layout.all_reduce:                 # the gradients are summed in place: no stores
+            self.shards = self.sources = self.params = self.gathered = self._scratch = None
+            return
         self.shards = zeros(layout.shard_store_words)
         self.sources = zeros(layout.source_words)
         if unpack:
@@ -56,6 +64,8 @@ class ShardData:
     @staticmethod
     def words(layout: ShardLayout, *, unpack: bool) -> int:
         """Words one rank's :class:`ShardData` of ``layout`` allocate (as ``__init__`` does)."""
+        if layout.all_reduce:
+            return Gradients.words(layout) + max(layout.max_words, 1)
         kept = sum(max(w, 1) for w in layout.tensor_words) if unpack else max(layout.gather_store_words, 1)
         return (Gradients.words(layout) + max(layout.max_words, 1) + max(layout.shard_store_words, 1)
                 + max(layout.source_words, 1) + kept + min(BLOCK_WORDS, max(layout.max_words, 1)))
@@ -81,7 +91,16 @@ class ShardData:
         work included: it has completed when this returns. Returns ``mark()`` taken just
         before and just after the collective itself (between the copies)."""
         grads = self.gradients.grads
-        if c.kind == 0:
+        if c.kind == ALL_REDUCE:
+            buffer = self.send[: c.words]
+            for p in c.pieces:
+                buffer[p.offset: p.offset + p.hi - p.lo] = grads[p.tensor][p.lo: p.hi]
+            begun = mark()
+            comm.allreduce(buffer, timeout=timeout, tag=tag)
+            ended = mark()
+            for p in c.pieces:
+                grads[p.tensor][p.lo: p.hi] = buffer[p.offset: p.offset + p.hi - p.lo]
+        elif c.kind == 0:
             buffer = self.send[: c.padded]
             for p in c.pieces:
                 buffer[p.offset: p.offset + p.hi - p.lo] = grads[p.tensor][p.lo: p.hi]
@@ -114,6 +133,8 @@ class ShardData:
         patterns = self.gradients.patterns
         names = layout.profile.names
         w = layout.word_bytes
+        if layout.all_reduce:                 # every gradient summed in place: the all-reduce check
+            return self.gradients.verify(step)
         for c in layout.collectives:
             if c.kind == 0:
                 runs = [(t, a, b, at, None) for t, a, b, at in layout.shard_runs(c, self.rank)]
@@ -177,6 +198,8 @@ class ShardData:
     def nbytes(self) -> int:
         """Bytes this rank checks each step: its reduce-scatter shards and what it gathered."""
         layout = self.layout
+        if layout.all_reduce:
+            return self.gradients.nbytes
         shards = sum(c.shard for c in layout.collectives if c.kind == 0)
         gathered = sum(c.words if self.unpack else c.padded for c in layout.collectives if c.kind == 1)
         return (shards + gathered) * layout.word_bytes

@@ -20,12 +20,14 @@ from typing import Sequence
 
 import numpy as np
 
-from fusionopt.executor.layout import WORD_DTYPES, Piece
+from fusionopt.executor.layout import WORD_DTYPES, Piece, carried_by
+from fusionopt.model.allreduce_program import ALL_REDUCE
 from fusionopt.model.decoupled_plan import KINDS
 from fusionopt.model.step_program import CollectiveSpec
 from fusionopt.model.profile import Profile
 
 PADDING = -1    # the tensor index of a run of padding
+KIND_NAMES = (*KINDS, "all-reduce")
 
 
 @dataclass(frozen=True)
@@ -54,7 +56,7 @@ class Collective:
 
     @property
     def kind_name(self) -> str:
-        return KINDS[self.kind]
+        return KIND_NAMES[self.kind]
 
 
 class ShardLayout:
@@ -83,8 +85,11 @@ class ShardLayout:
         sizes = [int(s) for s in profile.sizes]
         for k, spec in enumerate(specs):
             for t, lo, hi in spec.chunks:
-                if not 0 <= t < n or not 0 <= lo <= hi <= sizes[t]:
-                    raise ValueError(f"{spec.label}: bytes [{lo}, {hi}) of tensor {t} are outside the profile")
+                if not 0 <= t < n:
+                    raise ValueError(f"{spec.label}: tensor index {t} is out of range for a profile of {n} tensors")
+                if not 0 <= lo <= hi <= sizes[t]:
+                    raise ValueError(f"{spec.label}: tensor {profile.names[t]!r} (index {t}): bytes [{lo}, {hi}) "
+                                     f"run past its size of {sizes[t]} B")
         boundaries = np.array(sizes + [b for s in specs for _, lo, hi in s.chunks for b in (lo, hi)], dtype=np.int64)
         self.word_bytes = next(w for w in sorted(set(word_sizes) | {1}, reverse=True) if not np.any(boundaries % w))
         self.dtype = WORD_DTYPES[self.word_bytes]
@@ -96,6 +101,10 @@ class ShardLayout:
             for t, lo, hi in spec.chunks:
                 pieces.append(Piece(t, lo // w, hi // w, offset))
                 offset += (hi - lo) // w
+            if spec.kind == ALL_REDUCE:                   # the whole buffer, summed in place: no shards
+                collectives.append(Collective(k, spec.kind, tuple(pieces), offset, offset, offset, offset * w,
+                                              spec.gate, spec.need, spec.release, spec.label, -1, -1))
+                continue
             shard = -(-offset // size)
             padded = shard * size
             collectives.append(Collective(k, spec.kind, tuple(pieces), offset, padded, shard, offset * w, spec.gate,
@@ -109,6 +118,13 @@ class ShardLayout:
         self.gather_store_words = out[1]        # every all-gather's whole buffer
         self.source_words = source              # every all-gather's input shard of this rank
         self.max_words = max((c.padded for c in collectives), default=1) or 1
+        self.all_reduce = bool(collectives) and all(c.kind == ALL_REDUCE for c in collectives)
+        # Per tensor, the byte ranges each all-reduce carries: (lo, hi, collective).
+        self.carriers: list[list[tuple[int, int, int]]] = [[] for _ in range(n)]
+        for c in collectives:
+            if c.kind == ALL_REDUCE:
+                for p in c.pieces:
+                    self.carriers[p.tensor].append((p.lo * w, p.hi * w, c.index))
         self.padded_bytes = sum(c.padded - c.words for c in collectives) * w
 
     def runs(self, c: Collective, lo: int, hi: int) -> list[tuple[int, int, int, int]]:
@@ -134,9 +150,21 @@ class ShardLayout:
         return [(t, a, b, at, q) for q in range(self.size)
                 for t, a, b, at in self.runs(c, q * c.shard, (q + 1) * c.shard)]
 
+    def carried_by(self, tensor: int, lo: int, hi: int) -> str:
+        """Which all-reduces carry bytes ``[lo, hi)`` of ``tensor``, in words (as messages)."""
+        return carried_by(self.carriers[tensor], lo, hi)
+
     def describe(self, k: int) -> str:
-        """Collective ``k`` in words: its place on the channel, what it carries, its bytes."""
+        """Collective ``k`` in words: its place on the channel, what it carries, its bytes (an
+        all-reduce: as a message of an all-reduce plan, its chunks, bytes and tensors)."""
         c = self.collectives[k]
+        if c.kind == ALL_REDUCE:
+            tensors = list(dict.fromkeys(p.tensor for p in c.pieces))
+            names = [self.profile.names[i] for i in tensors]
+            shown = ", ".join(repr(x) for x in names[:3]) + (f", ... ({len(names)} tensors)" if len(names) > 3 else "")
+            chunks = len(c.pieces)
+            return (f"message {c.index} of {len(self.collectives)} ({chunks} chunk{'s' * (chunks != 1)}, "
+                    f"{c.nbytes} B: {shown})")
         pad = f", padded to {c.padded * self.word_bytes} B" if c.padded != c.words else ""
         return f"collective {k} of {len(self.collectives)} ({c.label}, {c.nbytes} B{pad})"
 

@@ -16,6 +16,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from fusionopt.model.allreduce_program import allreduce_program
 from fusionopt.model.bounds import best_bound
 from fusionopt.model.cost import CommCost
 from fusionopt.model.events import simulate_events
@@ -23,6 +24,7 @@ from fusionopt.model.fifo import fifo_ends
 from fusionopt.model.overhead import with_message_overhead
 from fusionopt.model.pattern import Pattern
 from fusionopt.model.plan import Plan
+from fusionopt.model.step_program import Program
 from fusionopt.model.sync import barrier_forward, layerwise_forward
 from fusionopt.model.timeline import Timeline, build_timeline, reduction_times
 
@@ -90,6 +92,9 @@ class AllReduce(Pattern):
 
     def lower_bound(self, problem: Any, space: str = "any") -> float:
         return best_bound(problem, space=space)
+
+    def program(self, problem: Any, plan: Plan) -> Program:
+        return allreduce_program(problem, plan)
 
     def plan_in_space(self, problem: Any, plan: Plan, space: str) -> bool:
         return space != "fusion" or plan.is_fusion(problem.profile)

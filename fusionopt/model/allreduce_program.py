@@ -10,8 +10,9 @@ The program of a plan on an all-reduce problem:
   one, and its release ``Q_k``. On one channel in issue order (the engine's
   :class:`~fusionopt.model.step_program.Fifo`) it then starts at ``max(R_k, Q_k, end_{k-1})``
   and lasts ``c(S_k)``: the recursion of :func:`fusionopt.model.simulate`;
-* **ops**: the backward emits each gradient at its ready time ``r_i`` (``EMIT``: a publish at a
-  given time; the compute clock then stands at ``B``); under ``sync="barrier"`` the stream
+* **ops**: the backward emits the gradients at their ready times ``r_i`` (``EMIT``: a publish at
+  a given time), counted where some message becomes ready; the compute clock then stands at
+  ``B``; under ``sync="barrier"`` the stream
   waits for every message, then runs the post-backward work, the optimiser and the forward;
   under ``sync="layerwise"`` each tensor waits for the messages carrying it, is updated and
   runs forward (:mod:`fusionopt.model.sync`'s rules, in its order of operations); the host's
@@ -20,7 +21,9 @@ The program of a plan on an all-reduce problem:
 :func:`simulate_program` runs it and gives the same :class:`~fusionopt.model.timeline.Timeline`
 as :func:`fusionopt.model.simulate` does on the plain model, to the last bit (the FIFO
 recursion and the sync rules are fast paths of this engine; ``tests/model`` pins them
-together). Extensions (copy cost, contention, several channels) are not programs yet.
+together). Extensions (copy cost, contention, several channels) change the timing, not the program:
+the event engine (:mod:`fusionopt.model.events`) simulates them; the executor runs the
+program whatever the problem's extensions.
 
 Examples
 --------
@@ -62,11 +65,13 @@ def allreduce_program(problem: Problem, plan: Plan) -> Program:
     caller) on a plain all-reduce ``problem`` (module docstring). ``program.roles["emitted"]``
     holds the emission times, seconds, in the ready order."""
     problem.pattern.require_plan(plan)
-    if problem.extensions:
-        raise ValueError(f"an all-reduce with {', '.join(problem.extensions)} is simulated event by event "
-                         "(fusionopt.model.events), not as a step program")
     profile = problem.profile
     n = profile.n
+    outside = np.flatnonzero(plan.tensor >= n)
+    if outside.size:                                  # a plan not validated against this profile
+        k = int(plan.chunk_message[outside[0]])
+        raise ValueError(f"message {k}: tensor index {int(plan.tensor[outside[0]])} is out of range for a profile "
+                         f"of {n} tensors")
     order = profile.backward_order
     position = np.empty(n, dtype=np.int64)
     position[order] = np.arange(n)
@@ -79,8 +84,9 @@ def allreduce_program(problem: Problem, plan: Plan) -> Program:
                            ("all-reduce of message {}", k), chunks=tuple((c.tensor, c.lo, c.hi) for c in message.chunks))
     emitted = profile.ready_times[order].tolist()
     ops = program.ops
-    # The backward: each gradient emitted at its ready time; the stream is then at B.
-    ops.extend((EMIT, EMITTED, p + 1, t) for p, t in enumerate(emitted))
+    # The backward: the gradients emitted at their ready times, counted where some message
+    # becomes ready (the only counts a collective waits for); the stream is then at B.
+    ops.extend((EMIT, EMITTED, count, emitted[count - 1]) for count in sorted(set(need)))
     ops.append((AT, profile.B))
     m = len(plan.messages)
     if problem.sync == "barrier":
@@ -89,9 +95,9 @@ def allreduce_program(problem: Problem, plan: Plan) -> Program:
         ops += [(COMPUTE, profile.post_backward), (COMPUTE, profile.update_lump), (COMPUTE, profile.U)]
         for i in range(n):
             ops += [(MARK, FORWARD, i), (COMPUTE, float(profile.forward[i]))]
-    else:
-        last = np.full(n, -1, dtype=np.int64)         # the last message carrying each tensor
-        np.maximum.at(last, plan.tensor, plan.chunk_message)
+    last = np.full(n, -1, dtype=np.int64)             # the last message carrying each tensor
+    np.maximum.at(last, plan.tensor, plan.chunk_message)
+    if problem.sync == "layerwise":
         for i, k in enumerate(last.tolist()):
             if k >= 0:
                 ops.append((WAIT, k))
@@ -99,6 +105,8 @@ def allreduce_program(problem: Problem, plan: Plan) -> Program:
     ops.append((COMPUTE, profile.host_overhead))
     program.forward_mark = np.arange(n)
     program.forward_offset = np.zeros(n)
+    program.reduced_by = tuple(last.tolist())
+    program.gathered_by = (-1,) * n
     program.roles = {EMITTED: emitted}
     return program
 
@@ -106,6 +114,9 @@ def allreduce_program(problem: Problem, plan: Plan) -> Program:
 def simulate_program(problem: Problem, plan: Plan, *, validate: bool = True) -> Timeline:
     """The :class:`~fusionopt.model.timeline.Timeline` of ``plan`` on a plain all-reduce
     ``problem``, from its step program run on one FIFO channel: ``simulate``'s, to the bit."""
+    if problem.extensions:
+        raise ValueError(f"an all-reduce with {', '.join(problem.extensions)} is simulated event by event "
+                         "(fusionopt.model.events), not by its step program")
     if validate:
         plan.validate(problem.profile)
     program = allreduce_program(problem, plan)

@@ -14,7 +14,6 @@ from fusionopt.executor import Job, run
 from fusionopt.executor.footprint import check_host_memory, rank_bytes
 from fusionopt.executor.local import LocalGroup
 from fusionopt.executor.runner import RankRunner
-from fusionopt.executor.sharded_runner import ShardedRankRunner
 from fusionopt.model import AlphaBeta, Plan, Problem, Profile, simulate
 from fusionopt.model.decoupled import Decoupled
 from fusionopt.model.decoupled_plan import DecoupledPlan
@@ -131,10 +130,10 @@ def test_rank_bytes_is_what_a_rank_allocates(pattern):
         job, runner = Job(Problem(profile, HALF), Plan.from_groups(profile, [[2], [1, 0]])), RankRunner
     elif pattern == "decoupled":
         job = Job(Problem(profile, pattern=Decoupled(HALF, HALF)), DecoupledPlan.from_groups(profile, [[2], [1, 0]], [[0, 1], [2]]))
-        runner = ShardedRankRunner
+        runner = RankRunner
     else:
         job = Job(Problem(profile, pattern=FullySharded(HALF, HALF)), ShardedPlan([0, 2, 3]))
-        runner = ShardedRankRunner
+        runner = RankRunner
     expected = rank_bytes(job, 1)
     allocated = allocated_by_set_up(runner, job)
     assert expected <= allocated <= expected + (64 << 10)        # Python objects aside, the same bytes

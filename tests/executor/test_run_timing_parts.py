@@ -13,11 +13,9 @@ import pytest
 from executor_helpers import small_problem, small_profile
 from fusionopt.executor import Job, run
 from fusionopt.executor.calibrate import time_message
-from fusionopt.executor.gradients import Gradients
 from fusionopt.executor.measurement import assemble
 from fusionopt.executor.runner import RankRunner
 from fusionopt.executor.shard_data import ShardData
-from fusionopt.executor.sharded_runner import ShardedRankRunner
 from fusionopt.model import AlphaBeta, Plan, Problem
 from fusionopt.model.sharded import FullySharded
 from fusionopt.model.sharded_plan import ShardedPlan
@@ -30,8 +28,7 @@ def test_no_rank_checks_its_bytes_while_another_rank_is_in_its_step(monkeypatch,
     """Rank 1 ends each step 30 ms after rank 0: rank 0's check must wait for it."""
     events: list[tuple[str, int, int, float]] = []
     lock = threading.Lock()
-    runner_class, data_class = ((RankRunner, Gradients) if pattern == "all-reduce"
-                                else (ShardedRankRunner, ShardData))
+    runner_class, data_class = RankRunner, ShardData      # every plan runs as its step program
     step, verify = runner_class._step, data_class.verify
 
     def late_step(self, number):
