@@ -21,7 +21,7 @@ from fusionopt.model.problem import Problem
 from fusionopt.model.ps_plan import PSPlan, check_offsets, stream_offsets
 from fusionopt.model.timeline import ComputePiece, Timeline, read_only
 
-__all__ = ["simulate_ps", "offsets_iteration_time", "require_ps"]
+__all__ = ["simulate_ps", "offsets_iteration_time", "require_ps", "pieces_by_tensor", "pull_gates", "channel_times"]
 
 
 def require_ps(problem: Problem, what: str) -> None:
@@ -35,7 +35,7 @@ def check_ps_inputs(problem: Problem, plan: PSPlan) -> None:
     problem.pattern.require_plan(plan)
 
 
-def _pieces_by_tensor(plan: Plan, n: int) -> list[list[tuple[int, int, int]]]:
+def pieces_by_tensor(plan: Plan, n: int) -> list[list[tuple[int, int, int]]]:
     """Per tensor, its chunks in plan order as ``(message, lo, hi)``."""
     pieces: list[list[tuple[int, int, int]]] = [[] for _ in range(n)]
     for k, message in enumerate(plan.messages):
@@ -130,7 +130,7 @@ def simulate_ps(problem: Problem, plan: PSPlan, *, validate: bool = True, pieces
     overhead = 0.0
 
     # 1. Backward, piece by piece.
-    push_pieces = _pieces_by_tensor(plan.push, n)
+    push_pieces = pieces_by_tensor(plan.push, n)
     n_push = plan.push.num_messages
     push_ready = [-np.inf] * n_push
     stream: list[tuple] = []      # the compute pieces as ComputePiece fields, in order
@@ -155,26 +155,15 @@ def simulate_ps(problem: Problem, plan: PSPlan, *, validate: bool = True, pieces
     # 2. Push channel; 3. server updates.
     push_bytes = plan.push.message_bytes
     push_cost = np.asarray(problem.cost(push_bytes), dtype=np.float64).tolist()
-    push_start, push_end = _channel(push_ready, push_cost)
+    push_start, push_end = channel_times(push_ready, push_cost)
     updated = (np.array(push_end) + ps.server_update(push_bytes)).tolist()
 
     # 4. Pull channel: each pull waits for the pushes its bytes came in.
-    intervals = [sorted((lo, hi, k) for k, lo, hi in chunks) for chunks in push_pieces]
-    starts = [[lo for lo, _, _ in tensor] for tensor in intervals]
-    n_pull = plan.pull.num_messages
-    gate = [-np.inf] * n_pull
-    for m, message in enumerate(plan.pull.messages):
-        for c in message.chunks:
-            tensor = intervals[c.tensor]
-            j = max(bisect.bisect_right(starts[c.tensor], c.lo) - 1, 0)
-            while j < len(tensor) and tensor[j][0] < c.hi:
-                if tensor[j][1] > c.lo:
-                    gate[m] = max(gate[m], updated[tensor[j][2]])
-                j += 1
+    gate = pull_gates(plan, push_pieces, updated)
     pull_bytes = plan.pull.message_bytes
     pull_cost = np.asarray(ps.pull(pull_bytes), dtype=np.float64).tolist()
-    pull_start, pull_end = _channel(gate, pull_cost)
-    pull_pieces = _pieces_by_tensor(plan.pull, n)
+    pull_start, pull_end = channel_times(gate, pull_cost)
+    pull_pieces = pieces_by_tensor(plan.pull, n)
     reduced = [max(pull_end[m] for m, _, _ in pull_pieces[i]) for i in range(n)]
 
     # 5. Forward.
@@ -248,8 +237,26 @@ def simulate_ps(problem: Problem, plan: PSPlan, *, validate: bool = True, pieces
     )
 
 
-def _channel(ready: list[float], cost: list[float]) -> tuple[list[float], list[float]]:
-    """One message at a time in order: ``start_k = max(ready_k, end_{k-1})``."""
+def pull_gates(plan: PSPlan, push_pieces: list[list[tuple[int, int, int]]], updated: list[float]) -> list[float]:
+    """``G_m``, seconds: the latest server update ``updated[k]`` of the push messages that
+    share a byte with pull message ``m`` (``push_pieces``: :func:`pieces_by_tensor` of the
+    push plan)."""
+    intervals = [sorted((lo, hi, k) for k, lo, hi in chunks) for chunks in push_pieces]
+    starts = [[lo for lo, _, _ in tensor] for tensor in intervals]
+    gate = [-np.inf] * plan.pull.num_messages
+    for m, message in enumerate(plan.pull.messages):
+        for c in message.chunks:
+            tensor = intervals[c.tensor]
+            j = max(bisect.bisect_right(starts[c.tensor], c.lo) - 1, 0)
+            while j < len(tensor) and tensor[j][0] < c.hi:
+                if tensor[j][1] > c.lo:
+                    gate[m] = max(gate[m], updated[tensor[j][2]])
+                j += 1
+    return gate
+
+
+def channel_times(ready: list[float], cost: list[float]) -> tuple[list[float], list[float]]:
+    """One message at a time in order: ``start_k = max(ready_k, end_{k-1})``, seconds."""
     start, end = [], []
     free = -np.inf
     for r, c in zip(ready, cost):
@@ -318,7 +325,7 @@ def offsets_iteration_time(problem: Problem, push: Iterable[int] = (), pull: Ite
         push_ready = ready_by_position[np.searchsorted(stream_end, push_bounds, side="left")]
         backward_end = profile.B
     push_bytes = np.diff(push_bounds, prepend=0)
-    _, push_end = _channel(push_ready.tolist(), np.asarray(problem.cost(push_bytes), dtype=np.float64).tolist())
+    _, push_end = channel_times(push_ready.tolist(), np.asarray(problem.cost(push_bytes), dtype=np.float64).tolist())
     updated = np.array(push_end) + ps.server_update(push_bytes)
 
     # Pull gates: for each forward piece, the push messages its bytes came in.
@@ -335,7 +342,7 @@ def offsets_iteration_time(problem: Problem, push: Iterable[int] = (), pull: Ite
     message_of_piece = np.searchsorted(pull_bounds, ends, side="left")
     gate = np.maximum.reduceat(piece_gate, np.searchsorted(message_of_piece, np.arange(len(pull_bounds))))
     pull_bytes = np.diff(pull_bounds, prepend=0)
-    _, pull_end = _channel(gate.tolist(), np.asarray(ps.pull(pull_bytes), dtype=np.float64).tolist())
+    _, pull_end = channel_times(gate.tolist(), np.asarray(ps.pull(pull_bytes), dtype=np.float64).tolist())
 
     forward, update = profile.forward.tolist(), profile.update.tolist()
     if problem.sync == "barrier":

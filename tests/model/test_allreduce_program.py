@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from fusionopt.model import AlphaBeta, Plan, Problem, Profile, simulate
 from fusionopt.model.allreduce_program import ALL_REDUCE, allreduce_program, simulate_program
 from fusionopt.model.step_program import EMIT
-from tests.strategies import partition_plans, problems
+from strategies import partition_plans, problems
 
 
 @st.composite

@@ -1,0 +1,30 @@
+"""The parameter-server step as a step program (``fusionopt.model.ps_program``): the same
+floating-point timeline as ``simulate`` (``simulate_ps``, its fast path) on every plan, with
+and without partitioned compute, under both sync rules."""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from fusionopt.model import simulate
+from fusionopt.model.ps_program import PULL, PUSH, ps_program, simulate_ps_program
+from ps_strategies import ps_plans, ps_problems
+
+FIELDS = ("message_ready", "message_start", "message_end", "message_bytes", "reduced", "forward_start", "pull_ready",
+          "pull_start", "pull_end", "pull_bytes", "server_updated")
+
+
+@settings(deadline=None)
+@given(st.data())
+def test_the_program_gives_simulates_timeline_to_the_bit(data):
+    problem = data.draw(ps_problems())
+    plan = data.draw(ps_plans(problem.profile))
+    fast, engine = simulate(problem, plan), simulate_ps_program(problem, plan)
+    assert engine.iteration_time == fast.iteration_time
+    assert engine.compute_overhead == fast.compute_overhead
+    for field in FIELDS:
+        assert np.array_equal(getattr(engine, field), getattr(fast, field)), field
+    program = ps_program(problem, plan)
+    assert program.kind == [PUSH] * plan.push.num_messages + [PULL] * plan.pull.num_messages
