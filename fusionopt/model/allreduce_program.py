@@ -10,20 +10,21 @@ The program of a plan on an all-reduce problem:
   one, and its release ``Q_k``. On one channel in issue order (the engine's
   :class:`~fusionopt.model.step_program.Fifo`) it then starts at ``max(R_k, Q_k, end_{k-1})``
   and lasts ``c(S_k)``: the recursion of :func:`fusionopt.model.simulate`;
-* **ops**: the backward emits the gradients at their ready times ``r_i`` (``EMIT``: a publish at
-  a given time), counted where some message becomes ready; the compute clock then stands at
-  ``B``; under ``sync="barrier"`` the stream
-  waits for every message, then runs the post-backward work, the optimiser and the forward;
-  under ``sync="layerwise"`` each tensor waits for the messages carrying it, is updated and
-  runs forward (:mod:`fusionopt.model.sync`'s rules, in its order of operations); the host's
-  share ends the step.
+* **ops**: the backward emits the gradients at their ready times ``r_i`` (``EMIT``: a publish
+  at a given time), counted where some message becomes ready; the compute clock then stands
+  at ``B``. Under ``sync="barrier"`` the stream waits for every message, then runs the
+  post-backward work, the optimiser and the forward; under ``sync="layerwise"`` each tensor
+  waits for the messages carrying it, is updated and runs forward
+  (:mod:`fusionopt.model.sync`'s rules, in its order of operations); the host's share ends
+  the step.
 
 :func:`simulate_program` runs it and gives the same :class:`~fusionopt.model.timeline.Timeline`
 as :func:`fusionopt.model.simulate` does on the plain model, to the last bit (the FIFO
 recursion and the sync rules are fast paths of this engine; ``tests/model`` pins them
-together). Extensions (copy cost, contention, several channels) change the timing, not the program:
-the event engine (:mod:`fusionopt.model.events`) simulates them; the executor runs the
-program whatever the problem's extensions.
+together). Extensions (copy cost, contention, several channels) change the timing, not the
+program: the event engine (:mod:`fusionopt.model.events`) simulates them, and the executor
+runs the program whatever the problem's extensions
+(:class:`~fusionopt.executor.runner.RankRunner`).
 
 Examples
 --------
