@@ -8,7 +8,7 @@ import contextlib
 import json
 import os
 import sys
-from typing import Any
+from typing import Any, Callable
 from fusionopt.cost import network, networks, ALGORITHMS
 from fusionopt.integrations.reducer_calibration import REDUCERS, measure_reducer_overhead
 from fusionopt.cli.common import Kept, UsageError, comma_list, fail, json_output, plural
@@ -166,13 +166,9 @@ def _cmd_calibrate(args: argparse.Namespace) -> None:
     # Each size is timed for about seconds_per_size, after as long again of warm-up and set-up.
     print(f"fusionopt calibrate: timing {count} message sizes on {args.backend} with {args.ranks} ranks, "
           f"about {count * SweepSpec.seconds_per_size * 2:.0f} s", file=sys.stderr, flush=True)
-    try:
-        result = calibrate(args.backend, ranks=args.ranks, min_bytes=args.min_bytes, max_bytes=args.max_bytes,
-                           iterations=args.iterations, timeout=args.timeout, collective=args.collective)
-    except ImportError as exc:
-        raise UsageError(str(exc)) from None
-    except RuntimeError as exc:
-        fail(exc)
+    result = measured(lambda: calibrate(args.backend, ranks=args.ranks, min_bytes=args.min_bytes,
+                                        max_bytes=args.max_bytes, iterations=args.iterations, timeout=args.timeout,
+                                        collective=args.collective))
     if args.output:
         result.write(args.output, args.model)
     if args.json:
@@ -202,20 +198,32 @@ def _calibrate_reducer(args: argparse.Namespace) -> None:
     json_output(args.output, "the reducer calibration")
     print(f"fusionopt calibrate: the {args.reducer} reducer's own cost on {ranks} gloo ranks, about a minute "
           "(Ctrl-C stops it)", file=sys.stderr, flush=True)
-    try:
-        result = measure_reducer_overhead(args.reducer, ranks)
-    except ImportError as exc:
-        raise UsageError(str(exc)) from None
-    except RuntimeError as exc:
-        fail(exc)
-    if args.output:
-        result.write(args.output)
-    if args.json:
-        print(json.dumps(result.to_dict(), indent=1))
+    result = measured(lambda: measure_reducer_overhead(args.reducer, ranks))
+    if written(args, result):
         return
     print(result.summary())
     if args.output:
         print(f"wrote {args.output}: read it with --reducer-calibration {args.output} (simulate, advise)")
+
+
+def measured(measure: Callable[[], Any]) -> Any:
+    """What ``measure()`` returns; a missing extra is a usage error, a measurement that failed
+    (a rank, a GPU) one line with exit status 1."""
+    try:
+        return measure()
+    except ImportError as exc:
+        raise UsageError(str(exc)) from None
+    except RuntimeError as exc:
+        fail(exc)
+
+
+def written(args: argparse.Namespace, result: Any) -> bool:
+    """Write ``result`` to ``--output`` and print it as ``--json``; True when printed so."""
+    if args.output:
+        result.write(args.output)
+    if args.json:
+        print(json.dumps(result.to_dict(), indent=1))
+    return bool(args.json)
 
 
 def _calibrate_contention(args: argparse.Namespace) -> None:
@@ -239,26 +247,13 @@ def _calibrate_contention(args: argparse.Namespace) -> None:
     workers = args.workers if args.workers is not None else DEFAULT_LINK[1]
     link = network(network_name, workers) if ranks == 1 else None
     spec = ContentionSpec(timeout=args.timeout)
-    try:
-        check_gpus(ranks)
-    except ImportError as exc:
-        raise UsageError(str(exc)) from None
-    except RuntimeError as exc:
-        fail(exc)
+    measured(lambda: check_gpus(ranks))
     where = f"an emulated {network_name} link of {workers} workers" if ranks == 1 else f"NCCL over {ranks} GPUs"
     print(f"fusionopt calibrate: contention of GEMMs and messages ({where}) at {len(spec.sizes)} message sizes, "
           "about 10 s", file=sys.stderr, flush=True)
-    try:
-        result = calibrate_contention(ranks=ranks, link=link, spec=spec,
-                                      link_name={"network": network_name, "workers": workers, "cost": repr(link)})
-    except ImportError as exc:
-        raise UsageError(str(exc)) from None
-    except RuntimeError as exc:
-        fail(exc)
-    if args.output:
-        result.write(args.output)
-    if args.json:
-        print(json.dumps(result.to_dict(), indent=1))
+    result = measured(lambda: calibrate_contention(ranks=ranks, link=link, spec=spec, link_name={
+        "network": network_name, "workers": workers, "cost": repr(link)}))
+    if written(args, result):
         return
     print(f"device   {result.device}: {result.description}")
     print(result.table())

@@ -58,6 +58,13 @@ class MessageLayout:
 
 
 
+def describe_message(k: int, messages: int, chunks: int, nbytes: int, names: list[str]) -> str:
+    """Message ``k`` of ``messages`` in words: its chunks, bytes and (the first three of) its
+    tensors' ``names``."""
+    shown = ", ".join(repr(x) for x in names[:3]) + (f", ... ({len(names)} tensors)" if len(names) > 3 else "")
+    return f"message {k} of {messages} ({chunks} chunk{'s' * (chunks != 1)}, {nbytes} B: {shown})"
+
+
 def carried_by(carriers: list[tuple[int, int, int]], lo: int, hi: int) -> str:
     """Which of a tensor's ``carriers`` (``(lo, hi, message)`` byte ranges) hold bytes of
     ``[lo, hi)``, in words."""
@@ -132,11 +139,8 @@ class Layout:
     def describe(self, k: int) -> str:
         """Message ``k`` in words: its place, chunks, bytes and tensors."""
         message = self.plan.messages[k]
-        names = [self.profile.names[i] for i in message.tensors]
-        shown = ", ".join(repr(x) for x in names[:3]) + (f", ... ({len(names)} tensors)" if len(names) > 3 else "")
-        chunks = len(message.chunks)
-        return (f"message {k} of {len(self.messages)} ({chunks} chunk{'s' * (chunks != 1)}, "
-                f"{message.nbytes} B: {shown})")
+        return describe_message(k, len(self.messages), len(message.chunks), message.nbytes,
+                                [self.profile.names[i] for i in message.tensors])
 
     def carried_by(self, tensor: int, lo: int, hi: int) -> str:
         """Which messages carry bytes of ``[lo, hi)`` of ``tensor``, in words."""

@@ -81,22 +81,24 @@ def sleep_until(deadline: float, comm: Communicator) -> None:
 
 
 class Step:
-    """What the two threads of a rank share during one step (guarded by ``cond``)."""
+    """What the two threads of a rank share during one step (guarded by ``cond``): the
+    program's counters, and each collective's tokens and end."""
 
-    def __init__(self, n: int, messages: int) -> None:
+    def __init__(self, collectives: int) -> None:
         self.cond = threading.Condition()
         self.number = -1           # step the communication thread is asked to run
         self.finished = -1         # last step it completed
         self.stop = False
         self.failure: BaseException | None = None
-        self.n, self.messages = n, messages
+        self.messages = collectives
         self.reset(-1, 0.0)
 
     def reset(self, number: int, t0: float) -> None:
         self.t0 = t0
-        self.emitted = 0                            # tensors emitted, in backward order
-        self.done = 0                               # messages completed
-        self.reduced = np.full(self.n, math.nan)    # host seconds since t0
+        self.done = 0                               # collectives completed
+        self.counters = {"emitted": 0, "updated": 0, "issued": 0}
+        self.ended = [math.nan] * self.messages     # host seconds since t0
+        self.executed: list[list[Any]] = []
         self.in_flight: tuple[int, float] | None = None
         self.start_tokens: list[Any] = [None] * self.messages
         self.end_tokens: list[Any] = [None] * self.messages
@@ -176,17 +178,6 @@ class RankRecord:
         return bool(fields["errors"])
 
 
-class ProgramStep(Step):
-    """The shared step state, with the program's counters and each collective's end."""
-
-    def reset(self, number: int, t0: float) -> None:
-        super().reset(number, t0)
-        self.counters = {"emitted": 0, "updated": 0, "issued": 0}
-        self.ended = [math.nan] * self.messages
-        self.executed: list[list[Any]] = []
-
-
-
 class RankRunner:
     """Runs a :class:`Job` on one rank through ``comm``: the model's step program of its plan
     (module docstring); :meth:`run` returns its record."""
@@ -204,8 +195,8 @@ class RankRunner:
     def run(self) -> dict[str, Any]:
         comm, job = self.comm, self.job
         record = self._record()
-        self.grads, self.fused = record.grads, record.fused
-        self.state = self._new_state()
+        self.data = record.grads
+        self.state = Step(len(self.layout.collectives))
         thread = threading.Thread(target=self._communication_thread, daemon=True,
                                   name=f"fusionopt-comm-{comm.rank}")
         thread.start()
@@ -226,18 +217,9 @@ class RankRunner:
             layout, rank=comm.rank, size=comm.size, xp=comm.xp,
             allocate=lambda words: comm.empty(words, layout.dtype), unpack=self.program.pattern == "decoupled"))
 
-    def _new_state(self) -> ProgramStep:
-        return ProgramStep(self.profile.n, len(self.layout.collectives))
-
-    def _messages(self):
-        return self.layout.collectives
-
-    def _in_flight(self, k: int) -> str:
-        return f"{self.layout.describe(k)}: {self.layout.collectives[k].kind_name}"
-
     # ------------------------------------------------------------------ compute thread
     def _step(self, step: int) -> dict[str, Any]:
-        comm, state, data = self.comm, self.state, self.grads
+        comm, state, data = self.comm, self.state, self.data
         data.fill(step)
         comm.barrier(timeout=self.timeout)
         timer = comm.step_timer()
@@ -309,7 +291,7 @@ class RankRunner:
                 if state.in_flight is not None and now - state.in_flight[1] > self.timeout:
                     k = state.in_flight[0]
                     raise CollectiveTimeout(
-                        f"{self._in_flight(k)} did not complete within "
+                        f"{self.layout.describe(k)}: {self.layout.collectives[k].kind_name} did not complete within "
                         f"{self.timeout:g} s on rank {comm.rank} (step {state.number})")
                 state.cond.wait(POLL)
 
@@ -325,8 +307,8 @@ class RankRunner:
                     if state.stop:
                         return
                     number = state.number
-                for message in self._messages():
-                    self._send(message, number)
+                for collective in self.layout.collectives:
+                    self._send(collective, number)
                 with state.cond:
                     state.finished = number
         except BaseException as exc:  # noqa: BLE001 - the compute thread raises it
@@ -349,7 +331,7 @@ class RankRunner:
             timer = state.timer
         start = timer.mark()
         try:
-            collective = self.grads.run(c, comm, timeout=self.timeout, tag=(step, c.index), mark=timer.mark)
+            collective = self.data.run(c, comm, timeout=self.timeout, tag=(step, c.index), mark=timer.mark)
         except CollectiveTimeout as exc:
             raise CollectiveTimeout(f"{self.layout.describe(c.index)}: {exc} on rank {comm.rank} "
                                     f"(step {step})") from None
@@ -374,5 +356,5 @@ def collective_spans(timer: Any, tokens: list[tuple[Any, Any]]) -> dict[str, lis
 
 
 
-__all__ = ["ProgramStep", "RankRecord", "RankRunner", "Step", "check_agreement", "collective_spans",
+__all__ = ["RankRecord", "RankRunner", "Step", "check_agreement", "collective_spans",
            "fast_thread_switching", "sleep_until"]

@@ -20,7 +20,7 @@ from typing import Sequence
 
 import numpy as np
 
-from fusionopt.executor.layout import WORD_DTYPES, Piece, carried_by
+from fusionopt.executor.layout import WORD_DTYPES, Piece, carried_by, describe_message
 from fusionopt.model.allreduce_program import ALL_REDUCE
 from fusionopt.model.decoupled_plan import KINDS
 from fusionopt.model.step_program import CollectiveSpec
@@ -159,12 +159,9 @@ class ShardLayout:
         all-reduce: as a message of an all-reduce plan, its chunks, bytes and tensors)."""
         c = self.collectives[k]
         if c.kind == ALL_REDUCE:
-            tensors = list(dict.fromkeys(p.tensor for p in c.pieces))
-            names = [self.profile.names[i] for i in tensors]
-            shown = ", ".join(repr(x) for x in names[:3]) + (f", ... ({len(names)} tensors)" if len(names) > 3 else "")
-            chunks = len(c.pieces)
-            return (f"message {c.index} of {len(self.collectives)} ({chunks} chunk{'s' * (chunks != 1)}, "
-                    f"{c.nbytes} B: {shown})")
+            tensors = dict.fromkeys(p.tensor for p in c.pieces)
+            return describe_message(c.index, len(self.collectives), len(c.pieces), c.nbytes,
+                                    [self.profile.names[t] for t in tensors])
         pad = f", padded to {c.padded * self.word_bytes} B" if c.padded != c.words else ""
         return f"collective {k} of {len(self.collectives)} ({c.label}, {c.nbytes} B{pad})"
 

@@ -81,8 +81,9 @@ def allreduce_program(problem: Problem, plan: Plan) -> Program:
     program = Program("all-reduce", profile.sizes.tolist())
     release = plan.release.tolist()
     for k, message in enumerate(plan.messages):
+        chunks = tuple((c.tensor, c.lo, c.hi) for c in message.chunks)
         program.collective(ALL_REDUCE, k, int(plan.message_bytes[k]), EMITTED, need[k], release[k],
-                           ("all-reduce of message {}", k), chunks=tuple((c.tensor, c.lo, c.hi) for c in message.chunks))
+                           ("all-reduce of message {}", k), chunks=chunks)
     emitted = profile.ready_times[order].tolist()
     ops = program.ops
     # The backward: the gradients emitted at their ready times, counted where some message

@@ -19,6 +19,8 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from fusionopt.model.profile_checks import float_column
+
 __all__ = [
     "COST_SCHEMA",
     "COST_VERSION",
@@ -202,8 +204,8 @@ class PiecewiseLinear(CommCost):
     """
 
     def __init__(self, sizes: Sequence[float], times: Sequence[float], *, repair: bool = False) -> None:
-        size_array = self._as_column("sizes", sizes)
-        time_array = self._as_column("times", times)
+        size_array = float_column("sizes", sizes)
+        time_array = float_column("times", times)
         if size_array.size != time_array.size:
             raise ValueError(f"sizes and times differ in length ({size_array.size} sizes, "
                              f"{time_array.size} times)")
@@ -230,15 +232,6 @@ class PiecewiseLinear(CommCost):
         if size_array.size > 1:
             self._slope = float((time_array[-1] - time_array[-2]) / (size_array[-1] - size_array[-2]))
 
-    @staticmethod
-    def _as_column(label: str, values: Any) -> np.ndarray:
-        try:
-            column = np.array(values, dtype=np.float64)
-        except (TypeError, ValueError) as exc:
-            raise ValueError(f"{label} must be numbers: {exc}") from None
-        if column.ndim != 1:
-            raise ValueError(f"{label} must be a flat sequence, got shape {column.shape}")
-        return column
 
     @staticmethod
     def _check_sorted(sizes: np.ndarray, times: np.ndarray, order: np.ndarray) -> None:

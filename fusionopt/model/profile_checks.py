@@ -21,13 +21,19 @@ def frozen(values: np.ndarray) -> np.ndarray:
     return values
 
 
-def check_times(kind: str, values: Sequence[float], names: Sequence[str]) -> np.ndarray:
+def float_column(label: str, values: Any) -> np.ndarray:
+    """``values`` as a new flat float64 array, or one ``ValueError`` naming ``label``."""
     try:
-        times = np.asarray(values, dtype=np.float64)
+        column = np.array(values, dtype=np.float64)
     except (TypeError, ValueError) as exc:
-        raise ValueError(f"{kind} times must be numbers: {exc}") from None
-    if times.ndim != 1:
-        raise ValueError(f"{kind} times must be a flat sequence, got shape {times.shape}")
+        raise ValueError(f"{label} must be numbers: {exc}") from None
+    if column.ndim != 1:
+        raise ValueError(f"{label} must be a flat sequence, got shape {column.shape}")
+    return column
+
+
+def check_times(kind: str, values: Sequence[float], names: Sequence[str]) -> np.ndarray:
+    times = float_column(f"{kind} times", values)
     for i, t in enumerate(times):
         if math.isnan(t):
             raise ValueError(f"tensor {names[i]!r}: {kind} time is NaN")
@@ -142,5 +148,5 @@ def check_shapes(values: Sequence[Sequence[int]], names: Sequence[str], sizes: n
     return tuple(out)
 
 
-__all__ = ["DTYPE_BYTES", "check_dtypes", "check_order", "check_part", "check_shapes", "check_sizes", "check_times",
+__all__ = ["DTYPE_BYTES", "float_column", "check_dtypes", "check_order", "check_part", "check_shapes", "check_sizes", "check_times",
            "frozen"]

@@ -127,15 +127,13 @@ def allocated_by_set_up(runner_class, job) -> int:
 def test_rank_bytes_is_what_a_rank_allocates(pattern):
     profile = small_profile(sizes=[4 << 20, 1 << 20, 2 << 20], update=2e-4)
     if pattern == "all-reduce":
-        job, runner = Job(Problem(profile, HALF), Plan.from_groups(profile, [[2], [1, 0]])), RankRunner
+        job = Job(Problem(profile, HALF), Plan.from_groups(profile, [[2], [1, 0]]))
     elif pattern == "decoupled":
         job = Job(Problem(profile, pattern=Decoupled(HALF, HALF)), DecoupledPlan.from_groups(profile, [[2], [1, 0]], [[0, 1], [2]]))
-        runner = RankRunner
     else:
         job = Job(Problem(profile, pattern=FullySharded(HALF, HALF)), ShardedPlan([0, 2, 3]))
-        runner = RankRunner
     expected = rank_bytes(job, 1)
-    allocated = allocated_by_set_up(runner, job)
+    allocated = allocated_by_set_up(RankRunner, job)
     assert expected <= allocated <= expected + (64 << 10)        # Python objects aside, the same bytes
 
 
