@@ -11,7 +11,8 @@ Measures in one run, on one machine (timings: best of ``--repeats``):
   of a unit per tensor (``sharded-wfbp``) on a fully sharded problem, beside the all-reduce
   ``simulate`` of DDP's plan and of a message per tensor on the same profile (a revision
   without full sharding leaves those rows out); target: the fully sharded one within 2x of
-  the all-reduce one, plan for plan;
+  the all-reduce one, plan for plan. A fully sharded timeline computes its memory account
+  when first asked; a row times FSDP2's plan with its ``peak_memory`` read;
 * the default ``compare`` of zoo models (ResNet-50 at batch 64, BERT-base and GPT-2 at batch
   8; H100, this tree's zoo compute, 10GbE, 64 workers), barrier and layerwise sync: target
   at least 2x faster than the baseline revision.
@@ -112,7 +113,10 @@ def sharded_simulate(profile: Any, calls: int = 200) -> dict[str, float]:
     except ImportError:
         return out
     sharded = Problem(profile, pattern=FullySharded.from_network("10gbe", 64))
-    out["simulate_fsdp2"] = per_call(sharded, solve(sharded, "fsdp2").plan)
+    fsdp2 = solve(sharded, "fsdp2").plan
+    out["simulate_fsdp2"] = per_call(sharded, fsdp2)
+    out["simulate_fsdp2_memory"] = best(lambda: [simulate(sharded, fsdp2, validate=False).peak_memory
+                                                 for _ in range(calls)], 5) / calls
     out["simulate_sharded_wfbp"] = per_call(sharded, solve(sharded, "sharded-wfbp").plan)
     return out
 
@@ -156,6 +160,7 @@ def main(argv: list[str] | None = None) -> int:
         ("`Plan.validate`, 100,000 chunks", "validate", "< 20 ms"),
         ("`simulate`, GPT-2, DDP's plan (all-reduce)", "simulate_ddp", "-"),
         ("`simulate`, GPT-2, FSDP2's plan (fully sharded)", "simulate_fsdp2", "<= 2x DDP's"),
+        ("the same, reading its `peak_memory` (the memory account)", "simulate_fsdp2_memory", "-"),
         ("`simulate`, GPT-2, a message per tensor (all-reduce)", "simulate_wfbp", "-"),
         ("`simulate`, GPT-2, a unit per tensor (fully sharded)", "simulate_sharded_wfbp", "<= 2x a message per tensor"),
     ] + [(f"`compare`, {model}, {sync}", f"compare_{model}_{sync}", ">= 2x faster")

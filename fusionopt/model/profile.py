@@ -51,6 +51,8 @@ warns when it leaves step parts out)::
 
 from __future__ import annotations
 
+import functools
+
 import dataclasses
 import json
 import math
@@ -436,12 +438,18 @@ class Profile:
         """Total backward time in seconds."""
         return float(self._ready[0])  # type: ignore[attr-defined]
 
-    @property
+    @functools.cached_property
     def F(self) -> float:
         """Total forward time in seconds."""
         return float(self.forward.sum())
 
-    @property
+    @functools.cached_property
+    def forward_before(self) -> np.ndarray:
+        """Per tensor (forward order), the seconds of forward of the tensors before it,
+        ``f_0 + ... + f_(i-1)`` as a running sum less its own ``f_i`` (read-only)."""
+        return frozen(np.cumsum(self.forward) - self.forward)
+
+    @functools.cached_property
     def U(self) -> float:
         """Total optimiser-update time in seconds."""
         return float(self.update.sum())
@@ -474,7 +482,7 @@ class Profile:
         """Sum of the gradient sizes in bytes."""
         return int(self.sizes.sum())
 
-    @property
+    @functools.cached_property
     def compute_time(self) -> float:
         """``B + F + U + W`` in seconds: the iteration time with free communication."""
         return self.B + self.F + self.U + self.W

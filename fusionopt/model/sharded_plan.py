@@ -208,14 +208,17 @@ class ShardedPlan:
         boundaries when it is None."""
         return self.bounds if self.reduce_bounds is None else self.reduce_bounds
 
+    def unit_of(self) -> np.ndarray:
+        """Each tensor's unit (int64, forward order)."""
+        return np.repeat(np.arange(self.num_units), self.bounds[1:] - self.bounds[:-1])
+
     def units(self) -> list[list[int]]:
         """Each unit's tensors (forward indices)."""
         return [list(range(int(a), int(b))) for a, b in zip(self.bounds[:-1], self.bounds[1:])]
 
     def unit_bytes(self, profile: Profile) -> np.ndarray:
         """Each unit's unsharded size in bytes (int64)."""
-        prefix = np.concatenate(([0], np.cumsum(profile.sizes, dtype=np.int64)))
-        return prefix[self.bounds[1:]] - prefix[self.bounds[:-1]]
+        return np.add.reduceat(profile.sizes, self.bounds[:-1]).astype(np.int64, copy=False)
 
     def validate(self, profile: Profile) -> "ShardedPlan":
         """Check that the units cover the ``profile``'s tensors; return self."""

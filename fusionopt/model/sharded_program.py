@@ -11,6 +11,8 @@ each collective where it issues it.
 
 from __future__ import annotations
 
+from typing import Sequence
+
 import numpy as np
 
 from fusionopt.model.decoupled_plan import ALL_GATHER, REDUCE_SCATTER
@@ -19,6 +21,8 @@ from fusionopt.model.sharded_plan import ShardedPlan
 from fusionopt.model.step_program import COMPUTE, FORWARD, MARK, PUBLISH, SPAN, WAIT, Program
 
 ISSUED = "issued"
+NOTHING = -2
+"""The forward all-gather of a unit that gathers nothing (no bytes)."""
 BACKWARD, OPTIMISER = "backward", "optimiser"
 
 
@@ -26,7 +30,7 @@ def sharded_program(problem: Problem, plan: ShardedPlan) -> Program:
     """The program of ``plan`` (validated by the caller) on a fully sharded problem.
 
     Marks: ``FORWARD`` / ``"backward"`` ``j`` where unit ``j``'s forward and backward start
-    (each ends its unit's total forward or backward seconds later: :func:`unit_spans`),
+    (each ends its unit's total forward or backward seconds later: :func:`unit_ends`),
     ``"optimiser"`` 0 where the optimiser starts. ``program.roles`` names each unit's collectives: ``"gather"`` (its forward
     all-gather; -2 when it gathers nothing), ``"regather"`` (its backward all-gather, or
     -1), ``"scatter"`` (its reduce-scatter, or with ``reduce_bounds`` each group's), and
@@ -43,7 +47,7 @@ def sharded_program(problem: Problem, plan: ShardedPlan) -> Program:
     starts = plan.bounds[:-1]
     forward_total = np.add.reduceat(profile.forward, starts).tolist()
     backward_total = np.add.reduceat(profile.backward, starts).tolist()
-    unit_of = np.repeat(np.arange(m), np.diff(plan.bounds))
+    unit_of = plan.unit_of()
     program = Program("fully-sharded", sizes)
     ops = program.ops
     blocking = problem.pattern.blocking
@@ -77,7 +81,6 @@ def sharded_program(problem: Problem, plan: ShardedPlan) -> Program:
              for i in persistent]
 
     # Forward.
-    NOTHING = -2
     gather = [-1] * m                                     # each unit's forward all-gather
 
     def gather_forward(j: int) -> None:
@@ -158,16 +161,33 @@ def sharded_program(problem: Problem, plan: ShardedPlan) -> Program:
 
     program.roles = {"gather": gather, "regather": regather, "scatter": scatter, "persistent": alone,
                      "gather_bytes": gather_bytes, "gathers": gathers, "again": again}
-    group_of = np.repeat(np.arange(len(scatter)), np.diff(plan.reduce_bounds)) if grouped else unit_of
-    program.reduced_by = tuple(np.asarray(scatter)[group_of].tolist())
-    gathered_by = np.asarray(gather)[unit_of]
-    gathered_by[gathered_by == NOTHING] = -1
-    gathered_by[persistent] = alone
-    program.gathered_by = tuple(gathered_by.tolist())
-    before = np.cumsum(profile.forward) - profile.forward
-    program.forward_mark = unit_of
-    program.forward_offset = before - before[starts][unit_of]
+    reduced_by, gathered_by = tensor_collectives(plan, program.roles, unit_of)
+    program.reduced_by, program.gathered_by = tuple(reduced_by.tolist()), tuple(gathered_by.tolist())
+    program.forward_mark, program.forward_offset = unit_of, forward_offsets(profile, plan, unit_of)
     return program
+
+
+def tensor_collectives(plan: ShardedPlan, roles: dict, unit_of: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per tensor (``unit_of`` its unit), from a step's ``roles``: the collective whose end
+    is its ``D_i`` (its unit's or group's reduce-scatter) and the one whose end is its
+    gathered time (its own all-gather if persistent, else its unit's forward all-gather; -1
+    where nothing is gathered)."""
+    scatter = np.asarray(roles["scatter"])
+    if plan.reduce_bounds is None:
+        reduced_by = scatter[unit_of]
+    else:
+        reduced_by = scatter[np.repeat(np.arange(scatter.size), np.diff(plan.reduce_bounds))]
+    gathered_by = np.maximum(np.asarray(roles["gather"])[unit_of], -1)    # NOTHING: -1
+    if roles["persistent"]:
+        gathered_by[plan.persistent] = roles["persistent"]
+    return reduced_by, gathered_by
+
+
+def forward_offsets(profile, plan: ShardedPlan, unit_of: np.ndarray) -> np.ndarray:
+    """Per tensor (``unit_of`` its unit): the seconds of forward of its unit's tensors before
+    it, which its forward starts after its unit's."""
+    before = profile.forward_before
+    return before - before[plan.bounds[:-1]][unit_of]
 
 
 def group_issue_points(profile, bounds: list[int], group_bounds: list[int]) -> list[list[tuple[int, float]]]:
@@ -199,15 +219,15 @@ def group_issue_points(profile, bounds: list[int], group_bounds: list[int]) -> l
     return points
 
 
-def unit_spans(profile, plan: ShardedPlan, marks: dict[str, dict[int, float]]) -> tuple[list, list]:
-    """Each unit's forward and backward ``(start, end)`` (seconds) from a run's marks: its
+def unit_ends(profile, plan: ShardedPlan, forward: Sequence[float], backward: Sequence[float]) -> tuple[list, list]:
+    """Where each unit's forward and backward end (seconds), given where each starts: its
     start plus its tensors' total, the clock's own addition."""
     starts = plan.bounds[:-1]
     forward_total = np.add.reduceat(profile.forward, starts).tolist()
     backward_total = np.add.reduceat(profile.backward, starts).tolist()
-    forward, backward = marks[FORWARD], marks[BACKWARD]
-    return ([(forward[j], forward[j] + forward_total[j]) for j in range(plan.num_units)],
-            [(backward[j], backward[j] + backward_total[j]) for j in range(plan.num_units)])
+    return ([forward[j] + forward_total[j] for j in range(plan.num_units)],
+            [backward[j] + backward_total[j] for j in range(plan.num_units)])
 
 
-__all__ = ["sharded_program", "group_issue_points", "unit_spans", "ISSUED", "BACKWARD", "OPTIMISER"]
+__all__ = ["sharded_program", "group_issue_points", "unit_ends", "tensor_collectives", "forward_offsets", "NOTHING",
+           "ISSUED", "BACKWARD", "OPTIMISER"]

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from typing import Sequence
 
 import numpy as np
 
@@ -25,8 +26,10 @@ from fusionopt.model.flights import Flight, fly, time_to_next, tolerance, transf
 from fusionopt.model.pattern import require_pattern
 from fusionopt.model.problem import Problem
 from fusionopt.model.sharded_plan import ShardedPlan
-from fusionopt.model.sharded_program import ISSUED, OPTIMISER, sharded_program, unit_spans
-from fusionopt.model.step_program import Program, durations, run
+from fusionopt.model.sharded_pass import Walk, applies, one_pass
+from fusionopt.model.sharded_program import (BACKWARD, ISSUED, OPTIMISER, forward_offsets, sharded_program,
+                                             tensor_collectives, unit_ends)
+from fusionopt.model.step_program import FORWARD, Program, durations, run
 from fusionopt.model.timeline import ComputePiece, Timeline, read_only
 
 
@@ -259,69 +262,74 @@ def simulate_sharded(problem: Problem, plan: ShardedPlan, *, validate: bool = Tr
     profile = problem.profile
     if validate:
         plan.validate(profile)
+    walk = one_pass(problem, plan) if applies(problem, plan) else _engine(problem, plan)
+    return _timeline(problem, plan, walk, pieces)
+
+
+def simulate_sharded_program(problem: Problem, plan: ShardedPlan, *, validate: bool = True,
+                             pieces: list[ComputePiece] | None = None) -> Timeline:
+    """:func:`simulate_sharded` by the step program's engine alone
+    (:func:`~fusionopt.model.step_program.run`), never by the one-channel pass
+    (:mod:`~fusionopt.model.sharded_pass`), which gives the same timeline to the last bit."""
+    require_sharded(problem, "simulate_sharded_program")
+    problem.pattern.require_plan(plan)
+    if validate:
+        plan.validate(problem.profile)
+    return _timeline(problem, plan, _engine(problem, plan), pieces)
+
+
+def _engine(problem: Problem, plan: ShardedPlan) -> Walk:
+    """Run ``plan``'s step program on the model's clock, over one channel in issue order or
+    two sharing the bandwidth."""
     program = sharded_program(problem, plan)
     if problem.pattern.channels == "two":
         channel: _TwoChannels | _InIssueOrder = _TwoChannels(problem, program)
     else:
         channel = _InIssueOrder(durations(program, _costs(problem)))
     clock, marks = run(program, channel)
-    unit_forward, unit_backward = unit_spans(profile, plan, marks)
-    if pieces is not None:
-        pieces.extend(_stream(profile, plan, unit_forward, unit_backward, marks[OPTIMISER][0]))
-
-    # Memory: what is whole when.
     m = plan.num_units
-    roles = program.roles
-    gather, regather, scatter = roles["gather"], roles["regather"], roles["scatter"]
-    gather_bytes, gathers, again = roles["gather_bytes"], roles["gathers"], roles["again"]
-    reshard = plan.reshard.tolist()
-    unit_bytes = plan.unit_bytes(profile).tolist()
-    start, end = channel.start, channel.end
-    intervals = []
-    if roles["persistent"]:                               # whole all the time
-        intervals.append((0.0, float(clock), int(profile.sizes[plan.persistent].sum())))
-    grouped = plan.reduce_bounds is not None
-    for j in range(m):
-        if not gathers[j] or (plan.root and j == m - 1):
-            pass                                          # nothing gathered; the root is counted with its first part
-        elif plan.root and j == 0:
-            intervals.append((start[gather[0]], unit_backward[0][1], gather_bytes[0] + gather_bytes[-1]))
-        else:
-            kept_until = unit_forward[j][1] if reshard[j] else unit_backward[j][1]
-            intervals.append((start[gather[j]], kept_until, gather_bytes[j]))
-        if again[j]:
-            intervals.append((start[regather[j]], unit_backward[j][1], gather_bytes[j]))
-        if not grouped:
-            intervals.append((unit_backward[j][0], end[scatter[j]], unit_bytes[j]))
-    if grouped:                                           # each unit's share of each group it meets
-        bounds, group_bounds = plan.bounds.tolist(), plan.reduce_bounds.tolist()
-        prefix = np.concatenate(([0], np.cumsum(profile.sizes, dtype=np.int64)))
-        for j in range(m):
-            for g in range(len(group_bounds) - 1):
-                low, high = max(bounds[j], group_bounds[g]), min(bounds[j + 1], group_bounds[g + 1])
-                if low < high:
-                    intervals.append((unit_backward[j][0], end[scatter[g]], int(prefix[high] - prefix[low])))
-    memory_time, memory_bytes, peak = _memory(intervals)
+    forward_start = [marks[FORWARD][j] for j in range(m)]
+    backward_start = [marks[BACKWARD][j] for j in range(m)]
+    forward_end, backward_end = unit_ends(problem.profile, plan, forward_start, backward_start)
+    return Walk(clock, (forward_start, forward_end, backward_start, backward_end), marks[OPTIMISER][0],
+                (channel.issue, channel.start, channel.end), (program.kind, program.nbytes, program.units),
+                program.roles)
 
-    ends = np.asarray(end + [-math.inf])                  # gathered by nothing: index -1
-    reduced = np.asarray(end)[np.asarray(program.reduced_by, dtype=np.int64)]
+
+def _timeline(problem: Problem, plan: ShardedPlan, walk: Walk, pieces: list[ComputePiece] | None) -> Timeline:
+    """The timeline and the memory account of a walked step."""
+    profile = problem.profile
+    if pieces is not None:
+        pieces.extend(_stream(profile, plan, walk.spans, walk.optimiser))
+    issue, start, end = read_only(walk.channel)           # read-only rows
+    kind, nbytes, unit = read_only(walk.described, np.int64)
+    spans = np.array(walk.spans)
+    unit_of = plan.unit_of()
+    reduced_by, gathered_by = tensor_collectives(plan, walk.roles, unit_of)
+    ends = np.concatenate((end, _NOTHING))                # gathered by nothing: index -1
+
+    def memory_account() -> tuple[np.ndarray, np.ndarray, int]:
+        times, levels, peak = _memory(*_whole(profile, plan, walk.roles, walk.clock, start, end, spans))
+        return read_only(times), read_only(levels, np.int64), peak
+
     return Timeline(
         sync=problem.sync,
-        iteration_time=float(clock),
+        iteration_time=float(walk.clock),
         compute_time=profile.compute_time,
-        message_ready=read_only(channel.issue),
-        message_start=read_only(start),
-        message_end=read_only(end),
-        message_bytes=read_only(program.nbytes, np.int64),
-        reduced=read_only(reduced),
-        forward_start=read_only(program.forward_start(marks)),
-        message_kind=read_only(program.kind, np.int8),
-        gathered=read_only(ends[np.asarray(program.gathered_by, dtype=np.int64)]),
-        message_unit=read_only(program.units, np.int64),
-        peak_memory=int(peak),
-        memory_time=read_only(memory_time),
-        memory_bytes=read_only(memory_bytes, np.int64),
+        message_ready=issue,
+        message_start=start,
+        message_end=end,
+        message_bytes=nbytes,
+        reduced=read_only(ends[reduced_by]),
+        forward_start=read_only(spans[0][unit_of] + forward_offsets(profile, plan, unit_of)),
+        message_kind=read_only(kind, np.int8),
+        gathered=read_only(ends[gathered_by]),
+        message_unit=unit,
+        memory_account=memory_account,
     )
+
+
+_NOTHING = np.array([-math.inf])
 
 
 def _costs(problem: Problem) -> dict:
@@ -329,21 +337,21 @@ def _costs(problem: Problem) -> dict:
     return {REDUCE_SCATTER: problem.pattern.reduce_scatter, ALL_GATHER: problem.pattern.all_gather}
 
 
-def _stream(profile, plan: ShardedPlan, unit_forward: list[tuple[float, float]],
-            unit_backward: list[tuple[float, float]], optimiser: float) -> list[ComputePiece]:
+def _stream(profile, plan: ShardedPlan, spans: Sequence[Sequence[float]], optimiser: float) -> list[ComputePiece]:
     """The compute stream task by task: each unit's forwards in forward order, its backwards
     in the ready order, from the unit's start; the updates in the ready order from the
     optimiser's start; then the step parts. A unit's last task ends where the step's timing
-    ends the unit."""
+    ends the unit (``spans``: :class:`~fusionopt.model.sharded_pass.Walk`'s)."""
+    forward_start, forward_end, backward_start, backward_end = spans
     stream: list[ComputePiece] = []
     bounds = plan.bounds.tolist()
     order = profile.ready_order
     forward, backward, update = profile.forward.tolist(), profile.backward.tolist(), profile.update.tolist()
-    for j, (begin, end) in enumerate(unit_forward):
-        stream += _pieces("forward", list(range(bounds[j], bounds[j + 1])), forward, begin, end)
+    for j in range(plan.num_units):
+        stream += _pieces("forward", list(range(bounds[j], bounds[j + 1])), forward, forward_start[j], forward_end[j])
     for j in range(plan.num_units - 1, -1, -1):
-        begin, end = unit_backward[j]
-        stream += _pieces("backward", [i for i in order if bounds[j] <= i < bounds[j + 1]], backward, begin, end)
+        stream += _pieces("backward", [i for i in order if bounds[j] <= i < bounds[j + 1]], backward,
+                          backward_start[j], backward_end[j])
     clock = optimiser
     stream += _pieces("update", list(order), update, clock, clock + profile.U)
     clock += profile.U
@@ -366,27 +374,63 @@ def _pieces(kind: str, tensors: list[int], seconds: list[float], begin: float, e
     return pieces
 
 
-def _memory(intervals: list[tuple[float, float, int]]) -> tuple[list[float], list[int], int]:
-    """The step function of bytes whole over time and its peak, from ``(start, end, bytes)``
-    intervals: at one moment what ends is freed before what begins is counted, and a
-    zero-length interval counts at its moment."""
-    events = []
-    for start, end, size in intervals:
-        events.append((start, 1, size))
-        events.append((end, 0 if end > start else 2, -size))
-    events.sort(key=lambda e: (e[0], e[1]))
-    level = peak = 0
-    times: list[float] = []
-    levels: list[int] = []
-    for time, _, delta in events:
-        level += delta
-        peak = max(peak, level)
-        if times and times[-1] == time:
-            levels[-1] = level
-        else:
-            times.append(time)
-            levels.append(level)
-    return times, levels, peak
+def _whole(profile, plan: ShardedPlan, roles: dict, clock: float, start: np.ndarray, end: np.ndarray,
+           spans: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """What is whole when, as intervals ``(begin, finish, bytes)`` (seconds, seconds, bytes),
+    given a step's ``roles``, its end ``clock``, each collective's ``start`` and ``end`` and
+    each unit's ``spans`` (:class:`~fusionopt.model.sharded_pass.Walk`): a unit's parameters from the start of its all-gather on the channel
+    until the end of its forward (resharded) or backward (kept), and from the start of its
+    second all-gather until the end of its backward; its gradients from the start of its
+    backward until the end of its reduce-scatter (with groups: each unit's share of each
+    group it meets); persistent tensors all step."""
+    m = plan.num_units
+    forward_end, backward_start, backward_end = spans[1], spans[2], spans[3]
+    gather, regather = np.asarray(roles["gather"]), np.asarray(roles["regather"])
+    counted, again = gather >= 0, regather >= 0           # every unit gathered again has its regather
+    gather_bytes = np.asarray(roles["gather_bytes"], dtype=np.int64)
+    if plan.root and counted[0]:                          # both parts gathered at once, counted with the first
+        counted[m - 1] = False
+        held = gather_bytes[counted]
+        held[0] += gather_bytes[m - 1]
+    else:
+        held = gather_bytes[counted]
+    begin = [start[gather[counted]], start[regather[again]]]
+    finish = [np.where(plan.reshard, forward_end, backward_end)[counted], backward_end[again]]
+    size = [held, gather_bytes[again]]
+    if plan.reduce_bounds is None:
+        begin.append(backward_start)
+        finish.append(end[roles["scatter"]])
+        size.append(plan.unit_bytes(profile))
+    else:                                                 # each unit's share of each group it meets
+        bounds, group_bounds = plan.bounds.tolist(), plan.reduce_bounds.tolist()
+        prefix = np.concatenate(([0], np.cumsum(profile.sizes, dtype=np.int64))).tolist()
+        shares = [(j, g, prefix[min(bounds[j + 1], group_bounds[g + 1])] - prefix[max(bounds[j], group_bounds[g])])
+                  for j in range(m) for g in range(len(group_bounds) - 1)
+                  if max(bounds[j], group_bounds[g]) < min(bounds[j + 1], group_bounds[g + 1])]
+        units, groups, share = (np.asarray(column) for column in zip(*shares))
+        begin.append(backward_start[units])
+        finish.append(end[np.asarray(roles["scatter"])[groups]])
+        size.append(share)
+    if roles["persistent"]:                               # whole all the time
+        begin.append(np.zeros(1))
+        finish.append(np.asarray([clock]))
+        size.append(np.asarray([profile.sizes[plan.persistent].sum()]))
+    return np.concatenate(begin), np.concatenate(finish), np.concatenate(size)
 
 
-__all__ = ["simulate_sharded", "require_sharded", "REDUCE_SCATTER", "ALL_GATHER"]
+def _memory(begin: np.ndarray, finish: np.ndarray, size: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
+    """The step function of bytes whole over time and its peak, from intervals ``[begin,
+    finish]`` of ``size`` bytes: at one moment what ends is freed before what begins is
+    counted, and a zero-length interval counts at its moment. (Within one moment the order
+    among the frees, or among the counts, changes neither the peak nor the level after it.)"""
+    times = np.concatenate((begin, finish))
+    order = np.lexsort((np.concatenate((np.ones(begin.size), np.where(finish > begin, 0.0, 2.0))), times))
+    times = times[order]
+    levels = np.cumsum(np.concatenate((size, -size))[order])
+    if not times.size:
+        return times, levels, 0
+    last = np.append(times[1:] != times[:-1], True)     # the level after each moment's last event
+    return times[last], levels[last], max(int(levels.max()), 0)
+
+
+__all__ = ["simulate_sharded", "simulate_sharded_program", "require_sharded", "REDUCE_SCATTER", "ALL_GATHER"]

@@ -4,7 +4,8 @@ engines share to build them. The simulator that fills them is :mod:`fusionopt.mo
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Callable
 
 import numpy as np
 
@@ -76,6 +77,10 @@ class Timeline:
         ``M_peak``: the most bytes of unsharded parameters and gradients whole at once.
     memory_time, memory_bytes : ndarray
         The bytes whole from ``memory_time[k]`` until ``memory_time[k + 1]`` (seconds, bytes).
+    memory_account : tuple or callable
+        Where those three come from: ``(memory_time, memory_bytes, peak_memory)``, or a
+        function of no argument that gives them, called when one of them is first read (a
+        search that never asks for memory never pays for the account); None without one.
     """
 
     sync: str
@@ -97,9 +102,29 @@ class Timeline:
     updated: np.ndarray | None = None
     gathered: np.ndarray | None = None
     message_unit: np.ndarray | None = None
-    peak_memory: int | None = None
-    memory_time: np.ndarray | None = None
-    memory_bytes: np.ndarray | None = None
+    memory_account: tuple | Callable[[], tuple] | None = field(default=None, repr=False)
+
+    def _memory(self) -> tuple | None:
+        account = self.memory_account
+        if callable(account):                            # computed once, when first asked
+            account = account()
+            object.__setattr__(self, "memory_account", account)
+        return account
+
+    @property
+    def memory_time(self) -> np.ndarray | None:
+        account = self._memory()
+        return None if account is None else account[0]
+
+    @property
+    def memory_bytes(self) -> np.ndarray | None:
+        account = self._memory()
+        return None if account is None else account[1]
+
+    @property
+    def peak_memory(self) -> int | None:
+        account = self._memory()
+        return None if account is None else account[2]
 
     @property
     def exposed(self) -> float:
