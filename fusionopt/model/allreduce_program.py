@@ -21,10 +21,10 @@ The program of a plan on an all-reduce problem:
 :func:`simulate_program` runs it and gives the same :class:`~fusionopt.model.timeline.Timeline`
 as :func:`fusionopt.model.simulate` does on the plain model, to the last bit (the FIFO
 recursion and the sync rules are fast paths of this engine; ``tests/model`` pins them
-together). Extensions (copy cost, contention, several channels) change the timing, not the
-program: the event engine (:mod:`fusionopt.model.events`) simulates them, and the executor
-runs the program whatever the problem's extensions
-(:class:`~fusionopt.executor.runner.RankRunner`).
+together). Extensions (copy cost, contention, several channels) are timed on the same
+engine by the event semantics' program and channel policy (:mod:`fusionopt.model.events`),
+whose backward is compute the policy may slow; the executor runs this program whatever the
+problem's extensions (:class:`~fusionopt.executor.runner.RankRunner`).
 
 Examples
 --------
@@ -117,8 +117,8 @@ def simulate_program(problem: Problem, plan: Plan, *, validate: bool = True) -> 
     """The :class:`~fusionopt.model.timeline.Timeline` of ``plan`` on a plain all-reduce
     ``problem``, from its step program run on one FIFO channel: ``simulate``'s, to the bit."""
     if problem.extensions:
-        raise ValueError(f"an all-reduce with {', '.join(problem.extensions)} is simulated event by event "
-                         "(fusionopt.model.events), not by its step program")
+        raise ValueError(f"an all-reduce with {', '.join(problem.extensions)} runs the event semantics' program "
+                         "(fusionopt.model.events.simulate_events), whose backward the extensions may slow")
     if validate:
         plan.validate(problem.profile)
     program = allreduce_program(problem, plan)

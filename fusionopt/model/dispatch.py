@@ -13,8 +13,10 @@ Priority is a rank per tensor (lower first), then byte order within it.
 posted the slices in, from which the solver emits a static plan (one slice per message)
 for :func:`~fusionopt.model.simulate` to judge: on the plain model the policy's recursion is
 the simulator's term for term, so the two agree exactly; under contention (either way) or
-several channels the policy runs in the event semantics of :mod:`fusionopt.model.events` and agrees
-to rounding.
+several channels the policy is a channel policy (:class:`PriorityChannels`) of the step
+programs' engine (:mod:`fusionopt.model.step_program`), running the step's compute tasks
+(:func:`dispatch_program`) in the event semantics of :mod:`fusionopt.model.events`, and
+agrees with the simulator to rounding.
 """
 
 from __future__ import annotations
@@ -26,10 +28,12 @@ from typing import Callable
 
 import numpy as np
 
+from fusionopt.model.allreduce_program import ALL_REDUCE
 from fusionopt.model.fifo import fifo_job
-from fusionopt.model.flights import Flight, advance, fly, time_to_next, tolerance, transfers
+from fusionopt.model.flights import Flight, SharedChannels, tolerance
 from fusionopt.model.plan import Chunk, Message, Plan
 from fusionopt.model.problem import Problem
+from fusionopt.model.step_program import COMPUTE, FORWARD, MARK, PUBLISH, WAIT, Program, run
 from fusionopt.model.sync import layerwise_forward
 
 Window = Callable[[int, int], bool]
@@ -172,89 +176,104 @@ def _serial(problem: Problem, slices: list[Chunk], window: Window, rank: list[in
 
 def _events(problem: Problem, slices: list[Chunk], window: Window, rank: list[int]) -> PolicyRun:
     """The policy under contention and several channels, in the semantics of
-    :mod:`fusionopt.model.events`: the compute stream runs the backward ``n-1 .. 0`` (a
-    tensor's slices are ready when its backward ends), then each tensor's update, gated by
-    its last slice, and forward, all at ``1 / contention`` speed while a slice is in
-    flight; a dispatched slice runs a latency phase, then a transfer phase sharing the
-    bandwidth with the transfers in flight, both at ``1 / comm_contention`` speed while the
-    stream computes."""
+    :mod:`fusionopt.model.events`: :func:`dispatch_program` run by the step programs' engine
+    under :class:`PriorityChannels`; ``T`` is where the last forward ends, plus ``W``."""
+    program = dispatch_program(problem, slices)
+    channels = PriorityChannels(problem, slices, window, rank)
+    clock, _ = run(program, channels)
+    order = channels.order
+    return PolicyRun(order, channels.start[order], np.asarray(channels.end)[order], clock + problem.profile.W)
+
+
+TENSORS_READY = "tensors ready"
+"""The gate the backward counts its tensors on, in reverse forward order."""
+
+
+def dispatch_program(problem: Problem, slices: list[Chunk]) -> Program:
+    """The step a priority policy runs in (:func:`_events`' semantics): the compute stream
+    runs the backward in reverse forward order, publishing ``"tensors ready"`` as each ends (tensor
+    ``n - value``'s slices are ready), then each tensor's update, after every slice of it
+    has ended, and its forward. The collectives are the slices, in ``slices`` order: the
+    policy, not the program, decides the order they run in."""
     profile = problem.profile
     n = profile.n
-    channels = problem.channels
-    sizes = np.array([c.nbytes for c in slices], dtype=np.int64)
-    if channels == 1:
-        latency, transfer = problem.cost(sizes), np.zeros(len(slices))
-    else:
-        alpha, beta = problem.cost.affine
-        latency, transfer = np.where(sizes > 0, alpha, 0.0), beta * sizes.astype(np.float64)
-    # Compute tasks: (work in seconds, tensor made ready, tensor whose slices gate it).
-    tasks = [(float(profile.backward[i]), i, None) for i in range(n - 1, -1, -1)]
+    program = Program("all-reduce", profile.sizes.tolist())
+    ops = program.ops
+    backward, update, forward = profile.backward.tolist(), profile.update.tolist(), profile.forward.tolist()
+    for count, i in enumerate(range(n - 1, -1, -1), start=1):
+        ops += [(COMPUTE, backward[i], ("backward", i, None)), (PUBLISH, TENSORS_READY, count)]
+    of_tensor: list[list[int]] = [[] for _ in range(n)]
+    for s, c in enumerate(slices):
+        program.collective(ALL_REDUCE, s, c.nbytes, TENSORS_READY, n - c.tensor, 0.0, ("slice {}", s),
+                           chunks=((c.tensor, c.lo, c.hi),))
+        of_tensor[c.tensor].append(s)
     for i in range(n):
-        tasks.append((float(profile.update[i]), None, i))
-        tasks.append((float(profile.forward[i]), None, None))
-    queue = ReadySlices(n, slices)
-    unreduced = [queue.stop[i] - queue.first[i] for i in range(n)]
-    library: deque[int] = deque()            # posted, waiting for a channel
-    flights: list[Flight] = []
-    posted_count = posted_bytes = 0
-    order: list[int] = []
-    start = np.full(len(slices), np.inf)
-    end = np.full(len(slices), np.inf)
-    tol = tolerance(profile.compute_time + float(latency.sum() + transfer.sum()))
-    task_index, remaining = 0, tasks[0][0]
-    clock = 0.0
+        ops.extend((WAIT, s) for s in of_tensor[i])
+        ops += [(COMPUTE, update[i], ("update", i, None)), (MARK, FORWARD, i), (COMPUTE, forward[i], ("forward", i, None))]
+    program.forward_mark = np.arange(n)
+    program.forward_offset = np.zeros(n)
+    return program
 
-    def gate_open() -> bool:
-        gate = tasks[task_index][2]
-        return gate is None or unreduced[gate] == 0
 
-    while True:
+class PriorityChannels(SharedChannels):
+    """A priority policy with its window as a channel policy of the step programs' engine: the
+    scheduler posts the ready slice of best priority while the window allows, the library runs
+    posted slices in the order posted on up to ``channels`` channels, each a latency phase and
+    then a transfer sharing the bandwidth (:mod:`fusionopt.model.flights`); the stream computes
+    at ``1 / contention`` while a slice is in flight, and the slices progress at
+    ``1 / comm_contention`` while it computes. At one moment every slice that ends is
+    counted before the scheduler decides. ``order`` holds the slices as posted, ``start`` and
+    ``end`` their times (seconds, by slice)."""
+
+    def __init__(self, problem: Problem, slices: list[Chunk], window: Window, rank: list[int]) -> None:
+        n = problem.profile.n
+        self.sizes = [c.nbytes for c in slices]
+        sizes = np.array(self.sizes, dtype=np.int64)
+        if problem.channels == 1:
+            latency, transfer = problem.cost(sizes), np.zeros(len(slices))
+        else:
+            alpha, beta = problem.cost.affine
+            latency, transfer = np.where(sizes > 0, alpha, 0.0), beta * sizes.astype(np.float64)
+        self.latency, self.transfer = latency.tolist(), transfer.tolist()
+        super().__init__(problem.contention, problem.comm_contention,
+                         tolerance(problem.profile.compute_time + float(latency.sum() + transfer.sum())), len(slices))
+        self.window, self.rank, self.n = window, rank, n
+        self.channels = problem.channels
+        self.queue = ReadySlices(n, slices)
+        self.library: deque[int] = deque()               # posted, waiting for a channel
+        self.posted_count = self.posted_bytes = 0
+        self.order: list[int] = []
+        self.start = np.full(len(slices), np.inf)
+
+    def publish(self, gate: str, value: int, time: float) -> None:
+        """Tensor ``n - value``'s backward ended: its slices join the scheduler's queue."""
+        tensor = self.n - value
+        self.queue.release(self.rank[tensor], tensor)
+
+    def _instant(self) -> None:
+        """Every slice that ends now, then the scheduler's posts and the library's dispatches."""
+        flights, clock = self.flights, self.clock
         progressed = True
         while progressed:
             progressed = False
-            while task_index < len(tasks) and remaining <= 0.0 and gate_open():
-                made_ready = tasks[task_index][1]
-                if made_ready is not None:
-                    queue.release(rank[made_ready], made_ready)
-                task_index += 1
-                if task_index < len(tasks):
-                    remaining = tasks[task_index][0]
-                progressed = True
             for flight in [f for f in flights if f.done]:
                 flights.remove(flight)
                 s = flight.message
-                end[s] = clock
-                posted_count -= 1
-                posted_bytes -= int(sizes[s])
-                unreduced[slices[s].tensor] -= 1
+                self.end[s] = clock
+                self.posted_count -= 1
+                self.posted_bytes -= self.sizes[s]
                 progressed = True
             if progressed:
                 continue                     # every event of this instant before a decision
-            while queue and window(posted_count, posted_bytes):
-                s = queue.take()
-                order.append(s)
-                library.append(s)
-                posted_count += 1
-                posted_bytes += int(sizes[s])
+            while self.queue and self.window(self.posted_count, self.posted_bytes):
+                s = self.queue.take()
+                self.order.append(s)
+                self.library.append(s)
+                self.posted_count += 1
+                self.posted_bytes += self.sizes[s]
                 progressed = True
-            while library and len(flights) < channels:
-                s = library.popleft()
-                start[s] = clock
-                flights.append(Flight(s, latency[s], transfer[s]))
+            while self.library and len(flights) < self.channels:
+                s = self.library.popleft()
+                self.start[s] = clock
+                flights.append(Flight(s, self.latency[s], self.transfer[s]))
                 progressed = True
-        if task_index == len(tasks):
-            break
-        rate = 1.0 / problem.contention if flights else 1.0
-        computing = gate_open()
-        pace = 1.0 / problem.comm_contention if computing else 1.0
-        candidates = [remaining / rate] if computing else []
-        share = transfers(flights)
-        candidates.extend(seconds / pace for seconds in time_to_next(flights, share))
-        if not candidates:
-            raise AssertionError("priority dispatch stalled: a gate waits for a slice that never runs")
-        step = min(candidates)
-        clock += step
-        if computing:
-            remaining = advance(remaining, step * rate, tol)
-        fly(flights, step * pace, share, tol)
-    return PolicyRun(order, start[order], end[order], clock + profile.W)

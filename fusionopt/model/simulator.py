@@ -80,9 +80,9 @@ def simulate(problem: Problem, plan: Any, *, validate: bool = True) -> Timeline:
     plan gives one). Tensor ``i`` is reduced at ``C_i = max end_k`` over the
     messages carrying it; the next forward then starts after a barrier on every ``C_i`` or
     tensor by tensor (``problem.sync``). A problem with extensions on (copy cost,
-    contention, several channels) is simulated event by event instead
-    (:mod:`fusionopt.model.events`); a parameter server by
-    :func:`~fusionopt.model.ps_timing.simulate_ps`, a decoupled all-reduce by
+    contention, several channels) is simulated event by event instead, its program run by
+    the step programs' engine under the event channel policy (:mod:`fusionopt.model.events`);
+    a parameter server by :func:`~fusionopt.model.ps_timing.simulate_ps`, a decoupled all-reduce by
     :func:`~fusionopt.model.decoupled_timing.simulate_decoupled` and a fully sharded problem
     by :func:`~fusionopt.model.sharded_timing.simulate_sharded`.
 

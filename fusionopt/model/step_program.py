@@ -16,7 +16,8 @@ sleeping where it computes and blocking where it waits. A program has two parts:
   start of the step):
 
   - ``(AT, t)``: ``clock = max(clock, t)`` (the backward's emissions, at ready times);
-  - ``(COMPUTE, s)``: ``clock += s``;
+  - ``(COMPUTE, s)``: ``clock += s`` (an optional third field labels the task for the
+    compute stream's pieces, :func:`run`);
   - ``(SPAN, s, issues)``: ``s`` seconds of compute during which each ``(before, gate,
     value)`` of ``issues`` is published ``before`` seconds ahead of the span's end (never
     before its start); then ``clock += s`` (gradients that become ready inside a unit's
@@ -47,6 +48,7 @@ from typing import Any, Protocol, Sequence
 import numpy as np
 
 from fusionopt.model.fifo import fifo_job
+from fusionopt.model.timeline import ComputePiece
 
 AT, COMPUTE, SPAN, PUBLISH, EMIT, WAIT, MARK = "at", "compute", "span", "publish", "emit", "wait", "mark"
 FORWARD = "forward"                      # the mark where a tensor's forward (or its unit's) starts
@@ -233,18 +235,30 @@ class Fifo:
             self.ended(len(self.meta) - 1)
 
 
-def run(program: Program, channel: Channel) -> tuple[float, dict[str, dict[int, float]]]:
+def run(program: Program, channel: Channel, *,
+        pieces: list[ComputePiece] | None = None) -> tuple[float, dict[str, dict[int, float]]]:
     """Run ``program``'s ops on the model's clock against ``channel``; then every collective
-    to its end. Returns the step's end (seconds) and the marks."""
+    to its end. Returns the step's end (seconds) and the marks.
+
+    A channel with a ``compute(clock, seconds)`` method runs the compute too (contention:
+    the stream slows while collectives run, and they while it computes): it is handed each
+    ``COMPUTE`` and returns when the work ends. With ``pieces`` a list, each ``COMPUTE`` op
+    that carries a label ``(kind, tensor, message)`` (a third field) is appended to it as a
+    :class:`~fusionopt.model.timeline.ComputePiece` from where it starts to where it ends."""
     clock = 0.0
     marks: dict[str, dict[int, float]] = {}
     publish, ended = channel.publish, channel.ended
+    compute = getattr(channel, "compute", None)
     for op in program.ops:
         code = op[0]
         if code == PUBLISH:
             publish(op[1], op[2], clock)
         elif code == COMPUTE:
-            clock += op[1]
+            begin = clock
+            clock = clock + op[1] if compute is None else compute(clock, op[1])
+            if pieces is not None and len(op) > 2:
+                kind, tensor, message = op[2]
+                pieces.append(ComputePiece(kind, tensor, begin, clock, message))
         elif code == WAIT:
             end = ended(op[1])
             clock = end if end > clock else clock

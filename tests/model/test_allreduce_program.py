@@ -57,5 +57,5 @@ def test_a_hand_worked_layerwise_step():
 def test_what_is_not_a_program_yet_is_refused_in_one_line():
     profile = Profile.from_arrays([8, 8], [1e-3] * 2, [1e-3] * 2)
     plan = Plan.from_groups(profile, [[1, 0]])
-    with pytest.raises(ValueError, match=r"an all-reduce with contention is simulated event by event"):
+    with pytest.raises(ValueError, match=r"an all-reduce with contention runs the event semantics' program"):
         simulate_program(Problem(profile, AlphaBeta(1e-3, 0.0), contention=1.5), plan)

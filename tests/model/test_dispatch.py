@@ -12,7 +12,9 @@ from strategies import problems
 
 from fusionopt.cost import AlphaBeta
 from fusionopt.model import Plan, Problem, Profile, simulate
-from fusionopt.model.dispatch import credit_window, free_channel_window, priority_dispatch
+from fusionopt.model.dispatch import (PriorityChannels, credit_window, dispatch_program, free_channel_window,
+                                      priority_dispatch)
+from fusionopt.model.step_program import run
 from fusionopt.model.plan import Chunk
 from fusionopt.model.ticks import credit_ticks, cycle_ticks
 
@@ -111,3 +113,19 @@ def test_tick_settings_refused_in_one_line():
         credit_ticks(problem, megabyte_slices(problem), [0, 1, 2], MB, lambda p: [list(p)], -1.0)
     with pytest.raises(ValueError, match="cycle must be a positive number"):
         cycle_ticks(problem, lambda batch: [batch], 0.0)
+
+
+@settings(deadline=None)
+@given(problem=problems(max_n=8, sync="layerwise"), credit=st.integers(1, 4), p3=st.booleans())
+def test_the_priority_channel_policy_gives_the_serial_recursion(problem, credit, p3):
+    # On one channel without contention the policy's own recursion is the fast path of the
+    # engine's priority channel policy: the same posts, times to rounding.
+    problem = problem.plain()
+    slices = megabyte_slices(problem)
+    window = free_channel_window(1) if p3 else credit_window(1, credit * MB)
+    serial = priority_dispatch(problem, slices, window)
+    channels = PriorityChannels(problem, slices, window, list(range(problem.profile.n)))
+    clock, _ = run(dispatch_program(problem, slices), channels)
+    assert channels.order == serial.order
+    assert np.allclose(np.asarray(channels.end)[channels.order], serial.end, rtol=1e-12, atol=1e-15)
+    assert clock + problem.profile.W == pytest.approx(serial.iteration_time, rel=1e-12, abs=1e-15)
