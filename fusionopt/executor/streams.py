@@ -2,22 +2,26 @@
 
 The host runner (:mod:`fusionopt.executor.runner`) emulates compute by sleeping on the host,
 so the host's wake-up jitter is in every figure. On a GPU the whole step can instead be
-queued on two device streams, and the device keeps the time (MODEL.md sections 3 and 4):
+queued on two device streams, and the device keeps the time (MODEL.md sections 3 and 4).
+The runner queues the plan's step program (:mod:`fusionopt.model.step_program`; an
+all-reduce plan's, :mod:`fusionopt.model.allreduce_program`), the one the simulator and the
+host runner run:
 
-* **compute stream**: the backward ``b_{n-1}, ..., b_0`` as device work of exactly those
-  durations (a spin kernel, or GEMMs sized to them), with an event recorded at each
-  emission that makes a message ready (consecutive tensors between two such emissions run
-  as one piece, as only those emissions can be observed);
-* **communication stream**: the plan's messages in plan order, each waiting for its ready
-  event, then packing its chunks into the fused buffer, all-reducing it and unpacking it,
-  with events at its start and end;
-* **compute stream again**: the next forward per ``sync``. Barrier: wait for the last
-  message, run ``U``, then ``f_0, ..., f_{n-1}``. Layerwise: before the forward of tensor
-  ``i``, wait for the message that completes it, then ``u_i`` and ``f_i``.
+* **compute stream**: the backward as device work of exactly its durations (a spin kernel,
+  or GEMMs sized to them), with an event recorded at each emission the program names (where
+  some message becomes ready; the backward between two of them runs as one piece, as only
+  those can be observed); then the program's waits, updates and forwards, each stretch of
+  compute between two waits as one piece;
+* **communication stream**: the program's collectives in channel order, each waiting for
+  the event of the emission that reached its gate, then packing its chunks into the fused
+  buffer, all-reducing it and unpacking it, with events at its start and end; a collective
+  is queued once the compute stream is about to wait for it (or at the step's end), so the
+  whole backward is queued first.
 
 ``T`` is the device time from the step's origin event to the end of the forward. Message
 starts and ends, and each tensor's ``C_i``, are read from their events. ``phi_i`` is the
-event at the start of each forward piece plus the exact durations before ``i`` within it.
+compute stream's last event before tensor ``i``'s forward plus the exact durations queued
+after it.
 Before the origin, a short *gate* of device work (``gate`` seconds) keeps the device busy
 while the host queues the rest, so that the device never waits for the host.
 
@@ -38,7 +42,9 @@ from fusionopt.executor.communicator import Communicator
 from fusionopt.executor.errors import CollectiveTimeout
 from fusionopt.executor.job import Job
 from fusionopt.executor.layout import Layout
+from fusionopt.executor.programs import build_program
 from fusionopt.executor.runner import RankRecord
+from fusionopt.model.step_program import AT, COMPUTE, EMIT, FORWARD, MARK, WAIT
 
 class Streams(ABC):
     """A device's compute and communication streams, seen by the stream runner.
@@ -93,10 +99,10 @@ class StreamRunner:
             raise ValueError("the CUDA-stream runner has no timer to hold a message until its release time; "
                              "run plans with release times (horovod's) with compute='host', or drop them "
                              "with plan.without_release()")
+        self.program = build_program(self.problem, job.plan)         # an all-reduce plan's (Job checks)
         self.layout = Layout(self.profile, job.plan, word_sizes=comm.word_sizes)
         self.timeout = job.timeout
         self.gate = float(gate)
-        self.wake_points = sorted({m.need for m in self.layout.messages})
 
     def run(self) -> dict[str, Any]:
         record = RankRecord(self.comm, self.job, self.layout)
@@ -107,97 +113,109 @@ class StreamRunner:
         return record.fields
 
     def _step(self, step: int) -> dict[str, Any]:
-        comm, streams, profile, layout = self.comm, self.streams, self.profile, self.layout
-        compute, channel = streams.compute, streams.communication
+        comm, streams, profile, program = self.comm, self.streams, self.profile, self.program
+        compute = streams.compute
         n = profile.n
         self.grads.fill(step)
         comm.barrier(timeout=self.timeout)     # the fill is done on every rank
 
         streams.work(compute, self.gate)
         origin = streams.record(compute)
-        streams.wait(channel, origin)
+        streams.wait(streams.communication, origin)
+        self.starts: list[Any] = []
+        self.ends: list[Any] = []
+        self.published: dict[str, list[tuple[int, Any]]] = {}
 
-        # Backward in the ready order: one piece per stretch between observable emissions,
-        # each the rise of the ready time along the order (a layer's tensors tie: its time sits
-        # on its last tensor in forward order, which the ready order may put last of them).
-        backward = profile.backward_steps
-        ready_events: dict[int, Any] = {}
-        emitted = 0
-        for need in self.wake_points:
-            streams.work(compute, float(backward[emitted:need].sum()))
-            emitted = need
-            ready_events[need] = streams.record(compute)
-        streams.work(compute, float(backward[emitted:].sum()))
-        backward_end = streams.record(compute)
-
-        # Messages in plan order on the communication stream.
-        starts, ends = [], []
-        completes: dict[int, Any] = {}
-        grads = self.grads.grads
-        with streams.on_communication():
-            for message in layout.messages:
-                streams.wait(channel, ready_events[message.need])
-                starts.append(streams.record(channel))
-                fused = self.fused[: message.words]
-                for p in message.pieces:
-                    fused[p.offset: p.offset + p.hi - p.lo] = grads[p.tensor][p.lo: p.hi]
-                comm.allreduce(fused, timeout=self.timeout, tag=(step, message.index))
-                for p in message.pieces:
-                    grads[p.tensor][p.lo: p.hi] = fused[p.offset: p.offset + p.hi - p.lo]
-                end = streams.record(channel)
-                ends.append(end)
-                for i in message.completes:
-                    completes[i] = end
-
-        # Forward per sync; each piece starts at an event, phi within it by exact durations.
-        forward, update = profile.forward, profile.update
-        piece_starts: list[tuple[Any, list[int], list[float]]] = []
-        if self.problem.sync == "barrier":
-            if ends:
-                streams.wait(compute, ends[-1])
-            streams.work(compute, profile.post_backward + profile.update_lump + profile.U)
-            offsets = np.concatenate(([0.0], np.cumsum(forward)[:-1])).tolist()
-            piece_starts.append((streams.record(compute), list(range(n)), offsets))
-            streams.work(compute, profile.F)
-        else:
-            current: tuple[Any, list[int], list[float]] | None = None
-            gate: Any = None
-            pending = 0.0       # exact seconds of compute queued since the current piece began
-            for i in range(n):
-                event = completes.get(i)
-                if current is None or (event is not None and event is not gate):
-                    streams.work(compute, pending)
-                    pending = 0.0
-                    if event is not None:
-                        streams.wait(compute, event)
-                        gate = event
-                    current = (streams.record(compute), [], [])
-                    piece_starts.append(current)
-                current[1].append(i)
-                current[2].append(pending + float(update[i]))
-                pending += float(update[i] + forward[i])
-            streams.work(compute, pending)
-        streams.work(compute, profile.host_overhead)       # the host's share ends the step (MODEL.md 4)
-        finish = streams.record(compute)
-        self._synchronize(finish, ends)
-
+        # The program's ops on the compute stream. Compute is queued as one piece of device
+        # work per stretch between observable points (an emission, a wait, the backward's end);
+        # ``base`` is the compute stream's last event and ``offset`` the exact seconds queued
+        # after it, so a forward mark is ``elapsed(origin, base) + offset``. The collectives are
+        # queued in channel order on the communication stream as the compute stream needs
+        # their ends, each waiting for the event of the emission that reached its gate.
+        pending = 0.0                                  # seconds not yet queued
+        base, offset = origin, 0.0
+        backward = 0.0                                 # model seconds of the backward queued
+        backward_end = None
+        waited: set[int] = set()
         phi = np.empty(n)
-        for event, members, offsets in piece_starts:
-            base = streams.elapsed(origin, event)
-            for i, offset in zip(members, offsets):
-                phi[i] = base + offset
-        reduced = np.full(n, math.nan)
-        for i, event in completes.items():
-            reduced[i] = streams.elapsed(origin, event)
-        late = max(0.0, streams.elapsed(origin, backward_end) - profile.B)
+        marks: list[tuple[int, Any]] = []              # (tensor, the event its forward's offset runs from)
+        for op in program.ops:
+            code = op[0]
+            if code == COMPUTE:
+                pending += op[1]
+                offset += op[1]
+            elif code == MARK:
+                if op[1] == FORWARD:
+                    phi[op[2]] = offset                # relative to base, resolved below
+                    marks.append((op[2], base))
+            elif code in (EMIT, AT):
+                until = op[3] if code == EMIT else op[1]
+                if until > backward:
+                    pending += until - backward
+                    backward = until
+                self._queue(pending)
+                pending, base, offset = 0.0, streams.record(compute), 0.0
+                if code == EMIT:
+                    self.published.setdefault(op[1], []).append((op[2], base))
+                else:
+                    backward_end = base
+            elif code == WAIT:
+                c = op[1]
+                if c in waited:                        # already behind the stream: nothing to wait for
+                    continue
+                self._issue_until(c, step)
+                self._queue(pending)
+                streams.wait(compute, self.ends[c])
+                waited.add(c)
+                pending, base, offset = 0.0, streams.record(compute), 0.0
+            else:
+                raise ValueError(f"the stream runner queues an all-reduce program's ops, not {code!r}")
+        self._issue_until(program.num_collectives - 1, step)
+        self._queue(pending)
+        finish = streams.record(compute)
+        self._synchronize(finish, self.ends)
+
+        for i, event in marks:
+            phi[i] += streams.elapsed(origin, event)
+        ended = [streams.elapsed(origin, e) for e in self.ends]
+        reduced = [ended[c] if c >= 0 else math.nan for c in program.reduced_by]
+        late = 0.0 if backward_end is None else max(0.0, streams.elapsed(origin, backward_end) - profile.B)
         return {
             "iteration_times": streams.elapsed(origin, finish),
-            "message_start": [streams.elapsed(origin, e) for e in starts],
-            "message_end": [streams.elapsed(origin, e) for e in ends],
-            "reduced": reduced.tolist(),
+            "message_start": [streams.elapsed(origin, e) for e in self.starts],
+            "message_end": ended,
+            "reduced": reduced,
             "forward_start": phi.tolist(),
             "backward_late": late,
         }
+
+    def _queue(self, seconds: float) -> None:
+        """Queue ``seconds`` of device work on the compute stream (none for nothing)."""
+        if seconds > 0.0:
+            self.streams.work(self.streams.compute, seconds)
+
+    def _issue_until(self, c: int, step: int) -> None:
+        """Queue the collectives up to ``c`` (channel order) on the communication stream, each
+        after the event of the emission that reached its gate: pack, all-reduce, unpack."""
+        streams, channel, grads = self.streams, self.streams.communication, self.grads.grads
+        collectives = self.program.collectives
+        with streams.on_communication():
+            for k in range(len(self.ends), c + 1):
+                spec = collectives[k]
+                event = next((e for value, e in self.published.get(spec.gate, ()) if value >= spec.need), None)
+                if event is None:
+                    raise RuntimeError(f"{spec.label} waits for {spec.gate} {spec.need}, which the program never "
+                                       "emits before the compute stream needs it")
+                streams.wait(channel, event)
+                self.starts.append(streams.record(channel))
+                message = self.layout.messages[k]
+                fused = self.fused[: message.words]
+                for p in message.pieces:
+                    fused[p.offset: p.offset + p.hi - p.lo] = grads[p.tensor][p.lo: p.hi]
+                self.comm.allreduce(fused, timeout=self.timeout, tag=(step, message.index))
+                for p in message.pieces:
+                    grads[p.tensor][p.lo: p.hi] = fused[p.offset: p.offset + p.hi - p.lo]
+                self.ends.append(streams.record(channel))
 
     def _synchronize(self, finish: Any, ends: list[Any]) -> None:
         """Wait for the step's last event; past the timeout, name the first unfinished message."""
