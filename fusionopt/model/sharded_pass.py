@@ -70,8 +70,10 @@ def one_pass(problem: Problem, plan: ShardedPlan) -> Walk:
     root_bytes = unit_bytes[0] + unit_bytes[m - 1]
     # Each collective's seconds, as the engine prices them: the cost of its bytes as float64.
     priced = np.array(unit_bytes + [root_bytes], dtype=np.float64)
-    gather_seconds = problem.pattern.all_gather.of_sizes(priced).tolist()
-    scatter_seconds = problem.pattern.reduce_scatter.of_sizes(priced).tolist()
+    pattern = problem.pattern
+    gather_seconds = pattern.all_gather.of_sizes(priced).tolist()
+    same = pattern.reduce_scatter == pattern.all_gather              # a ring's halves cost alike
+    scatter_seconds = gather_seconds if same else pattern.reduce_scatter.of_sizes(priced).tolist()
     gathers = [size > 0 for size in unit_bytes]
     if root:
         gathers[0] = gathers[m - 1] = root_bytes > 0
