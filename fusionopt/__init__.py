@@ -30,7 +30,9 @@ Settings for a framework
     ``fusionopt.advice.sharded.zero2_settings``; applied to a real job by
     ``fusionopt.integrations.apply_advice``.
 Run and measure
-    ``fusionopt.integrations.plan_reducer.PlanReducer`` (train with a plan),
+    ``fusionopt.integrations.plan_reducer.PlanReducer`` (train with a plan; switch plans
+    between steps), ``fusionopt.integrations.online.OnlinePlanner`` (re-plan a running job
+    from its own timings),
     ``fusionopt.integrations.EmulatedLink`` (a slower network inside real frameworks),
     ``fusionopt.executor.run`` (a plan on local, MPI or NCCL ranks) and
     ``fusionopt.executor.calibrate`` (a link's cost, measured).

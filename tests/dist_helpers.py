@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import contextlib
+import json
+import os
+from pathlib import Path
 
 from fusionopt.integrations.ddp_record import free_port
 
@@ -16,4 +19,32 @@ def one_rank_group():
     try:
         yield
     finally:
+        dist.destroy_process_group()
+
+
+def spawn_gloo(worker, folder, ranks: int = 2) -> list[dict]:
+    """Run ``worker(rank, port, folder)`` in ``ranks`` processes (each reports through
+    :func:`gloo_rank`); return their reports, rank by rank."""
+    import torch.multiprocessing as mp
+
+    mp.spawn(worker, args=(free_port(), str(folder)), nprocs=ranks, join=True)
+    return [json.loads((Path(folder) / f"rank{r}.json").read_text()) for r in range(ranks)]
+
+
+@contextlib.contextmanager
+def gloo_rank(rank: int, port: int, folder: str, ranks: int = 2):
+    """In a spawned worker: join a gloo group of ``ranks``, one thread each; yield the report
+    (a dict) and write it as ``rank{rank}.json`` in ``folder`` when the block ends, however."""
+    import torch
+    import torch.distributed as dist
+
+    os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", str(port)
+    dist.init_process_group("gloo", rank=rank, world_size=ranks)
+    torch.set_num_threads(1)
+    report: dict = {}
+    try:
+        yield report
+    finally:
+        with open(f"{folder}/rank{rank}.json", "w") as f:
+            json.dump(report, f)
         dist.destroy_process_group()

@@ -151,6 +151,7 @@ class PlanReducer:
         self._error: BaseException | None = None
         self._step_open = False
         self._generation = 0
+        self._layout_version = 0                  # bumped by switch(): the communication thread re-reads the plan
         self._origin = 0.0
         self._pending = [0] * len(self.messages)
         self._device = self.params[0].device
@@ -278,12 +279,17 @@ class PlanReducer:
         generation = 0
         while True:
             generation += 1
-            for message in self.messages:
+            with self._lock:
+                messages, version = self.messages, self._layout_version
+            for message in messages:
                 with self._lock:
-                    while not ((self._generation == generation and message.packed) or self._closed):
+                    while not ((self._generation == generation and message.packed) or self._closed
+                               or self._layout_version != version):
                         self._lock.wait()
                     if self._closed:
                         return
+                    if self._layout_version != version:   # switched between steps: this generation's plan is new
+                        break
                     origin = self._origin
                 try:
                     delay = origin + message.release - time.perf_counter()
@@ -323,6 +329,9 @@ class PlanReducer:
                     if message is self.messages[-1]:
                         self._step_open = False       # the next gradient opens the next step
                     self._lock.notify_all()
+            else:
+                continue
+            generation -= 1                           # the switched plan runs this generation
 
     def _raise_pending(self) -> None:
         if self._error is not None:
@@ -385,6 +394,46 @@ class PlanReducer:
         for message in waiting:
             message.left -= mine
             message.consumed = not message.left
+
+    def switch(self, plan: Plan) -> None:
+        """Reduce by ``plan`` from the next step on.
+
+        Between steps only: after ``loss.backward()`` has returned (and, under
+        ``sync="layerwise"``, after :meth:`flush`), when every message of the step is reduced
+        and applied; a call inside a step is refused in one line, before anything changes.
+        Every rank must switch at the same step to the same plan (checked with a gathered
+        hash, as the first plan is; ranks that disagree keep the plan they had). No gradient
+        is lost or sent twice: the next step's hooks fill the new plan's messages."""
+        if not isinstance(plan, Plan):
+            raise ValueError(f"plan must be a fusionopt Plan, got {type(plan).__name__}")
+        with self._lock:
+            self._raise_pending()
+            if self._closed:
+                raise RuntimeError("the reducer is closed")
+            if self._step_open or not all(m.consumed for m in self.messages):
+                raise ValueError("switch(plan) between steps only: this step's messages are not all reduced and "
+                                 "applied yet (call it after loss.backward() returns"
+                                 + (" and after flush()" if self.sync == "layerwise" else "") + ")")
+        plan.validate(self.profile)
+        previous = self.plan
+        self.plan = plan
+        try:
+            messages = self._layout()
+            self._check_same_plan()
+        except BaseException:
+            self.plan = previous
+            raise
+        carriers: list[list[int]] = [[] for _ in self.params]
+        for message in messages:
+            for p in message.tensors:
+                carriers[p].append(message.index)
+        with self._lock:
+            self.messages, self.carriers = messages, carriers
+            self._pending = [0] * len(messages)
+            for own, needed, _, _ in self._optimizers:     # the forward pre-hooks hold these lists
+                needed[:] = sorted({k for i in own for k in carriers[i]})
+            self._layout_version += 1
+            self._lock.notify_all()
 
     def flush(self) -> None:
         """``sync="layerwise"``: run every update the last step left pending (before evaluating,

@@ -1,0 +1,105 @@
+"""Switching plans in a real 2-rank gloo job (``PlanReducer.switch``) and the online planner
+on it (``fusionopt.integrations.online``): a job that switches keeps the parameters of real
+DDP to 1e-6; a switch inside a step is refused in one line; on an emulated link whose
+startup dominates, the planner leaves a message per tensor for fewer messages."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from dist_helpers import gloo_rank, spawn_gloo  # noqa: E402
+
+from fusionopt.cost import AlphaBeta  # noqa: E402
+from fusionopt.integrations.online import OnlinePlanner  # noqa: E402
+from fusionopt.integrations.plan_reducer import PlanReducer  # noqa: E402
+from fusionopt.model import Plan, Profile  # noqa: E402
+
+
+def build():
+    nn = torch.nn
+    return nn.Sequential(nn.Linear(10, 16), nn.LayerNorm(16), nn.ReLU(), nn.Linear(16, 4))
+
+
+def batch(rank, step):
+    return torch.randn(4, 10, generator=torch.Generator().manual_seed(100 * rank + step))
+
+
+def profile_of(model):
+    named = list(model.named_parameters())
+    return Profile.from_arrays([p.numel() * p.element_size() for _, p in named], [0.0] * len(named),
+                               [0.0] * len(named), [n for n, _ in named])
+
+
+def _worker(rank, port, out):
+    with gloo_rank(rank, port, out) as report:
+        # A switch after two steps, against real DDP all along.
+        torch.manual_seed(0)
+        reference, mine = build(), build()
+        mine.load_state_dict(reference.state_dict())
+        ddp = torch.nn.parallel.DistributedDataParallel(reference)
+        ref_opt = torch.optim.SGD(reference.parameters(), lr=0.1, momentum=0.9)
+        opt = torch.optim.SGD(mine.parameters(), lr=0.1, momentum=0.9)
+        profile = profile_of(mine)
+        n = profile.n
+        with PlanReducer(mine, Plan.per_tensor(profile), profile) as reducer:
+            for step in range(5):
+                if step == 2:
+                    reducer.switch(Plan.from_groups(profile, [list(range(n))]))
+                x = batch(rank, step)
+                ddp(x).pow(2).mean().backward()
+                mine(x).pow(2).mean().backward()
+                for o in (opt, ref_opt):
+                    o.step()
+                    o.zero_grad()
+            report["messages"] = len(reducer.message_times())
+        report["param"] = max(float((a - b).detach().abs().max()) for a, b in zip(reference.parameters(),
+                                                                                  mine.parameters()))
+        # Under layerwise sync a switch before flush() is inside the step.
+        layerwise = PlanReducer(mine, Plan.per_tensor(profile), profile, sync="layerwise",
+                                optimizer=lambda ps: torch.optim.SGD(ps, lr=0.1))
+        mine(batch(rank, 9)).sum().backward()
+        layerwise.wait_all()
+        try:
+            layerwise.switch(Plan.from_groups(profile, [list(range(n))]))
+        except ValueError as exc:
+            report["mid-step"] = str(exc)
+        layerwise.flush()
+        layerwise.close()
+        # The planner on an emulated link of 30 ms per message.
+        with PlanReducer(mine, Plan.per_tensor(profile), profile, link=AlphaBeta(0.03, 0.0)) as slow:
+            planner = OnlinePlanner(slow, every=3, window=3)
+            for step in range(6):
+                mine(batch(rank, step)).sum().backward()
+                opt.step()
+                opt.zero_grad()
+                planner.after_step()
+            report["planned"] = slow.plan.num_messages
+            report["decisions"] = [[d.step, d.switched, d.current, d.best] for d in planner.history]
+
+
+@pytest.fixture(scope="module")
+def reports(tmp_path_factory):
+    return spawn_gloo(_worker, tmp_path_factory.mktemp("online"))
+
+
+def test_a_switch_keeps_ddps_parameters(reports):
+    for report in reports:
+        assert report["param"] < 1e-6
+        assert report["messages"] == 1                     # the switched plan ran
+
+
+def test_a_switch_inside_a_step_is_refused(reports):
+    for report in reports:
+        assert report["mid-step"] == ("switch(plan) between steps only: this step's messages are not all reduced "
+                                      "and applied yet (call it after loss.backward() returns and after flush())")
+
+
+def test_the_planner_fuses_on_a_slow_link(reports):
+    for report in reports:
+        # Four messages of 30 ms each against one: the first re-planning switches, every rank alike.
+        assert report["planned"] < 4
+        first = report["decisions"][0]
+        assert first[0] == 3 and first[1] and first[3] < first[2]
+    assert reports[0]["decisions"] == reports[1]["decisions"]

@@ -1,0 +1,114 @@
+"""Online re-planning (``fusionopt.integrations.online``) against a job the simulator plays:
+the planner sees only what a reducer records (each message's ready time from the step's
+first gradient, its start and end), with seeded noise on every duration; it must reach the
+optimum of the true problem, stay there while nothing changes, and follow a change of the
+link. The real-torch job is ``test_online_gloo.py``."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from fusionopt.integrations.online import OnlinePlanner
+from fusionopt.model import Plan, Problem, Profile, simulate
+from fusionopt.cost import AlphaBeta
+from fusionopt.solvers import solve
+
+MS = 1e-3
+
+
+class SimulatedJob:
+    """A reducer's face over the simulator: ``message_times`` of the plan in use on
+    ``problem``, every duration stretched by seeded noise of relative spread ``noise``."""
+
+    sync, rank, world = "barrier", 0, 1
+
+    def __init__(self, problem: Problem, plan: Plan, noise: float, seed: int = 0) -> None:
+        self.problem, self.plan, self.noise = problem, plan, noise
+        self.profile = Profile.from_arrays(problem.profile.sizes, problem.profile.forward,
+                                           np.zeros(problem.profile.n), problem.profile.names)
+        self.random = np.random.default_rng(seed)
+        self.switches = 0
+
+    def message_times(self) -> list[dict[str, float]]:
+        t = simulate(self.problem, self.plan)
+        origin = float(self.problem.profile.ready_times[self.problem.profile.backward_order[0]])
+        stretch = 1.0 + self.noise * self.random.standard_normal(len(t.message_end))
+        start = t.message_start - origin
+        end = start + (t.message_end - t.message_start) * stretch
+        return [{"ready": float(r - origin), "start": float(s), "end": float(e), "bytes": int(b)}
+                for r, s, e, b in zip(t.message_ready, start, end, t.message_bytes)]
+
+    def switch(self, plan: Plan) -> None:
+        self.plan = plan
+        self.switches += 1
+
+
+def resnet_like(n: int = 24) -> Profile:
+    rng = np.random.default_rng(7)
+    sizes = rng.integers(10_000, 4_000_000, n) * 4
+    return Profile.from_arrays(sizes, rng.uniform(0.2, 2.0, n) * MS, rng.uniform(0.4, 4.0, n) * MS)
+
+
+def gap(job: SimulatedJob) -> float:
+    best = solve(job.problem, "dp").iteration_time
+    return simulate(job.problem, job.plan).iteration_time / best - 1.0
+
+
+def test_it_reaches_the_optimum_and_stays_there():
+    profile = resnet_like()
+    problem = Problem(profile, AlphaBeta(2 * MS, 2e-10))
+    job = SimulatedJob(problem, Plan.per_tensor(profile), noise=0.02)
+    planner = OnlinePlanner(job, every=5, window=10)
+    before = gap(job)
+    for _ in range(20):
+        planner.after_step()
+    assert before > 0.05                        # a message per tensor is far from the optimum here
+    assert gap(job) < 0.02                      # within 2% of the true optimum after 20 steps
+    settled = job.switches
+    for _ in range(40):
+        planner.after_step()
+    assert job.switches == settled              # nothing changed: no switch on noise
+    assert planner.history and all(d.best <= d.current for d in planner.history)
+
+
+def test_it_follows_a_slower_link():
+    profile = resnet_like()
+    fast = Problem(profile, AlphaBeta(0.05 * MS, 2e-10))
+    job = SimulatedJob(fast, Plan.per_tensor(profile), noise=0.02, seed=1)
+    planner = OnlinePlanner(job, every=5, window=10)
+    for _ in range(30):
+        planner.after_step()
+    assert gap(job) < 0.02
+    job.problem = Problem(profile, AlphaBeta(8 * MS, 2e-10))     # the link's startup grows 160-fold
+    assert gap(job) > 0.02
+    for _ in range(20):
+        planner.after_step()
+    assert gap(job) < 0.02                      # back within 2% of the new optimum in 20 steps
+
+
+def test_the_fit_recovers_the_link_and_the_backward():
+    profile = resnet_like(12)
+    problem = Problem(profile, AlphaBeta(1 * MS, 1e-9))
+    job = SimulatedJob(problem, Plan.per_tensor(profile), noise=0.0)
+    planner = OnlinePlanner(job, every=100, window=4)
+    for _ in range(3):
+        planner.after_step()
+    fitted, spread = planner.fitted_problem()
+    assert fitted.cost.alpha == pytest.approx(1 * MS, rel=1e-6) and fitted.cost.beta == pytest.approx(1e-9, rel=1e-6)
+    assert spread == 0.0
+    order = profile.backward_order
+    # Every tensor but the first in the ready order (the step's origin) is observed exactly.
+    assert np.allclose(fitted.profile.backward[order[1:]], profile.backward[order[1:]], rtol=1e-9, atol=1e-15)
+
+
+def test_bad_settings_are_named():
+    profile = resnet_like(4)
+    job = SimulatedJob(Problem(profile, AlphaBeta(MS, 0.0)), Plan.per_tensor(profile), noise=0.0)
+    with pytest.raises(ValueError, match=r"every must be a whole number of steps >= 1, got 0"):
+        OnlinePlanner(job, every=0)
+    with pytest.raises(ValueError, match=r"min_gain must be a fraction in \[0, 1\), got 2"):
+        OnlinePlanner(job, min_gain=2)
+    job.sync = "layerwise"
+    with pytest.raises(ValueError, match=r"use it with sync='barrier'"):
+        OnlinePlanner(job)
