@@ -9,7 +9,10 @@ long its all-reduce held the channel. Every ``every`` steps it fits, over the la
 a window):
 
 * **the collective's cost** ``c(S) = alpha + beta S``, least squares over every message's
-  bytes and seconds, with the residuals' spread (seconds);
+  bytes and seconds in the window, whatever plan sent it (a message's seconds depend on its
+  bytes, not on the plan). Where the window holds one size only (a plan of one message, or of
+  equal ones), ``beta`` is the last one the window could identify and ``alpha`` is fitted
+  around it, so that a fused plan still prices the plans it does not run;
 * **the backward**: the median ready time of each message's last tensor in the ready order;
   the tensors between two observed ones share the time between them in the proportions the
   starting profile gives (equally where it gives none). The first gradient's own backward,
@@ -98,13 +101,17 @@ class OnlinePlanner:
         self.steps = 0
         self.seconds = 0.0                                # spent fitting, solving and deciding
         self.history: list[Decision] = []
-        self._seen: deque[list[dict[str, float]]] = deque(maxlen=window)
+        self._seen: deque[list[dict[str, float]]] = deque(maxlen=window)     # this plan's steps
+        self._sent: deque[list[tuple[float, float]]] = deque(maxlen=window)   # (bytes, seconds), any plan
+        self._beta: float | None = None                   # the last beta a window identified
 
     def after_step(self) -> Decision | None:
         """Record the step just ended; every ``every`` steps, re-plan (a collective call:
         every rank must make it). Returns the decision made, or None."""
         started = time.perf_counter()
-        self._seen.append(self.reducer.message_times())
+        times = self.reducer.message_times()
+        self._seen.append(times)
+        self._sent.append([(m["bytes"], m["end"] - m["start"]) for m in times])
         self.steps += 1
         decision = None
         if self.steps % self.every == 0 and len(self._seen) >= 2:
@@ -122,9 +129,10 @@ class OnlinePlanner:
         """The problem fitted on the steps seen (module docstring) and the measured spread
         of the communication's end from step to step (seconds)."""
         steps = list(self._seen)
-        sizes = np.array([m["bytes"] for step in steps for m in step], dtype=np.float64)
-        seconds = np.array([m["end"] - m["start"] for step in steps for m in step])
-        cost = _affine(sizes, seconds)
+        sent = np.array([pair for step in self._sent for pair in step], dtype=np.float64).reshape(-1, 2)
+        cost = _affine(sent[:, 0], sent[:, 1], self._beta)
+        if np.ptp(sent[:, 0]) > 0:
+            self._beta = cost.beta
         plan = self.reducer.plan
         profile = self.prior
         ready = np.array([[m["ready"] for m in step] for step in steps])
@@ -156,13 +164,15 @@ class OnlinePlanner:
         return box[0]
 
 
-def _affine(sizes: np.ndarray, seconds: np.ndarray) -> AlphaBeta:
+def _affine(sizes: np.ndarray, seconds: np.ndarray, beta: float | None) -> AlphaBeta:
     """``alpha + beta S`` fitted to messages of ``sizes`` bytes taking ``seconds``, least
-    squares, both kept >= 0; with one size only, ``alpha`` alone."""
+    squares, both kept >= 0; with one size only, ``alpha`` around the given ``beta`` (0 when
+    None)."""
     if sizes.size == 0:
         raise ValueError("no message was timed: run a step with the reducer first")
     if np.ptp(sizes) == 0:
-        return AlphaBeta(max(float(np.mean(seconds)), 0.0), 0.0)
+        held = beta or 0.0
+        return AlphaBeta(max(float(np.mean(seconds - held * sizes)), 0.0), held)
     beta, alpha = np.polyfit(sizes, seconds, 1)
     if alpha < 0:
         return AlphaBeta(0.0, max(float(np.dot(sizes, seconds) / np.dot(sizes, sizes)), 0.0))

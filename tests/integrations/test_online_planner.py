@@ -112,3 +112,22 @@ def test_bad_settings_are_named():
     job.sync = "layerwise"
     with pytest.raises(ValueError, match=r"use it with sync='barrier'"):
         OnlinePlanner(job)
+
+
+def test_it_follows_a_faster_link_from_a_fused_plan():
+    # From the optimum of a slow link (few messages: one size per message, the cost's beta
+    # held from the first window), the link's startup falls 160-fold: the planner must find
+    # the plan of more messages, refining the backward it sees as it goes.
+    profile = resnet_like()
+    slow = Problem(profile, AlphaBeta(8 * MS, 2e-10))
+    job = SimulatedJob(slow, Plan.per_tensor(profile), noise=0.02, seed=2)
+    planner = OnlinePlanner(job, every=5, window=10)
+    for _ in range(30):
+        planner.after_step()
+    assert gap(job) < 0.02
+    fused = job.plan.num_messages
+    job.problem = Problem(profile, AlphaBeta(0.05 * MS, 2e-10))
+    assert gap(job) > 0.02
+    for _ in range(40):
+        planner.after_step()
+    assert gap(job) < 0.02 and job.plan.num_messages > fused
