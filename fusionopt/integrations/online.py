@@ -17,7 +17,9 @@ a window):
   the tensors between two observed ones share the time between them in the proportions the
   starting profile gives (equally where it gives none). The first gradient's own backward,
   before any hook fires, is not observable and keeps the profile's value; under barrier sync
-  it, the forward and the update shift every plan's ``T`` alike.
+  it, the forward and the update shift every plan's ``T`` alike. Where the fit gives time to
+  tensors that the profile's ready order reorders (tensors it has ready at one moment), the
+  fitted profile takes the default ready order.
 
 It then solves the fitted problem with the exact fusion DP (``method="dp"``, MODEL.md
 section 7) and switches (:meth:`PlanReducer.switch`) only when the model predicts the new
@@ -137,7 +139,10 @@ class OnlinePlanner:
         profile = self.prior
         ready = np.array([[m["ready"] for m in step] for step in steps])
         backward = _backward(profile, plan, np.median(ready, axis=0))
-        fitted = dataclasses.replace(profile, backward=backward)
+        try:
+            fitted = dataclasses.replace(profile, backward=backward)
+        except ValueError:                                # the fit parts tensors the profile's ready order ties
+            fitted = dataclasses.replace(profile, backward=backward, ready_order=None)
         ends = [max(m["end"] for m in step) for step in steps]
         spread = statistics.stdev(ends) if len(ends) > 1 else 0.0
         return Problem(fitted, cost, sync="barrier"), spread
@@ -162,6 +167,47 @@ class OnlinePlanner:
         box = [mine]
         dist.broadcast_object_list(box, src=dist.get_global_rank(reducer.group, 0), group=reducer.group)
         return box[0]
+
+
+class SimulatedJob:
+    """A job the simulator plays, with the face of a
+    :class:`~fusionopt.integrations.plan_reducer.PlanReducer` (``sync``, ``rank``, ``world``,
+    ``profile``, ``plan``, :meth:`message_times`, :meth:`switch`): each step is ``problem``'s
+    timeline of the plan in use, every message's duration stretched by a seeded normal draw
+    of relative spread ``noise``, its times from the step's first gradient as the reducer
+    records them. ``profile`` is what the planner starts from: the true one's sizes and
+    forward with no backward time (set ``prior`` to give another). Assign ``problem`` to
+    change the link or the compute mid-run. For studies and tests of the planner at any
+    scale, without a process group."""
+
+    sync, rank, world = "barrier", 0, 1
+
+    def __init__(self, problem: Problem, plan: Plan, *, noise: float = 0.0, seed: int = 0,
+                 prior: Profile | None = None) -> None:
+        if isinstance(noise, bool) or not isinstance(noise, (int, float)) or not 0 <= noise < 1:
+            raise ValueError(f"noise must be a relative spread in [0, 1), got {noise!r}")
+        self.problem, self.plan, self.noise = problem, plan, float(noise)
+        true = problem.profile
+        self.profile = prior if prior is not None else dataclasses.replace(true, backward=np.zeros(true.n))
+        self.random = np.random.default_rng(seed)
+        self.switches = 0
+
+    def message_times(self) -> list[dict[str, float]]:
+        """This step's messages in plan order: ``ready``, ``start`` and ``end`` (seconds from
+        the step's first gradient) and ``bytes``."""
+        t = simulate(self.problem, self.plan)
+        profile = self.problem.profile
+        origin = float(profile.ready_times[profile.backward_order[0]])
+        stretch = 1.0 + self.noise * self.random.standard_normal(len(t.message_end))
+        start = t.message_start - origin
+        end = start + (t.message_end - t.message_start) * stretch
+        return [{"ready": float(r - origin), "start": float(a), "end": float(b), "bytes": int(size)}
+                for r, a, b, size in zip(t.message_ready, start, end, t.message_bytes)]
+
+    def switch(self, plan: Plan) -> None:
+        """Run ``plan`` from the next step on."""
+        self.plan = plan
+        self.switches += 1
 
 
 def _affine(sizes: np.ndarray, seconds: np.ndarray, beta: float | None) -> AlphaBeta:
@@ -208,4 +254,4 @@ def _backward(profile: Profile, plan: Plan, ready: np.ndarray) -> np.ndarray:
     return out
 
 
-__all__ = ["Decision", "OnlinePlanner"]
+__all__ = ["Decision", "OnlinePlanner", "SimulatedJob"]

@@ -9,39 +9,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fusionopt.integrations.online import OnlinePlanner
+from fusionopt.integrations.online import OnlinePlanner, SimulatedJob
 from fusionopt.model import Plan, Problem, Profile, simulate
 from fusionopt.cost import AlphaBeta
 from fusionopt.solvers import solve
 
 MS = 1e-3
-
-
-class SimulatedJob:
-    """A reducer's face over the simulator: ``message_times`` of the plan in use on
-    ``problem``, every duration stretched by seeded noise of relative spread ``noise``."""
-
-    sync, rank, world = "barrier", 0, 1
-
-    def __init__(self, problem: Problem, plan: Plan, noise: float, seed: int = 0) -> None:
-        self.problem, self.plan, self.noise = problem, plan, noise
-        self.profile = Profile.from_arrays(problem.profile.sizes, problem.profile.forward,
-                                           np.zeros(problem.profile.n), problem.profile.names)
-        self.random = np.random.default_rng(seed)
-        self.switches = 0
-
-    def message_times(self) -> list[dict[str, float]]:
-        t = simulate(self.problem, self.plan)
-        origin = float(self.problem.profile.ready_times[self.problem.profile.backward_order[0]])
-        stretch = 1.0 + self.noise * self.random.standard_normal(len(t.message_end))
-        start = t.message_start - origin
-        end = start + (t.message_end - t.message_start) * stretch
-        return [{"ready": float(r - origin), "start": float(s), "end": float(e), "bytes": int(b)}
-                for r, s, e, b in zip(t.message_ready, start, end, t.message_bytes)]
-
-    def switch(self, plan: Plan) -> None:
-        self.plan = plan
-        self.switches += 1
 
 
 def resnet_like(n: int = 24) -> Profile:
@@ -104,7 +77,7 @@ def test_the_fit_recovers_the_link_and_the_backward():
 
 def test_bad_settings_are_named():
     profile = resnet_like(4)
-    job = SimulatedJob(Problem(profile, AlphaBeta(MS, 0.0)), Plan.per_tensor(profile), noise=0.0)
+    job = SimulatedJob(Problem(profile, AlphaBeta(MS, 0.0)), Plan.per_tensor(profile))
     with pytest.raises(ValueError, match=r"every must be a whole number of steps >= 1, got 0"):
         OnlinePlanner(job, every=0)
     with pytest.raises(ValueError, match=r"min_gain must be a fraction in \[0, 1\), got 2"):

@@ -1,0 +1,119 @@
+"""What the online planner costs a step, and how fast it finds the optimum, on simulated jobs.
+
+Each job is a zoo model on H100s (ResNet-50 at batch 64, BERT-base and GPT-2 at batch 8) on
+64 workers of 10 GbE or 100 Gb InfiniBand, played by the simulator
+(:class:`~fusionopt.integrations.online.SimulatedJob`: every message's duration stretched by
+a seeded 2% normal draw), starting from DDP's default buckets. The planner
+(:class:`~fusionopt.integrations.online.OnlinePlanner`, ``every=5``, ``window=10``) runs 60
+steps; at step 30 the link's bandwidth is divided by 4. Reported:
+
+* the predicted ``T`` of DDP's default, of the optimum (``dp``) and of the plan in use at step
+  30 and at step 60, on the true problem of the moment;
+* the steps until the plan in use is within 2% of the optimum and stays there, from the start
+  and from the change (or "never"), and the switches made;
+* the planner's own seconds per step (fitting, solving and deciding every 5 steps,
+  averaged; a **timing** of this host) and that as a share of the step's ``T``: target 1%.
+
+Every figure but the timing comes from seeded draws, so rerunning reproduces it exactly.
+Writes ``benchmarks/results/online.md``.
+
+Run: ``python benchmarks/bench_online.py``
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import platform
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results" / "online.md"
+MODELS = (("resnet50", 64), ("bert-base", 8), ("gpt2", 8))
+NETWORKS = ("10gbe", "100gb-ib")
+STEPS, CHANGE, WORKERS = 60, 30, 64
+
+
+def settle(gaps: list[float], start: int) -> int | None:
+    """Steps from ``start`` until every later gap is within 2%, or None."""
+    for k in range(start, len(gaps)):
+        if all(g <= 0.02 for g in gaps[k:]):
+            return k - start
+    return None
+
+
+def run_job(model: str, batch: int, network_name: str) -> dict:
+    from fusionopt import zoo
+    from fusionopt.cost import AlphaBeta, network
+    from fusionopt.integrations.online import OnlinePlanner, SimulatedJob
+    from fusionopt.model import Problem, simulate
+    from fusionopt.solvers import solve
+
+    profile = zoo.profile(model, device="h100", batch=batch)
+    before = Problem(profile, network(network_name, WORKERS))
+    after = Problem(profile, AlphaBeta(before.cost.alpha, before.cost.beta * 4))
+    default = solve(before, "ddp").plan
+    job = SimulatedJob(before, default, noise=0.02, seed=0)
+    planner = OnlinePlanner(job, every=5, window=10)
+    optimum = {id(before): solve(before, "dp").iteration_time, id(after): solve(after, "dp").iteration_time}
+    gaps, reached = [], {}
+    for step in range(STEPS):
+        if step == CHANGE:
+            job.problem = after
+        planner.after_step()
+        now = simulate(job.problem, job.plan).iteration_time
+        gaps.append(now / optimum[id(job.problem)] - 1.0)
+        if step + 1 in (CHANGE, STEPS):
+            reached[step + 1] = now
+    return {
+        "default": simulate(before, default).iteration_time, "optimum": optimum[id(before)],
+        "optimum_after": optimum[id(after)], "at_change": reached[CHANGE], "at_end": reached[STEPS],
+        "settle": settle(gaps[:CHANGE], 0), "settle_after": settle(gaps, CHANGE), "switches": job.switches,
+        "seconds": planner.seconds / STEPS,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--output", type=Path, default=RESULTS)
+    args = parser.parse_args(argv)
+    sys.path.insert(0, str(ROOT))
+    from fusionopt.model._io import write_text_atomic
+
+    lines = [
+        "# The online planner on simulated jobs",
+        "",
+        f"{datetime.date.today().isoformat()}; {platform.machine()}, {os.cpu_count()} CPUs, Python "
+        f"{platform.python_version()}. Written by `python benchmarks/bench_online.py`. Simulated jobs (zoo models "
+        f"on H100, {WORKERS} workers, seeded 2% noise on every message), starting from DDP's default buckets; the "
+        f"link's bandwidth divided by 4 at step {CHANGE} of {STEPS}. `T` in ms, predicted on the true problem of the "
+        "moment. The last two columns are **timings** of this host; every other figure is reproduced exactly by "
+        "rerunning.",
+        "",
+        "| model | network | DDP default | optimum | at step 30 | steps to 2% | optimum after | at step 60 | "
+        "steps to 2% after | switches | planner per step (ms) | share of T |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    shares = []
+    for model, batch in MODELS:
+        for name in NETWORKS:
+            r = run_job(model, batch, name)
+            share = r["seconds"] / r["at_end"]
+            shares.append(share)
+            never = "never"
+            lines.append(
+                f"| {model} | {name} | {1e3 * r['default']:.2f} | {1e3 * r['optimum']:.2f} | {1e3 * r['at_change']:.2f} | "
+                f"{never if r['settle'] is None else r['settle']} | {1e3 * r['optimum_after']:.2f} | "
+                f"{1e3 * r['at_end']:.2f} | {never if r['settle_after'] is None else r['settle_after']} | "
+                f"{r['switches']} | {1e3 * r['seconds']:.3f} | {100 * share:.3f}% |")
+    lines += ["", f"The planner's largest share of a step: {100 * max(shares):.3f}% (target 1%).", ""]
+    text = "\n".join(lines)
+    write_text_atomic(args.output, text, make_folder=True)
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
