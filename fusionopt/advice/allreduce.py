@@ -43,6 +43,7 @@ import numpy as np
 from fusionopt.model.plan import Plan
 from fusionopt.model.pattern import require_pattern
 from fusionopt.model.problem import Problem
+from fusionopt.model.profile import Profile
 from fusionopt.model import simulate
 from fusionopt.solvers.baselines.ddp import MiB, ddp_buckets
 from fusionopt.solvers.baselines.horovod import HOROVOD_DEFAULTS
@@ -212,9 +213,11 @@ def shortest_megabytes(low: int, high: int) -> float | None:
     return None
 
 
-def _exact_list(problem: Problem, plan: Plan) -> tuple[float, ...] | None:
-    """A ``bucket_cap_mb_list`` whose buckets are the plan's messages, or None."""
-    profile = problem.profile
+def bucket_caps(profile: Profile, plan: Plan) -> tuple[float, ...] | None:
+    """A ``bucket_cap_mb_list`` (MiB per bucket) whose buckets, as torch's DDP builds them
+    (:func:`~fusionopt.solvers.baselines.ddp.ddp_buckets`), are the plan's messages; None
+    when no list makes them (a partition plan, messages out of DDP's order, dtypes DDP keeps
+    apart)."""
     if not plan.is_fusion(profile):
         return None
     caps = []
@@ -292,7 +295,7 @@ def ddp_settings(problem: Problem, plan: Plan, *, min_gain: float = MIN_GAIN) ->
         return simulate(problem, layout, validate=False).iteration_time, buckets
 
     default_time, default_buckets = timed()
-    exact = _exact_list(problem, plan)          # its layout is the plan: T is the plan's
+    exact = bucket_caps(problem.profile, plan)  # its layout is the plan: T is the plan's
     caps = _single_caps(problem, plan)
     trials = []
     for m in caps:

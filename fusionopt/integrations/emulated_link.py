@@ -56,12 +56,13 @@ from fusionopt.integrations._torch_import import require_torch
 
 
 class Hold(NamedTuple):
-    """One message on the link: ``nbytes`` and the clock times (seconds) it entered and left
-    the channel."""
+    """One message on the link: ``nbytes``, the clock times (seconds) it entered and left
+    the channel, and when it was posted."""
 
     nbytes: int
     start: float
     end: float
+    posted: float = math.nan
 
 
 class EmulatedLink:
@@ -86,7 +87,7 @@ class EmulatedLink:
     >>> link.reserve(8), link.reserve(8), link.reserve(8)     # posted at 0, 0.5 and 4 s
     (1.0, 2.0, 5.0)
     >>> link.log[1]
-    Hold(nbytes=8, start=1.0, end=2.0)
+    Hold(nbytes=8, start=1.0, end=2.0, posted=0.5)
     """
 
     def __init__(self, cost: Callable[[int], float], *, clock: Callable[[], float] = time.perf_counter) -> None:
@@ -108,9 +109,10 @@ class EmulatedLink:
         if not math.isfinite(seconds) or seconds < 0:
             raise ValueError(f"the link's cost of {nbytes} bytes is {seconds!r} s; it must be finite and >= 0")
         with self._lock:
-            start = max(float(self.clock()), self._free)
+            now = float(self.clock())
+            start = max(now, self._free)
             self._free = start + seconds
-            self.log.append(Hold(nbytes, start, self._free))
+            self.log.append(Hold(nbytes, start, self._free, now))
             return self._free
 
     def wait_until(self, t: float) -> None:

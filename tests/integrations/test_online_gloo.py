@@ -32,15 +32,24 @@ def profile_of(model):
                                [0.0] * len(named), [n for n, _ in named])
 
 
+def twins():
+    """The same model twice: one wrapped in real DDP, each with its own SGD with momentum."""
+    torch.manual_seed(0)
+    reference, mine = build(), build()
+    mine.load_state_dict(reference.state_dict())
+    ddp = torch.nn.parallel.DistributedDataParallel(reference)
+    return (reference, mine, ddp, torch.optim.SGD(reference.parameters(), lr=0.1, momentum=0.9),
+            torch.optim.SGD(mine.parameters(), lr=0.1, momentum=0.9))
+
+
+def largest_difference(reference, mine):
+    return max(float((a - b).detach().abs().max()) for a, b in zip(reference.parameters(), mine.parameters()))
+
+
 def _worker(rank, port, out):
     with gloo_rank(rank, port, out) as report:
         # A switch after two steps, against real DDP all along.
-        torch.manual_seed(0)
-        reference, mine = build(), build()
-        mine.load_state_dict(reference.state_dict())
-        ddp = torch.nn.parallel.DistributedDataParallel(reference)
-        ref_opt = torch.optim.SGD(reference.parameters(), lr=0.1, momentum=0.9)
-        opt = torch.optim.SGD(mine.parameters(), lr=0.1, momentum=0.9)
+        reference, mine, ddp, ref_opt, opt = twins()
         profile = profile_of(mine)
         n = profile.n
         with PlanReducer(mine, Plan.per_tensor(profile), profile) as reducer:
@@ -54,8 +63,7 @@ def _worker(rank, port, out):
                     o.step()
                     o.zero_grad()
             report["messages"] = len(reducer.message_times())
-        report["param"] = max(float((a - b).detach().abs().max()) for a, b in zip(reference.parameters(),
-                                                                                  mine.parameters()))
+        report["param"] = largest_difference(reference, mine)
         # Under layerwise sync a switch before flush() is inside the step.
         layerwise = PlanReducer(mine, Plan.per_tensor(profile), profile, sync="layerwise",
                                 optimizer=lambda ps: torch.optim.SGD(ps, lr=0.1))
@@ -103,3 +111,44 @@ def test_the_planner_fuses_on_a_slow_link(reports):
         first = report["decisions"][0]
         assert first[0] == 3 and first[1] and first[3] < first[2]
     assert reports[0]["decisions"] == reports[1]["decisions"]
+
+
+def _ddp_worker(rank, port, out):
+    from fusionopt.integrations.emulated_link import EmulatedLink
+    from fusionopt.integrations.online import DDPJob
+
+    with gloo_rank(rank, port, out) as report:
+        # DDP with a bucket per tensor on an emulated link of 30 ms per bucket: the planner
+        # re-wraps it with fewer; against real DDP left with its buckets all along.
+        reference, mine, ddp, ref_opt, opt = twins()
+        profile = profile_of(mine)
+        tiny = [p.numel() * p.element_size() / 2**20 for p in reversed(list(mine.parameters()))]
+        job = DDPJob(mine, profile, link=EmulatedLink(AlphaBeta(0.03, 0.0)), bucket_cap_mb_list=tiny)
+        planner = OnlinePlanner(job, every=3, window=3)
+        buckets = []
+        for step in range(7):
+            x = batch(rank, step)
+            ddp(x).pow(2).mean().backward()
+            job(x).pow(2).mean().backward()
+            for o in (opt, ref_opt):
+                o.step()
+                o.zero_grad()
+            planner.after_step()
+            buckets.append(job.plan.num_messages)
+        report["buckets"] = buckets
+        report["switches"] = job.switches
+        report["param"] = largest_difference(reference, mine)
+
+
+@pytest.fixture(scope="module")
+def ddp_reports(tmp_path_factory):
+    return spawn_gloo(_ddp_worker, tmp_path_factory.mktemp("online-ddp"))
+
+
+def test_the_planner_rewraps_real_ddp_without_changing_its_parameters(ddp_reports):
+    for report in ddp_reports:
+        # DDP's first step runs its first buckets, then a bucket per tensor until the first
+        # re-planning that sees three steps of them; then fewer.
+        assert report["buckets"][1:3] == [6, 6], report["buckets"]
+        assert report["buckets"][-1] < 6 and report["switches"] == 1, report["buckets"]
+        assert report["param"] < 1e-6
