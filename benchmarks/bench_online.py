@@ -11,6 +11,9 @@ steps; at step 30 the link's bandwidth is divided by 4. Reported:
   30 and at step 60, on the true problem of the moment;
 * the steps until the plan in use is within 2% of the optimum and stays there, from the start
   and from the change (or "never"), and the switches made;
+* the same steps, and ``T`` at step 60, for DeepSpeed's autotuner's grid search over DDP's
+  ``bucket_cap_mb`` (:class:`~fusionopt.integrations.online_baselines.GridSearch`) on the
+  same job and draws: it tunes once and keeps its setting;
 * the planner's own seconds per step (fitting, solving and deciding every 5 steps,
   averaged; a **timing** of this host) and that as a share of the step's ``T``: target 1%.
 
@@ -48,6 +51,7 @@ def run_job(model: str, batch: int, network_name: str) -> dict:
     from fusionopt import zoo
     from fusionopt.cost import AlphaBeta, network
     from fusionopt.integrations.online import OnlinePlanner, SimulatedJob
+    from fusionopt.integrations.online_baselines import GridSearch
     from fusionopt.model import Problem, simulate
     from fusionopt.solvers import solve
 
@@ -67,7 +71,19 @@ def run_job(model: str, batch: int, network_name: str) -> dict:
         gaps.append(now / optimum[id(job.problem)] - 1.0)
         if step + 1 in (CHANGE, STEPS):
             reached[step + 1] = now
+    # DeepSpeed's autotuner's grid search over DDP's bucket_cap_mb, on the same job and draws.
+    tuned = SimulatedJob(before, default, noise=0.02, seed=0)
+    search = GridSearch(tuned)
+    grid_gaps = []
+    for step in range(STEPS):
+        if step == CHANGE:
+            tuned.problem = after
+        tuned.message_times()
+        search.after_step()
+        grid_gaps.append(simulate(tuned.problem, tuned.plan).iteration_time / optimum[id(tuned.problem)] - 1.0)
     return {
+        "grid_settle": settle(grid_gaps[:CHANGE], 0), "grid_settle_after": settle(grid_gaps, CHANGE),
+        "grid_at_end": simulate(after, tuned.plan).iteration_time,
         "default": simulate(before, default).iteration_time, "optimum": optimum[id(before)],
         "optimum_after": optimum[id(after)], "at_change": reached[CHANGE], "at_end": reached[STEPS],
         "settle": settle(gaps[:CHANGE], 0), "settle_after": settle(gaps, CHANGE), "switches": job.switches,
@@ -89,12 +105,14 @@ def main(argv: list[str] | None = None) -> int:
         f"{platform.python_version()}. Written by `python benchmarks/bench_online.py`. Simulated jobs (zoo models "
         f"on H100, {WORKERS} workers, seeded 2% noise on every message), starting from DDP's default buckets; the "
         f"link's bandwidth divided by 4 at step {CHANGE} of {STEPS}. `T` in ms, predicted on the true problem of the "
-        "moment. The last two columns are **timings** of this host; every other figure is reproduced exactly by "
-        "rerunning.",
+        "moment. The grid search is DeepSpeed's autotuner's over DDP's `bucket_cap_mb` (a reconstruction, see "
+        "`fusionopt.integrations.online_baselines`). The last two columns are **timings** of this host; every other "
+        "figure is reproduced exactly by rerunning.",
         "",
         "| model | network | DDP default | optimum | at step 30 | steps to 2% | optimum after | at step 60 | "
-        "steps to 2% after | switches | planner per step (ms) | share of T |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "steps to 2% after | switches | grid search: steps to 2% | after | at step 60 | planner per step (ms) | "
+        "share of T |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     shares = []
     for model, batch in MODELS:
@@ -107,7 +125,9 @@ def main(argv: list[str] | None = None) -> int:
                 f"| {model} | {name} | {1e3 * r['default']:.2f} | {1e3 * r['optimum']:.2f} | {1e3 * r['at_change']:.2f} | "
                 f"{never if r['settle'] is None else r['settle']} | {1e3 * r['optimum_after']:.2f} | "
                 f"{1e3 * r['at_end']:.2f} | {never if r['settle_after'] is None else r['settle_after']} | "
-                f"{r['switches']} | {1e3 * r['seconds']:.3f} | {100 * share:.3f}% |")
+                f"{r['switches']} | {never if r['grid_settle'] is None else r['grid_settle']} | "
+                f"{never if r['grid_settle_after'] is None else r['grid_settle_after']} | {1e3 * r['grid_at_end']:.2f} | "
+                f"{1e3 * r['seconds']:.3f} | {100 * share:.3f}% |")
     lines += ["", f"The planner's largest share of a step: {100 * max(shares):.3f}% (target 1%).", ""]
     text = "\n".join(lines)
     write_text_atomic(args.output, text, make_folder=True)

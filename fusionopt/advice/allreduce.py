@@ -213,7 +213,7 @@ def shortest_megabytes(low: int, high: int) -> float | None:
     return None
 
 
-def bucket_caps(profile: Profile, plan: Plan) -> tuple[float, ...] | None:
+def plan_bucket_caps(profile: Profile, plan: Plan) -> tuple[float, ...] | None:
     """A ``bucket_cap_mb_list`` (MiB per bucket) whose buckets, as torch's DDP builds them
     (:func:`~fusionopt.solvers.baselines.ddp.ddp_buckets`), are the plan's messages; None
     when no list makes them (a partition plan, messages out of DDP's order, dtypes DDP keeps
@@ -295,7 +295,7 @@ def ddp_settings(problem: Problem, plan: Plan, *, min_gain: float = MIN_GAIN) ->
         return simulate(problem, layout, validate=False).iteration_time, buckets
 
     default_time, default_buckets = timed()
-    exact = bucket_caps(problem.profile, plan)  # its layout is the plan: T is the plan's
+    exact = plan_bucket_caps(problem.profile, plan)  # its layout is the plan: T is the plan's
     caps = _single_caps(problem, plan)
     trials = []
     for m in caps:

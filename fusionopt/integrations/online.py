@@ -35,6 +35,7 @@ says how long they took in all.
 from __future__ import annotations
 
 import dataclasses
+import math
 import statistics
 import time
 from collections import deque
@@ -185,8 +186,9 @@ class SimulatedJob:
     of relative spread ``noise``, its times from the step's first gradient as the reducer
     records them. ``profile`` is what the planner starts from: the true one's sizes and
     forward with no backward time (set ``prior`` to give another). Assign ``problem`` to
-    change the link or the compute mid-run. For studies and tests of the planner at any
-    scale, without a process group."""
+    change the link or the compute mid-run; ``step_time`` is the last step's ``T`` with the
+    same noise, what a tuner that times whole steps measures. For studies and tests of the
+    planner at any scale, without a process group."""
 
     sync, rank, world = "barrier", 0, 1
 
@@ -199,6 +201,7 @@ class SimulatedJob:
         self.profile = prior if prior is not None else dataclasses.replace(true, backward=np.zeros(true.n))
         self.random = np.random.default_rng(seed)
         self.switches = 0
+        self.step_time = math.nan
 
     def message_times(self) -> list[dict[str, float]]:
         """This step's messages in plan order: ``ready``, ``start`` and ``end`` (seconds from
@@ -207,6 +210,7 @@ class SimulatedJob:
         profile = self.problem.profile
         origin = float(profile.ready_times[profile.backward_order[0]])
         stretch = 1.0 + self.noise * self.random.standard_normal(len(t.message_end))
+        self.step_time = t.iteration_time * (1.0 + self.noise * self.random.standard_normal())
         start = t.message_start - origin
         end = start + (t.message_end - t.message_start) * stretch
         return [{"ready": float(r - origin), "start": float(a), "end": float(b), "bytes": int(size)}
@@ -222,7 +226,7 @@ class DDPJob:
     """Real ``DistributedDataParallel`` with the face the planner reads
     (:class:`OnlinePlanner`): call it as the model; :meth:`switch` re-wraps the module between
     steps with the ``bucket_cap_mb_list`` that makes DDP build the plan's buckets
-    (:func:`~fusionopt.advice.allreduce.bucket_caps`) and ``init_sync=False``, so no
+    (:func:`~fusionopt.advice.allreduce.plan_bucket_caps`) and ``init_sync=False``, so no
     parameter is broadcast again; the optimiser, which holds the module's parameters, is
     unchanged.
 
@@ -314,16 +318,16 @@ class DDPJob:
 
     def realise(self, plan: Plan) -> Plan | None:
         """``plan`` if DDP can build its buckets (a ``bucket_cap_mb_list`` makes them), else None."""
-        from fusionopt.advice.allreduce import bucket_caps
+        from fusionopt.advice.allreduce import plan_bucket_caps
 
-        return plan if bucket_caps(self.profile, plan) is not None else None
+        return plan if plan_bucket_caps(self.profile, plan) is not None else None
 
     def switch(self, plan: Plan) -> None:
         """Reduce by ``plan`` from the next step on: re-wrap the module in DDP with the list
         of caps that builds it, without a parameter broadcast. Between steps, on every rank."""
-        from fusionopt.advice.allreduce import bucket_caps
+        from fusionopt.advice.allreduce import plan_bucket_caps
 
-        caps = bucket_caps(self.profile, plan)
+        caps = plan_bucket_caps(self.profile, plan)
         if caps is None:
             raise ValueError("DDP cannot build this plan's buckets (a partition plan, messages out of DDP's order, "
                              "or dtypes DDP keeps apart): no bucket_cap_mb_list makes them")

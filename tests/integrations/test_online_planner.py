@@ -104,3 +104,25 @@ def test_it_follows_a_faster_link_from_a_fused_plan():
     for _ in range(40):
         planner.after_step()
     assert gap(job) < 0.02 and job.plan.num_messages > fused
+
+
+def test_the_grid_search_keeps_the_fastest_cap_it_measured():
+    # Without noise the measured means are the plans' T: the search keeps the grid's fastest
+    # cap, after the experiments DeepSpeed's rules run (5 steps each, early stop 5 after the best).
+    from fusionopt.integrations.online_baselines import DDP_CAPS_MB, GridSearch
+
+    profile = resnet_like()
+    problem = Problem(profile, AlphaBeta(2 * MS, 2e-10))
+    job = SimulatedJob(problem, Plan.per_tensor(profile))
+    search = GridSearch(job)
+    steps = 0
+    while search.best is None:
+        job.message_times()                    # a step runs
+        search.after_step()
+        steps += 1
+    times = [simulate(problem, search.plan_of(cap)).iteration_time for cap in DDP_CAPS_MB]
+    first_best = min(range(len(times)), key=times.__getitem__)
+    assert search.best == DDP_CAPS_MB[first_best]
+    assert steps == 5 * min(len(DDP_CAPS_MB), first_best + 5)
+    assert job.plan == search.plan_of(search.best)
+    assert search.metrics == pytest.approx(times[:len(search.metrics)], rel=1e-12)
