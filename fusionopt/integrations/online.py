@@ -2,9 +2,11 @@
 timings, and follows the network or the compute when they change.
 
 :class:`OnlinePlanner` sits beside a :class:`~fusionopt.integrations.plan_reducer.PlanReducer`
-(barrier sync). After each step it reads the reducer's own timestamps (no profiler): when
-each message was packed (its last gradient ready, from the step's first gradient) and how
-long its all-reduce held the channel. Every ``every`` steps it fits, over the last
+(either sync), real DDP (:class:`DDPJob`) or a simulated job (:class:`SimulatedJob`). After
+each step it reads the job's own timestamps (no profiler) of the newest step whose messages
+have all ended (under layerwise sync the step before may still be reducing): when each
+message was packed (its last gradient ready, from the step's first gradient) and how long
+its all-reduce held the channel. Every ``every`` steps it fits, over the last
 ``window`` steps (so a change of the link or of the compute replaces the old figures within
 a window):
 
@@ -22,7 +24,8 @@ a window):
   fitted profile takes the default ready order.
 
 It then solves the fitted problem with the exact fusion DP (``method="dp"``, MODEL.md
-section 7) and switches (:meth:`PlanReducer.switch`) only when the model predicts the new
+section 7) and switches (:meth:`PlanReducer.switch`; under layerwise sync after applying the
+step's updates with ``flush()``, so the step ends there) only when the model predicts the new
 plan faster than the current one by more than ``min_gain`` of the step and by more than
 ``confidence`` times the measured spread of the communication's end from step to step: a
 switch is never made on noise. Rank 0 fits and decides; its decision is broadcast over the
@@ -97,9 +100,9 @@ class OnlinePlanner:
             raise ValueError(f"min_gain must be a fraction in [0, 1), got {min_gain!r}")
         if isinstance(confidence, bool) or not isinstance(confidence, (int, float)) or not confidence >= 0:
             raise ValueError(f"confidence must be a number >= 0, got {confidence!r}")
-        if reducer.sync != "barrier":
-            raise ValueError("the online planner switches plans between steps, which sync='layerwise' has only "
-                             "after flush(): use it with sync='barrier'")
+        if reducer.sync != "barrier" and not hasattr(reducer, "flush"):
+            raise ValueError(f"the online planner switches plans between steps; a job under sync={reducer.sync!r} "
+                             "has them only after flush(): use a PlanReducer, or sync='barrier'")
         self.reducer, self.every, self.window = reducer, every, window
         self.min_gain, self.confidence, self.method = float(min_gain), float(confidence), method
         self.prior: Profile = reducer.profile
@@ -110,28 +113,44 @@ class OnlinePlanner:
         self._sent: deque[list[tuple[float, float]]] = deque(maxlen=window)   # (bytes, seconds), any plan
         self._beta: float | None = None                   # the last beta a window identified
         self._plan: Plan | None = None                    # the plan of the steps in _seen
+        self._generation = 0                              # the reducer's last step read
 
     def after_step(self) -> Decision | None:
         """Record the step just ended; every ``every`` steps, re-plan (a collective call:
         every rank must make it). Returns the decision made, or None."""
         started = time.perf_counter()
-        times = self.reducer.message_times()
+        times = self._completed()
         plan = self.reducer.plan
         if plan != self._plan:                            # another plan (DDP rebuilds its buckets after a step)
             self._seen.clear()
             self._plan = plan
-        self._seen.append(times)
-        self._sent.append([(m["bytes"], m["end"] - m["start"]) for m in times])
+        if times is not None:
+            self._seen.append(times)
+            self._sent.append([(m["bytes"], m["end"] - m["start"]) for m in times])
         self.steps += 1
         decision = None
         if self.steps % self.every == 0 and len(self._seen) >= 2:
             mine = self._decide() if self.reducer.rank == 0 else None
             decision = self._share(mine)
             if decision.switched:
+                if self.reducer.sync == "layerwise":
+                    self.reducer.flush()                  # the step's updates, now: the step ends here
                 self.reducer.switch(decision.plan)
             self.history.append(decision)
         self.seconds += time.perf_counter() - started
         return decision
+
+    def _completed(self) -> list[dict[str, float]] | None:
+        """The newest step whose messages have all ended and that the planner has not seen
+        (a reducer under layerwise sync may still be reducing the step just run), or None."""
+        completed = getattr(self.reducer, "completed_times", None)
+        if completed is None:
+            return self.reducer.message_times()
+        record = completed()
+        if record is None or record[0] == self._generation or record[1] != self.reducer.plan:
+            return None                                   # nothing new, or a step of the plan before a switch
+        self._generation = record[0]
+        return record[2]
 
     # ------------------------------------------------------------------ the fit
     def fitted_problem(self) -> tuple[Problem, float]:
@@ -152,7 +171,7 @@ class OnlinePlanner:
             fitted = dataclasses.replace(profile, backward=backward, ready_order=None)
         ends = [max(m["end"] for m in step) for step in steps]
         spread = statistics.stdev(ends) if len(ends) > 1 else 0.0
-        return Problem(fitted, cost, sync="barrier"), spread
+        return Problem(fitted, cost, sync=self.reducer.sync), spread
 
     def _decide(self) -> Decision:
         problem, spread = self.fitted_problem()

@@ -152,6 +152,7 @@ class PlanReducer:
         self._step_open = False
         self._generation = 0
         self._layout_version = 0                  # bumped by switch(): the communication thread re-reads the plan
+        self._completed: tuple[int, Plan, list[dict[str, float]]] | None = None
         self._origin = 0.0
         self._pending = [0] * len(self.messages)
         self._device = self.params[0].device
@@ -328,6 +329,7 @@ class PlanReducer:
                     message.done = True
                     if message is self.messages[-1]:
                         self._step_open = False       # the next gradient opens the next step
+                        self._completed = (generation, self.plan, self.message_times())
                     self._lock.notify_all()
             else:
                 continue
@@ -451,6 +453,15 @@ class PlanReducer:
         """The last step's messages in plan order: ``ready``, ``start`` and ``end`` in seconds
         from the step's first gradient, and ``bytes``."""
         return [{"ready": m.ready_at, "start": m.start_at, "end": m.end_at, "bytes": m.nbytes} for m in self.messages]
+
+    def completed_times(self) -> tuple[int, Plan, list[dict[str, float]]] | None:
+        """The last step whose messages have all been reduced: its number (from 1), the plan
+        it ran and its messages' times as :meth:`message_times` gives them; None before the
+        first. Under
+        ``sync="layerwise"`` right after ``loss.backward()`` returns it may be the step
+        before, whose messages the next forward has waited for."""
+        with self._lock:
+            return self._completed
 
     def close(self) -> None:
         """Remove the hooks and stop the communication thread."""

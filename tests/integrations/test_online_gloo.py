@@ -85,6 +85,22 @@ def _worker(rank, port, out):
                 planner.after_step()
             report["planned"] = slow.plan.num_messages
             report["decisions"] = [[d.step, d.switched, d.current, d.best] for d in planner.history]
+        # Layerwise sync: the planner applies the step's updates (flush) and switches; the
+        # parameters stay real DDP's with the same SGD.
+        reference, mine, ddp, ref_opt, _ = twins()
+        with PlanReducer(mine, Plan.per_tensor(profile), profile, sync="layerwise", link=AlphaBeta(0.03, 0.0),
+                         optimizer=lambda ps: torch.optim.SGD(ps, lr=0.1, momentum=0.9)) as layered:
+            planner = OnlinePlanner(layered, every=3, window=3)
+            for step in range(8):
+                x = batch(rank, step)
+                ddp(x).pow(2).mean().backward()
+                ref_opt.step()
+                ref_opt.zero_grad()
+                mine(x).pow(2).mean().backward()
+                planner.after_step()
+            layered.flush()
+            report["layerwise"] = {"planned": layered.plan.num_messages, "param": largest_difference(reference, mine),
+                                   "switched": [d.step for d in planner.history if d.switched]}
 
 
 @pytest.fixture(scope="module")
@@ -102,6 +118,14 @@ def test_a_switch_inside_a_step_is_refused(reports):
     for report in reports:
         assert report["mid-step"] == ("switch(plan) between steps only: this step's messages are not all reduced "
                                       "and applied yet (call it after loss.backward() returns and after flush())")
+
+
+def test_the_planner_switches_under_layerwise_sync(reports):
+    for report in reports:
+        layerwise = report["layerwise"]
+        assert layerwise["planned"] < 6 and len(layerwise["switched"]) >= 1, layerwise
+        assert layerwise["param"] < 1e-5                   # the layerwise reducer's own tolerance against DDP
+    assert reports[0]["layerwise"]["switched"] == reports[1]["layerwise"]["switched"]
 
 
 def test_the_planner_fuses_on_a_slow_link(reports):

@@ -83,7 +83,7 @@ def test_bad_settings_are_named():
     with pytest.raises(ValueError, match=r"min_gain must be a fraction in \[0, 1\), got 2"):
         OnlinePlanner(job, min_gain=2)
     job.sync = "layerwise"
-    with pytest.raises(ValueError, match=r"use it with sync='barrier'"):
+    with pytest.raises(ValueError, match=r"has them only after flush\(\): use a PlanReducer, or sync='barrier'"):
         OnlinePlanner(job)
 
 
