@@ -272,6 +272,11 @@ class DDPJob:
 
         if "bucket_cap_mb_list" in ddp_options and "bucket_cap_mb" in ddp_options:
             raise ValueError("give bucket_cap_mb or bucket_cap_mb_list, not both")
+        from fusionopt.integrations.plan_reducer import match_parameters
+
+        if not isinstance(profile, Profile):
+            raise ValueError(f"profile must be a fusionopt Profile, got {type(profile).__name__}")
+        match_parameters(module, profile, "the profile")  # the profile's tensors are the module's, by name and size
         self._torch, self._dist = torch, dist
         self.module, self.profile = module, profile
         self.link = link if link is not None else EmulatedLink(lambda nbytes: 0.0)

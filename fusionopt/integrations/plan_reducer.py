@@ -138,7 +138,7 @@ class PlanReducer:
         self.timeout, self.link = float(timeout), link
         self.world = dist.get_world_size(process_group)
         self.rank = dist.get_rank(process_group)
-        self.params = _match_parameters(module, profile)
+        self.params = match_parameters(module, profile)
         plan.validate(profile)
         self.messages = self._layout()
         self.carriers: list[list[int]] = [[] for _ in self.params]
@@ -479,16 +479,18 @@ class PlanReducer:
         self.close()
 
 
-def _match_parameters(module: Any, profile: Profile) -> list[Any]:
-    """The module's trainable parameters in the profile's order, checked by name and size."""
+def match_parameters(module: Any, profile: Profile, subject: str = "the plan") -> list[Any]:
+    """The module's trainable parameters in the profile's order, checked by name and size
+    (a mismatch says ``subject`` is for another model)."""
     named = dict((nm, p) for nm, p in module.named_parameters() if p.requires_grad)
     for nm in profile.names:
         if nm not in named:
             raise ValueError(f"profile tensor {nm!r} is not a trainable parameter of the module "
-                             f"({type(module).__name__}); the plan is for another model")
+                             f"({type(module).__name__}); {subject} is for another model")
     extra = [nm for nm in named if nm not in set(profile.names)]
     if extra:
-        raise ValueError(f"the module's trainable parameter {extra[0]!r} is not in the profile: the plan is for another model")
+        raise ValueError(f"the module's trainable parameter {extra[0]!r} is not in the profile: "
+                         f"{subject} is for another model")
     params = []
     for nm, size in zip(profile.names, profile.sizes):
         p = named[nm]

@@ -176,3 +176,17 @@ def test_the_planner_rewraps_real_ddp_without_changing_its_parameters(ddp_report
         assert report["buckets"][1:3] == [6, 6], report["buckets"]
         assert report["buckets"][-1] < 6 and report["switches"] == 1, report["buckets"]
         assert report["param"] < 1e-6
+
+
+def test_a_ddp_job_refuses_a_profile_of_another_model_in_one_line():
+    from dist_helpers import one_rank_group
+
+    from fusionopt.integrations.online import DDPJob
+
+    model = build()
+    other = profile_of(torch.nn.Sequential(torch.nn.Linear(10, 16)))
+    with one_rank_group():
+        with pytest.raises(ValueError, match=r"^the module's trainable parameter '1.weight' is not in the profile: the profile is for another model$"):
+            DDPJob(model, other)
+        with pytest.raises(ValueError, match=r"^give bucket_cap_mb or bucket_cap_mb_list, not both$"):
+            DDPJob(model, profile_of(model), bucket_cap_mb=1, bucket_cap_mb_list=[1])
