@@ -71,7 +71,8 @@ class Decision:
 
 class OnlinePlanner:
     """Re-plan a :class:`~fusionopt.integrations.plan_reducer.PlanReducer`'s job from its own
-    timings (module docstring). Call :meth:`after_step` after each step, on every rank.
+    timings (module docstring). Make it on every rank (with several ranks it makes a process
+    group of its own for its decisions) and call :meth:`after_step` after each step there.
 
     Parameters
     ----------
@@ -114,6 +115,11 @@ class OnlinePlanner:
         self._beta: float | None = None                   # the last beta a window identified
         self._plan: Plan | None = None                    # the plan of the steps in _seen
         self._generation = 0                              # the reducer's last step read
+        self._group = None
+        if reducer.world > 1:                             # every rank makes its planner: a collective call
+            import torch.distributed as dist
+
+            self._group = dist.new_group(ranks=dist.get_process_group_ranks(reducer.group))
 
     def after_step(self) -> Decision | None:
         """Record the step just ended; every ``every`` steps, re-plan (a collective call:
@@ -185,7 +191,9 @@ class OnlinePlanner:
                         best.plan if switched else self.reducer.plan)
 
     def _share(self, mine: Decision | None) -> Decision:
-        """Rank 0's decision on every rank (over the reducer's process group)."""
+        """Rank 0's decision on every rank, over the planner's own process group: the job's
+        may still be reducing the step (layerwise sync), and two threads' collectives on one
+        group could meet in another order on each rank."""
         reducer = self.reducer
         if reducer.world == 1:
             assert mine is not None
@@ -193,7 +201,7 @@ class OnlinePlanner:
         import torch.distributed as dist
 
         box = [mine]
-        dist.broadcast_object_list(box, src=dist.get_global_rank(reducer.group, 0), group=reducer.group)
+        dist.broadcast_object_list(box, src=dist.get_global_rank(self._group, 0), group=self._group)
         return box[0]
 
 
