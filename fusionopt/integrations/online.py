@@ -322,9 +322,7 @@ class DDPJob:
         return future.then(held)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        if self._buckets:                                 # the last step's buckets, complete by now
-            self._last = [self._buckets[k] for k in sorted(self._buckets)]
-            self._buckets = {}
+        self._settle()                                    # the last step's buckets, complete by now
         return self.ddp(*args, **kwargs)
 
     def message_times(self) -> list[dict[str, float]]:
@@ -340,10 +338,14 @@ class DDPJob:
         """The buckets DDP ran last, as a plan (tensors in the order DDP packed them)."""
         return Plan.from_groups(self.profile, [tensors for *_, tensors in self._current()])
 
-    def _current(self) -> list[tuple[float, float, float, int, list[int]]]:
+    def _settle(self) -> None:
+        """Keep the buckets timed since the last call as the last step's, in DDP's order."""
         if self._buckets:
             self._last = [self._buckets[k] for k in sorted(self._buckets)]
             self._buckets = {}
+
+    def _current(self) -> list[tuple[float, float, float, int, list[int]]]:
+        self._settle()
         if not self._last:
             raise ValueError("no step has run yet: DDP's buckets are timed as it reduces them")
         return self._last

@@ -12,6 +12,7 @@ does not leave a phantom event; the tolerance is :data:`EPS` times the run's sca
 from __future__ import annotations
 
 import math
+from abc import ABC, abstractmethod
 
 EPS = 1e-13
 
@@ -65,7 +66,7 @@ def fly(flights: list[Flight], step: float, share: int, tolerance: float) -> lis
     return starting
 
 
-class SharedChannels:
+class SharedChannels(ABC):
     """Channels whose messages in flight share one bandwidth beside a compute stream: the
     stepping of an event channel policy of the step programs' engine
     (:mod:`fusionopt.model.step_program`). While at least one message is in flight the stream
@@ -120,9 +121,9 @@ class SharedChannels:
         for c in range(len(self.end)):
             self.ended(c)
 
+    @abstractmethod
     def _instant(self) -> None:
         """Start and end what does so at ``clock``, until nothing changes."""
-        raise NotImplementedError
 
     def _arrivals(self, candidates: list[float]) -> None:
         """Add the seconds until anything else the policy awaits (a release time)."""
