@@ -63,7 +63,7 @@ def test_the_fit_reproduces_the_data_it_was_made_from(script):
 
 
 def test_a_later_run_on_the_calibrated_zoo_is_rebuilt_and_predicted_without_a_fit(script):
-    later = json.loads(script.CHECK.read_text())
+    later = json.loads(script.CHECKS[0].read_text())
     cases = script.rebuild(later, "checked run")
     assert {c.zoo_compute for c in cases} == {"calibrated"}
     for case, row in zip(cases, later["results"]):
@@ -72,7 +72,9 @@ def test_a_later_run_on_the_calibrated_zoo_is_rebuilt_and_predicted_without_a_fi
     every = {"kappa": 1.1, "mu": 3.0}
     folds = [{"fitted_on": "resnet50", "predicts": ["bert-base"], "kappa": 1.0, "mu": 2.0},
              {"fitted_on": "bert-base", "predicts": ["resnet50"], "kappa": 1.2, "mu": 5.0}]
-    checked = script.check_rows(later, every, folds)
+    checked = script.check_rows(later, every, folds, calibrated=(1.05, 1.5))
+    assert [r["predicted_time"] for r in checked["calibrated"]["results"]] == pytest.approx(
+        [c.predict(1.05, 1.5) for c in cases])
     assert [r["predicted_time"] for r in checked["results"]] == pytest.approx([c.predict(1.1, 3.0) for c in cases])
     resnet = [r for r in checked["other_model"]["results"] if r["model"] == "resnet50"]
     assert [r["predicted_time"] for r in resnet] == pytest.approx(
@@ -82,3 +84,13 @@ def test_a_later_run_on_the_calibrated_zoo_is_rebuilt_and_predicted_without_a_fi
     said["zoo_compute"] = "roofline"
     with pytest.raises(SystemExit, match=r"checked run: resnet50 wfbp: the rebuilt plan .* is not the stored one"):
         script.rebuild(said, "checked run")
+
+
+def test_the_excess_is_taken_over_each_models_barrier_plans(script):
+    rows = [{"model": "a", "sync": "barrier", "messages": 3, "measured_time": 0.030, "plain_predicted_time": 0.022},
+            {"model": "a", "sync": "barrier", "messages": 161, "measured_time": 0.031, "plain_predicted_time": 0.025},
+            {"model": "a", "sync": "layerwise", "messages": 163, "measured_time": 0.050, "plain_predicted_time": 0.02},
+            {"model": "b", "sync": "layerwise", "messages": 9, "measured_time": 0.05, "plain_predicted_time": 0.04}]
+    (found,) = script.excess(rows)
+    assert found["model"] == "a" and found["plans"] == 2 and found["messages"] == [3, 161]
+    assert found["excess"] == pytest.approx([0.006, 0.008])

@@ -17,11 +17,11 @@ budget among the stages still to run (time a stage does not use goes to the late
 5. ``profiles``: ``validation/profiles/run.py`` over twelve zoo models at batch 32
    (``profiles-gpu``, and the measured profiles under ``measured/``);
 6. ``step``: ``validation/step/run.py`` on the GPU, fp32 and bf16 (``step-gpu``), last, with
-   all the time left: on one H100 its 22 default cases take about 330 s, so the default
-   budget runs about 15 of them (``step-gpu.partial``, which names those not run).
+   all the time left: on one H100 its 22 default cases take about 490 s, so the default
+   budget runs 12 of them (``step-gpu.partial``, which names those not run).
 
-On 2026-11-27 on one H100 the stages took 21, 33, 13, (contention not finished), about 90,
-54 and 182 s (``validation/results/gpu-2026-11-27``).
+On 2026-11-27 on one H100 the default run's stages took 23, 24, 15, 4, 93, 65 and 231 s,
+455 s in all (``validation/results/gpu-2026-11-27/run3``).
 
 A stage that this checkout cannot run is listed as skipped, with why. Each stage writes its
 own result files as it finishes, so a run stopped by the budget or by a kill keeps them;

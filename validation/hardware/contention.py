@@ -19,10 +19,14 @@ too (in-sample, no error is claimed from them), and those fitted on the spin run
 should be near 1. With ``--calibration FILE`` (``fusionopt calibrate --contention``'s output)
 the GEMM run is also predicted with the measured factors, fitting nothing.
 
-A later GEMM run (``--check``; by default the one the GPU command measured again on
-2026-11-27, ``results/gpu-2026-11-27/run2/nccl-gpu-gemm.json``) is predicted with the factors
-fitted here, fitting nothing on it: those fitted on every stored row, and for each model those
-fitted on the other model's stored rows.
+Later GEMM runs (``--check``; by default the two the GPU command measured again on
+2026-11-27, ``results/gpu-2026-11-27/run2/`` and ``run3/nccl-gpu-gemm.json``) are predicted with
+the factors fitted here, fitting nothing on them: those fitted on every stored row, for each
+model those fitted on the other model's stored rows, and the calibration's. The calibration by
+default is the one the GPU command measured in ``run3`` (``contention-calibration-gpu.json``).
+Each run's excess (measured minus predicted without contention) is also set beside its plans'
+message counts: a rate slows a plan by its overlapped message time, a cost per packed tensor by
+about the same for every plan of a model.
 
 Writes ``results/contention-gpu.{json,md}``.
 
@@ -59,8 +63,10 @@ from fusionopt.solvers import solve  # noqa: E402
 from run import ranking  # noqa: E402
 
 RESULTS = ROOT / "validation" / "results"
-# The GEMM run measured again by the GPU command on 2026-11-27, after the stored one was fitted.
-CHECK = RESULTS / "gpu-2026-11-27" / "run2" / "nccl-gpu-gemm.json"
+# The GEMM runs measured again by the GPU command on 2026-11-27, after the stored one was fitted,
+# and the contention the GPU command's calibration measured.
+CHECKS = tuple(RESULTS / "gpu-2026-11-27" / run / "nccl-gpu-gemm.json" for run in ("run2", "run3"))
+CALIBRATION = RESULTS / "gpu-2026-11-27" / "run3" / "contention-calibration-gpu.json"
 KAPPAS = np.round(np.arange(1.0, 2.0001, 0.05), 2)
 MUS = np.geomspace(1.0, 64.0, 25)
 TARGET = 0.10
@@ -169,25 +175,47 @@ def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
                        "rankings_agree_beyond_ties": all(o["agree_beyond_ties"] for o in orders.values())}}
 
 
-def check_rows(check: dict[str, Any], every: dict[str, Any], folds: list[dict[str, Any]]) -> dict[str, Any]:
+def check_rows(check: dict[str, Any], every: dict[str, Any], folds: list[dict[str, Any]],
+               calibrated: tuple[float, float] | None = None) -> dict[str, Any]:
     """A later GEMM run, fitted on by nothing, predicted with the stored run's factors: those
-    fitted on every stored row, and for each model those fitted on the other model's stored
-    rows (new run and new model both)."""
+    fitted on every stored row, for each model those fitted on the other model's stored rows
+    (new run and new model both), and the ``calibrated`` (kappa, mu) where given."""
     cases = rebuild(check, "checked run")
     rows = prediction_rows(cases, every["kappa"], every["mu"], "every stored row")
     crossed = []
     for fold in folds:
         crossed += prediction_rows([c for c in cases if c.model in fold["predicts"]], fold["kappa"], fold["mu"],
                                    fold["fitted_on"])
-    return {"date": check["date"], "gpu": check["hardware"].get("gpu"), "versions": check["versions"],
-            "zoo_compute": cases[0].zoo_compute,
-            "plain_median_abs_relative_error": statistics.median(abs(r["plain_error"]) for r in rows),
-            "results": rows, "summary": summarise(rows),
-            "other_model": {"results": crossed, "summary": summarise(crossed)}}
+    checked = {"date": check["date"], "gpu": check["hardware"].get("gpu"), "versions": check["versions"],
+               "zoo_compute": cases[0].zoo_compute,
+               "plain_median_abs_relative_error": statistics.median(abs(r["plain_error"]) for r in rows),
+               "results": rows, "summary": summarise(rows),
+               "other_model": {"results": crossed, "summary": summarise(crossed)}}
+    if calibrated is not None:
+        measured = prediction_rows(cases, *calibrated, "calibration")
+        checked["calibrated"] = {"results": measured, "summary": summarise(measured)}
+    return checked
+
+
+def excess(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per model, over its barrier plans: the fewest and most messages and the least and most
+    excess (measured minus predicted without contention), seconds. A slowdown per unit of
+    overlapped message time grows with the messages' time; one per packed tensor does not."""
+    found = []
+    for model in dict.fromkeys(r["model"] for r in rows):
+        barrier = [r for r in rows if r["model"] == model and r["sync"] == "barrier"]
+        if not barrier:
+            continue
+        extra = [r["measured_time"] - r["plain_predicted_time"] for r in barrier]
+        found.append({"model": model, "plans": len(barrier),
+                      "messages": [min(r["messages"] for r in barrier), max(r["messages"] for r in barrier)],
+                      "excess": [min(extra), max(extra)]})
+    return found
 
 
 def evaluate(gemm: dict[str, Any], spin: dict[str, Any], calibration: str | None,
-             check: dict[str, Any] | None = None, check_name: str = "") -> dict[str, Any]:
+             checks: list[tuple[str, dict[str, Any]]] = ()) -> dict[str, Any]:
+    """The fits and predictions; ``checks`` are later GEMM runs as (name shown, document)."""
     cases = rebuild(gemm, "gemm run")
     controls = rebuild(spin, "spin run")
     models = list(dict.fromkeys(c.model for c in cases))
@@ -223,13 +251,14 @@ def evaluate(gemm: dict[str, Any], spin: dict[str, Any], calibration: str | None
         "spin_control": {**spin_fit, "plain_mean_abs_error": mean_abs_error(controls, 1.0, 1.0),
                          "note": "fitted on the spin run, where compute does not compete for the SMs"},
     }
-    if check is not None:
-        document["check"] = {"file": check_name, **check_rows(check, every, folds)}
-    if calibration is not None:
-        kappa, mu = read_contention(calibration)
-        rows = prediction_rows(cases, kappa, mu, "calibration")
-        document["calibrated"] = {"file": Path(calibration).name, "kappa": kappa, "mu": mu, "results": rows,
-                                  "summary": summarise(rows)}
+    measured = read_contention(calibration) if calibration is not None else None
+    if measured is not None:
+        rows = prediction_rows(cases, *measured, "calibration")
+        document["calibrated"] = {"file": _shown(calibration), "kappa": measured[0], "mu": measured[1],
+                                  "results": rows, "summary": summarise(rows)}
+    document["checks"] = [{"file": name, **check_rows(check, every, folds, measured)} for name, check in checks]
+    document["excess"] = [{"file": "validation/results/nccl-gpu-gemm.json", "models": excess(document["results"])}] + [
+        {"file": c["file"], "models": excess(c["results"])} for c in document["checks"]]
     return document
 
 
@@ -318,19 +347,17 @@ def markdown(document: dict[str, Any]) -> str:
     if off:
         lines.append("Runs still off by more than " + f"{100 * TARGET:g}%: " + ", ".join(
             f"{r['model']} {r['method']} ({r['messages']} messages, {100 * r['relative_error']:+.2f}%)" for r in off)
-            + ". The many-message plans measured slower than predicted point to a delay per message under GEMMs "
-              "(each of its kernels waiting for SMs) that a rate cannot express; a per-message term, a GPU "
-              "calibration of both factors (`fusionopt calibrate --contention`) and runs with more timed steps "
-              "(to resolve differences under 1%) are what the target needs.")
+            + ". A rate cannot express what the GEMMs add (section \"What the GEMMs add\" below: about the "
+              "same excess for every barrier plan of a model, whatever its messages); the calibration's "
+              "messages, one buffer each, are barely slowed by GEMMs.")
     every, spin = document["all_rows"], document["spin_control"]
     lines += ["", f"Fitted on all ten GEMM runs (in-sample, no error claimed): kappa {every['kappa']:.3f}, "
               f"mu {every['mu']:.2f}, mean |error| {100 * every['mean_abs_error']:.2f}%. Control, fitted on the spin "
               f"run (compute that leaves the SMs free): kappa {spin['kappa']:.3f}, mu {spin['mu']:.2f}, mean |error| "
               f"{100 * spin['mean_abs_error']:.2f}% against {100 * spin['plain_mean_abs_error']:.2f}% without "
               f"contention (median {100 * document['plain']['spin_median_abs_relative_error']:.2f}%)."]
-    if "check" in document:
-        c = document["check"]
-        lines += ["", "## A later GEMM run, predicted", "",
+    for c in document["checks"]:
+        lines += ["", f"## A later GEMM run, predicted: `{c['file']}`", "",
                   f"`{c['file']}`: the same command run again on {c['date'][:10]} ({c['gpu']}), its profiles the "
                   f"zoo's {c['zoo_compute']} compute, so other compute times and time scales than the stored run's. "
                   "Nothing was fitted on it: its plans are predicted with the factors fitted above on the stored "
@@ -344,17 +371,32 @@ def markdown(document: dict[str, Any]) -> str:
                   _ms(other[r["model"], r["method"]]["predicted_time"]),
                   _percent(other[r["model"], r["method"]]["relative_error"])] for r in c["results"]]
         lines += markdown_table(header, table)
-        for label, summary in (("every stored row", c["summary"]), ("the other model", c["other_model"]["summary"])):
-            lines += ["", f"With the factors of {label}: median |error| "
+        labelled = [("the factors of every stored row", c["summary"]),
+                    ("the factors of the other model", c["other_model"]["summary"])]
+        if "calibrated" in c:
+            labelled.append(("the calibration's factors", c["calibrated"]["summary"]))
+        for label, summary in labelled:
+            lines += ["", f"With {label}: median |error| "
                       f"{100 * summary['median_abs_relative_error']:.2f}% (without contention "
                       f"{100 * c['plain_median_abs_relative_error']:.2f}%); rankings "
                       + ", ".join(f"{k} {_verdict(o)}" for k, o in summary["ranking"].items()) + "."]
     if "calibrated" in document:
         c = document["calibrated"]
-        lines += ["", f"With the factors measured by `fusionopt calibrate --contention` ({c['file']}: kappa "
-                  f"{c['kappa']:.3f}, mu {c['mu']:.2f}), fitting nothing: median |error| "
+        lines += ["", "## The calibration's factors", "",
+                  f"`fusionopt calibrate --contention` on the GPU (`{c['file']}`: kappa {c['kappa']:.3f}, mu "
+                  f"{c['mu']:.3f}), fitting nothing, predicts the stored GEMM run with median |error| "
                   f"{100 * c['summary']['median_abs_relative_error']:.2f}%; rankings "
                   + ", ".join(f"{k} {_verdict(o)}" for k, o in c["summary"]["ranking"].items()) + "."]
+    lines += ["", "## What the GEMMs add", "",
+              "Measured minus predicted without contention, over each model's barrier plans. A slowdown of "
+              "the messages while compute runs (a rate, `mu`) adds in proportion to the message time that "
+              "overlaps compute; a cost per packed tensor (every plan packs and unpacks each tensor once, each "
+              "copy a kernel that may queue behind GEMMs for SMs) would add the same to every plan of a model. "
+              "The calibration's messages are single buffers, packed from nothing.", ""]
+    lines += markdown_table(["run", "model", "barrier plans", "messages", "excess (ms)"],
+                            [[e["file"], m["model"], m["plans"], "{} to {}".format(*m["messages"]),
+                              "{:.2f} to {:.2f}".format(*(1e3 * x for x in m["excess"]))]
+                             for e in document["excess"] for m in e["models"]])
     return "\n".join(lines) + "\n"
 
 
@@ -368,11 +410,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--gemm", default=str(RESULTS / "nccl-gpu-gemm.json"), help="the GEMM run's result")
     parser.add_argument("--spin", default=str(RESULTS / "nccl-gpu-spin.json"), help="the spin run's result")
-    parser.add_argument("--check", default=str(CHECK) if CHECK.exists() else None, metavar="GEMM.json",
-                        help="a later GEMM run to predict with the fitted factors, fitting nothing on it "
-                             f"(default {CHECK.relative_to(ROOT)})")
-    parser.add_argument("--calibration", metavar="CONTENTION.json",
-                        help="also predict with these measured factors (fusionopt calibrate --contention)")
+    parser.add_argument("--check", nargs="*", default=[str(c) for c in CHECKS if c.exists()], metavar="GEMM.json",
+                        help="later GEMM runs to predict with the fitted factors, fitting nothing on them "
+                             f"(default {', '.join(str(c.relative_to(ROOT)) for c in CHECKS)})")
+    parser.add_argument("--calibration", default=str(CALIBRATION) if CALIBRATION.exists() else None,
+                        metavar="CONTENTION.json",
+                        help="also predict with these measured factors (fusionopt calibrate --contention; "
+                             f"default {CALIBRATION.relative_to(ROOT)})")
     parser.add_argument("--output-dir", default=str(RESULTS))
     args = parser.parse_args(argv)
     changed = changed_options(parser, args, leave=("output_dir",))
@@ -382,12 +426,13 @@ def main(argv: list[str] | None = None) -> int:
         if document.get("schema") != "fusionopt.validation.hardware" or document.get("compute") != compute:
             parser.error(f"{label} {Path(getattr(args, label[2:])).name}: not a validation/hardware/run.py result "
                          f"with --compute {compute}")
-    check = None
-    if args.check:
-        check = read_json_document(args.check)
+    checks = []
+    for path in args.check:
+        check = read_json_document(path)
         if check.get("schema") != "fusionopt.validation.hardware" or check.get("compute") != "gemm":
-            parser.error(f"--check {Path(args.check).name}: not a validation/hardware/run.py result with --compute gemm")
-    document = evaluate(gemm, spin, args.calibration, check, _shown(args.check) if args.check else "")
+            parser.error(f"--check {Path(path).name}: not a validation/hardware/run.py result with --compute gemm")
+        checks.append((_shown(path), check))
+    document = evaluate(gemm, spin, args.calibration, checks)
     write_result(output, "contention-gpu", document, markdown(document))
     return 0
 

@@ -38,7 +38,9 @@ from fusionopt.zoo import calibrated, fitting, published  # noqa: E402
 OUT = ROOT / "validation" / "results"
 # The whole-step checks the GPU command ran on 2026-11-27, after the zoo's constants were fitted.
 LATER = (OUT / "gpu-2026-11-27" / "run1" / "step-gpu.partial.json",
-         OUT / "gpu-2026-11-27" / "run2" / "step-gpu.subset.partial.json")
+         OUT / "gpu-2026-11-27" / "run2" / "step-gpu.subset.partial.json",
+         OUT / "gpu-2026-11-27" / "run3" / "step-gpu.partial.json",
+         OUT / "gpu-2026-11-27" / "run3" / "rest" / "step-gpu.subset.partial.json")
 
 
 def one_worker_step(profile: Any) -> float:
