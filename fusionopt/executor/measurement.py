@@ -85,6 +85,10 @@ class Measurement:
     check_times : ndarray, shape (iterations,)
         Seconds the slowest rank spent checking every byte after each timed step (after a
         barrier that ends the step on every rank: not part of ``T``).
+    host_queue : ndarray, shape (iterations,)
+        Device streams only: seconds the slowest rank's host took to queue each timed step,
+        from its origin event to its last (empty elsewhere). A step the host queues more
+        slowly than the device runs it is bound by the host's launches, not by the device.
     """
 
     backend: str
@@ -110,6 +114,7 @@ class Measurement:
     collective_end: np.ndarray = field(default_factory=lambda: _frozen([], 2))
     lockstep_durations: np.ndarray = field(default_factory=lambda: _frozen([], 2))
     check_times: np.ndarray = field(default_factory=lambda: _frozen([], 1))
+    host_queue: np.ndarray = field(default_factory=lambda: _frozen([], 1))
 
     # ------------------------------------------------------------------ figures
     @property
@@ -245,6 +250,7 @@ class Measurement:
             "lockstep_time": _json_float(self.lockstep_time),
             "predicted_message_time": self.predicted_message_time,
             "check_times": self.check_times.tolist(),
+            "host_queue": self.host_queue.tolist(),
         }
 
 
@@ -315,4 +321,5 @@ def assemble(job: Job, records: Sequence[Mapping[str, Any]], *, backend: str, de
         collective_end=_frozen(first.get("collective_end", [])[:timed], 2),
         lockstep_durations=_frozen(_lockstep(records, timed), 2),
         check_times=_frozen(_slowest(records, "check_times", timed), 1),
+        host_queue=_frozen(_slowest(records, "host_queue", timed), 1),
     )

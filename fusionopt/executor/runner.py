@@ -146,7 +146,7 @@ class RankRecord:
             "rank": comm.rank, "iteration_times": [], "message_start": [], "message_end": [],
             "collective_start": [], "collective_end": [], "check_times": [],
             "reduced": [], "forward_start": [], "backward_late": [], "errors": [],
-            "checked_bytes": 0, "steps": 0, "collectives": [],
+            "checked_bytes": 0, "steps": 0, "collectives": [], "host_queue": [],
         }
 
     def add(self, step: int, figures: dict[str, Any]) -> bool:

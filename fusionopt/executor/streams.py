@@ -33,6 +33,7 @@ exact clocks, where the measured ``T`` must equal :func:`~fusionopt.model.simula
 from __future__ import annotations
 
 import math
+import time
 from abc import ABC, abstractmethod
 from typing import Any
 
@@ -121,6 +122,7 @@ class StreamRunner:
 
         streams.work(compute, self.gate)
         origin = streams.record(compute)
+        queued = time.perf_counter()
         streams.wait(streams.communication, origin)
         self.starts: list[Any] = []
         self.ends: list[Any] = []
@@ -173,6 +175,7 @@ class StreamRunner:
         self._issue_until(program.num_collectives - 1, step)
         self._queue(pending)
         finish = streams.record(compute)
+        queued = time.perf_counter() - queued
         self._synchronize(finish, self.ends)
 
         for i, event in marks:
@@ -187,6 +190,7 @@ class StreamRunner:
             "reduced": reduced,
             "forward_start": phi.tolist(),
             "backward_late": late,
+            "host_queue": queued,
         }
 
     def _queue(self, seconds: float) -> None:
@@ -219,8 +223,6 @@ class StreamRunner:
 
     def _synchronize(self, finish: Any, ends: list[Any]) -> None:
         """Wait for the step's last event; past the timeout, name the first unfinished message."""
-        import time
-
         deadline = time.perf_counter() + self.timeout
         while not self.streams.done(finish):
             if time.perf_counter() > deadline:

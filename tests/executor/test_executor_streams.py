@@ -12,6 +12,7 @@ reproduce MODEL.md's timeline to rounding: ``T``, every message's start and end,
 from __future__ import annotations
 
 import re
+import time
 
 import numpy as np
 import pytest
@@ -120,6 +121,34 @@ def test_worked_example_on_the_virtual_device(sync):
     # message 6 -> 6.105120 ms; then the forwards of 1 ms each.
     np.testing.assert_allclose(m.message_end[0], [1.0e-3 + 1e-4 + 2048e-9, 6e-3 + 1e-4 + 5120e-9], rtol=1e-12)
     assert m.iteration_time == pytest.approx(6e-3 + 1e-4 + 5120e-9 + 3e-3, rel=1e-12)
+
+
+class SlowLaunches(VirtualDevice):
+    """A host that spends ``launch`` seconds of its own on each piece of compute it queues."""
+
+    def __init__(self, launch: float) -> None:
+        super().__init__()
+        self.launch, self.launches = launch, 0
+
+    def work(self, stream: Stream, seconds: float) -> None:
+        super().work(stream, seconds)
+        if stream is self.compute:
+            self.launches += 1
+            time.sleep(self.launch)
+
+
+def test_the_hosts_queueing_time_is_kept_per_timed_step():
+    problem = small_problem("barrier")
+    plan = Plan.from_groups(problem.profile, [[2], [1, 0]])
+    devices = [SlowLaunches(0.01)]
+    m = run_virtual(problem, plan, ranks=1, iterations=2, warmup=1, devices=devices)
+    assert_matches_model(m, problem, plan)     # the host's pace is not the device's clock
+    assert m.host_queue.shape == m.iteration_times.shape
+    # Each step queues the gate's spin before its origin, then the compute pieces after it.
+    per_step = devices[0].launches / m.steps - 1
+    assert per_step >= 2
+    assert (m.host_queue >= 0.01 * per_step).all()
+    assert m.to_dict()["host_queue"] == m.host_queue.tolist()
 
 
 @settings(deadline=None, max_examples=40)

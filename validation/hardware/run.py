@@ -188,7 +188,9 @@ def main(argv: list[str] | None = None) -> int:
                     "predicted_time": m.predicted_time, "measured_time": m.iteration_time,
                     "relative_error": m.relative_error, "iteration_times": m.iteration_times.tolist(),
                     "median_abs_message_error": float(np.median(message_errors)),
-                    "backward_late": m.backward_late, "correct": m.correct, "checked_bytes": m.checked_bytes,
+                    "backward_late": m.backward_late,
+                    "host_queue": float(np.median(m.host_queue)) if m.host_queue.size else None,
+                    "correct": m.correct, "checked_bytes": m.checked_bytes,
                     "emulated": m.emulated, "seconds": time.perf_counter() - t,
                 }
                 rows.append(row)
@@ -289,6 +291,14 @@ def markdown(document: dict) -> str:
                      f"{' < '.join(order['measured'])}: {verdict}.")
     if document.get("compute", "host") != "host":
         lines.append(f"Compute queued on the GPU as {document['compute']} work (`--compute {document['compute']}`).")
+        queued = [r for r in document["results"] if r.get("host_queue") is not None]
+        if queued:
+            bound = [r for r in queued if r["host_queue"] >= r["measured_time"]]
+            lines.append("The host's time to queue a step (median, slowest rank) against the measured step: "
+                         + ", ".join(f"{r['model']} {r['method']} {1e3 * r['host_queue']:.2f} of "
+                                     f"{1e3 * r['measured_time']:.2f} ms" for r in queued)
+                         + f"; {len(bound)} of {len(queued)} steps took the host at least as long to queue as "
+                           "the device to run (bound by the host's launches, not by the device).")
     if document["methods_not_registered"]:
         lines.append(f"Not registered, skipped: {', '.join(document['methods_not_registered'])}.")
     return "\n".join(lines) + "\n"
