@@ -1,0 +1,122 @@
+"""validation/online/run.py: the phases' references and the steps to within 2% computed by
+hand, the arguments a stored result is made with, and a short run on two gloo ranks."""
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "validation" / "results"
+
+
+@pytest.fixture(scope="module")
+def script():
+    spec = importlib.util.spec_from_file_location("validation_online_run", ROOT / "validation" / "online" / "run.py")
+    module = sys.modules.setdefault(spec.name, importlib.util.module_from_spec(spec))
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_steps_to_within_two_percent(script):
+    assert script.WINDOW == 10 and script.TOLERANCE == 0.02
+    # Five slow steps, then the reference: the first window of ten whose median is within 2%
+    # starts where at most four slow steps are left in it (its median is then a fast one).
+    steps = [2.0] * 5 + [1.0] * 20
+    assert script.within_from(steps, 0, 25, 1.0) == 1
+    # A slow spell at the end: no step from which every later window is within.
+    assert script.within_from([1.0] * 20 + [1.5] * 6, 0, 26, 1.0) is None
+    # 2% above the reference is within; just over it is not.
+    assert script.within_from([1.02] * 12, 0, 12, 1.0) == 0
+    assert script.within_from([1.0201] * 12, 0, 12, 1.0) is None
+    # A phase that starts later counts from its own start.
+    assert script.within_from([9.0] * 30 + [1.0] * 30, 30, 60, 1.0) == 0
+
+
+def test_the_analysis_of_a_run(script):
+    slow, fast = 0.012, 0.010
+    run = {"scenario": "bandwidth", "methods": {
+        "optimum": {"steps": [fast] * 50 + [2 * fast] * 50, "switches": [50]},
+        "planner": {"steps": [slow] * 10 + [fast] * 40 + [3 * fast] * 8 + [2 * fast] * 42, "switches": [10, 58, 75]},
+    }}
+    analysis = script.analyse(run, 100, 50)
+    before, after = analysis["phases"]
+    assert (before["start"], before["end"], after["start"], after["end"]) == (0, 50, 50, 100)
+    assert before["reference"] == fast and after["reference"] == 2 * fast
+    assert before["methods"]["planner"]["within"] == 6          # steps 6..15 hold four slow steps
+    assert after["methods"]["planner"]["within"] == 4
+    assert before["methods"]["planner"]["late_switches"] == 0
+    assert after["methods"]["planner"]["late_switches"] == 1    # step 75, 25 steps into the phase
+    document = {"runs": [{**run, "analysis": analysis}]}
+    assert script.targets(document) == {"phases": 2, "phases_within": 2, "stationary_runs_switching_late": 0}
+
+
+def test_the_stored_result_is_the_defaults(script, capsys):
+    args, folder = script.parse_arguments([])
+    assert Path(folder) == RESULTS
+    assert (args.models, args.networks, args.ranks, args.methods) == (
+        ["mlp", "cnn", "lstm"], ["10gbe", "100gb-ib"], [2, 4], ["default", "planner", "grid", "optimum"])
+    for argv in (["--models", "mlp"], ["--steps", "100", "--change-at", "50"], ["--methods", "planner"]):
+        assert Path(script.parse_arguments(argv)[1]) == RESULTS / "subset"
+    # The optimum is always run: it is the reference.
+    assert script.parse_arguments(["--methods", "grid"])[0].methods == ["grid", "optimum"]
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--models", "resnet"], "--models: unknown 'resnet': choose from mlp, cnn, lstm"),
+    (["--ranks", "1"], "--ranks: at least 2 ranks a run"),
+    (["--steps", "50"], "--change-at 100: each phase needs at least 30 steps"),
+    (["--networks", "carrier-pigeon"], "--networks carrier-pigeon: "),
+])
+def test_bad_arguments_get_one_line(script, capsys, argv, message):
+    with pytest.raises(SystemExit) as ended:
+        script.parse_arguments(argv)
+    assert ended.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert message in err
+
+
+def test_a_short_run_on_two_ranks(tmp_path):
+    pytest.importorskip("torch")
+    from fusionopt.integrations.reducer_calibration import ReducerCalibration
+
+    calibration = tmp_path / "reducer.json"
+    ReducerCalibration("plan", per_step=2e-4, per_message=1e-4, message_compute=5e-5).write(calibration)
+    command = [sys.executable, str(ROOT / "validation" / "online" / "run.py"), "--models", "mlp", "--ranks", "2",
+               "--networks", "10gbe", "--scenarios", "bandwidth", "--methods", "planner", "--steps", "60",
+               "--change-at", "30", "--profile-steps", "5", "--reducer-calibration", str(calibration),
+               "--out", str(tmp_path)]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-2000:]
+    document = json.loads((tmp_path / "online-cpu.json").read_text())
+    (run,) = document["runs"]
+    assert (run["ranks"], run["model"], run["network"], run["scenario"]) == (2, "mlp", "10gbe", "bandwidth")
+    assert set(run["methods"]) == {"planner", "optimum"}
+    assert all(len(m["steps"]) == 60 for m in run["methods"].values())
+    assert 30 in run["methods"]["optimum"]["switches"] or run["plans"]["optimum"] == run["plans"]["optimum_after"]
+    # The link's beta four times larger from step 30: the optimum's steps grow (mlp's 0.8 MB
+    # gradients take about 1.3 ms more per all-reduce on 10gbe at 64 workers, then 5 ms).
+    before, after = run["analysis"]["phases"]
+    assert after["reference"] > before["reference"] + 2e-3
+    import statistics
+    assert before["reference"] == statistics.median(run["methods"]["optimum"]["steps"][20:30])
+    table = (tmp_path / "online-cpu.md").read_text()
+    assert table.count("| 2 | mlp | 10gbe | bandwidth |") == 2
+    assert "2 ranks 0.20 ms per step, 0.10 ms per message on the channel, 0.05 ms per message on the compute" in table
+    assert document["reducer_calibration"]["2"]["source"] == str(calibration)
+    # The fastest of each phase is the method with the least median.
+    for phase in run["analysis"]["phases"]:
+        assert phase["methods"][phase["fastest"]]["median"] == min(m["median"] for m in phase["methods"].values())
+
+
+def test_each_method_against_the_fastest_measured(script):
+    phase = {"fastest": "b", "methods": {"a": {"median": 1.03}, "b": {"median": 1.0}, "c": {"median": 1.015}}}
+    other = {"fastest": "a", "methods": {"a": {"median": 2.0}, "b": {"median": 2.2}, "c": {"median": 2.02}}}
+    document = {"methods": ["a", "b", "c"], "runs": [{"analysis": {"phases": [phase, other]}}]}
+    found = script.against_fastest(document)
+    assert found["a"] == {"phases": 2, "fastest": 1, "within_2": 1, "within_5": 2, "median_ratio": pytest.approx(1.015)}
+    assert found["b"]["within_5"] == 1 and found["b"]["median_ratio"] == pytest.approx(1.05)
+    assert found["c"]["within_2"] == 2
