@@ -13,6 +13,8 @@ setting while a job runs, each on a job with the planner's face
   job of its own and tunes ZeRO's bucket sizes, not DDP's; here each experiment is a stretch
   of the running job, as an online tuner must, and the grid is DDP's cap
   (:data:`DDP_CAPS_MB`). Once the grid is done the best measured setting is kept.
+
+Horovod's autotune is :class:`fusionopt.integrations.horovod_autotune.HorovodAutotune`.
 """
 
 from __future__ import annotations
