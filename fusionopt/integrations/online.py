@@ -15,9 +15,16 @@ a window):
   bytes, not on the plan). Where the window holds one size only (a plan of one message, or of
   equal ones), ``beta`` is the last one the window could identify and ``alpha`` is fitted
   around it, so that a fused plan still prices the plans it does not run;
-* **the backward**: the median ready time of each message's last tensor in the ready order;
-  the tensors between two observed ones share the time between them in the proportions the
-  starting profile gives (equally where it gives none). The first gradient's own backward,
+* **the compute each message costs** (``message_compute``: the hook packing it and the
+  communication thread taking a core from the backward, MODEL.md section 6): the slope of the
+  last message's ready time against the messages before it, least squares over the window's
+  steps, whatever plan sent them. A plan of ``m`` messages stretches the backward by
+  ``(m - 1)`` of them, so two plans with other message counts identify it; until the window
+  holds two, it is the last one identified (0 at first);
+* **the backward**: the median ready time of each message's last tensor in the ready order,
+  less the compute of the messages before it; the tensors between two observed ones share
+  the time between them in the proportions the starting profile gives (equally where it
+  gives none). The first gradient's own backward,
   before any hook fires, is not observable and keeps the profile's value; under barrier sync
   it, the forward and the update shift every plan's ``T`` alike. Where the fit gives time to
   tensors that the profile's ready order reorders (tensors it has ready at one moment), the
@@ -113,6 +120,8 @@ class OnlinePlanner:
         self._seen: deque[list[dict[str, float]]] = deque(maxlen=window)     # this plan's steps
         self._sent: deque[list[tuple[float, float]]] = deque(maxlen=window)   # (bytes, seconds), any plan
         self._beta: float | None = None                   # the last beta a window identified
+        self._spans: deque[tuple[int, float]] = deque(maxlen=window)  # (messages, last ready), any plan
+        self._message_compute = 0.0                       # the last one a window identified
         self._plan: Plan | None = None                    # the plan of the steps in _seen
         self._generation = 0                              # the reducer's last step read
         self._group = None
@@ -133,6 +142,7 @@ class OnlinePlanner:
         if times is not None:
             self._seen.append(times)
             self._sent.append([(m["bytes"], m["end"] - m["start"]) for m in times])
+            self._spans.append((len(times), max(m["ready"] for m in times)))
         self.steps += 1
         decision = None
         if self.steps % self.every == 0 and len(self._seen) >= 2:
@@ -167,17 +177,21 @@ class OnlinePlanner:
         cost = _affine(sent[:, 0], sent[:, 1], self._beta)
         if np.ptp(sent[:, 0]) > 0:
             self._beta = cost.beta
+        spans = np.array(self._spans, dtype=np.float64).reshape(-1, 2)
+        if np.ptp(spans[:, 0]) > 0:
+            self._message_compute = _slope(spans[:, 0] - 1, spans[:, 1])
         plan = self.reducer.plan
         profile = self.prior
         ready = np.array([[m["ready"] for m in step] for step in steps])
-        backward = _backward(profile, plan, np.median(ready, axis=0))
+        before = np.arange(ready.shape[1]) * self._message_compute          # the messages' compute before each
+        backward = _backward(profile, plan, np.median(ready, axis=0) - before)
         try:
             fitted = dataclasses.replace(profile, backward=backward)
         except ValueError:                                # the fit parts tensors the profile's ready order ties
             fitted = dataclasses.replace(profile, backward=backward, ready_order=None)
         ends = [max(m["end"] for m in step) for step in steps]
         spread = statistics.stdev(ends) if len(ends) > 1 else 0.0
-        return Problem(fitted, cost, sync=self.reducer.sync), spread
+        return Problem(fitted, cost, sync=self.reducer.sync, message_compute=self._message_compute), spread
 
     def _decide(self) -> Decision:
         problem, spread = self.fitted_problem()
@@ -387,6 +401,16 @@ def _affine(sizes: np.ndarray, seconds: np.ndarray, beta: float | None) -> Alpha
     if beta < 0:
         return AlphaBeta(max(float(np.mean(seconds)), 0.0), 0.0)
     return AlphaBeta(float(alpha), float(beta))
+
+
+def _slope(x: np.ndarray, y: np.ndarray) -> float:
+    """The least-squares slope of ``y`` on ``x`` where it is above twice its standard error
+    and a nanosecond, else 0 (a cost per message the window cannot tell from noise)."""
+    slope, intercept = np.polyfit(x, y, 1)
+    residual = y - (slope * x + intercept)
+    spread = float(((x - x.mean()) ** 2).sum())
+    error = math.sqrt(float(residual @ residual) / max(len(x) - 2, 1) / spread) if len(x) > 2 else 0.0
+    return float(slope) if slope > max(2.0 * error, 1e-9) else 0.0
 
 
 def _backward(profile: Profile, plan: Plan, ready: np.ndarray) -> np.ndarray:

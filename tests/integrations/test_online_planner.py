@@ -126,3 +126,28 @@ def test_the_grid_search_keeps_the_fastest_cap_it_measured():
     assert steps == 5 * min(len(DDP_CAPS_MB), first_best + 5)
     assert job.plan == search.plan_of(search.best)
     assert search.metrics == pytest.approx(times[:len(search.metrics)], rel=1e-12)
+
+
+def test_it_prices_the_compute_each_message_costs():
+    # Each message costs 0.6 ms on the compute stream (a reducer's hooks and thread). From DDP's
+    # default buckets (7 messages), the first re-planning cannot see that cost and splits to a
+    # message per tensor; once those steps are in the window beside the first plan's, the
+    # planner fits the cost from the last message's ready time against the message count, and
+    # reaches the true optimum.
+    profile = resnet_like()
+    problem = Problem(profile, AlphaBeta(0.05 * MS, 2e-10), message_compute=0.6 * MS)
+    job = SimulatedJob(problem, solve(problem, "ddp").plan, noise=0.0)
+    planner = OnlinePlanner(job, every=5, window=10)
+    for _ in range(30):
+        planner.after_step()
+    assert planner.history[0].switched and planner.history[0].plan.num_messages > 1
+    assert planner.fitted_problem()[0].message_compute == pytest.approx(0.6 * MS, rel=1e-9)
+    assert gap(job) < 0.02
+    # From one plan only, the cost is not identified: a message per tensor stays unpriced.
+    stuck = OnlinePlanner(SimulatedJob(problem, Plan.per_tensor(profile)), every=5, window=10)
+    for _ in range(10):
+        stuck.after_step()
+    assert stuck.fitted_problem()[0].message_compute == 0.0
+    # Without the compute per message in the fit, the optimum of the fitted problem is other.
+    blind = Problem(profile, AlphaBeta(0.05 * MS, 2e-10))
+    assert simulate(problem, solve(blind, "dp").plan).iteration_time > 1.02 * solve(problem, "dp").iteration_time
