@@ -74,31 +74,27 @@ def run_job(model: str, batch: int, network_name: str) -> dict:
         gaps.append(now / optimum[id(job.problem)] - 1.0)
         if step + 1 in (CHANGE, STEPS):
             reached[step + 1] = now
-    # DeepSpeed's autotuner's grid search over DDP's bucket_cap_mb, on the same job and draws.
-    tuned = SimulatedJob(before, default, noise=0.02, seed=0)
-    search = GridSearch(tuned)
-    grid_gaps = []
-    for step in range(STEPS):
-        if step == CHANGE:
-            tuned.problem = after
-        tuned.message_times()
-        search.after_step()
-        grid_gaps.append(simulate(tuned.problem, tuned.plan).iteration_time / optimum[id(tuned.problem)] - 1.0)
-    # Horovod's autotune, on the same job and draws.
-    horovod = SimulatedJob(before, default, noise=0.02, seed=0)
-    autotune = HorovodAutotune(horovod)
-    horovod_gaps = []
-    for step in range(STEPS):
-        if step == CHANGE:
-            horovod.problem = after
-        horovod.message_times()
-        autotune.after_step()
-        horovod_gaps.append(simulate(horovod.problem, horovod.plan).iteration_time / optimum[id(horovod.problem)] - 1.0)
+    def tuned(make_tuner):
+        """A tuner's gaps to the optimum step by step, and its job, on the same job and draws."""
+        job = SimulatedJob(before, default, noise=0.02, seed=0)
+        tuner = make_tuner(job)
+        found = []
+        for step in range(STEPS):
+            if step == CHANGE:
+                job.problem = after
+            job.message_times()
+            tuner.after_step()
+            found.append(simulate(job.problem, job.plan).iteration_time / optimum[id(job.problem)] - 1.0)
+        return found, job
+
+    # DeepSpeed's autotuner's grid search over DDP's bucket_cap_mb, and Horovod's autotune.
+    grid_gaps, grid = tuned(GridSearch)
+    horovod_gaps, horovod = tuned(HorovodAutotune)
     return {
         "horovod_settle": settle(horovod_gaps[:CHANGE], 0), "horovod_settle_after": settle(horovod_gaps, CHANGE),
         "horovod_at_end": simulate(after, horovod.plan).iteration_time,
         "grid_settle": settle(grid_gaps[:CHANGE], 0), "grid_settle_after": settle(grid_gaps, CHANGE),
-        "grid_at_end": simulate(after, tuned.plan).iteration_time,
+        "grid_at_end": simulate(after, grid.plan).iteration_time,
         "default": simulate(before, default).iteration_time, "optimum": optimum[id(before)],
         "optimum_after": optimum[id(after)], "at_change": reached[CHANGE], "at_end": reached[STEPS],
         "settle": settle(gaps[:CHANGE], 0), "settle_after": settle(gaps, CHANGE), "switches": job.switches,
