@@ -120,3 +120,46 @@ def test_each_method_against_the_fastest_measured(script):
     assert found["a"] == {"phases": 2, "fastest": 1, "within_2": 1, "within_5": 2, "median_ratio": pytest.approx(1.015)}
     assert found["b"]["within_5"] == 1 and found["b"]["median_ratio"] == pytest.approx(1.05)
     assert found["c"]["within_2"] == 2
+
+
+@pytest.fixture(scope="module")
+def study():
+    spec = importlib.util.spec_from_file_location("validation_online_study", ROOT / "validation" / "online" / "study.py")
+    module = sys.modules.setdefault(spec.name, importlib.util.module_from_spec(spec))
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_study_draws_the_measured_deviations(study, tmp_path):
+    runs = {"runs": [{"scenario": "stationary", "methods": {"optimum": {"steps": [9.0] * 20 + [1.0, 2.0, 4.0]}}},
+                     {"scenario": "bandwidth", "methods": {"optimum": {"steps": [5.0] * 30}}}]}
+    path = tmp_path / "online.json"
+    path.write_text(json.dumps(runs))
+    # The stationary run's steps after its first 20, over their median (2.0), less 1.
+    assert study.measured_deviations(path).tolist() == [-0.5, 0.0, 1.0]
+    path.write_text(json.dumps({"runs": []}))
+    with pytest.raises(ValueError, match=r"no stationary run's optimum steps"):
+        study.measured_deviations(path)
+
+
+def test_a_small_study(study, tmp_path):
+    assert study.main(["--workers", "8", "--steps", "40", "--change-at", "20", "--out", str(tmp_path)]) == 0
+    document = json.loads((tmp_path / "online-study.json").read_text())
+    assert len(document["results"]) == 6 and document["methods"] == ["planner", "grid", "horovod", "default"]
+    from fusionopt import zoo
+    from fusionopt.cost import network
+    from fusionopt.model import Problem, simulate
+    from fusionopt.solvers import solve
+
+    for row in document["results"]:
+        # DDP's default, kept: its gap is the model's, step for step, before the change.
+        problem = Problem(zoo.profile(row["model"], device="h100", batch=row["batch"]), network(row["network"], 8))
+        gap = simulate(problem, solve(problem, "ddp").plan).iteration_time / solve(problem, "dp").iteration_time - 1
+        assert row["methods"]["default"]["gaps"][:20] == pytest.approx([gap] * 20, rel=1e-12)
+        assert row["methods"]["default"]["switches"] == 0
+        for m in row["methods"].values():
+            assert m["settle"] == study.settle(m["gaps"], 0, 20) and m["settle_after"] == study.settle(m["gaps"], 20, 40)
+    # The same seed and measurements give the same figures.
+    assert study.main(["--workers", "8", "--steps", "40", "--change-at", "20", "--out", str(tmp_path / "again")]) == 0
+    again = json.loads((tmp_path / "again" / "online-study.json").read_text())
+    assert again["results"] == document["results"]

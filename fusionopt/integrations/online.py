@@ -224,8 +224,9 @@ class SimulatedJob:
     :class:`~fusionopt.integrations.plan_reducer.PlanReducer` (``sync``, ``rank``, ``world``,
     ``profile``, ``plan``, :meth:`message_times`, :meth:`switch`): each step is ``problem``'s
     timeline of the plan in use, every message's duration stretched by a seeded normal draw
-    of relative spread ``noise``, its times from the step's first gradient as the reducer
-    records them. ``profile`` is what the planner starts from: the true one's sizes and
+    of relative spread ``noise`` (or, given a sequence of relative deviations, such as a
+    measured job's steps over their median less 1, by draws from it with replacement), its
+    times from the step's first gradient as the reducer records them. ``profile`` is what the planner starts from: the true one's sizes and
     forward with no backward time (set ``prior`` to give another). Assign ``problem`` to
     change the link or the compute mid-run; ``step_time`` is the last step's ``T`` with the
     same noise, what a tuner that times whole steps measures. For studies and tests of the
@@ -233,10 +234,17 @@ class SimulatedJob:
 
     sync, rank, world = "barrier", 0, 1
 
-    def __init__(self, problem: Problem, plan: Plan, *, noise: float = 0.0, seed: int = 0,
+    def __init__(self, problem: Problem, plan: Plan, *, noise: Any = 0.0, seed: int = 0,
                  prior: Profile | None = None) -> None:
-        if isinstance(noise, bool) or not isinstance(noise, (int, float)) or not 0 <= noise < 1:
-            raise ValueError(f"noise must be a relative spread in [0, 1), got {noise!r}")
+        self.deviations: np.ndarray | None = None
+        if isinstance(noise, (list, tuple, np.ndarray)):
+            deviations = np.asarray(noise, dtype=np.float64).ravel()
+            if deviations.size == 0 or not np.all(np.isfinite(deviations)) or deviations.min() <= -1:
+                raise ValueError("noise as deviations must be finite relative deviations above -1, at least one")
+            self.deviations, noise = deviations, 0.0
+        elif isinstance(noise, bool) or not isinstance(noise, (int, float)) or not 0 <= noise < 1:
+            raise ValueError(f"noise must be a relative spread in [0, 1) or a sequence of relative deviations, "
+                             f"got {noise!r}")
         self.problem, self.plan, self.noise = problem, plan, float(noise)
         true = problem.profile
         self.profile = prior if prior is not None else dataclasses.replace(true, backward=np.zeros(true.n))
@@ -250,12 +258,18 @@ class SimulatedJob:
         t = simulate(self.problem, self.plan)
         profile = self.problem.profile
         origin = float(profile.ready_times[profile.backward_order[0]])
-        stretch = 1.0 + self.noise * self.random.standard_normal(len(t.message_end))
-        self.step_time = t.iteration_time * (1.0 + self.noise * self.random.standard_normal())
+        stretch = 1.0 + self._draw(len(t.message_end))
+        self.step_time = t.iteration_time * (1.0 + float(self._draw(1)[0]))
         start = t.message_start - origin
         end = start + (t.message_end - t.message_start) * stretch
         return [{"ready": float(r - origin), "start": float(a), "end": float(b), "bytes": int(size)}
                 for r, a, b, size in zip(t.message_ready, start, end, t.message_bytes)]
+
+    def _draw(self, count: int) -> np.ndarray:
+        """``count`` relative deviations: normal of spread ``noise``, or drawn from ``deviations``."""
+        if self.deviations is None:
+            return self.noise * self.random.standard_normal(count)
+        return self.random.choice(self.deviations, size=count)
 
     def switch(self, plan: Plan) -> None:
         """Run ``plan`` from the next step on."""

@@ -151,3 +151,19 @@ def test_it_prices_the_compute_each_message_costs():
     # Without the compute per message in the fit, the optimum of the fitted problem is other.
     blind = Problem(profile, AlphaBeta(0.05 * MS, 2e-10))
     assert simulate(problem, solve(blind, "dp").plan).iteration_time > 1.02 * solve(problem, "dp").iteration_time
+
+
+def test_a_simulated_job_draws_measured_deviations():
+    profile = resnet_like(6)
+    problem = Problem(profile, AlphaBeta(MS, 1e-9))
+    job = SimulatedJob(problem, Plan.per_tensor(profile), noise=[-0.25, 0.0, 0.5], seed=3)
+    t = simulate(problem, job.plan)
+    for _ in range(5):
+        times = job.message_times()
+        assert min(abs(job.step_time / t.iteration_time - 1 - d) for d in (-0.25, 0.0, 0.5)) < 1e-12
+        for m, start, end in zip(times, t.message_start, t.message_end):
+            stretch = (m["end"] - m["start"]) / (end - start)
+            assert min(abs(stretch - 1 - d) for d in (-0.25, 0.0, 0.5)) < 1e-9
+    for bad in ([], [-1.0], [float("nan")]):
+        with pytest.raises(ValueError, match=r"^noise as deviations must be finite relative deviations above -1"):
+            SimulatedJob(problem, job.plan, noise=bad)
