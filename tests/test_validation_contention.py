@@ -94,3 +94,6 @@ def test_the_excess_is_taken_over_each_models_barrier_plans(script):
     (found,) = script.excess(rows)
     assert found["model"] == "a" and found["plans"] == 2 and found["messages"] == [3, 161]
     assert found["excess"] == pytest.approx([0.006, 0.008])
+    assert found["host_queue_share"] is None                 # runs before the host's queueing was kept
+    rows[0]["host_queue"], rows[1]["host_queue"] = 0.015, 0.031
+    assert script.excess(rows)[0]["host_queue_share"] == pytest.approx([0.5, 1.0])

@@ -10,8 +10,11 @@ budget among the stages still to run (time a stage does not use goes to the late
    an emulated 100 Gb InfiniBand link of 8 workers, compute as exact spin kernels and as
    GEMMs that share the GPU with NCCL (``nccl-gpu-spin``, ``nccl-gpu-gemm``);
 3. ``contention``: ``fusionopt calibrate --contention`` on the GPU
-   (``contention-calibration-gpu.json``: how much GEMMs and messages slow each other);
-   ``validation/hardware/contention.py --calibration`` then predicts the GEMM run with it;
+   (``contention-calibration-gpu.json``: how much GEMMs and messages slow each other); then
+   ``contention-check``: ``validation/hardware/contention.py`` predicts this run's GEMM run
+   with the factors fitted on the stored runs and with this calibration, fitting nothing on
+   it (``contention-gpu``, with each run's excess beside its message counts and, from
+   ``nccl-gpu-gemm``, the host's time to queue each step);
 4. ``training``: ``validation/training/run.py --backend nccl --ranks 1``, plans trained on one
    GPU over an emulated link (``training-gpu``);
 5. ``profiles``: ``validation/profiles/run.py`` over twelve zoo models at batch 32
@@ -63,12 +66,14 @@ STAGES: dict[str, tuple[float, list[str]]] = {
     "hardware-gemm": (0.06, ["validation/hardware/run.py", *HARDWARE, "--compute", "gemm", "--output-dir", "OUT"]),
     "contention": (0.06, ["-m", "fusionopt", "calibrate", "--backend", "nccl", "--contention",
                           "--output", "OUT/contention-calibration-gpu.json"]),
+    "contention-check": (0.02, ["validation/hardware/contention.py", "--check", "OUT/nccl-gpu-gemm.json",
+                                "--calibration", "OUT/contention-calibration-gpu.json", "--output-dir", "OUT"]),
     "training": (0.20, ["validation/training/run.py", "--backend", "nccl", "--ranks", "1", "--out", "OUT"]),
     "profiles": (0.13, ["validation/profiles/run.py", "--device", "cuda", "--zoo-device", "h100", "--models",
                         PROFILE_MODELS, "--steps", "10", "--warmup", "3", "--profiles-dir", "OUT/measured",
                         "--output-dir", "OUT"]),
     # Last: it takes what the others left (on one H100, about 15 of its 22 default cases).
-    "step": (0.38, ["validation/step/run.py", "--device", "cuda", "--out", "OUT", "--time-limit", "LIMIT"]),
+    "step": (0.36, ["validation/step/run.py", "--device", "cuda", "--out", "OUT", "--time-limit", "LIMIT"]),
 }
 
 

@@ -157,7 +157,7 @@ def prediction_rows(cases: list[Case], kappa: float, mu: float, fitted_on: str) 
                      "measured_time": c.measured, "plain_predicted_time": float(c.row["predicted_time"]),
                      "plain_error": c.error(float(c.row["predicted_time"])), "predicted_time": predicted,
                      "relative_error": c.error(predicted), "kappa": kappa, "mu": mu, "fitted_on": fitted_on,
-                     "iteration_times": c.row["iteration_times"]})
+                     "iteration_times": c.row["iteration_times"], "host_queue": c.row.get("host_queue")})
     return rows
 
 
@@ -207,9 +207,11 @@ def excess(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         if not barrier:
             continue
         extra = [r["measured_time"] - r["plain_predicted_time"] for r in barrier]
+        queued = [r["host_queue"] / r["measured_time"] for r in barrier if r.get("host_queue") is not None]
         found.append({"model": model, "plans": len(barrier),
                       "messages": [min(r["messages"] for r in barrier), max(r["messages"] for r in barrier)],
-                      "excess": [min(extra), max(extra)]})
+                      "excess": [min(extra), max(extra)],
+                      "host_queue_share": [min(queued), max(queued)] if queued else None})
     return found
 
 
@@ -392,10 +394,14 @@ def markdown(document: dict[str, Any]) -> str:
               "the messages while compute runs (a rate, `mu`) adds in proportion to the message time that "
               "overlaps compute; a cost per packed tensor (every plan packs and unpacks each tensor once, each "
               "copy a kernel that may queue behind GEMMs for SMs) would add the same to every plan of a model. "
-              "The calibration's messages are single buffers, packed from nothing.", ""]
-    lines += markdown_table(["run", "model", "barrier plans", "messages", "excess (ms)"],
+              "The calibration's messages are single buffers, packed from nothing. The host's queueing: its "
+              "time to queue a step over the measured step (a run that records it): at 1 or more the step "
+              "waited for the host's launches.", ""]
+    lines += markdown_table(["run", "model", "barrier plans", "messages", "excess (ms)", "host's queueing / step"],
                             [[e["file"], m["model"], m["plans"], "{} to {}".format(*m["messages"]),
-                              "{:.2f} to {:.2f}".format(*(1e3 * x for x in m["excess"]))]
+                              "{:.2f} to {:.2f}".format(*(1e3 * x for x in m["excess"])),
+                              "-" if m.get("host_queue_share") is None
+                              else "{:.2f} to {:.2f}".format(*m["host_queue_share"])]
                              for e in document["excess"] for m in e["models"]])
     return "\n".join(lines) + "\n"
 
