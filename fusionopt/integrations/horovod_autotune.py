@@ -190,7 +190,6 @@ class HorovodAutotune:
         self.best = self.initial.copy()
         self.best_score = 0.0
         self.values = [0] * categorical          # each on/off setting's index among its two values
-        self.category_best = [0.0] * categorical
         self.done = False
         self.scores: list[float] = []
         self._times: list[float] = []
@@ -231,10 +230,10 @@ class HorovodAutotune:
             self.warmups_left -= 1
             return
         self.scores.append(score)
-        # The joint pair, then each on/off setting: the chain stops at the first not done.
+        # The joint pair, then each on/off setting: the chain stops at the first not done. The
+        # on/off settings' own best values change nothing here, so only their positions are kept.
         if score > self.best_score:
             self.best_score, self.best = score, self.setting.copy()
-        best = self.best_score
         self.search.add(self.setting, score)
         self.iteration += 1
         if self.iteration < len(TEST_POINTS):
@@ -246,9 +245,6 @@ class HorovodAutotune:
         self.setting, self.iteration = self.initial.copy(), 0        # CompleteTuning: back to the start
         self.search.clear()
         for k in range(len(self.values)):
-            if best > self.category_best[k]:
-                self.category_best[k] = best
-            best = self.category_best[k]
             self.values[k] += 1
             if self.values[k] < 2:
                 return                                               # this one tries its other value

@@ -226,8 +226,9 @@ class SimulatedJob:
     timeline of the plan in use, every message's duration stretched by a seeded normal draw
     of relative spread ``noise`` (or, given a sequence of relative deviations, such as a
     measured job's steps over their median less 1, by draws from it with replacement), its
-    times from the step's first gradient as the reducer records them. ``profile`` is what the planner starts from: the true one's sizes and
-    forward with no backward time (set ``prior`` to give another). Assign ``problem`` to
+    times from the step's first gradient as the reducer records them. ``profile`` is what the
+    planner starts from: the true one's sizes and forward with no backward time (set
+    ``prior`` to give another). Assign ``problem`` to
     change the link or the compute mid-run; ``step_time`` is the last step's ``T`` with the
     same noise, what a tuner that times whole steps measures. For studies and tests of the
     planner at any scale, without a process group."""

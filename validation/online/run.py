@@ -169,9 +169,6 @@ def _rank(rank: int, port: int, out: str, settings: dict[str, Any]) -> None:
     import torch.distributed as dist
 
     from fusionopt.integrations.ddp_record import SMALL_INPUTS, small_model
-    from fusionopt.integrations.online import OnlinePlanner
-    from fusionopt.integrations.online_baselines import GridSearch
-    from fusionopt.integrations.plan_reducer import PlanReducer
     from fusionopt.integrations.reducer_calibration import with_reducer_overhead
     from fusionopt.integrations.torch import profile_model
     from fusionopt.solvers import solve
@@ -198,6 +195,7 @@ def _rank(rank: int, port: int, out: str, settings: dict[str, Any]) -> None:
                 shared: list[Any] = [None] * settings["ranks"]
                 dist.all_gather_object(shared, measured.to_dict())
                 profiles.append(Profile.from_dict(shared[0]))
+            report.setdefault("profiles", {})[name] = [p.to_dict() for p in profiles]
             for net in settings["networks"]:
                 cost = network(net, settings["workers"])
                 for scenario in settings["scenarios"]:
@@ -210,13 +208,10 @@ def _rank(rank: int, port: int, out: str, settings: dict[str, Any]) -> None:
                     for method in settings["methods"]:
                         first = optimum[0] if method == "optimum" else default
                         run["methods"][method] = _train(model, optimizer, inputs, profiles[0], first, cost, scenario,
-                                                        method, optimum[1], steps, change_at, dist, PlanReducer,
-                                                        OnlinePlanner, GridSearch)
+                                                        method, optimum[1], steps, change_at, dist)
                     run["plans"] = {"default": default.to_dict(), "optimum": optimum[0].to_dict(),
                                     "optimum_after": optimum[1].to_dict()}
                     report["runs"].append(run)
-                    report["profiles"] = {**report.get("profiles", {}),
-                                          name: [p.to_dict() for p in profiles]}
                     if rank == 0:
                         write_json_atomic(out, report)
     finally:
@@ -250,10 +245,13 @@ def reducer_calibration(path: str | None, ranks: int) -> dict[str, Any]:
 
 
 def _train(model: Any, optimizer: Any, inputs: list[Any], profile: Profile, plan: Plan, cost: AlphaBeta,
-           scenario: str, method: str, optimum_after: Plan, steps: int, change_at: int, dist: Any,
-           PlanReducer: Any, OnlinePlanner: Any, GridSearch: Any) -> dict[str, Any]:
+           scenario: str, method: str, optimum_after: Plan, steps: int, change_at: int, dist: Any) -> dict[str, Any]:
     """One method's run: rank 0's step times (seconds) and the steps after which it switched."""
     import torch
+
+    from fusionopt.integrations.online import OnlinePlanner
+    from fusionopt.integrations.online_baselines import GridSearch
+    from fusionopt.integrations.plan_reducer import PlanReducer
 
     times: list[float] = []
     switches: list[int] = []
