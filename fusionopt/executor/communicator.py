@@ -127,6 +127,16 @@ class Communicator(ABC):
         """True once :meth:`abort` was called on any rank of the group (where it can be seen)."""
         return False
 
+    def channel(self, index: int) -> "Communicator":
+        """This rank's communicator on channel ``index`` of the same ranks, whose collectives
+        may run while another channel's do (a parameter server's pulls beside its pushes);
+        channel 0 is this one. Every rank asks for the same channels. A backend that runs one
+        channel refuses in one line."""
+        if index == 0:
+            return self
+        raise ValueError(f"the {self.name} backend runs one channel per rank; this plan runs {index + 1} at once "
+                         "(a parameter server's pushes and pulls): use the local or mpi backend")
+
     def bind_thread(self) -> None:
         """Make this rank's device and stream current in the calling thread (GPU backends)."""
 

@@ -10,14 +10,16 @@ from fusionopt.executor.footprint import check_host_memory, size_words
 from fusionopt.executor.job import Fault, Job
 from fusionopt.executor.measurement import Measurement, assemble
 from fusionopt.executor.mpi import inside_mpi_world
+from fusionopt.executor.programs import build_program
 from fusionopt.model.decoupled_plan import DecoupledPlan
 from fusionopt.model.plan import Plan
 from fusionopt.model.problem import Problem
+from fusionopt.model.ps_plan import PSPlan
 from fusionopt.model.sharded_plan import ShardedPlan
 from fusionopt.model.simulator import simulate
 
 
-def run(problem: Problem, plan: Plan | DecoupledPlan | ShardedPlan, backend: str = "local", *, ranks: int | None = None, iterations: int = 10,
+def run(problem: Problem, plan: Plan | DecoupledPlan | ShardedPlan | PSPlan, backend: str = "local", *, ranks: int | None = None, iterations: int = 10,
         warmup: int = 2, time_scale: float = 1.0, timeout: float = 60.0, verify: bool = True,
         validate: bool = True, raise_on_error: bool = True, emulate_link: bool = False,
         compute: str = "host", fault: Fault | None = None) -> Measurement:
@@ -32,7 +34,11 @@ def run(problem: Problem, plan: Plan | DecoupledPlan | ShardedPlan, backend: str
     :class:`~fusionopt.model.decoupled_plan.DecoupledPlan`: reduce-scatters and all-gathers in the
     plan's channel order; a fully sharded one (``pattern=FullySharded(...)``, 8.2) a
     :class:`~fusionopt.model.sharded_plan.ShardedPlan`: each unit's all-gathers and
-    reduce-scatters at the model's issue points (:mod:`fusionopt.executor.runner`).
+    reduce-scatters at the model's issue points (:mod:`fusionopt.executor.runner`); a
+    parameter server (``pattern=ParameterServer(...)``, section 6) a
+    :class:`~fusionopt.model.ps_plan.PSPlan`: its pushes and its pulls on two channels at once,
+    each pull after the servers' update of the pushes it reads, every rank a server of its
+    shard (:mod:`fusionopt.executor.programs`; ``pull_*`` then hold the pulls).
     Each rank's reduce-scatter shards are checked against their exact sums and every
     gathered word against the shard it came from; ``message_*`` then follow the channel
     (both kinds, in the order of ``predicted.message_kind``) and ``collectives`` lists what ran.
@@ -40,9 +46,9 @@ def run(problem: Problem, plan: Plan | DecoupledPlan | ShardedPlan, backend: str
     Parameters
     ----------
     problem : Problem
-        Plain model, decoupled or fully sharded (no other extension). Its cost model gives
-        the prediction.
-    plan : Plan, DecoupledPlan or ShardedPlan
+        Plain model, decoupled, fully sharded or parameter server (no other extension). Its
+        cost model gives the prediction.
+    plan : Plan, DecoupledPlan, ShardedPlan or PSPlan
     backend : {"local", "mpi", "nccl"}
         ``local``: ranks are threads of this process (no dependencies). ``mpi``: one process
         per rank under the ``mpiexec`` beside this interpreter (extra ``mpi``); called inside
@@ -86,6 +92,7 @@ def run(problem: Problem, plan: Plan | DecoupledPlan | ShardedPlan, backend: str
     ValueError
         The plan does not fit the problem, or (fully sharded, with a ``memory_cap``) its peak
         of unsharded bytes is over the cap: the simulator calls it infeasible, so it is not run.
+        Or the backend cannot run the plan's channels at once (``nccl`` runs one).
     MemoryError
         The ranks on this host (``local``, or ``mpi`` launched here) would need more memory
         than is available (checked before anything is allocated; the message gives both).
@@ -127,6 +134,9 @@ def run(problem: Problem, plan: Plan | DecoupledPlan | ShardedPlan, backend: str
     if fault is not None and fault.rank >= ranks and backend != "mpi":
         raise ValueError(f"fault on rank {fault.rank}, but the run has {ranks} ranks")
     _check_memory_cap(problem, plan)
+    if backend == "nccl" and build_program(job.scaled_problem(), plan).channels > 1:
+        raise ValueError(f"the nccl backend runs one channel per rank, and {problem.pattern.article()} "
+                         f"{problem.pattern.words} plan runs two at once: use the local or mpi backend")
     if backend != "nccl":                   # the nccl backend's buffers are on its GPUs
         check_host_memory(job, 1 if backend == "mpi" and inside_mpi_world() else ranks)
     if backend == "local":

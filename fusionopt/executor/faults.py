@@ -39,6 +39,9 @@ class FaultyCommunicator(Communicator):
     def aborted(self) -> bool:
         return self.inner.aborted
 
+    def channel(self, index: int) -> Communicator:
+        return self if index == 0 else FaultyCommunicator(self.inner.channel(index), self.fault)
+
     def _hit(self, tag: tuple[int, int] | None) -> bool:
         f = self.fault
         return self.inner.rank == f.rank and tag == (f.step, f.message)

@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 
 from fusionopt.executor.job import Job
-from fusionopt.executor.programs import build_program
+from fusionopt.executor.programs import build_program, wire_collectives
 from fusionopt.executor.shard_data import ShardData
 from fusionopt.executor.shards import ShardLayout
 
@@ -30,8 +30,8 @@ def rank_bytes(job: Job, size: int, *, word_sizes: tuple[int, ...] = (8, 4, 2, 1
     23552
     """
     program = build_program(job.scaled_problem(), job.plan)
-    layout = ShardLayout(job.problem.profile, program.collectives, size=size, word_sizes=word_sizes)
-    words = ShardData.words(layout, unpack=program.pattern == "decoupled")
+    layout = ShardLayout(job.problem.profile, wire_collectives(program), size=size, word_sizes=word_sizes)
+    words = ShardData.words(layout, unpack=program.gathers_to_tensors, channels=program.channels)
     return int(words) * layout.word_bytes
 
 

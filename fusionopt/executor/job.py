@@ -21,11 +21,13 @@ from fusionopt.model.decoupled import Decoupled
 from fusionopt.model.plan import Plan
 from fusionopt.model.problem import Problem
 from fusionopt.model.profile import Profile
+from fusionopt.model.ps import ParameterServer
+from fusionopt.model.ps_plan import PSPLAN_SCHEMA, PSPlan
 from fusionopt.model.sharded_plan import SHARDED_SCHEMA, ShardedPlan
 from fusionopt.model.sharded import FullySharded
 
-# The patterns the ranks run (the parameter server is not executed).
-RUN_PATTERNS = ("all-reduce", "decoupled", "fully-sharded")
+# The patterns the ranks run.
+RUN_PATTERNS = ("all-reduce", "decoupled", "fully-sharded", "ps")
 
 JOB_SCHEMA = "fusionopt.executor.job"
 COMPUTE_MODES = ("host", "spin", "gemm")
@@ -89,9 +91,10 @@ class Job:
     ----------
     problem : Problem
         The plain model (MODEL.md sections 1 to 4), a decoupled all-reduce
-        (``pattern=Decoupled(...)``, MODEL.md 8.1) or a fully sharded problem (``pattern=FullySharded(...)``,
-        MODEL.md 8.2); the executor emulates no other extension.
-    plan : Plan, DecoupledPlan or ShardedPlan
+        (``pattern=Decoupled(...)``, MODEL.md 8.1), a fully sharded problem (``pattern=FullySharded(...)``,
+        MODEL.md 8.2) or a parameter server (``pattern=ParameterServer(...)``, section 6); the
+        executor emulates no other extension.
+    plan : Plan, DecoupledPlan, ShardedPlan or PSPlan
         The plan type of the problem's pattern.
     iterations, warmup : int
         Timed steps, and steps run first and not timed.
@@ -127,11 +130,12 @@ class Job:
     def __post_init__(self) -> None:
         if not isinstance(self.problem, Problem):
             raise ValueError(f"problem must be a Problem, got {type(self.problem).__name__}")
-        others = [e for e in self.problem.extensions if e not in ("decoupled", "fully_sharded")]
+        others = [e for e in self.problem.extensions if e not in ("decoupled", "fully_sharded", "ps")]
         if others:
             raise ValueError(
                 f"the executor runs the plain model (MODEL.md sections 1-4), and this problem has "
-                f"{', '.join(others)} on (of the extensions it runs decoupled and fully_sharded only, section 8)")
+                f"{', '.join(others)} on (of the extensions it runs decoupled, fully_sharded (section 8) "
+                "and ps (section 6) only)")
         pattern = self.problem.pattern
         if pattern.name not in RUN_PATTERNS:
             raise ValueError(f"the executor does not run {pattern.article()} {pattern.words} problem: it runs "
@@ -211,7 +215,7 @@ def _pattern_to_dict(problem: Problem) -> dict[str, Any]:
 
 
 def _problem_from_dict(doc: Mapping[str, Any], profile: Profile, source: str) -> Problem:
-    for cls in (Decoupled, FullySharded):
+    for cls in (Decoupled, FullySharded, ParameterServer):
         part = doc.get(cls.extension)
         if part is not None:
             return Problem(profile, sync=doc["sync"], pattern=cls.from_dict(part, source=f"{source}.{cls.extension}"))
@@ -224,6 +228,8 @@ def _plan_from_dict(doc: Mapping[str, Any], *, source: str) -> Plan | DecoupledP
         return DecoupledPlan.from_dict(doc, source=source)
     if schema == SHARDED_SCHEMA:
         return ShardedPlan.from_dict(doc, source=source)
+    if schema == PSPLAN_SCHEMA:
+        return PSPlan.from_dict(doc, source=source)
     return Plan.from_dict(doc, source=source)
 
 

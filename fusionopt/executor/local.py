@@ -31,6 +31,20 @@ class LocalGroup:
         self._abort = threading.Event()
         self._reason = ""
         self._lock = threading.Lock()
+        self._channels: list[LocalGroup] = [self]     # the group of each channel, shared by all of them
+
+    def channel(self, index: int) -> "LocalGroup":
+        """The group of the same ranks for channel ``index`` (made on first asking): its own
+        barrier and slots, so its collectives run while this group's do; an abort of any
+        channel stops them all."""
+        with self._lock:
+            channels = self._channels
+            while len(channels) <= index:
+                group = LocalGroup(self.size)
+                group._channels = channels
+                group._abort, group._lock = self._abort, self._lock
+                channels.append(group)
+            return channels[index]
 
     @property
     def aborted(self) -> bool:
@@ -39,9 +53,12 @@ class LocalGroup:
     def abort(self, reason: str) -> None:
         with self._lock:
             if not self._abort.is_set():
-                self._reason = reason
+                for group in self._channels:
+                    group._reason = reason
                 self._abort.set()
-        self._barrier.abort()
+            channels = list(self._channels)
+        for group in channels:
+            group._barrier.abort()
 
     def wait(self, timeout: float, what: str) -> None:
         """Wait for every rank; a timeout or an abort breaks the barrier for all of them."""
@@ -159,6 +176,9 @@ class LocalCommunicator(Communicator):
             recv[q * shard: (q + 1) * shard] = other
         self.group.wait(timeout, "all-gather")
         self.group._slots[self._rank] = None
+
+    def channel(self, index: int) -> "LocalCommunicator":
+        return self if index == 0 else LocalCommunicator(self.group.channel(index), self._rank)
 
     def barrier(self, *, timeout: float) -> None:
         self.group.wait(timeout, "barrier")

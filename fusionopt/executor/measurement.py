@@ -51,7 +51,11 @@ class Measurement:
     iteration_times : ndarray, shape (iterations,)
         Measured ``T`` of each timed step: the slowest rank's.
     message_start, message_end : ndarray, shape (iterations, messages)
-        Rank 0's measured start and end of each message, plan order.
+        Rank 0's measured start and end of each message, plan order (a parameter server's:
+        each push message).
+    pull_start, pull_end : ndarray, shape (iterations, pulls)
+        A parameter server's: rank 0's measured start and end of each pull message (empty
+        for the other patterns).
     reduced : ndarray, shape (iterations, n)
         Rank 0's measured ``C_i`` (NaN for a tensor no message carries).
     forward_start : ndarray, shape (iterations, n)
@@ -71,7 +75,7 @@ class Measurement:
         the sharded patterns: of any wake-up of the compute program: an emission, an update
         or a collective's issue).
     pattern : str
-        ``"all-reduce"``, ``"decoupled"`` or ``"fully-sharded"``.
+        ``"all-reduce"``, ``"decoupled"``, ``"fully-sharded"`` or ``"ps"``.
     collectives : tuple of (str, int, int)
         Sharded patterns: what rank 0's communication thread ran each step, in order: the
         kind (``"reduce-scatter"``, ``"all-gather"``), the unsharded bytes and the bytes
@@ -79,9 +83,10 @@ class Measurement:
     collective_start, collective_end : ndarray, shape (iterations, messages)
         Rank 0's start and end of each message's collective alone, between its packing and
         its unpacking (empty where the backend's runner does not mark them).
-    lockstep_durations : ndarray, shape (iterations, messages)
-        Each message's shortest ``end - start`` over the ranks: its time once every rank had
-        joined it, as a calibration times messages.
+    lockstep_durations : ndarray, shape (iterations, collectives)
+        Each collective's shortest ``end - start`` over the ranks: its time once every rank
+        had joined it, as a calibration times messages (a parameter server's pushes, then its
+        pulls).
     check_times : ndarray, shape (iterations,)
         Seconds the slowest rank spent checking every byte after each timed step (after a
         barrier that ends the step on every rank: not part of ``T``).
@@ -115,6 +120,8 @@ class Measurement:
     lockstep_durations: np.ndarray = field(default_factory=lambda: _frozen([], 2))
     check_times: np.ndarray = field(default_factory=lambda: _frozen([], 1))
     host_queue: np.ndarray = field(default_factory=lambda: _frozen([], 1))
+    pull_start: np.ndarray = field(default_factory=lambda: _frozen([], 2))
+    pull_end: np.ndarray = field(default_factory=lambda: _frozen([], 2))
 
     # ------------------------------------------------------------------ figures
     @property
@@ -140,8 +147,16 @@ class Measurement:
 
     @property
     def message_time(self) -> float:
-        """Rank 0's messages, start to end, summed over a step (median step), seconds."""
-        return _median_sum(self.message_end - self.message_start)
+        """Rank 0's messages (a parameter server's pushes and pulls), start to end, summed
+        over a step (median step), seconds."""
+        start, end = self._channel_spans()
+        return _median_sum(end - start)
+
+    def _channel_spans(self) -> tuple[np.ndarray, np.ndarray]:
+        """Rank 0's start and end of every collective, both channels (steps x collectives)."""
+        if not self.pull_start.size:
+            return self.message_start, self.message_end
+        return np.hstack([self.message_start, self.pull_start]), np.hstack([self.message_end, self.pull_end])
 
     @property
     def lockstep_time(self) -> float:
@@ -151,8 +166,9 @@ class Measurement:
 
     @property
     def predicted_message_time(self) -> float:
-        """``sum_k c(S_k)``: the predicted messages' durations added up, seconds."""
-        return self.predicted.busy
+        """``sum_k c(S_k)``: the predicted messages' durations added up (a parameter
+        server's pushes and pulls), seconds."""
+        return self.predicted.busy + self.predicted.pull_busy
 
     @property
     def copy_times(self) -> tuple[float, float]:
@@ -160,8 +176,8 @@ class Measurement:
         where the collectives were not marked."""
         if not self.collective_start.size or not self.message_start.size:
             return math.nan, math.nan
-        return (_median_sum(self.collective_start - self.message_start),
-                _median_sum(self.message_end - self.collective_end))
+        start, end = self._channel_spans()
+        return _median_sum(self.collective_start - start), _median_sum(end - self.collective_end)
 
     @property
     def check_time(self) -> float:
@@ -198,11 +214,29 @@ class Measurement:
                          f"{ms * self.predicted.message_start[k]:9.3f} -> {ms * self.predicted.message_end[k]:9.3f} ms")
         if self.predicted.message_end.size > messages:
             lines.append(f"  ... {self.predicted.message_end.size - messages} more messages (use --json for all)")
+        lines += self._pull_lines(messages)
         if self.correct:
             lines.append(f"correctness    ok: {self.checked_bytes} B compared with exact sums, all equal")
         else:
             lines.append(f"correctness    FAILED: {len(self.errors)} wrong range(s); first: {self.errors[0]}")
         return "\n".join(lines)
+
+    def _pull_lines(self, messages: int) -> list[str]:
+        """A parameter server's pull messages, measured against predicted."""
+        p = self.predicted
+        if p.pull_end is None:
+            return []
+        ms = 1e3
+        lines = [f"pulls          {p.pull_end.size}"]
+        start = np.median(self.pull_start, axis=0) if self.pull_start.size else None
+        end = np.median(self.pull_end, axis=0) if self.pull_end.size else None
+        for m in range(min(messages, p.pull_end.size)):
+            got = "-" if start is None else f"{ms * start[m]:9.3f} -> {ms * end[m]:9.3f}"
+            lines.append(f"  {m:>4}    {int(p.pull_bytes[m]):>12d} B  measured {got} ms, predicted "
+                         f"{ms * p.pull_start[m]:9.3f} -> {ms * p.pull_end[m]:9.3f} ms")
+        if p.pull_end.size > messages:
+            lines.append(f"  ... {p.pull_end.size - messages} more pulls (use --json for all)")
+        return lines
 
     def _message_time_lines(self) -> list[str]:
         """The messages' time in all, measured the way a calibration measures ``c(S)``."""
@@ -251,6 +285,10 @@ class Measurement:
             "predicted_message_time": self.predicted_message_time,
             "check_times": self.check_times.tolist(),
             "host_queue": self.host_queue.tolist(),
+            **({} if p.pull_end is None else {
+                "pull_start": self.pull_start.tolist(), "pull_end": self.pull_end.tolist(),
+                "predicted_pulls": {"pull_start": p.pull_start.tolist(), "pull_end": p.pull_end.tolist(),
+                                    "pull_bytes": p.pull_bytes.tolist()}}),
         }
 
 
@@ -304,11 +342,16 @@ def assemble(job: Job, records: Sequence[Mapping[str, Any]], *, backend: str, de
             errors.append(line)
     problem = job.scaled_problem()
     predicted = simulate(problem, job.plan, validate=False)
+    # The channel's messages, then (a parameter server's) the pulls on the other channel.
+    pushes = predicted.message_end.size if predicted.pull_end is not None else None
+    start, end = (np.array(first[key][:timed], dtype=np.float64).reshape(timed, -1) if timed else np.empty((0, 0))
+                  for key in ("message_start", "message_end"))
     return Measurement(
         backend=backend, ranks=len(records), sync=problem.sync, time_scale=job.time_scale,
         emulated=emulated, iteration_times=_frozen(iteration_times, 1),
-        message_start=_frozen(first["message_start"][:timed], 2),
-        message_end=_frozen(first["message_end"][:timed], 2),
+        message_start=_frozen(start[:, :pushes], 2), message_end=_frozen(end[:, :pushes], 2),
+        pull_start=_frozen(start[:, pushes:] if pushes is not None else [], 2),
+        pull_end=_frozen(end[:, pushes:] if pushes is not None else [], 2),
         reduced=_frozen(first["reduced"][:timed], 2),
         forward_start=_frozen(first["forward_start"][:timed], 2), predicted=predicted,
         correct=not errors, errors=tuple(errors),

@@ -76,6 +76,16 @@ class MPICommunicator(Communicator):
     def __init__(self, comm: Any = None) -> None:
         self._MPI = import_mpi()
         self._comm = comm if comm is not None else self._MPI.COMM_WORLD
+        self._channels: dict[int, MPICommunicator] = {0: self}
+
+    def channel(self, index: int) -> "MPICommunicator":
+        """A duplicate of the communicator (``Dup``, collective over the ranks) per channel."""
+        if index not in self._channels:
+            if self._MPI.Query_thread() < self._MPI.THREAD_MULTIPLE:
+                raise ValueError("this MPI runs collectives from one thread at a time (no MPI_THREAD_MULTIPLE), "
+                                 f"and the plan runs {index + 1} channels at once: use the local backend")
+            self._channels[index] = MPICommunicator(self._comm.Dup())
+        return self._channels[index]
 
     @property
     def rank(self) -> int:

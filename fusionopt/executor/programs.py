@@ -4,24 +4,39 @@ The program itself (its collectives in channel order, the compute stream's ops, 
 is the model's: :mod:`fusionopt.model.step_program`, built by
 :func:`~fusionopt.model.allreduce_program.allreduce_program` (MODEL.md 3 and 4),
 :func:`~fusionopt.model.sharded_program.sharded_program` (8.2) and
-:func:`~fusionopt.model.decoupled_program.decoupled_program` (8.1), the same programs the
-simulator runs; the pattern builds it (:meth:`~fusionopt.model.pattern.Pattern.program`).
-:func:`build_program` refuses what the executor cannot run (two channels, a plan for another
-pattern, an order that can never run) in one line.
+:func:`~fusionopt.model.decoupled_program.decoupled_program` (8.1) and
+:func:`~fusionopt.model.ps_program.ps_program` (section 6, the parameter server), the same
+programs the simulator runs; the pattern builds it (:meth:`~fusionopt.model.pattern.Pattern.program`).
+:func:`build_program` refuses what the executor cannot run (a plan for another pattern, an
+order that can never run) in one line.
+
+:func:`wire_collectives` says what each collective is on the wire. A parameter server runs
+as BytePS's co-located mode with a server on every rank: a push is a reduce-scatter (rank
+``r`` is the server of shard ``r`` of the message and receives its sum), a pull an all-gather
+of every server's shard. The cost model's own ``K`` servers price the prediction; the run
+moves the bytes as ``K = P`` does.
 """
 
 from __future__ import annotations
 
-from fusionopt.model.decoupled_plan import DecoupledPlan
+from dataclasses import replace
+
+from fusionopt.model.decoupled_plan import ALL_GATHER, REDUCE_SCATTER, DecoupledPlan
 from fusionopt.model.plan import Plan
 from fusionopt.model.problem import Problem
+from fusionopt.model.ps_plan import PSPlan
+from fusionopt.model.ps_program import PULL, PUSH
 from fusionopt.model.sharded_plan import ShardedPlan
-from fusionopt.model.step_program import Program
+from fusionopt.model.step_program import CollectiveSpec, Program
+
+# What the collectives of a program's kinds are on the wire (module docstring).
+WIRE_KINDS = {PUSH: REDUCE_SCATTER, PULL: ALL_GATHER}
 
 
-def build_program(problem: Problem, plan: Plan | DecoupledPlan | ShardedPlan) -> Program:
+def build_program(problem: Problem, plan: Plan | DecoupledPlan | ShardedPlan | PSPlan) -> Program:
     """The :class:`~fusionopt.model.step_program.Program` of ``plan`` on an all-reduce,
-    decoupled or fully sharded ``problem`` (:meth:`~fusionopt.model.pattern.Pattern.program`)."""
+    decoupled, fully sharded or parameter-server ``problem``
+    (:meth:`~fusionopt.model.pattern.Pattern.program`)."""
     problem.pattern.require_plan(plan)
     program = problem.pattern.program(problem, plan)
     if program is None:
@@ -30,4 +45,11 @@ def build_program(problem: Problem, plan: Plan | DecoupledPlan | ShardedPlan) ->
     return program
 
 
-__all__ = ["build_program"]
+def wire_collectives(program: Program) -> tuple[CollectiveSpec, ...]:
+    """The program's collectives as the ranks run them: a push as a reduce-scatter, a pull as
+    an all-gather (module docstring); every other kind as it is."""
+    return tuple(replace(spec, kind=WIRE_KINDS[spec.kind]) if spec.kind in WIRE_KINDS else spec
+                 for spec in program.collectives)
+
+
+__all__ = ["WIRE_KINDS", "build_program", "wire_collectives"]

@@ -14,11 +14,14 @@ all-reduce plan's, MODEL.md sections 3 and 4, or a decoupled or fully sharded pl
    their ready times, scaled by ``time_scale``), and ``SPAN`` at each of its points; ``WAIT``
    blocks until a collective has ended and moves the clock to its measured end; ``MARK``
    records the clock. The step's measured ``T`` is when the clock's last deadline has passed;
-3. the **communication thread** runs the program's collectives in channel order, one at a
-   time: each waits for its gate and its release (seconds of the run, not scaled: the
-   prediction simulates the same plan), then packs its chunks into one buffer, all-reduces,
-   reduce-scatters (padded to a multiple of the ranks) or all-gathers it, and unpacks it;
-   a tensor is reduced (``C_i``) when the collective that last carries it ends;
+3. a **communication thread** per channel runs that channel's collectives in order, one at a
+   time, on a communicator of its own (:meth:`~fusionopt.executor.communicator.Communicator.channel`):
+   each waits for its gate, its release (seconds of the run, not scaled: the prediction
+   simulates the same plan) and the hold after the collectives it follows (a parameter
+   server's update between a push and the pull of its bytes), then packs its chunks into one
+   buffer, all-reduces, reduce-scatters (padded to a multiple of the ranks) or all-gathers it
+   (:func:`~fusionopt.executor.programs.wire_collectives`), and unpacks it; a tensor is
+   reduced (``C_i``) when the collective that last carries it ends;
 4. (not timed) once every rank has ended its step (a barrier, so that no rank's check runs
    during another's timed step), every byte each collective left on the rank is compared
    with its exact value; the ranks exchange their verdicts, and a failure stops the run
@@ -38,6 +41,7 @@ import math
 import sys
 import threading
 import time
+from collections import defaultdict
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator
 
@@ -47,7 +51,7 @@ from fusionopt.executor.communicator import Communicator, HostTimer
 from fusionopt.executor.errors import CollectiveTimeout, GroupAborted, PlanMismatchError
 from fusionopt.executor.gradients import Gradients
 from fusionopt.executor.job import Job
-from fusionopt.executor.programs import build_program
+from fusionopt.executor.programs import build_program, wire_collectives
 from fusionopt.executor.shard_data import ShardData
 from fusionopt.executor.shards import Collective, ShardLayout
 from fusionopt.model.step_program import AT, CHANNEL, COMPUTE, EMIT, MARK, PUBLISH, SPAN, WAIT
@@ -81,13 +85,13 @@ def sleep_until(deadline: float, comm: Communicator) -> None:
 
 
 class Step:
-    """What the two threads of a rank share during one step (guarded by ``cond``): the
+    """What the threads of a rank share during one step (guarded by ``cond``): the
     program's counters, and each collective's tokens and end."""
 
-    def __init__(self, collectives: int) -> None:
+    def __init__(self, collectives: int, channels: int = 1) -> None:
         self.cond = threading.Condition()
-        self.number = -1           # step the communication thread is asked to run
-        self.finished = -1         # last step it completed
+        self.number = -1           # step the communication threads are asked to run
+        self.finished = [-1] * channels   # last step each channel's thread completed
         self.stop = False
         self.failure: BaseException | None = None
         self.messages = collectives
@@ -96,15 +100,18 @@ class Step:
     def reset(self, number: int, t0: float) -> None:
         self.t0 = t0
         self.done = 0                               # collectives completed
-        self.counters = {"emitted": 0, "updated": 0, "issued": 0}
+        self.counters: dict[str, int] = defaultdict(int)   # each gate's value ("emitted", "updated", ...)
         self.ended = [math.nan] * self.messages     # host seconds since t0
-        self.executed: list[list[Any]] = []
-        self.in_flight: tuple[int, float] | None = None
+        self.executed: list[Any] = [None] * self.messages
+        self.in_flight: dict[int, tuple[int, float]] = {}   # per channel: (collective, since)
         self.start_tokens: list[Any] = [None] * self.messages
         self.end_tokens: list[Any] = [None] * self.messages
         # When the collective itself began and ended, between the packing and the unpacking.
         self.collective_tokens: list[tuple[Any, Any]] = [(None, None)] * self.messages
         self.number = number
+
+    def has_ended(self, c: int) -> bool:
+        return not math.isnan(self.ended[c])
 
 
 def check_agreement(comm: Communicator, job: Job) -> None:
@@ -187,19 +194,26 @@ class RankRunner:
         self.problem = job.scaled_problem()
         self.profile = self.problem.profile
         self.program = build_program(self.problem, job.plan)
-        self.layout = ShardLayout(self.profile, self.program.collectives, size=comm.size,
+        self.layout = ShardLayout(self.profile, wire_collectives(self.program), size=comm.size,
                                   word_sizes=comm.word_sizes)
         self.timeout = job.timeout
+        # Each channel's collectives in order, and its communicator (the same ranks).
+        channel = self.program.channel
+        self.channels = [[c for c in self.layout.collectives if channel[c.index] == ch]
+                         for ch in range(self.program.channels)]
+        self.comms = [comm.channel(ch) for ch in range(len(self.channels))]
 
     # ------------------------------------------------------------------ the step loop
     def run(self) -> dict[str, Any]:
         comm, job = self.comm, self.job
         record = self._record()
         self.data = record.grads
-        self.state = Step(len(self.layout.collectives))
-        thread = threading.Thread(target=self._communication_thread, daemon=True,
-                                  name=f"fusionopt-comm-{comm.rank}")
-        thread.start()
+        self.state = Step(len(self.layout.collectives), len(self.channels))
+        threads = [threading.Thread(target=self._communication_thread, args=(ch,), daemon=True,
+                                    name=f"fusionopt-comm-{comm.rank}" + (f"-{ch}" if ch else ""))
+                   for ch in range(len(self.channels))]
+        for thread in threads:
+            thread.start()
         try:
             for step in range(job.steps):
                 if record.add(step, self._step(step)):
@@ -208,14 +222,16 @@ class RankRunner:
             with self.state.cond:
                 self.state.stop = True
                 self.state.cond.notify_all()
-        thread.join(timeout=1.0)
+        for thread in threads:
+            thread.join(timeout=1.0)
         return record.fields
 
     def _record(self) -> RankRecord:
         comm, layout = self.comm, self.layout
         return RankRecord(comm, self.job, layout, data=lambda: ShardData(
             layout, rank=comm.rank, size=comm.size, xp=comm.xp,
-            allocate=lambda words: comm.empty(words, layout.dtype), unpack=self.program.pattern == "decoupled"))
+            allocate=lambda words: comm.empty(words, layout.dtype), unpack=self.program.gathers_to_tensors,
+            channels=self.program.channels))
 
     # ------------------------------------------------------------------ compute thread
     def _step(self, step: int) -> dict[str, Any]:
@@ -258,8 +274,8 @@ class RankRunner:
                 clock = end
             elif code == WAIT:
                 c = op[1]
-                if state.done <= c:
-                    self._wait(lambda c=c: state.done > c, self.layout.describe(c))
+                if not state.has_ended(c):
+                    self._wait(lambda c=c: state.has_ended(c), self.layout.describe(c))
                 clock = max(clock, state.ended[c])
             elif code == MARK:
                 marks.setdefault(op[1], {})[op[2]] = clock
@@ -275,7 +291,7 @@ class RankRunner:
             "reduced": ended[list(self.program.reduced_by)].tolist(),
             "forward_start": self.program.forward_start(marks).tolist(),
             "backward_late": late,
-            "collectives": list(state.executed),
+            "collectives": list(state.executed),    # in the program's order
         }
 
     def _wait(self, predicate, what: str) -> None:
@@ -288,50 +304,56 @@ class RankRunner:
                 if comm.aborted:
                     raise GroupAborted("stopped: another rank failed")
                 now = time.perf_counter()
-                if state.in_flight is not None and now - state.in_flight[1] > self.timeout:
-                    k = state.in_flight[0]
+                late = [flight for flight in state.in_flight.values() if now - flight[1] > self.timeout]
+                if late:
+                    k = late[0][0]
                     raise CollectiveTimeout(
                         f"{self.layout.describe(k)}: {self.layout.collectives[k].kind_name} did not complete within "
                         f"{self.timeout:g} s on rank {comm.rank} (step {state.number})")
                 state.cond.wait(POLL)
 
     # ------------------------------------------------------------------ communication thread
-    def _communication_thread(self) -> None:
-        state = self.state
+    def _communication_thread(self, channel: int) -> None:
+        state, comm = self.state, self.comms[channel]
         try:
-            self.comm.bind_thread()
+            comm.bind_thread()
             while True:
                 with state.cond:
-                    while not state.stop and state.number <= state.finished:
+                    while not state.stop and state.number <= state.finished[channel]:
                         state.cond.wait()
                     if state.stop:
                         return
                     number = state.number
-                for collective in self.layout.collectives:
-                    self._send(collective, number)
+                for collective in self.channels[channel]:
+                    self._send(collective, number, comm, channel)
                 with state.cond:
-                    state.finished = number
+                    state.finished[channel] = number
         except BaseException as exc:  # noqa: BLE001 - the compute thread raises it
             with state.cond:
                 state.failure = exc
                 state.cond.notify_all()
 
-    def _send(self, c: Collective, step: int) -> None:
-        state, comm = self.state, self.comm
-        if c.gate is not None and c.gate != CHANNEL:          # CHANNEL: met by running in order
+    def _send(self, c: Collective, step: int, comm: Communicator, channel: int) -> None:
+        state = self.state
+        if c.gate is not None:
+            # CHANNEL: collective need - 1 has ended (met by running in order on its own channel).
+            met = ((lambda: state.has_ended(c.need - 1)) if c.gate == CHANNEL
+                   else (lambda: state.counters[c.gate] >= c.need))
             with state.cond:
-                while state.counters[c.gate] < c.need:
+                while not met():
                     if state.stop or comm.aborted:
                         raise GroupAborted("stopped: another rank failed")
                     state.cond.wait(POLL)
-        if c.release > 0.0:
-            sleep_until(state.t0 + c.release, comm)
+        hold = max((state.ended[k] + seconds for k, seconds in self.program.after.get(c.index, ())), default=0.0)
+        if max(c.release, hold) > 0.0:
+            sleep_until(state.t0 + max(c.release, hold), comm)
         with state.cond:
-            state.in_flight = (c.index, time.perf_counter())
+            state.in_flight[channel] = (c.index, time.perf_counter())
             timer = state.timer
         start = timer.mark()
         try:
-            collective = self.data.run(c, comm, timeout=self.timeout, tag=(step, c.index), mark=timer.mark)
+            collective = self.data.run(c, comm, timeout=self.timeout, tag=(step, c.index), mark=timer.mark,
+                                       channel=channel)
         except CollectiveTimeout as exc:
             raise CollectiveTimeout(f"{self.layout.describe(c.index)}: {exc} on rank {comm.rank} "
                                     f"(step {step})") from None
@@ -342,8 +364,8 @@ class RankRunner:
             state.end_tokens[c.index] = end
             state.collective_tokens[c.index] = collective
             state.ended[c.index] = now
-            state.executed.append([c.kind_name, c.nbytes, c.padded * self.layout.word_bytes])
-            state.in_flight = None
+            state.executed[c.index] = [c.kind_name, c.nbytes, c.padded * self.layout.word_bytes]
+            state.in_flight.pop(channel, None)
             state.done += 1
             state.cond.notify_all()
 

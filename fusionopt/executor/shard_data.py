@@ -33,12 +33,14 @@ from fusionopt.model.allreduce_program import ALL_REDUCE
 class ShardData:
     """Rank ``rank``'s gradients, parameters and shards for the collectives of ``layout``.
 
-    ``unpack``: all-gathers land in per-tensor parameter buffers (decoupled plans) instead
-    of one gather-store slot per collective (fully sharded plans).
+    ``unpack``: all-gathers land in per-tensor parameter buffers (decoupled and
+    parameter-server plans) instead of one gather-store slot per collective (fully sharded
+    plans). ``channels``: how many channels run collectives at once, each packing into a
+    send buffer of its own.
     """
 
     def __init__(self, layout: ShardLayout, *, rank: int, size: int, xp: Any, allocate: Callable[[int], Any],
-                 unpack: bool) -> None:
+                 unpack: bool, channels: int = 1) -> None:
         self.layout, self.rank, self.size, self.xp, self.unpack = layout, rank, size, xp, unpack
         self.gradients = Gradients(layout, rank=rank, size=size, xp=xp, allocate=allocate)
 
@@ -47,7 +49,8 @@ class ShardData:
             buffer[:] = 0
             return buffer
 
-        self.send = zeros(layout.max_words)
+        self.sends = [zeros(layout.max_words) for _ in range(channels)]
+        self.send = self.sends[0]
         if layout.all_reduce:                 # the gradients are summed in place: no stores
             self.shards = self.sources = self.params = self.gathered = self._scratch = None
             return
@@ -62,12 +65,12 @@ class ShardData:
         self._scratch = allocate(min(BLOCK_WORDS, max(layout.max_words, 1)))
 
     @staticmethod
-    def words(layout: ShardLayout, *, unpack: bool) -> int:
+    def words(layout: ShardLayout, *, unpack: bool, channels: int = 1) -> int:
         """Words one rank's :class:`ShardData` of ``layout`` allocate (as ``__init__`` does)."""
         if layout.all_reduce:
-            return Gradients.words(layout) + max(layout.max_words, 1)
+            return Gradients.words(layout) + channels * max(layout.max_words, 1)
         kept = sum(max(w, 1) for w in layout.tensor_words) if unpack else max(layout.gather_store_words, 1)
-        return (Gradients.words(layout) + max(layout.max_words, 1) + max(layout.shard_store_words, 1)
+        return (Gradients.words(layout) + channels * max(layout.max_words, 1) + max(layout.shard_store_words, 1)
                 + max(layout.source_words, 1) + kept + min(BLOCK_WORDS, max(layout.max_words, 1)))
 
     # ------------------------------------------------------------------ before the step
@@ -86,13 +89,14 @@ class ShardData:
 
     # ------------------------------------------------------------------ the collectives
     def run(self, c: Collective, comm: Communicator, *, timeout: float, tag: tuple[int, int],
-            mark: Callable[[], Any] = lambda: None) -> tuple[Any, Any]:
-        """Run collective ``c`` on this rank's buffers (pack, collective, unpack), queued
-        work included: it has completed when this returns. Returns ``mark()`` taken just
-        before and just after the collective itself (between the copies)."""
-        grads = self.gradients.grads
+            mark: Callable[[], Any] = lambda: None, channel: int = 0) -> tuple[Any, Any]:
+        """Run collective ``c`` on this rank's buffers (pack, collective, unpack) with
+        ``channel``'s send buffer, queued work included: it has completed when this returns.
+        Returns ``mark()`` taken just before and just after the collective itself (between the
+        copies)."""
+        grads, send = self.gradients.grads, self.sends[channel]
         if c.kind == ALL_REDUCE:
-            buffer = self.send[: c.words]
+            buffer = send[: c.words]
             for p in c.pieces:
                 buffer[p.offset: p.offset + p.hi - p.lo] = grads[p.tensor][p.lo: p.hi]
             begun = mark()
@@ -101,7 +105,7 @@ class ShardData:
             for p in c.pieces:
                 grads[p.tensor][p.lo: p.hi] = buffer[p.offset: p.offset + p.hi - p.lo]
         elif c.kind == 0:
-            buffer = self.send[: c.padded]
+            buffer = send[: c.padded]
             for p in c.pieces:
                 buffer[p.offset: p.offset + p.hi - p.lo] = grads[p.tensor][p.lo: p.hi]
             if c.padded > c.words:
@@ -112,7 +116,7 @@ class ShardData:
         else:
             source = self.sources[c.source: c.source + c.shard]
             if self.unpack:
-                buffer = self.send[: c.padded]
+                buffer = send[: c.padded]
                 begun = mark()
                 comm.all_gather(source, buffer, timeout=timeout, tag=tag)
                 ended = mark()

@@ -36,6 +36,7 @@ def decoupled_program(problem: Problem, plan: DecoupledPlan) -> Program:
     position = {i: p for p, i in enumerate(order)}
     after = problem.pattern.update_after_gather
     program = Program("decoupled", profile.sizes.tolist())
+    program.gathers_to_tensors = True
     last = {REDUCE_SCATTER: [-1] * n, ALL_GATHER: [-1] * n}
     counts = [0, 0]
     for kind in plan.order.tolist():

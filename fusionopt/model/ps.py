@@ -34,17 +34,19 @@ from __future__ import annotations
 import math
 import numbers
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Mapping
 
 import numpy as np
 
 from fusionopt.model.collectives import network_link
 from fusionopt.model.bounds import ps_lower_bound
-from fusionopt.model.cost import AlphaBeta, CommCost, check_param
+from fusionopt.model.cost import AlphaBeta, CommCost, check_param, cost_from_dict
 from fusionopt.model.pattern import Pattern
 from fusionopt.model.plan import Plan
 from fusionopt.model.ps_plan import PSPlan
+from fusionopt.model.ps_program import ps_program
 from fusionopt.model.ps_timing import simulate_ps
+from fusionopt.model.step_program import Program
 from fusionopt.model.timeline import Timeline
 
 __all__ = ["ParameterServer", "ps_cost"]
@@ -283,6 +285,35 @@ class ParameterServer(Pattern):
 
     def _simulate(self, problem: Any, plan: PSPlan, *, validate: bool, pieces: list | None) -> Timeline:
         return simulate_ps(problem, plan, validate=validate, pieces=pieces)
+
+    def program(self, problem: Any, plan: PSPlan) -> Program:
+        """The step program of ``plan`` (validated): pushes on one channel, pulls on another."""
+        plan.validate(problem.profile)
+        return ps_program(problem, plan)
+
+    _OPTIONS: ClassVar[tuple[str, ...]] = ("update_per_byte", "update_overhead", "partition_compute", "delta",
+                                           "workers", "servers", "colocated")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"push": self.push.to_dict(), "pull": self.pull.to_dict(),
+                **{name: getattr(self, name) for name in self._OPTIONS}}
+
+    @classmethod
+    def from_dict(cls, doc: Mapping[str, Any], *, source: str = "ps") -> "ParameterServer":
+        """Rebuild the pattern from its :meth:`to_dict` form; one line naming ``source`` and
+        the culprit otherwise."""
+        if not isinstance(doc, Mapping):
+            raise ValueError(f"{source}: expected a mapping, got {type(doc).__name__}")
+        unknown = sorted(set(doc) - {"push", "pull", *cls._OPTIONS})
+        if unknown:
+            raise ValueError(f"{source}: unknown field(s) {', '.join(unknown)}")
+        costs = [cost_from_dict(doc.get(way), source=f"{source}.{way}") for way in ("push", "pull")]
+        if doc.get("pull") == doc.get("push"):
+            costs[1] = costs[0]
+        try:
+            return cls(*costs, **{name: doc[name] for name in cls._OPTIONS if name in doc})
+        except ValueError as exc:
+            raise ValueError(f"{source}: {exc}") from None
 
     def lower_bound(self, problem: Any, space: str = "any") -> float:
         return ps_lower_bound(problem)

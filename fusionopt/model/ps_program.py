@@ -4,9 +4,11 @@ patterns run on (:mod:`fusionopt.model.step_program`).
 
 The program of a :class:`~fusionopt.model.ps_plan.PSPlan`:
 
-* **collectives**: the push messages in push-plan order (kind :data:`PUSH`), each gated on
-  the backward having run the compute piece that makes its last chunk ready (counter
-  ``"pieces"``), then the pull messages in pull-plan order (kind :data:`PULL`);
+* **collectives**: the push messages in push-plan order (kind :data:`PUSH`, channel 0), each
+  gated on the backward having run the compute piece that makes its last chunk ready
+  (counter ``"pieces"``), then the pull messages in pull-plan order (kind :data:`PULL`,
+  channel 1), each after the pushes that share a byte with it (gate ``CHANNEL`` on the
+  latest of them) and their servers' update (``program.after``: ``(push, seconds)``);
 * **ops**: the backward, tensors ``n-1 .. 0``, a piece per tensor (with partitioned compute,
   a piece per push chunk of a tensor sent in several, each ``b_i (hi - lo) / s_i + delta``),
   each counted when it ends; then the forward under the sync rule, waiting for the pulls
@@ -19,7 +21,8 @@ The program of a :class:`~fusionopt.model.ps_plan.PSPlan`:
 
 :func:`simulate_ps_program` runs it and gives :func:`fusionopt.model.simulate`'s timeline to
 the last bit (``tests/model`` pins them together), so ``simulate_ps`` is a fast path of the
-engine. The executor does not run parameter-server plans.
+engine. The executor runs the same program on two channels of real collectives
+(:mod:`fusionopt.executor.runner`).
 
 Examples
 --------
@@ -44,8 +47,8 @@ import numpy as np
 
 from fusionopt.model.problem import Problem
 from fusionopt.model.ps_plan import PSPlan
-from fusionopt.model.ps_timing import channel_times, check_ps_inputs, pieces_by_tensor, pull_gates
-from fusionopt.model.step_program import COMPUTE, FORWARD, MARK, PUBLISH, WAIT, Program, run
+from fusionopt.model.ps_timing import channel_times, check_ps_inputs, pieces_by_tensor, pull_gates, pull_sources
+from fusionopt.model.step_program import CHANNEL, COMPUTE, FORWARD, MARK, PUBLISH, WAIT, Program, run
 from fusionopt.model.timeline import Timeline, read_only
 
 PUSH, PULL = 3, 4
@@ -91,9 +94,19 @@ def ps_program(problem: Problem, plan: PSPlan) -> Program:
     pushes = [program.collective(PUSH, k, int(plan.push.message_bytes[k]), PIECES, need[k], 0.0,
                                  ("push message {}", k), chunks=tuple((c.tensor, c.lo, c.hi) for c in message.chunks))
               for k, message in enumerate(plan.push.messages)]
-    pulls = [program.collective(PULL, m, int(plan.pull.message_bytes[m]), None, 0, 0.0, ("pull message {}", m),
-                                chunks=tuple((c.tensor, c.lo, c.hi) for c in message.chunks))
-             for m, message in enumerate(plan.pull.messages)]
+    # The pulls on a channel of their own, each after the servers' update of every push that
+    # shares a byte with it (the pushes end in order: the latest of them ends last).
+    server = np.atleast_1d(ps.server_update(plan.push.message_bytes)).tolist()
+    sources = pull_sources(plan, push_pieces)
+    pulls = []
+    for m, message in enumerate(plan.pull.messages):
+        after = sorted(set(sources[m]))
+        c = program.collective(PULL, m, int(plan.pull.message_bytes[m]), CHANNEL if after else None,
+                               pushes[after[-1]] + 1 if after else 0, 0.0, ("pull message {}", m),
+                               chunks=tuple((c.tensor, c.lo, c.hi) for c in message.chunks), channel=1)
+        program.after[c] = tuple((pushes[k], server[k]) for k in after)
+        pulls.append(c)
+    program.gathers_to_tensors = True
 
     # The forward, as the sync rule says (MODEL.md section 4), on the pulls.
     pull_pieces = pieces_by_tensor(plan.pull, n)

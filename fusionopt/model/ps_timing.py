@@ -21,7 +21,7 @@ from fusionopt.model.problem import Problem
 from fusionopt.model.ps_plan import PSPlan, check_offsets, stream_offsets
 from fusionopt.model.timeline import ComputePiece, Timeline, read_only
 
-__all__ = ["simulate_ps", "offsets_iteration_time", "require_ps", "pieces_by_tensor", "pull_gates", "channel_times"]
+__all__ = ["simulate_ps", "offsets_iteration_time", "require_ps", "pieces_by_tensor", "pull_gates", "pull_sources", "channel_times"]
 
 
 def require_ps(problem: Problem, what: str) -> None:
@@ -237,10 +237,29 @@ def simulate_ps(problem: Problem, plan: PSPlan, *, validate: bool = True, pieces
     )
 
 
+def pull_sources(plan: PSPlan, push_pieces: list[list[tuple[int, int, int]]]) -> list[list[int]]:
+    """Per pull message ``m``, the push messages that share a byte with it, in the order
+    found (``push_pieces``: :func:`pieces_by_tensor` of the push plan): what its gate waits for."""
+    intervals = [sorted((lo, hi, k) for k, lo, hi in chunks) for chunks in push_pieces]
+    starts = [[lo for lo, _, _ in tensor] for tensor in intervals]
+    sources: list[list[int]] = []
+    for message in plan.pull.messages:
+        mine = []
+        for c in message.chunks:
+            tensor = intervals[c.tensor]
+            j = max(bisect.bisect_right(starts[c.tensor], c.lo) - 1, 0)
+            while j < len(tensor) and tensor[j][0] < c.hi:
+                if tensor[j][1] > c.lo:
+                    mine.append(tensor[j][2])
+                j += 1
+        sources.append(mine)
+    return sources
+
+
 def pull_gates(plan: PSPlan, push_pieces: list[list[tuple[int, int, int]]], updated: list[float]) -> list[float]:
     """``G_m``, seconds: the latest server update ``updated[k]`` of the push messages that
-    share a byte with pull message ``m`` (``push_pieces``: :func:`pieces_by_tensor` of the
-    push plan)."""
+    share a byte with pull message ``m``: the maximum over :func:`pull_sources`, folded into
+    the same walk (the simulator's inner loop; tests pin the two together)."""
     intervals = [sorted((lo, hi, k) for k, lo, hi in chunks) for chunks in push_pieces]
     starts = [[lo for lo, _, _ in tensor] for tensor in intervals]
     gate = [-np.inf] * plan.pull.num_messages

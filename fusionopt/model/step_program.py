@@ -96,6 +96,13 @@ class Program:
     sharded plan its unit's forward all-gather), or -1. Tensor ``i``'s forward starts at
     ``marks[FORWARD][forward_mark[i]] + forward_offset[i]`` (:meth:`forward_start`).
     ``roles``: what the builder names for the timeline (e.g. each unit's collectives).
+
+    ``channel[c]``: the channel collective ``c`` runs on (0 unless the builder says; the
+    parameter server's pulls run on channel 1, beside its pushes). ``after[c]``: pairs
+    ``(k, s)``: collective ``c`` starts no earlier than ``s`` seconds after collective ``k``
+    ended (the servers' update between a push and the pull of its bytes).
+    ``gathers_to_tensors``: its all-gathers land in per-tensor parameters (decoupled and
+    parameter-server steps), not in a unit's flat parameters (fully sharded steps).
     """
 
     def __init__(self, pattern: str, sizes: Sequence[int]) -> None:
@@ -110,13 +117,17 @@ class Program:
         self.forward_mark: np.ndarray = np.zeros(0, dtype=np.int64)
         self.forward_offset: np.ndarray = np.zeros(0)
         self.roles: dict[str, object] = {}
+        self.channel: list[int] = []
+        self.after: dict[int, tuple[tuple[int, float], ...]] = {}
+        self.gathers_to_tensors = False
         self._specs: tuple[CollectiveSpec, ...] | None = None
 
     def collective(self, kind: int, unit: int, nbytes: int, gate: str | None, need: int, release: float,
-                   label: tuple, tensors: Sequence[int] = (), chunks: tuple = ()) -> int:
-        """Append a collective carrying whole ``tensors`` or byte ``chunks``; its index.
-        ``label`` is a format string and its arguments (formatted when asked for)."""
+                   label: tuple, tensors: Sequence[int] = (), chunks: tuple = (), channel: int = 0) -> int:
+        """Append a collective carrying whole ``tensors`` or byte ``chunks`` on ``channel``;
+        its index. ``label`` is a format string and its arguments (formatted when asked for)."""
         self.kind.append(kind)
+        self.channel.append(channel)
         self.nbytes.append(nbytes)
         self.meta.append((gate, need, release, unit, label, tensors, chunks))
         return len(self.kind) - 1
@@ -124,6 +135,11 @@ class Program:
     @property
     def num_collectives(self) -> int:
         return len(self.kind)
+
+    @property
+    def channels(self) -> int:
+        """How many channels its collectives run on."""
+        return max(self.channel, default=0) + 1
 
     @property
     def units(self) -> list[int]:

@@ -28,3 +28,11 @@ def test_the_program_gives_simulates_timeline_to_the_bit(data):
         assert np.array_equal(getattr(engine, field), getattr(fast, field)), field
     program = ps_program(problem, plan)
     assert program.kind == [PUSH] * plan.push.num_messages + [PULL] * plan.pull.num_messages
+    # The pulls on channel 1, each held for the update of exactly the pushes it reads: the
+    # pull gates of the fast path are those holds' latest end.
+    assert program.channel == [0] * plan.push.num_messages + [1] * plan.pull.num_messages
+    pushes = plan.push.num_messages
+    for m in range(plan.pull.num_messages):
+        after = program.after[pushes + m]
+        assert after and max(k for k, _ in after) + 1 == program.collectives[pushes + m].need
+        assert fast.pull_ready[m] == max(fast.message_end[k] + s for k, s in after)
