@@ -163,3 +163,36 @@ def test_a_small_study(study, tmp_path):
     assert study.main(["--workers", "8", "--steps", "40", "--change-at", "20", "--out", str(tmp_path / "again")]) == 0
     again = json.loads((tmp_path / "again" / "online-study.json").read_text())
     assert again["results"] == document["results"]
+
+
+def test_a_small_prefetch_study(tmp_path):
+    spec = importlib.util.spec_from_file_location("validation_online_prefetch",
+                                                  ROOT / "validation" / "online" / "prefetch.py")
+    prefetch = sys.modules.setdefault(spec.name, importlib.util.module_from_spec(spec))
+    spec.loader.exec_module(prefetch)
+    args = ["--workers", "8", "--steps", "30", "--change-at", "15"]
+    assert prefetch.main([*args, "--out", str(tmp_path)]) == 0
+    document = json.loads((tmp_path / "online-prefetch.json").read_text())
+    assert len(document["results"]) == 6 and document["methods"] == ["adaptive", "default", "advised"]
+    from fusionopt import zoo
+    from fusionopt.model import Problem, simulate
+    from fusionopt.model.sharded import FullySharded
+    from fusionopt.solvers.baselines.zero3 import zero3_plan
+
+    row = document["results"][0]
+    problem = Problem(zoo.profile(row["model"], device="h100", batch=row["batch"]),
+                      pattern=FullySharded.from_network(row["network"], 8))
+    times = {b: simulate(problem, zero3_plan(problem.profile, prefetch_bucket_size=b)).iteration_time
+             for b in prefetch.candidates(row["advised_bucket"])}
+    assert row["best"] == min(times.values()) and times[row["best_bucket"]] == row["best"]
+    # ZeRO-3's default, kept: its gap is the model's, step for step, before the change.
+    default = row["methods"]["default"]
+    assert default["gaps"][:15] == pytest.approx([times[50_000_000] / row["best"] - 1] * 15, rel=1e-12)
+    assert set(default["buckets"]) == {50_000_000}
+    # The controller changes its bucket only at every tenth boundary.
+    buckets = row["methods"]["adaptive"]["buckets"]
+    assert all(buckets[k] == buckets[k - 1] for k in range(1, 30) if k % 10)
+    for m in row["methods"].values():
+        assert m["settle"] == prefetch.settle(m["gaps"], 0, 15) and m["settle_after"] == prefetch.settle(m["gaps"], 15, 30)
+    assert prefetch.main([*args, "--out", str(tmp_path / "again")]) == 0
+    assert json.loads((tmp_path / "again" / "online-prefetch.json").read_text())["results"] == document["results"]

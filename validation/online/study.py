@@ -173,6 +173,14 @@ def summary(results: list[dict[str, Any]], methods: list[str]) -> dict[str, Any]
 
 
 def plot(document: dict[str, Any], folder: str) -> None:
+    plot_gaps(document, folder, "online-study.png", "gap to optimum (%)", (0, 40),
+              "Online re-planning, simulated with measured noise (gap of the plan in use to the true optimum)")
+
+
+def plot_gaps(document: dict[str, Any], folder: str, name: str, ylabel: str, ylim: tuple[float, float],
+              title: str) -> None:
+    """Each job's gap (percent) against step, a panel per model and network (columns) and
+    worker count (rows), a line per method; written as ``folder/name``."""
     plt = pyplot()
     if plt is None:
         return
@@ -186,23 +194,27 @@ def plot(document: dict[str, Any], folder: str) -> None:
         for method, m in r["methods"].items():
             ax.plot([100 * g for g in m["gaps"]], label=method, linewidth=0.8)
         ax.axvline(document["change_at"], color="grey", linestyle=":", linewidth=0.8)
-        ax.set_ylim(0, 40)
+        if ylim[0] < 0:
+            ax.axhline(0, color="grey", linewidth=0.5)
+        ax.set_ylim(*ylim)
         ax.set_title(f"{r['model']}, {r['network']}, {r['workers']} workers", fontsize=7)
         ax.tick_params(labelsize=6)
     for ax in axes[-1]:
         ax.set_xlabel("step", fontsize=7)
     for row in axes:
-        row[0].set_ylabel("gap to optimum (%)", fontsize=7)
+        row[0].set_ylabel(ylabel, fontsize=7)
     axes[0][0].legend(fontsize=6)
-    fig.suptitle("Online re-planning, simulated with measured noise (gap of the plan in use to the true optimum)",
-                 fontsize=9)
+    fig.suptitle(title, fontsize=9)
     fig.tight_layout()
-    save_png(plt, fig, folder, "online-study.png")
+    save_png(plt, fig, folder, name)
 
 
-def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def parse_arguments(doc: str, argv: list[str]) -> tuple[argparse.Namespace, np.ndarray, str, str]:
+    """A simulated study's arguments (``--workers``, ``--steps``, ``--change-at``, ``--seed``,
+    ``--noise-from``, ``--out``), checked: the arguments (``workers`` a list), the measured
+    deviations, the folder to write into (``results/subset/`` when any differs from the
+    defaults) and the noise file as the result names it."""
+    parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
     parser.add_argument("--workers", default=",".join(map(str, WORKERS)), help="comma-separated worker counts")
     parser.add_argument("--steps", type=positive_int, default=200, help="steps a job (default 200)")
     parser.add_argument("--change-at", type=positive_int, default=100, help="the step of the change (default 100)")
@@ -227,15 +239,21 @@ def main(argv: list[str] | None = None) -> int:
     changed = changed_options(parser, args, reference={"workers": list(WORKERS)}, leave=("out",))
     folder = subset_location(args.out, parser.get_default("out"), changed, folder=True)
     shown = Path(args.noise_from).resolve()
+    return args, deviations, folder, str(shown.relative_to(ROOT)) if shown.is_relative_to(ROOT) else shown.name
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    args, deviations, folder, shown = parse_arguments(__doc__, argv)
     document: dict[str, Any] = {
         "schema": "fusionopt.validation.online-study", "version": 1, "steps": args.steps, "change_at": args.change_at,
         "seed": args.seed, "methods": list(METHODS),
         "command": command_line("validation/online/study.py", argv, args.out),
-        "deviations": {"file": str(shown.relative_to(ROOT)) if shown.is_relative_to(ROOT) else shown.name,
+        "deviations": {"file": shown,
                        "count": int(deviations.size), "median": float(np.median(deviations)),
                        "p10": float(np.percentile(deviations, 10)), "p90": float(np.percentile(deviations, 90))},
         "results": []}
-    jobs = [(m, b, n, w) for m, b in MODELS for n in NETWORKS for w in workers]
+    jobs = [(m, b, n, w) for m, b in MODELS for n in NETWORKS for w in args.workers]
     with Progress(interrupted_path(str(Path(folder) / "online-study.md"))) as progress:
         progress.stage("jobs", total=len(jobs))
         for model, batch, name, count in jobs:
