@@ -8,6 +8,7 @@ from fusionopt.model.bounds import best_bound
 from fusionopt.model.cost import AlphaBeta, CommCost
 from fusionopt.model.decoupled import Decoupled
 from fusionopt.model.decoupled_plan import DecoupledPlan
+from fusionopt.model.encoding import Cheapest, Encoded, Encoding
 from fusionopt.model.pattern import Pattern
 from fusionopt.model.hsdp import HSDP
 from fusionopt.model.fusion_eval import evaluate_cuts, fusion_iteration_time
@@ -22,6 +23,7 @@ from fusionopt.model.timeline import ComputePiece, Timeline
 from fusionopt.model.simulator import compute_pieces, simulate
 
 __all__ = [
-    "AllReduce", "AlphaBeta", "Chunk", "CommCost", "ComputePiece", "Decoupled", "DecoupledPlan", "FullySharded", "HSDP", "Message", "PSPlan", "ParameterServer", "Pattern", "Plan", "Problem",
+    "AllReduce", "AlphaBeta", "Cheapest", "Chunk", "CommCost", "ComputePiece", "Decoupled", "DecoupledPlan", "Encoded",
+    "Encoding", "FullySharded", "HSDP", "Message", "PSPlan", "ParameterServer", "Pattern", "Plan", "Problem",
     "Profile", "ShardedPlan", "Timeline", "best_bound", "compute_pieces", "evaluate_cuts", "fusion_iteration_time", "simulate",
 ]

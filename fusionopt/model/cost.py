@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -384,6 +384,10 @@ class Composite(CommCost):
         return f"Composite({list(self.terms)!r})"
 
 
+# Readers of the cost kinds other modules define (kind -> reader(doc, source)), registered
+# where they are defined (fusionopt.model.encoding).
+COST_KINDS: dict[str, Callable[[Mapping[str, Any], str], "CommCost"]] = {}
+
 # The keys each kind of cost file may hold ("calibration": what `fusionopt calibrate` measured).
 _COST_KEYS = {kind: ("schema", "version", "kind", "calibration") + keys for kind, keys in
               {"alpha_beta": ("alpha", "beta"), "piecewise_linear": ("points",), "composite": ("terms",)}.items()}
@@ -395,7 +399,8 @@ def cost_from_dict(doc: Mapping[str, Any], *, source: str = "cost") -> CommCost:
     Parameters
     ----------
     doc : mapping
-        A dict with ``kind`` one of ``"alpha_beta"``, ``"piecewise_linear"``, ``"composite"``
+        A dict with ``kind`` one of ``"alpha_beta"``, ``"piecewise_linear"``, ``"composite"``, or one
+        registered in :data:`COST_KINDS` (``"encoded"``, ``"cheapest"``)
         (``schema`` and ``version`` are checked when present).
     source : str, keyword-only
         Where the dict came from, for error messages (a file name, a JSON path).
@@ -430,6 +435,8 @@ def cost_from_dict(doc: Mapping[str, Any], *, source: str = "cost") -> CommCost:
         return _piecewise_from_dict(doc, source)
     if kind == "composite":
         return _composite_from_dict(doc, source)
+    if kind in COST_KINDS:
+        return COST_KINDS[kind](doc, source)
     raise ValueError(f"{source}: unknown cost kind {kind!r}")
 
 

@@ -1,0 +1,121 @@
+"""What goes on the wire (``fusionopt.model.encoding``): encoded costs by hand, the cheapest
+encoding's crossovers, and the exact fusion DP choosing grouping and encodings together,
+held to brute force over every grouping and every message's encoding."""
+
+from __future__ import annotations
+
+import itertools
+import json
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from fusionopt.model import AlphaBeta, Cheapest, Encoded, Encoding, Plan, Problem, simulate
+from fusionopt.model.allreduce_program import allreduce_program
+from fusionopt.model.cost import cost_from_dict
+from fusionopt.model.encoding import BF16, FP16, FP32, crossovers, encodings_of
+from fusionopt.model.step_program import replay
+from fusionopt.solvers import solve
+from strategies import alpha_beta, profiles
+
+LINK = AlphaBeta(25e-6, 0.8e-9)
+
+
+def test_an_encoded_message_by_hand():
+    fp16 = FP16.with_costs(seconds_per_byte=2e-12, seconds_per_message=10e-6)
+    c = Encoded(LINK, fp16)
+    # 1 MB: 25 us + 0.8 ns x 0.5 MB = 425 us on the wire, 10 us + 2 us of casts.
+    assert c(1e6) == pytest.approx(437e-6) and c(0) == 0.0
+    assert c.affine == pytest.approx((35e-6, 0.402e-9))
+    # Per byte of 1 MB at most: 25 us / 1 MB + 0.4 ns (the wire), 10 us / 1 MB + 2 ps (the casts).
+    assert c.least_seconds_per_byte(1e6) == pytest.approx(0.437e-9) == c(1e6) / 1e6
+    assert c.scaled(2)(1e6) == pytest.approx(874e-6)
+    assert cost_from_dict(json.loads(json.dumps(c.to_dict()))) == c
+
+
+def test_the_cheapest_encoding_and_its_crossover_by_hand():
+    # fp16 saves 0.4 ns/B and costs 40 us a message: it wins from 100 kB; bf16 is as cheap
+    # as fp16 on the wire and listed after it, so it never wins a tie.
+    fp16, bf16 = FP16.with_costs(seconds_per_message=40e-6), BF16.with_costs(seconds_per_message=40e-6)
+    c = Cheapest(LINK, [FP32, fp16, bf16])
+    assert c.choose([1e3, 99_999, 100_001, 1e8]) == ["fp32", "fp32", "fp16", "fp16"]
+    assert c(1e6) == pytest.approx(465e-6) and c(1e4) == pytest.approx(33e-6)
+    assert crossovers(LINK, [FP32, fp16, bf16], upto=1e9, tolerance=0.5) == [pytest.approx(100_000, abs=0.5)]
+    assert crossovers(LINK, [FP32, fp16], upto=5e4) == []
+    assert cost_from_dict(c.to_dict()) == c and encodings_of([10, 1e6], c) == ["fp32", "fp16"]
+    assert encodings_of([10, 1e6], Encoded(LINK, "bf16")) == ["bf16", "bf16"]
+    assert encodings_of([10], LINK) == ["fp32"]
+
+
+def test_error_bounds_by_hand():
+    # gamma_{P+1} = (P + 1) u / (1 - (P + 1) u): fp16 on 2 ranks, 3 roundings of 2**-11.
+    assert FP16.error_bound(2) == pytest.approx(3 * 2 ** -11 / (1 - 3 * 2 ** -11))
+    assert BF16.error_bound(7) == pytest.approx(8 * 2 ** -8 / (1 - 8 * 2 ** -8))
+    assert BF16.error_bound(255) == float("inf") and FP32.error_bound(1024) == 0.0
+
+
+def test_bad_encodings_are_refused_in_one_line():
+    with pytest.raises(ValueError, match=r"^unknown encoding 'int8': choose one of fp32, fp16, bf16, or give an Encoding$"):
+        Encoded(LINK, "int8")
+    with pytest.raises(ValueError, match=r"^encoding 'x': wire_ratio must be > 0, got 0.0$"):
+        Encoding("x", wire_ratio=0)
+    with pytest.raises(ValueError, match=r"^encodings must have distinct names, got \['fp16', 'fp16'\]$"):
+        Cheapest(LINK, ["fp16", FP16])
+    with pytest.raises(ValueError, match=r"^cost.encoding: unknown field\(s\) ratio$"):
+        cost_from_dict({"kind": "encoded", "cost": LINK.to_dict(), "encoding": {"name": "y", "ratio": 1}})
+    with pytest.raises(ValueError, match=r"^ranks must be an integer >= 1, got 0$"):
+        FP16.error_bound(0)
+
+
+def groupings(n):
+    """Every fusion plan's groups of ``n`` tensors in backward order (cuts between them)."""
+    order = list(range(n - 1, -1, -1))
+    for cuts in itertools.product([False, True], repeat=n - 1):
+        groups, current = [], [order[0]]
+        for tensor, cut in zip(order[1:], cuts):
+            if cut:
+                groups.append(current)
+                current = []
+            current.append(tensor)
+        yield groups + [current]
+
+
+@settings(deadline=None, max_examples=40)
+@given(profiles(max_n=5), alpha_beta, st.floats(0.0, 2e-3), st.floats(0.0, 1e-9), st.sampled_from(["barrier",
+                                                                                                   "layerwise"]))
+def test_the_dp_on_the_cheapest_encoding_is_the_joint_optimum(profile, link, overhead, per_byte, sync):
+    profile = profile.with_orders(ready_order=list(range(profile.n - 1, -1, -1)))
+    encodings = [FP32, FP16.with_costs(seconds_per_message=overhead, seconds_per_byte=per_byte), BF16]
+    problem = Problem(profile, Cheapest(link, encodings), sync=sync)
+    result = solve(problem, "dp")
+    # Brute force: every grouping, every message in every encoding, each step replayed by the engine.
+    best = np.inf
+    for groups in groupings(profile.n):
+        plan = Plan.from_groups(profile, groups)
+        program = allreduce_program(Problem(profile, link, sync=sync), plan)
+        for chosen in itertools.product(encodings, repeat=len(groups)):
+            durations = [Encoded(link, e)(float(s)) for e, s in zip(chosen, plan.message_bytes)]
+            best = min(best, replay(program, durations)["iteration_time"])
+    assert result.iteration_time == pytest.approx(best, rel=1e-9, abs=1e-15)
+    # The plan's encodings, each message's cheapest, give its simulated step.
+    chosen = encodings_of(result.plan.message_bytes, problem.cost)
+    program = allreduce_program(Problem(profile, link, sync=sync), result.plan)
+    durations = [Encoded(link, {e.name: e for e in encodings}[name])(float(s))
+                 for name, s in zip(chosen, result.plan.message_bytes)]
+    assert replay(program, durations)["iteration_time"] == pytest.approx(
+        simulate(problem, result.plan).iteration_time, rel=1e-12, abs=1e-15)
+
+
+def test_cpsat_and_brute_force_choose_the_encodings_as_the_dp_does():
+    pytest.importorskip("ortools", reason="CP-SAT needs the solvers extra (OR-Tools)")
+    from fusionopt.model import Profile
+
+    profile = Profile.from_arrays([4e6, 1e6, 2e6, 4e3, 3e5], [1e-3] * 5, [3e-3, 2e-3, 1e-3, 1e-4, 5e-4])
+    cost = Cheapest(LINK, [FP32, FP16.with_costs(seconds_per_message=40e-6), BF16.with_costs(seconds_per_message=60e-6)])
+    times = {method: solve(Problem(profile, cost), method).iteration_time for method in ("dp", "cpsat", "brute")}
+    assert times["cpsat"] == pytest.approx(times["dp"], rel=1e-9) == times["brute"]
+    # The same plan with every message in fp32 is slower: its messages above 100 kB gain from fp16.
+    fp32 = simulate(Problem(profile, LINK), solve(Problem(profile, cost), "dp").plan).iteration_time
+    assert fp32 > times["dp"]
