@@ -1,0 +1,49 @@
+"""validation/wire/study.py: a small run's figures against the model, computed apart."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def study():
+    spec = importlib.util.spec_from_file_location("validation_wire_study", ROOT / "validation" / "wire" / "study.py")
+    module = sys.modules.setdefault(spec.name, importlib.util.module_from_spec(spec))
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_a_small_wire_study(study, tmp_path):
+    assert study.main(["--workers", "8", "--cast-per-message", "50e-6", "--out", str(tmp_path)]) == 0
+    document = json.loads((tmp_path / "wire-study.json").read_text())
+    assert len(document["results"]) == 8
+    from fusionopt import zoo
+    from fusionopt.cost import network
+    from fusionopt.model import Encoded, Problem, simulate
+    from fusionopt.model.encoding import FP16
+    from fusionopt.solvers import solve
+
+    fp16 = FP16.with_costs(seconds_per_byte=study.CAST_PER_BYTE, seconds_per_message=50e-6)
+    for row in document["results"]:
+        profile = zoo.profile(row["model"], device="h100", batch=row["batch"])
+        link = network(row["network"], 8)
+        # DDP's buckets, every one of them in fp16: the hook's step, as the simulator gives it.
+        plan = solve(Problem(profile, link), "ddp").plan
+        assert row["ddp_fp16"] == simulate(Problem(profile, Encoded(link, fp16)), plan).iteration_time
+        # The joint optimum is no slower than either single choice; fp16 pays above the crossover.
+        assert row["joint"] <= min(row["dp"], row["dp_fp16"]) * (1 + 1e-12)
+        assert row["single_gap"] >= -1e-12
+        (cross,) = row["crossovers"]
+        alpha, beta = link.affine
+        assert cross == pytest.approx(50e-6 / (beta / 2 - study.CAST_PER_BYTE), abs=1.0)
+    summary = document["summary"]
+    assert summary["jobs"] == 8 and summary["largest_single_gap"] == max(r["single_gap"] for r in document["results"])
+    assert study.main(["--workers", "8", "--cast-per-message", "50e-6", "--out", str(tmp_path / "again")]) == 0
+    assert json.loads((tmp_path / "again" / "wire-study.json").read_text())["results"] == document["results"]
