@@ -12,13 +12,14 @@ from typing import Any, Sequence
 from fusionopt import zoo
 from fusionopt.cost import cost_from_dict, network, networks, ALGORITHMS
 from fusionopt.integrations.reducer_calibration import read_reducer_calibration, with_reducer_overhead
-from fusionopt.model import AlphaBeta, Problem, Profile
+from fusionopt.model import AlphaBeta, Cheapest, Encoded, Problem, Profile
 from fusionopt.model.decoupled import Decoupled
+from fusionopt.model.encoding import encoding_named
 from fusionopt.model.hsdp import HSDP
 from fusionopt.model.sharded import FullySharded
 from fusionopt.model.ps import ParameterServer
 from fusionopt.model._io import read_json_document
-from fusionopt.cli.common import UsageError, read_profile
+from fusionopt.cli.common import UsageError, comma_list, read_profile
 
 
 # ---------------------------------------------------------------------- shared arguments
@@ -46,6 +47,14 @@ def add_cost_arguments(parser: argparse.ArgumentParser, *, required: bool = True
                             help="both slowdowns as fusionopt calibrate --contention measured them")
     extensions.add_argument("--channels", type=int, default=1, metavar="K",
                             help="concurrent channels sharing the bandwidth (default 1)")
+    wire = parser.add_argument_group("what goes on the wire (default: every message in fp32)")
+    wire.add_argument("--encodings", metavar="LIST",
+                      help="the encodings a message may travel in, of fp32, fp16, bf16 (torch's compress hooks); "
+                           "with several, each message takes its cheapest (MODEL.md section 2.2)")
+    wire.add_argument("--cast-per-byte", type=float, metavar="S",
+                      help="with --encodings: seconds per fp32 byte to encode and decode fp16 or bf16 (default 0)")
+    wire.add_argument("--cast-per-message", type=float, metavar="S",
+                      help="with --encodings: seconds per message to encode and decode fp16 or bf16 (default 0)")
     server = parser.add_argument_group("parameter server instead of all-reduce (default off)")
     server.add_argument("--ps-servers", type=int, metavar="K",
                         help="K servers: push and pull channels (with --network, the BytePS-style terms)")
@@ -93,6 +102,11 @@ def add_cost_arguments(parser: argparse.ArgumentParser, *, required: bool = True
 def problem_from_flags(profile: Profile, args: argparse.Namespace) -> Problem:
     """The problem the arguments describe; the profile's step parts are fitted to its pattern's
     step (MODEL.md section 4.1), each change said in a warning line."""
+    if args.encodings is None and (args.cast_per_byte is not None or args.cast_per_message is not None):
+        raise UsageError("--cast-per-byte and --cast-per-message price the casts of --encodings and go with it")
+    if args.encodings is not None and (args.decoupled or args.fully_sharded or args.ps_servers is not None):
+        raise UsageError("--encodings prices all-reduce messages; the decoupled, fully sharded and "
+                         "parameter-server patterns do not take it yet")
     if args.copy_on is not None and not args.copy_cost:
         raise UsageError("--copy-on says where packing runs and goes with --copy-cost GAMMA")
     if args.update_after_gather and not args.decoupled:
@@ -134,10 +148,25 @@ def problem_from_flags(profile: Profile, args: argparse.Namespace) -> Problem:
                        step_parts="fit")
     _measured_halves(args)                                # refuses them here, with the reason
     if args.ps_servers is None:
-        return Problem(profile, _cost(args), sync=args.sync, copy_cost=args.copy_cost,
+        return Problem(profile, _encoded(_cost(args), args), sync=args.sync, copy_cost=args.copy_cost,
                        copy_on=args.copy_on or "channel", **_contention(args), channels=args.channels,
                        step_parts="fit")
     return Problem(profile, sync=args.sync, pattern=_parameter_server(args), step_parts="fit")
+
+
+def _encoded(cost: Any, args: argparse.Namespace) -> Any:
+    """``cost`` with the messages' encodings of ``--encodings`` (MODEL.md section 2.2): one, every
+    message in it; several, each message in its cheapest."""
+    if args.encodings is None:
+        return cost
+    names = comma_list("--encodings", args.encodings)
+    try:
+        encodings = [encoding_named(name) for name in names]
+        casts = {"seconds_per_byte": args.cast_per_byte, "seconds_per_message": args.cast_per_message}
+        encodings = [e if e.lossless else e.with_costs(**casts) for e in encodings]
+        return Encoded(cost, encodings[0]) if len(encodings) == 1 else Cheapest(cost, encodings)
+    except ValueError as exc:
+        raise UsageError(f"--encodings {args.encodings}: {exc}") from None
 
 
 def with_reducer_calibration(problem: Problem, args: argparse.Namespace) -> Problem:

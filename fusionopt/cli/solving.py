@@ -10,7 +10,8 @@ import threading
 from pathlib import Path
 from typing import Any, Mapping
 from fusionopt.cost import PiecewiseLinear
-from fusionopt.model import AlphaBeta, Plan, Problem, Profile, simulate
+from fusionopt.model import AlphaBeta, Cheapest, Encoded, Plan, Problem, Profile, simulate
+from fusionopt.model.encoding import encodings_of
 from fusionopt.model.decoupled_plan import DecoupledPlan
 from fusionopt.model.sharded_plan import ShardedPlan
 from fusionopt.model.ps_plan import PSPlan
@@ -20,9 +21,11 @@ from fusionopt.cli.common import Kept, comma_list, json_output, plural, read_pro
 from fusionopt.cli.problems import parse_options, problem_for_compare, problem_from_flags, reducer_words, with_reducer_calibration
 
 
-def _result_document(result: Result) -> dict[str, Any]:
+def _result_document(result: Result, cost: Any = None) -> dict[str, Any]:
     timeline = result.timeline
+    wire = _wire(result, cost)
     return {
+        **({} if wire is None else {"encodings": wire}),
         "method": result.method,
         "status": str(result.status),
         "iteration_time": result.iteration_time,
@@ -36,7 +39,14 @@ def _result_document(result: Result) -> dict[str, Any]:
     }
 
 
-def _print_result(result: Result, profile: Profile) -> None:
+def _wire(result: Result, cost: Any) -> list[str] | None:
+    """Each message's encoding where the problem's cost has encodings (MODEL.md section 2.2)."""
+    if not isinstance(cost, (Encoded, Cheapest)) or not isinstance(result.plan, Plan):
+        return None
+    return encodings_of(result.plan.message_bytes, cost)
+
+
+def _print_result(result: Result, profile: Profile, cost: Any = None) -> None:
     timeline = result.timeline
     bound = "-" if result.lower_bound is None else f"{1e3 * result.lower_bound:.6f} ms"
     print(f"method          {result.method}")
@@ -55,12 +65,14 @@ def _print_result(result: Result, profile: Profile) -> None:
     if isinstance(result.plan, ShardedPlan):
         _print_units(result.plan, timeline, profile)
         return
+    wire = _wire(result, cost)
     for k, message in enumerate(result.plan.messages[:20]):
         tensors = message.tensors
         names = ", ".join(profile.names[i] for i in tensors[:4])
         if len(tensors) > 4:
             names += f", ... ({len(tensors)} tensors, {profile.names[tensors[-1]]} last)"
-        print(f"  {k:>4}  {message.nbytes:>12d} B  [{names}]")
+        encoding = "" if wire is None else f"  {wire[k]}"
+        print(f"  {k:>4}  {message.nbytes:>12d} B{encoding}  [{names}]")
     if result.num_messages > 20:
         print(f"  ... {plural(result.num_messages - 20, 'more message')} (use --json for all)")
 
@@ -140,9 +152,9 @@ def cmd_solve(args: argparse.Namespace) -> None:
     if args.output:
         result.plan.write(args.output)
     if args.json:
-        print(json.dumps(_result_document(result), indent=1))
+        print(json.dumps(_result_document(result, problem.cost), indent=1))
     else:
-        _print_result(result, profile)
+        _print_result(result, profile, problem.cost)
     if stopped is not None:
         written = f" and written to {args.output}" if args.output else ""
         raise Kept(f"the best plan {args.method} found so far is printed (status {stopped.status}){written}")
@@ -267,6 +279,10 @@ def _cost_words(cost: Any, path: str | None) -> str:
     curve by its kind, sizes and file, not its every point."""
     if isinstance(cost, AlphaBeta):
         return repr(cost)
+    if isinstance(cost, (Encoded, Cheapest)):
+        encodings = (cost.encoding,) if isinstance(cost, Encoded) else cost.encodings
+        return (f"{_cost_words(cost.cost, path)}, each message in "
+                f"{' or '.join(e.name for e in encodings)}{' (the cheapest)' * (len(encodings) > 1)}")
     if isinstance(cost, PiecewiseLinear):
         sizes = cost.sizes
         words = (f"piecewise linear through {len(sizes)} points, {_size_words(sizes[0])} to "

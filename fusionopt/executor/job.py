@@ -18,6 +18,7 @@ from typing import Any, Mapping
 from fusionopt.model.cost import cost_from_dict
 from fusionopt.model.decoupled_plan import DECOUPLED_SCHEMA, DecoupledPlan
 from fusionopt.model.decoupled import Decoupled
+from fusionopt.model.encoding import Cheapest, Encoded
 from fusionopt.model.plan import Plan
 from fusionopt.model.problem import Problem
 from fusionopt.model.profile import Profile
@@ -136,6 +137,9 @@ class Job:
                 f"the executor runs the plain model (MODEL.md sections 1-4), and this problem has "
                 f"{', '.join(others)} on (of the extensions it runs decoupled, fully_sharded (section 8) "
                 "and ps (section 6) only)")
+        if any(isinstance(cost, (Encoded, Cheapest)) for cost in self.problem.pattern.costs):
+            raise ValueError("the executor sends every message's bytes as they are: a cost with encodings (MODEL.md "
+                             "section 2.2) is predicted, not run; leave the encodings out")
         pattern = self.problem.pattern
         if pattern.name not in RUN_PATTERNS:
             raise ValueError(f"the executor does not run {pattern.article()} {pattern.words} problem: it runs "

@@ -1,0 +1,60 @@
+"""``--encodings``: what goes on the wire from the command line (MODEL.md section 2.2), on four
+tensors of 4 MB, 1 MB, 2 MB and 4 kB (backward 3, 2, 1 and 0.1 ms; forward 1 ms each) over
+a link of 25 us and 0.8 ns per byte."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from fusionopt import Profile
+from fusionopt.cli import main
+
+LINK = ["--alpha", "25e-6", "--beta", "0.8e-9"]
+
+
+@pytest.fixture
+def profile_path(tmp_path):
+    path = tmp_path / "profile.json"
+    Profile.from_arrays([4e6, 1e6, 2e6, 4e3], [1e-3] * 4, [3e-3, 2e-3, 1e-3, 1e-4]).write(path)
+    return str(path)
+
+
+def test_the_dp_chooses_each_messages_encoding(profile_path, capsys):
+    assert main(["solve", profile_path, "--method", "dp", *LINK, "--encodings", "fp32,fp16",
+                 "--cast-per-message", "40e-6", "--json"]) in (None, 0)
+    document = json.loads(capsys.readouterr().out)
+    # t3's 4 kB travels in fp32 (below the 100 kB crossover), the rest in fp16; by hand: the
+    # backward ends at 6.1 ms; t0's 4 MB in fp16 then takes 25 + 40 + 1600 us = 1.665 ms, and the
+    # forward 4 ms: T = 11.765 ms.
+    assert document["encodings"] == ["fp32", "fp16", "fp16", "fp16"]
+    assert document["iteration_time"] == pytest.approx(11.765e-3)
+    assert main(["solve", profile_path, "--method", "dp", *LINK, "--encodings", "fp32,fp16",
+                 "--cast-per-message", "40e-6"]) in (None, 0)
+    assert "     0          4000 B  fp32  [t3]" in capsys.readouterr().out
+
+
+def test_one_encoding_sends_every_message_in_it(profile_path, capsys):
+    assert main(["solve", profile_path, "--method", "ddp", *LINK, "--encodings", "bf16", "--json"]) in (None, 0)
+    document = json.loads(capsys.readouterr().out)
+    assert set(document["encodings"]) == {"bf16"}
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--encodings", "fp32,int8"], "--encodings fp32,int8: unknown encoding 'int8'"),
+    (["--cast-per-byte", "1e-12"], "--cast-per-byte and --cast-per-message price the casts of --encodings"),
+    (["--encodings", "fp16", "--decoupled"], "--encodings prices all-reduce messages"),
+    (["--encodings", "fp16", "--cast-per-message", "-1"], "seconds_per_message must be"),
+])
+def test_bad_wire_flags_are_named_in_one_line(profile_path, capsys, flags, message):
+    assert main(["solve", profile_path, "--method", "dp", *LINK, *flags]) == 2
+    error = capsys.readouterr().err.strip()
+    assert error.startswith("fusionopt: error: ") and message in error and "\n" not in error
+
+
+def test_compare_says_which_encodings_the_messages_may_take(profile_path, capsys):
+    assert main(["compare", "--profile", profile_path, *LINK, "--encodings", "fp32,fp16", "--methods", "dp,ddp"]) in (
+        None, 0)
+    assert ("network   AlphaBeta(alpha=2.5e-05, beta=8e-10), each message in fp32 or fp16 (the cheapest), "
+            "sync barrier") in capsys.readouterr().out
