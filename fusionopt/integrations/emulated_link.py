@@ -11,7 +11,10 @@ messages of real jobs on it:
   DDP hands it over; the hook all-reduces it for real (averaged, as DDP's own reduction
   averages: each gradient times ``1 / world size`` before the sum, so the gradients are
   bit-identical to DDP without a hook) and holds the result until the link's time. ``S``:
-  the bucket's bytes.
+  the bucket's bytes. With ``encoding="fp16"`` or ``"bf16"`` it is torch's
+  ``fp16_compress_hook`` or ``bf16_compress_hook`` instead (the bucket cast and divided by
+  the world size, the cast all-reduced, copied back), ``S`` the cast's bytes: what goes on
+  the wire (MODEL.md section 2.2).
 * :func:`emulate_fsdp2`: FSDP2's all-gathers and reduce-scatters, through each
   ``FSDPModule``'s ``set_custom_all_gather`` / ``set_custom_reduce_scatter``. The custom
   collective calls the one FSDP2 had (the same allocation, the same call), then holds.
@@ -53,6 +56,7 @@ import time
 from typing import Any, Callable, NamedTuple
 
 from fusionopt.integrations._torch_import import require_torch
+from fusionopt.model.encoding import encoding_named
 
 
 class Hold(NamedTuple):
@@ -132,7 +136,7 @@ def _nbytes(tensor: Any) -> int:
     return int(tensor.numel()) * int(tensor.element_size())
 
 
-def ddp_comm_hook(link: EmulatedLink) -> Callable[[Any, Any], Any]:
+def ddp_comm_hook(link: EmulatedLink, encoding: Any = None) -> Callable[[Any, Any], Any]:
     """A comm hook that all-reduces each bucket for real, averaged as DDP averages, and hands
     it back no sooner than the link delivers it (module docstring). Register it with
     ``ddp.register_comm_hook(state, hook)``, ``state`` the process group DDP was given (None:
@@ -141,12 +145,22 @@ def ddp_comm_hook(link: EmulatedLink) -> Callable[[Any, Any], Any]:
     The average: each element times ``1 / world size`` before the sum, as DDP's reducer
     scales gradients into its buckets when no hook is registered, so a step's gradients are
     bit-identical to DDP's own.
+
+    ``encoding``: ``"fp16"`` or ``"bf16"`` (or :data:`~fusionopt.model.encoding.FP16`,
+    :data:`~fusionopt.model.encoding.BF16`) runs torch 2.13's ``_compress_hook`` as
+    ``fp16_compress_hook`` and ``bf16_compress_hook`` do, the link holding the cast's bytes;
+    the gradients are then bit-identical to that hook's. ``"fp32"`` or None: the plain hook.
     """
-    require_torch()
+    torch = require_torch()
     import torch.distributed as dist
 
     if not isinstance(link, EmulatedLink):
         raise ValueError(f"link must be an EmulatedLink, got {type(link).__name__}")
+    name = None if encoding is None else encoding_named(encoding).name
+    if name not in (None, "fp32", "fp16", "bf16"):
+        raise ValueError(f"encoding {name!r}: the emulated DDP hook sends fp32, fp16 or bf16")
+    if name in ("fp16", "bf16"):
+        return _compressed_hook(link, {"fp16": torch.float16, "bf16": torch.bfloat16}[name])
 
     def hook(state, bucket):                 # DDP checks the annotations: none, or its own
         buffer = bucket.buffer()
@@ -159,6 +173,26 @@ def ddp_comm_hook(link: EmulatedLink) -> Callable[[Any, Any], Any]:
             reduced = done.value()[0]
             link.wait_until(until)
             return reduced
+        return future.then(held)
+
+    return hook
+
+
+def _compressed_hook(link: EmulatedLink, dtype: Any) -> Callable[[Any, Any], Any]:
+    """torch's ``_compress_hook`` (``default_hooks.py``, torch 2.13) with the cast held on the link."""
+    import torch.distributed as dist
+
+    def hook(state, bucket):
+        buffer = bucket.buffer()
+        group = state if state is not None else dist.group.WORLD
+        compressed = buffer.to(dtype).div_(dist.get_world_size(group))
+        until = link.reserve(_nbytes(compressed))
+        future = dist.all_reduce(compressed, group=group, async_op=True).get_future()
+
+        def held(done: Any) -> Any:
+            buffer.copy_(done.value()[0])
+            link.wait_until(until)
+            return buffer
         return future.then(held)
 
     return hook

@@ -249,3 +249,14 @@ def test_fsdp2_collectives_are_held_on_the_link(reports):
         for a, b in zip(holds, holds[1:]):
             assert b.start >= a.end - 1e-12 and b.end - b.start == pytest.approx(ALPHA)
         assert fsdp["async"] == {"messages": 1, "nbytes": L0, "waited": True}
+
+
+def test_the_ddp_hook_refuses_an_encoding_it_cannot_send():
+    from fusionopt.integrations.emulated_link import ddp_comm_hook
+    from fusionopt.model.encoding import Encoding
+
+    link = EmulatedLink(AlphaBeta(1e-3, 0.0))
+    with pytest.raises(ValueError, match=r"^encoding 'int8': the emulated DDP hook sends fp32, fp16 or bf16$"):
+        ddp_comm_hook(link, Encoding("int8", wire_ratio=0.25, unit_roundoff=0.1))
+    with pytest.raises(ValueError, match=r"^unknown encoding 'fp8'"):
+        ddp_comm_hook(link, "fp8")

@@ -1,6 +1,8 @@
 """torch's ``fp16_compress_hook`` (torch 2.13) on real DDP, 2 gloo ranks: what it puts on the
 wire is what ``fusionopt.model.encoding.FP16`` says (fp16, half of every bucket's fp32 bytes),
-and its averaged gradients stay within ``FP16.error_bound(2)`` of the exact mean."""
+and its averaged gradients stay within ``FP16.error_bound(2)`` of the exact mean. The
+emulated link's fp16 hook gives that hook's gradients bit for bit, holding each bucket for
+the cost of its fp16 bytes."""
 
 import json
 import os
@@ -29,26 +31,40 @@ def _rank(rank, port, out):
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     join_gloo(rank, 2, port, 1)
-    report = {"wire": [], "worst": []}          # per step: what went on the wire; per tensor: error / bound
-    try:
-        sent = dist.all_reduce
+    from fusionopt.integrations.emulated_link import EmulatedLink, ddp_comm_hook
+    from fusionopt.model.cost import AlphaBeta
 
-        def logged(tensor, *args, **kwargs):          # what the hook hands the process group
-            report["wire"][-1].append([str(tensor.dtype).replace("torch.", ""), tensor.numel() * tensor.element_size()])
+    report = {"wire": [], "worst": [], "same": [], "held": []}   # per step: the wire; per tensor: error / bound
+    try:
+        sent, sink = dist.all_reduce, []
+
+        def logged(tensor, *args, **kwargs):          # what a hook hands the process group
+            sink.append([str(tensor.dtype).replace("torch.", ""), tensor.numel() * tensor.element_size()])
             return sent(tensor, *args, **kwargs)
 
         dist.all_reduce = logged
         torch.manual_seed(0)
-        local, hooked = _mlp(), _mlp()
+        local, hooked, held = _mlp(), _mlp(), _mlp()
         hooked.load_state_dict(local.state_dict())
+        held.load_state_dict(local.state_dict())
         ddp = DDP(hooked, bucket_cap_mb=0.02)
         ddp.register_comm_hook(None, fp16_compress_hook)
+        link = EmulatedLink(AlphaBeta(2e-3, 1e-8))
+        emulated = DDP(held, bucket_cap_mb=0.02)
+        emulated.register_comm_hook(None, ddp_comm_hook(link, "fp16"))
         for step in range(3):
             x = torch.randn(32, 64, generator=torch.Generator().manual_seed(10 * step + rank))
-            local.zero_grad(), ddp.zero_grad()
-            report["wire"].append([])
+            local.zero_grad(), ddp.zero_grad(), emulated.zero_grad()
             local(x).pow(2).mean().backward()
+            sink = []
             ddp(x).pow(2).mean().backward()
+            report["wire"].append(sink)
+            sink = []
+            link.reset()
+            emulated(x).pow(2).mean().backward()
+            report["same"].append(all(torch.equal(a.grad, b.grad) for a, b in zip(hooked.parameters(),
+                                                                                   held.parameters())))
+            report["held"].append([[h.nbytes, h.end - h.start] for h in link.log])
             for mine, averaged in zip(local.parameters(), hooked.parameters()):
                 everyone = [torch.empty_like(mine.grad) for _ in range(2)]
                 dist.all_gather(everyone, mine.grad)
@@ -87,6 +103,15 @@ def test_the_hook_sends_every_bucket_in_fp16_at_half_its_bytes(reports):
         for step in report["wire"]:
             assert {dtype for dtype, _ in step} == {"float16"}
             assert sum(nbytes for _, nbytes in step) == FP16.wire_ratio * report["param_bytes"]
+
+
+def test_the_emulated_links_fp16_hook_is_torchs_held_for_the_fp16_bytes(reports):
+    for report in reports:
+        assert report["same"] == [True, True, True]
+        for wire, held in zip(report["wire"], report["held"]):
+            # The link carried each bucket's fp16 bytes, each for 2 ms + 10 ns/B of them.
+            assert [nbytes for nbytes, _ in held] == [nbytes for _, nbytes in wire]
+            assert [seconds for _, seconds in held] == pytest.approx([2e-3 + 1e-8 * n for _, n in wire], rel=1e-6)
 
 
 def test_the_hooks_average_is_within_the_error_bound(reports):
