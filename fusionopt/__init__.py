@@ -8,7 +8,8 @@ The package by task (each name at the path it is documented under):
 Describe a training step
     ``fusionopt.model.Profile`` (tensors' bytes and compute times; measured ones from
     ``fusionopt.integrations.profile_model``, the zoo's from ``fusionopt.zoo.profile``), a
-    cost per message (``fusionopt.cost.AlphaBeta``, ``fusionopt.cost.network``), and the
+    cost per message (``fusionopt.cost.AlphaBeta``, ``fusionopt.cost.network``; what a message
+    carries on the wire: ``fusionopt.model.Encoded``, ``fusionopt.model.Cheapest``), and the
     ``fusionopt.model.Problem`` they make with a communication pattern: an all-reduce on
     that cost (``fusionopt.model.AllReduce``), or ``pattern=`` one of
     ``fusionopt.model.ParameterServer``, ``fusionopt.model.Decoupled``,
