@@ -150,6 +150,8 @@ def ddp_comm_hook(link: EmulatedLink, encoding: Any = None) -> Callable[[Any, An
     :data:`~fusionopt.model.encoding.BF16`) runs torch 2.13's ``_compress_hook`` as
     ``fp16_compress_hook`` and ``bf16_compress_hook`` do, the link holding the cast's bytes;
     the gradients are then bit-identical to that hook's. ``"fp32"`` or None: the plain hook.
+    torch refuses its own ``bf16_compress_hook`` without CUDA and NCCL 2.10 (gloo included);
+    this one runs it anywhere, to emulate such a deployment.
     """
     torch = require_torch()
     import torch.distributed as dist
