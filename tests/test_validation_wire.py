@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import subprocess
 import sys
 from pathlib import Path
 
@@ -47,3 +48,26 @@ def test_a_small_wire_study(study, tmp_path):
     assert summary["jobs"] == 8 and summary["largest_single_gap"] == max(r["single_gap"] for r in document["results"])
     assert study.main(["--workers", "8", "--cast-per-message", "50e-6", "--out", str(tmp_path / "again")]) == 0
     assert json.loads((tmp_path / "again" / "wire-study.json").read_text())["results"] == document["results"]
+
+
+def test_a_small_measured_wire_run(tmp_path):
+    script = ROOT / "validation" / "wire" / "run.py"
+    command = [sys.executable, str(script), "--models", "mlp", "--rounds", "2", "--steps", "2", "--warmup", "1",
+               "--profile-steps", "3", "--out", str(tmp_path)]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    document = json.loads((tmp_path / "wire-cpu.json").read_text())
+    (row,) = document["results"]
+    spec = importlib.util.spec_from_file_location("validation_wire_run", script)
+    run = sys.modules.setdefault(spec.name, importlib.util.module_from_spec(spec))
+    spec.loader.exec_module(run)
+    from fusionopt.model import Profile
+
+    # The predictions are the model's on the profile and the casts measured first, recomputed here.
+    again = run.predict(Profile.from_dict(row["profile"]), "10gbe", 64, row["casts"])
+    assert again["predicted"] == row["predicted"] and again["encodings"] == row["encodings"]
+    assert row["predicted"]["fp16"] < row["predicted"]["default"]        # half the bytes on a 10 GbE link
+    assert set(row["rounds"]) == set(run.SETTINGS) and all(len(r) == 2 for r in row["rounds"].values())
+    for setting, m in row["measured"].items():
+        assert m["speedup"] == pytest.approx(sum(row["rounds"]["default"]) / sum(row["rounds"][setting]))
+    assert "emulated link" in (tmp_path / "wire-cpu.md").read_text()

@@ -383,6 +383,24 @@ def build_model(name: str) -> tuple[Any, Callable[[int, int], Any]]:
                                                                generator=torch.Generator().manual_seed(seed))
 
 
+def measure_profile(name: str, rank: int, args: dict[str, Any], dist: Any) -> tuple[Profile, Any]:
+    """Every rank profiles the model ``name`` at once with ``profile_model`` (the training
+    job's optimiser; the same threads and load as the training that follows): rank 0's
+    profile, shared, and this rank's input (``args``: ``batch``, ``profile_steps``, ``warmup``)."""
+    import torch
+
+    torch.manual_seed(0)
+    model, make_input = build_model(name)
+    x = make_input(args["batch"], rank)
+    optimizer = torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9)
+    dist.barrier()
+    measured = profile_model(model, x, loss_fn=lambda out: out.sum(), steps=args["profile_steps"],
+                             warmup=args["warmup"], optimizer=optimizer, name=name)
+    shared: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(shared, measured.to_dict())
+    return Profile.from_dict(shared[0]), x
+
+
 def _measure(steps: dict[str, Callable[[], None]], args: dict[str, Any], dist: Any, links: dict[str, Any],
              counters: dict[str, Any]) -> dict[str, list[float]]:
     """Warm both settings up, then the paired rounds: each round's mean step (seconds) per
@@ -432,17 +450,7 @@ def _rank(rank: int, port: int, out: str, args: dict[str, Any]) -> None:
                     for framework, path in args["calibrations"].items()}
     try:
         for name in args["models"]:
-            torch.manual_seed(0)
-            model, make_input = build_model(name)
-            x = make_input(args["batch"], rank)
-            optimizer = torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9)
-            dist.barrier()
-            measured = profile_model(model, x, loss_fn=lambda out: out.sum(), steps=args["profile_steps"],
-                                     warmup=args["warmup"], optimizer=optimizer, name=name)
-            shared: list[Any] = [None] * args["ranks"]
-            dist.all_gather_object(shared, measured.to_dict())
-            profile = Profile.from_dict(shared[0])
-            del model, optimizer
+            profile, x = measure_profile(name, rank, args, dist)
             for case in args["cases"]:
                 if case["model"] != name:
                     continue
