@@ -118,6 +118,30 @@ fraction = _bounded(float, 0.0, True, "takes a fraction in [0, 1) (0.05 for 5%)"
 """
 
 
+def counts(at_least: int, each: str):
+    """An ``argparse`` type: whole numbers ``>= at_least`` separated by commas (``--workers
+    8,64``), as a list in the order given; else one error line, ``each`` saying what one is
+    for.
+
+    >>> counts(2, "workers a job")("8,64")
+    [8, 64]
+    >>> counts(2, "ranks a run")("1")
+    Traceback (most recent call last):
+    ...
+    argparse.ArgumentTypeError: at least 2 ranks a run, got '1'
+    """
+    def parse(text: str) -> list[int]:
+        try:
+            values = [int(v) for v in text.split(",") if v.strip()]
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"whole numbers separated by commas, got {text!r}") from None
+        if not values or min(values) < at_least:
+            raise argparse.ArgumentTypeError(f"at least {at_least} {each}, got {text!r}")
+        return values
+    parse.__name__ = f"comma-separated whole numbers >= {at_least}"
+    return parse
+
+
 def reproduction_parser(doc: str, out: str, quick: str) -> argparse.ArgumentParser:
     """The command line every paper reproduction starts from: ``--out`` (default ``out``) and
     ``--quick`` (help text ``quick``); the description is ``doc``'s first paragraph.

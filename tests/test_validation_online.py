@@ -1,13 +1,13 @@
 """validation/online/run.py: the phases' references and the steps to within 2% computed by
 hand, the arguments a stored result is made with, and a short run on two gloo ranks."""
 
-import importlib.util
 import json
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from script_helpers import load_script
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "validation" / "results"
@@ -15,10 +15,7 @@ RESULTS = ROOT / "validation" / "results"
 
 @pytest.fixture(scope="module")
 def script():
-    spec = importlib.util.spec_from_file_location("validation_online_run", ROOT / "validation" / "online" / "run.py")
-    module = sys.modules.setdefault(spec.name, importlib.util.module_from_spec(spec))
-    spec.loader.exec_module(module)
-    return module
+    return load_script("validation/online/run.py")
 
 
 def test_steps_to_within_two_percent(script):
@@ -124,10 +121,7 @@ def test_each_method_against_the_fastest_measured(script):
 
 @pytest.fixture(scope="module")
 def study():
-    spec = importlib.util.spec_from_file_location("validation_online_study", ROOT / "validation" / "online" / "study.py")
-    module = sys.modules.setdefault(spec.name, importlib.util.module_from_spec(spec))
-    spec.loader.exec_module(module)
-    return module
+    return load_script("validation/online/study.py")
 
 
 def test_the_study_draws_the_measured_deviations(study, tmp_path):
@@ -166,10 +160,7 @@ def test_a_small_study(study, tmp_path):
 
 
 def test_a_small_prefetch_study(tmp_path):
-    spec = importlib.util.spec_from_file_location("validation_online_prefetch",
-                                                  ROOT / "validation" / "online" / "prefetch.py")
-    prefetch = sys.modules.setdefault(spec.name, importlib.util.module_from_spec(spec))
-    spec.loader.exec_module(prefetch)
+    prefetch = load_script("validation/online/prefetch.py")
     args = ["--workers", "8", "--steps", "30", "--change-at", "15"]
     assert prefetch.main([*args, "--out", str(tmp_path)]) == 0
     document = json.loads((tmp_path / "online-prefetch.json").read_text())

@@ -2,23 +2,20 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from script_helpers import load_script
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
 def study():
-    spec = importlib.util.spec_from_file_location("validation_wire_study", ROOT / "validation" / "wire" / "study.py")
-    module = sys.modules.setdefault(spec.name, importlib.util.module_from_spec(spec))
-    spec.loader.exec_module(module)
-    return module
+    return load_script("validation/wire/study.py")
 
 
 def test_a_small_wire_study(study, tmp_path):
@@ -58,9 +55,7 @@ def test_a_small_measured_wire_run(tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     document = json.loads((tmp_path / "wire-cpu.json").read_text())
     (row,) = document["results"]
-    spec = importlib.util.spec_from_file_location("validation_wire_run", script)
-    run = sys.modules.setdefault(spec.name, importlib.util.module_from_spec(spec))
-    spec.loader.exec_module(run)
+    run = load_script("validation/wire/run.py")
     from fusionopt.model import Profile
 
     # The predictions are the model's on the profile and the casts measured first, recomputed here.

@@ -52,6 +52,7 @@ from typing import Any, NamedTuple, Sequence
 
 import numpy as np
 
+from fusionopt.integrations.online import Noise
 from fusionopt.model import Problem, compute_pieces, simulate
 from fusionopt.model.names import module_of
 from fusionopt.solvers.baselines.zero3 import MAX_LIVE_PARAMETERS, PREFETCH_BUCKET_SIZE, zero3_plan
@@ -164,8 +165,7 @@ class SimulatedZero3Job:
         self.options = dict(options or {})
         if "prefetch_bucket_size" in self.options:
             raise ValueError("options holds prefetch_bucket_size: give the prefetch bucket as bucket")
-        self.deviations = None if deviations is None else np.asarray(deviations, dtype=np.float64)
-        self.random = np.random.default_rng(seed)
+        self.noise = Noise(0.0 if deviations is None else deviations, seed)
         self._plans: dict[int, Any] = {}
         self.step_time = math.nan
 
@@ -182,14 +182,9 @@ class SimulatedZero3Job:
 
     def step(self) -> list[Fetch]:
         events = fetch_events(self.problem, self.plan())
-        stretch = self._draw(len(events) + 1)
+        stretch = self.noise.draw(len(events) + 1)
         self.step_time = self.time() * (1.0 + stretch[-1])
         return [Fetch(p, s, s + (e - s) * (1.0 + d), f) for (p, s, e, f), d in zip(events, stretch)]
-
-    def _draw(self, count: int) -> np.ndarray:
-        if self.deviations is None:
-            return np.zeros(count)
-        return self.random.choice(self.deviations, size=count)
 
 
 __all__ = ["AdaptivePrefetch", "Fetch", "SimulatedZero3Job", "fetch_events"]

@@ -219,6 +219,32 @@ class OnlinePlanner:
         return box[0]
 
 
+class Noise:
+    """Seeded relative deviations for a job the simulator plays: ``noise`` a relative spread
+    in ``[0, 1)`` (normal draws of that spread), or a sequence of relative deviations (a
+    measured job's steps over their median, less 1), drawn from with replacement."""
+
+    def __init__(self, noise: Any = 0.0, seed: int = 0) -> None:
+        self.spread, self.deviations = 0.0, None
+        if isinstance(noise, (list, tuple, np.ndarray)):
+            deviations = np.asarray(noise, dtype=np.float64).ravel()
+            if deviations.size == 0 or not np.all(np.isfinite(deviations)) or deviations.min() <= -1:
+                raise ValueError("noise as deviations must be finite relative deviations above -1, at least one")
+            self.deviations = deviations
+        elif isinstance(noise, bool) or not isinstance(noise, (int, float)) or not 0 <= noise < 1:
+            raise ValueError(f"noise must be a relative spread in [0, 1) or a sequence of relative deviations, "
+                             f"got {noise!r}")
+        else:
+            self.spread = float(noise)
+        self.random = np.random.default_rng(seed)
+
+    def draw(self, count: int) -> np.ndarray:
+        """``count`` relative deviations."""
+        if self.deviations is None:
+            return self.spread * self.random.standard_normal(count)
+        return self.random.choice(self.deviations, size=count)
+
+
 class SimulatedJob:
     """A job the simulator plays, with the face of a
     :class:`~fusionopt.integrations.plan_reducer.PlanReducer` (``sync``, ``rank``, ``world``,
@@ -237,19 +263,10 @@ class SimulatedJob:
 
     def __init__(self, problem: Problem, plan: Plan, *, noise: Any = 0.0, seed: int = 0,
                  prior: Profile | None = None) -> None:
-        self.deviations: np.ndarray | None = None
-        if isinstance(noise, (list, tuple, np.ndarray)):
-            deviations = np.asarray(noise, dtype=np.float64).ravel()
-            if deviations.size == 0 or not np.all(np.isfinite(deviations)) or deviations.min() <= -1:
-                raise ValueError("noise as deviations must be finite relative deviations above -1, at least one")
-            self.deviations, noise = deviations, 0.0
-        elif isinstance(noise, bool) or not isinstance(noise, (int, float)) or not 0 <= noise < 1:
-            raise ValueError(f"noise must be a relative spread in [0, 1) or a sequence of relative deviations, "
-                             f"got {noise!r}")
-        self.problem, self.plan, self.noise = problem, plan, float(noise)
+        self.noise = Noise(noise, seed)
+        self.problem, self.plan = problem, plan
         true = problem.profile
         self.profile = prior if prior is not None else dataclasses.replace(true, backward=np.zeros(true.n))
-        self.random = np.random.default_rng(seed)
         self.switches = 0
         self.step_time = math.nan
 
@@ -259,18 +276,12 @@ class SimulatedJob:
         t = simulate(self.problem, self.plan)
         profile = self.problem.profile
         origin = float(profile.ready_times[profile.backward_order[0]])
-        stretch = 1.0 + self._draw(len(t.message_end))
-        self.step_time = t.iteration_time * (1.0 + float(self._draw(1)[0]))
+        stretch = 1.0 + self.noise.draw(len(t.message_end))
+        self.step_time = t.iteration_time * (1.0 + float(self.noise.draw(1)[0]))
         start = t.message_start - origin
         end = start + (t.message_end - t.message_start) * stretch
         return [{"ready": float(r - origin), "start": float(a), "end": float(b), "bytes": int(size)}
                 for r, a, b, size in zip(t.message_ready, start, end, t.message_bytes)]
-
-    def _draw(self, count: int) -> np.ndarray:
-        """``count`` relative deviations: normal of spread ``noise``, or drawn from ``deviations``."""
-        if self.deviations is None:
-            return self.noise * self.random.standard_normal(count)
-        return self.random.choice(self.deviations, size=count)
 
     def switch(self, plan: Plan) -> None:
         """Run ``plan`` from the next step on."""
@@ -455,4 +466,4 @@ def _backward(profile: Profile, plan: Plan, ready: np.ndarray) -> np.ndarray:
     return out
 
 
-__all__ = ["DDPJob", "Decision", "OnlinePlanner", "SimulatedJob"]
+__all__ = ["DDPJob", "Decision", "Noise", "OnlinePlanner", "SimulatedJob"]

@@ -384,9 +384,9 @@ class Composite(CommCost):
         return f"Composite({list(self.terms)!r})"
 
 
-# Readers of the cost kinds other modules define (kind -> reader(doc, source)), registered
-# where they are defined (fusionopt.model.encoding).
-COST_KINDS: dict[str, Callable[[Mapping[str, Any], str], "CommCost"]] = {}
+# The cost kinds other modules define, registered where they are defined
+# (fusionopt.model.encoding): kind -> (its keys besides schema, version and kind, reader(doc, source)).
+COST_KINDS: dict[str, tuple[tuple[str, ...], Callable[[Mapping[str, Any], str], "CommCost"]]] = {}
 
 # The keys each kind of cost file may hold ("calibration": what `fusionopt calibrate` measured).
 _COST_KEYS = {kind: ("schema", "version", "kind", "calibration") + keys for kind, keys in
@@ -422,6 +422,8 @@ def cost_from_dict(doc: Mapping[str, Any], *, source: str = "cost") -> CommCost:
         raise ValueError(f"{source}: unsupported cost version {doc.get('version')!r}")
     kind = doc.get("kind")
     known = _COST_KEYS.get(kind)
+    if kind in COST_KINDS:
+        known = ("schema", "version", "kind", *COST_KINDS[kind][0])
     if known is not None:
         unknown = [key for key in doc if key not in known]
         if unknown:
@@ -436,7 +438,7 @@ def cost_from_dict(doc: Mapping[str, Any], *, source: str = "cost") -> CommCost:
     if kind == "composite":
         return _composite_from_dict(doc, source)
     if kind in COST_KINDS:
-        return COST_KINDS[kind](doc, source)
+        return COST_KINDS[kind][1](doc, source)
     raise ValueError(f"{source}: unknown cost kind {kind!r}")
 
 

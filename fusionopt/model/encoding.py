@@ -306,13 +306,11 @@ def crossovers(cost: CommCost, encodings: Sequence[Encoding | str], *, upto: flo
 
 
 def _encoded_from_dict(doc: Mapping[str, Any], source: str) -> Encoded:
-    _known_keys(doc, source, ("cost", "encoding"))
     return Encoded(cost_from_dict(doc.get("cost"), source=f"{source}.cost"),
                    Encoding.from_dict(doc.get("encoding"), source=f"{source}.encoding"))
 
 
 def _cheapest_from_dict(doc: Mapping[str, Any], source: str) -> Cheapest:
-    _known_keys(doc, source, ("cost", "encodings"))
     encodings = doc.get("encodings")
     if not isinstance(encodings, list):
         raise ValueError(f"{source}: a cheapest cost needs an 'encodings' list")
@@ -323,14 +321,8 @@ def _cheapest_from_dict(doc: Mapping[str, Any], source: str) -> Cheapest:
         raise ValueError(exc if str(exc).startswith(source) else f"{source}: {exc}") from None
 
 
-def _known_keys(doc: Mapping[str, Any], source: str, keys: tuple[str, ...]) -> None:
-    unknown = [key for key in doc if key not in ("schema", "version", "kind", *keys)]
-    if unknown:
-        raise ValueError(f"{source}: unknown key {unknown[0]!r} in a {doc.get('kind')} cost "
-                         f"(its keys: schema, version, kind, {', '.join(keys)})")
-
-
-COST_KINDS.update(encoded=_encoded_from_dict, cheapest=_cheapest_from_dict)
+COST_KINDS.update(encoded=(("cost", "encoding"), _encoded_from_dict),
+                  cheapest=(("cost", "encodings"), _cheapest_from_dict))
 
 __all__ = ["BF16", "Cheapest", "ENCODINGS", "Encoded", "Encoding", "FP16", "FP32", "crossovers", "encoding_named",
            "encodings_of"]

@@ -21,3 +21,16 @@ def small_problem(sync: str = "barrier", **kwargs) -> Problem:
 def plan_of(*messages) -> Plan:
     """A plan from chunk triples, bypassing validation: ``plan_of([(0, 0, 8)], ...)``."""
     return Plan(tuple(Message(tuple(Chunk(*c) for c in m)) for m in messages))
+
+
+def require_mpiexec() -> None:
+    """Skip the test unless the mpi extra (mpi4py) and the mpiexec beside this interpreter are there."""
+    import pytest
+
+    pytest.importorskip("mpi4py", reason="the mpi extra (mpi4py, mpich) is not installed")
+    from fusionopt.executor.mpi import mpiexec
+
+    try:
+        mpiexec()
+    except ImportError as exc:
+        pytest.skip(str(exc))

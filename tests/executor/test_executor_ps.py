@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from executor_helpers import small_profile
+from executor_helpers import require_mpiexec, small_profile
 from fusionopt.executor import CollectiveTimeout, Fault, Job, run
 from fusionopt.executor.local import LocalGroup
 from fusionopt.executor.programs import build_program
@@ -136,13 +136,7 @@ def test_a_local_group_aborts_every_channel_at_once():
 
 
 def test_parameter_server_plans_run_on_mpi_processes():
-    pytest.importorskip("mpi4py", reason="the mpi extra (mpi4py, mpich) is not installed")
-    from fusionopt.executor.mpi import mpiexec
-
-    try:
-        mpiexec()
-    except ImportError as exc:
-        pytest.skip(str(exc))
+    require_mpiexec()
     problem = ps_problem("layerwise")
     plan = PSPlan.from_groups(problem.profile, push=[[2], [1], [0]], pull=[[2], [1], [0]])
     m = run(problem, plan, "mpi", ranks=2, iterations=2, warmup=1, timeout=20.0)

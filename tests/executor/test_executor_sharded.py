@@ -9,7 +9,7 @@ import sys
 import numpy as np
 import pytest
 
-from executor_helpers import small_profile
+from executor_helpers import require_mpiexec, small_profile
 from fusionopt.executor import CollectiveTimeout, CorrectnessError, Fault, Job, run
 from fusionopt.executor.local import LocalGroup, run_threads
 from fusionopt.executor.programs import build_program
@@ -244,13 +244,7 @@ def test_mismatched_plans_and_device_compute_are_refused():
 
 # ---------------------------------------------------------------------- other backends
 def test_sharded_plans_run_on_mpi_processes():
-    pytest.importorskip("mpi4py", reason="the mpi extra (mpi4py, mpich) is not installed")
-    from fusionopt.executor.mpi import mpiexec
-
-    try:
-        mpiexec()
-    except ImportError as exc:
-        pytest.skip(str(exc))
+    require_mpiexec()
     problem = decoupled_problem("layerwise")
     plan = DecoupledPlan.from_groups(problem.profile, [[2], [1, 0]], [[0], [1, 2]])
     m = run(problem, plan, "mpi", ranks=3, iterations=2, warmup=1, timeout=20.0)

@@ -5,8 +5,6 @@ the encoding's ``error_bound(2)`` (plus its ``error_floor(2)``) of the exact mea
 emulated link's hook gives each hook's gradients bit for bit, holding each bucket for the
 cost of its cast bytes."""
 
-import json
-import os
 
 import numpy as np
 import pytest
@@ -18,8 +16,7 @@ dist = pytest.importorskip("torch.distributed")
 if not dist.is_available() or not dist.is_gloo_available():
     pytest.skip("torch.distributed with the gloo backend is not available", allow_module_level=True)
 
-from fusionopt.integrations.ddp_record import free_port, join_gloo  # noqa: E402
-from fusionopt.integrations.rank_processes import leave_rank  # noqa: E402
+from dist_helpers import gloo_rank, spawn_gloo  # noqa: E402
 
 
 def _mlp():
@@ -91,28 +88,19 @@ def _run(rank, name, report):
         dist.all_reduce = sent
 
 
-def _rank(rank, port, out):
-    join_gloo(rank, 2, port, 1)
-    reports = {}
-    try:
-        for name in ("fp16", "bf16"):
-            reports[name] = {"wire": [], "worst": [], "same": [], "held": []}
-            _run(rank, name, reports[name])
-    except BaseException as exc:           # the parent reports it
-        reports["error"] = f"{type(exc).__name__}: {exc}"
-    with open(os.path.join(out, f"rank{rank}.json"), "w") as f:
-        json.dump(reports, f)
-    dist.barrier()
-    leave_rank()
+def _rank(rank, port, folder):
+    with gloo_rank(rank, port, folder) as reports:
+        try:
+            for name in ("fp16", "bf16"):
+                reports[name] = {"wire": [], "worst": [], "same": [], "held": []}
+                _run(rank, name, reports[name])
+        except BaseException as exc:           # the parent reports it
+            reports["error"] = f"{type(exc).__name__}: {exc}"
 
 
 @pytest.fixture(scope="module")
 def reports(tmp_path_factory):
-    import torch.multiprocessing as mp
-
-    out = tmp_path_factory.mktemp("wire")
-    mp.spawn(_rank, args=(free_port(), str(out)), nprocs=2, join=True)
-    documents = [json.loads((out / f"rank{r}.json").read_text()) for r in (0, 1)]
+    documents = spawn_gloo(_rank, tmp_path_factory.mktemp("wire"))
     assert [d.get("error") for d in documents] == [None, None]
     return documents
 

@@ -119,3 +119,10 @@ def test_cpsat_and_brute_force_choose_the_encodings_as_the_dp_does():
     # The same plan with every message in fp32 is slower: its messages above 100 kB gain from fp16.
     fp32 = simulate(Problem(profile, LINK), solve(Problem(profile, cost), "dp").plan).iteration_time
     assert fp32 > times["dp"]
+
+
+def test_an_encoded_cost_file_with_an_unknown_key_is_named():
+    doc = {**Encoded(LINK, "fp16").to_dict(), "ratio": 0.5}
+    with pytest.raises(ValueError, match=r"^cost: unknown key 'ratio' in a encoded cost \(its keys: schema, version, "
+                                         r"kind, cost, encoding\)$"):
+        cost_from_dict(doc)

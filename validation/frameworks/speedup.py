@@ -401,20 +401,33 @@ def measure_profile(name: str, rank: int, args: dict[str, Any], dist: Any) -> tu
     return Profile.from_dict(shared[0]), x
 
 
-def _measure(steps: dict[str, Callable[[], None]], args: dict[str, Any], dist: Any, links: dict[str, Any],
-             counters: dict[str, Any]) -> dict[str, list[float]]:
-    """Warm both settings up, then the paired rounds: each round's mean step (seconds) per
-    setting, on this rank's clock. The links' logs hold the rounds' messages only."""
+def training_step(model: Any, optimizer: Any, x: Any) -> Callable[[], None]:
+    """One training step of ``model`` on ``x`` (the loss: the output's sum), as a function of nothing."""
+    def step() -> None:
+        optimizer.zero_grad()
+        model(x).sum().backward()
+        optimizer.step()
+    return step
+
+
+def measure_rounds(steps: dict[str, Callable[[], None]], args: dict[str, Any], dist: Any,
+                   links: dict[str, Any] | None = None, counters: dict[str, Any] | None = None) -> dict[str, list[float]]:
+    """Warm every setting up, then the paired rounds: each round's mean step (seconds) per
+    setting, on this rank's clock, the settings' order rotated every round (two settings:
+    swapped). The ``links``' logs hold the rounds' messages only; ``counters`` count over
+    the rounds."""
+    links, counters = links or {}, counters or {}
     for _ in range(args["warmup"]):
         for step in steps.values():
             step()
     for link in links.values():
         link.reset()
-    rounds: dict[str, list[float]] = {key: [] for key in steps}
+    keys = list(steps)
+    rounds: dict[str, list[float]] = {key: [] for key in keys}
     for counter in counters.values():
         counter.start()
     for r in range(args["rounds"]):
-        for key in (("default", "advised") if r % 2 == 0 else ("advised", "default")):
+        for key in keys[r % len(keys):] + keys[: r % len(keys)]:
             dist.barrier()
             begin = time.perf_counter()
             for _ in range(args["steps"]):
@@ -492,17 +505,11 @@ def _run_case(case: dict[str, Any], row: dict[str, Any], x: Any, args: dict[str,
                   "advised": torch.optim.SGD(advised.parameters(), lr=1e-3, momentum=0.9)}
     models = {"default": default, "advised": advised}
 
-    def step_of(key: str) -> Callable[[], None]:
-        def step() -> None:
-            optimizers[key].zero_grad()
-            models[key](x).sum().backward()
-            optimizers[key].step()
-        return step
-
     counters = ({"default": UnshardedBytes(default, default_link), "advised": UnshardedBytes(advised, advised_link)}
                 if framework == "fsdp2" else {})
     links = {"default": default_link, "advised": advised_link}
-    rounds = _measure({key: step_of(key) for key in models}, args, dist, links, counters)
+    rounds = measure_rounds({key: training_step(models[key], optimizers[key], x) for key in models}, args, dist,
+                            links, counters)
     steps = args["rounds"] * args["steps"]
     result: dict[str, Any] = {"rounds": rounds, "measured": speedup_interval(rounds["default"], rounds["advised"]),
                               "messages_per_step": {key: len(link.log) / steps for key, link in links.items()}}

@@ -46,8 +46,8 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from fusionopt.reporting import Progress, command_line, interrupted_path, markdown_table, write_result  # noqa: E402
-from study import NETWORKS, parse_arguments, plot_gaps, settle  # noqa: E402
+from fusionopt.reporting import command_line, markdown_table  # noqa: E402
+from study import parse_arguments, play, plot_gaps, settle  # noqa: E402
 
 MODELS = (("gpt2", 8), ("bert-base", 8), ("resnet50", 64))
 METHODS = ("adaptive", "default", "advised")
@@ -184,20 +184,7 @@ def main(argv: list[str] | None = None) -> int:
         "deviations": {"file": shown,
                        "count": int(deviations.size)},
         "results": []}
-    jobs = [(m, b, n, w) for m, b in MODELS for n in NETWORKS for w in args.workers]
-    with Progress(interrupted_path(str(Path(folder) / "online-prefetch.md"))) as progress:
-        progress.stage("jobs", total=len(jobs))
-        for model, batch, name, count in jobs:
-            row = run_job(model, batch, name, count, deviations, args.steps, args.change_at, args.seed)
-            document["results"].append(row)
-            document["summary"] = summary(document["results"])
-            progress.keep(document)
-            progress.step(f"{model} {name} {count}: " + ", ".join(
-                f"{m} {100 * v['gap_at_end']:.1f}%" for m, v in row["methods"].items()))
-        Path(folder).mkdir(parents=True, exist_ok=True)
-        plot(document, folder)
-        write_result(folder, "online-prefetch", document, markdown(document))
-    return progress.exit_code
+    return play(document, MODELS, args, deviations, folder, "online-prefetch", run_job, summary, plot, markdown)
 
 
 if __name__ == "__main__":

@@ -71,7 +71,7 @@ from fusionopt.cost import AlphaBeta, network  # noqa: E402
 from fusionopt.integrations.ddp_record import free_port  # noqa: E402
 from fusionopt.model import Plan, Problem, Profile  # noqa: E402
 from fusionopt.model._io import write_json_atomic  # noqa: E402
-from fusionopt.reporting import (Progress, changed_options, command_line, interrupted_path,  # noqa: E402
+from fusionopt.reporting import (Progress, changed_options, command_line, counts, interrupted_path,  # noqa: E402
                                  markdown_table, positive_int, subset_location, write_result)
 
 MODELS = ("mlp", "cnn", "lstm")
@@ -389,7 +389,8 @@ def parse_arguments(argv: list[str] | None) -> tuple[argparse.Namespace, str]:
     parser.add_argument("--models", default=",".join(MODELS), help="comma-separated: mlp, cnn, lstm")
     parser.add_argument("--networks", default=",".join(NETWORKS), help="comma-separated network presets")
     parser.add_argument("--workers", type=positive_int, default=64, help="the emulated link's workers (default 64)")
-    parser.add_argument("--ranks", default="2,4", help="comma-separated rank counts (default 2,4)")
+    parser.add_argument("--ranks", type=counts(2, "ranks a run (an all-reduce of one rank moves nothing)"),
+                        default=[2, 4], help="comma-separated rank counts (default 2,4)")
     parser.add_argument("--scenarios", default=",".join(SCENARIOS), help="comma-separated: " + ", ".join(SCENARIOS))
     parser.add_argument("--methods", default=",".join(METHODS),
                         help="comma-separated: " + ", ".join(METHODS) + " (optimum is always run: the reference)")
@@ -416,12 +417,7 @@ def parse_arguments(argv: list[str] | None) -> tuple[argparse.Namespace, str]:
             network(net, args.workers)
         except ValueError as exc:
             parser.error(f"--networks {net}: {exc}")
-    try:
-        args.ranks = sorted({int(v) for v in args.ranks.split(",") if v.strip()})
-    except ValueError:
-        parser.error(f"--ranks: whole numbers separated by commas, got {args.ranks!r}")
-    if not args.ranks or min(args.ranks) < 2:
-        parser.error("--ranks: at least 2 ranks a run (an all-reduce of one rank moves nothing)")
+    args.ranks = sorted(set(args.ranks))
     if not SETTLING + WINDOW <= args.change_at <= args.steps - SETTLING - WINDOW:
         parser.error(f"--change-at {args.change_at}: each phase needs at least {SETTLING + WINDOW} steps "
                      f"({SETTLING} settling, a window of {WINDOW}); give --steps >= 2 x {SETTLING + WINDOW} and "

@@ -43,7 +43,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from fusionopt.model._io import read_json_document  # noqa: E402
-from fusionopt.reporting import (Progress, changed_options, command_line, interrupted_path,  # noqa: E402
+from fusionopt.reporting import (Progress, changed_options, command_line, counts, interrupted_path,  # noqa: E402
                                  markdown_table, nonnegative_int, positive_int, pyplot, save_png, subset_location,
                                  write_result)
 
@@ -215,7 +215,8 @@ def parse_arguments(doc: str, argv: list[str]) -> tuple[argparse.Namespace, np.n
     deviations, the folder to write into (``results/subset/`` when any differs from the
     defaults) and the noise file as the result names it."""
     parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
-    parser.add_argument("--workers", default=",".join(map(str, WORKERS)), help="comma-separated worker counts")
+    parser.add_argument("--workers", type=counts(2, "workers a job"), default=list(WORKERS),
+                        help="comma-separated worker counts (default 8,64,256,1024)")
     parser.add_argument("--steps", type=positive_int, default=200, help="steps a job (default 200)")
     parser.add_argument("--change-at", type=positive_int, default=100, help="the step of the change (default 100)")
     parser.add_argument("--seed", type=nonnegative_int, default=0, help="the noise's seed (default 0)")
@@ -223,20 +224,13 @@ def parse_arguments(doc: str, argv: list[str]) -> tuple[argparse.Namespace, np.n
                         help="the measured runs whose deviations are the noise (default results/online-cpu.json)")
     parser.add_argument("--out", default=str(RESULTS), help="folder of the result files")
     args = parser.parse_args(argv)
-    try:
-        workers = [int(w) for w in args.workers.split(",") if w.strip()]
-    except ValueError:
-        parser.error(f"--workers: whole numbers separated by commas, got {args.workers!r}")
-    if not workers or min(workers) < 2:
-        parser.error("--workers: at least 2 workers a job")
     if not 1 <= args.change_at < args.steps:
         parser.error(f"--change-at {args.change_at}: must fall within the {args.steps} steps")
     try:
         deviations = measured_deviations(args.noise_from)
     except ValueError as exc:
         parser.error(f"--noise-from: {exc}")
-    args.workers = workers
-    changed = changed_options(parser, args, reference={"workers": list(WORKERS)}, leave=("out",))
+    changed = changed_options(parser, args, leave=("out",))
     folder = subset_location(args.out, parser.get_default("out"), changed, folder=True)
     shown = Path(args.noise_from).resolve()
     return args, deviations, folder, str(shown.relative_to(ROOT)) if shown.is_relative_to(ROOT) else shown.name
@@ -253,19 +247,29 @@ def main(argv: list[str] | None = None) -> int:
                        "count": int(deviations.size), "median": float(np.median(deviations)),
                        "p10": float(np.percentile(deviations, 10)), "p90": float(np.percentile(deviations, 90))},
         "results": []}
-    jobs = [(m, b, n, w) for m, b in MODELS for n in NETWORKS for w in args.workers]
-    with Progress(interrupted_path(str(Path(folder) / "online-study.md"))) as progress:
+    return play(document, MODELS, args, deviations, folder, "online-study", run_job,
+                lambda rows: summary(rows, list(METHODS)), plot, markdown)
+
+
+def play(document: dict[str, Any], models: Any, args: argparse.Namespace, deviations: np.ndarray, folder: str,
+         stem: str, run: Any, summarise: Any, draw: Any, table: Any) -> int:
+    """Play every job of ``models`` (model and batch) on :data:`NETWORKS` and ``args.workers``
+    with ``run`` (``run_job``'s arguments), keeping each row and the ``summarise`` of the rows
+    in ``document`` as they come (Ctrl-C keeps them beside the result); then ``draw`` the plot
+    and write ``folder/stem.{json,md}`` (``table``: the markdown). The exit status."""
+    jobs = [(m, b, n, w) for m, b in models for n in NETWORKS for w in args.workers]
+    with Progress(interrupted_path(str(Path(folder) / f"{stem}.md"))) as progress:
         progress.stage("jobs", total=len(jobs))
         for model, batch, name, count in jobs:
-            row = run_job(model, batch, name, count, deviations, args.steps, args.change_at, args.seed)
+            row = run(model, batch, name, count, deviations, args.steps, args.change_at, args.seed)
             document["results"].append(row)
-            document["summary"] = summary(document["results"], list(METHODS))
+            document["summary"] = summarise(document["results"])
             progress.keep(document)
             progress.step(f"{model} {name} {count}: " + ", ".join(
                 f"{m} {100 * v['gap_at_end']:.1f}%" for m, v in row["methods"].items()))
         Path(folder).mkdir(parents=True, exist_ok=True)
-        plot(document, folder)
-        write_result(folder, "online-study", document, markdown(document))
+        draw(document, folder)
+        write_result(folder, stem, document, table(document))
     return progress.exit_code
 
 

@@ -52,7 +52,7 @@ sys.path.insert(0, str(ROOT / "validation" / "frameworks"))
 from fusionopt.model._io import read_json_document, write_json_atomic  # noqa: E402
 from fusionopt.reporting import (changed_options, command_line, markdown_table, positive_int,  # noqa: E402
                                  subset_location, write_result)
-from speedup import build_model, measure_profile, speedup_interval  # noqa: E402
+from speedup import build_model, measure_profile, measure_rounds, speedup_interval, training_step  # noqa: E402
 
 RESULTS = ROOT / "validation" / "results"
 MODELS = ("mlp", "cnn")
@@ -145,7 +145,8 @@ def _rank(rank: int, port: int, out: str, args: dict[str, Any]) -> None:
                 encoding = {"default": "fp32", "advised": next(iter(encodings))}.get(setting, setting)
                 wrapped.register_comm_hook(None, ddp_comm_hook(links[setting], encoding))
                 models[setting] = (wrapped, torch.optim.SGD(wrapped.parameters(), lr=1e-3, momentum=0.9))
-            row["rounds"] = _measure(models, x, args, dist)
+            steps = {setting: training_step(*models[setting], x) for setting in models}
+            row["rounds"] = measure_rounds(steps, args, dist)
             row["measured"] = {setting: speedup_interval(row["rounds"]["default"], row["rounds"][setting])
                                for setting in row["rounds"] if setting != "default"}
             rows.append(row)
@@ -153,30 +154,6 @@ def _rank(rank: int, port: int, out: str, args: dict[str, Any]) -> None:
                 write_json_atomic(out, rows)
     finally:
         dist.destroy_process_group()
-
-
-def _measure(models: dict[str, Any], x: Any, args: dict[str, Any], dist: Any) -> dict[str, list[float]]:
-    """Warm every setting up, then the rounds: each round's mean step (seconds) per setting,
-    the settings' order rotated every round."""
-    def step(setting: str) -> None:
-        model, optimizer = models[setting]
-        optimizer.zero_grad()
-        model(x).sum().backward()
-        optimizer.step()
-
-    keys = list(models)
-    for _ in range(args["warmup"]):
-        for key in keys:
-            step(key)
-    rounds: dict[str, list[float]] = {key: [] for key in keys}
-    for r in range(args["rounds"]):
-        for key in keys[r % len(keys):] + keys[: r % len(keys)]:
-            dist.barrier()
-            begin = time.perf_counter()
-            for _ in range(args["steps"]):
-                step(key)
-            rounds[key].append((time.perf_counter() - begin) / args["steps"])
-    return rounds
 
 
 def markdown(document: dict[str, Any]) -> str:

@@ -40,7 +40,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from fusionopt.reporting import (Progress, changed_options, command_line, interrupted_path,  # noqa: E402
+from fusionopt.reporting import (Progress, changed_options, command_line, counts, interrupted_path,  # noqa: E402
                                  markdown_table, subset_location, write_result)
 
 RESULTS = ROOT / "validation" / "results"
@@ -122,7 +122,8 @@ def main(argv: list[str] | None = None) -> int:
 
     argv = sys.argv[1:] if argv is None else argv
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--workers", default=",".join(map(str, WORKERS)), help="comma-separated worker counts")
+    parser.add_argument("--workers", type=counts(2, "workers a job"), default=list(WORKERS),
+                        help="comma-separated worker counts (default 8,64,256,1024)")
     parser.add_argument("--cast-per-byte", type=float, default=CAST_PER_BYTE, metavar="S",
                         help="seconds per fp32 byte to encode and decode (default an H100 estimate, 1.15 ps)")
     parser.add_argument("--cast-per-message", type=float, default=CAST_PER_MESSAGE, metavar="S",
@@ -130,23 +131,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default=str(RESULTS), help="folder of the result files")
     args = parser.parse_args(argv)
     try:
-        workers = [int(w) for w in args.workers.split(",") if w.strip()]
-    except ValueError:
-        parser.error(f"--workers: whole numbers separated by commas, got {args.workers!r}")
-    if not workers or min(workers) < 2:
-        parser.error("--workers: at least 2 workers a job")
-    try:
         fp16 = FP16.with_costs(seconds_per_byte=args.cast_per_byte, seconds_per_message=args.cast_per_message)
     except ValueError as exc:
         parser.error(str(exc))
-    args.workers = workers
-    changed = changed_options(parser, args, reference={"workers": list(WORKERS)}, leave=("out",))
+    changed = changed_options(parser, args, leave=("out",))
     folder = subset_location(args.out, parser.get_default("out"), changed, folder=True)
     document: dict[str, Any] = {
         "schema": "fusionopt.validation.wire-study", "version": 1, "cast_per_byte": args.cast_per_byte,
         "cast_per_message": args.cast_per_message, "command": command_line("validation/wire/study.py", argv, args.out),
         "results": []}
-    jobs = [(m, b, n, w) for m, b in MODELS for n in NETWORKS for w in workers]
+    jobs = [(m, b, n, w) for m, b in MODELS for n in NETWORKS for w in args.workers]
     with Progress(interrupted_path(str(Path(folder) / "wire-study.md"))) as progress:
         progress.stage("jobs", total=len(jobs))
         for model, batch, name, count in jobs:
