@@ -28,9 +28,8 @@ import numpy as np
 import fusionopt
 from fusionopt import zoo
 from fusionopt.cost import network
-from fusionopt.model import Plan, Problem, Profile, evaluate_cuts, fusion_iteration_time, simulate
-from fusionopt.model.fusion_eval import score_cuts
-from fusionopt.model._io import write_text_atomic
+from fusionopt.model import Plan, Problem, Profile, evaluate_cuts, fusion_iteration_time, simulate, score_cuts
+from fusionopt.reporting import write_text_atomic
 from timing import timings
 
 RESULTS = Path(__file__).resolve().parent / "results" / "evaluator.md"

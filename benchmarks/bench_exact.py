@@ -26,8 +26,8 @@ import numpy as np
 import fusionopt
 from fusionopt.cost import AlphaBeta, PiecewiseLinear
 from fusionopt.model import Problem
-from fusionopt.model._io import write_text_atomic
-from fusionopt.model.fusion_dp import optimal_fusion
+from fusionopt.reporting import write_text_atomic
+from fusionopt.model import optimal_fusion
 from fusionopt.solvers import solve
 from timing import random_profile, timings
 

@@ -45,11 +45,10 @@ import fusionopt
 from fusionopt import zoo
 from fusionopt.cost import network
 from fusionopt.model import Problem
-from fusionopt.model._io import write_bytes_atomic, write_text_atomic
-from fusionopt.model.fusion_eval import score_cuts
-from fusionopt.solvers import solve
-from fusionopt.solvers.result import Status
-from fusionopt.solvers.searches.ssa import GRADSSA_SEEDS
+from fusionopt.reporting import write_bytes_atomic, write_text_atomic
+from fusionopt.model import score_cuts
+from fusionopt.solvers import solve, Status
+from fusionopt.solvers.searches import GRADSSA_SEEDS
 
 RESULTS = Path(__file__).resolve().parent / "results" / "gradssa.md"
 MODELS = ("resnet50", "vgg16", "googlenet", "bert-base")

@@ -2,9 +2,9 @@
 
 Each job is a zoo model on H100s (ResNet-50 at batch 64, BERT-base and GPT-2 at batch 8) on
 64 workers of 10 GbE or 100 Gb InfiniBand, played by the simulator
-(:class:`~fusionopt.integrations.online.SimulatedJob`: every message's duration stretched by
+(:class:`~fusionopt.integrations.SimulatedJob`: every message's duration stretched by
 a seeded 2% normal draw), starting from DDP's default buckets. The planner
-(:class:`~fusionopt.integrations.online.OnlinePlanner`, ``every=5``, ``window=10``) runs 60
+(:class:`~fusionopt.integrations.OnlinePlanner`, ``every=5``, ``window=10``) runs 60
 steps; at step 30 the link's bandwidth is divided by 4. Reported:
 
 * the predicted ``T`` of DDP's default, of the optimum (``dp``) and of the plan in use at step
@@ -12,9 +12,9 @@ steps; at step 30 the link's bandwidth is divided by 4. Reported:
 * the steps until the plan in use is within 2% of the optimum and stays there, from the start
   and from the change (or "never"), and the switches made;
 * the same steps, and ``T`` at step 60, for DeepSpeed's autotuner's grid search over DDP's
-  ``bucket_cap_mb`` (:class:`~fusionopt.integrations.online_baselines.GridSearch`) on the
+  ``bucket_cap_mb`` (:class:`~fusionopt.integrations.GridSearch`) on the
   same job and draws: it tunes once and keeps its setting; and for Horovod's autotune
-  (:class:`~fusionopt.integrations.horovod_autotune.HorovodAutotune`, its defaults: 150
+  (:class:`~fusionopt.integrations.HorovodAutotune`, its defaults: 150
   warm-up steps, then 50 steps a setting, 16,950 steps before it keeps its best);
 * the planner's own seconds per step (fitting, solving and deciding every 5 steps,
   averaged; a **timing** of this host) and that as a share of the step's ``T``: target 1%.
@@ -52,9 +52,7 @@ def settle(gaps: list[float], start: int) -> int | None:
 def run_job(model: str, batch: int, network_name: str) -> dict:
     from fusionopt import zoo
     from fusionopt.cost import AlphaBeta, network
-    from fusionopt.integrations.horovod_autotune import HorovodAutotune
-    from fusionopt.integrations.online import OnlinePlanner, SimulatedJob
-    from fusionopt.integrations.online_baselines import GridSearch
+    from fusionopt.integrations import HorovodAutotune, OnlinePlanner, SimulatedJob, GridSearch
     from fusionopt.model import Problem, simulate
     from fusionopt.solvers import solve
 
@@ -107,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--output", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
     sys.path.insert(0, str(ROOT))
-    from fusionopt.model._io import write_text_atomic
+    from fusionopt.reporting import write_text_atomic
 
     lines = [
         "# The online planner on simulated jobs",
@@ -117,8 +115,8 @@ def main(argv: list[str] | None = None) -> int:
         f"on H100, {WORKERS} workers, seeded 2% noise on every message), starting from DDP's default buckets; the "
         f"link's bandwidth divided by 4 at step {CHANGE} of {STEPS}. `T` in ms, predicted on the true problem of the "
         "moment. The grid search is DeepSpeed's autotuner's over DDP's `bucket_cap_mb` (a reconstruction, see "
-        "`fusionopt.integrations.online_baselines`). Horovod's autotune is its parameter manager's search over the "
-        "fusion threshold and the cycle time (`fusionopt.integrations.horovod_autotune`): with its defaults it warms "
+        "`fusionopt.integrations._online_baselines`). Horovod's autotune is its parameter manager's search over the "
+        "fusion threshold and the cycle time (`fusionopt.integrations._horovod_autotune`): with its defaults it warms "
         "up for 150 steps and keeps its best after 16,950, so in these 60 steps it runs its first test point (4 MiB, "
         "5 ms). The last two columns are **timings** of this host; every other figure is reproduced exactly by "
         "rerunning.",

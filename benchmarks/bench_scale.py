@@ -3,7 +3,7 @@
 Measures in one run, on one machine (timings: best of ``--repeats``):
 
 * ``solve(problem, "dp")`` end to end on 100,000 tensors, and the DP core alone
-  (``fusionopt.model.fusion_dp.optimal_fusion``) on the same instance: target, end to end
+  (``fusionopt.model.optimal_fusion``) on the same instance: target, end to end
   within 2x of the core and under 0.1 s;
 * ``simulate`` of a 100,000-message plan (one message per tensor): target under 10 ms;
 * ``Plan.validate`` of that plan: target under 20 ms;
@@ -68,10 +68,9 @@ def compare_profiles() -> dict[str, dict]:
 def measure(repeats: int, profiles: dict[str, dict]) -> dict[str, float]:
     """Seconds per operation, with the fusionopt that ``sys.path`` finds first; ``compare``
     on ``profiles`` (:func:`compare_profiles`)."""
-    from fusionopt import compare, solve
+    from fusionopt.solvers import compare, solve
     from fusionopt.cost import AlphaBeta, network
-    from fusionopt.model import Plan, Problem, Profile, simulate
-    from fusionopt.model.fusion_dp import optimal_fusion
+    from fusionopt.model import Plan, Problem, Profile, simulate, optimal_fusion
 
     profile = random_profile(TENSORS, 0)
     cost = AlphaBeta(2e-5, 1e-10)
@@ -101,7 +100,7 @@ def sharded_simulate(profile: Any, calls: int = 200) -> dict[str, float]:
     """Seconds per ``simulate`` call (best of 5 runs of ``calls`` calls) on ``profile``: DDP's
     and WFBP's plans on the all-reduce, FSDP2's and a unit per tensor on full sharding; only
     the all-reduce rows on a revision without ``FullySharded``."""
-    from fusionopt import solve
+    from fusionopt.solvers import solve
     from fusionopt.cost import network
     from fusionopt.model import Problem, simulate
 
@@ -193,7 +192,7 @@ def main(argv: list[str] | None = None) -> int:
               f"{now['simulate_fsdp2'] / now['simulate_ddp']:.1f}x, a unit per tensor over a message per tensor "
               f"{now['simulate_sharded_wfbp'] / now['simulate_wfbp']:.1f}x (target <= 2x each).", ""]
     text = "\n".join(lines)
-    from fusionopt.model._io import write_text_atomic
+    from fusionopt.reporting import write_text_atomic
 
     write_text_atomic(args.output, text, make_folder=True)
     print(text)

@@ -26,8 +26,8 @@ import time
 from pathlib import Path
 
 from fusionopt import zoo
-from fusionopt.model._io import write_text_atomic
-from fusionopt.sweep import cells, run_sweep
+from fusionopt.reporting import write_text_atomic
+from fusionopt.experiments import cells, run_sweep
 
 METHODS = ("wfbp", "ddp", "horovod", "mgwfbp", "dp", "gradssa")
 WORKERS = (8, 64, 512)

@@ -35,9 +35,9 @@ import numpy as np
 import fusionopt
 from fusionopt import zoo
 from fusionopt.model import Decoupled, Problem, Profile
-from fusionopt.model._io import write_text_atomic
+from fusionopt.reporting import write_text_atomic
 from fusionopt.solvers import solve
-from fusionopt.solvers.exact.decoupled_cpsat import MAX_TENSORS
+from fusionopt.solvers.exact import MAX_TENSORS
 
 RESULTS = Path(__file__).resolve().parent / "results" / "decoupled_cpsat_scale.md"
 MODELS = ("resnet50", "bert-base", "vgg16")

@@ -5,16 +5,18 @@ backward, message, update and forward, weighted by its duration); its longest pa
 iteration time, computed by graph search instead of :func:`fusionopt.model.simulate`'s
 recursion. The property tests compare the two on random problems and plans.
 :func:`ps_schedule_graph` does the same for a parameter-server problem and its
-:class:`~fusionopt.model.ps_plan.PSPlan`.
+:class:`~fusionopt.model.PSPlan`.
 """
 
 from __future__ import annotations
 
 import networkx as nx
 
-from fusionopt.model.plan import Plan
-from fusionopt.model.problem import Problem
-from fusionopt.model.ps_plan import PSPlan
+from fusionopt.model._plan import Plan
+from fusionopt.model._problem import Problem
+from fusionopt.model._ps_plan import PSPlan
+
+__all__ = ["longest_path_time", "ps_schedule_graph", "schedule_graph"]
 
 
 def schedule_graph(problem: Problem, plan: Plan | PSPlan) -> nx.DiGraph:
@@ -94,7 +96,7 @@ def schedule_graph(problem: Problem, plan: Plan | PSPlan) -> nx.DiGraph:
 
 def ps_schedule_graph(problem: Problem, plan: PSPlan) -> nx.DiGraph:
     """The precedence graph of one parameter-server step (the rules of
-    :func:`~fusionopt.model.ps_timing.simulate_ps`); edge ``u -> v`` weighs the duration of ``u``.
+    :func:`~fusionopt.model.simulate_ps`); edge ``u -> v`` weighs the duration of ``u``.
 
     Nodes: ``("start",)``; ``("backward", i, p)``, the ``p``-th backward piece of tensor
     ``i`` (``p = 0`` only, when its backward is not split); ``("push", k)``; ``("server", k)``,
@@ -116,7 +118,7 @@ def ps_schedule_graph(problem: Problem, plan: PSPlan) -> nx.DiGraph:
       the pull of its own chunk;
     - the step parts as in :func:`schedule_graph` (nodes ``("step",)`` and ``("host",)``).
     """
-    from fusionopt.model.ps_timing import check_ps_inputs
+    from fusionopt.model._ps_timing import check_ps_inputs
 
     check_ps_inputs(problem, plan)
     plan.validate(problem.profile)
@@ -208,16 +210,17 @@ def ps_schedule_graph(problem: Problem, plan: PSPlan) -> nx.DiGraph:
 def longest_path_time(problem: Problem, plan: Plan | PSPlan) -> float:
     """Iteration time as the longest path of :func:`schedule_graph`, in seconds.
 
-    >>> from fusionopt.model import AlphaBeta, Plan, Problem, Profile
+    >>> from fusionopt.cost import AlphaBeta
+
+    >>> from fusionopt.model import Plan, Problem, Profile
     >>> profile = Profile.from_arrays([4e6, 1e6, 2e6], [1e-3] * 3, [3e-3, 2e-3, 1e-3])
     >>> problem = Problem(profile, AlphaBeta(3e-3, 1e-9))
     >>> round(longest_path_time(problem, Plan.from_groups(profile, [[2], [1, 0]])) * 1e3, 9)
     17.0
 
-    A parameter server, layer by layer (:func:`~fusionopt.model.ps_timing.simulate_ps`'s example):
+    A parameter server, layer by layer (:func:`~fusionopt.model.simulate_ps`'s example):
 
-    >>> from fusionopt.model.ps import ParameterServer
-    >>> from fusionopt.model.ps_plan import PSPlan
+    >>> from fusionopt.model import ParameterServer, PSPlan
     >>> ps_problem = Problem(profile, pattern=ParameterServer(AlphaBeta(1e-3, 1e-9)), sync="layerwise")
     >>> plan = PSPlan.from_groups(profile, push=[[2], [1], [0]], pull=[[0], [1], [2]])
     >>> round(longest_path_time(ps_problem, plan) * 1e3, 9)

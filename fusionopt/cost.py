@@ -1,5 +1,5 @@
-"""Communication cost models, public face: see :mod:`fusionopt.model.cost` and
-:mod:`fusionopt.model.collectives`.
+"""Communication cost models, public face: see :mod:`fusionopt.model._cost` and
+:mod:`fusionopt.model._collectives`.
 
 Examples
 --------
@@ -9,59 +9,25 @@ Examples
 0.00063
 """
 
-from fusionopt.model.collectives import (
-    ALGORITHMS,
-    COLLECTIVES,
-    double_binary_tree_allreduce,
-    hierarchical_all_gather,
-    hierarchical_allreduce,
-    hierarchical_reduce_scatter,
-    network,
-    network_link,
-    networks,
-    rabenseifner_allreduce,
-    recursive_doubling_all_gather,
-    recursive_doubling_allreduce,
-    recursive_halving_reduce_scatter,
-    ring_all_gather,
-    ring_allreduce,
-    ring_reduce_scatter,
+from fusionopt.model._collectives import (
+    ALGORITHMS, COLLECTIVES, double_binary_tree_allreduce, hierarchical_all_gather, hierarchical_allreduce,
+    hierarchical_reduce_scatter, network, network_link, networks, rabenseifner_allreduce,
+    recursive_doubling_all_gather, recursive_doubling_allreduce, recursive_halving_reduce_scatter, ring_all_gather,
+    ring_allreduce, ring_reduce_scatter,
 )
-from fusionopt.model.cost import (
-    COST_SCHEMA,
-    COST_VERSION,
-    AlphaBeta,
-    CommCost,
-    Composite,
-    PiecewiseLinear,
-    cost_from_dict,
+from fusionopt.model._cost import (
+    COST_SCHEMA, COST_VERSION, AlphaBeta, CommCost, Composite, PiecewiseLinear, cost_from_dict,
 )
-from fusionopt.model.cost_files import read_nccl_tests, read_osu
+from fusionopt.model._cost_files import read_nccl_tests, read_osu
+from fusionopt.model._encoding import BF16, ENCODINGS, FP16, FP32, Cheapest, Encoded, Encoding, crossovers, encodings_of
+from fusionopt.model._overhead import with_message_overhead, with_overhead
 
 __all__ = [
-    "COST_SCHEMA",
-    "COST_VERSION",
-    "CommCost",
-    "AlphaBeta",
-    "PiecewiseLinear",
-    "Composite",
-    "cost_from_dict",
-    "read_nccl_tests",
-    "read_osu",
-    "ring_allreduce",
-    "recursive_doubling_allreduce",
-    "rabenseifner_allreduce",
-    "double_binary_tree_allreduce",
-    "hierarchical_allreduce",
-    "ALGORITHMS",
-    "ring_reduce_scatter",
-    "ring_all_gather",
-    "recursive_halving_reduce_scatter",
-    "recursive_doubling_all_gather",
-    "hierarchical_reduce_scatter",
-    "hierarchical_all_gather",
-    "COLLECTIVES",
-    "network",
-    "network_link",
-    "networks",
+    "ALGORITHMS", "AlphaBeta", "BF16", "COLLECTIVES", "COST_SCHEMA", "COST_VERSION", "Cheapest", "CommCost",
+    "Composite", "ENCODINGS", "Encoded", "Encoding", "FP16", "FP32", "PiecewiseLinear", "cost_from_dict",
+    "crossovers", "double_binary_tree_allreduce", "encodings_of", "hierarchical_all_gather",
+    "hierarchical_allreduce", "hierarchical_reduce_scatter", "network", "network_link", "networks",
+    "rabenseifner_allreduce", "read_nccl_tests", "read_osu", "recursive_doubling_all_gather",
+    "recursive_doubling_allreduce", "recursive_halving_reduce_scatter", "ring_all_gather", "ring_allreduce",
+    "ring_reduce_scatter", "with_message_overhead", "with_overhead",
 ]

@@ -21,7 +21,14 @@ import os
 import sys
 from typing import Any, Iterable, Mapping, Sequence
 
-from fusionopt.model._io import write_bytes_atomic, write_json_atomic, write_text_atomic
+from fusionopt.model._io import read_json_document, write_bytes_atomic, write_json_atomic, write_text_atomic
+
+__all__ = [
+    "SAFEGUARD_SECONDS", "SUBSET", "Progress", "changed_options", "command_line", "counts", "fraction",
+    "interrupted_path", "markdown_table", "nonnegative_float", "nonnegative_int", "positive_float", "positive_int",
+    "pyplot", "read_json_document", "reproduction_parser", "save_png", "subset_location", "write_bytes_atomic",
+    "write_json_atomic", "write_result", "write_text_atomic",
+]
 
 # The wall-clock limit the scripts give a search that stops on a deterministic budget (CP-SAT's
 # work units, HiGHS's nodes, layerwise-opt's kicks): a safeguard far beyond what the budget takes.

@@ -7,7 +7,7 @@ import json
 import os
 from pathlib import Path
 
-from fusionopt.integrations.ddp_record import free_port
+from fusionopt.integrations import free_port
 
 
 @contextlib.contextmanager
@@ -36,12 +36,12 @@ def gloo_rank(rank: int, port: int, folder: str, ranks: int = 2):
     """In a spawned worker: join a gloo group of ``ranks``, one thread each; yield the report
     (a dict) and write it as ``rank{rank}.json`` in ``folder`` when the block ends, however.
     A block that ends well then meets the other ranks at a barrier and ends the process
-    without tearing the group down (:func:`~fusionopt.integrations.rank_processes.leave_rank`:
+    without tearing the group down (:func:`~fusionopt.integrations.leave_rank`:
     on gloo that teardown sometimes aborts a rank whose work is done)."""
     import torch
     import torch.distributed as dist
 
-    from fusionopt.integrations.rank_processes import leave_rank
+    from fusionopt.integrations import leave_rank
 
     os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", str(port)
     dist.init_process_group("gloo", rank=rank, world_size=ranks)

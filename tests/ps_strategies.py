@@ -6,9 +6,7 @@ from hypothesis import strategies as st
 
 from strategies import costs, partition_plans, profiles
 
-from fusionopt.model import Problem, Profile
-from fusionopt.model.ps import ParameterServer
-from fusionopt.model.ps_plan import PSPlan, stream_offsets
+from fusionopt.model import Problem, Profile, ParameterServer, PSPlan, stream_offsets
 
 small_seconds = st.one_of(st.just(0.0), st.floats(1e-7, 2e-3))
 

@@ -26,9 +26,9 @@ RESNET_10GBE = ["--model", "resnet50", "--workers", "64", "--network", "10gbe"]
 
 
 # ---------------------------------------------------------------------- helpers
-def example_profile() -> fusionopt.Profile:
+def example_profile() -> fusionopt.model.Profile:
     """The MODEL.md worked example (tensors named t0, t1, t2)."""
-    return fusionopt.Profile.from_arrays(
+    return fusionopt.model.Profile.from_arrays(
         [4e6, 1e6, 2e6], forward=[1e-3] * 3, backward=[3e-3, 2e-3, 1e-3])
 
 
@@ -40,7 +40,7 @@ def write_example_profile(path: Path) -> Path:
 
 def write_plan(path: Path, groups: list[list[int]]) -> Path:
     """A plan of whole tensors of the worked example, messages in the given order."""
-    fusionopt.Plan.from_groups(example_profile(), groups).write(path)
+    fusionopt.model.Plan.from_groups(example_profile(), groups).write(path)
     return path
 
 
@@ -93,7 +93,7 @@ def test_methods_lists_every_method_with_its_description(capsys):
     status, out, err = run(capsys, "methods")
     assert status == 0 and err == ""
     lines = [line for line in out.splitlines() if line.startswith("  ")]
-    listing = fusionopt.methods()
+    listing = fusionopt.solvers.methods()
     assert sorted(line.split()[0] for line in lines) == sorted(listing)
     assert set(METHODS) < set(listing) and {"dp", "brute", "cpsat", "milp"} <= set(listing)
     for line in lines:
@@ -155,10 +155,10 @@ def test_solve_output_writes_a_readable_plan(capsys, profile_path, tmp_path):
     out_path = tmp_path / "plan.json"
     doc = run_json(capsys, "solve", profile_path, *AB3, "--method", "single",
                    "--output", out_path, "--json")
-    plan = fusionopt.Plan.read(out_path)
+    plan = fusionopt.model.Plan.read(out_path)
     assert plan.groups() == [[2, 1, 0]]
     assert plan.to_dict() == doc["plan"]
-    plan.validate(fusionopt.Profile.read(profile_path))
+    plan.validate(fusionopt.model.Profile.read(profile_path))
 
 
 def test_solve_ddp_options(capsys, profile_path):
@@ -347,7 +347,7 @@ def test_profile_writes_a_zoo_profile(capsys, tmp_path):
     status, out, err = run(capsys, "profile", "--model", "vgg16", "--batch", "32", "--output", out_path)
     assert status == 0 and err == ""
     assert str(out_path) in out
-    profile = fusionopt.Profile.read(out_path)
+    profile = fusionopt.model.Profile.read(out_path)
     assert profile.n == 32
     assert profile.total_bytes == 4 * 138_357_544
     assert profile.metadata["batch"] == 32
@@ -357,8 +357,8 @@ def test_profile_writes_a_zoo_profile(capsys, tmp_path):
 def test_profile_batch_scales_the_compute(capsys, tmp_path):
     run(capsys, "profile", "--model", "vgg16", "--batch", "32", "--output", tmp_path / "b32.json")
     run(capsys, "profile", "--model", "vgg16", "--batch", "64", "--output", tmp_path / "b64.json")
-    b32 = fusionopt.Profile.read(tmp_path / "b32.json")
-    b64 = fusionopt.Profile.read(tmp_path / "b64.json")
+    b32 = fusionopt.model.Profile.read(tmp_path / "b32.json")
+    b64 = fusionopt.model.Profile.read(tmp_path / "b64.json")
     assert b64.B > b32.B
     assert b64.total_bytes == b32.total_bytes
 
@@ -366,7 +366,7 @@ def test_profile_batch_scales_the_compute(capsys, tmp_path):
 def test_profile_without_output_prints_json(capsys):
     status, out, err = run(capsys, "profile", "--model", "resnet50", "--batch", "8")
     assert status == 0 and err == ""
-    profile = fusionopt.Profile.from_dict(json.loads(out))
+    profile = fusionopt.model.Profile.from_dict(json.loads(out))
     assert profile.n == 161
     assert profile.total_bytes == 4 * 25_557_032
 
@@ -407,14 +407,14 @@ def test_counts_of_one_are_singular(capsys, profile_path, tmp_path):
     assert "(1 bucket, the plan's)" in out
     # Twenty-one messages: twenty shown, one more.
     many = tmp_path / "many.json"
-    fusionopt.Profile.from_arrays([1e6] * 21, forward=[1e-3] * 21, backward=[1e-3] * 21).write(many)
+    fusionopt.model.Profile.from_arrays([1e6] * 21, forward=[1e-3] * 21, backward=[1e-3] * 21).write(many)
     status, out, _ = run(capsys, "solve", many, *AB1)
     assert status == 0 and out.endswith("  ... 1 more message (use --json for all)\n")
-    fusionopt.Plan.per_tensor(fusionopt.Profile.read(many)).write(tmp_path / "plan.json")
+    fusionopt.model.Plan.per_tensor(fusionopt.model.Profile.read(many)).write(tmp_path / "plan.json")
     status, out, _ = run(capsys, "simulate", many, "--plan", tmp_path / "plan.json", *AB1)
     assert status == 0 and out.endswith("  ... 1 more message (use --json for all)\n")
     one = tmp_path / "one.json"
-    fusionopt.Profile.from_arrays([1e6], forward=[1e-3], backward=[1e-3]).write(one)
+    fusionopt.model.Profile.from_arrays([1e6], forward=[1e-3], backward=[1e-3]).write(one)
     status, out, _ = run(capsys, "compare", "--profile", one, *AB1, "--methods", "wfbp")
     assert status == 0 and out.startswith(f"workload  {one}: 1 tensor, ")
 
@@ -624,7 +624,7 @@ def test_error_output_below_a_file(capsys, profile_path):
 def test_compare_zero_iteration_time_does_not_crash(capsys, tmp_path):
     # valid profile (compute times >= 0) and valid cost (alpha = beta = 0): every T is 0
     zero = tmp_path / "zero.json"
-    fusionopt.Profile.from_arrays([8], forward=[0.0], backward=[0.0]).write(zero)
+    fusionopt.model.Profile.from_arrays([8], forward=[0.0], backward=[0.0]).write(zero)
     status, out, err = run(capsys, "compare", "--profile", zero, "--alpha", "0", "--beta", "0")
     assert status == 0 and err == ""
     rows = {line.split()[0]: line.split() for line in out.splitlines() if line.split() and line.split()[0] in METHODS}
@@ -662,7 +662,7 @@ def test_command_runs_as_a_subprocess(tmp_path):
 def test_extension_flags_reach_the_simulator(capsys, profile_path, tmp_path):
     # Contention 2, alpha 1 ms, WFBP on the worked example: 16.5 ms (tests/model/test_extensions.py).
     plan = tmp_path / "wfbp.json"
-    fusionopt.Plan.per_tensor(fusionopt.Profile.read(profile_path)).write(plan)
+    fusionopt.model.Plan.per_tensor(fusionopt.model.Profile.read(profile_path)).write(plan)
     doc = run_json(capsys, "simulate", profile_path, "--plan", plan, "--alpha", "0.001", "--beta", "1e-9",
                    "--contention", "2", "--json")
     assert doc["iteration_time"] == pytest.approx(0.0165, rel=1e-12)
@@ -695,7 +695,7 @@ def test_cpsat_on_two_channels_from_the_command_line(capsys, profile_path):
 
 def test_long_messages_are_abbreviated_in_text_output(capsys, tmp_path):
     path = tmp_path / "many.json"
-    fusionopt.Profile.from_arrays([1000] * 9, [1e-4] * 9, [1e-4] * 9).write(path)
+    fusionopt.model.Profile.from_arrays([1000] * 9, [1e-4] * 9, [1e-4] * 9).write(path)
     status, out, _ = run(capsys, "solve", path, "--alpha", "1", "--beta", "0", "--method", "single")
     assert status == 0
     line = next(text for text in out.splitlines() if " B  [" in text)
@@ -788,7 +788,8 @@ def test_options_that_would_change_nothing_are_refused(tmp_path, capsys, argv, m
 
 def test_compare_refuses_a_string_of_methods():
     from fusionopt import zoo
-    from fusionopt.model import AlphaBeta, Problem
+    from fusionopt.cost import AlphaBeta
+    from fusionopt.model import Problem
     from fusionopt.solvers import compare
 
     problem = Problem(zoo.profile("alexnet"), AlphaBeta(1e-3, 1e-9))
@@ -912,9 +913,9 @@ def test_fully_sharded_problems_from_the_command_line(capsys, tmp_path, profile_
 
 
 def simulate_peak(plan_path):
-    problem = fusionopt.Problem(example_profile(), pattern=fusionopt.model.FullySharded(
+    problem = fusionopt.model.Problem(example_profile(), pattern=fusionopt.model.FullySharded(
         fusionopt.cost.AlphaBeta(1e-3, 1e-9), fusionopt.cost.AlphaBeta(1e-3, 1e-9)))
-    return fusionopt.simulate(problem, fusionopt.model.ShardedPlan.read(plan_path)).peak_memory
+    return fusionopt.model.simulate(problem, fusionopt.model.ShardedPlan.read(plan_path)).peak_memory
 
 
 def test_advise_sharded_patterns(capsys):

@@ -18,8 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fusionopt import cli, sweep
-from fusionopt.cli import solving
+from fusionopt import cli, experiments, model, solvers
 from fusionopt.cost import AlphaBeta
 from fusionopt.model import FullySharded, Plan, Problem, Profile, ShardedPlan, simulate
 
@@ -118,10 +117,10 @@ def interrupting(*args, **kwargs):
 
 
 def test_ctrl_c_in_any_command_is_one_line_and_status_130(capsys, monkeypatch, tmp_path):
-    monkeypatch.setattr(solving, "compare", interrupting)
+    monkeypatch.setattr(solvers, "compare", interrupting)
     status, out, err = in_process(capsys, "compare", "--model", "alexnet", "--network", "10gbe", "--workers", 8)
     assert (status, out, err) == (130, "", "fusionopt: interrupted\n")
-    monkeypatch.setattr(solving, "simulate", interrupting)
+    monkeypatch.setattr(model, "simulate", interrupting)
     profile = profile_file(tmp_path)
     Plan.per_tensor(Profile.read(profile)).write(tmp_path / "plan.json")
     status, out, err = in_process(capsys, "simulate", profile, "--plan", tmp_path / "plan.json",
@@ -130,7 +129,7 @@ def test_ctrl_c_in_any_command_is_one_line_and_status_130(capsys, monkeypatch, t
 
 
 def test_ctrl_c_in_a_sweep_says_where_its_cells_are(capsys, monkeypatch, tmp_path):
-    monkeypatch.setattr(sweep, "run_sweep", interrupting)
+    monkeypatch.setattr(experiments, "run_sweep", interrupting)
     output = tmp_path / "cells.jsonl"
     status, out, err = in_process(capsys, "sweep", "--models", "alexnet", "--workers", "8", "--networks", "10gbe",
                                   "--methods", "wfbp", "--output", output, "--no-progress")

@@ -10,11 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from fusionopt.cli import main
-from fusionopt.cli.problems import option_value
+from fusionopt.cli import main, option_value
 from fusionopt.model import Profile
-from fusionopt.solvers import methods
-from fusionopt.solvers.registry import get_method
+from fusionopt.solvers import methods, get_method
 
 ROOT = Path(__file__).resolve().parent.parent
 OPTION_LINE = re.compile(r"^\s+--option (\w+)=\.\.\.  \(default (.*)\)$")

@@ -11,9 +11,8 @@ import pytest
 
 from fusionopt import zoo
 from fusionopt.cli import main
-from fusionopt.integrations.kineto import profile_from_trace
-from fusionopt.model import Profile
-from fusionopt.model.profile_csv import read_profile_csv, write_profile_csv
+from fusionopt.integrations import profile_from_trace
+from fusionopt.model import Profile, read_profile_csv, write_profile_csv
 
 
 def run(capsys, *argv: str) -> tuple[int, str, str]:

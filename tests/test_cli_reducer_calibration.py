@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from fusionopt.cli import main
-from fusionopt.integrations.reducer_calibration import ReducerCalibration
+from fusionopt.integrations import ReducerCalibration
 from fusionopt.model import Plan, Profile
 
 

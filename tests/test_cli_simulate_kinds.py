@@ -9,9 +9,7 @@ import json
 import pytest
 
 from fusionopt.cli import main
-from fusionopt.model import Plan, Profile
-from fusionopt.model.decoupled_plan import DecoupledPlan
-from fusionopt.model.sharded_plan import ShardedPlan
+from fusionopt.model import Plan, Profile, DecoupledPlan, ShardedPlan
 
 COST = ["--alpha", "0.001", "--beta", "1e-9"]
 

@@ -12,9 +12,10 @@ import pytest
 from kineto_traces import PARAMS, ddp_job
 
 from fusionopt.cli import main
-from fusionopt.model import AlphaBeta, Decoupled, FullySharded, Problem, Profile
+from fusionopt.cost import AlphaBeta
+from fusionopt.model import Decoupled, FullySharded, Problem, Profile
 from fusionopt.solvers import solve
-from fusionopt.advice.sharded import zero2_settings
+from fusionopt.advice import zero2_settings
 
 ALPHA, BETA = "1e-5", "1e-9"
 COST = AlphaBeta(1e-5, 1e-9)

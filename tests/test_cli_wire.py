@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from fusionopt import Profile
+from fusionopt.model import Profile
 from fusionopt.cli import main
 
 LINK = ["--alpha", "25e-6", "--beta", "0.8e-9"]

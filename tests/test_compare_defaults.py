@@ -19,14 +19,11 @@ from hypothesis import strategies as st
 from fusionopt import zoo
 from fusionopt.cli import main
 from fusionopt.cost import AlphaBeta, PiecewiseLinear
-from fusionopt.model import Decoupled, FullySharded, Problem, Profile
-from fusionopt.model.ps import ParameterServer
-from fusionopt.solvers import compare, format_table, solve
-from fusionopt.solvers.comparison import INFORMATIVE_SHARE
-from fusionopt.solvers.exact.decoupled_brute import in_grouping_space
-from fusionopt.solvers.registry import comparison_candidates
-from fusionopt.solvers.result import with_bound
-from fusionopt.sweep import Cell, cells, run_cell
+from fusionopt.model import Decoupled, FullySharded, Problem, Profile, ParameterServer
+from fusionopt.solvers import compare, format_table, solve, INFORMATIVE_SHARE
+from fusionopt.solvers.exact import in_grouping_space
+from fusionopt.solvers import comparison_candidates, with_bound
+from fusionopt.experiments import cells, run_cell
 from tests.strategies import alpha_beta, costs, profiles
 
 MS = 1e-3

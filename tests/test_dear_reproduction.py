@@ -8,9 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from fusionopt import solve
-from fusionopt.model import simulate
-from fusionopt.model.bounds import decoupled_lower_bound
+from fusionopt.solvers import solve
+from fusionopt.model import simulate, decoupled_lower_bound
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = "papers/dear/reproduce.py"

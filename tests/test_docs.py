@@ -30,7 +30,7 @@ def test_the_manual_builds_without_a_warning(tmp_path):
     assert "Printed (ran in" in examples and "[[2], [1, 0]] OPTIMAL" in examples
     assert "Not run at this build: it starts a process group" in examples
     assert (html / "MODEL.html").exists() and (html / "methods.html").exists()
-    pattern = (html / "_api" / "fusionopt.model.pattern.html").read_text(encoding="utf-8")
+    pattern = (html / "_api" / "fusionopt.model.html").read_text(encoding="utf-8")
     assert "HSDP" in pattern and "require_plan" in pattern
 
 

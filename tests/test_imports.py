@@ -82,14 +82,15 @@ def test_the_circle_finder_finds_a_circle():
 
 def test_the_graph_sees_imports_inside_functions(tmp_path):
     source = tmp_path / "m.py"
-    source.write_text("def f():\n    from fusionopt.model import simulator\n    import fusionopt.cost\n")
-    assert imports(source, {"fusionopt.model", "fusionopt.model.simulator", "fusionopt.cost"}) == {
-        "fusionopt.model.simulator", "fusionopt.cost"}
+    source.write_text("def f():\n    from fusionopt.model import _simulator\n    import fusionopt.cost\n")
+    assert imports(source, {"fusionopt.model", "fusionopt.model._simulator", "fusionopt.cost"}) == {
+        "fusionopt.model._simulator", "fusionopt.cost"}
 
 
 def test_no_import_circles():
     edges = graph()
-    assert {"fusionopt.cli", "fusionopt.model.simulator", "fusionopt.solvers.exact.cpsat", "fusionopt.zoo.bert"} <= set(edges)
+    assert {"fusionopt.cli", "fusionopt.model._simulator", "fusionopt.solvers.exact._cpsat",
+            "fusionopt.zoo._bert"} <= set(edges)
     assert circles(edges) == []
 
 
@@ -99,14 +100,14 @@ def test_the_model_imports_nothing_above_it():
     assert {name: targets for name, targets in above.items() if targets} == {}
 
 
-SOLVERS_ABOVE = {"fusionopt.solvers.registry", "fusionopt.solvers.comparison", "fusionopt.solvers",
-                 "fusionopt.advice", "fusionopt.advice.allreduce", "fusionopt.advice.sharded"}
+SOLVERS_ABOVE = {"fusionopt.solvers._registry", "fusionopt.solvers._comparison", "fusionopt.solvers",
+                 "fusionopt.advice", "fusionopt.advice._allreduce", "fusionopt.advice._sharded"}
 """The dispatcher, the comparison and the advice: above the solvers."""
 
 
 def test_the_solvers_stand_in_the_folders_of_their_families():
     # Every registered method is defined in the folder of its family.
-    from fusionopt.solvers.registry import catalogue
+    from fusionopt.solvers import catalogue
 
     folder = {"framework baseline": "baselines", "paper": "papers", "search": "searches", "exact": "exact"}
     import inspect
@@ -118,7 +119,7 @@ def test_the_solvers_stand_in_the_folders_of_their_families():
 
 def test_no_solver_climbs_to_the_dispatcher():
     # Solvers register themselves in the catalogue and take warm starts from
-    # fusionopt.solvers.warm; none imports the dispatcher (registry), the comparison or the
+    # fusionopt.solvers._warm; none imports the dispatcher (registry), the comparison or the
     # advice, at module level or inside a function.
     edges = graph()
     solvers = [name for name in edges if name.startswith("fusionopt.solvers.") and name not in SOLVERS_ABOVE]

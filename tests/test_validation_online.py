@@ -78,7 +78,7 @@ def test_bad_arguments_get_one_line(script, capsys, argv, message):
 
 def test_a_short_run_on_two_ranks(tmp_path):
     pytest.importorskip("torch")
-    from fusionopt.integrations.reducer_calibration import ReducerCalibration
+    from fusionopt.integrations import ReducerCalibration
 
     calibration = tmp_path / "reducer.json"
     ReducerCalibration("plan", per_step=2e-4, per_message=1e-4, message_compute=5e-5).write(calibration)
@@ -166,9 +166,8 @@ def test_a_small_prefetch_study(tmp_path):
     document = json.loads((tmp_path / "online-prefetch.json").read_text())
     assert len(document["results"]) == 6 and document["methods"] == ["adaptive", "default", "advised"]
     from fusionopt import zoo
-    from fusionopt.model import Problem, simulate
-    from fusionopt.model.sharded import FullySharded
-    from fusionopt.solvers.baselines.zero3 import zero3_plan
+    from fusionopt.model import Problem, simulate, FullySharded
+    from fusionopt.solvers.baselines import zero3_plan
 
     row = document["results"][0]
     problem = Problem(zoo.profile(row["model"], device="h100", batch=row["batch"]),

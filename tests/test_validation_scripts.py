@@ -14,7 +14,7 @@ import pytest
 from interrupting import interrupt_on
 from kineto_traces import ddp_job
 
-from fusionopt.experiments.study import Study
+from fusionopt.experiments import Study
 from fusionopt.reporting import Progress, changed_options, subset_location
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -213,8 +213,9 @@ def test_training_predicts_with_the_reducer_cost_measured_apart(training, tmp_pa
     # Two 1 MB tensors, backward and forward 1 ms each, on AlphaBeta(3 ms, 1 ns/B): single is
     # 2 + 5 + 2 = 9 ms, wfbp 1 -> 5 -> 9 + 2 = 11 ms. With 0.4 ms per message and 0.7 ms per
     # step: single 10.1 ms, wfbp 12.5 ms; the plain prediction is left as it was.
-    from fusionopt.integrations.reducer_calibration import ReducerCalibration
-    from fusionopt.model import AlphaBeta, Plan, Profile
+    from fusionopt.integrations import ReducerCalibration
+    from fusionopt.cost import AlphaBeta
+    from fusionopt.model import Plan, Profile
 
     profile = Profile.from_arrays([1e6, 1e6], [1e-3, 1e-3], [1e-3, 1e-3])
     plans = {name: {"sync": "barrier", "predicted": t, "plan": Plan.from_cuts(profile, [cut]).to_dict()}

@@ -14,7 +14,7 @@ import pytest
 
 from interrupting import interrupt_on
 
-from fusionopt.integrations.reducer_calibration import read_reducer_calibration
+from fusionopt.integrations import read_reducer_calibration
 from fusionopt.model import Profile
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -185,8 +185,8 @@ from torch.distributed.fsdp import fully_shard
 spec = importlib.util.spec_from_file_location("speedup", sys.argv[1])
 speedup = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(speedup)
-from fusionopt.integrations.emulated_link import EmulatedLink, emulate_fsdp2
-from fusionopt.model.cost import AlphaBeta
+from fusionopt.integrations import EmulatedLink, emulate_fsdp2
+from fusionopt.cost import AlphaBeta
 os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=sys.argv[2])
 dist.init_process_group("gloo", rank=0, world_size=1)
 torch.set_num_threads(1)
@@ -234,7 +234,7 @@ def test_a_unit_of_several_modules_is_counted_once(tmp_path):
 
 
 def count_units(units):
-    from fusionopt.integrations.ddp_record import free_port
+    from fusionopt.integrations import free_port
 
     run = subprocess.run([sys.executable, "-c", COUNT_GROUPED_UNIT, str(SCRIPT), str(free_port()), units],
                          capture_output=True, text=True, timeout=300, cwd=ROOT)
@@ -264,8 +264,9 @@ def test_the_measured_peak_is_m_peak_with_the_collectives_blocking(tmp_path):
     # that overlaps collectives with compute and lets FSDP2's forward gather two units ahead (a
     # GPU's streams) predicts a higher peak: three units whole in the first forward.
     pytest.importorskip("torch")
-    from fusionopt.model import AlphaBeta, FullySharded, Problem, simulate
-    from fusionopt.advice.sharded import fsdp2_plan_of
+    from fusionopt.cost import AlphaBeta
+    from fusionopt.model import FullySharded, Problem, simulate
+    from fusionopt.advice import fsdp2_plan_of
 
     found = count_units("capped")
     names, sizes = zip(*found["params"])

@@ -23,9 +23,9 @@ def test_a_small_wire_study(study, tmp_path):
     document = json.loads((tmp_path / "wire-study.json").read_text())
     assert len(document["results"]) == 8
     from fusionopt import zoo
-    from fusionopt.cost import network
-    from fusionopt.model import Encoded, Problem, simulate
-    from fusionopt.model.encoding import FP16
+    from fusionopt.cost import network, Encoded
+    from fusionopt.model import Problem, simulate
+    from fusionopt.cost import FP16
     from fusionopt.solvers import solve
 
     fp16 = FP16.with_costs(seconds_per_byte=study.CAST_PER_BYTE, seconds_per_message=50e-6)

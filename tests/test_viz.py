@@ -15,11 +15,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fusionopt import solve
+from fusionopt.solvers import solve
 from fusionopt.cli import main
-from fusionopt.model import AlphaBeta, Chunk, Message, Plan, Problem, Profile, simulate
-from fusionopt.model.ps import ParameterServer
-from fusionopt.model.ps_plan import PSPlan
+from fusionopt.cost import AlphaBeta
+from fusionopt.model import Chunk, Message, Plan, Problem, Profile, simulate, ParameterServer, PSPlan
 from fusionopt.viz import Bar, image_format, sweep_series, timeline_bars
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"

@@ -14,16 +14,13 @@ import xml.etree.ElementTree as ET
 import numpy as np
 import pytest
 
-from fusionopt import solve, zoo
+from fusionopt.solvers import solve
+
+from fusionopt import zoo
 from fusionopt.cli import main
-from fusionopt.cost import network
-from fusionopt.model import AlphaBeta, Problem, Profile, simulate
-from fusionopt.model.decoupled import Decoupled
-from fusionopt.model.decoupled_plan import DecoupledPlan
-from fusionopt.model.sharded import FullySharded
-from fusionopt.model.sharded_plan import ShardedPlan
-from fusionopt.viz import memory_steps, timeline_bars
-from fusionopt.viz.timeline import ROW_COLORS
+from fusionopt.cost import AlphaBeta
+from fusionopt.model import Problem, Profile, simulate, Decoupled, DecoupledPlan, FullySharded, ShardedPlan
+from fusionopt.viz import memory_steps, timeline_bars, ROW_COLORS
 
 HALF = AlphaBeta(1e-3, 1e-9)
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"

@@ -42,14 +42,18 @@ def zoo_names(text: str) -> list[str]:
 
 def lstm_language_model(torch: Any) -> Any:
     """PyTorch's word-language-model ``RNNModel('LSTM', 10000, 1500, 1500, 2)``, zoo names."""
-    from fusionopt.zoo import lstm
+    from fusionopt import zoo
+    shapes = dict(tensor for layer in zoo.architecture("lstm-lm").layers for tensor in layer.tensors)
+    ntoken, ninp = shapes["encoder.weight"]
+    nhid = shapes["rnn.weight_hh_l0"][1]
+    nlayers = sum(name.startswith("rnn.weight_ih_l") for name in shapes)
 
     class RNNModel(torch.nn.Module):
         def __init__(self) -> None:
             super().__init__()
-            self.encoder = torch.nn.Embedding(lstm.NTOKEN, lstm.NINP)
-            self.rnn = torch.nn.LSTM(lstm.NINP, lstm.NHID, lstm.NLAYERS)
-            self.decoder = torch.nn.Linear(lstm.NHID, lstm.NTOKEN)
+            self.encoder = torch.nn.Embedding(ntoken, ninp)
+            self.rnn = torch.nn.LSTM(ninp, nhid, nlayers)
+            self.decoder = torch.nn.Linear(nhid, ntoken)
 
         def forward(self, tokens: Any) -> Any:
             output, _ = self.rnn(self.encoder(tokens))

@@ -1,4 +1,18 @@
 """Settings for the frameworks a researcher trains with, judged by the schedule each framework
-builds from them: DDP's and Horovod's (:mod:`fusionopt.advice.allreduce`), FSDP2's, DeepSpeed
-ZeRO-3's and ZeRO-2's and Megatron-LM's (:mod:`fusionopt.advice.sharded`). Above the solvers:
+builds from them: DDP's and Horovod's (:mod:`fusionopt.advice._allreduce`), FSDP2's, DeepSpeed
+ZeRO-3's and ZeRO-2's and Megatron-LM's (:mod:`fusionopt.advice._sharded`). Above the solvers:
 the advice solves problems with them."""
+
+from fusionopt.advice._allreduce import (
+    MIN_GAIN, DDPSettings, HorovodSettings, ddp_settings, gains_enough, horovod_settings,
+)
+from fusionopt.advice._sharded import (
+    FSDP2_MIN_BACKWARD_PREFETCH, FSDP2_MIN_FORWARD_PREFETCH, ZERO3_GRID, OverMemoryCap, fsdp2_advice, fsdp2_atoms,
+    fsdp2_plan_of, fsdp2_settings, unit_modules, zero2_settings, zero3_settings,
+)
+
+__all__ = [
+    "DDPSettings", "FSDP2_MIN_BACKWARD_PREFETCH", "FSDP2_MIN_FORWARD_PREFETCH", "HorovodSettings", "MIN_GAIN",
+    "OverMemoryCap", "ZERO3_GRID", "ddp_settings", "fsdp2_advice", "fsdp2_atoms", "fsdp2_plan_of", "fsdp2_settings",
+    "gains_enough", "horovod_settings", "unit_modules", "zero2_settings", "zero3_settings",
+]

@@ -2,7 +2,7 @@
 
 import sys
 
-from fusionopt.cli.main import main
+from fusionopt.cli import main
 
 if __name__ == "__main__":
     sys.exit(main())

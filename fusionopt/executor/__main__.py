@@ -1,6 +1,6 @@
 """Per-rank entry point: ``mpiexec -n N python -m fusionopt.executor JOB.json [--output OUT.json]``.
 
-``JOB.json`` is a run job (:class:`~fusionopt.executor.job.Job`, as ``fusionopt run
+``JOB.json`` is a run job (:class:`~fusionopt.executor.Job`, as ``fusionopt run
 --backend mpi`` writes it) or a calibration job. Every rank runs it; rank 0 writes the result
 (every rank's record, and for a run the assembled measurement) to ``--output``, or prints a
 summary without it. A rank that fails writes ``error-rank<R>.json`` beside the output and
@@ -26,12 +26,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--output", metavar="OUT.json", help="where rank 0 writes the result")
     args = parser.parse_args(argv)
 
-    from fusionopt.executor.calibrate import CALIBRATION_SCHEMA, sweep_rank, sweep_spec_from_dict
-    from fusionopt.executor.errors import PlanMismatchError, error_document
-    from fusionopt.executor.job import Job
-    from fusionopt.executor.measurement import assemble
-    from fusionopt.executor.mpi import MPICommunicator
-    from fusionopt.executor.ranks import run_rank
+    from fusionopt.executor._calibrate import CALIBRATION_SCHEMA, sweep_rank, sweep_spec_from_dict
+    from fusionopt.executor._errors import PlanMismatchError, error_document
+    from fusionopt.executor._job import Job
+    from fusionopt.executor._measurement import assemble
+    from fusionopt.executor._mpi import MPICommunicator
+    from fusionopt.executor._ranks import run_rank
 
     comm = MPICommunicator()
     rank = comm.rank

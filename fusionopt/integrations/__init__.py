@@ -1,34 +1,71 @@
 """Profiles in: measured workloads from PyTorch.
 
-* :func:`fusionopt.integrations.torch.profile_model` times a ``torch.nn.Module`` on CPU or
+* :func:`fusionopt.integrations.profile_model` times a ``torch.nn.Module`` on CPU or
   CUDA, parameter tensor by parameter tensor (needs ``pip install 'fusionopt[torch]'``).
-* :func:`fusionopt.integrations.kineto.profile_from_trace` reads the chrome-trace JSON that
+* :func:`fusionopt.integrations.profile_from_trace` reads the chrome-trace JSON that
   ``torch.profiler.profile(...).export_chrome_trace`` writes; it does not need torch.
 
-Both return a :class:`~fusionopt.model.profile.Profile` in forward order, the step's parts
+Both return a :class:`~fusionopt.model.Profile` in forward order, the step's parts
 that belong to no tensor included, and share the rules of
 :mod:`fusionopt.integrations._attribution` for turning ready events into backward times.
 
-A data-parallel job's traces say more: :mod:`~fusionopt.integrations.collective_trace` fits
+A data-parallel job's traces say more: :mod:`~fusionopt.integrations._collective_trace` fits
 the all-reduce cost and reads the buckets DDP launched, and
-:mod:`~fusionopt.integrations.traced_step` predicts the job's step from them against the step
-they measured; :mod:`~fusionopt.integrations.ddp_record` records such jobs (gloo, CPU) and
-:mod:`~fusionopt.integrations.ddp_layout` reads DDP's buckets with a comm hook.
-Profiles also travel as CSV: :func:`~fusionopt.model.profile_csv.write_profile_csv` and
-:func:`~fusionopt.model.profile_csv.read_profile_csv`.
+:mod:`~fusionopt.integrations._traced_step` predicts the job's step from them against the step
+they measured; :mod:`~fusionopt.integrations._ddp_record` records such jobs (gloo, CPU) and
+:mod:`~fusionopt.integrations._ddp_layout` reads DDP's buckets with a comm hook.
+Profiles also travel as CSV: :func:`~fusionopt.model.write_profile_csv` and
+:func:`~fusionopt.model.read_profile_csv`.
 
-Advice out: :func:`~fusionopt.integrations.apply.apply_advice` builds DDP or FSDP2 on a
+Advice out: :func:`~fusionopt.integrations.apply_advice` builds DDP or FSDP2 on a
 real model as ``fusionopt advise --json`` says, and
-:func:`~fusionopt.integrations.apply.apply_defaults` as the framework's defaults;
-:class:`~fusionopt.integrations.emulated_link.EmulatedLink` holds their collectives for a
-slower network's time (:func:`~fusionopt.integrations.emulated_link.ddp_comm_hook`,
-:func:`~fusionopt.integrations.emulated_link.emulate_fsdp2`).
+:func:`~fusionopt.integrations.apply_defaults` as the framework's defaults;
+:class:`~fusionopt.integrations.EmulatedLink` holds their collectives for a
+slower network's time (:func:`~fusionopt.integrations.ddp_comm_hook`,
+:func:`~fusionopt.integrations.emulate_fsdp2`).
 """
 
-from fusionopt.integrations.apply import apply_advice, apply_defaults
-from fusionopt.integrations.emulated_link import EmulatedLink, ddp_comm_hook, emulate_fsdp2
-from fusionopt.integrations.kineto import profile_from_trace
-from fusionopt.integrations.torch import profile_model
+from fusionopt.integrations._apply import apply_advice, apply_defaults, read_advice
+from fusionopt.integrations._collective_trace import collective_samples, fit_collective_cost
+from fusionopt.integrations._ddp_layout import ddp_bucket_layout
+from fusionopt.integrations._ddp_record import SMALL_INPUTS, free_port, join_gloo, record_ddp_traces, small_model
+from fusionopt.integrations._deepspeed_prefetch import AdaptivePrefetch, SimulatedZero3Job, fetch_events
+from fusionopt.integrations._emulated_link import EmulatedLink, Hold, ddp_comm_hook, emulate_fsdp2
+from fusionopt.integrations._fsdp_record import (
+    KIND_CODES, CollectiveRecorder, fsdp2_blocks, padded_bytes, record_fsdp2_collectives, tiny_transformer,
+)
+from fusionopt.integrations._horovod_autotune import TEST_POINTS, BayesianSearch, GaussianProcess, HorovodAutotune
+from fusionopt.integrations._kineto import profile_from_trace
+from fusionopt.integrations._kineto_events import documents_by_rank
+from fusionopt.integrations._kineto_ranks import profile_from_traces
+from fusionopt.integrations._online import DDPJob, OnlinePlanner, SimulatedJob
+from fusionopt.integrations._online_baselines import DDP_CAPS_MB, GridSearch
+from fusionopt.integrations._plan_reducer import PlanReducer
+from fusionopt.integrations._profiler_calibration import measure_profiler_cost
+from fusionopt.integrations._rank_processes import leave_rank, run_rank_processes
+from fusionopt.integrations._reducer_calibration import (
+    REDUCER_CALIBRATION_SCHEMA, ReducerCalibration, Sample, fit_overhead, measure_reducer_overhead,
+    read_reducer_calibration, with_reducer_overhead,
+)
+from fusionopt.integrations._torch import profile_model, require_torch
+from fusionopt.integrations._traced_step import (
+    COPIED_PARTS, PARAMETERS_FILE, TracedStep, folder_parameters, predict_traced_step,
+)
+from fusionopt.integrations._unprofiled import (
+    DEFAULT_PROFILER_COST, UNPROFILED_FILE, ProfilerCost, read_profiler_cost, read_unprofiled_reference,
+    replay_trace, write_profiler_cost,
+)
 
-__all__ = ["EmulatedLink", "apply_advice", "apply_defaults", "ddp_comm_hook", "emulate_fsdp2", "profile_from_trace",
-           "profile_model"]
+__all__ = [
+    "AdaptivePrefetch", "BayesianSearch", "COPIED_PARTS", "CollectiveRecorder", "DDPJob", "DDP_CAPS_MB",
+    "DEFAULT_PROFILER_COST", "EmulatedLink", "GaussianProcess", "GridSearch", "Hold", "HorovodAutotune",
+    "KIND_CODES", "OnlinePlanner", "PARAMETERS_FILE", "PlanReducer", "ProfilerCost", "REDUCER_CALIBRATION_SCHEMA",
+    "ReducerCalibration", "SMALL_INPUTS", "Sample", "SimulatedJob", "SimulatedZero3Job", "TEST_POINTS", "TracedStep",
+    "UNPROFILED_FILE", "apply_advice", "apply_defaults", "collective_samples", "ddp_bucket_layout", "ddp_comm_hook",
+    "documents_by_rank", "emulate_fsdp2", "fetch_events", "fit_collective_cost", "fit_overhead", "folder_parameters",
+    "free_port", "fsdp2_blocks", "join_gloo", "leave_rank", "measure_profiler_cost", "measure_reducer_overhead",
+    "padded_bytes", "predict_traced_step", "profile_from_trace", "profile_from_traces", "profile_model",
+    "read_advice", "read_profiler_cost", "read_reducer_calibration", "read_unprofiled_reference",
+    "record_ddp_traces", "record_fsdp2_collectives", "replay_trace", "require_torch", "run_rank_processes",
+    "small_model", "tiny_transformer", "with_reducer_overhead", "write_profiler_cost",
+]

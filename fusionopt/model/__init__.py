@@ -3,27 +3,63 @@
 numpy only: nothing here imports a solver.
 """
 
-from fusionopt.model.allreduce import AllReduce
-from fusionopt.model.bounds import best_bound
-from fusionopt.model.cost import AlphaBeta, CommCost
-from fusionopt.model.decoupled import Decoupled
-from fusionopt.model.decoupled_plan import DecoupledPlan
-from fusionopt.model.encoding import Cheapest, Encoded, Encoding
-from fusionopt.model.pattern import Pattern
-from fusionopt.model.hsdp import HSDP
-from fusionopt.model.fusion_eval import evaluate_cuts, fusion_iteration_time
-from fusionopt.model.plan import Chunk, Message, Plan
-from fusionopt.model.problem import Problem
-from fusionopt.model.profile import Profile
-from fusionopt.model.ps import ParameterServer
-from fusionopt.model.ps_plan import PSPlan
-from fusionopt.model.sharded import FullySharded
-from fusionopt.model.sharded_plan import ShardedPlan
-from fusionopt.model.timeline import ComputePiece, Timeline
-from fusionopt.model.simulator import compute_pieces, simulate
+from fusionopt.model._allreduce import AllReduce
+from fusionopt.model._allreduce_program import ALL_REDUCE, EMITTED, allreduce_program, simulate_program
+from fusionopt.model._blocks import block_iteration_time
+from fusionopt.model._bounds import (
+    best_bound, channel_bound, compute_bound, decoupled_lower_bound, fluid_bound, fluid_latency_bound,
+    fluid_prefix_done, fusion_bound, last_message_bound, least_channel_time, ps_lower_bound, sharded_lower_bound,
+    sharded_memory_floor,
+)
+from fusionopt.model._decoupled import Decoupled
+from fusionopt.model._decoupled_plan import DecoupledPlan
+from fusionopt.model._decoupled_timing import simulate_decoupled
+from fusionopt.model._dispatch import (
+    PriorityChannels, credit_window, dispatch_program, free_channel_window, priority_dispatch,
+)
+from fusionopt.model._events import PACKED, EventChannels, event_program, simulate_events
+from fusionopt.model._fifo import fifo_ends
+from fusionopt.model._fusion import arc_times, backward_arrays, fusion_message_times, layerwise_slack
+from fusionopt.model._fusion_dp import fewest_messages, optimal_fusion
+from fusionopt.model._fusion_eval import evaluate_cuts, fusion_iteration_time, score_cuts
+from fusionopt.model._hsdp import HSDP
+from fusionopt.model._names import block_of
+from fusionopt.model._pattern import Pattern
+from fusionopt.model._plan import Chunk, Message, Plan
+from fusionopt.model._problem import Problem
+from fusionopt.model._profile import Profile
+from fusionopt.model._profile_csv import read_profile_csv, write_profile_csv
+from fusionopt.model._ps import ParameterServer, ps_cost
+from fusionopt.model._ps_plan import PSPlan, stream_offsets
+from fusionopt.model._ps_program import PULL, PUSH, ps_program, simulate_ps_program
+from fusionopt.model._ps_timing import offsets_iteration_time, pieces_by_tensor, pull_sources, range_max, simulate_ps
+from fusionopt.model._sharded import FullySharded
+from fusionopt.model._sharded_pass import applies, one_pass
+from fusionopt.model._sharded_plan import ShardedPlan
+from fusionopt.model._sharded_program import sharded_program
+from fusionopt.model._sharded_timing import ALL_GATHER, REDUCE_SCATTER, simulate_sharded, simulate_sharded_program
+from fusionopt.model._sharing import channel_schedule
+from fusionopt.model._simulator import compute_pieces, simulate
+from fusionopt.model._step_parts import fit_step_parts
+from fusionopt.model._step_program import (
+    AT, CHANNEL, COMPUTE, EMIT, FORWARD, MARK, PUBLISH, SPAN, WAIT, Fifo, Program, replay, run_program,
+)
+from fusionopt.model._ticks import credit_ticks, cycle_ticks
+from fusionopt.model._timeline import ComputePiece, Timeline
 
 __all__ = [
-    "AllReduce", "AlphaBeta", "Cheapest", "Chunk", "CommCost", "ComputePiece", "Decoupled", "DecoupledPlan", "Encoded",
-    "Encoding", "FullySharded", "HSDP", "Message", "PSPlan", "ParameterServer", "Pattern", "Plan", "Problem",
-    "Profile", "ShardedPlan", "Timeline", "best_bound", "compute_pieces", "evaluate_cuts", "fusion_iteration_time", "simulate",
+    "ALL_GATHER", "ALL_REDUCE", "AT", "AllReduce", "CHANNEL", "COMPUTE", "Chunk", "ComputePiece", "Decoupled",
+    "DecoupledPlan", "EMIT", "EMITTED", "EventChannels", "FORWARD", "Fifo", "FullySharded", "HSDP", "MARK",
+    "Message", "PACKED", "PSPlan", "PUBLISH", "PULL", "PUSH", "ParameterServer", "Pattern", "Plan",
+    "PriorityChannels", "Problem", "Profile", "Program", "REDUCE_SCATTER", "SPAN", "ShardedPlan", "Timeline", "WAIT",
+    "allreduce_program", "applies", "arc_times", "backward_arrays", "best_bound", "block_iteration_time", "block_of",
+    "channel_bound", "channel_schedule", "compute_bound", "compute_pieces", "credit_ticks", "credit_window",
+    "cycle_ticks", "decoupled_lower_bound", "dispatch_program", "evaluate_cuts", "event_program", "fewest_messages",
+    "fifo_ends", "fit_step_parts", "fluid_bound", "fluid_latency_bound", "fluid_prefix_done", "free_channel_window",
+    "fusion_bound", "fusion_iteration_time", "fusion_message_times", "last_message_bound", "layerwise_slack",
+    "least_channel_time", "offsets_iteration_time", "one_pass", "optimal_fusion", "pieces_by_tensor",
+    "priority_dispatch", "ps_cost", "ps_lower_bound", "ps_program", "pull_sources", "range_max", "read_profile_csv",
+    "replay", "run_program", "score_cuts", "sharded_lower_bound", "sharded_memory_floor", "sharded_program",
+    "simulate", "simulate_decoupled", "simulate_events", "simulate_program", "simulate_ps", "simulate_ps_program",
+    "simulate_sharded", "simulate_sharded_program", "stream_offsets", "write_profile_csv",
 ]

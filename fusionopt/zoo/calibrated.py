@@ -1,6 +1,6 @@
 """Compute times calibrated against measured training steps on one H100 (the zoo's default).
 
-The rule, for each layer of an architecture (:class:`~fusionopt.zoo.layers.Layer`) and each
+The rule, for each layer of an architecture (:class:`~fusionopt.zoo.Layer`) and each
 pass (forward, backward), at ``batch`` samples per step on the H100, in seconds::
 
     t(batch) = c + w_32 * batch / 32
@@ -10,7 +10,7 @@ launches and the small kernels around it. ``w_32`` is the layer's work at 32 sam
 ``c``, which grows in proportion to the batch (the GPU is busy with it). Where ``w_32`` comes from:
 
 * **A model measured on the H100** (``fusionopt/zoo/measured/<model>-h100-b32.json``, fp32,
-  batch 32, :func:`fusionopt.integrations.torch.profile_model`) with the architecture it was
+  batch 32, :func:`fusionopt.integrations.profile_model`) with the architecture it was
   measured with: the measured time ``m`` of the layer (its tensors' times summed), capped at
   ``e = 32 * work * k / R``, the time its work takes at the *floor rate* ``R`` of its kind
   (``k`` = 1 forward, :data:`BACKWARD_WORK` backward)::
@@ -52,7 +52,7 @@ H100 (``fusionopt/zoo/measured/h100-steps.json``), by :func:`fusionopt.zoo.fitti
 
 Examples
 --------
->>> from fusionopt.zoo.layers import conv2d
+>>> from fusionopt.zoo import conv2d
 >>> work(conv2d("c", 64, 64, 3, out=56)), work(conv2d("dw", 64, 64, 3, out=56, groups=64))
 (231211008.0, 200704.0)
 >>> H100.layer_cost
@@ -68,9 +68,14 @@ from typing import Mapping
 
 import numpy as np
 
-from fusionopt.zoo.catalog import architecture
-from fusionopt.zoo.layers import NORM_FLOPS_PER_ELEMENT, Architecture, Layer
-from fusionopt.zoo.measured import measured_profile, measured_profiles
+from fusionopt.zoo._catalog import architecture
+from fusionopt.zoo._layers import NORM_FLOPS_PER_ELEMENT, Architecture, Layer
+from fusionopt.zoo._measured import measured_profile, measured_profiles
+
+__all__ = ["BACKWARD_WORK", "Calibration", "FAMILY", "H100", "MEASURED_BATCH", "MEASURED_HARDWARE",
+    "PARAMETER_BYTES", "PRECISIONS", "RATE_OF_KIND", "REFERENCE", "bf16_speedup", "capped_work", "effective_rates",
+    "is_measured", "layer_times", "measured_layer_times", "measured_work", "reference_of", "step_time",
+    "tensor_update_times", "update_time", "work", "work_arrays"]
 
 MEASURED_BATCH = 32
 MEASURED_HARDWARE = "h100"
@@ -150,10 +155,10 @@ H100 = Calibration(
 def work(layer: Layer) -> float:
     """A layer's work per sample: forward FLOPs, or output elements for memory-bound kinds.
 
-    Norms (BatchNorm, LayerNorm) count :data:`~fusionopt.zoo.layers.NORM_FLOPS_PER_ELEMENT`
+    Norms (BatchNorm, LayerNorm) count :data:`~fusionopt.zoo.NORM_FLOPS_PER_ELEMENT`
     FLOPs per output element; a depthwise ``k x k`` convolution ``2 k^2``.
 
-    >>> from fusionopt.zoo.layers import batchnorm2d, embedding
+    >>> from fusionopt.zoo import batchnorm2d, embedding
     >>> work(batchnorm2d("bn", 64, out=56)), work(embedding("emb", 10, 4))
     (200704.0, 0.0)
     """

@@ -44,7 +44,9 @@ from fusionopt.zoo.calibrated import (
     update_time,
     work_arrays,
 )
-from fusionopt.zoo.measured import MEASURED_DIR
+from fusionopt.zoo._measured import MEASURED_DIR
+
+__all__ = ["STEPS_FILE", "StepCase", "fit_h100", "fit_update", "load_steps", "predicted_step"]
 
 STEPS_FILE = MEASURED_DIR / "h100-steps.json"
 

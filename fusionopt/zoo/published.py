@@ -54,6 +54,9 @@ from functools import lru_cache
 
 from fusionopt.zoo.calibrated import FAMILY, step_time
 
+__all__ = ["A100_FP32_PEAK", "FIGURES", "Figure", "K80_FP32_PEAK", "NO_BF16", "V100_FP32_PEAK", "WORKLOAD",
+    "device_factor", "figure"]
+
 # Workload of each model family: the published figure it takes.
 WORKLOAD = {"cnn": "cnn", "encoder": "transformer", "decoder": "transformer", "rnn": "transformer"}
 

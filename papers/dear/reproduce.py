@@ -52,9 +52,8 @@ import numpy as np
 
 from fusionopt import zoo
 from fusionopt.cost import network
-from fusionopt.experiments.study import Outcome, Study, compute_source, fmt_ms as _fmt_ms, ratio, solve_methods
-from fusionopt.model import Decoupled, Problem, Profile
-from fusionopt.model.bounds import decoupled_lower_bound
+from fusionopt.experiments import Outcome, Study, compute_source, fmt_ms as _fmt_ms, ratio, solve_methods
+from fusionopt.model import Decoupled, Problem, Profile, decoupled_lower_bound
 from fusionopt.reporting import SAFEGUARD_SECONDS, markdown_table as table, pyplot, save_png
 
 HERE = os.path.dirname(os.path.abspath(__file__))

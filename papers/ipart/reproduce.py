@@ -11,7 +11,7 @@ It writes ``RESULTS.md`` and PNG plots into the output folder (default: this scr
 folder; a run with other arguments, ``--quick`` among them, writes into its ``subset/``
 folder and leaves the stored files as they are), every file atomically (a temporary file, then ``os.replace``). The command line,
 progress lines, Ctrl-C (the finished steps go to ``RESULTS.interrupted.md``, the stored report
-stays) and the report's write are ``fusionopt.experiments.study``'s :class:`Study`.
+stays) and the report's write are ``fusionopt.experiments._study``'s :class:`Study`.
 
 The claims (the abstracts; no full text or code is public): on BigDL
 with 72 nodes on 10GbE and a parameter server (PS) co-located with the workers, iPart has
@@ -47,15 +47,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from fusionopt.experiments.study import Outcome, Study, compute_source, fmt_gain, fmt_ms, solve_methods
+from fusionopt.experiments import Outcome, Study, compute_source, fmt_gain, fmt_ms, solve_methods
 from fusionopt.reporting import markdown_table as table, nonnegative_float, pyplot, save_png
 from fusionopt import zoo
 from fusionopt.cost import network_link
-from fusionopt.model import Problem, Profile
-from fusionopt.model.ps import ParameterServer
-from fusionopt.model.ps_plan import stream_offsets
-from fusionopt.model.ps_timing import offsets_iteration_time
-from fusionopt.model.bounds import ps_lower_bound
+from fusionopt.model import Problem, Profile, ParameterServer, stream_offsets, offsets_iteration_time, ps_lower_bound
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCRIPT = "papers/ipart/reproduce.py"
@@ -413,7 +409,7 @@ def report(ctx) -> str:
           f"and **{fmt_gain(1 + PAPER[('ibatch', 'layer')])}**. No full text or code of either paper is "
           "public: models, batch sizes, the measure's exact definition, the cluster's CPUs and the "
           "greedy itself are not known to us. `ibatch` and `ipart` are fusionopt's reconstructions "
-          "(`fusionopt/solvers/papers/ipart.py`), not the authors' algorithms.", ""]
+          "(`fusionopt/solvers/papers/_ipart.py`), not the authors' algorithms.", ""]
 
     # ---------------------------------------------------------------- definitions
     L += ["## The measure (our reading)", "",
@@ -459,7 +455,7 @@ def report(ctx) -> str:
           f"{g:.3g}, colocated=True, partition_compute=True, delta=...)`: co-located servers on every node "
           f"(the papers' BigDL setting [abs]; K = N is our reading of it), 10GbE links "
           f"(`network_link(\"{NETWORK}\")`: {1 / g / 1e9:.3g} GB/s, nominal {fmt_us(a0)}). A message of S "
-          f"bytes costs `a + g (N-1)/K S` per direction (BytePS-style, `fusionopt/model/ps.py`): at K = N "
+          f"bytes costs `a + g (N-1)/K S` per direction (BytePS-style, `fusionopt/model/_ps.py`): at K = N "
           f"the bandwidth term is `g (N-1)/N`, nearly independent of N. Push and pull are separate "
           "full-duplex channels; a node's uplink carrying both its pushes and its server's pull replies is "
           "not charged (optimistic where they overlap). No server update time (`update_per_byte = 0`).",
@@ -475,8 +471,8 @@ def report(ctx) -> str:
           "* **Synchronisation** `sync=\"layerwise\"` for every method (each layer's forward waits for its "
           "own pull: how iBatch and iPart overlap pulls with the forward; the default PS is the same in "
           "both modes).",
-          "* **Methods** (`fusionopt.solve(Problem(profile, pattern=..., sync=\"layerwise\"), name)`; all "
-          "[reconstructed], see `fusionopt/solvers/baselines/ps.py` and `ipart.py`): **default PS** (`ps-default`: "
+          "* **Methods** (`fusionopt.solvers.solve(Problem(profile, pattern=..., sync=\"layerwise\"), name)`; all "
+          "[reconstructed], see `fusionopt/solvers/baselines/_ps.py` and `ipart.py`): **default PS** (`ps-default`: "
           "one push of everything after the backward, one pull before the forward); **layer-by-layer** "
           "(`ps-layer`: one push per layer in backward order overlapping the backward, one pull per layer "
           "in forward order overlapping the forward); **iBatch** (`ibatch`: pulls batched greedily with "
@@ -485,7 +481,7 @@ def report(ctx) -> str:
           "batches on layer-by-layer pushes, our variant); **iPart** (`ipart`: both greedies with several "
           "look-aheads, cuts inside layers, returns the best of its greedy plan, the default PS's and "
           "layer-by-layer's).",
-          "* **Bound**: `ps_lower_bound` (`fusionopt/model/ps_timing.py`), a lower bound on T of every PS "
+          "* **Bound**: `ps_lower_bound` (`fusionopt/model/_ps_timing.py`), a lower bound on T of every PS "
           "plan; its column is the scalability no plan can exceed, `(B + F) / bound`.",
           ""]
 
@@ -958,7 +954,7 @@ def why(ctx) -> list[str]:
         "in this model, so scalability is flat in N unless the startup grows with it (result 2). The "
         "papers' cluster may lose scalability to stragglers, task scheduling and network effects the "
         "model does not include.",
-        "* **Our iBatch and iPart are reconstructions** of two abstracts (`fusionopt/solvers/papers/ipart.py`): "
+        "* **Our iBatch and iPart are reconstructions** of two abstracts (`fusionopt/solvers/papers/_ipart.py`): "
         "the greedy's rules, look-aheads, minimum piece size and the fallback to the baselines are our "
         "choices. The papers' partitioning of the computation (how a layer's compute is split and what "
         "a piece costs, our delta) is not known either.",

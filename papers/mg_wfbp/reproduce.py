@@ -41,12 +41,12 @@ import sys
 import numpy as np
 
 import fusionopt
-from fusionopt.experiments.study import Outcome, Study, compute_source, ratio, solve_methods
+from fusionopt.experiments import Outcome, Study, compute_source, ratio, solve_methods
 from fusionopt.reporting import markdown_table as table, positive_float, positive_int, pyplot, save_png
 from fusionopt import zoo
 from fusionopt.cost import network
 from fusionopt.model import Profile
-from fusionopt.solvers.registry import get_method
+from fusionopt.solvers import get_method
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCRIPT = "papers/mg_wfbp/reproduce.py"
@@ -90,7 +90,7 @@ def gradssa_setup(iterations: int) -> tuple[dict | None, str]:
     """Options for GradSSA if it is registered now, else ``None``, and a note for the report:
     a seeded run of a fixed number of iterations, so that the figures do not depend on the
     machine's speed (a wall-clock limit stopped it at different points on different hosts)."""
-    if "gradssa" not in fusionopt.methods():
+    if "gradssa" not in fusionopt.solvers.methods():
         return None, "not registered in this fusionopt at run time: skipped"
     options = get_method("gradssa").options
     kwargs: dict = {}
@@ -104,7 +104,7 @@ def gradssa_setup(iterations: int) -> tuple[dict | None, str]:
     return kwargs, f"registered; run with {shown} (its options: {', '.join(options) or 'none'})"
 
 
-def run_methods(problem: fusionopt.Problem, names, gradssa_kwargs=None) -> dict[str, Outcome]:
+def run_methods(problem: fusionopt.model.Problem, names, gradssa_kwargs=None) -> dict[str, Outcome]:
     """:func:`solve_methods` on ``names``, by method name. A base method's failure is raised;
     GradSSA (optional here) is tolerated more widely than a refusal: any exception of it
     becomes its :class:`Outcome`'s ``error`` and the report says "failed"."""
@@ -123,7 +123,7 @@ def paper_comparison(profiles, methods, gradssa_kwargs, progress):
     rows = {}
     for key, _, _ in MODELS:
         p = profiles[key]
-        res = run_methods(fusionopt.Problem(p, cost), methods, gradssa_kwargs)
+        res = run_methods(fusionopt.model.Problem(p, cost), methods, gradssa_kwargs)
         rows[key] = res
         progress.step(f"{key}: " + ", ".join(f"{m} {1e3 * o.T:.3f} ms" for m, o in res.items()))
     return cost, rows
@@ -136,7 +136,7 @@ def sweep(profiles, grid, progress):
     for key, _, _ in MODELS:
         cols = {k: [] for k in ("mg_wfbp", "mg_single", "dp_wfbp", "mg_gap")}
         for s in grid:
-            res = run_methods(fusionopt.Problem(profiles[key].scaled(s), cost), BASE_METHODS)
+            res = run_methods(fusionopt.model.Problem(profiles[key].scaled(s), cost), BASE_METHODS)
             T = {m: o.T for m, o in res.items()}
             cols["mg_wfbp"].append(ratio(T["wfbp"], T["mgwfbp"]))
             cols["mg_single"].append(ratio(T["single"], T["mgwfbp"]))
@@ -198,7 +198,7 @@ def scaling(profiles, scales, methods, gradssa_kwargs, workers, progress):
             messages = {m: [] for m in methods}
             errors = {}
             for P in workers:
-                res = run_methods(fusionopt.Problem(p, network(NOMINAL, P)), methods, gradssa_kwargs)
+                res = run_methods(fusionopt.model.Problem(p, network(NOMINAL, P)), methods, gradssa_kwargs)
                 for m, o in res.items():
                     per[m].append(p.compute_time / o.T if o.T == o.T else float("nan"))
                     messages[m].append(o.messages)
@@ -656,7 +656,7 @@ def main(argv=None) -> int:
             wfbp_from[key] = wfbp_optimal_from(grid, d["dp_wfbp"])
         dp_wfbp_at = {}
         for key, _, _ in MODELS:
-            T = run_methods(fusionopt.Problem(profiles[key].scaled(args.scaling_s), cost8), ("wfbp", "dp"))
+            T = run_methods(fusionopt.model.Problem(profiles[key].scaled(args.scaling_s), cost8), ("wfbp", "dp"))
             dp_wfbp_at[key] = ratio(T["wfbp"].T, T["dp"].T)
 
         scales = (1.0, args.scaling_s) if args.scaling_s != 1.0 else (1.0,)

@@ -45,12 +45,11 @@ import numpy as np
 
 from fusionopt import zoo
 from fusionopt.cost import network, network_link
-from fusionopt.experiments.study import Outcome, Study, compute_source, fmt_ms as _fmt_ms, solve_methods
+from fusionopt.experiments import Outcome, Study, compute_source, fmt_ms as _fmt_ms, solve_methods
 from fusionopt.model import Problem, Profile, simulate
 from fusionopt.reporting import (SAFEGUARD_SECONDS, markdown_table as table, nonnegative_float, positive_float, pyplot,
                                  save_png)
-from fusionopt.solvers.registry import get_method, methods, solve
-from fusionopt.solvers.result import Result
+from fusionopt.solvers import get_method, methods, solve, Result
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCRIPT = "papers/of_wfbp/reproduce.py"
@@ -360,7 +359,7 @@ def report(ctx) -> str:
     L += table(("network", "link GB/s", "latency a (us)", f"alpha at P = {ctx['workers'][0]} (ms)",
                 f"alpha at P = {ctx['workers'][-1]} (ms)", f"beta at P = {ctx['workers'][-1]} (ps/B)"), rows)
     L += ["",
-          "* Baselines ('state-of-the-art tensor fusion', `fusionopt/solvers/baselines/ddp.py`, `horovod.py` and "
+          "* Baselines ('state-of-the-art tensor fusion', `fusionopt/solvers/baselines/_ddp.py`, `horovod.py` and "
           "`mgwfbp.py`, default options): **DDP**, torch 2.13's buckets with `bucket_cap_mb` unset "
           "(first bucket 1 MiB, then 25 MiB) over the gradient-ready order (a convolution's or a "
           "normalisation's weight before its bias); **Horovod**, cycle 1 ms, fusion buffer 128 MiB "
@@ -586,7 +585,7 @@ def report(ctx) -> str:
           "* **Our OF-WFBP is a reconstruction.** The two closed-form cases are MODEL.md section 7's, "
           "chosen as our candidates for the paper's two; GradSSA's changes to sparrow search are ours "
           "(seeding with the baselines, threshold encoding, local search with kicks; "
-          "`fusionopt/solvers/searches/ssa.py`). On the plain model any correct optimiser gives the DP optimum, "
+          "`fusionopt/solvers/searches/_ssa.py`). On the plain model any correct optimiser gives the DP optimum, "
           "so there the reconstruction cannot explain a difference; on the extended model it can, and "
           "the CP-SAT comparison bounds how much.",
           "* **Which extension is the paper's.** We do not know which model feature makes the paper's "

@@ -10,7 +10,7 @@ It writes ``RESULTS.md`` and PNG plots into the output folder (default: this scr
 folder; a run with other arguments, ``--quick`` among them, writes into its ``subset/``
 folder and leaves the stored files as they are), every file atomically (a temporary file, then ``os.replace``). The command
 line, progress, Ctrl-C handling and the report's write are those every reproduction shares
-(``fusionopt.experiments.study.Study``); on Ctrl-C the finished steps go to
+(``fusionopt.experiments.Study``); on Ctrl-C the finished steps go to
 ``RESULTS.interrupted.md`` and the stored report is left as it was.
 
 The claims (the abstract): US-Byte is up to 1.26x faster than
@@ -45,9 +45,8 @@ import numpy as np
 
 from fusionopt import zoo
 from fusionopt.cost import network, network_link
-from fusionopt.experiments.study import Outcome, Study, compute_source, fmt_ms, ratio, solve_methods
-from fusionopt.model import Problem
-from fusionopt.model.bounds import best_bound, fluid_bound, fluid_latency_bound
+from fusionopt.experiments import Outcome, Study, compute_source, fmt_ms, ratio, solve_methods
+from fusionopt.model import Problem, best_bound, fluid_bound, fluid_latency_bound
 from fusionopt.reporting import SAFEGUARD_SECONDS, markdown_table as table, pyplot, save_png
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -417,7 +416,7 @@ def report(ctx) -> str:
         L += table(("network", "link GB/s", "latency a (us)", f"alpha at P = {LARGE_P} (ms)",
                     f"beta at P = {LARGE_P} (ps/B)", "cost of 1M parameters (ms)"), rows)
     L += ["",
-          "* **Methods** (`fusionopt.solve(problem, name, **options)`): **WFBP** (one message per tensor, "
+          "* **Methods** (`fusionopt.solvers.solve(problem, name, **options)`): **WFBP** (one message per tensor, "
           "backward order); **P3** (40,000-parameter slices, priority = forward index); **ByteScheduler** "
           "as its code runs on Horovod 0.16 (its deployment): partitions posted under the credit, Horovod "
           "fusing those pending at each 5 ms cycle tick up to 64 MiB, the credit tuned over 4M-64M "
@@ -769,7 +768,7 @@ def why(ctx) -> list[str]:
         "* **128 GPUs.** The paper's 128-GPU figure comes from its own simulation, with settings we do "
         "not know; ours uses nominal ring all-reduce presets, not fitted constants.",
         "* **Our US-Byte is a reading of the authors' code** (docs/methods.md, section usbyte; the choices left open "
-        "are documented in `fusionopt/solvers/papers/usbyte.py`): gaps, block lengths, when phase 2 starts, "
+        "are documented in `fusionopt/solvers/papers/_usbyte.py`): gaps, block lengths, when phase 2 starts, "
         "and the promotion rule of the priority search. The unit S_p is 1M parameters unless result 4 "
         "says otherwise; the paper tuned it by Bayesian optimisation.",
         "* **Simulation, not measurement.** One FIFO channel with an affine cost, no contention between "

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from fusionopt.model import AlphaBeta, Chunk, Message, Plan, Problem, Profile
+from fusionopt.cost import AlphaBeta
+from fusionopt.model import Chunk, Message, Plan, Problem, Profile
 
 # The worked example's shape with kilobyte tensors: 4, 1 and 2 KiB, backward 3, 2, 1 ms.
 SIZES = [4096, 1024, 2048]
@@ -28,7 +29,7 @@ def require_mpiexec() -> None:
     import pytest
 
     pytest.importorskip("mpi4py", reason="the mpi extra (mpi4py, mpich) is not installed")
-    from fusionopt.executor.mpi import mpiexec
+    from fusionopt.executor import mpiexec
 
     try:
         mpiexec()

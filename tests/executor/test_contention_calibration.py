@@ -16,11 +16,12 @@ import numpy as np
 import pytest
 
 from fusionopt.cli import main
-from fusionopt.executor.contention import (CONTENTION_SCHEMA, Contention, ContentionSpec, contention_factors,
-                                           measure_rank, read_contention)
-from fusionopt.executor.local import LocalGroup, run_threads
-from fusionopt.executor.streams import Streams
-from fusionopt.model import AlphaBeta, Plan, Profile
+from fusionopt.executor import (
+    CONTENTION_SCHEMA, Contention, ContentionSpec, contention_factors, measure_rank, read_contention,
+)
+from fusionopt.executor import LocalGroup, run_threads, Streams
+from fusionopt.cost import AlphaBeta
+from fusionopt.model import Plan, Profile
 
 
 class Event:

@@ -8,10 +8,8 @@ import numpy as np
 import pytest
 
 from fusionopt.cli import main
-from fusionopt.executor import calibrate, fit_alpha_beta
-from fusionopt.executor.calibrate import Calibration, default_sizes, from_records
-from fusionopt.model import AlphaBeta
-from fusionopt.model.cost import PiecewiseLinear, cost_from_dict
+from fusionopt.executor import calibrate, fit_alpha_beta, Calibration, default_sizes, from_records
+from fusionopt.cost import AlphaBeta, PiecewiseLinear, cost_from_dict
 
 
 def test_alpha_beta_fit_recovers_an_exact_line_and_stays_non_negative():

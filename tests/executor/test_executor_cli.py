@@ -82,10 +82,7 @@ def test_an_invalid_plan_file_is_named(files, capsys, tmp_path):
 
 
 def test_a_run_that_fails_its_check_exits_1(files, capsys, monkeypatch):
-    from fusionopt.executor import Fault
-    import fusionopt.executor.driver as driver
-
-    original = driver.run
+    from fusionopt.executor import Fault, run as original
 
     def with_fault(*args, **kwargs):
         return original(*args, fault=Fault("corrupt", rank=1, message=0), **kwargs)

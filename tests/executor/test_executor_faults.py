@@ -7,11 +7,10 @@ import dataclasses
 import pytest
 
 from executor_helpers import small_problem
-from fusionopt.executor import CollectiveTimeout, CorrectnessError, Fault, Job, PlanMismatchError, run
-from fusionopt.executor.driver import run_local
-from fusionopt.executor.gradients import Gradients
-from fusionopt.executor.layout import Layout
-from fusionopt.executor.local import LocalGroup
+from fusionopt.executor import (
+    CollectiveTimeout, CorrectnessError, Fault, Job, PlanMismatchError, run, run_local, Gradients, Layout,
+    LocalGroup,
+)
 from fusionopt.model import Plan
 
 

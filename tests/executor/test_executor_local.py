@@ -11,9 +11,9 @@ from hypothesis import strategies as st
 
 from executor_helpers import SIZES, plan_of, small_problem, small_profile
 from strategies import partition_plans
-from fusionopt.executor import Measurement, run
-from fusionopt.executor.layout import Layout
-from fusionopt.model import AlphaBeta, Plan, Problem, Profile, simulate
+from fusionopt.executor import Measurement, run, Layout
+from fusionopt.cost import AlphaBeta
+from fusionopt.model import Plan, Problem, Profile, simulate
 
 
 def test_worked_example_runs_correctly_and_predicts_the_simulator():

@@ -16,7 +16,7 @@ mpi4py = pytest.importorskip("mpi4py", reason="the mpi extra (mpi4py, mpich) is 
 
 
 def _mpiexec():
-    from fusionopt.executor.mpi import mpiexec
+    from fusionopt.executor import mpiexec
 
     try:
         return mpiexec()

@@ -15,7 +15,7 @@ from fusionopt.model import Plan
 
 def test_the_module_imports_without_cupy(monkeypatch):
     monkeypatch.setitem(sys.modules, "cupy", None)
-    import fusionopt.executor.nccl as nccl
+    import fusionopt.executor._nccl as nccl
 
     importlib.reload(nccl)
     assert nccl.NcclCommunicator.word_sizes == (8, 4, 1)     # NCCL has no 16-bit integers
@@ -76,7 +76,7 @@ def test_real_nccl_on_two_gpus():
 @pytest.mark.parametrize("mode, words", [("spin", "spin kernels"), ("gemm", "fp16 GEMMs 2048x2048, 12.5 us")])
 def test_the_description_names_the_compute_mode(mode, words):
     # A measurement's description starts with the mode the user chose (the GPU tests look for it).
-    from fusionopt.executor.cuda_streams import CudaStreams
+    from fusionopt.executor import CudaStreams
 
     streams = SimpleNamespace(mode=mode, gemm_seconds=12.5e-6)
     assert CudaStreams.describe(streams).startswith(f"compute {mode}: {words}")
@@ -93,7 +93,7 @@ def test_device_compute_needs_the_nccl_backend():
 
 def test_cuda_streams_import_without_cupy(monkeypatch):
     monkeypatch.setitem(sys.modules, "cupy", None)
-    import fusionopt.executor.cuda_streams as cuda_streams
+    import fusionopt.executor._cuda_streams as cuda_streams
 
     importlib.reload(cuda_streams)
     with pytest.raises(ValueError, match="unknown GPU compute mode 'host': choose spin or gemm"):

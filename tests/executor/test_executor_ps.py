@@ -7,13 +7,9 @@ import numpy as np
 import pytest
 
 from executor_helpers import require_mpiexec, small_profile
-from fusionopt.executor import CollectiveTimeout, Fault, Job, run
-from fusionopt.executor.local import LocalGroup
-from fusionopt.executor.programs import build_program
-from fusionopt.model import AlphaBeta, Problem, simulate
-from fusionopt.model.ps import ParameterServer
-from fusionopt.model.ps_plan import PSPlan
-from fusionopt.model.ps_timing import pieces_by_tensor, pull_sources
+from fusionopt.executor import CollectiveTimeout, Fault, Job, run, LocalGroup, build_program
+from fusionopt.cost import AlphaBeta
+from fusionopt.model import Problem, simulate, ParameterServer, PSPlan, pieces_by_tensor, pull_sources
 
 COST = AlphaBeta(alpha=1e-4, beta=1e-9)
 UPDATE = 2e-3          # the servers' update of every push message, seconds

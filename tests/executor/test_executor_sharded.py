@@ -10,15 +10,11 @@ import numpy as np
 import pytest
 
 from executor_helpers import require_mpiexec, small_profile
-from fusionopt.executor import CollectiveTimeout, CorrectnessError, Fault, Job, run
-from fusionopt.executor.local import LocalGroup, run_threads
-from fusionopt.executor.programs import build_program
-from fusionopt.model import AlphaBeta, Plan, Problem, simulate
-from fusionopt.model.decoupled import Decoupled
-from fusionopt.model.decoupled_plan import DecoupledPlan
-from fusionopt.model.sharded import FullySharded
-from fusionopt.model.sharded_plan import ShardedPlan
-from fusionopt.model.step_program import replay
+from fusionopt.executor import (
+    CollectiveTimeout, CorrectnessError, Fault, Job, run, LocalGroup, run_threads, build_program,
+)
+from fusionopt.cost import AlphaBeta
+from fusionopt.model import Plan, Problem, simulate, Decoupled, DecoupledPlan, FullySharded, ShardedPlan, replay
 
 HALF = AlphaBeta(alpha=1e-4, beta=1e-9)
 KINDS = {0: "reduce-scatter", 1: "all-gather"}

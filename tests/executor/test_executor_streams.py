@@ -1,7 +1,7 @@
 """The stream runner against the simulator, on a virtual device whose streams keep exact clocks.
 
 On a GPU the stream runner queues a whole step on a compute and a communication stream
-(:mod:`fusionopt.executor.streams`). Here the streams are virtual: work advances a stream's
+(:mod:`fusionopt.executor._streams`). Here the streams are virtual: work advances a stream's
 clock by exactly its seconds, an all-reduce advances the communication stream by exactly
 ``c(S)`` of the cost model (and really sums the buffers over thread ranks), and waiting on
 an event moves a stream's clock to the event's time. Under those rules the queued step must
@@ -19,13 +19,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fusionopt.executor.errors import CollectiveTimeout
-from fusionopt.executor.job import Fault, Job
-from fusionopt.executor.local import LocalGroup, run_threads
-from fusionopt.executor.measurement import assemble
-from fusionopt.executor.faults import FaultyCommunicator
-from fusionopt.executor.streams import Streams, run_stream_rank
-from fusionopt.model import AlphaBeta, Plan, Problem, Profile, simulate
+from fusionopt.executor import (
+    CollectiveTimeout, Fault, Job, LocalGroup, run_threads, assemble, FaultyCommunicator, Streams, run_stream_rank,
+)
+from fusionopt.cost import AlphaBeta
+from fusionopt.model import Plan, Problem, Profile, simulate
 from executor_helpers import small_problem
 from strategies import partition_plans, profiles
 

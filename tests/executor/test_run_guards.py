@@ -10,15 +10,9 @@ import pytest
 
 from executor_helpers import small_profile
 from fusionopt.cli import main
-from fusionopt.executor import Job, run
-from fusionopt.executor.footprint import check_host_memory, rank_bytes
-from fusionopt.executor.local import LocalGroup
-from fusionopt.executor.runner import RankRunner
-from fusionopt.model import AlphaBeta, Plan, Problem, Profile, simulate
-from fusionopt.model.decoupled import Decoupled
-from fusionopt.model.decoupled_plan import DecoupledPlan
-from fusionopt.model.sharded import FullySharded
-from fusionopt.model.sharded_plan import ShardedPlan
+from fusionopt.executor import Job, run, check_host_memory, rank_bytes, LocalGroup, RankRunner
+from fusionopt.cost import AlphaBeta
+from fusionopt.model import Plan, Problem, Profile, simulate, Decoupled, DecoupledPlan, FullySharded, ShardedPlan
 
 AB = ["--alpha", "1e-4", "--beta", "1e-9"]
 HALF = AlphaBeta(alpha=1e-4, beta=1e-9)

@@ -11,14 +11,9 @@ import numpy as np
 import pytest
 
 from executor_helpers import small_problem, small_profile
-from fusionopt.executor import Job, run
-from fusionopt.executor.calibrate import time_message
-from fusionopt.executor.measurement import assemble
-from fusionopt.executor.runner import RankRunner
-from fusionopt.executor.shard_data import ShardData
-from fusionopt.model import AlphaBeta, Plan, Problem
-from fusionopt.model.sharded import FullySharded
-from fusionopt.model.sharded_plan import ShardedPlan
+from fusionopt.executor import Job, run, time_message, assemble, RankRunner, ShardData
+from fusionopt.cost import AlphaBeta
+from fusionopt.model import Plan, Problem, FullySharded, ShardedPlan
 
 HALF = AlphaBeta(alpha=1e-4, beta=1e-9)
 

@@ -1,11 +1,11 @@
-"""``fusionopt.experiments.study``: what the paper reproductions share."""
+"""``fusionopt.experiments._study``: what the paper reproductions share."""
 
 import math
 
 import pytest
 
 from fusionopt.cost import AlphaBeta
-from fusionopt.experiments.study import Outcome, Study, fmt_ms, solve_methods
+from fusionopt.experiments import Outcome, Study, fmt_ms, solve_methods
 from fusionopt.model import Problem, Profile
 
 MS = 1e-3

@@ -1,7 +1,7 @@
 """``fusionopt.sweep`` and ``fusionopt sweep``: records, resuming, repair, formats, errors.
 
 The cells are zoo models on preset networks (the zoo's calibrated compute); every figure a
-test checks is compared with :func:`fusionopt.solve` on the same problem, or with the
+test checks is compared with :func:`fusionopt.solvers.solve` on the same problem, or with the
 record's own definition, never with a wall-clock time.
 """
 
@@ -23,11 +23,10 @@ from fusionopt import zoo
 from fusionopt.cli import main
 from fusionopt.cost import network
 from fusionopt.solvers import default_methods, solve
-from fusionopt import sweep
-from fusionopt.experiments import runner
-from fusionopt.experiments.grid import cell_problem
-from fusionopt.experiments.records import CSV_COLUMNS, record_key
-from fusionopt.sweep import FIELDS, Cell, cells, pending_cells, read_results, run_sweep
+from fusionopt import solvers
+from fusionopt.experiments import (
+    cell_problem, CSV_COLUMNS, record_key, CELL_FIELDS, FIELDS, Cell, cells, pending_cells, read_results, run_sweep,
+)
 
 SMALL = dict(models=["resnet18", "alexnet"], workers=[8, 64], networks=["10gbe", "100gb-ib"],
              methods=["wfbp", "single", "ddp", "dp"])
@@ -38,18 +37,18 @@ def small_grid() -> list[Cell]:
 
 
 def key(record) -> tuple:
-    return tuple(record[name] for name in sweep.CELL_FIELDS) + (record["time_limit"],)
+    return tuple(record[name] for name in CELL_FIELDS) + (record["time_limit"],)
 
 
 def in_cell_order(records: list[dict], grid: list[Cell]) -> list[dict]:
     return sorted(records, key=lambda record: grid.index(Cell(*key(record)[:-1])))
 
 
-def direct(cell: Cell) -> fusionopt.Result:
+def direct(cell: Cell) -> fusionopt.solvers.Result:
     """The cell solved without the sweep."""
-    problem = fusionopt.Problem(zoo.profile(cell.model, device=cell.device, batch=cell.batch),
+    problem = fusionopt.model.Problem(zoo.profile(cell.model, device=cell.device, batch=cell.batch),
                                 network(cell.network, cell.workers, algorithm=cell.algorithm), sync=cell.sync)
-    return fusionopt.solve(problem, cell.method)
+    return fusionopt.solvers.solve(problem, cell.method)
 
 
 def run(capsys, *argv) -> tuple[int, str, str]:
@@ -140,7 +139,7 @@ def test_records_equal_a_direct_solve_and_their_definitions(tmp_path):
         assert record["fusionopt_version"] == fusionopt.__version__
         assert record["solve_seconds"] >= 0
     def without_method(r):
-        return tuple(r[name] for name in sweep.CELL_FIELDS if name != "method")
+        return tuple(r[name] for name in CELL_FIELDS if name != "method")
 
     by_key = {without_method(r) + (r["method"],): r for r in records}
     for record in records:
@@ -169,7 +168,7 @@ def test_a_failing_cell_is_an_error_record_and_the_sweep_goes_on(tmp_path):
 def test_error_cells_are_done_unless_retried(tmp_path, monkeypatch, capsys):
     path = tmp_path / "sweep.jsonl"
     grid = cells(["alexnet"], [8, 16], ["10gbe"], ["wfbp"])
-    real = runner.solve
+    real = solvers.solve
 
     def flaky(problem, method, **options):
         if problem.cost(1) > 0 and flaky.fail:
@@ -177,7 +176,7 @@ def test_error_cells_are_done_unless_retried(tmp_path, monkeypatch, capsys):
         return real(problem, method, **options)
 
     flaky.fail = True
-    monkeypatch.setattr(runner, "solve", flaky)
+    monkeypatch.setattr(solvers, "solve", flaky)
     first = run_sweep(grid, path, jobs=1, progress=False)
     assert [r["status"] for r in first] == ["ERROR", "ERROR"]
     flaky.fail = False
@@ -211,15 +210,17 @@ def test_a_second_writer_of_the_same_file_is_refused(tmp_path):
 
 def test_time_limit_goes_to_the_methods_that_take_one(tmp_path, monkeypatch):
     seen = {}
+    real = solvers.solve
 
     def spy(problem, method, **options):
         seen[method] = options
-        return fusionopt.solve(problem, "wfbp")
+        return real(problem, "wfbp")
 
-    monkeypatch.setattr(runner, "solve", spy)
+    monkeypatch.setattr(solvers, "solve", spy)
     grid = cells(["alexnet"], [8], ["10gbe"], ["wfbp", "layerwise-opt"], sync="layerwise")
-    run_sweep(grid, tmp_path / "sweep.jsonl", jobs=1, time_limit=0.5, progress=False)
+    records = run_sweep(grid, tmp_path / "sweep.jsonl", jobs=1, time_limit=0.5, progress=False)
     assert seen == {"wfbp": {}, "layerwise-opt": {"time_limit": 0.5}}
+    assert [r["status"] for r in records] == ["FEASIBLE", "FEASIBLE"]
     with pytest.raises(ValueError, match="time_limit must be a positive number"):
         run_sweep(grid, tmp_path / "sweep.jsonl", time_limit=0)
     with pytest.raises(ValueError, match="jobs must be an integer >= 1, got 0"):
@@ -235,12 +236,13 @@ def test_rerun_solves_nothing_and_leaves_the_file_alone(tmp_path, monkeypatch):
     assert content.count(b"\n") == len(grid)
 
     calls = []
+    real = solvers.solve
 
     def counting(problem, method, **options):
         calls.append(method)
-        return fusionopt.solve(problem, method, **options)
+        return real(problem, method, **options)
 
-    monkeypatch.setattr(runner, "solve", counting)
+    monkeypatch.setattr(solvers, "solve", counting)
     assert run_sweep(grid, path, jobs=1, progress=False) == first   # solve_seconds too: not recomputed
     assert run_sweep(grid, path, jobs=2, progress=False) == first
     assert calls == [] and path.read_bytes() == content

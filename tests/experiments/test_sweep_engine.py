@@ -7,15 +7,25 @@ from concurrent.futures import Future, ThreadPoolExecutor
 
 import pytest
 
-from fusionopt.experiments import runner
-from fusionopt.experiments.records import record_key
-from fusionopt.sweep import cells, read_results, run_sweep
+from fusionopt.experiments import cells, read_results, record_key, run_sweep
 
 GRID = dict(models=["alexnet", "resnet18"], workers=[8, 64], networks=["10gbe"], methods=["wfbp", "ddp", "dp", "gradssa"])
 
 
 def by_cell(records):
     return {record_key(r): r["iteration_time"] for r in records}
+
+
+class Recording(ThreadPoolExecutor):
+    """An engine that keeps how many cells each task it was given holds."""
+
+    def __init__(self, workers):
+        super().__init__(workers)
+        self.sizes = []
+
+    def submit(self, fn, *args, **kwargs):
+        self.sizes.append(len(args[0]))
+        return super().submit(fn, *args, **kwargs)
 
 
 class Failing(ThreadPoolExecutor):
@@ -32,14 +42,13 @@ class Failing(ThreadPoolExecutor):
 def test_an_injected_engine_gives_the_local_records(tmp_path):
     grid = cells(**GRID)
     local = run_sweep(grid, tmp_path / "local.jsonl", jobs=1, progress=False)
-    with ThreadPoolExecutor(2) as engine:
+    with Recording(2) as engine:
         injected = run_sweep(grid, tmp_path / "injected.jsonl", executor=engine, progress=False)
     deterministic = [r for r in local if r["method"] != "gradssa"]
     assert by_cell(deterministic).items() <= by_cell(injected).items()
     assert len(read_results(tmp_path / "injected.jsonl")) == len(grid)
     # Cheap cells share a task (16 at most); a search has its own.
-    tasks = runner._tasks(grid)
-    assert sorted(len(t) for t in tasks) == [1, 1, 1, 1, 12]
+    assert sorted(engine.sizes) == [1, 1, 1, 1, 12]
 
 
 def test_a_lost_task_loses_no_record_and_the_rerun_completes(tmp_path):

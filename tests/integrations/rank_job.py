@@ -1,4 +1,4 @@
-"""A rank of a test job for :func:`fusionopt.integrations.rank_processes.run_rank_processes`:
+"""A rank of a test job for :func:`fusionopt.integrations.run_rank_processes`:
 ``python -m rank_job JOB RANK`` writes ``RANK`` into the job's folder, then
 fails (rank ``fail``, after a line of output), sleeps (``sleep`` seconds) or ends."""
 

@@ -20,16 +20,13 @@ if not dist.is_available() or not dist.is_gloo_available():
     pytest.skip("torch.distributed with the gloo backend is not available", allow_module_level=True)
 
 from fusionopt.cli import main  # noqa: E402
-from fusionopt.integrations.apply import apply_advice, apply_defaults, read_advice  # noqa: E402
-from fusionopt.integrations.ddp_record import free_port, join_gloo  # noqa: E402
-from fusionopt.integrations.emulated_link import EmulatedLink  # noqa: E402
-from fusionopt.integrations.rank_processes import leave_rank  # noqa: E402
-from fusionopt.integrations.fsdp_record import tiny_transformer  # noqa: E402
-from fusionopt.model import AlphaBeta, FullySharded, Problem  # noqa: E402
-from fusionopt.model.profile import Profile  # noqa: E402
-from fusionopt.model.sharded_plan import ShardedPlan  # noqa: E402
-from fusionopt.advice.sharded import fsdp2_settings  # noqa: E402
-from fusionopt.solvers.baselines.ddp import ddp_buckets  # noqa: E402
+from fusionopt.integrations import (  # noqa: E402
+    apply_advice, apply_defaults, read_advice, free_port, join_gloo, EmulatedLink, leave_rank, tiny_transformer,
+)
+from fusionopt.cost import AlphaBeta  # noqa: E402
+from fusionopt.model import FullySharded, Problem, Profile, ShardedPlan  # noqa: E402
+from fusionopt.advice import fsdp2_settings  # noqa: E402
+from fusionopt.solvers.baselines import ddp_buckets  # noqa: E402
 
 
 def mlp():

@@ -1,11 +1,11 @@
-"""All-reduce costs from profiler traces (fusionopt.integrations.collective_trace)."""
+"""All-reduce costs from profiler traces (fusionopt.integrations._collective_trace)."""
 
 import json
 
 import numpy as np
 import pytest
 
-from fusionopt.integrations.collective_trace import collective_samples, fit_collective_cost
+from fusionopt.integrations import collective_samples, fit_collective_cost
 
 
 def allreduce(ts, dur, elements, backend="nccl"):
@@ -84,10 +84,10 @@ def test_real_ddp_traces_of_two_ranks(tmp_path):
     torch = pytest.importorskip("torch")
     import torch.multiprocessing as mp
 
-    from fusionopt.integrations.ddp_record import free_port
+    from fusionopt.integrations import free_port
 
-    from fusionopt.integrations.kineto_ranks import profile_from_traces
-    from fusionopt.solvers.baselines.ddp import ddp_buckets
+    from fusionopt.integrations import profile_from_traces
+    from fusionopt.solvers.baselines import ddp_buckets
 
     mp.spawn(_traced_ddp_rank, args=(str(tmp_path), free_port()), nprocs=2, join=True)
     model = torch.nn.Sequential(torch.nn.Linear(256, 512), torch.nn.ReLU(), torch.nn.Linear(512, 512),

@@ -15,12 +15,11 @@ nn = torch.nn
 from dist_helpers import one_rank_group  # noqa: E402
 
 from fusionopt.cost import AlphaBeta  # noqa: E402
-from fusionopt.integrations.ddp_layout import ddp_bucket_layout  # noqa: E402
-from fusionopt.integrations.torch import profile_model  # noqa: E402
+from fusionopt.integrations import ddp_bucket_layout, profile_model  # noqa: E402
 from fusionopt.model import Problem  # noqa: E402
 from fusionopt.solvers import solve  # noqa: E402
-from fusionopt.advice.allreduce import ddp_settings  # noqa: E402
-from fusionopt.solvers.baselines.ddp import ddp_buckets  # noqa: E402
+from fusionopt.advice import ddp_settings  # noqa: E402
+from fusionopt.solvers.baselines import ddp_buckets  # noqa: E402
 
 if not dist.is_available():
     pytest.skip("torch.distributed is not available", allow_module_level=True)

@@ -7,10 +7,10 @@ import math
 
 import pytest
 
-from fusionopt.integrations.deepspeed_prefetch import AdaptivePrefetch, SimulatedZero3Job, fetch_events
-from fusionopt.model import AlphaBeta, Problem, Profile
-from fusionopt.model.sharded import FullySharded
-from fusionopt.solvers.baselines.zero3 import zero3_plan
+from fusionopt.integrations import AdaptivePrefetch, SimulatedZero3Job, fetch_events
+from fusionopt.cost import AlphaBeta
+from fusionopt.model import Problem, Profile, FullySharded
+from fusionopt.solvers.baselines import zero3_plan
 
 
 def drive(controller, ratio, steps=10, forward=True):

@@ -9,16 +9,15 @@ import threading
 
 import pytest
 
-from fusionopt.integrations.emulated_link import EmulatedLink, Hold
-from fusionopt.model.cost import AlphaBeta
+from fusionopt.integrations import EmulatedLink, Hold
+from fusionopt.cost import AlphaBeta
 
 torch = pytest.importorskip("torch")
 dist = pytest.importorskip("torch.distributed")
 if not dist.is_available() or not dist.is_gloo_available():
     pytest.skip("torch.distributed with the gloo backend is not available", allow_module_level=True)
 
-from fusionopt.integrations.ddp_record import free_port, join_gloo  # noqa: E402
-from fusionopt.integrations.rank_processes import leave_rank  # noqa: E402
+from fusionopt.integrations import free_port, join_gloo, leave_rank  # noqa: E402
 
 
 class FakeClock:
@@ -95,7 +94,7 @@ def _mlp():
 def _ddp_part(rank, report):
     from torch.nn.parallel import DistributedDataParallel as DDP
 
-    from fusionopt.integrations.emulated_link import ddp_comm_hook
+    from fusionopt.integrations import ddp_comm_hook
 
     torch.manual_seed(0)
     plain = _mlp()
@@ -127,8 +126,7 @@ def _ddp_part(rank, report):
 def _fsdp_part(rank, report):
     from torch.distributed.fsdp import fully_shard
 
-    from fusionopt.integrations.emulated_link import emulate_fsdp2
-    from fusionopt.integrations.fsdp_record import tiny_transformer
+    from fusionopt.integrations import emulate_fsdp2, tiny_transformer
 
     def build():
         torch.manual_seed(0)
@@ -209,8 +207,8 @@ def test_ddp_hook_posts_every_bucket_on_the_link(reports):
     # 0.02 MiB = 20,971 B over the gradients in reverse order, 40 + 3,840 + 384 + 36,864 B
     # (the bucket reaches the cap), then 384 + 24,576 B; fusionopt's DDP model builds the same.
     # Each holds the channel 5 ms, one after the other.
-    from fusionopt.model.profile import Profile
-    from fusionopt.solvers.baselines.ddp import ddp_buckets
+    from fusionopt.model import Profile
+    from fusionopt.solvers.baselines import ddp_buckets
 
     sizes = [4 * 64 * 96, 4 * 96, 4 * 96 * 96, 4 * 96, 4 * 96 * 10, 4 * 10]
     profile = Profile.from_arrays(sizes, [1e-3] * 6, [1e-3] * 6)
@@ -252,8 +250,8 @@ def test_fsdp2_collectives_are_held_on_the_link(reports):
 
 
 def test_the_ddp_hook_refuses_an_encoding_it_cannot_send():
-    from fusionopt.integrations.emulated_link import ddp_comm_hook
-    from fusionopt.model.encoding import Encoding
+    from fusionopt.integrations import ddp_comm_hook
+    from fusionopt.cost import Encoding
 
     link = EmulatedLink(AlphaBeta(1e-3, 0.0))
     with pytest.raises(ValueError, match=r"^encoding 'int8': the emulated DDP hook sends fp32, fp16 or bf16$"):

@@ -23,12 +23,12 @@ if not hasattr(pytest.importorskip("torch.distributed.fsdp"), "fully_shard"):  #
     pytest.skip("this torch has no FSDP2 (torch.distributed.fsdp.fully_shard)", allow_module_level=True)
 
 from fusionopt.integrations import profile_model  # noqa: E402
-from fusionopt.integrations.fsdp_record import (  # noqa: E402
-    KIND_CODES, CollectiveRecorder, fsdp2_blocks, padded_bytes, record_fsdp2_collectives, tiny_transformer)
-from fusionopt.model import AlphaBeta, FullySharded, Problem, simulate  # noqa: E402
-from fusionopt.model.sharded_timing import ALL_GATHER, REDUCE_SCATTER  # noqa: E402
-from fusionopt.model.names import block_of  # noqa: E402
-from fusionopt.solvers.baselines.fsdp2 import fsdp2_plan  # noqa: E402
+from fusionopt.integrations import (
+    KIND_CODES, CollectiveRecorder, fsdp2_blocks, padded_bytes, record_fsdp2_collectives, tiny_transformer,
+)
+from fusionopt.cost import AlphaBeta  # noqa: E402
+from fusionopt.model import FullySharded, Problem, simulate, ALL_GATHER, REDUCE_SCATTER, block_of  # noqa: E402
+from fusionopt.solvers.baselines import fsdp2_plan  # noqa: E402
 
 AG, RS = KIND_CODES["all_gather"], KIND_CODES["reduce_scatter"]
 # The tiny model's units, float32 bytes: root (embed 32x16, norm 2x16, head 32x16 + 32) and

@@ -8,9 +8,7 @@ import numpy as np
 import pytest
 
 from fusionopt.cost import AlphaBeta
-from fusionopt.integrations.horovod_autotune import (TEST_POINTS, BayesianSearch, GaussianProcess,
-                                                     HorovodAutotune)
-from fusionopt.integrations.online import SimulatedJob
+from fusionopt.integrations import TEST_POINTS, BayesianSearch, GaussianProcess, HorovodAutotune, SimulatedJob
 from fusionopt.model import Problem, Profile, simulate
 from fusionopt.solvers import solve
 

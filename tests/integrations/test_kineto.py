@@ -1,4 +1,4 @@
-"""Kineto chrome traces -> Profile (fusionopt.integrations.kineto): hand-made traces with
+"""Kineto chrome traces -> Profile (fusionopt.integrations._kineto): hand-made traces with
 known timestamps, the error cases, and a real trace from torch.profiler on CPU."""
 
 import json
@@ -8,9 +8,8 @@ import pytest
 
 from kineto_traces import PARAMS, SHAPES, US, cpu_step, op, seq, two_step_trace
 
-from fusionopt.integrations.kineto import profile_from_trace
-from fusionopt.model import Profile
-from fusionopt.model.profile_csv import read_profile_csv, write_profile_csv
+from fusionopt.integrations import profile_from_trace
+from fusionopt.model import Profile, read_profile_csv, write_profile_csv
 
 
 def read_trace(*args, **options):
@@ -412,7 +411,7 @@ def test_batch_norm_forward_time_is_the_batch_norm_operator():
 def test_one_trace_per_rank(tmp_path):
     import gzip
 
-    from fusionopt.integrations.kineto_ranks import profile_from_traces
+    from fusionopt.integrations import profile_from_traces
 
     def write(rank, events, shift):
         doc = {"traceEvents": events, "distributedInfo": {"backend": "gloo", "rank": rank, "world_size": 3}}

@@ -1,5 +1,5 @@
 """Switching plans in a real 2-rank gloo job (``PlanReducer.switch``) and the online planner
-on it (``fusionopt.integrations.online``): a job that switches keeps the parameters of real
+on it (``fusionopt.integrations._online``): a job that switches keeps the parameters of real
 DDP to 1e-6; a switch inside a step is refused in one line; on an emulated link whose
 startup dominates, the planner leaves a message per tensor for fewer messages."""
 
@@ -12,8 +12,7 @@ torch = pytest.importorskip("torch")
 from dist_helpers import gloo_rank, spawn_gloo  # noqa: E402
 
 from fusionopt.cost import AlphaBeta  # noqa: E402
-from fusionopt.integrations.online import OnlinePlanner  # noqa: E402
-from fusionopt.integrations.plan_reducer import PlanReducer  # noqa: E402
+from fusionopt.integrations import OnlinePlanner, PlanReducer  # noqa: E402
 from fusionopt.model import Plan, Profile  # noqa: E402
 
 
@@ -138,8 +137,7 @@ def test_the_planner_fuses_on_a_slow_link(reports):
 
 
 def _ddp_worker(rank, port, out):
-    from fusionopt.integrations.emulated_link import EmulatedLink
-    from fusionopt.integrations.online import DDPJob
+    from fusionopt.integrations import EmulatedLink, DDPJob
 
     with gloo_rank(rank, port, out) as report:
         # DDP with a bucket per tensor on an emulated link of 30 ms per bucket: the planner
@@ -181,7 +179,7 @@ def test_the_planner_rewraps_real_ddp_without_changing_its_parameters(ddp_report
 def test_a_ddp_job_refuses_a_profile_of_another_model_in_one_line():
     from dist_helpers import one_rank_group
 
-    from fusionopt.integrations.online import DDPJob
+    from fusionopt.integrations import DDPJob
 
     model = build()
     other = profile_of(torch.nn.Sequential(torch.nn.Linear(10, 16)))

@@ -1,4 +1,4 @@
-"""Online re-planning (``fusionopt.integrations.online``) against a job the simulator plays:
+"""Online re-planning (``fusionopt.integrations._online``) against a job the simulator plays:
 the planner sees only what a reducer records (each message's ready time from the step's
 first gradient, its start and end), with seeded noise on every duration; it must reach the
 optimum of the true problem, stay there while nothing changes, and follow a change of the
@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fusionopt.integrations.online import OnlinePlanner, SimulatedJob
+from fusionopt.integrations import OnlinePlanner, SimulatedJob
 from fusionopt.model import Plan, Problem, Profile, simulate
 from fusionopt.cost import AlphaBeta
 from fusionopt.solvers import solve
@@ -109,7 +109,7 @@ def test_it_follows_a_faster_link_from_a_fused_plan():
 def test_the_grid_search_keeps_the_fastest_cap_it_measured():
     # Without noise the measured means are the plans' T: the search keeps the grid's fastest
     # cap, after the experiments DeepSpeed's rules run (5 steps each, early stop 5 after the best).
-    from fusionopt.integrations.online_baselines import DDP_CAPS_MB, GridSearch
+    from fusionopt.integrations import DDP_CAPS_MB, GridSearch
 
     profile = resnet_like()
     problem = Problem(profile, AlphaBeta(2 * MS, 2e-10))

@@ -1,4 +1,4 @@
-"""Training with a plan (fusionopt.integrations.plan_reducer): real 2-rank gloo jobs whose
+"""Training with a plan (fusionopt.integrations._plan_reducer): real 2-rank gloo jobs whose
 gradients are checked against real DistributedDataParallel's after every step."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ torch = pytest.importorskip("torch")
 
 from dist_helpers import free_port, one_rank_group  # noqa: E402
 
-from fusionopt.integrations.plan_reducer import PlanReducer  # noqa: E402
+from fusionopt.integrations import PlanReducer  # noqa: E402
 from fusionopt.model import Chunk, Message, Plan, Profile  # noqa: E402
 
 STEPS = 3
@@ -131,7 +131,7 @@ def _worker(rank, port, out):
         except ValueError as exc:
             report["different plans"] = str(exc)
         # An emulated link of 50 ms per message: the one message holds the channel that long.
-        from fusionopt.model.cost import AlphaBeta
+        from fusionopt.cost import AlphaBeta
 
         with PlanReducer(model, plans(profile)["single"], profile, link=AlphaBeta(0.05, 0.0)) as slow:
             model(batch("mlp", rank, 0)).sum().backward()

@@ -10,11 +10,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fusionopt import Problem, solve
+from fusionopt.model import Problem
+
+from fusionopt.solvers import solve
 from fusionopt.cost import AlphaBeta
 
 torch = pytest.importorskip("torch")
-from fusionopt.integrations.torch import profile_model  # noqa: E402
+from fusionopt.integrations import profile_model  # noqa: E402
 
 
 def _model():

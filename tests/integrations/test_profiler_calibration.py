@@ -6,13 +6,11 @@ import warnings
 
 import pytest
 
-from fusionopt.integrations.unprofiled import read_profiler_cost, read_unprofiled_reference
+from fusionopt.integrations import read_profiler_cost, read_unprofiled_reference
 
 torch = pytest.importorskip("torch")
 
-from fusionopt.integrations.ddp_record import record_ddp_traces  # noqa: E402
-from fusionopt.integrations.profiler_calibration import measure_profiler_cost  # noqa: E402
-from fusionopt.integrations.traced_step import predict_traced_step  # noqa: E402
+from fusionopt.integrations import record_ddp_traces, measure_profiler_cost, predict_traced_step  # noqa: E402
 
 
 def test_calibration_times_the_same_operators_with_and_without_the_profiler():

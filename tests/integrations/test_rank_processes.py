@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from fusionopt.integrations.rank_processes import run_rank_processes
+from fusionopt.integrations import run_rank_processes
 
 MODULE = "rank_job"        # tests/integrations/rank_job.py, importable by the ranks through PYTHONPATH
 

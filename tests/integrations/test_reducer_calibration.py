@@ -5,13 +5,14 @@ import math
 
 import pytest
 
-from fusionopt.integrations.reducer_calibration import (REDUCER_CALIBRATION_SCHEMA, ReducerCalibration, Sample,
-                                                         fit_overhead, read_reducer_calibration,
-                                                         with_reducer_overhead)
-from fusionopt.model import AlphaBeta, FullySharded, Plan, Problem, Profile, simulate
-from fusionopt.model.cost import PiecewiseLinear
-from fusionopt.model.overhead import with_message_overhead, with_overhead
-from fusionopt.solvers.baselines.fsdp2 import fsdp2_plan
+from fusionopt.integrations import (
+    REDUCER_CALIBRATION_SCHEMA, ReducerCalibration, Sample, fit_overhead, read_reducer_calibration,
+    with_reducer_overhead,
+)
+from fusionopt.cost import AlphaBeta
+from fusionopt.model import FullySharded, Plan, Problem, Profile, simulate
+from fusionopt.cost import PiecewiseLinear, with_message_overhead, with_overhead
+from fusionopt.solvers.baselines import fsdp2_plan
 
 
 # ---------------------------------------------------------------------- the fit
@@ -208,7 +209,7 @@ def test_short_gloo_calibration_gives_finite_non_negative_figures(reducer):
     torch = pytest.importorskip("torch")
     if not torch.distributed.is_available() or not torch.distributed.is_gloo_available():
         pytest.skip("torch.distributed with gloo is not available")
-    from fusionopt.integrations.reducer_calibration import measure_reducer_overhead
+    from fusionopt.integrations import measure_reducer_overhead
 
     compute = {} if reducer == "fsdp2" else {"compute_counts": (1, 2), "compute_layers": 2, "compute_width": 16,
                                              "compute_batch": 8, "compute_link": AlphaBeta(2e-4, 0.0)}
@@ -232,7 +233,7 @@ def test_short_gloo_calibration_gives_finite_non_negative_figures(reducer):
 
 def test_bad_arguments_are_refused_before_any_rank_starts():
     pytest.importorskip("torch")
-    from fusionopt.integrations.reducer_calibration import measure_reducer_overhead
+    from fusionopt.integrations import measure_reducer_overhead
 
     with pytest.raises(ValueError, match="unknown reducer 'horovod'"):
         measure_reducer_overhead("horovod")

@@ -14,12 +14,11 @@ torch = pytest.importorskip("torch")
 nn = torch.nn
 
 from fusionopt.cost import AlphaBeta, network  # noqa: E402
-from fusionopt.integrations import profile_model  # noqa: E402
-from fusionopt.integrations.torch import require_torch  # noqa: E402
+from fusionopt.integrations import profile_model, require_torch  # noqa: E402
 from fusionopt.model import Problem, Profile, simulate  # noqa: E402
 from fusionopt.solvers import solve  # noqa: E402
-from fusionopt.advice.allreduce import ddp_settings  # noqa: E402
-from fusionopt.model.profile_csv import read_profile_csv, write_profile_csv
+from fusionopt.advice import ddp_settings  # noqa: E402
+from fusionopt.model import read_profile_csv, write_profile_csv
 
 
 def small_cnn() -> nn.Module:

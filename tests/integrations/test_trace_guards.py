@@ -13,13 +13,11 @@ import pytest
 from kineto_traces import PARAMS, US, cpu_step, ddp_job, ddp_tail, op, two_step_trace
 
 from fusionopt.cli import main
-from fusionopt.integrations.collective_trace import collective_samples
-from fusionopt.integrations.kineto_events import documents_by_rank
-from fusionopt.integrations.kineto_ranks import profile_from_traces
-from fusionopt.integrations.kineto import profile_from_trace
-from fusionopt.integrations.traced_step import COPIED_PARTS, predict_traced_step
-from fusionopt.model import Profile
-from fusionopt.model.profile_csv import read_profile_csv
+from fusionopt.integrations import (
+    collective_samples, documents_by_rank, profile_from_traces, profile_from_trace, COPIED_PARTS,
+    predict_traced_step,
+)
+from fusionopt.model import Profile, read_profile_csv
 
 
 def run(capsys, *argv):
@@ -272,11 +270,11 @@ def test_the_help_states_the_clock_rule(capsys):
 # ---------------------------------------------------------------- 6. recording
 def test_recording_needs_no_main_guard_and_refuses_a_used_folder(tmp_path):
     pytest.importorskip("torch")
-    from fusionopt.integrations.ddp_record import record_ddp_traces
+    from fusionopt.integrations import record_ddp_traces
 
     script = tmp_path / "record.py"        # no `if __name__ == "__main__":`
     script.write_text(textwrap.dedent(f"""
-        from fusionopt.integrations.ddp_record import record_ddp_traces
+        from fusionopt.integrations import record_ddp_traces
         files = record_ddp_traces({str(tmp_path / "job")!r}, "mlp", batch=4, steps=3)
         print(sorted(f.name.split(".")[0] for f in files))
     """))

@@ -6,7 +6,7 @@ import pytest
 
 from kineto_traces import PARAMS, US, ddp_job
 
-from fusionopt.integrations.traced_step import predict_traced_step
+from fusionopt.integrations import predict_traced_step
 from fusionopt.solvers import solve
 
 

@@ -1,4 +1,4 @@
-"""A traced DDP job's step predicted from its own traces (fusionopt.integrations.traced_step)."""
+"""A traced DDP job's step predicted from its own traces (fusionopt.integrations._traced_step)."""
 
 import json
 
@@ -7,7 +7,7 @@ import pytest
 
 from kineto_traces import PARAMS, US, ddp_job
 
-from fusionopt.integrations.traced_step import folder_parameters, predict_traced_step
+from fusionopt.integrations import folder_parameters, predict_traced_step
 
 
 def write_job(folder, **options):
@@ -72,8 +72,8 @@ def test_real_two_rank_jobs_recorded_here(tmp_path):
     # mean period; the prediction is checked loosely here (timings of a shared CI host; the
     # median error over recorded jobs is measured by validation/traces/run.py).
     pytest.importorskip("torch")
-    from fusionopt.integrations.ddp_record import record_ddp_traces
-    from fusionopt.solvers.baselines.ddp import ddp_buckets
+    from fusionopt.integrations import record_ddp_traces
+    from fusionopt.solvers.baselines import ddp_buckets
 
     for name, model, schedule, steps in (("mlp", "mlp", True, 10), ("cnn", "cnn", False, 6)):
         folder = tmp_path / name

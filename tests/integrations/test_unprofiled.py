@@ -1,5 +1,5 @@
 """A traced step without the profiler: the trace replayed with the profiler's cost taken out
-(fusionopt.integrations.unprofiled), hand-made traces with hand-worked replays."""
+(fusionopt.integrations._unprofiled), hand-made traces with hand-worked replays."""
 
 import json
 import warnings
@@ -10,9 +10,11 @@ from hypothesis import strategies as st
 
 from kineto_traces import PARAMS, US, ddp_job
 
-from fusionopt.integrations.traced_step import predict_traced_step
-from fusionopt.integrations.unprofiled import (DEFAULT_PROFILER_COST, ProfilerCost, read_profiler_cost,
-                                               read_unprofiled_reference, replay_trace, write_profiler_cost)
+from fusionopt.integrations import predict_traced_step
+from fusionopt.integrations import (
+    DEFAULT_PROFILER_COST, ProfilerCost, read_profiler_cost, read_unprofiled_reference, replay_trace,
+    write_profiler_cost,
+)
 
 
 def event(name, ts, dur, cat="cpu_op", tid=1, **args):

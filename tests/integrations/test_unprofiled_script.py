@@ -9,7 +9,7 @@ import pytest
 
 from kineto_traces import PARAMS, US, ddp_job
 
-from fusionopt.integrations.traced_step import predict_traced_step
+from fusionopt.integrations import predict_traced_step
 
 ROOT = Path(__file__).resolve().parents[2]
 H100 = ROOT / "validation" / "data" / "h100-2026-11-27" / "traces"

@@ -1,5 +1,5 @@
 """torch's ``fp16_compress_hook`` and ``bf16_compress_hook`` (torch 2.13) on real DDP, 2 gloo
-ranks: what each puts on the wire is what ``fusionopt.model.encoding.FP16`` and ``BF16`` say
+ranks: what each puts on the wire is what ``fusionopt.cost.FP16`` and ``BF16`` say
 (half of every bucket's fp32 bytes, in their format), and the averaged gradients stay within
 the encoding's ``error_bound(2)`` (plus its ``error_floor(2)``) of the exact mean. The
 emulated link's hook gives each hook's gradients bit for bit, holding each bucket for the
@@ -9,7 +9,7 @@ cost of its cast bytes."""
 import numpy as np
 import pytest
 
-from fusionopt.model.encoding import ENCODINGS
+from fusionopt.cost import ENCODINGS
 
 torch = pytest.importorskip("torch")
 dist = pytest.importorskip("torch.distributed")
@@ -32,8 +32,8 @@ def _run(rank, name, report):
     from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
     from torch.nn.parallel import DistributedDataParallel as DDP
 
-    from fusionopt.integrations.emulated_link import EmulatedLink, ddp_comm_hook
-    from fusionopt.model.cost import AlphaBeta
+    from fusionopt.integrations import EmulatedLink, ddp_comm_hook
+    from fusionopt.cost import AlphaBeta
 
     encoding = ENCODINGS[name]
     sent, sink = dist.all_reduce, []

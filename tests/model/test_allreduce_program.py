@@ -1,4 +1,4 @@
-"""The all-reduce step as a step program (``fusionopt.model.allreduce_program``): the same
+"""The all-reduce step as a step program (``fusionopt.model._allreduce_program``): the same
 floating-point timeline as ``simulate``'s FIFO recursion and sync rules, which are its fast
 paths, on every plan; a hand-worked case; and the refusals."""
 
@@ -11,9 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fusionopt.model import AlphaBeta, Plan, Problem, Profile, simulate
-from fusionopt.model.allreduce_program import ALL_REDUCE, allreduce_program, simulate_program
-from fusionopt.model.step_program import EMIT
+from fusionopt.cost import AlphaBeta
+from fusionopt.model import Plan, Problem, Profile, simulate, ALL_REDUCE, allreduce_program, simulate_program, EMIT
 from strategies import partition_plans, problems
 
 

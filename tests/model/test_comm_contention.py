@@ -11,14 +11,11 @@ from hypothesis import strategies as st
 from strategies import alpha_beta, costs, cut_vectors, partition_plans, problems
 
 from fusionopt.cost import AlphaBeta
-from fusionopt.model import Chunk, Plan, Problem, Profile, simulate
-from fusionopt.model.bounds import best_bound, fusion_bound
-from fusionopt.model.decoupled import Decoupled
-from fusionopt.model.dispatch import credit_window, free_channel_window, priority_dispatch
-from fusionopt.model.fusion import fusion_message_times, layerwise_slack
-from fusionopt.model.fusion_eval import fusion_iteration_time, score_cuts
-from fusionopt.model.ps import ParameterServer
-from fusionopt.model.sharing import channel_schedule
+from fusionopt.model import (
+    Chunk, Plan, Problem, Profile, simulate, best_bound, fusion_bound, Decoupled, credit_window, free_channel_window,
+    priority_dispatch, fusion_message_times, layerwise_slack, fusion_iteration_time, score_cuts, ParameterServer,
+    channel_schedule,
+)
 
 MS = 1e-3
 

@@ -14,12 +14,11 @@ from hypothesis import strategies as st
 from ps_strategies import ps_plans, ps_problems
 from strategies import alpha_beta, partition_plans, problems
 
-from fusionopt.model import (AlphaBeta, Chunk, ComputePiece, Message, Plan, Problem, Profile, compute_pieces,
-                             simulate)
-from fusionopt.model.events import simulate_events
-from fusionopt.model.ps import ParameterServer
-from fusionopt.model.ps_plan import PSPlan
-from fusionopt.model.ps_timing import simulate_ps
+from fusionopt.cost import AlphaBeta
+from fusionopt.model import (
+    Chunk, ComputePiece, Message, Plan, Problem, Profile, compute_pieces, simulate, simulate_events, ParameterServer,
+    PSPlan, simulate_ps,
+)
 
 MS = 1e-3
 

@@ -166,13 +166,13 @@ def test_a_later_release_never_helps(case, delay):
 @settings(deadline=None)
 @given(decoupled_cases())
 def test_the_lower_bound_holds_for_every_plan(case):
-    from fusionopt.model.bounds import decoupled_lower_bound
+    from fusionopt.model import decoupled_lower_bound
     problem, plan = case
     assert decoupled_lower_bound(problem) <= simulate(problem, plan).iteration_time * (1 + 1e-12) + 1e-15
 
 
 def test_the_lower_bound_by_hand():
-    from fusionopt.model.bounds import decoupled_lower_bound
+    from fusionopt.model import decoupled_lower_bound
     # Layerwise: t0 (4 MB) is ready at B = 6; its reduce-scatter takes >= 5 ms, so V = 11;
     # its all-gather >= 5 ms and its forward suffix 3 ms: 19; the channel after 6 ms carries
     # t0's reduce-scatter (5) and all 7 MB of all-gathers (8): 19, plus t2's forward: 20.
@@ -220,7 +220,7 @@ def after_cases(draw):
 @settings(deadline=None)
 @given(after_cases())
 def test_update_after_gather_properties(case):
-    from fusionopt.model.bounds import decoupled_lower_bound
+    from fusionopt.model import decoupled_lower_bound
     problem, plan = case
     t = simulate(problem, plan)
     assert decoupled_lower_bound(problem) <= t.iteration_time * (1 + 1e-12) + 1e-15
@@ -268,7 +268,7 @@ def test_the_bound_holds_when_gathers_run_before_the_backward_ends():
     # 11-16 and 16-21, all before B; t0 22-23.1 and 23.1-24.2; barrier T = 24.2 + 3 = 27.2 ms.
     # Only t0's bytes must cross the channel after B: the bound is B + 1.1 + 1.1 + 3 = 27.2,
     # met; counting every all-gather byte after B (35.2 ms) would exceed T.
-    from fusionopt.model.bounds import decoupled_lower_bound
+    from fusionopt.model import decoupled_lower_bound
     profile = Profile.from_arrays([1e5, 4e6, 4e6], [MS] * 3, [20 * MS, MS, MS])
     problem = Problem(profile, pattern=Decoupled(HALF, HALF, update_after_gather=True), sync="barrier")
     plan = DecoupledPlan.from_groups(profile, [[2], [1], [0]], [[2], [1], [0]], order=[0, 1, 0, 1, 0, 1])
@@ -292,6 +292,6 @@ def interleaved_after_cases(draw):
 @settings(deadline=None)
 @given(interleaved_after_cases())
 def test_the_bound_holds_for_interleaved_orders(case):
-    from fusionopt.model.bounds import decoupled_lower_bound
+    from fusionopt.model import decoupled_lower_bound
     problem, plan = case
     assert decoupled_lower_bound(problem) <= simulate(problem, plan).iteration_time * (1 + 1e-12) + 1e-15

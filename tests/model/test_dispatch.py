@@ -11,12 +11,10 @@ from hypothesis import strategies as st
 from strategies import problems
 
 from fusionopt.cost import AlphaBeta
-from fusionopt.model import Plan, Problem, Profile, simulate
-from fusionopt.model.dispatch import (PriorityChannels, credit_window, dispatch_program, free_channel_window,
-                                      priority_dispatch)
-from fusionopt.model.step_program import run
-from fusionopt.model.plan import Chunk
-from fusionopt.model.ticks import credit_ticks, cycle_ticks
+from fusionopt.model import (
+    Plan, Problem, Profile, simulate, PriorityChannels, credit_window, dispatch_program, free_channel_window,
+    priority_dispatch, run_program as run, Chunk, credit_ticks, cycle_ticks,
+)
 
 MS = 1e-3
 MB = 1_000_000
@@ -95,7 +93,7 @@ def test_simulator_reproduces_cycle_ticks(problem, cycle_ms, cpu):
 @settings(deadline=None)
 @given(problem=problems(max_n=8, sync="layerwise"), credit=st.integers(1, 4), cycle_ms=st.sampled_from([0.0, 1.0, 5.0]))
 def test_simulator_reproduces_credit_ticks(problem, credit, cycle_ms):
-    from fusionopt.model.plan import Message
+    from fusionopt.model import Message
     problem = problem.plain()
     slices = megabyte_slices(problem)
     run = credit_ticks(problem, slices, list(range(problem.profile.n)), credit * MB,

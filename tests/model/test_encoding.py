@@ -1,4 +1,4 @@
-"""What goes on the wire (``fusionopt.model.encoding``): encoded costs by hand, the cheapest
+"""What goes on the wire (``fusionopt.model._encoding``): encoded costs by hand, the cheapest
 encoding's crossovers, and the exact fusion DP choosing grouping and encodings together,
 held to brute force over every grouping and every message's encoding."""
 
@@ -12,11 +12,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fusionopt.model import AlphaBeta, Cheapest, Encoded, Encoding, Plan, Problem, simulate
-from fusionopt.model.allreduce_program import allreduce_program
-from fusionopt.model.cost import cost_from_dict
-from fusionopt.model.encoding import BF16, FP16, FP32, crossovers, encodings_of
-from fusionopt.model.step_program import replay
+from fusionopt.cost import AlphaBeta, Cheapest, Encoded, Encoding
+from fusionopt.model import Plan, Problem, simulate, allreduce_program
+from fusionopt.cost import cost_from_dict, BF16, FP16, FP32, crossovers, encodings_of
+from fusionopt.model import replay
 from fusionopt.solvers import solve
 from strategies import alpha_beta, profiles
 

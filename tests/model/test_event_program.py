@@ -1,5 +1,5 @@
 """The extensions' event semantics as a step program and a channel policy
-(``fusionopt.model.events``): the program's gates and waits, MODEL.md section 6's worked
+(``fusionopt.model._events``): the program's gates and waits, MODEL.md section 6's worked
 example with two-way contention run by the engine, and the plain model's recursion."""
 
 from __future__ import annotations
@@ -9,10 +9,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fusionopt.model import AlphaBeta, Plan, Problem, Profile, simulate
-from fusionopt.model.allreduce_program import EMITTED
-from fusionopt.model.events import PACKED, EventChannels, event_program, simulate_events
-from fusionopt.model.step_program import COMPUTE, WAIT, run
+from fusionopt.cost import AlphaBeta
+from fusionopt.model import (
+    Plan, Problem, Profile, simulate, EMITTED, PACKED, EventChannels, event_program, simulate_events, COMPUTE, WAIT,
+    run_program as run,
+)
 from strategies import partition_plans, problems
 
 SECTION5 = Profile.from_arrays([4e6, 1e6, 2e6], [1e-3] * 3, [3e-3, 2e-3, 1e-3])

@@ -7,10 +7,9 @@ from hypothesis import strategies as st
 from strategies import alpha_beta, partition_plans, problems
 
 from fusionopt.cost import AlphaBeta, PiecewiseLinear
-from fusionopt.model import Plan, Problem, Profile, evaluate_cuts, simulate
-from fusionopt.model.events import simulate_events
-from fusionopt.model.bounds import best_bound, fusion_bound
-from fusionopt.model.fusion_dp import optimal_fusion
+from fusionopt.model import (
+    Plan, Problem, Profile, evaluate_cuts, simulate, simulate_events, best_bound, fusion_bound, optimal_fusion,
+)
 
 MS = 1e-3
 
@@ -182,7 +181,7 @@ def test_fusion_fast_path_on_one_channel_equals_simulate(data, problem, gamma, k
        copy_on=st.sampled_from(["channel", "compute"]), channels=st.integers(1, 3))
 def test_score_cuts_equals_simulate_on_every_model_option(data, problem, gamma, kappa, copy_on, channels):
     import numpy as np
-    from fusionopt.model.fusion_eval import score_cuts
+    from fusionopt.model import score_cuts
     from strategies import cut_vectors
     extended = Problem(problem.profile, problem.cost, sync=problem.sync, copy_cost=gamma,
                        copy_on=copy_on, contention=kappa, channels=channels)

@@ -7,8 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fusionopt.model import fifo
-from fusionopt.model.fifo import fifo_ends
+from fusionopt.model import fifo_ends
 
 
 def loop(a, d, free_at=-math.inf):
@@ -28,8 +27,8 @@ def test_hand_worked():
 def test_busy_periods_summed_in_order():
     # Periods start at jobs 0 and 2: 1 + 0.1 + 0.2, then 10 + 0.3 + 0.4 + 0.5, each in order.
     d = np.array([0.1, 0.2, 0.3, 0.4, 0.5])
-    first = np.array([1.0, 9.9, 10.0, 9.9, 9.9])
-    ends = fifo._busy_period_ends(first, d, np.array([0, 2]))
+    available = np.array([1.0, 0.0, 10.0, 9.9, 9.9])
+    ends = fifo_ends(available, d, vector_min=1)           # the array passes
     assert ends.tolist() == [1.0 + 0.1, 1.0 + 0.1 + 0.2, 10.0 + 0.3, 10.0 + 0.3 + 0.4, 10.0 + 0.3 + 0.4 + 0.5]
 
 
@@ -53,12 +52,7 @@ def test_array_passes_equal_the_loop(case):
     a = np.sort(a) if sort else np.array(a)
     d = np.array(d)
     expected = loop(a.tolist(), d.tolist(), free_at)
-    original = fifo.VECTOR_MIN
-    fifo.VECTOR_MIN = 1                                    # the array passes, even on short queues
-    try:
-        got = fifo_ends(a, d, free_at)
-    finally:
-        fifo.VECTOR_MIN = original
+    got = fifo_ends(a, d, free_at, vector_min=1)           # the array passes, even on short queues
     assert np.array_equal(got, expected)
 
 
@@ -71,9 +65,4 @@ def test_long_queues_equal_the_loop(seed):
     got = fifo_ends(a, d, free_at=0.01 * seed)
     assert np.array_equal(got, loop(a.tolist(), d.tolist(), 0.01 * seed))
     # The same when no guess is tried at all: the loop finishes the queue.
-    original = fifo.ROUNDS
-    fifo.ROUNDS = 0
-    try:
-        assert np.array_equal(fifo_ends(a, d, free_at=0.01 * seed), got)
-    finally:
-        fifo.ROUNDS = original
+    assert np.array_equal(fifo_ends(a, d, free_at=0.01 * seed, rounds=0), got)

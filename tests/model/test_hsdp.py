@@ -6,9 +6,9 @@ import json
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from fusionopt.executor.job import Job
-from fusionopt.model import (HSDP, AlphaBeta, FullySharded, Problem, Profile, ShardedPlan, compute_pieces, simulate)
-from fusionopt.model.collectives import network
+from fusionopt.executor import Job
+from fusionopt.model import HSDP, FullySharded, Problem, Profile, ShardedPlan, compute_pieces, simulate
+from fusionopt.cost import AlphaBeta, network
 from fusionopt.solvers import compare, solve
 
 MS = 1e-3

@@ -8,10 +8,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fusionopt.model import Problem, Profile
-from fusionopt.model.bounds import least_channel_time, ps_lower_bound
-from fusionopt.model.cost import AlphaBeta, Composite, PiecewiseLinear
-from fusionopt.model.ps import ParameterServer
+from fusionopt.model import Problem, Profile, least_channel_time, ps_lower_bound
+from fusionopt.cost import AlphaBeta, Composite, PiecewiseLinear
+from fusionopt.model import ParameterServer
 
 
 @st.composite

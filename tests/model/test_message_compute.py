@@ -12,16 +12,12 @@ from hypothesis import strategies as st
 from strategies import alpha_beta, cut_vectors, problems
 
 from fusionopt.cost import AlphaBeta
-from fusionopt.model import Plan, Problem, Profile, fusion_iteration_time, simulate
-from fusionopt.model.dispatch import free_channel_window, priority_dispatch
-from fusionopt.model.fusion import fusion_message_times
-from fusionopt.model.fusion_dp import optimal_fusion
-from fusionopt.model.fusion_eval import score_cuts
-from fusionopt.model.overhead import with_overhead
-from fusionopt.model.ps import ParameterServer
-from fusionopt.model.sharing import channel_schedule
-from fusionopt.model.plan import Chunk
-from fusionopt.model.fusion import layerwise_slack
+from fusionopt.model import (
+    Plan, Problem, Profile, fusion_iteration_time, simulate, free_channel_window, priority_dispatch,
+    fusion_message_times, optimal_fusion, score_cuts,
+)
+from fusionopt.cost import with_overhead
+from fusionopt.model import ParameterServer, channel_schedule, Chunk, layerwise_slack
 from fusionopt.solvers import Status, solve
 
 MS = 1e-3

@@ -5,10 +5,12 @@ import warnings
 
 import pytest
 
-from fusionopt.executor.job import Job
-from fusionopt.model import (AllReduce, AlphaBeta, Decoupled, DecoupledPlan, FullySharded, ParameterServer, Pattern,
-                             Plan, Problem, Profile, PSPlan, ShardedPlan, simulate)
-from fusionopt.model.overhead import with_overhead
+from fusionopt.executor import Job
+from fusionopt.model import (
+    AllReduce, Decoupled, DecoupledPlan, FullySharded, ParameterServer, Pattern, Plan, Problem, Profile, PSPlan,
+    ShardedPlan, simulate,
+)
+from fusionopt.cost import AlphaBeta, with_overhead
 
 PROFILE = Profile.from_arrays([4e6, 1e6, 2e6], [1e-3] * 3, [3e-3, 2e-3, 1e-3])
 HALF = AlphaBeta(1e-3, 1e-9)

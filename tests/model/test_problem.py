@@ -2,7 +2,8 @@
 
 import pytest
 
-from fusionopt.model import AlphaBeta, Plan, Problem, Profile, simulate
+from fusionopt.cost import AlphaBeta
+from fusionopt.model import Plan, Problem, Profile, simulate
 
 
 def test_problem_rejects_bad_parts():

@@ -6,8 +6,7 @@ import math
 import numpy as np
 import pytest
 
-from fusionopt.model import Profile
-from fusionopt.model.profile_csv import read_profile_csv, write_profile_csv
+from fusionopt.model import Profile, read_profile_csv, write_profile_csv
 
 
 def make(**overrides):
@@ -194,7 +193,7 @@ def test_csv_to_missing_folder_is_named(tmp_path):
 def test_nothing_given_is_ignored_or_misread(tmp_path):
 
     from fusionopt.model import Plan
-    from fusionopt.model.cost import cost_from_dict
+    from fusionopt.cost import cost_from_dict
 
     with pytest.raises(ValueError, match=r"sizes must be a sequence, one entry per tensor, got the string '123'"):
         Profile.from_arrays("123", [0.0] * 3, [0.0] * 3)

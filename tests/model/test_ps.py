@@ -7,12 +7,10 @@ import pytest
 
 from fusionopt.checks import longest_path_time
 from fusionopt.cost import AlphaBeta, PiecewiseLinear
-from fusionopt.model import Chunk, Message, Plan, Problem, Profile, simulate
-from fusionopt.model.fusion_dp import optimal_fusion
-from fusionopt.model.ps import ParameterServer, ps_cost
-from fusionopt.model.ps_plan import PSPlan, stream_offsets
-from fusionopt.model.ps_timing import offsets_iteration_time, simulate_ps
-from fusionopt.model.bounds import ps_lower_bound
+from fusionopt.model import (
+    Chunk, Message, Plan, Problem, Profile, simulate, optimal_fusion, ParameterServer, ps_cost, PSPlan,
+    stream_offsets, offsets_iteration_time, simulate_ps, ps_lower_bound,
+)
 
 MS = 1e-3
 MB = 1e6

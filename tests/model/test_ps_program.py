@@ -1,4 +1,4 @@
-"""The parameter-server step as a step program (``fusionopt.model.ps_program``): the same
+"""The parameter-server step as a step program (``fusionopt.model._ps_program``): the same
 floating-point timeline as ``simulate`` (``simulate_ps``, its fast path) on every plan, with
 and without partitioned compute, under both sync rules."""
 
@@ -8,8 +8,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fusionopt.model import simulate
-from fusionopt.model.ps_program import PULL, PUSH, ps_program, simulate_ps_program
+from fusionopt.model import simulate, PULL, PUSH, ps_program, simulate_ps_program
 from ps_strategies import ps_plans, ps_problems
 
 FIELDS = ("message_ready", "message_start", "message_end", "message_bytes", "reduced", "forward_start", "pull_ready",

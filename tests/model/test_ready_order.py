@@ -7,10 +7,8 @@ import json
 import numpy as np
 import pytest
 
-from fusionopt.model import AlphaBeta, Plan, Problem, Profile, simulate
-from fusionopt.model.events import simulate_events
-from fusionopt.model.plan import Chunk, Message
-from fusionopt.model.ps_plan import PSPlan
+from fusionopt.cost import AlphaBeta
+from fusionopt.model import Plan, Problem, Profile, simulate, simulate_events, Chunk, Message, PSPlan
 from fusionopt.solvers import solve
 
 
@@ -99,8 +97,7 @@ def test_dp_is_exact_when_the_last_tie_group_has_work_before_its_last_tensor():
     # brute force over every fusion plan (with and without message caps).
     import itertools
 
-    from fusionopt.model.fusion import layerwise_slack
-    from fusionopt.model.fusion_dp import optimal_fusion
+    from fusionopt.model import layerwise_slack, optimal_fusion
 
     rng = np.random.default_rng(0)
     checked = 0

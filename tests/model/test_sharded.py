@@ -10,8 +10,8 @@ from hypothesis import strategies as st
 from strategies import costs, profiles, sharded_plans
 
 from fusionopt.cost import AlphaBeta, network
-from fusionopt.model import FullySharded, Problem, Profile, ShardedPlan, compute_pieces, simulate
-from fusionopt.model.bounds import sharded_lower_bound
+from fusionopt.model import (FullySharded, Plan, Problem, Profile, ShardedPlan, compute_pieces, sharded_lower_bound,
+                             simulate)
 
 MS = 1e-3
 HALF = AlphaBeta(MS, 1e-9)                               # 1 ms + 1 ns/B for each collective
@@ -210,7 +210,7 @@ def test_problem_refuses_what_does_not_apply():
     problem = Problem(profile, pattern=halves)
     assert problem.pattern.name == "fully-sharded" and problem.extensions == ("fully_sharded",)
     with pytest.raises(ValueError, match="takes a ShardedPlan"):
-        simulate(problem, __import__("fusionopt").Plan.from_groups(profile, [[0, 1, 2]]))
+        simulate(problem, Plan.from_groups(profile, [[0, 1, 2]]))
 
 
 def test_bound_worked_value_and_network_presets():

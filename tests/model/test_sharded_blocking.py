@@ -10,11 +10,10 @@ from hypothesis import strategies as st
 from strategies import alpha_beta, profiles, sharded_plans
 
 from fusionopt.cost import AlphaBeta
-from fusionopt.executor.programs import build_program
-from fusionopt.model import FullySharded, Problem, Profile, ShardedPlan, compute_pieces, simulate
-from fusionopt.model.bounds import sharded_lower_bound
+from fusionopt.executor import build_program
+from fusionopt.model import FullySharded, Problem, Profile, ShardedPlan, compute_pieces, simulate, sharded_lower_bound
 from fusionopt.solvers import solve
-from fusionopt.advice.sharded import fsdp2_plan_of, fsdp2_settings
+from fusionopt.advice import fsdp2_plan_of, fsdp2_settings
 
 MS = 1e-3
 HALF = AlphaBeta(MS, 1e-9)                               # 1 ms + 1 ns/B for each collective

@@ -10,9 +10,8 @@ from hypothesis import strategies as st
 from strategies import alpha_beta, profiles, sharded_plans
 
 from fusionopt.cost import AlphaBeta, PiecewiseLinear
-from fusionopt.executor.programs import build_program
-from fusionopt.model import FullySharded, Problem, Profile, ShardedPlan, compute_pieces, simulate
-from fusionopt.model.bounds import sharded_lower_bound
+from fusionopt.executor import build_program
+from fusionopt.model import FullySharded, Problem, Profile, ShardedPlan, compute_pieces, simulate, sharded_lower_bound
 
 MS = 1e-3
 HALF = AlphaBeta(MS, 1e-9)                               # 1 ms + 1 ns/B for each collective

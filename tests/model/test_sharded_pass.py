@@ -1,4 +1,4 @@
-"""The one-channel pass of a fully sharded step (``fusionopt.model.sharded_pass``): the same
+"""The one-channel pass of a fully sharded step (``fusionopt.model._sharded_pass``): the same
 floating-point timeline, memory account and compute stream as the step program's engine, on
 every plan it takes; and the plans it leaves to the engine."""
 
@@ -9,9 +9,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fusionopt.cost import AlphaBeta
-from fusionopt.model import HSDP, FullySharded, Problem, Profile, ShardedPlan, simulate
-from fusionopt.model.sharded_pass import applies, one_pass
-from fusionopt.model.sharded_timing import simulate_sharded_program
+from fusionopt.model import (
+    HSDP, FullySharded, Problem, Profile, ShardedPlan, simulate, applies, one_pass, simulate_sharded_program,
+)
 from strategies import costs, profiles, sharded_plans, times
 
 FIELDS = ("message_ready", "message_start", "message_end", "message_bytes", "message_kind", "message_unit",

@@ -11,8 +11,7 @@ from hypothesis import strategies as st
 from strategies import costs, profiles
 
 from fusionopt.cost import AlphaBeta
-from fusionopt.model import FullySharded, Problem, Profile, ShardedPlan, compute_pieces, simulate
-from fusionopt.model.bounds import sharded_lower_bound
+from fusionopt.model import FullySharded, Problem, Profile, ShardedPlan, compute_pieces, simulate, sharded_lower_bound
 
 MS = 1e-3
 HALF = AlphaBeta(MS, 1e-9)                               # 1 ms + 1 ns/B for each collective

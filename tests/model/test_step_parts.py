@@ -12,13 +12,12 @@ from hypothesis import strategies as st
 from strategies import alpha_beta, partition_plans, problems
 
 from fusionopt.checks import longest_path_time
-from fusionopt.model import AlphaBeta, Plan, Problem, Profile, compute_pieces, simulate
-from fusionopt.model.bounds import best_bound
-from fusionopt.model.fusion_eval import fusion_iteration_time
-from fusionopt.model.ps import ParameterServer
-from fusionopt.model.ps_plan import PSPlan
+from fusionopt.cost import AlphaBeta
+from fusionopt.model import (
+    Plan, Problem, Profile, compute_pieces, simulate, best_bound, fusion_iteration_time, ParameterServer, PSPlan,
+)
 from fusionopt.solvers import solve
-from fusionopt.model.profile_csv import read_profile_csv, write_profile_csv
+from fusionopt.model import read_profile_csv, write_profile_csv
 
 MS = 1e-3
 

@@ -7,11 +7,11 @@ import warnings
 import numpy as np
 import pytest
 
+from fusionopt.cost import AlphaBeta
 from fusionopt.model import (
-    AlphaBeta, Decoupled, DecoupledPlan, FullySharded, ParameterServer, Plan, Problem, Profile, PSPlan, ShardedPlan,
-    simulate,
+    Decoupled, DecoupledPlan, FullySharded, ParameterServer, Plan, Problem, Profile, PSPlan, ShardedPlan, simulate,
 )
-from fusionopt.model.step_parts import fit_step_parts
+from fusionopt.model import fit_step_parts
 
 MS = 1e-3
 HALF = AlphaBeta(MS, 1e-9)                      # each half of the all-reduce: 1 ms + 1 ns/B

@@ -6,16 +6,14 @@ import math
 
 import pytest
 
-from fusionopt.model import AlphaBeta, Problem, Profile
-from fusionopt.model.decoupled import Decoupled
-from fusionopt.model.decoupled_plan import DecoupledPlan
-from fusionopt.model.decoupled_timing import simulate_decoupled
-from fusionopt.model.sharded import FullySharded
-from fusionopt.model.sharded_plan import ShardedPlan
-from fusionopt.model.sharded_program import sharded_program
-from fusionopt.model.sharded_timing import simulate_sharded
-from fusionopt.model.step_program import (AT, CHANNEL, COMPUTE, FORWARD, MARK, PUBLISH, SPAN, WAIT, Fifo, Program,
-                                          replay, run)
+from fusionopt.cost import AlphaBeta
+from fusionopt.model import (
+    Problem, Profile, Decoupled, DecoupledPlan, simulate_decoupled, FullySharded, ShardedPlan, sharded_program,
+    simulate_sharded,
+)
+from fusionopt.model import (
+    AT, CHANNEL, COMPUTE, FORWARD, MARK, PUBLISH, SPAN, WAIT, Fifo, Program, replay, run_program as run,
+)
 
 MS = 1e-3
 

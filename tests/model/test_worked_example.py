@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 
 from fusionopt.checks import longest_path_time
-from fusionopt.model import AlphaBeta, Plan, Problem, Profile, evaluate_cuts, fusion_iteration_time, simulate
+from fusionopt.cost import AlphaBeta
+from fusionopt.model import Plan, Problem, Profile, evaluate_cuts, fusion_iteration_time, simulate
 
 MS = 1e-3
 # Groups in 0-based forward indices (t1, t2, t3 of MODEL.md are 0, 1, 2), channel order.

@@ -8,10 +8,9 @@ from hypothesis import given, settings
 
 from strategies import alpha_beta, problems
 
-from fusionopt.model import AlphaBeta, Problem, Profile, simulate
-from fusionopt.model.ps import ParameterServer
-from fusionopt.solvers import solve
-from fusionopt.solvers.registry import catalogue, get_method
+from fusionopt.cost import AlphaBeta
+from fusionopt.model import Problem, Profile, simulate, ParameterServer
+from fusionopt.solvers import solve, catalogue, get_method
 
 # The reasons a method may give for not taking a problem, each documented in its docstring.
 REFUSALS = (

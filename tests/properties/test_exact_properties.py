@@ -10,12 +10,12 @@ from hypothesis import strategies as st
 from strategies import alpha_beta, cut_vectors, partition_plans, problems
 
 from fusionopt.model import Plan, Problem, simulate
-from fusionopt.model.bounds import (best_bound, channel_bound, compute_bound, fluid_bound, fluid_latency_bound,
-                                     fusion_bound, last_message_bound)
-from fusionopt.model.fusion_dp import optimal_fusion
+from fusionopt.model import (
+    best_bound, channel_bound, compute_bound, fluid_bound, fluid_latency_bound, fusion_bound, last_message_bound,
+)
+from fusionopt.model import optimal_fusion
 from fusionopt.solvers import solve
-from fusionopt.solvers.exact.brute import brute
-from fusionopt.solvers.exact.dp import dp
+from fusionopt.solvers.exact import brute, dp
 
 BASELINES = ["wfbp", "single", "threshold", "ddp", "horovod"]
 REL = 1e-9
@@ -148,7 +148,7 @@ def fluid_service(ready, work):
 def test_the_fluid_closed_form_is_the_fluid_schedule(problem):
     # The bounds take when tensors 0..i are all served from a closed form (Lindley's
     # recursion); an event simulation of the fluid schedule must agree.
-    from fusionopt.model.bounds import fluid_prefix_done
+    from fusionopt.model import fluid_prefix_done
 
     profile, beta = problem.profile, problem.cost.affine[1]
     simulated = np.maximum.accumulate(fluid_service(profile.ready_times, profile.sizes * beta))

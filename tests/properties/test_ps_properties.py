@@ -10,11 +10,7 @@ from strategies import alpha_beta, cut_vectors, partition_plans, problems
 
 from fusionopt.checks import longest_path_time
 from fusionopt.cost import AlphaBeta
-from fusionopt.model import Plan, Problem, simulate
-from fusionopt.model.ps import ParameterServer
-from fusionopt.model.ps_plan import PSPlan
-from fusionopt.model.ps_timing import offsets_iteration_time
-from fusionopt.model.bounds import ps_lower_bound
+from fusionopt.model import Plan, Problem, simulate, ParameterServer, PSPlan, offsets_iteration_time, ps_lower_bound
 
 REL = 1e-9
 
@@ -91,7 +87,7 @@ def test_fast_evaluator_equals_simulate_with_slow_updates(data, problem):
 
 @given(values=st.lists(st.floats(-1e3, 1e3), min_size=1, max_size=40), data=st.data())
 def test_range_maximum(values, data):
-    from fusionopt.model.ps_timing import range_max
+    from fusionopt.model import range_max
 
     array = np.array(values)
     pairs = data.draw(st.lists(st.tuples(st.integers(0, len(values) - 1), st.integers(0, len(values) - 1)),

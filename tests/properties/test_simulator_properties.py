@@ -8,9 +8,9 @@ from hypothesis import strategies as st
 from strategies import alpha_beta, cut_vectors, partition_plans, problems
 
 from fusionopt.checks import longest_path_time
-from fusionopt.model import Plan, Problem, Profile, evaluate_cuts, fusion_iteration_time, simulate
-from fusionopt.model.fusion import layerwise_slack
-from fusionopt.model.bounds import best_bound
+from fusionopt.model import (
+    Plan, Problem, Profile, evaluate_cuts, fusion_iteration_time, simulate, layerwise_slack, best_bound,
+)
 
 REL = 1e-9
 
@@ -93,11 +93,10 @@ def test_layerwise_equals_barrier_for_fifo_fusion_plans(data, problem):
 @given(problem=problems(min_n=2, max_n=6, cost=alpha_beta), seed=st.integers(0, 2**32 - 1))
 def test_batch_spans_blocks(problem, seed):
     # More plans than one evaluator block, so block boundaries are exercised.
-    from fusionopt.model import fusion_eval as fusion
-
     rng = np.random.default_rng(seed)
-    m = fusion._BLOCK + 37
+    m = 5 * 7 + 3                                         # blocks of 7 plans: five whole, one part
     cuts = rng.random((m, problem.profile.n - 1)) < 0.5
-    batch = evaluate_cuts(problem, cuts)
-    for row in list(range(5)) + list(range(fusion._BLOCK - 3, m)):
+    batch = evaluate_cuts(problem, cuts, block=7)
+    assert np.array_equal(batch, evaluate_cuts(problem, cuts))
+    for row in range(m):
         assert close(float(batch[row]), fusion_iteration_time(problem, cuts[row]))

@@ -1,4 +1,4 @@
-"""DDP and Horovod settings derived from a plan (fusionopt.advice.allreduce)."""
+"""DDP and Horovod settings derived from a plan (fusionopt.advice._allreduce)."""
 
 import pytest
 from hypothesis import given, settings
@@ -7,10 +7,9 @@ from strategies import problems
 
 from fusionopt import zoo
 from fusionopt.cost import AlphaBeta, network
-from fusionopt.model import Plan, Problem, Profile, simulate
-from fusionopt.model.ps import ParameterServer
+from fusionopt.model import Plan, Problem, Profile, simulate, ParameterServer
 from fusionopt.solvers import solve
-from fusionopt.advice.allreduce import DDPSettings, HorovodSettings, ddp_settings, horovod_settings
+from fusionopt.advice import DDPSettings, HorovodSettings, ddp_settings, horovod_settings
 
 MS = 1e-3
 MiB = 2**20

@@ -7,7 +7,7 @@ import pytest
 from fusionopt import zoo
 from fusionopt.model import FullySharded, Problem, Profile, simulate
 from fusionopt.solvers import solve
-from fusionopt.advice.sharded import OverMemoryCap, fsdp2_advice, fsdp2_atoms, fsdp2_plan_of
+from fusionopt.advice import OverMemoryCap, fsdp2_advice, fsdp2_atoms, fsdp2_plan_of
 
 
 def vit():

@@ -8,11 +8,9 @@ import pytest
 
 from fusionopt import zoo
 from fusionopt.cost import network
-from fusionopt.model import Decoupled, FullySharded, Problem
-from fusionopt.model.bounds import sharded_memory_floor
+from fusionopt.model import Decoupled, FullySharded, Problem, sharded_memory_floor
 from fusionopt.solvers import solve
-from fusionopt.advice.allreduce import ddp_settings, horovod_settings
-from fusionopt.advice.sharded import OverMemoryCap, fsdp2_advice, zero2_settings, zero3_settings
+from fusionopt.advice import ddp_settings, horovod_settings, OverMemoryCap, fsdp2_advice, zero2_settings, zero3_settings
 
 TIE = 1e-9                                               # the advice's tolerance on T, relative
 

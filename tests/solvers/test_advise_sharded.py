@@ -9,10 +9,9 @@ from fusionopt import zoo
 from fusionopt.cost import AlphaBeta
 from fusionopt.model import Decoupled, FullySharded, Problem, Profile, ShardedPlan, simulate
 from fusionopt.solvers import solve
-from fusionopt.advice.allreduce import MIN_GAIN, gains_enough
-from fusionopt.advice.sharded import fsdp2_plan_of, fsdp2_settings, unit_modules, zero2_settings
-from fusionopt.solvers.sharded_units import atom_bounds
-from fusionopt.solvers.baselines.fsdp2 import fsdp2_plan
+from fusionopt.advice import MIN_GAIN, gains_enough, fsdp2_plan_of, fsdp2_settings, unit_modules, zero2_settings
+from fusionopt.solvers import atom_bounds
+from fusionopt.solvers.baselines import fsdp2_plan
 
 NAMES = ["emb.weight", "h.0.a.weight", "h.0.a.bias", "h.0.b.weight", "h.1.a.weight", "h.1.b.weight",
          "h.1.b.bias", "h.2.a.weight", "ln.weight", "ln.bias"]
@@ -174,7 +173,7 @@ def test_settings_replace_the_defaults_only_for_min_gain():
     # FSDP2's plan is 10.6 ms against the defaults' 14.48 ms (26.8% faster): advised under a
     # 5% min_gain, not under 50%. ZeRO-3's best grid setting is 12.0 ms against 12.3 ms
     # (2.4% faster): advised only with min_gain 0.
-    from fusionopt.advice.sharded import fsdp2_advice, zero3_settings
+    from fusionopt.advice import fsdp2_advice, zero3_settings
 
     problem = named_problem()
     advised, kept = fsdp2_advice(problem, min_gain=0.05), fsdp2_advice(problem, min_gain=0.5)

@@ -10,8 +10,7 @@ from strategies import problems
 
 import fusionopt
 from fusionopt.cost import AlphaBeta
-from fusionopt.model import Problem, Profile, simulate
-from fusionopt.model.bounds import best_bound
+from fusionopt.model import Problem, Profile, simulate, best_bound
 from fusionopt.solvers import Status, compare, default_methods, format_table, methods, solve
 
 MS = 1e-3
@@ -179,14 +178,15 @@ def test_compare_rows_and_table():
 
 
 def test_top_level_api():
-    assert {"Profile", "Plan", "Problem", "simulate", "solve", "compare", "methods"} <= set(fusionopt.__all__)
+    assert {"model", "cost", "solvers"} <= set(fusionopt.__all__)
+    assert {"Profile", "Plan", "Problem", "simulate"} <= set(fusionopt.model.__all__)
+    assert {"solve", "compare", "methods"} <= set(fusionopt.solvers.__all__)
     assert fusionopt.cost.AlphaBeta is AlphaBeta
     assert np.isclose(fusionopt.cost.network("10gbe", 8).beta, 2 * 7 / 8 / 1.25e9)
 
 
 def test_layerwise_schedulers_join_the_default_comparison_only_under_layerwise_sync():
-    from fusionopt.solvers import compare
-    from fusionopt.solvers.registry import default_methods
+    from fusionopt.solvers import compare, default_methods
 
     profile = Profile.from_arrays([4e6, 1e6, 2e6], [1e-3] * 3, [3e-3, 2e-3, 1e-3])
     barrier = Problem(profile, AlphaBeta(1e-3, 1e-9))

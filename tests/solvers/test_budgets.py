@@ -4,7 +4,9 @@ search at the same point on every run, so stored results reproduce exactly."""
 import numpy as np
 import pytest
 
-from fusionopt import solve, zoo
+from fusionopt.solvers import solve
+
+from fusionopt import zoo
 from fusionopt.cost import AlphaBeta, network
 from fusionopt.model import Problem, Profile
 from fusionopt.solvers import Status

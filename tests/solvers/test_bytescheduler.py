@@ -1,4 +1,4 @@
-"""ByteScheduler on Horovod's cycle-tick fusion (fusionopt.solvers.papers.bytescheduler)."""
+"""ByteScheduler on Horovod's cycle-tick fusion (fusionopt.solvers.papers._bytescheduler)."""
 
 import pytest
 from hypothesis import given, settings
@@ -9,7 +9,7 @@ from strategies import problems
 from fusionopt.cost import AlphaBeta
 from fusionopt.model import Problem, Profile, simulate
 from fusionopt.solvers import solve
-from fusionopt.solvers.papers.bytescheduler import bytescheduler, bytescheduler_slices
+from fusionopt.solvers.papers import bytescheduler, bytescheduler_slices
 
 MS = 1e-3
 QUARTER = 250_000                    # float32 parameters in 1 MB

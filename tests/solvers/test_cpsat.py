@@ -11,13 +11,11 @@ from hypothesis import strategies as st
 from strategies import problems
 
 import fusionopt.zoo
-from fusionopt.model.fusion import layerwise_slack
+from fusionopt.model import layerwise_slack
 from fusionopt.cost import AlphaBeta
-from fusionopt.model import Chunk, Message, Plan, Problem, Profile, simulate
-from fusionopt.model.fusion_dp import fewest_messages
+from fusionopt.model import Chunk, Message, Plan, Problem, Profile, simulate, fewest_messages
 from fusionopt.solvers import Status, solve
-from fusionopt.solvers.exact.cpsat import cpsat
-from fusionopt.solvers.exact.dp import dp
+from fusionopt.solvers.exact import cpsat, dp
 
 MS = 1e-3
 SLACK = 1e-12          # seconds of float noise between two exact methods

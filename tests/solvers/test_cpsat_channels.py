@@ -15,10 +15,9 @@ from strategies import alpha_beta, cut_vectors, profiles
 from fusionopt.cost import AlphaBeta
 from fusionopt.model import Plan, Problem, Profile, simulate
 from fusionopt.solvers import Status, solve
-from fusionopt.solvers.exact.cpsat import cpsat
-from fusionopt.solvers.exact.cpsat_arcs import automatic_quantum
-from fusionopt.model.sharing import channel_schedule
-from fusionopt.solvers.exact.cpsat_channels import ChannelRelaxation
+from fusionopt.solvers.exact import cpsat, automatic_quantum
+from fusionopt.model import channel_schedule
+from fusionopt.solvers.exact import ChannelRelaxation
 
 MS = 1e-3
 RTOL = 1e-9

@@ -3,7 +3,6 @@ backward computes (MODEL.md section 6). The backlog recursion it encodes, its ro
 and its optimum against an exhaustive search judged by the event simulator."""
 
 import itertools
-import math
 
 import numpy as np
 import pytest
@@ -13,11 +12,11 @@ from hypothesis import strategies as st
 from strategies import cut_vectors, problems
 
 from fusionopt.cost import AlphaBeta
-from fusionopt.model import Plan, Problem, Profile, simulate
-from fusionopt.model.fusion import arc_times, backward_arrays, layerwise_slack
+from fusionopt.model import Plan, Problem, Profile, simulate, arc_times, backward_arrays, layerwise_slack
 from fusionopt.solvers import Status, solve
-from fusionopt.solvers.exact.cpsat import delay_cut, integer_arc_times, rounded_path, rounding_factor, cpsat
-from fusionopt.solvers.exact.cpsat_arcs import arc_positions, plan_path
+from fusionopt.solvers.exact import (
+    delay_cut, integer_arc_times, rounded_path, rounding_factor, cpsat, arc_positions, plan_path,
+)
 
 MS = 1e-3
 RTOL = 1e-9

@@ -11,15 +11,16 @@ from hypothesis import strategies as st
 
 from strategies import cut_vectors, problems
 
-from fusionopt.model.fusion import layerwise_slack
+from fusionopt.model import layerwise_slack
 from fusionopt.cost import AlphaBeta
-from fusionopt.model import Plan, Problem, Profile, simulate
-from fusionopt.model.fusion import arc_times as fusion_arc_times, backward_arrays
-from fusionopt.model.fusion import fusion_message_times as fusion_recursion
-from fusionopt.model.fusion_dp import fewest_messages
+from fusionopt.model import (
+    Plan, Problem, Profile, simulate, arc_times as fusion_arc_times, backward_arrays,
+    fusion_message_times as fusion_recursion, fewest_messages,
+)
 from fusionopt.solvers import Status, solve
-from fusionopt.solvers.exact.cpsat import delay_cut, integer_arc_times, rounded_path, rounding_factor, cpsat
-from fusionopt.solvers.exact.cpsat_arcs import QUANTUM_PRECISION, arc_positions, plan_path
+from fusionopt.solvers.exact import (
+    delay_cut, integer_arc_times, rounded_path, rounding_factor, cpsat, QUANTUM_PRECISION, arc_positions, plan_path,
+)
 
 MS = 1e-3
 RTOL = 1e-9            # relative float noise between the simulator and the model's arithmetic
@@ -325,7 +326,7 @@ def test_large_integer_horizons_are_avoided():
     # the horizon at 2^29 steps; the bound must not exceed any plan's time.
     from fusionopt import zoo
     from fusionopt.cost import network
-    from fusionopt.solvers.exact.cpsat_arcs import MAX_INTEGER_TIME
+    from fusionopt.solvers.exact import MAX_INTEGER_TIME
 
     base = zoo.profile("resnet50", device="v100", batch=64)
     keep = slice(base.n - 48, base.n)

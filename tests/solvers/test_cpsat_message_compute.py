@@ -2,7 +2,6 @@
 channel and on several, and a hand-worked optimum."""
 
 import itertools
-import math
 
 import numpy as np
 import pytest
@@ -14,7 +13,7 @@ from strategies import alpha_beta, problems
 from fusionopt.cost import AlphaBeta
 from fusionopt.model import Plan, Problem, Profile, simulate
 from fusionopt.solvers import Status
-from fusionopt.solvers.exact.cpsat import cpsat
+from fusionopt.solvers.exact import cpsat
 
 MS = 1e-3
 RTOL = 1e-9

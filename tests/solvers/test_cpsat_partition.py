@@ -9,10 +9,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fusionopt.cost import AlphaBeta
-from fusionopt.model import Chunk, Message, Plan, Problem, Profile, simulate
-from fusionopt.model.bounds import fluid_bound, fluid_latency_bound
+from fusionopt.model import Chunk, Message, Plan, Problem, Profile, simulate, fluid_bound, fluid_latency_bound
 from fusionopt.solvers import Status, solve
-from fusionopt.solvers.exact.cpsat_partition import grid_plan, unit_grid
+from fusionopt.solvers.exact import grid_plan, unit_grid
 
 MS = 1e-3
 MB = 1_000_000

@@ -12,14 +12,12 @@ from hypothesis import strategies as st
 from strategies import alpha_beta, costs, profiles, times
 
 from fusionopt.cost import AlphaBeta
-from fusionopt.model import Decoupled, DecoupledPlan, Plan, Problem, Profile
-from fusionopt.model.bounds import decoupled_lower_bound
-from fusionopt.model.simulator import simulate
+from fusionopt.model import Decoupled, DecoupledPlan, Plan, Problem, Profile, decoupled_lower_bound, simulate
 from fusionopt.solvers import solve
 
 pytest.importorskip("ortools")
 
-from fusionopt.solvers.exact.decoupled_cpsat import MAX_TENSORS_SEQUENTIAL, SPACE_SEQUENTIAL, _Space  # noqa: E402
+from fusionopt.solvers.exact import MAX_TENSORS_SEQUENTIAL, SPACE_SEQUENTIAL, DecoupledSpace  # noqa: E402
 
 MS = 1e-3
 BUDGET = {"workers": 1, "deterministic_time": 5.0, "time_limit": 60.0}
@@ -171,7 +169,7 @@ def test_rounded_recursion_brackets_the_simulation(profile, rs, ag, sync, after,
         except ValueError:
             continue
     plan, t = data.draw(st.sampled_from(plans))
-    space = _Space(problem)
+    space = DecoupledSpace(problem)
     q = data.draw(st.sampled_from([1e-9, 1e-6, 2.0 ** -14]))
     horizon = math.floor(t / q) + 1
     values = space.least_values(space.constants(q, horizon), *space.arcs_of(plan), plan.order.tolist())

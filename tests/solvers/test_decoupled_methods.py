@@ -8,10 +8,9 @@ from hypothesis import strategies as st
 from strategies import alpha_beta, costs, profiles
 
 from fusionopt.cost import AlphaBeta
-from fusionopt.model import Decoupled, Problem, Profile
-from fusionopt.model.bounds import decoupled_lower_bound
+from fusionopt.model import Decoupled, Problem, Profile, decoupled_lower_bound
 from fusionopt.solvers import solve
-from fusionopt.solvers.baselines.megatron import megatron_buckets
+from fusionopt.solvers.baselines import megatron_buckets
 
 MS = 1e-3
 
@@ -104,7 +103,7 @@ def test_dear_groups_modules_under_its_threshold():
     # after b closed the second group at 20 + 8 >= 25).
     profile = Profile.from_arrays([10 * mb, 2 * mb, 20 * mb, 8 * mb, 8 * mb], [0.0] * 5, [MS] * 5,
                                   names=["a.weight", "a.bias", "b.weight", "c.weight", "d.weight"])
-    from fusionopt.solvers.papers.dear import dear_groups
+    from fusionopt.solvers.papers import dear_groups
     problem = decoupled(profile, "layerwise")
     assert dear_groups(problem) == [[0, 1], [2], [3, 4]]
     assert dear_groups(problem, threshold_mb=100) == [[0, 1, 2, 3, 4]]

@@ -9,11 +9,9 @@ from hypothesis import given, settings
 from strategies import alpha_beta, problems
 
 from fusionopt.cost import AlphaBeta, PiecewiseLinear
-from fusionopt.model import Problem, Profile
-from fusionopt.model.bounds import fluid_bound
+from fusionopt.model import Problem, Profile, fluid_bound
 from fusionopt.solvers import Status, solve
-from fusionopt.solvers.exact.closed_form import closed_form
-from fusionopt.solvers.exact.dp import dp
+from fusionopt.solvers.exact import closed_form, dp
 
 MS = 1e-3
 

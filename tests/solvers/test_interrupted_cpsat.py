@@ -16,11 +16,14 @@ import pytest
 pytest.importorskip("ortools")
 
 from fusionopt.cost import AlphaBeta  # noqa: E402
-from fusionopt.model import Decoupled, Problem, Profile, simulate  # noqa: E402
-from fusionopt.model.ps import ParameterServer  # noqa: E402
+from fusionopt.model import Decoupled, Problem, Profile, simulate, ParameterServer  # noqa: E402
 from fusionopt.solvers import Status, solve  # noqa: E402
-from fusionopt.solvers.exact import cpsat, cpsat_channels, cpsat_partition, cpsat_search, decoupled_cpsat, ps_cpsat  # noqa: E402
-from fusionopt.solvers.result import Interrupted  # noqa: E402
+# White-box: the interrupt is injected into each encoder's private module (tests/test_public_api.py).
+from fusionopt.solvers.exact import (  # noqa: E402
+    _cpsat as cpsat, _cpsat_channels as cpsat_channels, _cpsat_partition as cpsat_partition,
+    _cpsat_search as cpsat_search, _decoupled_cpsat as decoupled_cpsat, _ps_cpsat as ps_cpsat,
+)
+from fusionopt.solvers import Interrupted  # noqa: E402
 
 
 class BlockingSolver:

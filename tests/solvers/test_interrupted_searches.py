@@ -11,9 +11,10 @@ import pytest
 from fusionopt.cost import AlphaBeta
 from fusionopt.model import FullySharded, Problem, Profile, simulate
 from fusionopt.solvers import Status, solve
-from fusionopt.solvers import warm
-from fusionopt.solvers.searches import layerwise_opt, sharded_opt, ssa
-from fusionopt.solvers.result import Interrupted
+# White-box: the interrupt is injected into the searches' private evaluators (tests/test_public_api.py).
+from fusionopt.solvers import _warm as warm
+from fusionopt.solvers.searches import _sharded_opt as sharded_opt, _ssa as ssa, LayerwiseEvaluator, layerwise_opt
+from fusionopt.solvers import Interrupted
 
 MS = 1e-3
 RTOL = 1e-9          # the searches' fast evaluators against the simulator
@@ -98,7 +99,7 @@ def test_gradssa_interrupted_before_its_seeds_are_scored_has_no_plan(monkeypatch
 @pytest.mark.parametrize("calls", [1, 40])
 def test_layerwise_opt_interrupted_keeps_the_best_plan_evaluated(monkeypatch, calls):
     problem = Problem(random_profile(12, 2), AlphaBeta(0.3 * MS, 1e-9), sync="layerwise")
-    evaluated = interrupt_after(monkeypatch, layerwise_opt._Evaluator, "__call__", calls)
+    evaluated = interrupt_after(monkeypatch, LayerwiseEvaluator, "__call__", calls)
     result = kept(solve, problem, "layerwise-opt", kicks=ENDLESS, time_limit=1e6)
     assert judged(result, problem) == pytest.approx(min(evaluated), rel=RTOL)
     assert result.iteration_time <= min(result.stats["start_times"].values()) * (1 + RTOL)
@@ -108,7 +109,7 @@ def test_layerwise_opt_interrupted_in_its_starts_keeps_the_best_start(monkeypatc
     problem = Problem(random_profile(12, 2), AlphaBeta(0.3 * MS, 1e-9), sync="layerwise")
     alone = {name: solve(problem, name).iteration_time for name in ("wfbp", "single")}
     interrupt_after(monkeypatch, warm, "start", 2)             # the third start is stopped
-    result = kept(layerwise_opt.layerwise_opt, problem, starts=("wfbp", "single", "dp"))
+    result = kept(layerwise_opt, problem, starts=("wfbp", "single", "dp"))
     assert result.stats["start_times"] == alone
     assert judged(result, problem) == pytest.approx(min(alone.values()), rel=RTOL)
 
@@ -116,7 +117,7 @@ def test_layerwise_opt_interrupted_in_its_starts_keeps_the_best_start(monkeypatc
 def test_layerwise_opt_interrupted_in_its_first_start_has_no_plan(monkeypatch):
     problem = Problem(random_profile(12, 2), AlphaBeta(0.3 * MS, 1e-9), sync="layerwise")
     interrupt_after(monkeypatch, warm, "start", 0)
-    assert not isinstance(stopped(layerwise_opt.layerwise_opt, problem, starts=("wfbp", "single")), Interrupted)
+    assert not isinstance(stopped(layerwise_opt, problem, starts=("wfbp", "single")), Interrupted)
 
 
 SHARDED_ENDLESS = {"atoms": "tensor", "kicks": ENDLESS, "max_evaluations": ENDLESS, "time_limit": 1e6}

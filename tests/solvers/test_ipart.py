@@ -11,23 +11,12 @@ from hypothesis import strategies as st
 from ps_strategies import ps_problems
 
 from fusionopt.cost import AlphaBeta
-from fusionopt.model import Problem, Profile, simulate
-from fusionopt.model.ps import ParameterServer
-from fusionopt.model.ps_plan import PSPlan
-from fusionopt.model.ps_timing import offsets_iteration_time
-from fusionopt.model.bounds import ps_lower_bound
-from fusionopt.solvers.papers.ipart import (
-    NEXT_TENSOR,
-    _cuts,
-    _Gates,
-    _lookaheads,
-    _pull_greedy,
-    _push_greedy,
-    _Stream,
-    ibatch,
-    ipart,
+from fusionopt.model import Problem, Profile, simulate, ParameterServer, PSPlan, offsets_iteration_time, ps_lower_bound
+from fusionopt.solvers.papers import (
+    NEXT_TENSOR, ipart_cuts, IPartGates, ipart_lookaheads, ipart_pull_greedy, ipart_push_greedy, IPartStream,
+    ibatch, ipart,
 )
-from fusionopt.solvers.baselines.ps import ps_default, ps_layer
+from fusionopt.solvers.baselines import ps_default, ps_layer
 
 MS = 1e-3
 MB = 1_000_000
@@ -128,13 +117,13 @@ def test_ipart_greedy_by_hand():
     #   fit: the channel frees at 3, the backward has reached 3 MB: [1, 3), pushed 3 -> 6;
     #   then [3, 6), 6 -> 10; at 10 the backward is over: the rest [6, 8), 10 -> 13.
     problem = one_large_tensor()
-    push_stream, pull_stream = _Stream.build(problem, "push"), _Stream.build(problem, "pull")
-    push_cuts = _cuts(problem, "push", True, MB)
-    pull_cuts = _cuts(problem, "pull", True, MB)
+    push_stream, pull_stream = IPartStream.build(problem, "push"), IPartStream.build(problem, "pull")
+    push_cuts = ipart_cuts(problem, "push", True, MB)
+    pull_cuts = ipart_cuts(problem, "pull", True, MB)
     assert push_cuts.min_piece == MB and push_cuts.allowed
-    push = _push_greedy(problem, push_stream, push_cuts, 2 * MB)
+    push = ipart_push_greedy(problem, push_stream, push_cuts, 2 * MB)
     assert push == [1 * MB, 3 * MB, 6 * MB]
-    gates = _Gates.of(problem, push)
+    gates = IPartGates.of(problem, push)
     assert gates.starts == [0, 1 * MB, 3 * MB, 6 * MB] and ms(gates.times) == [3.0, 6.0, 10.0, 13.0]
     assert round(gates.backward_end / MS, 9) == 8.0
     # Pull phase (the forward may start at 8, when the backward ends):
@@ -145,7 +134,7 @@ def test_ipart_greedy_by_hand():
     #   partition ending at 6 MB is a boundary: [3, 6) pulled 10 -> 14, forward 14 -> 17, and
     #   the look-ahead [6, 8) pulled 14 -> 17 <= 17: close at 6.
     #   fit: [6, 8) ends at 17 <= 17: the rest. Forward 17 -> 19 ms.
-    pull = _pull_greedy(problem, pull_stream, pull_cuts, gates, 2 * MB)
+    pull = ipart_pull_greedy(problem, pull_stream, pull_cuts, gates, 2 * MB)
     assert pull == [1 * MB, 3 * MB, 6 * MB]
     assert round(offsets_iteration_time(problem, push, pull) / MS, 9) == 19.0
 
@@ -263,10 +252,10 @@ def test_the_greedy_times_its_partitions_as_the_model_does(problem, allowed, loo
     # Replay each greedy's own clock over the partitions it chose: push ready and end times
     # equal the simulator's, and the pull greedy's last forward is the evaluator's T.
     profile = problem.profile
-    push_stream, pull_stream = _Stream.build(problem, "push"), _Stream.build(problem, "pull")
-    push = _push_greedy(problem, push_stream, _cuts(problem, "push", allowed, None), lookahead)
-    gates = _Gates.of(problem, push)
-    pull = _pull_greedy(problem, pull_stream, _cuts(problem, "pull", allowed, None), gates, lookahead)
+    push_stream, pull_stream = IPartStream.build(problem, "push"), IPartStream.build(problem, "pull")
+    push = ipart_push_greedy(problem, push_stream, ipart_cuts(problem, "push", allowed, None), lookahead)
+    gates = IPartGates.of(problem, push)
+    pull = ipart_pull_greedy(problem, pull_stream, ipart_cuts(problem, "pull", allowed, None), gates, lookahead)
     timeline = simulate(problem, PSPlan.from_offsets(profile, push, pull))
     x, clock, free, ready, ends = 0, 0.0, -math.inf, [], []
     for y in push + [profile.total_bytes]:
@@ -287,11 +276,11 @@ def test_the_greedy_times_its_partitions_as_the_model_does(problem, allowed, loo
 
 def test_lookahead_sizes():
     # The next tensor, then sizes from the smallest piece to the whole stream.
-    assert _lookaheads(8 * MB, MB, 4) == [NEXT_TENSOR, MB, 2_828_427, 8 * MB]       # ratio 2 ** 1.5
-    assert _lookaheads(8 * MB, MB, 1) == [NEXT_TENSOR]
-    assert _lookaheads(8 * MB, MB, 2) == [NEXT_TENSOR, 8 * MB]
-    assert _lookaheads(8 * MB, MB, 8) == [NEXT_TENSOR, MB, 1414214, 2 * MB, 2828427, 4 * MB, 5656854, 8 * MB]
-    assert _lookaheads(10, 100, 5) == [NEXT_TENSOR, 10]
+    assert ipart_lookaheads(8 * MB, MB, 4) == [NEXT_TENSOR, MB, 2_828_427, 8 * MB]       # ratio 2 ** 1.5
+    assert ipart_lookaheads(8 * MB, MB, 1) == [NEXT_TENSOR]
+    assert ipart_lookaheads(8 * MB, MB, 2) == [NEXT_TENSOR, 8 * MB]
+    assert ipart_lookaheads(8 * MB, MB, 8) == [NEXT_TENSOR, MB, 1414214, 2 * MB, 2828427, 4 * MB, 5656854, 8 * MB]
+    assert ipart_lookaheads(10, 100, 5) == [NEXT_TENSOR, 10]
 
 
 def test_a_cut_only_pays_when_its_delta_is_covered():

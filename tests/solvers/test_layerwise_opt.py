@@ -9,11 +9,9 @@ from hypothesis import strategies as st
 from strategies import alpha_beta, partition_plans, profiles
 
 from fusionopt.cost import AlphaBeta
-from fusionopt.model import Problem, Profile, simulate
-from fusionopt.model.blocks import block_iteration_time
-from fusionopt.model.bounds import fluid_bound, fluid_latency_bound
+from fusionopt.model import Problem, Profile, simulate, block_iteration_time, fluid_bound, fluid_latency_bound
 from fusionopt.solvers import solve
-from fusionopt.solvers.searches.layerwise_opt import _Evaluator, layerwise_opt
+from fusionopt.solvers.searches import LayerwiseEvaluator, layerwise_opt
 
 MS = 1e-3
 RTOL = 1e-9
@@ -28,7 +26,7 @@ def test_block_fast_path_matches_the_simulator(data):
     messages = [sorted((c.tensor, c.lo, c.hi) for c in m.chunks) for m in plan.messages]
     expected = simulate(problem, plan).iteration_time
     assert block_iteration_time(problem, messages) == pytest.approx(expected, rel=1e-12, abs=1e-18)
-    assert _Evaluator(problem)(messages) == block_iteration_time(problem, messages)
+    assert LayerwiseEvaluator(problem)(messages) == block_iteration_time(problem, messages)
 
 
 def test_three_tensor_case_reaches_the_optimum():

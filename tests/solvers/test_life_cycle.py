@@ -1,4 +1,4 @@
-"""The life cycle every method runs in (fusionopt.solvers.catalogue.solving): the solver
+"""The life cycle every method runs in (fusionopt.solvers.solving): the solver
 returns an Outcome, the life cycle times the solve, simulates the plan, certifies it against
 the bounds and sets the status."""
 
@@ -9,10 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from fusionopt.model import AlphaBeta, Plan, Problem, Profile
-from fusionopt.solvers import solve
-from fusionopt.solvers.catalogue import catalogue, solving
-from fusionopt.solvers.result import Interrupted, Outcome, Status
+from fusionopt.cost import AlphaBeta
+from fusionopt.model import Plan, Problem, Profile
+from fusionopt.solvers import solve, catalogue, solving, Interrupted, Outcome, Status
 
 def problem() -> Problem:
     # Backward 3, 2, 1 ms (ready at 1, 3, 6 ms), 1 ms + 1 ns/B: WFBP ends at 14 ms and meets

@@ -8,7 +8,7 @@ from strategies import alpha_beta, problems
 from fusionopt.cost import AlphaBeta, network
 from fusionopt.model import Problem, Profile, simulate
 from fusionopt.solvers import solve
-from fusionopt.solvers.exact.closed_form import closed_form
+from fusionopt.solvers.exact import closed_form
 
 MS = 1e-3
 
@@ -76,6 +76,6 @@ def test_runs_on_extended_problems_and_fitted_presets():
 def test_kept_starts_equal_a_simulation_after_each_merge(problem):
     # On the plain model the scan keeps the open message's start and end; the general path
     # simulates the whole plan after each merge. They must take the same decisions.
-    from fusionopt.solvers.papers.mgwfbp import plain_merges, simulated_merges
+    from fusionopt.solvers.papers import plain_merges, simulated_merges
     for alpha in (problem.cost(1), 0.0, 1e-3):
         assert plain_merges(problem, alpha) == simulated_merges(problem, alpha)

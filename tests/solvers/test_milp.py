@@ -11,13 +11,11 @@ from hypothesis import strategies as st
 from strategies import alpha_beta, problems
 
 import fusionopt.zoo as zoo
-from fusionopt.model.fusion import layerwise_slack
+from fusionopt.model import layerwise_slack
 from fusionopt.cost import AlphaBeta, PiecewiseLinear, network
-from fusionopt.model import Plan, Problem, Profile, simulate
-from fusionopt.model.fusion import backward_arrays
+from fusionopt.model import Plan, Problem, Profile, simulate, backward_arrays
 from fusionopt.solvers import Status, solve
-from fusionopt.solvers.exact.dp import dp
-from fusionopt.solvers.exact.milp import encode_model, milp
+from fusionopt.solvers.exact import dp, encode_model, milp
 
 MS = 1e-3
 

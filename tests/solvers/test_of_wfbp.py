@@ -8,7 +8,7 @@ from strategies import problems
 from fusionopt.cost import AlphaBeta
 from fusionopt.model import Problem, Profile, simulate
 from fusionopt.solvers import Status, solve
-from fusionopt.solvers.exact.closed_form import closed_form
+from fusionopt.solvers.exact import closed_form
 
 MS = 1e-3
 

@@ -1,4 +1,4 @@
-"""P3 and ByteScheduler (fusionopt.solvers.papers.priority): hand-worked timelines, the policies
+"""P3 and ByteScheduler (fusionopt.solvers.papers._priority): hand-worked timelines, the policies
 checked against the simulator's timeline, bounds, the tuner and bad input."""
 
 import math
@@ -11,13 +11,11 @@ from hypothesis import strategies as st
 from strategies import alpha_beta, problems, profiles
 
 from fusionopt.cost import AlphaBeta
-from fusionopt.model import Chunk, Problem, Profile, simulate
-from fusionopt.model.bounds import fluid_bound
+from fusionopt.model import Chunk, Problem, Profile, simulate, fluid_bound
 from fusionopt.solvers import Status
-from fusionopt.solvers.papers.bytescheduler import bytescheduler as deployed
-from fusionopt.solvers.papers.bytescheduler import bytescheduler_slices
-from fusionopt.solvers.papers.bytescheduler import bytescheduler_tuned as deployed_tuned
-from fusionopt.solvers.papers.priority import p3, p3_slices
+from fusionopt.solvers.papers import (
+    bytescheduler as deployed, bytescheduler_slices, bytescheduler_tuned as deployed_tuned, p3, p3_slices,
+)
 
 # The unfused policy: no Horovod fusion, no cycle, the credit as given.
 UNFUSED = {"fusion_threshold_bytes": 0, "cycle_time": 0}

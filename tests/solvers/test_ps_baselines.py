@@ -10,14 +10,10 @@ from hypothesis import strategies as st
 from ps_strategies import ps_problems
 
 from fusionopt.cost import AlphaBeta
-from fusionopt.model import Plan, Problem, Profile, simulate
-from fusionopt.model.ps import ParameterServer
-from fusionopt.model.ps_plan import PSPlan
-from fusionopt.model.bounds import ps_lower_bound
+from fusionopt.model import Plan, Problem, Profile, simulate, ParameterServer, PSPlan, ps_lower_bound
 from fusionopt.solvers import Status
-from fusionopt.solvers.baselines.wfbp import wfbp
-from fusionopt.solvers.baselines.ps import ps_default, ps_layer
-from fusionopt.solvers.result import finish
+from fusionopt.solvers.baselines import wfbp, ps_default, ps_layer
+from fusionopt.solvers import finish
 
 MS = 1e-3
 REL = 1e-9
@@ -140,9 +136,8 @@ def test_partitioned_compute_is_moot_for_the_baselines(delta):
 
 
 def test_the_registry_keeps_parameter_server_and_all_reduce_methods_apart():
-    from fusionopt.model.fusion_eval import score_cuts
-    from fusionopt.solvers import compare, solve
-    from fusionopt.solvers.registry import default_methods
+    from fusionopt.model import score_cuts
+    from fusionopt.solvers import compare, solve, default_methods
 
     problem = Problem(worked_profile(), sync="layerwise", pattern=worked_server())
     assert default_methods(problem) == ["ps-default", "ps-layer", "ibatch", "ipart", "ps-dp"]

@@ -16,17 +16,12 @@ from ps_strategies import parameter_servers, ps_problems
 from strategies import times
 
 from fusionopt.cost import AlphaBeta, PiecewiseLinear
-from fusionopt.model import Plan, Problem, Profile, simulate
-from fusionopt.model.ps import ParameterServer
-from fusionopt.model.ps_plan import PSPlan
-from fusionopt.model.ps_timing import offsets_iteration_time
-from fusionopt.model.bounds import ps_lower_bound
+from fusionopt.model import (
+    Plan, Problem, Profile, simulate, ParameterServer, PSPlan, offsets_iteration_time, ps_lower_bound,
+)
 from fusionopt.solvers import Status, solve
-from fusionopt.solvers.baselines.ps import ps_default, ps_layer
-from fusionopt.solvers.exact.ps_brute import MAX_BRUTE_CUTS, ps_brute
-from fusionopt.solvers.exact.ps_spaces import candidate_cuts, ps_units
-from fusionopt.solvers.exact.ps_cpsat import _Grid, ps_cpsat
-from fusionopt.solvers.exact.ps_dp import ps_dp
+from fusionopt.solvers.baselines import ps_default, ps_layer
+from fusionopt.solvers.exact import MAX_BRUTE_CUTS, ps_brute, candidate_cuts, ps_units, PSGrid, ps_cpsat, ps_dp
 
 MS = 1e-3
 REL = 1e-9
@@ -206,7 +201,7 @@ def test_cpsat_rounding_claim(case, data):
     # For any plan of the space: q * (least integer T) <= T < q * (least T) + rounding bound.
     problem, unit = case
     units = ps_units(problem, unit)
-    grid = _Grid(problem, units)
+    grid = PSGrid(problem, units)
     q = data.draw(st.sampled_from([2.0 ** -20, 2.0 ** -14, 2.0 ** -9]))
     push = sorted(data.draw(st.sets(st.sampled_from(candidate_cuts(problem, units, "push")))) if len(units) > 1 else [])
     pull = sorted(data.draw(st.sets(st.sampled_from(candidate_cuts(problem, units, "pull")))) if len(units) > 1 else [])

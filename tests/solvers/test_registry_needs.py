@@ -1,13 +1,11 @@
-"""Each method's declared needs (fusionopt.solvers.needs) are what it refuses."""
+"""Each method's declared needs (fusionopt.solvers._needs) are what it refuses."""
 
 import pytest
 
 from fusionopt import zoo
 from fusionopt.cost import network
-from fusionopt.model import Decoupled, FullySharded, Problem
-from fusionopt.model.ps import ParameterServer
-from fusionopt.solvers import solve
-from fusionopt.solvers.registry import catalogue, default_methods, get_method
+from fusionopt.model import Decoupled, FullySharded, Problem, ParameterServer
+from fusionopt.solvers import solve, catalogue, default_methods, get_method
 
 pytest.importorskip("ortools")
 
@@ -134,15 +132,14 @@ def test_the_methods_page_gives_each_method_its_registered_family():
 def test_every_method_registers_itself_and_has_its_place():
     # Each solver registers itself with the decorator beside its definition; the dispatcher's
     # ORDER places every one of them (a comparison's rows follow it), and names no other.
-    from fusionopt.solvers.catalogue import register
-    from fusionopt.solvers.registry import ORDER
+    from fusionopt.solvers import register, ORDER
 
     assert [m.name for m in catalogue()] == list(ORDER)
     assert all(get_method(name).function.__module__.startswith("fusionopt.solvers.") for name in ORDER)
     with pytest.raises(ValueError, match="^method 'dp' is already registered$"):
         register("dp", lambda problem: None, "again", family="exact")
     with pytest.raises(ValueError, match="^method 'mine': its solver must be a function, got str$"):
-        register("mine", "fusionopt.solvers.exact.dp:dp", "by path", family="exact")
+        register("mine", "fusionopt.solvers.exact._dp:dp", "by path", family="exact")
     with pytest.raises(ValueError, match="^unknown family 'heuristic' for method 'mine'"):
         register("mine", lambda problem: None, "mine", family="heuristic")
     assert "mine" not in [m.name for m in catalogue()]

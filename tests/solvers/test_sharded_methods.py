@@ -9,11 +9,9 @@ from strategies import alpha_beta, profiles
 
 from fusionopt import zoo
 from fusionopt.cost import AlphaBeta
-from fusionopt.model import FullySharded, Problem, Profile, ShardedPlan, simulate
-from fusionopt.model.bounds import sharded_lower_bound
-from fusionopt.solvers import compare, solve
-from fusionopt.solvers.sharded_units import atom_bounds
-from fusionopt.solvers.baselines.fsdp2 import fsdp2_plan
+from fusionopt.model import FullySharded, Problem, Profile, ShardedPlan, simulate, sharded_lower_bound
+from fusionopt.solvers import compare, solve, atom_bounds
+from fusionopt.solvers.baselines import fsdp2_plan
 
 MS = 1e-3
 HALF = AlphaBeta(MS, 1e-9)

@@ -8,8 +8,7 @@ from hypothesis import strategies as st
 from strategies import alpha_beta, profiles
 
 from fusionopt.cost import AlphaBeta
-from fusionopt.model import FullySharded, Problem, Profile, simulate
-from fusionopt.model.bounds import sharded_lower_bound, sharded_memory_floor
+from fusionopt.model import FullySharded, Problem, Profile, simulate, sharded_lower_bound, sharded_memory_floor
 from fusionopt.solvers import solve
 
 MS = 1e-3

@@ -13,7 +13,7 @@ from strategies import alpha_beta, problems
 from fusionopt.cost import AlphaBeta, network
 from fusionopt.model import Problem, Profile, simulate
 from fusionopt.solvers import Status, solve
-from fusionopt.solvers.searches.ssa import GRADSSA_SEEDS, GradSSA, SparrowSearch, decode, encode, gradssa, ssa
+from fusionopt.solvers.searches import GRADSSA_SEEDS, GradSSA, SparrowSearch, decode, encode, gradssa, ssa
 from fusionopt.zoo import profile as zoo_profile
 
 MS = 1e-3

@@ -7,9 +7,9 @@ import time
 
 import pytest
 
-from fusionopt.model import AlphaBeta, Plan, Problem, Profile
-from fusionopt.solvers.catalogue import catalogue, deadline, seconds_left, solving
-from fusionopt.solvers.result import Outcome
+from fusionopt.cost import AlphaBeta
+from fusionopt.model import Plan, Problem, Profile
+from fusionopt.solvers import catalogue, deadline, seconds_left, solving, Outcome
 
 PROBLEM = Problem(Profile.from_arrays([4e6, 1e6, 2e6], [1e-3] * 3, [3e-3, 2e-3, 1e-3]), AlphaBeta(3e-3, 1e-9))
 

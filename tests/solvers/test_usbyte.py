@@ -9,11 +9,9 @@ from hypothesis import strategies as st
 from strategies import alpha_beta, problems
 
 from fusionopt.cost import AlphaBeta, PiecewiseLinear, network
-from fusionopt.model import Problem, Profile, simulate
-from fusionopt.model.bounds import fluid_bound
-from fusionopt.solvers import solve
-from fusionopt.solvers.result import OPTIMALITY_RTOL
-from fusionopt.solvers.papers.usbyte import DEFAULT_UNIT_PARAMETERS, dispatch, usbyte
+from fusionopt.model import Problem, Profile, simulate, fluid_bound
+from fusionopt.solvers import solve, OPTIMALITY_RTOL
+from fusionopt.solvers.papers import DEFAULT_UNIT_PARAMETERS, dispatch, usbyte
 
 MS = 1e-3
 MB = 1_000_000

@@ -9,10 +9,9 @@ from hypothesis import strategies as st
 from strategies import alpha_beta, costs, profiles
 
 from fusionopt.cost import AlphaBeta
-from fusionopt.model import Decoupled, DecoupledPlan, Plan, Problem, Profile, simulate
-from fusionopt.model.bounds import decoupled_lower_bound
+from fusionopt.model import Decoupled, DecoupledPlan, Plan, Problem, Profile, simulate, decoupled_lower_bound
 from fusionopt.solvers import solve
-from fusionopt.solvers.baselines.zero2 import ZERO_REDUCE_BUCKET, zero2_buckets
+from fusionopt.solvers.baselines import ZERO_REDUCE_BUCKET, zero2_buckets
 
 MS = 1e-3
 

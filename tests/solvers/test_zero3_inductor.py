@@ -5,11 +5,9 @@ import pytest
 
 from fusionopt import zoo
 from fusionopt.cost import AlphaBeta, PiecewiseLinear
-from fusionopt.model import FullySharded, Problem, Profile, compute_pieces
-from fusionopt.model.bounds import sharded_lower_bound
+from fusionopt.model import FullySharded, Problem, Profile, compute_pieces, sharded_lower_bound
 from fusionopt.solvers import solve
-from fusionopt.solvers.baselines.inductor import inductor_cap_mb, inductor_plan
-from fusionopt.solvers.baselines.zero3 import zero3_plan
+from fusionopt.solvers.baselines import inductor_cap_mb, inductor_plan, zero3_plan
 
 MS = 1e-3
 HALF = AlphaBeta(MS, 1e-9)
@@ -155,7 +153,7 @@ def test_inductor_cap_and_gpt2():
 
 
 def test_registered_and_refused_on_all_reduce():
-    from fusionopt.solvers.registry import methods
+    from fusionopt.solvers import methods
     assert "zero3" in methods() and "inductor" in methods()
     p = small()
     for method in ("zero3", "inductor"):

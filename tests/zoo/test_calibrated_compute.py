@@ -11,12 +11,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fusionopt import Problem, solve, zoo
+from fusionopt.model import Problem
+
+from fusionopt.solvers import solve
+
+from fusionopt import zoo
 from fusionopt.cost import AlphaBeta, network
 from fusionopt.model import Decoupled, FullySharded
-from fusionopt.zoo import calibrated, fitting, published
-from fusionopt.zoo.devices import Device
-from fusionopt.zoo.layers import Layer, conv2d
+from fusionopt.zoo import calibrated, fitting, published, Device, Layer, conv2d
 
 C = calibrated.H100.layer_cost
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from fusionopt import zoo
-from fusionopt.model.profile import Profile
+from fusionopt.model import Profile
 
 
 def test_measured_profiles_are_found_by_name_and_read_back(tmp_path):
@@ -27,8 +27,6 @@ def test_an_empty_or_missing_folder_lists_nothing(tmp_path):
         zoo.measured_profile("resnet50", hardware="h100", batch=32, directory=tmp_path)
 
 
-def test_model_names_with_dashes_parse():
-    from fusionopt.zoo.measured import _NAME
-
-    match = _NAME.match("mobilenet-v2-h100-b32.json")
-    assert (match["model"], match["hardware"], match["batch"]) == ("mobilenet-v2", "h100", "32")
+def test_model_names_with_dashes_parse(tmp_path):
+    (tmp_path / "mobilenet-v2-h100-b32.json").write_text("{}")
+    assert list(zoo.measured_profiles(tmp_path)) == [("mobilenet-v2", "h100", 32)]

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from fusionopt import zoo
-from fusionopt.zoo.lstm import CUDNN_READY
+from fusionopt.zoo import CUDNN_READY
 
 
 def _ready_names(profile):

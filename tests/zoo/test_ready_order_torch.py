@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from fusionopt.zoo.layers import Architecture, batchnorm2d, conv2d, embedding, layernorm, linear
-from fusionopt.zoo.lstm import lstm_layer
+from fusionopt.zoo import Architecture, batchnorm2d, conv2d, embedding, layernorm, linear, lstm_layer
 
 torch = pytest.importorskip("torch")
 nn = torch.nn
@@ -69,7 +68,7 @@ def test_lstm_layers_match_autograd():
 
 
 def test_profile_model_keeps_the_hook_order_within_a_layer():
-    from fusionopt.integrations.torch import profile_model
+    from fusionopt.integrations import profile_model
 
     torch.manual_seed(0)
     profile = profile_model(ConvNet(), torch.randn(2, 3, 8, 8), steps=1, warmup=0)

@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from fusionopt.model.profile import Profile
+from fusionopt.model import Profile
 from fusionopt.zoo import Architecture, Device, Layer, architecture, device, devices, models, profile
 
 # Reference parameter counts: torchvision resnet18 / resnet50 / resnet101 / resnet152 /

@@ -14,8 +14,7 @@ import math
 
 import pytest
 
-from fusionopt.zoo import architecture, models, profile
-from fusionopt.zoo.layers import NORM_FLOPS_PER_ELEMENT
+from fusionopt.zoo import architecture, models, profile, NORM_FLOPS_PER_ELEMENT
 
 # Published parameter counts (the reference implementation's sum of numel over
 # named_parameters()):

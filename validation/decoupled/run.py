@@ -36,8 +36,8 @@ import fusionopt
 from fusionopt import zoo
 from fusionopt.cost import AlphaBeta, PiecewiseLinear
 from fusionopt.model import Decoupled, Problem, Profile
-from fusionopt.model._io import write_text_atomic
-from fusionopt.model.bounds import decoupled_lower_bound
+from fusionopt.reporting import write_text_atomic
+from fusionopt.model import decoupled_lower_bound
 from fusionopt.reporting import (SAFEGUARD_SECONDS, Progress, changed_options, interrupted_path, markdown_table,
                                  subset_location)
 from fusionopt.solvers import solve

@@ -41,7 +41,7 @@ import fusionopt
 from fusionopt import zoo
 from fusionopt.cost import AlphaBeta, PiecewiseLinear, network
 from fusionopt.model import Plan, Problem, Profile, simulate
-from fusionopt.model._io import write_text_atomic
+from fusionopt.reporting import write_text_atomic
 from fusionopt.reporting import (SAFEGUARD_SECONDS, Progress, changed_options, interrupted_path, positive_float,
                                  positive_int, subset_location)
 from fusionopt.solvers import Status, solve
@@ -224,7 +224,7 @@ def channel_suite(count: int, budget: Budget, seed: int, progress: Progress) -> 
         "Two to four channels sharing the bandwidth, random copy cost on the channel or the compute",
         "stream, affine costs; the reference is the best of all `2^(n-1)` fusion plans, each simulated",
         "event by event. CP-SAT solves a relaxation and adds cuts from the plans it simulates until",
-        "its bound meets the best plan (`fusionopt/solvers/exact/cpsat_channels.py`); \"rounds\" counts its solves.",
+        "its bound meets the best plan (`fusionopt/solvers/exact/_cpsat_channels.py`); \"rounds\" counts its solves.",
         "",
         "| sync | instances | CP-SAT proved optimal | equal to the exhaustive optimum | largest difference (s) |"
         " median solve (s) | max solve (s) | median rounds | max rounds |",

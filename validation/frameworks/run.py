@@ -4,7 +4,7 @@ can build here.
 For each model (built as in ``validation/models.py``: torch.nn, torchvision, transformers;
 no download), the script wraps it in ``DistributedDataParallel`` on a one-process gloo group
 on the CPU, records with a comm hook which parameters each bucket holds in the third step
-(after DDP's rebuild), and compares that with ``fusionopt.solvers.baselines.ddp.ddp_buckets`` on the
+(after DDP's rebuild), and compares that with ``fusionopt.solvers.baselines.ddp_buckets`` on the
 zoo's profile of the model: for ``bucket_cap_mb`` unset, 1, 5, 25 and 100 MiB, with
 ``find_unused_parameters=True``, and for the ``bucket_cap_mb_list`` and single cap that
 ``advise`` prints for the DP's plan (``--network``, ``--workers``). Layouts depend on sizes,
@@ -31,15 +31,13 @@ sys.path.insert(0, str(ROOT / "validation"))
 
 from fusionopt import zoo  # noqa: E402
 from fusionopt.cost import network  # noqa: E402
-from fusionopt.integrations.ddp_layout import ddp_bucket_layout  # noqa: E402
-from fusionopt.integrations.ddp_record import free_port  # noqa: E402
-from fusionopt.integrations.torch import require_torch  # noqa: E402
+from fusionopt.integrations import ddp_bucket_layout, free_port, require_torch  # noqa: E402
 from fusionopt.model import Problem  # noqa: E402
 from fusionopt.reporting import (Progress, changed_options, interrupted_path, positive_int,  # noqa: E402
                                  subset_location, write_result)
 from fusionopt.solvers import solve  # noqa: E402
-from fusionopt.advice.allreduce import ddp_settings  # noqa: E402
-from fusionopt.solvers.baselines.ddp import ddp_buckets  # noqa: E402
+from fusionopt.advice import ddp_settings  # noqa: E402
+from fusionopt.solvers.baselines import ddp_buckets  # noqa: E402
 from models import HUGGINGFACE, buildable, loss_of, zoo_names  # noqa: E402
 
 ADVICE_NETWORKS = ("10gbe", "25gbe", "100gb-ib", "nvlink-h100")
@@ -48,7 +46,7 @@ ADVICE_NETWORKS = ("10gbe", "25gbe", "100gb-ib", "nvlink-h100")
 def advice_rows(workers: int) -> list[dict[str, Any]]:
     """What ``advise`` prints for the DP's plan on every zoo model and network (the model
     alone, no torch): whether the list reproduces the plan, and each setting's T."""
-    from fusionopt.advice.allreduce import horovod_settings
+    from fusionopt.advice import horovod_settings
 
     rows = []
     for name in zoo.models():

@@ -4,8 +4,8 @@ predicted one, and FSDP2's measured peak of unsharded bytes against the predicte
 
 For each number of ranks (``--ranks``: 2 and 4 gloo ranks on this host's CPU, one torch
 thread each) and each model (``--models``: ``mlp``, ``cnn`` (two convolutions with batch
-norm) and ``lstm`` of :func:`fusionopt.integrations.ddp_record.small_model`, and
-``transformer``, :func:`fusionopt.integrations.fsdp_record.tiny_transformer` with four blocks
+norm) and ``lstm`` of :func:`fusionopt.integrations.small_model`, and
+``transformer``, :func:`fusionopt.integrations.tiny_transformer` with four blocks
 of inner widths 256 to 640 over 128), batch ``--batch``, SGD with momentum:
 
 1. every rank measures the profile at once with ``profile_model`` (the training job's
@@ -23,7 +23,7 @@ of inner widths 256 to 640 over 128), batch ``--batch``, SGD with momentum:
    defaults (``DistributedDataParallel(model)``; ``fully_shard`` on each block, then on the
    model), one with the advice (``bucket_cap_mb_list``; the advised ``fully_shard`` calls
    and prefetch lists). Every collective runs for real and is then held on an **emulated
-   link** (:mod:`fusionopt.integrations.emulated_link`: one channel, first in, first out,
+   link** (:mod:`fusionopt.integrations._emulated_link`: one channel, first in, first out,
    ``c(S)`` per message);
 4. measured: ``--rounds`` rounds after ``--warmup`` untimed steps of each, each round
    ``--steps`` steps of one setting then ``--steps`` of the other, the order swapped every
@@ -72,22 +72,19 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from fusionopt.cost import network  # noqa: E402
-from fusionopt.integrations.apply import apply_advice, apply_defaults  # noqa: E402
-from fusionopt.integrations.ddp_record import SMALL_INPUTS, free_port, small_model  # noqa: E402
-from fusionopt.integrations.emulated_link import EmulatedLink  # noqa: E402
-from fusionopt.integrations.fsdp_record import tiny_transformer  # noqa: E402
-from fusionopt.integrations.torch import profile_model  # noqa: E402
-from fusionopt.integrations.reducer_calibration import (measure_reducer_overhead, read_reducer_calibration,  # noqa: E402
-                                                        with_reducer_overhead)
+from fusionopt.integrations import (  # noqa: E402
+    apply_advice, apply_defaults, SMALL_INPUTS, free_port, small_model, EmulatedLink, tiny_transformer,
+    profile_model,
+)
+from fusionopt.integrations import measure_reducer_overhead, read_reducer_calibration, with_reducer_overhead
 from fusionopt.model import Plan, Problem, Profile, simulate  # noqa: E402
-from fusionopt.model._io import write_json_atomic  # noqa: E402
-from fusionopt.model.sharded import FullySharded  # noqa: E402
+from fusionopt.reporting import write_json_atomic  # noqa: E402
+from fusionopt.model import FullySharded  # noqa: E402
 from fusionopt.reporting import (Progress, changed_options, command_line, interrupted_path,  # noqa: E402
                                  fraction, markdown_table, nonnegative_int, positive_float, positive_int,
                                  subset_location, write_result)
 from fusionopt.solvers import solve  # noqa: E402
-from fusionopt.advice.allreduce import MIN_GAIN, ddp_settings  # noqa: E402
-from fusionopt.advice.sharded import OverMemoryCap, fsdp2_advice  # noqa: E402
+from fusionopt.advice import MIN_GAIN, ddp_settings, OverMemoryCap, fsdp2_advice  # noqa: E402
 
 MODELS = ("mlp", "cnn", "lstm", "transformer")
 FRAMEWORKS = ("ddp", "fsdp2")

@@ -30,7 +30,7 @@ import fusionopt
 from fusionopt import zoo
 from fusionopt.cost import network
 from fusionopt.model import Problem, Profile
-from fusionopt.model._io import write_text_atomic
+from fusionopt.reporting import write_text_atomic
 from fusionopt.reporting import (SAFEGUARD_SECONDS, Progress, changed_options, interrupted_path, positive_float,
                                  subset_location)
 from fusionopt.solvers import Status, solve

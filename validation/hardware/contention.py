@@ -53,11 +53,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from scipy.optimize import minimize  # noqa: E402
 
 from fusionopt import zoo  # noqa: E402
-from fusionopt.executor.contention import read_contention  # noqa: E402
-from fusionopt.executor.job import scale_compute  # noqa: E402
+from fusionopt.executor import read_contention, scale_compute  # noqa: E402
 from fusionopt.model import Problem, simulate  # noqa: E402
-from fusionopt.model._io import read_json_document  # noqa: E402
-from fusionopt.model.cost import cost_from_dict  # noqa: E402
+from fusionopt.reporting import read_json_document  # noqa: E402
+from fusionopt.cost import cost_from_dict  # noqa: E402
 from fusionopt.reporting import changed_options, markdown_table, subset_location, write_result  # noqa: E402
 from fusionopt.solvers import solve  # noqa: E402
 from run import ranking  # noqa: E402

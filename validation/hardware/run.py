@@ -27,7 +27,7 @@ calibrated cost, per model and method measured and predicted times) and
     python validation/hardware/run.py --backend nccl --emulate-network 100gb-ib --workers 8 --compute gemm
 
 With ``--compute spin`` or ``gemm`` (nccl only) each step is queued whole on two GPU streams
-(``fusionopt.executor.streams``): compute as spin kernels of exact durations, or as GEMMs
+(``fusionopt.executor._streams``): compute as spin kernels of exact durations, or as GEMMs
 that contend with NCCL; the file name then ends in ``-spin`` or ``-gemm``. The summary gives
 each model's methods ordered by predicted and by measured ``T``.
 """

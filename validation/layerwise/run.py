@@ -27,8 +27,8 @@ import fusionopt
 from fusionopt import zoo
 from fusionopt.cost import network
 from fusionopt.model import Problem
-from fusionopt.model._io import write_text_atomic
-from fusionopt.model.bounds import best_bound, fluid_bound
+from fusionopt.reporting import write_text_atomic
+from fusionopt.model import best_bound, fluid_bound
 from fusionopt.reporting import SAFEGUARD_SECONDS, Progress, changed_options, interrupted_path, subset_location
 from fusionopt.solvers import solve
 
@@ -147,7 +147,7 @@ def write(args: argparse.Namespace, rows: list[dict], models: tuple, workers: tu
         "",
         "The **fluid bound** relaxes every latency to zero and serves bytes preemptively, smallest forward index"
         " first; the **best bound** is the largest bound fusionopt proves, here mostly the fluid bound with one"
-        " latency after the backward (`fusionopt.model.bounds.fluid_latency_bound`). With ring all-reduce over many"
+        " latency after the backward (`fusionopt.model.fluid_latency_bound`). With ring all-reduce over many"
         f" workers `alpha` is large ({1e3 * network('10gbe', workers[0]).alpha:.3g} ms at P = {workers[0]} on 10GbE,"
         f" {1e3 * network('10gbe', workers[-1]).alpha:.3g} ms at P = {workers[-1]}), so every message costs a"
         " latency the fluid bound does not count: a gap to it is not all suboptimality.",

@@ -4,18 +4,18 @@ bucket of the moment.
 Each job is a zoo model on H100s (GPT-2 and BERT-base at batch 8, ResNet-50 at batch 64)
 under ZeRO-3 with its defaults on ``FullySharded.from_network(NAME, workers)`` for 10 GbE
 and 100 Gb InfiniBand and ``--workers`` (default 8, 64, 256 and 1024), played by the
-simulator (:class:`~fusionopt.integrations.deepspeed_prefetch.SimulatedZero3Job`) for
+simulator (:class:`~fusionopt.integrations.SimulatedZero3Job`) for
 ``--steps`` steps, the link's bandwidth divided by 4 at ``--change-at``. Every fetch's wait
 and every step are stretched by draws from the relative deviations the real gloo runs
 measured (``validation/results/online-cpu.json``, as ``validation/online/study.py`` reads
 them), seeded. The methods:
 
 * ``adaptive``: PR #8431's controller
-  (:class:`~fusionopt.integrations.deepspeed_prefetch.AdaptivePrefetch`) from ZeRO-3's
+  (:class:`~fusionopt.integrations.AdaptivePrefetch`) from ZeRO-3's
   default bucket of 5e7 elements, between its bounds of 1e7 and 5e8;
 * ``default``: ZeRO-3's 5e7 elements, kept;
 * ``advised``: ``fusionopt advise``'s ZeRO-3 settings
-  (:func:`~fusionopt.advice.sharded.zero3_settings`: the prefetch bucket with the live
+  (:func:`~fusionopt.advice.zero3_settings`: the prefetch bucket with the live
   parameters, reuse distance and reduce bucket it chose beside it) for the job before the
   change, kept (not re-advised after it).
 
@@ -57,8 +57,8 @@ GRID = (0, *(int(round(10 ** e)) for e in np.arange(5.0, 9.01, 0.25)))
 def candidates(advised: int) -> list[int]:
     """The buckets the best is chosen from: :data:`GRID`, ZeRO-3's grid of advice and
     default, and ``advised``."""
-    from fusionopt.advice.sharded import ZERO3_GRID
-    from fusionopt.solvers.baselines.zero3 import PREFETCH_BUCKET_SIZE
+    from fusionopt.advice import ZERO3_GRID
+    from fusionopt.solvers.baselines import PREFETCH_BUCKET_SIZE
 
     return sorted({*GRID, *ZERO3_GRID["prefetch_bucket_size"], PREFETCH_BUCKET_SIZE, advised})
 
@@ -66,8 +66,7 @@ def candidates(advised: int) -> list[int]:
 def slower(problem: Any, factor: float) -> Any:
     """``problem`` with both collectives' bandwidth divided by ``factor``."""
     from fusionopt.cost import AlphaBeta
-    from fusionopt.model import Problem
-    from fusionopt.model.sharded import FullySharded
+    from fusionopt.model import Problem, FullySharded
 
     pattern = problem.pattern
     halves = [AlphaBeta(c.alpha, c.beta * factor) for c in (pattern.reduce_scatter, pattern.all_gather)]
@@ -77,11 +76,10 @@ def slower(problem: Any, factor: float) -> Any:
 def run_job(model: str, batch: int, network_name: str, workers: int, deviations: np.ndarray, steps: int,
             change_at: int, seed: int) -> dict[str, Any]:
     from fusionopt import zoo
-    from fusionopt.advice.sharded import zero3_settings
-    from fusionopt.integrations.deepspeed_prefetch import AdaptivePrefetch, SimulatedZero3Job
-    from fusionopt.model import Problem
-    from fusionopt.model.sharded import FullySharded
-    from fusionopt.solvers.baselines.zero3 import PREFETCH_BUCKET_SIZE
+    from fusionopt.advice import zero3_settings
+    from fusionopt.integrations import AdaptivePrefetch, SimulatedZero3Job
+    from fusionopt.model import Problem, FullySharded
+    from fusionopt.solvers.baselines import PREFETCH_BUCKET_SIZE
 
     profile = zoo.profile(model, device="h100", batch=batch)
     before = Problem(profile, pattern=FullySharded.from_network(network_name, workers))

@@ -3,14 +3,14 @@ training small models over an emulated link, when nothing changes, when the link
 falls to a quarter and when the compute grows by about 30%.
 
 For each rank count (``--ranks``, default 2 and 4; gloo on this host's CPU, one thread each)
-and each model (``fusionopt.integrations.ddp_record.small_model``: mlp, cnn, lstm):
+and each model (``fusionopt.integrations.small_model``: mlp, cnn, lstm):
 
 1. both batches' profiles are measured with ``profile_model`` on every rank (``--batch`` and,
    for the compute scenario, ``round(1.3 x --batch)``); rank 0's are used;
 2. for each network (``--networks``, each ``network(name, --workers)``: every message is held
    on one emulated channel for its ``c(S)``, so every figure is of an **emulated link**) and
    each scenario, every method trains ``--steps`` steps with a
-   :class:`~fusionopt.integrations.plan_reducer.PlanReducer` (barrier sync, SGD with momentum),
+   :class:`~fusionopt.integrations.PlanReducer` (barrier sync, SGD with momentum),
    starting from DDP's default buckets:
 
    * ``stationary``: nothing changes;
@@ -20,9 +20,9 @@ and each model (``fusionopt.integrations.ddp_record.small_model``: mlp, cnn, lst
    and the methods are
 
    * ``default``: DDP's default buckets (``bucket_cap_mb=25``), kept;
-   * ``planner``: :class:`~fusionopt.integrations.online.OnlinePlanner` with its defaults
+   * ``planner``: :class:`~fusionopt.integrations.OnlinePlanner` with its defaults
      (re-planning every 5 steps over a window of 10);
-   * ``grid``: :class:`~fusionopt.integrations.online_baselines.GridSearch`, DeepSpeed's
+   * ``grid``: :class:`~fusionopt.integrations.GridSearch`, DeepSpeed's
      autotuner's grid search over DDP's ``bucket_cap_mb`` (rank 0's step time is broadcast
      every step so that every rank takes the same decision);
    * ``optimum``: the offline optimum, an oracle: the exact DP's plan of the measured profile
@@ -68,9 +68,9 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from fusionopt.cost import AlphaBeta, network  # noqa: E402
-from fusionopt.integrations.ddp_record import free_port  # noqa: E402
+from fusionopt.integrations import free_port  # noqa: E402
 from fusionopt.model import Plan, Problem, Profile  # noqa: E402
-from fusionopt.model._io import write_json_atomic  # noqa: E402
+from fusionopt.reporting import write_json_atomic  # noqa: E402
 from fusionopt.reporting import (Progress, changed_options, command_line, counts, interrupted_path,  # noqa: E402
                                  markdown_table, positive_int, subset_location, write_result)
 
@@ -168,9 +168,7 @@ def _rank(rank: int, port: int, out: str, settings: dict[str, Any]) -> None:
     import torch
     import torch.distributed as dist
 
-    from fusionopt.integrations.ddp_record import SMALL_INPUTS, small_model
-    from fusionopt.integrations.reducer_calibration import with_reducer_overhead
-    from fusionopt.integrations.torch import profile_model
+    from fusionopt.integrations import SMALL_INPUTS, small_model, with_reducer_overhead, profile_model
     from fusionopt.solvers import solve
 
     torch.set_num_threads(1)
@@ -220,7 +218,7 @@ def _rank(rank: int, port: int, out: str, settings: dict[str, Any]) -> None:
 
 def reducer_of(document: dict[str, Any]) -> Any:
     """The plan reducer's calibration a settings or result document carries."""
-    from fusionopt.integrations.reducer_calibration import ReducerCalibration
+    from fusionopt.integrations import ReducerCalibration
 
     return ReducerCalibration("plan", per_step=document["per_step"], per_message=document["per_message"],
                               message_compute=document.get("message_compute", 0.0))
@@ -229,7 +227,7 @@ def reducer_of(document: dict[str, Any]) -> Any:
 def reducer_calibration(path: str | None, ranks: int) -> dict[str, Any]:
     """The plan reducer's own cost on ``ranks`` ranks: read from ``path``, or measured now on
     this host (gloo, one thread per rank), before any model trains."""
-    from fusionopt.integrations.reducer_calibration import measure_reducer_overhead, read_reducer_calibration
+    from fusionopt.integrations import measure_reducer_overhead, read_reducer_calibration
 
     if path is not None:
         calibration = read_reducer_calibration(path)
@@ -249,9 +247,7 @@ def _train(model: Any, optimizer: Any, inputs: list[Any], profile: Profile, plan
     """One method's run: rank 0's step times (seconds) and the steps after which it switched."""
     import torch
 
-    from fusionopt.integrations.online import OnlinePlanner
-    from fusionopt.integrations.online_baselines import GridSearch
-    from fusionopt.integrations.plan_reducer import PlanReducer
+    from fusionopt.integrations import OnlinePlanner, GridSearch, PlanReducer
 
     times: list[float] = []
     switches: list[int] = []

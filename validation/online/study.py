@@ -4,17 +4,17 @@ jobs at 8 to 1024 workers, with the noise the real runs measured.
 Each job is a zoo model on H100s (ResNet-50 at batch 64, BERT-base and GPT-2 at batch 8) on
 ``network(NAME, workers)`` for 10 GbE and 100 Gb InfiniBand and ``--workers`` (default 8, 64,
 256 and 1024), played by the simulator
-(:class:`~fusionopt.integrations.online.SimulatedJob`), starting from DDP's default buckets,
+(:class:`~fusionopt.integrations.SimulatedJob`), starting from DDP's default buckets,
 for ``--steps`` steps with the link's bandwidth divided by 4 at ``--change-at``. Every
 message's duration and every whole step is stretched by a draw from the **measured**
 relative deviations of ``validation/results/online-cpu.json`` (each stationary run's
 offline-optimum steps after its first 20, over their median, less 1: the step-to-step noise
 of real gloo ranks on that host), seeded. The methods:
 
-* ``planner``: :class:`~fusionopt.integrations.online.OnlinePlanner` with its defaults;
+* ``planner``: :class:`~fusionopt.integrations.OnlinePlanner` with its defaults;
 * ``grid``: DeepSpeed's autotuner's grid search over DDP's ``bucket_cap_mb``
-  (:class:`~fusionopt.integrations.online_baselines.GridSearch`);
-* ``horovod``: Horovod's autotune (:class:`~fusionopt.integrations.horovod_autotune.HorovodAutotune`,
+  (:class:`~fusionopt.integrations.GridSearch`);
+* ``horovod``: Horovod's autotune (:class:`~fusionopt.integrations.HorovodAutotune`,
   its defaults: it warms up for 150 steps and runs 50 a setting);
 * ``default``: DDP's default buckets, kept.
 
@@ -42,7 +42,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from fusionopt.model._io import read_json_document  # noqa: E402
+from fusionopt.reporting import read_json_document  # noqa: E402
 from fusionopt.reporting import (Progress, changed_options, command_line, counts, interrupted_path,  # noqa: E402
                                  markdown_table, nonnegative_int, positive_int, pyplot, save_png, subset_location,
                                  write_result)
@@ -91,9 +91,7 @@ def run_job(model: str, batch: int, network_name: str, workers: int, deviations:
             change_at: int, seed: int) -> dict[str, Any]:
     from fusionopt import zoo
     from fusionopt.cost import AlphaBeta, network
-    from fusionopt.integrations.horovod_autotune import HorovodAutotune
-    from fusionopt.integrations.online import OnlinePlanner, SimulatedJob
-    from fusionopt.integrations.online_baselines import GridSearch
+    from fusionopt.integrations import HorovodAutotune, OnlinePlanner, SimulatedJob, GridSearch
     from fusionopt.model import Problem, simulate
     from fusionopt.solvers import solve
 

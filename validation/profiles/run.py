@@ -3,7 +3,7 @@
 For each model that PyTorch can build here (the LSTM language model from ``torch.nn`` alone;
 the CNNs and ViT when torchvision is installed; BERT and GPT-2 when transformers is, built
 from their configurations, no download), the script measures per-tensor forward and
-backward times with :func:`fusionopt.integrations.torch.profile_model` (hooks, medians of
+backward times with :func:`fusionopt.integrations.profile_model` (hooks, medians of
 ``--steps`` steps, CUDA events on a GPU), checks that the measured tensors' names, forward
 order and byte sizes equal the zoo architecture's exactly (and its ready and registration
 orders: the order the gradient hooks fire, and ``named_parameters()`` order), and sets the
@@ -38,10 +38,10 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from fusionopt import zoo  # noqa: E402
-from fusionopt.integrations.torch import profile_model, require_torch  # noqa: E402
+from fusionopt.integrations import profile_model, require_torch  # noqa: E402
 from fusionopt.reporting import (Progress, changed_options, interrupted_path, nonnegative_int, positive_int,  # noqa: E402
                                  subset_location, write_result)
-from fusionopt.zoo.measured import MEASURED_DIR  # noqa: E402
+from fusionopt.zoo import MEASURED_DIR  # noqa: E402
 
 sys.path.insert(0, str(ROOT / "validation"))
 from models import DEFAULT_MODELS, buildable, loss_of, zoo_names  # noqa: E402
@@ -204,7 +204,7 @@ def markdown(document: dict) -> str:
         lines += ["", f"Not built here (torchvision or transformers missing): {', '.join(document['skipped'])}."]
     lines += ["", "Ratio: measured over estimated. F is each parameter-owning layer's span to the next, the "
               "last one's to the backward: the measured forward with the loss (see "
-              "`fusionopt.integrations.torch`)."]
+              "`fusionopt.integrations._torch`)."]
     return "\n".join(lines) + "\n"
 
 

@@ -3,7 +3,7 @@
 For the zoo models x node counts 4..128 on 10GbE with co-located servers (``K = P``),
 partitioned compute on and layerwise sync: T of ``ps-default``, ``ps-layer``, ``ibatch``,
 ``ipart`` and ``ps-dp``, which is the exact optimum over whole-tensor plans here (the
-server update costs no time per byte: ``fusionopt/solvers/exact/ps_dp.py`` proves it and the
+server update costs no time per byte: ``fusionopt/solvers/exact/_ps_dp.py`` proves it and the
 result says OPTIMAL), and ``ps_lower_bound``, a bound for every plan. iPart may cut inside
 tensors, outside ``ps-dp``'s space, so its gap to ``ps-dp`` can be negative.
 
@@ -26,9 +26,8 @@ from pathlib import Path
 import fusionopt
 from fusionopt import zoo
 from fusionopt.model import Problem
-from fusionopt.model._io import write_text_atomic
-from fusionopt.model.ps import ParameterServer
-from fusionopt.model.bounds import ps_lower_bound
+from fusionopt.reporting import write_text_atomic
+from fusionopt.model import ParameterServer, ps_lower_bound
 from fusionopt.reporting import Progress, changed_options, interrupted_path, subset_location
 from fusionopt.solvers import Status, solve
 

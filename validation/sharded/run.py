@@ -40,12 +40,12 @@ import fusionopt
 from fusionopt import zoo
 from fusionopt.cost import AlphaBeta, PiecewiseLinear
 from fusionopt.model import FullySharded, Problem, Profile
-from fusionopt.model._io import write_text_atomic
-from fusionopt.model.bounds import sharded_lower_bound, sharded_memory_floor
+from fusionopt.reporting import write_text_atomic
+from fusionopt.model import sharded_lower_bound, sharded_memory_floor
 from fusionopt.reporting import (SAFEGUARD_SECONDS, Progress, changed_options, interrupted_path, markdown_table,
                                  pyplot, save_png, subset_location)
 from fusionopt.solvers import solve
-from fusionopt.advice.sharded import FSDP2_MIN_BACKWARD_PREFETCH, FSDP2_MIN_FORWARD_PREFETCH
+from fusionopt.advice import FSDP2_MIN_BACKWARD_PREFETCH, FSDP2_MIN_FORWARD_PREFETCH
 
 RESULTS = Path(__file__).resolve().parents[1] / "results" / "sharded.md"
 RANDOM_PROBLEMS = 200

@@ -6,7 +6,7 @@ For each case (a model, a batch, a precision), on one device (``--device cuda`` 
 * **measured, plain**: the median period of a plain training step (``zero_grad``, forward,
   the sum of the output as the loss, backward, SGD with momentum), synchronised, no hook,
   no profiler: ``--steps`` steps after ``--warmup``;
-* **hooks**: :func:`fusionopt.integrations.torch.profile_model` with the step's optimiser,
+* **hooks**: :func:`fusionopt.integrations.profile_model` with the step's optimiser,
   then the one-worker step of that profile (``wfbp`` on a free network): the profile's own
   step. ``profile_model`` reconciles its hooked steps with plain steps it times itself; the
   period its hooked steps took before that is shown beside it (``hooked``). Its plain steps
@@ -14,7 +14,7 @@ For each case (a model, a batch, a precision), on one device (``--device cuda`` 
   well a profile taken once stands for the job, not a fit;
 * **traced**: the same model as a one-rank ``DistributedDataParallel`` job (NCCL on a GPU,
   gloo on the CPU) under ``torch.profiler`` (CPU and CUDA activities, shapes recorded),
-  read back by :func:`fusionopt.integrations.traced_step.predict_traced_step`: the traced
+  read back by :func:`fusionopt.integrations.predict_traced_step`: the traced
   job's step as predicted, the traced steps' measured period, and the same DDP job's
   plain (unprofiled) period, measured after the trace.
 
@@ -87,7 +87,7 @@ def _positive(flag: str) -> Callable[[str], int]:
 def build(name: str, torch: Any) -> tuple[Any, Callable[[int, Any], Any]]:
     """(model, inputs for a batch on a device) of a zoo model or a small model; a ValueError
     when it cannot be built here."""
-    from fusionopt.integrations.ddp_record import SMALL_INPUTS, small_model
+    from fusionopt.integrations import SMALL_INPUTS, small_model
     from models import builder
 
     if name in SMALL_INPUTS:
@@ -173,9 +173,10 @@ def measure(step: Callable[[], None], sync: Callable[[], None], steps: int, warm
 
 def hooks_route(model: Any, inputs: Any, optimizer: Any, precision: Precision, name: str, batch: int,
                 steps: int) -> dict[str, Any]:
-    from fusionopt import Problem, solve
+    from fusionopt.model import Problem
+    from fusionopt.solvers import solve
     from fusionopt.cost import AlphaBeta
-    from fusionopt.integrations.torch import profile_model
+    from fusionopt.integrations import profile_model
     from models import loss_of
 
     profile = profile_model(precision.wrap(model), inputs, loss_fn=loss_of, steps=steps, warmup=3,
@@ -190,10 +191,10 @@ def traced_route(model: Any, inputs: Any, precision: Precision, folder: Path, sy
                  steps: int, warmup: int) -> dict[str, Any]:
     from torch.profiler import ProfilerActivity, profile, schedule, tensorboard_trace_handler
 
-    from fusionopt.integrations.profiler_calibration import measure_profiler_cost
-    from fusionopt.integrations.traced_step import PARAMETERS_FILE, predict_traced_step
-    from fusionopt.integrations.unprofiled import UNPROFILED_FILE, write_profiler_cost
-    from fusionopt.model._io import write_json_atomic
+    from fusionopt.integrations import (
+        measure_profiler_cost, PARAMETERS_FILE, predict_traced_step, UNPROFILED_FILE, write_profiler_cost,
+    )
+    from fusionopt.reporting import write_json_atomic
 
     torch = precision.torch
     folder.mkdir(parents=True, exist_ok=True)
@@ -333,7 +334,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch.distributed as dist
 
-    from fusionopt.integrations.ddp_record import free_port
+    from fusionopt.integrations import free_port
     from fusionopt.reporting import command_line
 
     sync = (lambda: torch.cuda.synchronize(device)) if gpu else (lambda: None)

@@ -4,7 +4,7 @@ jobs run with those settings.
 
 The traced prediction of a job from its own traces copies most of the step from the trace;
 this is the check that counts: the profile and the all-reduce cost fitted to the unset job's
-traces (:attr:`fusionopt.integrations.traced_step.TracedStep.problem`), DDP's buckets for
+traces (:attr:`fusionopt.integrations.TracedStep.problem`), DDP's buckets for
 another setting built on that profile (``solve(problem, "ddp", bucket_cap_mb=...)``), and the
 step simulated, against the step a job with that setting measured. The jobs of one host vary
 from job to job, so each model's four jobs run in rounds, the settings in a rotated order
@@ -17,7 +17,7 @@ import statistics
 from pathlib import Path
 from typing import Any, Callable
 
-from fusionopt.integrations.traced_step import TracedStep, predict_traced_step
+from fusionopt.integrations import TracedStep, predict_traced_step
 from fusionopt.reporting import markdown_table
 from fusionopt.solvers import solve
 

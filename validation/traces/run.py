@@ -1,13 +1,13 @@
 """Traced steps against the model: for each data-parallel job traced by the PyTorch profiler,
 the step time fusionopt predicts from the job's own traces against the time they measured.
 
-For each job (a folder with one trace per rank), ``fusionopt.integrations.traced_step``
+For each job (a folder with one trace per rank), ``fusionopt.integrations._traced_step``
 reads the profile (forward, backward, the step parts), fits the all-reduce cost to the traced
 collectives, takes DDP's buckets as the job launched them and simulates the step; the table
 sets the predicted step against the measured one (means over the steps), part by part.
 
 By default the script first records its own jobs: 2-rank gloo DDP of small ``torch.nn``
-models on this host's CPU (``fusionopt.integrations.ddp_record``), gzip on, with and
+models on this host's CPU (``fusionopt.integrations._ddp_record``), gzip on, with and
 without a profiler ``schedule``, into a scratch folder it removes afterwards (``--keep``
 keeps them). ``--traces DIR`` reads the jobs under ``DIR`` instead: every folder holding
 ``*.json`` or ``*.json.gz`` traces is one job, its parameter list read from the traces
@@ -48,7 +48,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from fusionopt.integrations.traced_step import TracedStep, predict_traced_step  # noqa: E402
+from fusionopt.integrations import TracedStep, predict_traced_step  # noqa: E402
 from fusionopt.reporting import (Progress, changed_options, command_line, interrupted_path,  # noqa: E402
                                  markdown_table, positive_int, subset_location, write_result)
 
@@ -95,7 +95,7 @@ def row(name: str, result: TracedStep) -> dict[str, Any]:
 
 
 def record(folder: Path, steps: int) -> list[tuple[str, Path]]:
-    from fusionopt.integrations.ddp_record import record_ddp_traces
+    from fusionopt.integrations import record_ddp_traces
 
     jobs = []
     for k, (name, model, batch, schedule, cap) in enumerate(JOBS, start=1):
@@ -180,7 +180,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with Progress(interrupted_path(os.path.join(folder, f"{stem}.md"))) as progress:
             if args.counterfactual:
-                from fusionopt.integrations.ddp_record import record_ddp_traces
+                from fusionopt.integrations import record_ddp_traces
 
                 rounds = args.rounds or counterfactual.ROUNDS
                 progress.stage("jobs", total=rounds * len(counterfactual.MODELS) * len(counterfactual.SETTINGS))

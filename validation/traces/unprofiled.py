@@ -7,7 +7,7 @@ The jobs are the seven one-rank NCCL DDP jobs traced on one H100 on 2026-11-27 (
 ``parameters.csv`` and ``unprofiled.json`` (the job's step measured without the profiler right
 after the trace, ``ddp_plain_median``, and the traced period as the recorder read it, with
 their source). Measured there: every trace, the traced period and the unprofiled step.
-Predicted here, by :func:`fusionopt.integrations.traced_step.predict_traced_step`: the traced
+Predicted here, by :func:`fusionopt.integrations.predict_traced_step`: the traced
 job's step (``predicted``, against the traced period) and the step without the profiler
 (``predicted_unprofiled``, against ``ddp_plain_median``): each step replayed with the
 profiler's cost per recorded event taken out (these jobs carry no measured cost:
@@ -42,9 +42,10 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from fusionopt.integrations.kineto_events import documents_by_rank  # noqa: E402
-from fusionopt.integrations.traced_step import TracedStep, folder_parameters, predict_traced_step  # noqa: E402
-from fusionopt.integrations.unprofiled import DEFAULT_PROFILER_COST, read_unprofiled_reference  # noqa: E402
+from fusionopt.integrations import (  # noqa: E402
+    documents_by_rank, TracedStep, folder_parameters, predict_traced_step, DEFAULT_PROFILER_COST,
+    read_unprofiled_reference,
+)
 from fusionopt.reporting import (Progress, changed_options, command_line, interrupted_path,  # noqa: E402
                                  markdown_table, subset_location, write_result)
 

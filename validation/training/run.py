@@ -1,7 +1,7 @@
 """Plans trained for real: small models trained on 2 ranks (one with ``--ranks 1``, as on one GPU) with fusionopt's ``PlanReducer``
 under several plans, each measured against the model's prediction.
 
-For each model (``fusionopt.integrations.ddp_record.small_model``: mlp, cnn, lstm), 2 gloo
+For each model (``fusionopt.integrations.small_model``: mlp, cnn, lstm), 2 gloo
 ranks on this host's CPU, one thread each:
 
 1. both ranks measure the profile at once with ``profile_model`` (the same threads and load
@@ -24,7 +24,7 @@ ranks on this host's CPU, one thread each:
 The reducer's own cost is measured first, apart from the plans it predicts: before any model
 trains, ``measure_reducer_overhead("plan")`` times ``PlanReducer`` on a synthetic stack of
 linear layers at 1 to 16 messages with the channel critical, and on a wider stack at 1 to 8
-messages with the compute critical (``fusionopt.integrations.reducer_calibration``), or
+messages with the compute critical (``fusionopt.integrations._reducer_calibration``), or
 ``--reducer-calibration R.json`` reads one ``fusionopt calibrate --reducer plan`` wrote. Each
 plan gets three predictions: ``predicted`` (the model alone), ``predicted_with_reducer`` (that
 measured cost per message on the link's cost, per step on the host overhead and per message
@@ -63,12 +63,13 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from fusionopt.cost import network  # noqa: E402
-from fusionopt.integrations.ddp_record import free_port  # noqa: E402
-from fusionopt.integrations.reducer_calibration import (ReducerCalibration, measure_reducer_overhead,  # noqa: E402
-                                                         read_reducer_calibration, with_reducer_overhead)
+from fusionopt.integrations import free_port  # noqa: E402
+from fusionopt.integrations import (
+    ReducerCalibration, measure_reducer_overhead, read_reducer_calibration, with_reducer_overhead,
+)
 from fusionopt.model import Plan, Problem, Profile, simulate  # noqa: E402
-from fusionopt.model._io import write_json_atomic  # noqa: E402
-from fusionopt.model.overhead import with_overhead  # noqa: E402
+from fusionopt.reporting import write_json_atomic  # noqa: E402
+from fusionopt.cost import with_overhead  # noqa: E402
 from fusionopt.reporting import (Progress, changed_options, command_line, interrupted_path,  # noqa: E402
                                  markdown_table, nonnegative_int, positive_int, subset_location, write_result)
 
@@ -90,7 +91,7 @@ def layerwise_profile(profile: Profile) -> Profile:
 def solve_plans(profile: Profile, cost: Any) -> dict[str, tuple[str, Plan, float]]:
     """Each plan with its sync and predicted T (seconds)."""
     from fusionopt.solvers import solve
-    from fusionopt.advice.allreduce import ddp_settings
+    from fusionopt.advice import ddp_settings
 
     barrier = Problem(profile, cost)
     layerwise = Problem(layerwise_profile(profile), cost, sync="layerwise")
@@ -123,10 +124,9 @@ def _rank(rank: int, port: int, out: str, args: dict[str, Any]) -> None:
     import torch
     import torch.distributed as dist
 
-    from fusionopt.integrations.ddp_record import SMALL_INPUTS, small_model
-    from fusionopt.integrations.emulated_link import EmulatedLink, ddp_comm_hook
-    from fusionopt.integrations.plan_reducer import PlanReducer
-    from fusionopt.integrations.torch import profile_model
+    from fusionopt.integrations import (
+        SMALL_INPUTS, small_model, EmulatedLink, ddp_comm_hook, PlanReducer, profile_model,
+    )
 
     torch.set_num_threads(1)
     os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", str(port)
@@ -222,7 +222,7 @@ def calibrate(results: dict[str, Any], cost: Any) -> None:
     reducer's own cost fitted per model on this run's own two plans (``single``, ``wfbp``) as a fixed cost per
     step (added to the host overhead) and a cost per message (added to ``alpha``): the
     measured excess of ``single`` is ``a + b``, of ``wfbp`` ``a + b * messages``
-    (:func:`fusionopt.model.overhead.with_overhead` puts them into the model)."""
+    (:func:`fusionopt.cost.with_overhead` puts them into the model)."""
     for row in results.values():
         single, wfbp = row["plans"]["single"], row["plans"]["wfbp"]
         excess = [p["measured"] - p["predicted"] for p in (single, wfbp)]

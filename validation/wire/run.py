@@ -3,7 +3,7 @@ fp32 buckets against torch's fp16 and bf16 compress hooks and against the advice
 DP's grouping and encodings), the measured speedups against the predicted ones.
 
 For each model (``--models``: ``mlp``, ``cnn`` of
-:func:`fusionopt.integrations.ddp_record.small_model`) on ``--ranks`` gloo ranks (one torch
+:func:`fusionopt.integrations.small_model`) on ``--ranks`` gloo ranks (one torch
 thread each), batch ``--batch``, SGD with momentum:
 
 1. measured first, apart from the steps predicted: the profile (``profile_model``, every
@@ -14,10 +14,10 @@ thread each), batch ``--batch``, SGD with momentum:
 2. predicted (rank 0) on ``network(--network, --workers)``'s all-reduce: DDP's default
    buckets in fp32, the same buckets in fp16 and in bf16 (``Encoded``; the fitted casts),
    and the advice: the exact DP on ``Cheapest([fp32, fp16])`` (the error budget: fp16 where it
-   pays), its buckets as ``bucket_cap_mb_list`` (:func:`~fusionopt.advice.allreduce.ddp_settings`)
+   pays), its buckets as ``bucket_cap_mb_list`` (:func:`~fusionopt.advice.ddp_settings`)
    and each message's encoding;
 3. measured: a copy of the model per setting, each DDP with every bucket held on an emulated
-   link of that network (:mod:`fusionopt.integrations.emulated_link`; the fp16 and bf16
+   link of that network (:mod:`fusionopt.integrations._emulated_link`; the fp16 and bf16
    settings through its hook of that encoding, torch's ``_compress_hook`` with the link
    holding the cast bytes: torch 2.13 refuses its own bf16 hook without CUDA and NCCL), after
    ``--warmup`` untimed steps of each, ``--rounds`` rounds of ``--steps`` steps of each
@@ -49,7 +49,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "validation" / "frameworks"))
 
-from fusionopt.model._io import read_json_document, write_json_atomic  # noqa: E402
+from fusionopt.reporting import read_json_document, write_json_atomic  # noqa: E402
 from fusionopt.reporting import (changed_options, command_line, markdown_table, positive_int,  # noqa: E402
                                  subset_location, write_result)
 from speedup import build_model, measure_profile, measure_rounds, speedup_interval, training_step  # noqa: E402
@@ -84,10 +84,10 @@ def measure_casts(ranks: int, dtype: Any) -> dict[str, float]:
 
 def predict(profile: Any, name: str, workers: int, casts: dict[str, dict[str, float]]) -> dict[str, Any]:
     """Each setting's predicted step (seconds), the advice's DDP arguments and encodings."""
-    from fusionopt.advice.allreduce import ddp_settings
-    from fusionopt.cost import network
-    from fusionopt.model import Cheapest, Encoded, Plan, Problem, simulate
-    from fusionopt.model.encoding import BF16, FP16, FP32, encodings_of
+    from fusionopt.advice import ddp_settings
+    from fusionopt.cost import network, Cheapest, Encoded
+    from fusionopt.model import Plan, Problem, simulate
+    from fusionopt.cost import BF16, FP16, FP32, encodings_of
     from fusionopt.solvers import solve
 
     fp16, bf16 = (e.with_costs(seconds_per_byte=casts[e.name]["seconds_per_byte"],
@@ -113,8 +113,7 @@ def _rank(rank: int, port: int, out: str, args: dict[str, Any]) -> None:
     import torch.distributed as dist
 
     from fusionopt.cost import network
-    from fusionopt.integrations.apply import apply_advice, apply_defaults
-    from fusionopt.integrations.emulated_link import EmulatedLink, ddp_comm_hook
+    from fusionopt.integrations import apply_advice, apply_defaults, EmulatedLink, ddp_comm_hook
 
     torch.set_num_threads(1)
     os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", str(port)
@@ -199,7 +198,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch.multiprocessing as mp
 
-    from fusionopt.integrations.ddp_record import free_port
+    from fusionopt.integrations import free_port
 
     argv = sys.argv[1:] if argv is None else argv
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])

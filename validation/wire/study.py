@@ -18,7 +18,7 @@ Per job, all predicted by the simulator (seconds of a step):
 * the exact fusion DP's optimum with every message in fp32, with every message in fp16, and
   jointly (``Cheapest([fp32, fp16])``: each message in its cheaper encoding);
 * the joint optimum's fp16 messages and bytes, and the crossover size above which fp16 is
-  the cheaper (:func:`~fusionopt.model.encoding.crossovers`);
+  the cheaper (:func:`~fusionopt.cost.crossovers`);
 * the best single choice's gap to the joint optimum (the DP's fp32 or fp16 optimum,
   whichever is faster).
 
@@ -53,9 +53,9 @@ CAST_PER_MESSAGE = 10e-6
 
 def run_job(model: str, batch: int, network_name: str, workers: int, fp16: Any) -> dict[str, Any]:
     from fusionopt import zoo
-    from fusionopt.cost import network
-    from fusionopt.model import Cheapest, Encoded, Problem
-    from fusionopt.model.encoding import FP32, crossovers, encodings_of
+    from fusionopt.cost import network, Cheapest, Encoded
+    from fusionopt.model import Problem
+    from fusionopt.cost import FP32, crossovers, encodings_of
     from fusionopt.solvers import solve
 
     profile = zoo.profile(model, device="h100", batch=batch)
@@ -118,7 +118,7 @@ def summary(results: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from fusionopt.model.encoding import FP16
+    from fusionopt.cost import FP16
 
     argv = sys.argv[1:] if argv is None else argv
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])

@@ -29,10 +29,13 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from fusionopt import Problem, solve, zoo  # noqa: E402
+from fusionopt.model import Problem  # noqa: E402
+
+from fusionopt.solvers import solve  # noqa: E402
+
+from fusionopt import zoo  # noqa: E402
 from fusionopt.cost import AlphaBeta  # noqa: E402
-from fusionopt.model._io import read_json_document  # noqa: E402
-from fusionopt.reporting import command_line, markdown_table, write_result  # noqa: E402
+from fusionopt.reporting import read_json_document, command_line, markdown_table, write_result  # noqa: E402
 from fusionopt.zoo import calibrated, fitting, published  # noqa: E402
 
 OUT = ROOT / "validation" / "results"

@@ -1,0 +1,176 @@
+"""``fusionopt advise``: settings for DDP, Horovod, FSDP2, DeepSpeed ZeRO and Megatron-LM."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+from fusionopt.advice._sharded import OverMemoryCap, fsdp2_advice, zero2_settings, zero3_settings
+from fusionopt.solvers import solve
+from fusionopt.cli._common import UsageError, plural
+from fusionopt.cli._problems import problem_for_compare, reducer_words
+
+
+def cmd_advise(args: argparse.Namespace) -> None:
+    if args.update_after_gather:
+        raise UsageError("--update-after-gather does not apply to advise: the frameworks it judges update in the "
+                         "optimiser step, before gathering parameters (DeepSpeed ZeRO-2 and Megatron-LM, --pattern "
+                         "zero2), or gather parameters before each use (FSDP2 and ZeRO-3, --pattern fsdp)")
+    if args.pattern == "fsdp":
+        _advise_fsdp(args)
+        return
+    if args.pattern == "zero2":
+        _advise_zero2(args)
+        return
+    if args.memory_cap is not None or args.atoms is not None:
+        raise UsageError(f"{'--memory-cap' if args.memory_cap is not None else '--atoms'} goes with --pattern fsdp")
+    from fusionopt.advice._allreduce import ddp_settings, horovod_settings
+
+    problem, label = problem_for_compare(args)
+    plan_result = solve(problem, args.method)
+    if not problem.pattern.is_a("all-reduce") or not plan_result.plan.is_fusion(problem.profile):
+        raise UsageError(f"method {args.method!r} gives a plan that is not a fusion plan (it cuts tensors, reorders "
+                         "them or sets release times), which DDP and Horovod cannot build: advise on a fusion "
+                         "method (dp, wfbp, mgwfbp, ddp, ...)")
+    ddp = ddp_settings(problem, plan_result.plan, min_gain=args.min_gain)
+    hvd = horovod_settings(problem, plan_result.plan, backend=args.horovod_backend, min_gain=args.min_gain)
+    if args.json:
+        print(json.dumps({"method": args.method, "iteration_time": plan_result.iteration_time,
+                          "messages": plan_result.num_messages,
+                          "ddp": ddp.to_dict(), "horovod": hvd.to_dict()}, indent=1))
+        return
+    print(f"workload  {label}: {plural(problem.profile.n, 'tensor')}")
+    if args.reducer_calibration is not None:
+        print(f"reducer   {reducer_words(args)}")
+    print(f"plan      {args.method}: T = {1e3 * plan_result.iteration_time:.3f} ms, "
+          f"{plural(plan_result.num_messages, 'message')}")
+    ms = 1e3
+    slower = ddp.list_iteration_time is not None and ddp.list_iteration_time > ddp.default_iteration_time * (1 + 1e-9)
+    label = "ddp"
+    if ddp.kept_defaults and not slower:
+        print(f"ddp       keep DDP's defaults: T = {ms * ddp.default_iteration_time:.3f} ms; no setting below is "
+              f"predicted {ddp.min_gain:.0%} faster (--min-gain)")
+        label = ""
+    if ddp.bucket_cap_mb_list is not None:
+        caps = ", ".join(f"{m:g}" for m in ddp.bucket_cap_mb_list)
+        print(f"{label:<9} bucket_cap_mb_list=[{caps}] "
+              f"({plural(len(ddp.bucket_cap_mb_list), 'bucket')}, the plan's): T = {ms * ddp.list_iteration_time:.3f} ms"
+              + (f"; slower than DDP's defaults ({ms * ddp.default_iteration_time:.3f} ms): leave it unset"
+                 if slower else ""))
+    else:
+        print(f"{label:<9} no bucket_cap_mb_list reproduces this plan (not "
+              "contiguous in the gradient-ready order, or it mixes dtypes)")
+    single = ("leave bucket_cap_mb unset" if ddp.bucket_cap_mb is None
+              else f"bucket_cap_mb={ddp.bucket_cap_mb:g} (every bucket, the first too)")
+    print(f"          best single cap: {single}: T = {ms * ddp.cap_iteration_time:.3f} ms "
+          f"(unset, 1 MiB first then 25 MiB: {ms * ddp.default_iteration_time:.3f} ms)")
+    print(f"          find_unused_parameters=True (no bucket rebuild; registration order): "
+          f"T = {ms * ddp.find_unused_iteration_time:.3f} ms")
+    print(f"horovod   HOROVOD_FUSION_THRESHOLD={hvd.fusion_threshold_bytes} "
+          f"HOROVOD_CYCLE_TIME={hvd.environment['HOROVOD_CYCLE_TIME']} ({hvd.backend}): "
+          f"T = {1e3 * hvd.iteration_time:.3f} ms (defaults: {1e3 * hvd.default_iteration_time:.3f} ms"
+          + (f"; kept: no pair is predicted {args.min_gain:.0%} faster)" if hvd.kept_defaults else ")"))
+
+
+def _advise_pattern_flags(args: argparse.Namespace) -> None:
+    """Refuse the all-reduce advice's flags under another --pattern."""
+    if args.method != "dp":
+        raise UsageError(f"--method picks the all-reduce plan to follow; --pattern {args.pattern} plans its own")
+    if args.horovod_backend != "nccl":
+        raise UsageError(f"--horovod-backend judges Horovod settings, which --pattern {args.pattern} does not give")
+
+
+def _advise_fsdp(args: argparse.Namespace) -> None:
+    """FSDP2's calls for the best plan FSDP2 can build, and DeepSpeed ZeRO-3's sizes."""
+    _advise_pattern_flags(args)
+    args.fully_sharded = True
+    problem, label = problem_for_compare(args)
+    advice: dict[str, Any] = {}
+    unmet: dict[str, str] = {}                            # per framework, why no setting fits the cap
+    left_out: dict[str, str] = {}                         # per framework, why it is not judged
+    frameworks = [("fsdp2", lambda: fsdp2_advice(problem, args.atoms, min_gain=args.min_gain))]
+    if problem.pattern.blocking:
+        left_out["zero3"] = ("not judged with --blocking-collectives: its reduce-scatter buckets would split a "
+                             "unit's backward on the training thread, which the model does not time")
+    else:
+        frameworks.append(("zero3", lambda: zero3_settings(problem, min_gain=args.min_gain)))
+    for name, advise in frameworks:
+        try:
+            advice[name] = advise()
+        except OverMemoryCap as exc:
+            unmet[name] = str(exc)
+    if len(unmet) == len(frameworks):
+        raise UsageError(f"--memory-cap {args.memory_cap}: " + (
+            f"FSDP2 does not fit it: {unmet['fsdp2']}" if len(unmet) == 1 else
+            f"neither FSDP2 nor DeepSpeed ZeRO-3 fits it: {unmet['fsdp2']}; {unmet['zero3']}"))
+    if args.json:
+        print(json.dumps({**{name: setting.to_dict() for name, setting in advice.items()},
+                          **({"over_memory_cap": unmet} if unmet else {}),
+                          **({"left_out": left_out} if left_out else {})}, indent=1))
+        return
+    cap = problem.pattern.memory_cap
+    print(f"workload  {label}: {plural(problem.profile.n, 'tensor')}, {problem.profile.total_bytes / 2**20:.1f} MiB")
+    print(f"memory    {'no cap' if cap is None else f'cap {cap / 2**20:.1f} MiB'} on unsharded parameters and gradients")
+    if problem.pattern.blocking:
+        print("threads   each collective blocks the training thread (--blocking-collectives): FSDP2's forward "
+              "prefetches nothing by default")
+    if "fsdp2" in unmet:
+        print(f"fsdp2     no setting fits the cap: {unmet['fsdp2']}")
+    else:
+        fsdp = advice["fsdp2"]
+        over = "" if fsdp.default_feasible else ", over the cap"
+        print(f"fsdp2     defaults (fully_shard per block, then the model): T = "
+              f"{1e3 * fsdp.default_iteration_time:.3f} ms, peak {fsdp.default_peak_memory / 2**20:.1f} MiB{over}")
+        built = fsdp.settings
+        which = "the defaults, no plan searched being faster" if fsdp.defaults else \
+            f"{plural(len(built.units), 'fully_shard call')}"
+        if args.atoms is None and fsdp.atoms == "module":
+            which += ", units of modules: no plan of whole blocks fits the cap"
+        bound = "" if fsdp.lower_bound is None else f" (bound {1e3 * fsdp.lower_bound:.3f} ms)"
+        print(f"          advised ({which}): T = {1e3 * built.iteration_time:.3f} ms, peak "
+              f"{built.peak_memory / 2**20:.1f} MiB{bound}")
+        for line in built.code().splitlines():
+            print(f"            {line}")
+    if "zero3" in left_out:
+        print(f"deepspeed ZeRO-3 (zero_optimization): {left_out['zero3']}")
+    elif "zero3" in unmet:
+        print(f"deepspeed ZeRO-3 (zero_optimization): no setting fits the cap: {unmet['zero3']}")
+    else:
+        _print_grid("deepspeed", "ZeRO-3 (zero_optimization)", advice["zero3"])
+
+
+def _advise_zero2(args: argparse.Namespace) -> None:
+    """DeepSpeed ZeRO-2's and Megatron-LM's bucket sizes on the decoupled all-reduce."""
+    _advise_pattern_flags(args)
+    if args.memory_cap is not None or args.atoms is not None:
+        raise UsageError(f"{'--memory-cap' if args.memory_cap is not None else '--atoms'} goes with --pattern fsdp")
+    args.decoupled = True
+    problem, label = problem_for_compare(args)
+    zero2, megatron = zero2_settings(problem, data_parallel_size=args.workers, min_gain=args.min_gain)
+    if args.json:
+        print(json.dumps({"zero2": None if zero2 is None else zero2.to_dict(), "megatron": megatron.to_dict()},
+                         indent=1))
+        return
+    print(f"workload  {label}: {plural(problem.profile.n, 'tensor')}, {problem.profile.total_bytes / 2**20:.1f} MiB, "
+          f"sync {problem.sync}")
+    if zero2 is None:
+        print("deepspeed ZeRO-2 gathers in its step (sync barrier only): not judged under layerwise sync")
+    else:
+        _print_grid("deepspeed", "ZeRO-2 (zero_optimization)", zero2)
+    _print_grid("megatron", "DistributedDataParallelConfig", megatron)
+    print("(peak memory: the decoupled all-reduce keeps every parameter whole; it is not modelled)")
+
+
+def _print_grid(label: str, where: str, setting: Any) -> None:
+    shown = ", ".join([f"{key}={json.dumps(value)}" if isinstance(value, bool)          # as in a JSON config
+                       else f"{key}={value:g}" if isinstance(value, (int, float)) else f"{key}={value}"
+                       for key, value in setting.options.items()]
+                      + ([f"leave {', '.join(setting.grid)} unset"] if setting.unset else []))
+    memory = "" if setting.peak_memory is None else f", peak {setting.peak_memory / 2**20:.1f} MiB"
+    default_memory = "" if setting.default_peak_memory is None else f", peak {setting.default_peak_memory / 2**20:.1f} MiB"
+    over = "" if setting.default_feasible else ", over the cap"
+    print(f"{label:<9} {where}: {shown}: T = {1e3 * setting.iteration_time:.3f} ms{memory} "
+          f"(defaults: {1e3 * setting.default_iteration_time:.3f} ms{default_memory}{over}; {setting.tried} tried)")
+
+
+__all__ = []

@@ -1,0 +1,127 @@
+"""What every command shares: the usage error, the parser that exits with one line, and small
+helpers for files and words."""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from pathlib import Path
+from typing import Any
+from fusionopt.integrations._kineto_events import TIMELINE_RULE, describe_clock
+from fusionopt.model import Profile
+from fusionopt.model._profile_csv import read_profile_csv, write_profile_csv
+
+
+# --timeline auto's rule for the help, whose text argparse formats with % (50% becomes 50%%).
+TIMELINE_HELP = TIMELINE_RULE.replace("%", "%%")
+
+
+class UsageError(Exception):
+    """A bad command line or input file: reported in one line, exit status 2."""
+
+
+INTERRUPTED = 130
+"""The exit status after Ctrl-C (SIGINT): 128 + 2, what a shell reports for it."""
+
+
+class Kept(KeyboardInterrupt):
+    """Ctrl-C after the command kept its work so far; the message says what and where
+    (printed after ``fusionopt: interrupted``)."""
+
+
+class Parser(argparse.ArgumentParser):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # Negative numbers, 1e-3 forms included, are values (``--alpha -1e-3``), so the
+        # option's own check speaks, not "expected one argument".
+        self._negative_number_matcher = re.compile(r"^-(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$")
+
+    def error(self, message: str) -> None:  # argparse prints usage and two lines otherwise
+        commands = [a for a in self._actions if isinstance(a, argparse._SubParsersAction)]
+        if commands and message == f"the following arguments are required: {commands[0].metavar}":
+            # No command given: the commands to choose from, as --help lists them.
+            self.print_help(sys.stderr)
+            raise SystemExit(2)
+        raise UsageError(message)
+
+
+def plural(number: int, noun: str) -> str:
+    """``number`` and ``noun``, the noun plural unless the number is one.
+
+    >>> plural(1, "message"), plural(2, "more message"), plural(0, "bucket")
+    ('1 message', '2 more messages', '0 buckets')
+    """
+    return f"{number} {noun}{'' if number == 1 else 's'}"
+
+
+# ---------------------------------------------------------------------- sweep
+def comma_list(option: str, text: str, convert: Any = str) -> list[Any]:
+    items = [item.strip() for item in text.split(",") if item.strip()]
+    if not items:
+        raise UsageError(f"{option} needs at least one comma-separated value")
+    try:
+        return [convert(item) for item in items]
+    except ValueError:
+        raise UsageError(f"{option} takes comma-separated integers, got {text!r}") from None
+
+
+def refuse_writing_over(output: str | None, args: argparse.Namespace, *inputs: str) -> None:
+    """An ``--output`` that is one of the command's input files is refused: it would be lost."""
+    if output is None:
+        return
+    target = Path(output).resolve()
+    for name in inputs:
+        given = getattr(args, name, None)
+        if given and Path(given).resolve() == target:
+            label = "the profile" if name == "profile" else f"the --{name.replace('_', '-')}"
+            raise UsageError(f"--output {output} is {label} file itself: writing it would lose the input; "
+                             "give another file")
+
+
+def json_output(path: str | None, what: str) -> None:
+    """An ``--output`` that is written as JSON must say so by its name."""
+    if path is not None and not path.lower().endswith(".json"):
+        raise UsageError(f"--output {path}: {what} is written as JSON: give a .json file name")
+
+
+def fail(exc: BaseException) -> None:
+    """Report a run that failed (not a usage error) in one line; exit status 1."""
+    print(f"fusionopt: error: {' '.join(str(exc).split())}", file=sys.stderr)
+    raise SystemExit(1)
+
+
+# ---------------------------------------------------------------------- plot (timeline, sweep)
+def output_paths(args: argparse.Namespace) -> list[str]:
+    """The --output files, their formats checked before any work is done."""
+    from fusionopt.viz import image_format
+
+    for path in args.output:
+        image_format(path)
+    return args.output
+
+
+def clock_words(profile: Profile) -> str:
+    """Which clock timed a profile read from a trace, and why."""
+    return f"; timed by {describe_clock(profile.metadata)}"
+
+
+def show_warning(message: Any, category: Any, filename: str, lineno: int, file: Any = None, line: Any = None) -> None:
+    print(f"fusionopt: warning: {' '.join(str(message).split())}", file=sys.stderr)
+
+
+def read_profile(path: str) -> Profile:
+    """A profile file: CSV (``.csv``, named after the file) or JSON (anything else)."""
+    if path.lower().endswith(".csv"):
+        return read_profile_csv(path, name=Path(path).stem)
+    return Profile.read(path)
+
+
+def write_profile(profile: Profile, path: str) -> None:
+    if path.lower().endswith(".csv"):
+        write_profile_csv(profile, path)
+    else:
+        profile.write(path)
+
+
+__all__ = ["TIMELINE_HELP", "UsageError", "INTERRUPTED", "Kept", "plural"]

@@ -1,0 +1,147 @@
+"""How a plan maps onto buffers: the word size, each message's pieces in its fused buffer.
+
+Gradients are summed as unsigned integers of ``word_bytes`` bytes, the widest of 8, 4, 2
+and 1 that divides every tensor size and every chunk boundary of the plan, so that no chunk
+splits a word. Integer sums wrap modulo ``2**(8 * word_bytes)``: they are exact, whatever
+the order of addition, on every backend.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from fusionopt.model._plan import Plan
+from fusionopt.model._profile import Profile
+
+WORD_DTYPES = {8: np.dtype(np.uint64), 4: np.dtype(np.uint32), 2: np.dtype(np.uint16), 1: np.dtype(np.uint8)}
+
+
+@dataclass(frozen=True)
+class Piece:
+    """Words ``[lo, hi)`` of tensor ``tensor``, at word ``offset`` of its message's fused buffer."""
+
+    tensor: int
+    lo: int
+    hi: int
+    offset: int
+
+
+@dataclass(frozen=True)
+class MessageLayout:
+    """One message as the runner sends it.
+
+    Attributes
+    ----------
+    pieces : tuple of Piece
+        Its chunks in plan order, in words, with their place in the fused buffer.
+    words, nbytes : int
+        Size of the fused buffer.
+    need : int
+        How many tensors the backward must have emitted (in the profile's ready order)
+        before the message is ready: one past the latest ready position of its tensors.
+    release : float
+        Seconds from the start of the backward before which the message may not start (the
+        plan's release time; 0 when it has none).
+    completes : tuple of int
+        The tensors whose last message (in channel order) this is: they are reduced at its end.
+    """
+
+    index: int
+    pieces: tuple[Piece, ...]
+    words: int
+    nbytes: int
+    need: int
+    completes: tuple[int, ...]
+    release: float = 0.0
+
+
+
+def describe_message(k: int, messages: int, chunks: int, nbytes: int, names: list[str]) -> str:
+    """Message ``k`` of ``messages`` in words: its chunks, bytes and (the first three of) its
+    tensors' ``names``."""
+    shown = ", ".join(repr(x) for x in names[:3]) + (f", ... ({len(names)} tensors)" if len(names) > 3 else "")
+    return f"message {k} of {messages} ({chunks} chunk{'s' * (chunks != 1)}, {nbytes} B: {shown})"
+
+
+def carried_by(carriers: list[tuple[int, int, int]], lo: int, hi: int) -> str:
+    """Which of a tensor's ``carriers`` (``(lo, hi, message)`` byte ranges) hold bytes of
+    ``[lo, hi)``, in words."""
+    ks = sorted({k for a, b, k in carriers if a < hi and b > lo})
+    if not ks:
+        return "carried by no message"
+    if len(ks) == 1:
+        return f"carried by message {ks[0]}"
+    return f"carried by messages {', '.join(map(str, ks[:-1]))} and {ks[-1]}"
+
+
+class Layout:
+    """The buffers a plan needs on ``profile``; checks only what indexing needs.
+
+    ``word_sizes`` are the integer widths the backend can sum (the widest that fits is used).
+
+    Chunks must name existing tensors and stay within their sizes (``ValueError``
+    otherwise); missing and repeated bytes are allowed here, so that a plan that bypassed
+    :meth:`Plan.validate` runs and the data check catches it.
+
+    Examples
+    --------
+    >>> profile = Profile.from_arrays([16, 8], [0, 0], [1, 1])
+    >>> layout = Layout(profile, Plan.from_groups(profile, [[1, 0]]))
+    >>> layout.word_bytes, layout.messages[0].words, layout.messages[0].need
+    (8, 3, 2)
+    >>> layout.describe(0)
+    "message 0 of 1 (2 chunks, 24 B: 't1', 't0')"
+    """
+
+    def __init__(self, profile: Profile, plan: Plan, *, word_sizes: tuple[int, ...] = (8, 4, 2, 1)) -> None:
+        self.profile = profile
+        self.plan = plan
+        n = profile.n
+        sizes = [int(s) for s in profile.sizes]
+        for k, message in enumerate(plan.messages):
+            for c in message.chunks:
+                if c.tensor >= n:
+                    raise ValueError(f"message {k}: tensor index {c.tensor} is out of range for a profile "
+                                     f"of {n} tensors")
+                if c.hi > sizes[c.tensor]:
+                    raise ValueError(f"message {k}: tensor {profile.names[c.tensor]!r} (index {c.tensor}): "
+                                     f"bytes [{c.lo}, {c.hi}) run past its size of {sizes[c.tensor]} B")
+        boundaries = np.array(sizes + [b for m in plan.messages for c in m.chunks for b in (c.lo, c.hi)],
+                              dtype=np.int64)
+        self.word_bytes = next(w for w in sorted(set(word_sizes) | {1}, reverse=True) if not np.any(boundaries % w))
+        self.dtype = WORD_DTYPES[self.word_bytes]
+        w = self.word_bytes
+        self.tensor_words = tuple(s // w for s in sizes)
+
+        last: dict[int, int] = {}
+        for k, message in enumerate(plan.messages):
+            for c in message.chunks:
+                last[c.tensor] = k
+        self.sent = tuple(i in last for i in range(n))
+        self.carriers: list[list[tuple[int, int, int]]] = [[] for _ in range(n)]
+        messages = []
+        position = {i: p for p, i in enumerate(profile.ready_order)}
+        for k, message in enumerate(plan.messages):
+            pieces, offset = [], 0
+            for c in message.chunks:
+                pieces.append(Piece(c.tensor, c.lo // w, c.hi // w, offset))
+                offset += (c.hi - c.lo) // w
+                self.carriers[c.tensor].append((c.lo, c.hi, k))
+            completes = tuple(sorted({c.tensor for c in message.chunks if last[c.tensor] == k}))
+            need = 1 + max(position[c.tensor] for c in message.chunks)
+            messages.append(MessageLayout(k, tuple(pieces), offset, offset * w, need, completes,
+                                          message.release))
+        self.messages = tuple(messages)
+        self.max_words = max(m.words for m in messages)
+
+    def describe(self, k: int) -> str:
+        """Message ``k`` in words: its place, chunks, bytes and tensors."""
+        message = self.plan.messages[k]
+        return describe_message(k, len(self.messages), len(message.chunks), message.nbytes,
+                                [self.profile.names[i] for i in message.tensors])
+
+    def carried_by(self, tensor: int, lo: int, hi: int) -> str:
+        """Which messages carry bytes of ``[lo, hi)`` of ``tensor``, in words."""
+        return carried_by(self.carriers[tensor], lo, hi)

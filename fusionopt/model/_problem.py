@@ -1,0 +1,352 @@
+"""A scheduling problem: a workload, a cost model and a synchronisation rule."""
+
+from __future__ import annotations
+
+import math
+import warnings
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from fusionopt.model._cost import CommCost
+from fusionopt.model._profile import Profile
+from fusionopt.model._pattern import Pattern
+from fusionopt.model._step_parts import fit_step_parts
+
+SYNC_MODES = ("barrier", "layerwise")
+COPY_PLACES = ("channel", "compute")
+STEP_PART_RULES = ("refuse", "fit")
+
+
+def _finite(label: str, value: float, *, minimum: float) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise ValueError(f"{label} must be a number, got {value!r}")
+    if math.isnan(value) or math.isinf(value):
+        raise ValueError(f"{label} must be finite, got {value!r}")
+    if value < minimum:
+        raise ValueError(f"{label} must be >= {minimum:g}, got {value!r}")
+    return float(value)
+
+
+def _pattern_from_keywords(pattern: Pattern | None, keywords: dict[str, Pattern | None]) -> Pattern | None:
+    """The pattern of the deprecated keywords ``ps=``, ``decoupled=`` and ``fully_sharded=``
+    (each warns once), checked against ``pattern`` and each other."""
+    given = {keyword: value for keyword, value in keywords.items() if value is not None}
+    for keyword, value in given.items():
+        warnings.warn(f"Problem({keyword}=...) is deprecated: write Problem(profile, pattern=...)",
+                      DeprecationWarning, stacklevel=4)
+        if not isinstance(value, Pattern) or value.extension != keyword:
+            wanted = {"ps": "ParameterServer", "decoupled": "Decoupled", "fully_sharded": "FullySharded"}[keyword]
+            raise ValueError(f"{keyword} must be a {wanted}, got {type(value).__name__}")
+    if len(given) > 1:
+        first, second = list(given)[:2]
+        raise ValueError(f"{second} does not combine with {first}; leave one of them out")
+    if given and pattern is not None:
+        raise ValueError(f"pattern and {next(iter(given))} both say the pattern; give pattern only")
+    return next(iter(given.values()), pattern)
+
+
+
+@dataclass(frozen=True, eq=False)
+class Problem:
+    """Everything a plan is judged on: ``profile``, the communication ``pattern`` and ``sync``.
+
+    Parameters
+    ----------
+    profile : Profile
+        The workload (MODEL.md section 1).
+    cost : CommCost, optional
+        Time in seconds of an all-reduce of ``S`` bytes (MODEL.md section 2):
+        ``Problem(profile, cost)`` is ``Problem(profile, pattern=AllReduce(cost))``. With
+        another pattern, leave it out: :attr:`cost` is then the pattern's channel cost (a
+        parameter server's push cost; the all-reduce that a reduce-scatter and an all-gather
+        make).
+    pattern : Pattern, keyword only
+        How gradients and parameters move (:mod:`fusionopt.model._pattern`):
+        :class:`~fusionopt.model.AllReduce` (the default, with ``cost``),
+        :class:`~fusionopt.model.ParameterServer` (a push and a pull channel, server updates,
+        optionally partitioned compute; ``sync`` applies to the pulls),
+        :class:`~fusionopt.model.Decoupled` (ZeRO-1/2, DeAR; MODEL.md section 8.1:
+        ``sync`` says whether the forward waits for every all-gather or for its own tensor's)
+        or :class:`~fusionopt.model.FullySharded` (FSDP, ZeRO-3; section 8.2: the step
+        has its own order, so ``sync`` stays ``"barrier"``). The pattern owns its plan type, its
+        timing, its lower bound and its refusals: the extensions below are all-reduce
+        extensions, and the other patterns refuse them.
+    sync : {"barrier", "layerwise"}
+        When the next forward may start (MODEL.md section 4): after every gradient is
+        reduced (``"barrier"``: DDP, Horovod, MG-WFBP) or tensor by tensor as each gradient
+        is reduced (``"layerwise"``: P3, ByteScheduler, US-Byte). A profile with an
+        ``update_lump`` or ``post_backward`` (work that waits for every gradient) takes
+        barrier sync only, unless ``step_parts="fit"``.
+    step_parts : {"refuse", "fit"}
+        What to do with a profile's step parts that the pattern's step has no place for
+        (MODEL.md section 4.1): refuse the problem, naming them (default), or fit the profile
+        to the step with :func:`~fusionopt.model.fit_step_parts` (``post_backward``
+        dropped by the decoupled and fully sharded steps, which run no DDP copies;
+        ``update_lump``, and under layerwise sync ``post_backward``, spread over the tensors'
+        update times in proportion to their bytes), warning once per change (``UserWarning``).
+        :attr:`profile` is then the fitted profile. A profile that fits is kept as it is.
+
+    Extensions (MODEL.md section 6; each off by default; with any of them on, the plain
+    model's closed forms and the fusion DP no longer apply and :func:`simulate` runs an
+    event-driven simulation):
+
+    copy_cost : float
+        ``gamma``, seconds per byte to pack a message carrying more than one tensor into a
+        fused buffer.
+    copy_on : {"channel", "compute"}
+        Where packing runs: on the channel, before the message's transfer (default), or on
+        the compute stream, right after the backward that makes the message ready (it
+        then delays the rest of the backward).
+    message_compute : float
+        ``eta``, seconds of compute-stream work per message, every message alike (one tensor
+        or many): a reducer's hook packing the message and its communication thread taking
+        a core from the backward (MODEL.md section 2.1). It runs where packing runs with
+        ``copy_on="compute"``, right after the backward that makes the message ready, after
+        that packing, and the message is ready when it ends.
+    contention : float
+        ``kappa >= 1``: compute runs ``kappa`` times slower while a message is in flight
+        (collectives take SMs).
+    comm_contention : float
+        ``mu >= 1``: a message in flight progresses ``mu`` times slower while the compute
+        stream computes (compute kernels hold the SMs a collective's kernels need), in both
+        its startup and its transfer (MODEL.md section 6). With ``contention`` it makes the
+        contention two-way; ``fusionopt calibrate --contention`` measures both on a GPU.
+    channels : int
+        ``K >= 1`` concurrent channels: up to ``K`` messages in flight, dispatched in plan
+        order; each pays its own startup ``alpha`` in full and the bytes of the messages
+        in transfer share the bandwidth equally (processor sharing). Needs an affine cost.
+    ps, decoupled, fully_sharded : Pattern, optional
+        Deprecated spellings of ``pattern=`` (each warns with a ``DeprecationWarning``), as are
+        the properties of the same names.
+
+    Examples
+    --------
+    >>> from fusionopt.cost import AlphaBeta
+    >>> p = Profile.from_arrays([4e6, 1e6, 2e6], [1e-3] * 3, [3e-3, 2e-3, 1e-3])
+    >>> Problem(p, AlphaBeta(1e-3, 1e-9)).sync
+    'barrier'
+    >>> Problem(p, AlphaBeta(1e-3, 1e-9), sync="eager")
+    Traceback (most recent call last):
+    ...
+    ValueError: unknown sync 'eager': choose one of 'barrier', 'layerwise'
+    >>> from fusionopt.model import ParameterServer
+    >>> Problem(p, pattern=ParameterServer(AlphaBeta(1e-4, 1e-9))).extensions
+    ('ps',)
+
+    A traced profile's optimiser lump under layerwise sync, spread by bytes:
+
+    >>> import warnings
+    >>> traced = p.with_step_parts(update_lump=7e-3)
+    >>> with warnings.catch_warnings(record=True) as caught:
+    ...     warnings.simplefilter("always")
+    ...     fitted = Problem(traced, AlphaBeta(1e-3, 1e-9), sync="layerwise", step_parts="fit")
+    >>> fitted.profile.update.round(9).tolist(), fitted.profile.update_lump, len(caught)
+    ([0.004, 0.001, 0.002], 0.0, 1)
+    """
+
+    profile: Profile
+    cost: CommCost = field(init=False)
+    sync: str = "barrier"
+    copy_cost: float = 0.0
+    copy_on: str = "channel"
+    contention: float = 1.0
+    channels: int = 1
+    step_parts: str = "refuse"
+    comm_contention: float = 1.0
+    message_compute: float = 0.0
+    pattern: Pattern | None = None
+
+    def __init__(self, profile: Profile, cost: CommCost | None = None, sync: str = "barrier", copy_cost: float = 0.0,
+                 copy_on: str = "channel", contention: float = 1.0, channels: int = 1, ps: Pattern | None = None,
+                 decoupled: Pattern | None = None, fully_sharded: Pattern | None = None, step_parts: str = "refuse",
+                 comm_contention: float = 1.0, message_compute: float = 0.0, *, pattern: Pattern | None = None) -> None:
+        if not isinstance(profile, Profile):
+            raise ValueError(f"profile must be a Profile, got {type(profile).__name__}")
+        pattern = _pattern_from_keywords(pattern, {"ps": ps, "decoupled": decoupled, "fully_sharded": fully_sharded})
+        if pattern is None:
+            pattern, cost = Pattern.of_cost(cost), None
+        elif not isinstance(pattern, Pattern):
+            raise ValueError(f"pattern must be a Pattern (AllReduce, ParameterServer, Decoupled or FullySharded), "
+                             f"got {type(pattern).__name__}")
+        if cost is not None and not isinstance(cost, CommCost):
+            raise ValueError(f"cost must be a CommCost (e.g. AlphaBeta), got {type(cost).__name__}")
+        values = {"profile": profile, "pattern": pattern, "cost": pattern.channel_cost(cost), "sync": sync,
+                  "copy_cost": copy_cost, "copy_on": copy_on, "contention": contention, "channels": channels,
+                  "step_parts": step_parts, "comm_contention": comm_contention, "message_compute": message_compute}
+        for name, value in values.items():
+            object.__setattr__(self, name, value)
+        self._check()
+
+    def _check(self) -> None:
+        if self.sync not in SYNC_MODES:
+            choices = ", ".join(repr(s) for s in SYNC_MODES)
+            raise ValueError(f"unknown sync {self.sync!r}: choose one of {choices}")
+        if self.step_parts not in STEP_PART_RULES:
+            raise ValueError(f"unknown step_parts {self.step_parts!r}: choose 'refuse' or 'fit'")
+        if self.step_parts == "fit":
+            fitted, notes = fit_step_parts(self.profile, pattern=self.pattern.step, sync=self.sync)
+            object.__setattr__(self, "profile", fitted)
+            for note in notes:
+                warnings.warn(note, UserWarning, stacklevel=4)
+        object.__setattr__(self, "copy_cost", _finite("copy_cost", self.copy_cost, minimum=0.0))
+        if self.copy_on not in COPY_PLACES:
+            raise ValueError(f"unknown copy_on {self.copy_on!r}: choose 'channel' or 'compute'")
+        object.__setattr__(self, "message_compute", _finite("message_compute", self.message_compute, minimum=0.0))
+        object.__setattr__(self, "contention", _finite("contention", self.contention, minimum=1.0))
+        object.__setattr__(self, "comm_contention", _finite("comm_contention", self.comm_contention, minimum=1.0))
+        if isinstance(self.channels, bool) or not isinstance(self.channels, (int, np.integer)) or self.channels < 1:
+            raise ValueError(f"channels must be an integer >= 1, got {self.channels!r}")
+        object.__setattr__(self, "channels", int(self.channels))
+        if self.channels > 1 and self.cost.affine is None:
+            raise ValueError(
+                f"channels = {self.channels} needs an affine cost (AlphaBeta): processor sharing "
+                f"splits a message into its startup and its bytes, and {type(self.cost).__name__} has no such split"
+            )
+        check_cost(self.cost, self.profile)
+        for label, cost in self.pattern.collectives.items():
+            if cost is not self.cost:
+                try:
+                    check_cost(cost, self.profile)
+                except ValueError as exc:
+                    raise ValueError(f"{label} cost: {exc}") from None
+        self.pattern.check(self)
+        whole = [part for part in ("update_lump", "post_backward") if getattr(self.profile, part)]
+        if self.sync == "layerwise" and whole:
+            raise ValueError(
+                f"profile {self.profile.name or 'without a name'!r} has {' and '.join(whole)} time, which waits for "
+                "every gradient (MODEL.md section 4), so it cannot run tensor by tensor under sync='layerwise': "
+                "use sync='barrier', or step_parts='fit' to spread it over the tensors' update times"
+            )
+
+    @property
+    def ps(self) -> Pattern | None:
+        """Deprecated: the pattern when it is a parameter server, else None; use :attr:`pattern`."""
+        return self._deprecated_keyword("ps")
+
+    @property
+    def decoupled(self) -> Pattern | None:
+        """Deprecated: the pattern when it is a decoupled all-reduce, else None; use :attr:`pattern`."""
+        return self._deprecated_keyword("decoupled")
+
+    @property
+    def fully_sharded(self) -> Pattern | None:
+        """Deprecated: the pattern when it is fully sharded, else None; use :attr:`pattern`."""
+        return self._deprecated_keyword("fully_sharded")
+
+    def _deprecated_keyword(self, keyword: str) -> Pattern | None:
+        warnings.warn(f"Problem.{keyword} is deprecated: use Problem.pattern", DeprecationWarning, stacklevel=3)
+        return self.pattern if self.pattern.extension == keyword else None
+
+    @property
+    def extensions(self) -> tuple[str, ...]:
+        """Names of the extensions switched on (empty for the plain model of MODEL.md 1-4)."""
+        on = []
+        if self.copy_cost > 0:
+            on.append("copy_cost")
+        if self.message_compute > 0:
+            on.append("message_compute")
+        if self.contention != 1.0:
+            on.append("contention")
+        if self.comm_contention != 1.0:
+            on.append("comm_contention")
+        if self.channels > 1:
+            on.append("channels")
+        if self.pattern.extension is not None:
+            on.append(self.pattern.extension)
+        return tuple(on)
+
+    def compute_per_message(self, tensors: np.ndarray, sizes: np.ndarray) -> np.ndarray:
+        """Seconds of compute-stream work of messages of ``tensors`` tensors and ``sizes`` bytes
+        each: the packing ``gamma S`` of a multi-tensor message when ``copy_on="compute"``,
+        plus ``message_compute`` for every message; 0 for all with neither on.
+
+        >>> from fusionopt.cost import AlphaBeta
+        >>> p = Profile.from_arrays([4, 8], [0, 0], [1, 1])
+        >>> Problem(p, AlphaBeta(0, 1), copy_cost=0.5, copy_on="compute", message_compute=2.0
+        ...         ).compute_per_message(np.array([1, 2]), np.array([4.0, 12.0])).tolist()
+        [2.0, 8.0]
+        """
+        sizes = np.asarray(sizes, dtype=np.float64)
+        work = np.full(sizes.shape, self.message_compute)
+        if self.copy_on == "compute":
+            work = work + self.copy_cost * sizes * (np.asarray(tensors) > 1)
+        return work
+
+    def plain(self) -> "Problem":
+        """The same profile, cost and sync without extensions (for a parameter server: the
+        all-reduce problem whose channel costs what its push channel costs)."""
+        return Problem(self.profile, self.cost, sync=self.sync)
+
+    def require_plain(self, what: str, *, allowing: tuple[str, ...] = ()) -> None:
+        """Raise ``ValueError`` if an extension other than those ``allowing`` names is on:
+        ``what`` needs the plain model (with those)."""
+        others = [name for name in self.extensions if name not in allowing]
+        if others:
+            raise ValueError(
+                f"{what} applies to the plain model only, and this problem has "
+                f"{', '.join(others)} on; use simulate, or cpsat (one channel)"
+            )
+
+    def require_layerwise(self, what: str) -> None:
+        """Raise ``ValueError`` unless ``sync="layerwise"``: ``what`` reorders and cuts
+        messages so that the next forward can start tensor by tensor."""
+        if self.sync != "layerwise":
+            raise ValueError(
+                f"{what} is for sync='layerwise' only (it reorders and cuts messages so that the "
+                f"next forward starts early), and this problem has sync={self.sync!r}"
+            )
+
+    def __repr__(self) -> str:
+        defaults = {"copy_cost": 0.0, "copy_on": "channel", "message_compute": 0.0, "contention": 1.0,
+                    "comm_contention": 1.0, "channels": 1, "step_parts": "refuse"}
+        extras = "".join(f", {name}={getattr(self, name)!r}" for name, default in defaults.items()
+                         if getattr(self, name) != default)
+        if self.pattern.extension is not None:
+            return f"Problem({self.profile!r}, sync={self.sync!r}{extras}, pattern={self.pattern!r})"
+        return f"Problem({self.profile!r}, {self.cost!r}, sync={self.sync!r}{extras})"
+
+
+def check_cost(cost: CommCost, profile: Profile) -> None:
+    """Probe ``cost`` for MODEL.md section 2's rules on the sizes ``profile`` can send.
+
+    The built-in models enforce ``c(0) = 0``, ``c >= 0`` and monotonicity by construction;
+    a user's own ``CommCost`` is probed at 0, at every tensor size, at the total and on a
+    geometric grid up to it, and rejected with the first violation named.
+
+    >>> from fusionopt.cost import AlphaBeta
+    >>> class Decreasing(AlphaBeta):
+    ...     def _evaluate(self, sizes):
+    ...         return np.where(sizes > 0, 1.0 / (1.0 + sizes), 0.0)
+    >>> p = Profile.from_arrays([4, 8], [0, 0], [1, 1])
+    >>> Problem(p, Decreasing(0, 0))
+    Traceback (most recent call last):
+    ...
+    ValueError: cost model Decreasing is not monotone: c(1 B) = 0.5 s > c(2 B) = 0.333333 s
+    """
+    total = max(profile.total_bytes, 1)
+    label = type(cost).__name__
+    grid = np.unique(np.concatenate((
+        [0.0, 1.0, float(total)],
+        profile.sizes.astype(np.float64),
+        np.round(np.geomspace(1.0, float(total), num=256)),
+    )))
+    times = np.asarray(cost(grid), dtype=np.float64)
+    if times.shape != grid.shape:
+        raise ValueError(f"cost model {label} returned {times.shape} times for {grid.shape} sizes")
+    bad = ~np.isfinite(times)
+    if bad.any():
+        k = int(np.argmax(bad))
+        raise ValueError(f"cost model {label}: c({grid[k]:.0f} B) = {times[k]!r} is not finite")
+    if times[0] != 0.0:
+        raise ValueError(f"cost model {label}: c(0) = {times[0]:.6g} s, must be 0")
+    if (times < 0).any():
+        k = int(np.argmax(times < 0))
+        raise ValueError(f"cost model {label}: c({grid[k]:.0f} B) = {times[k]:.6g} s is negative")
+    drops = np.flatnonzero(np.diff(times) < 0)
+    if drops.size:
+        k = int(drops[0])
+        raise ValueError(
+            f"cost model {label} is not monotone: c({grid[k]:.0f} B) = {times[k]:.6g} s > "
+            f"c({grid[k + 1]:.0f} B) = {times[k + 1]:.6g} s"
+        )
