@@ -1,5 +1,22 @@
-"""Communication cost models, public face: see :mod:`fusionopt.model._cost` and
-:mod:`fusionopt.model._collectives`.
+"""Communication cost models: what one message costs on the channel, seconds against bytes.
+
+Costs
+    :class:`CommCost` (the interface), :class:`AlphaBeta`, :class:`PiecewiseLinear`,
+    :class:`Composite`; from files: :func:`cost_from_dict` (:data:`COST_SCHEMA`,
+    :data:`COST_VERSION`), :func:`read_osu`, :func:`read_nccl_tests`; a framework's own cost
+    per message or step: :func:`with_message_overhead`, :func:`with_overhead`.
+Collectives on a network
+    :func:`network` (a preset link and worker count, :func:`networks`, :func:`network_link`),
+    the algorithms it prices (:data:`ALGORITHMS`, :data:`COLLECTIVES`): :func:`ring_allreduce`,
+    :func:`double_binary_tree_allreduce`, :func:`rabenseifner_allreduce`,
+    :func:`recursive_doubling_allreduce`, :func:`hierarchical_allreduce`,
+    :func:`ring_reduce_scatter`, :func:`recursive_halving_reduce_scatter`,
+    :func:`hierarchical_reduce_scatter`, :func:`ring_all_gather`,
+    :func:`recursive_doubling_all_gather`, :func:`hierarchical_all_gather`.
+What a message carries on the wire
+    :class:`Encoding` (:data:`FP32`, :data:`FP16`, :data:`BF16`, :data:`ENCODINGS`),
+    :class:`Encoded` (one encoding) and :class:`Cheapest` (each message its cheapest allowed
+    encoding), :func:`encodings_of`, :func:`crossovers`.
 
 Examples
 --------

@@ -1,6 +1,7 @@
 """Settings for the frameworks a researcher trains with, judged by the schedule each framework
-builds from them: DDP's and Horovod's (:mod:`fusionopt.advice._allreduce`), FSDP2's, DeepSpeed
-ZeRO-3's and ZeRO-2's and Megatron-LM's (:mod:`fusionopt.advice._sharded`). Above the solvers:
+builds from them: DDP's and Horovod's (:func:`ddp_settings`, :func:`horovod_settings`), FSDP2's, DeepSpeed
+ZeRO-3's and ZeRO-2's and Megatron-LM's (:func:`fsdp2_advice`, :func:`zero3_settings`,
+:func:`zero2_settings`). Above the solvers:
 the advice solves problems with them."""
 
 from fusionopt.advice._allreduce import (

@@ -7,13 +7,14 @@
 
 Both return a :class:`~fusionopt.model.Profile` in forward order, the step's parts
 that belong to no tensor included, and share the rules of
-:mod:`fusionopt.integrations._attribution` for turning ready events into backward times.
+one set of rules for turning ready events into backward times.
 
-A data-parallel job's traces say more: :mod:`~fusionopt.integrations._collective_trace` fits
+A data-parallel job's traces say more: :func:`~fusionopt.integrations.fit_collective_cost` fits
 the all-reduce cost and reads the buckets DDP launched, and
-:mod:`~fusionopt.integrations._traced_step` predicts the job's step from them against the step
-they measured; :mod:`~fusionopt.integrations._ddp_record` records such jobs (gloo, CPU) and
-:mod:`~fusionopt.integrations._ddp_layout` reads DDP's buckets with a comm hook.
+:func:`~fusionopt.integrations.predict_traced_step` predicts the job's step from them against the step
+they measured (:func:`~fusionopt.integrations.replay_trace`: without the profiler);
+:func:`~fusionopt.integrations.record_ddp_traces` records such jobs (gloo, CPU) and
+:func:`~fusionopt.integrations.ddp_bucket_layout` reads DDP's buckets with a comm hook.
 Profiles also travel as CSV: :func:`~fusionopt.model.write_profile_csv` and
 :func:`~fusionopt.model.read_profile_csv`.
 

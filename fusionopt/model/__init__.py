@@ -1,6 +1,46 @@
-"""The pure timing model (MODEL.md): profiles, cost models, patterns, plans, problems, the simulator.
+"""The pure timing model (MODEL.md): profiles, patterns, plans, problems, the simulator.
 
-numpy only: nothing here imports a solver.
+numpy only: nothing here imports a solver. The cost models a message is priced with have
+their own face, :mod:`fusionopt.cost`.
+
+Describe a step
+    :class:`Profile` (per-tensor bytes and compute seconds; files: :meth:`Profile.read`,
+    :func:`read_profile_csv`, :func:`write_profile_csv`, :func:`fit_step_parts`);
+    :class:`Problem`, a profile under one :class:`Pattern`: :class:`AllReduce`,
+    :class:`ParameterServer` (:func:`ps_cost`), :class:`Decoupled`, :class:`FullySharded`,
+    :class:`HSDP`.
+Plans
+    :class:`Plan` of :class:`Message` s of :class:`Chunk` s; :class:`PSPlan`
+    (:func:`stream_offsets`), :class:`DecoupledPlan`, :class:`ShardedPlan`.
+Judge a plan
+    :func:`simulate`, the model's one judge (a :class:`Timeline`), and
+    :func:`compute_pieces` (:class:`ComputePiece`); the fusion fast paths
+    :func:`fusion_iteration_time`, :func:`evaluate_cuts`, :func:`score_cuts`,
+    :func:`block_iteration_time`, :func:`fusion_message_times`, :func:`arc_times`,
+    :func:`backward_arrays`, :func:`layerwise_slack`, :func:`fifo_ends`; the exact fusion DP
+    :func:`optimal_fusion` (:func:`fewest_messages`).
+The engine
+    A step is a :class:`Program` of ops (:data:`COMPUTE`, :data:`EMIT`, :data:`WAIT`,
+    :data:`MARK`, :data:`PUBLISH`, :data:`FORWARD`, :data:`SPAN`, :data:`AT`,
+    :data:`CHANNEL`) run by :func:`run_program` against a channel (:class:`Fifo`,
+    :class:`EventChannels`, :class:`PriorityChannels`) and :func:`replay` ed; each pattern's
+    program: :func:`allreduce_program`, :func:`event_program` (:data:`PACKED`),
+    :func:`dispatch_program`, :func:`ps_program` (:data:`PUSH`, :data:`PULL`),
+    :func:`sharded_program` (:data:`ALL_GATHER`, :data:`REDUCE_SCATTER`), each pinned to its
+    fast path: :func:`simulate_program` (:data:`ALL_REDUCE`, :data:`EMITTED`),
+    :func:`simulate_events`, :func:`priority_dispatch` (:func:`credit_window`,
+    :func:`free_channel_window`), :func:`simulate_ps`, :func:`simulate_ps_program`,
+    :func:`offsets_iteration_time`, :func:`pull_sources`, :func:`pieces_by_tensor`,
+    :func:`range_max`, :func:`simulate_decoupled`, :func:`simulate_sharded`,
+    :func:`simulate_sharded_program`, :func:`one_pass` (where it :func:`applies`),
+    :func:`channel_schedule`; release ticks :func:`cycle_ticks`, :func:`credit_ticks`;
+    :func:`block_of` names a tensor's block.
+Lower bounds
+    :func:`best_bound` and its parts: :func:`compute_bound`, :func:`channel_bound`,
+    :func:`fusion_bound`, :func:`last_message_bound`, :func:`fluid_bound`,
+    :func:`fluid_latency_bound`, :func:`fluid_prefix_done`, :func:`least_channel_time`,
+    :func:`ps_lower_bound`, :func:`decoupled_lower_bound`, :func:`sharded_lower_bound`,
+    :func:`sharded_memory_floor`.
 """
 
 from fusionopt.model._allreduce import AllReduce

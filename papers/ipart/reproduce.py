@@ -472,7 +472,7 @@ def report(ctx) -> str:
           "own pull: how iBatch and iPart overlap pulls with the forward; the default PS is the same in "
           "both modes).",
           "* **Methods** (`fusionopt.solvers.solve(Problem(profile, pattern=..., sync=\"layerwise\"), name)`; all "
-          "[reconstructed], see `fusionopt/solvers/baselines/_ps.py` and `ipart.py`): **default PS** (`ps-default`: "
+          "[reconstructed], see `fusionopt/solvers/baselines/_ps.py` and `papers/_ipart.py`): **default PS** (`ps-default`: "
           "one push of everything after the backward, one pull before the forward); **layer-by-layer** "
           "(`ps-layer`: one push per layer in backward order overlapping the backward, one pull per layer "
           "in forward order overlapping the forward); **iBatch** (`ibatch`: pulls batched greedily with "

@@ -359,8 +359,8 @@ def report(ctx) -> str:
     L += table(("network", "link GB/s", "latency a (us)", f"alpha at P = {ctx['workers'][0]} (ms)",
                 f"alpha at P = {ctx['workers'][-1]} (ms)", f"beta at P = {ctx['workers'][-1]} (ps/B)"), rows)
     L += ["",
-          "* Baselines ('state-of-the-art tensor fusion', `fusionopt/solvers/baselines/_ddp.py`, `horovod.py` and "
-          "`mgwfbp.py`, default options): **DDP**, torch 2.13's buckets with `bucket_cap_mb` unset "
+          "* Baselines ('state-of-the-art tensor fusion', `fusionopt/solvers/baselines/_ddp.py`, `_horovod.py` and "
+          "`papers/_mgwfbp.py`, default options): **DDP**, torch 2.13's buckets with `bucket_cap_mb` unset "
           "(first bucket 1 MiB, then 25 MiB) over the gradient-ready order (a convolution's or a "
           "normalisation's weight before its bias); **Horovod**, cycle 1 ms, fusion buffer 128 MiB "
           "(its defaults since late 2020), GPU (NCCL) behaviour: a tick every cycle and each message "

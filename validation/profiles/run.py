@@ -204,7 +204,7 @@ def markdown(document: dict) -> str:
         lines += ["", f"Not built here (torchvision or transformers missing): {', '.join(document['skipped'])}."]
     lines += ["", "Ratio: measured over estimated. F is each parameter-owning layer's span to the next, the "
               "last one's to the backward: the measured forward with the loss (see "
-              "`fusionopt.integrations._torch`)."]
+              "`fusionopt.integrations.profile_model`)."]
     return "\n".join(lines) + "\n"
 
 
