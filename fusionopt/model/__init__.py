@@ -33,7 +33,8 @@ The engine
     :func:`offsets_iteration_time`, :func:`pull_sources`, :func:`pieces_by_tensor`,
     :func:`range_max`, :func:`simulate_decoupled`, :func:`simulate_sharded`,
     :func:`simulate_sharded_program`, :func:`one_pass` (where it :func:`applies`),
-    :func:`channel_schedule`; release ticks :func:`cycle_ticks`, :func:`credit_ticks`;
+    :func:`channel_schedule`; the cycle-tick policies :func:`cycle_ticks`, :func:`credit_ticks`
+    (a :class:`TickRun`; on the engine :func:`tick_policy`, :class:`TickChannels`);
     :func:`block_of` names a tensor's block.
 Lower bounds
     :func:`best_bound` and its parts: :func:`compute_bound`, :func:`channel_bound`,
@@ -84,22 +85,23 @@ from fusionopt.model._step_parts import fit_step_parts
 from fusionopt.model._step_program import (
     AT, CHANNEL, COMPUTE, EMIT, FORWARD, MARK, PUBLISH, SPAN, WAIT, Fifo, Program, replay, run_program,
 )
-from fusionopt.model._ticks import credit_ticks, cycle_ticks
+from fusionopt.model._ticks import TickChannels, TickRun, credit_ticks, cycle_ticks, tick_policy
 from fusionopt.model._timeline import ComputePiece, Timeline
 
 __all__ = [
     "ALL_GATHER", "ALL_REDUCE", "AT", "AllReduce", "CHANNEL", "COMPUTE", "Chunk", "ComputePiece", "Decoupled",
     "DecoupledPlan", "EMIT", "EMITTED", "EventChannels", "FORWARD", "Fifo", "FullySharded", "HSDP", "MARK",
     "Message", "PACKED", "PSPlan", "PUBLISH", "PULL", "PUSH", "ParameterServer", "Pattern", "Plan",
-    "PriorityChannels", "Problem", "Profile", "Program", "REDUCE_SCATTER", "SPAN", "ShardedPlan", "Timeline", "WAIT",
-    "allreduce_program", "applies", "arc_times", "backward_arrays", "best_bound", "block_iteration_time", "block_of",
-    "channel_bound", "channel_schedule", "compute_bound", "compute_pieces", "credit_ticks", "credit_window",
-    "cycle_ticks", "decoupled_lower_bound", "dispatch_program", "evaluate_cuts", "event_program", "fewest_messages",
-    "fifo_ends", "fit_step_parts", "fluid_bound", "fluid_latency_bound", "fluid_prefix_done", "free_channel_window",
-    "fusion_bound", "fusion_iteration_time", "fusion_message_times", "last_message_bound", "layerwise_slack",
-    "least_channel_time", "offsets_iteration_time", "one_pass", "optimal_fusion", "pieces_by_tensor",
-    "priority_dispatch", "ps_cost", "ps_lower_bound", "ps_program", "pull_sources", "range_max", "read_profile_csv",
-    "replay", "run_program", "score_cuts", "sharded_lower_bound", "sharded_memory_floor", "sharded_program",
-    "simulate", "simulate_decoupled", "simulate_events", "simulate_program", "simulate_ps", "simulate_ps_program",
-    "simulate_sharded", "simulate_sharded_program", "stream_offsets", "write_profile_csv",
+    "PriorityChannels", "Problem", "Profile", "Program", "REDUCE_SCATTER", "SPAN", "ShardedPlan", "TickChannels",
+    "TickRun", "Timeline", "WAIT", "allreduce_program", "applies", "arc_times", "backward_arrays", "best_bound",
+    "block_iteration_time", "block_of", "channel_bound", "channel_schedule", "compute_bound", "compute_pieces",
+    "credit_ticks", "credit_window", "cycle_ticks", "decoupled_lower_bound", "dispatch_program", "evaluate_cuts",
+    "event_program", "fewest_messages", "fifo_ends", "fit_step_parts", "fluid_bound", "fluid_latency_bound",
+    "fluid_prefix_done", "free_channel_window", "fusion_bound", "fusion_iteration_time", "fusion_message_times",
+    "last_message_bound", "layerwise_slack", "least_channel_time", "offsets_iteration_time", "one_pass",
+    "optimal_fusion", "pieces_by_tensor", "priority_dispatch", "ps_cost", "ps_lower_bound", "ps_program",
+    "pull_sources", "range_max", "read_profile_csv", "replay", "run_program", "score_cuts", "sharded_lower_bound",
+    "sharded_memory_floor", "sharded_program", "simulate", "simulate_decoupled", "simulate_events",
+    "simulate_program", "simulate_ps", "simulate_ps_program", "simulate_sharded", "simulate_sharded_program",
+    "stream_offsets", "tick_policy", "write_profile_csv",
 ]

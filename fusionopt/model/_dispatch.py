@@ -258,9 +258,7 @@ class PriorityChannels(SharedChannels):
         progressed = True
         while progressed:
             progressed = False
-            for flight in [f for f in flights if f.done]:
-                flights.remove(flight)
-                s = flight.message
+            for s in self._landed():
                 self.end[s] = clock
                 self.posted_count -= 1
                 self.posted_bytes -= self.sizes[s]

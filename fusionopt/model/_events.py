@@ -165,9 +165,8 @@ class EventChannels(SharedChannels):
                 k += 1
                 progressed = True
             self.following = k
-            for flight in [f for f in flights if f.done]:
-                flights.remove(flight)
-                self.end[flight.message] = clock
+            for k in self._landed():
+                self.end[k] = clock
                 progressed = True
 
     def _arrivals(self, candidates: list[float]) -> None:

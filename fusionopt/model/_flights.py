@@ -121,6 +121,13 @@ class SharedChannels(ABC):
         for c in range(len(self.end)):
             self.ended(c)
 
+    def _landed(self) -> list[int]:
+        """The messages whose flights are done, taken off the channels (in flight order)."""
+        done = [f for f in self.flights if f.done]
+        for flight in done:
+            self.flights.remove(flight)
+        return [flight.message for flight in done]
+
     @abstractmethod
     def _instant(self) -> None:
         """Start and end what does so at ``clock``, until nothing changes."""
