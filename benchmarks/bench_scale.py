@@ -68,9 +68,13 @@ def compare_profiles() -> dict[str, dict]:
 def measure(repeats: int, profiles: dict[str, dict]) -> dict[str, float]:
     """Seconds per operation, with the fusionopt that ``sys.path`` finds first; ``compare``
     on ``profiles`` (:func:`compare_profiles`)."""
-    from fusionopt.solvers import compare, solve
     from fusionopt.cost import AlphaBeta, network
-    from fusionopt.model import Plan, Problem, Profile, simulate, optimal_fusion
+    from fusionopt.model import Plan, Problem, Profile, simulate
+    from fusionopt.solvers import compare, solve
+    try:
+        from fusionopt.model import optimal_fusion
+    except ImportError:                          # a revision from before the public faces
+        from fusionopt.model.fusion_dp import optimal_fusion
 
     profile = random_profile(TENSORS, 0)
     cost = AlphaBeta(2e-5, 1e-10)
