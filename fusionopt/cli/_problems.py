@@ -97,6 +97,11 @@ def add_cost_arguments(parser: argparse.ArgumentParser, *, required: bool = True
     full.add_argument("--blocking-collectives", action="store_true",
                       help="with --fully-sharded: each collective blocks the training thread from its issue to its "
                            "end, so no compute overlaps it (FSDP2 on CPU with gloo); one channel")
+    for flag, what in (("--param-dtype", "the unsharded parameters and the all-gathers in DTYPE"),
+                       ("--reduce-dtype", "the gradients reduced in DTYPE (default --param-dtype)")):
+        full.add_argument(flag, choices=("fp32", "fp16", "bf16"), metavar="DTYPE",
+                          help=f"with --fully-sharded: FSDP2's MixedPrecisionPolicy, {what}; fp32, fp16 or bf16 "
+                               "(default: the profile's fp32)")
 
 
 def problem_from_flags(profile: Profile, args: argparse.Namespace) -> Problem:
@@ -122,6 +127,10 @@ def problem_from_flags(profile: Profile, args: argparse.Namespace) -> Problem:
         raise UsageError("--memory-cap is a fully sharded option and goes with --fully-sharded")
     if args.blocking_collectives and not args.fully_sharded:
         raise UsageError("--blocking-collectives is a fully sharded option and goes with --fully-sharded")
+    for flag, given in (("--param-dtype", getattr(args, "param_dtype", None)),
+                        ("--reduce-dtype", getattr(args, "reduce_dtype", None))):
+        if given is not None and not args.fully_sharded:
+            raise UsageError(f"{flag} is FSDP2's mixed precision and goes with --fully-sharded")
     if getattr(args, "replicas", None) is not None and not args.fully_sharded:
         raise UsageError("--replicas is a fully sharded option (HSDP) and goes with --fully-sharded")
     if getattr(args, "shard_network", None) is not None and getattr(args, "replicas", None) is None:
@@ -257,17 +266,21 @@ def _fully_sharded(args: argparse.Namespace) -> FullySharded:
     channels = "two" if args.channels == 2 else "one"
     blocking = bool(args.blocking_collectives)
     measured = _measured_halves(args)
+    dtypes = {"param_dtype": getattr(args, "param_dtype", None), "reduce_dtype": getattr(args, "reduce_dtype", None)}
     if getattr(args, "replicas", None) is not None:
+        if dtypes != {"param_dtype": None, "reduce_dtype": None}:
+            raise UsageError("--param-dtype and --reduce-dtype price one shard axis; with --replicas (HSDP) they "
+                             "are not modelled")
         return _hsdp(args, measured is not None, memory_cap=cap, channels=channels, blocking=blocking)
     if measured is not None:
-        return FullySharded(*measured, memory_cap=cap, channels=channels, blocking=blocking)
+        return FullySharded.mixed_precision(*measured, **dtypes, memory_cap=cap, channels=channels, blocking=blocking)
     if args.network is not None and args.alpha is None and args.beta is None and args.cost is None:
         if args.workers is None:
             raise UsageError("--network needs --workers")
         return FullySharded.from_network(args.network, args.workers, algorithm=args.algorithm or "ring",
-                                         memory_cap=cap, channels=channels, blocking=blocking)
+                                         memory_cap=cap, channels=channels, blocking=blocking, **dtypes)
     half = _cost(args)
-    return FullySharded(half, half, memory_cap=cap, channels=channels, blocking=blocking)
+    return FullySharded.mixed_precision(half, half, **dtypes, memory_cap=cap, channels=channels, blocking=blocking)
 
 
 def _hsdp(args: argparse.Namespace, measured: bool, **options: Any) -> HSDP:

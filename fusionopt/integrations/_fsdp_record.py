@@ -222,9 +222,14 @@ class FSDPJob:
     world_size: int
 
 
+TORCH_DTYPES = {"fp32": lambda torch: torch.float32, "fp16": lambda torch: torch.float16,
+                "bf16": lambda torch: torch.bfloat16}
+"""The dtype names of the model's encodings, as torch's dtypes."""
+
+
 def _rank(rank: int, ranks: int, port: int, folder: str, factory: Callable[[], Any],
           make_input: Callable[[Any, Any], Any], steps: int, threads: int, seed: int,
-          block_names: Sequence[str] | None) -> None:
+          block_names: Sequence[str] | None, dtypes: tuple[str | None, str | None] = (None, None)) -> None:
     torch = require_torch()
     import torch.distributed as dist
     from torch.distributed.fsdp import fully_shard
@@ -238,9 +243,15 @@ def _rank(rank: int, ranks: int, port: int, folder: str, factory: Callable[[], A
             blocks = fsdp2_blocks(model)
         else:
             blocks = [(name, model.get_submodule(name)) for name in block_names]
+        options = {}
+        if dtypes != (None, None):
+            from torch.distributed.fsdp import MixedPrecisionPolicy
+
+            param_dtype, reduce_dtype = (None if d is None else TORCH_DTYPES[d](torch) for d in dtypes)
+            options["mp_policy"] = MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=reduce_dtype)
         for _, block in blocks:
-            fully_shard(block)
-        fully_shard(model)
+            fully_shard(block, **options)
+        fully_shard(model, **options)
         optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
         x = make_input(torch, model)
         recorder = CollectiveRecorder()
@@ -262,19 +273,25 @@ def _rank(rank: int, ranks: int, port: int, folder: str, factory: Callable[[], A
 
 def record_fsdp2_collectives(factory: Callable[[], Any] = tiny_transformer, *, make_input: Callable[[Any, Any], Any]
                              = _tiny_input, blocks: Sequence[str] | None = None, ranks: int = 2, steps: int = 2,
-                             threads: int = 1, seed: int = 0, folder: str | Path | None = None) -> FSDPJob:
+                             threads: int = 1, seed: int = 0, folder: str | Path | None = None,
+                             param_dtype: str | None = None, reduce_dtype: str | None = None) -> FSDPJob:
     """Run a ``ranks``-process gloo FSDP2 job (module docstring) and return what each rank
     issued. ``factory()`` builds the model and ``make_input(torch, model)`` one batch; both
     must be importable module-level functions (the ranks are spawned processes).
     ``blocks``: the qualified names of the modules to wrap before the root, in order (a
     plan's unit names, e.g. ``fsdp2_plan(profile).names`` less ``"(root)"``); by default
     :func:`fsdp2_blocks`.
-    ``folder``: where the ranks write their records (a temporary folder by default)."""
+    ``folder``: where the ranks write their records (a temporary folder by default).
+    ``param_dtype``, ``reduce_dtype``: ``"fp32"``, ``"fp16"`` or ``"bf16"``, FSDP2's
+    ``MixedPrecisionPolicy`` on every ``fully_shard`` call (None, None: no policy)."""
     require_torch()
     import tempfile
 
     import torch.multiprocessing as mp
 
+    for label, value in (("param_dtype", param_dtype), ("reduce_dtype", reduce_dtype)):
+        if value is not None and value not in TORCH_DTYPES:
+            raise ValueError(f"{label} must be one of {', '.join(TORCH_DTYPES)} or None, got {value!r}")
     for label, value, least in (("ranks", ranks, 1), ("steps", steps, 1), ("threads", threads, 1)):
         if isinstance(value, bool) or not isinstance(value, int) or value < least:
             raise ValueError(f"{label} must be a whole number >= {least}, got {value!r}")
@@ -284,8 +301,8 @@ def record_fsdp2_collectives(factory: Callable[[], Any] = tiny_transformer, *, m
         names = None if blocks is None else [str(name) for name in blocks]
         for attempt in (1, 2):
             try:
-                mp.spawn(_rank, args=(ranks, free_port(), str(where), factory, make_input, steps, threads, seed, names),
-                         nprocs=ranks, join=True)
+                mp.spawn(_rank, args=(ranks, free_port(), str(where), factory, make_input, steps, threads, seed, names,
+                                      (param_dtype, reduce_dtype)), nprocs=ranks, join=True)
                 break
             except mp.ProcessExitedException:
                 # A rank killed by a signal: gloo aborts when its rendezvous port is taken between

@@ -458,6 +458,8 @@ def sharded_memory_floor(problem: Problem) -> tuple[int, int]:
     """
     require_sharded(problem, "sharded_memory_floor")
     profile = problem.profile
-    need = np.where(profile.backward > 0, 2, 1) * profile.sizes.astype(np.int64)
+    parameter, gradient = problem.pattern.whole_widths          # bytes whole per profile byte
+    sizes = profile.sizes.astype(np.float64)
+    need = np.rint(sizes * parameter + np.where(profile.backward > 0, sizes * gradient, 0.0)).astype(np.int64)
     tensor = int(np.argmax(need))
     return int(need[tensor]), tensor

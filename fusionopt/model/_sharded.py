@@ -34,6 +34,7 @@ import numpy as np
 from fusionopt.model._collectives import network
 from fusionopt.model._bounds import sharded_lower_bound
 from fusionopt.model._cost import CommCost, Composite, cost_from_dict
+from fusionopt.model._encoding import ENCODINGS, Encoded
 from fusionopt.model._overhead import with_message_overhead
 from fusionopt.model._pattern import Pattern
 from fusionopt.model._sharded_plan import ShardedPlan
@@ -69,6 +70,17 @@ class FullySharded(Pattern):
         it issues, from its issue to its end, so no compute overlaps one (FSDP2 on CPU with
         gloo, whose all-gathers and reduce-scatters are synchronous on the training thread).
         One channel only.
+    param_dtype, reduce_dtype : {"fp32", "fp16", "bf16"} or None
+        FSDP2's ``MixedPrecisionPolicy`` (torch 2.13, ``_fully_shard/_fsdp_api.py``): the
+        unsharded parameters, and so the all-gather, in ``param_dtype``; the gradients
+        reduced in ``reduce_dtype``, or in ``param_dtype`` where that is None. None: the
+        profile's fp32 throughout. They set what is whole (MODEL.md 8.2's ``M_peak``): the
+        gathered and persistent parameters at ``param_dtype``'s width, the unsharded gradients
+        at the wider of ``param_dtype`` (computed in it) and the reduce dtype (the
+        reduce-scatter's input is cast to it: FSDP2's ``foreach_reduce``; counting the wider
+        for the whole span is a reconstruction). What the collectives carry is their costs':
+        a low-precision dtype needs its cost carried in it (:class:`~fusionopt.cost.Encoded`,
+        as :meth:`mixed_precision` builds), and a profile of fp32 tensors.
 
     >>> from fusionopt.cost import AlphaBeta
     >>> FullySharded(AlphaBeta(1e-4, 1e-9), AlphaBeta(1e-4, 1e-9), memory_cap=-1)
@@ -96,6 +108,8 @@ class FullySharded(Pattern):
     memory_cap: float | None = None
     channels: str = "one"
     blocking: bool = False
+    param_dtype: str | None = None
+    reduce_dtype: str | None = None
 
     def __post_init__(self) -> None:
         for name in ("reduce_scatter", "all_gather"):
@@ -121,20 +135,70 @@ class FullySharded(Pattern):
         if self.blocking and self.channels != "one":
             raise ValueError("blocking collectives run one at a time on the training thread: channels must be "
                              f"'one', got {self.channels!r}")
+        for label in ("param_dtype", "reduce_dtype"):
+            _check_dtype(label, getattr(self, label))
+        for label, dtype, cost in (("all_gather", self.gather_dtype, self.all_gather),
+                                   ("reduce_scatter", self.scatter_dtype, self.reduce_scatter)):
+            carried = cost.encoding.name if isinstance(cost, Encoded) else "fp32"
+            if carried != dtype:
+                raise ValueError(f"param_dtype={self.param_dtype!r} and reduce_dtype={self.reduce_dtype!r} carry the "
+                                 f"{label.replace('_', '-')} in {dtype}, but its cost carries {carried}: give "
+                                 f"{label}=Encoded(cost, {dtype!r}), or build it with FullySharded.mixed_precision")
+
+    @property
+    def gather_dtype(self) -> str:
+        """What the all-gathers carry: ``param_dtype``, else fp32."""
+        return self.param_dtype or "fp32"
+
+    @property
+    def scatter_dtype(self) -> str:
+        """What the reduce-scatters carry: ``reduce_dtype``, else ``param_dtype``, else fp32."""
+        return self.reduce_dtype or self.param_dtype or "fp32"
+
+    @property
+    def whole_widths(self) -> tuple[float, float]:
+        """Bytes whole per profile (fp32) byte: of an unsharded parameter, and of an unsharded
+        gradient (the wider of ``param_dtype`` and the reduce dtype)."""
+        param = ENCODINGS[self.gather_dtype].wire_ratio
+        return param, max(param, ENCODINGS[self.scatter_dtype].wire_ratio)
+
+    @classmethod
+    def mixed_precision(cls, reduce_scatter: CommCost, all_gather: CommCost, *, param_dtype: str | None,
+                        reduce_dtype: str | None = None, **options: Any) -> "FullySharded":
+        """FSDP2 under ``MixedPrecisionPolicy(param_dtype, reduce_dtype)``: ``reduce_scatter``
+        and ``all_gather`` priced as fp32 messages, each carried in its dtype
+        (:class:`~fusionopt.cost.Encoded`; the casts at the encoding's default cost, none).
+        ``options``: ``memory_cap``, ``channels``, ``blocking``.
+
+        >>> from fusionopt.cost import AlphaBeta
+        >>> s = FullySharded.mixed_precision(AlphaBeta(0, 1e-9), AlphaBeta(0, 1e-9), param_dtype="bf16",
+        ...                                  reduce_dtype="fp32")
+        >>> round(s.all_gather(4e6) * 1e3, 9), round(s.reduce_scatter(4e6) * 1e3, 9), s.whole_widths
+        (2.0, 4.0, (0.5, 1.0))
+        """
+        _check_dtype("param_dtype", param_dtype)
+        _check_dtype("reduce_dtype", reduce_dtype)
+        gather = param_dtype or "fp32"
+        scatter = reduce_dtype or param_dtype or "fp32"
+        return cls(reduce_scatter if scatter == "fp32" else Encoded(reduce_scatter, scatter),
+                   all_gather if gather == "fp32" else Encoded(all_gather, gather),
+                   param_dtype=param_dtype, reduce_dtype=reduce_dtype, **options)
 
     @classmethod
     def from_network(cls, name: str, workers: int, *, algorithm: str = "ring",
                      memory_cap: float | None = None, channels: str = "one",
-                     blocking: bool = False) -> "FullySharded":
+                     blocking: bool = False, param_dtype: str | None = None,
+                     reduce_dtype: str | None = None) -> "FullySharded":
         """Both collectives on a preset network (:func:`~fusionopt.cost.network`).
 
         >>> s = FullySharded.from_network("10gbe", workers=2)
         >>> round(s.all_gather.alpha * 1e6, 9), round(s.reduce_scatter.beta * 1.25e9, 9)   # a; g/2
         (25.0, 0.5)
         """
-        return cls(network(name, workers, algorithm=algorithm, collective="reduce_scatter"),
-                   network(name, workers, algorithm=algorithm, collective="all_gather"), memory_cap, channels,
-                   blocking)
+        return cls.mixed_precision(network(name, workers, algorithm=algorithm, collective="reduce_scatter"),
+                                   network(name, workers, algorithm=algorithm, collective="all_gather"),
+                                   param_dtype=param_dtype, reduce_dtype=reduce_dtype, memory_cap=memory_cap,
+                                   channels=channels, blocking=blocking)
 
     @property
     def all_reduce(self) -> CommCost:
@@ -142,12 +206,14 @@ class FullySharded(Pattern):
         return Composite([(self.reduce_scatter, 1.0), (self.all_gather, 1.0)])
 
     def with_cap(self, memory_cap: float | None) -> "FullySharded":
-        """The same collectives (channels, blocking) under another memory cap (bytes; None: no cap)."""
-        return FullySharded(self.reduce_scatter, self.all_gather, memory_cap, self.channels, self.blocking)
+        """The same collectives (channels, blocking, dtypes) under another memory cap (bytes; None: no cap)."""
+        return FullySharded(self.reduce_scatter, self.all_gather, memory_cap, self.channels, self.blocking,
+                            self.param_dtype, self.reduce_dtype)
 
     def with_message_overhead(self, seconds: float) -> "FullySharded":
         return FullySharded(with_message_overhead(self.reduce_scatter, seconds),
-                            with_message_overhead(self.all_gather, seconds), self.memory_cap, self.channels, self.blocking)
+                            with_message_overhead(self.all_gather, seconds), self.memory_cap, self.channels, self.blocking,
+                            self.param_dtype, self.reduce_dtype)
 
     def without_cap(self) -> "FullySharded":
         return self.with_cap(None)
@@ -157,8 +223,11 @@ class FullySharded(Pattern):
         return {"reduce_scatter": self.reduce_scatter, "all_gather": self.all_gather}
 
     def to_dict(self) -> dict[str, Any]:
-        return {"reduce_scatter": self.reduce_scatter.to_dict(), "all_gather": self.all_gather.to_dict(),
-                "memory_cap": self.memory_cap, "channels": self.channels, "blocking": bool(self.blocking)}
+        document = {"reduce_scatter": self.reduce_scatter.to_dict(), "all_gather": self.all_gather.to_dict(),
+                    "memory_cap": self.memory_cap, "channels": self.channels, "blocking": bool(self.blocking)}
+        if self.param_dtype is not None or self.reduce_dtype is not None:
+            document.update(param_dtype=self.param_dtype, reduce_dtype=self.reduce_dtype)
+        return document
 
     @classmethod
     def from_dict(cls, doc: Mapping[str, Any], *, source: str = "sharded") -> "FullySharded":
@@ -167,7 +236,8 @@ class FullySharded(Pattern):
         if not isinstance(doc, Mapping):
             raise ValueError(f"{source}: expected a mapping, got {type(doc).__name__}")
         halves = [cost_from_dict(doc.get(half), source=f"{source}.{half}") for half in ("reduce_scatter", "all_gather")]
-        return cls(*halves, doc.get("memory_cap"), doc.get("channels", "one"), bool(doc.get("blocking", False)))
+        return cls(*halves, doc.get("memory_cap"), doc.get("channels", "one"), bool(doc.get("blocking", False)),
+                   doc.get("param_dtype"), doc.get("reduce_dtype"))
 
     def channel_cost(self, given: Any) -> CommCost:
         if given is not None:
@@ -180,6 +250,10 @@ class FullySharded(Pattern):
             raise ValueError(f"a fully sharded step has its own order (MODEL.md section 8.2: forward, backward, "
                              f"optimiser), so sync does not apply; leave it at 'barrier', not {problem.sync!r}")
         self.refuse_options(problem)
+        if (self.param_dtype or self.reduce_dtype) and not (problem.profile.element_bytes == 4).all():
+            widths = sorted(set(problem.profile.element_bytes.tolist()) - {4})
+            raise ValueError(f"param_dtype and reduce_dtype recast a profile of fp32 tensors: profile "
+                             f"{problem.profile.name or 'without a name'!r} has tensors of {widths} bytes an element")
         if problem.profile.post_backward:
             raise ValueError(
                 f"profile {problem.profile.name or 'without a name'!r} has post_backward time (DDP's copies of the "
@@ -198,3 +272,8 @@ class FullySharded(Pattern):
             raise ValueError("the executor runs one communicator: FullySharded(channels='two') is not executable")
         plan.validate(problem.profile)
         return sharded_program(problem, plan)
+
+
+def _check_dtype(label: str, value: Any) -> None:
+    if value is not None and (not isinstance(value, str) or value not in ENCODINGS):
+        raise ValueError(f"{label} must be one of {', '.join(ENCODINGS)} or None, got {value!r}")

@@ -310,7 +310,8 @@ def _timeline(problem: Problem, plan: ShardedPlan, walk: Walk, pieces: list[Comp
     ends = np.concatenate((end, _NOTHING))                # gathered by nothing: index -1
 
     def memory_account() -> tuple[np.ndarray, np.ndarray, int]:
-        times, levels, peak = _memory(*_whole(profile, plan, walk.roles, walk.clock, start, end, spans))
+        times, levels, peak = _memory(*_whole(profile, plan, walk.roles, walk.clock, start, end, spans,
+                                              problem.pattern.whole_widths))
         return read_only(times), read_only(levels, np.int64), peak
 
     return Timeline(
@@ -376,14 +377,15 @@ def _pieces(kind: str, tensors: list[int], seconds: list[float], begin: float, e
 
 
 def _whole(profile, plan: ShardedPlan, roles: dict, clock: float, start: np.ndarray, end: np.ndarray,
-           spans: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+           spans: np.ndarray, widths: tuple[float, float] = (1.0, 1.0)) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """What is whole when, as intervals ``(begin, finish, bytes)`` (seconds, seconds, bytes),
     given a step's ``roles``, its end ``clock``, each collective's ``start`` and ``end`` and
     each unit's ``spans`` (:class:`~fusionopt.model._sharded_pass.Walk`): a unit's parameters from the start of its all-gather on the channel
     until the end of its forward (resharded) or backward (kept), and from the start of its
     second all-gather until the end of its backward; its gradients from the start of its
     backward until the end of its reduce-scatter (with groups: each unit's share of each
-    group it meets); persistent tensors all step."""
+    group it meets); persistent tensors all step. ``widths``: bytes whole per profile byte of a
+    parameter and of a gradient (:attr:`~fusionopt.model.FullySharded.whole_widths`)."""
     m = plan.num_units
     forward_end, backward_start, backward_end = spans[1], spans[2], spans[3]
     gather, regather = np.asarray(roles["gather"]), np.asarray(roles["regather"])
@@ -395,13 +397,14 @@ def _whole(profile, plan: ShardedPlan, roles: dict, clock: float, start: np.ndar
         held[0] += gather_bytes[m - 1]
     else:
         held = gather_bytes[counted]
+    parameter, gradient = widths
     begin = [start[gather[counted]], start[regather[again]]]
     finish = [np.where(plan.reshard, forward_end, backward_end)[counted], backward_end[again]]
-    size = [held, gather_bytes[again]]
+    size = [_at(held, parameter), _at(gather_bytes[again], parameter)]
     if plan.reduce_bounds is None:
         begin.append(backward_start)
         finish.append(end[roles["scatter"]])
-        size.append(plan.unit_bytes(profile))
+        size.append(_at(plan.unit_bytes(profile), gradient))
     else:                                                 # each unit's share of each group it meets
         bounds, group_bounds = plan.bounds.tolist(), plan.reduce_bounds.tolist()
         prefix = np.concatenate(([0], np.cumsum(profile.sizes, dtype=np.int64))).tolist()
@@ -411,12 +414,18 @@ def _whole(profile, plan: ShardedPlan, roles: dict, clock: float, start: np.ndar
         units, groups, share = (np.asarray(column) for column in zip(*shares))
         begin.append(backward_start[units])
         finish.append(end[np.asarray(roles["scatter"])[groups]])
-        size.append(share)
+        size.append(_at(share, gradient))
     if roles["persistent"]:                               # whole all the time
         begin.append(np.zeros(1))
         finish.append(np.asarray([clock]))
-        size.append(np.asarray([profile.sizes[plan.persistent].sum()]))
+        size.append(_at(np.asarray([profile.sizes[plan.persistent].sum()]), parameter))
     return np.concatenate(begin), np.concatenate(finish), np.concatenate(size)
+
+
+def _at(nbytes: np.ndarray, width: float) -> np.ndarray:
+    """Profile bytes held at ``width`` of their size, whole bytes (exact for fp32 tensors)."""
+    nbytes = np.asarray(nbytes, dtype=np.int64)
+    return nbytes if width == 1.0 else np.rint(nbytes * width).astype(np.int64)
 
 
 def _memory(begin: np.ndarray, finish: np.ndarray, size: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:

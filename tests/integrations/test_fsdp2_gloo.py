@@ -128,3 +128,28 @@ def test_blocks_are_the_plans_units():
     model = tiny_transformer()
     assert [name for name, _ in fsdp2_blocks(model)] == ["layers.0", "layers.1", "layers.2"]
     assert padded_bytes((31, 16), 4, 2) == 32 * 16 * 4 and np.prod((31, 16)) * 4 < padded_bytes((31, 16), 4, 2)
+
+
+# ------------------------------------------------------------- FSDP2's MixedPrecisionPolicy
+@pytest.mark.parametrize("reduce_dtype", ["fp32", None])
+def test_fsdp2_mixed_precision_carries_what_the_model_prices(job, timeline, reduce_dtype):
+    # MixedPrecisionPolicy(param_dtype=bfloat16): every all-gather carries half the bytes of the
+    # fp32 job's; the reduce-scatters too unless reduce_dtype=float32, in the same order. The
+    # model prices each on the fp32 message, carried as its dtype says: the same ratios.
+    _, plan, t = timeline
+    mixed = record_fsdp2_collectives(tiny_transformer, blocks=[n for n in plan.names if n != "(root)"], ranks=2,
+                                     steps=2, param_dtype="bf16", reduce_dtype=reduce_dtype)
+    fp32 = job.steps[0][1]
+    step = mixed.steps[0][1]
+    assert [c.kind for c in step] == [c.kind for c in fp32]
+    scatter = 1.0 if reduce_dtype == "fp32" else 0.5
+    assert [c.bytes for c in step] == [int(c.bytes * (0.5 if c.kind == "all_gather" else scatter)) for c in fp32]
+    plain = AlphaBeta(0.0, 1.0)                              # one second a byte: the price is the bytes
+    pattern = FullySharded.mixed_precision(plain, plain, param_dtype="bf16", reduce_dtype=reduce_dtype)
+    priced = {"all_gather": pattern.all_gather, "reduce_scatter": pattern.reduce_scatter}
+    assert [round(float(priced[c.kind](c.bytes))) for c in fp32] == [c.bytes for c in step]
+
+
+def test_bad_mixed_precision_is_refused_in_one_line():
+    with pytest.raises(ValueError, match="^param_dtype must be one of fp32, fp16, bf16 or None, got 'int8'$"):
+        record_fsdp2_collectives(param_dtype="int8")

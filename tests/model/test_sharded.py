@@ -11,7 +11,7 @@ from strategies import costs, profiles, sharded_plans
 
 from fusionopt.cost import AlphaBeta, network
 from fusionopt.model import (FullySharded, Plan, Problem, Profile, ShardedPlan, compute_pieces, sharded_lower_bound,
-                             simulate)
+                             sharded_memory_floor, simulate)
 
 MS = 1e-3
 HALF = AlphaBeta(MS, 1e-9)                               # 1 ms + 1 ns/B for each collective
@@ -269,3 +269,50 @@ def test_persistent_tensors_are_gathered_alone_first_and_stay_whole():
     assert t.message_kind.tolist() == [1, 1, 1, 0, 0] and ms(t.forward_start)[0] == 5 + 2 + 3
     with pytest.raises(ValueError, match="persistent must give True or False for each of the 3 tensors"):
         ShardedPlan([0, 3], persistent=[True])
+
+
+# ------------------------------------------------------------- mixed precision (FSDP2's policy)
+def test_mixed_precision_by_hand():
+    # Two units of 4 MB and 2 MB of fp32 parameters, 1 ms of backward each, c(S) = S ns on the
+    # wire, one channel. FSDP2 with param_dtype=bf16, reduce_dtype=fp32: the all-gathers carry
+    # 2 MB and 1 MB (2 and 1 ms), the reduce-scatters 4 MB and 2 MB (4 and 2 ms); parameters are
+    # whole at half their fp32 bytes and gradients at their full fp32 bytes.
+    profile = Profile.from_arrays([4e6, 2e6], [0.0, 0.0], [1e-3, 1e-3], names=["a", "b"])
+    plain = AlphaBeta(0.0, 1e-9)
+    fp32 = Problem(profile, pattern=FullySharded(plain, plain))
+    mixed = Problem(profile, pattern=FullySharded.mixed_precision(plain, plain, param_dtype="bf16",
+                                                                 reduce_dtype="fp32"))
+    plan = ShardedPlan.from_units(profile, [[0], [1]], reshard=[False, False])
+    a, b = simulate(fp32, plan), simulate(mixed, plan)
+    assert (a.message_kind.tolist(), b.message_kind.tolist()) == ([1, 1, 0, 0], [1, 1, 0, 0])
+    assert ((b.message_end - b.message_start) * 1e3).round(9).tolist() == [2.0, 1.0, 2.0, 4.0]
+    assert ((a.message_end - a.message_start) * 1e3).round(9).tolist() == [4.0, 2.0, 2.0, 4.0]
+    # fp32: all-gathers 0-4 and 4-6 ms, b's backward 6-7, its reduce-scatter 7-9, a's backward
+    # 7-8. While a's backward runs, a's parameters (4 MB), b's gradients (2 MB, reduced until 9)
+    # and a's (4 MB) are whole; b's parameters went at 7 ms: 10 MB. With bf16 parameters the
+    # same moment (a's backward, 4-5 ms) holds 2 + 2 + 4 MB: 8 MB.
+    assert (a.peak_memory, b.peak_memory) == (10_000_000, 8_000_000)
+    assert sharded_lower_bound(mixed) <= b.iteration_time
+    floors = [sharded_memory_floor(p) for p in (fp32, mixed)]
+    assert floors == [(8_000_000, 0), (6_000_000, 0)]          # tensor a: 4 MB + 4 MB, then 2 MB + 4 MB
+    bf16 = Problem(profile, pattern=FullySharded.mixed_precision(plain, plain, param_dtype="bf16"))
+    assert simulate(bf16, plan).peak_memory == 5_000_000       # gradients in bf16 too: 2 + 1 + 2 MB
+
+
+def test_mixed_precision_round_trips_and_refusals():
+    plain = AlphaBeta(1e-5, 1e-9)
+    pattern = FullySharded.from_network("10gbe", 8, param_dtype="bf16", reduce_dtype="fp32", memory_cap=1e9)
+    assert FullySharded.from_dict(pattern.to_dict()) == pattern
+    assert (pattern.gather_dtype, pattern.scatter_dtype, pattern.whole_widths) == ("bf16", "fp32", (0.5, 1.0))
+    assert pattern.with_cap(None).param_dtype == "bf16" and pattern.with_cap(None).memory_cap is None
+    assert "param_dtype" not in FullySharded(plain, plain).to_dict()
+    with pytest.raises(ValueError, match=r"^param_dtype='bf16' and reduce_dtype=None carry the all-gather in bf16, "
+                                         r"but its cost carries fp32: give all_gather=Encoded\(cost, 'bf16'\), or "
+                                         r"build it with FullySharded.mixed_precision$"):
+        FullySharded(plain, plain, param_dtype="bf16")
+    with pytest.raises(ValueError, match="^reduce_dtype must be one of fp32, fp16, bf16 or None, got 'fp8'$"):
+        FullySharded.mixed_precision(plain, plain, param_dtype=None, reduce_dtype="fp8")
+    half = Profile.from_arrays([4e6], [0.0], [1e-3], dtypes=["float16"])
+    with pytest.raises(ValueError, match=r"^param_dtype and reduce_dtype recast a profile of fp32 tensors: profile "
+                                         r"'without a name' has tensors of \[2\] bytes an element$"):
+        Problem(half, pattern=FullySharded.mixed_precision(plain, plain, param_dtype="bf16"))

@@ -100,6 +100,10 @@ def fsdp2(problem: Problem, *, reshard_after_forward: bool = True, forward_prefe
       turned off for the root in ``FSDPState._lazy_init``), and its reduce-scatter is the last
       (issued by the root's final backward callback);
     * ``reshard_after_forward=True`` for every block (the default);
+    * mixed precision is the problem's, not the plan's: FSDP2 with
+      ``MixedPrecisionPolicy(param_dtype, reduce_dtype)`` is this plan on
+      ``FullySharded.mixed_precision(..., param_dtype=..., reduce_dtype=...)`` (the bytes each
+      collective carries checked against torch 2.13's on gloo, ``tests/integrations/test_fsdp2_gloo.py``);
     * forward: no explicit prefetch; each unit's all-gather is issued by its pre-forward
       hook, as far ahead as the CPU runs, and the all-gather streams wait for the copy-out
       of the unit two before (``wait_for_unshard``: the previous ``all_gather_state``), so
