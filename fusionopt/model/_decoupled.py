@@ -36,6 +36,7 @@ import numpy as np
 
 from fusionopt.model._collectives import network
 from fusionopt.model._cost import CommCost, Composite, cost_from_dict
+from fusionopt.model._encoding import ENCODINGS, Encoded
 
 from fusionopt.model._bounds import decoupled_lower_bound
 from fusionopt.model._decoupled_plan import ALL_GATHER, DecoupledPlan
@@ -94,6 +95,38 @@ class Decoupled(Pattern):
         return cls(network(name, workers, algorithm=algorithm, collective="reduce_scatter"),
                    network(name, workers, algorithm=algorithm, collective="all_gather"), update_after_gather,
                    int(workers))
+
+    @classmethod
+    def mixed_precision(cls, reduce_scatter: CommCost, all_gather: CommCost, *, param_dtype: str = "bf16",
+                        grad_reduce_in_fp32: bool = False, update_after_gather: bool = False,
+                        workers: int | None = None) -> "Decoupled":
+        """Megatron-LM's DDP in mixed precision: ``reduce_scatter`` and ``all_gather`` priced as
+        fp32 messages, carried as its buffers hold them (:class:`~fusionopt.cost.Encoded`).
+
+        Read in NVIDIA/Megatron-LM at ``d98e8a6`` (``megatron/core/distributed``): the gradient
+        buffer, and so the reduce-scatter, is in fp32 with ``grad_reduce_in_fp32=True`` (its
+        ``DistributedDataParallelConfig`` default is False), else in the parameters' dtype
+        (``param_and_grad_buffer.group_params_for_buffers``); the distributed optimiser
+        all-gathers the parameters in their dtype. With ``update_after_gather`` (DeAR) the
+        all-gathers carry reduced gradient shards, so the gradient's dtype. Megatron is not
+        installable here: no run of it checks this.
+
+        >>> from fusionopt.cost import AlphaBeta
+        >>> d = Decoupled.mixed_precision(AlphaBeta(0, 1e-9), AlphaBeta(0, 1e-9), grad_reduce_in_fp32=True)
+        >>> round(d.reduce_scatter(4e6) * 1e3, 9), round(d.all_gather(4e6) * 1e3, 9)
+        (4.0, 2.0)
+        """
+        if not isinstance(param_dtype, str) or param_dtype not in ENCODINGS:
+            raise ValueError(f"param_dtype must be one of {', '.join(ENCODINGS)}, got {param_dtype!r}")
+        if not isinstance(grad_reduce_in_fp32, (bool, np.bool_)):
+            raise ValueError(f"grad_reduce_in_fp32 must be True or False, got {grad_reduce_in_fp32!r}")
+        gradient = "fp32" if grad_reduce_in_fp32 else param_dtype
+        gather = gradient if update_after_gather else param_dtype
+
+        def carried(cost: CommCost, dtype: str) -> CommCost:
+            return cost if dtype == "fp32" else Encoded(cost, dtype)
+
+        return cls(carried(reduce_scatter, gradient), carried(all_gather, gather), update_after_gather, workers)
 
     @property
     def all_reduce(self) -> CommCost:

@@ -295,3 +295,20 @@ def test_the_bound_holds_for_interleaved_orders(case):
     from fusionopt.model import decoupled_lower_bound
     problem, plan = case
     assert decoupled_lower_bound(problem) <= simulate(problem, plan).iteration_time * (1 + 1e-12) + 1e-15
+
+
+def test_megatron_mixed_precision_carries_what_its_buffers_hold():
+    # Megatron-LM's defaults in bf16: gradients reduced in bf16, parameters gathered in bf16;
+    # grad_reduce_in_fp32 carries the reduce-scatters in fp32. On c(S) = S ns, 4 MB cost 2 ms in
+    # bf16 and 4 ms in fp32; the megatron plan on them is the same plan, judged on each.
+    link = AlphaBeta(0.0, 1e-9)
+    default = Decoupled.mixed_precision(link, link)
+    fp32_grads = Decoupled.mixed_precision(link, link, grad_reduce_in_fp32=True)
+    dear = Decoupled.mixed_precision(link, link, grad_reduce_in_fp32=True, update_after_gather=True)
+    assert [round(c(4e6) * 1e3, 9) for c in (default.reduce_scatter, default.all_gather)] == [2.0, 2.0]
+    assert [round(c(4e6) * 1e3, 9) for c in (fp32_grads.reduce_scatter, fp32_grads.all_gather)] == [4.0, 2.0]
+    assert [round(c(4e6) * 1e3, 9) for c in (dear.reduce_scatter, dear.all_gather)] == [4.0, 4.0]
+    assert Decoupled.mixed_precision(link, link, param_dtype="fp32") == Decoupled(link, link)
+    assert Decoupled.from_dict(fp32_grads.to_dict()) == fp32_grads
+    with pytest.raises(ValueError, match="^param_dtype must be one of fp32, fp16, bf16, got 'fp8'$"):
+        Decoupled.mixed_precision(link, link, param_dtype="fp8")

@@ -170,7 +170,9 @@ def megatron(problem: Problem, *, data_parallel_size: int | None = None, bucket_
     * a bucket's reduce-scatter is issued when its last gradient is ready;
     * the optimiser step waits for every reduce-scatter, then runs (``U``);
     * then one all-gather per bucket, in bucket order, and the forward waits for all of
-      them: ``sync="barrier"`` only.
+      them: ``sync="barrier"`` only;
+    * what the collectives carry is the problem's: Megatron training in bf16, with or without
+      ``grad_reduce_in_fp32``, is this plan on ``Decoupled.mixed_precision(...)``.
 
     Reconstructed, not measured: the padding of each parameter's start to 64 elements and of
     each bucket to ``lcm(dp, 128)`` elements is left out, and the first iteration (which sends every bucket after the backward) is not the
