@@ -1,7 +1,6 @@
 """Pictures of schedules: timelines (Gantt charts) of one plan and comparison plots of sweeps.
 
-Pure helpers compute what is drawn and are tested on their own (:mod:`~fusionopt.viz._bars`,
-:mod:`~fusionopt.viz._series`):
+Pure helpers compute what is drawn and are tested on their own:
 :func:`timeline_bars` (every bar of a Gantt chart: the compute pieces, each message or
 collective on its channel, the exposed communication), :func:`memory_steps` (the unsharded
 bytes over a fully sharded step) and :func:`sweep_series` (one line per method of a sweep). :func:`plot_timeline` and :func:`plot_sweep` draw them with matplotlib and return

@@ -9,14 +9,14 @@ torchvision (``resnet18``, ``resnet50``, ``resnet101``, ``resnet152``, ``vgg16``
 ``densenet201``, ``mobilenet-v2``, ``vit-b16``), HuggingFace (``bert-base``,
 ``bert-large``, ``gpt2``, ``gpt2-medium``) and PyTorch's word-language-model example
 (``lstm-lm``).
-FLOP counts follow the convention in :mod:`fusionopt.zoo._layers` (a multiply-add is
+FLOP counts follow the convention of :class:`Layer` (a multiply-add is
 2 FLOPs; per sample).
 
 :func:`profile` turns an architecture into a :class:`~fusionopt.model.Profile`.
 Its compute times are by default **calibrated** against real training steps
 (:mod:`fusionopt.zoo.calibrated`: measured on one H100; :mod:`fusionopt.zoo.published`:
 published throughput of the A100, V100 and K80); ``compute="roofline"`` gives the
-roofline ESTIMATE instead (:mod:`fusionopt.zoo._roofline`).
+roofline ESTIMATE instead.
 
 Examples
 --------
