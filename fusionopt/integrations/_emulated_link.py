@@ -152,12 +152,29 @@ def ddp_comm_hook(link: EmulatedLink, encoding: Any = None) -> Callable[[Any, An
     the gradients are then bit-identical to that hook's. ``"fp32"`` or None: the plain hook.
     torch refuses its own ``bf16_compress_hook`` without CUDA and NCCL 2.10 (gloo included);
     this one runs it anywhere, to emulate such a deployment.
+
+    A list of encodings, one per bucket (DDP's ``bucket.index()``: the first ready is bucket
+    0, as a plan's first message), sends each bucket as its own says: the advice of a problem
+    priced with :class:`~fusionopt.cost.Cheapest` (``problem.cost.choose(plan.message_bytes)``)
+    where it mixes encodings. A bucket past the list is refused in one line.
     """
     torch = require_torch()
-    import torch.distributed as dist
 
     if not isinstance(link, EmulatedLink):
         raise ValueError(f"link must be an EmulatedLink, got {type(link).__name__}")
+    if isinstance(encoding, (list, tuple)):
+        if not encoding:
+            raise ValueError("encoding: give one encoding per bucket, not an empty list")
+        hooks = [ddp_comm_hook(link, each) for each in encoding]
+
+        def by_bucket(state, bucket):
+            index = bucket.index()
+            if index >= len(hooks):
+                raise ValueError(f"bucket {index} has no encoding: the list names {len(hooks)} bucket(s)")
+            return hooks[index](state, bucket)
+        return by_bucket
+    import torch.distributed as dist
+
     name = None if encoding is None else encoding_named(encoding).name
     if name not in (None, "fp32", "fp16", "bf16"):
         raise ValueError(f"encoding {name!r}: the emulated DDP hook sends fp32, fp16 or bf16")

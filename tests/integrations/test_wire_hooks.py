@@ -88,12 +88,54 @@ def _run(rank, name, report):
         dist.all_reduce = sent
 
 
+def _mixed(rank, report):
+    """Three copies three steps at 0.02 MB buckets: the emulated hook with fp16 on bucket 0 and
+    fp32 on bucket 1, and each alone; what went on the wire, and whose gradients each got."""
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    from fusionopt.integrations import EmulatedLink, ddp_comm_hook
+    from fusionopt.cost import AlphaBeta
+
+    sent, sink = dist.all_reduce, []
+
+    def logged(tensor, *args, **kwargs):
+        sink.append([str(tensor.dtype).replace("torch.", ""), tensor.numel() * tensor.element_size()])
+        return sent(tensor, *args, **kwargs)
+
+    torch.manual_seed(0)
+    models = [_mlp() for _ in range(3)]
+    for model in models[1:]:
+        model.load_state_dict(models[0].state_dict())
+    link = EmulatedLink(AlphaBeta(2e-3, 1e-8))
+    wrapped = [DDP(model, bucket_cap_mb=0.02) for model in models]
+    for ddp, encoding in zip(wrapped, (["fp16", "fp32"], "fp16", None)):
+        ddp.register_comm_hook(None, ddp_comm_hook(link, encoding))
+    dist.all_reduce = logged
+    try:
+        for step in range(3):
+            x = torch.randn(32, 64, generator=torch.Generator().manual_seed(10 * step + rank))
+            for k, ddp in enumerate(wrapped):
+                ddp.zero_grad()
+                sink.clear()
+                ddp(x).pow(2).mean().backward()
+                if k == 0:
+                    report["wire"].append(list(sink))
+            report["whose"].append([("fp16" if torch.equal(a.grad, b.grad) else "")
+                                    + ("fp32" if torch.equal(a.grad, c.grad) else "")
+                                    for a, b, c in zip(*(m.parameters() for m in models))])
+        report["param_bytes"] = sum(p.numel() * p.element_size() for p in models[0].parameters())
+    finally:
+        dist.all_reduce = sent
+
+
 def _rank(rank, port, folder):
     with gloo_rank(rank, port, folder) as reports:
         try:
             for name in ("fp16", "bf16"):
                 reports[name] = {"wire": [], "worst": [], "same": [], "held": []}
                 _run(rank, name, reports[name])
+            reports["mixed"] = {"wire": [], "whose": []}
+            _mixed(rank, reports["mixed"])
         except BaseException as exc:           # the parent reports it
             reports["error"] = f"{type(exc).__name__}: {exc}"
 
@@ -134,3 +176,38 @@ def test_the_emulated_links_hook_is_torchs_held_for_the_cast_bytes(reports, name
 def test_the_hooks_average_is_within_the_error_bound(reports, name):
     for report in (r[name] for r in reports):
         assert len(report["worst"]) == 3 * 6 and 0 < max(report["worst"]) <= 1.0
+
+
+def test_a_hook_per_bucket_sends_each_bucket_as_its_encoding_says(reports):
+    for report in (r["mixed"] for r in reports):
+        # Step 1 has DDP's one first bucket (index 0: fp16); later steps its two rebuilt ones,
+        # bucket 0 in fp16 and bucket 1 in fp32: every gradient sent once, in its bucket's format.
+        wire = report["wire"]
+        assert [[dtype for dtype, _ in step] for step in wire] == [["float16"], ["float16", "float32"],
+                                                                   ["float16", "float32"]]
+        for step in wire[1:]:
+            half, whole = step[0][1], step[1][1]
+            assert 2 * half + whole == report["param_bytes"]
+        # Each parameter's gradient is bit for bit the fp16 hook's or the plain hook's, as its
+        # bucket says: all fp16 in the first step, both kinds after it.
+        first, *later = report["whose"]
+        assert set(first) <= {"fp16", "fp16fp32"}
+        for step in later:
+            assert set(step) == {"fp16", "fp32"}
+
+
+def test_a_hook_per_bucket_refuses_a_bucket_past_its_list():
+    from fusionopt.cost import AlphaBeta
+    from fusionopt.integrations import EmulatedLink, ddp_comm_hook
+
+    link = EmulatedLink(AlphaBeta(1e-3, 1e-9))
+    hook = ddp_comm_hook(link, ["fp16", "fp32"])
+
+    class Bucket:
+        def index(self):
+            return 2
+
+    with pytest.raises(ValueError, match=r"^bucket 2 has no encoding: the list names 2 bucket\(s\)$"):
+        hook(None, Bucket())
+    with pytest.raises(ValueError, match="^encoding: give one encoding per bucket, not an empty list$"):
+        ddp_comm_hook(link, [])
