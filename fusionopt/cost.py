@@ -17,6 +17,9 @@ What a message carries on the wire
     :class:`Encoding` (:data:`FP32`, :data:`FP16`, :data:`BF16`, :data:`ENCODINGS`),
     :class:`Encoded` (one encoding) and :class:`Cheapest` (each message its cheapest allowed
     encoding), :func:`encodings_of`, :func:`crossovers`.
+Alignment
+    :class:`Aligned`: the cliff a message pays where its per-rank part breaks an alignment,
+    or the price of padding to it (found by :func:`fusionopt.executor.fit_alignment`).
 
 Examples
 --------
@@ -26,6 +29,7 @@ Examples
 0.00063
 """
 
+from fusionopt.model._alignment import Aligned
 from fusionopt.model._collectives import (
     ALGORITHMS, COLLECTIVES, double_binary_tree_allreduce, hierarchical_all_gather, hierarchical_allreduce,
     hierarchical_reduce_scatter, network, network_link, networks, rabenseifner_allreduce,
@@ -40,8 +44,8 @@ from fusionopt.model._encoding import BF16, ENCODINGS, FP16, FP32, Cheapest, Enc
 from fusionopt.model._overhead import with_message_overhead, with_overhead
 
 __all__ = [
-    "ALGORITHMS", "AlphaBeta", "BF16", "COLLECTIVES", "COST_SCHEMA", "COST_VERSION", "Cheapest", "CommCost",
-    "Composite", "ENCODINGS", "Encoded", "Encoding", "FP16", "FP32", "PiecewiseLinear", "cost_from_dict",
+    "ALGORITHMS", "Aligned", "AlphaBeta", "BF16", "COLLECTIVES", "COST_SCHEMA", "COST_VERSION", "Cheapest",
+    "CommCost", "Composite", "ENCODINGS", "Encoded", "Encoding", "FP16", "FP32", "PiecewiseLinear", "cost_from_dict",
     "crossovers", "double_binary_tree_allreduce", "encodings_of", "hierarchical_all_gather",
     "hierarchical_allreduce", "hierarchical_reduce_scatter", "network", "network_link", "networks",
     "rabenseifner_allreduce", "read_nccl_tests", "read_osu", "recursive_doubling_all_gather",

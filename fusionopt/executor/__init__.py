@@ -29,6 +29,7 @@ Examples
 (True, 3, (3,), (3, 3))
 """
 
+from fusionopt.executor._alignment_fit import alignment_sizes, fit_alignment
 from fusionopt.executor._calibrate import (
     Calibration, calibrate, default_sizes, fit_alpha_beta, from_records, time_message,
 )
@@ -56,7 +57,7 @@ __all__ = [
     "BACKENDS", "CONTENTION_SCHEMA", "Calibration", "CollectiveTimeout", "Communicator", "Contention",
     "ContentionSpec", "CorrectnessError", "CudaStreams", "Fault", "FaultyCommunicator", "Gradients", "GroupAborted",
     "Job", "Layout", "LocalGroup", "Measurement", "PlanMismatchError", "RankRunner", "ShardData", "Streams",
-    "assemble", "build_program", "calibrate", "check_host_memory", "contention_factors", "default_sizes",
-    "fit_alpha_beta", "from_records", "measure_rank", "mpiexec", "rank_bytes", "read_contention", "run", "run_local",
-    "run_stream_rank", "run_threads", "scale_compute", "time_message",
+    "alignment_sizes", "assemble", "build_program", "calibrate", "check_host_memory", "contention_factors",
+    "default_sizes", "fit_alignment", "fit_alpha_beta", "from_records", "measure_rank", "mpiexec", "rank_bytes",
+    "read_contention", "run", "run_local", "run_stream_rank", "run_threads", "scale_compute", "time_message",
 ]

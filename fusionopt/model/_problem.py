@@ -348,5 +348,5 @@ def check_cost(cost: CommCost, profile: Profile) -> None:
         k = int(drops[0])
         raise ValueError(
             f"cost model {label} is not monotone: c({grid[k]:.0f} B) = {times[k]:.6g} s > "
-            f"c({grid[k + 1]:.0f} B) = {times[k + 1]:.6g} s"
+            f"c({grid[k + 1]:.0f} B) = {times[k + 1]:.6g} s{getattr(cost, 'monotone_hint', '')}"
         )
