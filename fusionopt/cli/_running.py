@@ -161,6 +161,9 @@ def _cmd_calibrate(args: argparse.Namespace) -> None:
     if args.ranks is None:
         args.ranks = 2
     json_output(args.output, "the cost")
+    if args.alignment:
+        _calibrate_alignment(args)
+        return
     from fusionopt.executor._calibrate import SweepSpec, default_sizes
 
     count = len(default_sizes(args.min_bytes, args.max_bytes))
@@ -181,6 +184,47 @@ def _cmd_calibrate(args: argparse.Namespace) -> None:
         flag = {"all_reduce": "--cost", "reduce_scatter": "--reduce-scatter-cost",
                 "all_gather": "--all-gather-cost"}[args.collective]
         print(f"wrote {args.output}: the {args.model} fit (read it with {flag} {args.output})")
+
+
+def _calibrate_alignment(args: argparse.Namespace) -> None:
+    """``calibrate --alignment``: the cost sweep around powers of two, and the cliff it shows."""
+    from fusionopt.cost import Aligned
+    from fusionopt.executor import alignment_sizes, calibrate, fit_alignment
+
+    if args.model != "piecewise":
+        raise UsageError("--alignment writes its own fit (the alpha-beta price, padded where a cliff was found): "
+                         "leave --model out")
+    if args.collective != "all_reduce":
+        raise UsageError("--alignment times all-reduce messages; leave --collective out")
+    try:
+        sizes = alignment_sizes(args.ranks, args.min_bytes, args.max_bytes)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    print(f"fusionopt calibrate: timing {len(sizes)} message sizes around powers of two on {args.backend} with "
+          f"{args.ranks} ranks", file=sys.stderr, flush=True)
+    result = measured(lambda: calibrate(args.backend, ranks=args.ranks, sizes=sizes, iterations=args.iterations,
+                                        timeout=args.timeout))
+    fit = fit_alignment(result.sizes.astype(int), result.times, args.ranks)
+    cost = fit.with_padding() if isinstance(fit, Aligned) else fit
+    document = cost.to_dict()
+    document["calibration"] = {**result.to_dict("alpha-beta")["calibration"], "model": "alignment"}
+    if args.output:
+        from fusionopt.reporting import write_json_atomic
+
+        write_json_atomic(args.output, document)
+    if args.json:
+        print(json.dumps(document, indent=1))
+        return
+    print(f"backend  {result.description}")
+    print(result.table())
+    if isinstance(fit, Aligned):
+        print(f"alignment: messages whose part on each rank is not a multiple of {fit.unit} bytes take "
+              f"{fit.slowdown:.2f}x as long; the cost is the padded price")
+    else:
+        print("alignment: no cliff (no alignment from 16 to 256 bytes a rank separates the sizes' times by more "
+              "than 20%); the cost is the alpha-beta price of the sizes aligned to all of them")
+    if args.output:
+        print(f"wrote {args.output}: read it with --cost {args.output}")
 
 
 def _calibrate_reducer(args: argparse.Namespace) -> None:
@@ -314,6 +358,10 @@ def add_executor_parsers(commands: Any) -> None:
                         "beyond the link, and (DDP, PlanReducer) per message on the compute stream (DDP, FSDP2 or "
                         "fusionopt's PlanReducer) on gloo ranks of this host; "
                         "--output writes it for --reducer-calibration")
+    p.add_argument("--alignment", action="store_true",
+                   help="time sizes around powers of two (each rank's part aligned, and grown by 8-128 bytes) and "
+                        "keep the alignment cliff the times show: --output then holds the alpha-beta price, padded "
+                        "to the alignment where a cliff was found (MODEL.md section 2.3)")
     p.add_argument("--json", action="store_true", help="print the cost JSON instead of a table")
     p.set_defaults(run=_cmd_calibrate)
 

@@ -423,7 +423,7 @@ def cost_from_dict(doc: Mapping[str, Any], *, source: str = "cost") -> CommCost:
     kind = doc.get("kind")
     known = _COST_KEYS.get(kind)
     if kind in COST_KINDS:
-        known = ("schema", "version", "kind", *COST_KINDS[kind][0])
+        known = ("schema", "version", "kind", "calibration", *COST_KINDS[kind][0])
     if known is not None:
         unknown = [key for key in doc if key not in known]
         if unknown:

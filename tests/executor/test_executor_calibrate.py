@@ -77,3 +77,28 @@ def test_mpi_calibration_with_two_processes():
     cal = calibrate("mpi", ranks=2, sizes=[1024, 1 << 16], iterations=3, warmup=1, timeout=20.0)
     assert cal.backend == "mpi" and cal.ranks == 2 and (cal.times > 0).all()
     assert cal.description.startswith("mpi, 2 processes")
+
+
+def test_calibrate_alignment_writes_the_price_it_found(tmp_path, capsys):
+    # On threads of this host: the sizes around powers of two are timed and a cost is written
+    # that problems read: the padded price where a cliff was found, else the aligned price.
+    out = tmp_path / "aligned.json"
+    assert main(["calibrate", "--alignment", "--ranks", "2", "--min-bytes", "4096", "--max-bytes", "8192",
+                 "--iterations", "3", "--output", str(out), "--json"]) in (None, 0)
+    document = json.loads(capsys.readouterr().out)
+    assert document == json.loads(out.read_text())
+    calibration = document["calibration"]
+    assert calibration["model"] == "alignment" and len(calibration["points"]) == 2 * 6
+    cost = cost_from_dict(document)
+    assert document["kind"] in ("alpha_beta", "aligned") and (document["kind"] == "alpha_beta" or cost.padded)
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--model", "alpha-beta"], "--alignment writes its own fit (the alpha-beta price, padded where a cliff was "
+                                "found): leave --model out"),
+    (["--collective", "all_gather"], "--alignment times all-reduce messages; leave --collective out"),
+    (["--min-bytes", "0"], "min_bytes must be a whole number >= 1, got 0"),
+])
+def test_calibrate_alignment_refusals(capsys, flags, message):
+    assert main(["calibrate", "--alignment", *flags]) == 2
+    assert capsys.readouterr().err == f"fusionopt: error: {message}\n"
