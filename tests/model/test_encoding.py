@@ -123,5 +123,5 @@ def test_cpsat_and_brute_force_choose_the_encodings_as_the_dp_does():
 def test_an_encoded_cost_file_with_an_unknown_key_is_named():
     doc = {**Encoded(LINK, "fp16").to_dict(), "ratio": 0.5}
     with pytest.raises(ValueError, match=r"^cost: unknown key 'ratio' in a encoded cost \(its keys: schema, version, "
-                                         r"kind, cost, encoding\)$"):
+                                         r"kind, calibration, cost, encoding\)$"):
         cost_from_dict(doc)
