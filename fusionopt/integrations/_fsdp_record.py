@@ -222,8 +222,7 @@ class FSDPJob:
     world_size: int
 
 
-TORCH_DTYPES = {"fp32": lambda torch: torch.float32, "fp16": lambda torch: torch.float16,
-                "bf16": lambda torch: torch.bfloat16}
+TORCH_DTYPES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
 """The dtype names of the model's encodings, as torch's dtypes."""
 
 
@@ -247,7 +246,7 @@ def _rank(rank: int, ranks: int, port: int, folder: str, factory: Callable[[], A
         if dtypes != (None, None):
             from torch.distributed.fsdp import MixedPrecisionPolicy
 
-            param_dtype, reduce_dtype = (None if d is None else TORCH_DTYPES[d](torch) for d in dtypes)
+            param_dtype, reduce_dtype = (None if d is None else getattr(torch, TORCH_DTYPES[d]) for d in dtypes)
             options["mp_policy"] = MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=reduce_dtype)
         for _, block in blocks:
             fully_shard(block, **options)

@@ -19,7 +19,7 @@ from fusionopt.model._decoupled_timing import require_decoupled
 from fusionopt.model._fusion_dp import optimal_fusion
 from fusionopt.model._problem import Problem
 from fusionopt.model._ps_timing import require_ps
-from fusionopt.model._sharded_timing import require_sharded
+from fusionopt.model._sharded_timing import require_sharded, whole_bytes
 
 SPACES = ("any", "fusion")
 _FUSION_OPTIMA: "weakref.WeakKeyDictionary[Problem, float]" = weakref.WeakKeyDictionary()
@@ -448,7 +448,8 @@ def sharded_memory_floor(problem: Problem) -> tuple[int, int]:
     """``(bytes, tensor)``: no plan of a fully sharded problem peaks below ``bytes``, because
     of ``tensor`` (forward index). Every tensor is whole at some moment (``s_i``), and a
     tensor whose backward takes time is whole together with its gradient during its unit's
-    backward (``2 s_i``). A cap below the floor admits no plan.
+    backward (``2 s_i``; each at its width in mixed precision, ``FullySharded.whole_widths``,
+    counted as the memory account counts it). A cap below the floor admits no plan.
 
     >>> from fusionopt.cost import AlphaBeta
     >>> from fusionopt.model import Profile, FullySharded
@@ -459,7 +460,7 @@ def sharded_memory_floor(problem: Problem) -> tuple[int, int]:
     require_sharded(problem, "sharded_memory_floor")
     profile = problem.profile
     parameter, gradient = problem.pattern.whole_widths          # bytes whole per profile byte
-    sizes = profile.sizes.astype(np.float64)
-    need = np.rint(sizes * parameter + np.where(profile.backward > 0, sizes * gradient, 0.0)).astype(np.int64)
+    need = whole_bytes(profile.sizes, parameter) + np.where(profile.backward > 0,
+                                                            whole_bytes(profile.sizes, gradient), 0)
     tensor = int(np.argmax(need))
     return int(need[tensor]), tensor

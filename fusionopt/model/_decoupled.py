@@ -36,7 +36,7 @@ import numpy as np
 
 from fusionopt.model._collectives import network
 from fusionopt.model._cost import CommCost, Composite, cost_from_dict
-from fusionopt.model._encoding import ENCODINGS, Encoded
+from fusionopt.model._encoding import carried_in, check_dtype
 
 from fusionopt.model._bounds import decoupled_lower_bound
 from fusionopt.model._decoupled_plan import ALL_GATHER, DecoupledPlan
@@ -116,17 +116,12 @@ class Decoupled(Pattern):
         >>> round(d.reduce_scatter(4e6) * 1e3, 9), round(d.all_gather(4e6) * 1e3, 9)
         (4.0, 2.0)
         """
-        if not isinstance(param_dtype, str) or param_dtype not in ENCODINGS:
-            raise ValueError(f"param_dtype must be one of {', '.join(ENCODINGS)}, got {param_dtype!r}")
+        check_dtype("param_dtype", param_dtype, optional=False)
         if not isinstance(grad_reduce_in_fp32, (bool, np.bool_)):
             raise ValueError(f"grad_reduce_in_fp32 must be True or False, got {grad_reduce_in_fp32!r}")
         gradient = "fp32" if grad_reduce_in_fp32 else param_dtype
         gather = gradient if update_after_gather else param_dtype
-
-        def carried(cost: CommCost, dtype: str) -> CommCost:
-            return cost if dtype == "fp32" else Encoded(cost, dtype)
-
-        return cls(carried(reduce_scatter, gradient), carried(all_gather, gather), update_after_gather, workers)
+        return cls(carried_in(reduce_scatter, gradient), carried_in(all_gather, gather), update_after_gather, workers)
 
     @property
     def all_reduce(self) -> CommCost:

@@ -162,6 +162,20 @@ def encoding_named(name: str | Encoding) -> Encoding:
                          "Encoding") from None
 
 
+def check_dtype(label: str, value: Any, *, optional: bool = True) -> None:
+    """``value`` names a dtype the encodings know (or is None, where ``optional``); one line
+    naming ``label`` otherwise."""
+    if (value is None and optional) or (isinstance(value, str) and value in ENCODINGS):
+        return
+    raise ValueError(f"{label} must be one of {', '.join(ENCODINGS)}{' or None' if optional else ''}, got {value!r}")
+
+
+def carried_in(cost: CommCost, dtype: str) -> CommCost:
+    """``cost`` (of fp32 messages) for messages carried in ``dtype``: itself for fp32, else
+    :class:`Encoded` at the encoding's default cast cost."""
+    return cost if dtype == "fp32" else Encoded(cost, dtype)
+
+
 class Encoded(CommCost):
     """``c_e(S) = cost(wire_ratio S) + seconds_per_message + seconds_per_byte S``, 0 for ``S = 0``:
     a message of ``S`` fp32 bytes carried in ``encoding``.
@@ -324,5 +338,5 @@ def _cheapest_from_dict(doc: Mapping[str, Any], source: str) -> Cheapest:
 COST_KINDS.update(encoded=(("cost", "encoding"), _encoded_from_dict),
                   cheapest=(("cost", "encodings"), _cheapest_from_dict))
 
-__all__ = ["BF16", "Cheapest", "ENCODINGS", "Encoded", "Encoding", "FP16", "FP32", "crossovers", "encoding_named",
-           "encodings_of"]
+__all__ = ["BF16", "Cheapest", "ENCODINGS", "Encoded", "Encoding", "FP16", "FP32", "carried_in", "check_dtype",
+           "crossovers", "encoding_named", "encodings_of"]

@@ -34,7 +34,7 @@ import numpy as np
 from fusionopt.model._collectives import network
 from fusionopt.model._bounds import sharded_lower_bound
 from fusionopt.model._cost import CommCost, Composite, cost_from_dict
-from fusionopt.model._encoding import ENCODINGS, Encoded
+from fusionopt.model._encoding import ENCODINGS, Encoded, carried_in, check_dtype
 from fusionopt.model._overhead import with_message_overhead
 from fusionopt.model._pattern import Pattern
 from fusionopt.model._sharded_plan import ShardedPlan
@@ -136,7 +136,7 @@ class FullySharded(Pattern):
             raise ValueError("blocking collectives run one at a time on the training thread: channels must be "
                              f"'one', got {self.channels!r}")
         for label in ("param_dtype", "reduce_dtype"):
-            _check_dtype(label, getattr(self, label))
+            check_dtype(label, getattr(self, label))
         for label, dtype, cost in (("all_gather", self.gather_dtype, self.all_gather),
                                    ("reduce_scatter", self.scatter_dtype, self.reduce_scatter)):
             carried = cost.encoding.name if isinstance(cost, Encoded) else "fp32"
@@ -176,12 +176,10 @@ class FullySharded(Pattern):
         >>> round(s.all_gather(4e6) * 1e3, 9), round(s.reduce_scatter(4e6) * 1e3, 9), s.whole_widths
         (2.0, 4.0, (0.5, 1.0))
         """
-        _check_dtype("param_dtype", param_dtype)
-        _check_dtype("reduce_dtype", reduce_dtype)
-        gather = param_dtype or "fp32"
-        scatter = reduce_dtype or param_dtype or "fp32"
-        return cls(reduce_scatter if scatter == "fp32" else Encoded(reduce_scatter, scatter),
-                   all_gather if gather == "fp32" else Encoded(all_gather, gather),
+        check_dtype("param_dtype", param_dtype)
+        check_dtype("reduce_dtype", reduce_dtype)
+        return cls(carried_in(reduce_scatter, reduce_dtype or param_dtype or "fp32"),
+                   carried_in(all_gather, param_dtype or "fp32"),
                    param_dtype=param_dtype, reduce_dtype=reduce_dtype, **options)
 
     @classmethod
@@ -272,8 +270,3 @@ class FullySharded(Pattern):
             raise ValueError("the executor runs one communicator: FullySharded(channels='two') is not executable")
         plan.validate(problem.profile)
         return sharded_program(problem, plan)
-
-
-def _check_dtype(label: str, value: Any) -> None:
-    if value is not None and (not isinstance(value, str) or value not in ENCODINGS):
-        raise ValueError(f"{label} must be one of {', '.join(ENCODINGS)} or None, got {value!r}")

@@ -400,11 +400,11 @@ def _whole(profile, plan: ShardedPlan, roles: dict, clock: float, start: np.ndar
     parameter, gradient = widths
     begin = [start[gather[counted]], start[regather[again]]]
     finish = [np.where(plan.reshard, forward_end, backward_end)[counted], backward_end[again]]
-    size = [_at(held, parameter), _at(gather_bytes[again], parameter)]
+    size = [whole_bytes(held, parameter), whole_bytes(gather_bytes[again], parameter)]
     if plan.reduce_bounds is None:
         begin.append(backward_start)
         finish.append(end[roles["scatter"]])
-        size.append(_at(plan.unit_bytes(profile), gradient))
+        size.append(whole_bytes(plan.unit_bytes(profile), gradient))
     else:                                                 # each unit's share of each group it meets
         bounds, group_bounds = plan.bounds.tolist(), plan.reduce_bounds.tolist()
         prefix = np.concatenate(([0], np.cumsum(profile.sizes, dtype=np.int64))).tolist()
@@ -414,16 +414,17 @@ def _whole(profile, plan: ShardedPlan, roles: dict, clock: float, start: np.ndar
         units, groups, share = (np.asarray(column) for column in zip(*shares))
         begin.append(backward_start[units])
         finish.append(end[np.asarray(roles["scatter"])[groups]])
-        size.append(_at(share, gradient))
+        size.append(whole_bytes(share, gradient))
     if roles["persistent"]:                               # whole all the time
         begin.append(np.zeros(1))
         finish.append(np.asarray([clock]))
-        size.append(_at(np.asarray([profile.sizes[plan.persistent].sum()]), parameter))
+        size.append(whole_bytes(np.asarray([profile.sizes[plan.persistent].sum()]), parameter))
     return np.concatenate(begin), np.concatenate(finish), np.concatenate(size)
 
 
-def _at(nbytes: np.ndarray, width: float) -> np.ndarray:
-    """Profile bytes held at ``width`` of their size, whole bytes (exact for fp32 tensors)."""
+def whole_bytes(nbytes: np.ndarray, width: float) -> np.ndarray:
+    """Profile bytes held at ``width`` of their size (:attr:`~fusionopt.model.FullySharded.whole_widths`),
+    whole bytes (exact for fp32 tensors)."""
     nbytes = np.asarray(nbytes, dtype=np.int64)
     return nbytes if width == 1.0 else np.rint(nbytes * width).astype(np.int64)
 
@@ -443,4 +444,5 @@ def _memory(begin: np.ndarray, finish: np.ndarray, size: np.ndarray) -> tuple[np
     return times[last], levels[last], max(int(levels.max()), 0)
 
 
-__all__ = ["simulate_sharded", "simulate_sharded_program", "require_sharded", "REDUCE_SCATTER", "ALL_GATHER"]
+__all__ = ["simulate_sharded", "simulate_sharded_program", "require_sharded", "whole_bytes", "REDUCE_SCATTER",
+           "ALL_GATHER"]

@@ -238,13 +238,13 @@ class TickChannels(SharedChannels):
 
     def __init__(self, problem: Problem, items: list[Chunk], fuse: Fuse, cycle: float, *, phase: float = 0.0,
                  rank: list[int] | None = None, credit_bytes: int | None = None,
-                 wait_for_collectives: bool = False, order: np.ndarray | None = None) -> None:
+                 wait_for_collectives: bool = False) -> None:
         profile = problem.profile
         self.problem, self.items, self.fuse, self.cycle = problem, items, fuse, float(cycle)
         self.sizes = [c.nbytes for c in items]
         self.credit = credit_bytes
         self.wait = wait_for_collectives
-        self.order = profile.backward_order.tolist() if order is None else list(order)
+        self.order = profile.backward_order.tolist()
         self.of_tensor: list[list[int]] = [[] for _ in range(profile.n)]
         for k, c in enumerate(items):
             self.of_tensor[c.tensor].append(k)
@@ -257,7 +257,6 @@ class TickChannels(SharedChannels):
         self.ends: list[float] = []
         self.cycles = 0
         self.library: list[int] = []                     # fused messages waiting for the channel
-        self.next_message = 0
         self.outstanding = 0                             # messages of the last tick not ended (waits)
         self.message_latency: list[float] = []
         scale = profile.compute_time + float(problem.cost(np.array(self.sizes, dtype=np.float64)).sum())

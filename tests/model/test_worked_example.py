@@ -83,6 +83,10 @@ def test_batch_matches_every_plan_of_the_example():
     batch = evaluate_cuts(problem, all_cuts)
     assert batch.min() == pytest.approx(17 * MS, rel=1e-12)
     assert all_cuts[batch.argmin()].tolist() == cuts_of(T3_T2T1).tolist()
+    # In blocks of one plan each, the same times; a block of no plan is refused.
+    assert np.array_equal(evaluate_cuts(problem, all_cuts, block=1), batch)
+    with pytest.raises(ValueError, match=r"^evaluate_cuts: block must be a whole number >= 1, not 0$"):
+        evaluate_cuts(problem, all_cuts, block=0)
 
 
 def test_layerwise_partition_reordering_hand_worked():
