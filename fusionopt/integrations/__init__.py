@@ -24,6 +24,13 @@ real model as ``fusionopt advise --json`` says, and
 :class:`~fusionopt.integrations.EmulatedLink` holds their collectives for a
 slower network's time (:func:`~fusionopt.integrations.ddp_comm_hook`,
 :func:`~fusionopt.integrations.emulate_fsdp2`).
+
+Re-planning while a job trains: :class:`~fusionopt.integrations.OnlinePlanner` switches the
+buckets of a :class:`~fusionopt.integrations.PlanReducer`, real DDP
+(:class:`~fusionopt.integrations.DDPJob`) or a simulated job;
+:class:`~fusionopt.integrations.ShardedPlanner` switches real FSDP2's reshard flags and
+prefetch lists (:class:`~fusionopt.integrations.FSDP2Job`) or a simulated fully sharded
+job's (:class:`~fusionopt.integrations.SimulatedShardedJob`).
 """
 
 from fusionopt.integrations._apply import apply_advice, apply_defaults, read_advice
@@ -41,6 +48,8 @@ from fusionopt.integrations._kineto_events import documents_by_rank
 from fusionopt.integrations._kineto_ranks import profile_from_traces
 from fusionopt.integrations._online import DDPJob, OnlinePlanner, SimulatedJob
 from fusionopt.integrations._online_baselines import DDP_CAPS_MB, GridSearch
+from fusionopt.integrations._online_sharded import ShardedDecision, ShardedPlanner, SimulatedShardedJob
+from fusionopt.integrations._fsdp2_job import FSDP2Job
 from fusionopt.integrations._plan_reducer import PlanReducer
 from fusionopt.integrations._profiler_calibration import measure_profiler_cost
 from fusionopt.integrations._rank_processes import leave_rank, run_rank_processes
@@ -59,9 +68,10 @@ from fusionopt.integrations._unprofiled import (
 
 __all__ = [
     "AdaptivePrefetch", "BayesianSearch", "COPIED_PARTS", "CollectiveRecorder", "DDPJob", "DDP_CAPS_MB",
-    "DEFAULT_PROFILER_COST", "EmulatedLink", "GaussianProcess", "GridSearch", "Hold", "HorovodAutotune",
+    "DEFAULT_PROFILER_COST", "EmulatedLink", "FSDP2Job", "GaussianProcess", "GridSearch", "Hold", "HorovodAutotune",
     "KIND_CODES", "OnlinePlanner", "PARAMETERS_FILE", "PlanReducer", "ProfilerCost", "REDUCER_CALIBRATION_SCHEMA",
-    "ReducerCalibration", "SMALL_INPUTS", "Sample", "SimulatedJob", "SimulatedZero3Job", "TEST_POINTS", "TracedStep",
+    "ReducerCalibration", "SMALL_INPUTS", "Sample", "ShardedDecision", "ShardedPlanner", "SimulatedJob",
+    "SimulatedShardedJob", "SimulatedZero3Job", "TEST_POINTS", "TracedStep",
     "UNPROFILED_FILE", "apply_advice", "apply_defaults", "collective_samples", "ddp_bucket_layout", "ddp_comm_hook",
     "documents_by_rank", "emulate_fsdp2", "fetch_events", "fit_collective_cost", "fit_overhead", "folder_parameters",
     "free_port", "fsdp2_blocks", "join_gloo", "leave_rank", "measure_profiler_cost", "measure_reducer_overhead",

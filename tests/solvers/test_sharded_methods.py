@@ -119,3 +119,80 @@ def test_options_are_checked():
         solve(problem, "sharded-opt", root=1)
     with pytest.raises(ValueError, match="kicks must be a whole number >= 0, got -1"):
         solve(problem, "sharded-opt", kicks=-1)
+
+
+def _own_enumeration(problem, units, max_depth, min_forward, min_backward):
+    """The best plan with ``units``' bounds by this test's own loops: every flag outside the
+    root, every pair of depths; None where none fits the cap."""
+    import itertools
+
+    m = units.num_units
+    cap = problem.pattern.memory_cap
+    best = None
+    for flags in itertools.product((False, True), repeat=m):
+        if units.root and (flags[0] or flags[-1]):
+            continue
+        for d_f in range(min_forward, max_depth + 1):
+            for d_b in range(min_backward, max_depth + 1):
+                plan = ShardedPlan(units.bounds, list(flags), forward_prefetch=d_f, backward_prefetch=d_b,
+                                   root=units.root)
+                t = simulate(problem, plan)
+                if (cap is None or t.peak_memory <= cap) and (best is None or t.iteration_time < best):
+                    best = t.iteration_time
+    return best
+
+
+@settings(deadline=None, max_examples=30)
+@given(st.data())
+def test_brute_with_fixed_units_against_its_own_enumeration(data):
+    # With units=, sharded-brute's space is the flags and depths a job with those units can
+    # switch between (FSDP2 between steps); an enumeration of its own gives the same
+    # optimum, the suffix flags never beat every flag, and the space of every grouping
+    # (sharded-brute over the units' bounds as atoms, depths from 0 to m - 1) never loses to it.
+    profile = data.draw(profiles(2, 5))
+    n = profile.n
+    inner = data.draw(st.lists(st.integers(1, n - 1), unique=True, max_size=n - 1).map(sorted))
+    bounds = [0, *inner, n]
+    root = len(bounds) >= 4 and data.draw(st.booleans())
+    units = ShardedPlan(bounds, [False] * (len(bounds) - 1), root=root)
+    share = data.draw(st.sampled_from([None, 0.7, 0.9]))
+    pattern = FullySharded(data.draw(alpha_beta), data.draw(alpha_beta))
+    cap = None if share is None else share * simulate(Problem(profile, pattern=pattern), units).peak_memory
+    problem = Problem(profile, pattern=pattern if cap is None else pattern.with_cap(cap))
+    min_forward, min_backward = data.draw(st.integers(0, 2)), data.draw(st.integers(0, 1))
+    expected = _own_enumeration(problem, units, 2, min_forward, min_backward)
+    options = dict(units=units, max_depth=2, min_forward_prefetch=min_forward, min_backward_prefetch=min_backward)
+    if expected is None:
+        with pytest.raises(ValueError, match="no plan|no plan it searched fits"):
+            solve(problem, "sharded-brute", **options)
+        return
+    r = solve(problem, "sharded-brute", **options)
+    assert r.iteration_time == pytest.approx(expected, rel=1e-12)
+    assert r.plan.bounds.tolist() == bounds and r.plan.root == root and str(r.status) == "OPTIMAL"
+    assert cap is None or r.timeline.peak_memory <= cap
+    try:
+        suffix = solve(problem, "sharded-brute", reshard="suffix", **options).iteration_time
+    except ValueError:
+        suffix = float("inf")
+    assert suffix >= r.iteration_time - 1e-15
+    if max(min_forward, min_backward) == 0 and len(bounds) - 1 <= 3:
+        every = solve(problem, "sharded-brute", atoms=bounds)
+        assert every.iteration_time <= r.iteration_time + 1e-15
+
+
+def test_brute_with_fixed_units_refusals():
+    p = section5()
+    with pytest.raises(ValueError, match="units must be a ShardedPlan"):
+        solve(p, "sharded-brute", units=[0, 1, 3])
+    with pytest.raises(ValueError, match="reshard must be one of any, suffix, got 'some'"):
+        solve(p, "sharded-brute", units=ShardedPlan([0, 1, 3]), reshard="some")
+    with pytest.raises(ValueError, match="max_depth must be a whole number >= 0"):
+        solve(p, "sharded-brute", units=ShardedPlan([0, 1, 3]), max_depth=-1)
+    profile = Profile.from_arrays([1e3] * 14, [MS] * 14, [MS] * 14)
+    many = Problem(profile, pattern=FullySharded(HALF, HALF))
+    with pytest.raises(ValueError, match="at most 12 units and refuses 14; use reshard='suffix'"):
+        solve(many, "sharded-brute", units=ShardedPlan(list(range(15))))
+    # the suffix space at that size: m + 1 flag vectors, here with depths 1..2 each
+    r = solve(many, "sharded-brute", units=ShardedPlan(list(range(15))), reshard="suffix", max_depth=2,
+              min_forward_prefetch=1, min_backward_prefetch=1)
+    assert r.stats["plans"] == 15 * 2 * 2

@@ -20,11 +20,12 @@ from fusionopt.solvers.exact._ps_brute import MAX_BRUTE_CUTS, ps_brute
 from fusionopt.solvers.exact._ps_cpsat import PSGrid, ps_cpsat
 from fusionopt.solvers.exact._ps_dp import ps_dp
 from fusionopt.solvers.exact._ps_spaces import candidate_cuts, ps_units
+from fusionopt.solvers.exact._sharded_brute import BRUTE_MAX_FREE_UNITS, RESHARD_SPACES, plans_with_units
 
 __all__ = [
-    "ChannelRelaxation", "DecoupledSpace", "MAX_BRUTE_CUTS", "MAX_INTEGER_TIME", "MAX_TENSORS",
+    "BRUTE_MAX_FREE_UNITS", "ChannelRelaxation", "DecoupledSpace", "MAX_BRUTE_CUTS", "MAX_INTEGER_TIME", "MAX_TENSORS",
     "MAX_TENSORS_SEQUENTIAL", "PSGrid", "QUANTUM_PRECISION", "SPACE_SEQUENTIAL", "arc_positions",
     "automatic_quantum", "brute", "candidate_cuts", "closed_form", "cpsat", "delay_cut", "dp", "encode_model",
-    "grid_plan", "in_grouping_space", "integer_arc_times", "milp", "plan_path", "ps_brute", "ps_cpsat", "ps_dp",
+    "RESHARD_SPACES", "grid_plan", "in_grouping_space", "integer_arc_times", "milp", "plan_path", "plans_with_units", "ps_brute", "ps_cpsat", "ps_dp",
     "ps_units", "rounded_path", "rounding_factor", "unit_grid",
 ]

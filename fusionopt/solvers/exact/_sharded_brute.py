@@ -18,6 +18,10 @@ from fusionopt.solvers._sharded_units import SHARDED, atom_bounds, check_floor, 
 
 
 BRUTE_MAX_ATOMS = 8
+BRUTE_MAX_FREE_UNITS = 12
+"""With ``units=``: the most units whose reshard flags ``sharded-brute`` enumerates (2**12
+flag vectors per pair of depths); ``reshard="suffix"`` enumerates ``m + 1`` at any size."""
+RESHARD_SPACES = ("any", "suffix")
 
 
 def _plans_over(atoms: list[int]):
@@ -40,11 +44,66 @@ def _plans_over(atoms: list[int]):
                         yield ShardedPlan(bounds, reshard, forward_prefetch=d_f, backward_prefetch=d_b, root=root)
 
 
+def plans_with_units(units: ShardedPlan, *, reshard: str = "any", forward_depths: Sequence[int] = (1,),
+                     backward_depths: Sequence[int] = (1,)):
+    """Every plan with ``units``' unit bounds and root (the units a job has wrapped, which
+    FSDP2 cannot change between steps): each reshard flag vector of the space ``reshard``
+    (``"any"``: every flag of every unit outside the root; ``"suffix"``: the last ``k``
+    units of the forward kept whole and the others resharded, ``k`` from 0 to every
+    one, the units whose backward comes first, which hold their parameters the shortest),
+    with each forward depth in ``forward_depths`` and backward depth in ``backward_depths``.
+    The root's parts are always kept (MODEL.md section 8.2)."""
+    m = units.num_units
+    free = [j for j in range(m) if not (units.root and j in (0, m - 1))]
+    if reshard == "any":
+        vectors = itertools.product((True, False), repeat=len(free))
+    else:
+        vectors = ((True,) * (len(free) - k) + (False,) * k for k in range(len(free) + 1))
+    for flags in vectors:
+        vector = [False] * m
+        for j, flag in zip(free, flags):
+            vector[j] = flag
+        for d_f in forward_depths:
+            for d_b in backward_depths:
+                yield units.replace(reshard=vector, forward_prefetch=d_f, backward_prefetch=d_b)
+
+
+def _with_units(problem: Problem, units: ShardedPlan, reshard: str, max_depth: int, min_forward_prefetch: int,
+                min_backward_prefetch: int) -> Result:
+    if not isinstance(units, ShardedPlan):
+        raise ValueError(f"sharded-brute: units must be a ShardedPlan whose units to keep, got {type(units).__name__}")
+    units.validate(problem.profile)
+    if reshard not in RESHARD_SPACES:
+        raise ValueError(f"sharded-brute: reshard must be one of {', '.join(RESHARD_SPACES)}, got {reshard!r}")
+    for name, value in (("max_depth", max_depth), ("min_forward_prefetch", min_forward_prefetch),
+                        ("min_backward_prefetch", min_backward_prefetch)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ValueError(f"sharded-brute: {name} must be a whole number >= 0, got {value!r}")
+    free = units.num_units - (2 if units.root else 0)
+    if reshard == "any" and free > BRUTE_MAX_FREE_UNITS:
+        raise ValueError(f"sharded-brute enumerates every reshard flag of at most {BRUTE_MAX_FREE_UNITS} units and "
+                         f"refuses {free}; use reshard='suffix'")
+    top = max(max_depth, min_forward_prefetch, min_backward_prefetch)
+    forward = range(min_forward_prefetch, top + 1)
+    backward = range(min_backward_prefetch, top + 1)
+    best, best_score, count = None, (math.inf, math.inf), 0
+    for plan in plans_with_units(units, reshard=reshard, forward_depths=forward, backward_depths=backward):
+        count += 1
+        score = plan_score(problem, plan)
+        if score < best_score:
+            best, best_score = plan, score
+    if best_score[0] > 0:
+        raise infeasible(problem, "sharded-brute", best_score[0])
+    return Outcome(best, stats={"plans": count, "units": units.num_units}, lower_bound=best_score[1], optimal=True)
+
+
 @method("sharded-brute", family="exact",
         summary="fully sharded, exact: every plan over at most 8 atoms (units, reshard flags, depths, root)",
         in_default_comparison=False)
 @declares(SHARDED)
-def sharded_brute(problem: Problem, *, atoms: str | Sequence[int] = "tensor") -> Result:
+def sharded_brute(problem: Problem, *, atoms: str | Sequence[int] = "tensor", units: ShardedPlan | None = None,
+                  reshard: str = "any", max_depth: int = 3, min_forward_prefetch: int = 0,
+                  min_backward_prefetch: int = 0) -> Result:
     """Exact: every plan whose units are unions of consecutive ``atoms`` (:func:`atom_bounds`),
     with every reshard flag, root or not, and every prefetch depth, at most
     ``BRUTE_MAX_ATOMS`` atoms. The best plan within the memory cap; ``OPTIMAL`` over that
@@ -54,6 +113,15 @@ def sharded_brute(problem: Problem, *, atoms: str | Sequence[int] = "tensor") ->
     with a reduce-scatter grouping of their own (``reduce_bounds``, DeepSpeed ZeRO-3's
     gradient buckets) are outside it, and can be faster: the ``lower_bound`` reported is
     the optimum of this space, as a fusion method's is of fusion plans.
+
+    With ``units`` (a :class:`ShardedPlan`), the space is the plans a job with those units
+    can switch between, what FSDP2 can change between steps (``set_reshard_after_forward``,
+    ``set_modules_to_forward_prefetch`` / ``backward_prefetch``; its units are fixed at
+    ``fully_shard``): ``units``' bounds and root, the reshard flags of the space ``reshard``
+    (:func:`plans_with_units`: ``"any"``, every vector, at most
+    ``BRUTE_MAX_FREE_UNITS`` units; ``"suffix"``), the forward depths from
+    ``min_forward_prefetch`` and the backward depths from ``min_backward_prefetch``, each
+    up to ``max_depth`` (``atoms`` is not used).
 
     Examples
     --------
@@ -74,6 +142,8 @@ def sharded_brute(problem: Problem, *, atoms: str | Sequence[int] = "tensor") ->
     (27.0, 9000000, [False, True, False])
     """
     check_floor(problem, "sharded-brute")
+    if units is not None:
+        return _with_units(problem, units, reshard, max_depth, min_forward_prefetch, min_backward_prefetch)
     bounds = atom_bounds(problem.profile, atoms)
     if len(bounds) - 1 > BRUTE_MAX_ATOMS:
         raise ValueError(f"sharded-brute enumerates every plan over at most {BRUTE_MAX_ATOMS} atoms and refuses "
@@ -91,4 +161,4 @@ def sharded_brute(problem: Problem, *, atoms: str | Sequence[int] = "tensor") ->
     return result
 
 
-__all__ = ["BRUTE_MAX_ATOMS", "sharded_brute"]
+__all__ = ["BRUTE_MAX_ATOMS", "BRUTE_MAX_FREE_UNITS", "RESHARD_SPACES", "plans_with_units", "sharded_brute"]
