@@ -186,3 +186,33 @@ def test_a_small_prefetch_study(tmp_path):
         assert m["settle"] == prefetch.settle(m["gaps"], 0, 15) and m["settle_after"] == prefetch.settle(m["gaps"], 15, 30)
     assert prefetch.main([*args, "--out", str(tmp_path / "again")]) == 0
     assert json.loads((tmp_path / "again" / "online-prefetch.json").read_text())["results"] == document["results"]
+
+
+def test_a_small_fsdp2_study():
+    fsdp2 = load_script("validation/online/fsdp2.py")
+    from study import measured_deviations
+
+    deviations = measured_deviations(fsdp2.ROOT / "validation" / "results" / "online-cpu.json")
+    row = fsdp2.run_job("bert-base", 8, "100gb-ib", 8, deviations, 30, 15, 0)
+    from fusionopt import zoo
+    from fusionopt.model import FullySharded, Problem, simulate
+    from fusionopt.solvers.baselines import fsdp2_plan
+
+    profile = zoo.profile(row["model"], device="h100", batch=row["batch"])
+    default = fsdp2_plan(profile)
+    problem = Problem(profile, pattern=FullySharded.from_network(row["network"], 8).with_cap(row["memory_cap"]))
+    assert row["default_time"] == simulate(problem, default).iteration_time
+    assert simulate(problem, default).peak_memory <= row["memory_cap"]
+    # FSDP2's defaults, kept: their gap is the model's, step for step, before the change,
+    # and the optimum is never slower than them.
+    kept = row["methods"]["default"]
+    assert kept["gaps"][:15] == pytest.approx([row["default_time"] / row["optimum"] - 1] * 15, rel=1e-12)
+    assert row["optimum"] <= row["default_time"] and kept["switches"] == 0 and kept["steps_over_cap"] == 0
+    for m in row["methods"].values():
+        assert m["settle"] == fsdp2.settle(m["gaps"], 0, 15) and m["settle_after"] == fsdp2.settle(m["gaps"], 15, 30)
+    planner = row["methods"]["planner"]
+    assert planner["steps_over_cap"] == 0 and min(planner["gaps"]) >= -1e-12 and planner["settle"] is not None
+    assert fsdp2.run_job("bert-base", 8, "100gb-ib", 8, deviations, 30, 15, 0) == row
+    document = {"steps": 30, "change_at": 15, "seed": 0, "command": "c", "results": [row],
+                "deviations": {"file": "f", "count": int(deviations.size)}, "summary": fsdp2.summary([row])}
+    assert "| bert-base | 100gb-ib | 8 |" in fsdp2.markdown(document)

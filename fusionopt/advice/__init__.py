@@ -9,11 +9,12 @@ from fusionopt.advice._allreduce import (
 )
 from fusionopt.advice._sharded import (
     FSDP2_MIN_BACKWARD_PREFETCH, FSDP2_MIN_FORWARD_PREFETCH, ZERO3_GRID, OverMemoryCap, fsdp2_advice, fsdp2_atoms,
-    fsdp2_plan_of, fsdp2_settings, unit_modules, zero2_settings, zero3_settings,
+    fsdp2_least_forward_prefetch, fsdp2_plan_of, fsdp2_settings, unit_modules, zero2_settings, zero3_settings,
 )
 
 __all__ = [
     "DDPSettings", "FSDP2_MIN_BACKWARD_PREFETCH", "FSDP2_MIN_FORWARD_PREFETCH", "HorovodSettings", "MIN_GAIN",
-    "OverMemoryCap", "ZERO3_GRID", "ddp_settings", "fsdp2_advice", "fsdp2_atoms", "fsdp2_plan_of", "fsdp2_settings",
+    "OverMemoryCap", "ZERO3_GRID", "ddp_settings", "fsdp2_advice", "fsdp2_atoms", "fsdp2_least_forward_prefetch",
+    "fsdp2_plan_of", "fsdp2_settings",
     "gains_enough", "horovod_settings", "unit_modules", "zero2_settings", "zero3_settings",
 ]

@@ -47,7 +47,7 @@ from fusionopt.integrations._kineto import profile_from_trace
 from fusionopt.integrations._kineto_events import documents_by_rank
 from fusionopt.integrations._kineto_ranks import profile_from_traces
 from fusionopt.integrations._online import DDPJob, OnlinePlanner, SimulatedJob
-from fusionopt.integrations._online_baselines import DDP_CAPS_MB, GridSearch
+from fusionopt.integrations._online_baselines import DDP_CAPS_MB, FSDP2_GRID, GridSearch, ShardedGridSearch
 from fusionopt.integrations._online_sharded import ShardedDecision, ShardedPlanner, SimulatedShardedJob
 from fusionopt.integrations._fsdp2_job import FSDP2Job
 from fusionopt.integrations._plan_reducer import PlanReducer
@@ -68,9 +68,9 @@ from fusionopt.integrations._unprofiled import (
 
 __all__ = [
     "AdaptivePrefetch", "BayesianSearch", "COPIED_PARTS", "CollectiveRecorder", "DDPJob", "DDP_CAPS_MB",
-    "DEFAULT_PROFILER_COST", "EmulatedLink", "FSDP2Job", "GaussianProcess", "GridSearch", "Hold", "HorovodAutotune",
+    "DEFAULT_PROFILER_COST", "EmulatedLink", "FSDP2Job", "FSDP2_GRID", "GaussianProcess", "GridSearch", "Hold", "HorovodAutotune",
     "KIND_CODES", "OnlinePlanner", "PARAMETERS_FILE", "PlanReducer", "ProfilerCost", "REDUCER_CALIBRATION_SCHEMA",
-    "ReducerCalibration", "SMALL_INPUTS", "Sample", "ShardedDecision", "ShardedPlanner", "SimulatedJob",
+    "ReducerCalibration", "SMALL_INPUTS", "Sample", "ShardedDecision", "ShardedGridSearch", "ShardedPlanner", "SimulatedJob",
     "SimulatedShardedJob", "SimulatedZero3Job", "TEST_POINTS", "TracedStep",
     "UNPROFILED_FILE", "apply_advice", "apply_defaults", "collective_samples", "ddp_bucket_layout", "ddp_comm_hook",
     "documents_by_rank", "emulate_fsdp2", "fetch_events", "fit_collective_cost", "fit_overhead", "folder_parameters",

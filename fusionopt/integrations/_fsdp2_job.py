@@ -28,6 +28,7 @@ optimiser's step (the planner's ``after_step`` calls it).
 
 from __future__ import annotations
 
+import math
 import time
 from typing import Any
 
@@ -114,6 +115,7 @@ class FSDP2Job:
         self._apply(settings)
         self.plan = settings.plan
         self.switches = 0
+        self.step_time = math.nan                         # the last step's seconds
         self._collectives: list[tuple[str, int, float, float]] = []
         self._started: float | None = None
         self._forward_end: float | None = None
@@ -146,13 +148,14 @@ class FSDP2Job:
         started, forward_end, collectives = self._started, self._forward_end, self._collectives
         self._started = self._forward_end = None
         self._collectives = []
+        self.step_time = now - started
         inside = sum(end - start for _, _, start, end in collectives if end <= forward_end)
         after = [c for c in collectives if c[3] > forward_end]
         backward_end = max((end for *_, end in after), default=forward_end)
         return {"collectives": [(kind, nbytes, end - start) for kind, nbytes, start, end in collectives],
                 "forward": max(forward_end - started - inside, 0.0),
                 "backward": max(backward_end - forward_end - sum(end - start for *_, start, end in after), 0.0),
-                "step": now - started}
+                "step": self.step_time}
 
     # ------------------------------------------------------------------ switching
     def _apply(self, settings: Any) -> None:

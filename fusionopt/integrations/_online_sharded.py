@@ -127,19 +127,24 @@ class SimulatedShardedJob:
         self.profile = prior if prior is not None else problem.profile
         self.pattern = problem.pattern
         self.switches = 0
+        self.step_time = math.nan
+        self.peak_memory = 0
 
     def end_step(self) -> dict[str, Any]:
-        """Play one step; its record: ``collectives`` (``(kind, bytes, seconds)`` in issue
-        order), ``forward`` and ``backward`` (compute seconds) and ``step`` (seconds)."""
+        """Play one step (``step_time``: its seconds, ``peak_memory``: its bytes); its
+        record: ``collectives`` (``(kind, bytes, seconds)`` in issue order), ``forward`` and
+        ``backward`` (compute seconds) and ``step`` (seconds)."""
         t = simulate(self.problem, self.plan)
         profile = self.problem.profile
         stretch = 1.0 + self.noise.draw(len(t.message_end) + 3)
         seconds = (t.message_end - t.message_start) * stretch[3:]
+        self.step_time = float(t.iteration_time * stretch[2])
+        self.peak_memory = int(t.peak_memory)
         return {"collectives": [(KINDS[k], int(b), float(s))
                                 for k, b, s in zip(t.message_kind.tolist(), t.message_bytes.tolist(), seconds)],
                 "forward": float(profile.forward.sum() * stretch[0]),
                 "backward": float(profile.backward.sum() * stretch[1]),
-                "step": float(t.iteration_time * stretch[2])}
+                "step": self.step_time}
 
     def switch(self, plan: ShardedPlan) -> None:
         """Run ``plan`` (the same units) from the next step on."""

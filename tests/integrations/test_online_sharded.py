@@ -146,3 +146,30 @@ def test_refusals_in_one_line():
     planner.after_step()
     with pytest.raises(ValueError, match="no reduce-scatter was timed in the last 2 steps: the job's gradients never"):
         planner.after_step()
+
+
+def test_the_grid_search_over_fsdp2s_knobs():
+    from fusionopt.integrations import FSDP2_GRID, ShardedGridSearch
+
+    # Eight settings of 5 steps each (profiled steps 3 to 5), the best kept after the grid
+    # or 5 experiments after the best began; without noise the metric is the model's T.
+    job = SimulatedShardedJob(problem(), FSDP2_START)
+    grid = ShardedGridSearch(job)
+    times = {s: simulate(problem(), grid.plan_of(s)).iteration_time for s in FSDP2_GRID}
+    for _ in range(5 * len(FSDP2_GRID)):
+        job.end_step()
+        grid.after_step()
+    assert grid.metrics == pytest.approx([times[s] for s in FSDP2_GRID[:len(grid.metrics)]], rel=1e-12)
+    first_best = min(FSDP2_GRID, key=lambda s: (times[s], FSDP2_GRID.index(s)))
+    assert grid.best == first_best and job.plan == grid.plan_of(first_best)
+    assert grid.plan_of((True, 0, 1)) == FSDP2_START       # FSDP2's defaults first
+    # Under a cap that every whole-units setting breaks, those experiments fail (out of memory).
+    capped = problem(cap=1.1e7)
+    job = SimulatedShardedJob(capped, FSDP2_START)
+    grid = ShardedGridSearch(job)
+    for _ in range(5 * len(FSDP2_GRID)):
+        job.end_step()
+        grid.after_step()
+    over = [simulate(capped, grid.plan_of(s)).peak_memory > 1.1e7 for s in FSDP2_GRID[:len(grid.metrics)]]
+    assert any(over) and all((m == float("inf")) == o for m, o in zip(grid.metrics, over))
+    assert simulate(capped, job.plan).peak_memory <= 1.1e7
