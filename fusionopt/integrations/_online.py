@@ -101,13 +101,7 @@ class OnlinePlanner:
 
     def __init__(self, reducer: Any, *, every: int = 5, window: int = 10, min_gain: float = 0.01,
                  confidence: float = 2.0, method: str = "dp") -> None:
-        for name, value, least in (("every", every, 1), ("window", window, 2)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < least:
-                raise ValueError(f"{name} must be a whole number of steps >= {least}, got {value!r}")
-        if isinstance(min_gain, bool) or not isinstance(min_gain, (int, float)) or not 0 <= min_gain < 1:
-            raise ValueError(f"min_gain must be a fraction in [0, 1), got {min_gain!r}")
-        if isinstance(confidence, bool) or not isinstance(confidence, (int, float)) or not confidence >= 0:
-            raise ValueError(f"confidence must be a number >= 0, got {confidence!r}")
+        check_planner_options(every, window, min_gain, confidence)
         if reducer.sync != "barrier" and not hasattr(reducer, "flush"):
             raise ValueError(f"the online planner switches plans between steps; a job under sync={reducer.sync!r} "
                              "has them only after flush(): use a PlanReducer, or sync='barrier'")
@@ -217,6 +211,17 @@ class OnlinePlanner:
         box = [mine]
         dist.broadcast_object_list(box, src=dist.get_global_rank(self._group, 0), group=self._group)
         return box[0]
+
+
+def check_planner_options(every: Any, window: Any, min_gain: Any, confidence: Any) -> None:
+    """Refuse, in one line, a planner's period, window, least gain or confidence out of range."""
+    for name, value, least in (("every", every, 1), ("window", window, 2)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < least:
+            raise ValueError(f"{name} must be a whole number of steps >= {least}, got {value!r}")
+    if isinstance(min_gain, bool) or not isinstance(min_gain, (int, float)) or not 0 <= min_gain < 1:
+        raise ValueError(f"min_gain must be a fraction in [0, 1), got {min_gain!r}")
+    if isinstance(confidence, bool) or not isinstance(confidence, (int, float)) or not confidence >= 0:
+        raise ValueError(f"confidence must be a number >= 0, got {confidence!r}")
 
 
 class Noise:

@@ -51,7 +51,7 @@ from typing import Any
 
 import numpy as np
 
-from fusionopt.integrations._online import Noise, _affine
+from fusionopt.integrations._online import Noise, _affine, check_planner_options
 from fusionopt.model._cost import AlphaBeta
 from fusionopt.model._problem import Problem
 from fusionopt.model._profile import Profile
@@ -184,13 +184,9 @@ class ShardedPlanner:
 
     def __init__(self, job: Any, *, every: int = 5, window: int = 10, min_gain: float = 0.01,
                  confidence: float = 2.0, reshard: str = "auto", max_depth: int = 3) -> None:
-        for name, value, least in (("every", every, 1), ("window", window, 2), ("max_depth", max_depth, 1)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < least:
-                raise ValueError(f"{name} must be a whole number >= {least}, got {value!r}")
-        if isinstance(min_gain, bool) or not isinstance(min_gain, (int, float)) or not 0 <= min_gain < 1:
-            raise ValueError(f"min_gain must be a fraction in [0, 1), got {min_gain!r}")
-        if isinstance(confidence, bool) or not isinstance(confidence, (int, float)) or not confidence >= 0:
-            raise ValueError(f"confidence must be a number >= 0, got {confidence!r}")
+        check_planner_options(every, window, min_gain, confidence)
+        if isinstance(max_depth, bool) or not isinstance(max_depth, int) or max_depth < 1:
+            raise ValueError(f"max_depth must be a whole number >= 1, got {max_depth!r}")
         if reshard not in ("auto", "any", "suffix"):
             raise ValueError(f"reshard must be 'auto', 'any' or 'suffix', got {reshard!r}")
         _check_job(job.pattern, job.plan)
