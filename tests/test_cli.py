@@ -995,3 +995,18 @@ def test_cost_files_of_the_wrong_collective_are_refused(capsys, tmp_path, profil
     assert run(capsys, "solve", profile_path, "--cost", ar)[0] == 0
     assert "leave out --workers" in run_error(capsys, "solve", profile_path, "--fully-sharded", "--reduce-scatter-cost",
                                               rs, "--all-gather-cost", rs, "--workers", "8")
+
+
+def test_advise_under_an_aligned_cost_says_to_pad(tmp_path, capsys, profile_path):
+    from fusionopt.cost import Aligned, AlphaBeta
+
+    cost = tmp_path / "aligned.json"
+    cost.write_text(json.dumps(Aligned(AlphaBeta(3e-3, 1e-9), ranks=2, unit=64, slowdown=3.0, padded=True).to_dict()))
+    status, out, err = run(capsys, "advise", "--profile", profile_path, "--cost", cost)
+    assert status == 0, err
+    line = next(line for line in out.splitlines() if "pad:" in line)
+    assert line.strip().startswith("pad: register fusionopt.integrations.padded_comm_hook(unit=64): each bucket "
+                                   "all-reduced as a multiple of 2 x 64 B")
+    doc = run_json(capsys, "advise", "--profile", profile_path, "--cost", cost, "--json")
+    assert doc["ddp"]["hook"] == "fusionopt.integrations.padded_comm_hook(unit=64)"
+    assert len(doc["ddp"]["padding"]) == len(doc["ddp"]["buckets"])

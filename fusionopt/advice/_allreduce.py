@@ -40,6 +40,7 @@ from typing import Any
 
 import numpy as np
 
+from fusionopt.model._alignment import Aligned
 from fusionopt.model._plan import Plan
 from fusionopt.model._pattern import require_pattern
 from fusionopt.model._problem import Problem
@@ -89,7 +90,13 @@ class DDPSettings:
     setting (the list when there is one, else the single cap or the default): tensor
     indices per bucket in the order DDP fills them, buckets in reduction order;
     ``iteration_time`` its ``T``. ``find_unused_iteration_time`` is the ``T`` of the
-    recommended setting with ``find_unused_parameters=True``. ``kept_defaults``: the list
+    recommended setting with ``find_unused_parameters=True``. Where the problem's cost is an
+    :class:`~fusionopt.cost.Aligned` price of padded messages (a calibrated alignment cliff,
+    MODEL.md section 2.3), every ``T`` here is of buckets padded to it, which DDP does not do
+    by itself: ``alignment_unit`` is the cost's unit (bytes per rank) and ``padding`` the
+    bytes each bucket of ``buckets`` gains, and the job must register
+    :func:`~fusionopt.integrations.padded_comm_hook` with that unit (``hook``).
+    ``kept_defaults``: the list
     (or, without one, every single cap) is predicted less than ``min_gain`` faster than
     torch's default layout, so the advice is to leave DDP's defaults (``arguments`` is
     empty, ``buckets`` and ``iteration_time`` the default layout's); ``bucket_cap_mb_list``
@@ -105,6 +112,8 @@ class DDPSettings:
     find_unused_iteration_time: float
     candidates: int                       # single caps tried
     min_gain: float = 0.0
+    alignment_unit: int | None = None     # bytes a rank's part must be a multiple of (an Aligned cost's)
+    padding: tuple[int, ...] = ()         # bytes padding adds to each bucket of ``buckets``
 
     @property
     def kept_defaults(self) -> bool:
@@ -135,12 +144,20 @@ class DDPSettings:
             return {"bucket_cap_mb_list": list(self.bucket_cap_mb_list)}
         return {} if self.bucket_cap_mb is None else {"bucket_cap_mb": self.bucket_cap_mb}
 
+    @property
+    def hook(self) -> str | None:
+        """The comm hook the advice needs, as Python (None: DDP's own all-reduce)."""
+        if self.alignment_unit is None or not any(self.padding):
+            return None
+        return f"fusionopt.integrations.padded_comm_hook(unit={self.alignment_unit})"
+
     def to_dict(self) -> dict[str, Any]:
         doc = asdict(self)
         doc["bucket_cap_mb_list"] = None if self.bucket_cap_mb_list is None else list(self.bucket_cap_mb_list)
         doc["buckets"] = [list(b) for b in self.buckets]
+        doc["padding"] = list(self.padding)
         doc.update(arguments=self.arguments, list_iteration_time=self.list_iteration_time,
-                   iteration_time=self.iteration_time, kept_defaults=self.kept_defaults)
+                   iteration_time=self.iteration_time, kept_defaults=self.kept_defaults, hook=self.hook)
         return doc
 
 
@@ -315,6 +332,11 @@ def ddp_settings(problem: Problem, plan: Plan, *, min_gain: float = MIN_GAIN) ->
         recommended = {} if cap is None else {"bucket_cap_mb": cap}
         buckets = cap_buckets
     unused_time, _ = timed(find_unused_parameters=True, **recommended)
+    cost = problem.cost
+    unit, padding = None, ()
+    if isinstance(cost, Aligned) and cost.padded:
+        unit = cost.unit
+        padding = tuple(int(p) for p in cost.padding([int(profile.sizes[list(b)].sum()) for b in buckets]))
     return DDPSettings(
         bucket_cap_mb_list=exact,
         bucket_cap_mb=cap,
@@ -325,6 +347,8 @@ def ddp_settings(problem: Problem, plan: Plan, *, min_gain: float = MIN_GAIN) ->
         find_unused_iteration_time=unused_time,
         candidates=len(caps),
         min_gain=min_gain,
+        alignment_unit=unit,
+        padding=padding,
     )
 
 

@@ -66,6 +66,16 @@ def cmd_advise(args: argparse.Namespace) -> None:
           f"(unset, 1 MiB first then 25 MiB: {ms * ddp.default_iteration_time:.3f} ms)")
     print(f"          find_unused_parameters=True (no bucket rebuild; registration order): "
           f"T = {ms * ddp.find_unused_iteration_time:.3f} ms")
+    if ddp.hook is not None:
+        padded = sum(p > 0 for p in ddp.padding)
+        ranks = problem.cost.ranks
+        print(f"          pad: register {ddp.hook}: each bucket all-reduced as a multiple of {ranks} x "
+              f"{ddp.alignment_unit} B, the alignment the cost's cliff needs ({padded} of "
+              f"{plural(len(ddp.padding), 'bucket')} padded, {sum(ddp.padding)} B in all); every T above is of the "
+              f"padded buckets")
+    elif ddp.alignment_unit is not None:
+        print(f"          no padding: every bucket is already a multiple of {problem.cost.ranks} x "
+              f"{ddp.alignment_unit} B, the alignment the cost's cliff needs")
     print(f"horovod   HOROVOD_FUSION_THRESHOLD={hvd.fusion_threshold_bytes} "
           f"HOROVOD_CYCLE_TIME={hvd.environment['HOROVOD_CYCLE_TIME']} ({hvd.backend}): "
           f"T = {1e3 * hvd.iteration_time:.3f} ms (defaults: {1e3 * hvd.default_iteration_time:.3f} ms"

@@ -48,6 +48,7 @@ from fusionopt.integrations._kineto_events import documents_by_rank
 from fusionopt.integrations._kineto_ranks import profile_from_traces
 from fusionopt.integrations._online import DDPJob, OnlinePlanner, SimulatedJob
 from fusionopt.integrations._online_baselines import DDP_CAPS_MB, FSDP2_GRID, GridSearch, ShardedGridSearch
+from fusionopt.integrations._padded_hook import padded_comm_hook
 from fusionopt.integrations._online_sharded import ShardedDecision, ShardedPlanner, SimulatedShardedJob
 from fusionopt.integrations._fsdp2_job import FSDP2Job
 from fusionopt.integrations._plan_reducer import PlanReducer
@@ -75,7 +76,7 @@ __all__ = [
     "UNPROFILED_FILE", "apply_advice", "apply_defaults", "collective_samples", "ddp_bucket_layout", "ddp_comm_hook",
     "documents_by_rank", "emulate_fsdp2", "fetch_events", "fit_collective_cost", "fit_overhead", "folder_parameters",
     "free_port", "fsdp2_blocks", "join_gloo", "leave_rank", "measure_profiler_cost", "measure_reducer_overhead",
-    "padded_bytes", "predict_traced_step", "profile_from_trace", "profile_from_traces", "profile_model",
+    "padded_bytes", "padded_comm_hook", "predict_traced_step", "profile_from_trace", "profile_from_traces", "profile_model",
     "read_advice", "read_profiler_cost", "read_reducer_calibration", "read_unprofiled_reference",
     "record_ddp_traces", "record_fsdp2_collectives", "replay_trace", "require_torch", "run_rank_processes",
     "small_model", "tiny_transformer", "with_reducer_overhead", "write_profiler_cost",

@@ -137,3 +137,31 @@ def test_bad_input(advise):
     ps = Problem(problem.profile, pattern=ParameterServer(AlphaBeta(MS, 1e-9), servers=1, workers=2))
     with pytest.raises(ValueError, match="all-reduce problem"):
         advise(ps, plan)
+
+
+def test_under_an_aligned_cost_the_advice_pads_and_says_so():
+    from fusionopt.cost import Aligned
+
+    # Sizes that break a 2 x 64-byte alignment: 4,000,004, 1,000,000 and 2,000,002 B. The DP
+    # sends each alone (alpha = 1 ms); each bucket gains what rounds it up to 128 B.
+    sizes = [4_000_004, 1_000_000, 2_000_002]
+    profile = Profile.from_arrays(sizes, [MS] * 3, [3 * MS, 2 * MS, MS])
+    cost = Aligned(AlphaBeta(MS, 1e-9), ranks=2, unit=64, slowdown=3.0, padded=True)
+    problem = Problem(profile, cost)
+    s = ddp_settings(problem, solve(problem, "dp").plan)
+    assert s.buckets == ((2,), (1,), (0,)) and s.alignment_unit == 64
+    assert s.padding == (126, 64, 124)                   # (-S) mod 128 for 2,000,002, 1,000,000, 4,000,004
+    assert s.hook == "fusionopt.integrations.padded_comm_hook(unit=64)"
+    # T prices the padded buckets: the plain price of the padded sizes.
+    padded = Problem(profile, AlphaBeta(MS, 1e-9))
+    assert s.iteration_time == pytest.approx(simulate(problem, Plan.from_groups(profile, [[2], [1], [0]]))
+                                             .iteration_time, rel=1e-12)
+    assert s.iteration_time > simulate(padded, Plan.from_groups(profile, [[2], [1], [0]])).iteration_time
+    doc = s.to_dict()
+    assert doc["padding"] == [126, 64, 124] and doc["hook"] == s.hook
+    # Aligned sizes need no padding, and no hook; a plain cost says nothing of alignment.
+    aligned = Profile.from_arrays([128 * 31_250, 128 * 7_813, 128 * 15_625], [MS] * 3, [3 * MS, 2 * MS, MS])
+    s = ddp_settings(Problem(aligned, cost), solve(Problem(aligned, cost), "dp").plan)
+    assert set(s.padding) == {0} and s.hook is None and s.alignment_unit == 64
+    s = ddp_settings(Problem(profile, AlphaBeta(MS, 1e-9)), solve(Problem(profile, AlphaBeta(MS, 1e-9)), "dp").plan)
+    assert s.padding == () and s.hook is None and s.alignment_unit is None
