@@ -86,15 +86,22 @@ def _with_units(problem: Problem, units: ShardedPlan, reshard: str, max_depth: i
     top = max(max_depth, min_forward_prefetch, min_backward_prefetch)
     forward = range(min_forward_prefetch, top + 1)
     backward = range(min_backward_prefetch, top + 1)
+    plans = plans_with_units(units, reshard=reshard, forward_depths=forward, backward_depths=backward)
+    return _best(problem, plans, {"units": units.num_units})
+
+
+def _best(problem: Problem, plans, stats: dict) -> Result:
+    """The first fastest of ``plans`` within the cap, proven by enumeration; the cap's
+    refusal when none fits."""
     best, best_score, count = None, (math.inf, math.inf), 0
-    for plan in plans_with_units(units, reshard=reshard, forward_depths=forward, backward_depths=backward):
+    for plan in plans:
         count += 1
         score = plan_score(problem, plan)
         if score < best_score:
             best, best_score = plan, score
     if best_score[0] > 0:
         raise infeasible(problem, "sharded-brute", best_score[0])
-    return Outcome(best, stats={"plans": count, "units": units.num_units}, lower_bound=best_score[1], optimal=True)
+    return Outcome(best, stats={"plans": count, **stats}, lower_bound=best_score[1], optimal=True)
 
 
 @method("sharded-brute", family="exact",
@@ -148,17 +155,7 @@ def sharded_brute(problem: Problem, *, atoms: str | Sequence[int] = "tensor", un
     if len(bounds) - 1 > BRUTE_MAX_ATOMS:
         raise ValueError(f"sharded-brute enumerates every plan over at most {BRUTE_MAX_ATOMS} atoms and refuses "
                          f"{len(bounds) - 1}; use method='sharded-opt', or coarser atoms")
-    best, best_score, count = None, (math.inf, math.inf), 0
-    for plan in _plans_over(bounds):
-        count += 1
-        score = plan_score(problem, plan)
-        if score < best_score:
-            best, best_score = plan, score
-    if best_score[0] > 0:
-        raise infeasible(problem, "sharded-brute", best_score[0])
-    result = Outcome(best, stats={"plans": count, "atoms": len(bounds) - 1},
-                     lower_bound=best_score[1], optimal=True)
-    return result
+    return _best(problem, _plans_over(bounds), {"atoms": len(bounds) - 1})
 
 
 __all__ = ["BRUTE_MAX_ATOMS", "BRUTE_MAX_FREE_UNITS", "RESHARD_SPACES", "plans_with_units", "sharded_brute"]
