@@ -219,33 +219,44 @@ def _compressed_hook(link: EmulatedLink, dtype: Any) -> Callable[[Any, Any], Any
 
 class _HeldCollective:
     """FSDP2's collective of one kind, held on the link: ``inner`` (the collective FSDP2 had)
-    allocates and runs it, then the result waits for the link's time."""
+    allocates and runs it, then the result waits for the link's time; ``record``, where given,
+    hears ``(kind, unsharded bytes, start, end)`` of each call (``time.perf_counter`` seconds,
+    the end once its result is handed back)."""
 
-    def __init__(self, inner: Any, link: EmulatedLink, unsharded: str) -> None:
-        self.inner, self.link, self.unsharded = inner, link, unsharded
+    def __init__(self, inner: Any, link: EmulatedLink, unsharded: str, kind: str,
+                 record: Callable[[str, int, float, float], None] | None = None) -> None:
+        self.inner, self.link, self.unsharded, self.kind, self.record = inner, link, unsharded, kind, record
 
     def allocate(self, size: Any, *, dtype: Any, device: Any) -> Any:
         return self.inner.allocate(size, dtype=dtype, device=device)
 
     def __call__(self, **arguments: Any) -> Any:
-        until = self.link.reserve(_nbytes(arguments[self.unsharded]))
+        started = time.perf_counter()
+        nbytes = _nbytes(arguments[self.unsharded])
+        until = self.link.reserve(nbytes)
         work = self.inner(**arguments)
+        done = None if self.record is None else (lambda: self.record(self.kind, nbytes, started, time.perf_counter()))
         if work is None or not arguments.get("async_op", False):
             if work is not None:
                 work.wait()
             self.link.wait_until(until)
+            if done is not None:
+                done()
             return work
-        return _held_work(work, self.link, until)
+        return _held_work(work, self.link, until, done)
 
 
-def _held_work(work: Any, link: EmulatedLink, until: float) -> Any:
-    """A ``torch.distributed.Work`` (FSDP2 checks the type) whose ``wait`` holds."""
+def _held_work(work: Any, link: EmulatedLink, until: float, done: Callable[[], None] | None = None) -> Any:
+    """A ``torch.distributed.Work`` (FSDP2 checks the type) whose ``wait`` holds (and then
+    calls ``done``)."""
     import torch.distributed as dist
 
     class HeldWork(dist.Work):
         def wait(self, timeout: Any = None) -> bool:
             work.wait() if timeout is None else work.wait(timeout)
             link.wait_until(until)
+            if done is not None:
+                done()
             return True
 
         def is_completed(self) -> bool:
@@ -254,12 +265,16 @@ def _held_work(work: Any, link: EmulatedLink, until: float) -> Any:
     return HeldWork()
 
 
-def emulate_fsdp2(model: Any, link: EmulatedLink) -> int:
+def emulate_fsdp2(model: Any, link: EmulatedLink, *,
+                  record: Callable[[str, int, float, float], None] | None = None) -> int:
     """Hold every all-gather and reduce-scatter of each FSDP2 module in ``model`` (the model
     itself and its submodules that ``fully_shard`` wrapped) on ``link`` (module docstring).
     Call it after the ``fully_shard`` calls and before the first step; returns how many
-    FSDP2 units (``fully_shard`` calls, of one module or several) it installed on. ``ValueError`` where ``model`` holds no FSDP2 module, a
-    module is already emulated, or its parameters are on CUDA.
+    FSDP2 units (``fully_shard`` calls, of one module or several) it installed on.
+    ``record(kind, nbytes, start, end)``, where given, hears each collective: ``"all_gather"``
+    or ``"reduce_scatter"``, its unsharded bytes, and when it was called and when its held
+    result was handed back (``time.perf_counter`` seconds). ``ValueError`` where ``model``
+    holds no FSDP2 module, a module is already emulated, or its parameters are on CUDA.
     """
     require_torch()
     from torch.distributed.fsdp import FSDPModule
@@ -281,8 +296,10 @@ def emulate_fsdp2(model: Any, link: EmulatedLink) -> int:
                 raise ValueError(f"FSDP2 module {name or '(root)'!r} already holds its collectives on a link")
     for _, module in units.values():
         for group in module._get_fsdp_state()._fsdp_param_groups:
-            module.set_custom_all_gather(_HeldCollective(group._all_gather_comm, link, "output_tensor"))
-            module.set_custom_reduce_scatter(_HeldCollective(group._reduce_scatter_comm, link, "input_tensor"))
+            module.set_custom_all_gather(_HeldCollective(group._all_gather_comm, link, "output_tensor", "all_gather",
+                                                         record))
+            module.set_custom_reduce_scatter(_HeldCollective(group._reduce_scatter_comm, link, "input_tensor",
+                                                             "reduce_scatter", record))
     return len(units)
 
 

@@ -14,8 +14,9 @@ Checked on torch 2.13.0 (CPU, gloo), ``torch/distributed/fsdp/_fully_shard/_full
   (implicit) prefetch, so a switch back to depth 1 is possible through the public API;
 * every all-gather and reduce-scatter goes through the unit's ``set_custom_all_gather`` /
   ``set_custom_reduce_scatter`` collective: the one FSDP2 had, held on an
-  :class:`~fusionopt.integrations.EmulatedLink` (:func:`~fusionopt.integrations.emulate_fsdp2`,
-  a link of no cost by default), inside a timer. On CPU FSDP2 issues and waits for each
+  :class:`~fusionopt.integrations.EmulatedLink` and timed
+  (:func:`~fusionopt.integrations.emulate_fsdp2` with ``record``; a link of no cost by
+  default). On CPU FSDP2 issues and waits for each
   collective on the training thread, so a collective's seconds are the time it held that
   thread, and the compute is the rest (``FullySharded(blocking=True)`` models this job; a
   GPU's streams would need CUDA events, which this job does not take: it refuses a module
@@ -37,26 +38,6 @@ from fusionopt.integrations._online_sharded import _check_job, _units_refusal, s
 from fusionopt.integrations._torch_import import require_torch
 from fusionopt.model._problem import Problem
 from fusionopt.model._sharded_plan import ShardedPlan
-
-
-class _Timed:
-    """FSDP2's collective of one kind inside a timer: each call's kind, unsharded bytes and
-    seconds go to the job's step."""
-
-    def __init__(self, inner: Any, job: "FSDP2Job", kind: str, unsharded: str) -> None:
-        self.inner, self.job, self.kind, self.unsharded = inner, job, kind, unsharded
-
-    def allocate(self, size: Any, *, dtype: Any, device: Any) -> Any:
-        return self.inner.allocate(size, dtype=dtype, device=device)
-
-    def __call__(self, **arguments: Any) -> Any:
-        tensor = arguments[self.unsharded]
-        started = time.perf_counter()
-        work = self.inner(**arguments)
-        if work is not None and not arguments.get("async_op", False):
-            work.wait()
-        self.job._timed(self.kind, int(tensor.numel()) * int(tensor.element_size()), started, time.perf_counter())
-        return work
 
 
 class FSDP2Job:
@@ -95,9 +76,9 @@ class FSDP2Job:
                              "model's parameters are on another device")
         settings = fsdp2_settings(problem, plan)
         self._dist = dist
-        self.model, self.problem, self.profile, self.pattern = model, problem, problem.profile, problem.pattern
+        self.model, self.problem = model, problem
         self.rank, self.world = dist.get_rank(), dist.get_world_size()
-        self.units: dict[str, Any] = {}                   # a fully_shard call's first module name -> its FSDP module
+        self.units: dict[str, Any] = {}                   # a fully_shard call's first module name -> its module
         for modules, reshard in zip(settings.units, settings.reshard_after_forward):
             targets = [model if name == "" else model.get_submodule(name) for name in modules]
             fully_shard(targets[0] if len(targets) == 1 else targets, reshard_after_forward=reshard)
@@ -105,13 +86,7 @@ class FSDP2Job:
         if "" not in self.units:
             raise ValueError("the plan's settings do not wrap the model itself last (the root)")
         self.link = link if link is not None else EmulatedLink(lambda nbytes: 0.0)
-        emulate_fsdp2(model, self.link)
-        for module in self.units.values():
-            for group in module._get_fsdp_state()._fsdp_param_groups:
-                module.set_custom_all_gather(_Timed(group._all_gather_comm, self, "all_gather", "output_tensor"))
-                module.set_custom_reduce_scatter(_Timed(group._reduce_scatter_comm, self, "reduce_scatter",
-                                                        "input_tensor"))
-        self._order = list(self.units)                    # forward order, the root last
+        emulate_fsdp2(model, self.link, record=self._timed)
         self._apply(settings)
         self.plan = settings.plan
         self.switches = 0
@@ -121,6 +96,16 @@ class FSDP2Job:
         self._forward_end: float | None = None
         model.register_forward_pre_hook(self._pre_forward, prepend=True)
         model.register_forward_hook(self._post_forward)
+
+    @property
+    def profile(self) -> Any:
+        """The problem's profile: what the planner starts from."""
+        return self.problem.profile
+
+    @property
+    def pattern(self) -> Any:
+        """The problem's pattern: what the planner plans within."""
+        return self.problem.pattern
 
     # ------------------------------------------------------------------ timing
     def _pre_forward(self, module: Any, args: Any) -> None:
@@ -161,13 +146,14 @@ class FSDP2Job:
     def _apply(self, settings: Any) -> None:
         for modules, reshard in zip(settings.units, settings.reshard_after_forward):
             self.units[modules[0]].set_reshard_after_forward(bool(reshard), recurse=False)
-        for k, key in enumerate(self._order):
+        order = list(self.units)                          # forward order, the root last
+        for k, key in enumerate(order):
             module = self.units[key]
             module.set_modules_to_forward_prefetch([self.units[t] for t in settings.forward_prefetch.get(key, [])])
             if key in settings.backward_prefetch:
                 targets = settings.backward_prefetch[key]
             else:                                         # depth 1: the unit before, FSDP2's default
-                targets = [self._order[k - 1]] if k >= 1 else []
+                targets = [order[k - 1]] if k >= 1 else []
             module.set_modules_to_backward_prefetch([self.units[t] for t in targets])
 
     def switch(self, plan: ShardedPlan) -> None:

@@ -108,11 +108,10 @@ class ShardedGridSearch(GridSearch):
     runs out of memory fails in DeepSpeed's autotuner, and is never kept."""
 
     def __init__(self, job: Any, grid: tuple[tuple[bool, int, int], ...] = FSDP2_GRID, **options: Any) -> None:
-        from fusionopt.advice._sharded import fsdp2_least_forward_prefetch
-        from fusionopt.model._problem import Problem
+        from fusionopt.solvers.baselines._fsdp2 import fsdp2_forward_prefetch
 
         self.units: ShardedPlan = job.plan
-        self.least = fsdp2_least_forward_prefetch(Problem(job.profile, pattern=job.pattern))
+        self.least = fsdp2_forward_prefetch(job.pattern.blocking)
         self._over = False
         super().__init__(job, grid, **options)
 

@@ -51,6 +51,7 @@ from typing import Any
 
 import numpy as np
 
+from fusionopt.integrations._fsdp_record import KIND_CODES
 from fusionopt.integrations._online import Noise, _affine, check_planner_options
 from fusionopt.model._cost import AlphaBeta
 from fusionopt.model._problem import Problem
@@ -58,7 +59,7 @@ from fusionopt.model._profile import Profile
 from fusionopt.model._sharded_plan import ShardedPlan
 from fusionopt.model._simulator import simulate
 
-KINDS = ("reduce_scatter", "all_gather")
+KINDS = tuple(sorted(KIND_CODES, key=KIND_CODES.__getitem__))
 """The collectives of a record, by the timeline's ``message_kind`` code (0 and 1)."""
 
 FULL_FLAGS_UP_TO = 8
@@ -249,14 +250,19 @@ class ShardedPlanner:
             if np.ptp(sent[:, 0]) > 0:
                 self._betas[kind] = costs[kind].beta
         prior = self.job.profile
-        forward = statistics.median(r["forward"] for r in self._records) / float(prior.forward.sum())
-        backward = statistics.median(r["backward"] for r in self._records) / float(prior.backward.sum())
+        forward, backward = self._scales()
         profile = dataclasses.replace(prior, forward=prior.forward * forward, backward=prior.backward * backward)
         pattern = dataclasses.replace(self.job.pattern, all_gather=costs["all_gather"],
                                       reduce_scatter=costs["reduce_scatter"])
         steps = list(self._steps)
         spread = statistics.stdev(steps) / math.sqrt(len(steps)) if len(steps) > 1 else 0.0
         return Problem(profile, pattern=pattern), spread
+
+    def _scales(self) -> tuple[float, float]:
+        """The window's median forward and backward compute over the starting profile's."""
+        prior = self.job.profile
+        return (statistics.median(r["forward"] for r in self._records) / float(prior.forward.sum()),
+                statistics.median(r["backward"] for r in self._records) / float(prior.backward.sum()))
 
     def _decide(self) -> ShardedDecision:
         from fusionopt.advice._sharded import FSDP2_MIN_BACKWARD_PREFETCH, fsdp2_least_forward_prefetch
@@ -272,10 +278,8 @@ class ShardedPlanner:
         gain = current - best.iteration_time
         switched = best.plan != plan and (over > 0 or (gain > self.min_gain * current
                                                           and gain > self.confidence * spread))
-        ratio = problem.profile.forward.sum() / self.job.profile.forward.sum()
-        back = problem.profile.backward.sum() / self.job.profile.backward.sum()
-        return ShardedDecision(self.steps, problem.pattern.all_gather, problem.pattern.reduce_scatter, float(ratio),
-                               float(back), current, best.iteration_time, spread, switched,
+        return ShardedDecision(self.steps, problem.pattern.all_gather, problem.pattern.reduce_scatter,
+                               *self._scales(), current, best.iteration_time, spread, switched,
                                best.plan if switched else plan)
 
     def _share(self, mine: ShardedDecision | None) -> ShardedDecision:

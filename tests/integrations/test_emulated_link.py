@@ -138,7 +138,8 @@ def _fsdp_part(rank, report):
 
     plain, held = build(), build()
     link = EmulatedLink(AlphaBeta(ALPHA, 0.0))
-    report["installed"] = emulate_fsdp2(held, link)
+    heard = []
+    report["installed"] = emulate_fsdp2(held, link, record=lambda *call: heard.append(call))
     try:
         emulate_fsdp2(held, link)
     except ValueError as exc:
@@ -160,10 +161,15 @@ def _fsdp_part(rank, report):
     same = all(torch.equal(a.to_local(), b.to_local()) for a, b in zip(plain.parameters(), held.parameters()))
     # An explicit asynchronous unshard: its work waits for the link too.
     before = len(link.log)
+    heard_before = len(heard)
     handle = held.layers[0].unshard(async_op=True)
+    recorded_before_wait = len(heard) - heard_before
     handle.wait()
     waited = link.clock() >= link.log[-1].end
     held.layers[0].reshard()
+    report["heard"] = {"kinds_bytes": [[kind, nbytes] for kind, nbytes, _, _ in heard[:heard_before]],
+                       "held_through": all(end >= hold.end for (_, _, _, end), hold in zip(heard, link.log)),
+                       "before_wait": recorded_before_wait, "async": list(heard[-1][:2])}
     report["fsdp2"] = {"same_params": same, "per_step": per_step, "log": [list(h) for h in link.log[:before]],
                        "async": {"messages": len(link.log) - before, "nbytes": link.log[-1].nbytes,
                                  "waited": waited}}
@@ -247,6 +253,13 @@ def test_fsdp2_collectives_are_held_on_the_link(reports):
         for a, b in zip(holds, holds[1:]):
             assert b.start >= a.end - 1e-12 and b.end - b.start == pytest.approx(ALPHA)
         assert fsdp["async"] == {"messages": 1, "nbytes": L0, "waited": True}
+        # record= hears every collective once, in order, with its kind and bytes, each ending
+        # once its hold has; the asynchronous one only when it is waited for.
+        heard = report["heard"]
+        assert [nbytes for _, nbytes in heard["kinds_bytes"]] == STEP * 3
+        assert {kind for kind, _ in heard["kinds_bytes"]} == {"all_gather", "reduce_scatter"}
+        assert heard["held_through"] is True
+        assert heard["before_wait"] == 0 and heard["async"] == ["all_gather", L0]
 
 
 def test_the_ddp_hook_refuses_an_encoding_it_cannot_send():

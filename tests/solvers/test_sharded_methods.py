@@ -188,6 +188,16 @@ def test_brute_with_fixed_units_refusals():
         solve(p, "sharded-brute", units=ShardedPlan([0, 1, 3]), reshard="some")
     with pytest.raises(ValueError, match="max_depth must be a whole number >= 0"):
         solve(p, "sharded-brute", units=ShardedPlan([0, 1, 3]), max_depth=-1)
+    # Nothing given is left unused: atoms with units, the fixed-units options without them.
+    with pytest.raises(ValueError, match="atoms make units; with units= the units are given: leave atoms out"):
+        solve(p, "sharded-brute", units=ShardedPlan([0, 1, 3]), atoms="tensor")
+    for option, value in (("reshard", "suffix"), ("max_depth", 2), ("min_forward_prefetch", 1)):
+        with pytest.raises(ValueError, match=f"sharded-brute: {option} goes with units="):
+            solve(p, "sharded-brute", **{option: value})
+    # A least depth above max_depth is searched alone, never deeper: depths 2 forward, 1 back.
+    r = solve(p, "sharded-brute", units=ShardedPlan([0, 1, 2, 3]), max_depth=1, min_forward_prefetch=2,
+              min_backward_prefetch=1)
+    assert (r.plan.forward_prefetch, r.plan.backward_prefetch) == (2, 1) and r.stats["plans"] == 2 ** 3
     profile = Profile.from_arrays([1e3] * 14, [MS] * 14, [MS] * 14)
     many = Problem(profile, pattern=FullySharded(HALF, HALF))
     with pytest.raises(ValueError, match="at most 12 units and refuses 14; use reshard='suffix'"):

@@ -83,9 +83,8 @@ def _with_units(problem: Problem, units: ShardedPlan, reshard: str, max_depth: i
     if reshard == "any" and free > BRUTE_MAX_FREE_UNITS:
         raise ValueError(f"sharded-brute enumerates every reshard flag of at most {BRUTE_MAX_FREE_UNITS} units and "
                          f"refuses {free}; use reshard='suffix'")
-    top = max(max_depth, min_forward_prefetch, min_backward_prefetch)
-    forward = range(min_forward_prefetch, top + 1)
-    backward = range(min_backward_prefetch, top + 1)
+    forward = range(min_forward_prefetch, max(max_depth, min_forward_prefetch) + 1)
+    backward = range(min_backward_prefetch, max(max_depth, min_backward_prefetch) + 1)
     plans = plans_with_units(units, reshard=reshard, forward_depths=forward, backward_depths=backward)
     return _best(problem, plans, {"units": units.num_units})
 
@@ -108,8 +107,8 @@ def _best(problem: Problem, plans, stats: dict) -> Result:
         summary="fully sharded, exact: every plan over at most 8 atoms (units, reshard flags, depths, root)",
         in_default_comparison=False)
 @declares(SHARDED)
-def sharded_brute(problem: Problem, *, atoms: str | Sequence[int] = "tensor", units: ShardedPlan | None = None,
-                  reshard: str = "any", max_depth: int = 3, min_forward_prefetch: int = 0,
+def sharded_brute(problem: Problem, *, atoms: str | Sequence[int] | None = None, units: ShardedPlan | None = None,
+                  reshard: str | None = None, max_depth: int | None = None, min_forward_prefetch: int = 0,
                   min_backward_prefetch: int = 0) -> Result:
     """Exact: every plan whose units are unions of consecutive ``atoms`` (:func:`atom_bounds`),
     with every reshard flag, root or not, and every prefetch depth, at most
@@ -128,7 +127,9 @@ def sharded_brute(problem: Problem, *, atoms: str | Sequence[int] = "tensor", un
     (:func:`plans_with_units`: ``"any"``, every vector, at most
     ``BRUTE_MAX_FREE_UNITS`` units; ``"suffix"``), the forward depths from
     ``min_forward_prefetch`` and the backward depths from ``min_backward_prefetch``, each
-    up to ``max_depth`` (``atoms`` is not used).
+    up to ``max_depth`` (default 3; a least depth above it is searched alone). ``atoms``
+    goes without ``units`` and the other options with it; each is refused in one line
+    otherwise.
 
     Examples
     --------
@@ -150,8 +151,17 @@ def sharded_brute(problem: Problem, *, atoms: str | Sequence[int] = "tensor", un
     """
     check_floor(problem, "sharded-brute")
     if units is not None:
-        return _with_units(problem, units, reshard, max_depth, min_forward_prefetch, min_backward_prefetch)
-    bounds = atom_bounds(problem.profile, atoms)
+        if atoms is not None:
+            raise ValueError("sharded-brute: atoms make units; with units= the units are given: leave atoms out")
+        return _with_units(problem, units, "any" if reshard is None else reshard, 3 if max_depth is None else max_depth,
+                           min_forward_prefetch, min_backward_prefetch)
+    given = [name for name, value in (("reshard", reshard), ("max_depth", max_depth),
+                                      ("min_forward_prefetch", min_forward_prefetch or None),
+                                      ("min_backward_prefetch", min_backward_prefetch or None)) if value is not None]
+    if given:
+        raise ValueError(f"sharded-brute: {given[0]} goes with units= (the plans of fixed units); over atoms every "
+                         "flag and depth is searched")
+    bounds = atom_bounds(problem.profile, "tensor" if atoms is None else atoms)
     if len(bounds) - 1 > BRUTE_MAX_ATOMS:
         raise ValueError(f"sharded-brute enumerates every plan over at most {BRUTE_MAX_ATOMS} atoms and refuses "
                          f"{len(bounds) - 1}; use method='sharded-opt', or coarser atoms")
