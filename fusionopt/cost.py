@@ -16,7 +16,9 @@ Collectives on a network
 What a message carries on the wire
     :class:`Encoding` (:data:`FP32`, :data:`FP16`, :data:`BF16`, :data:`ENCODINGS`),
     :class:`Encoded` (one encoding) and :class:`Cheapest` (each message its cheapest allowed
-    encoding), :func:`encodings_of`, :func:`crossovers`.
+    encoding), :func:`encodings_of`, :func:`crossovers`; :class:`PowerSGD` (torch's
+    ``powerSGD_hook``: its split of each tensor, a bucket's price, a problem priced for it) and
+    its :class:`TensorSplit`.
 Alignment
     :class:`Aligned`: the cliff a message pays where its per-rank part breaks an alignment,
     or the price of padding to it (found by :func:`fusionopt.executor.fit_alignment`).
@@ -42,10 +44,12 @@ from fusionopt.model._cost import (
 from fusionopt.model._cost_files import read_nccl_tests, read_osu
 from fusionopt.model._encoding import BF16, ENCODINGS, FP16, FP32, Cheapest, Encoded, Encoding, crossovers, encodings_of
 from fusionopt.model._overhead import with_message_overhead, with_overhead
+from fusionopt.model._powersgd import PowerSGD, TensorSplit
 
 __all__ = [
     "ALGORITHMS", "Aligned", "AlphaBeta", "BF16", "COLLECTIVES", "COST_SCHEMA", "COST_VERSION", "Cheapest",
-    "CommCost", "Composite", "ENCODINGS", "Encoded", "Encoding", "FP16", "FP32", "PiecewiseLinear", "cost_from_dict",
+    "CommCost", "Composite", "ENCODINGS", "Encoded", "Encoding", "FP16", "FP32", "PiecewiseLinear", "PowerSGD", "TensorSplit",
+    "cost_from_dict",
     "crossovers", "double_binary_tree_allreduce", "encodings_of", "hierarchical_all_gather",
     "hierarchical_allreduce", "hierarchical_reduce_scatter", "network", "network_link", "networks",
     "rabenseifner_allreduce", "read_nccl_tests", "read_osu", "recursive_doubling_all_gather",
