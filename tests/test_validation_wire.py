@@ -1,4 +1,4 @@
-"""validation/wire/study.py: a small run's figures against the model, computed apart."""
+"""validation/wire/study.py and powersgd.py: a small run's figures against the model, computed apart."""
 
 from __future__ import annotations
 
@@ -66,3 +66,36 @@ def test_a_small_measured_wire_run(tmp_path):
     for setting, m in row["measured"].items():
         assert m["speedup"] == pytest.approx(sum(row["rounds"]["default"]) / sum(row["rounds"][setting]))
     assert "emulated link" in (tmp_path / "wire-cpu.md").read_text()
+
+
+def test_a_small_powersgd_study(tmp_path):
+    powersgd = load_script("validation/wire/powersgd.py")
+    assert powersgd.main(["--workers", "8", "--ranks", "2", "--out", str(tmp_path)]) == 0
+    document = json.loads((tmp_path / "wire-powersgd.json").read_text())
+    assert len(document["results"]) == 8
+    from fusionopt import zoo
+    from fusionopt.cost import PowerSGD, network
+    from fusionopt.solvers.baselines import ddp_buckets
+
+    hook = PowerSGD(rank=2, seconds_per_byte=powersgd.PER_BYTE, seconds_per_flop=powersgd.PER_FLOP,
+                    seconds_per_message=powersgd.PER_MESSAGE)
+    for row in document["results"]:
+        profile = zoo.profile(row["model"], device="h100", batch=row["batch"])
+        link = network(row["network"], 8)
+        (q,) = row["powersgd"]
+        # DDP's buckets, each bucket's three all-reduces and compute summed apart (message_seconds)
+        # and played on one FIFO channel after the backward's ready times: the hook's step.
+        buckets = ddp_buckets(profile)
+        channel = 0.0
+        for bucket in buckets:
+            ready = max(profile.ready_times[i] for i in bucket)
+            channel = max(channel, ready) + hook.message_seconds(link, profile, bucket)
+        expected = max(profile.B, channel) + profile.U + profile.F + profile.W
+        assert q["ddp"] == pytest.approx(expected, rel=1e-9, abs=0.5 * link.affine[1] * profile.n)
+        assert q["dp"] <= q["ddp"] * (1 + 1e-12)
+        assert q["compression_rate"] == pytest.approx(hook.of_profile(profile).compression_rate(), rel=1e-12)
+        times = {"fp32": row["ddp"], "fp16": row["ddp_fp16"], "powersgd-2": q["ddp"]}
+        assert row["fastest"] == min(times, key=times.__getitem__)
+    assert sum(document["summary"]["fastest"].values()) == 8
+    assert powersgd.main(["--workers", "8", "--ranks", "2", "--out", str(tmp_path / "again")]) == 0
+    assert json.loads((tmp_path / "again" / "wire-powersgd.json").read_text())["results"] == document["results"]
