@@ -41,20 +41,16 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "validation" / "wire"))
 
 from fusionopt.reporting import (Progress, changed_options, command_line, counts, interrupted_path,  # noqa: E402
                                  markdown_table, subset_location, write_result)
+from study import CAST_PER_BYTE, CAST_PER_MESSAGE, MODELS, NETWORKS, RESULTS, WORKERS  # noqa: E402
 
-RESULTS = ROOT / "validation" / "results"
-MODELS = (("resnet50", 64), ("vgg16", 64), ("bert-base", 8), ("gpt2", 8))
-NETWORKS = ("10gbe", "100gb-ib")
-WORKERS = (8, 64, 256, 1024)
 RANKS = (1, 4)
 PER_BYTE = 11 / 2.6e12
 PER_FLOP = 1 / 60e12
 PER_MESSAGE = 50e-6
-CAST_PER_BYTE = 3 / 2.6e12
-CAST_PER_MESSAGE = 10e-6
 
 
 def run_job(model: str, batch: int, network_name: str, workers: int, ranks: list[int],
