@@ -47,7 +47,7 @@ TensorSplit(numel=(262144, 256), compressed=(True, False), uncompressed=(0, 256)
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Sequence
 
 import numpy as np
@@ -127,7 +127,6 @@ class PowerSGD:
     seconds_per_byte: float = 0.0
     seconds_per_flop: float = 0.0
     seconds_per_message: float = 0.0
-    name: str = field(default="powersgd", init=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "rank", _check_count("rank", self.rank, 1))
@@ -235,7 +234,7 @@ class PowerSGD:
                              "per-byte term (beta = 0)")
         sizes = np.rint(wire + (compute / beta if beta > 0 else 0.0)).astype(np.int64)
         priced = Profile(
-            names=profile.names, sizes=np.maximum(sizes, 1), forward=profile.forward, backward=profile.backward,
+            names=profile.names, sizes=sizes, forward=profile.forward, backward=profile.backward,
             update=profile.update, name=f"{profile.name} (PowerSGD rank {self.rank})".strip(),
             metadata={**profile.metadata, "powersgd": self.to_dict()}, ready_order=profile.ready_order,
             registration_order=profile.registration_order, **profile.step_parts)

@@ -66,12 +66,9 @@ def _run(rank, report):
 
 
 def _rank(rank, port, folder):
-    with gloo_rank(rank, port, folder) as report:
-        try:
-            report["steps"] = []
-            _run(rank, report)
-        except BaseException as exc:           # the parent reports it
-            report["error"] = f"{type(exc).__name__}: {exc}"
+    with gloo_rank(rank, port, folder, report_errors=True) as report:
+        report["steps"] = []
+        _run(rank, report)
 
 
 @pytest.fixture(scope="module")

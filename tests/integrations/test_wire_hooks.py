@@ -129,15 +129,12 @@ def _mixed(rank, report):
 
 
 def _rank(rank, port, folder):
-    with gloo_rank(rank, port, folder) as reports:
-        try:
-            for name in ("fp16", "bf16"):
-                reports[name] = {"wire": [], "worst": [], "same": [], "held": []}
-                _run(rank, name, reports[name])
-            reports["mixed"] = {"wire": [], "whose": []}
-            _mixed(rank, reports["mixed"])
-        except BaseException as exc:           # the parent reports it
-            reports["error"] = f"{type(exc).__name__}: {exc}"
+    with gloo_rank(rank, port, folder, report_errors=True) as reports:
+        for name in ("fp16", "bf16"):
+            reports[name] = {"wire": [], "worst": [], "same": [], "held": []}
+            _run(rank, name, reports[name])
+        reports["mixed"] = {"wire": [], "whose": []}
+        _mixed(rank, reports["mixed"])
 
 
 @pytest.fixture(scope="module")
