@@ -190,7 +190,7 @@ def test_a_small_prefetch_study(tmp_path):
 
 def test_a_small_fsdp2_study():
     fsdp2 = load_script("validation/online/fsdp2.py")
-    from study import measured_deviations
+    from validation.online.study import measured_deviations
 
     deviations = measured_deviations(fsdp2.ROOT / "validation" / "results" / "online-cpu.json")
     row = fsdp2.run_job("bert-base", 8, "100gb-ib", 8, deviations, 30, 15, 0)

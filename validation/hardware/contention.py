@@ -48,7 +48,6 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from scipy.optimize import minimize  # noqa: E402
 
@@ -59,7 +58,7 @@ from fusionopt.reporting import read_json_document  # noqa: E402
 from fusionopt.cost import cost_from_dict  # noqa: E402
 from fusionopt.reporting import changed_options, markdown_table, subset_location, write_result  # noqa: E402
 from fusionopt.solvers import solve  # noqa: E402
-from run import ranking  # noqa: E402
+from validation.hardware.run import ranking  # noqa: E402
 
 RESULTS = ROOT / "validation" / "results"
 # The GEMM runs measured again by the GPU command on 2026-11-27, after the stored one was fitted,

@@ -44,10 +44,9 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from fusionopt.reporting import command_line, markdown_table  # noqa: E402
-from study import parse_arguments, play, plot_gaps, settle  # noqa: E402
+from validation.online.study import parse_arguments, play, plot_gaps, settle  # noqa: E402
 
 MODELS = (("gpt2", 8), ("bert-base", 8))
 METHODS = ("planner", "grid", "default")

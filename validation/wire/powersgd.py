@@ -41,11 +41,10 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "validation" / "wire"))
 
 from fusionopt.reporting import (Progress, changed_options, command_line, counts, interrupted_path,  # noqa: E402
                                  markdown_table, subset_location, write_result)
-from study import CAST_PER_BYTE, CAST_PER_MESSAGE, MODELS, NETWORKS, RESULTS, WORKERS  # noqa: E402
+from validation.wire.study import CAST_PER_BYTE, CAST_PER_MESSAGE, MODELS, NETWORKS, RESULTS, WORKERS  # noqa: E402
 
 RANKS = (1, 4)
 PER_BYTE = 11 / 2.6e12
