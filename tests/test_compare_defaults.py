@@ -289,3 +289,29 @@ def test_the_sweep_command_records_decoupled_cells(capsys, tmp_path):
     records = [json.loads(line) for line in output.read_text().splitlines()]
     assert [(r["method"], r["status"]) for r in records] == [("megatron", "FEASIBLE"), ("zero3", "FEASIBLE")]
     assert all(math.isfinite(r["iteration_time"]) for r in records)
+
+
+def test_a_table_under_powersgd_judges_every_row_under_the_hook():
+    # resnet50 at 64 workers of 10 GbE, torch's hook at rank 1: every row's T is its plan's on
+    # the priced problem, the ddp row is DDP's buckets from the gradients' bytes (they differ
+    # from the buckets DDP's rule would cut from the priced sizes), Horovod is left out.
+    from fusionopt.cost import PowerSGD, network
+    from fusionopt.model import Plan, simulate
+    from fusionopt.solvers.baselines import ddp_buckets, ddp_powersgd
+
+    problem = Problem(zoo.profile("resnet50", "h100", 64), network("10gbe", 64))
+    hook = PowerSGD(rank=1)
+    priced = hook.priced(problem)
+    table = compare(problem, powersgd=hook)
+    rows = {row.method: row for row in table}
+    assert "horovod" not in rows and "DDP comm hook" in table.left_out["horovod"]
+    ddp = ddp_powersgd(problem, hook)
+    assert rows["ddp"].iteration_time == ddp.iteration_time and rows["ddp"].messages == len(ddp_buckets(problem.profile))
+    assert ddp_buckets(priced.profile) != ddp_buckets(problem.profile)
+    assert rows["dp"].iteration_time == solve(priced, "dp").iteration_time <= min(r.iteration_time for r in table)
+    assert rows["wfbp"].iteration_time == simulate(priced, Plan.from_groups(priced.profile, [[i] for i in
+                                                   priced.profile.backward_order.tolist()])).iteration_time
+    with pytest.raises(ValueError, match="^horovod: Horovod has no PowerSGD"):
+        compare(problem, ["dp", "horovod"], powersgd=hook)
+    with pytest.raises(ValueError, match="p3 cuts tensors or leaves the ready order"):
+        compare(Problem(problem.profile, problem.cost, sync="layerwise"), ["p3"], powersgd=hook)

@@ -42,6 +42,7 @@ import numpy as np
 
 from fusionopt.model._alignment import Aligned
 from fusionopt.model._plan import Plan
+from fusionopt.model._powersgd import PowerSGD
 from fusionopt.model._pattern import require_pattern
 from fusionopt.model._problem import Problem
 from fusionopt.model._profile import Profile
@@ -54,6 +55,7 @@ DDP_CAP_CANDIDATES_MB = (1, 2, 5, 10, 25, 50, 100, 200, 500, 1000)
 HOROVOD_CYCLE_TIMES_MS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 HOROVOD_MAX_THRESHOLDS = 16       # plan sizes beyond this many are thinned to quantiles
 _TIE = 1e-9                       # relative tolerance on T for ties
+POWERSGD_MODULE = "torch.distributed.algorithms.ddp_comm_hooks.powerSGD_hook"
 MIN_GAIN = 0.05
 """The least predicted gain, a fraction of the default's ``T``, for which advice replaces a
 framework's default (module docstring)."""
@@ -95,7 +97,10 @@ class DDPSettings:
     MODEL.md section 2.3), every ``T`` here is of buckets padded to it, which DDP does not do
     by itself: ``alignment_unit`` is the cost's unit (bytes per rank) and ``padding`` the
     bytes each bucket of ``buckets`` gains, and the job must register
-    :func:`~fusionopt.integrations.padded_comm_hook` with that unit (``hook``).
+    :func:`~fusionopt.integrations.padded_comm_hook` with that unit (``hook``). Where
+    ``powersgd`` is set, every ``T`` here is of a step under torch's ``powerSGD_hook`` once it
+    compresses (MODEL.md section 2.4), ``hook`` says how to register it, and
+    ``plain_iteration_time`` is the ``T`` of DDP's defaults without it.
     ``kept_defaults``: the list
     (or, without one, every single cap) is predicted less than ``min_gain`` faster than
     torch's default layout, so the advice is to leave DDP's defaults (``arguments`` is
@@ -114,6 +119,8 @@ class DDPSettings:
     min_gain: float = 0.0
     alignment_unit: int | None = None     # bytes a rank's part must be a multiple of (an Aligned cost's)
     padding: tuple[int, ...] = ()         # bytes padding adds to each bucket of ``buckets``
+    powersgd: PowerSGD | None = None      # the hook every T above is judged under (None: DDP's all-reduce)
+    plain_iteration_time: float | None = None   # with powersgd: T of DDP's defaults without the hook
 
     @property
     def kept_defaults(self) -> bool:
@@ -147,17 +154,32 @@ class DDPSettings:
     @property
     def hook(self) -> str | None:
         """The comm hook the advice needs, as Python (None: DDP's own all-reduce)."""
+        if self.powersgd is not None:
+            return f"{POWERSGD_MODULE}.powerSGD_hook"
         if self.alignment_unit is None or not any(self.padding):
             return None
         return f"fusionopt.integrations.padded_comm_hook(unit={self.alignment_unit})"
+
+    @property
+    def hook_state(self) -> str | None:
+        """The state to register :attr:`hook` with, as Python: ``ddp.register_comm_hook(state,
+        hook)`` (None: the process group DDP was given)."""
+        if self.powersgd is None:
+            return None
+        p = self.powersgd
+        return (f"{POWERSGD_MODULE}.PowerSGDState(process_group=None, matrix_approximation_rank={p.rank}, "
+                f"min_compression_rate={p.min_compression_rate!r}, start_powerSGD_iter={p.start_iter}, "
+                f"use_error_feedback={p.use_error_feedback}, warm_start={p.warm_start})")
 
     def to_dict(self) -> dict[str, Any]:
         doc = asdict(self)
         doc["bucket_cap_mb_list"] = None if self.bucket_cap_mb_list is None else list(self.bucket_cap_mb_list)
         doc["buckets"] = [list(b) for b in self.buckets]
         doc["padding"] = list(self.padding)
+        doc["powersgd"] = None if self.powersgd is None else self.powersgd.to_dict()
         doc.update(arguments=self.arguments, list_iteration_time=self.list_iteration_time,
-                   iteration_time=self.iteration_time, kept_defaults=self.kept_defaults, hook=self.hook)
+                   iteration_time=self.iteration_time, kept_defaults=self.kept_defaults, hook=self.hook,
+                   hook_state=self.hook_state)
         return doc
 
 
@@ -272,7 +294,8 @@ def _single_caps(problem: Problem, plan: Plan) -> list[float]:
     return sorted(tried.values())
 
 
-def ddp_settings(problem: Problem, plan: Plan, *, min_gain: float = MIN_GAIN) -> DDPSettings:
+def ddp_settings(problem: Problem, plan: Plan, *, min_gain: float = MIN_GAIN,
+                 powersgd: PowerSGD | None = None) -> DDPSettings:
     """PyTorch DDP settings for ``plan``, each judged by the buckets torch builds from it;
     torch's defaults where no setting is predicted at least ``min_gain`` faster (a fraction
     of their ``T``; :data:`MIN_GAIN`).
@@ -300,18 +323,54 @@ def ddp_settings(problem: Problem, plan: Plan, *, min_gain: float = MIN_GAIN) ->
     >>> s = ddp_settings(problem, solve(problem, "dp").plan)
     >>> s.arguments, round(s.iteration_time * 1e3, 9), round(s.default_iteration_time * 1e3, 9)
     ({'bucket_cap_mb_list': [1.0, 0.1, 1.0]}, 14.0, 15.0)
+
+    With ``powersgd`` (a :class:`~fusionopt.cost.PowerSGD`), the job registers torch's
+    ``powerSGD_hook``: ``plan`` is a grouping of ``powersgd.priced(problem)`` (the DP's on it,
+    say), DDP builds every layout from the gradients' bytes, as it does under the hook, and
+    each layout's ``T`` is of a step once the hook compresses, judged on the priced problem.
+    ``plain_iteration_time`` is DDP's defaults without the hook, for the job that leaves it
+    out. Here (``alpha = 1 ms``, 1 ms of backward a tensor) the hook sends the 4 MiB and 1 MiB
+    weights as 32 and 20 kB of factors and pays three startups a bucket: DDP's defaults (the
+    bias and the 1 MiB weight in the first bucket, ready at 2 ms, the 4 MiB weight on its own)
+    end their second bucket at 8.054 ms; one bucket of all three, ready at 3 ms, ends at 6.054
+    ms, and a list of one 2 MiB cap builds it. Without the hook the defaults take 12.244 ms.
+
+    >>> from fusionopt.cost import PowerSGD
+    >>> prof = Profile.from_arrays([4194304, 1048576, 1024], [1e-3] * 3, [1e-3] * 3, ["w2", "w1", "b"],
+    ...                            shapes=[(1024, 1024), (256, 1024), (256,)])
+    >>> hook = PowerSGD(rank=4)
+    >>> problem = Problem(prof, AlphaBeta(1e-3, 1e-9))
+    >>> s = ddp_settings(problem, solve(hook.priced(problem), "dp").plan, powersgd=hook)
+    >>> s.arguments, [list(b) for b in s.buckets]
+    ({'bucket_cap_mb_list': [2.0]}, [[2, 1, 0]])
+    >>> [round(t * 1e3, 6) for t in (s.iteration_time, s.default_iteration_time, s.plain_iteration_time)]
+    [9.054272, 11.054272, 12.243904]
+    >>> s.hook
+    'torch.distributed.algorithms.ddp_comm_hooks.powerSGD_hook.powerSGD_hook'
     """
     min_gain = check_min_gain(min_gain)
-    plan_time = _check(problem, plan)
+    judge = problem
+    if powersgd is not None:
+        if not isinstance(powersgd, PowerSGD):
+            raise ValueError(f"powersgd must be a PowerSGD, got {type(powersgd).__name__}")
+        judge = powersgd.priced(problem)
+    plan_time = _check(judge, plan)
     profile = problem.profile
+    if powersgd is not None:
+        if not plan.is_fusion(judge.profile):
+            raise ValueError("under PowerSGD the plan must be a fusion plan (whole tensors, in the ready order): "
+                             "the hook compresses each whole gradient")
+        plan = Plan.from_groups(profile, plan.groups())       # the same buckets, in the gradients' bytes
     target = _boundaries(plan)
 
     def timed(**options: Any) -> tuple[float, list[list[int]]]:
         buckets = ddp_buckets(profile, **options)
-        layout = Plan.from_groups(profile, buckets)
-        return simulate(problem, layout, validate=False).iteration_time, buckets
+        layout = Plan.from_groups(judge.profile, buckets)
+        return simulate(judge, layout, validate=False).iteration_time, buckets
 
     default_time, default_buckets = timed()
+    plain_time = None if powersgd is None else \
+        simulate(problem, Plan.from_groups(profile, default_buckets), validate=False).iteration_time
     exact = plan_bucket_caps(problem.profile, plan)  # its layout is the plan: T is the plan's
     caps = _single_caps(problem, plan)
     trials = []
@@ -349,6 +408,8 @@ def ddp_settings(problem: Problem, plan: Plan, *, min_gain: float = MIN_GAIN) ->
         min_gain=min_gain,
         alignment_unit=unit,
         padding=padding,
+        powersgd=powersgd,
+        plain_iteration_time=plain_time,
     )
 
 

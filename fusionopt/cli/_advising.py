@@ -8,7 +8,10 @@ from typing import Any
 from fusionopt.advice._sharded import OverMemoryCap, fsdp2_advice, zero2_settings, zero3_settings
 from fusionopt.solvers import solve
 from fusionopt.cli._common import UsageError, plural
-from fusionopt.cli._problems import problem_for_compare, reducer_words
+from fusionopt.cli._problems import powersgd_from_flags, powersgd_words, priced_for_powersgd, problem_for_compare, \
+    reducer_words
+from fusionopt.solvers._comparison import NOT_UNDER_POWERSGD
+from fusionopt.solvers.baselines import ddp_powersgd
 
 
 def cmd_advise(args: argparse.Namespace) -> None:
@@ -27,21 +30,29 @@ def cmd_advise(args: argparse.Namespace) -> None:
     from fusionopt.advice._allreduce import ddp_settings, horovod_settings
 
     problem, label = problem_for_compare(args)
-    plan_result = solve(problem, args.method)
-    if not problem.pattern.is_a("all-reduce") or not plan_result.plan.is_fusion(problem.profile):
+    hook = powersgd_from_flags(args)
+    judged = problem if hook is None else priced_for_powersgd(problem, hook)
+    if hook is not None and args.method in NOT_UNDER_POWERSGD:
+        raise UsageError(f"--powersgd-rank: {args.method}: {NOT_UNDER_POWERSGD[args.method]}")
+    plan_result = solve(judged, args.method) if hook is None or args.method != "ddp" else ddp_powersgd(problem, hook)
+    if not judged.pattern.is_a("all-reduce") or not plan_result.plan.is_fusion(judged.profile):
         raise UsageError(f"method {args.method!r} gives a plan that is not a fusion plan (it cuts tensors, reorders "
                          "them or sets release times), which DDP and Horovod cannot build: advise on a fusion "
                          "method (dp, wfbp, mgwfbp, ddp, ...)")
-    ddp = ddp_settings(problem, plan_result.plan, min_gain=args.min_gain)
-    hvd = horovod_settings(problem, plan_result.plan, backend=args.horovod_backend, min_gain=args.min_gain)
+    ddp = ddp_settings(problem, plan_result.plan, min_gain=args.min_gain, powersgd=hook)
+    hvd = None if hook is not None else \
+        horovod_settings(problem, plan_result.plan, backend=args.horovod_backend, min_gain=args.min_gain)
     if args.json:
         print(json.dumps({"method": args.method, "iteration_time": plan_result.iteration_time,
-                          "messages": plan_result.num_messages,
-                          "ddp": ddp.to_dict(), "horovod": hvd.to_dict()}, indent=1))
+                          "messages": plan_result.num_messages, "ddp": ddp.to_dict(),
+                          "horovod": None if hvd is None else hvd.to_dict(),
+                          **({} if hook is None else {"horovod_left_out": NOT_UNDER_POWERSGD["horovod"]})}, indent=1))
         return
     print(f"workload  {label}: {plural(problem.profile.n, 'tensor')}")
     if args.reducer_calibration is not None:
         print(f"reducer   {reducer_words(args)}")
+    if hook is not None:
+        print(f"hook      {powersgd_words(hook)}; every T below is of such a step")
     print(f"plan      {args.method}: T = {1e3 * plan_result.iteration_time:.3f} ms, "
           f"{plural(plan_result.num_messages, 'message')}")
     ms = 1e3
@@ -66,7 +77,7 @@ def cmd_advise(args: argparse.Namespace) -> None:
           f"(unset, 1 MiB first then 25 MiB: {ms * ddp.default_iteration_time:.3f} ms)")
     print(f"          find_unused_parameters=True (no bucket rebuild; registration order): "
           f"T = {ms * ddp.find_unused_iteration_time:.3f} ms")
-    if ddp.hook is not None:
+    if ddp.hook is not None and hook is None:
         padded = sum(p > 0 for p in ddp.padding)
         ranks = problem.cost.ranks
         print(f"          pad: register {ddp.hook}: each bucket all-reduced as a multiple of {ranks} x "
@@ -76,14 +87,31 @@ def cmd_advise(args: argparse.Namespace) -> None:
     elif ddp.alignment_unit is not None:
         print(f"          no padding: every bucket is already a multiple of {problem.cost.ranks} x "
               f"{ddp.alignment_unit} B, the alignment the cost's cliff needs")
+    if hook is not None:
+        _print_powersgd(ddp)
+        return
     print(f"horovod   HOROVOD_FUSION_THRESHOLD={hvd.fusion_threshold_bytes} "
           f"HOROVOD_CYCLE_TIME={hvd.environment['HOROVOD_CYCLE_TIME']} ({hvd.backend}): "
           f"T = {1e3 * hvd.iteration_time:.3f} ms (defaults: {1e3 * hvd.default_iteration_time:.3f} ms"
           + (f"; kept: no pair is predicted {args.min_gain:.0%} faster)" if hvd.kept_defaults else ")"))
 
 
+def _print_powersgd(ddp: Any) -> None:
+    """The hook's registration, the step without it, and Horovod's absence."""
+    ms = 1e3
+    print(f"          register the hook: ddp.register_comm_hook({ddp.hook_state}, {ddp.hook})")
+    plain = ddp.plain_iteration_time
+    verdict = (f"the hook is predicted slower than DDP's defaults without it ({ms * plain:.3f} ms): leave it out"
+               if ddp.iteration_time > plain * (1 + 1e-9) else
+               f"DDP's defaults without the hook: T = {ms * plain:.3f} ms")
+    print(f"          {verdict}")
+    print(f"horovod   left out: {NOT_UNDER_POWERSGD['horovod']}")
+
+
 def _advise_pattern_flags(args: argparse.Namespace) -> None:
     """Refuse the all-reduce advice's flags under another --pattern."""
+    if powersgd_from_flags(args) is not None:
+        raise UsageError(f"--powersgd-rank is torch's comm hook on DDP's buckets; --pattern {args.pattern} has none")
     if args.method != "dp":
         raise UsageError(f"--method picks the all-reduce plan to follow; --pattern {args.pattern} plans its own")
     if args.horovod_backend != "nccl":

@@ -40,7 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "25, 1e-09, [1, 2], 'text' or text (repeatable)")
     p.add_argument("--output", metavar="PLAN.json", help="write the plan as JSON")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
-    add_cost_arguments(p)
+    add_cost_arguments(p, powersgd=True)
     p.set_defaults(run=cmd_solve)
 
     p = commands.add_parser("simulate", help="simulate a plan on a profile")
@@ -50,7 +50,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--reducer-calibration", metavar="R.json",
                    help="add a reducer's own cost per message and per step, as fusionopt calibrate --reducer "
                         "measured it")
-    add_cost_arguments(p)
+    add_cost_arguments(p, powersgd=True)
     p.set_defaults(run=cmd_simulate)
 
     p = commands.add_parser("compare", help="compare methods on a zoo model or a profile")
@@ -59,7 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_zoo_arguments(p)
     p.add_argument("--methods", help="comma-separated method names (default: all)")
     p.add_argument("--json", action="store_true", help="print the rows as JSON")
-    add_cost_arguments(p)
+    add_cost_arguments(p, powersgd=True)
     p.set_defaults(run=cmd_compare)
 
     p = commands.add_parser("advise", help="framework settings: DDP and Horovod closest to a method's plan; "
@@ -84,7 +84,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--reducer-calibration", metavar="R.json",
                    help="add a reducer's own cost per message and per step, as fusionopt calibrate --reducer "
                         "measured it (a ddp or plan calibration for --pattern allreduce, fsdp2 for --pattern fsdp)")
-    add_cost_arguments(p)
+    add_cost_arguments(p, powersgd=True)
     p.set_defaults(run=cmd_advise)
 
     p = commands.add_parser("zoo", help="list the zoo models")

@@ -10,7 +10,7 @@ import json
 import math
 from typing import Any, Sequence
 from fusionopt import zoo
-from fusionopt.cost import ALGORITHMS, AlphaBeta, Cheapest, Encoded, cost_from_dict, network, networks
+from fusionopt.cost import ALGORITHMS, AlphaBeta, Cheapest, Encoded, PowerSGD, cost_from_dict, network, networks
 from fusionopt.integrations._reducer_calibration import read_reducer_calibration, with_reducer_overhead
 from fusionopt.model import Problem, Profile
 from fusionopt.model._decoupled import Decoupled
@@ -23,7 +23,7 @@ from fusionopt.cli._common import UsageError, comma_list, read_profile
 
 
 # ---------------------------------------------------------------------- shared arguments
-def add_cost_arguments(parser: argparse.ArgumentParser, *, required: bool = True) -> None:
+def add_cost_arguments(parser: argparse.ArgumentParser, *, required: bool = True, powersgd: bool = False) -> None:
     group = parser.add_argument_group("communication cost (one of)")
     group.add_argument("--alpha", type=float, help="AlphaBeta startup latency per message, seconds")
     group.add_argument("--beta", type=float, help="AlphaBeta transfer time per byte, seconds/byte")
@@ -55,6 +55,20 @@ def add_cost_arguments(parser: argparse.ArgumentParser, *, required: bool = True
                       help="with --encodings: seconds per fp32 byte to encode and decode fp16 or bf16 (default 0)")
     wire.add_argument("--cast-per-message", type=float, metavar="S",
                       help="with --encodings: seconds per message to encode and decode fp16 or bf16 (default 0)")
+    if powersgd:
+        hook = parser.add_argument_group("torch's PowerSGD comm hook on every DDP bucket (MODEL.md section 2.4; "
+                                         "default off)")
+        hook.add_argument("--powersgd-rank", type=int, metavar="R",
+                          help="price every message as powerSGD_hook sends it once it compresses, at "
+                               "matrix_approximation_rank R; the ddp method builds its buckets from the gradients' bytes")
+        for flag, what in (("--powersgd-min-compression-rate", "min_compression_rate (default 2)"),
+                           ("--powersgd-start-iter", "start_powerSGD_iter, the plain steps first (default 1000)"),
+                           ("--powersgd-per-byte", "seconds per byte of a bucket for the hook's passes over it "
+                                                   "(default 0)"),
+                           ("--powersgd-per-flop", "seconds per flop of the hook's matrix products (default 0)"),
+                           ("--powersgd-per-message", "seconds per bucket for the hook's other work (default 0)")):
+            hook.add_argument(flag, type=int if flag.endswith("iter") else float, metavar="N" if flag.endswith("iter")
+                              else "X", help=f"with --powersgd-rank: {what}")
     server = parser.add_argument_group("parameter server instead of all-reduce (default off)")
     server.add_argument("--ps-servers", type=int, metavar="K",
                         help="K servers: push and pull channels (with --network, the BytePS-style terms)")
@@ -161,6 +175,47 @@ def problem_from_flags(profile: Profile, args: argparse.Namespace) -> Problem:
                        copy_on=args.copy_on or "channel", **_contention(args), channels=args.channels,
                        step_parts="fit")
     return Problem(profile, sync=args.sync, pattern=_parameter_server(args), step_parts="fit")
+
+
+POWERSGD_FLAGS = {"powersgd_min_compression_rate": "min_compression_rate", "powersgd_start_iter": "start_iter",
+                  "powersgd_per_byte": "seconds_per_byte", "powersgd_per_flop": "seconds_per_flop",
+                  "powersgd_per_message": "seconds_per_message"}
+"""The PowerSGD flags besides ``--powersgd-rank``, each with the :class:`~fusionopt.cost.PowerSGD` field it sets."""
+
+
+def powersgd_from_flags(args: argparse.Namespace) -> PowerSGD | None:
+    """The PowerSGD hook ``--powersgd-rank`` and its flags describe (None without it)."""
+    rank = getattr(args, "powersgd_rank", None)
+    given = {field: getattr(args, flag) for flag, field in POWERSGD_FLAGS.items() if getattr(args, flag, None) is not None}
+    if rank is None:
+        if given:
+            flag = next(f for f, field in POWERSGD_FLAGS.items() if field in given)
+            raise UsageError(f"--{flag.replace('_', '-')} sets torch's PowerSGD hook and goes with --powersgd-rank R")
+        return None
+    for flag, other in (("--encodings", args.encodings is not None), ("--ps-servers", args.ps_servers is not None),
+                        ("--decoupled", args.decoupled), ("--fully-sharded", args.fully_sharded)):
+        if other:
+            raise UsageError(f"--powersgd-rank prices DDP's all-reduce under torch's powerSGD_hook, one hook for "
+                             f"every bucket, and goes without {flag}")
+    try:
+        return PowerSGD(rank=rank, **given)
+    except ValueError as exc:
+        raise UsageError(f"--powersgd-rank: {exc}") from None
+
+
+def priced_for_powersgd(problem: Problem, hook: PowerSGD) -> Problem:
+    """``problem`` priced as the hook sends its messages; the model's refusal in one line."""
+    try:
+        return hook.priced(problem)
+    except ValueError as exc:
+        raise UsageError(f"--powersgd-rank: {exc}") from None
+
+
+def powersgd_words(hook: PowerSGD) -> str:
+    """The hook as a header line says it."""
+    return (f"torch's powerSGD_hook on every DDP bucket, rank {hook.rank}, min_compression_rate "
+            f"{hook.min_compression_rate:g}: a step once it compresses (the first {hook.start_iter} steps "
+            f"all-reduce in full)")
 
 
 def _encoded(cost: Any, args: argparse.Namespace) -> Any:

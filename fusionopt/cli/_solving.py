@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
+import inspect
 import json
 import sys
 import threading
 from pathlib import Path
 from typing import Any, Mapping
-from fusionopt.cost import AlphaBeta, Cheapest, Encoded, PiecewiseLinear
+from fusionopt.cost import AlphaBeta, Cheapest, Encoded, PiecewiseLinear, PowerSGD
 from fusionopt import model, solvers
 from fusionopt.model import Plan, Problem, Profile
 from fusionopt.model._encoding import encodings_of
@@ -17,10 +19,13 @@ from fusionopt.model._decoupled_plan import DecoupledPlan
 from fusionopt.model._sharded_plan import ShardedPlan
 from fusionopt.model._ps_plan import PSPlan
 from fusionopt.solvers import format_table, methods, solve
+from fusionopt.solvers._comparison import NOT_UNDER_POWERSGD
 from fusionopt.solvers._result import Interrupted, Result
-from fusionopt.cli._common import Kept, comma_list, json_output, plural, read_profile, refuse_writing_over
+from fusionopt.solvers.baselines import ddp_powersgd
+from fusionopt.cli._common import Kept, UsageError, comma_list, json_output, plural, read_profile, refuse_writing_over
 from fusionopt.cli._problems import (
-    parse_options, problem_for_compare, problem_from_flags, reducer_words, with_reducer_calibration,
+    parse_options, powersgd_from_flags, powersgd_words, priced_for_powersgd, problem_for_compare, problem_from_flags,
+    reducer_words, with_reducer_calibration,
 )
 
 
@@ -145,26 +150,64 @@ def cmd_solve(args: argparse.Namespace) -> None:
     json_output(args.output, "the plan")
     profile = read_profile(args.profile)
     problem = problem_from_flags(profile, args)
+    hook = powersgd_from_flags(args)
+    priced = None if hook is None else priced_for_powersgd(problem, hook)
     options = parse_options(args.option)
     stopped = None
     with _announce_search(args.method, options):
         try:
-            result = solve(problem, args.method, **options)
+            result = solve(problem, args.method, **options) if hook is None else \
+                _solve_under_powersgd(problem, hook, priced, args.method, options)
         except Interrupted as stop:     # Ctrl-C in an anytime search: its best plan so far, judged
             result = stopped = stop.result
+            if hook is not None:
+                result = _in_gradient_bytes(result, profile, priced.profile, args.method)
     if args.output:
         result.plan.write(args.output)
     if args.json:
-        print(json.dumps(_result_document(result, problem.cost), indent=1))
+        print(json.dumps({**_result_document(result, problem.cost),
+                          **({} if hook is None else {"powersgd": hook.to_dict()})}, indent=1))
     else:
+        if hook is not None:
+            print(f"hook            {powersgd_words(hook)}")
         _print_result(result, profile, problem.cost)
     if stopped is not None:
         written = f" and written to {args.output}" if args.output else ""
         raise Kept(f"the best plan {args.method} found so far is printed (status {stopped.status}){written}")
 
 
+def _solve_under_powersgd(problem: Problem, hook: PowerSGD, priced: Problem, method: str,
+                          options: Mapping[str, Any]) -> Result:
+    """``method``'s plan for ``problem`` under the hook, judged on ``priced`` (the problem the
+    hook prices), its messages in the gradients' bytes: DDP's buckets come from the
+    gradients' bytes (:func:`~fusionopt.solvers.baselines.ddp_powersgd`), every other method
+    solves ``priced``."""
+    if method in NOT_UNDER_POWERSGD:
+        raise UsageError(f"--powersgd-rank: {method}: {NOT_UNDER_POWERSGD[method]}")
+    if method == "ddp":
+        known = [name for name, p in inspect.signature(ddp_powersgd).parameters.items() if p.kind is p.KEYWORD_ONLY]
+        for name in options:
+            if name not in known:
+                raise UsageError(f"unknown option {name!r} for method 'ddp' under --powersgd-rank; its options: "
+                                 f"{', '.join(known)}")
+        result = ddp_powersgd(problem, hook, **options)
+    else:
+        result = solve(priced, method, **options)
+    return _in_gradient_bytes(result, problem.profile, priced.profile, method)
+
+
+def _in_gradient_bytes(result: Result, profile: Profile, priced: Profile, method: str) -> Result:
+    """``result``, a plan of ``priced`` judged under the hook, with its messages in the
+    gradients' bytes (``profile``'s)."""
+    if not isinstance(result.plan, Plan) or not result.plan.is_fusion(priced):
+        raise UsageError(f"--powersgd-rank: {method} cuts tensors or leaves the ready order, and torch's "
+                         "powerSGD_hook compresses each whole gradient of a DDP bucket")
+    return dataclasses.replace(result, plan=Plan.from_groups(profile, result.plan.groups()))
+
+
 def read_problem_and_plan(args: argparse.Namespace) -> tuple[Profile, Problem, Plan]:
-    """The profile, problem and validated plan named by ``args`` (errors name the plan file)."""
+    """The profile, problem and validated plan named by ``args`` (errors name the plan file).
+    With ``--powersgd-rank``, the problem the hook prices and the plan's buckets on it."""
     profile = read_profile(args.profile)
     problem = with_reducer_calibration(problem_from_flags(profile, args), args)
     plan = problem.pattern.plan_type.read(args.plan)
@@ -172,12 +215,21 @@ def read_problem_and_plan(args: argparse.Namespace) -> tuple[Profile, Problem, P
         plan.validate(profile)
     except ValueError as exc:
         raise ValueError(f"{args.plan}: {exc}") from None
+    hook = powersgd_from_flags(args)
+    if hook is not None:
+        if not plan.is_fusion(profile):
+            raise UsageError(f"--powersgd-rank: {args.plan} cuts tensors or leaves the ready order, and torch's "
+                             "powerSGD_hook compresses each whole gradient of a DDP bucket")
+        problem = priced_for_powersgd(problem, hook)
+        plan = Plan.from_groups(problem.profile, plan.groups())
     return profile, problem, plan
 
 
 def cmd_simulate(args: argparse.Namespace) -> None:
     profile, problem, plan = read_problem_and_plan(args)
     timeline = model.simulate(problem, plan, validate=False)
+    hook = powersgd_from_flags(args)
+    sent = timeline.message_bytes if hook is None else Plan.from_groups(profile, plan.groups()).message_bytes
     document = {
         "iteration_time": timeline.iteration_time,
         "exposed": timeline.exposed,
@@ -187,9 +239,11 @@ def cmd_simulate(args: argparse.Namespace) -> None:
         "messages": [
             {"ready": r, "start": s, "end": e, "bytes": int(b), "kind": kind}
             for r, s, e, b, kind in zip(timeline.message_ready, timeline.message_start, timeline.message_end,
-                                        timeline.message_bytes, timeline.message_collectives(gradient_collective(plan)))
+                                        sent, timeline.message_collectives(gradient_collective(plan)))
         ],
     }
+    if hook is not None:
+        document["powersgd"] = hook.to_dict()
     cap = problem.pattern.memory_cap
     if timeline.peak_memory is not None:
         document["peak_memory"] = timeline.peak_memory
@@ -205,6 +259,8 @@ def cmd_simulate(args: argparse.Namespace) -> None:
         return
     if args.reducer_calibration is not None:
         print(f"reducer         {reducer_words(args)}")
+    if hook is not None:
+        print(f"hook            {powersgd_words(hook)}; bytes below are the gradients'")
     print(f"iteration time  {1e3 * timeline.iteration_time:.6f} ms")
     if timeline.peak_memory is not None:
         over = "" if cap is None else (f", over the cap of {cap / 2**20:.3f} MiB: infeasible" if timeline.peak_memory > cap
@@ -241,7 +297,10 @@ def _print_collectives(messages: list[dict[str, Any]], timeline: Any, *, sharded
 def cmd_compare(args: argparse.Namespace) -> None:
     problem, label = problem_for_compare(args)
     names = comma_list("--methods", args.methods) if args.methods is not None else None
-    rows = solvers.compare(problem, names)
+    hook = powersgd_from_flags(args)
+    if hook is not None:
+        priced_for_powersgd(problem, hook)                # its refusal, in the flag's words
+    rows = solvers.compare(problem, names, powersgd=hook)
     if args.json:
         print(json.dumps([row.__dict__ for row in rows], indent=1))
         for name in rows.refused:        # refusals no declaration foresaw; the rows say what ran
@@ -269,6 +328,8 @@ def cmd_compare(args: argparse.Namespace) -> None:
     else:
         extras = "".join(f", {name} {getattr(problem, name)}" for name in problem.extensions)
         print(f"network   {_cost_words(problem.cost, args.cost)}, sync {problem.sync}{extras}")
+        if hook is not None:
+            print(f"hook      {powersgd_words(hook)}")
     print()
     print(format_table(rows))
     print()

@@ -27,10 +27,15 @@ from types import MappingProxyType
 from typing import Any, Iterable, Mapping
 
 from fusionopt.model._cost import CommCost
+from fusionopt.model._powersgd import PowerSGD
 from fusionopt.model._problem import Problem
 from fusionopt.solvers._registry import (REFERENCE, comparison_candidates, default_methods, get_method, solve,
                                         solved_once)
 from fusionopt.solvers._result import Result, with_bound
+from fusionopt.solvers.baselines._ddp_powersgd import ddp_powersgd
+
+NOT_UNDER_POWERSGD = {"horovod": "Horovod has no PowerSGD: torch's powerSGD_hook is a DDP comm hook"}
+"""The methods a comparison under PowerSGD leaves out by name, with why."""
 
 INFORMATIVE_SHARE = 0.1
 """A row's gap is shown when its lower bound ``L`` exceeds the compute floor ``C = B + F + U +
@@ -86,7 +91,7 @@ class Comparison(Sequence):
         return len(self.rows)
 
 
-def compare(problem: Problem, methods: Iterable[str] | None = None) -> Comparison:
+def compare(problem: Problem, methods: Iterable[str] | None = None, *, powersgd: PowerSGD | None = None) -> Comparison:
     """Solve ``problem`` with each method and tabulate them against the pattern's reference
     (:data:`~fusionopt.solvers._registry.REFERENCE`: WFBP on all-reduce).
 
@@ -98,6 +103,14 @@ def compare(problem: Problem, methods: Iterable[str] | None = None) -> Compariso
         baselines and the exact methods that scale; not the searches limited in size or
         time), those that do not take the problem left out with their reason
         (:attr:`Comparison.left_out`). The reference is always solved for ``speedup``.
+
+    powersgd : PowerSGD, optional
+        Every plan judged under torch's ``powerSGD_hook`` once it compresses (MODEL.md section
+        2.4): the methods solve ``powersgd.priced(problem)``, and the ``ddp`` row is DDP's
+        buckets from the gradients' bytes under the hook
+        (:func:`~fusionopt.solvers.baselines.ddp_powersgd`). The hook is DDP's: Horovod is
+        left out, and so is a plan that cuts tensors or leaves the ready order (the hook
+        compresses each whole gradient of a DDP bucket); named explicitly, each is an error.
 
     Each method is solved once: a method that starts from other methods' plans
     (``layerwise-opt``) is handed the results this comparison solved, so its
@@ -129,6 +142,10 @@ def compare(problem: Problem, methods: Iterable[str] | None = None) -> Compariso
     if isinstance(methods, (str, bytes)):
         raise ValueError(f"methods must be a list of method names, got the string {methods!r} (write [{methods!r}])")
     explicit = methods is not None
+    given: dict[str, Result] = {}
+    if powersgd is not None:
+        given["ddp"] = ddp_powersgd(problem, powersgd)
+        problem = powersgd.priced(problem)
     names = list(dict.fromkeys(methods)) if explicit else default_methods(problem)
     if explicit and not names:
         raise ValueError("compare needs at least one method")
@@ -141,12 +158,17 @@ def compare(problem: Problem, methods: Iterable[str] | None = None) -> Compariso
     results: dict[str, Result] = {}
     with solved_once():
         for name in names:
-            if explicit:
-                results[name] = solve(problem, name)
-                continue
             try:
-                results[name] = solve(problem, name)
+                if powersgd is not None and name in NOT_UNDER_POWERSGD:
+                    raise ValueError(f"{name}: {NOT_UNDER_POWERSGD[name]}")
+                results[name] = given[name] if name in given else solve(problem, name)
+                if powersgd is not None and not results[name].plan.is_fusion(problem.profile):
+                    del results[name]
+                    raise ValueError(f"{name} cuts tensors or leaves the ready order, and torch's powerSGD_hook "
+                                     "compresses each whole gradient of a DDP bucket")
             except ValueError as exc:           # the method refuses this problem: a note, not a failure
+                if explicit:
+                    raise
                 left_out[name] = _named(name, str(exc))
                 refused.append(name)
         reference = results[base] if base in results else solve(problem, base)

@@ -165,3 +165,23 @@ def test_under_an_aligned_cost_the_advice_pads_and_says_so():
     assert set(s.padding) == {0} and s.hook is None and s.alignment_unit == 64
     s = ddp_settings(Problem(profile, AlphaBeta(MS, 1e-9)), solve(Problem(profile, AlphaBeta(MS, 1e-9)), "dp").plan)
     assert s.padding == () and s.hook is None and s.alignment_unit is None
+
+
+def test_ddp_settings_under_powersgd_refuse_in_one_line():
+    from fusionopt.cost import PowerSGD
+
+    prof = Profile.from_arrays([4194304, 1048576, 1024], [1e-3] * 3, [1e-3] * 3, ["w2", "w1", "b"],
+                               shapes=[(1024, 1024), (256, 1024), (256,)])
+    problem = Problem(prof, AlphaBeta(1e-3, 1e-9))
+    hook = PowerSGD(rank=4)
+    priced = hook.priced(problem)
+    with pytest.raises(ValueError, match="^powersgd must be a PowerSGD, got int$"):
+        ddp_settings(problem, solve(priced, "dp").plan, powersgd=4)
+    # A plan of the gradients' bytes is not a plan of the priced problem: named as such.
+    with pytest.raises(ValueError, match="tensor 'w2'"):
+        ddp_settings(problem, solve(problem, "dp").plan, powersgd=hook)
+    cut = Plan.from_groups(priced.profile, [[0], [1], [2]])       # forward order: not DDP's ready order
+    with pytest.raises(ValueError, match="^under PowerSGD the plan must be a fusion plan"):
+        ddp_settings(problem, cut, powersgd=hook)
+    with pytest.raises(ValueError, match="copy_cost on"):
+        ddp_settings(Problem(prof, AlphaBeta(1e-3, 1e-9), copy_cost=1e-9), solve(priced, "dp").plan, powersgd=hook)

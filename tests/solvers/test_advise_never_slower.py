@@ -7,9 +7,10 @@ method, over zoo models, worker counts and networks."""
 import pytest
 
 from fusionopt import zoo
-from fusionopt.cost import network
+from fusionopt.cost import PowerSGD, network
 from fusionopt.model import Decoupled, FullySharded, Problem, sharded_memory_floor
 from fusionopt.solvers import solve
+from fusionopt.solvers.baselines import ddp_powersgd
 from fusionopt.advice import ddp_settings, horovod_settings, OverMemoryCap, fsdp2_advice, zero2_settings, zero3_settings
 
 TIE = 1e-9                                               # the advice's tolerance on T, relative
@@ -43,6 +44,23 @@ def test_ddp_and_horovod_advice_is_never_slower_than_the_defaults(profile):
         advised = solve(problem, "horovod", cycle_time=hvd.cycle_time_ms / 1e3,
                         fusion_threshold_bytes=hvd.fusion_threshold_bytes).iteration_time
         assert advised <= solve(problem, "horovod").iteration_time * (1 + TIE), (model, workers, net)
+
+
+@pytest.mark.parametrize("rank", [1, 4])
+def test_ddp_advice_under_powersgd_is_never_slower_than_ddps_defaults_under_it(profile, rank):
+    # The hook's buckets come from the gradients' bytes: each advised setting is rebuilt by
+    # ddp_powersgd, which judges DDP's own layout under the hook.
+    model, prof = profile
+    hook = PowerSGD(rank=rank)
+    for workers, net in cases_of(model):
+        problem = Problem(prof, network(net, workers))
+        ddp = ddp_settings(problem, solve(hook.priced(problem), "dp").plan, powersgd=hook)
+        default = ddp_powersgd(problem, hook)
+        advised = ddp_powersgd(problem, hook, **ddp.arguments)
+        assert ddp.default_iteration_time == default.iteration_time, (model, workers, net)
+        assert [list(b) for b in ddp.buckets] == advised.plan.groups(), (model, workers, net)
+        assert advised.iteration_time == ddp.iteration_time <= default.iteration_time * (1 + TIE), (model, workers, net)
+        assert ddp.plain_iteration_time == solve(problem, "ddp").iteration_time
 
 
 def test_zero2_and_megatron_advice_is_never_slower_than_the_defaults(profile):
