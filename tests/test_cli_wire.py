@@ -43,7 +43,12 @@ def test_one_encoding_sends_every_message_in_it(profile_path, capsys):
 
 @pytest.mark.parametrize("flags, message", [
     (["--encodings", "fp32,int8"], "--encodings fp32,int8: unknown encoding 'int8'"),
-    (["--cast-per-byte", "1e-12"], "--cast-per-byte and --cast-per-message price the casts of --encodings"),
+    (["--cast-per-byte", "1e-12"], "--cast-per-byte, --cast-per-message, --cast-compute-per-byte and "
+                                   "--cast-compute-per-message price the casts of --encodings"),
+    (["--cast-compute-per-byte", "1e-12"], "price the casts of --encodings and go with it"),
+    (["--encodings", "fp32", "--cast-per-byte", "1e-12"], "--encodings fp32 casts nothing"),
+    (["--encodings", "fp32,fp16", "--cast-compute-per-byte", "1e-12"],
+     "Cheapest: encoding 'fp16' runs part of its cast on the compute stream"),
     (["--encodings", "fp16", "--decoupled"], "--encodings prices all-reduce messages"),
     (["--encodings", "fp16", "--cast-per-message", "-1"], "seconds_per_message must be"),
 ])
@@ -51,6 +56,25 @@ def test_bad_wire_flags_are_named_in_one_line(profile_path, capsys, flags, messa
     assert main(["solve", profile_path, "--method", "dp", *LINK, *flags]) == 2
     error = capsys.readouterr().err.strip()
     assert error.startswith("fusionopt: error: ") and message in error and "\n" not in error
+
+
+def test_a_cast_on_the_compute_stream_delays_the_backward(profile_path, capsys):
+    # fp16, the cast 0.5 ns an fp32 byte on the compute stream, WFBP: t3's 4 kB cast ends at
+    # 0.102 ms, then t2 (2 MB, 1 ms) 0.102-1.102 and its cast to 2.102, t1 (1 MB) 2.102-4.102
+    # and its cast to 4.602, t0 (4 MB) 4.602-7.602 and its cast to 9.602: sent in
+    # 25 us + 1.6 ms, T = 11.227 + 4 (forward) = 15.227 ms. On the message's path instead, the
+    # backward ends at 6.1 ms and t0's message takes 25 us + 4 MB at 0.4 + 0.5 ns/B:
+    # 6.1 + 3.625 + 4 = 13.725 ms.
+    document = json.loads(_solve(capsys, profile_path, "wfbp", "--encodings", "fp16",
+                                 "--cast-compute-per-byte", "0.5e-9"))
+    assert document["iteration_time"] == pytest.approx(15.227e-3, rel=1e-12)
+    document = json.loads(_solve(capsys, profile_path, "wfbp", "--encodings", "fp16", "--cast-per-byte", "0.5e-9"))
+    assert document["iteration_time"] == pytest.approx(13.725e-3, rel=1e-12)
+
+
+def _solve(capsys, profile_path, method, *flags):
+    assert main(["solve", profile_path, "--method", method, *LINK, *flags, "--json"]) in (None, 0)
+    return capsys.readouterr().out
 
 
 def test_compare_says_which_encodings_the_messages_may_take(profile_path, capsys):

@@ -55,6 +55,13 @@ def add_cost_arguments(parser: argparse.ArgumentParser, *, required: bool = True
                       help="with --encodings: seconds per fp32 byte to encode and decode fp16 or bf16 (default 0)")
     wire.add_argument("--cast-per-message", type=float, metavar="S",
                       help="with --encodings: seconds per message to encode and decode fp16 or bf16 (default 0)")
+    wire.add_argument("--cast-compute-per-byte", type=float, metavar="S",
+                      help="with --encodings of one lossy encoding: seconds per fp32 byte of the cast the hook runs "
+                           "on the backward's stream before it posts the message (DDP's compress hooks), which "
+                           "delays the rest of the backward; --cast-per-byte then prices the rest, on the "
+                           "message's path (default 0)")
+    wire.add_argument("--cast-compute-per-message", type=float, metavar="S",
+                      help="with --encodings of one lossy encoding: seconds per message of that cast (default 0)")
     if powersgd:
         hook = parser.add_argument_group("torch's PowerSGD comm hook on every DDP bucket (MODEL.md section 2.4; "
                                          "default off)")
@@ -121,8 +128,10 @@ def add_cost_arguments(parser: argparse.ArgumentParser, *, required: bool = True
 def problem_from_flags(profile: Profile, args: argparse.Namespace) -> Problem:
     """The problem the arguments describe; the profile's step parts are fitted to its pattern's
     step (MODEL.md section 4.1), each change said in a warning line."""
-    if args.encodings is None and (args.cast_per_byte is not None or args.cast_per_message is not None):
-        raise UsageError("--cast-per-byte and --cast-per-message price the casts of --encodings and go with it")
+    casts = ("cast_per_byte", "cast_per_message", "cast_compute_per_byte", "cast_compute_per_message")
+    if args.encodings is None and any(getattr(args, flag) is not None for flag in casts):
+        raise UsageError("--cast-per-byte, --cast-per-message, --cast-compute-per-byte and --cast-compute-per-message "
+                         "price the casts of --encodings and go with it")
     if args.encodings is not None and (args.decoupled or args.fully_sharded or args.ps_servers is not None):
         raise UsageError("--encodings prices all-reduce messages; the decoupled, fully sharded and "
                          "parameter-server patterns do not take it yet")
@@ -226,7 +235,10 @@ def _encoded(cost: Any, args: argparse.Namespace) -> Any:
     names = comma_list("--encodings", args.encodings)
     try:
         encodings = [encoding_named(name) for name in names]
-        casts = {"seconds_per_byte": args.cast_per_byte, "seconds_per_message": args.cast_per_message}
+        casts = {"seconds_per_byte": args.cast_per_byte, "seconds_per_message": args.cast_per_message,
+                 "compute_per_byte": args.cast_compute_per_byte, "compute_per_message": args.cast_compute_per_message}
+        if all(e.lossless for e in encodings) and any(value is not None for value in casts.values()):
+            raise UsageError(f"--encodings {args.encodings} casts nothing: the --cast-* prices are for fp16 or bf16")
         encodings = [e if e.lossless else e.with_costs(**casts) for e in encodings]
         return Encoded(cost, encodings[0]) if len(encodings) == 1 else Cheapest(cost, encodings)
     except ValueError as exc:

@@ -121,9 +121,11 @@ def priority_dispatch(problem: Problem, slices: list[Chunk], window: Window, ran
     >>> [slices[s].tensor for s in run.order], round(run.iteration_time * 1e3, 9)
     ([2, 1, 2, 0, 0, 0, 0], 18.0)
     """
-    if problem.message_compute > 0:
-        raise ValueError(f"the priority policies do not model compute per message (message_compute = "
-                         f"{problem.message_compute!r}); use a fusion method, or leave message_compute out")
+    if problem.computes_per_message:
+        eta, eta_byte = problem.message_compute_terms
+        raise ValueError(f"the priority policies do not model compute per message ({eta!r} s a message, "
+                         f"{eta_byte!r} s a byte, with an encoding's cast on the compute stream); use a fusion method, "
+                         "or leave message_compute out")
     rank = list(range(problem.profile.n)) if rank is None else rank
     if problem.channels == 1 and problem.contention == 1.0 and problem.comm_contention == 1.0:
         return _serial(problem, slices, window, rank)

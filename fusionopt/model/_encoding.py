@@ -8,10 +8,15 @@ encoding has
 * ``wire_ratio``: bytes on the wire per byte of fp32 gradients (fp16 and bf16: 0.5);
 * ``seconds_per_byte`` and ``seconds_per_message``: what encoding and decoding cost a
   message of ``S`` bytes, ``seconds_per_message + seconds_per_byte * S`` (the casts, and the
-  launches that run them). In this model the cost lies on the message's path, before and
-  after its collective, like the collective itself: exact where the casts run on the
-  communication stream, optimistic for the backward where they run on the compute stream
-  (DDP's hooks cast on the thread that runs the backward);
+  launches that run them) on the message's path, before and after its collective, like the
+  collective itself;
+* ``compute_per_byte`` and ``compute_per_message``: what encoding costs the compute stream
+  instead, where the framework encodes on the backward's stream before it posts the message
+  (DDP's compress hooks cast each bucket in the hook's call, on the stream of the backward
+  that made it ready; the copy back runs in the collective's callback, on the message's
+  path). A problem whose cost is :class:`Encoded` runs them as its per-message compute
+  (MODEL.md section 2.1: ``message_compute`` and ``message_compute_per_byte``), so they delay
+  the rest of the backward;
 * ``unit_roundoff``: ``u`` of the wire's format, ``2**-11`` for fp16 and ``2**-8`` for bf16
   (0: lossless), and ``underflow``: the most a rounding into its subnormal range can be off,
   half its smallest subnormal (``2**-25`` for fp16, ``2**-134`` for bf16).
@@ -64,11 +69,14 @@ class Encoding:
     seconds_per_message: float = 0.0
     unit_roundoff: float = 0.0
     underflow: float = 0.0
+    compute_per_byte: float = 0.0
+    compute_per_message: float = 0.0
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
             raise ValueError(f"an encoding needs a name, got {self.name!r}")
-        for label in ("wire_ratio", "seconds_per_byte", "seconds_per_message", "unit_roundoff", "underflow"):
+        for label in ("wire_ratio", "seconds_per_byte", "seconds_per_message", "unit_roundoff", "underflow",
+                      "compute_per_byte", "compute_per_message"):
             object.__setattr__(self, label, check_param(f"encoding {self.name!r}: {label}", getattr(self, label)))
         if self.wire_ratio == 0:
             raise ValueError(f"encoding {self.name!r}: wire_ratio must be > 0, got 0.0")
@@ -79,12 +87,19 @@ class Encoding:
     def lossless(self) -> bool:
         return self.unit_roundoff == 0.0
 
-    def with_costs(self, *, seconds_per_byte: float | None = None,
-                   seconds_per_message: float | None = None) -> "Encoding":
-        """The same encoding with its casts priced (seconds per fp32 byte, and per message)."""
-        return replace(self, seconds_per_byte=self.seconds_per_byte if seconds_per_byte is None else seconds_per_byte,
-                       seconds_per_message=(self.seconds_per_message if seconds_per_message is None
-                                            else seconds_per_message))
+    @property
+    def on_compute(self) -> bool:
+        """Whether part of its cost runs on the compute stream (``compute_per_byte`` or
+        ``compute_per_message`` above 0)."""
+        return self.compute_per_byte > 0 or self.compute_per_message > 0
+
+    def with_costs(self, *, seconds_per_byte: float | None = None, seconds_per_message: float | None = None,
+                   compute_per_byte: float | None = None, compute_per_message: float | None = None) -> "Encoding":
+        """The same encoding with its casts priced (seconds per fp32 byte, and per message): on
+        the message's path, and on the compute stream (each left as it was where None)."""
+        given = {"seconds_per_byte": seconds_per_byte, "seconds_per_message": seconds_per_message,
+                 "compute_per_byte": compute_per_byte, "compute_per_message": compute_per_message}
+        return replace(self, **{label: value for label, value in given.items() if value is not None})
 
     def error_bound(self, ranks: int) -> float:
         """A bound on the error of each averaged element, relative to the mean of the ranks'
@@ -123,16 +138,19 @@ class Encoding:
         return 2 * ranks * self.underflow * (1 + gamma)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "wire_ratio": self.wire_ratio, "seconds_per_byte": self.seconds_per_byte,
-                "seconds_per_message": self.seconds_per_message, "unit_roundoff": self.unit_roundoff,
-                "underflow": self.underflow}
+        doc = {"name": self.name, "wire_ratio": self.wire_ratio, "seconds_per_byte": self.seconds_per_byte,
+               "seconds_per_message": self.seconds_per_message, "unit_roundoff": self.unit_roundoff,
+               "underflow": self.underflow}
+        doc.update({label: getattr(self, label) for label in ("compute_per_byte", "compute_per_message")
+                    if getattr(self, label)})                  # written where given
+        return doc
 
     @classmethod
     def from_dict(cls, doc: Mapping[str, Any], *, source: str = "encoding") -> "Encoding":
         if not isinstance(doc, Mapping):
             raise ValueError(f"{source}: expected a JSON object for an encoding")
         unknown = sorted(set(doc) - {"name", "wire_ratio", "seconds_per_byte", "seconds_per_message",
-                                     "unit_roundoff", "underflow"})
+                                     "unit_roundoff", "underflow", "compute_per_byte", "compute_per_message"})
         if unknown:
             raise ValueError(f"{source}: unknown field(s) {', '.join(unknown)}")
         try:
@@ -178,7 +196,9 @@ def carried_in(cost: CommCost, dtype: str) -> CommCost:
 
 class Encoded(CommCost):
     """``c_e(S) = cost(wire_ratio S) + seconds_per_message + seconds_per_byte S``, 0 for ``S = 0``:
-    a message of ``S`` fp32 bytes carried in ``encoding``.
+    a message of ``S`` fp32 bytes carried in ``encoding``. The encoding's compute-stream part
+    (:attr:`compute_terms`) is not in ``c_e``: a problem with this cost runs it on the compute
+    stream (:attr:`~fusionopt.model.Problem.message_compute_terms`).
 
     >>> from fusionopt.cost import AlphaBeta
     >>> c = Encoded(AlphaBeta(1e-4, 1e-9), FP16.with_costs(seconds_per_byte=1e-11))
@@ -203,6 +223,15 @@ class Encoded(CommCost):
             return None
         e = self.encoding
         return part[0] + e.seconds_per_message, part[1] * e.wire_ratio + e.seconds_per_byte
+
+    @property
+    def compute_terms(self) -> tuple[float, float]:
+        """``(seconds per message, seconds per fp32 byte)`` the encoding costs the compute stream."""
+        return self.encoding.compute_per_message, self.encoding.compute_per_byte
+
+    def on_path_only(self) -> "Encoded":
+        """The same cost without the encoding's compute-stream part."""
+        return Encoded(self.cost, replace(self.encoding, compute_per_byte=0.0, compute_per_message=0.0))
 
     def least_seconds_per_byte(self, upto: float) -> float:
         """``c_e(S) / S = r c(r S) / (r S) + seconds_per_message / S + seconds_per_byte``, each
@@ -245,6 +274,11 @@ class Cheapest(CommCost):
         names = [e.name for e in chosen]
         if len(set(names)) != len(names):
             raise ValueError(f"encodings must have distinct names, got {names}")
+        for e in chosen:
+            if e.on_compute:
+                raise ValueError(f"Cheapest: encoding {e.name!r} runs part of its cast on the compute stream, which "
+                                 "a choice by each message's time cannot weigh: price it on the message's path "
+                                 "(seconds_per_byte, seconds_per_message), or give that one encoding to Encoded")
         self.cost, self.encodings = cost, tuple(chosen)
         self.terms = tuple(Encoded(cost, e) for e in chosen)
 
@@ -316,6 +350,17 @@ def crossovers(cost: CommCost, encodings: Sequence[Encoding | str], *, upto: flo
                 else:
                     hi = mid
             found.append(float(hi))
+    return found
+
+
+def compute_encodings(cost: Any) -> list[Encoded]:
+    """The :class:`Encoded` costs with a compute-stream part in ``cost`` and the costs it wraps
+    (``cost.cost``, down the chain)."""
+    found = []
+    while isinstance(cost, CommCost):
+        if isinstance(cost, Encoded) and cost.encoding.on_compute:
+            found.append(cost)
+        cost = getattr(cost, "cost", None)
     return found
 
 

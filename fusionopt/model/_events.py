@@ -12,7 +12,8 @@ speed: the backward of the tensors in the ready order (``n-1 .. 0`` unless the p
 ``ready_order`` reorders tensors ready at one moment; each backward takes its tensor's ready
 time less the one before, so every gradient is ready when the profile says, in the order it
 says), each followed by the packing of the messages it makes ready when
-``copy_on="compute"`` and the ``message_compute`` of each (plan order), then the updates and
+``copy_on="compute"`` and the ``message_compute`` (and ``message_compute_per_byte``) of each
+(plan order), then the updates and
 forwards gated by the sync rule, with the profile's step parts where MODEL.md section 4 puts
 them. A message is *ready* when the backward of every tensor it carries has ended (and its
 work on the compute stream): the program publishes it there.

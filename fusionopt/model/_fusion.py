@@ -103,7 +103,8 @@ def arc_times(problem: Problem, ready: np.ndarray, prefix: np.ndarray, tails: np
     ``Delta_kj`` between the ready times of the messages ending at ``k`` and ``j``, the
     earliest ready time ``nominal`` ``rho_j (+ p_kj)`` and the ``packing`` ``p_kj`` on the
     compute stream: the packing when it runs there (on the channel it lengthens the duration
-    instead) plus the ``message_compute`` every message costs the compute stream."""
+    instead) plus the ``message_compute`` (and ``message_compute_per_byte``) every message
+    costs the compute stream."""
     sizes = prefix[heads] - prefix[tails]
     durations = np.asarray(problem.cost(sizes), dtype=np.float64)
     if problem.copy_on == "channel":

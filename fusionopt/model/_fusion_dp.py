@@ -24,6 +24,10 @@ Three algorithms, all exact:
   stops the search once ``rho_n + m eta`` reaches the best ``E`` found. The backward and its
   ``eta`` s end at ``R_M <= E``, so ``T* = E* + U + F + W``. Under layerwise sync it needs a
   zero layerwise slack.
+* with ``message_compute_per_byte = eta_B > 0`` (section 2.1): every message's ``eta_B S``
+  runs on the compute stream too, and the messages up to the one ending at position ``j``
+  carry ``Q_j`` bytes whatever the grouping, so that message is ready at ``rho_j + eta_B Q_j``
+  (plus ``m eta``): each recurrence above runs on those ready times, exactly.
 
 ``max_message_bytes`` restricts the last message to ``Q_j - Q_{i-1} <= cap``; it keeps the
 complexity (the window's left end only moves right) and ``G`` non-decreasing (dropping the
@@ -143,12 +147,17 @@ def optimal_fusion(
     if algorithm not in ("auto", "linear", "quadratic"):
         raise ValueError(f"unknown algorithm {algorithm!r}: choose 'auto', 'linear' or 'quadratic'")
     cap, max_messages = check_caps(problem, max_message_bytes, max_messages)
-    if problem.message_compute > 0:
-        return _with_message_compute(problem, cap, max_messages)
+    rho, prefix = backward_arrays(problem)
+    if problem.computes_per_message:
+        if layerwise_slack(problem) > 0.0:
+            raise ValueError("the fusion DP with message_compute needs a zero layerwise slack (MODEL.md section 7): "
+                             "use cpsat, or sync='barrier'")
+        rho = rho + problem.message_compute_terms[1] * prefix[1:]      # the casts of every message so far
+    if problem.message_compute_terms[0] > 0:
+        return _with_message_compute(problem, rho, prefix, cap, max_messages)
     affine = problem.cost.affine
     if algorithm == "linear" and affine is None:
         raise ValueError("the linear-time DP needs an affine cost (AlphaBeta); use algorithm='quadratic'")
-    rho, prefix = backward_arrays(problem)
     n = problem.profile.n
     layers: list[np.ndarray] = []
     parents: list[np.ndarray] = []
@@ -188,13 +197,11 @@ def optimal_fusion(
     return FusionOptimum(cuts=cuts, communication_end=last_end, iteration_time=iteration_time, algorithm=used)
 
 
-def _with_message_compute(problem: Problem, cap: float, max_messages: int | None) -> FusionOptimum:
-    """The DP by exact message count of the module docstring (``message_compute > 0``)."""
-    if layerwise_slack(problem) > 0.0:
-        raise ValueError("the fusion DP with message_compute needs a zero layerwise slack (MODEL.md section 7): "
-                         "use cpsat, or sync='barrier'")
-    eta = problem.message_compute
-    rho, prefix = backward_arrays(problem)
+def _with_message_compute(problem: Problem, rho: np.ndarray, prefix: np.ndarray, cap: float,
+                          max_messages: int | None) -> FusionOptimum:
+    """The DP by exact message count of the module docstring (``message_compute > 0``), on
+    the ready times ``rho`` with the per-byte compute of every message so far."""
+    eta = problem.message_compute_terms[0]
     n = problem.profile.n
     tails, heads = np.triu_indices(n + 1, k=1)
     sizes = prefix[heads] - prefix[tails]

@@ -220,7 +220,8 @@ def _sweep(problem: Problem, block: np.ndarray) -> np.ndarray:
     rho, prefix = backward_arrays(problem)
     n = len(rho)
     width = block.shape[1]
-    kappa, mu, gamma, eta = problem.contention, problem.comm_contention, problem.copy_cost, problem.message_compute
+    kappa, mu, gamma = problem.contention, problem.comm_contention, problem.copy_cost
+    eta, eta_byte = problem.message_compute_terms
     on_channel = problem.copy_on == "channel"
     affine = problem.cost.affine
     ready, backlog = np.zeros(width), np.zeros(width)
@@ -234,7 +235,7 @@ def _sweep(problem: Problem, block: np.ndarray) -> np.ndarray:
             duration = affine[0] + affine[1] * size
         else:
             duration = np.asarray(problem.cost(size), dtype=np.float64)
-        work = rho[j - 1] - last_rho + eta
+        work = rho[j - 1] - last_rho + eta + eta_byte * size
         if on_channel:
             duration += packing
         else:

@@ -192,6 +192,7 @@ class Pattern(ABC):
         (copy cost, per-message compute, contention, several channels) that this pattern's
         step has no place for, other than those ``allowing`` names."""
         others = {"copy_cost": problem.copy_cost != 0.0, "message_compute": problem.message_compute != 0.0,
+                  "message_compute_per_byte": problem.message_compute_per_byte != 0.0,
                   "contention": problem.contention != 1.0, "comm_contention": problem.comm_contention != 1.0,
                   "channels": problem.channels != 1}
         for option, on in others.items():

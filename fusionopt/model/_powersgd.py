@@ -19,9 +19,9 @@ the hook
 A bucket then costs ``c(U) + c(P) + c(Q) + compute`` (:meth:`PowerSGD.message_seconds`), with
 ``U``, ``P``, ``Q`` its three all-reduces' bytes and ``compute = seconds_per_message +
 seconds_per_byte B + seconds_per_flop F`` (``B`` the bucket's bytes, ``F`` its products'
-flops). As for the casts of section 2.2, the compute lies on the message's path: exact where it
-runs on the communication stream, optimistic where it delays the backward (the first product
-runs in the hook's call, on the thread and stream of the backward). The hook issues all three
+flops). The compute lies on the message's path: exact where it runs on the communication
+stream, optimistic where it delays the backward (the first product runs in the hook's call,
+on the thread and stream of the backward, where section 2.2 can put a cast). The hook issues all three
 all-reduces, an empty one included, so each pays its startup: an empty one costs ``alpha``
 where ``c`` is affine and ``c(1 B)`` otherwise, and a bucket's startups are ``3 alpha``.
 

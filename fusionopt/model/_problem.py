@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from fusionopt.model._cost import CommCost
+from fusionopt.model._encoding import Encoded, compute_encodings
 from fusionopt.model._profile import Profile
 from fusionopt.model._pattern import Pattern
 from fusionopt.model._step_parts import fit_step_parts
@@ -104,6 +105,12 @@ class Problem:
         a core from the backward (MODEL.md section 2.1). It runs where packing runs with
         ``copy_on="compute"``, right after the backward that makes the message ready, after
         that packing, and the message is ready when it ends.
+    message_compute_per_byte : float, keyword only
+        ``eta_B``, seconds of compute-stream work per byte of every message, run with
+        ``message_compute``: a message of ``S`` bytes costs the compute stream ``eta +
+        eta_B S``. A comm hook that encodes each bucket on the backward's stream (DDP's
+        ``fp16_compress_hook`` casts it there) puts its encoding here (MODEL.md section 2.2).
+        Either on switches the ``"message_compute"`` extension on.
     contention : float
         ``kappa >= 1``: compute runs ``kappa`` times slower while a message is in flight
         (collectives take SMs).
@@ -156,11 +163,13 @@ class Problem:
     comm_contention: float = 1.0
     message_compute: float = 0.0
     pattern: Pattern | None = None
+    message_compute_per_byte: float = 0.0
 
     def __init__(self, profile: Profile, cost: CommCost | None = None, sync: str = "barrier", copy_cost: float = 0.0,
                  copy_on: str = "channel", contention: float = 1.0, channels: int = 1, ps: Pattern | None = None,
                  decoupled: Pattern | None = None, fully_sharded: Pattern | None = None, step_parts: str = "refuse",
-                 comm_contention: float = 1.0, message_compute: float = 0.0, *, pattern: Pattern | None = None) -> None:
+                 comm_contention: float = 1.0, message_compute: float = 0.0, *, pattern: Pattern | None = None,
+                 message_compute_per_byte: float = 0.0) -> None:
         if not isinstance(profile, Profile):
             raise ValueError(f"profile must be a Profile, got {type(profile).__name__}")
         pattern = _pattern_from_keywords(pattern, {"ps": ps, "decoupled": decoupled, "fully_sharded": fully_sharded})
@@ -173,7 +182,8 @@ class Problem:
             raise ValueError(f"cost must be a CommCost (e.g. AlphaBeta), got {type(cost).__name__}")
         values = {"profile": profile, "pattern": pattern, "cost": pattern.channel_cost(cost), "sync": sync,
                   "copy_cost": copy_cost, "copy_on": copy_on, "contention": contention, "channels": channels,
-                  "step_parts": step_parts, "comm_contention": comm_contention, "message_compute": message_compute}
+                  "step_parts": step_parts, "comm_contention": comm_contention, "message_compute": message_compute,
+                  "message_compute_per_byte": message_compute_per_byte}
         for name, value in values.items():
             object.__setattr__(self, name, value)
         self._check()
@@ -193,6 +203,8 @@ class Problem:
         if self.copy_on not in COPY_PLACES:
             raise ValueError(f"unknown copy_on {self.copy_on!r}: choose 'channel' or 'compute'")
         object.__setattr__(self, "message_compute", _finite("message_compute", self.message_compute, minimum=0.0))
+        object.__setattr__(self, "message_compute_per_byte",
+                           _finite("message_compute_per_byte", self.message_compute_per_byte, minimum=0.0))
         object.__setattr__(self, "contention", _finite("contention", self.contention, minimum=1.0))
         object.__setattr__(self, "comm_contention", _finite("comm_contention", self.comm_contention, minimum=1.0))
         if isinstance(self.channels, bool) or not isinstance(self.channels, (int, np.integer)) or self.channels < 1:
@@ -204,6 +216,11 @@ class Problem:
                 f"splits a message into its startup and its bytes, and {type(self.cost).__name__} has no such split"
             )
         check_cost(self.cost, self.profile)
+        for label, cost in self.pattern.collectives.items():
+            for encoded in compute_encodings(cost):
+                if cost is not self.cost or encoded is not self.cost or self.pattern.extension is not None:
+                    raise ValueError(f"{label} cost: encoding {encoded.encoding.name!r} runs part of its cast on the "
+                                     "compute stream, which a problem runs for the all-reduce's own Encoded cost only")
         for label, cost in self.pattern.collectives.items():
             if cost is not self.cost:
                 try:
@@ -244,7 +261,7 @@ class Problem:
         on = []
         if self.copy_cost > 0:
             on.append("copy_cost")
-        if self.message_compute > 0:
+        if self.computes_per_message:
             on.append("message_compute")
         if self.contention != 1.0:
             on.append("contention")
@@ -256,27 +273,52 @@ class Problem:
             on.append(self.pattern.extension)
         return tuple(on)
 
+    @property
+    def message_compute_terms(self) -> tuple[float, float]:
+        """``(eta, eta_B)``: seconds of compute-stream work per message and per byte of every
+        message, the problem's ``message_compute`` and ``message_compute_per_byte`` plus the
+        compute-stream part of its cost's encoding (an :class:`~fusionopt.cost.Encoded`
+        whose cast runs on the backward's stream, MODEL.md section 2.2)."""
+        eta, eta_byte = self.message_compute, self.message_compute_per_byte
+        if isinstance(self.cost, Encoded):
+            per_message, per_byte = self.cost.compute_terms
+            eta, eta_byte = eta + per_message, eta_byte + per_byte
+        return eta, eta_byte
+
+    @property
+    def computes_per_message(self) -> bool:
+        """Whether each message costs the compute stream time of its own
+        (:attr:`message_compute_terms` not both 0)."""
+        return any(term > 0 for term in self.message_compute_terms)
+
     def compute_per_message(self, tensors: np.ndarray, sizes: np.ndarray) -> np.ndarray:
         """Seconds of compute-stream work of messages of ``tensors`` tensors and ``sizes`` bytes
         each: the packing ``gamma S`` of a multi-tensor message when ``copy_on="compute"``,
-        plus ``message_compute`` for every message; 0 for all with neither on.
+        plus ``eta + eta_B S`` for every message (:attr:`message_compute_terms`); 0 for all
+        with none on.
 
         >>> from fusionopt.cost import AlphaBeta
         >>> p = Profile.from_arrays([4, 8], [0, 0], [1, 1])
         >>> Problem(p, AlphaBeta(0, 1), copy_cost=0.5, copy_on="compute", message_compute=2.0
         ...         ).compute_per_message(np.array([1, 2]), np.array([4.0, 12.0])).tolist()
         [2.0, 8.0]
+        >>> Problem(p, AlphaBeta(0, 1), message_compute=2.0, message_compute_per_byte=0.25
+        ...         ).compute_per_message(np.array([1, 2]), np.array([4.0, 12.0])).tolist()
+        [3.0, 5.0]
         """
         sizes = np.asarray(sizes, dtype=np.float64)
-        work = np.full(sizes.shape, self.message_compute)
+        eta, eta_byte = self.message_compute_terms
+        work = eta + eta_byte * sizes
         if self.copy_on == "compute":
             work = work + self.copy_cost * sizes * (np.asarray(tensors) > 1)
         return work
 
     def plain(self) -> "Problem":
         """The same profile, cost and sync without extensions (for a parameter server: the
-        all-reduce problem whose channel costs what its push channel costs)."""
-        return Problem(self.profile, self.cost, sync=self.sync)
+        all-reduce problem whose channel costs what its push channel costs); an encoding's
+        compute-stream part is left out with them."""
+        cost = self.cost.on_path_only() if isinstance(self.cost, Encoded) else self.cost
+        return Problem(self.profile, cost, sync=self.sync)
 
     def require_plain(self, what: str, *, allowing: tuple[str, ...] = ()) -> None:
         """Raise ``ValueError`` if an extension other than those ``allowing`` names is on:
@@ -298,8 +340,8 @@ class Problem:
             )
 
     def __repr__(self) -> str:
-        defaults = {"copy_cost": 0.0, "copy_on": "channel", "message_compute": 0.0, "contention": 1.0,
-                    "comm_contention": 1.0, "channels": 1, "step_parts": "refuse"}
+        defaults = {"copy_cost": 0.0, "copy_on": "channel", "message_compute": 0.0, "message_compute_per_byte": 0.0,
+                    "contention": 1.0, "comm_contention": 1.0, "channels": 1, "step_parts": "refuse"}
         extras = "".join(f", {name}={getattr(self, name)!r}" for name, default in defaults.items()
                          if getattr(self, name) != default)
         if self.pattern.extension is not None:

@@ -209,7 +209,7 @@ def on_the_engine(problem: Problem) -> bool:
     (either way) or a copy cost on the channel, on one channel, with no compute-stream work per
     message (module docstring)."""
     extensions = set(problem.extensions)
-    if not extensions or problem.channels > 1 or problem.message_compute > 0:
+    if not extensions or problem.channels > 1 or problem.computes_per_message:
         return False
     if problem.copy_cost > 0 and problem.copy_on != "channel":
         return False

@@ -125,3 +125,46 @@ def test_an_encoded_cost_file_with_an_unknown_key_is_named():
     with pytest.raises(ValueError, match=r"^cost: unknown key 'ratio' in a encoded cost \(its keys: schema, version, "
                                          r"kind, calibration, cost, encoding\)$"):
         cost_from_dict(doc)
+
+
+def test_a_cast_on_the_compute_stream_runs_as_the_problems_per_message_compute():
+    # MODEL.md section 5's profile (4, 1, 2 MB; backward 3, 2, 1 ms; forward 1 ms each) on
+    # alpha 1 ms, beta 1 ns/B in fp16 (0.5 ns/B on the wire), the cast 0.1 ms + 0.5 ns an fp32
+    # byte on the compute stream and 0.2 ns/B of copy back on the message's path: 0.7 ns/B.
+    # The DP's {t3, t2}, {t1}: t2 ready at 3, the 3 MB cast to 4.6, sent 4.6-7.7; t1 4.6-7.6,
+    # its cast to 9.7, sent 9.7-13.5; T = 16.5 ms. WFBP pays a third cast's 0.1 ms: 16.6.
+    from fusionopt.model import Profile
+
+    profile = Profile.from_arrays([4e6, 1e6, 2e6], [1e-3] * 3, [3e-3, 2e-3, 1e-3])
+    link = AlphaBeta(1e-3, 1e-9)
+    fp16 = FP16.with_costs(seconds_per_byte=0.2e-9, compute_per_byte=0.5e-9, compute_per_message=0.1e-3)
+    problem = Problem(profile, Encoded(link, fp16))
+    assert problem.extensions == ("message_compute",) and problem.message_compute_terms == (0.1e-3, 0.5e-9)
+    assert Encoded(link, fp16)(1e6) == pytest.approx(1.7e-3)          # the path's part only
+    for method in ("dp", "brute", "cpsat"):
+        result = solve(problem, method)
+        assert result.plan.groups() == [[2, 1], [0]] and result.iteration_time == pytest.approx(16.5e-3), method
+    assert solve(problem, "wfbp").iteration_time == pytest.approx(16.6e-3)
+    # The same as the path's part with the cast given to the problem as its per-message compute.
+    apart = Problem(profile, Encoded(link, fp16.with_costs(compute_per_byte=0, compute_per_message=0)),
+                    message_compute=0.1e-3, message_compute_per_byte=0.5e-9)
+    for groups in groupings(3):
+        plan = Plan.from_groups(profile, groups)
+        assert simulate(problem, plan).iteration_time == simulate(apart, plan).iteration_time
+    assert problem.plain().cost == apart.cost and problem.plain().extensions == ()
+    assert cost_from_dict(json.loads(json.dumps(problem.cost.to_dict()))) == problem.cost
+    assert "compute_per_byte" not in FP16.to_dict()                   # written where given
+
+
+def test_a_cast_on_the_compute_stream_is_refused_where_it_cannot_run():
+    from fusionopt.model import Decoupled, Profile
+
+    profile = Profile.from_arrays([4e6, 1e6, 2e6], [1e-3] * 3, [3e-3, 2e-3, 1e-3])
+    fp16 = FP16.with_costs(compute_per_byte=0.5e-9)
+    with pytest.raises(ValueError, match="^Cheapest: encoding 'fp16' runs part of its cast on the compute stream"):
+        Cheapest(LINK, [FP32, fp16])
+    with pytest.raises(ValueError, match="reduce_scatter cost: encoding 'fp16' runs part of its cast on the compute "
+                                         "stream, which a problem runs for the all-reduce's own Encoded cost only"):
+        Problem(profile, pattern=Decoupled(Encoded(LINK, fp16), LINK))
+    with pytest.raises(ValueError, match="^encoding 'fp16': compute_per_byte must be"):
+        FP16.with_costs(compute_per_byte=-1.0)

@@ -76,6 +76,32 @@ def test_eta_follows_the_packing_on_the_compute_stream():
     assert ms(ready) == [6.5, 10] and ms(end) == [6.503, 10.004]
 
 
+def test_compute_per_byte_runs_each_messages_cast_on_the_compute_stream():
+    # 0.5 ns of compute-stream work a byte of every message (a cast on the backward's stream),
+    # alpha 1 ms, beta 1 ns/B. WFBP: t3 0-1, its 2 MB cast 1-2 ({t3} 2-5); t2 2-4, cast
+    # 4-4.5 ({t2} 5-7); t1 4.5-7.5, cast 7.5-9.5 ({t1} 9.5-14.5); T = 14.5 + 3 = 17.5 ms.
+    # {t3}, {t2, t1}: the 5 MB cast after t1, 7-9.5: 9.5-15.5, T 18.5. One message: its 7 MB
+    # cast 6-9.5, 9.5-17.5, T 20.5. The DP, brute force and CP-SAT agree on 17.5 ms.
+    p = worked_profile()
+    problem = Problem(p, AlphaBeta(MS, 1e-9), message_compute_per_byte=0.5e-9)
+    assert problem.extensions == ("message_compute",)
+    t = simulate(problem, Plan.per_tensor(p))
+    assert ms(t.message_ready) == [2, 4.5, 9.5] and ms(t.message_end) == [5, 7, 14.5]
+    assert t.iteration_time == pytest.approx(17.5 * MS, rel=1e-12)
+    for groups, expected in (([[2], [1, 0]], 18.5), ([[2, 1, 0]], 20.5)):
+        assert simulate(problem, Plan.from_groups(p, groups)).iteration_time == pytest.approx(expected * MS, rel=1e-12)
+    ready, end = fusion_message_times(problem, [True, True])
+    assert ms(ready) == [2, 4.5, 9.5] and ms(end) == [5, 7, 14.5]
+    for method in ("dp", "brute", "cpsat"):
+        assert solve(problem, method).iteration_time == pytest.approx(17.5 * MS, rel=1e-12), method
+    # With eta 0.5 ms a message as well, {t3, t2} then {t1} is best: the 3 MB cast and an eta
+    # after t2 (3-5), ready 5, sent 5-9; t1 5-8, cast and eta 8-10.5, sent 10.5-15.5: 18.5 ms.
+    both = Problem(p, AlphaBeta(MS, 1e-9), message_compute=0.5 * MS, message_compute_per_byte=0.5e-9)
+    assert solve(both, "dp").plan.groups() == [[2, 1], [0]]
+    assert solve(both, "dp").iteration_time == pytest.approx(18.5 * MS, rel=1e-12)
+    assert solve(both, "brute").iteration_time == pytest.approx(18.5 * MS, rel=1e-12)
+
+
 def test_eta_on_two_channels():
     # alpha 1 ms, beta 1 ms/MB, two channels, eta 0.5 ms, WFBP: {t3} ready 1.5, latency to 2.5,
     # 2 MB to 4.5; {t2} ready 4, latency to 5, 1 MB to 6; {t1} ready 7.5, 1 + 4 ms: 12.5; T 15.5.
@@ -99,12 +125,15 @@ def test_with_overhead_puts_eta_on_the_compute_stream():
         with_overhead(Problem(p, AlphaBeta(0.0, 1e-12)), per_step=0.0, per_message=0.0, per_message_compute=-1.0)
 
 
+ETA_BYTE = st.sampled_from([0.0, 0.0, 1e-10, 1e-9])     # compute-stream seconds a byte of every message
+
+
 @settings(deadline=None)
 @given(data=st.data(), problem=problems(), eta=st.floats(0.0, 5e-3), gamma=st.floats(0.0, 2e-9),
-       kappa=st.floats(1.0, 3.0), copy_on=st.sampled_from(["channel", "compute"]))
-def test_fusion_fast_path_equals_simulate(data, problem, eta, gamma, kappa, copy_on):
+       kappa=st.floats(1.0, 3.0), copy_on=st.sampled_from(["channel", "compute"]), eta_byte=ETA_BYTE)
+def test_fusion_fast_path_equals_simulate(data, problem, eta, gamma, kappa, copy_on, eta_byte):
     extended = Problem(problem.profile, problem.cost, sync=problem.sync, copy_cost=gamma, copy_on=copy_on,
-                       contention=kappa, message_compute=eta)
+                       contention=kappa, message_compute=eta, message_compute_per_byte=eta_byte)
     cuts = data.draw(cut_vectors(problem.profile.n))
     timeline = simulate(extended, Plan.from_cuts(problem.profile, cuts))
     assert fusion_iteration_time(extended, cuts) == pytest.approx(timeline.iteration_time, rel=RTOL, abs=1e-15)
@@ -117,10 +146,11 @@ def test_fusion_fast_path_equals_simulate(data, problem, eta, gamma, kappa, copy
 @settings(deadline=None)
 @given(data=st.data(), problem=problems(cost=alpha_beta), eta=st.floats(0.0, 5e-3), gamma=st.floats(0.0, 2e-9),
        kappa=st.sampled_from([1.0, 1.5]), mu=st.sampled_from([1.0, 1.7]), copy_on=st.sampled_from(["channel", "compute"]),
-       channels=st.integers(1, 3))
-def test_score_cuts_equals_simulate(data, problem, eta, gamma, kappa, mu, copy_on, channels):
+       channels=st.integers(1, 3), eta_byte=ETA_BYTE)
+def test_score_cuts_equals_simulate(data, problem, eta, gamma, kappa, mu, copy_on, channels, eta_byte):
     extended = Problem(problem.profile, problem.cost, sync=problem.sync, copy_cost=gamma, copy_on=copy_on,
-                       contention=kappa, comm_contention=mu, channels=channels, message_compute=eta)
+                       contention=kappa, comm_contention=mu, channels=channels, message_compute=eta,
+                       message_compute_per_byte=eta_byte)
     rows = data.draw(st.lists(cut_vectors(problem.profile.n), min_size=1, max_size=4))
     scores = score_cuts(extended, np.array(rows).reshape(len(rows), problem.profile.n - 1))
     for row, score in zip(rows, scores):
@@ -144,6 +174,14 @@ def test_paths_without_it_refuse_it():
                           free_channel_window(1))
     with pytest.raises(ValueError, match=r"parameter server does not combine with message_compute \(message_compute=0.001\)"):
         Problem(p, pattern=ParameterServer(cost), message_compute=MS)
+    with pytest.raises(ValueError, match=r"parameter server does not combine with message_compute_per_byte "
+                                         r"\(message_compute_per_byte=1e-09\)"):
+        Problem(p, pattern=ParameterServer(cost), message_compute_per_byte=1e-9)
+    with pytest.raises(ValueError, match="priority policies do not model compute per message"):
+        priority_dispatch(Problem(p, cost, sync="layerwise", message_compute_per_byte=1e-9),
+                          [Chunk(i, 0, 10) for i in range(3)], free_channel_window(1))
+    with pytest.raises(ValueError, match="message_compute_per_byte must be >= 0, got -1"):
+        Problem(p, cost, message_compute_per_byte=-1)
     with pytest.raises(ValueError, match="message_compute must be >= 0, got -1"):
         Problem(p, cost, message_compute=-1)
     with pytest.raises(ValueError, match="message_compute must be finite, got inf"):
@@ -174,12 +212,13 @@ def test_the_dp_takes_eta_on_the_worked_example():
 
 @settings(deadline=None)
 @given(problem=problems(max_n=7), eta=st.one_of(st.just(1e-6), st.floats(0.0, 5e-3)), cap_share=st.floats(0.0, 1.0),
-       limit=st.one_of(st.none(), st.integers(1, 7)))
-def test_the_dp_equals_the_exhaustive_optimum(problem, eta, cap_share, limit):
-    problem = Problem(problem.profile, problem.cost, sync=problem.sync, message_compute=eta)
+       limit=st.one_of(st.none(), st.integers(1, 7)), eta_byte=ETA_BYTE)
+def test_the_dp_equals_the_exhaustive_optimum(problem, eta, cap_share, limit, eta_byte):
+    problem = Problem(problem.profile, problem.cost, sync=problem.sync, message_compute=eta,
+                      message_compute_per_byte=eta_byte)
     sizes = problem.profile.sizes
     cap = float(sizes.max()) + cap_share * float(sizes.sum() - sizes.max())
-    if layerwise_slack(problem) > 0.0 and eta > 0.0:
+    if layerwise_slack(problem) > 0.0 and problem.computes_per_message:
         with pytest.raises(ValueError, match="zero layerwise slack"):
             optimal_fusion(problem)
         return

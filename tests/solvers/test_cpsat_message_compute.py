@@ -40,18 +40,19 @@ def check(problem: Problem, result) -> None:
 
 @settings(deadline=None, max_examples=40)
 @given(problems(max_n=7, sync="barrier"), st.floats(0.0, 5e-3), st.sampled_from([0.0, 1e-9]),
-       st.sampled_from(["channel", "compute"]), st.sampled_from([1.0, 1.6]))
-def test_one_channel_equals_the_exhaustive_optimum(problem, eta, gamma, copy_on, kappa):
-    problem = with_eta(problem, eta, copy_cost=gamma, copy_on=copy_on, contention=kappa)
+       st.sampled_from(["channel", "compute"]), st.sampled_from([1.0, 1.6]), st.sampled_from([0.0, 0.0, 5e-10]))
+def test_one_channel_equals_the_exhaustive_optimum(problem, eta, gamma, copy_on, kappa, eta_byte):
+    problem = with_eta(problem, eta, copy_cost=gamma, copy_on=copy_on, contention=kappa,
+                       message_compute_per_byte=eta_byte)
     result = cpsat(problem, workers=1)
     assert result.status is Status.OPTIMAL
     check(problem, result)
 
 
 @settings(deadline=None, max_examples=15)
-@given(problems(max_n=5, cost=alpha_beta), st.floats(0.0, 5e-3), st.integers(2, 3))
-def test_several_channels_equal_the_exhaustive_optimum(problem, eta, channels):
-    problem = with_eta(problem, eta, channels=channels)
+@given(problems(max_n=5, cost=alpha_beta), st.floats(0.0, 5e-3), st.integers(2, 3), st.sampled_from([0.0, 5e-10]))
+def test_several_channels_equal_the_exhaustive_optimum(problem, eta, channels, eta_byte):
+    problem = with_eta(problem, eta, channels=channels, message_compute_per_byte=eta_byte)
     result = cpsat(problem, workers=1, time_limit=30)
     assert result.status is Status.OPTIMAL
     check(problem, result)

@@ -255,7 +255,7 @@ def cpsat(
             f"plan ends after {horizon:.3g} steps, more than 2^30 (MAX_INTEGER_TIME)"
         )
     # Cuts with the least delays replace the plain ones when a delay can be positive.
-    delays = extended and (problem.contention > 1.0 or problem.message_compute > 0
+    delays = extended and (problem.contention > 1.0 or problem.computes_per_message
                            or (problem.copy_on == "compute" and problem.copy_cost > 0))
     keep = (sizes <= cap) & (earliest_end_q <= horizon)
     keep[anchor_arcs] = True                            # holds already; float-proof

@@ -138,7 +138,7 @@ class ChannelRelaxation:
         self.index_of = {(int(tails[a]), int(heads[a])): i for i, a in enumerate(kept)}
         most_messages = n if limit is None else min(n, limit)
         slots = K < most_messages                    # else nothing ever waits for a slot
-        packing_on_compute = bool(problem.message_compute > 0
+        packing_on_compute = bool(problem.computes_per_message
                                   or (problem.copy_on == "compute" and problem.copy_cost > 0))
         alpha_q = int(self.quanta(alpha_base))
 
