@@ -61,7 +61,11 @@ def test_a_small_measured_wire_run(tmp_path):
     # The predictions are the model's on the profile and the casts measured first, recomputed here.
     again = run.predict(Profile.from_dict(row["profile"]), "10gbe", 64, row["casts"])
     assert again["predicted"] == row["predicted"] and again["encodings"] == row["encodings"]
-    assert row["predicted"]["fp16"] < row["predicted"]["default"]        # half the bytes on a 10 GbE link
+    # Half the bytes on a 10 GbE link, the casts free: fp16 is faster (with the casts measured
+    # here it need not be, on a loaded host).
+    free = {name: {"seconds_per_byte": 0.0, "seconds_per_message": 0.0} for name in row["casts"]}
+    assert run.predict(Profile.from_dict(row["profile"]), "10gbe", 64, free)["predicted"]["fp16"] \
+        < row["predicted"]["default"]
     assert set(row["rounds"]) == set(run.SETTINGS) and all(len(r) == 2 for r in row["rounds"].values())
     for setting, m in row["measured"].items():
         assert m["speedup"] == pytest.approx(sum(row["rounds"]["default"]) / sum(row["rounds"][setting]))

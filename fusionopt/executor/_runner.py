@@ -301,8 +301,8 @@ class RankRunner:
             while not predicate():
                 if state.failure is not None:
                     raise state.failure
-                if comm.aborted:
-                    raise GroupAborted("stopped: another rank failed")
+                # A collective of this rank's past its time is this rank's timeout, even where its
+                # communication thread has aborted the group and not yet recorded why.
                 now = time.perf_counter()
                 late = [flight for flight in state.in_flight.values() if now - flight[1] > self.timeout]
                 if late:
@@ -310,6 +310,8 @@ class RankRunner:
                     raise CollectiveTimeout(
                         f"{self.layout.describe(k)}: {self.layout.collectives[k].kind_name} did not complete within "
                         f"{self.timeout:g} s on rank {comm.rank} (step {state.number})")
+                if comm.aborted:
+                    raise GroupAborted("stopped: another rank failed")
                 state.cond.wait(POLL)
 
     # ------------------------------------------------------------------ communication thread

@@ -277,7 +277,11 @@ def check_ddp_end_to_end(problem: Problem) -> None:
     baseline = solve(problem, method="ddp", **s.arguments)
     assert s.iteration_time == baseline.iteration_time
     assert [list(b) for b in s.buckets] == baseline.plan.groups()
-    assert s.bucket_cap_mb_list is not None and baseline.plan.groups() == dp.plan.groups()
+    assert s.bucket_cap_mb_list is not None
+    if s.kept_defaults:        # with min_gain 0 only a tie keeps them: a measured profile may give one
+        assert dp.iteration_time == pytest.approx(s.default_iteration_time, rel=1e-9)
+    else:
+        assert baseline.plan.groups() == dp.plan.groups()
     assert simulate(problem, baseline.plan).iteration_time == baseline.iteration_time
     # The DP is optimal over fusion plans and DDP buckets are fusion plans; the single cap
     # is never slower than leaving it unset.
