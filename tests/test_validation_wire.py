@@ -35,6 +35,13 @@ def test_a_small_wire_study(study, tmp_path):
         # DDP's buckets, every one of them in fp16: the hook's step, as the simulator gives it.
         plan = solve(Problem(profile, link), "ddp").plan
         assert row["ddp_fp16"] == simulate(Problem(profile, Encoded(link, fp16)), plan).iteration_time
+        # The hook's cast to fp16 (half the bytes, two of three launches) on the backward's stream,
+        # given apart as the problem's compute per message: the same step; the DP's no longer.
+        path = fp16.with_costs(seconds_per_byte=study.CAST_PER_BYTE / 2, seconds_per_message=50e-6 / 3)
+        apart = Problem(profile, Encoded(link, path), message_compute=50e-6 * 2 / 3,
+                        message_compute_per_byte=study.CAST_PER_BYTE / 2)
+        assert row["ddp_fp16_stream"] == pytest.approx(simulate(apart, plan).iteration_time, rel=1e-12)
+        assert row["dp_fp16_stream"] <= row["ddp_fp16_stream"] * (1 + 1e-12)
         # The joint optimum is no slower than either single choice; fp16 pays above the crossover.
         assert row["joint"] <= min(row["dp"], row["dp_fp16"]) * (1 + 1e-12)
         assert row["single_gap"] >= -1e-12

@@ -14,9 +14,13 @@ figure for fp16 is bf16's too.
 
 Per job, all predicted by the simulator (seconds of a step):
 
-* DDP's buckets in fp32 (the default) and with the hook (every bucket in fp16);
-* the exact fusion DP's optimum with every message in fp32, with every message in fp16, and
-  jointly (``Cheapest([fp32, fp16])``: each message in its cheaper encoding);
+* DDP's buckets in fp32 (the default) and with the hook (every bucket in fp16), the casts on
+  the message's path; and the same with the part of the cast torch 2.13's ``_compress_hook``
+  runs in the hook's call on the backward's stream (``buffer.to(dtype).div_(world_size)``:
+  half the estimate's bytes, the cast's, and two of its three kernels) as the encoding's
+  compute-stream part (MODEL.md section 2.2), the copy back in the callback on the path;
+* the exact fusion DP's optimum with every message in fp32, with every message in fp16 (the
+  casts on the path, and on the backward's stream as above), and jointly (``Cheapest([fp32, fp16])``: each message in its cheaper encoding);
 * the joint optimum's fp16 messages and bytes, and the crossover size above which fp16 is
   the cheaper (:func:`~fusionopt.cost.crossovers`);
 * the best single choice's gap to the joint optimum (the DP's fp32 or fp16 optimum,
@@ -49,6 +53,16 @@ NETWORKS = ("10gbe", "100gb-ib")
 WORKERS = (8, 64, 256, 1024)
 CAST_PER_BYTE = 3 / 2.6e12
 CAST_PER_MESSAGE = 10e-6
+ON_STREAM_BYTE = 1 / 2          # of the cast's bytes: the cast to fp16 (the copy back is the other half)
+ON_STREAM_MESSAGE = 2 / 3       # of its launches: the cast and the division, of three kernels
+
+
+def on_the_stream(fp16: Any) -> Any:
+    """``fp16`` with the part of its cast the hook runs on the backward's stream moved there."""
+    return fp16.with_costs(seconds_per_byte=fp16.seconds_per_byte * (1 - ON_STREAM_BYTE),
+                           seconds_per_message=fp16.seconds_per_message * (1 - ON_STREAM_MESSAGE),
+                           compute_per_byte=fp16.seconds_per_byte * ON_STREAM_BYTE,
+                           compute_per_message=fp16.seconds_per_message * ON_STREAM_MESSAGE)
 
 
 def run_job(model: str, batch: int, network_name: str, workers: int, fp16: Any) -> dict[str, Any]:
@@ -61,10 +75,13 @@ def run_job(model: str, batch: int, network_name: str, workers: int, fp16: Any) 
     profile = zoo.profile(model, device="h100", batch=batch)
     link = network(network_name, workers)
     joint_cost = Cheapest(link, [FP32, fp16])
+    stream = Problem(profile, Encoded(link, on_the_stream(fp16)))
     times = {"ddp": solve(Problem(profile, link), "ddp").iteration_time,
              "ddp_fp16": solve(Problem(profile, Encoded(link, fp16)), "ddp").iteration_time,
+             "ddp_fp16_stream": solve(stream, "ddp").iteration_time,
              "dp": solve(Problem(profile, link), "dp").iteration_time,
-             "dp_fp16": solve(Problem(profile, Encoded(link, fp16)), "dp").iteration_time}
+             "dp_fp16": solve(Problem(profile, Encoded(link, fp16)), "dp").iteration_time,
+             "dp_fp16_stream": solve(stream, "dp").iteration_time}
     joint = solve(Problem(profile, joint_cost), "dp")
     chosen = encodings_of(joint.plan.message_bytes, joint_cost)
     sizes = joint.plan.message_bytes.tolist()
@@ -87,13 +104,16 @@ def markdown(document: dict[str, Any]) -> str:
              f"fp16's). Written by `{document['command']}`; every figure is the simulator's.", "",
              "Speedup: DDP's default step over the step named. Crossover: the message size above which fp16 is the "
              "cheaper. Single gap: the faster of the DP's all-fp32 and all-fp16 optima over the joint optimum.", ""]
-    header = ["model", "network", "workers", "DDP fp32 (ms)", "DDP + fp16 hook", "DP fp32", "DP fp16",
-              "joint", "joint's fp16 messages", "crossover (B)", "best single", "single gap"]
+    header = ["model", "network", "workers", "DDP fp32 (ms)", "DDP + fp16 hook", "hook, cast on the stream",
+              "DP fp32", "DP fp16", "DP fp16, cast on the stream", "joint", "joint's fp16 messages", "crossover (B)",
+              "best single", "single gap"]
     rows = []
     for r in document["results"]:
         cross = ", ".join(f"{c:.3g}" for c in r["crossovers"]) or "none"
         rows.append([r["model"], r["network"], r["workers"], ms(r["ddp"]),
-                     f"{ms(r['ddp_fp16'])} ({r['ddp'] / r['ddp_fp16']:.2f}x)", ms(r["dp"]), ms(r["dp_fp16"]),
+                     f"{ms(r['ddp_fp16'])} ({r['ddp'] / r['ddp_fp16']:.2f}x)",
+                     f"{ms(r['ddp_fp16_stream'])} ({r['ddp'] / r['ddp_fp16_stream']:.2f}x)", ms(r["dp"]),
+                     ms(r["dp_fp16"]), ms(r["dp_fp16_stream"]),
                      f"{ms(r['joint'])} ({r['ddp'] / r['joint']:.2f}x)",
                      f"{r['fp16_messages']} of {r['messages']} ({100 * r['fp16_bytes'] / r['bytes']:.1f}% of bytes)",
                      cross, r["best_single"], f"{100 * r['single_gap']:.3f}%"])
@@ -101,6 +121,11 @@ def markdown(document: dict[str, Any]) -> str:
     s = document["summary"]
     lines += ["", f"* The hook alone against DDP's default: {s['hook_faster']} of {s['jobs']} jobs faster, speedups "
                   f"{s['hook_speedup'][0]:.2f}x to {s['hook_speedup'][1]:.2f}x.",
+              f"* With the cast to fp16 on the backward's stream, as the hook runs it, against the whole cast on "
+              f"the message's path: the hook's step {100 * s['stream_cost'][0]:+.2f}% to "
+              f"{100 * s['stream_cost'][1]:+.2f}%, the DP's fp16 optimum {100 * s['stream_cost_dp'][0]:+.2f}% to "
+              f"{100 * s['stream_cost_dp'][1]:+.2f}% (shorter where the channel is critical and the cast leaves it, "
+              f"longer where the compute is and the cast delays the backward).",
               f"* The joint optimum against DDP's default: speedups {s['joint_speedup'][0]:.2f}x to "
               f"{s['joint_speedup'][1]:.2f}x.",
               f"* The best single choice is within {100 * s['largest_single_gap']:.3f}% of the joint optimum in every "
@@ -111,7 +136,10 @@ def markdown(document: dict[str, Any]) -> str:
 def summary(results: list[dict[str, Any]]) -> dict[str, Any]:
     hook = [r["ddp"] / r["ddp_fp16"] for r in results]
     joint = [r["ddp"] / r["joint"] for r in results]
+    stream = [r["ddp_fp16_stream"] / r["ddp_fp16"] - 1 for r in results]
+    stream_dp = [r["dp_fp16_stream"] / r["dp_fp16"] - 1 for r in results]
     return {"jobs": len(results), "hook_faster": sum(h > 1 for h in hook), "hook_speedup": [min(hook), max(hook)],
+            "stream_cost": [min(stream), max(stream)], "stream_cost_dp": [min(stream_dp), max(stream_dp)],
             "joint_speedup": [min(joint), max(joint)],
             "largest_single_gap": max(r["single_gap"] for r in results),
             "fp16_best": sum(r["best_single"] == "fp16" for r in results)}
