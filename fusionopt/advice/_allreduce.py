@@ -357,9 +357,7 @@ def ddp_settings(problem: Problem, plan: Plan, *, min_gain: float = MIN_GAIN,
     plan_time = _check(judge, plan)
     profile = problem.profile
     if powersgd is not None:
-        if not plan.is_fusion(judge.profile):
-            raise ValueError("under PowerSGD the plan must be a fusion plan (whole tensors, in the ready order): "
-                             "the hook compresses each whole gradient")
+        powersgd.require_buckets(plan, judge.profile, "the plan")
         plan = Plan.from_groups(profile, plan.groups())       # the same buckets, in the gradients' bytes
     target = _boundaries(plan)
 

@@ -199,9 +199,10 @@ def _solve_under_powersgd(problem: Problem, hook: PowerSGD, priced: Problem, met
 def _in_gradient_bytes(result: Result, profile: Profile, priced: Profile, method: str) -> Result:
     """``result``, a plan of ``priced`` judged under the hook, with its messages in the
     gradients' bytes (``profile``'s)."""
-    if not isinstance(result.plan, Plan) or not result.plan.is_fusion(priced):
-        raise UsageError(f"--powersgd-rank: {method} cuts tensors or leaves the ready order, and torch's "
-                         "powerSGD_hook compresses each whole gradient of a DDP bucket")
+    try:
+        PowerSGD.require_buckets(result.plan, priced, method)
+    except ValueError as exc:
+        raise UsageError(f"--powersgd-rank: {exc}") from None
     return dataclasses.replace(result, plan=Plan.from_groups(profile, result.plan.groups()))
 
 
@@ -217,9 +218,10 @@ def read_problem_and_plan(args: argparse.Namespace) -> tuple[Profile, Problem, P
         raise ValueError(f"{args.plan}: {exc}") from None
     hook = powersgd_from_flags(args)
     if hook is not None:
-        if not plan.is_fusion(profile):
-            raise UsageError(f"--powersgd-rank: {args.plan} cuts tensors or leaves the ready order, and torch's "
-                             "powerSGD_hook compresses each whole gradient of a DDP bucket")
+        try:
+            hook.require_buckets(plan, profile, args.plan)
+        except ValueError as exc:
+            raise UsageError(f"--powersgd-rank: {exc}") from None
         problem = priced_for_powersgd(problem, hook)
         plan = Plan.from_groups(problem.profile, plan.groups())
     return profile, problem, plan

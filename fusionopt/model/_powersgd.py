@@ -53,6 +53,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from fusionopt.model._cost import AlphaBeta, CommCost, check_param
+from fusionopt.model._plan import Plan
 from fusionopt.model._problem import Problem
 from fusionopt.model._profile import Profile
 
@@ -239,6 +240,15 @@ class PowerSGD:
             metadata={**profile.metadata, "powersgd": self.to_dict()}, ready_order=profile.ready_order,
             registration_order=profile.registration_order, **profile.step_parts)
         return Problem(priced, AlphaBeta(3 * alpha + self.seconds_per_message, beta), sync=problem.sync)
+
+    @staticmethod
+    def require_buckets(plan: Any, profile: Profile, what: str) -> None:
+        """Raise a one-line ``ValueError`` unless ``plan`` (``what``, for the message) is a fusion
+        plan of ``profile``: whole tensors in the ready order, as DDP's buckets are, which the
+        hook compresses gradient by gradient."""
+        if not isinstance(plan, Plan) or not plan.is_fusion(profile):
+            raise ValueError(f"{what} cuts tensors or leaves the ready order, and torch's powerSGD_hook compresses "
+                             "each whole gradient of a DDP bucket")
 
     def mean_step(self, plain: float, compressed: float, steps: int) -> float:
         """Seconds a step on average over the first ``steps`` steps: the first ``start_iter``

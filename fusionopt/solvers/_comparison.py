@@ -161,11 +161,10 @@ def compare(problem: Problem, methods: Iterable[str] | None = None, *, powersgd:
             try:
                 if powersgd is not None and name in NOT_UNDER_POWERSGD:
                     raise ValueError(f"{name}: {NOT_UNDER_POWERSGD[name]}")
-                results[name] = given[name] if name in given else solve(problem, name)
-                if powersgd is not None and not results[name].plan.is_fusion(problem.profile):
-                    del results[name]
-                    raise ValueError(f"{name} cuts tensors or leaves the ready order, and torch's powerSGD_hook "
-                                     "compresses each whole gradient of a DDP bucket")
+                result = given[name] if name in given else solve(problem, name)
+                if powersgd is not None:
+                    powersgd.require_buckets(result.plan, problem.profile, name)
+                results[name] = result
             except ValueError as exc:           # the method refuses this problem: a note, not a failure
                 if explicit:
                     raise

@@ -181,7 +181,7 @@ def test_ddp_settings_under_powersgd_refuse_in_one_line():
     with pytest.raises(ValueError, match="tensor 'w2'"):
         ddp_settings(problem, solve(problem, "dp").plan, powersgd=hook)
     cut = Plan.from_groups(priced.profile, [[0], [1], [2]])       # forward order: not DDP's ready order
-    with pytest.raises(ValueError, match="^under PowerSGD the plan must be a fusion plan"):
+    with pytest.raises(ValueError, match="^the plan cuts tensors or leaves the ready order, and torch's powerSGD_hook"):
         ddp_settings(problem, cut, powersgd=hook)
     with pytest.raises(ValueError, match="copy_cost on"):
         ddp_settings(Problem(prof, AlphaBeta(1e-3, 1e-9), copy_cost=1e-9), solve(priced, "dp").plan, powersgd=hook)
