@@ -189,9 +189,14 @@ def test_traces_from_a_folder_and_interrupted(traces, tmp_path, monkeypatch, cap
 def test_an_interrupted_training_run_keeps_the_models_finished(tmp_path):
     # Ctrl-C in a terminal reaches the script and its two ranks (one process group) once the
     # first model is done: the finished model goes to training-cpu.interrupted.{md,json}.
+    # The reducer's cost is given, not measured first, so that the first model is reached soon.
     pytest.importorskip("torch")
+    from fusionopt.integrations import ReducerCalibration
+
+    ReducerCalibration("plan", per_step=2e-3, per_message=4e-4).write(tmp_path / "reducer.json")
     command = [sys.executable, str(ROOT / "validation" / "training" / "run.py"), "--models", "mlp,cnn,lstm",
-               "--steps", "1", "--warmup", "0", "--profile-steps", "1", "--out", str(tmp_path)]
+               "--steps", "1", "--rounds", "1", "--warmup", "0", "--profile-steps", "1",
+               "--reducer-calibration", str(tmp_path / "reducer.json"), "--out", str(tmp_path)]
     status, lines, left = interrupt_on(command, "models 1/3")
     assert status == 130, lines
     assert not left                                  # no rank left behind
