@@ -135,6 +135,9 @@ def test_parameter_server_plans_run_on_mpi_processes():
     require_mpiexec()
     problem = ps_problem("layerwise")
     plan = PSPlan.from_groups(problem.profile, push=[[2], [1], [0]], pull=[[2], [1], [0]])
-    m = run(problem, plan, "mpi", ranks=2, iterations=2, warmup=1, timeout=20.0)
+    # Compute ten times the profile's: tensor 2's push is ready at 10 ms and its pull follows the
+    # servers' 2 ms update, some 45 ms before tensor 0's push (ready at 60 ms), a margin that a
+    # loaded host's delays keep (at the profile's own times it was 2.5 ms).
+    m = run(problem, plan, "mpi", ranks=2, iterations=2, warmup=1, timeout=20.0, time_scale=10.0)
     assert m.correct and m.backend == "mpi" and [k for k, _, _ in m.collectives] == ["reduce-scatter"] * 3 + ["all-gather"] * 3
     assert (m.pull_end[:, 0] < m.message_start[:, 2]).all()
