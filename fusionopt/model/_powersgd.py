@@ -41,7 +41,9 @@ bias of 256 travels as it is:
 
 >>> p = PowerSGD(rank=4)
 >>> p.split([(256, 1024), (256,)])
-TensorSplit(numel=(262144, 256), compressed=(True, False), uncompressed=(0, 256), p=(1024, 0), q=(4096, 0), flops=(6291456, 0))
+TensorSplit(numel=(262144, 256), p=(1024, 0), q=(4096, 0), flops=(6291456, 0))
+>>> p.split([(256, 1024), (256,)]).uncompressed
+(0, 256)
 """
 
 from __future__ import annotations
@@ -60,22 +62,30 @@ from fusionopt.model._profile import Profile
 
 @dataclass(frozen=True)
 class TensorSplit:
-    """Per tensor, what :class:`PowerSGD` makes of it: ``numel``, ``compressed`` or not, the
-    elements it puts in the uncompressed all-reduce, the ``P`` and the ``Q`` all-reduce, and
-    the ``flops`` of its three products (``6 n m r'`` where compressed, else 0)."""
+    """Per tensor, what :class:`PowerSGD` makes of it: its ``numel``, the elements it puts in
+    the ``P`` and the ``Q`` all-reduce (none where it is not compressed), and the ``flops`` of
+    its three products (``6 n m r'`` where compressed, else 0)."""
 
     numel: tuple[int, ...]
-    compressed: tuple[bool, ...]
-    uncompressed: tuple[int, ...]
     p: tuple[int, ...]
     q: tuple[int, ...]
     flops: tuple[int, ...]
 
+    @property
+    def compressed(self) -> tuple[bool, ...]:
+        """Whether each tensor is compressed: it sends ``P`` factors."""
+        return tuple(p > 0 for p in self.p)
+
+    @property
+    def uncompressed(self) -> tuple[int, ...]:
+        """The elements each tensor puts in the uncompressed all-reduce: all of them where it
+        is not compressed."""
+        return tuple(0 if p > 0 else n for n, p in zip(self.numel, self.p))
+
     def of(self, tensors: Sequence[int]) -> "TensorSplit":
         """The split of the tensors at positions ``tensors`` (a bucket's)."""
         pick = [int(i) for i in tensors]
-        return TensorSplit(*(tuple(getattr(self, f)[i] for i in pick) for f in
-                             ("numel", "compressed", "uncompressed", "p", "q", "flops")))
+        return TensorSplit(*(tuple(getattr(self, f)[i] for i in pick) for f in ("numel", "p", "q", "flops")))
 
     @property
     def elements(self) -> tuple[int, int, int]:
@@ -146,7 +156,7 @@ class PowerSGD:
         """What the hook makes of tensors of ``shapes`` (module docstring), in the same order.
         A 0-d tensor, which the hook cannot view as a matrix, is refused in one line naming it
         (by ``names``, else its position)."""
-        numel, compressed, uncompressed, p, q, flops = [], [], [], [], [], []
+        numel, p, q, flops = [], [], [], []
         for k, shape in enumerate(shapes):
             dims = tuple(int(d) for d in shape)
             if not dims:
@@ -157,12 +167,10 @@ class PowerSGD:
             r = min(n, m, self.rank)
             yes = (n + m) * r * self.min_compression_rate < n * m
             numel.append(n * m)
-            compressed.append(bool(yes))
-            uncompressed.append(0 if yes else n * m)
             p.append(n * r if yes else 0)
             q.append(m * r if yes else 0)
             flops.append(6 * n * m * r if yes else 0)
-        return TensorSplit(tuple(numel), tuple(compressed), tuple(uncompressed), tuple(p), tuple(q), tuple(flops))
+        return TensorSplit(tuple(numel), tuple(p), tuple(q), tuple(flops))
 
     def of_profile(self, profile: Profile) -> TensorSplit:
         """:meth:`split` of ``profile``'s tensors, which must have shapes; one line naming the

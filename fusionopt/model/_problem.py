@@ -217,16 +217,15 @@ class Problem:
             )
         check_cost(self.cost, self.profile)
         for label, cost in self.pattern.collectives.items():
-            for encoded in compute_encodings(cost):
-                if cost is not self.cost or encoded is not self.cost or self.pattern.extension is not None:
-                    raise ValueError(f"{label} cost: encoding {encoded.encoding.name!r} runs part of its cast on the "
-                                     "compute stream, which a problem runs for the all-reduce's own Encoded cost only")
-        for label, cost in self.pattern.collectives.items():
             if cost is not self.cost:
                 try:
                     check_cost(cost, self.profile)
                 except ValueError as exc:
                     raise ValueError(f"{label} cost: {exc}") from None
+            for encoded in compute_encodings(cost):
+                if encoded is not self.cost or self.pattern.extension is not None:
+                    raise ValueError(f"{label} cost: encoding {encoded.encoding.name!r} runs part of its cast on the "
+                                     "compute stream, which a problem runs for the all-reduce's own Encoded cost only")
         self.pattern.check(self)
         whole = [part for part in ("update_lump", "post_backward") if getattr(self.profile, part)]
         if self.sync == "layerwise" and whole:

@@ -142,9 +142,8 @@ def compare(problem: Problem, methods: Iterable[str] | None = None, *, powersgd:
     if isinstance(methods, (str, bytes)):
         raise ValueError(f"methods must be a list of method names, got the string {methods!r} (write [{methods!r}])")
     explicit = methods is not None
-    given: dict[str, Result] = {}
+    gradients = problem                     # under PowerSGD, DDP's buckets come from its bytes
     if powersgd is not None:
-        given["ddp"] = ddp_powersgd(problem, powersgd)
         problem = powersgd.priced(problem)
     names = list(dict.fromkeys(methods)) if explicit else default_methods(problem)
     if explicit and not names:
@@ -161,7 +160,8 @@ def compare(problem: Problem, methods: Iterable[str] | None = None, *, powersgd:
             try:
                 if powersgd is not None and name in NOT_UNDER_POWERSGD:
                     raise ValueError(f"{name}: {NOT_UNDER_POWERSGD[name]}")
-                result = given[name] if name in given else solve(problem, name)
+                result = ddp_powersgd(gradients, powersgd) if powersgd is not None and name == "ddp" else \
+                    solve(problem, name)
                 if powersgd is not None:
                     powersgd.require_buckets(result.plan, problem.profile, name)
                 results[name] = result

@@ -34,7 +34,6 @@ The computation is deterministic: rerunning it reproduces every figure. It write
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 from typing import Any
@@ -42,9 +41,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from fusionopt.reporting import (Progress, changed_options, command_line, counts, interrupted_path,  # noqa: E402
-                                 markdown_table, subset_location, write_result)
-from validation.wire.study import CAST_PER_BYTE, CAST_PER_MESSAGE, MODELS, NETWORKS, RESULTS, WORKERS  # noqa: E402
+from fusionopt.reporting import changed_options, command_line, counts, markdown_table, subset_location  # noqa: E402
+from validation.wire.study import CAST_PER_BYTE, CAST_PER_MESSAGE, job_parser, run_jobs  # noqa: E402
 
 RANKS = (1, 4)
 PER_BYTE = 11 / 2.6e12
@@ -132,9 +130,7 @@ def main(argv: list[str] | None = None) -> int:
     from fusionopt.cost import PowerSGD
 
     argv = sys.argv[1:] if argv is None else argv
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--workers", type=counts(2, "workers a job"), default=list(WORKERS),
-                        help="comma-separated worker counts (default 8,64,256,1024)")
+    parser = job_parser(__doc__)
     parser.add_argument("--ranks", type=counts(1, "PowerSGD ranks"), default=list(RANKS),
                         help="comma-separated matrix approximation ranks (default 1,4)")
     parser.add_argument("--per-byte", type=float, default=PER_BYTE, metavar="S",
@@ -143,7 +139,6 @@ def main(argv: list[str] | None = None) -> int:
                         help="the hook's seconds per flop of its products (default 1/60 ps)")
     parser.add_argument("--per-message", type=float, default=PER_MESSAGE, metavar="S",
                         help="the hook's seconds per bucket besides (default 50 us)")
-    parser.add_argument("--out", default=str(RESULTS), help="folder of the result files")
     args = parser.parse_args(argv)
     prices = {"seconds_per_byte": args.per_byte, "seconds_per_flop": args.per_flop,
               "seconds_per_message": args.per_message}
@@ -156,17 +151,8 @@ def main(argv: list[str] | None = None) -> int:
     document: dict[str, Any] = {
         "schema": "fusionopt.validation.wire-powersgd", "version": 1, "prices": prices,
         "command": command_line("validation/wire/powersgd.py", argv, args.out), "results": []}
-    jobs = [(m, b, n, w) for m, b in MODELS for n in NETWORKS for w in args.workers]
-    with Progress(interrupted_path(str(Path(folder) / "wire-powersgd.md"))) as progress:
-        progress.stage("jobs", total=len(jobs))
-        for model, batch, name, count in jobs:
-            row = run_job(model, batch, name, count, args.ranks, prices)
-            document["results"].append(row)
-            document["summary"] = summary(document["results"])
-            progress.keep(document)
-            progress.step(f"{model} {name} {count}: fastest {row['fastest']}")
-        write_result(folder, "wire-powersgd", document, markdown(document))
-    return progress.exit_code
+    return run_jobs(folder, "wire-powersgd", document, args.workers, lambda *job: run_job(*job, args.ranks, prices),
+                    summary, markdown, lambda row: f"fastest {row['fastest']}")
 
 
 if __name__ == "__main__":

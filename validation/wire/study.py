@@ -149,14 +149,11 @@ def main(argv: list[str] | None = None) -> int:
     from fusionopt.cost import FP16
 
     argv = sys.argv[1:] if argv is None else argv
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--workers", type=counts(2, "workers a job"), default=list(WORKERS),
-                        help="comma-separated worker counts (default 8,64,256,1024)")
+    parser = job_parser(__doc__)
     parser.add_argument("--cast-per-byte", type=float, default=CAST_PER_BYTE, metavar="S",
                         help="seconds per fp32 byte to encode and decode (default an H100 estimate, 1.15 ps)")
     parser.add_argument("--cast-per-message", type=float, default=CAST_PER_MESSAGE, metavar="S",
                         help="seconds per message to encode and decode (default 10 us)")
-    parser.add_argument("--out", default=str(RESULTS), help="folder of the result files")
     args = parser.parse_args(argv)
     try:
         fp16 = FP16.with_costs(seconds_per_byte=args.cast_per_byte, seconds_per_message=args.cast_per_message)
@@ -168,16 +165,35 @@ def main(argv: list[str] | None = None) -> int:
         "schema": "fusionopt.validation.wire-study", "version": 1, "cast_per_byte": args.cast_per_byte,
         "cast_per_message": args.cast_per_message, "command": command_line("validation/wire/study.py", argv, args.out),
         "results": []}
-    jobs = [(m, b, n, w) for m, b in MODELS for n in NETWORKS for w in args.workers]
-    with Progress(interrupted_path(str(Path(folder) / "wire-study.md"))) as progress:
+    return run_jobs(folder, "wire-study", document, args.workers, lambda *job: run_job(*job, fp16), summary, markdown,
+                    lambda row: f"joint {1e3 * row['joint']:.1f} ms")
+
+
+def job_parser(doc: str) -> argparse.ArgumentParser:
+    """A study's parser with the options every wire study takes: ``--workers`` and ``--out``."""
+    parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    parser.add_argument("--workers", type=counts(2, "workers a job"), default=list(WORKERS),
+                        help="comma-separated worker counts (default 8,64,256,1024)")
+    parser.add_argument("--out", default=str(RESULTS), help="folder of the result files")
+    return parser
+
+
+def run_jobs(folder: str, stem: str, document: dict[str, Any], workers: list[int], run: Any, summarise: Any,
+             render: Any, said: Any) -> int:
+    """``run(model, batch, network, workers)`` on each job of :data:`MODELS`, :data:`NETWORKS`
+    and ``workers``, each row added to ``document``'s results and its summary, kept as it goes
+    (an interruption writes what is done), then ``stem``'s JSON and ``render``'s Markdown
+    written into ``folder``; the exit code."""
+    jobs = [(m, b, n, w) for m, b in MODELS for n in NETWORKS for w in workers]
+    with Progress(interrupted_path(str(Path(folder) / f"{stem}.md"))) as progress:
         progress.stage("jobs", total=len(jobs))
         for model, batch, name, count in jobs:
-            row = run_job(model, batch, name, count, fp16)
+            row = run(model, batch, name, count)
             document["results"].append(row)
-            document["summary"] = summary(document["results"])
+            document["summary"] = summarise(document["results"])
             progress.keep(document)
-            progress.step(f"{model} {name} {count}: joint {1e3 * row['joint']:.1f} ms")
-        write_result(folder, "wire-study", document, markdown(document))
+            progress.step(f"{model} {name} {count}: {said(row)}")
+        write_result(folder, stem, document, render(document))
     return progress.exit_code
 
 
