@@ -96,8 +96,12 @@ def test_a_short_run_on_two_ranks(tmp_path):
     assert 30 in run["methods"]["optimum"]["switches"] or run["plans"]["optimum"] == run["plans"]["optimum_after"]
     # The link's beta four times larger from step 30: the optimum's steps grow (mlp's 0.8 MB
     # gradients take about 1.3 ms more per all-reduce on 10gbe at 64 workers, then 5 ms).
+    # The least step of each phase, not its reference (a median of ten steps): another test's
+    # load on the host only adds to a step, and once inflated the ten steps before the change
+    # hid the growth (19.6 ms before against 20.0 after, where an idle host measures 12.5 and 20).
+    steps = run["methods"]["optimum"]["steps"]
+    assert min(steps[30:]) > min(steps[:30]) + 2e-3
     before, after = run["analysis"]["phases"]
-    assert after["reference"] > before["reference"] + 2e-3
     import statistics
     assert before["reference"] == statistics.median(run["methods"]["optimum"]["steps"][20:30])
     table = (tmp_path / "online-cpu.md").read_text()
