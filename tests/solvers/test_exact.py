@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from strategies import alpha_beta, problems
 
 from fusionopt.cost import AlphaBeta, PiecewiseLinear
-from fusionopt.model import Problem, Profile, fluid_bound
+from fusionopt.model import Problem, Profile, fluid_bound, layerwise_slack
 from fusionopt.solvers import Status, solve
 from fusionopt.solvers.exact import closed_form, dp
 
@@ -160,5 +160,12 @@ def test_brute_force_with_extensions_matches_cpsat(problem):
     extended = Problem(problem.profile, problem.cost, sync=problem.sync, copy_cost=1e-10, contention=1.5)
     exhaustive = solve(extended, "brute")
     exact = solve(extended, "cpsat", workers=1)
-    assert exact.iteration_time == pytest.approx(exhaustive.iteration_time,
-                                                 abs=exact.stats["rounding_bound"] + 1e-12 * exhaustive.iteration_time)
+    tolerance = exact.stats["rounding_bound"] + 1e-12 * exhaustive.iteration_time
+    if layerwise_slack(extended) > 0.0:
+        # CP-SAT minimises the last message's end, which then no longer decides T: it claims
+        # no optimum, and its plan and bound bracket brute force's.
+        assert exact.status is not Status.OPTIMAL or exact.iteration_time <= exhaustive.iteration_time + tolerance
+        assert exhaustive.iteration_time <= exact.iteration_time + 1e-12 * exhaustive.iteration_time
+        assert exact.lower_bound <= exhaustive.iteration_time + 1e-12 * exhaustive.iteration_time
+        return
+    assert exact.iteration_time == pytest.approx(exhaustive.iteration_time, abs=tolerance)

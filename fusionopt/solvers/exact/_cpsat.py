@@ -52,7 +52,9 @@ def cpsat(
     with contention, ``2M q`` with ``comm_contention`` and ``(M^2 + 3M) / 2 * q`` with both,
     ``M`` the most messages allowed (docs/methods.md, section cpsat). ``OPTIMAL`` is
     reported only when the re-simulated ``T`` is within that of a proven lower bound. Valid
-    for both sync modes (FIFO fusion plans do not overlap the forward), with the extensions
+    for both sync modes where a fusion plan's messages cannot overlap the forward
+    (:func:`~fusionopt.model.layerwise_slack` 0; with a positive slack CP-SAT minimises the
+    last message's end, which then no longer decides ``T``, and claims no optimum), with the extensions
     ``copy_cost`` (either ``copy_on``), ``message_compute``, ``contention`` and ``comm_contention`` on one channel,
     and with ``channels > 1`` (and copy cost, no contention) by the relaxation and cuts of
     :mod:`fusionopt.solvers.exact._cpsat_channels`, exact up to ``rounding_bound = q``. The model has
