@@ -82,3 +82,41 @@ def test_compare_says_which_encodings_the_messages_may_take(profile_path, capsys
         None, 0)
     assert ("network   AlphaBeta(alpha=2.5e-05, beta=8e-10), each message in fp32 or fp16 (the cheapest), "
             "sync barrier") in capsys.readouterr().out
+
+
+def test_exact_tensors_travel_in_fp32(profile_path, capsys):
+    # t0 kept exact: its 4 MB go in fp32, 25 + 3200 us from 6.1 ms, so T = 9.325 + 4 = 13.325 ms
+    # (11.765 ms free to choose, above); the others keep fp16 where it pays.
+    assert main(["solve", profile_path, "--method", "dp", *LINK, "--encodings", "fp32,fp16",
+                 "--cast-per-message", "40e-6", "--exact-tensors", "t0", "--json"]) in (None, 0)
+    document = json.loads(capsys.readouterr().out)
+    assert document["iteration_time"] == pytest.approx(13.325e-3)
+    carried = [[chunk[0] for chunk in m] for m in document["plan"]["messages"]]      # [tensor, lo, bytes]
+    assert [e for e, tensors in zip(document["encodings"], carried) if 0 in tensors] == ["fp32"]
+    assert "fp16" in document["encodings"]
+    # A pattern and an index name the same tensors; t2 exact costs nothing here (its fp32
+    # message ends before t1 is ready).
+    assert main(["solve", profile_path, "--method", "dp", *LINK, "--encodings", "fp32,fp16",
+                 "--cast-per-message", "40e-6", "--exact-tensors", "2", "--json"]) in (None, 0)
+    assert json.loads(capsys.readouterr().out)["iteration_time"] == pytest.approx(11.765e-3)
+    assert main(["compare", "--profile", profile_path, *LINK, "--encodings", "fp32,fp16",
+                 "--cast-per-message", "40e-6", "--exact-tensors", "t[02]", "--methods", "wfbp,dp"]) in (None, 0)
+    out = capsys.readouterr().out
+    assert "2 tensors exact (every message carrying one in a lossless encoding): t0, t2" in out
+    rows = {line.split()[0]: line.split()[1] for line in out.splitlines() if line.split()[:1] in (["wfbp"], ["dp"])}
+    assert rows == {"wfbp": "13.325", "dp": "13.325"}
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--exact-tensors", "t0"], "--exact-tensors keeps tensors out of a lossy encoding and goes with --encodings"),
+    (["--encodings", "fp16", "--exact-tensors", "t0"], "goes with --encodings of fp32 and fp16 or bf16"),
+    (["--encodings", "fp16,bf16", "--exact-tensors", "t0"],
+     "--exact-tensors t0: exact_tensors: tensor 0 must travel exactly, and every encoding of the cost (fp16, bf16) "
+     "is lossy: add fp32"),
+    (["--encodings", "fp32,fp16", "--exact-tensors", "conv*"], "--exact-tensors: 'conv*' is no tensor of profile"),
+    (["--encodings", "fp32,fp16", "--exact-tensors", "7"], "--exact-tensors: '7' is no tensor of profile"),
+])
+def test_bad_exact_tensors_are_named_in_one_line(profile_path, capsys, flags, message):
+    assert main(["solve", profile_path, "--method", "dp", *LINK, *flags]) == 2
+    error = capsys.readouterr().err.strip()
+    assert error.startswith("fusionopt: error: ") and message in error and "\n" not in error

@@ -41,6 +41,7 @@ from typing import Any
 import numpy as np
 
 from fusionopt.model._alignment import Aligned
+from fusionopt.model._encoding import Cheapest, Encoded, crossovers
 from fusionopt.model._plan import Plan
 from fusionopt.model._powersgd import PowerSGD
 from fusionopt.model._pattern import require_pattern
@@ -56,6 +57,7 @@ HOROVOD_CYCLE_TIMES_MS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 HOROVOD_MAX_THRESHOLDS = 16       # plan sizes beyond this many are thinned to quantiles
 _TIE = 1e-9                       # relative tolerance on T for ties
 POWERSGD_MODULE = "torch.distributed.algorithms.ddp_comm_hooks.powerSGD_hook"
+DEFAULT_HOOKS = "torch.distributed.algorithms.ddp_comm_hooks.default_hooks"
 MIN_GAIN = 0.05
 """The least predicted gain, a fraction of the default's ``T``, for which advice replaces a
 framework's default (module docstring)."""
@@ -100,7 +102,13 @@ class DDPSettings:
     :func:`~fusionopt.integrations.padded_comm_hook` with that unit (``hook``). Where
     ``powersgd`` is set, every ``T`` here is of a step under torch's ``powerSGD_hook`` once it
     compresses (MODEL.md section 2.4), ``hook`` says how to register it, and
-    ``plain_iteration_time`` is the ``T`` of DDP's defaults without it.
+    ``plain_iteration_time`` is the ``T`` of DDP's defaults without it. Where the problem's
+    cost carries messages in encodings (:class:`~fusionopt.cost.Encoded`,
+    :class:`~fusionopt.cost.Cheapest`, MODEL.md section 2.2), ``wire`` is the model's choice
+    by size, ``((from_bytes, encoding), ...)``, and ``exact_names`` the tensors kept exact
+    (every bucket holding one in fp32): ``hook`` is torch's compress hook where one encoding
+    serves every bucket, else :func:`~fusionopt.integrations.wire_comm_hook`, which applies
+    that rule bucket by bucket.
     ``kept_defaults``: the list
     (or, without one, every single cap) is predicted less than ``min_gain`` faster than
     torch's default layout, so the advice is to leave DDP's defaults (``arguments`` is
@@ -121,6 +129,8 @@ class DDPSettings:
     padding: tuple[int, ...] = ()         # bytes padding adds to each bucket of ``buckets``
     powersgd: PowerSGD | None = None      # the hook every T above is judged under (None: DDP's all-reduce)
     plain_iteration_time: float | None = None   # with powersgd: T of DDP's defaults without the hook
+    wire: tuple[tuple[int, str], ...] | None = None   # each bucket's encoding from that many fp32 bytes on
+    exact_names: tuple[str, ...] = ()     # tensors kept exact: a bucket holding one goes in fp32
 
     @property
     def kept_defaults(self) -> bool:
@@ -156,6 +166,11 @@ class DDPSettings:
         """The comm hook the advice needs, as Python (None: DDP's own all-reduce)."""
         if self.powersgd is not None:
             return f"{POWERSGD_MODULE}.powerSGD_hook"
+        if self.wire is not None and (self.exact_names or any(name != "fp32" for _, name in self.wire)):
+            if len(self.wire) == 1 and not self.exact_names:
+                return f"{DEFAULT_HOOKS}.{self.wire[0][1]}_compress_hook"
+            exact = ", exact=[p for n, p in model.named_parameters() if n in EXACT]" if self.exact_names else ""
+            return f"fusionopt.integrations.wire_comm_hook({[list(step) for step in self.wire]!r}{exact})"
         if self.alignment_unit is None or not any(self.padding):
             return None
         return f"fusionopt.integrations.padded_comm_hook(unit={self.alignment_unit})"
@@ -177,6 +192,8 @@ class DDPSettings:
         doc["buckets"] = [list(b) for b in self.buckets]
         doc["padding"] = list(self.padding)
         doc["powersgd"] = None if self.powersgd is None else self.powersgd.to_dict()
+        doc["wire"] = None if self.wire is None else [list(step) for step in self.wire]
+        doc["exact_names"] = list(self.exact_names)
         doc.update(arguments=self.arguments, list_iteration_time=self.list_iteration_time,
                    iteration_time=self.iteration_time, kept_defaults=self.kept_defaults, hook=self.hook,
                    hook_state=self.hook_state)
@@ -408,7 +425,39 @@ def ddp_settings(problem: Problem, plan: Plan, *, min_gain: float = MIN_GAIN,
         padding=padding,
         powersgd=powersgd,
         plain_iteration_time=plain_time,
+        wire=wire_choice(problem),
+        exact_names=tuple(profile.names[i] for i in problem.exact_tensors),
     )
+
+
+def wire_choice(problem: Problem) -> tuple[tuple[int, str], ...] | None:
+    """The encoding of a message of the problem's cost by its fp32 bytes, as
+    ``((from_bytes, encoding), ...)`` starting from 0 (None: a cost without encodings): one
+    step for :class:`~fusionopt.cost.Encoded`; for :class:`~fusionopt.cost.Cheapest`, a step
+    at each of its :func:`~fusionopt.cost.crossovers` up to the profile's bytes, each the
+    least whole number of bytes that takes the new encoding.
+
+    >>> from fusionopt.cost import FP16, FP32, AlphaBeta
+    >>> from fusionopt.model import Profile
+    >>> link = AlphaBeta(25e-6, 0.8e-9)
+    >>> wire_choice(Problem(Profile.from_arrays([4e6], [0.0], [1e-3]),
+    ...                     Cheapest(link, [FP32, FP16.with_costs(seconds_per_message=40e-6)])))
+    ((0, 'fp32'), (100001, 'fp16'))
+    """
+    cost = problem.cost
+    if isinstance(cost, Encoded):
+        return ((0, cost.encoding.name),)
+    if not isinstance(cost, Cheapest):
+        return None
+    steps = [(0, cost.choose(0.0)[0])]
+    for size in crossovers(cost.cost, cost.encodings, upto=max(problem.profile.total_bytes, 1)):
+        start = max(int(math.ceil(size)), steps[-1][0] + 1)
+        name = cost.choose(float(start))[0]
+        while start - 1 > steps[-1][0] and cost.choose(float(start - 1))[0] == name:
+            start -= 1                                   # the least whole size that takes it
+        if name != steps[-1][1]:
+            steps.append((start, name))
+    return tuple(steps)
 
 
 def _thresholds(plan: Plan) -> list[int]:

@@ -77,7 +77,7 @@ def cmd_advise(args: argparse.Namespace) -> None:
           f"(unset, 1 MiB first then 25 MiB: {ms * ddp.default_iteration_time:.3f} ms)")
     print(f"          find_unused_parameters=True (no bucket rebuild; registration order): "
           f"T = {ms * ddp.find_unused_iteration_time:.3f} ms")
-    if ddp.hook is not None and hook is None:
+    if ddp.alignment_unit is not None and any(ddp.padding) and hook is None:
         padded = sum(p > 0 for p in ddp.padding)
         ranks = problem.cost.ranks
         print(f"          pad: register {ddp.hook}: each bucket all-reduced as a multiple of {ranks} x "
@@ -90,10 +90,27 @@ def cmd_advise(args: argparse.Namespace) -> None:
     if hook is not None:
         _print_powersgd(ddp)
         return
+    if ddp.wire is not None:
+        _print_wire(problem, ddp)
     print(f"horovod   HOROVOD_FUSION_THRESHOLD={hvd.fusion_threshold_bytes} "
           f"HOROVOD_CYCLE_TIME={hvd.environment['HOROVOD_CYCLE_TIME']} ({hvd.backend}): "
           f"T = {1e3 * hvd.iteration_time:.3f} ms (defaults: {1e3 * hvd.default_iteration_time:.3f} ms"
           + (f"; kept: no pair is predicted {args.min_gain:.0%} faster)" if hvd.kept_defaults else ")"))
+
+
+def _print_wire(problem: Any, ddp: Any) -> None:
+    """Each advised bucket's encoding, and the hook that sends it so."""
+    sizes = [int(problem.profile.sizes[list(b)].sum()) for b in ddp.buckets]
+    chosen = problem.message_encodings(sizes, [list(b) for b in ddp.buckets])
+    counts = {name: chosen.count(name) for name in dict.fromkeys(chosen)}
+    print(f"          wire: {', '.join(plural(k, 'bucket') + ' in ' + name for name, k in counts.items())}"
+          + (f"; {plural(len(ddp.exact_names), 'tensor')} kept exact" if ddp.exact_names else ""))
+    if ddp.hook is None:
+        return
+    print(f"          register: ddp.register_comm_hook(None, {ddp.hook})")
+    if ddp.exact_names:
+        shown = ", ".join(repr(n) for n in ddp.exact_names[:6]) + (", ..." if len(ddp.exact_names) > 6 else "")
+        print(f"          EXACT = {{{shown}}} (--json lists them all)")
 
 
 def _print_powersgd(ddp: Any) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import fnmatch
 import json
 import math
 from typing import Any, Sequence
@@ -62,6 +63,10 @@ def add_cost_arguments(parser: argparse.ArgumentParser, *, required: bool = True
                            "message's path (default 0)")
     wire.add_argument("--cast-compute-per-message", type=float, metavar="S",
                       help="with --encodings of one lossy encoding: seconds per message of that cast (default 0)")
+    wire.add_argument("--exact-tensors", metavar="LIST",
+                      help="with --encodings of fp32 and a lossy one: the tensors that must travel exactly, every "
+                           "message carrying one sent in fp32 (an error budget: at most the others compressed); "
+                           "comma-separated names, forward indices or name patterns (*.bias, *norm*)")
     if powersgd:
         hook = parser.add_argument_group("torch's PowerSGD comm hook on every DDP bucket (MODEL.md section 2.4; "
                                          "default off)")
@@ -135,6 +140,7 @@ def problem_from_flags(profile: Profile, args: argparse.Namespace) -> Problem:
     if args.encodings is not None and (args.decoupled or args.fully_sharded or args.ps_servers is not None):
         raise UsageError("--encodings prices all-reduce messages; the decoupled, fully sharded and "
                          "parameter-server patterns do not take it yet")
+    exact = exact_tensors_from_flags(profile, args)
     if args.copy_on is not None and not args.copy_cost:
         raise UsageError("--copy-on says where packing runs and goes with --copy-cost GAMMA")
     if args.update_after_gather and not args.decoupled:
@@ -180,9 +186,14 @@ def problem_from_flags(profile: Profile, args: argparse.Namespace) -> Problem:
                        step_parts="fit")
     _measured_halves(args)                                # refuses them here, with the reason
     if args.ps_servers is None:
-        return Problem(profile, _encoded(_cost(args), args), sync=args.sync, copy_cost=args.copy_cost,
-                       copy_on=args.copy_on or "channel", **_contention(args), channels=args.channels,
-                       step_parts="fit")
+        try:
+            return Problem(profile, _encoded(_cost(args), args), sync=args.sync, copy_cost=args.copy_cost,
+                           copy_on=args.copy_on or "channel", **_contention(args), channels=args.channels,
+                           step_parts="fit", exact_tensors=exact)
+        except ValueError as exc:
+            if not exact or "exact_tensors" not in str(exc):
+                raise
+            raise UsageError(f"--exact-tensors {args.exact_tensors}: {exc}") from None
     return Problem(profile, sync=args.sync, pattern=_parameter_server(args), step_parts="fit")
 
 
@@ -225,6 +236,33 @@ def powersgd_words(hook: PowerSGD) -> str:
     return (f"torch's powerSGD_hook on every DDP bucket, rank {hook.rank}, min_compression_rate "
             f"{hook.min_compression_rate:g}: a step once it compresses (the first {hook.start_iter} steps "
             f"all-reduce in full)")
+
+
+def exact_tensors_from_flags(profile: Profile, args: argparse.Namespace) -> tuple[int, ...]:
+    """The tensors ``--exact-tensors`` names (forward indices), each item a name, a forward
+    index or a name pattern (``fnmatch``); one line naming an item that matches no tensor, or
+    the flag without a choice of encodings it restricts."""
+    text = getattr(args, "exact_tensors", None)
+    if text is None:
+        return ()
+    encodings = [] if args.encodings is None else comma_list("--encodings", args.encodings)
+    if len(encodings) < 2 or all(name == "fp32" for name in encodings):
+        raise UsageError("--exact-tensors keeps tensors out of a lossy encoding and goes with --encodings of fp32 "
+                         "and fp16 or bf16 (each message in its cheapest)")
+    names = list(profile.names)
+    found: set[int] = set()
+    for item in comma_list("--exact-tensors", text):
+        if item.isdigit():
+            matched = [int(item)] if int(item) < profile.n else []
+        elif any(mark in item for mark in "*?["):
+            matched = [i for i, name in enumerate(names) if fnmatch.fnmatchcase(name, item)]
+        else:
+            matched = [names.index(item)] if item in names else []
+        if not matched:
+            raise UsageError(f"--exact-tensors: {item!r} is no tensor of profile {profile.name or 'without a name'!r} "
+                             f"(names such as {names[0]!r}, or forward indices 0 to {profile.n - 1})")
+        found.update(matched)
+    return tuple(sorted(found))
 
 
 def _encoded(cost: Any, args: argparse.Namespace) -> Any:

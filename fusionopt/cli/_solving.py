@@ -14,7 +14,6 @@ from typing import Any, Mapping
 from fusionopt.cost import AlphaBeta, Cheapest, Encoded, PiecewiseLinear, PowerSGD
 from fusionopt import model, solvers
 from fusionopt.model import Plan, Problem, Profile
-from fusionopt.model._encoding import encodings_of
 from fusionopt.model._decoupled_plan import DecoupledPlan
 from fusionopt.model._sharded_plan import ShardedPlan
 from fusionopt.model._ps_plan import PSPlan
@@ -29,9 +28,9 @@ from fusionopt.cli._problems import (
 )
 
 
-def _result_document(result: Result, cost: Any = None) -> dict[str, Any]:
+def _result_document(result: Result, problem: Problem | None = None) -> dict[str, Any]:
     timeline = result.timeline
-    wire = _wire(result, cost)
+    wire = _wire(result, problem)
     return {
         **({} if wire is None else {"encodings": wire}),
         "method": result.method,
@@ -47,14 +46,15 @@ def _result_document(result: Result, cost: Any = None) -> dict[str, Any]:
     }
 
 
-def _wire(result: Result, cost: Any) -> list[str] | None:
+def _wire(result: Result, problem: Problem | None) -> list[str] | None:
     """Each message's encoding where the problem's cost has encodings (MODEL.md section 2.2)."""
-    if not isinstance(cost, (Encoded, Cheapest)) or not isinstance(result.plan, Plan):
+    if problem is None or not isinstance(problem.cost, (Encoded, Cheapest)) or not isinstance(result.plan, Plan):
         return None
-    return encodings_of(result.plan.message_bytes, cost)
+    plan = result.plan
+    return problem.message_encodings(plan.message_bytes, [m.tensors for m in plan.messages])
 
 
-def _print_result(result: Result, profile: Profile, cost: Any = None) -> None:
+def _print_result(result: Result, profile: Profile, problem: Problem | None = None) -> None:
     timeline = result.timeline
     bound = "-" if result.lower_bound is None else f"{1e3 * result.lower_bound:.6f} ms"
     print(f"method          {result.method}")
@@ -73,7 +73,7 @@ def _print_result(result: Result, profile: Profile, cost: Any = None) -> None:
     if isinstance(result.plan, ShardedPlan):
         _print_units(result.plan, timeline, profile)
         return
-    wire = _wire(result, cost)
+    wire = _wire(result, problem)
     for k, message in enumerate(result.plan.messages[:20]):
         tensors = message.tensors
         names = ", ".join(profile.names[i] for i in tensors[:4])
@@ -165,12 +165,12 @@ def cmd_solve(args: argparse.Namespace) -> None:
     if args.output:
         result.plan.write(args.output)
     if args.json:
-        print(json.dumps({**_result_document(result, problem.cost),
+        print(json.dumps({**_result_document(result, problem),
                           **({} if hook is None else {"powersgd": hook.to_dict()})}, indent=1))
     else:
         if hook is not None:
             print(f"hook            {powersgd_words(hook)}")
-        _print_result(result, profile, problem.cost)
+        _print_result(result, profile, problem)
     if stopped is not None:
         written = f" and written to {args.output}" if args.output else ""
         raise Kept(f"the best plan {args.method} found so far is printed (status {stopped.status}){written}")
@@ -328,7 +328,8 @@ def cmd_compare(args: argparse.Namespace) -> None:
             lanes += ", collectives blocking the training thread" if halves.blocking else ""
             print(f"network   {both}, {cap}{lanes}")
     else:
-        extras = "".join(f", {name} {getattr(problem, name)}" for name in problem.extensions)
+        extras = "".join(f", {_exact_words(problem)}" if name == "exact_tensors" else f", {name} {getattr(problem, name)}"
+                         for name in problem.extensions)
         print(f"network   {_cost_words(problem.cost, args.cost)}, sync {problem.sync}{extras}")
         if hook is not None:
             print(f"hook      {powersgd_words(hook)}")
@@ -338,6 +339,13 @@ def cmd_compare(args: argparse.Namespace) -> None:
     print("gap to bound: to the best lower bound proven for each plan: over its method's own plan space for")
     print("the fusion methods, ps-dp and the exact methods, and the optimum of an exact method in the table for")
     print("the plans of its space; else over any plan. OPTIMAL: gap 0.")
+
+
+def _exact_words(problem: Problem) -> str:
+    """The tensors kept exact, as a header says them (the first four by name)."""
+    names = [problem.profile.names[i] for i in problem.exact_tensors]
+    shown = ", ".join(names[:4]) + (f", ... ({len(names)} in all)" if len(names) > 4 else "")
+    return f"{plural(len(names), 'tensor')} exact (every message carrying one in a lossless encoding): {shown}"
 
 
 def _cost_words(cost: Any, path: str | None) -> str:

@@ -14,7 +14,9 @@ or as the framework's defaults, so the two can be measured side by side.
   where torch's default layout is as fast). ``"fsdp2"``: ``fully_shard`` on each advised
   unit, innermost first and the model (the root, ``""``) last, with its
   ``reshard_after_forward``, then the advised ``set_modules_to_forward_prefetch`` /
-  ``set_modules_to_backward_prefetch`` lists.
+  ``set_modules_to_backward_prefetch`` lists. Where the advice sends buckets in encodings
+  (``wire``, and the tensors kept exact, ``exact_names``), DDP gets
+  :func:`~fusionopt.integrations.wire_comm_hook` with them (on ``link`` where given).
 * :func:`apply_defaults`: what the advice is compared with: ``DistributedDataParallel`` with
   torch's default arguments; FSDP2 as fusionopt models its defaults
   (:func:`fusionopt.solvers.baselines._fsdp2.fsdp2`): ``fully_shard`` on each block
@@ -42,6 +44,7 @@ from typing import Any, Mapping
 
 from fusionopt.integrations._torch_import import require_torch
 from fusionopt.integrations._emulated_link import EmulatedLink, ddp_comm_hook, emulate_fsdp2
+from fusionopt.integrations._wire_hook import wire_comm_hook
 from fusionopt.integrations._fsdp_record import fsdp2_blocks
 
 FRAMEWORKS = ("ddp", "fsdp2")
@@ -121,10 +124,22 @@ def _check_distributed(dist: Any) -> None:
                          "(torch.distributed.init_process_group)")
 
 
+def _wire(model: Any, section: Mapping[str, Any], link: EmulatedLink | None) -> Any:
+    """The advice's wire hook (None where every bucket goes in fp32 and none is kept exact)."""
+    wire, exact = section.get("wire"), list(section.get("exact_names") or [])
+    if wire is None or (not exact and all(step[1] == "fp32" for step in wire)):
+        return None
+    parameters = dict(_trainable(model))
+    missing = [name for name in exact if name not in parameters]
+    if missing:
+        raise ValueError(f"the advice keeps {missing[0]!r} exact, which is no trainable parameter of the model")
+    return wire_comm_hook([tuple(step) for step in wire], exact=[parameters[name] for name in exact], link=link)
+
+
 def _ddp(model: Any, arguments: Mapping[str, Any], link: EmulatedLink | None, process_group: Any,
-         options: Mapping[str, Any], *, advised: bool) -> Any:
+         options: Mapping[str, Any], *, advised: bool, hook: Any = None) -> Any:
     """DDP with ``arguments`` and ``options``; ``advised``: the arguments are an advice's, which
-    decides the bucket layout (no cap in ``options`` then)."""
+    decides the bucket layout (no cap in ``options`` then); ``hook``: the advice's comm hook."""
     torch = require_torch()
     import torch.distributed as dist
 
@@ -141,7 +156,9 @@ def _ddp(model: Any, arguments: Mapping[str, Any], link: EmulatedLink | None, pr
                              "DistributedDataParallel yourself")
     _check_distributed(dist)
     ddp = torch.nn.parallel.DistributedDataParallel(model, process_group=process_group, **arguments, **options)
-    if link is not None:
+    if hook is not None:
+        ddp.register_comm_hook(process_group, hook)
+    elif link is not None:
         ddp.register_comm_hook(process_group, ddp_comm_hook(link))
     return ddp
 
@@ -265,7 +282,8 @@ def apply_advice(model: Any, advice: Mapping[str, Any] | str | os.PathLike, *, f
     section = _section(document, framework)
     _check_link(link)
     if framework == "ddp":
-        return _ddp(model, _check_ddp_model(model, section), link, process_group, kwargs, advised=True)
+        arguments = _check_ddp_model(model, section)
+        return _ddp(model, arguments, link, process_group, kwargs, advised=True, hook=_wire(model, section, link))
     return _fsdp2(model, section, link, process_group, kwargs)
 
 

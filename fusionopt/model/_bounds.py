@@ -169,13 +169,15 @@ def fusion_bound(problem: Problem) -> float | None:
 
     With one channel, a copy cost and contention only add time, so the plain optimum still
     bounds every fusion plan; with several channels messages overlap and it does not
-    (``None``).
+    (``None``). Tensors kept exact (``exact_tensors``, alone) the DP takes as they are, so its
+    optimum is then this problem's own.
     """
     if problem.channels > 1:
         return None
     cached = _FUSION_OPTIMA.get(problem)
     if cached is None:
-        cached = optimal_fusion(problem.plain()).iteration_time
+        own = problem.extensions == ("exact_tensors",)
+        cached = optimal_fusion(problem if own else problem.plain()).iteration_time
         _FUSION_OPTIMA[problem] = cached
     return cached
 

@@ -139,7 +139,7 @@ def _serial(problem: Problem, slices: list[Chunk], window: Window, rank: list[in
     n = profile.n
     ready = profile.ready_times
     sizes = np.array([c.nbytes for c in slices], dtype=np.int64)
-    durations = problem.cost(sizes)
+    durations = problem.message_cost(sizes, [c.tensor for c in slices])
     queue = ReadySlices(n, slices)
     releases = sorted(range(n), key=lambda i: ready[i])
     outstanding: deque[tuple[float, int]] = deque()   # (end, bytes) posted, not yet reduced
@@ -234,7 +234,7 @@ class PriorityChannels(SharedChannels):
         self.sizes = [c.nbytes for c in slices]
         sizes = np.array(self.sizes, dtype=np.int64)
         if problem.channels == 1:
-            latency, transfer = problem.cost(sizes), np.zeros(len(slices))
+            latency, transfer = problem.message_cost(sizes, [c.tensor for c in slices]), np.zeros(len(slices))
         else:
             alpha, beta = problem.cost.affine
             latency, transfer = np.where(sizes > 0, alpha, 0.0), beta * sizes.astype(np.float64)

@@ -364,6 +364,19 @@ def compute_encodings(cost: Any) -> list[Encoded]:
     return found
 
 
+def lossy_encodings(cost: Any) -> list[Encoding]:
+    """The lossy encodings in ``cost`` and the costs it wraps (``cost.cost``, down the chain):
+    an :class:`Encoded` cost's, and those a :class:`Cheapest` chooses from."""
+    found = []
+    while isinstance(cost, CommCost):
+        if isinstance(cost, Encoded):
+            found.append(cost.encoding)
+        elif isinstance(cost, Cheapest):
+            found.extend(cost.encodings)
+        cost = getattr(cost, "cost", None)
+    return [e for e in found if not e.lossless]
+
+
 def _encoded_from_dict(doc: Mapping[str, Any], source: str) -> Encoded:
     return Encoded(cost_from_dict(doc.get("cost"), source=f"{source}.cost"),
                    Encoding.from_dict(doc.get("encoding"), source=f"{source}.encoding"))

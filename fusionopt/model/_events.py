@@ -127,7 +127,8 @@ class EventChannels(SharedChannels):
         if problem.copy_on != "channel":
             packing = np.zeros_like(sizes)
         if problem.channels == 1:
-            latency, transfer = problem.cost(sizes) + packing, np.zeros_like(sizes)
+            carried = [m.tensors for m in plan.messages]
+            latency, transfer = problem.message_cost(sizes, carried) + packing, np.zeros_like(sizes)
         else:
             alpha, beta = problem.cost.affine
             latency, transfer = np.where(sizes > 0, alpha, 0.0) + packing, beta * sizes

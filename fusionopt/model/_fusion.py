@@ -106,7 +106,7 @@ def arc_times(problem: Problem, ready: np.ndarray, prefix: np.ndarray, tails: np
     instead) plus the ``message_compute`` (and ``message_compute_per_byte``) every message
     costs the compute stream."""
     sizes = prefix[heads] - prefix[tails]
-    durations = np.asarray(problem.cost(sizes), dtype=np.float64)
+    durations = problem.arc_cost(tails, heads, sizes)
     if problem.copy_on == "channel":
         durations = durations + problem.copy_cost * sizes * (heads - tails > 1)
     packing = problem.compute_per_message(heads - tails, sizes)

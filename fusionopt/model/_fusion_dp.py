@@ -52,6 +52,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -143,7 +144,7 @@ def optimal_fusion(
     >>> best.cuts.tolist(), round(best.iteration_time * 1e3, 9), best.algorithm
     ([True, False], 17.0, 'linear')
     """
-    problem.require_plain("the fusion DP", allowing=("message_compute",))
+    problem.require_plain("the fusion DP", allowing=("message_compute", "exact_tensors"))
     if algorithm not in ("auto", "linear", "quadratic"):
         raise ValueError(f"unknown algorithm {algorithm!r}: choose 'auto', 'linear' or 'quadratic'")
     cap, max_messages = check_caps(problem, max_message_bytes, max_messages)
@@ -206,7 +207,7 @@ def _with_message_compute(problem: Problem, rho: np.ndarray, prefix: np.ndarray,
     tails, heads = np.triu_indices(n + 1, k=1)
     sizes = prefix[heads] - prefix[tails]
     durations = np.full((n + 1, n + 1), np.inf)          # [i - 1, j]: the message of positions i..j
-    durations[tails, heads] = np.where(sizes <= cap, np.asarray(problem.cost(sizes), dtype=np.float64), np.inf)
+    durations[tails, heads] = np.where(sizes <= cap, problem.arc_cost(tails, heads, sizes), np.inf)
     previous = np.full(n + 1, np.inf)
     previous[0] = -np.inf
     parents: list[np.ndarray] = []
@@ -273,12 +274,12 @@ def _quadratic(problem: Problem, rho: np.ndarray, prefix: np.ndarray, cap: float
     G = np.full(n + 1, -np.inf)
     parent = [0] * (n + 1)
     lowest = 0
-    cost = problem.cost
     for j in range(1, n + 1):
         while prefix[j] - prefix[lowest] > cap:
             lowest += 1
         previous = G[lowest:j]
-        values = np.maximum(previous, rho[j - 1]) + cost(prefix[j] - prefix[lowest:j])
+        values = np.maximum(previous, rho[j - 1]) + problem.arc_cost(np.arange(lowest, j), j,
+                                                                     prefix[j] - prefix[lowest:j])
         k = int(np.argmin(values))
         G[j] = values[k]
         parent[j] = lowest + k
@@ -289,7 +290,6 @@ def _layered(problem: Problem, rho: np.ndarray, prefix: np.ndarray, cap: float,
              max_messages: int) -> tuple[list[np.ndarray], list[np.ndarray]]:
     # G_m(j): earliest end of the first j tensors in at most m messages; G_m(0) = -inf.
     n = len(rho)
-    cost = problem.cost
     previous = np.full(n + 1, np.inf)
     previous[0] = -np.inf
     parents: list[np.ndarray] = []
@@ -302,7 +302,8 @@ def _layered(problem: Problem, rho: np.ndarray, prefix: np.ndarray, cap: float,
         for j in range(1, n + 1):
             while prefix[j] - prefix[lowest] > cap:
                 lowest += 1
-            values = np.maximum(previous[lowest:j], rho[j - 1]) + cost(prefix[j] - prefix[lowest:j])
+            values = (np.maximum(previous[lowest:j], rho[j - 1])
+                      + problem.arc_cost(np.arange(lowest, j), j, prefix[j] - prefix[lowest:j]))
             k = int(np.argmin(values))
             current[j] = values[k]
             choice[j] = lowest + k
@@ -349,7 +350,9 @@ def _layerwise_tail(problem: Problem, rho: np.ndarray, prefix: np.ndarray, cap: 
     # parts (under layerwise sync only the host's, MODEL.md section 4).
     tail = (profile.update + profile.forward)[::-1].cumsum()[::-1] + profile.W
     s = int(np.searchsorted(rho, B, side="left"))
-    cost = problem.cost
+
+    def cost(tail: Any, head: Any, size: Any) -> Any:           # the message of positions tail..head-1
+        return problem.arc_cost(tail, head, size)
     budgets = [None] if max_messages is None else list(range(max_messages + 1))
     # V[(p, k)]: best suffix value for positions p..n-1 in at most k messages, and the
     # end position of its first message.
@@ -364,7 +367,7 @@ def _layerwise_tail(problem: Problem, rho: np.ndarray, prefix: np.ndarray, cap: 
             size = prefix[e + 1] - prefix[p]
             if size > cap:
                 break
-            lows.append((e, float(cost(size)), float(tail[least])))
+            lows.append((e, float(cost(p, e + 1, size)), float(tail[least])))
         for k in budgets:
             if k == 0:
                 V[(p, k)] = (math.inf, n)
@@ -384,7 +387,7 @@ def _layerwise_tail(problem: Problem, rho: np.ndarray, prefix: np.ndarray, cap: 
         allowed = sizes <= cap
         if not allowed.any():
             continue
-        durations = np.asarray(cost(sizes), dtype=np.float64)
+        durations = cost(a_values, e + 1, sizes)
         least = np.array([min(least_in_l, int(before[a])) if a < s else least_in_l for a in a_values])
         for k_prefix in budgets:
             if k_prefix is None:
@@ -410,7 +413,7 @@ def _layerwise_tail(problem: Problem, rho: np.ndarray, prefix: np.ndarray, cap: 
     p, k = e + 1, (None if k_prefix is None else max_messages - 1 - k_prefix)
     while p < n:
         _, last = V[(p, k)]
-        end += float(cost(prefix[last + 1] - prefix[p]))
+        end += float(cost(p, last + 1, prefix[last + 1] - prefix[p]))
         ends.append(last)
         p, k = last + 1, (None if k is None else k - 1)
     return value, end, a, e, ends, k_prefix

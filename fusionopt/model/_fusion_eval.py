@@ -223,7 +223,7 @@ def _sweep(problem: Problem, block: np.ndarray) -> np.ndarray:
     kappa, mu, gamma = problem.contention, problem.comm_contention, problem.copy_cost
     eta, eta_byte = problem.message_compute_terms
     on_channel = problem.copy_on == "channel"
-    affine = problem.cost.affine
+    affine = None if problem.restricts_encodings else problem.cost.affine
     ready, backlog = np.zeros(width), np.zeros(width)
     last_q, last_rho, last_position = np.zeros(width), np.zeros(width), np.zeros(width)
     always = np.ones(width, dtype=bool)
@@ -234,7 +234,7 @@ def _sweep(problem: Problem, block: np.ndarray) -> np.ndarray:
         if affine is not None:
             duration = affine[0] + affine[1] * size
         else:
-            duration = np.asarray(problem.cost(size), dtype=np.float64)
+            duration = problem.arc_cost(last_position.astype(np.int64), j, size)
         work = rho[j - 1] - last_rho + eta + eta_byte * size
         if on_channel:
             duration += packing

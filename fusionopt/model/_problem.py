@@ -5,11 +5,12 @@ from __future__ import annotations
 import math
 import warnings
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
 from fusionopt.model._cost import CommCost
-from fusionopt.model._encoding import Encoded, compute_encodings
+from fusionopt.model._encoding import Cheapest, Encoded, compute_encodings, encodings_of, lossy_encodings
 from fusionopt.model._profile import Profile
 from fusionopt.model._pattern import Pattern
 from fusionopt.model._step_parts import fit_step_parts
@@ -111,6 +112,17 @@ class Problem:
         eta_B S``. A comm hook that encodes each bucket on the backward's stream (DDP's
         ``fp16_compress_hook`` casts it there) puts its encoding here (MODEL.md section 2.2).
         Either on switches the ``"message_compute"`` extension on.
+    exact_tensors : sequence of int, keyword only
+        Tensors (profile indices) whose gradients must reach every rank as they are: an
+        error budget of "at most the other tensors compressed" (MODEL.md section 2.2). Every
+        message that carries any of one of them is sent in the cheapest of the cost's
+        lossless encodings (:attr:`exact_cost`); the others in the cheapest of all. It
+        restricts a :class:`~fusionopt.cost.Cheapest` choice, which needs a lossless encoding
+        (fp32) among its own; on a cost that sends every message losslessly it changes
+        nothing. Where it restricts a choice it switches the ``"exact_tensors"`` extension on:
+        the event simulator, the fusion DP, CP-SAT and brute force honour it, and a method
+        that needs the plain model refuses it. It only ever raises a message's price, so the
+        plain model's bounds stay bounds.
     contention : float
         ``kappa >= 1``: compute runs ``kappa`` times slower while a message is in flight
         (collectives take SMs).
@@ -164,12 +176,13 @@ class Problem:
     message_compute: float = 0.0
     pattern: Pattern | None = None
     message_compute_per_byte: float = 0.0
+    exact_tensors: tuple[int, ...] = ()
 
     def __init__(self, profile: Profile, cost: CommCost | None = None, sync: str = "barrier", copy_cost: float = 0.0,
                  copy_on: str = "channel", contention: float = 1.0, channels: int = 1, ps: Pattern | None = None,
                  decoupled: Pattern | None = None, fully_sharded: Pattern | None = None, step_parts: str = "refuse",
                  comm_contention: float = 1.0, message_compute: float = 0.0, *, pattern: Pattern | None = None,
-                 message_compute_per_byte: float = 0.0) -> None:
+                 message_compute_per_byte: float = 0.0, exact_tensors: Any = ()) -> None:
         if not isinstance(profile, Profile):
             raise ValueError(f"profile must be a Profile, got {type(profile).__name__}")
         pattern = _pattern_from_keywords(pattern, {"ps": ps, "decoupled": decoupled, "fully_sharded": fully_sharded})
@@ -183,7 +196,7 @@ class Problem:
         values = {"profile": profile, "pattern": pattern, "cost": pattern.channel_cost(cost), "sync": sync,
                   "copy_cost": copy_cost, "copy_on": copy_on, "contention": contention, "channels": channels,
                   "step_parts": step_parts, "comm_contention": comm_contention, "message_compute": message_compute,
-                  "message_compute_per_byte": message_compute_per_byte}
+                  "message_compute_per_byte": message_compute_per_byte, "exact_tensors": exact_tensors}
         for name, value in values.items():
             object.__setattr__(self, name, value)
         self._check()
@@ -227,6 +240,7 @@ class Problem:
                     raise ValueError(f"{label} cost: encoding {encoded.encoding.name!r} runs part of its cast on the "
                                      "compute stream, which a problem runs for the all-reduce's own Encoded cost only")
         self.pattern.check(self)
+        self._check_exact_tensors()
         whole = [part for part in ("update_lump", "post_backward") if getattr(self.profile, part)]
         if self.sync == "layerwise" and whole:
             raise ValueError(
@@ -234,6 +248,105 @@ class Problem:
                 "every gradient (MODEL.md section 4), so it cannot run tensor by tensor under sync='layerwise': "
                 "use sync='barrier', or step_parts='fit' to spread it over the tensors' update times"
             )
+
+    def _check_exact_tensors(self) -> None:
+        given = self.exact_tensors
+        if isinstance(given, (str, bytes)) or not hasattr(given, "__iter__"):
+            raise ValueError(f"exact_tensors must be a sequence of tensor indices, got {given!r}")
+        tensors = []
+        for t in given:
+            if isinstance(t, bool) or not isinstance(t, (int, np.integer)) or not 0 <= t < self.profile.n:
+                raise ValueError(f"exact_tensors: {t!r} is not a tensor index of profile "
+                                 f"{self.profile.name or 'without a name'!r} (0 to {self.profile.n - 1})")
+            tensors.append(int(t))
+        object.__setattr__(self, "exact_tensors", tuple(sorted(set(tensors))))
+        if not self.exact_tensors:
+            return
+        if self.pattern.extension is not None:
+            raise ValueError(f"exact_tensors restricts the all-reduce's choice of encodings, and this problem is "
+                             f"{self.pattern.article()} {self.pattern.words} problem")
+        top = self.cost.terms if isinstance(self.cost, Cheapest) else ()
+        nested = [e.name for e in lossy_encodings(self.cost) if all(e is not term.encoding for term in top)]
+        if nested:
+            raise ValueError(f"exact_tensors restricts a choice of encodings (Cheapest), and the cost "
+                             f"{type(self.cost).__name__} sends every message in {nested[0]!r}: give "
+                             f"Cheapest(link, ['fp32', {nested[0]!r}]) to let the others travel in it")
+        if isinstance(self.cost, Cheapest) and not any(e.lossless for e in self.cost.encodings):
+            names = ", ".join(e.name for e in self.cost.encodings)
+            raise ValueError(f"exact_tensors: tensor {self.exact_tensors[0]} must travel exactly, and every "
+                             f"encoding of the cost ({names}) is lossy: add fp32")
+
+    @property
+    def exact_cost(self) -> CommCost:
+        """The cost of a message that carries an :attr:`exact_tensors` tensor: the cheapest of
+        the cost's lossless encodings (the cost itself where it has no lossy one). Never below
+        :attr:`cost` at any size."""
+        if not self.exact_tensors or not isinstance(self.cost, Cheapest) \
+                or all(e.lossless for e in self.cost.encodings):
+            return self.cost
+        cached = self.__dict__.get("_exact_cost")
+        if cached is None:
+            lossless = [e for e in self.cost.encodings if e.lossless]
+            cached = Encoded(self.cost.cost, lossless[0]) if len(lossless) == 1 else Cheapest(self.cost.cost, lossless)
+            self.__dict__["_exact_cost"] = cached
+        return cached
+
+    @property
+    def restricts_encodings(self) -> bool:
+        """Whether :attr:`exact_tensors` changes any message's price (its extension is on)."""
+        return self.exact_cost is not self.cost
+
+    def exact_messages(self, tensors: Any) -> np.ndarray:
+        """For each message, given by the tensors (profile indices) it carries, whether it
+        carries an :attr:`exact_tensors` tensor."""
+        exact = set(self.exact_tensors)
+        return np.array([bool(exact.intersection(np.atleast_1d(t).tolist())) for t in tensors], dtype=bool)
+
+    def exact_arcs(self, tails: Any, heads: Any) -> np.ndarray:
+        """For each message of the ready-order positions ``tails .. heads - 1``, whether it
+        carries an :attr:`exact_tensors` tensor."""
+        counts = self.__dict__.get("_exact_prefix")
+        if counts is None:
+            marked = np.isin(self.profile.backward_order, self.exact_tensors)
+            counts = np.concatenate(([0], np.cumsum(marked)))
+            self.__dict__["_exact_prefix"] = counts
+        return counts[np.asarray(heads)] > counts[np.asarray(tails)]
+
+    def message_cost(self, sizes: Any, tensors: Any = None) -> np.ndarray:
+        """Seconds on the channel of messages of ``sizes`` bytes (MODEL.md section 2.2), each
+        carrying the tensors (profile indices) ``tensors`` lists for it: :attr:`exact_cost`
+        for those that carry an :attr:`exact_tensors` tensor, :attr:`cost` for the others
+        (and for all when ``tensors`` is None)."""
+        sizes = np.asarray(sizes, dtype=np.float64)
+        if tensors is None or not self.restricts_encodings:
+            return np.asarray(self.cost(sizes), dtype=np.float64)
+        return self._priced(sizes, np.reshape(self.exact_messages(tensors), sizes.shape))
+
+    def arc_cost(self, tails: Any, heads: Any, sizes: Any) -> np.ndarray:
+        """Seconds on the channel of the messages of ready-order positions ``tails .. heads - 1``
+        of ``sizes`` bytes: :attr:`exact_cost` for those that carry an :attr:`exact_tensors`
+        tensor (:meth:`exact_arcs`), :attr:`cost` for the others."""
+        sizes = np.asarray(sizes, dtype=np.float64)
+        if not self.restricts_encodings:
+            return np.asarray(self.cost(sizes), dtype=np.float64)
+        return self._priced(sizes, np.broadcast_to(self.exact_arcs(tails, heads), sizes.shape))
+
+    def message_encodings(self, sizes: Any, tensors: Any = None) -> list[str]:
+        """Each message's encoding (its name), as :meth:`message_cost` prices it: the cheapest
+        of :attr:`exact_cost`'s for a message that carries an :attr:`exact_tensors` tensor, of
+        :attr:`cost`'s for the others (``"fp32"`` on a cost without encodings)."""
+        names = encodings_of(sizes, self.cost)
+        if tensors is None or not self.restricts_encodings:
+            return names
+        exact = self.exact_messages(tensors)
+        kept = encodings_of(sizes, self.exact_cost)
+        return [k if e else n for n, k, e in zip(names, kept, exact.tolist())]
+
+    def _priced(self, sizes: np.ndarray, exact: np.ndarray) -> np.ndarray:
+        times = np.asarray(self.cost(sizes), dtype=np.float64)
+        if not exact.any():
+            return times
+        return np.where(exact, np.asarray(self.exact_cost(sizes), dtype=np.float64), times)
 
     @property
     def ps(self) -> Pattern | None:
@@ -270,6 +383,8 @@ class Problem:
             on.append("channels")
         if self.pattern.extension is not None:
             on.append(self.pattern.extension)
+        if self.restricts_encodings:
+            on.append("exact_tensors")
         return tuple(on)
 
     @property
@@ -341,6 +456,7 @@ class Problem:
     def __repr__(self) -> str:
         defaults = {"copy_cost": 0.0, "copy_on": "channel", "message_compute": 0.0, "message_compute_per_byte": 0.0,
                     "contention": 1.0, "comm_contention": 1.0, "channels": 1, "step_parts": "refuse"}
+        defaults["exact_tensors"] = ()
         extras = "".join(f", {name}={getattr(self, name)!r}" for name, default in defaults.items()
                          if getattr(self, name) != default)
         if self.pattern.extension is not None:

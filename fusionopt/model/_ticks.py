@@ -102,7 +102,8 @@ def cycle_ticks(problem: Problem, fuse: Fuse, cycle: float, *, phase: float = 0.
             for group in fuse(batch):
                 groups.append(group)
                 release.append(tick)
-                _, channel_free = fifo_job(tick, float(problem.cost(int(profile.sizes[group].sum()))), channel_free)
+                duration = float(problem.message_cost([profile.sizes[group].sum()], [group])[0])
+                _, channel_free = fifo_job(tick, duration, channel_free)
                 ends.append(channel_free)
         if not pending:
             break
@@ -151,7 +152,8 @@ def credit_ticks(problem: Problem, slices: list[Chunk], rank: list[int], credit_
     ready = profile.ready_times
     arrivals = list(profile.ready_order)
     sizes = [c.nbytes for c in slices]
-    durations: dict[int, float] = {}                           # c(S) of each message size met
+    durations: dict[tuple[int, tuple[int, ...]], float] = {}   # c(S) of each message met, by its exact tensors
+    exact = set(problem.exact_tensors)
     queue = ReadySlices(n, slices)
     posted: list[int] = []                                     # waiting for the tick
     returns: list[tuple[float, int]] = []                      # (end, bytes): credit coming back
@@ -178,9 +180,10 @@ def credit_ticks(problem: Problem, slices: list[Chunk], rank: list[int], credit_
             cycles += 1
             for group in fuse(posted):
                 nbytes = sum(sizes[s] for s in group)
-                if nbytes not in durations:
-                    durations[nbytes] = float(problem.cost(nbytes))
-                _, channel_free = fifo_job(clock, durations[nbytes], channel_free)
+                carried = tuple(sorted({slices[s].tensor for s in group} & exact))
+                if (nbytes, carried) not in durations:
+                    durations[nbytes, carried] = float(problem.message_cost([nbytes], [carried])[0])
+                _, channel_free = fifo_job(clock, durations[nbytes, carried], channel_free)
                 groups.append(group)
                 release.append(clock)
                 heapq.heappush(returns, (channel_free, nbytes))
@@ -207,8 +210,8 @@ def credit_ticks(problem: Problem, slices: list[Chunk], rank: list[int], credit_
 def on_the_engine(problem: Problem) -> bool:
     """Whether the tick policies run as :class:`TickChannels` on the engine: under contention
     (either way) or a copy cost on the channel, on one channel, with no compute-stream work per
-    message (module docstring)."""
-    extensions = set(problem.extensions)
+    message (module docstring); tensors kept exact change only the prices, which both take."""
+    extensions = set(problem.extensions) - {"exact_tensors"}       # priced alike by both
     if not extensions or problem.channels > 1 or problem.computes_per_message:
         return False
     if problem.copy_cost > 0 and problem.copy_on != "channel":
@@ -336,8 +339,8 @@ class TickChannels(SharedChannels):
 
     def _add_message(self, group: list[int], clock: float) -> None:
         nbytes = sum(self.sizes[k] for k in group)
-        latency = float(self.problem.cost(nbytes))
         problem = self.problem
+        latency = float(problem.message_cost([nbytes], [[self.items[k].tensor for k in group]])[0])
         if problem.copy_cost > 0 and problem.copy_on == "channel" and len({self.items[k].tensor for k in group}) > 1:
             latency += problem.copy_cost * nbytes
         self.groups.append(group)

@@ -17,11 +17,12 @@ def check_message_ends(problem: Problem, result: Result, ends: list[float], meth
     """A policy that timed its own messages (to return a credit, to start a cycle) must agree
     with the simulator that judges its plan: on the plain model exactly, and to rounding where
     the policy ran on the engine (the tick policies under contention or a copy cost on the
-    channel, :func:`~fusionopt.model.tick_policy`)."""
+    channel, :func:`~fusionopt.model.tick_policy`) or the simulator did (tensors kept exact:
+    the policy's own FIFO channel, the event engine's prices)."""
     simulated = result.timeline.message_end
     if not problem.extensions:
         agree = np.array_equal(simulated, np.asarray(ends))
-    elif on_the_engine(problem):
+    elif on_the_engine(problem) or problem.extensions == ("exact_tensors",):
         agree = np.allclose(simulated, ends, rtol=1e-9, atol=1e-15)
     else:
         return

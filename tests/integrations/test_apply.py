@@ -326,3 +326,11 @@ def test_a_two_channel_advice_gives_the_reduce_scatters_their_own_group(reports,
     for report in reports:
         assert report["two groups"] and all(all(groups) for groups in report["two groups"].values())
         assert report["one groups"] and not any(any(groups) for groups in report["one groups"].values())
+
+
+def test_an_exact_tensor_the_model_lacks_is_named(advices):
+    wired = json.loads(Path(advices["ddp"]).read_text())
+    wired["ddp"].update(wire=[[0, "fp32"], [1000, "fp16"]], exact_names=["nope.bias"])
+    with pytest.raises(ValueError, match=r"^the advice keeps 'nope.bias' exact, which is no trainable parameter "
+                                         r"of the model$"):
+        apply_advice(mlp(), wired, framework="ddp")

@@ -172,7 +172,10 @@ def test_the_planner_rewraps_real_ddp_without_changing_its_parameters(ddp_report
         # DDP's first step runs its first buckets, then a bucket per tensor until the first
         # re-planning that sees three steps of them; then fewer.
         assert report["buckets"][1:3] == [6, 6], report["buckets"]
-        assert report["buckets"][-1] < 6 and report["switches"] == 1, report["buckets"]
+        # The first re-planning switches; the second may too where a loaded host's timings fit
+        # another plan (seen once, 6 -> 2 buckets and again), never back to a bucket per tensor.
+        assert report["buckets"][3] < 6 and report["buckets"][-1] < 6, report["buckets"]
+        assert report["switches"] >= 1
         assert report["param"] < 1e-6
 
 

@@ -6,6 +6,8 @@ emulated link's hook gives each hook's gradients bit for bit, holding each bucke
 cost of its cast bytes."""
 
 
+import re
+
 import numpy as np
 import pytest
 
@@ -102,14 +104,22 @@ def _mixed(rank, report):
         sink.append([str(tensor.dtype).replace("torch.", ""), tensor.numel() * tensor.element_size()])
         return sent(tensor, *args, **kwargs)
 
+    from fusionopt.integrations import wire_comm_hook
+
     torch.manual_seed(0)
-    models = [_mlp() for _ in range(3)]
+    models = [_mlp() for _ in range(5)]
     for model in models[1:]:
         model.load_state_dict(models[0].state_dict())
     link = EmulatedLink(AlphaBeta(2e-3, 1e-8))
     wrapped = [DDP(model, bucket_cap_mb=0.02) for model in models]
     for ddp, encoding in zip(wrapped, (["fp16", "fp32"], "fp16", None)):
         ddp.register_comm_hook(None, ddp_comm_hook(link, encoding))
+    # The model's rule (fusionopt advise's wire_comm_hook): fp16 from 1 byte on, but the last
+    # layer's bias kept exact; on the link, and with torch's own hooks.
+    wired = [wire_comm_hook([(0, "fp32"), (1, "fp16")], exact=[models[k][4].bias], link=held)
+             for k, held in ((3, link), (4, None))]
+    for ddp, hook in zip(wrapped[3:], wired):
+        ddp.register_comm_hook(None, hook)
     dist.all_reduce = logged
     try:
         for step in range(3):
@@ -120,9 +130,12 @@ def _mixed(rank, report):
                 ddp(x).pow(2).mean().backward()
                 if k == 0:
                     report["wire"].append(list(sink))
-            report["whose"].append([("fp16" if torch.equal(a.grad, b.grad) else "")
+            for key, mine in (("whose", models[0]), ("whose_wired", models[3]), ("whose_torch", models[4])):
+                report[key].append([("fp16" if torch.equal(a.grad, b.grad) else "")
                                     + ("fp32" if torch.equal(a.grad, c.grad) else "")
-                                    for a, b, c in zip(*(m.parameters() for m in models))])
+                                    for a, b, c in zip(mine.parameters(), models[1].parameters(),
+                                                       models[2].parameters())])
+        report["sent"] = [hook.sent for hook in wired]
         report["param_bytes"] = sum(p.numel() * p.element_size() for p in models[0].parameters())
     finally:
         dist.all_reduce = sent
@@ -133,7 +146,7 @@ def _rank(rank, port, folder):
         for name in ("fp16", "bf16"):
             reports[name] = {"wire": [], "worst": [], "same": [], "held": []}
             _run(rank, name, reports[name])
-        reports["mixed"] = {"wire": [], "whose": []}
+        reports["mixed"] = {"wire": [], "whose": [], "whose_wired": [], "whose_torch": []}
         _mixed(rank, reports["mixed"])
 
 
@@ -191,6 +204,32 @@ def test_a_hook_per_bucket_sends_each_bucket_as_its_encoding_says(reports):
         assert set(first) <= {"fp16", "fp16fp32"}
         for step in later:
             assert set(step) == {"fp16", "fp32"}
+
+
+def test_the_wire_hook_sends_a_bucket_with_an_exact_tensor_in_fp32(reports):
+    for report in (r["mixed"] for r in reports):
+        # Step 1: DDP's one first bucket holds the bias kept exact: fp32. Later steps: the
+        # rebuilt bucket 0 holds it (fp32), bucket 1 goes in fp16 (the reverse of the list
+        # [fp16, fp32] above), on the link and with torch's own hooks alike.
+        for sent in report["sent"]:
+            assert [name for name, _ in sent] == ["fp32", "fp32", "fp16", "fp32", "fp16"]
+            assert sum(nbytes for _, nbytes in sent[:1]) == report["param_bytes"]
+        first, *later = report["whose"]
+        for key in ("whose_wired", "whose_torch"):
+            assert set(report[key][0]) <= {"fp32", "fp16fp32"}
+            for mixed, wired in zip(later, report[key][1:]):
+                assert wired == [{"fp16": "fp32", "fp32": "fp16"}.get(w, w) for w in mixed]
+
+
+def test_the_wire_hooks_choice_is_checked_in_one_line():
+    from fusionopt.integrations import wire_comm_hook
+
+    for choice, message in (([(1, "fp16")], "choice must start at 0 bytes"),
+                            ([(0, "fp32"), (0, "fp16")], "choice's sizes must increase, got 0 then 0"),
+                            ([(0, "int8")], "choice: encoding 'int8': the hook sends fp32, fp16, bf16"),
+                            ([0], "choice must list (from bytes, encoding) pairs")):
+        with pytest.raises(ValueError, match="^" + re.escape(message)):
+            wire_comm_hook(choice)
 
 
 def test_a_hook_per_bucket_refuses_a_bucket_past_its_list():

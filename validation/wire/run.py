@@ -24,8 +24,9 @@ thread each), batch ``--batch``, SGD with momentum:
    setting, the order rotated every round; a setting's round is its mean step on rank 0.
    Each speedup over the default comes with a 95% bootstrap interval over the paired rounds.
 
-An advice whose messages do not all take one encoding would need a hook per bucket: it is
-reported as such and not measured. Writes ``validation/results/wire-cpu.{json,md}``; a run
+The advice runs as :func:`~fusionopt.integrations.apply_advice` builds it: its buckets, each
+sent in the encoding its ``wire`` says (:func:`~fusionopt.integrations.wire_comm_hook` on the
+link), so an advice that mixes encodings is measured too. Writes ``validation/results/wire-cpu.{json,md}``; a run
 with other arguments writes into ``validation/results/subset/``. Timings of this host, on an
 emulated link: they vary from run to run.
 
@@ -130,19 +131,17 @@ def _rank(rank: int, port: int, out: str, args: dict[str, Any]) -> None:
             solved = [predict(profile, args["network"], args["workers"], casts0) if rank == 0 else None]
             dist.broadcast_object_list(solved, src=0)
             row = {"model": name, "profile": profile.to_dict(), "casts": casts0, **solved[0]}
-            encodings = set(row["encodings"])
             models, links = {}, {}
             for setting in SETTINGS:
-                if setting == "advised" and len(encodings) > 1:
-                    row["not_measured"] = "the advice mixes encodings: a hook per bucket would be needed"
-                    continue
                 torch.manual_seed(0)
                 fresh, _ = build_model(name)
                 links[setting] = EmulatedLink(network(args["network"], args["workers"]))
-                wrapped = (apply_advice(fresh, {"ddp": row["advice"]}, framework="ddp") if setting == "advised"
-                           else apply_defaults(fresh, "ddp"))
-                encoding = {"default": "fp32", "advised": next(iter(encodings))}.get(setting, setting)
-                wrapped.register_comm_hook(None, ddp_comm_hook(links[setting], encoding))
+                if setting == "advised":         # its buckets, each in the encoding the advice's wire says
+                    wrapped = apply_advice(fresh, {"ddp": row["advice"]}, framework="ddp", link=links[setting])
+                else:
+                    wrapped = apply_defaults(fresh, "ddp")
+                    encoding = {"default": "fp32"}.get(setting, setting)
+                    wrapped.register_comm_hook(None, ddp_comm_hook(links[setting], encoding))
                 models[setting] = (wrapped, torch.optim.SGD(wrapped.parameters(), lr=1e-3, momentum=0.9))
             steps = {setting: training_step(*models[setting], x) for setting in models}
             row["rounds"] = measure_rounds(steps, args, dist)

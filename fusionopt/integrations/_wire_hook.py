@@ -1,0 +1,113 @@
+"""A DDP comm hook that sends each bucket in the encoding the model chooses for it (MODEL.md
+section 2.2): what ``fusionopt advise`` tells a job to register where messages may travel in
+fp32, fp16 or bf16 (``--encodings``) and some tensors must travel exactly
+(``--exact-tensors``).
+
+The model's rule is by the message alone: a message carrying a tensor kept exact goes in
+fp32; any other goes in the cheapest encoding at its bytes, which changes at the cost's
+crossover sizes (:func:`~fusionopt.cost.crossovers`). The hook applies the same rule to each
+bucket DDP hands it: its fp32 bytes (``bucket.buffer()``) against ``choice``, and its
+parameters (``bucket.parameters()``) against ``exact``. Deciding per bucket, not per bucket
+index, keeps the rule through DDP's first step, whose buckets follow the registration order
+before DDP rebuilds them in the ready order.
+
+Each encoding is torch's own hook: ``allreduce_hook``, ``fp16_compress_hook`` and
+``bf16_compress_hook`` (``torch.distributed.algorithms.ddp_comm_hooks.default_hooks``; torch
+2.13 refuses its bf16 hook without CUDA and NCCL 2.10), or, with an
+:class:`~fusionopt.integrations.EmulatedLink`, the link's
+:func:`~fusionopt.integrations.ddp_comm_hook` of that encoding, which gives the same
+gradients bit for bit and holds each bucket for the link's time.
+
+Checked on torch 2.13.0 (CPU, gloo): ``GradBucket.buffer()``, ``parameters()``, and the
+hooks' registration.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Iterable, Sequence
+
+from fusionopt.integrations._emulated_link import EmulatedLink, ddp_comm_hook
+from fusionopt.integrations._torch_import import require_torch
+
+WIRE_ENCODINGS = ("fp32", "fp16", "bf16")
+
+
+def check_choice(choice: Any) -> tuple[tuple[int, str], ...]:
+    """``choice`` as ``((from_bytes, encoding), ...)``: the first from 0 bytes, the sizes
+    increasing, each encoding one of fp32, fp16, bf16; one line naming what is wrong
+    otherwise."""
+    try:
+        steps = tuple((int(size), str(name)) for size, name in choice)
+    except (TypeError, ValueError):
+        raise ValueError(f"choice must list (from bytes, encoding) pairs, got {choice!r}") from None
+    if not steps or steps[0][0] != 0:
+        raise ValueError(f"choice must start at 0 bytes, got {choice!r}")
+    for (size, _), (later, _) in zip(steps, steps[1:]):
+        if later <= size:
+            raise ValueError(f"choice's sizes must increase, got {size} then {later}")
+    for _, name in steps:
+        if name not in WIRE_ENCODINGS:
+            raise ValueError(f"choice: encoding {name!r}: the hook sends {', '.join(WIRE_ENCODINGS)}")
+    return steps
+
+
+def choose_encoding(choice: Sequence[tuple[int, str]], nbytes: int, carries_exact: bool) -> str:
+    """The encoding of a bucket of ``nbytes`` fp32 bytes (module docstring): fp32 where it
+    carries an exact tensor, else that of the last step of ``choice`` at or below its bytes.
+
+    >>> choose_encoding([(0, "fp32"), (100_000, "fp16")], 99_999, False), \\
+    ...     choose_encoding([(0, "fp32"), (100_000, "fp16")], 100_000, False), \\
+    ...     choose_encoding([(0, "fp32"), (100_000, "fp16")], 10**6, True)
+    ('fp32', 'fp16', 'fp32')
+    """
+    if carries_exact:
+        return "fp32"
+    name = choice[0][1]
+    for size, step in choice:
+        if nbytes >= size:
+            name = step
+    return name
+
+
+def wire_comm_hook(choice: Sequence[tuple[int, str]], exact: Iterable[Any] = (), *,
+                   link: EmulatedLink | None = None) -> Callable[[Any, Any], Any]:
+    """A comm hook that sends each bucket as the model chooses (module docstring).
+
+    ``choice``: ``[(from_bytes, encoding), ...]``, the encoding of a bucket from that many fp32
+    bytes on (``DDPSettings.wire``: ``[(0, "fp32"), (100000, "fp16")]`` sends buckets of
+    100 kB and more in fp16). ``exact``: the parameters kept exact (for example
+    ``[p for n, p in model.named_parameters() if n in names]``); a bucket holding one goes in
+    fp32. ``link``: an :class:`~fusionopt.integrations.EmulatedLink` to hold each bucket on
+    (None: torch's own hooks, nothing held). The hook's ``sent`` lists ``(encoding, fp32
+    bytes)`` of every bucket it handled. Register it with ``ddp.register_comm_hook(state,
+    hook)``, ``state`` the process group DDP was given (None: the default group).
+    """
+    require_torch()
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+    steps = check_choice(choice)
+    if link is not None and not isinstance(link, EmulatedLink):
+        raise ValueError(f"link must be an EmulatedLink, got {type(link).__name__}")
+    kept = {int(tensor.data_ptr()) for tensor in exact}
+    names = {name for _, name in steps} | {"fp32"}
+    if link is not None:
+        hooks = {name: ddp_comm_hook(link, name) for name in names}
+    else:
+        own = {"fp32": default_hooks.allreduce_hook, "fp16": default_hooks.fp16_compress_hook,
+               "bf16": default_hooks.bf16_compress_hook}
+        hooks = {name: own[name] for name in names}
+    sent: list[tuple[str, int]] = []
+
+    def hook(state, bucket):
+        buffer = bucket.buffer()
+        nbytes = buffer.numel() * buffer.element_size()
+        carries = any(int(p.data_ptr()) in kept for p in bucket.parameters())
+        name = choose_encoding(steps, nbytes, carries)
+        sent.append((name, nbytes))
+        return hooks[name](state, bucket)
+
+    hook.sent = sent  # type: ignore[attr-defined]
+    return hook
+
+
+__all__ = ["check_choice", "choose_encoding", "wire_comm_hook"]
