@@ -120,3 +120,24 @@ def test_bad_exact_tensors_are_named_in_one_line(profile_path, capsys, flags, me
     assert main(["solve", profile_path, "--method", "dp", *LINK, *flags]) == 2
     error = capsys.readouterr().err.strip()
     assert error.startswith("fusionopt: error: ") and message in error and "\n" not in error
+
+
+@pytest.mark.parametrize("encodings, line", [
+    ("fp32,fp16", "horovod   left out: Horovod's DistributedOptimizer sends every gradient with one compression "
+                  "(hvd.Compression.none or fp16), not an encoding chosen per message: price it with one encoding"),
+    ("bf16", "horovod   left out: Horovod compresses to fp16 only (hvd.Compression.fp16), not bf16"),
+    ("fp16", "          hvd.DistributedOptimizer(..., compression=hvd.Compression.fp16): the horovod T above sends "
+             "every gradient in fp16"),
+])
+def test_horovod_is_advised_only_with_the_compression_it_has(profile_path, capsys, encodings, line):
+    assert main(["advise", "--profile", profile_path, *LINK, "--encodings", encodings]) in (None, 0)
+    out = capsys.readouterr().out
+    assert line in out.splitlines()
+    assert main(["advise", "--profile", profile_path, *LINK, "--encodings", encodings, "--json"]) in (None, 0)
+    document = json.loads(capsys.readouterr().out)
+    if encodings == "fp16":
+        assert document["horovod"]["compression"] == "fp16" and "horovod_left_out" not in document
+        # DDP sends the same buckets through torch's own hook.
+        assert document["ddp"]["hook"].endswith("default_hooks.fp16_compress_hook")
+    else:
+        assert document["horovod"] is None and document["horovod_left_out"] == line.split("left out: ")[1]

@@ -206,7 +206,9 @@ class HorovodSettings:
 
     ``environment`` gives them as Horovod reads them: ``HOROVOD_FUSION_THRESHOLD`` in bytes
     and ``HOROVOD_CYCLE_TIME`` in milliseconds; ``backend`` the behaviour they were judged
-    under.
+    under; ``compression`` the ``hvd.Compression`` of ``DistributedOptimizer`` that sends the
+    messages as the problem's cost prices them (``"none"`` or ``"fp16"``; a problem Horovod
+    cannot send so is refused in one line).
     """
 
     backend: str
@@ -218,6 +220,7 @@ class HorovodSettings:
     default_iteration_time: float  # T of Horovod's current defaults (1 ms, 128 MiB)
     candidates: int                # (threshold, cycle time) pairs tried
     kept_defaults: bool = False    # no pair gains min_gain: the settings are the defaults
+    compression: str = "none"      # hvd.Compression of DistributedOptimizer: "none" or "fp16"
 
     @property
     def environment(self) -> dict[str, str]:
@@ -505,6 +508,7 @@ def horovod_settings(problem: Problem, plan: Plan, *, backend: str = "nccl",
     default = solve(problem, "horovod", cycle_time=default_cycle, fusion_threshold_bytes=default_threshold,
                     backend=backend)
     t, _, (threshold, cycle_ms), result = _pick(trials)
+    compression = result.stats["compression"]
     kept = not gains_enough(t, default.iteration_time, min_gain)
     if kept:
         t, threshold, cycle_ms, result = default.iteration_time, int(default_threshold), default_cycle * 1e3, default
@@ -518,4 +522,5 @@ def horovod_settings(problem: Problem, plan: Plan, *, backend: str = "nccl",
         default_iteration_time=default.iteration_time,
         candidates=len(trials),
         kept_defaults=kept,
+        compression=compression,
     )

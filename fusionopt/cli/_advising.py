@@ -40,13 +40,19 @@ def cmd_advise(args: argparse.Namespace) -> None:
                          "them or sets release times), which DDP and Horovod cannot build: advise on a fusion "
                          "method (dp, wfbp, mgwfbp, ddp, ...)")
     ddp = ddp_settings(problem, plan_result.plan, min_gain=args.min_gain, powersgd=hook)
-    hvd = None if hook is not None else \
-        horovod_settings(problem, plan_result.plan, backend=args.horovod_backend, min_gain=args.min_gain)
+    hvd, horovod_out = None, None if hook is None else NOT_UNDER_POWERSGD["horovod"]
+    if hook is None:
+        try:
+            hvd = horovod_settings(problem, plan_result.plan, backend=args.horovod_backend, min_gain=args.min_gain)
+        except ValueError as exc:              # Horovod cannot send the messages as the cost prices them
+            if not str(exc).startswith("horovod: "):
+                raise
+            horovod_out = str(exc)[len("horovod: "):]
     if args.json:
         print(json.dumps({"method": args.method, "iteration_time": plan_result.iteration_time,
                           "messages": plan_result.num_messages, "ddp": ddp.to_dict(),
                           "horovod": None if hvd is None else hvd.to_dict(),
-                          **({} if hook is None else {"horovod_left_out": NOT_UNDER_POWERSGD["horovod"]})}, indent=1))
+                          **({} if horovod_out is None else {"horovod_left_out": horovod_out})}, indent=1))
         return
     print(f"workload  {label}: {plural(problem.profile.n, 'tensor')}")
     if args.reducer_calibration is not None:
@@ -92,10 +98,16 @@ def cmd_advise(args: argparse.Namespace) -> None:
         return
     if ddp.wire is not None:
         _print_wire(problem, ddp)
+    if hvd is None:
+        print(f"horovod   left out: {horovod_out}")
+        return
     print(f"horovod   HOROVOD_FUSION_THRESHOLD={hvd.fusion_threshold_bytes} "
           f"HOROVOD_CYCLE_TIME={hvd.environment['HOROVOD_CYCLE_TIME']} ({hvd.backend}): "
           f"T = {1e3 * hvd.iteration_time:.3f} ms (defaults: {1e3 * hvd.default_iteration_time:.3f} ms"
           + (f"; kept: no pair is predicted {args.min_gain:.0%} faster)" if hvd.kept_defaults else ")"))
+    if hvd.compression != "none":
+        print(f"          hvd.DistributedOptimizer(..., compression=hvd.Compression.{hvd.compression}): the "
+              f"horovod T above sends every gradient in {hvd.compression}")
 
 
 def _print_wire(problem: Any, ddp: Any) -> None:

@@ -49,7 +49,7 @@ def hint_plan(problem: Problem, hint: Any, *, method: str, plan_type: type, best
         The plans a hint may be given as (``Plan``, ``DecoupledPlan``, ...).
     best_of : sequence of str
         The methods ``"best-baseline"`` picks from: the fastest whose plan (``adapt``-ed)
-        lies in the space and ``fits``.
+        lies in the space and ``fits``, among those that take the problem.
     check : callable
         ``check(plan)`` raises ``ValueError`` saying why ``plan`` is outside the space.
     fits : callable, optional
@@ -74,7 +74,10 @@ def hint_plan(problem: Problem, hint: Any, *, method: str, plan_type: type, best
     elif hint == "best-baseline":
         best: tuple[float, str, Any] | None = None
         for name in best_of:
-            result = run(problem, name)
+            try:
+                result = run(problem, name)
+            except ValueError:               # the baseline refuses this problem (Horovod a per-message choice)
+                continue
             candidate = result.plan if adapt is None else adapt(result.plan)
             if _reason(check, candidate) is None and (fits is None or fits(candidate)) and (
                     best is None or result.iteration_time < best[0]):

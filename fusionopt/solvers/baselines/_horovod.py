@@ -34,6 +34,15 @@ When the next tick comes depends on the backend:
 the backward; the thread's phase is not known in a real job, and 0 is our choice.
 ``local_size`` (GPUs per node, current code only) rounds the threshold up to a multiple of
 ``local_size * 8 * 64`` bytes, as Horovod does for a homogeneous cluster.
+
+What goes on the wire: ``hvd.DistributedOptimizer(compression=...)`` sends every gradient
+with one compression, ``hvd.Compression.none`` or ``hvd.Compression.fp16``
+(``horovod/torch/compression.py``, which has no other), so a problem priced with one
+encoding, fp32 or fp16 (:class:`~fusionopt.cost.Encoded`), is Horovod's
+(:func:`horovod_compression`), and one that chooses per message (a
+:class:`~fusionopt.cost.Cheapest` of several) or sends bf16 is refused in one line. Horovod
+casts each tensor before fusing it, where the encoding prices its cast per message: a
+reconstruction.
 """
 
 from __future__ import annotations
@@ -42,6 +51,7 @@ from typing import Sequence
 
 import numpy as np
 
+from fusionopt.model._encoding import Cheapest, Encoded
 from fusionopt.model._plan import Plan
 from fusionopt.model._problem import Problem
 from fusionopt.model._ticks import cycle_ticks
@@ -93,6 +103,28 @@ def fuse(batch: list[int], sizes: Sequence[int], dtypes: tuple[str, ...] | None,
     return messages
 
 
+def horovod_compression(problem: Problem) -> str:
+    """The ``hvd.Compression`` that sends the problem's messages as its cost prices them,
+    ``"none"`` or ``"fp16"`` (module docstring); one line saying why Horovod cannot
+    otherwise."""
+    cost = problem.cost
+    if isinstance(cost, Cheapest):
+        if len(cost.encodings) > 1:
+            raise ValueError("horovod: Horovod's DistributedOptimizer sends every gradient with one compression "
+                             "(hvd.Compression.none or fp16), not an encoding chosen per message: price it with "
+                             "one encoding")
+        encoding = cost.encodings[0]
+    elif isinstance(cost, Encoded):
+        encoding = cost.encoding
+    else:
+        return "none"
+    if encoding.lossless:
+        return "none"
+    if encoding.name != "fp16":
+        raise ValueError(f"horovod: Horovod compresses to fp16 only (hvd.Compression.fp16), not {encoding.name}")
+    return "fp16"
+
+
 @method("horovod", family="framework baseline",
         summary="Horovod tensor fusion at cycle ticks (1 ms, 128 MiB; NCCL behaviour by default)")
 def horovod(
@@ -142,6 +174,7 @@ def horovod(
     """
     if defaults not in HOROVOD_DEFAULTS:
         raise ValueError(f"unknown defaults {defaults!r}: choose 'current' or 'legacy'")
+    compression = horovod_compression(problem)
     if backend not in BACKENDS:
         raise ValueError(f"unknown backend {backend!r}: choose 'nccl' (GPU), 'gloo' or 'mpi' (CPU)")
     default_cycle, default_threshold = HOROVOD_DEFAULTS[defaults]
@@ -167,5 +200,5 @@ def horovod(
     space = "fusion" if plan.is_fusion(profile) else "any"     # releases make it another plan
     return Outcome(plan, space=space, stats={
         "cycle_time": cycle, "fusion_threshold_bytes": threshold, "cycles": run.cycles,
-        "backend": backend, "defaults": defaults, "cycle_phase": float(cycle_phase),
+        "backend": backend, "defaults": defaults, "cycle_phase": float(cycle_phase), "compression": compression,
     }, check=lambda result: check_message_ends(problem, result, run.ends, "horovod"))
