@@ -25,7 +25,7 @@ def test_a_small_wire_study(study, tmp_path):
     from fusionopt import zoo
     from fusionopt.cost import network, Encoded
     from fusionopt.model import Problem, simulate
-    from fusionopt.cost import FP16
+    from fusionopt.cost import FP16, FP32, Cheapest
     from fusionopt.solvers import solve
 
     fp16 = FP16.with_costs(seconds_per_byte=study.CAST_PER_BYTE, seconds_per_message=50e-6)
@@ -48,6 +48,13 @@ def test_a_small_wire_study(study, tmp_path):
         (cross,) = row["crossovers"]
         alpha, beta = link.affine
         assert cross == pytest.approx(50e-6 / (beta / 2 - study.CAST_PER_BYTE), abs=1.0)
+        # The 1-D tensors kept exact: a budget only costs time, and the DP's optimum under it is
+        # no slower than WFBP under it.
+        assert row["exact_tensors"] == sum(len(shape) == 1 for shape in profile.shapes) > 0
+        assert row["joint_exact"] >= row["joint"] * (1 - 1e-12)
+        kept = Problem(profile, Cheapest(link, [FP32, fp16]),
+                       exact_tensors=[i for i, shape in enumerate(profile.shapes) if len(shape) == 1])
+        assert row["joint_exact"] <= solve(kept, "wfbp").iteration_time * (1 + 1e-12)
     summary = document["summary"]
     assert summary["jobs"] == 8 and summary["largest_single_gap"] == max(r["single_gap"] for r in document["results"])
     assert study.main(["--workers", "8", "--cast-per-message", "50e-6", "--out", str(tmp_path / "again")]) == 0

@@ -24,7 +24,14 @@ Per job, all predicted by the simulator (seconds of a step):
 * the joint optimum's fp16 messages and bytes, and the crossover size above which fp16 is
   the cheaper (:func:`~fusionopt.cost.crossovers`);
 * the best single choice's gap to the joint optimum (the DP's fp32 or fp16 optimum,
-  whichever is faster).
+  whichever is faster);
+* an error budget per tensor: the 1-D tensors (biases and norms, by the profile's shapes)
+  kept exact (``Problem(exact_tensors=...)``), every message carrying one in fp32. The joint
+  DP's optimum under it is over fusion plans (messages of tensors contiguous in the ready
+  order), where the 1-D tensors lie between the weights; beside it, a plan outside that
+  space: the joint optimum's messages without them, then the 1-D tensors in one fp32 message
+  of their own after the backward (what a reducer that buckets them apart, such as DDP with
+  them in another dtype, would send; simulated, not an optimum).
 
 A deterministic computation: rerunning reproduces every figure. Writes
 ``validation/results/wire-study.{json,md}``; other arguments write into
@@ -68,7 +75,7 @@ def on_the_stream(fp16: Any) -> Any:
 def run_job(model: str, batch: int, network_name: str, workers: int, fp16: Any) -> dict[str, Any]:
     from fusionopt import zoo
     from fusionopt.cost import network, Cheapest, Encoded
-    from fusionopt.model import Problem
+    from fusionopt.model import Plan, Problem, simulate
     from fusionopt.cost import FP32, crossovers, encodings_of
     from fusionopt.solvers import solve
 
@@ -86,13 +93,19 @@ def run_job(model: str, batch: int, network_name: str, workers: int, fp16: Any) 
     chosen = encodings_of(joint.plan.message_bytes, joint_cost)
     sizes = joint.plan.message_bytes.tolist()
     best_single = min(times["dp"], times["dp_fp16"])
+    exact = [i for i, shape in enumerate(profile.shapes) if len(shape) == 1]
+    kept = Problem(profile, joint_cost, exact_tensors=exact)
+    apart = [[t for t in group if t not in set(exact)] for group in joint.plan.groups()]
+    apart = [group for group in apart if group] + [exact]
     return {"model": model, "batch": batch, "network": network_name, "workers": workers,
             "compute": profile.compute_time, **times, "joint": joint.iteration_time,
             "messages": len(sizes), "fp16_messages": chosen.count(fp16.name),
             "fp16_bytes": sum(s for s, e in zip(sizes, chosen) if e == fp16.name), "bytes": sum(sizes),
             "crossovers": crossovers(link, [FP32, fp16], upto=float(profile.sizes.sum())),
             "best_single": "fp32" if times["dp"] <= times["dp_fp16"] else "fp16",
-            "single_gap": best_single / joint.iteration_time - 1.0}
+            "single_gap": best_single / joint.iteration_time - 1.0, "exact_tensors": len(exact),
+            "joint_exact": solve(kept, "dp").iteration_time,
+            "exact_apart": simulate(kept, Plan.from_groups(profile, apart)).iteration_time}
 
 
 def markdown(document: dict[str, Any]) -> str:
@@ -103,10 +116,13 @@ def markdown(document: dict[str, Any]) -> str:
              f"{1e6 * document['cast_per_message']:.3g} us a message (estimates, not measurements; bf16's figures are "
              f"fp16's). Written by `{document['command']}`; every figure is the simulator's.", "",
              "Speedup: DDP's default step over the step named. Crossover: the message size above which fp16 is the "
-             "cheaper. Single gap: the faster of the DP's all-fp32 and all-fp16 optima over the joint optimum.", ""]
+             "cheaper. Single gap: the faster of the DP's all-fp32 and all-fp16 optima over the joint optimum. "
+             "1-D exact: the biases and norms kept exact (every message carrying one in fp32), the joint optimum over "
+             "fusion plans; apart: the joint optimum's messages without them, then them in one fp32 message after "
+             "the backward (a plan outside the fusion space, simulated); each against the joint optimum.", ""]
     header = ["model", "network", "workers", "DDP fp32 (ms)", "DDP + fp16 hook", "hook, cast on the stream",
               "DP fp32", "DP fp16", "DP fp16, cast on the stream", "joint", "joint's fp16 messages", "crossover (B)",
-              "best single", "single gap"]
+              "best single", "single gap", "joint, 1-D exact", "1-D exact, apart"]
     rows = []
     for r in document["results"]:
         cross = ", ".join(f"{c:.3g}" for c in r["crossovers"]) or "none"
@@ -116,7 +132,9 @@ def markdown(document: dict[str, Any]) -> str:
                      ms(r["dp_fp16"]), ms(r["dp_fp16_stream"]),
                      f"{ms(r['joint'])} ({r['ddp'] / r['joint']:.2f}x)",
                      f"{r['fp16_messages']} of {r['messages']} ({100 * r['fp16_bytes'] / r['bytes']:.1f}% of bytes)",
-                     cross, r["best_single"], f"{100 * r['single_gap']:.3f}%"])
+                     cross, r["best_single"], f"{100 * r['single_gap']:.3f}%",
+                     f"{ms(r['joint_exact'])} (+{100 * (r['joint_exact'] / r['joint'] - 1):.1f}%)",
+                     f"{ms(r['exact_apart'])} ({100 * (r['exact_apart'] / r['joint'] - 1):+.1f}%)"])
     lines += markdown_table(header, rows)
     s = document["summary"]
     lines += ["", f"* The hook alone against DDP's default: {s['hook_faster']} of {s['jobs']} jobs faster, speedups "
@@ -129,7 +147,11 @@ def markdown(document: dict[str, Any]) -> str:
               f"* The joint optimum against DDP's default: speedups {s['joint_speedup'][0]:.2f}x to "
               f"{s['joint_speedup'][1]:.2f}x.",
               f"* The best single choice is within {100 * s['largest_single_gap']:.3f}% of the joint optimum in every "
-              f"job; it is fp16 in {s['fp16_best']} of {s['jobs']}."]
+              f"job; it is fp16 in {s['fp16_best']} of {s['jobs']}.",
+              f"* The 1-D tensors (biases, norms) kept exact: the joint optimum over fusion plans grows "
+              f"{100 * s['exact_cost'][0]:.1f}% to {100 * s['exact_cost'][1]:.1f}% (every message that carries one "
+              f"goes in fp32, and they lie between the weights); sent apart, in one fp32 message after the "
+              f"backward, {100 * s['apart_cost'][0]:+.1f}% to {100 * s['apart_cost'][1]:+.1f}%."]
     return "\n".join(lines) + "\n"
 
 
@@ -138,11 +160,14 @@ def summary(results: list[dict[str, Any]]) -> dict[str, Any]:
     joint = [r["ddp"] / r["joint"] for r in results]
     stream = [r["ddp_fp16_stream"] / r["ddp_fp16"] - 1 for r in results]
     stream_dp = [r["dp_fp16_stream"] / r["dp_fp16"] - 1 for r in results]
+    e = [r["joint_exact"] / r["joint"] - 1 for r in results]
+    a = [r["exact_apart"] / r["joint"] - 1 for r in results]
     return {"jobs": len(results), "hook_faster": sum(h > 1 for h in hook), "hook_speedup": [min(hook), max(hook)],
             "stream_cost": [min(stream), max(stream)], "stream_cost_dp": [min(stream_dp), max(stream_dp)],
             "joint_speedup": [min(joint), max(joint)],
             "largest_single_gap": max(r["single_gap"] for r in results),
-            "fp16_best": sum(r["best_single"] == "fp16" for r in results)}
+            "fp16_best": sum(r["best_single"] == "fp16" for r in results),
+            "exact_cost": [min(e), max(e)], "apart_cost": [min(a), max(a)]}
 
 
 def main(argv: list[str] | None = None) -> int:
