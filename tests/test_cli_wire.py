@@ -141,3 +141,20 @@ def test_horovod_is_advised_only_with_the_compression_it_has(profile_path, capsy
         assert document["ddp"]["hook"].endswith("default_hooks.fp16_compress_hook")
     else:
         assert document["horovod"] is None and document["horovod_left_out"] == line.split("left out: ")[1]
+
+
+def test_solve_states_the_error_bound_of_each_lossy_encoding(profile_path, capsys):
+    assert main(["solve", profile_path, "--method", "dp", "--network", "10gbe", "--workers", "8",
+                 "--encodings", "fp32,fp16", "--json"]) in (None, 0)
+    document = json.loads(capsys.readouterr().out)
+    # gamma_{P+1} for fp16 at P = 8: 9 u / (1 - 9 u), u = 2^-11; the subnormal part
+    # 2 P 2^-25 (1 + gamma).
+    gamma = 9 * 2.0 ** -11 / (1 - 9 * 2.0 ** -11)
+    assert document["error_bounds"] == {"fp16": {"messages": document["encodings"].count("fp16"),
+                                                 "relative": pytest.approx(gamma, rel=1e-15),
+                                                 "absolute": pytest.approx(16 * 2.0 ** -25 * (1 + gamma), rel=1e-15)}}
+    assert document["error_bounds"]["fp16"]["messages"] >= 1
+    assert main(["solve", profile_path, "--method", "dp", *LINK, "--encodings", "fp32,fp16",
+                 "--cast-per-message", "40e-6"]) in (None, 0)
+    assert ("error bound     give --network and --workers: the bound on the averaged gradients' error depends on "
+            "the ranks") in capsys.readouterr().out

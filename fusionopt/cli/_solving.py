@@ -28,11 +28,13 @@ from fusionopt.cli._problems import (
 )
 
 
-def _result_document(result: Result, problem: Problem | None = None) -> dict[str, Any]:
+def _result_document(result: Result, problem: Problem | None = None, ranks: int | None = None) -> dict[str, Any]:
     timeline = result.timeline
     wire = _wire(result, problem)
+    bounds = {} if wire is None or ranks is None else _error_bounds(problem, wire, ranks)
     return {
         **({} if wire is None else {"encodings": wire}),
+        **({} if not bounds else {"error_bounds": bounds}),
         "method": result.method,
         "status": str(result.status),
         "iteration_time": result.iteration_time,
@@ -54,7 +56,19 @@ def _wire(result: Result, problem: Problem | None) -> list[str] | None:
     return problem.message_encodings(plan.message_bytes, [m.tensors for m in plan.messages])
 
 
-def _print_result(result: Result, profile: Profile, problem: Problem | None = None) -> None:
+def _error_bounds(problem: Problem, wire: list[str], ranks: int) -> dict[str, dict[str, float]]:
+    """Per lossy encoding the plan sends: its messages and the bound on each averaged element's
+    error at ``ranks`` ranks (MODEL.md section 2.2), relative to the ranks' mean magnitude
+    (``Encoding.error_bound``) plus an absolute part (``error_floor``)."""
+    cost = problem.cost
+    known = {e.name: e for e in ((cost.encoding,) if isinstance(cost, Encoded) else cost.encodings)}
+    return {name: {"messages": wire.count(name), "relative": known[name].error_bound(ranks),
+                   "absolute": known[name].error_floor(ranks)}
+            for name in dict.fromkeys(wire) if not known[name].lossless}
+
+
+def _print_result(result: Result, profile: Profile, problem: Problem | None = None,
+                  ranks: int | None = None) -> None:
     timeline = result.timeline
     bound = "-" if result.lower_bound is None else f"{1e3 * result.lower_bound:.6f} ms"
     print(f"method          {result.method}")
@@ -83,6 +97,13 @@ def _print_result(result: Result, profile: Profile, problem: Problem | None = No
         print(f"  {k:>4}  {message.nbytes:>12d} B{encoding}  [{names}]")
     if result.num_messages > 20:
         print(f"  ... {plural(result.num_messages - 20, 'more message')} (use --json for all)")
+    if wire is not None and any(name != "fp32" for name in wire):
+        if ranks is None:
+            print("error bound     give --network and --workers: the bound on the averaged gradients' error "
+                  "depends on the ranks")
+        for name, b in _error_bounds(problem, wire, ranks).items() if ranks is not None else ():
+            print(f"error bound     {name} ({plural(b['messages'], 'message')}): each averaged element within "
+                  f"{b['relative']:.3g} x the {ranks} ranks' mean |g| + {b['absolute']:.3g} (MODEL.md 2.2)")
 
 
 def _print_units(plan: ShardedPlan, timeline: Any, profile: Profile) -> None:
@@ -165,12 +186,12 @@ def cmd_solve(args: argparse.Namespace) -> None:
     if args.output:
         result.plan.write(args.output)
     if args.json:
-        print(json.dumps({**_result_document(result, problem),
+        print(json.dumps({**_result_document(result, problem, args.workers),
                           **({} if hook is None else {"powersgd": hook.to_dict()})}, indent=1))
     else:
         if hook is not None:
             print(f"hook            {powersgd_words(hook)}")
-        _print_result(result, profile, problem)
+        _print_result(result, profile, problem, args.workers)
     if stopped is not None:
         written = f" and written to {args.output}" if args.output else ""
         raise Kept(f"the best plan {args.method} found so far is printed (status {stopped.status}){written}")
