@@ -27,7 +27,8 @@ def test_cross_checks_agree_on_seeded_problems():
     assert len(checks["opt_gaps"]) == 12 and min(checks["opt_gaps"]) >= -1e-9
     assert min(checks["bound_gaps"]) >= -1e-9
     with Progress(None, stream=io.StringIO()) as progress:
-        assert run.cross_checks(12, progress) == checks                                  # seeded: the same figures
+        again = run.cross_checks(4, progress)              # seeded, drawn in turn: the first four again
+    assert again["opt_gaps"] == checks["opt_gaps"][:4] and again["bound_gaps"] == checks["bound_gaps"][:4]
 
 
 def test_a_zoo_cell_has_every_method_above_the_bound():

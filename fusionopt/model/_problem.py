@@ -115,7 +115,7 @@ class Problem:
     exact_tensors : sequence of int, keyword only
         Tensors (profile indices) whose gradients must reach every rank as they are: an
         error budget of "at most the other tensors compressed" (MODEL.md section 2.2). Every
-        message that carries any of one of them is sent in the cheapest of the cost's
+        message that carries any part of one of them is sent in the cheapest of the cost's
         lossless encodings (:attr:`exact_cost`); the others in the cheapest of all. It
         restricts a :class:`~fusionopt.cost.Cheapest` choice, which needs a lossless encoding
         (fp32) among its own; on a cost that sends every message losslessly it changes

@@ -10,18 +10,19 @@ from fusionopt.solvers import solve, catalogue, default_methods, get_method
 pytest.importorskip("ortools")
 
 PROFILE = zoo.profile("resnet18", device="h100", batch=32).tail(8, name="")      # small enough for ps-brute
+SHORT = {"decoupled-brute": PROFILE.tail(6, name="")}   # 2^10 plans a solve instead of 2^14
 SMALL = {"brute": {}, "cpsat": {"time_limit": 5.0}, "ps-brute": {}, "ps-cpsat": {"time_limit": 5.0},
          "sharded-brute": {"atoms": "module"}}       # its default tensor atoms take 25 s on this profile
 
 
-def problem(pattern="all-reduce", **kind):
+def problem(pattern="all-reduce", profile=PROFILE, **kind):
     if kind.pop("ps", False) or pattern == "ps":
-        return Problem(PROFILE, pattern=ParameterServer.from_network("10gbe", 4, 4, colocated=True), **kind)
+        return Problem(profile, pattern=ParameterServer.from_network("10gbe", 4, 4, colocated=True), **kind)
     if pattern == "decoupled":
-        return Problem(PROFILE, pattern=Decoupled.from_network("10gbe", 8), **kind)
+        return Problem(profile, pattern=Decoupled.from_network("10gbe", 8), **kind)
     if pattern == "fully-sharded":
-        return Problem(PROFILE, pattern=FullySharded.from_network("10gbe", 8), **kind)
-    return Problem(PROFILE, network("10gbe", 8), **kind)
+        return Problem(profile, pattern=FullySharded.from_network("10gbe", 8), **kind)
+    return Problem(profile, network("10gbe", 8), **kind)
 
 
 def another(pattern):
@@ -31,7 +32,7 @@ def another(pattern):
 @pytest.mark.parametrize("name", sorted(m.name for m in catalogue()))
 def test_a_method_refuses_what_it_declares_it_cannot_solve(name):
     needs = get_method(name).needs
-    options = SMALL.get(name, {})
+    options, mine = SMALL.get(name, {}), SHORT.get(name, PROFILE)
     # A problem of another pattern (all-reduce, parameter server, decoupled) is always refused.
     with pytest.raises(ValueError):
         solve(problem(another(needs.pattern), sync="layerwise"), name, **options)
@@ -48,13 +49,13 @@ def test_a_method_refuses_what_it_declares_it_cannot_solve(name):
         with pytest.raises(ValueError, match="layerwise"):
             solve(problem(own), name, **options)
     else:
-        solve(problem(own), name, **options)
+        solve(problem(own, profile=mine), name, **options)
     if needs.barrier:
         with pytest.raises(ValueError, match="is for sync='barrier' only"):
             solve(problem(own, sync="layerwise"), name, **options)
         return
     if own == "decoupled":
-        solve(problem(own, sync="layerwise"), name, **options)
+        solve(problem(own, profile=mine, sync="layerwise"), name, **options)
         return
     if own == "fully-sharded":
         with pytest.raises(ValueError, match="sync does not apply"):
