@@ -165,7 +165,7 @@ def test_an_interrupted_run_keeps_the_cases_finished_and_leaves_no_rank(tmp_path
     # case is done: it goes to speedup-cpu.interrupted.{md,json}, the ranks are gone, status 130.
     pytest.importorskip("torch")
     command = [sys.executable, str(SCRIPT), "--models", "mlp", "--ranks", "2", "--networks", "10gbe",
-               "--rounds", "200", "--steps", "1", "--warmup", "1", "--profile-steps", "2",
+               "--rounds", "40", "--steps", "1", "--warmup", "1", "--profile-steps", "2",
                "--calibration-rounds", "0", "--out", str(tmp_path)]
     status, lines, left = interrupt_on(command, "cases on 2 ranks 1/2")
     assert status == 130, lines

@@ -74,7 +74,7 @@ def test_never_slower_than_without_groups_on_the_same_budget(budget):
         assert plain.stats["stopped"] == "evaluations"
 
 
-@settings(deadline=None, max_examples=30)
+@settings(deadline=None, max_examples=15)
 @given(st.data())
 def test_random_problems_bound_cap_and_resimulation(data):
     profile = data.draw(profiles(1, 5))
