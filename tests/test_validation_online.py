@@ -216,7 +216,6 @@ def test_a_small_fsdp2_study():
         assert m["settle"] == fsdp2.settle(m["gaps"], 0, 15) and m["settle_after"] == fsdp2.settle(m["gaps"], 15, 30)
     planner = row["methods"]["planner"]
     assert planner["steps_over_cap"] == 0 and min(planner["gaps"]) >= -1e-12 and planner["settle"] is not None
-    assert fsdp2.run_job("bert-base", 8, "100gb-ib", 8, deviations, 30, 15, 0) == row
     document = {"steps": 30, "change_at": 15, "seed": 0, "command": "c", "results": [row],
                 "deviations": {"file": "f", "count": int(deviations.size)}, "summary": fsdp2.summary([row])}
     assert "| bert-base | 100gb-ib | 8 |" in fsdp2.markdown(document)

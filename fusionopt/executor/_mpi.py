@@ -162,6 +162,7 @@ def launch(document: dict[str, Any], ranks: int, *, limit: float) -> dict[str, A
             except BaseException:
                 _stop_job(process, str(job_path))
                 raise
+            _reap(str(job_path), grace=2.0)
         if result_path.exists():
             return read_json_document(result_path)
         errors = sorted(Path(folder).glob("error-rank*.json"))
@@ -220,6 +221,21 @@ def _stop_job(process: subprocess.Popen, marker: str) -> None:
     for stream in (process.stdout, process.stderr):
         if stream is not None:
             stream.close()
+
+
+def _reap(marker: str, *, grace: float) -> None:
+    """After ``mpiexec`` has ended: wait up to ``grace`` seconds for the ranks still naming
+    ``marker`` (MPICH starts them in sessions of their own, and an aborted job's ranks may
+    still be writing their error files), then SIGKILL any left, so that none outlives the
+    launch or writes into its folder while it is removed."""
+    deadline = time.monotonic() + grace
+    while _processes_naming(marker) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    for pid in _processes_naming(marker):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
 
 
 def _processes_naming(marker: str) -> list[int]:
