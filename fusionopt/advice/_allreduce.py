@@ -508,7 +508,6 @@ def horovod_settings(problem: Problem, plan: Plan, *, backend: str = "nccl",
     default = solve(problem, "horovod", cycle_time=default_cycle, fusion_threshold_bytes=default_threshold,
                     backend=backend)
     t, _, (threshold, cycle_ms), result = _pick(trials)
-    compression = result.stats["compression"]
     kept = not gains_enough(t, default.iteration_time, min_gain)
     if kept:
         t, threshold, cycle_ms, result = default.iteration_time, int(default_threshold), default_cycle * 1e3, default
@@ -522,5 +521,5 @@ def horovod_settings(problem: Problem, plan: Plan, *, backend: str = "nccl",
         default_iteration_time=default.iteration_time,
         candidates=len(trials),
         kept_defaults=kept,
-        compression=compression,
+        compression=result.stats["compression"],
     )

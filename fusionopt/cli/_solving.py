@@ -97,11 +97,11 @@ def _print_result(result: Result, profile: Profile, problem: Problem | None = No
         print(f"  {k:>4}  {message.nbytes:>12d} B{encoding}  [{names}]")
     if result.num_messages > 20:
         print(f"  ... {plural(result.num_messages - 20, 'more message')} (use --json for all)")
-    if wire is not None and any(name != "fp32" for name in wire):
-        if ranks is None:
-            print("error bound     give --network and --workers: the bound on the averaged gradients' error "
-                  "depends on the ranks")
-        for name, b in _error_bounds(problem, wire, ranks).items() if ranks is not None else ():
+    if wire is not None and any(name != "fp32" for name in wire) and ranks is None:
+        print("error bound     give --network and --workers: the bound on the averaged gradients' error "
+              "depends on the ranks")
+    elif wire is not None and ranks is not None:
+        for name, b in _error_bounds(problem, wire, ranks).items():
             print(f"error bound     {name} ({plural(b['messages'], 'message')}): each averaged element within "
                   f"{b['relative']:.3g} x the {ranks} ranks' mean |g| + {b['absolute']:.3g} (MODEL.md 2.2)")
 

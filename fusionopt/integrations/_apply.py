@@ -125,9 +125,10 @@ def _check_distributed(dist: Any) -> None:
 
 
 def _wire(model: Any, section: Mapping[str, Any], link: EmulatedLink | None) -> Any:
-    """The advice's wire hook (None where every bucket goes in fp32 and none is kept exact)."""
+    """The advice's wire hook: where it sends buckets in encodings and says to register a hook
+    for them (None otherwise)."""
     wire, exact = section.get("wire"), list(section.get("exact_names") or [])
-    if wire is None or (not exact and all(step[1] == "fp32" for step in wire)):
+    if wire is None or section.get("hook") is None:
         return None
     parameters = dict(_trainable(model))
     missing = [name for name in exact if name not in parameters]

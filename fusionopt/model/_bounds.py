@@ -176,8 +176,7 @@ def fusion_bound(problem: Problem) -> float | None:
         return None
     cached = _FUSION_OPTIMA.get(problem)
     if cached is None:
-        own = problem.extensions == ("exact_tensors",)
-        cached = optimal_fusion(problem if own else problem.plain()).iteration_time
+        cached = optimal_fusion(problem.plain() if problem.timing_extensions else problem).iteration_time
         _FUSION_OPTIMA[problem] = cached
     return cached
 

@@ -52,7 +52,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
@@ -350,9 +349,7 @@ def _layerwise_tail(problem: Problem, rho: np.ndarray, prefix: np.ndarray, cap: 
     # parts (under layerwise sync only the host's, MODEL.md section 4).
     tail = (profile.update + profile.forward)[::-1].cumsum()[::-1] + profile.W
     s = int(np.searchsorted(rho, B, side="left"))
-
-    def cost(tail: Any, head: Any, size: Any) -> Any:           # the message of positions tail..head-1
-        return problem.arc_cost(tail, head, size)
+    cost = problem.arc_cost                      # of the message of positions tail .. head - 1
     budgets = [None] if max_messages is None else list(range(max_messages + 1))
     # V[(p, k)]: best suffix value for positions p..n-1 in at most k messages, and the
     # end position of its first message.

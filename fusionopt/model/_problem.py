@@ -265,8 +265,8 @@ class Problem:
         if self.pattern.extension is not None:
             raise ValueError(f"exact_tensors restricts the all-reduce's choice of encodings, and this problem is "
                              f"{self.pattern.article()} {self.pattern.words} problem")
-        top = self.cost.terms if isinstance(self.cost, Cheapest) else ()
-        nested = [e.name for e in lossy_encodings(self.cost) if all(e is not term.encoding for term in top)]
+        below = self.cost.cost if isinstance(self.cost, Cheapest) else self.cost     # not the choice itself
+        nested = [e.name for e in lossy_encodings(below)]
         if nested:
             raise ValueError(f"exact_tensors restricts a choice of encodings (Cheapest), and the cost "
                              f"{type(self.cost).__name__} sends every message in {nested[0]!r}: give "
@@ -386,6 +386,13 @@ class Problem:
         if self.restricts_encodings:
             on.append("exact_tensors")
         return tuple(on)
+
+    @property
+    def timing_extensions(self) -> tuple[str, ...]:
+        """The :attr:`extensions` that change how a step runs, not only what a message costs:
+        all but ``"exact_tensors"``, which every engine that prices a message through
+        :meth:`message_cost` or :meth:`arc_cost` takes as it is."""
+        return tuple(name for name in self.extensions if name != "exact_tensors")
 
     @property
     def message_compute_terms(self) -> tuple[float, float]:

@@ -152,7 +152,7 @@ def credit_ticks(problem: Problem, slices: list[Chunk], rank: list[int], credit_
     ready = profile.ready_times
     arrivals = list(profile.ready_order)
     sizes = [c.nbytes for c in slices]
-    durations: dict[tuple[int, tuple[int, ...]], float] = {}   # c(S) of each message met, by its exact tensors
+    durations: dict[tuple[int, bool], float] = {}              # c(S) of each message met, with or without exact tensors
     exact = set(problem.exact_tensors)
     queue = ReadySlices(n, slices)
     posted: list[int] = []                                     # waiting for the tick
@@ -180,10 +180,11 @@ def credit_ticks(problem: Problem, slices: list[Chunk], rank: list[int], credit_
             cycles += 1
             for group in fuse(posted):
                 nbytes = sum(sizes[s] for s in group)
-                carried = tuple(sorted({slices[s].tensor for s in group} & exact))
-                if (nbytes, carried) not in durations:
-                    durations[nbytes, carried] = float(problem.message_cost([nbytes], [carried])[0])
-                _, channel_free = fifo_job(clock, durations[nbytes, carried], channel_free)
+                carried = [slices[s].tensor for s in group]
+                key = (nbytes, not exact.isdisjoint(carried))
+                if key not in durations:
+                    durations[key] = float(problem.message_cost([nbytes], [carried])[0])
+                _, channel_free = fifo_job(clock, durations[key], channel_free)
                 groups.append(group)
                 release.append(clock)
                 heapq.heappush(returns, (channel_free, nbytes))
@@ -211,7 +212,7 @@ def on_the_engine(problem: Problem) -> bool:
     """Whether the tick policies run as :class:`TickChannels` on the engine: under contention
     (either way) or a copy cost on the channel, on one channel, with no compute-stream work per
     message (module docstring); tensors kept exact change only the prices, which both take."""
-    extensions = set(problem.extensions) - {"exact_tensors"}       # priced alike by both
+    extensions = set(problem.timing_extensions)
     if not extensions or problem.channels > 1 or problem.computes_per_message:
         return False
     if problem.copy_cost > 0 and problem.copy_on != "channel":

@@ -22,7 +22,7 @@ def check_message_ends(problem: Problem, result: Result, ends: list[float], meth
     simulated = result.timeline.message_end
     if not problem.extensions:
         agree = np.array_equal(simulated, np.asarray(ends))
-    elif on_the_engine(problem) or problem.extensions == ("exact_tensors",):
+    elif on_the_engine(problem) or not problem.timing_extensions:
         agree = np.allclose(simulated, ends, rtol=1e-9, atol=1e-15)
     else:
         return

@@ -330,7 +330,8 @@ def test_a_two_channel_advice_gives_the_reduce_scatters_their_own_group(reports,
 
 def test_an_exact_tensor_the_model_lacks_is_named(advices):
     wired = json.loads(Path(advices["ddp"]).read_text())
-    wired["ddp"].update(wire=[[0, "fp32"], [1000, "fp16"]], exact_names=["nope.bias"])
+    wired["ddp"].update(wire=[[0, "fp32"], [1000, "fp16"]], exact_names=["nope.bias"],
+                        hook="fusionopt.integrations.wire_comm_hook([[0, 'fp32'], [1000, 'fp16']], exact=...)")
     with pytest.raises(ValueError, match=r"^the advice keeps 'nope.bias' exact, which is no trainable parameter "
                                          r"of the model$"):
         apply_advice(mlp(), wired, framework="ddp")

@@ -166,7 +166,7 @@ def _horovod_options(problem: Problem, fusion_threshold_bytes: float | None, cyc
             raise ValueError(f"{label} must be a number of {unit} >= 0, got {value!r}")
         values[label] = value
     unfused = values["fusion_threshold_bytes"] == 0 and values["cycle_time"] == 0
-    if not unfused and set(problem.extensions) - {"exact_tensors"}:         # its ticks price exact tensors
+    if not unfused and problem.timing_extensions:
         raise ValueError("bytescheduler over Horovod's fusion models one channel without contention or copy "
                          "cost; pass fusion_threshold_bytes=0 and cycle_time=0 for the unfused policy, "
                          "which runs on every model option")
