@@ -51,12 +51,13 @@ from fusionopt.executor._mpi import mpiexec
 from fusionopt.executor._programs import build_program
 from fusionopt.executor._runner import RankRunner
 from fusionopt.executor._shard_data import ShardData
+from fusionopt.executor._shards import ShardLayout
 from fusionopt.executor._streams import Streams, run_stream_rank
 
 __all__ = [
     "BACKENDS", "CONTENTION_SCHEMA", "Calibration", "CollectiveTimeout", "Communicator", "Contention",
     "ContentionSpec", "CorrectnessError", "CudaStreams", "Fault", "FaultyCommunicator", "Gradients", "GroupAborted",
-    "Job", "Layout", "LocalGroup", "Measurement", "PlanMismatchError", "RankRunner", "ShardData", "Streams",
+    "Job", "Layout", "LocalGroup", "Measurement", "PlanMismatchError", "RankRunner", "ShardData", "ShardLayout", "Streams",
     "alignment_sizes", "assemble", "build_program", "calibrate", "check_host_memory", "contention_factors",
     "default_sizes", "fit_alignment", "fit_alpha_beta", "from_records", "measure_rank", "mpiexec", "rank_bytes",
     "read_contention", "run", "run_local", "run_stream_rank", "run_threads", "scale_compute", "time_message",

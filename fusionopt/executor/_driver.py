@@ -11,6 +11,7 @@ from fusionopt.executor._job import Fault, Job
 from fusionopt.executor._measurement import Measurement, assemble
 from fusionopt.executor._mpi import inside_mpi_world
 from fusionopt.executor._programs import build_program
+from fusionopt.model._encoding import wire_link
 from fusionopt.model._decoupled_plan import DecoupledPlan
 from fusionopt.model._plan import Plan
 from fusionopt.model._problem import Problem
@@ -43,6 +44,13 @@ def run(problem: Problem, plan: Plan | DecoupledPlan | ShardedPlan | PSPlan, bac
     gathered word against the shard it came from; ``message_*`` then follow the channel
     (both kinds, in the order of ``predicted.message_kind``) and ``collectives`` lists what ran.
 
+    An all-reduce, fully sharded or decoupled problem whose cost has encodings (MODEL.md section 2.2:
+    :class:`~fusionopt.cost.Encoded`, :class:`~fusionopt.cost.Cheapest`, ``exact_tensors``)
+    sends each collective in the encoding the model prices it in, as narrowed words (half of
+    each for fp16 and bf16; :mod:`fusionopt.executor._layout`): the bytes on the wire and the
+    casts' passes are real, the rounding is not, and the check compares every kept bit.
+    ``encodings`` of the measurement names each collective's.
+
     Parameters
     ----------
     problem : Problem
@@ -72,7 +80,8 @@ def run(problem: Problem, plan: Plan | DecoupledPlan | ShardedPlan | PSPlan, bac
         Raise :class:`CorrectnessError` when the check fails (default); otherwise return the
         measurement with ``correct`` false.
     emulate_link : bool
-        ``nccl`` on one GPU: hold the stream for ``c(S)`` per message (labelled emulated).
+        ``nccl`` on one GPU: hold the stream for ``c(S)`` per message (labelled emulated); an
+        encoded message for its link's time of the bytes it sends, its casts run for real.
     compute : {"host", "spin", "gemm"}
         ``host`` (default): compute emulated by host sleeps (:mod:`fusionopt.executor._runner`).
         ``nccl`` only: the whole step queued on a compute and a communication stream
@@ -208,7 +217,9 @@ def _run_nccl(job: Job, ranks: int) -> Measurement:
     if not job.emulate_link:
         group = NcclGroup(ranks)
     else:
-        group = NcclGroup(ranks, link_costs=job.problem.pattern.collectives)
+        # A message's wire bytes are held for the link's time; its encoding's casts run for real.
+        group = NcclGroup(ranks, link_costs={name: wire_link(cost)
+                                             for name, cost in job.problem.pattern.collectives.items()})
     comms = group.communicators()
     description = comms[0].describe()
     try:

@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 
 from fusionopt.executor._job import Job
-from fusionopt.executor._programs import build_program, wire_collectives
+from fusionopt.executor._programs import build_program, wire_collectives, wire_encodings
 from fusionopt.executor._shard_data import ShardData
 from fusionopt.executor._shards import ShardLayout
 
@@ -31,8 +31,10 @@ def rank_bytes(job: Job, size: int, *, word_sizes: tuple[int, ...] = (8, 4, 2, 1
     >>> rank_bytes(job, 2)      # gradients and patterns 2 x 7168, scratch 4096, fused 5120
     23552
     """
-    program = build_program(job.scaled_problem(), job.plan)
-    layout = ShardLayout(job.problem.profile, wire_collectives(program), size=size, word_sizes=word_sizes)
+    problem = job.scaled_problem()
+    program = build_program(problem, job.plan)
+    layout = ShardLayout(job.problem.profile, wire_collectives(program), size=size, word_sizes=word_sizes,
+                         encodings=wire_encodings(problem, program))
     words = ShardData.words(layout, unpack=program.gathers_to_tensors, channels=program.channels)
     return int(words) * layout.word_bytes
 

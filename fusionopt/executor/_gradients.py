@@ -108,7 +108,9 @@ class Gradients:
         return scale, offset
 
     def verify(self, step: int) -> list[str]:
-        """Compare every byte with the exact sum; one line per wrong range (first few)."""
+        """Compare every byte with the exact sum; one line per wrong range (first few). A word
+        a narrowed message carried (the layout's ``masks``) holds the exact sum's low bits and
+        zero above them."""
         xp, layout = self.xp, self.layout
         scale, offset = self.expected_constants(step)
         w = layout.word_bytes
@@ -121,6 +123,9 @@ class Gradients:
                 expected = self._scratch[: hi - lo]
                 xp.multiply(g[lo:hi], scale, out=expected)
                 expected += offset
+                for a, b, mask in layout.masks[i]:    # words a narrowed message carried: its bits
+                    if a < hi and b > lo:
+                        expected[max(a, lo) - lo: min(b, hi) - lo] &= self._word(mask)
                 block = grad[lo:hi]
                 if bool(xp.array_equal(block, expected)):
                     continue

@@ -18,7 +18,9 @@ from typing import Any, Mapping
 from fusionopt.model._cost import cost_from_dict
 from fusionopt.model._decoupled_plan import DECOUPLED_SCHEMA, DecoupledPlan
 from fusionopt.model._decoupled import Decoupled
-from fusionopt.model._encoding import Cheapest, Encoded
+from fusionopt.executor._layout import WIRE_RATIOS
+from fusionopt.executor._programs import ENCODED_PATTERNS
+from fusionopt.model._encoding import Cheapest, Encoded, encoding_table
 from fusionopt.model._plan import Plan
 from fusionopt.model._problem import Problem
 from fusionopt.model._profile import Profile
@@ -27,8 +29,9 @@ from fusionopt.model._ps_plan import PSPLAN_SCHEMA, PSPlan
 from fusionopt.model._sharded_plan import SHARDED_SCHEMA, ShardedPlan
 from fusionopt.model._sharded import FullySharded
 
-# The patterns the ranks run.
+# The patterns the ranks run, and the extensions.
 RUN_PATTERNS = ("all-reduce", "decoupled", "fully-sharded", "ps")
+RUN_EXTENSIONS = ("decoupled", "fully_sharded", "ps", "exact_tensors")
 
 JOB_SCHEMA = "fusionopt.executor.job"
 COMPUTE_MODES = ("host", "spin", "gemm")
@@ -94,7 +97,9 @@ class Job:
         The plain model (MODEL.md sections 1 to 4), a decoupled all-reduce
         (``pattern=Decoupled(...)``, MODEL.md 8.1), a fully sharded problem (``pattern=FullySharded(...)``,
         MODEL.md 8.2) or a parameter server (``pattern=ParameterServer(...)``, section 6); the
-        executor emulates no other extension.
+        executor emulates no other extension. An all-reduce, fully sharded or decoupled
+        problem's collectives travel in the encodings its costs price them in (section 2.2, tensors kept
+        exact included; :mod:`fusionopt.executor._layout` says how).
     plan : Plan, DecoupledPlan, ShardedPlan or PSPlan
         The plan type of the problem's pattern.
     iterations, warmup : int
@@ -131,16 +136,14 @@ class Job:
     def __post_init__(self) -> None:
         if not isinstance(self.problem, Problem):
             raise ValueError(f"problem must be a Problem, got {type(self.problem).__name__}")
-        others = [e for e in self.problem.extensions if e not in ("decoupled", "fully_sharded", "ps")]
+        others = [e for e in self.problem.extensions if e not in RUN_EXTENSIONS]
         if others:
             raise ValueError(
                 f"the executor runs the plain model (MODEL.md sections 1-4), and this problem has "
-                f"{', '.join(others)} on (of the extensions it runs decoupled, fully_sharded (section 8) "
-                "and ps (section 6) only)")
-        if any(isinstance(cost, (Encoded, Cheapest)) for cost in self.problem.pattern.costs):
-            raise ValueError("the executor sends every message's bytes as they are: a cost with encodings (MODEL.md "
-                             "section 2.2) is predicted, not run; leave the encodings out")
+                f"{', '.join(others)} on (of the extensions it runs decoupled, fully_sharded (section 8), "
+                "ps (section 6) and exact_tensors (section 2.2) only)")
         pattern = self.problem.pattern
+        self._check_encodings()
         if pattern.name not in RUN_PATTERNS:
             raise ValueError(f"the executor does not run {pattern.article()} {pattern.words} problem: it runs "
                              f"{', '.join(RUN_PATTERNS)} plans")
@@ -160,6 +163,27 @@ class Job:
             raise ValueError(f"compute={self.compute!r} queues device work: it needs the nccl backend, "
                              f"not {self.backend!r} (use compute='host')")
 
+    def _check_encodings(self) -> None:
+        """Refuse, in one line, encodings the ranks cannot send (MODEL.md section 2.2;
+        :mod:`fusionopt.executor._layout`)."""
+        pattern = self.problem.pattern
+        encoded = [cost for cost in pattern.costs if isinstance(cost, (Encoded, Cheapest))]
+        if not encoded:
+            return
+        if pattern.name not in ENCODED_PATTERNS:
+            raise ValueError(f"the executor sends the collectives of {pattern.article()} {pattern.words} problem as "
+                             "they are: a cost with encodings (MODEL.md section 2.2) runs on all-reduce, fully "
+                             "sharded and decoupled problems; leave the encodings out")
+        for cost in encoded:
+            for e in encoding_table(cost).values():
+                if e.wire_ratio not in WIRE_RATIOS:
+                    raise ValueError(f"encoding {e.name!r} sends {e.wire_ratio:g} of the bytes: the executor narrows "
+                                     f"each word to {', '.join(f'{r:g}' for r in WIRE_RATIOS[1:])} of it, or sends "
+                                     "it as it is")
+        if self.compute != "host":
+            raise ValueError(f"compute={self.compute!r} queues each message as it is: run a problem with encodings "
+                             "with compute='host'")
+
     @property
     def steps(self) -> int:
         return self.warmup + self.iterations
@@ -173,7 +197,7 @@ class Job:
         """The problem the ranks actually run: compute times multiplied by ``time_scale``."""
         problem = self.problem
         profile = scale_compute(problem.profile, self.time_scale)
-        return Problem(profile, sync=problem.sync, pattern=problem.pattern)
+        return Problem(profile, sync=problem.sync, pattern=problem.pattern, exact_tensors=problem.exact_tensors)
 
     # ------------------------------------------------------------------ JSON and hashes
     def to_dict(self) -> dict[str, Any]:
@@ -186,6 +210,7 @@ class Job:
             "fault": None if self.fault is None else self.fault.to_dict(),
             "emulate_link": self.emulate_link, "compute": self.compute,
             **_pattern_to_dict(self.problem),
+            **({"exact_tensors": list(self.problem.exact_tensors)} if self.problem.exact_tensors else {}),
         }
 
     @classmethod
@@ -223,7 +248,8 @@ def _problem_from_dict(doc: Mapping[str, Any], profile: Profile, source: str) ->
         part = doc.get(cls.extension)
         if part is not None:
             return Problem(profile, sync=doc["sync"], pattern=cls.from_dict(part, source=f"{source}.{cls.extension}"))
-    return Problem(profile, cost_from_dict(doc["cost"], source=f"{source}.cost"), sync=doc["sync"])
+    return Problem(profile, cost_from_dict(doc["cost"], source=f"{source}.cost"), sync=doc["sync"],
+                   exact_tensors=doc.get("exact_tensors", ()))
 
 
 def _plan_from_dict(doc: Mapping[str, Any], *, source: str) -> Plan | DecoupledPlan | ShardedPlan:

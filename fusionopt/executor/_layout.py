@@ -4,11 +4,22 @@ Gradients are summed as unsigned integers of ``word_bytes`` bytes, the widest of
 and 1 that divides every tensor size and every chunk boundary of the plan, so that no chunk
 splits a word. Integer sums wrap modulo ``2**(8 * word_bytes)``: they are exact, whatever
 the order of addition, on every backend.
+
+**Encodings** (MODEL.md section 2.2). A collective the model prices in an encoding of
+``wire_ratio`` ``1/2``, ``1/4`` or ``1/8`` (fp16 and bf16: ``1/2``) travels as words of
+``wire_ratio * word_bytes`` bytes: each word is narrowed to its low bits as it is packed and
+widened back as it is unpacked. The bytes on the wire and the passes over memory that
+narrow and widen them are real; the rounding is not: keeping the low bits commutes with the
+sum (``Z/2^32 -> Z/2^16`` is a ring map), so every word's kept bits still equal those of
+the exact sum, and the check compares them
+(:attr:`~fusionopt.executor.ShardLayout.masks`) and that the dropped ones came back zero. :func:`word_bytes` then also needs each narrowed width to be one the
+backend sums.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Sequence
 
 import numpy as np
 
@@ -16,6 +27,44 @@ from fusionopt.model._plan import Plan
 from fusionopt.model._profile import Profile
 
 WORD_DTYPES = {8: np.dtype(np.uint64), 4: np.dtype(np.uint32), 2: np.dtype(np.uint16), 1: np.dtype(np.uint8)}
+# The shares of a word an encoding may keep on the wire (module docstring).
+WIRE_RATIOS = (1.0, 0.5, 0.25, 0.125)
+
+
+def word_bytes(boundaries: np.ndarray, word_sizes: tuple[int, ...], ratios: Sequence[float] = (),
+               *, backend: str = "this backend") -> int:
+    """The widest of ``word_sizes`` (and 1) that divides every one of ``boundaries`` (bytes)
+    and that every wire ratio of ``ratios`` narrows to a width of ``word_sizes``; one line
+    naming the width missing where none does.
+
+    >>> word_bytes(np.array([8, 16]), (8, 4, 2, 1), [0.5])
+    8
+    >>> word_bytes(np.array([4, 12]), (8, 4, 1), [0.5], backend="nccl")
+    Traceback (most recent call last):
+    ...
+    ValueError: a message in an encoding of 0.5 of the bytes travels as words of 2 B, which nccl does not sum (it sums words of 8, 4, 1 B), and the chunks fall on 4 B boundaries: send it in fp32, or keep every tensor and chunk a multiple of 8 B
+    """
+    ratios = sorted({float(r) for r in ratios if r != 1.0})
+    for r in ratios:
+        if r not in WIRE_RATIOS:
+            raise ValueError(f"an encoding of {r:g} of the bytes cannot narrow whole words: the executor sends "
+                             f"an encoding of {', '.join(f'{x:g}' for x in WIRE_RATIOS[1:])} of the bytes, or fp32")
+    widths = sorted(set(word_sizes) | {1}, reverse=True)
+    aligned = [w for w in widths if not np.any(boundaries % w)]
+    for w in aligned:
+        if all(w * r in word_sizes for r in ratios):
+            return w
+    r = next(r for r in ratios if aligned[0] * r not in word_sizes)
+    wider = next((w for w in widths if w > aligned[0] and w * r in word_sizes), None)
+    fix = f", or keep every tensor and chunk a multiple of {wider} B" if wider else ""
+    raise ValueError(f"a message in an encoding of {r:g} of the bytes travels as words of {aligned[0] * r:g} B, "
+                     f"which {backend} does not sum (it sums words of {', '.join(map(str, word_sizes))} B), and the "
+                     f"chunks fall on {aligned[0]} B boundaries: send it in fp32{fix}")
+
+
+def wire_dtype(word: int, ratio: float) -> np.dtype:
+    """The unsigned integer a word of ``word`` bytes travels as in an encoding of ``ratio``."""
+    return WORD_DTYPES[int(word * ratio)]
 
 
 @dataclass(frozen=True)
@@ -58,11 +107,13 @@ class MessageLayout:
 
 
 
-def describe_message(k: int, messages: int, chunks: int, nbytes: int, names: list[str]) -> str:
-    """Message ``k`` of ``messages`` in words: its chunks, bytes and (the first three of) its
-    tensors' ``names``."""
+def describe_message(k: int, messages: int, chunks: int, nbytes: int, names: list[str], *,
+                     encoding: str = "fp32") -> str:
+    """Message ``k`` of ``messages`` in words: its chunks, bytes (and the encoding they travel
+    in, where not fp32) and (the first three of) its tensors' ``names``."""
     shown = ", ".join(repr(x) for x in names[:3]) + (f", ... ({len(names)} tensors)" if len(names) > 3 else "")
-    return f"message {k} of {messages} ({chunks} chunk{'s' * (chunks != 1)}, {nbytes} B: {shown})"
+    carried = "" if encoding == "fp32" else f" in {encoding}"
+    return f"message {k} of {messages} ({chunks} chunk{'s' * (chunks != 1)}, {nbytes} B{carried}: {shown})"
 
 
 def carried_by(carriers: list[tuple[int, int, int]], lo: int, hi: int) -> str:
@@ -110,10 +161,11 @@ class Layout:
                                      f"bytes [{c.lo}, {c.hi}) run past its size of {sizes[c.tensor]} B")
         boundaries = np.array(sizes + [b for m in plan.messages for c in m.chunks for b in (c.lo, c.hi)],
                               dtype=np.int64)
-        self.word_bytes = next(w for w in sorted(set(word_sizes) | {1}, reverse=True) if not np.any(boundaries % w))
+        self.word_bytes = word_bytes(boundaries, word_sizes)
         self.dtype = WORD_DTYPES[self.word_bytes]
         w = self.word_bytes
         self.tensor_words = tuple(s // w for s in sizes)
+        self.masks: list[list[tuple[int, int, int]]] = [[] for _ in range(n)]   # every message is sent whole
 
         last: dict[int, int] = {}
         for k, message in enumerate(plan.messages):

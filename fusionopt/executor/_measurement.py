@@ -9,6 +9,8 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from fusionopt.executor._job import Job
+from fusionopt.executor._programs import build_program, wire_encodings
+from fusionopt.model._problem import Problem
 from fusionopt.model._timeline import Timeline
 from fusionopt.model._simulator import simulate
 
@@ -90,6 +92,10 @@ class Measurement:
     check_times : ndarray, shape (iterations,)
         Seconds the slowest rank spent checking every byte after each timed step (after a
         barrier that ends the step on every rank: not part of ``T``).
+    encodings : tuple of str
+        Each collective's encoding on the wire, in the order of ``message_*`` (MODEL.md
+        section 2.2; :func:`~fusionopt.executor.run`): ``"fp32"`` for a message sent as it
+        is. Empty for a parameter-server plan, whose collectives all travel as they are.
     host_queue : ndarray, shape (iterations,)
         Device streams only: seconds the slowest rank's host took to queue each timed step,
         from its origin event to its last (empty elsewhere). A step the host queues more
@@ -122,6 +128,7 @@ class Measurement:
     host_queue: np.ndarray = field(default_factory=lambda: _frozen([], 1))
     pull_start: np.ndarray = field(default_factory=lambda: _frozen([], 2))
     pull_end: np.ndarray = field(default_factory=lambda: _frozen([], 2))
+    encodings: tuple[str, ...] = ()
 
     # ------------------------------------------------------------------ figures
     @property
@@ -207,10 +214,12 @@ class Measurement:
         start = np.median(self.message_start, axis=0) if self.message_start.size else None
         end = np.median(self.message_end, axis=0) if self.message_end.size else None
         kinds = self.predicted.message_kind
+        encoded = any(e != "fp32" for e in self.encodings)
         for k in range(min(messages, self.predicted.message_end.size)):
             got = "-" if start is None else f"{ms * start[k]:9.3f} -> {ms * end[k]:9.3f}"
             kind = "" if kinds is None else (" RS" if kinds[k] == 0 else " AG")
-            lines.append(f"  {k:>4}{kind} {int(self.predicted.message_bytes[k]):>12d} B  measured {got} ms, predicted "
+            carried = f" {self.encodings[k]:<5}" if encoded else ""
+            lines.append(f"  {k:>4}{kind} {int(self.predicted.message_bytes[k]):>12d} B{carried}  measured {got} ms, predicted "
                          f"{ms * self.predicted.message_start[k]:9.3f} -> {ms * self.predicted.message_end[k]:9.3f} ms")
         if self.predicted.message_end.size > messages:
             lines.append(f"  ... {self.predicted.message_end.size - messages} more messages (use --json for all)")
@@ -284,7 +293,7 @@ class Measurement:
             "lockstep_time": _json_float(self.lockstep_time),
             "predicted_message_time": self.predicted_message_time,
             "check_times": self.check_times.tolist(),
-            "host_queue": self.host_queue.tolist(),
+            "host_queue": self.host_queue.tolist(), "encodings": list(self.encodings),
             **({} if p.pull_end is None else {
                 "pull_start": self.pull_start.tolist(), "pull_end": self.pull_end.tolist(),
                 "predicted_pulls": {"pull_start": p.pull_start.tolist(), "pull_end": p.pull_end.tolist(),
@@ -365,4 +374,12 @@ def assemble(job: Job, records: Sequence[Mapping[str, Any]], *, backend: str, de
         lockstep_durations=_frozen(_lockstep(records, timed), 2),
         check_times=_frozen(_slowest(records, "check_times", timed), 1),
         host_queue=_frozen(_slowest(records, "host_queue", timed), 1),
+        encodings=_encodings(problem, job.plan),
     )
+
+
+def _encodings(problem: Problem, plan: Any) -> tuple[str, ...]:
+    """Each collective's encoding on the wire, as the ranks sent it (empty: a pattern whose
+    collectives all travel as they are)."""
+    encodings = wire_encodings(problem, build_program(problem, plan))
+    return () if encodings is None else tuple(e.name for e in encodings)

@@ -10,7 +10,8 @@ programs the simulator runs; the pattern builds it (:meth:`~fusionopt.model.Patt
 :func:`build_program` refuses what the executor cannot run (a plan for another pattern, an
 order that can never run) in one line.
 
-:func:`wire_collectives` says what each collective is on the wire. A parameter server runs
+:func:`wire_collectives` says what each collective is on the wire, and :func:`wire_encodings`
+what it travels in. A parameter server runs
 as BytePS's co-located mode with a server on every rank: a push is a reduce-scatter (rank
 ``r`` is the server of shard ``r`` of the message and receives its sum), a pull an all-gather
 of every server's shard. The cost model's own ``K`` servers price the prediction; the run
@@ -22,15 +23,19 @@ from __future__ import annotations
 from dataclasses import replace
 
 from fusionopt.model._decoupled_plan import ALL_GATHER, REDUCE_SCATTER, DecoupledPlan
+from fusionopt.model._encoding import Encoding
 from fusionopt.model._plan import Plan
 from fusionopt.model._problem import Problem
 from fusionopt.model._ps_plan import PSPlan
 from fusionopt.model._ps_program import PULL, PUSH
 from fusionopt.model._sharded_plan import ShardedPlan
 from fusionopt.model._step_program import CollectiveSpec, Program
+from fusionopt.model._wire import collective_encodings
 
 # What the collectives of a program's kinds are on the wire (module docstring).
 WIRE_KINDS = {PUSH: REDUCE_SCATTER, PULL: ALL_GATHER}
+# The patterns whose collectives the executor sends in their encodings (wire_encodings).
+ENCODED_PATTERNS = ("all-reduce", "fully-sharded", "decoupled")
 
 
 def build_program(problem: Problem, plan: Plan | DecoupledPlan | ShardedPlan | PSPlan) -> Program:
@@ -45,6 +50,16 @@ def build_program(problem: Problem, plan: Plan | DecoupledPlan | ShardedPlan | P
     return program
 
 
+def wire_encodings(problem: Problem, program: Program) -> tuple[Encoding, ...] | None:
+    """Each collective's encoding on the wire (:func:`~fusionopt.model._wire.collective_encodings`)
+    for an all-reduce, fully sharded or decoupled problem; None (every collective as it is) for
+    a parameter server, whose costs the :class:`~fusionopt.executor.Job` keeps without
+    encodings."""
+    if problem.pattern.name not in ENCODED_PATTERNS:
+        return None
+    return collective_encodings(problem, program)
+
+
 def wire_collectives(program: Program) -> tuple[CollectiveSpec, ...]:
     """The program's collectives as the ranks run them: a push as a reduce-scatter, a pull as
     an all-gather (module docstring); every other kind as it is."""
@@ -52,4 +67,4 @@ def wire_collectives(program: Program) -> tuple[CollectiveSpec, ...]:
                  for spec in program.collectives)
 
 
-__all__ = ["WIRE_KINDS", "build_program", "wire_collectives"]
+__all__ = ["ENCODED_PATTERNS", "WIRE_KINDS", "build_program", "wire_collectives", "wire_encodings"]

@@ -21,7 +21,9 @@ all-reduce plan's, MODEL.md sections 3 and 4, or a decoupled or fully sharded pl
    server's update between a push and the pull of its bytes), then packs its chunks into one
    buffer, all-reduces, reduce-scatters (padded to a multiple of the ranks) or all-gathers it
    (:func:`~fusionopt.executor._programs.wire_collectives`), and unpacks it; a tensor is
-   reduced (``C_i``) when the collective that last carries it ends;
+   reduced (``C_i``) when the collective that last carries it ends. A collective the model
+   prices in an encoding of fewer bytes (fp16, bf16) travels in it: its words narrowed as
+   they are packed and widened as they are unpacked (:mod:`fusionopt.executor._layout`);
 4. (not timed) once every rank has ended its step (a barrier, so that no rank's check runs
    during another's timed step), every byte each collective left on the rank is compared
    with its exact value; the ranks exchange their verdicts, and a failure stops the run
@@ -51,7 +53,7 @@ from fusionopt.executor._communicator import Communicator, HostTimer
 from fusionopt.executor._errors import CollectiveTimeout, GroupAborted, PlanMismatchError
 from fusionopt.executor._gradients import Gradients
 from fusionopt.executor._job import Job
-from fusionopt.executor._programs import build_program, wire_collectives
+from fusionopt.executor._programs import build_program, wire_collectives, wire_encodings
 from fusionopt.executor._shard_data import ShardData
 from fusionopt.executor._shards import Collective, ShardLayout
 from fusionopt.model._step_program import AT, CHANNEL, COMPUTE, EMIT, MARK, PUBLISH, SPAN, WAIT
@@ -195,7 +197,8 @@ class RankRunner:
         self.profile = self.problem.profile
         self.program = build_program(self.problem, job.plan)
         self.layout = ShardLayout(self.profile, wire_collectives(self.program), size=comm.size,
-                                  word_sizes=comm.word_sizes)
+                                  word_sizes=comm.word_sizes, encodings=wire_encodings(self.problem, self.program),
+                                  backend=comm.name)
         self.timeout = job.timeout
         # Each channel's collectives in order, and its communicator (the same ranks).
         channel = self.program.channel
@@ -230,7 +233,7 @@ class RankRunner:
         comm, layout = self.comm, self.layout
         return RankRecord(comm, self.job, layout, data=lambda: ShardData(
             layout, rank=comm.rank, size=comm.size, xp=comm.xp,
-            allocate=lambda words: comm.empty(words, layout.dtype), unpack=self.program.gathers_to_tensors,
+            allocate=lambda words, dtype=layout.dtype: comm.empty(words, dtype), unpack=self.program.gathers_to_tensors,
             channels=self.program.channels))
 
     # ------------------------------------------------------------------ compute thread

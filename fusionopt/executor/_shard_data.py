@@ -18,6 +18,10 @@ tensor ``i`` is ``v_r = 2 (g(i, e) (r + 1) + 7 t + 3 r) + 1``.
   unpacked into per-tensor parameter buffers. Check: every word holds ``v_q`` of the rank
   ``q`` whose shard it lies in (padding of a gather store slot: zero). Values change with
   the step, so a gather that left a word unwritten is caught.
+
+A collective in an encoding of fewer bytes (:mod:`fusionopt.executor._layout`) packs its words
+narrowed into a wire buffer of their width, runs on it, and widens what it receives: the
+check then compares each word's kept bits, and that the others are zero.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from typing import Any, Callable
 
 from fusionopt.executor._communicator import Communicator
 from fusionopt.executor._gradients import BLOCK_WORDS, MAX_REPORTED, Gradients
+from fusionopt.executor._layout import WORD_DTYPES
 from fusionopt.executor._shards import PADDING, Collective, ShardLayout
 from fusionopt.model._allreduce_program import ALL_REDUCE
 
@@ -33,24 +38,28 @@ from fusionopt.model._allreduce_program import ALL_REDUCE
 class ShardData:
     """Rank ``rank``'s gradients, parameters and shards for the collectives of ``layout``.
 
+    ``allocate(words, dtype)``: an uninitialised buffer (``dtype`` defaults to the layout's).
     ``unpack``: all-gathers land in per-tensor parameter buffers (decoupled and
     parameter-server plans) instead of one gather-store slot per collective (fully sharded
     plans). ``channels``: how many channels run collectives at once, each packing into a
-    send buffer of its own.
+    send buffer of its own (and, per narrowed width, a wire buffer and a wire shard).
     """
 
-    def __init__(self, layout: ShardLayout, *, rank: int, size: int, xp: Any, allocate: Callable[[int], Any],
+    def __init__(self, layout: ShardLayout, *, rank: int, size: int, xp: Any, allocate: Callable[..., Any],
                  unpack: bool, channels: int = 1) -> None:
         self.layout, self.rank, self.size, self.xp, self.unpack = layout, rank, size, xp, unpack
         self.gradients = Gradients(layout, rank=rank, size=size, xp=xp, allocate=allocate)
 
-        def zeros(words: int) -> Any:
-            buffer = allocate(max(int(words), 1))
+        def zeros(words: int, dtype: Any = layout.dtype) -> Any:
+            buffer = allocate(max(int(words), 1), dtype)
             buffer[:] = 0
             return buffer
 
         self.sends = [zeros(layout.max_words) for _ in range(channels)]
         self.send = self.sends[0]
+        # Per channel and narrowed width: a wire buffer and a wire shard (module docstring).
+        self.wires = [{width: (zeros(most, WORD_DTYPES[width]), zeros(shard, WORD_DTYPES[width]))
+                       for width, (most, shard) in layout.wire_words.items()} for _ in range(channels)]
         if layout.all_reduce:                 # the gradients are summed in place: no stores
             self.shards = self.sources = self.params = self.gathered = self._scratch = None
             return
@@ -67,11 +76,13 @@ class ShardData:
     @staticmethod
     def words(layout: ShardLayout, *, unpack: bool, channels: int = 1) -> int:
         """Words one rank's :class:`ShardData` of ``layout`` allocate (as ``__init__`` does)."""
+        wire = channels * sum(-(-(most + shard) * width // layout.word_bytes)
+                              for width, (most, shard) in layout.wire_words.items())
         if layout.all_reduce:
-            return Gradients.words(layout) + channels * max(layout.max_words, 1)
+            return Gradients.words(layout) + channels * max(layout.max_words, 1) + wire
         kept = sum(max(w, 1) for w in layout.tensor_words) if unpack else max(layout.gather_store_words, 1)
         return (Gradients.words(layout) + channels * max(layout.max_words, 1) + max(layout.shard_store_words, 1)
-                + max(layout.source_words, 1) + kept + min(BLOCK_WORDS, max(layout.max_words, 1)))
+                + max(layout.source_words, 1) + kept + min(BLOCK_WORDS, max(layout.max_words, 1)) + wire)
 
     # ------------------------------------------------------------------ before the step
     def fill(self, step: int) -> None:
@@ -91,10 +102,16 @@ class ShardData:
     def run(self, c: Collective, comm: Communicator, *, timeout: float, tag: tuple[int, int],
             mark: Callable[[], Any] = lambda: None, channel: int = 0) -> tuple[Any, Any]:
         """Run collective ``c`` on this rank's buffers (pack, collective, unpack) with
-        ``channel``'s send buffer, queued work included: it has completed when this returns.
+        ``channel``'s send buffer (a narrowed collective: its wire buffer, the packing
+        narrowing each word and the unpacking widening it), queued work included: it has
+        completed when this returns.
         Returns ``mark()`` taken just before and just after the collective itself (between the
         copies)."""
-        grads, send = self.gradients.grads, self.sends[channel]
+        grads = self.gradients.grads
+        if c.narrowed:
+            send, part = self.wires[channel][c.wire_bytes]
+        else:
+            send, part = self.sends[channel], None
         if c.kind == ALL_REDUCE:
             buffer = send[: c.words]
             for p in c.pieces:
@@ -110,18 +127,27 @@ class ShardData:
                 buffer[p.offset: p.offset + p.hi - p.lo] = grads[p.tensor][p.lo: p.hi]
             if c.padded > c.words:
                 buffer[c.words:] = 0
+            shard = self.shards[c.out: c.out + c.shard]
             begun = mark()
-            comm.reduce_scatter(buffer, self.shards[c.out: c.out + c.shard], timeout=timeout, tag=tag)
+            comm.reduce_scatter(buffer, shard if part is None else part[: c.shard], timeout=timeout, tag=tag)
             ended = mark()
+            if part is not None:
+                shard[:] = part[: c.shard]
         else:
             source = self.sources[c.source: c.source + c.shard]
-            if self.unpack:
+            if part is not None:
+                part[: c.shard] = source
+                source = part[: c.shard]
+            if self.unpack or part is not None:
                 buffer = send[: c.padded]
                 begun = mark()
                 comm.all_gather(source, buffer, timeout=timeout, tag=tag)
                 ended = mark()
-                for p in c.pieces:
-                    self.params[p.tensor][p.lo: p.hi] = buffer[p.offset: p.offset + p.hi - p.lo]
+                if self.unpack:
+                    for p in c.pieces:
+                        self.params[p.tensor][p.lo: p.hi] = buffer[p.offset: p.offset + p.hi - p.lo]
+                else:
+                    self.gathered[c.out: c.out + c.padded] = buffer
             else:
                 begun = mark()
                 comm.all_gather(source, self.gathered[c.out: c.out + c.padded], timeout=timeout, tag=tag)
@@ -160,7 +186,7 @@ class ShardData:
                     constants = self.gradients.rank_constants(step, owner)
                     against = f"rank {owner}'s shard"
                 g = None if t == PADDING else patterns[t][a:b]
-                wrong, first = self._compare(got, g, constants)
+                wrong, first = self._compare(got, g, constants, layout.mask(c))
                 if wrong and len(problems) < MAX_REPORTED:
                     start, stop, value, want = first
                     digits = 2 * w
@@ -172,11 +198,14 @@ class ShardData:
                         f"this range; got 0x{value:0{digits}x}, expected 0x{want:0{digits}x})")
         return problems
 
-    def _compare(self, got: Any, g: Any, constants: tuple[Any, Any]) -> tuple[int, tuple[int, int, int, int] | None]:
-        """Wrong words of ``got`` against ``g * scale + offset`` (``g`` None: zero), and the
-        first wrong stretch ``(start, stop, got, expected)``."""
+    def _compare(self, got: Any, g: Any, constants: tuple[Any, Any],
+                 mask: int) -> tuple[int, tuple[int, int, int, int] | None]:
+        """Wrong words of ``got`` against ``(g * scale + offset) & mask`` (``g`` None: zero),
+        and the first wrong stretch ``(start, stop, got, expected)``."""
         xp = self.xp
         scale, offset = constants
+        narrowed = mask != (1 << (8 * self.layout.word_bytes)) - 1
+        mask = self.layout.dtype.type(mask)
         wrong, first = 0, None
         for lo in range(0, got.shape[0], BLOCK_WORDS):
             hi = min(lo + BLOCK_WORDS, got.shape[0])
@@ -186,6 +215,8 @@ class ShardData:
             else:
                 xp.multiply(g[lo:hi], scale, out=expected)
                 expected += offset
+                if narrowed:
+                    expected &= mask
             block = got[lo:hi]
             if bool(xp.array_equal(block, expected)):
                 continue

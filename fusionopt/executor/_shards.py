@@ -11,6 +11,9 @@ much there is.
 
 A *run* is a stretch of a shard that lies in one tensor (or in the padding): what the check
 compares against its exact value.
+
+A collective in a lossy encoding travels as narrower words (:mod:`fusionopt.executor._layout`):
+``wire_bytes`` of each ``word_bytes``.
 """
 
 from __future__ import annotations
@@ -20,7 +23,8 @@ from typing import Sequence
 
 import numpy as np
 
-from fusionopt.executor._layout import WORD_DTYPES, Piece, carried_by, describe_message
+from fusionopt.executor._layout import WORD_DTYPES, Piece, carried_by, describe_message, word_bytes
+from fusionopt.model._encoding import FP32, Encoding
 from fusionopt.model._allreduce_program import ALL_REDUCE
 from fusionopt.model._decoupled_plan import KINDS
 from fusionopt.model._step_program import CollectiveSpec
@@ -37,7 +41,8 @@ class Collective:
     ``pieces``: its chunks in the unpadded buffer; ``words``, ``padded``, ``shard``: the
     buffer unpadded, padded to a multiple of ``P``, and one rank's share; ``out`` and
     ``source``: its offsets in the rank's output store (a reduce-scatter's shard, a gathered
-    buffer) and input store (an all-gather's shard).
+    buffer) and input store (an all-gather's shard); ``encoding``: what it travels in, each
+    word narrowed to ``wire_bytes`` bytes where that sends fewer bytes (None: words as they are).
     """
 
     index: int
@@ -53,6 +58,13 @@ class Collective:
     label: str
     out: int
     source: int
+    encoding: str = "fp32"
+    wire_bytes: int | None = None
+
+    @property
+    def narrowed(self) -> bool:
+        """Whether its words travel narrowed (an encoding of fewer bytes): ``wire_bytes`` is set."""
+        return self.wire_bytes is not None
 
     @property
     def kind_name(self) -> str:
@@ -76,10 +88,18 @@ class ShardLayout:
     (8, 896, 897, 299, 8)
     >>> layout.shard_runs(c, 2)      # rank 2's shard: the end of t0, then the padding
     [(0, 214, 512, 0), (-1, 0, 1, 298)]
+
+    The same in bf16 (``encodings``): each 8-byte word travels as its low 4 bytes.
+
+    >>> from fusionopt.cost import BF16
+    >>> c = ShardLayout(profile, [spec], size=3, encodings=[BF16]).collectives[0]
+    >>> c.encoding, c.wire_bytes, c.narrowed
+    ('bf16', 4, True)
     """
 
     def __init__(self, profile: Profile, specs: Sequence[CollectiveSpec], *, size: int,
-                 word_sizes: tuple[int, ...] = (8, 4, 2, 1)) -> None:
+                 word_sizes: tuple[int, ...] = (8, 4, 2, 1), encodings: Sequence[Encoding] | None = None,
+                 backend: str = "this backend") -> None:
         self.profile, self.size = profile, size
         n = profile.n
         sizes = [int(s) for s in profile.sizes]
@@ -91,7 +111,11 @@ class ShardLayout:
                     raise ValueError(f"{spec.label}: tensor {profile.names[t]!r} (index {t}): bytes [{lo}, {hi}) "
                                      f"run past its size of {sizes[t]} B")
         boundaries = np.array(sizes + [b for s in specs for _, lo, hi in s.chunks for b in (lo, hi)], dtype=np.int64)
-        self.word_bytes = next(w for w in sorted(set(word_sizes) | {1}, reverse=True) if not np.any(boundaries % w))
+        encodings = [FP32] * len(specs) if encodings is None else list(encodings)
+        if len(encodings) != len(specs):
+            raise ValueError(f"{len(encodings)} encodings for {len(specs)} collectives")
+        ratios = [e.wire_ratio for e in encodings if e.wire_ratio != 1.0]
+        self.word_bytes = word_bytes(boundaries, word_sizes, ratios, backend=backend)
         self.dtype = WORD_DTYPES[self.word_bytes]
         w = self.word_bytes
         self.tensor_words = tuple(s // w for s in sizes)
@@ -101,15 +125,17 @@ class ShardLayout:
             for t, lo, hi in spec.chunks:
                 pieces.append(Piece(t, lo // w, hi // w, offset))
                 offset += (hi - lo) // w
+            e = encodings[k]
+            wire = None if e.wire_ratio == 1.0 else int(w * e.wire_ratio)
             if spec.kind == ALL_REDUCE:                   # the whole buffer, summed in place: no shards
                 collectives.append(Collective(k, spec.kind, tuple(pieces), offset, offset, offset, offset * w,
-                                              spec.gate, spec.need, spec.release, spec.label, -1, -1))
+                                              spec.gate, spec.need, spec.release, spec.label, -1, -1, e.name, wire))
                 continue
             shard = -(-offset // size)
             padded = shard * size
             collectives.append(Collective(k, spec.kind, tuple(pieces), offset, padded, shard, offset * w, spec.gate,
                                           spec.need, spec.release, spec.label, out[spec.kind],
-                                          source if spec.kind == 1 else -1))
+                                          source if spec.kind == 1 else -1, e.name, wire))
             out[spec.kind] += shard if spec.kind == 0 else padded
             if spec.kind == 1:
                 source += shard
@@ -119,13 +145,29 @@ class ShardLayout:
         self.source_words = source              # every all-gather's input shard of this rank
         self.max_words = max((c.padded for c in collectives), default=1) or 1
         self.all_reduce = bool(collectives) and all(c.kind == ALL_REDUCE for c in collectives)
-        # Per tensor, the byte ranges each all-reduce carries: (lo, hi, collective).
+        # Per tensor, the byte ranges each all-reduce carries: (lo, hi, collective), and the
+        # words a narrowed all-reduce carries with the bits it keeps: (lo, hi, mask).
         self.carriers: list[list[tuple[int, int, int]]] = [[] for _ in range(n)]
+        self.masks: list[list[tuple[int, int, int]]] = [[] for _ in range(n)]
         for c in collectives:
             if c.kind == ALL_REDUCE:
                 for p in c.pieces:
                     self.carriers[p.tensor].append((p.lo * w, p.hi * w, c.index))
+                    if c.narrowed:
+                        self.masks[p.tensor].append((p.lo, p.hi, self.mask(c)))
+        # The narrowed widths, each with the most words a collective sends in it, and the most
+        # words of one rank's shard of a reduce-scatter or an all-gather.
+        self.wire_words: dict[int, tuple[int, int]] = {}
+        for c in collectives:
+            if c.narrowed:
+                most, shard = self.wire_words.get(c.wire_bytes, (1, 1))
+                self.wire_words[c.wire_bytes] = (max(most, c.padded),
+                                                 shard if c.kind == ALL_REDUCE else max(shard, c.shard))
         self.padded_bytes = sum(c.padded - c.words for c in collectives) * w
+
+    def mask(self, c: Collective) -> int:
+        """The bits of a word that ``c`` carries: all of them, or a narrowed word's."""
+        return (1 << (8 * (c.wire_bytes if c.narrowed else self.word_bytes))) - 1
 
     def runs(self, c: Collective, lo: int, hi: int) -> list[tuple[int, int, int, int]]:
         """Words ``[lo, hi)`` of ``c``'s padded buffer as runs ``(tensor, first, last, at)``:
@@ -161,9 +203,10 @@ class ShardLayout:
         if c.kind == ALL_REDUCE:
             tensors = dict.fromkeys(p.tensor for p in c.pieces)
             return describe_message(c.index, len(self.collectives), len(c.pieces), c.nbytes,
-                                    [self.profile.names[t] for t in tensors])
+                                    [self.profile.names[t] for t in tensors], encoding=c.encoding)
         pad = f", padded to {c.padded * self.word_bytes} B" if c.padded != c.words else ""
-        return f"collective {k} of {len(self.collectives)} ({c.label}, {c.nbytes} B{pad})"
+        carried = f" in {c.encoding}" if c.narrowed else ""
+        return f"collective {k} of {len(self.collectives)} ({c.label}, {c.nbytes} B{carried}{pad})"
 
 
 __all__ = ["Collective", "PADDING", "ShardLayout"]

@@ -377,6 +377,26 @@ def lossy_encodings(cost: Any) -> list[Encoding]:
     return [e for e in found if not e.lossless]
 
 
+def encoding_table(cost: Any) -> dict[str, Encoding]:
+    """Every encoding a message priced by ``cost`` may travel in, by name: fp32, an
+    :class:`Encoded` cost's and those a :class:`Cheapest` chooses from, in ``cost`` and the
+    costs it wraps (``cost.cost``, down the chain)."""
+    found = {FP32.name: FP32}
+    while isinstance(cost, CommCost):
+        if isinstance(cost, Encoded):
+            found[cost.encoding.name] = cost.encoding
+        elif isinstance(cost, Cheapest):
+            found.update((e.name, e) for e in cost.encodings)
+        cost = getattr(cost, "cost", None)
+    return found
+
+
+def wire_link(cost: CommCost) -> CommCost:
+    """What the wire's bytes cost under ``cost``: the link an :class:`Encoded` or
+    :class:`Cheapest` cost wraps (its ``cost``), ``cost`` itself otherwise."""
+    return cost.cost if isinstance(cost, (Encoded, Cheapest)) else cost
+
+
 def _encoded_from_dict(doc: Mapping[str, Any], source: str) -> Encoded:
     return Encoded(cost_from_dict(doc.get("cost"), source=f"{source}.cost"),
                    Encoding.from_dict(doc.get("encoding"), source=f"{source}.encoding"))

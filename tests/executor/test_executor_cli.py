@@ -92,3 +92,16 @@ def test_a_run_that_fails_its_check_exits_1(files, capsys, monkeypatch):
     status, out, err = run_cli(capsys, "run", profile, "--plan", plan, *AB, "--time-scale", "0")
     assert status == 1 and "correctness    FAILED" in out
     assert err.startswith("fusionopt: error: reduced gradients are wrong: rank 1, step 0: tensor 't2' (index 2)")
+
+
+def test_run_sends_each_message_in_its_encoding_and_keeps_the_tensors_named_exact(files, capsys):
+    profile, plan = files
+    # Messages [t2] (2 KiB) and [t1, t0] (5 KiB) both pay in fp16 (no cast cost); t1 kept exact.
+    base = ["run", profile, "--plan", plan, *AB, "--ranks", "2", "--iterations", "1", "--warmup", "0",
+            "--time-scale", "0", "--encodings", "fp32,fp16"]
+    status, out, err = run_cli(capsys, *base)
+    assert status == 0 and err == ""
+    assert "2048 B fp16 " in out and "5120 B fp16 " in out and "correctness    ok" in out
+    status, out, _ = run_cli(capsys, *base, "--exact-tensors", "t1", "--json")
+    doc = json.loads(out)
+    assert status == 0 and doc["correct"] and doc["encodings"] == ["fp16", "fp32"]
