@@ -14,6 +14,7 @@ from fusionopt.integrations._reducer_calibration import REDUCERS, measure_reduce
 from fusionopt.cli._common import Kept, UsageError, comma_list, fail, json_output, plural
 from fusionopt.cli._problems import ZOO_COMPUTE_OPTIONS, add_cost_arguments, add_zoo_arguments, zoo_settings
 from fusionopt.cli._solving import read_problem_and_plan
+from fusionopt.reporting import write_json_atomic
 
 
 def _cmd_sweep(args: argparse.Namespace) -> None:
@@ -149,6 +150,11 @@ def _run_workers(args: argparse.Namespace) -> int | None:
 def _cmd_calibrate(args: argparse.Namespace) -> None:
     from fusionopt.executor import calibrate
 
+    if args.encoding is not None:
+        for flag, given in (("--reducer", args.reducer is not None), ("--contention", args.contention),
+                            ("--alignment", args.alignment), ("--collective", args.collective != "all_reduce")):
+            if given:
+                raise UsageError(f"--encoding times all-reduce messages sent in it beside fp32 ones; leave {flag} out")
     if args.reducer is not None:
         _calibrate_reducer(args)
         return
@@ -173,13 +179,32 @@ def _cmd_calibrate(args: argparse.Namespace) -> None:
     result = measured(lambda: calibrate(args.backend, ranks=args.ranks, min_bytes=args.min_bytes,
                                         max_bytes=args.max_bytes, iterations=args.iterations, timeout=args.timeout,
                                         collective=args.collective))
+    document = result.to_dict(args.model)
+    casts = None
+    if args.encoding is not None:
+        from fusionopt.executor import fit_casts
+
+        encoded = measured(lambda: calibrate(args.backend, ranks=args.ranks, min_bytes=args.min_bytes,
+                                             max_bytes=args.max_bytes, iterations=args.iterations,
+                                             timeout=args.timeout, encoding=args.encoding))
+        casts = fit_casts(result.cost(args.model), encoded)
+        document["calibration"]["casts"] = {
+            "encoding": casts.to_dict(), "description": encoded.description,
+            "points": [[int(s), float(t)] for s, t in zip(encoded.sizes, encoded.times)]}
     if args.output:
-        result.write(args.output, args.model)
+        write_json_atomic(args.output, document)
     if args.json:
-        print(json.dumps(result.to_dict(args.model), indent=1))
+        print(json.dumps(document, indent=1))
         return
     print(f"backend  {result.description}")
     print(result.table())
+    if casts is not None:
+        print(f"\n{args.encoding}: the same messages packed narrowed to {args.encoding} and unpacked widened")
+        print(encoded.table())
+        print(f"{args.encoding} casts on this backend, beyond an fp32 message of the bytes sent: "
+              f"{1e6 * casts.seconds_per_message:.3f} us + {1e9 * casts.seconds_per_byte:.4f} ns per fp32 byte "
+              f"(price them with --encodings fp32,{args.encoding} --cast-per-message {casts.seconds_per_message:.4g} "
+              f"--cast-per-byte {casts.seconds_per_byte:.4g})")
     if args.output:
         flag = {"all_reduce": "--cost", "reduce_scatter": "--reduce-scatter-cost",
                 "all_gather": "--all-gather-cost"}[args.collective]
@@ -209,8 +234,6 @@ def _calibrate_alignment(args: argparse.Namespace) -> None:
     document = cost.to_dict()
     document["calibration"] = {**result.to_dict("alpha-beta")["calibration"], "model": "alignment"}
     if args.output:
-        from fusionopt.reporting import write_json_atomic
-
         write_json_atomic(args.output, document)
     if args.json:
         print(json.dumps(document, indent=1))
@@ -358,6 +381,11 @@ def add_executor_parsers(commands: Any) -> None:
                         "beyond the link, and (DDP, PlanReducer) per message on the compute stream (DDP, FSDP2 or "
                         "fusionopt's PlanReducer) on gloo ranks of this host; "
                         "--output writes it for --reducer-calibration")
+    p.add_argument("--encoding", choices=("fp16", "bf16"),
+                   help="time all-reduce messages sent in this encoding too (narrowed as they are packed, widened "
+                        "as they are unpacked, as fusionopt run sends them) and fit what its casts cost beyond an fp32 "
+                        "message of the bytes sent; printed as the --cast-per-message and --cast-per-byte to give "
+                        "with --encodings, and kept in --output's calibration (the cost written is the fp32 fit)")
     p.add_argument("--alignment", action="store_true",
                    help="time sizes around powers of two (each rank's part aligned, and grown by 8-128 bytes) and "
                         "keep the alignment cliff the times show: --output then holds the alpha-beta price, padded "

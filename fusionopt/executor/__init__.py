@@ -31,7 +31,7 @@ Examples
 
 from fusionopt.executor._alignment_fit import alignment_sizes, fit_alignment
 from fusionopt.executor._calibrate import (
-    Calibration, calibrate, default_sizes, fit_alpha_beta, from_records, time_message,
+    Calibration, calibrate, default_sizes, fit_alpha_beta, fit_casts, from_records, time_message,
 )
 from fusionopt.executor._communicator import BACKENDS, Communicator
 from fusionopt.executor._contention import (
@@ -59,6 +59,6 @@ __all__ = [
     "ContentionSpec", "CorrectnessError", "CudaStreams", "Fault", "FaultyCommunicator", "Gradients", "GroupAborted",
     "Job", "Layout", "LocalGroup", "Measurement", "PlanMismatchError", "RankRunner", "ShardData", "ShardLayout", "Streams",
     "alignment_sizes", "assemble", "build_program", "calibrate", "check_host_memory", "contention_factors",
-    "default_sizes", "fit_alignment", "fit_alpha_beta", "from_records", "measure_rank", "mpiexec", "rank_bytes",
+    "default_sizes", "fit_alignment", "fit_alpha_beta", "fit_casts", "from_records", "measure_rank", "mpiexec", "rank_bytes",
     "read_contention", "run", "run_local", "run_stream_rank", "run_threads", "scale_compute", "time_message",
 ]

@@ -14,6 +14,11 @@ where it is used (a fully sharded run's gather store), so nothing is unpacked af
 decoupled run copies its gathered words into the parameters, outside this ``c(S)``; the run
 reports its copies apart, :class:`~fusionopt.executor.Measurement`).
 
+With ``encoding`` (fp16 or bf16; all-reduce only) each message travels in it as a plan's
+message does (:mod:`fusionopt.executor._layout`): packed narrowed to the encoding's share of
+each word, all-reduced, widened as it is unpacked. :func:`fit_casts` then prices the encoding
+on this backend: what such a message costs beyond an fp32 one of the bytes it sends.
+
 Two models are fitted (MODEL.md section 2): :class:`~fusionopt.cost.AlphaBeta` by
 least squares on relative residuals with ``alpha, beta >= 0``, and
 :class:`~fusionopt.cost.PiecewiseLinear` through the measured points (repaired to be
@@ -33,6 +38,8 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from fusionopt.executor._communicator import Communicator, check_backend
+from fusionopt.executor._layout import WIRE_RATIOS, wire_dtype
+from fusionopt.model._encoding import FP32, Encoding, encoding_named
 from fusionopt.model._io import write_json_atomic
 from fusionopt.model._cost import AlphaBeta, CommCost, PiecewiseLinear
 
@@ -56,16 +63,18 @@ class SweepSpec:
     seconds_per_size: float = 0.2
     timeout: float = 60.0
     collective: str = "all_reduce"
+    wire_ratio: float = 1.0
 
     def to_dict(self) -> dict[str, Any]:
         return {"schema": CALIBRATION_SCHEMA, "version": 1, "sizes": list(self.sizes), "warmup": self.warmup,
                 "iterations": self.iterations, "seconds_per_size": self.seconds_per_size,
-                "timeout": self.timeout, "collective": self.collective}
+                "timeout": self.timeout, "collective": self.collective, "wire_ratio": self.wire_ratio}
 
 
 def sweep_spec_from_dict(doc: Mapping[str, Any]) -> SweepSpec:
     return SweepSpec(tuple(int(s) for s in doc["sizes"]), int(doc["warmup"]), int(doc["iterations"]),
-                     float(doc["seconds_per_size"]), float(doc["timeout"]), str(doc.get("collective", "all_reduce")))
+                     float(doc["seconds_per_size"]), float(doc["timeout"]), str(doc.get("collective", "all_reduce")),
+                     float(doc.get("wire_ratio", 1.0)))
 
 
 def default_sizes(min_bytes: int = 256, max_bytes: int = 64 << 20) -> tuple[int, ...]:
@@ -108,7 +117,8 @@ def sweep_rank(comm: Communicator, spec: SweepSpec) -> dict[str, Any]:
     comm.bind_thread()
     dtype = np.dtype(np.uint64)
     largest = max(spec.sizes) // 8
-    source, fused = comm.empty(largest, dtype), comm.empty(largest, dtype)
+    # An encoded message is packed narrowed into the fused buffer and widened back out of it.
+    source, fused = comm.empty(largest, dtype), comm.empty(largest, wire_dtype(8, spec.wire_ratio))
     source[...] = 0
     times = []
     for size in spec.sizes:
@@ -176,6 +186,7 @@ class Calibration:
     piecewise: PiecewiseLinear
     date: str = ""
     collective: str = "all_reduce"
+    encoding: str = "fp32"
 
     def cost(self, model: str = "piecewise") -> CommCost:
         """The fitted model called ``model`` (``"piecewise"`` or ``"alpha-beta"``)."""
@@ -189,7 +200,9 @@ class Calibration:
         doc["calibration"] = {
             "backend": self.backend, "ranks": self.ranks, "description": self.description,
             "date": self.date, "model": model, "collective": self.collective,
-            "message": MESSAGES[self.collective],
+            "message": MESSAGES[self.collective] + ("" if self.encoding == "fp32" else
+                                                    f"; packed narrowed to {self.encoding}, unpacked widened"),
+            "encoding": self.encoding,
             "points": [[int(s), float(t)] for s, t in zip(self.sizes, self.times)],
             "alpha_beta": {"alpha": self.alpha_beta.alpha, "beta": self.alpha_beta.beta},
         }
@@ -212,8 +225,39 @@ class Calibration:
         return "\n".join(lines)
 
 
+def fit_casts(fp32: CommCost, encoded: Calibration) -> Encoding:
+    """The encoding ``encoded`` was timed in, with its casts priced on this backend: the
+    ``seconds_per_message + seconds_per_byte S`` (both at least 0) that best add up, with
+    ``fp32`` at the bytes it sends, to the encoded sweep's times, in squared seconds (the
+    casts matter where messages are large, and a small message's time is mostly noise
+    beside them). Then ``Encoded(fp32, fit)`` prices an encoded message of ``S`` fp32 bytes
+    as ``fp32(wire_ratio S)`` plus those casts.
+
+    >>> from fusionopt.cost import AlphaBeta
+    >>> link = AlphaBeta(20e-6, 1e-9)
+    >>> sizes = np.array([1e4, 1e5, 1e6])
+    >>> timed = Calibration("local", 2, "", sizes, link(sizes / 2) + 5e-6 + 0.25e-9 * sizes,
+    ...                     link, link, encoding="fp16")
+    >>> fit = fit_casts(link, timed)
+    >>> fit.name, round(fit.seconds_per_message * 1e6, 6), round(fit.seconds_per_byte * 1e9, 6)
+    ('fp16', 5.0, 0.25)
+    """
+    from scipy.optimize import nnls
+
+    if encoded.encoding == "fp32":
+        raise ValueError("fit_casts needs a sweep timed in an encoding (calibrate(..., encoding='fp16'))")
+    encoding = encoding_named(encoded.encoding)
+    sizes = np.asarray(encoded.sizes, dtype=np.float64)
+    times = np.asarray(encoded.times, dtype=np.float64)
+    extra = times - np.asarray(fp32(sizes * encoding.wire_ratio), dtype=np.float64)
+    scale = float(sizes.max())          # both columns of order 1
+    (per_message, per_byte), _ = nnls(np.column_stack([np.ones_like(sizes), sizes / scale]), extra)
+    per_byte /= scale
+    return encoding.with_costs(seconds_per_message=float(per_message), seconds_per_byte=float(per_byte))
+
+
 def from_records(backend: str, records: Sequence[Mapping[str, Any]], description: str,
-                 collective: str = "all_reduce") -> Calibration:
+                 collective: str = "all_reduce", encoding: str = "fp32") -> Calibration:
     """Combine every rank's sweep record into a :class:`Calibration`."""
     sizes = np.array(records[0]["sizes"], dtype=np.float64)
     per_rank = np.array([r["times"] for r in records], dtype=np.float64)   # (ranks, sizes[, trials])
@@ -223,12 +267,14 @@ def from_records(backend: str, records: Sequence[Mapping[str, Any]], description
         backend=backend, ranks=len(records), description=description, sizes=sizes, times=times,
         alpha_beta=fit_alpha_beta(sizes, times), piecewise=PiecewiseLinear(sizes, times, repair=True),
         date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"), collective=collective,
+        encoding=encoding,
     )
 
 
 def calibrate(backend: str = "local", *, ranks: int = 2, sizes: Sequence[int] | None = None,
               min_bytes: int = 256, max_bytes: int = 64 << 20, iterations: int = 20, warmup: int = 2,
-              seconds_per_size: float = 0.2, timeout: float = 60.0, collective: str = "all_reduce") -> Calibration:
+              seconds_per_size: float = 0.2, timeout: float = 60.0, collective: str = "all_reduce",
+              encoding: str | None = None) -> Calibration:
     """Measure a message's time against its size on ``backend`` and fit the cost models.
 
     Parameters
@@ -249,6 +295,8 @@ def calibrate(backend: str = "local", *, ranks: int = 2, sizes: Sequence[int] | 
     collective : {"all_reduce", "reduce_scatter", "all_gather"}
         What a message is (module docstring); for the sharded ones each size is rounded down
         to ``8 * ranks`` bytes' multiple.
+    encoding : {"fp16", "bf16"}, optional
+        Time all-reduce messages sent in it (module docstring; :func:`fit_casts`).
 
     Examples
     --------
@@ -275,7 +323,14 @@ def calibrate(backend: str = "local", *, ranks: int = 2, sizes: Sequence[int] | 
         sizes = tuple(dict.fromkeys(max(grain, s - s % grain) for s in sizes))
         if len(sizes) < 2:
             raise ValueError(f"a calibration needs at least two sizes; rounded to {grain} B they are one")
-    spec = SweepSpec(tuple(sizes), warmup, iterations, seconds_per_size, timeout, collective)
+    wire = FP32 if encoding is None else encoding_named(encoding)
+    if wire.wire_ratio != 1.0 and collective != "all_reduce":
+        raise ValueError(f"an encoded calibration times all-reduce messages; {collective} messages are timed "
+                         "in fp32 (leave the encoding out)")
+    if wire.wire_ratio not in WIRE_RATIOS:
+        raise ValueError(f"encoding {wire.name!r} sends {wire.wire_ratio:g} of the bytes: a calibration narrows "
+                         f"each word to {', '.join(f'{r:g}' for r in WIRE_RATIOS[1:])} of it")
+    spec = SweepSpec(tuple(sizes), warmup, iterations, seconds_per_size, timeout, collective, wire.wire_ratio)
     if backend == "local":
         from fusionopt.executor._local import LocalGroup, run_threads
         from fusionopt.executor._runner import fast_thread_switching
@@ -302,4 +357,4 @@ def calibrate(backend: str = "local", *, ranks: int = 2, sizes: Sequence[int] | 
         finally:
             group.close()
         description = comms[0].describe()
-    return from_records(backend, records, description, collective)
+    return from_records(backend, records, description, collective, wire.name)

@@ -102,3 +102,37 @@ def test_calibrate_alignment_writes_the_price_it_found(tmp_path, capsys):
 def test_calibrate_alignment_refusals(capsys, flags, message):
     assert main(["calibrate", "--alignment", *flags]) == 2
     assert capsys.readouterr().err == f"fusionopt: error: {message}\n"
+
+
+def test_an_encoded_calibration_sends_narrowed_words_and_prices_the_casts(tmp_path, capsys, monkeypatch):
+    from fusionopt.executor import LocalGroup
+
+    kind = type(LocalGroup(1).communicators()[0])
+    original, widths = kind.allreduce, set()
+
+    def spy(self, buffer, **kwargs):
+        widths.add(buffer.dtype.itemsize)
+        return original(self, buffer, **kwargs)
+    monkeypatch.setattr(kind, "allreduce", spy)
+    cal = calibrate("local", ranks=2, sizes=[4096, 1 << 16], iterations=3, encoding="bf16")
+    assert widths == {4} and cal.encoding == "bf16" and cal.to_dict()["calibration"]["encoding"] == "bf16"
+    widths.clear()
+    out = tmp_path / "cost.json"
+    assert main(["calibrate", "--ranks", "2", "--min-bytes", "4096", "--max-bytes", "16384", "--iterations", "3",
+                 "--encoding", "fp16", "--output", str(out)]) in (None, 0)
+    printed = capsys.readouterr().out
+    assert widths == {8, 4}                        # the fp32 sweep, then the fp16 one
+    doc = json.loads(out.read_text())
+    casts = doc["calibration"]["casts"]
+    assert casts["encoding"]["name"] == "fp16" and len(casts["points"]) == 3
+    assert casts["encoding"]["seconds_per_message"] >= 0 and casts["encoding"]["seconds_per_byte"] >= 0
+    assert f"--cast-per-byte {casts['encoding']['seconds_per_byte']:.4g})" in printed
+    assert doc["kind"] == "piecewise_linear" and cost_from_dict(doc)(4096) > 0      # the fp32 fit, as without it
+
+
+@pytest.mark.parametrize("flags, flag", [(["--alignment"], "--alignment"), (["--contention"], "--contention"),
+                                         (["--collective", "all_gather"], "--collective")])
+def test_calibrate_encoding_refusals(capsys, flags, flag):
+    assert main(["calibrate", "--encoding", "fp16", *flags]) == 2
+    assert capsys.readouterr().err == (f"fusionopt: error: --encoding times all-reduce messages sent in it beside fp32 "
+                                       f"ones; leave {flag} out\n")
