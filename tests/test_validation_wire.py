@@ -117,3 +117,22 @@ def test_a_small_powersgd_study(tmp_path):
     assert sum(document["summary"]["fastest"].values()) == 8
     assert powersgd.main(["--workers", "8", "--ranks", "2", "--out", str(tmp_path / "again")]) == 0
     assert json.loads((tmp_path / "again" / "wire-powersgd.json").read_text())["results"] == document["results"]
+
+
+def test_a_small_executor_wire_run(tmp_path):
+    executor = load_script("validation/wire/executor.py")
+    assert executor.main(["--backend", "local", "--models", "mobilenet-v2", "--iterations", "1", "--warmup", "1",
+                          "--seconds-per-size", "0.01", "--out", str(tmp_path)]) == 0
+    document = json.loads((tmp_path / "wire-executor-local-cpu.json").read_text())
+    rows = {r["setting"]: r for r in document["results"]}
+    assert list(rows) == list(executor.SETTINGS) and all(r["correct"] for r in rows.values())
+    assert rows["ddp"]["fp16_messages"] == 0 and rows["ddp-fp16"]["fp16_messages"] == rows["ddp"]["messages"]
+    assert rows["dp-fp16"]["fp16_messages"] == rows["dp-fp16"]["messages"]
+    # Each message in its cheapest is never predicted slower than every message in one encoding,
+    # and an error budget only raises prices.
+    joint = rows["joint"]["predicted_time"]
+    assert joint <= min(rows["dp"]["predicted_time"], rows["dp-fp16"]["predicted_time"]) * (1 + 1e-12)
+    assert joint <= rows["joint-exact"]["predicted_time"] * (1 + 1e-12)
+    assert rows["ddp"]["predicted_speedup"] == 1.0
+    assert rows["joint"]["measured_speedup"] == pytest.approx(rows["ddp"]["measured_time"] / rows["joint"]["measured_time"])
+    assert "--models mobilenet-v2" in (tmp_path / "wire-executor-local-cpu.md").read_text()

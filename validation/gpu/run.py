@@ -19,12 +19,17 @@ budget among the stages still to run (time a stage does not use goes to the late
    GPU over an emulated link (``training-gpu``);
 5. ``profiles``: ``validation/profiles/run.py`` over twelve zoo models at batch 32
    (``profiles-gpu``, and the measured profiles under ``measured/``);
-6. ``step``: ``validation/step/run.py`` on the GPU, fp32 and bf16 (``step-gpu``), last, with
+6. ``wire``: ``validation/wire/executor.py`` on the GPU over an emulated 100 Gb InfiniBand
+   link of 8 workers: DDP's buckets, the exact DP and the joint optimum of grouping and
+   encoding, each message sent in fp32 or fp16 as the model prices it, measured against
+   predicted (``wire-executor-nccl-gpu``; never yet run on a GPU);
+7. ``step``: ``validation/step/run.py`` on the GPU, fp32 and bf16 (``step-gpu``), last, with
    all the time left: on one H100 its 22 default cases take about 490 s, so the default
-   budget runs 12 of them (``step-gpu.partial``, which names those not run).
+   budget runs part of them (``step-gpu.partial``, which names those not run; 12 of them
+   on 2026-11-27, before the ``wire`` stage took its share).
 
 On 2026-11-27 on one H100 the default run's stages took 23, 24, 15, 4, 93, 65 and 231 s,
-455 s in all (``validation/results/gpu-2026-11-27/run3``).
+455 s in all (``validation/results/gpu-2026-11-27/run3``), before ``wire`` was added.
 
 A stage that this checkout cannot run is listed as skipped, with why. Each stage writes its
 own result files as it finishes, so a run stopped by the budget or by a kill keeps them;
@@ -72,8 +77,10 @@ STAGES: dict[str, tuple[float, list[str]]] = {
     "profiles": (0.13, ["validation/profiles/run.py", "--device", "cuda", "--zoo-device", "h100", "--models",
                         PROFILE_MODELS, "--steps", "10", "--warmup", "3", "--profiles-dir", "OUT/measured",
                         "--output-dir", "OUT"]),
-    # Last: it takes what the others left (on one H100, about 15 of its 22 default cases).
-    "step": (0.36, ["validation/step/run.py", "--device", "cuda", "--out", "OUT", "--time-limit", "LIMIT"]),
+    "wire": (0.08, ["validation/wire/executor.py", "--backend", "nccl", "--emulate-network", "100gb-ib",
+                    "--workers", "8", "--out", "OUT"]),
+    # Last: it takes what the others left (on one H100 on 2026-11-27, before wire, 12 of its 22 default cases).
+    "step": (0.28, ["validation/step/run.py", "--device", "cuda", "--out", "OUT", "--time-limit", "LIMIT"]),
 }
 
 
