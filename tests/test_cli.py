@@ -108,8 +108,8 @@ def test_methods_lists_every_method_with_its_description(capsys):
     assert [h.split(" methods:")[0] for h in headings] == ["framework baseline", "paper", "search", "exact"]
     exact = out.split("exact methods:")[1].split("\n", 1)[1]
     assert {line.split()[0] for line in exact.splitlines() if line.strip()} == {
-        "dp", "brute", "cpsat", "milp", "ps-brute", "ps-dp", "ps-cpsat", "decoupled-brute", "decoupled-dp",
-        "sharded-brute", "decoupled-cpsat"}
+        "dp", "dp-apart", "brute", "cpsat", "milp", "ps-brute", "ps-dp", "ps-cpsat", "decoupled-brute",
+        "decoupled-dp", "sharded-brute", "decoupled-cpsat"}
 
 
 # ---------------------------------------------------------------------- solve

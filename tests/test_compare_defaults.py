@@ -202,7 +202,7 @@ def test_the_exact_optimum_bounds_the_plans_of_its_space_by_hand():
     assert megatron.lower_bound == pytest.approx(6 * MS + curve(4e6) + curve(7e6) + 3 * MS, rel=1e-12)
 
 
-@settings(deadline=None, max_examples=40, suppress_health_check=[HealthCheck.too_slow])
+@settings(deadline=None, max_examples=25, suppress_health_check=[HealthCheck.too_slow])
 @given(profiles(max_n=5), st.one_of(alpha_beta, costs), st.one_of(alpha_beta, costs),
        st.sampled_from(["barrier", "layerwise"]), st.booleans())
 def test_an_exact_bound_is_the_brute_force_optimum_for_the_plans_of_the_space(profile, rs, ag, sync, after):

@@ -24,7 +24,7 @@ def test_a_small_wire_study(study, tmp_path):
     assert len(document["results"]) == 8
     from fusionopt import zoo
     from fusionopt.cost import network, Encoded
-    from fusionopt.model import Problem, simulate
+    from fusionopt.model import Plan, Problem, simulate
     from fusionopt.cost import FP16, FP32, Cheapest
     from fusionopt.solvers import solve
 
@@ -55,6 +55,13 @@ def test_a_small_wire_study(study, tmp_path):
         kept = Problem(profile, Cheapest(link, [FP32, fp16]),
                        exact_tensors=[i for i, shape in enumerate(profile.shapes) if len(shape) == 1])
         assert row["joint_exact"] <= solve(kept, "wfbp").iteration_time * (1 + 1e-12)
+        # Sent apart: never slower than the fusion plans under the budget, nor than the joint
+        # optimum's messages without the 1-D tensors, then those in one fp32 message (a plan of its space).
+        assert row["exact_apart"] <= row["joint_exact"] * (1 + 1e-12)
+        exact = set(kept.exact_tensors)
+        joint = solve(Problem(profile, Cheapest(link, [FP32, fp16])), "dp").plan.groups()
+        apart = [g for g in ([t for t in group if t not in exact] for group in joint) if g] + [sorted(exact)]
+        assert row["exact_apart"] <= simulate(kept, Plan.from_groups(profile, apart)).iteration_time * (1 + 1e-12)
     summary = document["summary"]
     assert summary["jobs"] == 8 and summary["largest_single_gap"] == max(r["single_gap"] for r in document["results"])
     assert study.main(["--workers", "8", "--cast-per-message", "50e-6", "--out", str(tmp_path / "again")]) == 0

@@ -93,7 +93,7 @@ class Needs:
         if self.layerwise:
             problem.require_layerwise(method)
         if self.barrier and problem.sync != "barrier":
-            raise ValueError(f"{method} is for sync='barrier' only (the forward waits for every all-gather), "
+            raise ValueError(f"{method} is for sync='barrier' only (the forward waits for every collective), "
                              f"and this problem has sync={problem.sync!r}")
         limit = self.tensor_limit(problem)
         if limit is not None and problem.profile.n > limit:

@@ -35,7 +35,8 @@ from fusionopt.solvers._catalogue import (FAMILIES, REFERENCE, Method, arrange, 
 from fusionopt.solvers._result import Result
 
 ORDER = (
-    "wfbp", "single", "threshold", "ddp", "horovod", "mgwfbp", "ssa", "gradssa", "of-wfbp", "dp", "brute", "cpsat",
+    "wfbp", "single", "threshold", "ddp", "horovod", "mgwfbp", "ssa", "gradssa", "of-wfbp", "dp", "dp-apart", "brute",
+    "cpsat",
     "milp", "p3", "bytescheduler", "bytescheduler-tuned", "layerwise-opt",
     "ps-default", "ps-layer", "ibatch", "ipart", "ps-brute", "ps-dp", "ps-cpsat", "usbyte",
     "decoupled-wfbp", "megatron", "megatron-overlap", "zero2", "dear", "decoupled-opt", "decoupled-brute",

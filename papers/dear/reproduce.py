@@ -96,10 +96,10 @@ SWEEP_MODELS_QUICK = ("resnet50",)
 
 DEAR_NOTF_MB = 1e-9           # a threshold no module fits under: one group per module (THRESHOLD=None,
                               # NUM_NEARBY_LAYERS=1 in dopt_rsag.py)
-OPT_EVALUATIONS, OPT_EVALUATIONS_QUICK = 4000, 600
+OPT_EVALUATIONS, OPT_EVALUATIONS_QUICK = 4000, 200
 OPT_PER_TENSOR = 12           # full run: decoupled-opt's budget is max(OPT_EVALUATIONS, 12 n) (a descent pass
                               # over both groupings takes 2 (n - 1) evaluations)
-LWO_KICKS, LWO_KICKS_QUICK = 40, 5
+LWO_KICKS, LWO_KICKS_QUICK = 40, 2
 
 # The paper's comparators, from benchmarks.py: with tensor fusion ['horovod', 'pytorch-ddp', 'mgwfbp',
 # 'dear'], without ['wfbp', 'bytescheduler', 'dear'].

@@ -18,6 +18,7 @@ REFUSALS = (
     "needs an affine cost",                         # US-Byte (its block cost is a + b S)
     "plans and refuses n = ",                       # brute force, n > 20
     "and refuses more than 2^16",                   # ps-brute, more than 2^16 plans
+    "is for sync='barrier' only",                   # dp-apart
 )
 SHORT = {"time_limit": 0.2}                         # keep the anytime searches short here
 

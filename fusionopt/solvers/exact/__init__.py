@@ -15,6 +15,7 @@ from fusionopt.solvers.exact._decoupled_cpsat import (
     MAX_TENSORS, MAX_TENSORS_SEQUENTIAL, SPACE_SEQUENTIAL, DecoupledSpace,
 )
 from fusionopt.solvers.exact._dp import dp
+from fusionopt.solvers.exact._dp_apart import dp_apart
 from fusionopt.solvers.exact._milp import encode_model, milp
 from fusionopt.solvers.exact._ps_brute import MAX_BRUTE_CUTS, ps_brute
 from fusionopt.solvers.exact._ps_cpsat import PSGrid, ps_cpsat
@@ -25,7 +26,7 @@ from fusionopt.solvers.exact._sharded_brute import BRUTE_MAX_FREE_UNITS, RESHARD
 __all__ = [
     "BRUTE_MAX_FREE_UNITS", "ChannelRelaxation", "DecoupledSpace", "MAX_BRUTE_CUTS", "MAX_INTEGER_TIME", "MAX_TENSORS",
     "MAX_TENSORS_SEQUENTIAL", "PSGrid", "QUANTUM_PRECISION", "SPACE_SEQUENTIAL", "arc_positions",
-    "automatic_quantum", "brute", "candidate_cuts", "closed_form", "cpsat", "delay_cut", "dp", "encode_model",
+    "automatic_quantum", "brute", "candidate_cuts", "closed_form", "cpsat", "delay_cut", "dp", "dp_apart", "encode_model",
     "RESHARD_SPACES", "grid_plan", "in_grouping_space", "integer_arc_times", "milp", "plan_path", "plans_with_units", "ps_brute", "ps_cpsat", "ps_dp",
     "ps_units", "rounded_path", "rounding_factor", "unit_grid",
 ]
