@@ -33,6 +33,13 @@ the message. ``link`` (a cost model, e.g. ``network("10gbe", 64)``) emulates a s
 each message holds the channel until ``c(S)`` after its start, when its real all-reduce ends
 sooner; :attr:`PlanReducer.emulated_link` says so, and results must say "emulated link".
 
+``encodings`` (one per message: ``"fp32"``, ``"fp16"`` or ``"bf16"``; MODEL.md section 2.2,
+e.g. ``problem.message_encodings(plan.message_bytes, [m.tensors for m in plan.messages])``)
+sends each message as torch's compress hooks send a bucket (``fp16_compress_hook``,
+``bf16_compress_hook``): its fp32 buffer cast to the encoding and divided by the world size,
+all-reduced in it, and copied back; an emulated link then holds it for ``c`` of the bytes it
+sent. Each averaged element is what DDP with that hook gives, bit for bit.
+
 Checked on torch 2.13 with gloo on CPU (the tests: gradients equal DDP's after every step, on
 convolution, normalisation, LSTM, linear and embedding models). The NCCL path (packing and
 all-reduce on a side CUDA stream ordered by events) follows the same code and has not yet
@@ -56,17 +63,20 @@ from fusionopt.model._plan import Plan
 from fusionopt.model._profile import Profile
 
 SYNC_MODES = ("barrier", "layerwise")
+# What a message may travel in (torch's compress hooks' dtypes).
+WIRE_ENCODINGS = ("fp32", "fp16", "bf16")
 
 
 class _Message:
     """One message: its pieces ``(parameter, first element, end element, buffer offset)``."""
 
     __slots__ = ("index", "pieces", "buffer", "nbytes", "tensors", "packed", "done", "consumed", "left", "event",
-                 "release", "ready_at", "start_at", "end_at")
+                 "release", "ready_at", "start_at", "end_at", "encoding", "wire")
 
     def __init__(self, index: int, pieces: list[tuple[int, int, int, int]], buffer: Any, nbytes: int,
-                 release: float) -> None:
+                 release: float, encoding: str = "fp32", wire: Any = None) -> None:
         self.index, self.pieces, self.buffer, self.nbytes, self.release = index, pieces, buffer, nbytes, release
+        self.encoding, self.wire = encoding, wire      # wire: the torch dtype it travels in (None: as it is)
         self.tensors = sorted({p for p, _, _, _ in pieces})
         self.packed = self.done = False
         self.consumed = True
@@ -105,11 +115,14 @@ class PlanReducer:
         Seconds a message may take before the rank stops (``TimeoutError`` naming it).
     link : CommCost, optional
         Emulate a link of this cost (module docstring).
+    encodings : sequence of str, optional
+        Each message's encoding on the wire, ``"fp32"``, ``"fp16"`` or ``"bf16"`` (module
+        docstring); default every message as it is.
     """
 
     def __init__(self, module: Any, plan: Plan, profile: Profile, *, sync: str = "barrier",
                  optimizer: Callable[[list[Any]], Any] | None = None, process_group: Any = None,
-                 timeout: float = 300.0, link: CommCost | None = None) -> None:
+                 timeout: float = 300.0, link: CommCost | None = None, encodings: Any = None) -> None:
         torch = require_torch()
         import torch.distributed as dist
 
@@ -140,6 +153,7 @@ class PlanReducer:
         self.rank = dist.get_rank(process_group)
         self.params = match_parameters(module, profile)
         plan.validate(profile)
+        self.encodings = _check_encodings(encodings, plan)
         self.messages = self._layout()
         self.carriers: list[list[int]] = [[] for _ in self.params]
         for message in self.messages:
@@ -188,12 +202,18 @@ class PlanReducer:
                 offset += hi - lo
             param = self.params[message.chunks[0].tensor]
             buffer = torch.empty(offset, dtype=param.dtype, device=param.device)
-            messages.append(_Message(k, pieces, buffer, message.nbytes, float(message.release)))
+            encoding = self.encodings[k]
+            if encoding != "fp32" and param.dtype != torch.float32:
+                raise ValueError(f"message {k} holds {param.dtype} gradients: {encoding} casts fp32 ones "
+                                 "(send it in fp32)")
+            wire = {"fp32": None, "fp16": torch.float16, "bf16": torch.bfloat16}[encoding]
+            messages.append(_Message(k, pieces, buffer, message.nbytes, float(message.release), encoding, wire))
         return messages
 
     def _fingerprint(self) -> str:
         doc = {"names": list(self.profile.names), "sizes": [int(s) for s in self.profile.sizes], "sync": self.sync,
-               "messages": [[[c.tensor, c.lo, c.hi] for c in m.chunks] + [m.release] for m in self.plan.messages]}
+               "messages": [[[c.tensor, c.lo, c.hi] for c in m.chunks] + [m.release] for m in self.plan.messages],
+               "encodings": list(self.encodings)}
         return hashlib.sha256(json.dumps(doc).encode()).hexdigest()[:16]
 
     def _check_same_plan(self) -> None:
@@ -301,16 +321,24 @@ class PlanReducer:
                     with context:
                         if self._cuda:
                             self._stream.wait_event(message.event)
-                        work = dist.all_reduce(message.buffer, group=self.group, async_op=True)
+                        if message.wire is None:
+                            sent = message.buffer
+                        else:                  # as torch's compress hooks: cast, divide, all-reduce, copy back
+                            sent = message.buffer.to(message.wire).div_(self.world)
+                        work = dist.all_reduce(sent, group=self.group, async_op=True)
                         if not work.wait(timedelta(seconds=self.timeout)):
                             raise TimeoutError("timed out")
-                        message.buffer.div_(self.world)
+                        if message.wire is None:
+                            message.buffer.div_(self.world)
+                        else:
+                            message.buffer.copy_(sent)
                         if self._cuda:
                             message.event = torch.cuda.Event()
                             message.event.record()
                             message.event.synchronize()
                     if self.link is not None:
-                        hold = start + float(self.link(message.nbytes)) - time.perf_counter()
+                        wire_bytes = sent.numel() * sent.element_size()
+                        hold = start + float(self.link(wire_bytes)) - time.perf_counter()
                         if hold > 0:
                             time.sleep(hold)
                     end = time.perf_counter()
@@ -397,8 +425,9 @@ class PlanReducer:
             message.left -= mine
             message.consumed = not message.left
 
-    def switch(self, plan: Plan) -> None:
-        """Reduce by ``plan`` from the next step on.
+    def switch(self, plan: Plan, *, encodings: Any = None) -> None:
+        """Reduce by ``plan`` from the next step on, each message in ``encodings``' (default
+        every message in fp32, as for a new reducer).
 
         Between steps only: after ``loss.backward()`` has returned (and, under
         ``sync="layerwise"``, after :meth:`flush`), when every message of the step is reduced
@@ -417,13 +446,13 @@ class PlanReducer:
                                  "applied yet (call it after loss.backward() returns"
                                  + (" and after flush()" if self.sync == "layerwise" else "") + ")")
         plan.validate(self.profile)
-        previous = self.plan
-        self.plan = plan
+        previous = self.plan, self.encodings
+        self.plan, self.encodings = plan, _check_encodings(encodings, plan)
         try:
             messages = self._layout()
             self._check_same_plan()
         except BaseException:
-            self.plan = previous
+            self.plan, self.encodings = previous
             raise
         carriers: list[list[int]] = [[] for _ in self.params]
         for message in messages:
@@ -451,8 +480,9 @@ class PlanReducer:
 
     def message_times(self) -> list[dict[str, float]]:
         """The last step's messages in plan order: ``ready``, ``start`` and ``end`` in seconds
-        from the step's first gradient, and ``bytes``."""
-        return [{"ready": m.ready_at, "start": m.start_at, "end": m.end_at, "bytes": m.nbytes} for m in self.messages]
+        from the step's first gradient, ``bytes`` and the ``encoding`` it travelled in."""
+        return [{"ready": m.ready_at, "start": m.start_at, "end": m.end_at, "bytes": m.nbytes,
+                 "encoding": m.encoding} for m in self.messages]
 
     def completed_times(self) -> tuple[int, Plan, list[dict[str, float]]] | None:
         """The last step whose messages have all been reduced: its number (from 1), the plan
@@ -477,6 +507,23 @@ class PlanReducer:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+
+def _check_encodings(encodings: Any, plan: Plan) -> tuple[str, ...]:
+    """``encodings`` as one name per message of ``plan`` (None: every message in fp32); one
+    line naming what is wrong otherwise."""
+    if encodings is None:
+        return ("fp32",) * plan.num_messages
+    if isinstance(encodings, str):
+        raise ValueError(f"encodings must list one encoding per message, got the string {encodings!r}")
+    names = tuple(encodings)
+    if len(names) != plan.num_messages:
+        raise ValueError(f"encodings must list one encoding per message: the plan has {plan.num_messages} "
+                         f"messages and {len(names)} encodings were given")
+    for k, name in enumerate(names):
+        if name not in WIRE_ENCODINGS:
+            raise ValueError(f"message {k}: unknown encoding {name!r}: choose one of {', '.join(WIRE_ENCODINGS)}")
+    return names
 
 
 def match_parameters(module: Any, profile: Profile, subject: str = "the plan") -> list[Any]:
