@@ -10,7 +10,8 @@ from typing import Any
 import numpy as np
 
 from fusionopt.model._cost import CommCost
-from fusionopt.model._encoding import Cheapest, Encoded, compute_encodings, encodings_of, lossy_encodings
+from fusionopt.model._encoding import (Cheapest, Encoded, compute_encodings, encoding_table, encodings_of,
+                                       lossy_encodings)
 from fusionopt.model._profile import Profile
 from fusionopt.model._pattern import Pattern
 from fusionopt.model._step_parts import fit_step_parts
@@ -240,6 +241,7 @@ class Problem:
                     raise ValueError(f"{label} cost: encoding {encoded.encoding.name!r} runs part of its cast on the "
                                      "compute stream, which a problem runs for the all-reduce's own Encoded cost only")
         self.pattern.check(self)
+        self._check_gradients_cast()         # after the pattern's own, which may say it in its words
         self._check_exact_tensors()
         whole = [part for part in ("update_lump", "post_backward") if getattr(self.profile, part)]
         if self.sync == "layerwise" and whole:
@@ -248,6 +250,25 @@ class Problem:
                 "every gradient (MODEL.md section 4), so it cannot run tensor by tensor under sync='layerwise': "
                 "use sync='barrier', or step_parts='fit' to spread it over the tensors' update times"
             )
+
+    def _check_gradients_cast(self) -> None:
+        """An encoding casts fp32 gradients (MODEL.md section 2.2): refuse, in one line, a
+        profile whose gradients are not fp32 under a cost that encodes."""
+        cast = next((e for cost in self.pattern.costs for e in encoding_table(cost).values() if e.name != "fp32"), None)
+        if cast is None:
+            return
+        profile = self.profile
+        if profile.dtypes is not None:
+            odd = next((i for i, d in enumerate(profile.dtypes) if d != "float32"), None)
+            if odd is not None:
+                raise ValueError(f"encoding {cast.name!r} casts fp32 gradients, and tensor {profile.names[odd]!r} "
+                                 f"(index {odd}) holds {profile.dtypes[odd]} ones: leave the encodings out, or give a "
+                                 "profile of fp32 gradients")
+        elif profile.dtype_bytes != 4:
+            raise ValueError(f"encoding {cast.name!r} casts fp32 gradients, and profile "
+                             f"{profile.name or 'without a name'!r} holds {profile.dtype_bytes}-byte ones "
+                             f"(dtype_bytes={profile.dtype_bytes}): leave the encodings out, or give a profile of fp32 "
+                             "gradients")
 
     def _check_exact_tensors(self) -> None:
         given = self.exact_tensors

@@ -66,6 +66,19 @@ def test_bad_encodings_are_refused_in_one_line():
         cost_from_dict({"kind": "encoded", "cost": LINK.to_dict(), "encoding": {"name": "y", "ratio": 1}})
     with pytest.raises(ValueError, match=r"^ranks must be an integer >= 1, got 0$"):
         FP16.error_bound(0)
+    # An encoding casts fp32 gradients: a profile whose gradients are another dtype is refused.
+    import dataclasses
+    from fusionopt.model import Profile
+
+    plain = Profile.from_arrays([400, 800], [1e-3] * 2, [1e-3] * 2)
+    mixed = dataclasses.replace(plain, dtypes=("float32", "bfloat16"))
+    with pytest.raises(ValueError, match=r"^encoding 'fp16' casts fp32 gradients, and tensor 't1' \(index 1\) holds "
+                                         r"bfloat16 ones: leave the encodings out, or give a profile of fp32 gradients$"):
+        Problem(mixed, Cheapest(LINK, ["fp32", "fp16"]))
+    with pytest.raises(ValueError, match=r"^encoding 'bf16' casts fp32 gradients, and profile 'without a name' holds "
+                                         r"2-byte ones \(dtype_bytes=2\)"):
+        Problem(dataclasses.replace(plain, dtype_bytes=2), Encoded(LINK, "bf16"))
+    assert Problem(mixed, LINK).cost == LINK                 # without encodings, any dtype
 
 
 def groupings(n):
