@@ -180,9 +180,6 @@ class Job:
                     raise ValueError(f"encoding {e.name!r} sends {e.wire_ratio:g} of the bytes: the executor narrows "
                                      f"each word to {', '.join(f'{r:g}' for r in WIRE_RATIOS[1:])} of it, or sends "
                                      "it as it is")
-        if self.compute != "host":
-            raise ValueError(f"compute={self.compute!r} queues each message as it is: run a problem with encodings "
-                             "with compute='host'")
 
     @property
     def steps(self) -> int:

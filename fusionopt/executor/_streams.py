@@ -14,9 +14,10 @@ host runner run:
   compute between two waits as one piece;
 * **communication stream**: the program's collectives in channel order, each waiting for
   the event of the emission that reached its gate, then packing its chunks into the fused
-  buffer, all-reducing it and unpacking it, with events at its start and end; a collective
-  is queued once the compute stream is about to wait for it (or at the step's end), so the
-  whole backward is queued first.
+  buffer, all-reducing it and unpacking it, with events at its start and end (a message the
+  model prices in fp16 or bf16 packed narrowed into a wire buffer and unpacked widened, as
+  :mod:`fusionopt.executor._layout` says); a collective is queued once the compute stream is
+  about to wait for it (or at the step's end), so the whole backward is queued first.
 
 ``T`` is the device time from the step's origin event to the end of the forward. Message
 starts and ends, and each tensor's ``C_i``, are read from their events. ``phi_i`` is the
@@ -42,8 +43,9 @@ import numpy as np
 from fusionopt.executor._communicator import Communicator
 from fusionopt.executor._errors import CollectiveTimeout
 from fusionopt.executor._job import Job
-from fusionopt.executor._layout import Layout
-from fusionopt.executor._programs import build_program
+from fusionopt.executor._layout import WORD_DTYPES
+from fusionopt.executor._shards import ShardLayout
+from fusionopt.executor._programs import build_program, wire_encodings
 from fusionopt.executor._runner import RankRecord
 from fusionopt.model._step_program import AT, COMPUTE, EMIT, FORWARD, MARK, WAIT
 
@@ -101,13 +103,17 @@ class StreamRunner:
                              "run plans with release times (horovod's) with compute='host', or drop them "
                              "with plan.without_release()")
         self.program = build_program(self.problem, job.plan)         # an all-reduce plan's (Job checks)
-        self.layout = Layout(self.profile, job.plan, word_sizes=comm.word_sizes)
+        # Each message in the encoding the model prices it in (narrowed words; _layout).
+        self.layout = ShardLayout(self.profile, self.program.collectives, size=comm.size, word_sizes=comm.word_sizes,
+                                  encodings=wire_encodings(self.problem, self.program), backend=comm.name)
         self.timeout = job.timeout
         self.gate = float(gate)
 
     def run(self) -> dict[str, Any]:
         record = RankRecord(self.comm, self.job, self.layout)
         self.grads, self.fused = record.grads, record.fused
+        self.wires = {width: self.comm.empty(most, WORD_DTYPES[width])
+                      for width, (most, _) in self.layout.wire_words.items()}
         for step in range(self.job.steps):
             if record.add(step, self._step(step)):
                 break
@@ -212,8 +218,8 @@ class StreamRunner:
                                        "emits before the compute stream needs it")
                 streams.wait(channel, event)
                 self.starts.append(streams.record(channel))
-                message = self.layout.messages[k]
-                fused = self.fused[: message.words]
+                message = self.layout.collectives[k]
+                fused = (self.wires[message.wire_bytes] if message.narrowed else self.fused)[: message.words]
                 for p in message.pieces:
                     fused[p.offset: p.offset + p.hi - p.lo] = grads[p.tensor][p.lo: p.hi]
                 self.comm.allreduce(fused, timeout=self.timeout, tag=(step, message.index))

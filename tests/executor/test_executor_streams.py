@@ -78,11 +78,11 @@ class VirtualComm:
 
     def allreduce(self, buffer, *, timeout, tag=None):
         self.inner.allreduce(buffer, timeout=timeout, tag=tag)
-        self.device.transfer(float(self.cost(buffer.nbytes)))
+        self.device.transfer(float(self.cost(buffer.nbytes)))       # what the wire carries
 
 
 def run_virtual(problem: Problem, plan: Plan, *, ranks: int = 2, iterations: int = 2, warmup: int = 1,
-                fault: Fault | None = None, gate: float = 2e-3, devices=None):
+                fault: Fault | None = None, gate: float = 2e-3, devices=None, link=None):
     job = Job(problem, plan, iterations=iterations, warmup=warmup, timeout=5.0, fault=fault)
     group = LocalGroup(ranks)
     devices = devices or [VirtualDevice() for _ in range(ranks)]
@@ -90,7 +90,7 @@ def run_virtual(problem: Problem, plan: Plan, *, ranks: int = 2, iterations: int
     for comm, device in zip(group.communicators(), devices):
         if fault is not None:
             comm = FaultyCommunicator(comm, fault)
-        comms.append(VirtualComm(comm, device, problem.cost))
+        comms.append(VirtualComm(comm, device, problem.cost if link is None else link))
     records = run_threads([lambda c=c, d=d: run_stream_rank(c, d, job, gate=gate)
                            for c, d in zip(comms, devices)], group)
     return assemble(job, records, backend="virtual")
@@ -188,3 +188,17 @@ def test_a_device_that_never_finishes_names_the_message():
     comm = VirtualComm(LocalGroup(1).communicators()[0], device, problem.cost)
     with pytest.raises(CollectiveTimeout, match=r"message 0 of 2 .*not complete within 0.05 s on rank 0"):
         run_stream_rank(comm, device, job)
+
+
+def test_messages_in_their_encodings_reproduce_the_simulator():
+    # MODEL.md section 5 on 3 ms + 1 ns/B, fp16 free to cast: the joint optimum's messages travel
+    # as narrowed words, the device charged the link's time of the bytes on the wire (half), and
+    # the queued step is the model's timeline with every kept bit checked.
+    from fusionopt.cost import Cheapest
+
+    link = AlphaBeta(3e-3, 1e-9)
+    problem = Problem(small_problem().profile, Cheapest(link, ["fp32", "fp16"]))
+    plan = Plan.from_groups(problem.profile, [[2], [1, 0]])
+    m = run_virtual(problem, plan, link=link)
+    assert m.encodings == ("fp16", "fp16")
+    assert_matches_model(m, problem, plan)
