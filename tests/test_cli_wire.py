@@ -158,3 +158,13 @@ def test_solve_states_the_error_bound_of_each_lossy_encoding(profile_path, capsy
                  "--cast-per-message", "40e-6"]) in (None, 0)
     assert ("error bound     give --network and --workers: the bound on the averaged gradients' error depends on "
             "the ranks") in capsys.readouterr().out
+
+
+def test_a_comparison_that_keeps_tensors_exact_also_sends_them_apart(profile_path, capsys):
+    # dp-apart joins the default table where tensors are kept exact, never slower than dp.
+    base = ["compare", "--profile", profile_path, *LINK, "--encodings", "fp32,fp16", "--cast-per-message", "40e-6"]
+    assert main([*base, "--exact-tensors", "t1", "--json"]) in (None, 0)
+    rows = {r["method"]: r for r in json.loads(capsys.readouterr().out)}
+    assert rows["dp-apart"]["iteration_time"] <= rows["dp"]["iteration_time"] * (1 + 1e-12)
+    assert main([*base, "--json"]) in (None, 0)
+    assert "dp-apart" not in {r["method"] for r in json.loads(capsys.readouterr().out)}

@@ -53,15 +53,22 @@ class Method:
 
     ``in_space`` (exact methods): ``in_space(problem, plan) -> bool``, true for the plans of
     the space the method is exact over, so that its proven bound also bounds another method's
-    plan of that space; None where not declared.
+    plan of that space; None where not declared. ``in_default_comparison``: True, False, or
+    ``f(problem) -> bool`` for a method the comparison runs on some problems only.
     """
 
     name: str
     function: Callable[..., Result]
     summary: str
     family: str
-    in_default_comparison: bool = True
+    in_default_comparison: bool | Callable[[Problem], bool] = True
     in_space: Callable[[Problem, Any], bool] | None = None
+
+    def compared_on(self, problem: Problem | None) -> bool:
+        """Whether a comparison that names no methods runs it on ``problem`` (None: on any)."""
+        if callable(self.in_default_comparison):
+            return problem is not None and bool(self.in_default_comparison(problem))
+        return self.in_default_comparison
 
     @property
     def needs(self) -> Needs:
@@ -95,12 +102,14 @@ _CATALOGUE: dict[str, Method] = {}
 
 
 def register(name: str, function: Callable[..., Result], summary: str, *, family: str,
-             in_default_comparison: bool = True, space: Callable[[Problem, Any], bool] | None = None) -> Method:
+             in_default_comparison: bool | Callable[[Problem], bool] = True,
+             space: Callable[[Problem, Any], bool] | None = None) -> Method:
     """Add ``function`` (``function(problem, **options) -> Result``) as method ``name`` of
     ``family`` (one of :data:`FAMILIES`); :func:`method` does the same as a decorator.
 
     ``in_default_comparison``: whether :func:`~fusionopt.solvers.compare` runs it
-    when no methods are named (off for searches that are slow or limited in size). What the
+    when no methods are named (off for searches that are slow or limited in size; a
+    function of the problem for a method that only some problems call for). What the
     method can solve is read from its function's declaration
     (:func:`fusionopt.solvers._needs.declares`): a method that needs the plain model or
     layerwise sync is left out of that comparison, with its reason, on problems it refuses,
@@ -113,6 +122,8 @@ def register(name: str, function: Callable[..., Result], summary: str, *, family
         raise ValueError(f"method {name!r}: its solver must be a function, got {type(function).__name__}")
     if family not in FAMILIES:
         raise ValueError(f"unknown family {family!r} for method {name!r}; families: {', '.join(FAMILIES)}")
+    if not isinstance(in_default_comparison, bool) and not callable(in_default_comparison):
+        raise ValueError(f"method {name!r}: in_default_comparison must be True, False or a function of the problem")
     if space is not None and not callable(space):
         raise ValueError(f"method {name!r}: space must be a function (problem, plan) -> bool")
     entry = Method(name, function, summary, family, in_default_comparison, space)
@@ -123,7 +134,7 @@ def register(name: str, function: Callable[..., Result], summary: str, *, family
 Solver = Callable[..., Result]
 
 
-def method(name: str, *, family: str, summary: str, in_default_comparison: bool = True,
+def method(name: str, *, family: str, summary: str, in_default_comparison: bool | Callable[[Problem], bool] = True,
            space: Callable[[Problem, Any], bool] | None = None) -> Callable[[Callable[..., Any]], Solver]:
     """Register the decorated solver function as method ``name`` (:func:`register`), beside
     its own definition, and run it in the life cycle every method shares (:func:`solving`).
@@ -240,7 +251,7 @@ def default_methods(problem: Problem | None = None) -> list[str]:
     layerwise = problem is not None and problem.sync == "layerwise"
     pattern = Pattern.named("all-reduce") if problem is None else type(problem.pattern)
     return [name for name, m in _CATALOGUE.items()
-            if m.in_default_comparison and not (m.plain_only and extensions - set(m.needs.takes))
+            if m.compared_on(problem) and not (m.plain_only and extensions - set(m.needs.takes))
             and (layerwise or not m.layerwise_only) and not (layerwise and m.needs.barrier)
             and issubclass(pattern, Pattern.named(m.pattern))]
 
@@ -254,7 +265,7 @@ def comparison_candidates(problem: Problem | None = None) -> list[str]:
     """
     pattern = Pattern.named("all-reduce") if problem is None else type(problem.pattern)
     return [name for name, m in _CATALOGUE.items()
-            if m.in_default_comparison and issubclass(pattern, Pattern.named(m.pattern))]
+            if m.compared_on(problem) and issubclass(pattern, Pattern.named(m.pattern))]
 
 
 def get_method(name: str) -> Method:

@@ -10,7 +10,12 @@ from fusionopt.solvers._needs import Needs, declares
 from fusionopt.solvers._result import Outcome, Result
 
 
-@method("dp-apart", family="exact", in_default_comparison=False,
+def _keeps_tensors_exact(problem: Problem) -> bool:
+    """A comparison runs ``dp-apart`` where tensors are kept exact (elsewhere it is ``dp``)."""
+    return problem.restricts_encodings
+
+
+@method("dp-apart", family="exact", in_default_comparison=_keeps_tensors_exact,
         summary="exact DP over plans whose messages each take a run of the exact tensors and a run of the others "
                 "(exact_tensors; barrier sync)")
 @declares(Needs(plain=True, barrier=True, takes=("exact_tensors",)))
@@ -20,7 +25,8 @@ def dp_apart(problem: Problem, *, max_message_bytes: float | None = None) -> Res
     run of the others, each in ready order, in any interleaving on the channel
     (:func:`~fusionopt.model._apart_dp.optimal_apart`). The space holds every fusion plan,
     so the plan is never slower than ``dp``'s; without ``exact_tensors`` it is ``dp``'s
-    optimum. Barrier sync only.
+    optimum (and a comparison that names no methods runs it only with them). Barrier sync
+    only.
 
     It is exact over that space (``stats["space_optimum"]``), not over every plan: a plan
     that splits tensors may be faster, so the result's bound and gap are the model's for
