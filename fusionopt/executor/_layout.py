@@ -165,7 +165,8 @@ class Layout:
         self.dtype = WORD_DTYPES[self.word_bytes]
         w = self.word_bytes
         self.tensor_words = tuple(s // w for s in sizes)
-        self.masks: list[list[tuple[int, int, int]]] = [[] for _ in range(n)]   # every message is sent whole
+        # No message is narrowed here (encodings: ShardLayout), so every word keeps all its bits.
+        self.masks: list[list[tuple[int, int, int]]] = [[] for _ in range(n)]
 
         last: dict[int, int] = {}
         for k, message in enumerate(plan.messages):

@@ -12,8 +12,8 @@ much there is.
 A *run* is a stretch of a shard that lies in one tensor (or in the padding): what the check
 compares against its exact value.
 
-A collective in a lossy encoding travels as narrower words (:mod:`fusionopt.executor._layout`):
-``wire_bytes`` of each ``word_bytes``.
+A collective in an encoding of fewer bytes (fp16, bf16) travels as narrower words
+(:mod:`fusionopt.executor._layout`): ``wire_bytes`` of each ``word_bytes``.
 """
 
 from __future__ import annotations

@@ -5,8 +5,8 @@ one the model prices it in: an all-reduce message's as :meth:`Problem.message_en
 chooses it (the cheapest its cost allows, a lossless one where it carries a tensor kept
 exact), a fully sharded or decoupled problem's reduce-scatters and all-gathers in their own
 costs' encodings (FSDP2's ``reduce_dtype`` and ``param_dtype``, Megatron's gradient and
-parameter dtypes). The executor sends each collective
-in it, so that what runs is what was priced.
+parameter dtypes). The executor sends each collective in it, so that what runs is what was
+priced.
 
 Examples
 --------
