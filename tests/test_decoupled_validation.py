@@ -19,12 +19,12 @@ def load():
 def test_cross_checks_agree_on_seeded_problems():
     run = load()
     with Progress(None, stream=io.StringIO()) as progress:
-        checks = run.cross_checks(12, progress)
+        checks = run.cross_checks(8, progress)
     # every random profile has tensor 0's gradient strictly last (its backward time is drawn from a continuous
     # range), so decoupled-dp takes all of them, layerwise and with update times included, and equals brute force
-    assert checks["dp"] == 12 and checks["dp_agree"] == checks["dp"]
+    assert checks["dp"] == 8 and checks["dp_agree"] == checks["dp"]
     assert min(checks["dp_kinds"]["layerwise"], checks["dp_kinds"]["update"]) >= 1
-    assert len(checks["opt_gaps"]) == 12 and min(checks["opt_gaps"]) >= -1e-9
+    assert len(checks["opt_gaps"]) == 8 and min(checks["opt_gaps"]) >= -1e-9
     assert min(checks["bound_gaps"]) >= -1e-9
     with Progress(None, stream=io.StringIO()) as progress:
         again = run.cross_checks(4, progress)              # seeded, drawn in turn: the first four again

@@ -55,11 +55,13 @@ def test_pushes_and_pulls_run_as_reduce_scatters_and_all_gathers_in_their_orders
 
 
 def test_the_pull_channel_runs_while_the_backward_still_pushes():
-    # t2 is ready at 1 ms and pushed alone; its pull reads only that push, so on a channel of its
-    # own it runs long before t0 is ready (6 ms) and pushed. One channel in order could not.
+    # t2 is ready at 10 ms (compute at 10 times the profile's) and pushed alone; its pull reads
+    # only that push, so on a channel of its own it ends about 2 ms (the update) later, long
+    # before t0 is ready (60 ms) and pushed. One channel in order could not. (At the profile's
+    # own times the margin, 2.5 ms, was within a loaded host's scheduling delays.)
     problem = ps_problem("layerwise")
     plan = PSPlan.from_groups(problem.profile, push=[[2], [1], [0]], pull=[[2], [1], [0]])
-    m = run(problem, plan, ranks=2, iterations=2, warmup=1)
+    m = run(problem, plan, ranks=2, iterations=2, warmup=1, time_scale=10.0)
     assert m.correct
     assert (m.pull_end[:, 0] < m.message_start[:, 2]).all()
     assert (m.pull_start[:, 0] >= m.message_end[:, 0] + UPDATE).all()

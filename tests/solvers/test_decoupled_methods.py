@@ -132,7 +132,7 @@ def test_dear_gathers_one_ahead(profile, half, threshold):
                        rtol=1e-12, atol=1e-15)
 
 
-@settings(deadline=None, max_examples=30)
+@settings(deadline=None, max_examples=18)
 @given(profiles(max_n=6), alpha_beta, st.sampled_from(["barrier", "layerwise"]))
 def test_the_search_sits_between_brute_force_and_its_starts(profile, half, sync):
     problem = decoupled(profile, sync, half)

@@ -41,7 +41,7 @@ def test_brute_hand_worked_optimum_and_the_cap():
         solve(section5(7e6), "sharded-brute")
 
 
-@settings(deadline=None, max_examples=25)
+@settings(deadline=None, max_examples=15)
 @given(st.data())
 def test_brute_against_search_bound_and_coarser_atoms(data):
     profile = data.draw(profiles(1, 5))
