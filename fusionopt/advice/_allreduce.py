@@ -446,13 +446,15 @@ def wire_choice(problem: Problem) -> tuple[tuple[int, str], ...] | None:
     >>> wire_choice(Problem(Profile.from_arrays([4e6], [0.0], [1e-3]),
     ...                     Cheapest(link, [FP32, FP16.with_costs(seconds_per_message=40e-6)])))
     ((0, 'fp32'), (100001, 'fp16'))
+    >>> wire_choice(Problem(Profile.from_arrays([4e6], [0.0], [1e-3]), Cheapest(link, [FP32, FP16])))  # free casts
+    ((0, 'fp16'),)
     """
     cost = problem.cost
     if isinstance(cost, Encoded):
         return ((0, cost.encoding.name),)
     if not isinstance(cost, Cheapest):
         return None
-    steps = [(0, cost.choose(0.0)[0])]
+    steps = [(0, cost.choose(1.0)[0])]          # a message has a byte at least (at 0 every encoding ties)
     for size in crossovers(cost.cost, cost.encodings, upto=max(problem.profile.total_bytes, 1)):
         start = max(int(math.ceil(size)), steps[-1][0] + 1)
         name = cost.choose(float(start))[0]

@@ -18,18 +18,21 @@ from fusionopt.solvers import solve
 from fusionopt.solvers.baselines import ddp_buckets
 
 
-@pytest.mark.parametrize("model, workers", [("resnet50", 64), ("bert-base", 16)])
-def test_the_hooks_rule_is_the_models_choice_on_every_layout(model, workers):
+@pytest.mark.parametrize("model, workers, casts", [("resnet50", 64, True), ("bert-base", 16, True),
+                                                   ("resnet50", 64, False)])
+def test_the_hooks_rule_is_the_models_choice_on_every_layout(model, workers, casts):
     profile = zoo.profile(model, batch=16)
     link = network("10gbe", workers)
-    cost = Cheapest(link, [FP32, FP16.with_costs(seconds_per_message=40e-6, seconds_per_byte=2e-11),
-                           BF16.with_costs(seconds_per_message=60e-6)])
+    # Without cast costs fp16 pays from the first byte (every encoding ties at 0 bytes only).
+    cost = (Cheapest(link, [FP32, FP16.with_costs(seconds_per_message=40e-6, seconds_per_byte=2e-11),
+                            BF16.with_costs(seconds_per_message=60e-6)]) if casts else Cheapest(link, [FP32, FP16]))
     exact = [i for i, name in enumerate(profile.names) if fnmatch.fnmatchcase(name, "*bias*")
              or "norm" in name or "bn" in name]
     assert 0 < len(exact) < profile.n
     problem = Problem(profile, cost, exact_tensors=exact)
     settings = ddp_settings(problem, solve(problem, "dp").plan)
     assert settings.wire[0][0] == 0 and settings.exact_names == tuple(profile.names[i] for i in exact)
+    assert casts or settings.wire == ((0, "fp16"),)
     assert settings.hook.startswith("fusionopt.integrations.wire_comm_hook([[0, ")
     for layout in (settings.buckets, ddp_buckets(profile), ddp_buckets(profile, bucket_cap_mb=1)):
         sizes = [int(profile.sizes[list(b)].sum()) for b in layout]
