@@ -427,7 +427,8 @@ class PlanReducer:
 
     def switch(self, plan: Plan, *, encodings: Any = None) -> None:
         """Reduce by ``plan`` from the next step on, each message in ``encodings``' (default
-        every message in fp32, as for a new reducer).
+        every message in fp32, as for a new reducer; a reducer that sends some message
+        encoded needs them given, so that none is dropped without a word).
 
         Between steps only: after ``loss.backward()`` has returned (and, under
         ``sync="layerwise"``, after :meth:`flush`), when every message of the step is reduced
@@ -446,6 +447,9 @@ class PlanReducer:
                                  "applied yet (call it after loss.backward() returns"
                                  + (" and after flush()" if self.sync == "layerwise" else "") + ")")
         plan.validate(self.profile)
+        if encodings is None and any(e != "fp32" for e in self.encodings):
+            raise ValueError(f"this reducer sends messages in {sorted(set(self.encodings) - {'fp32'})[0]}: give "
+                             "switch(plan, encodings=[...]), one per message of the new plan")
         previous = self.plan, self.encodings
         self.plan, self.encodings = plan, _check_encodings(encodings, plan)
         try:

@@ -295,6 +295,12 @@ def test_bad_arguments_are_named(one_rank):
         PlanReducer(model, plans(bigger)["single"], bigger)
     with pytest.raises(ValueError, match=r"optimizer\(params\) must return a torch.optim.Optimizer, got list"):
         PlanReducer(model, plan, profile, sync="layerwise", optimizer=lambda ps: list(ps))
+    with PlanReducer(model, plan, profile, encodings=["fp16"]) as encoded:
+        with pytest.raises(ValueError, match=r"^this reducer sends messages in fp16: give switch\(plan, "
+                                             r"encodings=\[\.\.\.\]\), one per message of the new plan$"):
+            encoded.switch(plans(profile)["wfbp"])
+        encoded.switch(plans(profile)["wfbp"], encodings=["fp32"] * profile.n)
+        assert [t["encoding"] for t in encoded.message_times()] == ["fp32"] * profile.n
     half = build("mlp").half()
     with pytest.raises(ValueError, match=r"^message 0 holds torch.float16 gradients: bf16 casts fp32 ones \(send it "
                                          r"in fp32\)$"):
