@@ -168,3 +168,25 @@ def test_a_comparison_that_keeps_tensors_exact_also_sends_them_apart(profile_pat
     assert rows["dp-apart"]["iteration_time"] <= rows["dp"]["iteration_time"] * (1 + 1e-12)
     assert main([*base, "--json"]) in (None, 0)
     assert "dp-apart" not in {r["method"] for r in json.loads(capsys.readouterr().out)}
+
+
+def test_advise_points_to_the_plan_that_sends_the_exact_tensor_apart(tmp_path, capsys):
+    # t0 and t2 of 4 MB, t1 of 100 kB kept exact, on 3 ms + 2 ns/B with free fp16: DDP's best is
+    # each tensor alone, 21.2 ms; t1 alone first, then t2 and t0 in one fp16 message, 20.2 ms
+    # (tests/model/test_apart_dp.py works both out). Without a tensor kept exact, no such line.
+    from fusionopt.model import Profile
+
+    path = tmp_path / "p.json"
+    Profile.from_arrays([4e6, 1e5, 4e6], [1e-3] * 3, [3e-3, 2e-3, 1e-3]).write(path)
+    base = ["advise", "--profile", str(path), "--alpha", "3e-3", "--beta", "2e-9", "--encodings", "fp32,fp16",
+            "--exact-tensors", "t1", "--method", "dp"]
+    assert main(base) in (None, 0)
+    out = capsys.readouterr().out
+    assert "apart     the 1 tensor kept exact sent apart (dp-apart: each message a run of them and a run of the " \
+           "others, 2 messages): T = 20.200 ms" in out and "PlanReducer(model, plan, profile, encodings=...)" in out
+    assert main([*base, "--json"]) in (None, 0)
+    apart = json.loads(capsys.readouterr().out)["apart"]
+    assert apart["encodings"] == ["fp32", "fp16"] and apart["iteration_time"] == pytest.approx(20.2e-3)
+    assert [[c[0] for c in m] for m in apart["plan"]["messages"]] == [[1], [2, 0]]
+    assert main([*base[:-4], "--method", "dp"]) in (None, 0)
+    assert "\napart " not in capsys.readouterr().out

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 from typing import Any
+from fusionopt.advice import gains_enough
 from fusionopt.advice._sharded import OverMemoryCap, fsdp2_advice, zero2_settings, zero3_settings
 from fusionopt.solvers import solve
 from fusionopt.cli._common import UsageError, plural
@@ -48,11 +49,13 @@ def cmd_advise(args: argparse.Namespace) -> None:
             if not str(exc).startswith("horovod: "):
                 raise
             horovod_out = str(exc)[len("horovod: "):]
+    apart = None if hook is not None else _apart(problem, ddp)
     if args.json:
         print(json.dumps({"method": args.method, "iteration_time": plan_result.iteration_time,
                           "messages": plan_result.num_messages, "ddp": ddp.to_dict(),
                           "horovod": None if hvd is None else hvd.to_dict(),
-                          **({} if horovod_out is None else {"horovod_left_out": horovod_out})}, indent=1))
+                          **({} if horovod_out is None else {"horovod_left_out": horovod_out}),
+                          **({} if apart is None else {"apart": apart})}, indent=1))
         return
     print(f"workload  {label}: {plural(problem.profile.n, 'tensor')}")
     if args.reducer_calibration is not None:
@@ -98,6 +101,13 @@ def cmd_advise(args: argparse.Namespace) -> None:
         return
     if ddp.wire is not None:
         _print_wire(problem, ddp)
+    if apart is not None:
+        print(f"apart     the {plural(len(problem.exact_tensors), 'tensor')} kept exact sent apart (dp-apart: each "
+              f"message a run of them and a run of the others, {plural(apart['messages'], 'message')}): "
+              f"T = {ms * apart['iteration_time']:.3f} ms, which "
+              "DDP's buckets cannot send (each is a contiguous run of the gradients): train it with "
+              "fusionopt.integrations.PlanReducer(model, plan, profile, encodings=...) (--json gives its plan and "
+              "encodings)")
     if hvd is None:
         print(f"horovod   left out: {horovod_out}")
         return
@@ -108,6 +118,19 @@ def cmd_advise(args: argparse.Namespace) -> None:
     if hvd.compression != "none":
         print(f"          hvd.DistributedOptimizer(..., compression=hvd.Compression.{hvd.compression}): the "
               f"horovod T above sends every gradient in {hvd.compression}")
+
+
+def _apart(problem: Any, ddp: Any) -> dict[str, Any] | None:
+    """Where tensors are kept exact (barrier sync): ``dp-apart``'s plan, which may send them
+    apart from the others, when it is predicted ``min_gain`` faster than the DDP advice's
+    step; else None. DDP's contiguous buckets cannot send it; fusionopt's plan reducer can."""
+    if not problem.restricts_encodings or problem.sync != "barrier":
+        return None
+    result = solve(problem, "dp-apart")
+    if not gains_enough(result.iteration_time, ddp.iteration_time, ddp.min_gain):
+        return None
+    return {"iteration_time": result.iteration_time, "messages": result.num_messages,
+            "encodings": result.stats["encodings"], "plan": result.plan.to_dict()}
 
 
 def _print_wire(problem: Any, ddp: Any) -> None:
