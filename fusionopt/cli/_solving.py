@@ -14,6 +14,7 @@ from typing import Any, Mapping
 from fusionopt.cost import AlphaBeta, Cheapest, Encoded, PiecewiseLinear, PowerSGD
 from fusionopt import model, solvers
 from fusionopt.model import Plan, Problem, Profile
+from fusionopt.model._encoding import encoding_table
 from fusionopt.model._decoupled_plan import DecoupledPlan
 from fusionopt.model._sharded_plan import ShardedPlan
 from fusionopt.model._ps_plan import PSPlan
@@ -60,8 +61,7 @@ def _error_bounds(problem: Problem, wire: list[str], ranks: int) -> dict[str, di
     """Per lossy encoding the plan sends: its messages and the bound on each averaged element's
     error at ``ranks`` ranks (MODEL.md section 2.2), relative to the ranks' mean magnitude
     (``Encoding.error_bound``) plus an absolute part (``error_floor``)."""
-    cost = problem.cost
-    known = {e.name: e for e in ((cost.encoding,) if isinstance(cost, Encoded) else cost.encodings)}
+    known = encoding_table(problem.cost)
     return {name: {"messages": wire.count(name), "relative": known[name].error_bound(ranks),
                    "absolute": known[name].error_floor(ranks)}
             for name in dict.fromkeys(wire) if not known[name].lossless}

@@ -38,8 +38,8 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from fusionopt.executor._communicator import Communicator, check_backend
-from fusionopt.executor._layout import WIRE_RATIOS, wire_dtype
-from fusionopt.model._encoding import FP32, Encoding, encoding_named
+from fusionopt.executor._layout import check_wire_ratio, wire_dtype
+from fusionopt.model._encoding import FP32, Encoded, Encoding, encoding_named
 from fusionopt.model._io import write_json_atomic
 from fusionopt.model._cost import AlphaBeta, CommCost, PiecewiseLinear
 
@@ -246,10 +246,10 @@ def fit_casts(fp32: CommCost, encoded: Calibration) -> Encoding:
 
     if encoded.encoding == "fp32":
         raise ValueError("fit_casts needs a sweep timed in an encoding (calibrate(..., encoding='fp16'))")
-    encoding = encoding_named(encoded.encoding)
+    encoding = encoding_named(encoded.encoding)             # the preset: its casts at 0
     sizes = np.asarray(encoded.sizes, dtype=np.float64)
     times = np.asarray(encoded.times, dtype=np.float64)
-    extra = times - np.asarray(fp32(sizes * encoding.wire_ratio), dtype=np.float64)
+    extra = times - np.asarray(Encoded(fp32, encoding)(sizes), dtype=np.float64)      # fp32 of the bytes sent
     scale = float(sizes.max())          # both columns of order 1
     (per_message, per_byte), _ = nnls(np.column_stack([np.ones_like(sizes), sizes / scale]), extra)
     per_byte /= scale
@@ -327,9 +327,7 @@ def calibrate(backend: str = "local", *, ranks: int = 2, sizes: Sequence[int] | 
     if wire.wire_ratio != 1.0 and collective != "all_reduce":
         raise ValueError(f"an encoded calibration times all-reduce messages; {collective} messages are timed "
                          "in fp32 (leave the encoding out)")
-    if wire.wire_ratio not in WIRE_RATIOS:
-        raise ValueError(f"encoding {wire.name!r} sends {wire.wire_ratio:g} of the bytes: a calibration narrows "
-                         f"each word to {', '.join(f'{r:g}' for r in WIRE_RATIOS[1:])} of it")
+    check_wire_ratio(wire)
     spec = SweepSpec(tuple(sizes), warmup, iterations, seconds_per_size, timeout, collective, wire.wire_ratio)
     if backend == "local":
         from fusionopt.executor._local import LocalGroup, run_threads

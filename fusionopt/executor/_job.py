@@ -18,7 +18,7 @@ from typing import Any, Mapping
 from fusionopt.model._cost import cost_from_dict
 from fusionopt.model._decoupled_plan import DECOUPLED_SCHEMA, DecoupledPlan
 from fusionopt.model._decoupled import Decoupled
-from fusionopt.executor._layout import WIRE_RATIOS
+from fusionopt.executor._layout import check_wire_ratio
 from fusionopt.executor._programs import ENCODED_PATTERNS
 from fusionopt.model._encoding import Cheapest, Encoded, encoding_table
 from fusionopt.model._plan import Plan
@@ -176,10 +176,7 @@ class Job:
                              "sharded and decoupled problems; leave the encodings out")
         for cost in encoded:
             for e in encoding_table(cost).values():
-                if e.wire_ratio not in WIRE_RATIOS:
-                    raise ValueError(f"encoding {e.name!r} sends {e.wire_ratio:g} of the bytes: the executor narrows "
-                                     f"each word to {', '.join(f'{r:g}' for r in WIRE_RATIOS[1:])} of it, or sends "
-                                     "it as it is")
+                check_wire_ratio(e)
 
     @property
     def steps(self) -> int:

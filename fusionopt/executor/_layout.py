@@ -19,7 +19,7 @@ backend sums.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -44,11 +44,7 @@ def word_bytes(boundaries: np.ndarray, word_sizes: tuple[int, ...], ratios: Sequ
     ...
     ValueError: a message in an encoding of 0.5 of the bytes travels as words of 2 B, which nccl does not sum (it sums words of 8, 4, 1 B), and the chunks fall on 4 B boundaries: send it in fp32, or keep every tensor and chunk a multiple of 8 B
     """
-    ratios = sorted({float(r) for r in ratios if r != 1.0})
-    for r in ratios:
-        if r not in WIRE_RATIOS:
-            raise ValueError(f"an encoding of {r:g} of the bytes cannot narrow whole words: the executor sends "
-                             f"an encoding of {', '.join(f'{x:g}' for x in WIRE_RATIOS[1:])} of the bytes, or fp32")
+    ratios = sorted({float(r) for r in ratios if r != 1.0})       # each of WIRE_RATIOS (check_wire_ratio)
     widths = sorted(set(word_sizes) | {1}, reverse=True)
     aligned = [w for w in widths if not np.any(boundaries % w)]
     for w in aligned:
@@ -60,6 +56,21 @@ def word_bytes(boundaries: np.ndarray, word_sizes: tuple[int, ...], ratios: Sequ
     raise ValueError(f"a message in an encoding of {r:g} of the bytes travels as words of {aligned[0] * r:g} B, "
                      f"which {backend} does not sum (it sums words of {', '.join(map(str, word_sizes))} B), and the "
                      f"chunks fall on {aligned[0]} B boundaries: send it in fp32{fix}")
+
+
+def check_wire_ratio(encoding: Any) -> None:
+    """Refuse, in one line naming it, an encoding whose share of the bytes is not one of
+    :data:`WIRE_RATIOS` (no whole word narrows to it).
+
+    >>> from fusionopt.cost import Encoding
+    >>> check_wire_ratio(Encoding("fp8", wire_ratio=0.3, unit_roundoff=2.0 ** -4))
+    Traceback (most recent call last):
+    ...
+    ValueError: encoding 'fp8' sends 0.3 of the bytes: the executor narrows each word to 0.5, 0.25, 0.125 of it, or sends it as it is
+    """
+    if encoding.wire_ratio not in WIRE_RATIOS:
+        raise ValueError(f"encoding {encoding.name!r} sends {encoding.wire_ratio:g} of the bytes: the executor narrows "
+                         f"each word to {', '.join(f'{r:g}' for r in WIRE_RATIOS[1:])} of it, or sends it as it is")
 
 
 def wire_dtype(word: int, ratio: float) -> np.dtype:

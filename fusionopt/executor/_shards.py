@@ -23,7 +23,7 @@ from typing import Sequence
 
 import numpy as np
 
-from fusionopt.executor._layout import WORD_DTYPES, Piece, carried_by, describe_message, word_bytes
+from fusionopt.executor._layout import WORD_DTYPES, Piece, carried_by, check_wire_ratio, describe_message, word_bytes
 from fusionopt.model._encoding import FP32, Encoding
 from fusionopt.model._allreduce_program import ALL_REDUCE
 from fusionopt.model._decoupled_plan import KINDS
@@ -114,6 +114,8 @@ class ShardLayout:
         encodings = [FP32] * len(specs) if encodings is None else list(encodings)
         if len(encodings) != len(specs):
             raise ValueError(f"{len(encodings)} encodings for {len(specs)} collectives")
+        for e in encodings:
+            check_wire_ratio(e)
         ratios = [e.wire_ratio for e in encodings if e.wire_ratio != 1.0]
         self.word_bytes = word_bytes(boundaries, word_sizes, ratios, backend=backend)
         self.dtype = WORD_DTYPES[self.word_bytes]

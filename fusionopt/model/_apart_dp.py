@@ -20,7 +20,8 @@ With ``G(i, j)`` the earliest the channel can have sent ``E_1..E_i`` and ``O_1..
 
 ``rho`` the latest ready time of the tensors taken and ``c`` the exact cost where
 ``i0 < i``, the cost otherwise. The channel's end only grows with the time it is free, so
-``G`` is exact, and under barrier sync ``T* = max(B, G(a, b)) + U + F + W``. Row by row:
+``G`` is exact, and under barrier sync ``T* = max(B, G(a, b)) + U + F + W``
+(:func:`~fusionopt.model._fusion.time_after_channel`). Row by row:
 the messages with exact tensors into row ``i`` are evaluated at once, then the runs of the
 others alone along the row; a best plan is read back from ``G``. Layerwise sync
 is refused: a plan of this space may end with a message that no early layer waits for, so
@@ -35,7 +36,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from fusionopt.model._fusion import backward_arrays
+from fusionopt.model._fusion import backward_arrays, time_after_channel
 from fusionopt.model._problem import Problem
 
 
@@ -93,11 +94,6 @@ def optimal_apart(problem: Problem, *, max_message_bytes: float | None = None) -
     sums = (np.concatenate(([0.0], np.cumsum(sizes[exact]))), np.concatenate(([0.0], np.cumsum(sizes[~exact]))))
     a, b = len(streams[0]), len(streams[1])
 
-    def priced(cost, size: np.ndarray) -> np.ndarray:
-        line = cost.affine            # alpha + beta S (0 for S = 0), without the cost's own passes
-        times = np.where(size > 0, line[0] + line[1] * size, 0.0) if line is not None else cost(size)
-        return times if cap == math.inf else np.where(size <= cap, times, math.inf)
-
     # The pairs j0 <= j of the others' runs, ordered by j: what each run weighs and costs alone.
     tail, head = (np.asarray(x) for x in np.triu_indices(b + 1))
     by_head = np.lexsort((tail, head))
@@ -105,7 +101,7 @@ def optimal_apart(problem: Problem, *, max_message_bytes: float | None = None) -
     starts = np.searchsorted(head, np.arange(b + 1))
     run = sums[1][head] - sums[1][tail]                         # bytes of O_{j0+1..j}
     alone = np.full((b + 1, b + 1), math.inf)
-    alone[tail, head] = np.where(tail < head, priced(problem.cost, run), math.inf)
+    alone[tail, head] = np.where(tail < head, _priced(problem.cost, run, cap), math.inf)
     G = np.full((a + 1, b + 1), math.inf)
     for i in range(a + 1):
         if i == 0:
@@ -115,7 +111,7 @@ def optimal_apart(problem: Problem, *, max_message_bytes: float | None = None) -
             # A message with E_{i0+1..i}: every i0 < i and pair (j0, j) at once.
             latest = np.where(tail < head, np.maximum(ready[0][i], ready[1][head]), ready[0][i])
             weight = (sums[0][i] - sums[0][:i])[:, None] + run[None, :]
-            value = np.maximum(G[:i, tail], latest[None, :]) + priced(problem.exact_cost, weight)
+            value = np.maximum(G[:i, tail], latest[None, :]) + _priced(problem.exact_cost, weight, cap)
             best = np.minimum.reduceat(value.min(axis=0), starts)
         # Then runs of the others alone, from this row's own earlier states.
         G[i, 0] = best[0]
@@ -128,7 +124,7 @@ def optimal_apart(problem: Problem, *, max_message_bytes: float | None = None) -
         groups.append(tuple(int(t) for t in taken[np.argsort(_positions(order, taken))]))
         i, j = i0, j0
     end = float(G[a, b])
-    return ApartOptimum(tuple(reversed(groups)), end, max(profile.B, end) + profile.U + profile.F + profile.W)
+    return ApartOptimum(tuple(reversed(groups)), end, time_after_channel(profile, end))
 
 
 def _last_message(problem: Problem, G: np.ndarray, ready: tuple, sums: tuple, cap: float, i: int,
@@ -137,18 +133,23 @@ def _last_message(problem: Problem, G: np.ndarray, ready: tuple, sums: tuple, ca
     best, arg = math.inf, (i, j)
     if j > 0:                                                   # the others alone: i0 = i
         size = sums[1][j] - sums[1][:j]
-        value = np.maximum(G[i, :j], ready[1][j]) + np.where(size <= cap, problem.cost(size), math.inf)
+        value = np.maximum(G[i, :j], ready[1][j]) + _priced(problem.cost, size, cap)
         k = int(np.argmin(value))
         best, arg = float(value[k]), (i, k)
     if i > 0:                                                   # with a run of the exact tensors
         size = (sums[0][i] - sums[0][:i])[:, None] + (sums[1][j] - sums[1][: j + 1])[None, :]
         latest = np.full(j + 1, max(ready[0][i], ready[1][j]))
         latest[j] = ready[0][i]
-        value = np.maximum(G[:i, : j + 1], latest[None, :]) + np.where(size <= cap, problem.exact_cost(size), math.inf)
+        value = np.maximum(G[:i, : j + 1], latest[None, :]) + _priced(problem.exact_cost, size, cap)
         k = int(np.argmin(value))
         if value.flat[k] < best:
             arg = divmod(k, j + 1)
     return arg
+
+
+def _priced(cost, size: np.ndarray, cap: float) -> np.ndarray:
+    """``cost`` of messages of ``size`` bytes, infinite above the cap."""
+    return np.where(size <= cap, cost(size), math.inf)
 
 
 def _positions(order: np.ndarray, tensors: np.ndarray) -> np.ndarray:

@@ -367,14 +367,7 @@ def compute_encodings(cost: Any) -> list[Encoded]:
 def lossy_encodings(cost: Any) -> list[Encoding]:
     """The lossy encodings in ``cost`` and the costs it wraps (``cost.cost``, down the chain):
     an :class:`Encoded` cost's, and those a :class:`Cheapest` chooses from."""
-    found = []
-    while isinstance(cost, CommCost):
-        if isinstance(cost, Encoded):
-            found.append(cost.encoding)
-        elif isinstance(cost, Cheapest):
-            found.extend(cost.encodings)
-        cost = getattr(cost, "cost", None)
-    return [e for e in found if not e.lossless]
+    return [e for e in encoding_table(cost).values() if not e.lossless]
 
 
 def encoding_table(cost: Any) -> dict[str, Encoding]:
