@@ -18,7 +18,8 @@ What a message carries on the wire
     :class:`Encoded` (one encoding) and :class:`Cheapest` (each message its cheapest allowed
     encoding), :func:`encodings_of`, :func:`crossovers`; :class:`PowerSGD` (torch's
     ``powerSGD_hook``: its split of each tensor, a bucket's price, a problem priced for it) and
-    its :class:`TensorSplit`.
+    its :class:`TensorSplit`; a :class:`Compressor` (PowerSGD is one) is a choice per message
+    with ``Problem(..., compressor=...)``.
 Alignment
     :class:`Aligned`: the cliff a message pays where its per-rank part breaks an alignment,
     or the price of padding to it (found by :func:`fusionopt.executor.fit_alignment`).
@@ -38,6 +39,7 @@ from fusionopt.model._collectives import (
     recursive_doubling_all_gather, recursive_doubling_allreduce, recursive_halving_reduce_scatter, ring_all_gather,
     ring_allreduce, ring_reduce_scatter,
 )
+from fusionopt.model._compressor import Compressor
 from fusionopt.model._cost import (
     COST_SCHEMA, COST_VERSION, AlphaBeta, CommCost, Composite, PiecewiseLinear, cost_from_dict,
 )
@@ -48,7 +50,7 @@ from fusionopt.model._powersgd import PowerSGD, TensorSplit
 
 __all__ = [
     "ALGORITHMS", "Aligned", "AlphaBeta", "BF16", "COLLECTIVES", "COST_SCHEMA", "COST_VERSION", "Cheapest",
-    "CommCost", "Composite", "ENCODINGS", "Encoded", "Encoding", "FP16", "FP32", "PiecewiseLinear", "PowerSGD", "TensorSplit",
+    "CommCost", "Composite", "Compressor", "ENCODINGS", "Encoded", "Encoding", "FP16", "FP32", "PiecewiseLinear", "PowerSGD", "TensorSplit",
     "cost_from_dict",
     "crossovers", "double_binary_tree_allreduce", "encodings_of", "hierarchical_all_gather",
     "hierarchical_allreduce", "hierarchical_reduce_scatter", "network", "network_link", "networks",

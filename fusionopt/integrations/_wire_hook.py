@@ -18,8 +18,21 @@ Each encoding is torch's own hook: ``allreduce_hook``, ``fp16_compress_hook`` an
 :func:`~fusionopt.integrations.ddp_comm_hook` of that encoding, which gives the same
 gradients bit for bit and holds each bucket for the link's time.
 
-Checked on torch 2.13.0 (CPU, gloo): ``GradBucket.buffer()``, ``parameters()``, and the
-hooks' registration.
+With ``powersgd`` (a torch ``PowerSGDState``) and ``through`` (parameters), a bucket holding
+one of ``through`` goes through torch's ``powerSGD_hook`` instead: what the model prices
+where a problem has PowerSGD as one choice per message (``Problem(compressor=PowerSGD(...))``,
+MODEL.md section 2.4; ``through`` holds the tensors of the messages it sends through the
+hook). torch's hook counts the steps (``state.iter``, which ends its warm-up) on the bucket
+DDP marks last; where that bucket goes another way, this hook counts it
+(``maybe_increase_iter``), so the warm-up lasts ``start_powerSGD_iter`` steps as under
+torch's hook alone.
+
+Checked on torch 2.13.0 (CPU, gloo): ``GradBucket.buffer()``, ``parameters()``,
+``is_last()``, the hooks' registration, and the mix of ``powerSGD_hook`` on the bucket DDP
+marks last with fp16 on the others (``tests/integrations/test_powersgd_gloo.py``). On gloo
+``powerSGD_hook`` issues its later all-reduces from callbacks, so a mix whose hook bucket is
+not the last may issue collectives in different orders on different ranks (one bucket
+through the hook alone, or the last, is safe).
 """
 
 from __future__ import annotations
@@ -70,7 +83,8 @@ def choose_encoding(choice: Sequence[tuple[int, str]], nbytes: int, carries_exac
 
 
 def wire_comm_hook(choice: Sequence[tuple[int, str]], exact: Iterable[Any] = (), *,
-                   link: EmulatedLink | None = None) -> Callable[[Any, Any], Any]:
+                   link: EmulatedLink | None = None, powersgd: Any = None,
+                   through: Iterable[Any] = ()) -> Callable[[Any, Any], Any]:
     """A comm hook that sends each bucket as the model chooses (module docstring).
 
     ``choice``: ``[(from_bytes, encoding), ...]``, the encoding of a bucket from that many fp32
@@ -81,6 +95,9 @@ def wire_comm_hook(choice: Sequence[tuple[int, str]], exact: Iterable[Any] = (),
     (None: torch's own hooks, nothing held). The hook's ``sent`` lists ``(encoding, fp32
     bytes)`` of every bucket it handled. Register it with ``ddp.register_comm_hook(state,
     hook)``, ``state`` the process group DDP was given (None: the default group).
+    ``powersgd`` and ``through``: a ``PowerSGDState`` and the parameters whose buckets go
+    through ``powerSGD_hook(powersgd, bucket)`` (module docstring); those are listed in
+    ``sent`` as ``"powersgd"``. Not with ``link``, which holds one message a bucket.
     """
     require_torch()
     from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
@@ -89,6 +106,20 @@ def wire_comm_hook(choice: Sequence[tuple[int, str]], exact: Iterable[Any] = (),
     if link is not None and not isinstance(link, EmulatedLink):
         raise ValueError(f"link must be an EmulatedLink, got {type(link).__name__}")
     kept = {int(tensor.data_ptr()) for tensor in exact}
+    compressed = {int(tensor.data_ptr()) for tensor in through}
+    if compressed and powersgd is None:
+        raise ValueError("through names the parameters whose buckets go through powerSGD_hook: give its "
+                         "PowerSGDState as powersgd")
+    if powersgd is not None:
+        from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as psgd
+
+        if not isinstance(powersgd, psgd.PowerSGDState):
+            raise ValueError(f"powersgd must be torch's PowerSGDState, got {type(powersgd).__name__}")
+        if link is not None:
+            raise ValueError("link holds each bucket as one message, and powerSGD_hook sends a bucket as three "
+                             "all-reduces: leave link out with powersgd")
+        if compressed & kept:
+            raise ValueError("a parameter is both kept exact (exact) and sent through powerSGD_hook (through)")
     names = {name for _, name in steps} | {"fp32"}
     if link is not None:
         hooks = {name: ddp_comm_hook(link, name) for name in names}
@@ -101,9 +132,14 @@ def wire_comm_hook(choice: Sequence[tuple[int, str]], exact: Iterable[Any] = (),
     def hook(state, bucket):
         buffer = bucket.buffer()
         nbytes = buffer.numel() * buffer.element_size()
-        carries = any(int(p.data_ptr()) in kept for p in bucket.parameters())
-        name = choose_encoding(steps, nbytes, carries)
+        pointers = {int(p.data_ptr()) for p in bucket.parameters()}
+        if pointers & compressed:
+            sent.append(("powersgd", nbytes))
+            return psgd.powerSGD_hook(powersgd, bucket)
+        name = choose_encoding(steps, nbytes, bool(pointers & kept))
         sent.append((name, nbytes))
+        if powersgd is not None:
+            powersgd.maybe_increase_iter(bucket)       # torch's hook counts a step on the last bucket
         return hooks[name](state, bucket)
 
     hook.sent = sent  # type: ignore[attr-defined]

@@ -46,16 +46,25 @@ def last_message_bound(problem: Problem) -> float:
     >>> profile = Profile.from_arrays([4e6, 1e6, 2e6], [1e-3] * 3, [3e-3, 2e-3, 1e-3])
     >>> round(last_message_bound(Problem(profile, AlphaBeta(1e-3, 1e-9))) * 1e3, 6)
     10.000001
+
+    With a :attr:`~fusionopt.model.Problem.compressor`, that message may go through it
+    instead, at no less than its :meth:`~fusionopt.model.Compressor.least_seconds`.
     """
-    return problem.profile.compute_time + float(problem.cost(1))
+    least = float(problem.cost(1))
+    if problem.compressor is not None:
+        least = min(least, problem.compressor.least_seconds(problem.compressor_link))
+    return problem.profile.compute_time + least
 
 
 def channel_bound(problem: Problem) -> float | None:
     """Every byte crosses the channel after the first gradient is ready, in messages whose
     costs add up to at least :func:`least_channel_time` of the total bytes (``c(total bytes)``
     for an affine cost, ``alpha >= 0``), and at least the update and forward of the tensor
-    reduced last follow the end of the channel.
+    reduced last follow the end of the channel. ``None`` with a compressor, which may send
+    bytes for less.
     """
+    if problem.compressor is not None:
+        return None
     profile = problem.profile
     channel_end = float(profile.ready_times.min()) + least_channel_time(problem.cost, profile.total_bytes)
     if problem.sync == "barrier":
@@ -83,7 +92,8 @@ def fluid_bound(problem: Problem) -> float | None:
     and forward work after tensor ``i``'s reduction; serving the smallest index first makes
     every ``D_i`` as early as any schedule can, so the fluid ``T`` is a lower bound.
 
-    ``None`` for costs not known to be affine.
+    ``None`` for costs not known to be affine, and with a compressor (which may send bytes for
+    less than ``beta`` each).
 
     >>> from fusionopt.cost import AlphaBeta
     >>> from fusionopt.model import Profile
@@ -92,7 +102,7 @@ def fluid_bound(problem: Problem) -> float | None:
     13.0
     """
     affine = problem.cost.affine
-    if affine is None:
+    if affine is None or problem.compressor is not None:
         return None
     profile = problem.profile
     tails = layerwise_tails(problem)
@@ -116,7 +126,7 @@ def fluid_latency_bound(problem: Problem) -> float | None:
     ``R_i = max_j (sum of the work of tensors l <= i released at or after r_j) - (B - r_j)``
     over ``j <= i`` (Lindley's recursion for the busy period ending at ``B``); ready times
     fall with the forward index, so it takes O(n). ``None`` for costs not known to be
-    affine and for several channels (their latencies overlap transfers).
+    affine, for several channels (their latencies overlap transfers) and with a compressor.
 
     >>> from fusionopt.cost import AlphaBeta
     >>> from fusionopt.model import Profile
@@ -126,7 +136,7 @@ def fluid_latency_bound(problem: Problem) -> float | None:
     16.0
     """
     affine = problem.cost.affine
-    if affine is None or problem.channels > 1:
+    if affine is None or problem.channels > 1 or problem.compressor is not None:
         return None
     alpha, beta = affine
     profile = problem.profile

@@ -143,7 +143,7 @@ def optimal_fusion(
     >>> best.cuts.tolist(), round(best.iteration_time * 1e3, 9), best.algorithm
     ([True, False], 17.0, 'linear')
     """
-    problem.require_plain("the fusion DP", allowing=("message_compute", "exact_tensors"))
+    problem.require_plain("the fusion DP", allowing=("message_compute", "exact_tensors", "compressor"))
     if algorithm not in ("auto", "linear", "quadratic"):
         raise ValueError(f"unknown algorithm {algorithm!r}: choose 'auto', 'linear' or 'quadratic'")
     cap, max_messages = check_caps(problem, max_message_bytes, max_messages)
@@ -155,9 +155,10 @@ def optimal_fusion(
         rho = rho + problem.message_compute_terms[1] * prefix[1:]      # the casts of every message so far
     if problem.message_compute_terms[0] > 0:
         return _with_message_compute(problem, rho, prefix, cap, max_messages)
-    affine = problem.cost.affine
+    affine = None if problem.prices_by_content else problem.cost.affine
     if algorithm == "linear" and affine is None:
-        raise ValueError("the linear-time DP needs an affine cost (AlphaBeta); use algorithm='quadratic'")
+        raise ValueError("the linear-time DP needs an affine cost (AlphaBeta) that prices a message by its bytes "
+                         "alone; use algorithm='quadratic'")
     n = problem.profile.n
     layers: list[np.ndarray] = []
     parents: list[np.ndarray] = []

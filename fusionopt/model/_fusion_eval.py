@@ -223,7 +223,7 @@ def _sweep(problem: Problem, block: np.ndarray) -> np.ndarray:
     kappa, mu, gamma = problem.contention, problem.comm_contention, problem.copy_cost
     eta, eta_byte = problem.message_compute_terms
     on_channel = problem.copy_on == "channel"
-    affine = None if problem.restricts_encodings else problem.cost.affine
+    affine = None if problem.prices_by_content else problem.cost.affine
     ready, backlog = np.zeros(width), np.zeros(width)
     last_q, last_rho, last_position = np.zeros(width), np.zeros(width), np.zeros(width)
     always = np.ones(width, dtype=bool)

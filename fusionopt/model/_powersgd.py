@@ -54,6 +54,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from fusionopt.model._compressor import Compressor
 from fusionopt.model._cost import AlphaBeta, CommCost, check_param
 from fusionopt.model._plan import Plan
 from fusionopt.model._problem import Problem
@@ -106,8 +107,10 @@ def _check_count(label: str, value: Any, least: int) -> int:
 
 
 @dataclass(frozen=True)
-class PowerSGD:
+class PowerSGD(Compressor):
     """torch's ``PowerSGDState`` (torch 2.13) with the hook's compute priced (module docstring).
+    As a :class:`~fusionopt.model.Compressor` (``Problem(..., compressor=PowerSGD(...))``) it
+    is one choice per message among the cost's encodings (MODEL.md section 2.4).
 
     Parameters
     ----------
@@ -138,6 +141,8 @@ class PowerSGD:
     seconds_per_byte: float = 0.0
     seconds_per_flop: float = 0.0
     seconds_per_message: float = 0.0
+
+    name = "powersgd"
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "rank", _check_count("rank", self.rank, 1))
@@ -199,14 +204,52 @@ class PowerSGD:
         """
         if not tensors:
             return 0.0
-        split = self.of_profile(profile).of(tensors)
-        element = profile.element_bytes[list(tensors)]
-        wire = [float(np.dot(element, part)) for part in (split.uncompressed, split.p, split.q)]
+        parts = self.wire_parts(profile)[:, list(tensors)].sum(axis=1, keepdims=True)
+        return float(self.bucket_seconds(cost, parts)[0])
+
+    def tensor_parts(self, profile: Profile) -> np.ndarray:
+        """:meth:`wire_parts` (the :class:`~fusionopt.model.Compressor` interface)."""
+        return self.wire_parts(profile)
+
+    def parts_seconds(self, cost: CommCost, parts: np.ndarray) -> np.ndarray:
+        """:meth:`bucket_seconds` (the :class:`~fusionopt.model.Compressor` interface)."""
+        return self.bucket_seconds(cost, parts)
+
+    def alters(self, profile: Profile) -> np.ndarray:
+        """Per tensor of ``profile``, whether the hook compresses it (:meth:`split`); the
+        others travel as they are, in the uncompressed all-reduce."""
+        return np.array(self.of_profile(profile).compressed, dtype=bool)
+
+    def least_seconds(self, cost: CommCost) -> float:
+        """A bucket's three all-reduces each cost at least an empty one's startup (``alpha``
+        on an affine cost, ``c(1 B)`` otherwise), and its compute at least
+        ``seconds_per_message``."""
+        affine = cost.affine
+        return 3 * (affine[0] if affine is not None else float(cost(1.0))) + self.seconds_per_message
+
+    def wire_parts(self, profile: Profile) -> np.ndarray:
+        """Per tensor (columns, forward indices), what it adds to a bucket under the hook: the
+        bytes it puts in the uncompressed, the ``P`` and the ``Q`` all-reduce, its own bytes
+        and its products' flops (rows, in that order), float64."""
+        split = self.of_profile(profile)
+        element = profile.element_bytes.astype(np.float64)
+        return np.array([np.asarray(split.uncompressed) * element, np.asarray(split.p) * element,
+                         np.asarray(split.q) * element, profile.sizes.astype(np.float64),
+                         np.asarray(split.flops, dtype=np.float64)])
+
+    def bucket_seconds(self, cost: CommCost, parts: np.ndarray) -> np.ndarray:
+        """Seconds of buckets whose :meth:`wire_parts` add up to the columns of ``parts``, on
+        ``cost``: ``c(U) + c(P) + c(Q)`` (an empty all-reduce at its startup: ``alpha`` where
+        ``cost`` is affine, ``c(1 B)`` otherwise) plus :meth:`compute_seconds`; 0 for a bucket
+        of no bytes."""
+        parts = np.asarray(parts, dtype=np.float64)
         affine = cost.affine
         empty = affine[0] if affine is not None else float(cost(1.0))     # an issued call's startup
-        nbytes = float(profile.sizes[list(tensors)].sum())
-        return (sum(float(cost(w)) if w > 0 else empty for w in wire)
-                + self.compute_seconds(nbytes, float(sum(split.flops))))
+        wire = parts[:3]
+        priced = np.asarray(cost(np.maximum(wire, 0.0).ravel()), dtype=np.float64).reshape(wire.shape)
+        seconds = np.where(wire > 0, priced, empty).sum(axis=0)
+        seconds = seconds + self.seconds_per_message + self.seconds_per_byte * parts[3] + self.seconds_per_flop * parts[4]
+        return np.where(parts[3] > 0, seconds, 0.0)
 
     def priced(self, problem: Problem) -> Problem:
         """``problem`` with every message priced as the hook sends it (module docstring): the

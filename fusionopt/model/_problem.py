@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from fusionopt.model._compressor import Compressor
 from fusionopt.model._cost import CommCost
 from fusionopt.model._encoding import (Cheapest, Encoded, compute_encodings, encoding_table, encodings_of,
                                        lossy_encodings)
@@ -19,6 +20,8 @@ from fusionopt.model._step_parts import fit_step_parts
 SYNC_MODES = ("barrier", "layerwise")
 COPY_PLACES = ("channel", "compute")
 STEP_PART_RULES = ("refuse", "fit")
+PRICING_EXTENSIONS = ("exact_tensors", "compressor")
+"""The extensions that change what a message costs, not how a step runs."""
 
 
 def _finite(label: str, value: float, *, minimum: float) -> float:
@@ -124,6 +127,16 @@ class Problem:
         the event simulator, the fusion DP, CP-SAT and brute force honour it, and a method
         that needs the plain model refuses it. It only ever raises a message's price, so the
         plain model's bounds stay bounds.
+    compressor : Compressor, keyword only
+        A compressor each message may be sent through instead, such as
+        :class:`~fusionopt.cost.PowerSGD` (torch's ``powerSGD_hook``; MODEL.md section 2.4):
+        a message that carries whole tensors, none of them kept exact and altered by it,
+        costs the cheaper of the cost's price and the compressor's price of its tensors on
+        the cost's link (the cost without its encodings). It switches the ``"compressor"``
+        extension on; the event simulator, the fusion DP, CP-SAT and brute force honour it,
+        as for ``exact_tensors``. It may lower a message's price, so the bounds that price
+        bytes on the channel are left out (:func:`~fusionopt.model.best_bound`). All-reduce
+        on one channel only.
     contention : float
         ``kappa >= 1``: compute runs ``kappa`` times slower while a message is in flight
         (collectives take SMs).
@@ -178,12 +191,14 @@ class Problem:
     pattern: Pattern | None = None
     message_compute_per_byte: float = 0.0
     exact_tensors: tuple[int, ...] = ()
+    compressor: Compressor | None = None
 
     def __init__(self, profile: Profile, cost: CommCost | None = None, sync: str = "barrier", copy_cost: float = 0.0,
                  copy_on: str = "channel", contention: float = 1.0, channels: int = 1, ps: Pattern | None = None,
                  decoupled: Pattern | None = None, fully_sharded: Pattern | None = None, step_parts: str = "refuse",
                  comm_contention: float = 1.0, message_compute: float = 0.0, *, pattern: Pattern | None = None,
-                 message_compute_per_byte: float = 0.0, exact_tensors: Any = ()) -> None:
+                 message_compute_per_byte: float = 0.0, exact_tensors: Any = (),
+                 compressor: Compressor | None = None) -> None:
         if not isinstance(profile, Profile):
             raise ValueError(f"profile must be a Profile, got {type(profile).__name__}")
         pattern = _pattern_from_keywords(pattern, {"ps": ps, "decoupled": decoupled, "fully_sharded": fully_sharded})
@@ -197,7 +212,8 @@ class Problem:
         values = {"profile": profile, "pattern": pattern, "cost": pattern.channel_cost(cost), "sync": sync,
                   "copy_cost": copy_cost, "copy_on": copy_on, "contention": contention, "channels": channels,
                   "step_parts": step_parts, "comm_contention": comm_contention, "message_compute": message_compute,
-                  "message_compute_per_byte": message_compute_per_byte, "exact_tensors": exact_tensors}
+                  "message_compute_per_byte": message_compute_per_byte, "exact_tensors": exact_tensors,
+                  "compressor": compressor}
         for name, value in values.items():
             object.__setattr__(self, name, value)
         self._check()
@@ -243,6 +259,7 @@ class Problem:
         self.pattern.check(self)
         self._check_gradients_cast()         # after the pattern's own, which may say it in its words
         self._check_exact_tensors()
+        self._check_compressor()
         whole = [part for part in ("update_lump", "post_backward") if getattr(self.profile, part)]
         if self.sync == "layerwise" and whole:
             raise ValueError(
@@ -297,6 +314,68 @@ class Problem:
             raise ValueError(f"exact_tensors: tensor {self.exact_tensors[0]} must travel exactly, and every "
                              f"encoding of the cost ({names}) is lossy: add fp32")
 
+    def _check_compressor(self) -> None:
+        compressor = self.compressor
+        if compressor is None:
+            return
+        if not isinstance(compressor, Compressor):
+            raise ValueError(f"compressor must be a Compressor (e.g. PowerSGD), got {type(compressor).__name__}")
+        if self.pattern.extension is not None:
+            raise ValueError(f"compressor {compressor.name!r} sends an all-reduce's messages (a DDP comm hook), and this "
+                             f"problem is {self.pattern.article()} {self.pattern.words} problem")
+        if self.channels > 1:
+            raise ValueError(f"compressor {compressor.name!r} prices a message by its tensors on one channel, and this "
+                             f"problem has channels = {self.channels}")
+        cast = compute_encodings(self.cost)
+        if cast:
+            raise ValueError(f"compressor {compressor.name!r}: encoding {cast[0].encoding.name!r} casts on the compute "
+                             "stream every message, and a message through the compressor is not cast; give the "
+                             "encoding's casts on the message's path")
+        parts = np.asarray(compressor.tensor_parts(self.profile), dtype=np.float64)
+        blocked = np.asarray(compressor.alters(self.profile), dtype=bool) & np.isin(
+            np.arange(self.profile.n), self.exact_tensors)
+        order = self.profile.backward_order
+        zero = np.zeros((parts.shape[0], 1))
+        self.__dict__["_compressor_tables"] = (
+            parts, blocked, np.concatenate((zero, np.cumsum(parts[:, order], axis=1)), axis=1),
+            np.concatenate(([0], np.cumsum(blocked[order]))))
+
+    @property
+    def compressor_link(self) -> CommCost:
+        """The link a message through :attr:`compressor` is priced on: :attr:`cost` without
+        its encodings (its link where it is :class:`~fusionopt.cost.Cheapest` or
+        :class:`~fusionopt.cost.Encoded`)."""
+        return self.cost.cost if isinstance(self.cost, (Cheapest, Encoded)) else self.cost
+
+    @property
+    def prices_by_content(self) -> bool:
+        """Whether a message's price depends on the tensors it carries, not on its bytes
+        alone (:attr:`exact_tensors` restricts a choice, or a :attr:`compressor` is given)."""
+        return self.restricts_encodings or self.compressor is not None
+
+    def compressed_messages(self, sizes: Any, tensors: Any) -> np.ndarray:
+        """Seconds of each message (``sizes`` bytes, carrying the tensors, profile indices,
+        that ``tensors`` lists for it) sent through :attr:`compressor`; ``inf`` for a message
+        that cannot be: one that carries part of a tensor (its bytes fall short of its
+        tensors') or a tensor kept exact that the compressor alters."""
+        sizes = np.asarray(sizes, dtype=np.float64).ravel()
+        parts, blocked, _, _ = self.__dict__["_compressor_tables"]
+        out = np.full(sizes.shape, np.inf)
+        for k, carried in enumerate(tensors):
+            unique = np.unique(np.atleast_1d(np.asarray(carried, dtype=np.int64)))
+            if float(self.profile.sizes[unique].sum()) == sizes[k] and not blocked[unique].any():
+                out[k] = float(self.compressor.parts_seconds(self.compressor_link,
+                                                             parts[:, unique].sum(axis=1, keepdims=True))[0])
+        return out
+
+    def compressed_arcs(self, tails: Any, heads: Any) -> np.ndarray:
+        """Seconds of the messages of ready-order positions ``tails .. heads - 1`` sent through
+        :attr:`compressor` (``inf`` where one carries a tensor kept exact that it alters)."""
+        _, _, prefix, blocked = self.__dict__["_compressor_tables"]
+        tails, heads = np.broadcast_arrays(np.asarray(tails, dtype=np.int64), np.asarray(heads, dtype=np.int64))
+        seconds = self.compressor.parts_seconds(self.compressor_link, prefix[:, heads] - prefix[:, tails])
+        return np.where(blocked[heads] > blocked[tails], np.inf, seconds)
+
     @property
     def exact_cost(self) -> CommCost:
         """The cost of a message that carries an :attr:`exact_tensors` tensor: the cheapest of
@@ -339,29 +418,41 @@ class Problem:
         for those that carry an :attr:`exact_tensors` tensor, :attr:`cost` for the others
         (and for all when ``tensors`` is None)."""
         sizes = np.asarray(sizes, dtype=np.float64)
-        if tensors is None or not self.restricts_encodings:
+        if tensors is None or not self.prices_by_content:
             return np.asarray(self.cost(sizes), dtype=np.float64)
-        return self._priced(sizes, np.reshape(self.exact_messages(tensors), sizes.shape))
+        times = self._priced(sizes, np.reshape(self.exact_messages(tensors), sizes.shape))
+        if self.compressor is None:
+            return times
+        return np.minimum(times, self.compressed_messages(sizes, tensors).reshape(sizes.shape))
 
     def arc_cost(self, tails: Any, heads: Any, sizes: Any) -> np.ndarray:
         """Seconds on the channel of the messages of ready-order positions ``tails .. heads - 1``
         of ``sizes`` bytes: :attr:`exact_cost` for those that carry an :attr:`exact_tensors`
         tensor (:meth:`exact_arcs`), :attr:`cost` for the others."""
         sizes = np.asarray(sizes, dtype=np.float64)
-        if not self.restricts_encodings:
+        if not self.prices_by_content:
             return np.asarray(self.cost(sizes), dtype=np.float64)
-        return self._priced(sizes, np.broadcast_to(self.exact_arcs(tails, heads), sizes.shape))
+        times = self._priced(sizes, np.broadcast_to(self.exact_arcs(tails, heads), sizes.shape))
+        if self.compressor is None:
+            return times
+        return np.minimum(times, self.compressed_arcs(tails, heads))
 
     def message_encodings(self, sizes: Any, tensors: Any = None) -> list[str]:
         """Each message's encoding (its name), as :meth:`message_cost` prices it: the cheapest
         of :attr:`exact_cost`'s for a message that carries an :attr:`exact_tensors` tensor, of
         :attr:`cost`'s for the others (``"fp32"`` on a cost without encodings)."""
         names = encodings_of(sizes, self.cost)
-        if tensors is None or not self.restricts_encodings:
+        if tensors is None or not self.prices_by_content:
             return names
-        exact = self.exact_messages(tensors)
-        kept = encodings_of(sizes, self.exact_cost)
-        return [k if e else n for n, k, e in zip(names, kept, exact.tolist())]
+        if self.restricts_encodings:
+            exact = self.exact_messages(tensors)
+            kept = encodings_of(sizes, self.exact_cost)
+            names = [k if e else n for n, k, e in zip(names, kept, exact.tolist())]
+        if self.compressor is not None:
+            sizes = np.asarray(sizes, dtype=np.float64).ravel()
+            through = self.compressed_messages(sizes, tensors) < self._priced(sizes, self.exact_messages(tensors))
+            names = [self.compressor.name if c else n for n, c in zip(names, through.tolist())]
+        return names
 
     def _priced(self, sizes: np.ndarray, exact: np.ndarray) -> np.ndarray:
         times = np.asarray(self.cost(sizes), dtype=np.float64)
@@ -406,14 +497,16 @@ class Problem:
             on.append(self.pattern.extension)
         if self.restricts_encodings:
             on.append("exact_tensors")
+        if self.compressor is not None:
+            on.append("compressor")
         return tuple(on)
 
     @property
     def timing_extensions(self) -> tuple[str, ...]:
         """The :attr:`extensions` that change how a step runs, not only what a message costs:
-        all but ``"exact_tensors"``, which every engine that prices a message through
-        :meth:`message_cost` or :meth:`arc_cost` takes as it is."""
-        return tuple(name for name in self.extensions if name != "exact_tensors")
+        all but ``"exact_tensors"`` and ``"compressor"``, which every engine that prices a
+        message through :meth:`message_cost` or :meth:`arc_cost` takes as they are."""
+        return tuple(name for name in self.extensions if name not in PRICING_EXTENSIONS)
 
     @property
     def message_compute_terms(self) -> tuple[float, float]:
@@ -458,9 +551,10 @@ class Problem:
     def plain(self) -> "Problem":
         """The same profile, cost and sync without extensions (for a parameter server: the
         all-reduce problem whose channel costs what its push channel costs); an encoding's
-        compute-stream part is left out with them."""
+        compute-stream part is left out with them. A :attr:`compressor` stays: it may lower a
+        message's price, so the problem without it would bound nothing."""
         cost = self.cost.on_path_only() if isinstance(self.cost, Encoded) else self.cost
-        return Problem(self.profile, cost, sync=self.sync)
+        return Problem(self.profile, cost, sync=self.sync, compressor=self.compressor)
 
     def require_plain(self, what: str, *, allowing: tuple[str, ...] = ()) -> None:
         """Raise ``ValueError`` if an extension other than those ``allowing`` names is on:
@@ -485,6 +579,7 @@ class Problem:
         defaults = {"copy_cost": 0.0, "copy_on": "channel", "message_compute": 0.0, "message_compute_per_byte": 0.0,
                     "contention": 1.0, "comm_contention": 1.0, "channels": 1, "step_parts": "refuse"}
         defaults["exact_tensors"] = ()
+        defaults["compressor"] = None
         extras = "".join(f", {name}={getattr(self, name)!r}" for name, default in defaults.items()
                          if getattr(self, name) != default)
         if self.pattern.extension is not None:

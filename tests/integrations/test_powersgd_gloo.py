@@ -65,10 +65,55 @@ def _run(rank, report):
         dist.all_reduce = sent
 
 
+def _mixed(rank, report):
+    """The hook as one choice per message (``wire_comm_hook(..., powersgd=, through=)``): the
+    bucket DDP marks last (the first layer's) through ``powerSGD_hook``, the other in fp16;
+    and a second job whose hook buckets are none, where the hook counts the steps itself."""
+    from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as psgd
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    from fusionopt.integrations import wire_comm_hook
+
+    nn = torch.nn
+    sent, sink = dist.all_reduce, []
+
+    def logged(tensor, *args, **kwargs):
+        sink.append([str(tensor.dtype).replace("torch.", ""), tensor.numel()])
+        return sent(tensor, *args, **kwargs)
+
+    torch.manual_seed(0)
+    models = [nn.Sequential(nn.Linear(64, 96), nn.ReLU(), nn.Linear(96, 96), nn.ReLU(), nn.Linear(96, 10))
+              for _ in range(2)]
+    states = [psgd.PowerSGDState(process_group=None, matrix_approximation_rank=RANK, start_powerSGD_iter=START,
+                                 min_compression_rate=2) for _ in models]
+    hooks = [wire_comm_hook([(0, "fp16")], powersgd=state, through=through)
+             for state, through in zip(states, ([models[0][0].weight], []))]
+    wrapped = [DDP(model, bucket_cap_mb=0.02) for model in models]
+    for ddp, hook in zip(wrapped, hooks):
+        ddp.register_comm_hook(None, hook)
+    report["mixed"], report["iters"] = [], []
+    dist.all_reduce = logged
+    try:
+        for step in range(START + 2):
+            x = torch.randn(32, 64, generator=torch.Generator().manual_seed(10 * step + rank))
+            for k, ddp in enumerate(wrapped):
+                ddp.zero_grad()
+                sink.clear()
+                ddp(x).pow(2).mean().backward()
+                if k == 0:
+                    report["mixed"].append(list(sink))
+            report["iters"].append([state.iter for state in states])
+        report["sent"] = [hook.sent for hook in hooks]
+        report["mixed_shapes"] = [list(p.shape) for p in models[0].parameters()]
+    finally:
+        dist.all_reduce = sent
+
+
 def _rank(rank, port, folder):
     with gloo_rank(rank, port, folder, report_errors=True) as report:
         report["steps"] = []
         _run(rank, report)
+        _mixed(rank, report)
 
 
 @pytest.fixture(scope="module")
@@ -122,3 +167,46 @@ def test_torchs_compression_statistics_are_the_models(reports):
         # By hand: 56,247 elements; after, the conv's (16 + 27) 2 = 86, the 96 x 576 weight's
         # (96 + 576) 2 = 1,344 and the 519 left whole: 1,949.
         assert (before, after) == (2 * 56247, 2 * 1949)
+
+
+def test_the_hook_as_one_choice_per_bucket_sends_what_the_model_prices(reports):
+    import math
+
+    model = PowerSGD(rank=RANK, start_iter=START, min_compression_rate=2)
+    for report in reports:
+        shapes = report["mixed_shapes"]
+        first_layer, rest = shapes[:2], shapes[2:]
+        # Both jobs count one step a step, the second with no bucket through the hook.
+        assert report["iters"] == [[k + 1, k + 1] for k in range(START + 2)]
+        # DDP's first step: one bucket (its first takes 1 MiB), holding the first layer: through
+        # the hook, which all-reduces it whole in its warm-up.
+        assert [name for name, _ in report["sent"][0][:1]] == ["powersgd"]
+        assert report["mixed"][0] == [["float32", sum(math.prod(s) for s in shapes)]]
+        # Then two buckets: the later layers in fp16, then the first layer through the hook,
+        # whole in the warm-up, and after it as the model's split says (its bias as it is,
+        # then the weight's P and Q factors).
+        for step, wire in enumerate(report["mixed"][1:], start=1):
+            fp16 = ["float16", sum(math.prod(s) for s in rest)]
+            if step < START:
+                assert wire == [fp16, ["float32", sum(math.prod(s) for s in first_layer)]]
+            else:
+                assert wire == [fp16] + [["float32", n] for n in model.split(first_layer).elements]
+        assert {name for name, _ in report["sent"][1]} == {"fp16"}
+
+
+def test_the_mixed_hook_refuses_what_it_cannot_send():
+    from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as psgd
+
+    from fusionopt.cost import AlphaBeta
+    from fusionopt.integrations import EmulatedLink, wire_comm_hook
+
+    weight = torch.nn.Parameter(torch.zeros(4, 4))
+    state = psgd.PowerSGDState(process_group=None, start_powerSGD_iter=2)
+    with pytest.raises(ValueError, match=r"^through names the parameters whose buckets go through powerSGD_hook"):
+        wire_comm_hook([(0, "fp16")], through=[weight])
+    with pytest.raises(ValueError, match=r"^powersgd must be torch's PowerSGDState, got int$"):
+        wire_comm_hook([(0, "fp16")], powersgd=1, through=[weight])
+    with pytest.raises(ValueError, match=r"^link holds each bucket as one message"):
+        wire_comm_hook([(0, "fp16")], powersgd=state, through=[weight], link=EmulatedLink(AlphaBeta(0, 0)))
+    with pytest.raises(ValueError, match=r"^a parameter is both kept exact"):
+        wire_comm_hook([(0, "fp16")], exact=[weight], powersgd=state, through=[weight])

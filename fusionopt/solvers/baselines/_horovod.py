@@ -107,6 +107,9 @@ def horovod_compression(problem: Problem) -> str:
     """The ``hvd.Compression`` that sends the problem's messages as its cost prices them,
     ``"none"`` or ``"fp16"`` (module docstring); one line saying why Horovod cannot
     otherwise."""
+    if problem.compressor is not None:
+        raise ValueError(f"horovod: Horovod's DistributedOptimizer has no {problem.compressor.name} (its compressions "
+                         "are hvd.Compression.none and fp16): leave the compressor out")
     cost = problem.cost
     if isinstance(cost, Cheapest):
         if len(cost.encodings) > 1:

@@ -13,7 +13,7 @@ from fusionopt.solvers._catalogue import method
 
 
 @method("dp", family="exact", summary="exact fusion dynamic programme (O(n) affine, O(n^2) any cost)")
-@declares(Needs(plain=True, takes=("message_compute", "exact_tensors")))
+@declares(Needs(plain=True, takes=("message_compute", "exact_tensors", "compressor")))
 def dp(
     problem: Problem,
     *,
