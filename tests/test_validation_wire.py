@@ -121,6 +121,9 @@ def test_a_small_powersgd_study(tmp_path):
         assert q["compression_rate"] == pytest.approx(hook.of_profile(profile).compression_rate(), rel=1e-12)
         times = {"fp32": row["ddp"], "fp16": row["ddp_fp16"], "powersgd-2": q["ddp"]}
         assert row["fastest"] == min(times, key=times.__getitem__)
+        # The joint optimum is never slower than any single choice's DP (the hook's priced to the
+        # nearest byte of the link a tensor).
+        assert q["joint"] <= min(row["dp"], row["dp_fp16"], q["dp"] + 0.5 * link.affine[1] * profile.n) * (1 + 1e-12)
     assert sum(document["summary"]["fastest"].values()) == 8
     assert powersgd.main(["--workers", "8", "--ranks", "2", "--out", str(tmp_path / "again")]) == 0
     assert json.loads((tmp_path / "again" / "wire-powersgd.json").read_text())["results"] == document["results"]

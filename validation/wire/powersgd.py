@@ -21,6 +21,10 @@ Each job's figures are the simulator's (seconds of a step):
 * DDP's buckets: in fp32 (the default), with the fp16 hook, and with the PowerSGD hook at each
   rank, once its warm-up steps are over;
 * the fusion DP's optimum under the hook at each rank (``solve(PowerSGD.priced(problem), "dp")``);
+* the joint optimum: the fusion DP choosing each message's grouping and whether it goes in
+  fp32, in fp16 or through the hook at that rank (``Problem(profile, Cheapest(link, [fp32,
+  fp16]), compressor=hook)``, MODEL.md section 2.4), with the messages it sends through the
+  hook, against the best single choice (the DP's optimum in fp32, in fp16, or under the hook);
 * the step's compression rate (torch's ``compression_stats``);
 * which of the three hooks is fastest on DDP's buckets.
 
@@ -53,7 +57,7 @@ PER_MESSAGE = 50e-6
 def run_job(model: str, batch: int, network_name: str, workers: int, ranks: list[int],
             prices: dict[str, float]) -> dict[str, Any]:
     from fusionopt import zoo
-    from fusionopt.cost import FP16, Encoded, PowerSGD, network
+    from fusionopt.cost import FP16, FP32, Cheapest, Encoded, PowerSGD, network
     from fusionopt.model import Problem
     from fusionopt.solvers import solve
     from fusionopt.solvers.baselines import ddp_powersgd
@@ -65,14 +69,22 @@ def run_job(model: str, batch: int, network_name: str, workers: int, ranks: list
     row: dict[str, Any] = {"model": model, "batch": batch, "network": network_name, "workers": workers,
                            "compute": profile.compute_time, "ddp": solve(problem, "ddp").iteration_time,
                            "ddp_fp16": solve(Problem(profile, Encoded(link, fp16)), "ddp").iteration_time,
+                           "dp": solve(problem, "dp").iteration_time,
+                           "dp_fp16": solve(Problem(profile, Encoded(link, fp16)), "dp").iteration_time,
                            "powersgd": []}
     for rank in ranks:
         hook = PowerSGD(rank=rank, **prices)
         on_ddp = ddp_powersgd(problem, hook)
+        choice = Problem(profile, Cheapest(link, [FP32, fp16]), compressor=hook)
+        joint = solve(choice, "dp")
+        plan = joint.plan
+        sent = choice.message_encodings(plan.message_bytes, [m.tensors for m in plan.messages])
         row["powersgd"].append({"rank": rank, "ddp": on_ddp.iteration_time,
                                 "dp": solve(hook.priced(problem), "dp").iteration_time,
                                 "compression_rate": on_ddp.stats["compression_rate"],
-                                "compressed": len(on_ddp.stats["compressed"])})
+                                "compressed": len(on_ddp.stats["compressed"]),
+                                "joint": joint.iteration_time, "joint_messages": len(sent),
+                                "joint_through": sent.count(hook.name)})
     hooks = {"fp32": row["ddp"], "fp16": row["ddp_fp16"],
              **{f"powersgd-{p['rank']}": p["ddp"] for p in row["powersgd"]}}
     row["fastest"] = min(hooks, key=hooks.__getitem__)
@@ -89,11 +101,14 @@ def markdown(document: dict[str, Any]) -> str:
              f"These are estimates, not measurements, and the fp16 hook is priced as in `wire-study.md`. Written by "
              f"`{document['command']}`; every figure is the simulator's, a step once the hook's warm-up is over.", "",
              "The speedups are over DDP's default step (fp32). `DP r` is the fusion DP's grouping under the hook at "
-             "rank r. `rate` is the step's compression rate, elements before over after.", ""]
+             "rank r. `rate` is the step's compression rate, elements before over after. `joint r` is the fusion "
+             "DP choosing each message's grouping and whether it travels in fp32, in fp16 or through the hook at rank "
+             "r (through: the messages sent through the hook, of all); its gain is over the best single choice, the "
+             "DP's optimum in fp32, in fp16 or under the hook.", ""]
     ranks = [q["rank"] for q in document["results"][0]["powersgd"]] if document["results"] else []
     header = ["model", "network", "workers", "DDP fp32 (ms)", "DDP + fp16 hook"]
     for r in ranks:
-        header += [f"DDP + PowerSGD r={r}", f"DP r={r}", f"rate r={r}"]
+        header += [f"DDP + PowerSGD r={r}", f"DP r={r}", f"rate r={r}", f"joint r={r}", "through", "over best single"]
     header.append("fastest hook")
     rows = []
     for row in document["results"]:
@@ -101,7 +116,8 @@ def markdown(document: dict[str, Any]) -> str:
                  f"{ms(row['ddp_fp16'])} ({row['ddp'] / row['ddp_fp16']:.2f}x)"]
         for q in row["powersgd"]:
             cells += [f"{ms(q['ddp'])} ({row['ddp'] / q['ddp']:.2f}x)", f"{ms(q['dp'])} ({row['ddp'] / q['dp']:.2f}x)",
-                      f"{q['compression_rate']:.1f}"]
+                      f"{q['compression_rate']:.1f}", f"{ms(q['joint'])} ({row['ddp'] / q['joint']:.2f}x)",
+                      f"{q['joint_through']} of {q['joint_messages']}", f"{_best_single(row, q) / q['joint']:.3f}x"]
         cells.append(row["fastest"])
         rows.append(cells)
     lines += markdown_table(header, rows)
@@ -111,7 +127,15 @@ def markdown(document: dict[str, Any]) -> str:
     for r, (low, high) in s["dp_over_ddp"].items():
         lines.append(f"* At rank {r}, the DP's grouping under the hook against DDP's buckets under it: "
                      f"{low:.3f}x to {high:.3f}x.")
+    for r, (low, high, mixed) in s["joint_over_single"].items():
+        lines.append(f"* At rank {r}, the joint optimum against the best single choice: {low:.3f}x to {high:.3f}x; "
+                     f"it mixes the hook with fp32 or fp16 messages in {mixed} of {s['jobs']} jobs.")
     return "\n".join(lines) + "\n"
+
+
+def _best_single(row: dict[str, Any], q: dict[str, Any]) -> float:
+    """The best single choice's step: the DP's optimum in fp32, in fp16 or under the hook."""
+    return min(row["dp"], row["dp_fp16"], q["dp"])
 
 
 def summary(results: list[dict[str, Any]]) -> dict[str, Any]:
@@ -119,11 +143,16 @@ def summary(results: list[dict[str, Any]]) -> dict[str, Any]:
     for row in results:
         fastest[row["fastest"]] = fastest.get(row["fastest"], 0) + 1
     gains: dict[str, list[float]] = {}
+    joint: dict[str, list[float]] = {}
+    mixed: dict[str, int] = {}
     for row in results:
         for q in row["powersgd"]:
             gains.setdefault(str(q["rank"]), []).append(q["ddp"] / q["dp"])
+            joint.setdefault(str(q["rank"]), []).append(_best_single(row, q) / q["joint"])
+            mixed[str(q["rank"])] = mixed.get(str(q["rank"]), 0) + int(0 < q["joint_through"] < q["joint_messages"])
     return {"jobs": len(results), "fastest": dict(sorted(fastest.items())),
-            "dp_over_ddp": {r: [min(g), max(g)] for r, g in gains.items()}}
+            "dp_over_ddp": {r: [min(g), max(g)] for r, g in gains.items()},
+            "joint_over_single": {r: [min(g), max(g), mixed[r]] for r, g in joint.items()}}
 
 
 def main(argv: list[str] | None = None) -> int:
