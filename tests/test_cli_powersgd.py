@@ -137,3 +137,38 @@ def test_bad_powersgd_flags_are_named_in_one_line(profile_path, capsys, argv, me
     assert main([command, *where, *LINK, *rest]) == 2
     error = capsys.readouterr().err.strip()
     assert error.startswith("fusionopt: error: ") and message in error and "\n" not in error, error
+
+
+def test_the_hook_as_one_choice_per_message(profile_path, tmp_path, capsys):
+    # Each message in fp32 or through the hook, the cheaper: b alone in fp32 from 1 ms
+    # (1.001024 ms, done by 2.001024), then w1 and w2 from 3 ms through it (3 ms of startups and
+    # (256 + 1024 + 1024 + 1024) 4 x 4 B at 1 ns/B): 6.053248 + 3 ms, below the one bucket's
+    # 9.054272 ms under the hook on every bucket.
+    out = tmp_path / "plan.json"
+    choice = [*HOOK, "--powersgd-as-choice"]
+    document = run_json(capsys, "solve", profile_path, "--method", "dp", *LINK, *choice, "--output", str(out))
+    assert document["iteration_time"] == pytest.approx(9.053248e-3, abs=1e-12)
+    assert document["encodings"] == ["fp32", "powersgd"] and document["status"] == "OPTIMAL"
+    assert Plan.read(out).groups() == [[2], [1, 0]]
+    assert run_json(capsys, "simulate", profile_path, "--plan", str(out), *LINK, *choice)["iteration_time"] == \
+        pytest.approx(9.053248e-3, abs=1e-12)
+    rows = {row["method"]: row for row in run_json(capsys, "compare", "--profile", profile_path, *LINK, *choice)}
+    assert rows["dp"]["iteration_time"] == pytest.approx(9.053248e-3, abs=1e-12)
+    assert min(row["iteration_time"] for row in rows.values()) == pytest.approx(9.053248e-3, abs=1e-12)
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["solve", "--powersgd-as-choice"], "--powersgd-as-choice makes torch's PowerSGD hook a choice per message and "
+                                        "goes with --powersgd-rank R"),
+    (["solve", "--ps-servers", "2", *HOOK, "--powersgd-as-choice"], "a choice per message, and goes without "
+                                                                     "--ps-servers"),
+    (["solve", "--channels", "2", *HOOK, "--powersgd-as-choice"], "--powersgd-as-choice: compressor 'powersgd' prices "
+                                                                   "a message by its tensors on one channel"),
+    (["advise", *HOOK, "--powersgd-as-choice"], "advise gives DDP settings with one hook for every bucket"),
+])
+def test_bad_choice_flags_are_named_in_one_line(profile_path, capsys, argv, message):
+    command, *rest = argv
+    where = [profile_path] if command == "solve" else ["--profile", profile_path]
+    assert main([command, *where, *LINK, *rest]) == 2
+    error = capsys.readouterr().err.strip()
+    assert error.startswith("fusionopt: error: ") and message in error and "\n" not in error, error

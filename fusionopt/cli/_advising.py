@@ -30,6 +30,10 @@ def cmd_advise(args: argparse.Namespace) -> None:
         raise UsageError(f"{'--memory-cap' if args.memory_cap is not None else '--atoms'} goes with --pattern fsdp")
     from fusionopt.advice._allreduce import ddp_settings, horovod_settings
 
+    if getattr(args, "powersgd_as_choice", False):
+        raise UsageError("--powersgd-as-choice: advise gives DDP settings with one hook for every bucket; the "
+                         "choice per message is for solve, simulate and compare, and wire_comm_hook(powersgd=, "
+                         "through=) sends it")
     problem, label = problem_for_compare(args)
     hook = powersgd_from_flags(args)
     judged = problem if hook is None else priced_for_powersgd(problem, hook)
@@ -162,7 +166,7 @@ def _print_powersgd(ddp: Any) -> None:
 
 def _advise_pattern_flags(args: argparse.Namespace) -> None:
     """Refuse the all-reduce advice's flags under another --pattern."""
-    if powersgd_from_flags(args) is not None:
+    if getattr(args, "powersgd_rank", None) is not None:
         raise UsageError(f"--powersgd-rank is torch's comm hook on DDP's buckets; --pattern {args.pattern} has none")
     if args.method != "dp":
         raise UsageError(f"--method picks the all-reduce plan to follow; --pattern {args.pattern} plans its own")

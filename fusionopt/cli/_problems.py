@@ -81,6 +81,10 @@ def add_cost_arguments(parser: argparse.ArgumentParser, *, required: bool = True
                            ("--powersgd-per-message", "seconds per bucket for the hook's other work (default 0)")):
             hook.add_argument(flag, type=int if flag.endswith("iter") else float, metavar="N" if flag.endswith("iter")
                               else "X", help=f"with --powersgd-rank: {what}")
+        hook.add_argument("--powersgd-as-choice", action="store_true",
+                          help="with --powersgd-rank: the hook is one choice per message instead, beside --encodings "
+                               "(each message of whole tensors at the cheaper of the two; --exact-tensors keeps the "
+                               "tensors the hook would compress off it), as wire_comm_hook(powersgd=, through=) sends it")
     server = parser.add_argument_group("parameter server instead of all-reduce (default off)")
     server.add_argument("--ps-servers", type=int, metavar="K",
                         help="K servers: push and pull channels (with --network, the BytePS-style terms)")
@@ -186,14 +190,17 @@ def problem_from_flags(profile: Profile, args: argparse.Namespace) -> Problem:
                        step_parts="fit")
     _measured_halves(args)                                # refuses them here, with the reason
     if args.ps_servers is None:
+        compressor = compressor_from_flags(args)
         try:
             return Problem(profile, _encoded(_cost(args), args), sync=args.sync, copy_cost=args.copy_cost,
                            copy_on=args.copy_on or "channel", **_contention(args), channels=args.channels,
-                           step_parts="fit", exact_tensors=exact)
+                           step_parts="fit", exact_tensors=exact, compressor=compressor)
         except ValueError as exc:
-            if not exact or "exact_tensors" not in str(exc):
-                raise
-            raise UsageError(f"--exact-tensors {args.exact_tensors}: {exc}") from None
+            if exact and "exact_tensors" in str(exc):
+                raise UsageError(f"--exact-tensors {args.exact_tensors}: {exc}") from None
+            if compressor is not None and ("compressor" in str(exc) or "PowerSGD" in str(exc)):
+                raise UsageError(f"--powersgd-as-choice: {exc}") from None
+            raise
     return Problem(profile, sync=args.sync, pattern=_parameter_server(args), step_parts="fit")
 
 
@@ -204,7 +211,27 @@ POWERSGD_FLAGS = {"powersgd_min_compression_rate": "min_compression_rate", "powe
 
 
 def powersgd_from_flags(args: argparse.Namespace) -> PowerSGD | None:
-    """The PowerSGD hook ``--powersgd-rank`` and its flags describe (None without it)."""
+    """The PowerSGD hook ``--powersgd-rank`` and its flags describe on every DDP bucket (None
+    without it, and with ``--powersgd-as-choice``, where the problem carries it:
+    :func:`compressor_from_flags`)."""
+    as_choice = getattr(args, "powersgd_as_choice", False)
+    if as_choice and getattr(args, "powersgd_rank", None) is None:
+        raise UsageError("--powersgd-as-choice makes torch's PowerSGD hook a choice per message and goes with "
+                         "--powersgd-rank R")
+    hook = _powersgd_hook(args, as_choice)
+    return None if as_choice else hook
+
+
+def compressor_from_flags(args: argparse.Namespace) -> PowerSGD | None:
+    """The hook ``--powersgd-rank R --powersgd-as-choice`` makes one choice per message (the
+    problem's ``compressor``; None otherwise)."""
+    if getattr(args, "powersgd_as_choice", False):
+        powersgd_from_flags(args)                          # its refusals
+        return _powersgd_hook(args, True)
+    return None
+
+
+def _powersgd_hook(args: argparse.Namespace, as_choice: bool) -> PowerSGD | None:
     rank = getattr(args, "powersgd_rank", None)
     given = {field: getattr(args, flag) for flag, field in POWERSGD_FLAGS.items() if getattr(args, flag, None) is not None}
     if rank is None:
@@ -212,11 +239,13 @@ def powersgd_from_flags(args: argparse.Namespace) -> PowerSGD | None:
             flag = next(f for f, field in POWERSGD_FLAGS.items() if field in given)
             raise UsageError(f"--{flag.replace('_', '-')} sets torch's PowerSGD hook and goes with --powersgd-rank R")
         return None
-    for flag, other in (("--encodings", args.encodings is not None), ("--ps-servers", args.ps_servers is not None),
-                        ("--decoupled", args.decoupled), ("--fully-sharded", args.fully_sharded)):
+    for flag, other in (("--encodings", args.encodings is not None and not as_choice),
+                        ("--ps-servers", args.ps_servers is not None), ("--decoupled", args.decoupled),
+                        ("--fully-sharded", args.fully_sharded)):
         if other:
-            raise UsageError(f"--powersgd-rank prices DDP's all-reduce under torch's powerSGD_hook, one hook for "
-                             f"every bucket, and goes without {flag}")
+            every = "a choice per message" if as_choice else "one hook for every bucket"
+            raise UsageError(f"--powersgd-rank prices DDP's all-reduce under torch's powerSGD_hook, {every}, and "
+                             f"goes without {flag}")
     try:
         return PowerSGD(rank=rank, **given)
     except ValueError as exc:

@@ -50,8 +50,10 @@ def _result_document(result: Result, problem: Problem | None = None, ranks: int 
 
 
 def _wire(result: Result, problem: Problem | None) -> list[str] | None:
-    """Each message's encoding where the problem's cost has encodings (MODEL.md section 2.2)."""
-    if problem is None or not isinstance(problem.cost, (Encoded, Cheapest)) or not isinstance(result.plan, Plan):
+    """Each message's encoding where the problem's cost has encodings (MODEL.md section 2.2) or
+    a compressor (its name where a message goes through it, section 2.4)."""
+    if problem is None or not isinstance(result.plan, Plan) or \
+            (not isinstance(problem.cost, (Encoded, Cheapest)) and problem.compressor is None):
         return None
     plan = result.plan
     return problem.message_encodings(plan.message_bytes, [m.tensors for m in plan.messages])
@@ -60,11 +62,13 @@ def _wire(result: Result, problem: Problem | None) -> list[str] | None:
 def _error_bounds(problem: Problem, wire: list[str], ranks: int) -> dict[str, dict[str, float]]:
     """Per lossy encoding the plan sends: its messages and the bound on each averaged element's
     error at ``ranks`` ranks (MODEL.md section 2.2), relative to the ranks' mean magnitude
-    (``Encoding.error_bound``) plus an absolute part (``error_floor``)."""
+    (``Encoding.error_bound``) plus an absolute part (``error_floor``); a compressor's messages
+    with no bound (None: PowerSGD's error depends on the gradients' spectra, section 2.4)."""
     known = encoding_table(problem.cost)
     return {name: {"messages": wire.count(name), "relative": known[name].error_bound(ranks),
-                   "absolute": known[name].error_floor(ranks)}
-            for name in dict.fromkeys(wire) if not known[name].lossless}
+                   "absolute": known[name].error_floor(ranks)} if name in known else
+            {"messages": wire.count(name), "relative": None, "absolute": None}
+            for name in dict.fromkeys(wire) if name not in known or not known[name].lossless}
 
 
 def _print_result(result: Result, profile: Profile, problem: Problem | None = None,
@@ -102,6 +106,10 @@ def _print_result(result: Result, profile: Profile, problem: Problem | None = No
               "depends on the ranks")
     elif wire is not None and ranks is not None:
         for name, b in _error_bounds(problem, wire, ranks).items():
+            if b["relative"] is None:
+                print(f"error bound     {name} ({plural(b['messages'], 'message')}): none stated, the low-rank "
+                      "approximation's error depends on the gradients' spectra (MODEL.md 2.4)")
+                continue
             print(f"error bound     {name} ({plural(b['messages'], 'message')}): each averaged element within "
                   f"{b['relative']:.3g} x the {ranks} ranks' mean |g| + {b['absolute']:.3g} (MODEL.md 2.2)")
 
@@ -349,7 +357,8 @@ def cmd_compare(args: argparse.Namespace) -> None:
             lanes += ", collectives blocking the training thread" if halves.blocking else ""
             print(f"network   {both}, {cap}{lanes}")
     else:
-        extras = "".join(f", {_exact_words(problem)}" if name == "exact_tensors" else f", {name} {getattr(problem, name)}"
+        words = {"exact_tensors": _exact_words, "compressor": _compressor_words}
+        extras = "".join(f", {words[name](problem)}" if name in words else f", {name} {getattr(problem, name)}"
                          for name in problem.extensions)
         print(f"network   {_cost_words(problem.cost, args.cost)}, sync {problem.sync}{extras}")
         if hook is not None:
@@ -367,6 +376,15 @@ def _exact_words(problem: Problem) -> str:
     names = [problem.profile.names[i] for i in problem.exact_tensors]
     shown = ", ".join(names[:4]) + (f", ... ({len(names)} in all)" if len(names) > 4 else "")
     return f"{plural(len(names), 'tensor')} exact (every message carrying one in a lossless encoding): {shown}"
+
+
+def _compressor_words(problem: Problem) -> str:
+    """The compressor as a header says it."""
+    hook = problem.compressor
+    if not isinstance(hook, PowerSGD):
+        return f"or each message through {hook.name} where cheaper"
+    return (f"or each message of whole tensors through torch's powerSGD_hook where cheaper (rank {hook.rank}, "
+            f"min_compression_rate {hook.min_compression_rate:g}; a step once it compresses)")
 
 
 def _cost_words(cost: Any, path: str | None) -> str:
