@@ -142,6 +142,10 @@ class Job:
                 f"the executor runs the plain model (MODEL.md sections 1-4), and this problem has "
                 f"{', '.join(others)} on (of the extensions it runs decoupled, fully_sharded (section 8), "
                 "ps (section 6) and exact_tensors (section 2.2) only)")
+        if "powersgd" in self.problem.profile.metadata:
+            raise ValueError(f"profile {self.problem.profile.name!r} is priced for torch's powerSGD_hook "
+                             "(PowerSGD.priced): its sizes are prices, not the gradients' bytes; run the gradients' "
+                             "profile")
         pattern = self.problem.pattern
         self._check_encodings()
         if pattern.name not in RUN_PATTERNS:

@@ -14,7 +14,7 @@ from fusionopt.executor import (
     CorrectnessError, Fault, Gradients, Job, LocalGroup, ShardLayout, build_program, rank_bytes, run,
 )
 from fusionopt.model import (
-    Decoupled, DecoupledPlan, FullySharded, Plan, Problem, ShardedPlan, allreduce_program,
+    Decoupled, DecoupledPlan, FullySharded, Plan, Problem, Profile, ShardedPlan, allreduce_program,
 )
 
 LINK = AlphaBeta(1e-4, 1e-9)
@@ -175,3 +175,17 @@ def test_an_mpi_run_sends_the_encodings_its_job_carries():
     m = run(wire_problem([400_000, 200_000, 8_000]), plan, "mpi", ranks=2, iterations=1, warmup=0, time_scale=0.0,
             timeout=20.0)
     assert m.correct and m.encodings == ("fp32", "fp16")
+
+
+def test_the_powersgd_hook_is_refused_in_one_line_whether_chosen_or_priced():
+    from fusionopt.cost import PowerSGD
+
+    profile = Profile.from_arrays([4096, 1024], [1e-4, 1e-4], [1e-4, 1e-4], ["w", "b"], shapes=[(32, 32), (256,)],
+                                  name="pair")
+    hook = PowerSGD(rank=1)
+    with pytest.raises(ValueError, match=r"^the executor runs the plain model .* this problem has compressor on"):
+        Job(Problem(profile, LINK, compressor=hook), Plan.per_tensor(profile))
+    priced = hook.priced(Problem(profile, LINK))
+    with pytest.raises(ValueError, match=r"^profile 'pair \(PowerSGD rank 1\)' is priced for torch's powerSGD_hook "
+                                         r"\(PowerSGD.priced\): its sizes are prices"):
+        Job(priced, Plan.per_tensor(priced.profile))

@@ -57,3 +57,13 @@ def test_one_encoding_for_every_bucket_is_torchs_own_hook():
     plain = ddp_settings(Problem(profile, network("10gbe", 64)), solve(Problem(profile, network("10gbe", 64)),
                                                                          "dp").plan)
     assert plain.wire is None and plain.hook is None
+
+
+def test_ddp_settings_refuse_a_problem_that_chooses_the_powersgd_hook_per_message():
+    from fusionopt.cost import PowerSGD
+
+    profile = zoo.profile("resnet50", batch=16)
+    problem = Problem(profile, network("10gbe", 8), compressor=PowerSGD(rank=1))
+    with pytest.raises(ValueError, match=r"^ddp_settings registers one hook for every bucket, and this problem sends "
+                                         r"each message through powersgd or not as it chooses"):
+        ddp_settings(problem, solve(problem, "dp").plan)
