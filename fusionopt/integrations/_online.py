@@ -20,7 +20,12 @@ a window):
   last message's ready time against the messages before it, least squares over the window's
   steps, whatever plan sent them. A plan of ``m`` messages stretches the backward by
   ``(m - 1)`` of them, so two plans with other message counts identify it; until the window
-  holds two, it is the last one identified (0 at first);
+  holds two, it is the last one identified (0 at first). Until it is first identified, a
+  re-planning that does not switch and runs a plan of ``m > 1`` messages *probes*: it
+  switches to the exact DP's plan of at most ``m // 2`` messages (``probe=False``: never),
+  once, so that the next window holds two message counts. An unknown cost per message can
+  only favour fewer messages (a plan of one message does not pay it), so the probe goes
+  that way, and the next re-planning judges both plans with the cost fitted;
 * **the backward**: the median ready time of each message's last tensor in the ready order,
   less the compute of the messages before it; the tensors between two observed ones share
   the time between them in the proportions the starting profile gives (equally where it
@@ -65,7 +70,8 @@ from fusionopt.solvers import solve
 @dataclass(frozen=True)
 class Decision:
     """One re-planning: at ``step``, the fitted cost, the predicted ``T`` of the plan in use
-    and of the optimum (seconds), the measured spread (seconds), and whether it switched."""
+    and of the optimum (seconds), the measured spread (seconds), whether it switched, the
+    plan in use after it, and whether the switch was the probe (module docstring)."""
 
     step: int
     cost: AlphaBeta
@@ -74,6 +80,7 @@ class Decision:
     spread: float
     switched: bool
     plan: Plan
+    probe: bool = False
 
 
 class OnlinePlanner:
@@ -97,16 +104,23 @@ class OnlinePlanner:
         A switch also needs a predicted gain above this many times the measured spread.
     method : str
         The exact method that solves the fitted problem.
+    probe : bool
+        Whether to probe a plan of fewer messages once, while the compute each message costs
+        is not yet identified (module docstring).
     """
 
     def __init__(self, reducer: Any, *, every: int = 5, window: int = 10, min_gain: float = 0.01,
-                 confidence: float = 2.0, method: str = "dp") -> None:
+                 confidence: float = 2.0, method: str = "dp", probe: bool = True) -> None:
         check_planner_options(every, window, min_gain, confidence)
         if reducer.sync != "barrier" and not hasattr(reducer, "flush"):
             raise ValueError(f"the online planner switches plans between steps; a job under sync={reducer.sync!r} "
                              "has them only after flush(): use a PlanReducer, or sync='barrier'")
         self.reducer, self.every, self.window = reducer, every, window
         self.min_gain, self.confidence, self.method = float(min_gain), float(confidence), method
+        if not isinstance(probe, bool):
+            raise ValueError(f"probe must be True or False, got {probe!r}")
+        self.probe = probe
+        self._probed = False                              # the probe ran (or the cost was identified)
         self.prior: Profile = reducer.profile
         self.steps = 0
         self.seconds = 0.0                                # spent fitting, solving and deciding
@@ -174,6 +188,7 @@ class OnlinePlanner:
         spans = np.array(self._spans, dtype=np.float64).reshape(-1, 2)
         if np.ptp(spans[:, 0]) > 0:
             self._message_compute = _slope(spans[:, 0] - 1, spans[:, 1])
+            self._probed = True                           # identified: nothing left to probe
         plan = self.reducer.plan
         profile = self.prior
         ready = np.array([[m["ready"] for m in step] for step in steps])
@@ -195,6 +210,12 @@ class OnlinePlanner:
         runnable = best.plan if realise is None else realise(best.plan)
         gain = current - best.iteration_time
         switched = runnable is not None and gain > self.min_gain * current and gain > self.confidence * spread
+        messages = self.reducer.plan.num_messages
+        if not switched and self.probe and not self._probed and messages > 1:
+            self._probed = True
+            probe = solve(problem, "dp", max_messages=max(1, messages // 2)).plan
+            if (probe if realise is None else realise(probe)) is not None:
+                return Decision(self.steps, problem.cost, current, best.iteration_time, spread, True, probe, True)
         return Decision(self.steps, problem.cost, current, best.iteration_time, spread, switched,
                         best.plan if switched else self.reducer.plan)
 

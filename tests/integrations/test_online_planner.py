@@ -143,11 +143,22 @@ def test_it_prices_the_compute_each_message_costs():
     assert planner.history[0].switched and planner.history[0].plan.num_messages > 1
     assert planner.fitted_problem()[0].message_compute == pytest.approx(0.6 * MS, rel=1e-9)
     assert gap(job) < 0.02
-    # From one plan only, the cost is not identified: a message per tensor stays unpriced.
-    stuck = OnlinePlanner(SimulatedJob(problem, Plan.per_tensor(profile)), every=5, window=10)
-    for _ in range(10):
+    # From one plan only, the cost is not identified: without the probe, a message per tensor
+    # stays unpriced, and the planner stays on it.
+    stuck = OnlinePlanner(SimulatedJob(problem, Plan.per_tensor(profile)), every=5, window=10, probe=False)
+    for _ in range(30):
         stuck.after_step()
-    assert stuck.fitted_problem()[0].message_compute == 0.0
+    assert stuck.fitted_problem()[0].message_compute == 0.0 and stuck.reducer.plan.num_messages == profile.n
+    # With it, the first re-planning (which sees no gain) probes the DP's plan of at most 12
+    # messages; the next window holds both counts, fits the cost and reaches the optimum.
+    probing = OnlinePlanner(SimulatedJob(problem, Plan.per_tensor(profile)), every=5, window=10)
+    for _ in range(30):
+        probing.after_step()
+    first = probing.history[0]
+    assert first.probe and first.switched and first.plan.num_messages <= profile.n // 2
+    assert not any(d.probe for d in probing.history[1:])
+    assert probing.fitted_problem()[0].message_compute == pytest.approx(0.6 * MS, rel=1e-9)
+    assert gap(probing.reducer) < 0.02
     # Without the compute per message in the fit, the optimum of the fitted problem is other.
     blind = Problem(profile, AlphaBeta(0.05 * MS, 2e-10))
     assert simulate(problem, solve(blind, "dp").plan).iteration_time > 1.02 * solve(problem, "dp").iteration_time
