@@ -369,7 +369,7 @@ def ddp_settings(problem: Problem, plan: Plan, *, min_gain: float = MIN_GAIN,
     'torch.distributed.algorithms.ddp_comm_hooks.powerSGD_hook.powerSGD_hook'
     """
     min_gain = check_min_gain(min_gain)
-    if problem.compressor is not None:
+    if isinstance(problem, Problem) and problem.compressor is not None:
         raise ValueError(f"ddp_settings registers one hook for every bucket, and this problem sends each message "
                          f"through {problem.compressor.name} or not as it chooses: give the problem without its "
                          "compressor (with powersgd= for the hook on every bucket), or send the choice with "

@@ -21,11 +21,16 @@ a window):
   steps, whatever plan sent them. A plan of ``m`` messages stretches the backward by
   ``(m - 1)`` of them, so two plans with other message counts identify it; until the window
   holds two, it is the last one identified (0 at first). Until it is first identified, a
-  re-planning that does not switch and runs a plan of ``m > 1`` messages *probes*: it
-  switches to the exact DP's plan of at most ``m // 2`` messages (``probe=False``: never),
-  once, so that the next window holds two message counts. An unknown cost per message can
-  only favour fewer messages (a plan of one message does not pay it), so the probe goes
-  that way, and the next re-planning judges both plans with the cost fitted;
+  re-planning that does not switch, on a plan of ``m > 1`` messages, *probes* where the
+  starting profile suggests the cost: each message's ready time runs later than the
+  profile's backward says by a slope over the message's place in the channel (least
+  squares), and ``m - 1`` times that slope is above ``min_gain`` of the step (a profile
+  without backward times suggests nothing, and the planner then never probes). It then
+  switches, once, to the exact DP's plan of at most ``m // 2`` messages
+  (``probe=False``: never), so that the next window holds two message counts. An unknown
+  cost per message can only favour fewer messages (a plan of one message does not pay it),
+  so the probe goes that way, and the next re-planning judges both plans with the cost
+  fitted;
 * **the backward**: the median ready time of each message's last tensor in the ready order,
   less the compute of the messages before it; the tensors between two observed ones share
   the time between them in the proportions the starting profile gives (equally where it
@@ -211,13 +216,30 @@ class OnlinePlanner:
         gain = current - best.iteration_time
         switched = runnable is not None and gain > self.min_gain * current and gain > self.confidence * spread
         messages = self.reducer.plan.num_messages
-        if not switched and self.probe and not self._probed and messages > 1:
+        if not switched and self.probe and not self._probed and messages > 1 \
+                and (messages - 1) * self._suspected_message_compute() > self.min_gain * current:
             self._probed = True
             probe = solve(problem, "dp", max_messages=max(1, messages // 2)).plan
             if (probe if realise is None else realise(probe)) is not None:
                 return Decision(self.steps, problem.cost, current, best.iteration_time, spread, True, probe, True)
         return Decision(self.steps, problem.cost, current, best.iteration_time, spread, switched,
                         best.plan if switched else self.reducer.plan)
+
+    def _suspected_message_compute(self) -> float:
+        """From the plan in use alone: the least-squares slope, over each message's place in
+        the channel, of its median ready time less the starting profile's (seconds a message,
+        0 where it falls, and where the profile has no backward time); module docstring."""
+        ready = np.median(np.array([[m["ready"] for m in step] for step in self._seen]), axis=0)
+        profile, plan = self.prior, self.reducer.plan
+        if len(ready) < 2 or not profile.backward.any():
+            return 0.0
+        order = profile.backward_order
+        position = np.empty(profile.n, dtype=np.int64)
+        position[order] = np.arange(profile.n)
+        last = np.maximum.reduceat(position[plan.tensor], plan.starts[:-1])
+        spans = np.concatenate(([0.0], np.cumsum(profile.backward[order][1:])))    # from the first gradient
+        slope = np.polyfit(np.arange(len(ready), dtype=np.float64), ready - spans[last], 1)[0]
+        return max(0.0, float(slope))
 
     def _share(self, mine: Decision | None) -> Decision:
         """Rank 0's decision on every rank, over the planner's own process group: the job's

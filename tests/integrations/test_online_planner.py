@@ -145,13 +145,15 @@ def test_it_prices_the_compute_each_message_costs():
     assert gap(job) < 0.02
     # From one plan only, the cost is not identified: without the probe, a message per tensor
     # stays unpriced, and the planner stays on it.
-    stuck = OnlinePlanner(SimulatedJob(problem, Plan.per_tensor(profile)), every=5, window=10, probe=False)
+    stuck = OnlinePlanner(SimulatedJob(problem, Plan.per_tensor(profile), prior=profile), every=5, window=10,
+                          probe=False)
     for _ in range(30):
         stuck.after_step()
     assert stuck.fitted_problem()[0].message_compute == 0.0 and stuck.reducer.plan.num_messages == profile.n
-    # With it, the first re-planning (which sees no gain) probes the DP's plan of at most 12
-    # messages; the next window holds both counts, fits the cost and reaches the optimum.
-    probing = OnlinePlanner(SimulatedJob(problem, Plan.per_tensor(profile)), every=5, window=10)
+    # With it, the ready times run 0.6 ms a message later than the profile says: the first
+    # re-planning (which sees no gain) probes the DP's plan of at most 12 messages; the next
+    # window holds both counts, fits the cost and reaches the optimum.
+    probing = OnlinePlanner(SimulatedJob(problem, Plan.per_tensor(profile), prior=profile), every=5, window=10)
     for _ in range(30):
         probing.after_step()
     first = probing.history[0]
@@ -162,6 +164,23 @@ def test_it_prices_the_compute_each_message_costs():
     # Without the compute per message in the fit, the optimum of the fitted problem is other.
     blind = Problem(profile, AlphaBeta(0.05 * MS, 2e-10))
     assert simulate(problem, solve(blind, "dp").plan).iteration_time > 1.02 * solve(problem, "dp").iteration_time
+
+
+def test_no_probe_where_the_profile_shows_no_cost_per_message():
+    # On the optimum already (several messages), the ready times run as the profile says:
+    # nothing suggests a cost per message, so the planner neither probes nor switches; nor
+    # from a profile without backward times, which suggests nothing.
+    profile = resnet_like()
+    problem = Problem(profile, AlphaBeta(2 * MS, 2e-10))
+    best = solve(problem, "dp").plan
+    assert best.num_messages > 1
+    for prior in (profile, None):
+        job = SimulatedJob(problem, best, noise=0.02, seed=4, prior=prior)
+        planner = OnlinePlanner(job, every=5, window=10)
+        for _ in range(30):
+            planner.after_step()
+        assert not any(d.probe for d in planner.history) and len(planner.history) == 6
+        assert job.switches == 0 or prior is None
 
 
 def test_a_simulated_job_draws_measured_deviations():
