@@ -130,6 +130,13 @@ def test_the_hooks_compute_flags_reach_the_price(profile_path, capsys):
     (["solve", "--powersgd-per-flop", "1e-12"], "--powersgd-per-flop sets torch's PowerSGD hook and goes with"),
     (["solve", "--method", "p3", "--sync", "layerwise", *HOOK], "p3 cuts tensors"),
     (["advise", "--pattern", "fsdp", *HOOK], "--pattern fsdp has none"),
+    (["solve", "--powersgd-as-choice"], "--powersgd-as-choice makes torch's PowerSGD hook a choice per message and "
+                                        "goes with --powersgd-rank R"),
+    (["solve", "--ps-servers", "2", *HOOK, "--powersgd-as-choice"], "a choice per message, and goes without "
+                                                                     "--ps-servers"),
+    (["solve", "--channels", "2", *HOOK, "--powersgd-as-choice"], "--powersgd-as-choice: compressor 'powersgd' prices "
+                                                                   "a message by its tensors on one channel"),
+    (["advise", *HOOK, "--powersgd-as-choice"], "advise gives DDP settings with one hook for every bucket"),
 ])
 def test_bad_powersgd_flags_are_named_in_one_line(profile_path, capsys, argv, message):
     command, *rest = argv
@@ -155,20 +162,3 @@ def test_the_hook_as_one_choice_per_message(profile_path, tmp_path, capsys):
     rows = {row["method"]: row for row in run_json(capsys, "compare", "--profile", profile_path, *LINK, *choice)}
     assert rows["dp"]["iteration_time"] == pytest.approx(9.053248e-3, abs=1e-12)
     assert min(row["iteration_time"] for row in rows.values()) == pytest.approx(9.053248e-3, abs=1e-12)
-
-
-@pytest.mark.parametrize("argv, message", [
-    (["solve", "--powersgd-as-choice"], "--powersgd-as-choice makes torch's PowerSGD hook a choice per message and "
-                                        "goes with --powersgd-rank R"),
-    (["solve", "--ps-servers", "2", *HOOK, "--powersgd-as-choice"], "a choice per message, and goes without "
-                                                                     "--ps-servers"),
-    (["solve", "--channels", "2", *HOOK, "--powersgd-as-choice"], "--powersgd-as-choice: compressor 'powersgd' prices "
-                                                                   "a message by its tensors on one channel"),
-    (["advise", *HOOK, "--powersgd-as-choice"], "advise gives DDP settings with one hook for every bucket"),
-])
-def test_bad_choice_flags_are_named_in_one_line(profile_path, capsys, argv, message):
-    command, *rest = argv
-    where = [profile_path] if command == "solve" else ["--profile", profile_path]
-    assert main([command, *where, *LINK, *rest]) == 2
-    error = capsys.readouterr().err.strip()
-    assert error.startswith("fusionopt: error: ") and message in error and "\n" not in error, error
