@@ -416,7 +416,8 @@ class Problem:
         """Seconds on the channel of messages of ``sizes`` bytes (MODEL.md section 2.2), each
         carrying the tensors (profile indices) ``tensors`` lists for it: :attr:`exact_cost`
         for those that carry an :attr:`exact_tensors` tensor, :attr:`cost` for the others
-        (and for all when ``tensors`` is None)."""
+        (and for all when ``tensors`` is None); with a :attr:`compressor`, the cheaper of
+        that and :meth:`compressed_messages`."""
         sizes = np.asarray(sizes, dtype=np.float64)
         if tensors is None or not self.prices_by_content:
             return np.asarray(self.cost(sizes), dtype=np.float64)
@@ -428,7 +429,8 @@ class Problem:
     def arc_cost(self, tails: Any, heads: Any, sizes: Any) -> np.ndarray:
         """Seconds on the channel of the messages of ready-order positions ``tails .. heads - 1``
         of ``sizes`` bytes: :attr:`exact_cost` for those that carry an :attr:`exact_tensors`
-        tensor (:meth:`exact_arcs`), :attr:`cost` for the others."""
+        tensor (:meth:`exact_arcs`), :attr:`cost` for the others; with a :attr:`compressor`,
+        the cheaper of that and :meth:`compressed_arcs`."""
         sizes = np.asarray(sizes, dtype=np.float64)
         if not self.prices_by_content:
             return np.asarray(self.cost(sizes), dtype=np.float64)
@@ -440,7 +442,8 @@ class Problem:
     def message_encodings(self, sizes: Any, tensors: Any = None) -> list[str]:
         """Each message's encoding (its name), as :meth:`message_cost` prices it: the cheapest
         of :attr:`exact_cost`'s for a message that carries an :attr:`exact_tensors` tensor, of
-        :attr:`cost`'s for the others (``"fp32"`` on a cost without encodings)."""
+        :attr:`cost`'s for the others (``"fp32"`` on a cost without encodings); the
+        :attr:`compressor`'s name where it is strictly cheaper."""
         names = encodings_of(sizes, self.cost)
         if tensors is None or not self.prices_by_content:
             return names
