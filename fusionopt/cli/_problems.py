@@ -214,31 +214,31 @@ def powersgd_from_flags(args: argparse.Namespace) -> PowerSGD | None:
     """The PowerSGD hook ``--powersgd-rank`` and its flags describe on every DDP bucket (None
     without it, and with ``--powersgd-as-choice``, where the problem carries it:
     :func:`compressor_from_flags`)."""
-    as_choice = getattr(args, "powersgd_as_choice", False)
-    if as_choice and getattr(args, "powersgd_rank", None) is None:
-        raise UsageError("--powersgd-as-choice makes torch's PowerSGD hook a choice per message and goes with "
-                         "--powersgd-rank R")
-    hook = _powersgd_hook(args, as_choice)
+    hook, as_choice = _powersgd_hook(args)
     return None if as_choice else hook
 
 
 def compressor_from_flags(args: argparse.Namespace) -> PowerSGD | None:
     """The hook ``--powersgd-rank R --powersgd-as-choice`` makes one choice per message (the
     problem's ``compressor``; None otherwise)."""
-    if getattr(args, "powersgd_as_choice", False):
-        powersgd_from_flags(args)                          # its refusals
-        return _powersgd_hook(args, True)
-    return None
+    hook, as_choice = _powersgd_hook(args)
+    return hook if as_choice else None
 
 
-def _powersgd_hook(args: argparse.Namespace, as_choice: bool) -> PowerSGD | None:
+def _powersgd_hook(args: argparse.Namespace) -> tuple[PowerSGD | None, bool]:
+    """The hook the PowerSGD flags describe (None without ``--powersgd-rank``) and whether it
+    is one choice per message (``--powersgd-as-choice``); their refusals in one line."""
     rank = getattr(args, "powersgd_rank", None)
+    as_choice = getattr(args, "powersgd_as_choice", False)
+    if as_choice and rank is None:
+        raise UsageError("--powersgd-as-choice makes torch's PowerSGD hook a choice per message and goes with "
+                         "--powersgd-rank R")
     given = {field: getattr(args, flag) for flag, field in POWERSGD_FLAGS.items() if getattr(args, flag, None) is not None}
     if rank is None:
         if given:
             flag = next(f for f, field in POWERSGD_FLAGS.items() if field in given)
             raise UsageError(f"--{flag.replace('_', '-')} sets torch's PowerSGD hook and goes with --powersgd-rank R")
-        return None
+        return None, False
     for flag, other in (("--encodings", args.encodings is not None and not as_choice),
                         ("--ps-servers", args.ps_servers is not None), ("--decoupled", args.decoupled),
                         ("--fully-sharded", args.fully_sharded)):
@@ -247,7 +247,7 @@ def _powersgd_hook(args: argparse.Namespace, as_choice: bool) -> PowerSGD | None
             raise UsageError(f"--powersgd-rank prices DDP's all-reduce under torch's powerSGD_hook, {every}, and "
                              f"goes without {flag}")
     try:
-        return PowerSGD(rank=rank, **given)
+        return PowerSGD(rank=rank, **given), as_choice
     except ValueError as exc:
         raise UsageError(f"--powersgd-rank: {exc}") from None
 

@@ -380,9 +380,7 @@ def _exact_words(problem: Problem) -> str:
 
 def _compressor_words(problem: Problem) -> str:
     """The compressor as a header says it."""
-    hook = problem.compressor
-    if not isinstance(hook, PowerSGD):
-        return f"or each message through {hook.name} where cheaper"
+    hook = problem.compressor                       # the command line's is torch's PowerSGD hook
     return (f"or each message of whole tensors through torch's powerSGD_hook where cheaper (rank {hook.rank}, "
             f"min_compression_rate {hook.min_compression_rate:g}; a step once it compresses)")
 

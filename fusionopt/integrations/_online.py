@@ -234,11 +234,8 @@ class OnlinePlanner:
         if len(ready) < 2 or not profile.backward.any():
             return 0.0
         order = profile.backward_order
-        position = np.empty(profile.n, dtype=np.int64)
-        position[order] = np.arange(profile.n)
-        last = np.maximum.reduceat(position[plan.tensor], plan.starts[:-1])
-        spans = np.concatenate(([0.0], np.cumsum(profile.backward[order][1:])))    # from the first gradient
-        slope = np.polyfit(np.arange(len(ready), dtype=np.float64), ready - spans[last], 1)[0]
+        spans = profile.ready_times[order] - profile.ready_times[order[0]]      # from the first gradient
+        slope = np.polyfit(np.arange(len(ready), dtype=np.float64), ready - spans[_last_positions(profile, plan)], 1)[0]
         return max(0.0, float(slope))
 
     def _share(self, mine: Decision | None) -> Decision:
@@ -487,14 +484,19 @@ def _slope(x: np.ndarray, y: np.ndarray) -> float:
     return float(slope) if slope > max(2.0 * error, 1e-9) else 0.0
 
 
+def _last_positions(profile: Profile, plan: Plan) -> np.ndarray:
+    """Per message of ``plan``, the ready-order position of its last tensor to be ready."""
+    position = np.empty(profile.n, dtype=np.int64)
+    position[profile.backward_order] = np.arange(profile.n)
+    return np.maximum.reduceat(position[plan.tensor], plan.starts[:-1])
+
+
 def _backward(profile: Profile, plan: Plan, ready: np.ndarray) -> np.ndarray:
     """Per tensor, its backward seconds from each message's ready time (``ready[k]``, seconds
     from the step's first gradient; module docstring)."""
     order = profile.backward_order
     n = profile.n
-    position = np.empty(n, dtype=np.int64)
-    position[order] = np.arange(n)
-    last = np.maximum.reduceat(position[plan.tensor], plan.starts[:-1])
+    last = _last_positions(profile, plan)
     observed: dict[int, float] = {}
     for p, r in zip(last.tolist(), ready.tolist()):
         observed[p] = min(observed.get(p, r), r)

@@ -16,6 +16,7 @@ import numpy as np
 
 from fusionopt.model._cost import CommCost
 from fusionopt.model._decoupled_timing import require_decoupled
+from fusionopt.model._encoding import wire_link
 from fusionopt.model._fusion_dp import optimal_fusion
 from fusionopt.model._problem import Problem
 from fusionopt.model._ps_timing import require_ps
@@ -52,7 +53,7 @@ def last_message_bound(problem: Problem) -> float:
     """
     least = float(problem.cost(1))
     if problem.compressor is not None:
-        least = min(least, problem.compressor.least_seconds(problem.compressor_link))
+        least = min(least, problem.compressor.least_seconds(wire_link(problem.cost)))
     return problem.profile.compute_time + least
 
 

@@ -100,6 +100,13 @@ class TensorSplit:
         return sum(self.numel) / sum(self.elements)
 
 
+def _startup(cost: CommCost) -> float:
+    """What an issued all-reduce costs however few its bytes: ``alpha`` on an affine cost,
+    ``c(1 B)`` otherwise."""
+    affine = cost.affine
+    return affine[0] if affine is not None else float(cost(1.0))
+
+
 def _check_count(label: str, value: Any, least: int) -> int:
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) or value < least:
         raise ValueError(f"PowerSGD: {label} must be an integer >= {least}, got {value!r}")
@@ -188,8 +195,9 @@ class PowerSGD(Compressor):
         return self.split(profile.shapes, profile.names)
 
     # ------------------------------------------------------------------ what a bucket costs
-    def compute_seconds(self, nbytes: float, flops: float) -> float:
-        """The hook's compute for a bucket of ``nbytes`` bytes whose products take ``flops``."""
+    def compute_seconds(self, nbytes: Any, flops: Any) -> Any:
+        """The hook's compute for a bucket of ``nbytes`` bytes whose products take ``flops``
+        (numbers, or arrays of them, bucket by bucket)."""
         return self.seconds_per_message + self.seconds_per_byte * nbytes + self.seconds_per_flop * flops
 
     def message_seconds(self, cost: CommCost, profile: Profile, tensors: Sequence[int]) -> float:
@@ -204,16 +212,8 @@ class PowerSGD(Compressor):
         """
         if not tensors:
             return 0.0
-        parts = self.wire_parts(profile)[:, list(tensors)].sum(axis=1, keepdims=True)
-        return float(self.bucket_seconds(cost, parts)[0])
-
-    def tensor_parts(self, profile: Profile) -> np.ndarray:
-        """:meth:`wire_parts` (the :class:`~fusionopt.model.Compressor` interface)."""
-        return self.wire_parts(profile)
-
-    def parts_seconds(self, cost: CommCost, parts: np.ndarray) -> np.ndarray:
-        """:meth:`bucket_seconds` (the :class:`~fusionopt.model.Compressor` interface)."""
-        return self.bucket_seconds(cost, parts)
+        parts = self.tensor_parts(profile)[:, list(tensors)].sum(axis=1, keepdims=True)
+        return float(self.parts_seconds(cost, parts)[0])
 
     def alters(self, profile: Profile) -> np.ndarray:
         """Per tensor of ``profile``, whether the hook compresses it (:meth:`split`); the
@@ -224,10 +224,9 @@ class PowerSGD(Compressor):
         """A bucket's three all-reduces each cost at least an empty one's startup (``alpha``
         on an affine cost, ``c(1 B)`` otherwise), and its compute at least
         ``seconds_per_message``."""
-        affine = cost.affine
-        return 3 * (affine[0] if affine is not None else float(cost(1.0))) + self.seconds_per_message
+        return 3 * _startup(cost) + self.seconds_per_message
 
-    def wire_parts(self, profile: Profile) -> np.ndarray:
+    def tensor_parts(self, profile: Profile) -> np.ndarray:
         """Per tensor (columns, forward indices), what it adds to a bucket under the hook: the
         bytes it puts in the uncompressed, the ``P`` and the ``Q`` all-reduce, its own bytes
         and its products' flops (rows, in that order), float64."""
@@ -237,18 +236,15 @@ class PowerSGD(Compressor):
                          np.asarray(split.q) * element, profile.sizes.astype(np.float64),
                          np.asarray(split.flops, dtype=np.float64)])
 
-    def bucket_seconds(self, cost: CommCost, parts: np.ndarray) -> np.ndarray:
-        """Seconds of buckets whose :meth:`wire_parts` add up to the columns of ``parts``, on
+    def parts_seconds(self, cost: CommCost, parts: np.ndarray) -> np.ndarray:
+        """Seconds of buckets whose :meth:`tensor_parts` add up to the columns of ``parts``, on
         ``cost``: ``c(U) + c(P) + c(Q)`` (an empty all-reduce at its startup: ``alpha`` where
         ``cost`` is affine, ``c(1 B)`` otherwise) plus :meth:`compute_seconds`; 0 for a bucket
         of no bytes."""
         parts = np.asarray(parts, dtype=np.float64)
-        affine = cost.affine
-        empty = affine[0] if affine is not None else float(cost(1.0))     # an issued call's startup
         wire = parts[:3]
         priced = np.asarray(cost(np.maximum(wire, 0.0).ravel()), dtype=np.float64).reshape(wire.shape)
-        seconds = np.where(wire > 0, priced, empty).sum(axis=0)
-        seconds = seconds + self.seconds_per_message + self.seconds_per_byte * parts[3] + self.seconds_per_flop * parts[4]
+        seconds = np.where(wire > 0, priced, _startup(cost)).sum(axis=0) + self.compute_seconds(parts[3], parts[4])
         return np.where(parts[3] > 0, seconds, 0.0)
 
     def priced(self, problem: Problem) -> Problem:
@@ -277,10 +273,9 @@ class PowerSGD(Compressor):
                              f"{type(problem.cost).__name__} is not; price a bucket on any cost with message_seconds")
         alpha, beta = affine
         profile = problem.profile
-        split = self.of_profile(profile)
-        element = profile.element_bytes
-        wire = (np.asarray(split.uncompressed) + np.asarray(split.p) + np.asarray(split.q)) * element
-        compute = self.seconds_per_byte * profile.sizes + self.seconds_per_flop * np.asarray(split.flops, dtype=np.float64)
+        parts = self.tensor_parts(profile)
+        wire = parts[:3].sum(axis=0)
+        compute = self.seconds_per_byte * parts[3] + self.seconds_per_flop * parts[4]     # per message: in alpha'
         if beta == 0 and compute.any():
             raise ValueError("PowerSGD: the hook's compute is priced in bytes of the link, and this cost has no "
                              "per-byte term (beta = 0)")

@@ -12,7 +12,7 @@ import numpy as np
 from fusionopt.model._compressor import Compressor
 from fusionopt.model._cost import CommCost
 from fusionopt.model._encoding import (Cheapest, Encoded, compute_encodings, encoding_table, encodings_of,
-                                       lossy_encodings)
+                                       lossy_encodings, wire_link)
 from fusionopt.model._profile import Profile
 from fusionopt.model._pattern import Pattern
 from fusionopt.model._step_parts import fit_step_parts
@@ -341,13 +341,6 @@ class Problem:
             np.concatenate(([0], np.cumsum(blocked[order]))))
 
     @property
-    def compressor_link(self) -> CommCost:
-        """The link a message through :attr:`compressor` is priced on: :attr:`cost` without
-        its encodings (its link where it is :class:`~fusionopt.cost.Cheapest` or
-        :class:`~fusionopt.cost.Encoded`)."""
-        return self.cost.cost if isinstance(self.cost, (Cheapest, Encoded)) else self.cost
-
-    @property
     def prices_by_content(self) -> bool:
         """Whether a message's price depends on the tensors it carries, not on its bytes
         alone (:attr:`exact_tensors` restricts a choice, or a :attr:`compressor` is given)."""
@@ -364,7 +357,7 @@ class Problem:
         for k, carried in enumerate(tensors):
             unique = np.unique(np.atleast_1d(np.asarray(carried, dtype=np.int64)))
             if float(self.profile.sizes[unique].sum()) == sizes[k] and not blocked[unique].any():
-                out[k] = float(self.compressor.parts_seconds(self.compressor_link,
+                out[k] = float(self.compressor.parts_seconds(wire_link(self.cost),
                                                              parts[:, unique].sum(axis=1, keepdims=True))[0])
         return out
 
@@ -373,7 +366,7 @@ class Problem:
         :attr:`compressor` (``inf`` where one carries a tensor kept exact that it alters)."""
         _, _, prefix, blocked = self.__dict__["_compressor_tables"]
         tails, heads = np.broadcast_arrays(np.asarray(tails, dtype=np.int64), np.asarray(heads, dtype=np.int64))
-        seconds = self.compressor.parts_seconds(self.compressor_link, prefix[:, heads] - prefix[:, tails])
+        seconds = self.compressor.parts_seconds(wire_link(self.cost), prefix[:, heads] - prefix[:, tails])
         return np.where(blocked[heads] > blocked[tails], np.inf, seconds)
 
     @property

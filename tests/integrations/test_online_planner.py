@@ -180,7 +180,8 @@ def test_no_probe_where_the_profile_shows_no_cost_per_message():
         for _ in range(30):
             planner.after_step()
         assert not any(d.probe for d in planner.history) and len(planner.history) == 6
-        assert job.switches == 0 or prior is None
+        if prior is profile:                     # with the true profile it stays on the optimum
+            assert job.switches == 0
 
 
 def test_a_simulated_job_draws_measured_deviations():

@@ -9,6 +9,8 @@ so with several buckets the ranks may issue them in different orders, and gloo a
 mismatch (checked: two buckets at 0.05 MB end in ``EnforceNotMet ... Is there a distributed
 collective mismatch``)."""
 
+import contextlib
+
 import pytest
 
 from fusionopt.cost import PowerSGD
@@ -31,16 +33,27 @@ def _net():
                          nn.Linear(96, 4), nn.ReLU(), nn.Linear(4, 3), nn.Linear(3, 1))
 
 
+@contextlib.contextmanager
+def _logged_all_reduces(sink):
+    """Every ``dist.all_reduce`` while open appends ``[dtype, numel]`` to ``sink``."""
+    sent = dist.all_reduce
+
+    def logged(tensor, *args, **kwargs):
+        sink.append([str(tensor.dtype).replace("torch.", ""), tensor.numel()])
+        return sent(tensor, *args, **kwargs)
+
+    dist.all_reduce = logged
+    try:
+        yield
+    finally:
+        dist.all_reduce = sent
+
+
 def _run(rank, report):
     from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as psgd
     from torch.nn.parallel import DistributedDataParallel as DDP
 
-    sent, sink = dist.all_reduce, []
-
-    def logged(tensor, *args, **kwargs):
-        sink.append(["all-reduce", tensor.numel()])
-        return sent(tensor, *args, **kwargs)
-
+    sink = []
     state = psgd.PowerSGDState(process_group=None, matrix_approximation_rank=RANK, start_powerSGD_iter=START,
                                min_compression_rate=2)
 
@@ -51,18 +64,15 @@ def _run(rank, report):
     torch.manual_seed(0)
     ddp = DDP(_net(), bucket_cap_mb=1)
     ddp.register_comm_hook(state, hook)
-    dist.all_reduce = logged
-    try:
+    with _logged_all_reduces(sink):
         for step in range(START + 2):
             x = torch.randn(8, 3, 8, 8, generator=torch.Generator().manual_seed(10 * step + rank))
             ddp.zero_grad()
             sink.clear()
             ddp(x).pow(2).mean().backward()
             report["steps"].append(list(sink))
-        report["stats"] = list(state.compression_stats())
-        report["shapes"] = [list(p.shape) for p in ddp.module.parameters()]
-    finally:
-        dist.all_reduce = sent
+    report["stats"] = list(state.compression_stats())
+    report["shapes"] = [list(p.shape) for p in ddp.module.parameters()]
 
 
 def _mixed(rank, report):
@@ -75,12 +85,7 @@ def _mixed(rank, report):
     from fusionopt.integrations import wire_comm_hook
 
     nn = torch.nn
-    sent, sink = dist.all_reduce, []
-
-    def logged(tensor, *args, **kwargs):
-        sink.append([str(tensor.dtype).replace("torch.", ""), tensor.numel()])
-        return sent(tensor, *args, **kwargs)
-
+    sink = []
     torch.manual_seed(0)
     models = [nn.Sequential(nn.Linear(64, 96), nn.ReLU(), nn.Linear(96, 96), nn.ReLU(), nn.Linear(96, 10))
               for _ in range(2)]
@@ -92,8 +97,7 @@ def _mixed(rank, report):
     for ddp, hook in zip(wrapped, hooks):
         ddp.register_comm_hook(None, hook)
     report["mixed"], report["iters"] = [], []
-    dist.all_reduce = logged
-    try:
+    with _logged_all_reduces(sink):
         for step in range(START + 2):
             x = torch.randn(32, 64, generator=torch.Generator().manual_seed(10 * step + rank))
             for k, ddp in enumerate(wrapped):
@@ -103,10 +107,8 @@ def _mixed(rank, report):
                 if k == 0:
                     report["mixed"].append(list(sink))
             report["iters"].append([state.iter for state in states])
-        report["sent"] = [hook.sent for hook in hooks]
-        report["mixed_shapes"] = [list(p.shape) for p in models[0].parameters()]
-    finally:
-        dist.all_reduce = sent
+    report["sent"] = [hook.sent for hook in hooks]
+    report["mixed_shapes"] = [list(p.shape) for p in models[0].parameters()]
 
 
 def _rank(rank, port, folder):
