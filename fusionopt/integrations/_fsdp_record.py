@@ -40,6 +40,7 @@ from typing import Any, Callable, Sequence
 from fusionopt.integrations._ddp_record import free_port, join_gloo
 from fusionopt.integrations._rank_processes import leave_rank
 from fusionopt.integrations._torch import require_torch
+from fusionopt.integrations._torch_import import TORCH_DTYPES
 from fusionopt.model._io import write_text_atomic
 from fusionopt.model._names import block_of
 
@@ -220,10 +221,6 @@ class FSDPJob:
     parameters: list[tuple[str, tuple[int, ...], int]]
     blocks: list[str]
     world_size: int
-
-
-TORCH_DTYPES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
-"""The dtype names of the model's encodings, as torch's dtypes."""
 
 
 def _rank(rank: int, ranks: int, port: int, folder: str, factory: Callable[[], Any],

@@ -57,14 +57,13 @@ import time
 from datetime import timedelta
 from typing import Any, Callable
 
-from fusionopt.integrations._torch_import import require_torch
+from fusionopt.integrations._torch_import import TORCH_DTYPES, require_torch
+from fusionopt.integrations._wire_hook import WIRE_ENCODINGS
 from fusionopt.model._cost import CommCost
 from fusionopt.model._plan import Plan
 from fusionopt.model._profile import Profile
 
 SYNC_MODES = ("barrier", "layerwise")
-# What a message may travel in (torch's compress hooks' dtypes).
-WIRE_ENCODINGS = ("fp32", "fp16", "bf16")
 
 
 class _Message:
@@ -206,7 +205,7 @@ class PlanReducer:
             if encoding != "fp32" and param.dtype != torch.float32:
                 raise ValueError(f"message {k} holds {param.dtype} gradients: {encoding} casts fp32 ones "
                                  "(send it in fp32)")
-            wire = {"fp32": None, "fp16": torch.float16, "bf16": torch.bfloat16}[encoding]
+            wire = None if encoding == "fp32" else getattr(torch, TORCH_DTYPES[encoding])
             messages.append(_Message(k, pieces, buffer, message.nbytes, float(message.release), encoding, wire))
         return messages
 

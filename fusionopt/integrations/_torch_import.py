@@ -5,6 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 TORCH_EXTRA = "pip install 'fusionopt[torch]'"
+TORCH_DTYPES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
+"""The dtype names of the model's encodings, as torch's dtypes."""
 
 
 def require_torch() -> Any:
