@@ -2,6 +2,7 @@
 hand, the arguments a stored result is made with, and a short run on two gloo ranks."""
 
 import json
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -23,14 +24,23 @@ def test_steps_to_within_two_percent(script):
     # Five slow steps, then the reference: the first window of ten whose median is within 2%
     # starts where at most four slow steps are left in it (its median is then a fast one).
     steps = [2.0] * 5 + [1.0] * 20
-    assert script.within_from(steps, 0, 25, 1.0) == 1
+    assert script.within_from(steps, 0, 25, [1.0] * 25) == 1
     # A slow spell at the end: no step from which every later window is within.
-    assert script.within_from([1.0] * 20 + [1.5] * 6, 0, 26, 1.0) is None
+    assert script.within_from([1.0] * 20 + [1.5] * 6, 0, 26, [1.0] * 26) is None
     # 2% above the reference is within; just over it is not.
-    assert script.within_from([1.02] * 12, 0, 12, 1.0) == 0
-    assert script.within_from([1.0201] * 12, 0, 12, 1.0) is None
+    assert script.within_from([1.02] * 12, 0, 12, [1.0] * 12) == 0
+    assert script.within_from([1.0201] * 12, 0, 12, [1.0] * 12) is None
     # A phase that starts later counts from its own start.
-    assert script.within_from([9.0] * 30 + [1.0] * 30, 30, 60, 1.0) == 0
+    assert script.within_from([9.0] * 30 + [1.0] * 30, 30, 60, [1.0] * 60) == 0
+    # Paired: each window against the reference's same steps. The host slowing both by half
+    # from step 20 keeps the method within; the method alone slowing by 3% does not.
+    reference = [1.0] * 20 + [1.5] * 20
+    assert script.within_from([1.01] * 20 + [1.52] * 20, 0, 40, reference) == 0
+    assert script.within_from([1.01] * 20 + [1.55] * 20, 0, 40, reference) is None
+    # 3% slower before step 20, 0.7% after: window 15 straddles the step, (1.03 + 1.51) / 2 =
+    # 1.27 against (1.0 + 1.5) / 2 = 1.25, 1.6% above, within; window 14 holds six steps
+    # before 20, 1.03 against 1.0, out.
+    assert script.within_from([1.03] * 20 + [1.51] * 20, 0, 40, reference) == 15
 
 
 def test_the_analysis_of_a_run(script):
@@ -49,6 +59,24 @@ def test_the_analysis_of_a_run(script):
     assert after["methods"]["planner"]["late_switches"] == 1    # step 75, 25 steps into the phase
     document = {"runs": [{**run, "analysis": analysis}]}
     assert script.targets(document) == {"phases": 2, "phases_within": 2, "stationary_runs_switching_late": 0}
+
+
+def test_the_analysis_pairs_each_method_with_the_optimum_run_beside_it(script):
+    # The host twice as slow over steps 20-29 for every method. The planner, 1% slower than
+    # the optimum at every step, is within from the start. The optimum against its own phase
+    # median (10 ms: twenty of the thirty steps 20-49 take 10 ms) is within from step 26,
+    # the first window with at most four slow steps of the spell (window 25 holds five:
+    # median 15 ms).
+    optimum = [0.010] * 20 + [0.020] * 10 + [0.010] * 20
+    run = {"scenario": "stationary", "methods": {
+        "optimum": {"steps": optimum, "switches": []},
+        "planner": {"steps": [1.01 * s for s in optimum], "switches": []}}}
+    (phase,) = script.analyse(run, 50, 25)["phases"]
+    assert phase["reference"] == statistics.median(optimum[20:50]) == 0.010
+    assert phase["methods"]["planner"]["within"] == 0
+    assert phase["methods"]["optimum"]["within"] == 26
+    # Against the constant reference instead, the planner would wait out the spell too.
+    assert script.within_from(run["methods"]["planner"]["steps"], 0, 50, [0.010] * 50) == 26
 
 
 def test_the_stored_result_is_the_defaults(script, capsys):

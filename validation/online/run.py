@@ -9,9 +9,11 @@ and each model (``fusionopt.integrations.small_model``: mlp, cnn, lstm):
    for the compute scenario, ``round(1.3 x --batch)``); rank 0's are used;
 2. for each network (``--networks``, each ``network(name, --workers)``: every message is held
    on one emulated channel for its ``c(S)``, so every figure is of an **emulated link**) and
-   each scenario, every method trains ``--steps`` steps with a
+   each scenario, every method trains ``--steps`` steps of its own copy of the model with a
    :class:`~fusionopt.integrations.PlanReducer` (barrier sync, SGD with momentum),
-   starting from DDP's default buckets:
+   starting from DDP's default buckets. The methods run interleaved: step ``k`` of each
+   before step ``k + 1`` of any, in an order that rotates from step to step, so that the
+   host's drift (other work, the clock, the caches) falls on every method alike:
 
    * ``stationary``: nothing changes;
    * ``bandwidth``: from step ``--change-at`` on, the link's ``beta`` is four times larger;
@@ -34,8 +36,9 @@ Measured: rank 0's time of every step (forward, backward with the reducer's mess
 optimiser's step). The reference of a phase (before the change, and after it) is the
 optimum's median step over that phase less its first 20 steps. A method is *within 2%*
 from the first step of a phase after which every window of 10 steps to the phase's end has a
-median within 2% of the reference; "never" otherwise (the optimum's own figure shows how
-noisy this host is). The targets (issue: stationary, within 2% of the optimum in at most 20
+median within 2% of the optimum's median over the same 10 steps (run beside them); "never"
+otherwise. The optimum's own figure compares its windows with its phase's median: it shows
+how far this host drifts within a phase. The targets (issue: stationary, within 2% of the optimum in at most 20
 steps and no switch after; after a change, within 2% of the new optimum in at most 20
 steps) are printed with the table, met or not; beside them, how each method's median over a
 phase compares with the fastest median any method measured there.
@@ -53,6 +56,7 @@ run.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import json
 import os
@@ -97,18 +101,22 @@ def slower(cost: AlphaBeta) -> AlphaBeta:
     return AlphaBeta(cost.alpha, cost.beta * BANDWIDTH_FALL)
 
 
-def within_from(steps: list[float], start: int, end: int, reference: float) -> int | None:
+def within_from(steps: list[float], start: int, end: int, reference: list[float]) -> int | None:
     """Steps from ``start`` after which every window of :data:`WINDOW` steps up to ``end`` has a
-    median within :data:`TOLERANCE` of ``reference`` (seconds); None if none is.
+    median within :data:`TOLERANCE` of the ``reference`` series' median over the same steps
+    (seconds; the methods run interleaved, so the same steps are the same stretch of time);
+    None if none is.
 
-    >>> within_from([2.0] * 5 + [1.0] * 20, 0, 25, 1.0)
+    >>> within_from([2.0] * 5 + [1.0] * 20, 0, 25, [1.0] * 25)
     1
-    >>> within_from([1.0] * 20 + [2.0] * 6, 0, 26, 1.0) is None
+    >>> within_from([1.0] * 20 + [2.0] * 6, 0, 26, [1.0] * 26) is None
     True
+    >>> within_from([1.0] * 10 + [2.0] * 10, 0, 20, [1.0] * 10 + [2.0] * 10)      # the host slowed both
+    0
     """
     first = None
     for j in range(end - WINDOW, start - 1, -1):
-        if statistics.median(steps[j:j + WINDOW]) > (1 + TOLERANCE) * reference:
+        if statistics.median(steps[j:j + WINDOW]) > (1 + TOLERANCE) * statistics.median(reference[j:j + WINDOW]):
             break
         first = j
     return None if first is None else first - start
@@ -125,12 +133,14 @@ def analyse(run: dict[str, Any], steps: int, change_at: int) -> dict[str, Any]:
     fastest median (``fastest``)."""
     out = []
     for start, end in phases(run["scenario"], steps, change_at):
-        reference = statistics.median(run["methods"]["optimum"]["steps"][start + SETTLING: end])
+        optimum = run["methods"]["optimum"]["steps"]
+        reference = statistics.median(optimum[start + SETTLING: end])
         methods = {}
         for name, method in run["methods"].items():
             series = method["steps"]
+            paired = [reference] * len(series) if name == "optimum" else optimum      # the optimum: against its median
             methods[name] = {"median": statistics.median(series[start + SETTLING: end]),
-                             "within": within_from(series, start, end, reference),
+                             "within": within_from(series, start, end, paired),
                              "late_switches": sum(1 for s in method["switches"] if start + TARGET_STEPS <= s < end)}
         fastest = min(methods, key=lambda m: methods[m]["median"])
         out.append({"start": start, "end": end, "reference": reference, "methods": methods, "fastest": fastest})
@@ -202,11 +212,9 @@ def _rank(rank: int, port: int, out: str, settings: dict[str, Any]) -> None:
                     optimum = [solve(with_reducer_overhead(Problem(*conditions), calibration), "dp").plan
                                for conditions in ((profiles[0], cost), after)]
                     default = solve(Problem(profiles[0], cost), "ddp").plan
-                    run: dict[str, Any] = {"model": name, "network": net, "scenario": scenario, "methods": {}}
-                    for method in settings["methods"]:
-                        first = optimum[0] if method == "optimum" else default
-                        run["methods"][method] = _train(model, optimizer, inputs, profiles[0], first, cost, scenario,
-                                                        method, optimum[1], steps, change_at, dist)
+                    run: dict[str, Any] = {"model": name, "network": net, "scenario": scenario}
+                    run["methods"] = _train(settings["methods"], model, inputs, profiles[0], default, optimum, cost,
+                                            scenario, steps, change_at, dist)
                     run["plans"] = {"default": default.to_dict(), "optimum": optimum[0].to_dict(),
                                     "optimum_after": optimum[1].to_dict()}
                     report["runs"].append(run)
@@ -242,50 +250,67 @@ def reducer_calibration(path: str | None, ranks: int) -> dict[str, Any]:
     return calibration.to_dict()
 
 
-def _train(model: Any, optimizer: Any, inputs: list[Any], profile: Profile, plan: Plan, cost: AlphaBeta,
-           scenario: str, method: str, optimum_after: Plan, steps: int, change_at: int, dist: Any) -> dict[str, Any]:
-    """One method's run: rank 0's step times (seconds) and the steps after which it switched."""
+def _train(methods: list[str], model: Any, inputs: list[Any], profile: Profile, default: Plan,
+           optimum: list[Plan], cost: AlphaBeta, scenario: str, steps: int, change_at: int,
+           dist: Any) -> dict[str, dict[str, Any]]:
+    """Every method's run, interleaved: each trains its own copy of ``model`` (SGD with
+    momentum), and step ``k`` of every method runs before step ``k + 1`` of any, in an order
+    that rotates from step to step, so that the host's drift falls on every method alike.
+    Per method: rank 0's step times (seconds), the steps after which it switched and its
+    last plan's message count. ``optimum`` is the plan before the change and after it."""
+    import copy
     import torch
 
     from fusionopt.integrations import OnlinePlanner, GridSearch, PlanReducer
 
-    times: list[float] = []
-    switches: list[int] = []
-    with PlanReducer(model, plan, profile, link=cost) as reducer:
-        tuner: Any = None
-        if method == "planner":
-            tuner = OnlinePlanner(reducer)
-        elif method == "grid":
-            reducer.step_time = float("nan")
-            tuner = GridSearch(reducer)
+    found = {method: {"steps": [], "switches": []} for method in methods}
+    with contextlib.ExitStack() as stack:
+        jobs = {}
+        for method in methods:
+            copied = copy.deepcopy(model)
+            reducer = stack.enter_context(PlanReducer(copied, optimum[0] if method == "optimum" else default,
+                                                      profile, link=cost))
+            tuner: Any = None
+            if method == "planner":
+                tuner = OnlinePlanner(reducer)
+            elif method == "grid":
+                reducer.step_time = float("nan")
+                tuner = GridSearch(reducer)
+            jobs[method] = (copied, torch.optim.SGD(copied.parameters(), lr=1e-4, momentum=0.9), reducer, tuner)
         dist.barrier()
         x = inputs[0]
         for step in range(steps):
             if step == change_at and scenario != "stationary":
-                if scenario == "bandwidth":
-                    reducer.link = slower(cost)
-                else:
+                if scenario == "compute":
                     x = inputs[1]
-                if method == "optimum":
-                    reducer.switch(optimum_after)
-                    switches.append(step)
-            started = time.perf_counter()
-            optimizer.zero_grad()
-            model(x).sum().backward()
-            optimizer.step()
-            seconds = time.perf_counter() - started
-            times.append(seconds)
-            before = reducer.plan
-            if method == "planner":
-                tuner.after_step()
-            elif method == "grid":
-                shared = torch.tensor([seconds], dtype=torch.float64)
-                dist.broadcast(shared, src=0)             # every rank decides on rank 0's time
-                reducer.step_time = float(shared)
-                tuner.after_step()
-            if reducer.plan != before:
-                switches.append(step + 1)
-    return {"steps": times, "switches": switches, "messages": reducer.plan.num_messages}
+                for method, (_, _, reducer, _) in jobs.items():
+                    if scenario == "bandwidth":
+                        reducer.link = slower(cost)
+                    if method == "optimum":
+                        reducer.switch(optimum[1])
+                        found[method]["switches"].append(step)
+            for k in range(len(methods)):
+                method = methods[(step + k) % len(methods)]
+                copied, optimizer, reducer, tuner = jobs[method]
+                started = time.perf_counter()
+                optimizer.zero_grad()
+                copied(x).sum().backward()
+                optimizer.step()
+                seconds = time.perf_counter() - started
+                found[method]["steps"].append(seconds)
+                before = reducer.plan
+                if method == "planner":
+                    tuner.after_step()
+                elif method == "grid":
+                    shared = torch.tensor([seconds], dtype=torch.float64)
+                    dist.broadcast(shared, src=0)         # every rank decides on rank 0's time
+                    reducer.step_time = float(shared)
+                    tuner.after_step()
+                if reducer.plan != before:
+                    found[method]["switches"].append(step + 1)
+        for method, (_, _, reducer, _) in jobs.items():
+            found[method]["messages"] = reducer.plan.num_messages
+    return found
 
 
 def markdown(document: dict[str, Any]) -> str:
@@ -303,11 +328,13 @@ def markdown(document: dict[str, Any]) -> str:
                  f"channel, {ms(c.get('message_compute', 0.0))} ms per message on the compute"
                  + (f" (read from `{c['source']}`)" if c.get("source") else " (measured first, apart from the models)")
                  for ranks, c in document["reducer_calibration"].items()) + ".", "",
-             "Measured: rank 0's step times. `reference`: the offline optimum's median step over the phase less its "
-             f"first {SETTLING} steps. Each method: its median over the same steps, and the steps from the phase's "
-             f"start after which every window of {WINDOW} steps has a median within {100 * TOLERANCE:g}% of the "
-             "reference (`never`: not within the phase; the optimum's own figure is this host's noise). Switches: "
-             f"the planner's switches more than {TARGET_STEPS} steps into a phase.", ""]
+             "Measured: rank 0's step times, the methods interleaved step by step (each trains its own copy of the "
+             "model; the order rotates from step to step). `reference`: the offline optimum's median step over the "
+             f"phase less its first {SETTLING} steps. Each method: its median over the same steps, and the steps from "
+             f"the phase's start after which every window of {WINDOW} steps has a median within "
+             f"{100 * TOLERANCE:g}% of the optimum's median over the same steps (`never`: not within the phase). The "
+             "optimum's own figure compares its windows with the reference: how far this host drifts within a "
+             f"phase. Switches: the planner's switches more than {TARGET_STEPS} steps into a phase.", ""]
     t = document["targets"]
     lines += [f"Targets: the planner within {100 * TOLERANCE:g}% of the optimum in at most {TARGET_STEPS} steps of "
               f"every phase: **{t['phases_within']} of {t['phases']}** "
