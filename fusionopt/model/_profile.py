@@ -198,12 +198,14 @@ class Profile:
             order = tuple(range(n - 1, -1, -1))
         else:
             order = check_order("ready_order", self.ready_order, names)
-            for a, b in zip(order, order[1:]):
-                if ready[a] > ready[b]:
-                    raise ValueError(
-                        f"ready_order puts tensor {names[a]!r} (ready at {ready[a]:.6g} s) before {names[b]!r} "
-                        f"(ready at {ready[b]:.6g} s): it may only reorder tensors ready at the same moment"
-                    )
+            along = ready[np.array(order, dtype=np.int64)]
+            late = np.flatnonzero(along[:-1] > along[1:])                    # a tensor before one ready earlier
+            if late.size:
+                a, b = order[int(late[0])], order[int(late[0]) + 1]
+                raise ValueError(
+                    f"ready_order puts tensor {names[a]!r} (ready at {ready[a]:.6g} s) before {names[b]!r} "
+                    f"(ready at {ready[b]:.6g} s): it may only reorder tensors ready at the same moment"
+                )
         object.__setattr__(self, "ready_order", order)
         object.__setattr__(self, "_backward_order", frozen(np.array(order, dtype=np.int64)))
         registration = (tuple(range(n)) if self.registration_order is None

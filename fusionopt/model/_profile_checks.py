@@ -5,6 +5,7 @@ gave and returns it as the profile stores it (read-only arrays, tuples), or rais
 from __future__ import annotations
 
 import math
+import operator
 from typing import Any, Sequence
 
 import numpy as np
@@ -34,6 +35,8 @@ def float_column(label: str, values: Any) -> np.ndarray:
 
 def check_times(kind: str, values: Sequence[float], names: Sequence[str]) -> np.ndarray:
     times = float_column(f"{kind} times", values)
+    if np.isfinite(times).all() and not (times < 0).any():
+        return times
     for i, t in enumerate(times):
         if math.isnan(t):
             raise ValueError(f"tensor {names[i]!r}: {kind} time is NaN")
@@ -48,6 +51,9 @@ _MAX_BYTES = 2**63 - 1
 
 
 def check_sizes(values: Sequence[int], names: Sequence[str]) -> np.ndarray:
+    if isinstance(values, np.ndarray) and values.ndim == 1 and values.dtype.kind in "iu" and (values > 0).all() \
+            and (values.size == 0 or int(values.max()) <= _MAX_BYTES):      # whole positive bytes already
+        return values.astype(np.int64)
     sizes = np.empty(len(values), dtype=np.int64)
     for i, s in enumerate(values):
         if isinstance(s, (bool, np.bool_)):
@@ -76,6 +82,10 @@ def check_sizes(values: Sequence[int], names: Sequence[str]) -> np.ndarray:
 def check_order(kind: str, order: Sequence[int], names: Sequence[str]) -> tuple[int, ...]:
     """A permutation of the tensors, given as forward indices (``0`` to ``n - 1``) or as names."""
     n = len(names)
+    if isinstance(order, (tuple, list)) and len(order) == n and set(map(type, order)) <= {int}:
+        indices = np.array(order, dtype=np.int64)             # forward indices: a permutation of them is it
+        if n == 0 or (indices.min() >= 0 and indices.max() < n and np.bincount(indices, minlength=n).max() == 1):
+            return tuple(order)
     position = {nm: i for i, nm in enumerate(names)}
     if isinstance(order, (str, bytes)):
         raise ValueError(f"{kind} must be a sequence of tensor names or forward indices, got a string")
@@ -131,6 +141,11 @@ def check_shapes(values: Sequence[Sequence[int]], names: Sequence[str], sizes: n
     shapes = tuple(values)
     if len(shapes) != len(names):
         raise ValueError(f"length mismatch: {len(names)} tensor names but {len(shapes)} shapes")
+    if set(map(type, shapes)) <= {tuple}:                 # as a profile keeps them: checked at once
+        dims = [d for shape in shapes for d in shape]
+        if set(map(type, dims)) <= {int} and (not dims or min(dims) > 0) and \
+                list(map(operator.mul, map(math.prod, shapes), element_bytes.tolist())) == sizes.tolist():
+            return shapes
     out = []
     for i, shape in enumerate(shapes):
         if isinstance(shape, (str, bytes)) or not isinstance(shape, Sequence):

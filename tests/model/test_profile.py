@@ -1,5 +1,6 @@
 """Profile: validation with errors that name the tensor, derived figures, JSON."""
 
+import dataclasses
 import json
 import math
 
@@ -36,6 +37,35 @@ def test_derived_figures():
 def test_bad_values_name_the_tensor(field, value, message):
     with pytest.raises(ValueError, match=message.replace("(", r"\(")):
         make(**{field: value})
+
+
+@pytest.mark.parametrize("field,value,message", [
+    ("sizes", np.array([400, 0, 200]), "tensor 'b': size is zero bytes"),
+    ("sizes", np.array([400, -100, 200]), "tensor 'b': size is negative"),
+    ("sizes", np.array([400, 2**63, 200], dtype=np.uint64), "tensor 'b': size 9223372036854775808 bytes is more"),
+    ("backward", np.array([3.0, -2.0, 1.0]), "tensor 'b': backward time is negative"),
+    ("ready_order", (2, 1, 1), "ready_order lists tensor 'b' twice"),
+    ("ready_order", (2, 1, True), "ready_order holds True: expected a tensor name or a forward index"),
+    ("ready_order", (2, 1, 3), "ready_order holds index 3, out of range for 3 tensors"),
+    ("ready_order", (2, 1), "ready_order lists 2 of 3 tensors; 'a' is missing"),
+    ("ready_order", (2, 0, 1), "ready_order puts tensor 'a' (ready at 6 s) before 'b' (ready at 3 s)"),
+    ("shapes", ((10, 10), (5, 4), (50,)), "tensor 'b': shape [5, 4] holds 20 elements of 4 bytes, not its 100"),
+    ("shapes", ((10, 10), (25, 0), (50,)), "tensor 'b': shape [25, 0] must hold positive whole dimensions"),
+    ("shapes", ((10, 10), (25, True), (50,)), "tensor 'b': shape [25, True] must hold positive whole dimensions"),
+])
+def test_values_in_a_profiles_own_forms_are_checked_alike(field, value, message):
+    # Arrays and tuples, as a profile keeps them (what dataclasses.replace hands back), take
+    # the checks' quick path when they are right and get the same line when they are not.
+    with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)").replace("[", r"\[")):
+        dataclasses.replace(make(), **{field: value})
+
+
+def test_a_profiles_own_forms_are_kept():
+    p = make(backward=[3.0, 0.0, 1.0], shapes=[[10, 10], [25], [50]])        # b and c ready at the same moment
+    q = dataclasses.replace(p, ready_order=(1, 2, 0), backward=np.array([3.0, 0.0, 1.0]))
+    assert q.ready_order == (1, 2, 0) and q.backward_order.tolist() == [1, 2, 0]
+    assert q.shapes == ((10, 10), (25,), (50,)) and q.sizes.dtype == np.int64 and q.sizes.tolist() == [400, 100, 200]
+    assert dataclasses.replace(q, sizes=np.array([400, 100, 200], dtype=np.uint32)) == q
 
 
 def test_length_mismatch_and_empty_and_duplicates():
