@@ -12,7 +12,8 @@ from typing import Any, Callable
 from fusionopt.cost import network, networks, ALGORITHMS
 from fusionopt.integrations._reducer_calibration import REDUCERS, measure_reducer_overhead
 from fusionopt.cli._common import Kept, UsageError, comma_list, fail, json_output, plural
-from fusionopt.cli._problems import ZOO_COMPUTE_OPTIONS, add_cost_arguments, add_zoo_arguments, zoo_settings
+from fusionopt.cli._problems import ZOO_COMPUTE_OPTIONS, add_cost_arguments, add_zoo_arguments, powersgd_from_flags, \
+    zoo_settings
 from fusionopt.cli._solving import read_problem_and_plan
 from fusionopt.reporting import write_json_atomic
 
@@ -107,6 +108,9 @@ def add_sweep_parser(commands: Any) -> None:
 def cmd_run(args: argparse.Namespace) -> None:
     from fusionopt.executor import CorrectnessError, run
 
+    if powersgd_from_flags(args) is not None:
+        raise UsageError("--powersgd-rank: run sends a message through torch's PowerSGD hook where the model prices "
+                         "it cheaper than its encoding, and every other as it is: add --powersgd-as-choice")
     profile, problem, plan = read_problem_and_plan(args)
     workers = _run_workers(args)
     try:
@@ -349,7 +353,7 @@ def add_executor_parsers(commands: Any) -> None:
                    help="emulated compute: host sleeps (default), or for nccl the whole step queued on GPU "
                         "streams with spin kernels (exact) or GEMMs (contending with NCCL)")
     p.add_argument("--json", action="store_true", help="print the measurement as JSON")
-    add_cost_arguments(p)
+    add_cost_arguments(p, powersgd=True)
     p.set_defaults(run=cmd_run)
 
     p = commands.add_parser("calibrate", help="time a collective against size on a backend; fit cost models")

@@ -49,13 +49,17 @@ def run(problem: Problem, plan: Plan | DecoupledPlan | ShardedPlan | PSPlan, bac
     sends each collective in the encoding the model prices it in, as narrowed words (half of
     each for fp16 and bf16; :mod:`fusionopt.executor._layout`): the bytes on the wire and the
     casts' passes are real, the rounding is not, and the check compares every kept bit.
-    ``encodings`` of the measurement names each collective's.
+    ``encodings`` of the measurement names each collective's. An all-reduce problem with a
+    ``compressor`` (torch's PowerSGD hook, section 2.4) sends each message the model prices
+    through it as the hook sends a bucket (:mod:`fusionopt.executor._powersgd`), named
+    ``"powersgd"`` in ``encodings`` and ``collectives``.
 
     Parameters
     ----------
     problem : Problem
-        Plain model, decoupled, fully sharded or parameter server (no other extension). Its
-        cost model gives the prediction.
+        Plain model (with exact tensors or torch's PowerSGD hook as a choice per message),
+        decoupled, fully sharded or parameter server (no other extension). Its cost model
+        gives the prediction.
     plan : Plan, DecoupledPlan, ShardedPlan or PSPlan
     backend : {"local", "mpi", "nccl"}
         ``local``: ranks are threads of this process (no dependencies). ``mpi``: one process

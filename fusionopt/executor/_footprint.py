@@ -1,8 +1,8 @@
 """How much host memory a run's ranks allocate, checked before any of it is.
 
 Every rank holds each tensor's gradient, the pattern its check compares against, the fused
-message buffer and (sharded plans) its shard stores: :func:`rank_bytes` counts them from the
-plan's layout, as the runners allocate them. :func:`check_host_memory` refuses a run whose
+message buffer, (sharded plans) its shard stores and (messages through PowerSGD) the
+factors: :func:`rank_bytes` counts them from the plan's layout, as the runners allocate them. :func:`check_host_memory` refuses a run whose
 ranks on this host would need more than the memory available now, in one line, instead of
 failing part way with an allocation error.
 """
@@ -12,10 +12,14 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import numpy as np
+
 from fusionopt.executor._job import Job
+from fusionopt.executor._powersgd import PowerSGDMessages
 from fusionopt.executor._programs import build_program, wire_collectives, wire_encodings
 from fusionopt.executor._shard_data import ShardData
 from fusionopt.executor._shards import ShardLayout
+from fusionopt.model._wire import compressed_collectives
 
 MEMINFO = Path("/proc/meminfo")
 
@@ -36,6 +40,10 @@ def rank_bytes(job: Job, size: int, *, word_sizes: tuple[int, ...] = (8, 4, 2, 1
     layout = ShardLayout(job.problem.profile, wire_collectives(program), size=size, word_sizes=word_sizes,
                          encodings=wire_encodings(problem, program))
     words = ShardData.words(layout, unpack=program.gathers_to_tensors, channels=program.channels)
+    compressed = compressed_collectives(problem, program)
+    if any(compressed):
+        words += PowerSGDMessages(layout, problem.compressor, compressed, size=size, xp=np,
+                                  allocate=lambda count, dtype: np.empty(count, dtype)).words()
     return int(words) * layout.word_bytes
 
 

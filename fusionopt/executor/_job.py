@@ -22,6 +22,7 @@ from fusionopt.executor._layout import check_wire_ratio
 from fusionopt.executor._programs import ENCODED_PATTERNS
 from fusionopt.model._encoding import Cheapest, Encoded, encoding_table
 from fusionopt.model._plan import Plan
+from fusionopt.model._powersgd import PowerSGD
 from fusionopt.model._problem import Problem
 from fusionopt.model._profile import Profile
 from fusionopt.model._ps import ParameterServer
@@ -31,7 +32,7 @@ from fusionopt.model._sharded import FullySharded
 
 # The patterns the ranks run, and the extensions.
 RUN_PATTERNS = ("all-reduce", "decoupled", "fully-sharded", "ps")
-RUN_EXTENSIONS = ("decoupled", "fully_sharded", "ps", "exact_tensors")
+RUN_EXTENSIONS = ("decoupled", "fully_sharded", "ps", "exact_tensors", "compressor")
 
 JOB_SCHEMA = "fusionopt.executor.job"
 COMPUTE_MODES = ("host", "spin", "gemm")
@@ -99,7 +100,9 @@ class Job:
         MODEL.md 8.2) or a parameter server (``pattern=ParameterServer(...)``, section 6); the
         executor emulates no other extension. An all-reduce, fully sharded or decoupled
         problem's collectives travel in the encodings its costs price them in (section 2.2, tensors kept
-        exact included; :mod:`fusionopt.executor._layout` says how).
+        exact included; :mod:`fusionopt.executor._layout` says how), and an all-reduce's messages
+        that the model sends through its ``compressor`` (torch's PowerSGD hook, section 2.4) as
+        the hook sends them (:mod:`fusionopt.executor._powersgd`).
     plan : Plan, DecoupledPlan, ShardedPlan or PSPlan
         The plan type of the problem's pattern.
     iterations, warmup : int
@@ -141,7 +144,14 @@ class Job:
             raise ValueError(
                 f"the executor runs the plain model (MODEL.md sections 1-4), and this problem has "
                 f"{', '.join(others)} on (of the extensions it runs decoupled, fully_sharded (section 8), "
-                "ps (section 6) and exact_tensors (section 2.2) only)")
+                "ps (section 6), exact_tensors (section 2.2) and compressor (section 2.4) only)")
+        compressor = self.problem.compressor
+        if compressor is not None and not isinstance(compressor, PowerSGD):
+            raise ValueError(f"the executor sends messages through torch's PowerSGD hook (PowerSGD) only, not "
+                             f"compressor {compressor.name!r}")
+        if compressor is not None and self.compute != "host":
+            raise ValueError(f"compute={self.compute!r} queues the compute on a device stream, and a message through "
+                             "PowerSGD runs its products on the communication thread: use compute='host'")
         if "powersgd" in self.problem.profile.metadata:
             raise ValueError(f"profile {self.problem.profile.name!r} is priced for torch's powerSGD_hook "
                              "(PowerSGD.priced): its sizes are prices, not the gradients' bytes; run the gradients' "
@@ -195,7 +205,8 @@ class Job:
         """The problem the ranks actually run: compute times multiplied by ``time_scale``."""
         problem = self.problem
         profile = scale_compute(problem.profile, self.time_scale)
-        return Problem(profile, sync=problem.sync, pattern=problem.pattern, exact_tensors=problem.exact_tensors)
+        return Problem(profile, sync=problem.sync, pattern=problem.pattern, exact_tensors=problem.exact_tensors,
+                       compressor=problem.compressor)
 
     # ------------------------------------------------------------------ JSON and hashes
     def to_dict(self) -> dict[str, Any]:
@@ -209,6 +220,8 @@ class Job:
             "emulate_link": self.emulate_link, "compute": self.compute,
             **_pattern_to_dict(self.problem),
             **({"exact_tensors": list(self.problem.exact_tensors)} if self.problem.exact_tensors else {}),
+            **({"compressor": {"name": self.problem.compressor.name, **self.problem.compressor.to_dict()}}
+               if self.problem.compressor is not None else {}),
         }
 
     @classmethod
@@ -247,7 +260,21 @@ def _problem_from_dict(doc: Mapping[str, Any], profile: Profile, source: str) ->
         if part is not None:
             return Problem(profile, sync=doc["sync"], pattern=cls.from_dict(part, source=f"{source}.{cls.extension}"))
     return Problem(profile, cost_from_dict(doc["cost"], source=f"{source}.cost"), sync=doc["sync"],
-                   exact_tensors=doc.get("exact_tensors", ()))
+                   exact_tensors=doc.get("exact_tensors", ()), compressor=_compressor_from_dict(doc, source))
+
+
+def _compressor_from_dict(doc: Mapping[str, Any], source: str) -> PowerSGD | None:
+    """A job document's compressor (torch's PowerSGD hook), or None; one line where it is
+    another or its fields are wrong."""
+    part = doc.get("compressor")
+    if part is None:
+        return None
+    if not isinstance(part, Mapping) or part.get("name") != PowerSGD.name:
+        raise ValueError(f"{source}.compressor: the executor runs torch's PowerSGD hook (name 'powersgd') only")
+    try:
+        return PowerSGD(**{k: v for k, v in part.items() if k != "name"})
+    except TypeError as exc:
+        raise ValueError(f"{source}.compressor: {exc}") from None
 
 
 def _plan_from_dict(doc: Mapping[str, Any], *, source: str) -> Plan | DecoupledPlan | ShardedPlan:

@@ -10,6 +10,7 @@ import numpy as np
 
 from fusionopt.executor._job import Job
 from fusionopt.executor._programs import build_program, wire_encodings
+from fusionopt.model._wire import compressed_collectives
 from fusionopt.model._problem import Problem
 from fusionopt.model._timeline import Timeline
 from fusionopt.model._simulator import simulate
@@ -79,9 +80,11 @@ class Measurement:
     pattern : str
         ``"all-reduce"``, ``"decoupled"``, ``"fully-sharded"`` or ``"ps"``.
     collectives : tuple of (str, int, int)
-        Sharded patterns: what rank 0's communication thread ran each step, in order: the
-        kind (``"reduce-scatter"``, ``"all-gather"``), the unsharded bytes and the bytes
-        sent after padding to a multiple of the ranks. Empty for an all-reduce plan.
+        What rank 0's communication thread ran each step, in order: the kind
+        (``"all-reduce"``, ``"reduce-scatter"``, ``"all-gather"``; ``"powersgd"`` for a
+        message through torch's PowerSGD hook), the unsharded bytes and the bytes sent after
+        padding to a multiple of the ranks (the hook's: its three all-reduces' bytes, twice).
+        Empty where the backend's runner does not record them.
     collective_start, collective_end : ndarray, shape (iterations, messages)
         Rank 0's start and end of each message's collective alone, between its packing and
         its unpacking (empty where the backend's runner does not mark them).
@@ -225,7 +228,9 @@ class Measurement:
             lines.append(f"  ... {self.predicted.message_end.size - messages} more messages (use --json for all)")
         lines += self._pull_lines(messages)
         if self.correct:
-            lines.append(f"correctness    ok: {self.checked_bytes} B compared with exact sums, all equal")
+            against = ("exact sums (PowerSGD's messages: with the hook's products of them)"
+                       if "powersgd" in self.encodings else "exact sums")
+            lines.append(f"correctness    ok: {self.checked_bytes} B compared with {against}, all equal")
         else:
             lines.append(f"correctness    FAILED: {len(self.errors)} wrong range(s); first: {self.errors[0]}")
         return "\n".join(lines)
@@ -379,7 +384,11 @@ def assemble(job: Job, records: Sequence[Mapping[str, Any]], *, backend: str, de
 
 
 def _encodings(problem: Problem, plan: Any) -> tuple[str, ...]:
-    """Each collective's encoding on the wire, as the ranks sent it (empty: a pattern whose
-    collectives all travel as they are)."""
-    encodings = wire_encodings(problem, build_program(problem, plan))
-    return () if encodings is None else tuple(e.name for e in encodings)
+    """Each collective's encoding on the wire, as the ranks sent it (the compressor's name for
+    a message sent through it; empty: a pattern whose collectives all travel as they are)."""
+    program = build_program(problem, plan)
+    encodings = wire_encodings(problem, program)
+    if encodings is None:
+        return ()
+    through = compressed_collectives(problem, program)
+    return tuple(problem.compressor.name if compressed else e.name for e, compressed in zip(encodings, through))

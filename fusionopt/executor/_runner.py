@@ -23,7 +23,9 @@ all-reduce plan's, MODEL.md sections 3 and 4, or a decoupled or fully sharded pl
    (:func:`~fusionopt.executor._programs.wire_collectives`), and unpacks it; a tensor is
    reduced (``C_i``) when the collective that last carries it ends. A collective the model
    prices in an encoding of fewer bytes (fp16, bf16) travels in it: its words narrowed as
-   they are packed and widened as they are unpacked (:mod:`fusionopt.executor._layout`);
+   they are packed and widened as they are unpacked (:mod:`fusionopt.executor._layout`); one
+   it sends through torch's PowerSGD hook runs as the hook does
+   (:mod:`fusionopt.executor._powersgd`);
 4. (not timed) once every rank has ended its step (a barrier, so that no rank's check runs
    during another's timed step), every byte each collective left on the rank is compared
    with its exact value; the ranks exchange their verdicts, and a failure stops the run
@@ -53,9 +55,11 @@ from fusionopt.executor._communicator import Communicator, HostTimer
 from fusionopt.executor._errors import CollectiveTimeout, GroupAborted, PlanMismatchError
 from fusionopt.executor._gradients import Gradients
 from fusionopt.executor._job import Job
+from fusionopt.executor._powersgd import PowerSGDMessages
 from fusionopt.executor._programs import build_program, wire_collectives, wire_encodings
 from fusionopt.executor._shard_data import ShardData
 from fusionopt.executor._shards import Collective, ShardLayout
+from fusionopt.model._wire import compressed_collectives
 from fusionopt.model._step_program import AT, CHANNEL, COMPUTE, EMIT, MARK, PUBLISH, SPAN, WAIT
 
 # Emulated compute sleeps in slices of at most this, to notice a failed group.
@@ -231,10 +235,17 @@ class RankRunner:
 
     def _record(self) -> RankRecord:
         comm, layout = self.comm, self.layout
+
+        def allocate(words: int, dtype: Any = layout.dtype) -> Any:
+            return comm.empty(words, dtype)
+
+        compressed = compressed_collectives(self.problem, self.program)
+        powersgd = None if not any(compressed) else PowerSGDMessages(
+            layout, self.problem.compressor, compressed, size=comm.size, xp=comm.xp, allocate=allocate,
+            word_sizes=comm.word_sizes, backend=comm.name)
         return RankRecord(comm, self.job, layout, data=lambda: ShardData(
-            layout, rank=comm.rank, size=comm.size, xp=comm.xp,
-            allocate=lambda words, dtype=layout.dtype: comm.empty(words, dtype), unpack=self.program.gathers_to_tensors,
-            channels=self.program.channels))
+            layout, rank=comm.rank, size=comm.size, xp=comm.xp, allocate=allocate,
+            unpack=self.program.gathers_to_tensors, channels=self.program.channels, powersgd=powersgd))
 
     # ------------------------------------------------------------------ compute thread
     def _step(self, step: int) -> dict[str, Any]:
@@ -369,7 +380,7 @@ class RankRunner:
             state.end_tokens[c.index] = end
             state.collective_tokens[c.index] = collective
             state.ended[c.index] = now
-            state.executed[c.index] = [c.kind_name, c.nbytes, c.padded * self.layout.word_bytes]
+            state.executed[c.index] = self.data.executed(c)
             state.in_flight.pop(channel, None)
             state.done += 1
             state.cond.notify_all()

@@ -21,7 +21,9 @@ tensor ``i`` is ``v_r = 2 (g(i, e) (r + 1) + 7 t + 3 r) + 1``.
 
 A collective in an encoding of fewer bytes (:mod:`fusionopt.executor._layout`) packs its words
 narrowed into a wire buffer of their width, runs on it, and widens what it receives: the
-check then compares each word's kept bits, and that the others are zero.
+check then compares each word's kept bits, and that the others are zero. A message sent
+through torch's PowerSGD hook runs as :mod:`fusionopt.executor._powersgd` says, and its
+compressed tensors are checked against the hook's product there.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from typing import Any, Callable
 from fusionopt.executor._communicator import Communicator
 from fusionopt.executor._gradients import BLOCK_WORDS, MAX_REPORTED, Gradients
 from fusionopt.executor._layout import WORD_DTYPES
+from fusionopt.executor._powersgd import PowerSGDMessages
 from fusionopt.executor._shards import PADDING, Collective, ShardLayout
 from fusionopt.model._allreduce_program import ALL_REDUCE
 
@@ -43,11 +46,13 @@ class ShardData:
     parameter-server plans) instead of one gather-store slot per collective (fully sharded
     plans). ``channels``: how many channels run collectives at once, each packing into a
     send buffer of its own (and, per narrowed width, a wire buffer and a wire shard).
+    ``powersgd``: the messages sent through torch's PowerSGD hook, if any.
     """
 
     def __init__(self, layout: ShardLayout, *, rank: int, size: int, xp: Any, allocate: Callable[..., Any],
-                 unpack: bool, channels: int = 1) -> None:
+                 unpack: bool, channels: int = 1, powersgd: PowerSGDMessages | None = None) -> None:
         self.layout, self.rank, self.size, self.xp, self.unpack = layout, rank, size, xp, unpack
+        self.powersgd = powersgd
         self.gradients = Gradients(layout, rank=rank, size=size, xp=xp, allocate=allocate)
 
         def zeros(words: int, dtype: Any = layout.dtype) -> Any:
@@ -108,6 +113,8 @@ class ShardData:
         Returns ``mark()`` taken just before and just after the collective itself (between the
         copies)."""
         grads = self.gradients.grads
+        if self.powersgd is not None and c.index in self.powersgd.messages:
+            return self.powersgd.run(c, grads, self.sends[channel], comm, timeout=timeout, tag=tag, mark=mark)
         if c.narrowed:
             send, part = self.wires[channel][c.wire_bytes]
         else:
@@ -164,7 +171,10 @@ class ShardData:
         names = layout.profile.names
         w = layout.word_bytes
         if layout.all_reduce:                 # every gradient summed in place: the all-reduce check
-            return self.gradients.verify(step)
+            if self.powersgd is None:
+                return self.gradients.verify(step)
+            problems = self.gradients.verify(step, skip=self.powersgd.tensors)
+            return (problems + self.powersgd.verify(step, self.gradients))[:MAX_REPORTED]
         for c in layout.collectives:
             if c.kind == 0:
                 runs = [(t, a, b, at, None) for t, a, b, at in layout.shard_runs(c, self.rank)]
@@ -228,6 +238,14 @@ class ShardData:
                 length = int(xp.argmin(tail)) if not bool(tail.all()) else int(tail.shape[0])
                 first = (lo + start, lo + start + length, int(block[start]), int(expected[start]))
         return wrong, first
+
+    def executed(self, c: Collective) -> list[Any]:
+        """What the ranks' record says collective ``c`` ran: its kind, its unsharded bytes
+        and the bytes it sent after padding (a message through PowerSGD:
+        :meth:`PowerSGDMessages.executed`)."""
+        if self.powersgd is not None and c.index in self.powersgd.messages:
+            return self.powersgd.executed(c)
+        return [c.kind_name, c.nbytes, c.padded * self.layout.word_bytes]
 
     @property
     def nbytes(self) -> int:

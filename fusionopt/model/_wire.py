@@ -22,7 +22,7 @@ Examples
 from __future__ import annotations
 
 from fusionopt.model._decoupled_plan import ALL_GATHER, REDUCE_SCATTER
-from fusionopt.model._encoding import Encoding, encoding_table, encodings_of
+from fusionopt.model._encoding import FP32, Encoding, encoding_table, encodings_of
 from fusionopt.model._problem import Problem
 from fusionopt.model._step_program import Program
 
@@ -35,8 +35,9 @@ def collective_encodings(problem: Problem, program: Program) -> tuple[Encoding, 
     specs = program.collectives
     if pattern.name == "all-reduce":
         table = {**encoding_table(problem.exact_cost), **encoding_table(problem.cost)}
+        through = compressed_collectives(problem, program)
         names = problem.message_encodings([s.nbytes for s in specs], [list(s.tensors) for s in specs])
-        return tuple(table[name] for name in names)
+        return tuple(FP32 if compressed else table[name] for name, compressed in zip(names, through))
     if pattern.name in ("fully-sharded", "decoupled"):
         costs = {REDUCE_SCATTER: pattern.reduce_scatter, ALL_GATHER: pattern.all_gather}
         return tuple(encoding_table(costs[s.kind])[encodings_of([s.nbytes], costs[s.kind])[0]] for s in specs)
@@ -44,4 +45,26 @@ def collective_encodings(problem: Problem, program: Program) -> tuple[Encoding, 
                      "modelled per collective: all-reduce, fully sharded and decoupled problems only")
 
 
-__all__ = ["collective_encodings"]
+def compressed_collectives(problem: Problem, program: Program) -> tuple[bool, ...]:
+    """Whether the model sends each collective of ``program`` (a plan's on ``problem``, in
+    program order) through ``problem.compressor`` (MODEL.md section 2.4): where
+    :meth:`~fusionopt.model.Problem.message_encodings` names it. Such a message's
+    all-reduces carry its elements as they are (:func:`collective_encodings` gives it fp32);
+    the compressor says which and how many. All False without a compressor.
+
+    >>> from fusionopt.cost import AlphaBeta, PowerSGD
+    >>> from fusionopt.model import Plan, Problem, Profile, allreduce_program
+    >>> profile = Profile.from_arrays([1048576, 1024], [0, 0], [1e-3, 1e-3], ["w", "b"], shapes=[(256, 1024), (256,)])
+    >>> problem = Problem(profile, AlphaBeta(1e-5, 1e-9), compressor=PowerSGD(rank=4))
+    >>> plan = Plan.per_tensor(profile)     # b alone, then w: the hook pays for w only
+    >>> compressed_collectives(problem, allreduce_program(problem, plan))
+    (False, True)
+    """
+    specs = program.collectives
+    if problem.compressor is None or not specs:
+        return (False,) * len(specs)
+    names = problem.message_encodings([s.nbytes for s in specs], [list(s.tensors) for s in specs])
+    return tuple(name == problem.compressor.name for name in names)
+
+
+__all__ = ["collective_encodings", "compressed_collectives"]

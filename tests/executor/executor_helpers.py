@@ -35,3 +35,25 @@ def require_mpiexec() -> None:
         mpiexec()
     except ImportError as exc:
         pytest.skip(str(exc))
+
+
+def spy_collectives(monkeypatch) -> list:
+    """Every all-reduce, reduce-scatter and all-gather rank 0 posts on the local backend from
+    now on, as ``(kind, dtype's bytes, bytes)``."""
+    from fusionopt.executor import LocalGroup
+
+    kind = type(LocalGroup(1).communicators()[0])
+    record = []
+
+    def spy(name):
+        original = getattr(kind, name)
+
+        def call(self, buffer, *args, **kwargs):
+            if self.rank == 0:
+                record.append((name, buffer.dtype.itemsize, int(buffer.nbytes)))
+            return original(self, buffer, *args, **kwargs)
+        monkeypatch.setattr(kind, name, call)
+
+    for name in ("allreduce", "reduce_scatter", "all_gather"):
+        spy(name)
+    return record

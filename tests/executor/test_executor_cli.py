@@ -105,3 +105,23 @@ def test_run_sends_each_message_in_its_encoding_and_keeps_the_tensors_named_exac
     status, out, _ = run_cli(capsys, *base, "--exact-tensors", "t1", "--json")
     doc = json.loads(out)
     assert status == 0 and doc["correct"] and doc["encodings"] == ["fp16", "fp32"]
+
+
+def test_run_sends_the_messages_the_model_prices_through_the_powersgd_hook(tmp_path, capsys):
+    from fusionopt.model import Profile
+
+    profile = Profile.from_arrays([64 * 128 * 4, 64 * 4, 32 * 64 * 4, 32 * 4], [1e-4] * 4, [1e-4] * 4,
+                                  ["w1", "b1", "w2", "b2"], shapes=[(64, 128), (64,), (32, 64), (32,)])
+    profile.write(tmp_path / "profile.json")
+    Plan.per_tensor(profile).write(tmp_path / "plan.json")
+    argv = ["run", tmp_path / "profile.json", "--plan", tmp_path / "plan.json", "--alpha", "1e-5", "--beta", "1e-8",
+            "--iterations", "1", "--warmup", "0", "--time-scale", "0", "--powersgd-rank", "2"]
+    status, out, err = run_cli(capsys, *argv, "--powersgd-as-choice", "--json")
+    doc = json.loads(out)
+    assert status == 0 and doc["correct"] and doc["encodings"] == ["fp32", "powersgd", "fp32", "powersgd"]
+    assert doc["collectives"][1] == ["powersgd", 768, 768]     # w2: P 64 and Q 128 elements of 4 B
+    status, out, err = run_cli(capsys, *argv)
+    assert status == 2 and out == ""
+    assert err.strip().splitlines() == ["fusionopt: error: --powersgd-rank: run sends a message through torch's "
+                                        "PowerSGD hook where the model prices it cheaper than its encoding, and every "
+                                        "other as it is: add --powersgd-as-choice"]

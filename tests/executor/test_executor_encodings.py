@@ -8,10 +8,10 @@ import json
 import numpy as np
 import pytest
 
-from executor_helpers import require_mpiexec, small_profile
+from executor_helpers import require_mpiexec, small_profile, spy_collectives
 from fusionopt.cost import BF16, FP16, AlphaBeta, Cheapest, Encoded, Encoding
 from fusionopt.executor import (
-    CorrectnessError, Fault, Gradients, Job, LocalGroup, ShardLayout, build_program, rank_bytes, run,
+    CorrectnessError, Fault, Gradients, Job, ShardLayout, build_program, rank_bytes, run,
 )
 from fusionopt.model import (
     Decoupled, DecoupledPlan, FullySharded, Plan, Problem, Profile, ShardedPlan, allreduce_program,
@@ -29,21 +29,7 @@ def wire_problem(sizes, **kwargs):
 @pytest.fixture
 def sent(monkeypatch):
     """Every all-reduce, reduce-scatter and all-gather rank 0 posts: (kind, dtype, bytes)."""
-    kind = type(LocalGroup(1).communicators()[0])
-    record = []
-
-    def spy(name):
-        original = getattr(kind, name)
-
-        def call(self, buffer, *args, **kwargs):
-            if self.rank == 0:
-                record.append((name, buffer.dtype.itemsize, int(buffer.nbytes)))
-            return original(self, buffer, *args, **kwargs)
-        monkeypatch.setattr(kind, name, call)
-
-    for name in ("allreduce", "reduce_scatter", "all_gather"):
-        spy(name)
-    return record
+    return spy_collectives(monkeypatch)
 
 
 def test_each_message_travels_in_the_encoding_the_model_prices_it_in(sent):
@@ -177,15 +163,12 @@ def test_an_mpi_run_sends_the_encodings_its_job_carries():
     assert m.correct and m.encodings == ("fp32", "fp16")
 
 
-def test_the_powersgd_hook_is_refused_in_one_line_whether_chosen_or_priced():
+def test_a_profile_priced_for_the_powersgd_hook_is_refused_in_one_line():
     from fusionopt.cost import PowerSGD
 
     profile = Profile.from_arrays([4096, 1024], [1e-4, 1e-4], [1e-4, 1e-4], ["w", "b"], shapes=[(32, 32), (256,)],
                                   name="pair")
-    hook = PowerSGD(rank=1)
-    with pytest.raises(ValueError, match=r"^the executor runs the plain model .* this problem has compressor on"):
-        Job(Problem(profile, LINK, compressor=hook), Plan.per_tensor(profile))
-    priced = hook.priced(Problem(profile, LINK))
+    priced = PowerSGD(rank=1).priced(Problem(profile, LINK))
     with pytest.raises(ValueError, match=r"^profile 'pair \(PowerSGD rank 1\)' is priced for torch's powerSGD_hook "
                                          r"\(PowerSGD.priced\): its sizes are prices"):
         Job(priced, Plan.per_tensor(priced.profile))

@@ -200,3 +200,21 @@ def test_emulated_link_control_flow_on_a_fake_cupy(monkeypatch):
         run(problem, plan, "nccl", ranks=2)
     with pytest.raises(ValueError, match="an emulated link runs on one GPU: ranks must be 1, got 2"):
         run(problem, plan, "nccl", ranks=2, emulate_link=True)
+
+
+def test_a_message_through_the_powersgd_hook_on_one_gpu():
+    # Two linear layers in one message through the hook at rank 2: its three all-reduces
+    # (384, 768 and 1536 B) each hold the stream for their c(S), so the message lasts at least
+    # c(U) + c(P) + c(Q) = 3 x 10 us + 2688 B x 1 us; the products run on the GPU in the
+    # integers modulo 2**32, checked element for element.
+    _one_gpu()
+    from fusionopt.cost import AlphaBeta, PowerSGD
+    from fusionopt.model import Problem, Profile
+
+    profile = Profile.from_arrays([64 * 128 * 4, 64 * 4, 32 * 64 * 4, 32 * 4], [1e-4] * 4, [1e-4] * 4,
+                                  ["w1", "b1", "w2", "b2"], shapes=[(64, 128), (64,), (32, 64), (32,)])
+    problem = Problem(profile, AlphaBeta(1e-5, 1e-6), compressor=PowerSGD(rank=2))
+    plan = Plan.from_groups(profile, [[3, 2, 1, 0]])
+    m = run(problem, plan, "nccl", ranks=1, emulate_link=True, iterations=2, warmup=1, time_scale=0.0)
+    assert m.correct and m.encodings == ("powersgd",) and m.collectives == (("powersgd", 2688, 2688),)
+    assert ((m.message_end - m.message_start) >= (3e-5 + 2688e-6) * 0.999).all()
