@@ -58,7 +58,25 @@ def test_the_analysis_of_a_run(script):
     assert before["methods"]["planner"]["late_switches"] == 0
     assert after["methods"]["planner"]["late_switches"] == 1    # step 75, 25 steps into the phase
     document = {"runs": [{**run, "analysis": analysis}]}
-    assert script.targets(document) == {"phases": 2, "phases_within": 2, "stationary_runs_switching_late": 0}
+    assert script.targets(document) == {"phases": 2, "phases_within": 2, "phases_windows_within": 2,
+                                        "stationary_runs_switching_late": 0}
+    # The planner 3% slower than the optimum from step 20 on: its median misses, and so does
+    # every window; 1.5% slower: both within.
+    for slower, within in ((1.03, 0), (1.015, 1)):
+        run["methods"]["planner"] = {"steps": [slower * s for s in run["methods"]["optimum"]["steps"]],
+                                     "switches": []}
+        analysis = script.analyse(run, 100, 50)
+        found = script.targets({"runs": [{**run, "analysis": analysis}]})
+        assert (found["phases_within"], found["phases_windows_within"]) == (2 * within, 2 * within)
+    # As fast as the optimum but for six steps half as slow again at steps 80-85: the median
+    # from step 70 is within, the windows that hold five or six of those steps are not.
+    steps = list(run["methods"]["optimum"]["steps"])
+    steps[80:86] = [1.5 * s for s in steps[80:86]]
+    run["methods"]["planner"] = {"steps": steps, "switches": []}
+    analysis = script.analyse(run, 100, 50)
+    assert analysis["phases"][1]["methods"]["planner"]["within"] == 82 - 50       # window 81 holds five
+    found = script.targets({"runs": [{**run, "analysis": analysis}]})
+    assert (found["phases_within"], found["phases_windows_within"]) == (2, 1)
 
 
 def test_the_analysis_pairs_each_method_with_the_optimum_run_beside_it(script):
