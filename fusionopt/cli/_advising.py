@@ -30,10 +30,6 @@ def cmd_advise(args: argparse.Namespace) -> None:
         raise UsageError(f"{'--memory-cap' if args.memory_cap is not None else '--atoms'} goes with --pattern fsdp")
     from fusionopt.advice._allreduce import ddp_settings, horovod_settings
 
-    if getattr(args, "powersgd_as_choice", False):
-        raise UsageError("--powersgd-as-choice: advise gives DDP settings with one hook for every bucket; the "
-                         "choice per message is for solve, simulate and compare, and wire_comm_hook(powersgd=, "
-                         "through=) sends it")
     problem, label = problem_for_compare(args)
     hook = powersgd_from_flags(args)
     judged = problem if hook is None else priced_for_powersgd(problem, hook)
@@ -103,7 +99,7 @@ def cmd_advise(args: argparse.Namespace) -> None:
     if hook is not None:
         _print_powersgd(ddp)
         return
-    if ddp.wire is not None:
+    if ddp.wire is not None or ddp.through_names:
         _print_wire(problem, ddp)
     if apart is not None:
         print(f"apart     the {plural(len(problem.exact_tensors), 'tensor')} kept exact sent apart (dp-apart: each "
@@ -147,9 +143,13 @@ def _print_wire(problem: Any, ddp: Any) -> None:
     if ddp.hook is None:
         return
     print(f"          register: ddp.register_comm_hook(None, {ddp.hook})")
-    if ddp.exact_names:
-        shown = ", ".join(repr(n) for n in ddp.exact_names[:6]) + (", ..." if len(ddp.exact_names) > 6 else "")
-        print(f"          EXACT = {{{shown}}} (--json lists them all)")
+    for label, names in (("EXACT", ddp.exact_names), ("THROUGH", ddp.through_names)):
+        if names:
+            shown = ", ".join(repr(n) for n in names[:6]) + (", ..." if len(names) > 6 else "")
+            print(f"          {label} = {{{shown}}} (--json lists them all)")
+    if ddp.through_names:
+        print("          on gloo, torch's powerSGD_hook issues its later all-reduces from callbacks, and with several "
+              "of its buckets ranks may issue them in different orders, which gloo aborts on (torch 2.13)")
 
 
 def _print_powersgd(ddp: Any) -> None:

@@ -48,6 +48,7 @@ from fusionopt.executor._layout import Layout
 from fusionopt.executor._local import LocalGroup, run_threads
 from fusionopt.executor._measurement import Measurement, assemble
 from fusionopt.executor._mpi import mpiexec
+from fusionopt.executor._powersgd import PowerSGDMessages
 from fusionopt.executor._programs import build_program
 from fusionopt.executor._runner import RankRunner
 from fusionopt.executor._shard_data import ShardData
@@ -57,7 +58,8 @@ from fusionopt.executor._streams import Streams, run_stream_rank
 __all__ = [
     "BACKENDS", "CONTENTION_SCHEMA", "Calibration", "CollectiveTimeout", "Communicator", "Contention",
     "ContentionSpec", "CorrectnessError", "CudaStreams", "Fault", "FaultyCommunicator", "Gradients", "GroupAborted",
-    "Job", "Layout", "LocalGroup", "Measurement", "PlanMismatchError", "RankRunner", "ShardData", "ShardLayout", "Streams",
+    "Job", "Layout", "LocalGroup", "Measurement", "PlanMismatchError", "PowerSGDMessages", "RankRunner", "ShardData",
+    "ShardLayout", "Streams",
     "alignment_sizes", "assemble", "build_program", "calibrate", "check_host_memory", "contention_factors",
     "default_sizes", "fit_alignment", "fit_alpha_beta", "fit_casts", "from_records", "measure_rank", "mpiexec", "rank_bytes",
     "read_contention", "run", "run_local", "run_stream_rank", "run_threads", "scale_compute", "time_message",

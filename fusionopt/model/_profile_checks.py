@@ -84,7 +84,8 @@ def check_order(kind: str, order: Sequence[int], names: Sequence[str]) -> tuple[
     n = len(names)
     if isinstance(order, (tuple, list)) and len(order) == n and set(map(type, order)) <= {int}:
         indices = np.array(order, dtype=np.int64)             # forward indices: a permutation of them is it
-        if n == 0 or (indices.min() >= 0 and indices.max() < n and np.bincount(indices, minlength=n).max() == 1):
+        if n == 0 or (indices.min() >= 0 and indices.max() < n
+                      and np.bincount(indices, minlength=n).max() == 1):
             return tuple(order)
     position = {nm: i for i, nm in enumerate(names)}
     if isinstance(order, (str, bytes)):

@@ -10,9 +10,9 @@ import pytest
 from executor_helpers import require_mpiexec, spy_collectives
 from fusionopt.cost import AlphaBeta, PowerSGD
 from fusionopt.executor import (
-    CorrectnessError, Fault, Job, LocalGroup, ShardData, ShardLayout, build_program, rank_bytes, run, run_threads,
+    CorrectnessError, Fault, Job, LocalGroup, PowerSGDMessages, ShardData, ShardLayout, build_program, rank_bytes, run,
+    run_threads,
 )
-from fusionopt.executor._powersgd import PowerSGDMessages
 from fusionopt.model import Plan, Problem, Profile, allreduce_program
 from fusionopt.model._wire import compressed_collectives
 
@@ -86,7 +86,8 @@ def test_each_compressed_gradient_is_the_hooks_product_of_the_summed_matrices():
     for comm, data in ranks:
         assert data.gradients.grads[0].view(np.uint32).tolist() == expected
         # The bias travels as it is: the exact sum of both ranks' words.
-        assert data.gradients.grads[1].tolist() == [(int(a) + int(b)) % 2 ** 64 for a, b in zip(before[0][1], before[1][1])]
+        bias = [(int(a) + int(b)) % 2 ** 64 for a, b in zip(before[0][1], before[1][1])]
+        assert data.gradients.grads[1].tolist() == bias
         assert data.verify(step=3) == []
     ranks[1][1].gradients.grads[0][5] ^= np.uint64(1)
     (line,) = ranks[1][1].verify(step=3)

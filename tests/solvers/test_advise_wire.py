@@ -59,11 +59,26 @@ def test_one_encoding_for_every_bucket_is_torchs_own_hook():
     assert plain.wire is None and plain.hook is None
 
 
-def test_ddp_settings_refuse_a_problem_that_chooses_the_powersgd_hook_per_message():
+def test_ddp_settings_with_the_powersgd_hook_as_one_choice_per_bucket():
     from fusionopt.cost import PowerSGD
+    from fusionopt.model import Plan, simulate
 
     profile = zoo.profile("resnet50", batch=16)
-    problem = Problem(profile, network("10gbe", 8), compressor=PowerSGD(rank=1))
-    with pytest.raises(ValueError, match=r"^ddp_settings registers one hook for every bucket, and this problem sends "
-                                         r"each message through powersgd or not as it chooses"):
-        ddp_settings(problem, solve(problem, "dp").plan)
+    hook = PowerSGD(rank=1)
+    problem = Problem(profile, network("10gbe", 8), compressor=hook)
+    settings = ddp_settings(problem, solve(problem, "dp").plan)
+    # Every T is the simulator's of its buckets, each at its cheaper way, and the advice is
+    # never slower than DDP's defaults.
+    layout = Plan.from_groups(profile, [list(b) for b in settings.buckets])
+    assert settings.iteration_time == simulate(problem, layout).iteration_time
+    assert settings.iteration_time <= settings.default_iteration_time
+    # THROUGH: the tensors of the buckets whose hook price is below their price as they are.
+    through = [i for b in settings.buckets for i in b
+               if problem.compressed_messages([profile.sizes[list(b)].sum()], [list(b)])[0]
+               < problem.cost(float(profile.sizes[list(b)].sum()))]
+    assert settings.through_names == tuple(profile.names[i] for i in through) and through
+    assert "powersgd=torch.distributed.algorithms.ddp_comm_hooks.powerSGD_hook.PowerSGDState(" in settings.hook
+    assert settings.to_dict()["through_names"] == list(settings.through_names)
+    with pytest.raises(ValueError, match=r"^powersgd= puts torch's hook on every bucket, and this problem sends each "
+                                         r"message through powersgd or not as it chooses: give one of the two"):
+        ddp_settings(problem, solve(problem, "dp").plan, powersgd=hook)

@@ -341,8 +341,8 @@ def markdown(document: dict[str, Any]) -> str:
                  + (f" (read from `{c['source']}`)" if c.get("source") else " (measured first, apart from the models)")
                  for ranks, c in document["reducer_calibration"].items()) + ".", "",
              "Measured: rank 0's step times, the methods interleaved step by step (each trains its own copy of the "
-             "model; the order drawn afresh each step, each step from a barrier of the ranks). `reference`: the offline optimum's median step over the "
-             f"phase less its first {SETTLING} steps. Each method: its median over the same steps, and the steps from "
+             "model; the order drawn afresh each step, each step from a barrier of the ranks). `reference`: the "
+             f"offline optimum's median step over the phase less its first {SETTLING} steps. Each method: its median over the same steps, and the steps from "
              f"the phase's start after which every window of {WINDOW} steps has a median within "
              f"{100 * TOLERANCE:g}% of the optimum's median over the same steps (`never`: not within the phase). The "
              "optimum's own figure compares its windows with the reference: how far this host drifts within a "
