@@ -10,11 +10,10 @@ import pytest
 from executor_helpers import require_mpiexec, spy_collectives
 from fusionopt.cost import AlphaBeta, PowerSGD
 from fusionopt.executor import (
-    CorrectnessError, Fault, Job, LocalGroup, PowerSGDMessages, ShardData, ShardLayout, build_program, rank_bytes, run,
+    CorrectnessError, Fault, Job, LocalGroup, PowerSGDMessages, ShardData, ShardLayout, rank_bytes, run,
     run_threads,
 )
 from fusionopt.model import Plan, Problem, Profile, allreduce_program
-from fusionopt.model._wire import compressed_collectives
 
 LINK = AlphaBeta(1e-5, 1e-8)
 
@@ -61,7 +60,7 @@ def test_each_compressed_gradient_is_the_hooks_product_of_the_summed_matrices():
     problem = Problem(profile, AlphaBeta(1e-6, 1e-6), compressor=PowerSGD(rank=1))     # 99 us against 289 us
     plan = Plan.from_groups(profile, [[1, 0]])
     program = allreduce_program(problem, plan)
-    flags = compressed_collectives(problem, program)
+    flags = tuple(way == "powersgd" for way in problem.message_encodings(plan.message_bytes, [[1, 0]]))
     assert flags == (True,)
     group = LocalGroup(2)
     layout = ShardLayout(profile, program.collectives, size=2)
@@ -181,11 +180,3 @@ def test_messages_through_the_hook_on_mpi_ranks():
     plan = Plan.per_tensor(problem.profile)
     m = run(problem, plan, "mpi", ranks=2, iterations=1, warmup=0, time_scale=0.0, timeout=20.0)
     assert m.correct and m.encodings == ("fp32", "powersgd", "fp32", "powersgd")
-
-
-def test_build_program_and_the_flags_agree_with_the_layout():
-    problem = Problem(two_layers(), LINK, compressor=PowerSGD(rank=2))
-    plan = Plan.per_tensor(problem.profile)
-    program = build_program(problem, plan)
-    assert compressed_collectives(problem, program) == (False, True, False, True)
-    assert compressed_collectives(Problem(two_layers(), LINK), program) == (False,) * 4
