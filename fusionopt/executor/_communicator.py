@@ -25,7 +25,11 @@ from typing import Any, Callable
 
 import numpy as np
 
+from fusionopt.executor._errors import GroupAborted
+
 BACKENDS = ("local", "mpi", "nccl")
+# Emulated work sleeps in slices of at most this, to notice a failed group.
+POLL = 0.05
 
 # Which extra of pyproject.toml installs each backend's dependencies.
 EXTRAS = {"local": None, "mpi": "mpi", "nccl": "gpu"}
@@ -157,6 +161,18 @@ class Communicator(ABC):
     def describe(self) -> str:
         """The backend in words, for reports."""
         return f"{self.name}, {self.size} ranks"
+
+
+def sleep_until(deadline: float, comm: Communicator) -> None:
+    """Sleep until ``deadline`` (``time.perf_counter`` seconds), in slices of :data:`POLL`;
+    :class:`~fusionopt.executor.GroupAborted` as soon as ``comm``'s group has failed."""
+    while True:
+        remaining = deadline - time.perf_counter()
+        if remaining <= 0:
+            return
+        if comm.aborted:
+            raise GroupAborted("stopped: another rank failed")
+        time.sleep(min(remaining, POLL))
 
 
 def shard_words(whole: Any, shard: Any, size: int, what: str) -> int:

@@ -93,12 +93,18 @@ class Gradients:
         """``(scale, offset)`` with rank ``rank``'s value of ``step`` ``= g * scale + offset``."""
         return self._word(2 * (rank + 1)), self._word(2 * (7 * step + 3 * rank) + 1)
 
+    def rank_values(self, tensor: int, step: int, rank: int, *, out: Any) -> Any:
+        """Rank ``rank``'s values of tensor ``tensor`` in ``step``, written into ``out`` (a
+        buffer of its words) and returned."""
+        scale, offset = self.rank_constants(step, rank)
+        self.xp.multiply(self._pattern[tensor], scale, out=out)
+        out += offset
+        return out
+
     def fill(self, step: int) -> None:
         """Write this rank's gradient values of ``step`` into every tensor."""
-        scale, offset = self.rank_constants(step, self.rank)
-        for grad, g in zip(self.grads, self._pattern):
-            self.xp.multiply(g, scale, out=grad)
-            grad += offset
+        for i, grad in enumerate(self.grads):
+            self.rank_values(i, step, self.rank, out=grad)
 
     def expected_constants(self, step: int) -> tuple[Any, Any]:
         """``(scale, offset)`` with exact sum ``= g * scale + offset`` (mod ``2**bits``)."""

@@ -38,16 +38,11 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
-from fusionopt.executor._communicator import Communicator
-from fusionopt.executor._errors import GroupAborted
+from fusionopt.executor._communicator import Communicator, sleep_until
 from fusionopt.executor._gradients import MAX_REPORTED, Gradients, pattern
 from fusionopt.executor._layout import WORD_DTYPES, Piece
 from fusionopt.executor._shards import Collective, ShardLayout
 from fusionopt.model._powersgd import PowerSGD
-
-# The hold of step 5 sleeps in slices of at most this, to notice a failed group.
-POLL = 0.05
-
 
 @dataclass(frozen=True)
 class _Matrix:
@@ -157,10 +152,9 @@ class PowerSGDMessages:
         for p in msg.plain:
             buffer[p.offset: p.offset + p.hi - p.lo] = grads[p.tensor][p.lo: p.hi]
         begun = mark()
-        comm.allreduce(buffer, timeout=timeout, tag=tag if msg.plain_words else None)    # (a fault: on bytes)
+        self._allreduce(buffer, comm, timeout, tag)
         for p in msg.plain:
             grads[p.tensor][p.lo: p.hi] = buffer[p.offset: p.offset + p.hi - p.lo]
-        comm.synchronize(timeout=timeout)
         started, wire = time.perf_counter(), 0.0
         views = [grads[x.tensor].view(msg.element).reshape(x.n, x.m) for x in msg.matrices]
         p_of = [msg.p[x.p_at: x.p_at + x.n * x.r].reshape(x.n, x.r) for x in msg.matrices]
@@ -175,11 +169,7 @@ class PowerSGDMessages:
         for view, p, q in zip(views, p_of, q_of):
             xp.matmul(p, q.T, out=view)
         comm.synchronize(timeout=timeout)
-        hold_until = started + wire + msg.compute
-        while (left := hold_until - time.perf_counter()) > 0:
-            if comm.aborted:
-                raise GroupAborted("stopped: another rank failed")
-            time.sleep(min(left, POLL))
+        sleep_until(started + wire + msg.compute, comm)
         return begun, ended
 
     @staticmethod
@@ -199,14 +189,11 @@ class PowerSGDMessages:
         xp, layout, problems = self.xp, self.layout, []
         for msg in self.messages.values():
             for x, q in zip(msg.matrices, msg.factors):
-                g = gradients.patterns[x.tensor]
+                g = gradients.patterns[x.tensor]      # its words' shape
                 total = xp.zeros(x.n * x.m, dtype=msg.element)
                 word = xp.empty_like(g)
                 for rank in range(self.size):
-                    scale, offset = gradients.rank_constants(step, rank)
-                    xp.multiply(g, scale, out=word)
-                    word += offset
-                    total += word.view(msg.element)
+                    total += gradients.rank_values(x.tensor, step, rank, out=word).view(msg.element)
                 s = total.reshape(x.n, x.m)
                 p = s @ q
                 expected = (p @ (s.T @ p).T).reshape(-1)

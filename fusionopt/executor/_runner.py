@@ -51,7 +51,7 @@ from typing import Any, Callable, Iterator
 
 import numpy as np
 
-from fusionopt.executor._communicator import Communicator, HostTimer
+from fusionopt.executor._communicator import POLL, Communicator, HostTimer, sleep_until
 from fusionopt.executor._errors import CollectiveTimeout, GroupAborted, PlanMismatchError
 from fusionopt.executor._gradients import Gradients
 from fusionopt.executor._job import Job
@@ -62,8 +62,6 @@ from fusionopt.executor._shards import Collective, ShardLayout
 from fusionopt.model._wire import compressed_collectives
 from fusionopt.model._step_program import AT, CHANNEL, COMPUTE, EMIT, MARK, PUBLISH, SPAN, WAIT
 
-# Emulated compute sleeps in slices of at most this, to notice a failed group.
-POLL = 0.05
 # While ranks run, the interpreter switches threads this often (default 5 ms): a thread that
 # holds the lock must not delay another's deadline by more.
 SWITCH_INTERVAL = 1e-4
@@ -78,16 +76,6 @@ def fast_thread_switching() -> Iterator[None]:
         yield
     finally:
         sys.setswitchinterval(previous)
-
-
-def sleep_until(deadline: float, comm: Communicator) -> None:
-    while True:
-        remaining = deadline - time.perf_counter()
-        if remaining <= 0:
-            return
-        if comm.aborted:
-            raise GroupAborted("stopped: another rank failed")
-        time.sleep(min(remaining, POLL))
 
 
 class Step:
@@ -395,4 +383,4 @@ def collective_spans(timer: Any, tokens: list[tuple[Any, Any]]) -> dict[str, lis
 
 
 __all__ = ["RankRecord", "RankRunner", "Step", "check_agreement", "collective_spans",
-           "fast_thread_switching", "sleep_until"]
+           "fast_thread_switching"]

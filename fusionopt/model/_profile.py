@@ -198,16 +198,17 @@ class Profile:
             order = tuple(range(n - 1, -1, -1))
         else:
             order = check_order("ready_order", self.ready_order, names)
-            along = ready[np.array(order, dtype=np.int64)]
-            late = np.flatnonzero(along[:-1] > along[1:])                    # a tensor before one ready earlier
-            if late.size:
-                a, b = order[int(late[0])], order[int(late[0]) + 1]
-                raise ValueError(
-                    f"ready_order puts tensor {names[a]!r} (ready at {ready[a]:.6g} s) before {names[b]!r} "
-                    f"(ready at {ready[b]:.6g} s): it may only reorder tensors ready at the same moment"
-                )
+        backward_order = np.array(order, dtype=np.int64)
+        along = ready[backward_order]
+        late = np.flatnonzero(along[:-1] > along[1:])                        # a tensor before one ready earlier
+        if late.size:
+            a, b = order[int(late[0])], order[int(late[0]) + 1]
+            raise ValueError(
+                f"ready_order puts tensor {names[a]!r} (ready at {ready[a]:.6g} s) before {names[b]!r} "
+                f"(ready at {ready[b]:.6g} s): it may only reorder tensors ready at the same moment"
+            )
         object.__setattr__(self, "ready_order", order)
-        object.__setattr__(self, "_backward_order", frozen(np.array(order, dtype=np.int64)))
+        object.__setattr__(self, "_backward_order", frozen(backward_order))
         registration = (tuple(range(n)) if self.registration_order is None
                         else check_order("registration_order", self.registration_order, names))
         object.__setattr__(self, "registration_order", registration)

@@ -35,9 +35,8 @@ def collective_encodings(problem: Problem, program: Program) -> tuple[Encoding, 
     specs = program.collectives
     if pattern.name == "all-reduce":
         table = {**encoding_table(problem.exact_cost), **encoding_table(problem.cost)}
-        through = compressed_collectives(problem, program)
-        names = problem.message_encodings([s.nbytes for s in specs], [list(s.tensors) for s in specs])
-        return tuple(FP32 if compressed else table[name] for name, compressed in zip(names, through))
+        through = problem.compressor.name if problem.compressor is not None else None
+        return tuple(FP32 if name == through else table[name] for name in _message_ways(problem, program))
     if pattern.name in ("fully-sharded", "decoupled"):
         costs = {REDUCE_SCATTER: pattern.reduce_scatter, ALL_GATHER: pattern.all_gather}
         return tuple(encoding_table(costs[s.kind])[encodings_of([s.nbytes], costs[s.kind])[0]] for s in specs)
@@ -60,11 +59,16 @@ def compressed_collectives(problem: Problem, program: Program) -> tuple[bool, ..
     >>> compressed_collectives(problem, allreduce_program(problem, plan))
     (False, True)
     """
+    if problem.compressor is None or not program.collectives:
+        return (False,) * len(program.collectives)
+    return tuple(name == problem.compressor.name for name in _message_ways(problem, program))
+
+
+def _message_ways(problem: Problem, program: Program) -> list[str]:
+    """Each all-reduce message's way, as :meth:`~fusionopt.model.Problem.message_encodings`
+    names it (an encoding, or the compressor)."""
     specs = program.collectives
-    if problem.compressor is None or not specs:
-        return (False,) * len(specs)
-    names = problem.message_encodings([s.nbytes for s in specs], [list(s.tensors) for s in specs])
-    return tuple(name == problem.compressor.name for name in names)
+    return problem.message_encodings([s.nbytes for s in specs], [list(s.tensors) for s in specs])
 
 
 __all__ = ["collective_encodings", "compressed_collectives"]
