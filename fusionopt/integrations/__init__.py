@@ -23,7 +23,8 @@ real model as ``fusionopt advise --json`` says, and
 :func:`~fusionopt.integrations.apply_defaults` as the framework's defaults;
 :class:`~fusionopt.integrations.EmulatedLink` holds their collectives for a
 slower network's time (:func:`~fusionopt.integrations.ddp_comm_hook`,
-:func:`~fusionopt.integrations.emulate_fsdp2`). :func:`~fusionopt.integrations.wire_comm_hook`
+:func:`~fusionopt.integrations.emulate_fsdp2`, and torch's ``powerSGD_hook`` by
+:func:`~fusionopt.integrations.powersgd_comm_hook`). :func:`~fusionopt.integrations.wire_comm_hook`
 sends each DDP bucket in the encoding the advice chooses for it, and
 :func:`~fusionopt.integrations.padded_comm_hook` pads each to the alignment it needs.
 
@@ -51,6 +52,7 @@ from fusionopt.integrations._kineto_ranks import profile_from_traces
 from fusionopt.integrations._online import DDPJob, OnlinePlanner, SimulatedJob
 from fusionopt.integrations._online_baselines import DDP_CAPS_MB, FSDP2_GRID, GridSearch, ShardedGridSearch
 from fusionopt.integrations._padded_hook import padded_comm_hook
+from fusionopt.integrations._powersgd_link import HeldGroup, powersgd_comm_hook
 from fusionopt.integrations._wire_hook import choose_encoding, wire_comm_hook
 from fusionopt.integrations._online_sharded import ShardedDecision, ShardedPlanner, SimulatedShardedJob
 from fusionopt.integrations._fsdp2_job import FSDP2Job
@@ -72,14 +74,14 @@ from fusionopt.integrations._unprofiled import (
 
 __all__ = [
     "AdaptivePrefetch", "BayesianSearch", "COPIED_PARTS", "CollectiveRecorder", "DDPJob", "DDP_CAPS_MB",
-    "DEFAULT_PROFILER_COST", "EmulatedLink", "FSDP2Job", "FSDP2_GRID", "GaussianProcess", "GridSearch", "Hold", "HorovodAutotune",
+    "DEFAULT_PROFILER_COST", "EmulatedLink", "FSDP2Job", "FSDP2_GRID", "GaussianProcess", "GridSearch", "HeldGroup", "Hold", "HorovodAutotune",
     "KIND_CODES", "OnlinePlanner", "PARAMETERS_FILE", "PlanReducer", "ProfilerCost", "REDUCER_CALIBRATION_SCHEMA",
     "ReducerCalibration", "SMALL_INPUTS", "Sample", "ShardedDecision", "ShardedGridSearch", "ShardedPlanner", "SimulatedJob",
     "SimulatedShardedJob", "SimulatedZero3Job", "TEST_POINTS", "TracedStep",
     "UNPROFILED_FILE", "apply_advice", "apply_defaults", "choose_encoding", "collective_samples", "ddp_bucket_layout", "ddp_comm_hook",
     "documents_by_rank", "emulate_fsdp2", "fetch_events", "fit_collective_cost", "fit_overhead", "folder_parameters",
     "free_port", "fsdp2_blocks", "join_gloo", "leave_rank", "measure_profiler_cost", "measure_reducer_overhead",
-    "padded_bytes", "padded_comm_hook", "predict_traced_step", "profile_from_trace", "profile_from_traces", "profile_model",
+    "padded_bytes", "padded_comm_hook", "powersgd_comm_hook", "predict_traced_step", "profile_from_trace", "profile_from_traces", "profile_model",
     "read_advice", "read_profiler_cost", "read_reducer_calibration", "read_unprofiled_reference",
     "record_ddp_traces", "record_fsdp2_collectives", "replay_trace", "require_torch", "run_rank_processes",
     "small_model", "tiny_transformer", "wire_comm_hook", "with_reducer_overhead", "write_profiler_cost",

@@ -15,8 +15,11 @@ or as the framework's defaults, so the two can be measured side by side.
   unit, innermost first and the model (the root, ``""``) last, with its
   ``reshard_after_forward``, then the advised ``set_modules_to_forward_prefetch`` /
   ``set_modules_to_backward_prefetch`` lists. Where the advice sends buckets in encodings
-  (``wire``, and the tensors kept exact, ``exact_names``), DDP gets
-  :func:`~fusionopt.integrations.wire_comm_hook` with them (on ``link`` where given).
+  (``wire``, and the tensors kept exact, ``exact_names``) or some through torch's
+  ``powerSGD_hook`` (``compressor``, ``through_names``), DDP gets
+  :func:`~fusionopt.integrations.wire_comm_hook` with them (on ``link`` where given); where
+  it sends every bucket through that hook (``powersgd``), torch's hook with its
+  ``PowerSGDState`` (:func:`~fusionopt.integrations.powersgd_comm_hook` on ``link``).
 * :func:`apply_defaults`: what the advice is compared with: ``DistributedDataParallel`` with
   torch's default arguments; FSDP2 as fusionopt models its defaults
   (:func:`fusionopt.solvers.baselines._fsdp2.fsdp2`): ``fully_shard`` on each block
@@ -40,10 +43,11 @@ import inspect
 import json
 import os
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from fusionopt.integrations._torch_import import require_torch
 from fusionopt.integrations._emulated_link import EmulatedLink, ddp_comm_hook, emulate_fsdp2
+from fusionopt.integrations._powersgd_link import powersgd_comm_hook
 from fusionopt.integrations._wire_hook import wire_comm_hook
 from fusionopt.integrations._fsdp_record import fsdp2_blocks
 
@@ -124,23 +128,71 @@ def _check_distributed(dist: Any) -> None:
                          "(torch.distributed.init_process_group)")
 
 
-def _wire(model: Any, section: Mapping[str, Any], link: EmulatedLink | None) -> Any:
-    """The advice's wire hook: where it sends buckets in encodings and says to register a hook
-    for them (None otherwise)."""
-    wire, exact = section.get("wire"), list(section.get("exact_names") or [])
-    if wire is None or section.get("hook") is None:
-        return None
+def _powersgd_state(doc: Any, process_group: Any) -> Any:
+    """torch's ``PowerSGDState`` of an advice's PowerSGD (``"powersgd"`` or ``"compressor"``)."""
+    from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as psgd
+
+    if not isinstance(doc, Mapping):
+        raise ValueError("the advice's PowerSGD hook is not a JSON object: give what `fusionopt advise --json` prints")
+    try:
+        return psgd.PowerSGDState(process_group=process_group, matrix_approximation_rank=int(doc["rank"]),
+                                  min_compression_rate=float(doc["min_compression_rate"]),
+                                  start_powerSGD_iter=int(doc["start_iter"]),
+                                  use_error_feedback=bool(doc["use_error_feedback"]), warm_start=bool(doc["warm_start"]))
+    except KeyError as missing:
+        raise ValueError(f"the advice's PowerSGD hook has no {missing.args[0]!r}: give what `fusionopt advise --json` "
+                         "prints") from None
+
+
+def _bucket_groups(section: Mapping[str, Any], link: EmulatedLink | None, process_group: Any) -> list[Any]:
+    """On a link, one process group of the same ranks per advised bucket for the buckets
+    through ``powerSGD_hook`` (:mod:`fusionopt.integrations._powersgd_link`); none without."""
+    if link is None:
+        return []
+    import torch.distributed as dist
+
+    ranks = None if process_group is None else dist.get_process_group_ranks(process_group)
+    return [dist.new_group(ranks=ranks) for _ in section["buckets"]]
+
+
+def _hook_parameters(model: Any, section: Mapping[str, Any]) -> tuple[list[Any], list[Any]]:
+    """The parameters the advice keeps exact (``exact_names``) and sends through
+    ``powerSGD_hook`` (``through_names``), each name checked against the model."""
     parameters = dict(_trainable(model))
-    missing = [name for name in exact if name not in parameters]
-    if missing:
-        raise ValueError(f"the advice keeps {missing[0]!r} exact, which is no trainable parameter of the model")
-    return wire_comm_hook([tuple(step) for step in wire], exact=[parameters[name] for name in exact], link=link)
+    found = []
+    for says, key in (("keeps {!r} exact", "exact_names"), ("sends {!r} through powerSGD_hook", "through_names")):
+        names = list(section.get(key) or [])
+        missing = [name for name in names if name not in parameters]
+        if missing:
+            raise ValueError(f"the advice {says.format(missing[0])}, which is no trainable parameter of the model")
+        found.append([parameters[name] for name in names])
+    return found[0], found[1]
+
+
+def _advised_hook(section: Mapping[str, Any], exact: list[Any], through: list[Any], link: EmulatedLink | None,
+                  process_group: Any) -> tuple[Any, Any]:
+    """The advice's comm hook and the state to register it with: torch's ``powerSGD_hook``
+    where the advice sends every bucket through it (``"powersgd"``); where it sends buckets
+    in encodings (``wire``, the ``exact`` parameters in fp32) or the ``through`` parameters'
+    buckets through the hook (``compressor``), :func:`~fusionopt.integrations.wire_comm_hook`;
+    (None, None) where it registers none."""
+    if section.get("powersgd") is not None:
+        state = _powersgd_state(section["powersgd"], process_group)
+        return powersgd_comm_hook(state, link, _bucket_groups(section, link, process_group)), state
+    wire = section.get("wire")
+    if section.get("hook") is None or (wire is None and not through):
+        return None, None
+    state = _powersgd_state(section.get("compressor"), process_group) if through else None
+    hook = wire_comm_hook([tuple(step) for step in (wire or [(0, "fp32")])], exact=exact, link=link, powersgd=state,
+                          through=through, groups=_bucket_groups(section, link, process_group) if through else ())
+    return hook, process_group
 
 
 def _ddp(model: Any, arguments: Mapping[str, Any], link: EmulatedLink | None, process_group: Any,
-         options: Mapping[str, Any], *, advised: bool, hook: Any = None) -> Any:
+         options: Mapping[str, Any], *, advised: bool, hook: Callable[[], tuple[Any, Any]] | None = None) -> Any:
     """DDP with ``arguments`` and ``options``; ``advised``: the arguments are an advice's, which
-    decides the bucket layout (no cap in ``options`` then); ``hook``: the advice's comm hook."""
+    decides the bucket layout (no cap in ``options`` then); ``hook``: makes the advice's comm
+    hook and its state (:func:`_advised_hook`) once the arguments are checked."""
     torch = require_torch()
     import torch.distributed as dist
 
@@ -156,9 +208,10 @@ def _ddp(model: Any, arguments: Mapping[str, Any], link: EmulatedLink | None, pr
             raise ValueError(f"{key}= overrides the advice's bucket layout: edit the advice, or build "
                              "DistributedDataParallel yourself")
     _check_distributed(dist)
+    comm_hook, state = (None, None) if hook is None else hook()
     ddp = torch.nn.parallel.DistributedDataParallel(model, process_group=process_group, **arguments, **options)
-    if hook is not None:
-        ddp.register_comm_hook(process_group, hook)
+    if comm_hook is not None:
+        ddp.register_comm_hook(state, comm_hook)
     elif link is not None:
         ddp.register_comm_hook(process_group, ddp_comm_hook(link))
     return ddp
@@ -284,7 +337,9 @@ def apply_advice(model: Any, advice: Mapping[str, Any] | str | os.PathLike, *, f
     _check_link(link)
     if framework == "ddp":
         arguments = _check_ddp_model(model, section)
-        return _ddp(model, arguments, link, process_group, kwargs, advised=True, hook=_wire(model, section, link))
+        exact, through = _hook_parameters(model, section)
+        return _ddp(model, arguments, link, process_group, kwargs, advised=True,
+                    hook=lambda: _advised_hook(section, exact, through, link, process_group))
     return _fsdp2(model, section, link, process_group, kwargs)
 
 

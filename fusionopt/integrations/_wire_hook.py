@@ -32,7 +32,8 @@ Checked on torch 2.13.0 (CPU, gloo): ``GradBucket.buffer()``, ``parameters()``,
 marks last with fp16 on the others (``tests/integrations/test_powersgd_gloo.py``). On gloo
 ``powerSGD_hook`` issues its later all-reduces from callbacks, so a mix whose hook bucket is
 not the last may issue collectives in different orders on different ranks (one bucket
-through the hook alone, or the last, is safe).
+through the hook alone, or the last, is safe). On an emulated link, each bucket through the
+hook may have a process group of its own (``groups``), which keeps the orders the same.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from __future__ import annotations
 from typing import Any, Callable, Iterable, Sequence
 
 from fusionopt.integrations._emulated_link import EmulatedLink, ddp_comm_hook
+from fusionopt.integrations._powersgd_link import powersgd_comm_hook
 from fusionopt.integrations._torch_import import require_torch
 
 WIRE_ENCODINGS = ("fp32", "fp16", "bf16")
@@ -84,7 +86,7 @@ def choose_encoding(choice: Sequence[tuple[int, str]], nbytes: int, carries_exac
 
 def wire_comm_hook(choice: Sequence[tuple[int, str]], exact: Iterable[Any] = (), *,
                    link: EmulatedLink | None = None, powersgd: Any = None,
-                   through: Iterable[Any] = ()) -> Callable[[Any, Any], Any]:
+                   through: Iterable[Any] = (), groups: Sequence[Any] = ()) -> Callable[[Any, Any], Any]:
     """A comm hook that sends each bucket as the model chooses (module docstring).
 
     ``choice``: ``[(from_bytes, encoding), ...]``, the encoding of a bucket from that many fp32
@@ -97,7 +99,9 @@ def wire_comm_hook(choice: Sequence[tuple[int, str]], exact: Iterable[Any] = (),
     hook)``, ``state`` the process group DDP was given (None: the default group).
     ``powersgd`` and ``through``: a ``PowerSGDState`` and the parameters whose buckets go
     through ``powerSGD_hook(powersgd, bucket)`` (module docstring); those are listed in
-    ``sent`` as ``"powersgd"``. Not with ``link``, which holds one message a bucket.
+    ``sent`` as ``"powersgd"``. With ``link`` too, the hook's three all-reduces of a bucket are
+    each held on it, bucket ``i``'s on ``groups[i]``
+    (:func:`~fusionopt.integrations.powersgd_comm_hook`).
     """
     require_torch()
     from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
@@ -115,11 +119,11 @@ def wire_comm_hook(choice: Sequence[tuple[int, str]], exact: Iterable[Any] = (),
 
         if not isinstance(powersgd, psgd.PowerSGDState):
             raise ValueError(f"powersgd must be torch's PowerSGDState, got {type(powersgd).__name__}")
-        if link is not None:
-            raise ValueError("link holds each bucket as one message, and powerSGD_hook sends a bucket as three "
-                             "all-reduces: leave link out with powersgd")
         if compressed & kept:
             raise ValueError("a parameter is both kept exact (exact) and sent through powerSGD_hook (through)")
+    elif groups:
+        raise ValueError("groups are the process groups of the buckets through powerSGD_hook: give powersgd too")
+    through_hook = None if powersgd is None else powersgd_comm_hook(powersgd, link, groups)
     names = {name for _, name in steps} | {"fp32"}
     if link is not None:
         hooks = {name: ddp_comm_hook(link, name) for name in names}
@@ -135,7 +139,7 @@ def wire_comm_hook(choice: Sequence[tuple[int, str]], exact: Iterable[Any] = (),
         pointers = {int(p.data_ptr()) for p in bucket.parameters()}
         if pointers & compressed:
             sent.append(("powersgd", nbytes))
-            return psgd.powerSGD_hook(powersgd, bucket)
+            return through_hook(powersgd, bucket)
         name = choose_encoding(steps, nbytes, bool(pointers & kept))
         sent.append((name, nbytes))
         if powersgd is not None:

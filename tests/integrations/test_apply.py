@@ -335,3 +335,7 @@ def test_an_exact_tensor_the_model_lacks_is_named(advices):
     with pytest.raises(ValueError, match=r"^the advice keeps 'nope.bias' exact, which is no trainable parameter "
                                          r"of the model$"):
         apply_advice(mlp(), wired, framework="ddp")
+    wired["ddp"].update(exact_names=[], through_names=["0.weight", "nope.weight"])
+    with pytest.raises(ValueError, match=r"^the advice sends 'nope.weight' through powerSGD_hook, which is no trainable "
+                                         r"parameter of the model$"):
+        apply_advice(mlp(), wired, framework="ddp")

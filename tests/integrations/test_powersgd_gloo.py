@@ -10,6 +10,7 @@ mismatch (checked: two buckets at 0.05 MB end in ``EnforceNotMet ... Is there a 
 collective mismatch``)."""
 
 import contextlib
+import math
 
 import pytest
 
@@ -200,7 +201,7 @@ def test_the_mixed_hook_refuses_what_it_cannot_send():
     from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as psgd
 
     from fusionopt.cost import AlphaBeta
-    from fusionopt.integrations import EmulatedLink, wire_comm_hook
+    from fusionopt.integrations import EmulatedLink, HeldGroup, wire_comm_hook
 
     weight = torch.nn.Parameter(torch.zeros(4, 4))
     state = psgd.PowerSGDState(process_group=None, start_powerSGD_iter=2)
@@ -208,7 +209,111 @@ def test_the_mixed_hook_refuses_what_it_cannot_send():
         wire_comm_hook([(0, "fp16")], through=[weight])
     with pytest.raises(ValueError, match=r"^powersgd must be torch's PowerSGDState, got int$"):
         wire_comm_hook([(0, "fp16")], powersgd=1, through=[weight])
-    with pytest.raises(ValueError, match=r"^link holds each bucket as one message"):
-        wire_comm_hook([(0, "fp16")], powersgd=state, through=[weight], link=EmulatedLink(AlphaBeta(0, 0)))
+    with pytest.raises(ValueError, match=r"^groups are the process groups of the buckets through powerSGD_hook: give "
+                                         r"powersgd too$"):
+        wire_comm_hook([(0, "fp16")], link=EmulatedLink(AlphaBeta(0, 0)), groups=[object()])
+    with pytest.raises(ValueError, match=r"^groups are the process groups whose all-reduces the link holds: give "
+                                         r"link too$"):
+        wire_comm_hook([(0, "fp16")], powersgd=state, through=[weight], groups=[object()])
+    with pytest.raises(ValueError, match=r"^group must be a torch.distributed process group, got NoneType$"):
+        HeldGroup(EmulatedLink(AlphaBeta(0, 0)), None)
     with pytest.raises(ValueError, match=r"^a parameter is both kept exact"):
         wire_comm_hook([(0, "fp16")], exact=[weight], powersgd=state, through=[weight])
+
+
+def _held(rank, report):
+    """torch's hook on an emulated link (``powersgd_comm_hook``): several buckets, each on a
+    process group of its own; and an advice whose every bucket goes through the hook, applied
+    with ``apply_advice`` on a link."""
+    from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as psgd
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    from fusionopt.advice import ddp_settings
+    from fusionopt.cost import AlphaBeta
+    from fusionopt.integrations import EmulatedLink, apply_advice, powersgd_comm_hook
+    from fusionopt.model import Plan, Problem, Profile
+
+    link = EmulatedLink(AlphaBeta(1e-3, 0.0))
+    state = psgd.PowerSGDState(process_group=None, matrix_approximation_rank=RANK, start_powerSGD_iter=START,
+                               min_compression_rate=2)
+    inner = powersgd_comm_hook(state, link, [dist.new_group() for _ in range(6)])
+    buckets = []
+
+    def hook(state, bucket):
+        buckets[-1].append([list(g.shape) for g in bucket.gradients()])
+        return inner(state, bucket)
+
+    torch.manual_seed(0)
+    ddp = DDP(_net(), bucket_cap_mb=0.05)
+    ddp.register_comm_hook(state, hook)
+    report["held"] = []
+    for step in range(START + 2):
+        x = torch.randn(8, 3, 8, 8, generator=torch.Generator().manual_seed(10 * step + rank))
+        ddp.zero_grad()
+        link.reset()
+        buckets.append([])
+        ddp(x).pow(2).mean().backward()
+        report["held"].append({"buckets": buckets[-1], "log": [list(hold) for hold in link.log]})
+    report["held_parameters"] = [float(p.detach().double().sum()) for p in ddp.module.parameters()]
+
+    torch.manual_seed(0)
+    model = _net()
+    shapes = [tuple(p.shape) for p in model.parameters()]
+    sizes = [4 * math.prod(s) for s in shapes]
+    profile = Profile.from_arrays(sizes, [1e-4] * len(sizes), [1e-4] * len(sizes),
+                                  [n for n, _ in model.named_parameters()], shapes=shapes)
+    problem, hook = Problem(profile, AlphaBeta(1e-3, 1e-9)), PowerSGD(rank=RANK, start_iter=START)
+    advice = ddp_settings(problem, Plan.from_groups(hook.priced(problem).profile, [list(range(len(sizes)))[::-1]]),
+                          powersgd=hook)
+    link = EmulatedLink(AlphaBeta(0.02, 0.0))         # 20 ms a message: longer than a loopback all-reduce
+    advised = apply_advice(model, {"ddp": advice.to_dict()}, framework="ddp", link=link)
+    report["advised"] = []
+    for step in range(START + 2):
+        x = torch.randn(8, 3, 8, 8, generator=torch.Generator().manual_seed(10 * step + rank))
+        advised.zero_grad()
+        link.reset()
+        advised(x).pow(2).mean().backward()
+        report["advised"].append([list(hold) for hold in link.log])
+    report["advised_shapes"] = [list(s) for s in shapes]
+
+
+def _rank_held(rank, port, folder):
+    with gloo_rank(rank, port, folder, report_errors=True) as report:
+        _held(rank, report)
+
+
+@pytest.fixture(scope="module")
+def held(tmp_path_factory):
+    documents = spawn_gloo(_rank_held, tmp_path_factory.mktemp("powersgd-held"))
+    assert [d.get("error") for d in documents] == [None, None]
+    return documents
+
+
+def test_on_an_emulated_link_each_of_the_hooks_all_reduces_is_held(held):
+    model = PowerSGD(rank=RANK, min_compression_rate=2)
+    for report in held:
+        steps = report["held"]
+        assert all(len(step["buckets"]) >= 2 for step in steps[1:])       # several buckets, no abort
+        for step, record in enumerate(steps):
+            sent = sorted(hold[0] for hold in record["log"])
+            if step < START:      # the warm-up: each bucket whole, one message
+                assert sent == sorted(4 * sum(math.prod(s) for s in shapes) for shapes in record["buckets"])
+            else:                 # then three a bucket, the model's split in fp32 bytes, empty ones included
+                assert sent == sorted(4 * n for shapes in record["buckets"] for n in model.split(shapes).elements)
+    # Both ranks end with the same parameters: the same sums, bucket by bucket, in every group.
+    assert held[0]["held_parameters"] == held[1]["held_parameters"]
+
+
+def test_apply_advice_registers_the_advised_powersgd_hook_on_the_link(held):
+    model = PowerSGD(rank=RANK, min_compression_rate=2)
+    whole = [tuple(s) for s in held[0]["advised_shapes"]]
+    for report in held:
+        # The advice's one bucket: whole in the warm-up (DDP's first step builds its own), then
+        # the three all-reduces of the model's split.
+        sent = [[hold[0] for hold in step] for step in report["advised"]]
+        assert sent[START:] == [[4 * n for n in model.split(whole).elements]] * 2
+        assert sent[1] == [4 * sum(math.prod(s) for s in whole)]
+        # The hook issues P once the link delivers U, and Q after P: each posted after the
+        # one before it left the link (Hold: nbytes, start, end, posted).
+        for step in report["advised"][START:]:
+            assert step[1][3] >= step[0][2] and step[2][3] >= step[1][2]
