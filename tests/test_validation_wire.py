@@ -70,27 +70,57 @@ def test_a_small_wire_study(study, tmp_path):
 
 def test_a_small_measured_wire_run(tmp_path):
     script = ROOT / "validation" / "wire" / "run.py"
-    command = [sys.executable, str(script), "--models", "mlp", "--rounds", "2", "--steps", "2", "--warmup", "1",
-               "--profile-steps", "3", "--out", str(tmp_path)]
+    command = [sys.executable, str(script), "--models", "mlp", "--rounds", "2", "--steps", "2", "--warmup", "2",
+               "--profile-steps", "3", "--links", "10gbe:64", "--out", str(tmp_path)]
     done = subprocess.run(command, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     document = json.loads((tmp_path / "wire-cpu.json").read_text())
     (row,) = document["results"]
     run = load_script("validation/wire/run.py")
-    from fusionopt.model import Profile
+    from fusionopt.model import Problem, Profile
 
     # The predictions are the model's on the profile and the casts measured first, recomputed here.
-    again = run.predict(Profile.from_dict(row["profile"]), "10gbe", 64, row["casts"])
+    assert (row["network"], row["workers"]) == ("10gbe", 64)
+    again = run.predict(Profile.from_dict(row["profile"]), "10gbe", 64, row["casts"], 1)
     assert again["predicted"] == row["predicted"] and again["encodings"] == row["encodings"]
+    assert again["encodings_powersgd"] == row["encodings_powersgd"]
+    # The PowerSGD hook priced with its compute measured first, on DDP's buckets: torch's
+    # compression rate of the model's split, and the step the baseline gives.
+    from fusionopt.cost import PowerSGD, network as preset
+    from fusionopt.solvers.baselines import ddp_powersgd
+
+    hook = PowerSGD(**row["powersgd"])
+    assert (hook.rank, hook.start_iter) == (1, run.START_ITER)
+    assert hook.seconds_per_byte == row["casts"]["powersgd"]["seconds_per_byte"]
+    plain = ddp_powersgd(Problem(Profile.from_dict(row["profile"]), preset("10gbe", 64), step_parts="fit"), hook)
+    assert row["predicted"]["powersgd"] == plain.iteration_time
+    assert row["compression_rate"] == plain.stats["compression_rate"] > 1
     # Half the bytes on a 10 GbE link, the casts free: fp16 is faster (with the casts measured
     # here it need not be, on a loaded host).
     free = {name: {"seconds_per_byte": 0.0, "seconds_per_message": 0.0} for name in row["casts"]}
-    assert run.predict(Profile.from_dict(row["profile"]), "10gbe", 64, free)["predicted"]["fp16"] \
+    assert run.predict(Profile.from_dict(row["profile"]), "10gbe", 64, free, 1)["predicted"]["fp16"] \
         < row["predicted"]["default"]
+    # On 1 GbE, the hook's compute free, a 512 x 512 weight's 1 MiB costs more than two more
+    # startups: some bucket goes through it, and the advice with the hook is the faster.
+    slow = run.predict(Profile.from_dict(row["profile"]), "1gbe", 64, free, 1)
+    assert "powersgd" in slow["encodings_powersgd"]
+    assert slow["predicted"]["advised-powersgd"] < slow["predicted"]["advised"]
     assert set(row["rounds"]) == set(run.SETTINGS) and all(len(r) == 2 for r in row["rounds"].values())
     for setting, m in row["measured"].items():
         assert m["speedup"] == pytest.approx(sum(row["rounds"]["default"]) / sum(row["rounds"][setting]))
     assert "emulated link" in (tmp_path / "wire-cpu.md").read_text()
+
+
+@pytest.mark.parametrize("arguments, says", [
+    (["--links", "10gbe"], "--links: '10gbe' is not NETWORK:WORKERS"),
+    (["--links", "40gbe:8"], "--links: '40gbe:8': unknown network '40gbe'"),
+    (["--warmup", "1"], "--warmup 1: the PowerSGD settings compress from step 2 on"),
+])
+def test_the_measured_wire_run_refuses_in_one_line(arguments, says, capsys):
+    run = load_script("validation/wire/run.py")
+    with pytest.raises(SystemExit):
+        run.main(arguments)
+    assert says in capsys.readouterr().err
 
 
 def test_a_small_powersgd_study(tmp_path):

@@ -344,6 +344,7 @@ class _Link:
 
 
 _PRESETS: dict[str, _Link] = {
+    "1gbe": _Link(1.25e8, 25e-6, "1 Gigabit Ethernet, TCP: 1.25e8 B/s, nominal 25 us latency"),
     "10gbe": _Link(1.25e9, 25e-6, "10 Gigabit Ethernet, TCP: 1.25e9 B/s, nominal 25 us latency"),
     "25gbe": _Link(3.125e9, 25e-6, "25 Gigabit Ethernet, TCP: 3.125e9 B/s, nominal 25 us latency"),
     "100gb-ib": _Link(12.5e9, 2e-6, "100 Gb/s InfiniBand EDR, RDMA: 12.5e9 B/s, nominal 2 us latency"),
@@ -394,7 +395,7 @@ def networks() -> dict[str, str]:
     Examples
     --------
     >>> sorted(networks())
-    ['100gb-ib', '10gbe', '200gb-ib', '25gbe', '400gb-ib', 'mgwfbp-10gbe', 'mgwfbp-56gbib', 'nvlink-a100', 'nvlink-h100', 'pcie4', 'pcie5', 'usbyte']
+    ['100gb-ib', '10gbe', '1gbe', '200gb-ib', '25gbe', '400gb-ib', 'mgwfbp-10gbe', 'mgwfbp-56gbib', 'nvlink-a100', 'nvlink-h100', 'pcie4', 'pcie5', 'usbyte']
     """
     listing = {name: link.description for name, link in _PRESETS.items()}
     listing.update({name: description for name, (description, _) in _FITTED.items()})
@@ -426,6 +427,7 @@ def network(name: str, workers: int, *, algorithm: str = "ring", collective: str
 
     Bandwidths (per link, per direction) and their sources:
 
+    * ``"1gbe"``: 1 Gb/s = 1.25e8 B/s, IEEE 802.3 line rate;
     * ``"10gbe"``: 10 Gb/s = 1.25e9 B/s, IEEE 802.3 line rate;
     * ``"25gbe"``: 25 Gb/s = 3.125e9 B/s, IEEE 802.3 line rate;
     * ``"100gb-ib"``: 100 Gb/s = 12.5e9 B/s, InfiniBand EDR 4x data rate;

@@ -110,7 +110,7 @@ def test_collective_accepts_numpy_integers():
 # --- presets -----------------------------------------------------------------------------------
 
 # Per link and direction, from the sources the presets cite (line and data rates).
-BANDWIDTHS = {"10gbe": 1.25e9, "25gbe": 3.125e9, "100gb-ib": 12.5e9, "nvlink-h100": 450e9,
+BANDWIDTHS = {"1gbe": 1.25e8, "10gbe": 1.25e9, "25gbe": 3.125e9, "100gb-ib": 12.5e9, "nvlink-h100": 450e9,
               "nvlink-a100": 300e9, "pcie4": 32e9, "pcie5": 64e9, "200gb-ib": 25e9, "400gb-ib": 50e9}
 
 
@@ -159,7 +159,7 @@ def test_mgwfbp_fitted_presets():
 
 
 def test_unknown_preset_or_algorithm():
-    with pytest.raises(ValueError, match=r"unknown network '40gbe'; known: 100gb-ib, 10gbe, 200gb-ib, 25gbe, 400gb-ib, mgwfbp-10gbe, mgwfbp-56gbib, nvlink-a100, nvlink-h100, pcie4, pcie5, usbyte"):
+    with pytest.raises(ValueError, match=r"unknown network '40gbe'; known: 100gb-ib, 10gbe, 1gbe, 200gb-ib, 25gbe, 400gb-ib, mgwfbp-10gbe, mgwfbp-56gbib, nvlink-a100, nvlink-h100, pcie4, pcie5, usbyte"):
         network("40gbe", 8)
     with pytest.raises(ValueError, match=r"unknown algorithm 'butterfly'; known: ring"):
         network("10gbe", 8, algorithm="butterfly")

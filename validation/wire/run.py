@@ -1,34 +1,47 @@
 """What goes on the wire, measured: real DDP on gloo ranks over an emulated link, its default
-fp32 buckets against torch's fp16 and bf16 compress hooks and against the advice (the exact
-DP's grouping and encodings), the measured speedups against the predicted ones.
+fp32 buckets against torch's fp16, bf16 and PowerSGD hooks and against the advice (the exact
+DP's grouping and encodings, with and without the PowerSGD hook as a choice), the measured
+speedups against the predicted ones.
 
 For each model (``--models``: ``mlp``, ``cnn`` of
 :func:`fusionopt.integrations.small_model`) on ``--ranks`` gloo ranks (one torch
-thread each), batch ``--batch``, SGD with momentum:
+thread each), batch ``--batch``, SGD with momentum, and each link of ``--links`` (a network
+preset and the workers its all-reduce is priced for; by default 10 GbE and 1 GbE at 64):
 
 1. measured first, apart from the steps predicted: the profile (``profile_model``, every
-   rank; rank 0's is used) and what each of torch's hooks costs this host per bucket, its
-   cast of a buffer to fp16 or bf16 divided by the world size and the copy back (the median
-   of ``REPEATS`` runs at sizes from 4 kB to 4 MB, fitted ``seconds_per_message +
-   seconds_per_byte S``, each term at least 0);
-2. predicted (rank 0) on ``network(--network, --workers)``'s all-reduce: DDP's default
-   buckets in fp32, the same buckets in fp16 and in bf16 (``Encoded``; the fitted casts),
-   and the advice: the exact DP on ``Cheapest([fp32, fp16])`` (the error budget: fp16 where it
-   pays), its buckets as ``bucket_cap_mb_list`` (:func:`~fusionopt.advice.ddp_settings`)
-   and each message's encoding;
+   rank; rank 0's is used), what each of torch's cast hooks costs this host per bucket, its
+   cast of a buffer to fp16 or bf16 divided by the world size and the copy back, and what
+   torch's ``powerSGD_hook`` at ``--powersgd-rank`` computes per bucket once its warm-up is
+   over (its all-reduces done at once; one square matrix a bucket), each the median of
+   ``REPEATS`` runs at sizes from 4 kB to 4 MB, fitted ``seconds_per_message +
+   seconds_per_byte S``, each term at least 0;
+2. predicted (rank 0) on ``network(NAME, WORKERS)``'s all-reduce: DDP's default buckets in
+   fp32, the same buckets in fp16 and in bf16 (``Encoded``; the fitted casts) and through the
+   PowerSGD hook (:func:`~fusionopt.solvers.baselines.ddp_powersgd`, its compute the fit,
+   ``start_powerSGD_iter`` :data:`START_ITER`), the advice: the exact DP on ``Cheapest([fp32,
+   fp16])`` (the error budget: fp16 where it pays), its buckets as ``bucket_cap_mb_list``
+   (:func:`~fusionopt.advice.ddp_settings`) and each message's encoding, and the advice with
+   the hook as one more choice per message (``Problem(..., compressor=PowerSGD(...))``);
 3. measured: a copy of the model per setting, each DDP with every bucket held on an emulated
    link of that network (:mod:`fusionopt.integrations._emulated_link`; the fp16 and bf16
    settings through its hook of that encoding, torch's ``_compress_hook`` with the link
-   holding the cast bytes: torch 2.13 refuses its own bf16 hook without CUDA and NCCL), after
-   ``--warmup`` untimed steps of each, ``--rounds`` rounds of ``--steps`` steps of each
-   setting, the order rotated every round; a setting's round is its mean step on rank 0.
-   Each speedup over the default comes with a 95% bootstrap interval over the paired rounds.
+   holding the cast bytes: torch 2.13 refuses its own bf16 hook without CUDA and NCCL; the
+   PowerSGD settings through torch's own hook, each of its three all-reduces held on the link,
+   each bucket on a process group of its own: :func:`~fusionopt.integrations.powersgd_comm_hook`),
+   after ``--warmup`` untimed steps of each (at least the hook's warm-up), ``--rounds``
+   rounds of ``--steps`` steps of each setting, the order rotated every round; a setting's
+   round is its mean step on rank 0. Each speedup over the default comes with a 95%
+   bootstrap interval over the paired rounds.
 
 The advice runs as :func:`~fusionopt.integrations.apply_advice` builds it: its buckets, each
-sent in the encoding its ``wire`` says (:func:`~fusionopt.integrations.wire_comm_hook` on the
-link), so an advice that mixes encodings is measured too. Writes ``validation/results/wire-cpu.{json,md}``; a run
-with other arguments writes into ``validation/results/subset/``. Timings of this host, on an
-emulated link: they vary from run to run.
+sent in the encoding its ``wire`` says or through the PowerSGD hook
+(:func:`~fusionopt.integrations.wire_comm_hook` on the link), so an advice that mixes
+encodings is measured too. Not modelled, and measured: a gloo all-reduce between two
+processes of this host takes a few milliseconds of its own, which the hold overlaps (the
+link's startup at 64 workers, 3.15 ms, is longer), and the hook's chain of three all-reduces
+hands over between threads. Writes ``validation/results/wire-cpu.{json,md}``; a run with other
+arguments writes into ``validation/results/subset/``. Timings of this host, on an emulated
+link: they vary from run to run.
 
     python validation/wire/run.py
     python validation/wire/run.py --models mlp --rounds 2 --steps 2      # into results/subset/
@@ -57,9 +70,106 @@ from speedup import build_model, measure_profile, measure_rounds, speedup_interv
 
 RESULTS = ROOT / "validation" / "results"
 MODELS = ("mlp", "cnn")
-SETTINGS = ("default", "fp16", "bf16", "advised")
+SETTINGS = ("default", "fp16", "bf16", "advised", "powersgd", "advised-powersgd")
 SIZES = tuple(4096 * 4 ** k for k in range(6))      # 4 kB to 4 MB of fp32 gradients
 REPEATS = 21
+START_ITER = 2                                       # torch's least start_powerSGD_iter with error feedback
+LINKS = (("10gbe", 64), ("1gbe", 64))
+
+
+def parse_links(parser: argparse.ArgumentParser, text: str) -> list[tuple[str, int]]:
+    """``--links``: ``[(network preset, workers), ...]``; the parser's one-line error otherwise."""
+    from fusionopt.cost import network
+
+    links = []
+    for part in (p.strip() for p in text.split(",")):
+        name, _, workers = part.partition(":")
+        try:
+            count = int(workers)
+            network(name, count)
+        except ValueError as error:
+            parser.error(f"--links: {part!r}: {error}" if workers.strip().isdigit()
+                         else f"--links: {part!r} is not NETWORK:WORKERS")
+        links.append((name, count))
+    return links
+
+
+class _LocalGroup:
+    """A group of ``size`` ranks whose all-reduce is done at once and changes nothing: what
+    :func:`measure_powersgd` gives torch's hook, so that only its own compute is timed."""
+
+    def __init__(self, size: int) -> None:
+        self._size = size
+
+    def size(self) -> int:
+        return self._size
+
+    def rank(self) -> int:
+        return 0
+
+    def allreduce(self, tensors: list[Any], options: Any) -> Any:
+        import torch
+
+        future = torch.futures.Future()
+        future.set_result(tensors)
+
+        class Done:
+            def get_future(self) -> Any:
+                return future
+
+            def wait(self, timeout: Any = None) -> bool:
+                return True
+        return Done()
+
+
+class _Bucket:
+    """One matrix as DDP's ``GradBucket`` shows it to the hook: the flat buffer, its view."""
+
+    def __init__(self, n: int) -> None:
+        import torch
+
+        self._buffer = torch.randn(n * n)
+
+    def buffer(self) -> Any:
+        return self._buffer
+
+    def gradients(self) -> list[Any]:
+        n = int(round(self._buffer.numel() ** 0.5))
+        return [self._buffer.view(n, n)]
+
+    def index(self) -> int:
+        return 0
+
+    def is_last(self) -> bool:
+        return True
+
+
+def measure_powersgd(ranks: int, rank: int) -> dict[str, Any]:
+    """What torch's ``powerSGD_hook`` at ``rank`` computes this host around a bucket of ``S``
+    fp32 bytes once its warm-up is over (error feedback, the three products and two
+    orthogonalisations, the copies), its all-reduces done at once: ``seconds_per_message +
+    seconds_per_byte S`` fitted as :func:`measure_casts`, on one square matrix a bucket. At a
+    given rank the products' flops are proportional to the bytes of a compressed matrix, so
+    the per-byte term carries them (``seconds_per_flop`` 0)."""
+    from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as psgd
+
+    medians = []
+    for size in SIZES:
+        n = int(round((size // 4) ** 0.5))
+        state = psgd.PowerSGDState(process_group=_LocalGroup(ranks), matrix_approximation_rank=rank,
+                                   start_powerSGD_iter=START_ITER)
+        bucket = _Bucket(n)
+        times = []
+        for k in range(START_ITER + REPEATS):
+            begin = time.perf_counter()
+            psgd.powerSGD_hook(state, bucket).wait()
+            if k >= START_ITER:
+                times.append(time.perf_counter() - begin)
+        medians.append(float(np.median(times)))
+    sizes = [4 * int(round((size // 4) ** 0.5)) ** 2 for size in SIZES]
+    slope, intercept = np.polyfit(np.array(sizes, dtype=float), np.array(medians), 1)
+    return {"seconds_per_byte": max(float(slope), 0.0), "seconds_per_message": max(float(intercept), 0.0),
+            "sizes": sizes, "medians": medians}
 
 
 def measure_casts(ranks: int, dtype: Any) -> dict[str, float]:
@@ -83,13 +193,15 @@ def measure_casts(ranks: int, dtype: Any) -> dict[str, float]:
             "sizes": list(SIZES), "medians": medians}
 
 
-def predict(profile: Any, name: str, workers: int, casts: dict[str, dict[str, float]]) -> dict[str, Any]:
-    """Each setting's predicted step (seconds), the advice's DDP arguments and encodings."""
+def predict(profile: Any, name: str, workers: int, casts: dict[str, dict[str, float]],
+            powersgd_rank: int) -> dict[str, Any]:
+    """Each setting's predicted step (seconds), the advices' DDP arguments and encodings."""
     from fusionopt.advice import ddp_settings
-    from fusionopt.cost import network, Cheapest, Encoded
+    from fusionopt.cost import network, Cheapest, Encoded, PowerSGD
     from fusionopt.model import Plan, Problem, simulate
     from fusionopt.cost import BF16, FP16, FP32, encodings_of
     from fusionopt.solvers import solve
+    from fusionopt.solvers.baselines import ddp_powersgd
 
     fp16, bf16 = (e.with_costs(seconds_per_byte=casts[e.name]["seconds_per_byte"],
                                seconds_per_message=casts[e.name]["seconds_per_message"]) for e in (FP16, BF16))
@@ -101,20 +213,31 @@ def predict(profile: Any, name: str, workers: int, casts: dict[str, dict[str, fl
     settings = ddp_settings(joint, solve(joint, "dp").plan)
     advised = Plan.from_groups(profile, [list(b) for b in settings.buckets])
     encodings = encodings_of(advised.message_bytes, allowed)
+    hook = PowerSGD(rank=powersgd_rank, start_iter=START_ITER,
+                    seconds_per_byte=casts["powersgd"]["seconds_per_byte"],
+                    seconds_per_message=casts["powersgd"]["seconds_per_message"])
+    choice = Problem(profile, allowed, compressor=hook, step_parts="fit")
+    through = ddp_settings(choice, solve(choice, "dp").plan)
+    chosen = Plan.from_groups(profile, [list(b) for b in through.buckets])
+    on_ddp = ddp_powersgd(plain, hook)
     return {"predicted": {"default": simulate(plain, default).iteration_time,
                           **{e.name: simulate(Problem(profile, Encoded(link, e), step_parts="fit"),
                                               default).iteration_time for e in (fp16, bf16)},
-                          "advised": simulate(joint, advised).iteration_time},
+                          "advised": simulate(joint, advised).iteration_time,
+                          "powersgd": on_ddp.iteration_time,
+                          "advised-powersgd": simulate(choice, chosen).iteration_time},
             "advice": settings.to_dict(), "encodings": encodings,
-            "messages": {"default": default.num_messages, "advised": advised.num_messages}}
+            "advice_powersgd": through.to_dict(), "powersgd": hook.to_dict(),
+            "encodings_powersgd": choice.message_encodings(chosen.message_bytes,
+                                                           [m.tensors for m in chosen.messages]),
+            "compression_rate": on_ddp.stats["compression_rate"],
+            "messages": {"default": default.num_messages, "advised": advised.num_messages,
+                         "advised-powersgd": chosen.num_messages}}
 
 
 def _rank(rank: int, port: int, out: str, args: dict[str, Any]) -> None:
     import torch
     import torch.distributed as dist
-
-    from fusionopt.cost import network
-    from fusionopt.integrations import apply_advice, apply_defaults, EmulatedLink, ddp_comm_hook
 
     torch.set_num_threads(1)
     os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", str(port)
@@ -122,64 +245,96 @@ def _rank(rank: int, port: int, out: str, args: dict[str, Any]) -> None:
     rows = []
     try:
         casts = {"fp16": measure_casts(args["ranks"], torch.float16),
-                 "bf16": measure_casts(args["ranks"], torch.bfloat16)}
+                 "bf16": measure_casts(args["ranks"], torch.bfloat16),
+                 "powersgd": measure_powersgd(args["ranks"], args["powersgd_rank"])}
         shared: list[Any] = [casts]
         dist.broadcast_object_list(shared, src=0)             # rank 0's casts price every prediction
         casts0 = shared[0]
         for name in args["models"]:
             profile, x = measure_profile(name, rank, args, dist)
-            solved = [predict(profile, args["network"], args["workers"], casts0) if rank == 0 else None]
-            dist.broadcast_object_list(solved, src=0)
-            row = {"model": name, "profile": profile.to_dict(), "casts": casts0, **solved[0]}
-            models, links = {}, {}
-            for setting in SETTINGS:
-                torch.manual_seed(0)
-                fresh, _ = build_model(name)
-                links[setting] = EmulatedLink(network(args["network"], args["workers"]))
-                if setting == "advised":         # its buckets, each in the encoding the advice's wire says
-                    wrapped = apply_advice(fresh, {"ddp": row["advice"]}, framework="ddp", link=links[setting])
-                else:
-                    wrapped = apply_defaults(fresh, "ddp")
-                    encoding = {"default": "fp32"}.get(setting, setting)
-                    wrapped.register_comm_hook(None, ddp_comm_hook(links[setting], encoding))
-                models[setting] = (wrapped, torch.optim.SGD(wrapped.parameters(), lr=1e-3, momentum=0.9))
-            steps = {setting: training_step(*models[setting], x) for setting in models}
-            row["rounds"] = measure_rounds(steps, args, dist)
-            row["measured"] = {setting: speedup_interval(row["rounds"]["default"], row["rounds"][setting])
-                               for setting in row["rounds"] if setting != "default"}
-            rows.append(row)
-            if rank == 0:
-                write_json_atomic(out, rows)
+            for network_name, workers in args["links"]:
+                row = {"model": name, "network": network_name, "workers": workers, "profile": profile.to_dict(),
+                       "casts": casts0}
+                rows.append(row)
+                _measure_link(row, x, rank, args, dist)
+                if rank == 0:
+                    write_json_atomic(out, rows)
     finally:
         dist.destroy_process_group()
+
+
+def _measure_link(row: dict[str, Any], x: Any, rank: int, args: dict[str, Any], dist: Any) -> None:
+    """One model on one link: the predictions (rank 0's, shared), then every setting measured."""
+    import torch
+    from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as psgd
+
+    from fusionopt.cost import network
+    from fusionopt.integrations import apply_advice, apply_defaults, EmulatedLink, ddp_comm_hook, powersgd_comm_hook
+    from fusionopt.model import Profile
+
+    solved = [predict(Profile.from_dict(row["profile"]), row["network"], row["workers"], row["casts"],
+                      args["powersgd_rank"]) if rank == 0 else None]
+    dist.broadcast_object_list(solved, src=0)
+    row.update(solved[0])
+    models = {}
+    for setting in SETTINGS:
+        torch.manual_seed(0)
+        fresh, _ = build_model(row["model"])
+        link = EmulatedLink(network(row["network"], row["workers"]))
+        if setting == "advised":                   # its buckets, each in the encoding the advice's wire says
+            wrapped = apply_advice(fresh, {"ddp": row["advice"]}, framework="ddp", link=link)
+        elif setting == "advised-powersgd":        # and some through torch's PowerSGD hook
+            wrapped = apply_advice(fresh, {"ddp": row["advice_powersgd"]}, framework="ddp", link=link)
+        elif setting == "powersgd":                # DDP's buckets, each through the hook, a group of its own
+            wrapped = apply_defaults(fresh, "ddp")
+            p = row["powersgd"]
+            state = psgd.PowerSGDState(process_group=None, matrix_approximation_rank=p["rank"],
+                                       min_compression_rate=p["min_compression_rate"],
+                                       start_powerSGD_iter=p["start_iter"])
+            groups = [dist.new_group() for _ in range(row["messages"]["default"])]
+            wrapped.register_comm_hook(state, powersgd_comm_hook(state, link, groups))
+        else:
+            wrapped = apply_defaults(fresh, "ddp")
+            wrapped.register_comm_hook(None, ddp_comm_hook(link, {"default": "fp32"}.get(setting, setting)))
+        models[setting] = (wrapped, torch.optim.SGD(wrapped.parameters(), lr=1e-3, momentum=0.9))
+    steps = {setting: training_step(*models[setting], x) for setting in models}
+    row["rounds"] = measure_rounds(steps, args, dist)
+    row["measured"] = {setting: speedup_interval(row["rounds"]["default"], row["rounds"][setting])
+                       for setting in row["rounds"] if setting != "default"}
 
 
 def markdown(document: dict[str, Any]) -> str:
     ms = lambda t: f"{1e3 * t:.2f}"  # noqa: E731
     lines = ["# What goes on the wire, measured on gloo (CPU)", "",
-             f"Real DDP on {document['ranks']} gloo ranks of this host, every bucket held on an **emulated link** of "
-             f"`network('{document['network']}', {document['workers']})`; {document['rounds']} rounds of "
+             f"Real DDP on {document['ranks']} gloo ranks of this host, every bucket held on an **emulated link**, "
+             "each of " + ", ".join(f"`network('{n}', {w})`" for n, w in document["links"])
+             + f"; {document['rounds']} rounds of "
              f"{document['steps']} steps a setting after {document['warmup']} warm-up steps. Written by "
-             f"`{document['command']}` on {document['date']}. Measured: the steps, the casts' cost; predicted: "
-             "the simulator's steps from the profile and the casts measured first (nothing fitted on the steps). "
-             "Timings of this host.", ""]
-    header = ["model", "setting", "casts (us + ps/B)", "buckets", "encodings", "predicted (ms)", "measured (ms)",
+             f"`{document['command']}` on {document['date']}. Measured: the steps, the casts' cost and the PowerSGD "
+             f"hook's compute (rank {document.get('powersgd_rank', 1)}, its all-reduces left out); predicted: the "
+             "simulator's steps from the profile and the costs measured first (nothing fitted on the steps). "
+             "`powersgd`: DDP's buckets, each through torch's `powerSGD_hook` (each of its three all-reduces held "
+             "on the link), once its warm-up is over; `advised-powersgd`: the exact DP choosing each bucket's "
+             "grouping and whether it goes in fp32, in fp16 or through the hook. Timings of this host.", ""]
+    header = ["model", "link", "setting", "casts (us + ps/B)", "buckets", "encodings", "predicted (ms)", "measured (ms)",
               "predicted speedup", "measured speedup (95% CI)", "measured / predicted"]
     rows = []
     for r in document["results"]:
+        link = f"{r['network']} x{r['workers']}"
         for setting in SETTINGS:
+            if setting not in r["predicted"]:          # a result of a run before the setting was measured
+                continue
             predicted = r["predicted"][setting]
-            encodings = ", ".join(sorted(set(r["encodings"]))) if setting == "advised" else \
-                {"default": "fp32"}.get(setting, setting)
-            cast = r["casts"].get(encodings)
+            encodings = _encodings(r, setting)
+            cast = r["casts"].get("powersgd" if "powersgd" in encodings else encodings)
             casts = "-" if cast is None else \
                 f"{1e6 * cast['seconds_per_message']:.1f} + {1e12 * cast['seconds_per_byte']:.1f}"
+            buckets = r["messages"].get(setting, r["messages"]["default"])
             if setting not in r["rounds"]:
-                rows.append([r["model"], setting, casts, r["messages"]["advised"], encodings, ms(predicted), "-", "-",
+                rows.append([r["model"], link, setting, casts, buckets, encodings, ms(predicted), "-", "-",
                              r.get("not_measured", "-"), "-"])
                 continue
             measured = float(np.mean(r["rounds"][setting]))
-            buckets = r["messages"]["advised" if setting == "advised" else "default"]
             if setting == "default":
                 speed = ["1", "1", "-"]
             else:
@@ -187,9 +342,18 @@ def markdown(document: dict[str, Any]) -> str:
                 p = r["predicted"]["default"] / predicted
                 speed = [f"{p:.3f}", f"{m['speedup']:.3f} ({m['ci'][0]:.3f} to {m['ci'][1]:.3f})",
                          f"{m['speedup'] / p:.3f}"]
-            rows.append([r["model"], setting, casts, buckets, encodings, ms(predicted), ms(measured), *speed])
+            rows.append([r["model"], link, setting, casts, buckets, encodings, ms(predicted), ms(measured), *speed])
     lines += markdown_table(header, rows)
     return "\n".join(lines) + "\n"
+
+
+def _encodings(row: dict[str, Any], setting: str) -> str:
+    """The encodings a setting sends its buckets in, as the table names them."""
+    if setting == "advised":
+        return ", ".join(sorted(set(row["encodings"])))
+    if setting == "advised-powersgd":
+        return ", ".join(sorted(set(row["encodings_powersgd"])))
+    return {"default": "fp32"}.get(setting, setting)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -203,23 +367,32 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--models", default=",".join(MODELS), help="comma-separated: mlp, cnn")
     parser.add_argument("--ranks", type=positive_int, default=2, help="gloo ranks (default 2)")
-    parser.add_argument("--network", default="10gbe", help="the emulated link's network preset (default 10gbe)")
-    parser.add_argument("--workers", type=positive_int, default=64, help="workers it is priced for (default 64)")
+    parser.add_argument("--links", default=",".join(f"{n}:{w}" for n, w in LINKS),
+                        help="comma-separated NETWORK:WORKERS, each link emulated in turn: a network preset and the "
+                             "workers its all-reduce is priced for (default " + ",".join(f"{n}:{w}" for n, w in LINKS)
+                             + ")")
     parser.add_argument("--batch", type=positive_int, default=32, help="batch per rank (default 32)")
     parser.add_argument("--rounds", type=positive_int, default=20, help="measured rounds (default 20)")
     parser.add_argument("--steps", type=positive_int, default=5, help="steps a setting each round (default 5)")
-    parser.add_argument("--warmup", type=positive_int, default=3, help="untimed steps first (default 3)")
+    parser.add_argument("--warmup", type=positive_int, default=3,
+                        help=f"untimed steps first (default 3; at least {START_ITER}, the PowerSGD hook's warm-up)")
+    parser.add_argument("--powersgd-rank", type=positive_int, default=1,
+                        help="the PowerSGD hook's matrix_approximation_rank (default 1, torch's)")
     parser.add_argument("--profile-steps", type=positive_int, default=10, help="profiled steps (default 10)")
     parser.add_argument("--out", default=str(RESULTS), help="folder of the result files")
     args = parser.parse_args(argv)
+    if args.warmup < START_ITER:
+        parser.error(f"--warmup {args.warmup}: the PowerSGD settings compress from step {START_ITER} on, and the "
+                     f"rounds must time them compressing: give at least {START_ITER}")
     models = [m.strip() for m in args.models.split(",") if m.strip()]
     unknown = [m for m in models if m not in MODELS]
     if not models or unknown:
         parser.error(f"--models: choose from {', '.join(MODELS)}, got {args.models!r}")
     folder = subset_location(args.out, parser.get_default("out"), changed_options(parser, args, leave=("out",)),
                              folder=True)
-    settings = {key: getattr(args, key) for key in ("ranks", "network", "workers", "batch", "rounds", "steps",
-                                                    "warmup", "profile_steps")}
+    settings = {key: getattr(args, key) for key in ("ranks", "batch", "rounds", "steps", "warmup", "profile_steps",
+                                                    "powersgd_rank")}
+    settings["links"] = parse_links(parser, args.links)
     with tempfile.TemporaryDirectory() as scratch:
         out = str(Path(scratch) / "rows.json")
         try:
