@@ -344,7 +344,31 @@ def markdown(document: dict[str, Any]) -> str:
                          f"{m['speedup'] / p:.3f}"]
             rows.append([r["model"], link, setting, casts, buckets, encodings, ms(predicted), ms(measured), *speed])
     lines += markdown_table(header, rows)
+    lines += ["", *_summary(document["results"])]
     return "\n".join(lines) + "\n"
+
+
+def _summary(results: list[dict[str, Any]]) -> list[str]:
+    """Per model and link, the fastest setting measured and predicted; the speedups' median
+    |measured / predicted - 1|."""
+    lines, ratios = [], []
+    for r in results:
+        measured = {s: float(np.mean(r["rounds"][s])) for s in SETTINGS if s in r.get("rounds", {})}
+        if not measured:
+            continue
+        predicted = {s: r["predicted"][s] for s in measured}
+        ratios += [r["measured"][s]["speedup"] * predicted[s] / predicted["default"] for s in r["measured"]]
+        fast_m = min(measured, key=measured.__getitem__)
+        least = min(predicted.values())
+        fast_p = [s for s in predicted if predicted[s] <= least * (1 + 1e-9)]       # ties: the same plan priced
+        named = ", ".join(f"`{s}`" for s in fast_p) + (" (tied)" if len(fast_p) > 1 else "")
+        slowest = max(measured[s] for s in fast_p) / measured[fast_m]
+        lines.append(f"* {r['model']} on {r['network']} x{r['workers']}: fastest measured `{fast_m}`, predicted "
+                     f"{named}" + ("." if fast_m in fast_p else f" (measured up to {slowest:.3f}x the fastest)."))
+    if ratios:
+        lines.append(f"* Measured speedup over predicted: median |ratio - 1| {100 * float(np.median(np.abs(np.array(ratios) - 1))):.1f}%, "
+                     f"from {min(ratios):.3f} to {max(ratios):.3f}, over {len(ratios)} settings.")
+    return lines
 
 
 def _encodings(row: dict[str, Any], setting: str) -> str:
