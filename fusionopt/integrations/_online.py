@@ -200,9 +200,9 @@ class OnlinePlanner:
         before = np.arange(ready.shape[1]) * self._message_compute          # the messages' compute before each
         backward = _backward(profile, plan, np.median(ready, axis=0) - before)
         try:
-            fitted = dataclasses.replace(profile, backward=backward)
+            fitted = profile.with_backward(backward)
         except ValueError:                                # the fit parts tensors the profile's ready order ties
-            fitted = dataclasses.replace(profile, backward=backward, ready_order=None)
+            fitted = profile.with_backward(backward, keep_order=False)
         ends = [max(m["end"] for m in step) for step in steps]
         spread = statistics.stdev(ends) if len(ends) > 1 else 0.0
         return Problem(fitted, cost, sync=self.reducer.sync, message_compute=self._message_compute), spread

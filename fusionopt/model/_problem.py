@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from fusionopt.model._compressor import Compressor
-from fusionopt.model._cost import CommCost
+from fusionopt.model._cost import AlphaBeta, CommCost
 from fusionopt.model._encoding import (Cheapest, Encoded, compute_encodings, encoding_table, encodings_of,
                                        lossy_encodings, wire_link)
 from fusionopt.model._profile import Profile
@@ -600,6 +600,8 @@ def check_cost(cost: CommCost, profile: Profile) -> None:
     ...
     ValueError: cost model Decreasing is not monotone: c(1 B) = 0.5 s > c(2 B) = 0.333333 s
     """
+    if type(cost) is AlphaBeta and all(math.isfinite(v) and v >= 0 for v in (cost.alpha, cost.beta)):
+        return                               # alpha + beta S: zero at 0, finite, non-negative and monotone
     total = max(profile.total_bytes, 1)
     label = type(cost).__name__
     grid = np.unique(np.concatenate((

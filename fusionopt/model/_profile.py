@@ -191,24 +191,7 @@ class Profile:
         object.__setattr__(self, "update", frozen(check_times("update", self.update, names)))
         object.__setattr__(self, "dtype_bytes", int(self.dtype_bytes))
         object.__setattr__(self, "metadata", dict(self.metadata))
-        # r_i = sum_{k >= i} b_k: backward runs n-1 .. 0 from time 0.
-        ready = np.cumsum(self.backward[::-1])[::-1].copy()
-        object.__setattr__(self, "_ready", frozen(ready))
-        if self.ready_order is None:
-            order = tuple(range(n - 1, -1, -1))
-        else:
-            order = check_order("ready_order", self.ready_order, names)
-        backward_order = np.array(order, dtype=np.int64)
-        along = ready[backward_order]
-        late = np.flatnonzero(along[:-1] > along[1:])                        # a tensor before one ready earlier
-        if late.size:
-            a, b = order[int(late[0])], order[int(late[0]) + 1]
-            raise ValueError(
-                f"ready_order puts tensor {names[a]!r} (ready at {ready[a]:.6g} s) before {names[b]!r} "
-                f"(ready at {ready[b]:.6g} s): it may only reorder tensors ready at the same moment"
-            )
-        object.__setattr__(self, "ready_order", order)
-        object.__setattr__(self, "_backward_order", frozen(backward_order))
+        self._set_ready(self.ready_order)
         registration = (tuple(range(n)) if self.registration_order is None
                         else check_order("registration_order", self.registration_order, names))
         object.__setattr__(self, "registration_order", registration)
@@ -224,6 +207,48 @@ class Profile:
             object.__setattr__(self, "shapes", check_shapes(self.shapes, names, self.sizes, element))
         for part in STEP_PARTS:
             object.__setattr__(self, part, check_part(part, getattr(self, part)))
+
+    def _set_ready(self, ready_order: Sequence[int | str] | None) -> None:
+        """The ready times from ``backward`` and the ready order, checked against them."""
+        names = self.names
+        # r_i = sum_{k >= i} b_k: backward runs n-1 .. 0 from time 0.
+        ready = np.cumsum(self.backward[::-1])[::-1].copy()
+        order = (tuple(range(len(names) - 1, -1, -1)) if ready_order is None
+                 else check_order("ready_order", ready_order, names))
+        backward_order = np.array(order, dtype=np.int64)
+        along = ready[backward_order]
+        late = np.flatnonzero(along[:-1] > along[1:])                        # a tensor before one ready earlier
+        if late.size:
+            a, b = order[int(late[0])], order[int(late[0]) + 1]
+            raise ValueError(
+                f"ready_order puts tensor {names[a]!r} (ready at {ready[a]:.6g} s) before {names[b]!r} "
+                f"(ready at {ready[b]:.6g} s): it may only reorder tensors ready at the same moment"
+            )
+        object.__setattr__(self, "_ready", frozen(ready))
+        object.__setattr__(self, "ready_order", order)
+        object.__setattr__(self, "_backward_order", frozen(backward_order))
+
+    def with_backward(self, backward: Iterable[float], *, keep_order: bool = True) -> "Profile":
+        """The same profile with other backward times (seconds per tensor, forward order),
+        checked as the constructor checks them, the other fields taken as they are (faster
+        than ``dataclasses.replace``, which checks them all again). The ready order is kept,
+        and must still only reorder tensors ready at one moment (one line otherwise), or with
+        ``keep_order=False`` set to the reverse forward order.
+
+        >>> p = Profile.from_arrays([8, 8], [0.0, 0.0], [0.0, 0.0], ready_order=[0, 1])
+        >>> p.with_backward([1.0, 2.0], keep_order=False).ready_times.tolist()
+        [3.0, 2.0]
+        >>> p.with_backward([1.0, 2.0])
+        Traceback (most recent call last):
+        ...
+        ValueError: ready_order puts tensor 't0' (ready at 3 s) before 't1' (ready at 2 s): it may only reorder tensors ready at the same moment
+        """
+        new = object.__new__(Profile)
+        fields = {key: value for key, value in self.__dict__.items() if key not in _CACHED}
+        new.__dict__.update(fields, metadata=dict(self.metadata))
+        object.__setattr__(new, "backward", frozen(check_times("backward", backward, self.names)))
+        new._set_ready(self.ready_order if keep_order else None)
+        return new
 
     # ------------------------------------------------------------------ constructors
     @classmethod
@@ -653,3 +678,7 @@ class Profile:
         return cls.from_dict(read_json_document(path), source=str(path))
 
 
+
+
+# The cached figures of a profile, which one with other times computes afresh.
+_CACHED = frozenset(name for name, value in vars(Profile).items() if isinstance(value, functools.cached_property))

@@ -240,3 +240,28 @@ def test_nothing_given_is_ignored_or_misread(tmp_path):
     with pytest.raises(ValueError, match=r"cost: unknown key 'alfa' in a alpha_beta cost"):
         cost_from_dict({"kind": "alpha_beta", "alpha": 1e-3, "beta": 1e-9, "alfa": 2e-3})
     assert cost_from_dict({"kind": "alpha_beta", "alpha": 1e-3, "beta": 1e-9, "calibration": {}}).alpha == 1e-3
+
+
+def test_with_backward_is_replace_without_the_other_checks():
+    p = Profile.from_arrays([8, 16, 24], [1e-3, 2e-3, 3e-3], [0.0, 0.0, 0.0], ["a", "b", "c"],
+                            ready_order=[0, 2, 1], metadata={"k": 1}, shapes=[(2,), (4,), (6,)], update_lump=1e-3)
+    assert p.compute_time == pytest.approx(7e-3)           # cached before the change
+    backward = [3e-3, 1e-3, 1e-3]
+    for keep, order in ((True, [0, 2, 1]), (False, None)):
+        fast = p.with_backward([0.0] * 3) if keep else p.with_backward(backward, keep_order=False)
+        slow = dataclasses.replace(p, backward=[0.0] * 3) if keep else \
+            dataclasses.replace(p, backward=backward, ready_order=order)
+        for f in dataclasses.fields(Profile):
+            a, b = getattr(fast, f.name), getattr(slow, f.name)
+            assert (np.array_equal(a, b) if isinstance(a, np.ndarray) else a == b), f.name
+        assert fast.ready_times.tolist() == slow.ready_times.tolist()
+        assert fast.backward_order.tolist() == slow.backward_order.tolist()
+        assert fast.compute_time == slow.compute_time and fast.B == slow.B
+        assert not fast.backward.flags.writeable
+    assert p.with_backward(backward, keep_order=False).compute_time == pytest.approx(12e-3)
+    p.with_backward([0.0] * 3).metadata["k"] = 2
+    assert p.metadata == {"k": 1}
+    with pytest.raises(ValueError, match=r"tensor 'b'"):
+        p.with_backward([0.0, -1.0, 0.0])
+    with pytest.raises(ValueError, match=r"^ready_order puts tensor 'a'"):
+        p.with_backward(backward)
