@@ -37,9 +37,12 @@ The advice runs as :func:`~fusionopt.integrations.apply_advice` builds it: its b
 sent in the encoding its ``wire`` says or through the PowerSGD hook
 (:func:`~fusionopt.integrations.wire_comm_hook` on the link), so an advice that mixes
 encodings is measured too. Not modelled, and measured: a gloo all-reduce between two
-processes of this host takes a few milliseconds of its own, which the hold overlaps (the
-link's startup at 64 workers, 3.15 ms, is longer), and the hook's chain of three all-reduces
-hands over between threads. Writes ``validation/results/wire-cpu.{json,md}``; a run with other
+processes of this host takes about 2 ms of its own, which a hold of one message overlaps (the
+link's startup at 64 workers is 3.15 ms); but each rank holds on its own clock, and the hook
+posts its next all-reduce only once the last one is back, so in its chain of three a rank
+that posted later holds the others back by that time again: between one of them leaving the
+link and the next being posted this host took 1 to 3 ms, which the prediction leaves out.
+Writes ``validation/results/wire-cpu.{json,md}``; a run with other
 arguments writes into ``validation/results/subset/``. Timings of this host, on an emulated
 link: they vary from run to run.
 
