@@ -7,7 +7,9 @@ bucket's shapes, and torch's own compression statistics are the model's.
 One bucket: on gloo the hook's later all-reduces are issued from the callbacks of earlier ones,
 so with several buckets the ranks may issue them in different orders, and gloo aborts on the
 mismatch (checked: two buckets at 0.05 MB end in ``EnforceNotMet ... Is there a distributed
-collective mismatch``)."""
+collective mismatch``). On an emulated link (``powersgd_comm_hook``) each bucket has a process
+group of its own, and several buckets run: each of the hook's all-reduces is held, the next
+posted only once the last is back, and ``apply_advice`` registers an advice's hook so."""
 
 import contextlib
 import math
@@ -117,6 +119,7 @@ def _rank(rank, port, folder):
         report["steps"] = []
         _run(rank, report)
         _mixed(rank, report)
+        _held(rank, report)
 
 
 @pytest.fixture(scope="module")
@@ -277,21 +280,9 @@ def _held(rank, report):
     report["advised_shapes"] = [list(s) for s in shapes]
 
 
-def _rank_held(rank, port, folder):
-    with gloo_rank(rank, port, folder, report_errors=True) as report:
-        _held(rank, report)
-
-
-@pytest.fixture(scope="module")
-def held(tmp_path_factory):
-    documents = spawn_gloo(_rank_held, tmp_path_factory.mktemp("powersgd-held"))
-    assert [d.get("error") for d in documents] == [None, None]
-    return documents
-
-
-def test_on_an_emulated_link_each_of_the_hooks_all_reduces_is_held(held):
+def test_on_an_emulated_link_each_of_the_hooks_all_reduces_is_held(reports):
     model = PowerSGD(rank=RANK, min_compression_rate=2)
-    for report in held:
+    for report in reports:
         steps = report["held"]
         assert all(len(step["buckets"]) >= 2 for step in steps[1:])       # several buckets, no abort
         for step, record in enumerate(steps):
@@ -301,13 +292,13 @@ def test_on_an_emulated_link_each_of_the_hooks_all_reduces_is_held(held):
             else:                 # then three a bucket, the model's split in fp32 bytes, empty ones included
                 assert sent == sorted(4 * n for shapes in record["buckets"] for n in model.split(shapes).elements)
     # Both ranks end with the same parameters: the same sums, bucket by bucket, in every group.
-    assert held[0]["held_parameters"] == held[1]["held_parameters"]
+    assert reports[0]["held_parameters"] == reports[1]["held_parameters"]
 
 
-def test_apply_advice_registers_the_advised_powersgd_hook_on_the_link(held):
+def test_apply_advice_registers_the_advised_powersgd_hook_on_the_link(reports):
     model = PowerSGD(rank=RANK, min_compression_rate=2)
-    whole = [tuple(s) for s in held[0]["advised_shapes"]]
-    for report in held:
+    whole = [tuple(s) for s in reports[0]["advised_shapes"]]
+    for report in reports:
         # The advice's one bucket: whole in the warm-up (DDP's first step builds its own), then
         # the three all-reduces of the model's split.
         sent = [[hold[0] for hold in step] for step in report["advised"]]
