@@ -173,6 +173,12 @@ def test_a_small_executor_wire_run(tmp_path):
     joint = rows["joint"]["predicted_time"]
     assert joint <= min(rows["dp"]["predicted_time"], rows["dp-fp16"]["predicted_time"]) * (1 + 1e-12)
     assert joint <= rows["joint-exact"]["predicted_time"] * (1 + 1e-12)
+    # The PowerSGD hook as one more choice: never predicted slower, priced at the products
+    # calibrated first (a non-negative fit).
+    assert rows["joint-powersgd"]["predicted_time"] <= joint * (1 + 1e-12)
+    products = document["calibration"]["mobilenet-v2"]["products"]
+    assert products["seconds_per_byte"] >= 0 and products["seconds_per_message"] >= 0
+    assert len(products["medians"]) == len(executor.PRODUCT_SIZES)
     # Each prediction is the model's, recomputed here from the calibration the run stored.
     from fusionopt import zoo
     from fusionopt.cost import Encoding, cost_from_dict
@@ -182,7 +188,7 @@ def test_a_small_executor_wire_run(tmp_path):
     calibration = document["calibration"]["mobilenet-v2"]
     link, fp16 = cost_from_dict(calibration["link"]), Encoding.from_dict(calibration["casts"])
     profile = scale_compute(zoo.profile("mobilenet-v2", device="h100", batch=64), rows["ddp"]["time_scale"])
-    for setting, (problem, method) in executor.problems(profile, link, fp16).items():
+    for setting, (problem, method) in executor.problems(profile, link, fp16, products).items():
         assert solve(problem, method).iteration_time == pytest.approx(rows[setting]["predicted_time"], rel=1e-9)
     assert rows["joint"]["measured_speedup"] == pytest.approx(rows["ddp"]["measured_time"] / rows["joint"]["measured_time"])
     assert "--models mobilenet-v2" in (tmp_path / "wire-executor-local-cpu.md").read_text()

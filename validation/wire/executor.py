@@ -19,7 +19,16 @@ For each model (``--models``: zoo profiles for ``--device`` at ``--batch``):
    * ``dp``: the exact DP in fp32; ``dp-fp16``: the exact DP with every message in fp16;
    * ``joint``: the exact DP on ``Cheapest([fp32, fp16])``, each message in its cheapest;
    * ``joint-exact``: the same with the 1-D tensors (biases, norms) kept exact, every
-     message carrying one in fp32.
+     message carrying one in fp32;
+   * ``joint-powersgd``: the exact DP on ``Cheapest([fp32, fp16])`` with torch's PowerSGD hook
+     at rank 1 as one more choice per message (``Problem(..., compressor=PowerSGD(...))``),
+     each message in fp32, in fp16 or as the hook sends a bucket (its uncompressed
+     all-reduce, then the ``P`` and ``Q`` factors'; :class:`~fusionopt.executor.PowerSGDMessages`).
+     The executor takes the hook's three products for real (in integers) and holds the
+     channel for no less than the hook's priced compute; that price is what those products
+     cost this backend, calibrated before the runs like the casts (:func:`fit_products`:
+     the median of ``REPEATS`` runs on square matrices of 4 kB to 16 MB, ``seconds_per_message
+     + seconds_per_byte S`` fitted, each term at least 0).
 
 The table gives each setting's messages (in fp16), predicted and measured ``T``, the error,
 and its speedup over ``ddp`` predicted and measured. Writes
@@ -47,7 +56,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from fusionopt import zoo  # noqa: E402
-from fusionopt.cost import Cheapest, Encoded, network  # noqa: E402
+from fusionopt.cost import Cheapest, Encoded, PowerSGD, network  # noqa: E402
 from fusionopt.executor import calibrate, fit_casts, run, scale_compute  # noqa: E402
 from fusionopt.model import Problem  # noqa: E402
 from fusionopt.reporting import (Progress, changed_options, command_line, interrupted_path,  # noqa: E402
@@ -55,20 +64,60 @@ from fusionopt.reporting import (Progress, changed_options, command_line, interr
 from fusionopt.solvers import solve  # noqa: E402
 
 RESULTS = ROOT / "validation" / "results"
-SETTINGS = ("ddp", "ddp-fp16", "dp", "dp-fp16", "joint", "joint-exact")
+SETTINGS = ("ddp", "ddp-fp16", "dp", "dp-fp16", "joint", "joint-exact", "joint-powersgd")
+PRODUCT_SIZES = tuple(4096 * 4 ** k for k in range(7))        # 4 kB to 16 MB of fp32 matrices
+REPEATS = 9
+
+
+def fit_products(backend: str) -> dict[str, Any]:
+    """What the executor's PowerSGD products (``P = M Q``, ``Q = M^T P``, ``M = P Q^T`` at rank
+    1, in 4-byte integers: :class:`~fusionopt.executor.PowerSGDMessages`) cost this backend's
+    arrays for a matrix of ``S`` bytes: ``seconds_per_message + seconds_per_byte S`` fitted
+    by least squares on the medians at :data:`PRODUCT_SIZES`, each term at least 0."""
+    import numpy as np
+
+    if backend == "nccl":
+        import cupy as xp
+
+        synchronize = xp.cuda.Device().synchronize
+    else:
+        xp, synchronize = np, (lambda: None)
+    sizes, medians = [], []
+    for size in PRODUCT_SIZES:
+        n = int(round((size // 4) ** 0.5))
+        m = xp.arange(n * n, dtype=xp.int32).reshape(n, n)
+        q, p = xp.ones((n, 1), dtype=xp.int32), xp.empty((n, 1), dtype=xp.int32)
+        times = []
+        for _ in range(REPEATS):
+            synchronize()
+            begin = time.perf_counter()
+            xp.matmul(m, q, out=p)
+            xp.matmul(m.T, p, out=q)
+            xp.matmul(p, q.T, out=m)
+            synchronize()
+            times.append(time.perf_counter() - begin)
+        sizes.append(4 * n * n)
+        medians.append(float(np.median(times)))
+    slope, intercept = np.polyfit(np.array(sizes, dtype=float), np.array(medians), 1)
+    return {"seconds_per_byte": max(float(slope), 0.0), "seconds_per_message": max(float(intercept), 0.0),
+            "sizes": sizes, "medians": medians}
 # The arguments, beside the defaults, of the runs that made the stored results.
 STORED = {"wire-executor-mpi-cpu": {"backend": "mpi"},
           "wire-executor-nccl-gpu": {"backend": "nccl", "emulate_network": "100gb-ib"}}
 
 
-def problems(profile: Any, link: Any, fp16: Any) -> dict[str, tuple[Problem, str]]:
-    """Each setting's problem and the method that plans it (module docstring)."""
+def problems(profile: Any, link: Any, fp16: Any, products: dict[str, Any]) -> dict[str, tuple[Problem, str]]:
+    """Each setting's problem and the method that plans it (module docstring); ``products``:
+    :func:`fit_products`."""
     exact = [i for i, shape in enumerate(profile.shapes or ()) if len(shape) == 1]
     choice = Cheapest(link, ["fp32", fp16])
     return {"ddp": (Problem(profile, link), "ddp"), "ddp-fp16": (Problem(profile, Encoded(link, fp16)), "ddp"),
             "dp": (Problem(profile, link), "dp"), "dp-fp16": (Problem(profile, Encoded(link, fp16)), "dp"),
             "joint": (Problem(profile, choice), "dp"),
-            "joint-exact": (Problem(profile, choice, exact_tensors=exact), "dp")}
+            "joint-exact": (Problem(profile, choice, exact_tensors=exact), "dp"),
+            "joint-powersgd": (Problem(profile, choice, compressor=PowerSGD(
+                rank=1, seconds_per_byte=products["seconds_per_byte"],
+                seconds_per_message=products["seconds_per_message"])), "dp")}
 
 
 def measure_model(model: str, args: argparse.Namespace) -> tuple[dict[str, Any], list[dict[str, Any]]]:
@@ -81,18 +130,20 @@ def measure_model(model: str, args: argparse.Namespace) -> tuple[dict[str, Any],
     emulated = args.emulate_network is not None
     link = network(args.emulate_network, args.workers) if emulated else fp32.piecewise
     fp16 = fit_casts(fp32.piecewise, encoded)
-    calibration = {"fp32": [[int(s), float(t)] for s, t in zip(fp32.sizes, fp32.times)],
+    products = fit_products(args.backend)
+    calibration = {"products": products, "fp32": [[int(s), float(t)] for s, t in zip(fp32.sizes, fp32.times)],
                    "fp16": [[int(s), float(t)] for s, t in zip(encoded.sizes, encoded.times)],
                    "casts": fp16.to_dict(), "link": link.to_dict(), "description": fp32.description}
     scale = args.overlap * float(link(profile.total_bytes)) / profile.B
     rows = []
-    for setting, (problem, method) in problems(profile, link, fp16).items():
-        plan = solve(Problem(scale_compute(profile, scale), problem.cost, exact_tensors=problem.exact_tensors),
-                     method).plan
+    for setting, (problem, method) in problems(profile, link, fp16, products).items():
+        plan = solve(Problem(scale_compute(profile, scale), problem.cost, exact_tensors=problem.exact_tensors,
+                             compressor=problem.compressor), method).plan
         m = run(problem, plan, args.backend, ranks=args.ranks, iterations=args.iterations, warmup=args.warmup,
                 time_scale=scale, emulate_link=emulated, timeout=120.0)
         rows.append({"model": model, "setting": setting, "method": method, "messages": plan.num_messages,
-                     "fp16_messages": sum(e == "fp16" for e in m.encodings), "time_scale": scale,
+                     "fp16_messages": sum(e == "fp16" for e in m.encodings),
+                     "powersgd_messages": sum(e == "powersgd" for e in m.encodings), "time_scale": scale,
                      "predicted_time": m.predicted_time, "measured_time": m.iteration_time,
                      "relative_error": m.relative_error, "iteration_times": m.iteration_times.tolist(),
                      "predicted_message_time": m.predicted_message_time, "lockstep_time": m.lockstep_time,
@@ -116,19 +167,27 @@ def markdown(document: dict[str, Any]) -> str:
              "`ddp`; **predicted**: `simulate` on the calibrated fp32 cost and the fp16 casts fitted on the "
              "calibration's fp16 sweep, both timed before the runs (never fitted on them). fp16 messages travel "
              "as narrowed words: the bytes and the passes are real, the rounding is not, and every kept bit was "
-             "checked against the exact sum. Timings of this machine: they vary from run to run.", ""]
-    rows = [[r["model"], r["setting"], f"{r['messages']} ({r['fp16_messages']})", f"{1e3 * r['predicted_time']:.2f}",
+             "checked against the exact sum. `joint-powersgd` may also send messages as torch's PowerSGD hook "
+             "sends a bucket (rank 1): three all-reduces, their factors' products taken in integers and checked, "
+             "the hook's compute priced at what those products cost this backend, calibrated before the runs. "
+             "Timings of this machine: they vary from run "
+             "to run.", ""]
+    rows = [[r["model"], r["setting"], f"{r['messages']} ({r['fp16_messages']} / {r.get('powersgd_messages', 0)})",
+             f"{1e3 * r['predicted_time']:.2f}",
              f"{1e3 * r['measured_time']:.2f}", f"{100 * r['relative_error']:+.1f}%",
              f"{r['predicted_speedup']:.3f}", f"{r['measured_speedup']:.3f}",
              "all bytes exact" if r["correct"] else "WRONG"] for r in document["results"]]
-    lines += markdown_table(["model", "setting", "messages (fp16)", "predicted T (ms)", "measured T (ms)",
+    lines += markdown_table(["model", "setting", "messages (fp16 / PowerSGD)", "predicted T (ms)", "measured T (ms)",
                              "error", "predicted speedup", "measured speedup", "checked"], rows)
     lines.append("")
     for model, c in document["calibration"].items():
         casts = c["casts"]
         lines.append(f"* {model}: fp16 casts fitted on this backend, {1e6 * casts['seconds_per_message']:.2f} us + "
                      f"{1e9 * casts['seconds_per_byte']:.4f} ns per fp32 byte beyond an fp32 message of the bytes "
-                     f"sent ({c['description']}).")
+                     f"sent ({c['description']})"
+                     + (f"; the PowerSGD products, {1e6 * c['products']['seconds_per_message']:.2f} us + "
+                        f"{1e9 * c['products']['seconds_per_byte']:.4f} ns per byte of a matrix." if "products" in c
+                        else "."))
     s = document["summary"]
     lines.append(f"* Median |measured - predicted| / predicted: {100 * s['median_abs_relative_error']:.1f}%; of "
                  f"the {s['pairs_apart']} pairs of a model's settings predicted more than {100 * s['tie']:g}% apart, "
