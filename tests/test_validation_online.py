@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 from script_helpers import load_script
 
@@ -255,9 +256,9 @@ def test_a_small_prefetch_study(tmp_path):
 
 def test_a_small_fsdp2_study():
     fsdp2 = load_script("validation/online/fsdp2.py")
-    from validation.online.study import measured_deviations
-
-    deviations = measured_deviations(fsdp2.ROOT / "validation" / "results" / "online-cpu.json")
+    # Deviations of 1%, not the stored run's: what this test checks must not move with a rerun
+    # of the real-rank validation (whose noise can keep a 30-step run from switching).
+    deviations = np.array([-0.01, 0.0, 0.01])
     row = fsdp2.run_job("bert-base", 8, "100gb-ib", 8, deviations, 30, 15, 0)
     from fusionopt import zoo
     from fusionopt.model import FullySharded, Problem, simulate
