@@ -173,12 +173,15 @@ def test_a_small_executor_wire_run(tmp_path):
     joint = rows["joint"]["predicted_time"]
     assert joint <= min(rows["dp"]["predicted_time"], rows["dp-fp16"]["predicted_time"]) * (1 + 1e-12)
     assert joint <= rows["joint-exact"]["predicted_time"] * (1 + 1e-12)
-    # The PowerSGD hook as one more choice: never predicted slower, priced at the products
-    # calibrated first (a non-negative fit).
+    # The PowerSGD hook as one more choice: never predicted slower, priced at the fit of the
+    # products' medians calibrated first, on the square matrices' own bytes.
     assert rows["joint-powersgd"]["predicted_time"] <= joint * (1 + 1e-12)
     products = document["calibration"]["mobilenet-v2"]["products"]
-    assert products["seconds_per_byte"] >= 0 and products["seconds_per_message"] >= 0
-    assert len(products["medians"]) == len(executor.PRODUCT_SIZES)
+    assert products["sizes"] == [4 * round((s // 4) ** 0.5) ** 2 for s in executor.PRODUCT_SIZES]
+    from fusionopt.executor import fit_alpha_beta
+
+    fit = fit_alpha_beta(products["sizes"], products["medians"])
+    assert (products["seconds_per_message"], products["seconds_per_byte"]) == (fit.alpha, fit.beta)
     # Each prediction is the model's, recomputed here from the calibration the run stored.
     from fusionopt import zoo
     from fusionopt.cost import Encoding, cost_from_dict

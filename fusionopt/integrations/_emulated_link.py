@@ -248,10 +248,18 @@ class _HeldCollective:
 
 def _held_work(work: Any, link: EmulatedLink, until: float, done: Callable[[], None] | None = None) -> Any:
     """A ``torch.distributed.Work`` (FSDP2 checks the type) whose ``wait`` holds (and then
-    calls ``done``)."""
+    calls ``done``), and whose future completes no sooner than ``until`` (the hold runs on the
+    thread that completes the real collective)."""
     import torch.distributed as dist
 
     class HeldWork(dist.Work):
+        def get_future(self) -> Any:
+            def held(finished: Any) -> Any:
+                value = finished.value()
+                link.wait_until(until)
+                return value
+            return work.get_future().then(held)
+
         def wait(self, timeout: Any = None) -> bool:
             work.wait() if timeout is None else work.wait(timeout)
             link.wait_until(until)

@@ -36,36 +36,8 @@ from __future__ import annotations
 
 from typing import Any, Callable, Sequence
 
-from fusionopt.integrations._emulated_link import EmulatedLink
+from fusionopt.integrations._emulated_link import EmulatedLink, _held_work, _nbytes
 from fusionopt.integrations._torch_import import require_torch
-
-
-def _nbytes(tensor: Any) -> int:
-    return int(tensor.numel()) * int(tensor.element_size())
-
-
-class _HeldWork:
-    """A collective's work whose future, and ``wait``, end no sooner than clock time ``until``."""
-
-    def __init__(self, work: Any, link: EmulatedLink, until: float) -> None:
-        self.work, self.link, self.until = work, link, until
-
-    def get_future(self) -> Any:
-        link, until = self.link, self.until
-
-        def held(done: Any) -> Any:
-            value = done.value()
-            link.wait_until(until)
-            return value
-        return self.work.get_future().then(held)
-
-    def wait(self, timeout: Any = None) -> bool:
-        self.work.wait() if timeout is None else self.work.wait(timeout)
-        self.link.wait_until(self.until)
-        return True
-
-    def is_completed(self) -> bool:
-        return bool(self.work.is_completed()) and self.link.clock() >= self.until
 
 
 class HeldGroup:
@@ -90,9 +62,9 @@ class HeldGroup:
     def rank(self) -> int:
         return int(self.group.rank())
 
-    def allreduce(self, tensors: Sequence[Any], options: Any) -> _HeldWork:
+    def allreduce(self, tensors: Sequence[Any], options: Any) -> Any:
         until = self.link.reserve(sum(_nbytes(t) for t in tensors))
-        return _HeldWork(self.group.allreduce(tensors, options), self.link, until)
+        return _held_work(self.group.allreduce(tensors, options), self.link, until)
 
 
 def powersgd_comm_hook(state: Any, link: EmulatedLink | None = None,

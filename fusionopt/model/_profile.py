@@ -678,7 +678,5 @@ class Profile:
         return cls.from_dict(read_json_document(path), source=str(path))
 
 
-
-
 # The cached figures of a profile, which one with other times computes afresh.
 _CACHED = frozenset(name for name, value in vars(Profile).items() if isinstance(value, functools.cached_property))

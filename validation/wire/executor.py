@@ -28,7 +28,7 @@ For each model (``--models``: zoo profiles for ``--device`` at ``--batch``):
      channel for no less than the hook's priced compute; that price is what those products
      cost this backend, calibrated before the runs like the casts (:func:`fit_products`:
      the median of ``REPEATS`` runs on square matrices of 4 kB to 16 MB, ``seconds_per_message
-     + seconds_per_byte S`` fitted, each term at least 0).
+     + seconds_per_byte S`` fitted by :func:`~fusionopt.executor.fit_alpha_beta`).
 
 The table gives each setting's messages (in fp16), predicted and measured ``T``, the error,
 and its speedup over ``ddp`` predicted and measured. Writes
@@ -57,7 +57,7 @@ sys.path.insert(0, str(ROOT))
 
 from fusionopt import zoo  # noqa: E402
 from fusionopt.cost import Cheapest, Encoded, PowerSGD, network  # noqa: E402
-from fusionopt.executor import calibrate, fit_casts, run, scale_compute  # noqa: E402
+from fusionopt.executor import calibrate, fit_alpha_beta, fit_casts, run, scale_compute  # noqa: E402
 from fusionopt.model import Problem  # noqa: E402
 from fusionopt.reporting import (Progress, changed_options, command_line, interrupted_path,  # noqa: E402
                                  markdown_table, positive_float, positive_int, subset_location, write_result)
@@ -72,8 +72,8 @@ REPEATS = 9
 def fit_products(backend: str) -> dict[str, Any]:
     """What the executor's PowerSGD products (``P = M Q``, ``Q = M^T P``, ``M = P Q^T`` at rank
     1, in 4-byte integers: :class:`~fusionopt.executor.PowerSGDMessages`) cost this backend's
-    arrays for a matrix of ``S`` bytes: ``seconds_per_message + seconds_per_byte S`` fitted
-    by least squares on the medians at :data:`PRODUCT_SIZES`, each term at least 0."""
+    arrays for a matrix of ``S`` bytes: ``seconds_per_message + seconds_per_byte S`` fitted on
+    the medians at :data:`PRODUCT_SIZES` (:func:`~fusionopt.executor.fit_alpha_beta`)."""
     import numpy as np
 
     if backend == "nccl":
@@ -98,9 +98,8 @@ def fit_products(backend: str) -> dict[str, Any]:
             times.append(time.perf_counter() - begin)
         sizes.append(4 * n * n)
         medians.append(float(np.median(times)))
-    slope, intercept = np.polyfit(np.array(sizes, dtype=float), np.array(medians), 1)
-    return {"seconds_per_byte": max(float(slope), 0.0), "seconds_per_message": max(float(intercept), 0.0),
-            "sizes": sizes, "medians": medians}
+    fit = fit_alpha_beta(sizes, medians)
+    return {"seconds_per_byte": fit.beta, "seconds_per_message": fit.alpha, "sizes": sizes, "medians": medians}
 # The arguments, beside the defaults, of the runs that made the stored results.
 STORED = {"wire-executor-mpi-cpu": {"backend": "mpi"},
           "wire-executor-nccl-gpu": {"backend": "nccl", "emulate_network": "100gb-ib"}}

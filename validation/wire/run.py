@@ -14,7 +14,8 @@ preset and the workers its all-reduce is priced for; by default 10 GbE and 1 GbE
    torch's ``powerSGD_hook`` at ``--powersgd-rank`` computes per bucket once its warm-up is
    over (its all-reduces done at once; one square matrix a bucket), each the median of
    ``REPEATS`` runs at sizes from 4 kB to 4 MB, fitted ``seconds_per_message +
-   seconds_per_byte S``, each term at least 0;
+   seconds_per_byte S`` (:func:`fusionopt.executor.fit_alpha_beta`: relative residuals, each
+   term at least 0);
 2. predicted (rank 0) on ``network(NAME, WORKERS)``'s all-reduce: DDP's default buckets in
    fp32, the same buckets in fp16 and in bf16 (``Encoded``; the fitted casts) and through the
    PowerSGD hook (:func:`~fusionopt.solvers.baselines.ddp_powersgd`, its compute the fit,
@@ -36,13 +37,11 @@ preset and the workers its all-reduce is priced for; by default 10 GbE and 1 GbE
 The advice runs as :func:`~fusionopt.integrations.apply_advice` builds it: its buckets, each
 sent in the encoding its ``wire`` says or through the PowerSGD hook
 (:func:`~fusionopt.integrations.wire_comm_hook` on the link), so an advice that mixes
-encodings is measured too. Not modelled, and measured: a gloo all-reduce between two
-processes of this host takes about 2 ms of its own, which a hold of one message overlaps (the
-link's startup at 64 workers is 3.15 ms); but each rank holds on its own clock, and the hook
-posts its next all-reduce only once the last one is back, so in its chain of three a rank
-that posted later holds the others back by that time again: between one of them leaving the
-link and the next being posted this host took 1 to 3 ms, which the prediction leaves out.
-Writes ``validation/results/wire-cpu.{json,md}``; a run with other
+encodings is measured too. Not modelled: a gloo all-reduce between two processes takes time
+of its own, which a hold of one message overlaps; but each rank holds on its own clock, and
+the hook posts its next all-reduce only once the last one is back, so in its chain of three
+a rank that posted later holds the others back by that time again, which the prediction
+leaves out (the link's ``log`` shows each message's posting and end). Writes ``validation/results/wire-cpu.{json,md}``; a run with other
 arguments writes into ``validation/results/subset/``. Timings of this host, on an emulated
 link: they vary from run to run.
 
@@ -169,16 +168,13 @@ def measure_powersgd(ranks: int, rank: int) -> dict[str, Any]:
             if k >= START_ITER:
                 times.append(time.perf_counter() - begin)
         medians.append(float(np.median(times)))
-    sizes = [4 * int(round((size // 4) ** 0.5)) ** 2 for size in SIZES]
-    slope, intercept = np.polyfit(np.array(sizes, dtype=float), np.array(medians), 1)
-    return {"seconds_per_byte": max(float(slope), 0.0), "seconds_per_message": max(float(intercept), 0.0),
-            "sizes": sizes, "medians": medians}
+    return fitted([4 * int(round((size // 4) ** 0.5)) ** 2 for size in SIZES], medians)
 
 
 def measure_casts(ranks: int, dtype: Any) -> dict[str, float]:
     """What torch's hook of ``dtype`` costs this host around a bucket of ``S`` fp32 bytes (the
     cast divided by ``ranks``, the copy back), seconds: ``seconds_per_message +
-    seconds_per_byte S`` fitted by least squares on the medians at :data:`SIZES`."""
+    seconds_per_byte S`` fitted on the medians at :data:`SIZES` (:func:`fitted`)."""
     import torch
 
     medians = []
@@ -191,9 +187,16 @@ def measure_casts(ranks: int, dtype: Any) -> dict[str, float]:
             buffer.copy_(half)
             times.append(time.perf_counter() - begin)
         medians.append(float(np.median(times)))
-    slope, intercept = np.polyfit(np.array(SIZES, dtype=float), np.array(medians), 1)
-    return {"seconds_per_byte": max(float(slope), 0.0), "seconds_per_message": max(float(intercept), 0.0),
-            "sizes": list(SIZES), "medians": medians}
+    return fitted(list(SIZES), medians)
+
+
+def fitted(sizes: list[int], medians: list[float]) -> dict[str, Any]:
+    """``seconds_per_message + seconds_per_byte S`` through the medians (seconds) at ``sizes``
+    (bytes): :func:`fusionopt.executor.fit_alpha_beta`, both terms at least 0."""
+    from fusionopt.executor import fit_alpha_beta
+
+    fit = fit_alpha_beta(sizes, medians)
+    return {"seconds_per_byte": fit.beta, "seconds_per_message": fit.alpha, "sizes": sizes, "medians": medians}
 
 
 def predict(profile: Any, name: str, workers: int, casts: dict[str, dict[str, float]],
