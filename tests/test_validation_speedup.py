@@ -14,7 +14,7 @@ import pytest
 
 from interrupting import interrupt_on
 
-from fusionopt.integrations import read_reducer_calibration
+from fusionopt.integrations import ReducerCalibration, read_reducer_calibration
 from fusionopt.model import Profile
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -93,6 +93,27 @@ def test_output_path(speedup, capsys):
     capsys.readouterr()
 
 
+def test_calibrations_measured_apart_are_read_by_reducer_and_ranks(speedup, capsys, tmp_path):
+    files = {}
+    for reducer, ranks in (("ddp", 2), ("fsdp2", 4), ("plan", 2), ("ddp", 3)):
+        files[reducer, ranks] = str(tmp_path / f"{reducer}-{ranks}.json")
+        ReducerCalibration(reducer, per_step=1e-3, per_message=2e-4, ranks=ranks).write(files[reducer, ranks])
+    args, folder = speedup.parse_arguments(["--reducer-calibration", files["ddp", 2],
+                                            "--reducer-calibration", files["fsdp2", 4]])
+    assert args.reducer_calibration == {("ddp", 2): files["ddp", 2], ("fsdp2", 4): files["fsdp2", 4]}
+    assert Path(folder) == RESULTS / "subset"           # not the stored result's calibrations
+    (tmp_path / "bad.json").write_text("[]")
+    for argv, said in (([files["plan", 2]], "a calibration of the 'plan' reducer; this script runs ddp and fsdp2"),
+                       ([files["ddp", 3]], "measured on 3 ranks, not among --ranks (2, 4)"),
+                       ([files["ddp", 2], files["ddp", 2]], "is already the ddp calibration on 2 ranks"),
+                       ([str(tmp_path / "bad.json")], "bad.json: not a reducer calibration"),
+                       ([str(tmp_path / "none.json")], "none.json")):
+        with pytest.raises(SystemExit):
+            speedup.parse_arguments([a for path in argv for a in ("--reducer-calibration", path)])
+        last = capsys.readouterr().err.strip().splitlines()[-1]
+        assert "error: --reducer-calibration" in last and said in last, last
+
+
 @pytest.mark.parametrize("argv, culprit", [
     (["--models", "mlp,gpt"], "--models"), (["--models", "mlp,mlp"], "--models"), (["--networks", "5g"], "--networks"),
     (["--networks", "mgwfbp-10gbe"], "--networks"), (["--ranks", "1"], "--ranks"), (["--ranks", "two"], "--ranks"),
@@ -110,10 +131,13 @@ def test_bad_arguments_get_one_line(speedup, capsys, argv, culprit):
 
 
 def test_a_tiny_run_agrees_with_itself_and_the_predictions(speedup, tmp_path):
+    # DDP's reducer cost is read from a file made by hand; FSDP2's is measured by the run.
     pytest.importorskip("torch")
+    ddp_file = tmp_path / "ddp-measured-apart.json"
+    ReducerCalibration("ddp", per_step=1.5e-3, per_message=2.5e-4, ranks=2).write(ddp_file)
     command = [sys.executable, str(SCRIPT), "--models", "mlp", "--ranks", "2", "--networks", "10gbe",
                "--rounds", "2", "--steps", "1", "--warmup", "1", "--profile-steps", "2",
-               "--calibration-rounds", "1", "--calibration-steps", "2",
+               "--calibration-rounds", "1", "--calibration-steps", "2", "--reducer-calibration", str(ddp_file),
                "--capped-model", "mlp", "--cap-fraction", "1.8", "--out", str(tmp_path)]
     run = subprocess.run(command, capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stderr[-3000:]
@@ -145,6 +169,11 @@ def test_a_tiny_run_agrees_with_itself_and_the_predictions(speedup, tmp_path):
         assert again["predicted"] == p and again["predicted_plain"] == case["predicted_plain"]
         assert again["advice"] == case["advice"]
     ddp, fsdp2, capped = cases
+    used = document["calibrations"]["2"]
+    assert (used["ddp"]["per_step"], used["ddp"]["per_message"], used["ddp"]["file"]) == (
+        1.5e-3, 2.5e-4, "ddp-measured-apart.json")
+    assert "file" not in used["fsdp2"] and len(used["fsdp2"]["samples"]) == 5       # 1 to 16 messages, measured
+    assert "ddp 1.50 ms per step, 0.25 ms per message (read from `ddp-measured-apart.json`)" in table
     assert ddp["messages_per_step"]["advised"] == ddp["predicted"]["messages"]["advised"]
     assert capped["memory_cap"] == pytest.approx(1.8 * Profile.from_dict(capped["profile"]).total_bytes)
     for case in (fsdp2, capped):

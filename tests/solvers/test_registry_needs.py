@@ -10,7 +10,8 @@ from fusionopt.solvers import solve, catalogue, default_methods, get_method
 pytest.importorskip("ortools")
 
 PROFILE = zoo.profile("resnet18", device="h100", batch=32).tail(8, name="")      # small enough for ps-brute
-SHORT = {"decoupled-brute": PROFILE.tail(6, name="")}   # 2^10 plans a solve instead of 2^14
+SHORT = {"decoupled-brute": PROFILE.tail(6, name=""),   # 2^10 plans a solve instead of 2^14
+         "ps-brute": PROFILE.tail(6, name="")}
 SMALL = {"brute": {}, "cpsat": {"time_limit": 5.0}, "ps-brute": {}, "ps-cpsat": {"time_limit": 5.0},
          "sharded-brute": {"atoms": "module"}}       # its default tensor atoms take 25 s on this profile
 
@@ -42,7 +43,7 @@ def test_a_method_refuses_what_it_declares_it_cannot_solve(name):
         with pytest.raises(ValueError, match="this problem is a fully sharded problem"):
             solve(problem("fully-sharded"), name, **options)
     if needs.pattern == "ps":
-        solve(problem("ps", sync="layerwise"), name, **options)
+        solve(problem("ps", profile=mine, sync="layerwise"), name, **options)
         return
     own = needs.pattern
     if needs.layerwise:

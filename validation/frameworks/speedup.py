@@ -37,6 +37,12 @@ of inner widths 256 to 640 over 128), batch ``--batch``, SGD with momentum:
    ``--capped-model`` under a cap of ``--cap-fraction`` times its parameter bytes, whose
    measured peak must stay under the cap.
 
+The reducers' own cost (a fixed cost per step and one per message, added to every
+prediction as ``advise --reducer-calibration`` adds it) is measured by
+``measure_reducer_overhead`` before each number of ranks (``--calibration-rounds``), or read
+from a calibration measured apart (``--reducer-calibration FILE``, as ``fusionopt calibrate
+--reducer`` writes it), for the reducer and number of ranks the file names.
+
 The targets, printed met or missed with the results: the advised setting is never slower
 than the default beyond its interval (the interval's upper end >= 1; where the advice keeps
 the defaults the same job runs twice, which checks the measurement instead); the measured speedup
@@ -642,9 +648,11 @@ def markdown(document: dict[str, Any]) -> str:
         lines += ["", "The reducers' own cost, measured by `measure_reducer_overhead` on its synthetic model before "
                   "each number of ranks (a fixed cost per step and a cost per message, fitted on 1 to 16 messages "
                   "per step, each message held on the calibration's own emulated link, 5 ms, which hides the "
-                  "loopback collective); `predicted` adds it, as `advise --reducer-calibration` does: " + "; ".join(
+                  "loopback collective), or read from the file named (`--reducer-calibration`, measured apart); "
+                  "`predicted` adds it, as `advise --reducer-calibration` does: " + "; ".join(
                       f"{ranks} ranks: " + ", ".join(f"{framework} {ms(c['per_step'])} ms per step, "
                                                      f"{ms(c['per_message'])} ms per message"
+                                                     + (f" (read from `{c['file']}`)" if c.get("file") else "")
                                                      for framework, c in by.items())
                       for ranks, by in document["calibrations"].items()) + "."]
     lines += ["", "The emulated link's hold of a 1 MB message (a DDP bucket's all-reduce; an FSDP2 all-gather or "
@@ -698,6 +706,9 @@ def parse_arguments(argv: list[str] | None) -> tuple[argparse.Namespace, str]:
                         help="rounds of each reducer calibration (default 3; 0: predict without the reducers' cost)")
     parser.add_argument("--calibration-steps", type=positive_int, default=20,
                         help="timed steps per sample of each reducer calibration (default 20)")
+    parser.add_argument("--reducer-calibration", action="append", default=None, metavar="FILE",
+                        help="a reducer calibration measured apart (fusionopt calibrate --reducer), used for its "
+                             "reducer (ddp or fsdp2) and number of ranks instead of measuring one; repeatable")
     parser.add_argument("--capped-model", default=None,
                         help="the model of the FSDP2 case under a memory cap (default: the transformer when it is "
                              "among --models; 'none': no such case)")
@@ -723,14 +734,41 @@ def parse_arguments(argv: list[str] | None) -> tuple[argparse.Namespace, str]:
     if args.capped_model not in (None, "none", *args.models):
         parser.error(f"--capped-model {args.capped_model!r}: not among --models ({', '.join(args.models)}); "
                      "'none' for no capped case")
+    args.reducer_calibration = _calibration_files(parser, args.reducer_calibration or [], args.ranks)
     changed = changed_options(parser, args, leave=("out",),
-                              reference={"models": list(MODELS), "networks": ["10gbe", "25gbe"], "ranks": [2, 4]})
+                              reference={"models": list(MODELS), "networks": ["10gbe", "25gbe"], "ranks": [2, 4],
+                                         "reducer_calibration": {}})
     folder = subset_location(args.out, parser.get_default("out"), changed, folder=True)
     if args.capped_model is None:
         args.capped_model = "transformer" if "transformer" in args.models else "none"
     if args.capped_model == "none":
         args.capped_model = None
     return args, folder
+
+
+def _calibration_files(parser: argparse.ArgumentParser, paths: list[str],
+                       ranks: list[int]) -> dict[tuple[str, int], str]:
+    """``--reducer-calibration``'s files by (reducer, ranks); one line naming the file where
+    one cannot be read, is of a reducer this script does not run, was measured on a number of
+    ranks not among ``--ranks``, or repeats another's reducer and ranks."""
+    files: dict[tuple[str, int], str] = {}
+    for path in paths:
+        try:
+            calibration = read_reducer_calibration(path)
+        except (OSError, ValueError) as exc:
+            parser.error(f"--reducer-calibration: {exc}")
+        key = (calibration.reducer, calibration.ranks)
+        if calibration.reducer not in FRAMEWORKS:
+            parser.error(f"--reducer-calibration {path}: a calibration of the {calibration.reducer!r} reducer; "
+                         f"this script runs {' and '.join(FRAMEWORKS)}")
+        if calibration.ranks not in ranks:
+            parser.error(f"--reducer-calibration {path}: measured on {calibration.ranks} ranks, not among --ranks "
+                         f"({', '.join(map(str, ranks))})")
+        if key in files:
+            parser.error(f"--reducer-calibration {path}: {files[key]} is already the {key[0]} calibration on "
+                         f"{key[1]} ranks")
+        files[key] = path
+    return files
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -750,10 +788,15 @@ def main(argv: list[str] | None = None) -> int:
     with Progress(interrupted_path(os.path.join(folder, f"{stem}.md"))) as progress:
         with tempfile.TemporaryDirectory() as scratch:
             for ranks, ranks_cases in plan:
-                paths = {framework: None for framework in FRAMEWORKS}
-                if args.calibration_rounds:
-                    progress.stage(f"reducer calibrations on {ranks} ranks", total=len(FRAMEWORKS))
-                    for framework in FRAMEWORKS:
+                paths = {framework: args.reducer_calibration.get((framework, ranks)) for framework in FRAMEWORKS}
+                for framework, path in paths.items():
+                    if path is not None:
+                        calibrations.setdefault(str(ranks), {})[framework] = {
+                            **read_reducer_calibration(path).to_dict(), "file": os.path.basename(path)}
+                measure = [f for f in FRAMEWORKS if paths[f] is None] if args.calibration_rounds else []
+                if measure:
+                    progress.stage(f"reducer calibrations on {ranks} ranks", total=len(measure))
+                    for framework in measure:
                         calibration = measure_reducer_overhead(framework, ranks, steps=args.calibration_steps,
                                                                warmup=max(1, args.warmup),
                                                                rounds=args.calibration_rounds)

@@ -308,6 +308,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--traces", help="keep the traced jobs' traces under this folder (default: a temporary one)")
     parser.add_argument("--out", default=str(ROOT / "validation" / "results"), help="folder of the result files")
     args = parser.parse_args(argv)
+    # What the command line gave is checked before torch is imported (seconds); the defaults,
+    # which depend on the device, after.
+    precisions = args.precision.split(",") if args.precision else []
+    routes = args.routes.split(",")
+    try:
+        cases = parse_cases(args.cases) if args.cases else []
+    except ValueError as exc:
+        parser.error(str(exc))
+    for flag, chosen, known in (("--precision", precisions, PRECISIONS), ("--routes", routes, ROUTES)):
+        unknown = [c for c in chosen if c not in known]
+        if unknown:
+            parser.error(f"{flag}: unknown {unknown[0]!r}: choose from {', '.join(known)}")
     try:
         import torch
     except ImportError:
@@ -318,16 +330,8 @@ def main(argv: list[str] | None = None) -> int:
     if device.type == "cuda":
         device = torch.device("cuda", torch.cuda.current_device())
     gpu = device.type == "cuda"
-    try:
-        cases = parse_cases(args.cases or (GPU_CASES if gpu else CPU_CASES))
-    except ValueError as exc:
-        parser.error(str(exc))
-    precisions = (args.precision or ("fp32,bf16" if gpu else "fp32")).split(",")
-    routes = args.routes.split(",")
-    for flag, chosen, known in (("--precision", precisions, PRECISIONS), ("--routes", routes, ROUTES)):
-        unknown = [c for c in chosen if c not in known]
-        if unknown:
-            parser.error(f"{flag}: unknown {unknown[0]!r}: choose from {', '.join(known)}")
+    cases = cases or parse_cases(GPU_CASES if gpu else CPU_CASES)
+    precisions = precisions or (["fp32", "bf16"] if gpu else ["fp32"])
     default_run = (args.cases is None and args.precision is None and routes == list(ROUTES)
                    and (args.steps, args.warmup, args.profile_steps) == tuple(DEFAULTS.values()))
     stem = f"step-{'gpu' if gpu else 'cpu'}" + ("" if default_run else ".subset")
