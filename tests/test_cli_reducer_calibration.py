@@ -96,6 +96,29 @@ def test_advise_takes_a_calibration_with_compute_per_message(capsys, tmp_path):
     assert "plan      dp: T = 21.100 ms, 1 message" in out and "5.000 ms of compute per message" in out
 
 
+def test_advise_keeps_the_encodings_it_prices_under_a_calibration(capsys, tmp_path):
+    # The four tensors above in fp16 where cheaper: every bucket's advice is fp16 with or without the
+    # reducer's 1 ms per message on the link (which goes under the encoding: 0.1 + 1 ms + 0.5 ms for
+    # one 2 MB bucket in fp16; the wire line and the hook's registration stay).
+    Profile.from_arrays([1e6] * 4, [1e-3] * 4, [2e-3] * 4).write(tmp_path / "p.json")
+    ReducerCalibration("ddp", per_step=0.0, per_message=1e-3).write(tmp_path / "r.json")
+    argv = ["advise", "--profile", tmp_path / "p.json", "--alpha", "1e-4", "--beta", "1e-9", "--encodings", "fp32,fp16"]
+    for extra in ([], ["--reducer-calibration", tmp_path / "r.json"]):
+        status, out, err = run(capsys, *argv, *extra)
+        assert status == 0, err
+        assert "wire: " in out and " in fp16" in out and "fp16_compress_hook" in out, out
+    # FSDP2 under a bf16 MixedPrecisionPolicy takes an FSDP2 calibration (it was refused), and says
+    # so: its one unit (the model) gathers once and reduce-scatters once, each 1 ms longer.
+    ReducerCalibration("fsdp2", per_step=0.0, per_message=1e-3).write(tmp_path / "f.json")
+    fsdp = ["advise", "--profile", tmp_path / "p.json", "--alpha", "1e-4", "--beta", "1e-9", "--pattern", "fsdp",
+            "--param-dtype", "bf16"]
+    status, out, err = run(capsys, *fsdp)
+    assert status == 0 and "defaults (fully_shard per block, then the model): T = 16.200 ms" in out, err
+    status, out, err = run(capsys, *fsdp, "--reducer-calibration", tmp_path / "f.json")
+    assert status == 0 and "defaults (fully_shard per block, then the model): T = 18.200 ms" in out, err
+    assert "f.json: fsdp2, 1.000 ms per message on the channel" in out
+
+
 @pytest.mark.parametrize("content, culprit", [
     ("{\"schema\": ", "malformed JSON"),
     (json.dumps({"schema": "fusionopt.cost", "kind": "alpha_beta"}), "not a reducer calibration"),

@@ -205,6 +205,8 @@ def _advise_fsdp(args: argparse.Namespace) -> None:
     cap = problem.pattern.memory_cap
     print(f"workload  {label}: {plural(problem.profile.n, 'tensor')}, {problem.profile.total_bytes / 2**20:.1f} MiB")
     print(f"memory    {'no cap' if cap is None else f'cap {cap / 2**20:.1f} MiB'} on unsharded parameters and gradients")
+    if args.reducer_calibration is not None:
+        print(f"reducer   {reducer_words(args)}")
     if problem.pattern.blocking:
         print("threads   each collective blocks the training thread (--blocking-collectives): FSDP2's forward "
               "prefetches nothing by default")

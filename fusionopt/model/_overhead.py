@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 
 from fusionopt.model._cost import AlphaBeta, CommCost, Composite, check_param
+from fusionopt.model._encoding import Cheapest, Encoded
 from fusionopt.model._problem import Problem
 
 __all__ = ["with_message_overhead", "with_overhead"]
@@ -24,6 +25,9 @@ __all__ = ["with_message_overhead", "with_overhead"]
 
 def with_message_overhead(cost: CommCost, seconds: float) -> CommCost:
     """``cost`` with ``seconds`` more on every message of ``S > 0`` bytes (``c(0)`` stays 0).
+    An :class:`~fusionopt.cost.Encoded` or :class:`~fusionopt.cost.Cheapest` cost takes it on
+    the link it wraps, so that each message keeps the encoding it is priced in (a compressor
+    on that link pays it on each all-reduce it sends).
 
     >>> with_message_overhead(AlphaBeta(1e-4, 1e-9), 2.5e-4)
     AlphaBeta(alpha=0.00035, beta=1e-09)
@@ -37,6 +41,10 @@ def with_message_overhead(cost: CommCost, seconds: float) -> CommCost:
         raise ValueError(f"cost must be a CommCost, got {type(cost).__name__}")
     if seconds == 0.0:
         return cost
+    if isinstance(cost, Encoded):      # on the link under the encoding: the message keeps its encoding
+        return Encoded(with_message_overhead(cost.cost, seconds), cost.encoding)
+    if isinstance(cost, Cheapest):
+        return Cheapest(with_message_overhead(cost.cost, seconds), cost.encodings)
     if isinstance(cost, AlphaBeta):
         return AlphaBeta(cost.alpha + seconds, cost.beta)
     return Composite([(cost, 1.0), (AlphaBeta(seconds, 0.0), 1.0)])
