@@ -54,7 +54,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from fusionopt.model._cost import COST_KINDS, COST_SCHEMA, COST_VERSION, CommCost, check_param, cost_from_dict
+from fusionopt.model._cost import COST_KINDS, COST_SCHEMA, COST_VERSION, CommCost, Composite, check_param, cost_from_dict
 
 
 @dataclass(frozen=True)
@@ -390,6 +390,35 @@ def wire_link(cost: CommCost) -> CommCost:
     return cost.cost if isinstance(cost, (Encoded, Cheapest)) else cost
 
 
+def buried_encoding(cost: CommCost) -> CommCost | None:
+    """An :class:`Encoded` or :class:`Cheapest` cost inside ``cost`` below its top (in the
+    cost it wraps, or a :class:`~fusionopt.cost.Composite`'s terms), or None. A message's
+    encoding is read off the top of its cost (:func:`encodings_of`), so one buried there
+    would be priced but never named: ``Aligned(Cheapest(link, ...))`` must be written
+    ``Cheapest(Aligned(link), ...)``.
+
+    >>> from fusionopt.cost import AlphaBeta, Aligned
+    >>> link = AlphaBeta(1e-4, 1e-9)
+    >>> buried_encoding(Cheapest(Aligned(link, ranks=2, unit=16, slowdown=2.0), ["fp32", "fp16"])) is None
+    True
+    >>> buried_encoding(Aligned(Encoded(link, "fp16"), ranks=2, unit=16, slowdown=2.0))
+    Encoded(AlphaBeta(alpha=0.0001, beta=1e-09), 'fp16')
+    """
+    def inside(c: CommCost) -> list[CommCost]:
+        if isinstance(c, Composite):
+            return [term for term, _ in c.terms]
+        wrapped = getattr(c, "cost", None)
+        return [wrapped] if isinstance(wrapped, CommCost) else []
+
+    pending = inside(cost)
+    while pending:
+        c = pending.pop()
+        if isinstance(c, (Encoded, Cheapest)):
+            return c
+        pending.extend(inside(c))
+    return None
+
+
 def _encoded_from_dict(doc: Mapping[str, Any], source: str) -> Encoded:
     return Encoded(cost_from_dict(doc.get("cost"), source=f"{source}.cost"),
                    Encoding.from_dict(doc.get("encoding"), source=f"{source}.encoding"))
@@ -409,5 +438,5 @@ def _cheapest_from_dict(doc: Mapping[str, Any], source: str) -> Cheapest:
 COST_KINDS.update(encoded=(("cost", "encoding"), _encoded_from_dict),
                   cheapest=(("cost", "encodings"), _cheapest_from_dict))
 
-__all__ = ["BF16", "Cheapest", "ENCODINGS", "Encoded", "Encoding", "FP16", "FP32", "carried_in", "check_dtype",
+__all__ = ["BF16", "Cheapest", "ENCODINGS", "Encoded", "Encoding", "FP16", "FP32", "buried_encoding", "carried_in", "check_dtype",
            "crossovers", "encoding_named", "encodings_of"]

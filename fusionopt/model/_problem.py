@@ -11,8 +11,8 @@ import numpy as np
 
 from fusionopt.model._compressor import Compressor
 from fusionopt.model._cost import AlphaBeta, CommCost
-from fusionopt.model._encoding import (Cheapest, Encoded, compute_encodings, encoding_table, encodings_of,
-                                       lossy_encodings, wire_link)
+from fusionopt.model._encoding import (Cheapest, Encoded, buried_encoding, compute_encodings, encoding_table,
+                                       encodings_of, lossy_encodings, wire_link)
 from fusionopt.model._profile import Profile
 from fusionopt.model._pattern import Pattern
 from fusionopt.model._step_parts import fit_step_parts
@@ -252,6 +252,11 @@ class Problem:
                     check_cost(cost, self.profile)
                 except ValueError as exc:
                     raise ValueError(f"{label} cost: {exc}") from None
+            buried = buried_encoding(cost)
+            if buried is not None:
+                raise ValueError(f"{label} cost: {type(cost).__name__} wraps {buried!r}, whose encoding its messages "
+                                 "would be priced in but never sent in: put the encodings outside, around the link "
+                                 "(Cheapest(Aligned(link, ...), [...]), not Aligned(Cheapest(link, [...]), ...))")
             for encoded in compute_encodings(cost):
                 if encoded is not self.cost or self.pattern.extension is not None:
                     raise ValueError(f"{label} cost: encoding {encoded.encoding.name!r} runs part of its cast on the "

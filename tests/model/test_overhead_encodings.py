@@ -62,3 +62,19 @@ def test_each_all_reduce_of_a_compressed_message_pays_the_overhead_once():
         size, carried = np.array([float(PROFILE.sizes[chosen].sum())]), [np.array(chosen)]
         assert priced.message_encodings(size, carried) == problem.message_encodings(size, carried) == [way]
     assert priced.compressed_messages(sizes, tensors)[0] == pytest.approx(1.86144e-3, rel=1e-9)
+
+
+def test_an_encoding_buried_under_another_cost_is_refused_in_one_line():
+    # Its messages would be priced in fp16 and named fp32 (the encoding is read off the top).
+    from fusionopt.cost import Aligned, Composite
+
+    aligned = dict(ranks=2, unit=16, slowdown=3.5, padded=True)
+    for cost in (Aligned(Cheapest(LINK, ["fp32", "fp16"]), **aligned),
+                 Composite([(Encoded(LINK, "fp16"), 1.0), (AlphaBeta(1e-5, 0.0), 1.0)])):
+        with pytest.raises(ValueError, match=r"^all_reduce cost: (Aligned|Composite) wraps (Cheapest|Encoded)\(.*put "
+                                             r"the encodings outside, around the link"):
+            Problem(PROFILE, cost)
+    outside = Problem(PROFILE, Cheapest(Aligned(LINK, **aligned), ["fp32", "fp16"]))
+    assert outside.message_encodings([float(PROFILE.total_bytes)]) == ["fp16"]
+    with pytest.raises(ValueError, match="^reduce_scatter cost: Aligned wraps Encoded"):
+        Problem(PROFILE, pattern=FullySharded(Aligned(Encoded(LINK, "bf16"), **aligned), LINK))
