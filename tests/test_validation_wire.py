@@ -70,8 +70,13 @@ def test_a_small_wire_study(study, tmp_path):
 
 def test_a_small_measured_wire_run(tmp_path):
     script = ROOT / "validation" / "wire" / "run.py"
+    from fusionopt.integrations import ReducerCalibration
+
+    reducer = ReducerCalibration("ddp", per_step=2e-3, per_message=1e-5, message_compute=5e-4, ranks=2)
+    reducer.write(tmp_path / "ddp.json")
     command = [sys.executable, str(script), "--models", "mlp", "--rounds", "2", "--steps", "2", "--warmup", "2",
-               "--profile-steps", "3", "--links", "10gbe:64", "--out", str(tmp_path)]
+               "--profile-steps", "3", "--links", "10gbe:64", "--reducer-calibration", str(tmp_path / "ddp.json"),
+               "--out", str(tmp_path)]
     done = subprocess.run(command, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     document = json.loads((tmp_path / "wire-cpu.json").read_text())
@@ -81,8 +86,24 @@ def test_a_small_measured_wire_run(tmp_path):
 
     # The predictions are the model's on the profile and the casts measured first, recomputed here.
     assert (row["network"], row["workers"]) == ("10gbe", 64)
-    again = run.predict(Profile.from_dict(row["profile"]), "10gbe", 64, row["casts"], 1)
+    again = run.predict(Profile.from_dict(row["profile"]), "10gbe", 64, row["casts"], 1, reducer)
     assert again["predicted"] == row["predicted"] and again["encodings"] == row["encodings"]
+    # With DDP's reducer cost read from the file, each step is the same plan's on the problem
+    # with_reducer_overhead makes: the default's by hand, and never shorter than the model's.
+    assert again["predicted_with_reducer"] == row["predicted_with_reducer"]
+    from fusionopt.cost import network as network_preset
+    from fusionopt.integrations import with_reducer_overhead
+    from fusionopt.model import simulate
+    from fusionopt.solvers import solve
+
+    plain = Problem(Profile.from_dict(row["profile"]), network_preset("10gbe", 64), step_parts="fit")
+    assert row["predicted_with_reducer"]["default"] == simulate(with_reducer_overhead(plain, reducer),
+                                                                solve(plain, "ddp").plan).iteration_time
+    assert all(row["predicted_with_reducer"][s] >= row["predicted"][s] + 2e-3 for s in run.SETTINGS)
+    assert document["reducer"]["file"] == "ddp.json" and document["reducer"]["per_step"] == 2e-3
+    table = (tmp_path / "wire-cpu.md").read_text()
+    assert "read from `ddp.json` (measured apart): 2.000 ms per step" in table and "with reducer (ms)" in table
+    assert len(run.step_errors(document["results"], "predicted_with_reducer")) == len(run.SETTINGS)
     assert again["encodings_powersgd"] == row["encodings_powersgd"]
     # The PowerSGD hook priced with its compute measured first, on DDP's buckets: torch's
     # compression rate of the model's split, and the step the baseline gives.
@@ -115,8 +136,18 @@ def test_a_small_measured_wire_run(tmp_path):
     (["--links", "10gbe"], "--links: '10gbe' is not NETWORK:WORKERS"),
     (["--links", "40gbe:8"], "--links: '40gbe:8': unknown network '40gbe'"),
     (["--warmup", "1"], "--warmup 1: the PowerSGD settings compress from step 2 on"),
+    (["--reducer-calibration", "no-such-calibration.json"], "--reducer-calibration: no-such-calibration.json"),
+    (["--reducer-calibration", "FSDP2"], "a calibration of the 'fsdp2' reducer; this run trains real DDP"),
+    (["--reducer-calibration", "DDP4"], "measured on 4 ranks, and this run has 2"),
 ])
-def test_the_measured_wire_run_refuses_in_one_line(arguments, says, capsys):
+def test_the_measured_wire_run_refuses_in_one_line(arguments, says, capsys, tmp_path):
+    from fusionopt.integrations import ReducerCalibration
+
+    files = {"FSDP2": ReducerCalibration("fsdp2", per_step=0.0, per_message=0.0),
+             "DDP4": ReducerCalibration("ddp", per_step=0.0, per_message=0.0, ranks=4)}
+    for name, calibration in files.items():
+        calibration.write(tmp_path / f"{name}.json")
+    arguments = [str(tmp_path / f"{a}.json") if a in files else a for a in arguments]
     run = load_script("validation/wire/run.py")
     with pytest.raises(SystemExit):
         run.main(arguments)

@@ -251,7 +251,8 @@ class PowerSGD(Compressor):
         """``problem`` with every message priced as the hook sends it (module docstring): the
         same tensors, times and orders, each tensor's size the bytes of the link it adds to a
         bucket's time (its wire bytes plus its compute over ``beta``, to the nearest byte), on
-        ``AlphaBeta(3 alpha + seconds_per_message, beta)``. Its sizes are prices, not
+        ``AlphaBeta(3 alpha + seconds_per_message, beta)``, with ``problem``'s compute per
+        message (a reducer's, section 2.1) on each bucket as before. Its sizes are prices, not
         payloads: a layout that depends on the bytes (DDP's buckets) is computed on
         ``problem`` and judged on this one. One line where ``problem`` is not a plain
         all-reduce, its cost is not affine, or its profile has no shapes.
@@ -264,9 +265,11 @@ class PowerSGD(Compressor):
         """
         if not isinstance(problem, Problem):
             raise ValueError(f"PowerSGD: expected a Problem, got {type(problem).__name__}")
-        if problem.extensions:
-            raise ValueError(f"PowerSGD prices the plain all-reduce's messages, and this problem has "
-                             f"{', '.join(problem.extensions)} on")
+        per_message = problem.message_compute_terms == (problem.message_compute, 0.0)
+        others = [e for e in problem.extensions if not (e == "message_compute" and per_message)]
+        if others:
+            raise ValueError(f"PowerSGD prices the plain all-reduce's messages (a compute per message aside), and "
+                             f"this problem has {', '.join(others)} on")
         affine = problem.cost.affine
         if affine is None:
             raise ValueError(f"PowerSGD: a problem priced for the hook needs an affine cost (alpha + beta S), and "
@@ -285,7 +288,8 @@ class PowerSGD(Compressor):
             update=profile.update, name=f"{profile.name} (PowerSGD rank {self.rank})".strip(),
             metadata={**profile.metadata, "powersgd": self.to_dict()}, ready_order=profile.ready_order,
             registration_order=profile.registration_order, **profile.step_parts)
-        return Problem(priced, AlphaBeta(3 * alpha + self.seconds_per_message, beta), sync=problem.sync)
+        return Problem(priced, AlphaBeta(3 * alpha + self.seconds_per_message, beta), sync=problem.sync,
+                       message_compute=problem.message_compute)
 
     @staticmethod
     def require_buckets(plan: Any, profile: Profile, what: str) -> None:

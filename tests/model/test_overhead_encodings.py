@@ -78,3 +78,21 @@ def test_an_encoding_buried_under_another_cost_is_refused_in_one_line():
     assert outside.message_encodings([float(PROFILE.total_bytes)]) == ["fp16"]
     with pytest.raises(ValueError, match="^reduce_scatter cost: Aligned wraps Encoded"):
         Problem(PROFILE, pattern=FullySharded(Aligned(Encoded(LINK, "bf16"), **aligned), LINK))
+
+
+def test_the_hook_on_every_bucket_takes_a_reducers_cost():
+    # PowerSGD.priced carries the compute per message (a reducer's, per bucket); the cost per
+    # step adds to the step exactly; a compute per byte still has no price under the hook.
+    from fusionopt.solvers.baselines import ddp_powersgd
+
+    hook = PowerSGD(rank=4)
+    plain = Problem(PROFILE, LINK)
+    assert hook.priced(Problem(PROFILE, LINK, message_compute=3e-4)).message_compute == 3e-4
+    base = ddp_powersgd(plain, hook).iteration_time
+    assert ddp_powersgd(with_overhead(plain, per_step=5e-4, per_message=0.0), hook).iteration_time == \
+        pytest.approx(base + 5e-4, rel=1e-12)
+    # One bucket (DDP's, of both tensors) ready at 2 ms: 0.3 ms of compute delays it by that.
+    assert ddp_powersgd(with_overhead(plain, per_step=0.0, per_message=0.0, per_message_compute=3e-4),
+                        hook).iteration_time == pytest.approx(base + 3e-4, rel=1e-12)
+    with pytest.raises(ValueError, match="a compute per message aside.*message_compute on"):
+        hook.priced(Problem(PROFILE, LINK, message_compute_per_byte=1e-12))

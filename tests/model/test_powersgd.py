@@ -126,8 +126,8 @@ def test_bad_input_is_refused_in_one_line():
     profile = _profile([(8, 8)])
     with pytest.raises(ValueError, match=r"needs an affine cost .* PiecewiseLinear is not"):
         PowerSGD().priced(Problem(profile, PiecewiseLinear([1e2, 1e4, 1e6], [1e-5, 1e-4, 1e-3])))
-    with pytest.raises(ValueError, match=r"^PowerSGD prices the plain all-reduce's messages, and this problem has "
-                                         r"copy_cost on$"):
+    with pytest.raises(ValueError, match=r"^PowerSGD prices the plain all-reduce's messages \(a compute per message "
+                                         r"aside\), and this problem has copy_cost on$"):
         PowerSGD().priced(Problem(profile, LINK, copy_cost=1e-9))
     with pytest.raises(ValueError, match=r"no per-byte term \(beta = 0\)$"):
         PowerSGD(seconds_per_flop=1e-12).priced(Problem(profile, AlphaBeta(1e-3, 0.0)))

@@ -23,6 +23,11 @@ preset and the workers its all-reduce is priced for; by default 10 GbE and 1 GbE
    fp16])`` (the error budget: fp16 where it pays), its buckets as ``bucket_cap_mb_list``
    (:func:`~fusionopt.advice.ddp_settings`) and each message's encoding, and the advice with
    the hook as one more choice per message (``Problem(..., compressor=PowerSGD(...))``);
+   and each again with DDP's reducer's own cost (``with_reducer_overhead``: per step, per
+   bucket on the link, per bucket on the compute stream), measured apart before the ranks
+   start by ``measure_reducer_overhead("ddp")`` (``--calibration-rounds``; 0: none) or read
+   from a calibration measured apart (``--reducer-calibration FILE``, as ``fusionopt
+   calibrate --reducer ddp`` writes it);
 3. measured: a copy of the model per setting, each DDP with every bucket held on an emulated
    link of that network (:mod:`fusionopt.integrations._emulated_link`; the fp16 and bf16
    settings through its hook of that encoding, torch's ``_compress_hook`` with the link
@@ -66,8 +71,9 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "validation" / "frameworks"))
 
 from fusionopt.reporting import read_json_document, write_json_atomic  # noqa: E402
-from fusionopt.reporting import (changed_options, command_line, markdown_table, positive_int,  # noqa: E402
-                                 subset_location, write_result)
+from fusionopt.integrations import measure_reducer_overhead, read_reducer_calibration  # noqa: E402
+from fusionopt.reporting import (changed_options, command_line, markdown_table, nonnegative_int,  # noqa: E402
+                                 positive_int, subset_location, write_result)
 from speedup import build_model, measure_profile, measure_rounds, speedup_interval, training_step  # noqa: E402
 
 RESULTS = ROOT / "validation" / "results"
@@ -200,12 +206,15 @@ def fitted(sizes: list[int], medians: list[float]) -> dict[str, Any]:
 
 
 def predict(profile: Any, name: str, workers: int, casts: dict[str, dict[str, float]],
-            powersgd_rank: int) -> dict[str, Any]:
-    """Each setting's predicted step (seconds), the advices' DDP arguments and encodings."""
+            powersgd_rank: int, reducer: Any = None) -> dict[str, Any]:
+    """Each setting's predicted step (seconds), the advices' DDP arguments and encodings;
+    with ``reducer`` (a DDP :class:`~fusionopt.integrations.ReducerCalibration`) each step
+    again with the reducer's own cost (``predicted_with_reducer``), the plans unchanged."""
     from fusionopt.advice import ddp_settings
     from fusionopt.cost import network, Cheapest, Encoded, PowerSGD
     from fusionopt.model import Plan, Problem, simulate
     from fusionopt.cost import BF16, FP16, FP32, encodings_of
+    from fusionopt.integrations import with_reducer_overhead
     from fusionopt.solvers import solve
     from fusionopt.solvers.baselines import ddp_powersgd
 
@@ -226,12 +235,19 @@ def predict(profile: Any, name: str, workers: int, casts: dict[str, dict[str, fl
     through = ddp_settings(choice, solve(choice, "dp").plan)
     chosen = Plan.from_groups(profile, [list(b) for b in through.buckets])
     on_ddp = ddp_powersgd(plain, hook)
-    return {"predicted": {"default": simulate(plain, default).iteration_time,
-                          **{e.name: simulate(Problem(profile, Encoded(link, e), step_parts="fit"),
-                                              default).iteration_time for e in (fp16, bf16)},
-                          "advised": simulate(joint, advised).iteration_time,
-                          "powersgd": on_ddp.iteration_time,
-                          "advised-powersgd": simulate(choice, chosen).iteration_time},
+
+    def steps(priced: Any) -> dict[str, float]:
+        """Each setting's step on the problems ``priced`` turns the model's into."""
+        return {"default": simulate(priced(plain), default).iteration_time,
+                **{e.name: simulate(priced(Problem(profile, Encoded(link, e), step_parts="fit")),
+                                    default).iteration_time for e in (fp16, bf16)},
+                "advised": simulate(priced(joint), advised).iteration_time,
+                "powersgd": ddp_powersgd(priced(plain), hook).iteration_time,
+                "advised-powersgd": simulate(priced(choice), chosen).iteration_time}
+
+    with_reducer = {} if reducer is None else {
+        "predicted_with_reducer": steps(lambda problem: with_reducer_overhead(problem, reducer))}
+    return {"predicted": steps(lambda problem: problem), **with_reducer,
             "advice": settings.to_dict(), "encodings": encodings,
             "advice_powersgd": through.to_dict(), "powersgd": hook.to_dict(),
             "encodings_powersgd": choice.message_encodings(chosen.message_bytes,
@@ -275,11 +291,13 @@ def _measure_link(row: dict[str, Any], x: Any, rank: int, args: dict[str, Any], 
     from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as psgd
 
     from fusionopt.cost import network
-    from fusionopt.integrations import apply_advice, apply_defaults, EmulatedLink, ddp_comm_hook, powersgd_comm_hook
+    from fusionopt.integrations import (apply_advice, apply_defaults, EmulatedLink, ddp_comm_hook, powersgd_comm_hook,
+                                        read_reducer_calibration)
     from fusionopt.model import Profile
 
+    reducer = None if args["reducer"] is None else read_reducer_calibration(args["reducer"])
     solved = [predict(Profile.from_dict(row["profile"]), row["network"], row["workers"], row["casts"],
-                      args["powersgd_rank"]) if rank == 0 else None]
+                      args["powersgd_rank"], reducer) if rank == 0 else None]
     dist.broadcast_object_list(solved, src=0)
     row.update(solved[0])
     models = {}
@@ -322,7 +340,16 @@ def markdown(document: dict[str, Any]) -> str:
              "`powersgd`: DDP's buckets, each through torch's `powerSGD_hook` (each of its three all-reduces held "
              "on the link), once its warm-up is over; `advised-powersgd`: the exact DP choosing each bucket's "
              "grouping and whether it goes in fp32, in fp16 or through the hook. Timings of this host.", ""]
-    header = ["model", "link", "setting", "casts (us + ps/B)", "buckets", "encodings", "predicted (ms)", "measured (ms)",
+    reducer = document.get("reducer")
+    if reducer:
+        where = (f"read from `{reducer['file']}` (measured apart)" if reducer.get("file") else
+                 "measured before the ranks started by `measure_reducer_overhead(\"ddp\")` on its synthetic model")
+        lines += [f"`with reducer`: the same plans with DDP's reducer's own cost, {where}: "
+                  f"{1e3 * reducer['per_step']:.3f} ms per step, {1e3 * reducer['per_message']:.3f} ms per bucket on "
+                  f"the link (each of the hook's three all-reduces), {1e3 * reducer['message_compute']:.3f} ms per "
+                  "bucket on the compute stream. The speedups are the model's alone.", ""]
+    header = ["model", "link", "setting", "casts (us + ps/B)", "buckets", "encodings", "predicted (ms)",
+              *(["with reducer (ms)"] if reducer else []), "measured (ms)",
               "predicted speedup", "measured speedup (95% CI)", "measured / predicted"]
     rows = []
     for r in document["results"]:
@@ -336,8 +363,9 @@ def markdown(document: dict[str, Any]) -> str:
             casts = "-" if cast is None else \
                 f"{1e6 * cast['seconds_per_message']:.1f} + {1e12 * cast['seconds_per_byte']:.1f}"
             buckets = r["messages"].get(setting, r["messages"]["default"])
+            shown = [ms(predicted), *([ms(r["predicted_with_reducer"][setting])] if reducer else [])]
             if setting not in r["rounds"]:
-                rows.append([r["model"], link, setting, casts, buckets, encodings, ms(predicted), "-", "-",
+                rows.append([r["model"], link, setting, casts, buckets, encodings, *shown, "-", "-",
                              r.get("not_measured", "-"), "-"])
                 continue
             measured = float(np.mean(r["rounds"][setting]))
@@ -348,7 +376,7 @@ def markdown(document: dict[str, Any]) -> str:
                 p = r["predicted"]["default"] / predicted
                 speed = [f"{p:.3f}", f"{m['speedup']:.3f} ({m['ci'][0]:.3f} to {m['ci'][1]:.3f})",
                          f"{m['speedup'] / p:.3f}"]
-            rows.append([r["model"], link, setting, casts, buckets, encodings, ms(predicted), ms(measured), *speed])
+            rows.append([r["model"], link, setting, casts, buckets, encodings, *shown, ms(measured), *speed])
     lines += markdown_table(header, rows)
     lines += ["", *_summary(document["results"])]
     return "\n".join(lines) + "\n"
@@ -374,7 +402,20 @@ def _summary(results: list[dict[str, Any]]) -> list[str]:
     if ratios:
         lines.append(f"* Measured speedup over predicted: median |ratio - 1| {100 * float(np.median(np.abs(np.array(ratios) - 1))):.1f}%, "
                      f"from {min(ratios):.3f} to {max(ratios):.3f}, over {len(ratios)} settings.")
+    for key, label in (("predicted", "the model alone"), ("predicted_with_reducer", "with the reducer's cost")):
+        errors = step_errors(results, key)
+        if errors:
+            lines.append(f"* Measured step over predicted, {label}: median |ratio - 1| "
+                         f"{100 * float(np.median(np.abs(np.array(errors) - 1))):.1f}%, from {min(errors):.3f} to "
+                         f"{max(errors):.3f}, over {len(errors)} settings.")
     return lines
+
+
+def step_errors(results: list[dict[str, Any]], key: str = "predicted") -> list[float]:
+    """Each measured setting's mean step over its step predicted under ``key``
+    (``"predicted"`` or ``"predicted_with_reducer"``); none where a result has no such key."""
+    return [float(np.mean(r["rounds"][s])) / r[key][s] for r in results if key in r
+            for s in SETTINGS if s in r.get("rounds", {})]
 
 
 def _encodings(row: dict[str, Any], setting: str) -> str:
@@ -384,6 +425,21 @@ def _encodings(row: dict[str, Any], setting: str) -> str:
     if setting == "advised-powersgd":
         return ", ".join(sorted(set(row["encodings_powersgd"])))
     return {"default": "fp32"}.get(setting, setting)
+
+
+def _given_calibration(parser: argparse.ArgumentParser, path: str, ranks: int) -> Any:
+    """``--reducer-calibration``'s calibration; one line naming the file where it cannot be
+    read, is not DDP's, or was measured on another number of ranks."""
+    try:
+        calibration = read_reducer_calibration(path)
+    except (OSError, ValueError) as exc:
+        parser.error(f"--reducer-calibration: {exc}")
+    if calibration.reducer != "ddp":
+        parser.error(f"--reducer-calibration {path}: a calibration of the {calibration.reducer!r} reducer; this run "
+                     "trains real DDP: give a ddp one")
+    if calibration.ranks != ranks:
+        parser.error(f"--reducer-calibration {path}: measured on {calibration.ranks} ranks, and this run has {ranks}")
+    return calibration
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -409,6 +465,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--powersgd-rank", type=positive_int, default=1,
                         help="the PowerSGD hook's matrix_approximation_rank (default 1, torch's)")
     parser.add_argument("--profile-steps", type=positive_int, default=10, help="profiled steps (default 10)")
+    parser.add_argument("--calibration-rounds", type=nonnegative_int, default=3,
+                        help="rounds of DDP's reducer calibration, measured before the ranks start (default 3; 0: "
+                             "predict without the reducer's cost)")
+    parser.add_argument("--calibration-steps", type=positive_int, default=20,
+                        help="timed steps per sample of that calibration (default 20)")
+    parser.add_argument("--reducer-calibration", metavar="FILE",
+                        help="DDP's reducer calibration measured apart (fusionopt calibrate --reducer ddp) on --ranks "
+                             "ranks, instead of measuring one")
     parser.add_argument("--out", default=str(RESULTS), help="folder of the result files")
     args = parser.parse_args(argv)
     if args.warmup < START_ITER:
@@ -423,15 +487,30 @@ def main(argv: list[str] | None = None) -> int:
     settings = {key: getattr(args, key) for key in ("ranks", "batch", "rounds", "steps", "warmup", "profile_steps",
                                                     "powersgd_rank")}
     settings["links"] = parse_links(parser, args.links)
+    given = None if args.reducer_calibration is None else _given_calibration(parser, args.reducer_calibration,
+                                                                             args.ranks)
+    reducer: dict[str, Any] | None = None
     with tempfile.TemporaryDirectory() as scratch:
         out = str(Path(scratch) / "rows.json")
+        path = args.reducer_calibration
         try:
-            mp.spawn(_rank, args=(free_port(), out, {**settings, "models": models}), nprocs=args.ranks, join=True)
+            if given is None and args.calibration_rounds:
+                print(f"wire: measuring DDP's reducer on {args.ranks} ranks", file=sys.stderr)
+                given = measure_reducer_overhead("ddp", args.ranks, steps=args.calibration_steps,
+                                                 rounds=args.calibration_rounds)
+                path = str(Path(scratch) / "reducer.json")
+                given.write(path)
+            if given is not None:
+                reducer = {**given.to_dict(), **({"file": Path(args.reducer_calibration).name}
+                                                 if args.reducer_calibration else {})}
+            mp.spawn(_rank, args=(free_port(), out, {**settings, "models": models,
+                                                     "reducer": None if given is None else path}),
+                     nprocs=args.ranks, join=True)
         except KeyboardInterrupt:
             print("wire: interrupted; nothing written", file=sys.stderr)
             return 130
         results = read_json_document(out)
-    document = {"schema": "fusionopt.validation.wire-cpu", "version": 1, **settings,
+    document = {"schema": "fusionopt.validation.wire-cpu", "version": 2, **settings, "reducer": reducer,
                 "command": command_line("validation/wire/run.py", argv, args.out),
                 "date": datetime.date.today().isoformat(), "results": results}
     write_result(folder, "wire-cpu", document, markdown(document))
