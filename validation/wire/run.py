@@ -405,9 +405,12 @@ def _summary(results: list[dict[str, Any]]) -> list[str]:
     for key, label in (("predicted", "the model alone"), ("predicted_with_reducer", "with the reducer's cost")):
         errors = step_errors(results, key)
         if errors:
+            models = sorted({r["model"] for r in results if key in r}, key=MODELS.index)
+            each = "; ".join(f"{m} {min(e):.3f} to {max(e):.3f}"
+                             for m in models for e in [step_errors([r for r in results if r["model"] == m], key)])
             lines.append(f"* Measured step over predicted, {label}: median |ratio - 1| "
                          f"{100 * float(np.median(np.abs(np.array(errors) - 1))):.1f}%, from {min(errors):.3f} to "
-                         f"{max(errors):.3f}, over {len(errors)} settings.")
+                         f"{max(errors):.3f}, over {len(errors)} settings ({each}).")
     return lines
 
 
