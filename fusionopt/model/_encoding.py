@@ -54,7 +54,8 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from fusionopt.model._cost import COST_KINDS, COST_SCHEMA, COST_VERSION, CommCost, Composite, check_param, cost_from_dict
+from fusionopt.model._cost import (COST_KINDS, COST_SCHEMA, COST_VERSION, CommCost, Composite, check_param,
+                                   cost_from_dict)
 
 
 @dataclass(frozen=True)
@@ -438,5 +439,5 @@ def _cheapest_from_dict(doc: Mapping[str, Any], source: str) -> Cheapest:
 COST_KINDS.update(encoded=(("cost", "encoding"), _encoded_from_dict),
                   cheapest=(("cost", "encodings"), _cheapest_from_dict))
 
-__all__ = ["BF16", "Cheapest", "ENCODINGS", "Encoded", "Encoding", "FP16", "FP32", "buried_encoding", "carried_in", "check_dtype",
-           "crossovers", "encoding_named", "encodings_of"]
+__all__ = ["BF16", "Cheapest", "ENCODINGS", "Encoded", "Encoding", "FP16", "FP32", "buried_encoding", "carried_in",
+           "check_dtype", "crossovers", "encoding_named", "encodings_of"]
