@@ -458,6 +458,11 @@ def test_error_malformed_profile_json(capsys, tmp_path):
     assert "malformed JSON" in line
 
 
+def test_error_a_folder_for_a_file_names_it(capsys, tmp_path):
+    line = run_error(capsys, "solve", tmp_path, *AB3)
+    assert line.endswith(f"{tmp_path}: a folder, not a file") and "Errno" not in line
+
+
 def test_error_profile_not_utf8_names_the_file(capsys, tmp_path):
     bad = tmp_path / "binary.json"
     bad.write_bytes(b"\xff\xfe\x00garbage")

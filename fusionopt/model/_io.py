@@ -22,6 +22,10 @@ def read_json_document(path: str | Path) -> Any:
         data = path.read_bytes()
     except FileNotFoundError:
         raise FileNotFoundError(f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise IsADirectoryError(f"{path}: a folder, not a file") from None
+    except PermissionError:
+        raise PermissionError(f"{path}: not readable here (permission denied)") from None
     if data[:2] == b"\x1f\x8b":
         try:
             data = gzip.decompress(data)
