@@ -137,8 +137,8 @@ def test_a_small_measured_wire_run(tmp_path):
     (["--links", "40gbe:8"], "--links: '40gbe:8': unknown network '40gbe'"),
     (["--warmup", "1"], "--warmup 1: the PowerSGD settings compress from step 2 on"),
     (["--reducer-calibration", "no-such-calibration.json"], "--reducer-calibration: no-such-calibration.json"),
-    (["--reducer-calibration", "FSDP2"], "a calibration of the 'fsdp2' reducer; this run trains real DDP"),
-    (["--reducer-calibration", "DDP4"], "measured on 4 ranks, and this run has 2"),
+    (["--reducer-calibration", "FSDP2"], "a calibration of the 'fsdp2' reducer; this script runs ddp"),
+    (["--reducer-calibration", "DDP4"], "measured on 4 ranks, not among --ranks (2)"),
 ])
 def test_the_measured_wire_run_refuses_in_one_line(arguments, says, capsys, tmp_path):
     from fusionopt.integrations import ReducerCalibration

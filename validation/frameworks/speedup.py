@@ -734,7 +734,7 @@ def parse_arguments(argv: list[str] | None) -> tuple[argparse.Namespace, str]:
     if args.capped_model not in (None, "none", *args.models):
         parser.error(f"--capped-model {args.capped_model!r}: not among --models ({', '.join(args.models)}); "
                      "'none' for no capped case")
-    args.reducer_calibration = _calibration_files(parser, args.reducer_calibration or [], args.ranks)
+    args.reducer_calibration = calibration_files(parser, args.reducer_calibration or [], args.ranks)
     changed = changed_options(parser, args, leave=("out",),
                               reference={"models": list(MODELS), "networks": ["10gbe", "25gbe"], "ranks": [2, 4],
                                          "reducer_calibration": {}})
@@ -746,11 +746,12 @@ def parse_arguments(argv: list[str] | None) -> tuple[argparse.Namespace, str]:
     return args, folder
 
 
-def _calibration_files(parser: argparse.ArgumentParser, paths: list[str],
-                       ranks: list[int]) -> dict[tuple[str, int], str]:
+def calibration_files(parser: argparse.ArgumentParser, paths: list[str], ranks: list[int],
+                      reducers: tuple[str, ...] = FRAMEWORKS) -> dict[tuple[str, int], str]:
     """``--reducer-calibration``'s files by (reducer, ranks); one line naming the file where
-    one cannot be read, is of a reducer this script does not run, was measured on a number of
-    ranks not among ``--ranks``, or repeats another's reducer and ranks."""
+    one cannot be read, is of a reducer not among ``reducers`` (those the script runs), was
+    measured on a number of ranks not among ``--ranks``, or repeats another's reducer and
+    ranks."""
     files: dict[tuple[str, int], str] = {}
     for path in paths:
         try:
@@ -758,9 +759,9 @@ def _calibration_files(parser: argparse.ArgumentParser, paths: list[str],
         except (OSError, ValueError) as exc:
             parser.error(f"--reducer-calibration: {exc}")
         key = (calibration.reducer, calibration.ranks)
-        if calibration.reducer not in FRAMEWORKS:
+        if calibration.reducer not in reducers:
             parser.error(f"--reducer-calibration {path}: a calibration of the {calibration.reducer!r} reducer; "
-                         f"this script runs {' and '.join(FRAMEWORKS)}")
+                         f"this script runs {' and '.join(reducers)}")
         if calibration.ranks not in ranks:
             parser.error(f"--reducer-calibration {path}: measured on {calibration.ranks} ranks, not among --ranks "
                          f"({', '.join(map(str, ranks))})")

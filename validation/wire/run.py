@@ -74,7 +74,8 @@ from fusionopt.reporting import read_json_document, write_json_atomic  # noqa: E
 from fusionopt.integrations import measure_reducer_overhead, read_reducer_calibration  # noqa: E402
 from fusionopt.reporting import (changed_options, command_line, markdown_table, nonnegative_int,  # noqa: E402
                                  positive_int, subset_location, write_result)
-from speedup import build_model, measure_profile, measure_rounds, speedup_interval, training_step  # noqa: E402
+from speedup import (build_model, calibration_files, measure_profile, measure_rounds,  # noqa: E402
+                     speedup_interval, training_step)
 
 RESULTS = ROOT / "validation" / "results"
 MODELS = ("mlp", "cnn")
@@ -430,21 +431,6 @@ def _encodings(row: dict[str, Any], setting: str) -> str:
     return {"default": "fp32"}.get(setting, setting)
 
 
-def _given_calibration(parser: argparse.ArgumentParser, path: str, ranks: int) -> Any:
-    """``--reducer-calibration``'s calibration; one line naming the file where it cannot be
-    read, is not DDP's, or was measured on another number of ranks."""
-    try:
-        calibration = read_reducer_calibration(path)
-    except (OSError, ValueError) as exc:
-        parser.error(f"--reducer-calibration: {exc}")
-    if calibration.reducer != "ddp":
-        parser.error(f"--reducer-calibration {path}: a calibration of the {calibration.reducer!r} reducer; this run "
-                     "trains real DDP: give a ddp one")
-    if calibration.ranks != ranks:
-        parser.error(f"--reducer-calibration {path}: measured on {calibration.ranks} ranks, and this run has {ranks}")
-    return calibration
-
-
 def main(argv: list[str] | None = None) -> int:
     import datetime
 
@@ -490,8 +476,10 @@ def main(argv: list[str] | None = None) -> int:
     settings = {key: getattr(args, key) for key in ("ranks", "batch", "rounds", "steps", "warmup", "profile_steps",
                                                     "powersgd_rank")}
     settings["links"] = parse_links(parser, args.links)
-    given = None if args.reducer_calibration is None else _given_calibration(parser, args.reducer_calibration,
-                                                                             args.ranks)
+    given = None
+    if args.reducer_calibration is not None:                # one line if it is not DDP's on --ranks ranks
+        calibration_files(parser, [args.reducer_calibration], [args.ranks], reducers=("ddp",))
+        given = read_reducer_calibration(args.reducer_calibration)
     reducer: dict[str, Any] | None = None
     with tempfile.TemporaryDirectory() as scratch:
         out = str(Path(scratch) / "rows.json")
