@@ -26,20 +26,11 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from fusionopt._cuda_hold import hold_kernel
 from fusionopt.executor._communicator import Communicator, missing_extra, shard_words
 from fusionopt.executor._errors import CollectiveTimeout
 from fusionopt.executor._local import LocalGroup
 from fusionopt.model._cost import CommCost
-
-_HOLD_SOURCE = r"""
-extern "C" __global__ void fusionopt_hold(unsigned long long nanoseconds) {
-    unsigned long long start, now;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
-    do {
-        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
-    } while (now - start < nanoseconds);
-}
-"""
 
 _NCCL_TYPES = {1: "NCCL_UINT8", 4: "NCCL_UINT32", 8: "NCCL_UINT64"}
 
@@ -107,8 +98,7 @@ class NcclGroup:
 
     def hold_kernel(self, device: int) -> Any:
         if device not in self._hold:
-            with self.cupy.cuda.Device(device):
-                self._hold[device] = self.cupy.RawKernel(_HOLD_SOURCE, "fusionopt_hold")
+            self._hold[device] = hold_kernel(self.cupy, device)
         return self._hold[device]
 
     def communicators(self) -> list["NcclCommunicator"]:

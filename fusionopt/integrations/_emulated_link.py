@@ -32,16 +32,30 @@ What it does not emulate:
   carries one message at a time, in the order they were posted on this rank;
 * each rank holds on its own clock: the ranks' links are not synchronised; a message's
   real collective already waits for the last rank to post it;
-* on FSDP2 the hold blocks the thread that issues the collective. On CPU (gloo) FSDP2
+* on FSDP2 on CPU the hold blocks the thread that issues the collective. On CPU (gloo) FSDP2
   issues and waits for each collective on the training thread (its all-gathers are
   synchronous unless ``unshard_async_op`` is set, its reduce-scatters always), which is what
   a collective on a slow link does to that thread; so on CPU no compute overlaps a hold,
-  where a GPU's streams would overlap them (as fusionopt's FSDP2 model does). On CUDA the
-  hold would block the host instead of the stream, which is not the same:
-  :func:`emulate_fsdp2` refuses modules on CUDA. An asynchronous all-gather (an explicit
-  ``unshard(async_op=True)``) is held when its work is waited for.
+  where a GPU's streams would overlap them (as fusionopt's FSDP2 model does). An
+  asynchronous all-gather (an explicit ``unshard(async_op=True)``) is held when its work is
+  waited for.
 
-Checked against torch 2.13.0 (CPU, gloo): DDP's comm hook protocol
+On CUDA (NCCL) the hold runs on the device, not on the host: holding the host would stall
+the kernels it has still to queue, which a slow network does not do. The link keeps one
+CUDA stream of its own per device, its channel: each message's hold is a one-thread kernel
+that spins on the GPU's nanosecond timer for ``c(S)`` (:mod:`fusionopt._cuda_hold`, compiled
+by CuPy, which the CUDA path needs), queued on that stream after the message's real
+collective, so holds run one at a time in the order the messages were posted, and only the
+streams that consume the message wait for its hold: DDP's reducer through the future the
+hook returns (its events recorded after the hold), FSDP2's all-gather and reduce-scatter
+streams through an event; the compute stream and the host run on. Two differences from the
+CPU path: a message's hold starts when its collective has ended, so the collective's own
+time adds to ``c(S)`` instead of overlapping it (on one GPU a collective is a local copy of
+microseconds), and the log's ``start`` and ``end`` are NaN (the device's times are its
+own; ``posted`` is the host's).
+
+Checked against torch 2.13.0 (CPU, gloo; the CUDA path follows torch 2.13's code and has not
+yet run on a GPU here): DDP's comm hook protocol
 (``register_comm_hook(state, hook)``, ``GradBucket.buffer()``) and FSDP2's
 (``torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py``: ``allocate(size, dtype=,
 device=)`` and ``__call__(output_tensor=, input_tensor=, group=, async_op=)``, plus ``op=``
@@ -55,6 +69,9 @@ import threading
 import time
 from typing import Any, Callable, NamedTuple
 
+import numpy as np
+
+from fusionopt._cuda_hold import hold_kernel
 from fusionopt.integrations._torch_import import require_torch
 from fusionopt.model._encoding import encoding_named
 
@@ -103,21 +120,61 @@ class EmulatedLink:
         self._lock = threading.Lock()
         self._free = -math.inf
         self.log: list[Hold] = []
+        self._devices: dict[int, _DeviceChannel] = {}
 
-    def reserve(self, nbytes: int) -> float:
-        """Post a message of ``nbytes`` bytes now; return the clock time it leaves the channel:
-        ``max(now, channel free) + cost(nbytes)``."""
+    def _seconds(self, nbytes: int) -> float:
         if isinstance(nbytes, bool) or not isinstance(nbytes, int) or nbytes < 0:
             raise ValueError(f"nbytes must be a whole number of bytes >= 0, got {nbytes!r}")
         seconds = float(self.cost(nbytes))
         if not math.isfinite(seconds) or seconds < 0:
             raise ValueError(f"the link's cost of {nbytes} bytes is {seconds!r} s; it must be finite and >= 0")
+        return seconds
+
+    def reserve(self, nbytes: int) -> float:
+        """Post a message of ``nbytes`` bytes now; return the clock time it leaves the channel:
+        ``max(now, channel free) + cost(nbytes)``."""
+        seconds = self._seconds(nbytes)
         with self._lock:
             now = float(self.clock())
             start = max(now, self._free)
             self._free = start + seconds
             self.log.append(Hold(nbytes, start, self._free, now))
             return self._free
+
+    def device_stream(self, device: Any) -> Any:
+        """The CUDA stream on which this link holds the messages posted on ``device``."""
+        return self._channel(require_torch(), device).stream
+
+    def _channel(self, torch: Any, device: Any) -> "_DeviceChannel":
+        index = _device_index(torch, device)
+        with self._lock:
+            if index not in self._devices:
+                self._devices[index] = _DeviceChannel(torch, index)
+            return self._devices[index]
+
+    def hold_on_device(self, nbytes: int, device: Any, work: Any = None,
+                       then: Callable[[], Any] | None = None) -> tuple[Any, Any]:
+        """Post a message of ``nbytes`` bytes on CUDA ``device`` now (module docstring): the
+        link's stream waits for the message's collective (``work.wait()`` on it; with
+        ``work`` None, for what is queued on the current stream, where the collective was
+        ordered), holds for ``cost(nbytes)`` after the messages posted before it, then runs
+        ``then()`` on it. Returns an event recorded on the link's stream after the hold and
+        ``then``, and what ``then`` returned. The host does not wait."""
+        torch = require_torch()
+        seconds = self._seconds(nbytes)
+        channel = self._channel(torch, device)
+        with self._lock:
+            current = torch.cuda.current_stream(channel.index)
+            with torch.cuda.stream(channel.stream):
+                if work is None:
+                    channel.stream.wait_stream(current)
+                else:
+                    work.wait()                # NCCL: this stream waits for the collective, the host does not
+                channel.hold(seconds)
+                value = None if then is None else then()
+                event = channel.stream.record_event()
+            self.log.append(Hold(nbytes, math.nan, math.nan, float(self.clock())))
+        return event, value
 
     def wait_until(self, t: float) -> None:
         """Sleep until clock time ``t`` (at once if it has passed)."""
@@ -132,8 +189,60 @@ class EmulatedLink:
             self.log = []
 
 
+def _device_index(torch: Any, device: Any) -> int:
+    device = torch.device(device)
+    if device.type != "cuda":
+        raise ValueError(f"a hold on a device needs a CUDA device, got {device}")
+    return torch.cuda.current_device() if device.index is None else int(device.index)
+
+
+class _DeviceChannel:
+    """The link's channel on one CUDA device: a stream of the link's own, on which each
+    message's hold is a kernel of :mod:`fusionopt._cuda_hold` (CuPy compiles it)."""
+
+    def __init__(self, torch: Any, index: int) -> None:
+        try:
+            import cupy
+        except ImportError:
+            raise ValueError("holding a collective on a CUDA device needs CuPy (pip install cupy-cuda12x or "
+                             "cupy-cuda13x, as the CUDA of this torch): its hold is a CUDA kernel that CuPy "
+                             "compiles") from None
+        self.index = index
+        self.stream = torch.cuda.Stream(device=self.index)
+        self._cupy_stream = cupy.cuda.ExternalStream(self.stream.cuda_stream, self.index)
+        self._kernel = hold_kernel(cupy, self.index)
+
+    def hold(self, seconds: float) -> None:
+        """Queue a hold of ``seconds`` on this channel's stream."""
+        if seconds > 0:
+            with self._cupy_stream:
+                self._kernel((1,), (1,), (np.uint64(round(seconds * 1e9)),))
+
+
+def host_hold_only(tensor: Any, what: str) -> None:
+    """One line where ``tensor`` is on CUDA: ``what`` holds its messages on the host, which on a
+    GPU would stall the kernels still to be queued (module docstring)."""
+    if getattr(getattr(tensor, "device", None), "type", "cpu") == "cuda":
+        raise ValueError(f"{what} holds the emulated link on the host, faithful on CPU only: on CUDA, hold "
+                         "with ddp_comm_hook or emulate_fsdp2, which hold on the device")
+
+
 def _nbytes(tensor: Any) -> int:
     return int(tensor.numel()) * int(tensor.element_size())
+
+
+def _device_future(torch: Any, link: EmulatedLink, value: Any, nbytes: int, work: Any,
+                   then: Callable[[], None] | None = None) -> Any:
+    """DDP's future for a bucket on CUDA: ``value`` once ``work`` has ended and the link has
+    held it (then ``then()``), its events recorded on the link's stream after the hold."""
+    future = torch.futures.Future(devices=[value.device])
+
+    def deliver() -> None:
+        if then is not None:
+            then()
+        future.set_result(value)           # records its events on the link's stream, now current
+    link.hold_on_device(nbytes, value.device, work, deliver)
+    return future
 
 
 def ddp_comm_hook(link: EmulatedLink, encoding: Any = None) -> Callable[[Any, Any], Any]:
@@ -152,6 +261,9 @@ def ddp_comm_hook(link: EmulatedLink, encoding: Any = None) -> Callable[[Any, An
     the gradients are then bit-identical to that hook's. ``"fp32"`` or None: the plain hook.
     torch refuses its own ``bf16_compress_hook`` without CUDA and NCCL 2.10 (gloo included);
     this one runs it anywhere, to emulate such a deployment.
+
+    On CUDA the bucket waits for the link on a stream of the link's, not on the host; the
+    future returned is completed at once, its events recorded after the hold (module docstring).
 
     A list of encodings, one per bucket (DDP's ``bucket.index()``: the first ready is bucket
     0, as a plan's first message), sends each bucket as its own says: the advice of a problem
@@ -183,8 +295,12 @@ def ddp_comm_hook(link: EmulatedLink, encoding: Any = None) -> Callable[[Any, An
 
     def hook(state, bucket):                 # DDP checks the annotations: none, or its own
         buffer = bucket.buffer()
-        until = link.reserve(_nbytes(buffer))
         group = state if state is not None else dist.group.WORLD
+        if buffer.is_cuda:
+            buffer.mul_(1.0 / dist.get_world_size(group))
+            work = dist.all_reduce(buffer, group=group, async_op=True)
+            return _device_future(torch, link, buffer, _nbytes(buffer), work)
+        until = link.reserve(_nbytes(buffer))
         buffer.mul_(1.0 / dist.get_world_size(group))
         future = dist.all_reduce(buffer, group=group, async_op=True).get_future()
 
@@ -199,12 +315,17 @@ def ddp_comm_hook(link: EmulatedLink, encoding: Any = None) -> Callable[[Any, An
 
 def _compressed_hook(link: EmulatedLink, dtype: Any) -> Callable[[Any, Any], Any]:
     """torch's ``_compress_hook`` (``default_hooks.py``, torch 2.13) with the cast held on the link."""
+    torch = require_torch()
     import torch.distributed as dist
 
     def hook(state, bucket):
         buffer = bucket.buffer()
         group = state if state is not None else dist.group.WORLD
         compressed = buffer.to(dtype).div_(dist.get_world_size(group))
+        if buffer.is_cuda:
+            work = dist.all_reduce(compressed, group=group, async_op=True)
+            compressed.record_stream(link.device_stream(buffer.device))   # read there after the hold
+            return _device_future(torch, link, buffer, _nbytes(compressed), work, lambda: buffer.copy_(compressed))
         until = link.reserve(_nbytes(compressed))
         future = dist.all_reduce(compressed, group=group, async_op=True).get_future()
 
@@ -232,10 +353,13 @@ class _HeldCollective:
 
     def __call__(self, **arguments: Any) -> Any:
         started = time.perf_counter()
-        nbytes = _nbytes(arguments[self.unsharded])
+        unsharded = arguments[self.unsharded]
+        nbytes = _nbytes(unsharded)
+        done = None if self.record is None else (lambda: self.record(self.kind, nbytes, started, time.perf_counter()))
+        if unsharded.is_cuda:
+            return self._on_device(unsharded, nbytes, arguments, done)
         until = self.link.reserve(nbytes)
         work = self.inner(**arguments)
-        done = None if self.record is None else (lambda: self.record(self.kind, nbytes, started, time.perf_counter()))
         if work is None or not arguments.get("async_op", False):
             if work is not None:
                 work.wait()
@@ -244,6 +368,29 @@ class _HeldCollective:
                 done()
             return work
         return _held_work(work, self.link, until, done)
+
+    def _on_device(self, unsharded: Any, nbytes: int, arguments: dict[str, Any],
+                   done: Callable[[], None] | None) -> Any:
+        """On CUDA: the collective as FSDP2 had it, on FSDP2's current stream (its all-gather or
+        reduce-scatter stream), held on the link's stream; the current stream waits for the
+        hold (the host does not), or, asynchronous, whoever waits for the work returned."""
+        torch = require_torch()
+        work = self.inner(**arguments)
+        if work is None or not arguments.get("async_op", False):
+            if work is not None:
+                work.wait()                      # the current stream waits for the collective
+            event, _ = self.link.hold_on_device(nbytes, unsharded.device)
+            torch.cuda.current_stream(unsharded.device).wait_event(event)
+            if done is not None:
+                done()
+            return work
+
+        def delivered() -> Any:                  # on the link's stream, after the hold
+            future = torch.futures.Future(devices=[unsharded.device])
+            future.set_result([unsharded])
+            return future
+        event, future = self.link.hold_on_device(nbytes, unsharded.device, work, delivered)
+        return _device_held_work(torch, work, event, future, unsharded.device, done)
 
 
 def _held_work(work: Any, link: EmulatedLink, until: float, done: Callable[[], None] | None = None) -> Any:
@@ -273,6 +420,30 @@ def _held_work(work: Any, link: EmulatedLink, until: float, done: Callable[[], N
     return HeldWork()
 
 
+def _device_held_work(torch: Any, work: Any, event: Any, future: Any, device: Any,
+                      done: Callable[[], None] | None) -> Any:
+    """A ``torch.distributed.Work`` for a collective held on a CUDA link: waiting for it makes
+    the current stream wait for the hold's ``event`` (the host does not wait); its future's
+    events are recorded after the hold."""
+    import torch.distributed as dist
+
+    class DeviceHeldWork(dist.Work):
+        def get_future(self) -> Any:
+            return future
+
+        def wait(self, timeout: Any = None) -> bool:
+            work.wait() if timeout is None else work.wait(timeout)
+            torch.cuda.current_stream(device).wait_event(event)
+            if done is not None:
+                done()
+            return True
+
+        def is_completed(self) -> bool:
+            return work.is_completed() and event.query()
+
+    return DeviceHeldWork()
+
+
 def emulate_fsdp2(model: Any, link: EmulatedLink, *,
                   record: Callable[[str, int, float, float], None] | None = None) -> int:
     """Hold every all-gather and reduce-scatter of each FSDP2 module in ``model`` (the model
@@ -281,8 +452,9 @@ def emulate_fsdp2(model: Any, link: EmulatedLink, *,
     FSDP2 units (``fully_shard`` calls, of one module or several) it installed on.
     ``record(kind, nbytes, start, end)``, where given, hears each collective: ``"all_gather"``
     or ``"reduce_scatter"``, its unsharded bytes, and when it was called and when its held
-    result was handed back (``time.perf_counter`` seconds). ``ValueError`` where ``model``
-    holds no FSDP2 module, a module is already emulated, or its parameters are on CUDA.
+    result was handed back (``time.perf_counter`` seconds; on CUDA, when the call returned, its
+    hold queued). ``ValueError`` where ``model`` holds no FSDP2 module, a module is already
+    emulated, or its parameters are neither on CPU nor on CUDA (CUDA needs CuPy).
     """
     require_torch()
     from torch.distributed.fsdp import FSDPModule
@@ -297,9 +469,11 @@ def emulate_fsdp2(model: Any, link: EmulatedLink, *,
         raise ValueError("the model holds no FSDP2 module: call fully_shard on it (and its units) first")
     for name, module in units.values():
         for group in module._get_fsdp_state()._fsdp_param_groups:
-            if group.device.type != "cpu":
+            if group.device.type not in ("cpu", "cuda"):
                 raise ValueError(f"FSDP2 module {name or '(root)'!r} is on {group.device.type}: the emulated link "
-                                 "holds collectives on the issuing thread, which is faithful on CPU only")
+                                 "holds collectives on CPU (the issuing thread) and CUDA (a stream) only")
+            if group.device.type == "cuda":
+                link.device_stream(group.device)          # one line now where CuPy is missing
             if isinstance(group._all_gather_comm, _HeldCollective):
                 raise ValueError(f"FSDP2 module {name or '(root)'!r} already holds its collectives on a link")
     for _, module in units.values():

@@ -20,7 +20,8 @@ Checked on torch 2.13.0 (CPU, gloo), ``torch/distributed/fsdp/_fully_shard/_full
   collective on the training thread, so a collective's seconds are the time it held that
   thread, and the compute is the rest (``FullySharded(blocking=True)`` models this job; a
   GPU's streams would need CUDA events, which this job does not take: it refuses a module
-  on CUDA, as :func:`~fusionopt.integrations.emulate_fsdp2` does).
+  on CUDA, though :func:`~fusionopt.integrations.emulate_fsdp2` holds CUDA collectives on
+  a stream).
 
 The step is timed from the root's forward (a pre-hook ahead of FSDP2's own, so before the
 root's all-gather) to :meth:`FSDP2Job.end_step`, which the training loop calls after the

@@ -64,6 +64,7 @@ from typing import Any
 
 import numpy as np
 
+from fusionopt.integrations._emulated_link import host_hold_only
 from fusionopt.model._cost import AlphaBeta
 from fusionopt.model._plan import Plan
 from fusionopt.model._problem import Problem
@@ -391,6 +392,7 @@ class DDPJob:
     def _hook(self, state, bucket):                       # DDP checks the annotations: none, or its own
         dist, link = self._dist, self.link
         buffer = bucket.buffer()
+        host_hold_only(buffer, "DDPJob's comm hook")
         nbytes = int(buffer.numel()) * int(buffer.element_size())
         until = link.reserve(nbytes)
         hold = link.log[-1]

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from fusionopt.integrations._emulated_link import EmulatedLink
+from fusionopt.integrations._emulated_link import EmulatedLink, host_hold_only
 from fusionopt.integrations._torch_import import require_torch
 
 
@@ -41,6 +41,8 @@ def padded_comm_hook(unit: int, *, link: EmulatedLink | None = None) -> Callable
 
     def hook(state, bucket):                 # DDP checks the annotations: none, or its own
         buffer = bucket.buffer()
+        if link is not None:
+            host_hold_only(buffer, "padded_comm_hook")
         size = int(buffer.element_size())
         if unit % size:
             raise ValueError(f"unit {unit} B is not a whole number of the bucket's {size}-byte elements")

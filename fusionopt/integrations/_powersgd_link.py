@@ -36,7 +36,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Sequence
 
-from fusionopt.integrations._emulated_link import EmulatedLink, _held_work, _nbytes
+from fusionopt.integrations._emulated_link import EmulatedLink, _held_work, _nbytes, host_hold_only
 from fusionopt.integrations._torch_import import require_torch
 
 
@@ -63,6 +63,8 @@ class HeldGroup:
         return int(self.group.rank())
 
     def allreduce(self, tensors: Sequence[Any], options: Any) -> Any:
+        for tensor in tensors:
+            host_hold_only(tensor, "powersgd_comm_hook")
         until = self.link.reserve(sum(_nbytes(t) for t in tensors))
         return _held_work(self.group.allreduce(tensors, options), self.link, until)
 

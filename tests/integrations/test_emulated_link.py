@@ -5,6 +5,7 @@ parameters, while the link logs every bucket and every all-gather and reduce-sca
 
 import json
 import os
+import sys
 import threading
 
 import pytest
@@ -271,3 +272,45 @@ def test_the_ddp_hook_refuses_an_encoding_it_cannot_send():
         ddp_comm_hook(link, Encoding("int8", wire_ratio=0.25, unit_roundoff=0.1))
     with pytest.raises(ValueError, match=r"^unknown encoding 'fp8'"):
         ddp_comm_hook(link, "fp8")
+
+
+# --------------------------------------------------------------------------- CUDA, refused here in one line
+class _CudaTensor:
+    """What the host-holding hooks look at of a CUDA gradient: its device."""
+
+    class device:
+        type = "cuda"
+
+    def element_size(self):
+        return 4
+
+
+class _Bucket:
+    def buffer(self):
+        return _CudaTensor()
+
+
+def test_a_device_hold_needs_a_cuda_device_and_cupy(monkeypatch):
+    link = EmulatedLink(AlphaBeta(1e-3, 0.0))
+    with pytest.raises(ValueError, match=r"^a hold on a device needs a CUDA device, got cpu$"):
+        link.device_stream("cpu")
+    monkeypatch.setitem(sys.modules, "cupy", None)          # as where CuPy is not installed
+    with pytest.raises(ValueError, match=r"^holding a collective on a CUDA device needs CuPy \(pip install cupy"):
+        link.device_stream("cuda:0")
+    with pytest.raises(ValueError, match=r"^holding a collective on a CUDA device needs CuPy"):
+        link.hold_on_device(8, "cuda:0")
+    assert link.log == []                                   # nothing was posted
+
+
+def test_hooks_that_hold_on_the_host_refuse_cuda_gradients():
+    import torch.distributed as dist
+
+    from fusionopt.integrations import HeldGroup, padded_comm_hook
+
+    link = EmulatedLink(AlphaBeta(1e-3, 0.0))
+    said = r"holds the emulated link on the host, faithful on CPU only: on CUDA, hold with ddp_comm_hook or emulate_fsdp2"
+    with pytest.raises(ValueError, match=r"^padded_comm_hook " + said):
+        padded_comm_hook(64, link=link)(None, _Bucket())
+    with pytest.raises(ValueError, match=r"^powersgd_comm_hook " + said):
+        HeldGroup.allreduce(type("G", (), {"link": link})(), [_CudaTensor()], None)
+    assert link.log == [] and not dist.is_initialized()

@@ -5,7 +5,9 @@ nothing here needs it), each stage a process of its own with its share of what i
 budget among the stages still to run (time a stage does not use goes to the later ones):
 
 1. ``tests``: the GPU tests (``tests/executor/test_executor_nccl.py``,
-   ``tests/executor/test_executor_sharded.py``), their summary kept as ``gpu-tests.txt``;
+   ``tests/executor/test_executor_sharded.py``, and the emulated link's holds on a CUDA
+   stream, ``tests/integrations/test_emulated_link_cuda.py``), their summary kept as
+   ``gpu-tests.txt``;
 2. ``hardware-spin`` and ``hardware-gemm``: ``validation/hardware/run.py --backend nccl`` on
    an emulated 100 Gb InfiniBand link of 8 workers, compute as exact spin kernels and as
    GEMMs that share the GPU with NCCL (``nccl-gpu-spin``, ``nccl-gpu-gemm``);
@@ -66,7 +68,7 @@ HARDWARE = ["--backend", "nccl", "--emulate-network", "100gb-ib", "--workers", "
 # name -> (share of the budget, what it runs as arguments after the interpreter; OUT is the folder)
 STAGES: dict[str, tuple[float, list[str]]] = {
     "tests": (0.07, ["-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/executor/test_executor_nccl.py",
-                     "tests/executor/test_executor_sharded.py"]),
+                     "tests/executor/test_executor_sharded.py", "tests/integrations/test_emulated_link_cuda.py"]),
     "hardware-spin": (0.10, ["validation/hardware/run.py", *HARDWARE, "--compute", "spin", "--output-dir", "OUT"]),
     "hardware-gemm": (0.06, ["validation/hardware/run.py", *HARDWARE, "--compute", "gemm", "--output-dir", "OUT"]),
     "contention": (0.06, ["-m", "fusionopt", "calibrate", "--backend", "nccl", "--contention",

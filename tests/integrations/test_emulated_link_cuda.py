@@ -1,0 +1,113 @@
+"""The emulated link on one GPU (NCCL, one rank): the holds run on a CUDA stream of the link's,
+so the host and the compute stream run on while each message waits for its ``c(S)``, the
+consumers wait for the hold, and the gradients are those of the framework without the link.
+Skipped without a GPU, CuPy or NCCL."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("cupy", reason="the gpu extra (CuPy) is not installed")
+if not torch.cuda.is_available():
+    pytest.skip("no GPU", allow_module_level=True)
+
+import torch.distributed as dist  # noqa: E402
+
+from fusionopt.cost import AlphaBeta  # noqa: E402
+from fusionopt.integrations import EmulatedLink, ddp_comm_hook, emulate_fsdp2, free_port  # noqa: E402
+
+HOLD = 0.02                  # 20 ms a message: far above a one-rank collective and the model's kernels
+
+
+@pytest.fixture(scope="module")
+def nccl_rank():
+    if not dist.is_nccl_available():
+        pytest.skip("this torch has no NCCL")
+    torch.cuda.set_device(0)
+    dist.init_process_group("nccl", init_method=f"tcp://127.0.0.1:{free_port()}", rank=0, world_size=1,
+                            device_id=torch.device("cuda", 0))
+    try:
+        yield torch.device("cuda", 0)
+    finally:
+        dist.destroy_process_group()
+
+
+def _mlp(device):
+    torch.manual_seed(0)
+    nn = torch.nn
+    return nn.Sequential(nn.Linear(256, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(),
+                         nn.Linear(512, 10)).to(device)
+
+
+def _ddp_step(model, x):
+    model.zero_grad(set_to_none=True)
+    started = time.perf_counter()
+    model(x).sum().backward()
+    host = time.perf_counter() - started          # the host's time to queue the backward
+    torch.cuda.synchronize()
+    return host, time.perf_counter() - started
+
+
+@pytest.mark.parametrize("encoding", [None, "fp16"])
+def test_ddp_buckets_wait_on_the_device_and_keep_the_gradients(nccl_rank, encoding):
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    x = torch.randn(32, 256, device=nccl_rank, generator=torch.Generator(nccl_rank).manual_seed(1))
+    # Buckets of at most 0.5 MB: the three weights travel in three buckets at least.
+    plain = DDP(_mlp(nccl_rank), bucket_cap_mb=0.5)
+    if encoding == "fp16":
+        plain.register_comm_hook(None, default_hooks.fp16_compress_hook)
+    link = EmulatedLink(AlphaBeta(HOLD, 0.0))
+    held = DDP(_mlp(nccl_rank), bucket_cap_mb=0.5)
+    held.register_comm_hook(None, ddp_comm_hook(link, encoding))
+    for _ in range(2):                               # the second step's buckets are the rebuilt ones
+        _ddp_step(plain, x)
+        link.reset()
+        host, whole = _ddp_step(held, x)
+    messages = len(link.log)
+    assert messages >= 3
+    # The holds run one at a time on the device: the step lasts them all; the host did not wait for them.
+    assert whole >= messages * HOLD
+    assert host < HOLD
+    for a, b in zip(plain.parameters(), held.parameters()):
+        assert torch.equal(a.grad, b.grad)
+
+
+def test_fsdp2_collectives_wait_on_the_device_and_keep_the_parameters(nccl_rank):
+    from torch.distributed.fsdp import fully_shard
+
+    x = torch.randn(32, 256, device=nccl_rank, generator=torch.Generator(nccl_rank).manual_seed(2))
+    models, links = [], []
+    for emulated in (False, True):
+        model = _mlp(nccl_rank)
+        for layer in (model[0], model[2], model[4]):
+            fully_shard(layer)
+        fully_shard(model)
+        if emulated:
+            links.append(EmulatedLink(AlphaBeta(HOLD, 0.0)))
+            assert emulate_fsdp2(model, links[0]) == 4
+        models.append((model, torch.optim.SGD(model.parameters(), lr=1e-2)))
+    timings = []
+    for _ in range(2):
+        for model, optimizer in models:
+            links[0].reset()
+            optimizer.zero_grad()
+            started = time.perf_counter()
+            model(x).sum().backward()
+            host = time.perf_counter() - started
+            optimizer.step()
+            torch.cuda.synchronize()
+            timings.append((host, time.perf_counter() - started))
+    host, whole = timings[-1]
+    messages = len(links[0].log)
+    assert messages >= 6                                     # all-gathers and reduce-scatters of the units
+    assert {hold.nbytes > 0 for hold in links[0].log} == {True}
+    assert whole >= messages * HOLD
+    # FSDP2 queues each unit's all-gather on its own stream; the host waits only where FSDP2 itself waits.
+    assert host < whole - HOLD
+    for a, b in zip(models[0][0].parameters(), models[1][0].parameters()):
+        assert torch.equal(a.full_tensor(), b.full_tensor())
