@@ -114,6 +114,55 @@ def test_calibrations_measured_apart_are_read_by_reducer_and_ranks(speedup, caps
         assert "error: --reducer-calibration" in last and said in last, last
 
 
+def test_the_gpu_backend_runs_one_rank_without_a_gloo_calibration(speedup, capsys):
+    args, folder = speedup.parse_arguments(["--backend", "nccl"])
+    assert (args.ranks, args.calibration_rounds) == ([1], 0)
+    assert Path(folder) == RESULTS / "subset"                       # the GPU command's models and network are fewer
+    # The GPU command's stage runs the stored GPU result's arguments.
+    spec = importlib.util.spec_from_file_location("gpu_run_stages", ROOT / "validation" / "gpu" / "run.py")
+    gpu_run = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gpu_run)
+    stage = gpu_run.STAGES["speedup"][1]
+    assert stage[0] == "validation/frameworks/speedup.py"
+    args, folder = speedup.parse_arguments([str(RESULTS) if a == "OUT" else a for a in stage[1:]])
+    assert Path(folder) == RESULTS and args.capped_model == "transformer"
+    assert (args.models, args.networks, args.rounds) == (list(speedup.GPU_MODELS), list(speedup.GPU_NETWORKS), 12)
+    for argv, said in ((["--backend", "nccl", "--calibration-rounds", "2"], "the reducer calibration runs on gloo"),
+                       (["--backend", "nccl", "--ranks", "0"], "each must be a whole number >= 1 (one GPU each)"),
+                       (["--ranks", "1"], "each must be a whole number >= 2 (data parallelism; one rank runs on nccl")):
+        with pytest.raises(SystemExit):
+            speedup.parse_arguments(argv)
+        last = capsys.readouterr().err.strip().splitlines()[-1]
+        assert "error:" in last and said in last, last
+
+
+def test_a_gpu_table_predicts_fsdp2_on_streams_and_leaves_its_peak_out(speedup):
+    profile = Profile.from_arrays(sizes=[4e6, 1e6, 2e6, 3e6], forward=[1e-3] * 4, backward=[3e-3, 2e-3, 1e-3, 2e-3],
+                                  names=[f"layers.{k}.weight" for k in range(4)])     # four blocks: four units
+    on_streams = speedup.fsdp2_case(profile, "10gbe", 64, blocking=False)
+    blocking = speedup.fsdp2_case(profile, "10gbe", 64)
+    # Collectives that block the training thread serialise the step: never faster than on streams.
+    assert blocking["predicted"]["default"] > on_streams["predicted"]["default"]
+    args, _ = speedup.parse_arguments(["--backend", "nccl", "--models", "mlp", "--out", "elsewhere"])
+    cases = []
+    args.ranks = [1, 2]                               # FSDP2 runs on two GPUs; on one it is left out
+    for framework, solved in (("ddp", speedup.ddp_case(profile, "10gbe", 64)), ("fsdp2", on_streams)):
+        cases.append({"model": "mlp", "network": "10gbe", "framework": framework, "cap_fraction": None,
+                      "ranks": 1 if framework == "ddp" else 2,
+                      "memory_cap": None, **solved, "messages_per_step": {"default": 3.0, "advised": 2.0},
+                      "measured": speedup.speedup_interval([0.02, 0.021], [0.015, 0.016])})
+    document = speedup.document_of(cases, {}, args, ["--backend", "nccl"], "host, one GPU", {"start": "0", "end": "0"})
+    assert document["backend"] == "nccl" and "memory" not in cases[1]
+    assert cases[1]["targets"]["memory"] is None and cases[1]["targets"]["cap"] is None
+    text = speedup.markdown(document)
+    assert "NCCL ranks, one GPU each" in text and "gloo ranks" not in text
+    assert "* FSDP2's peak: not measured on a GPU (above)." in text
+    assert "unsharded parameters and gradients, MiB" not in text
+    assert "`--pattern fsdp` for FSDP2, its collectives on the GPU's streams" in text
+    assert "FSDP2 is left out on one rank" in text
+    assert [c["framework"] for c in speedup.cases_of(["mlp"], ["10gbe"], "mlp", 1.0, ("ddp",))] == ["ddp"]
+
+
 @pytest.mark.parametrize("argv, culprit", [
     (["--models", "mlp,gpt"], "--models"), (["--models", "mlp,mlp"], "--models"), (["--networks", "5g"], "--networks"),
     (["--networks", "mgwfbp-10gbe"], "--networks"), (["--ranks", "1"], "--ranks"), (["--ranks", "two"], "--ranks"),
@@ -214,7 +263,7 @@ from torch.distributed.fsdp import fully_shard
 spec = importlib.util.spec_from_file_location("speedup", sys.argv[1])
 speedup = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(speedup)
-from fusionopt.integrations import EmulatedLink, emulate_fsdp2
+from fusionopt.integrations import EmulatedLink
 from fusionopt.cost import AlphaBeta
 os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=sys.argv[2])
 dist.init_process_group("gloo", rank=0, world_size=1)
@@ -239,8 +288,7 @@ else:                                  # a ModuleList, whose forward never runs,
 for unit, flag in zip(units, reshard):
     fully_shard(unit if len(unit) > 1 else unit[0], reshard_after_forward=flag)
 fully_shard(model)
-link = EmulatedLink(AlphaBeta(1e-4, 0.0))
-emulate_fsdp2(model, link)
+link = EmulatedLink(AlphaBeta(1e-4, 0.0))      # the counter's clock: on one rank FSDP2 sends no collective to hold
 count = speedup.UnshardedBytes(model, link)
 x = make_input(1, 0)
 model(x).sum().backward()

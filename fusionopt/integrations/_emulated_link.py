@@ -32,6 +32,8 @@ What it does not emulate:
   carries one message at a time, in the order they were posted on this rank;
 * each rank holds on its own clock: the ranks' links are not synchronised; a message's
   real collective already waits for the last rank to post it;
+* FSDP2 on one rank: sharded over one rank, FSDP2 (torch 2.13) sends no all-gather and no
+  reduce-scatter, so there is nothing to hold: :func:`emulate_fsdp2` refuses it;
 * on FSDP2 on CPU the hold blocks the thread that issues the collective. On CPU (gloo) FSDP2
   issues and waits for each collective on the training thread (its all-gathers are
   synchronous unless ``unshard_async_op`` is set, its reduce-scatters always), which is what
@@ -454,7 +456,8 @@ def emulate_fsdp2(model: Any, link: EmulatedLink, *,
     or ``"reduce_scatter"``, its unsharded bytes, and when it was called and when its held
     result was handed back (``time.perf_counter`` seconds; on CUDA, when the call returned, its
     hold queued). ``ValueError`` where ``model`` holds no FSDP2 module, a module is already
-    emulated, or its parameters are neither on CPU nor on CUDA (CUDA needs CuPy).
+    emulated, is sharded over one rank (FSDP2 then skips its collectives), or its parameters
+    are neither on CPU nor on CUDA (CUDA needs CuPy).
     """
     require_torch()
     from torch.distributed.fsdp import FSDPModule
@@ -472,6 +475,10 @@ def emulate_fsdp2(model: Any, link: EmulatedLink, *,
             if group.device.type not in ("cpu", "cuda"):
                 raise ValueError(f"FSDP2 module {name or '(root)'!r} is on {group.device.type}: the emulated link "
                                  "holds collectives on CPU (the issuing thread) and CUDA (a stream) only")
+            if group._all_gather_process_group.size() == 1:
+                raise ValueError(f"FSDP2 module {name or '(root)'!r} is sharded over one rank, where FSDP2 (torch "
+                                 "2.13) sends no all-gather and no reduce-scatter: the link would hold nothing; "
+                                 "shard over two ranks or more")
             if group.device.type == "cuda":
                 link.device_stream(group.device)          # one line now where CuPy is missing
             if isinstance(group._all_gather_comm, _HeldCollective):

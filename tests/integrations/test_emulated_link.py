@@ -308,9 +308,29 @@ def test_hooks_that_hold_on_the_host_refuse_cuda_gradients():
     from fusionopt.integrations import HeldGroup, padded_comm_hook
 
     link = EmulatedLink(AlphaBeta(1e-3, 0.0))
-    said = r"holds the emulated link on the host, faithful on CPU only: on CUDA, hold with ddp_comm_hook or emulate_fsdp2"
+    said = (r"holds the emulated link on the host, faithful on CPU only: on CUDA, hold with ddp_comm_hook or "
+            r"emulate_fsdp2")
     with pytest.raises(ValueError, match=r"^padded_comm_hook " + said):
         padded_comm_hook(64, link=link)(None, _Bucket())
     with pytest.raises(ValueError, match=r"^powersgd_comm_hook " + said):
         HeldGroup.allreduce(type("G", (), {"link": link})(), [_CudaTensor()], None)
     assert link.log == [] and not dist.is_initialized()
+
+
+def test_fsdp2_on_one_rank_is_refused_it_would_hold_nothing():
+    from torch.distributed.fsdp import fully_shard
+
+    from dist_helpers import one_rank_group
+    from fusionopt.integrations import emulate_fsdp2
+
+    with one_rank_group():
+        model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Linear(8, 2))
+        fully_shard(model[0])
+        fully_shard(model)
+        link = EmulatedLink(AlphaBeta(1e-3, 0.0))
+        with pytest.raises(ValueError, match=r"^FSDP2 module '\(root\)' is sharded over one rank, where FSDP2 "
+                                             r"\(torch 2\.13\) sends no all-gather and no reduce-scatter: the link "
+                                             r"would hold nothing"):
+            emulate_fsdp2(model, link)
+        model(torch.randn(4, 8)).sum().backward()          # FSDP2 as it is: on one rank no collective reaches a hook
+        assert link.log == []

@@ -49,6 +49,14 @@ the defaults the same job runs twice, which checks the measurement instead); the
 is at least 0.9 of the predicted; FSDP2's measured peak is within 5% of the predicted
 ``M_peak``; under the cap, the measured peak is at most the cap.
 
+With ``--backend nccl`` the ranks are NCCL processes, one GPU each (default one rank, the
+link standing for the other workers; the GPU command runs it so): models and inputs on the
+GPU, each hold on a CUDA stream of the link's, the device synchronised before a round's
+clock starts and stops; FSDP2 predicted with its collectives on the GPU's streams (not
+blocking) and its peak not counted (the counter times the host's events); FSDP2 left out on
+one rank, where it sends no collective; the reducers' cost only from
+``--reducer-calibration`` (its calibration runs on gloo). It writes ``speedup-gpu``.
+
 Writes ``validation/results/speedup-cpu.{json,md}`` (``--out`` to choose the folder); a run
 with other arguments than the stored result's writes into ``validation/results/subset/``, and
 Ctrl-C writes the cases finished to ``speedup-cpu.interrupted.{md,json}``. Timings of this
@@ -56,6 +64,8 @@ host: they vary from run to run.
 
     python validation/frameworks/speedup.py
     python validation/frameworks/speedup.py --models mlp --ranks 2 --rounds 4    # into results/subset/
+    python validation/frameworks/speedup.py --backend nccl --models mlp,transformer --networks 10gbe \\
+        --rounds 12 --steps 2                                                    # one GPU: speedup-gpu
 """
 
 from __future__ import annotations
@@ -94,6 +104,8 @@ from fusionopt.advice import MIN_GAIN, ddp_settings, OverMemoryCap, fsdp2_advice
 
 MODELS = ("mlp", "cnn", "lstm", "transformer")
 FRAMEWORKS = ("ddp", "fsdp2")
+# The GPU command's stage (validation/gpu/run.py), within its share of the budget.
+GPU_MODELS, GPU_NETWORKS, GPU_ROUNDS, GPU_STEPS = ("mlp", "transformer"), ("10gbe",), 12, 2
 TRANSFORMER = {"vocab": 256, "dim": 128, "hidden": (256, 384, 512, 640)}
 TOKENS = 64                       # the transformer's batch: tokens per step
 BOOTSTRAP = 2000                  # resamples of the rounds for the speedup's interval
@@ -134,15 +146,15 @@ def ddp_case(profile: Profile, name: str, workers: int, calibration: Any = None,
 
 
 def fsdp2_case(profile: Profile, name: str, workers: int, memory_cap: float | None = None,
-               calibration: Any = None, *, min_gain: float = MIN_GAIN) -> dict[str, Any]:
+               calibration: Any = None, *, min_gain: float = MIN_GAIN, blocking: bool = True) -> dict[str, Any]:
     """The FSDP2 advice for ``profile`` on ``name``'s ring reduce-scatter and all-gather for
     ``workers`` workers under ``memory_cap`` (bytes; None: no cap), each collective blocking the
-    training thread (FSDP2 on CPU), with the reducer's cost
+    training thread (``blocking``: FSDP2 on CPU; False: on a GPU's streams), with the reducer's cost
     ``calibration`` (of FSDP2, or None), as ``advise --pattern fsdp --json`` prints it (no
     ZeRO-3 part), with the predicted steps (seconds) and peaks ``M_peak`` (bytes) of FSDP2's
     defaults and of the advice (``predicted``; ``predicted_plain`` without the reducer's
     cost). :class:`OverMemoryCap` where nothing fits the cap."""
-    halves = FullySharded.from_network(name, workers, memory_cap=memory_cap, blocking=True)   # gloo on CPU
+    halves = FullySharded.from_network(name, workers, memory_cap=memory_cap, blocking=blocking)
     problem, plain = _problems(Problem(profile, pattern=halves, step_parts="fit"), calibration)
     advice = fsdp2_advice(problem, min_gain=min_gain)
     plans = {"default": solve(problem, "fsdp2").plan, "advised": advice.settings.plan}
@@ -230,7 +242,7 @@ def targets(case: dict[str, Any]) -> dict[str, Any]:
                               "same_within": within if same else None,
                               "speedup_ratio": ratio, "speedup": ratio >= SPEEDUP_SHARE,
                               "memory": None, "memory_error": None, "cap": None}
-    if case["framework"] == "fsdp2":
+    if case["framework"] == "fsdp2" and "memory" in case:
         peak, measured_peak = predicted["advised_peak"], case["memory"]["advised_peak"]
         checks["memory_error"] = (measured_peak - peak) / peak
         checks["memory"] = abs(checks["memory_error"]) <= MEMORY_TOLERANCE
@@ -386,15 +398,17 @@ def build_model(name: str) -> tuple[Any, Callable[[int, int], Any]]:
                                                                generator=torch.Generator().manual_seed(seed))
 
 
-def measure_profile(name: str, rank: int, args: dict[str, Any], dist: Any) -> tuple[Profile, Any]:
+def measure_profile(name: str, rank: int, args: dict[str, Any], dist: Any,
+                    device: Any = "cpu") -> tuple[Profile, Any]:
     """Every rank profiles the model ``name`` at once with ``profile_model`` (the training
-    job's optimiser; the same threads and load as the training that follows): rank 0's
-    profile, shared, and this rank's input (``args``: ``batch``, ``profile_steps``, ``warmup``)."""
+    job's optimiser; the same threads and load as the training that follows) on ``device``:
+    rank 0's profile, shared, and this rank's input there (``args``: ``batch``,
+    ``profile_steps``, ``warmup``)."""
     import torch
 
     torch.manual_seed(0)
     model, make_input = build_model(name)
-    x = make_input(args["batch"], rank)
+    model, x = model.to(device), make_input(args["batch"], rank).to(device)
     optimizer = torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9)
     dist.barrier()
     measured = profile_model(model, x, loss_fn=lambda out: out.sum(), steps=args["profile_steps"],
@@ -414,11 +428,13 @@ def training_step(model: Any, optimizer: Any, x: Any) -> Callable[[], None]:
 
 
 def measure_rounds(steps: dict[str, Callable[[], None]], args: dict[str, Any], dist: Any,
-                   links: dict[str, Any] | None = None, counters: dict[str, Any] | None = None) -> dict[str, list[float]]:
+                   links: dict[str, Any] | None = None, counters: dict[str, Any] | None = None,
+                   settle: Callable[[], None] = lambda: None) -> dict[str, list[float]]:
     """Warm every setting up, then the paired rounds: each round's mean step (seconds) per
     setting, on this rank's clock, the settings' order rotated every round (two settings:
     swapped). The ``links``' logs hold the rounds' messages only; ``counters`` count over
-    the rounds."""
+    the rounds. ``settle`` waits for the device's queued work (``torch.cuda.synchronize`` on
+    a GPU), before a round's clock starts and before it stops."""
     links, counters = links or {}, counters or {}
     for _ in range(args["warmup"]):
         for step in steps.values():
@@ -431,23 +447,26 @@ def measure_rounds(steps: dict[str, Callable[[], None]], args: dict[str, Any], d
         counter.start()
     for r in range(args["rounds"]):
         for key in keys[r % len(keys):] + keys[: r % len(keys)]:
+            settle()
             dist.barrier()
             begin = time.perf_counter()
             for _ in range(args["steps"]):
                 steps[key]()
+            settle()
             rounds[key].append((time.perf_counter() - begin) / args["steps"])
     for counter in counters.values():
         counter.stop()
     return rounds
 
 
-def _wrapped(name: str, framework: str, advice: dict[str, Any] | None, cost: Any) -> tuple[Any, Any]:
-    """A fresh copy of the model (seed 0) wrapped by ``framework`` with ``advice`` (None: the
-    defaults), its collectives held on a link of its own; with the link."""
+def _wrapped(name: str, framework: str, advice: dict[str, Any] | None, cost: Any,
+             device: Any = "cpu") -> tuple[Any, Any]:
+    """A fresh copy of the model (seed 0) on ``device``, wrapped by ``framework`` with
+    ``advice`` (None: the defaults), its collectives held on a link of its own; with the link."""
     import torch
 
     torch.manual_seed(0)
-    model, _ = build_model(name)
+    model = build_model(name)[0].to(device)
     link = EmulatedLink(cost)
     if advice is None:
         return apply_defaults(model, framework, link=link), link
@@ -458,15 +477,20 @@ def _rank(rank: int, port: int, out: str, args: dict[str, Any]) -> None:
     import torch
     import torch.distributed as dist
 
-    torch.set_num_threads(1)
+    gpu = args["backend"] == "nccl"                  # one GPU per rank
+    if gpu:
+        torch.cuda.set_device(rank)
+    else:
+        torch.set_num_threads(1)
+    device = torch.device("cuda", rank) if gpu else torch.device("cpu")
     os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", str(port)
-    dist.init_process_group("gloo", rank=rank, world_size=args["ranks"])
+    dist.init_process_group(args["backend"], rank=rank, world_size=args["ranks"])
     cases: list[dict[str, Any]] = []
     calibrations = {framework: None if path is None else read_reducer_calibration(path)
                     for framework, path in args["calibrations"].items()}
     try:
         for name in args["models"]:
-            profile, x = measure_profile(name, rank, args, dist)
+            profile, x = measure_profile(name, rank, args, dist, device)
             for case in args["cases"]:
                 if case["model"] != name:
                     continue
@@ -479,14 +503,14 @@ def _rank(rank: int, port: int, out: str, args: dict[str, Any]) -> None:
                                               min_gain=args["min_gain"])
                                      if case["framework"] == "ddp" else
                                      fsdp2_case(profile, case["network"], args["workers"], cap, calibration,
-                                                min_gain=args["min_gain"]))
+                                                min_gain=args["min_gain"], blocking=not gpu))
                     except (OverMemoryCap, ValueError) as exc:
                         solved[0] = {"error": f"advice: {exc}"}
                 dist.broadcast_object_list(solved, src=0)
                 row = {**case, "ranks": args["ranks"], "profile": profile.to_dict(), **solved[0], "memory_cap": cap}
                 if "error" not in row:
                     try:
-                        row.update(_run_case(case, row, x, args, dist))
+                        row.update(_run_case(case, row, x, args, dist, device))
                     except (ValueError, RuntimeError) as exc:    # the same on every rank: wrapping the model
                         row["error"] = f"{case['framework']}: {exc}"
                 cases.append(row)
@@ -496,23 +520,26 @@ def _rank(rank: int, port: int, out: str, args: dict[str, Any]) -> None:
         dist.destroy_process_group()
 
 
-def _run_case(case: dict[str, Any], row: dict[str, Any], x: Any, args: dict[str, Any], dist: Any) -> dict[str, Any]:
-    """Build the default and the advised job, measure them paired, and count FSDP2's bytes."""
+def _run_case(case: dict[str, Any], row: dict[str, Any], x: Any, args: dict[str, Any], dist: Any,
+              device: Any) -> dict[str, Any]:
+    """Build the default and the advised job on ``device``, measure them paired, and on CPU
+    count FSDP2's bytes (:class:`UnshardedBytes` times the host's events, which on a GPU run
+    ahead of the device)."""
     import torch
 
-    framework = case["framework"]
+    framework, gpu = case["framework"], device.type == "cuda"
     cost = link_cost(framework, case["network"], args["workers"])
-    default, default_link = _wrapped(case["model"], framework, None, cost)
-    advised, advised_link = _wrapped(case["model"], framework, row["advice"], cost)
+    default, default_link = _wrapped(case["model"], framework, None, cost, device)
+    advised, advised_link = _wrapped(case["model"], framework, row["advice"], cost, device)
     optimizers = {"default": torch.optim.SGD(default.parameters(), lr=1e-3, momentum=0.9),
                   "advised": torch.optim.SGD(advised.parameters(), lr=1e-3, momentum=0.9)}
     models = {"default": default, "advised": advised}
 
     counters = ({"default": UnshardedBytes(default, default_link), "advised": UnshardedBytes(advised, advised_link)}
-                if framework == "fsdp2" else {})
+                if framework == "fsdp2" and not gpu else {})
     links = {"default": default_link, "advised": advised_link}
     rounds = measure_rounds({key: training_step(models[key], optimizers[key], x) for key in models}, args, dist,
-                            links, counters)
+                            links, counters, torch.cuda.synchronize if gpu else (lambda: None))
     steps = args["rounds"] * args["steps"]
     result: dict[str, Any] = {"rounds": rounds, "measured": speedup_interval(rounds["default"], rounds["advised"]),
                               "messages_per_step": {key: len(link.log) / steps for key, link in links.items()}}
@@ -524,12 +551,14 @@ def _run_case(case: dict[str, Any], row: dict[str, Any], x: Any, args: dict[str,
 
 # --- the document -------------------------------------------------------------------------
 
-def cases_of(models: list[str], networks: list[str], capped: str | None, cap_fraction: float) -> list[dict[str, Any]]:
+def cases_of(models: list[str], networks: list[str], capped: str | None, cap_fraction: float,
+             frameworks: tuple[str, ...] = FRAMEWORKS) -> list[dict[str, Any]]:
     """The cases of one number of ranks, in the order they run: per model, network and
-    framework; the capped FSDP2 case after the model's others."""
+    framework; the capped FSDP2 case after the model's others (where FSDP2 is among
+    ``frameworks``)."""
     cases = [{"model": m, "network": n, "framework": f, "cap_fraction": None}
-             for m in models for n in networks for f in FRAMEWORKS]
-    if capped is not None:
+             for m in models for n in networks for f in frameworks]
+    if capped is not None and "fsdp2" in frameworks:
         at = max(k for k, c in enumerate(cases) if c["model"] == capped) + 1
         cases.insert(at, {"model": capped, "network": networks[0], "framework": "fsdp2", "cap_fraction": cap_fraction})
     return cases
@@ -545,7 +574,7 @@ def document_of(cases: list[dict[str, Any]], calibrations: dict[str, Any], args:
             case["targets"] = targets(case)
     return {
         "date": datetime.date.today().isoformat(),
-        "host": host, "cpus": os.cpu_count(), "load_average": load,
+        "host": host, "cpus": os.cpu_count(), "load_average": load, "backend": args.backend, "ranks": args.ranks,
         "link": "emulated", "networks": args.networks, "workers": args.workers, "batch": args.batch,
         "rounds": args.rounds, "steps": args.steps, "warmup": args.warmup, "profile_steps": args.profile_steps,
         "memory_cap": {"model": args.capped_model, "fraction": args.cap_fraction}, "min_gain": args.min_gain,
@@ -574,9 +603,13 @@ def markdown(document: dict[str, Any]) -> str:
     met = lambda ok: "met" if ok else "**missed**"  # noqa: E731
     cases = document["cases"]
     done = [c for c in cases if "measured" in c]
+    gpu = document.get("backend", "gloo") == "nccl"
+    where = ("NCCL ranks, one GPU each (on one GPU one rank: the link stands for the other workers); each hold runs "
+             "on a CUDA stream of the link's, the host and the compute stream running on" if gpu else
+             "gloo ranks on this host's CPU, one torch thread each")
     lines = ["# The advice applied for real: DDP and FSDP2 defaults against the advice (emulated link)", "",
              f"{document['date']}; {document['host']}. Written by `{document['command']}`.", "",
-             f"gloo ranks on this host's CPU, one torch thread each; **emulated link**: every collective runs "
+             f"{where}; **emulated link**: every collective runs "
              f"for real, then is held on one channel, first in, first out, for `c(S)` of the network named for "
              f"{document['workers']} workers. Per setting {document['rounds']} rounds of {document['steps']} "
              f"steps after {document['warmup']} untimed ones, the two settings alternating, the order swapped "
@@ -586,14 +619,25 @@ def markdown(document: dict[str, Any]) -> str:
              f"targets judge.", "",
              "*Predicted*: `simulate` on the profile the ranks measured at the start of each model (with the "
              "training job's optimiser), the defaults' layout and the advice's, on the network's cost; the advice "
-             f"is what `fusionopt advise --min-gain {document.get('min_gain', 0.05):g}` (`--pattern fsdp "
-             "--blocking-collectives` for FSDP2: gloo's collectives block FSDP2's training thread on CPU) "
-             "gives for that profile. *Measured*: the mean "
-             "step on rank 0 of each setting; speedup = mean default / mean advised, with its 95% bootstrap "
-             "interval over the rounds. FSDP2's *measured peak*: the unsharded parameters and gradients whole at "
-             "once on the real job, counted as `M_peak` counts them (a unit's parameters from the start of its "
-             "all-gather's hold until FSDP2 frees them, its gradients from the start of its backward until the "
-             "end of its reduce-scatter's hold).", ""]
+             f"is what `fusionopt advise --min-gain {document.get('min_gain', 0.05):g}` "
+             + ("(`--pattern fsdp` for FSDP2, its collectives on the GPU's streams) " if gpu else
+                "(`--pattern fsdp --blocking-collectives` for FSDP2: gloo's collectives block FSDP2's training "
+                "thread on CPU) ")
+             + "gives for that profile. *Measured*: the mean "
+             "step on rank 0 of each setting" + (" (the device synchronised before a round's clock starts and "
+                                                 "before it stops)" if gpu else "")
+             + "; speedup = mean default / mean advised, with its 95% bootstrap "
+             "interval over the rounds. " + (
+                 "FSDP2's peak is not measured on a GPU: its counter times the host's events, which run ahead of "
+                 "the device." if gpu else
+                 "FSDP2's *measured peak*: the unsharded parameters and gradients whole at "
+                 "once on the real job, counted as `M_peak` counts them (a unit's parameters from the start of its "
+                 "all-gather's hold until FSDP2 frees them, its gradients from the start of its backward until the "
+                 "end of its reduce-scatter's hold)."), ""]
+    if 1 in document.get("ranks", []):
+        lines += ["FSDP2 is left out on one rank: sharded over one rank, FSDP2 (torch 2.13) sends no all-gather and "
+                  "no reduce-scatter, so the link would hold nothing (one GPU runs one rank: NCCL takes one rank "
+                  "per device).", ""]
     if done:
         counts = {key: (sum(1 for c in done if c["targets"][key]), sum(1 for c in done if c["targets"][key] is not None))
                   for key in ("not_slower", "same_within", "speedup", "memory", "cap")}
@@ -606,10 +650,12 @@ def markdown(document: dict[str, Any]) -> str:
                   "twenty by chance);",
                   f"* measured speedup >= {SPEEDUP_SHARE} x predicted: **{counts['speedup'][0]} of "
                   f"{counts['speedup'][1]}** ({met(counts['speedup'][0] == counts['speedup'][1])});",
-                  f"* FSDP2's measured peak within {100 * MEMORY_TOLERANCE:.0f}% of `M_peak`: **{counts['memory'][0]} "
-                  f"of {counts['memory'][1]}** ({met(counts['memory'][0] == counts['memory'][1])});",
-                  f"* under `--memory-cap`, the measured peak at most the cap: **{counts['cap'][0]} of "
-                  f"{counts['cap'][1]}** ({met(counts['cap'][0] == counts['cap'][1])}).", ""]
+                  *(["* FSDP2's peak: not measured on a GPU (above).", ""] if gpu else [
+                      f"* FSDP2's measured peak within {100 * MEMORY_TOLERANCE:.0f}% of `M_peak`: "
+                      f"**{counts['memory'][0]} of {counts['memory'][1]}** "
+                      f"({met(counts['memory'][0] == counts['memory'][1])});",
+                      f"* under `--memory-cap`, the measured peak at most the cap: **{counts['cap'][0]} of "
+                      f"{counts['cap'][1]}** ({met(counts['cap'][0] == counts['cap'][1])}).", ""])]
     rows = []
     for c in cases:
         label = [c["ranks"], c["model"], c["network"], c["framework"] + ("" if c["memory_cap"] is None else " (capped)")]
@@ -632,7 +678,7 @@ def markdown(document: dict[str, Any]) -> str:
                              "without the reducer's cost", "measured default (ms)", "measured advised (ms)",
                              "measured speedup [95%]", "measured / predicted", "not slower",
                              f">= {SPEEDUP_SHARE} x predicted"], rows)
-    memory = [c for c in done if c["framework"] == "fsdp2"]
+    memory = [c for c in done if c["framework"] == "fsdp2" and "memory" in c]
     if memory:
         lines += ["", "FSDP2's unsharded parameters and gradients, MiB (`M_peak` predicted for the advice against the "
                   "peak measured on its steps; the defaults' beside them):", ""]
@@ -659,8 +705,10 @@ def markdown(document: dict[str, Any]) -> str:
               "reduce-scatter): " + "; ".join(
                   f"{name} {ms(link_cost('ddp', name, document['workers'])(1e6))} ms and "
                   f"{ms(link_cost('fsdp2', name, document['workers'])(1e6))} ms" for name in document["networks"])
-              + ". A message whose real loopback collective outlasts its hold ends when the collective ends, "
-              "later than the model says (the emulated link's documented limit)."]
+              + (". On a GPU a message's hold starts when its real collective has ended, which adds that collective's "
+                 "time, a local copy on one rank (the emulated link's documented limit)." if gpu else
+                 ". A message whose real loopback collective outlasts its hold ends when the collective ends, "
+                 "later than the model says (the emulated link's documented limit).")]
     profiles = {(c["ranks"], c["model"]): c["profile"] for c in cases if "profile" in c}
     if profiles:
         lines += ["", "Profiles measured (ms per step, rank 0): " + "; ".join(
@@ -694,7 +742,10 @@ def parse_arguments(argv: list[str] | None) -> tuple[argparse.Namespace, str]:
                              "3.15 ms startup at 64 workers outlasts a loopback gloo collective of these models on "
                              "a 2-core host, 1 to 2.5 ms, so the link, not the loopback, sets each message's time)")
     parser.add_argument("--workers", type=positive_int, default=64, help="the networks' workers (default 64)")
-    parser.add_argument("--ranks", default="2,4", help="gloo ranks, comma-separated (default 2,4)")
+    parser.add_argument("--backend", default="gloo", choices=("gloo", "nccl"),
+                        help="gloo ranks on the CPU (default), or nccl with one GPU per rank (on one GPU, one rank: "
+                             "the emulated link stands for the other workers)")
+    parser.add_argument("--ranks", default=None, help="ranks, comma-separated (default 2,4 on gloo, 1 on nccl)")
     parser.add_argument("--batch", type=positive_int, default=32, help="samples per rank and step (default 32; "
                         f"the transformer takes {TOKENS} tokens)")
     parser.add_argument("--rounds", type=positive_int, default=20, help="paired rounds (default 20)")
@@ -702,8 +753,9 @@ def parse_arguments(argv: list[str] | None) -> tuple[argparse.Namespace, str]:
     parser.add_argument("--warmup", type=nonnegative_int, default=5, help="untimed steps of each setting (default 5)")
     parser.add_argument("--profile-steps", type=positive_int, default=10,
                         help="profile_model's timed steps (default 10)")
-    parser.add_argument("--calibration-rounds", type=nonnegative_int, default=3,
-                        help="rounds of each reducer calibration (default 3; 0: predict without the reducers' cost)")
+    parser.add_argument("--calibration-rounds", type=nonnegative_int, default=None,
+                        help="rounds of each reducer calibration, measured on gloo ranks (default 3 on gloo, 0 on "
+                             "nccl; 0: predict without the reducers' cost)")
     parser.add_argument("--calibration-steps", type=positive_int, default=20,
                         help="timed steps per sample of each reducer calibration (default 20)")
     parser.add_argument("--reducer-calibration", action="append", default=None, metavar="FILE",
@@ -727,17 +779,29 @@ def parse_arguments(argv: list[str] | None) -> tuple[argparse.Namespace, str]:
                 link_cost(framework, name, args.workers)
         except ValueError as exc:
             parser.error(f"--networks {name}: {exc}")
+    gpu = args.backend == "nccl"
+    if args.ranks is None:
+        args.ranks = "1" if gpu else "2,4"
+    if args.calibration_rounds is None:
+        args.calibration_rounds = 0 if gpu else 3
+    elif gpu and args.calibration_rounds:
+        parser.error("--calibration-rounds: the reducer calibration runs on gloo ranks, not on the GPU; on nccl give "
+                     "0, or a calibration measured apart with --reducer-calibration")
     ranks = _names(parser, "--ranks", args.ranks, None)
-    if not all(r.isdigit() and int(r) >= 2 for r in ranks):
-        parser.error(f"--ranks: {args.ranks!r}: each must be a whole number >= 2 (data parallelism)")
+    least = 1 if gpu else 2
+    if not all(r.isdigit() and int(r) >= least for r in ranks):
+        parser.error(f"--ranks: {args.ranks!r}: each must be a whole number >= {least}"
+                     + (" (one GPU each)" if gpu else " (data parallelism; one rank runs on nccl, a GPU)"))
     args.ranks = [int(r) for r in ranks]
     if args.capped_model not in (None, "none", *args.models):
         parser.error(f"--capped-model {args.capped_model!r}: not among --models ({', '.join(args.models)}); "
                      "'none' for no capped case")
     args.reducer_calibration = calibration_files(parser, args.reducer_calibration or [], args.ranks)
-    changed = changed_options(parser, args, leave=("out",),
-                              reference={"models": list(MODELS), "networks": ["10gbe", "25gbe"], "ranks": [2, 4],
-                                         "reducer_calibration": {}})
+    # The stored result of each backend: speedup-cpu with the defaults; speedup-gpu as the GPU command runs it.
+    reference = ({"backend": "nccl", "models": list(GPU_MODELS), "networks": list(GPU_NETWORKS), "ranks": [1],
+                  "calibration_rounds": 0, "rounds": GPU_ROUNDS, "steps": GPU_STEPS} if gpu else
+                 {"models": list(MODELS), "networks": ["10gbe", "25gbe"], "ranks": [2, 4], "calibration_rounds": 3})
+    changed = changed_options(parser, args, leave=("out",), reference={**reference, "reducer_calibration": {}})
     folder = subset_location(args.out, parser.get_default("out"), changed, folder=True)
     if args.capped_model is None:
         args.capped_model = "transformer" if "transformer" in args.models else "none"
@@ -778,13 +842,21 @@ def main(argv: list[str] | None = None) -> int:
     import torch
     import torch.multiprocessing as mp
 
+    if args.backend == "nccl" and torch.cuda.device_count() < max(args.ranks):
+        print(f"error: --backend nccl runs one rank per GPU and needs {max(args.ranks)} GPU(s); this host has "
+              f"{torch.cuda.device_count()}", file=sys.stderr)
+        return 2
     host = f"{platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}, torch {torch.__version__}"
+    if args.backend == "nccl":
+        host += f", {torch.cuda.get_device_name(0)}, NCCL {'.'.join(map(str, torch.cuda.nccl.version()))}"
     load = {"start": _load_average(), "end": None}
     cases: list[dict[str, Any]] = []
     calibrations: dict[str, Any] = {}
-    stem = "speedup-cpu"
+    stem = "speedup-gpu" if args.backend == "nccl" else "speedup-cpu"
+    # FSDP2 on one rank sends no collective (torch 2.13 skips them): nothing to measure on the link.
     plan = [(ranks, cases_of(args.models, args.networks,
-                             args.capped_model if ranks == args.ranks[0] else None, args.cap_fraction))
+                             args.capped_model if ranks == args.ranks[0] else None, args.cap_fraction,
+                             FRAMEWORKS if ranks > 1 else ("ddp",)))
             for ranks in args.ranks]
     with Progress(interrupted_path(os.path.join(folder, f"{stem}.md"))) as progress:
         with tempfile.TemporaryDirectory() as scratch:
@@ -805,7 +877,8 @@ def main(argv: list[str] | None = None) -> int:
                         calibration.write(paths[framework])
                         calibrations.setdefault(str(ranks), {})[framework] = calibration.to_dict()
                         progress.step(calibration.summary())
-                settings = {"ranks": ranks, "models": args.models, "cases": ranks_cases, "workers": args.workers,
+                settings = {"backend": args.backend, "ranks": ranks, "models": args.models, "cases": ranks_cases,
+                            "workers": args.workers,
                             "batch": args.batch, "rounds": args.rounds, "steps": args.steps, "warmup": args.warmup,
                             "profile_steps": args.profile_steps, "calibrations": paths, "min_gain": args.min_gain}
                 progress.stage(f"cases on {ranks} ranks", total=len(ranks_cases))

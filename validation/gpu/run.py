@@ -25,13 +25,17 @@ budget among the stages still to run (time a stage does not use goes to the late
    link of 8 workers: DDP's buckets, the exact DP and the joint optimum of grouping and
    encoding, each message sent in fp32 or fp16 as the model prices it, measured against
    predicted (``wire-executor-nccl-gpu``; never yet run on a GPU);
-7. ``step``: ``validation/step/run.py`` on the GPU, fp32 and bf16 (``step-gpu``), last, with
+7. ``speedup``: ``validation/frameworks/speedup.py --backend nccl`` on one rank: DDP's
+   defaults against ``advise``'s buckets for the MLP and the transformer over an emulated
+   10 GbE link of 64 workers, every bucket held on a CUDA stream of the link's (FSDP2 sends
+   no collective on one rank, so it is left out; ``speedup-gpu``; never yet run on a GPU);
+8. ``step``: ``validation/step/run.py`` on the GPU, fp32 and bf16 (``step-gpu``), last, with
    all the time left: on one H100 its 22 default cases take about 490 s, so the default
    budget runs part of them (``step-gpu.partial``, which names those not run; 12 of them
-   on 2026-11-27, before the ``wire`` stage took its share).
+   on 2026-11-27, before the ``wire`` and ``speedup`` stages took their shares).
 
 On 2026-11-27 on one H100 the default run's stages took 23, 24, 15, 4, 93, 65 and 231 s,
-455 s in all (``validation/results/gpu-2026-11-27/run3``), before ``wire`` was added.
+455 s in all (``validation/results/gpu-2026-11-27/run3``), before ``wire`` and ``speedup`` were added.
 
 A stage that this checkout cannot run is listed as skipped, with why. Each stage writes its
 own result files as it finishes, so a run stopped by the budget or by a kill keeps them;
@@ -81,8 +85,10 @@ STAGES: dict[str, tuple[float, list[str]]] = {
                         "--output-dir", "OUT"]),
     "wire": (0.08, ["validation/wire/executor.py", "--backend", "nccl", "--emulate-network", "100gb-ib",
                     "--workers", "8", "--out", "OUT"]),
+    "speedup": (0.08, ["validation/frameworks/speedup.py", "--backend", "nccl", "--models", "mlp,transformer",
+                       "--networks", "10gbe", "--rounds", "12", "--steps", "2", "--out", "OUT"]),
     # Last: it takes what the others left (on one H100 on 2026-11-27, before wire, 12 of its 22 default cases).
-    "step": (0.28, ["validation/step/run.py", "--device", "cuda", "--out", "OUT", "--time-limit", "LIMIT"]),
+    "step": (0.20, ["validation/step/run.py", "--device", "cuda", "--out", "OUT", "--time-limit", "LIMIT"]),
 }
 
 
