@@ -58,19 +58,19 @@ def test_ddp_buckets_wait_on_the_device_and_keep_the_gradients(nccl_rank, encodi
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     x = torch.randn(32, 256, device=nccl_rank, generator=torch.Generator(nccl_rank).manual_seed(1))
-    # Buckets of at most 0.5 MB: the three weights travel in three buckets at least.
+    # Buckets of at most 0.5 MB (DDP's first 1 MiB): the 1 MiB and 0.5 MiB weights travel apart.
     plain = DDP(_mlp(nccl_rank), bucket_cap_mb=0.5)
     if encoding == "fp16":
         plain.register_comm_hook(None, default_hooks.fp16_compress_hook)
     link = EmulatedLink(AlphaBeta(HOLD, 0.0))
     held = DDP(_mlp(nccl_rank), bucket_cap_mb=0.5)
     held.register_comm_hook(None, ddp_comm_hook(link, encoding))
-    for _ in range(2):                               # the second step's buckets are the rebuilt ones
+    for _ in range(3):                               # from the second step on, the buckets are the rebuilt ones
         _ddp_step(plain, x)
         link.reset()
         host, whole = _ddp_step(held, x)
     messages = len(link.log)
-    assert messages >= 3
+    assert messages >= 2
     # The holds run one at a time on the device: the step lasts them all; the host did not wait for them.
     assert whole >= messages * HOLD
     assert host < HOLD
