@@ -78,6 +78,16 @@ from fusionopt.integrations._torch_import import require_torch
 from fusionopt.model._encoding import encoding_named
 
 
+class DeviceHold(NamedTuple):
+    """A message held on a CUDA link (:meth:`EmulatedLink.hold_on_device`): ``end``, a CUDA
+    event recorded after its hold (and ``then``); ``value``, what ``then`` returned; ``start``,
+    with ``timed``, an event recorded when the link took it (``end`` then times too)."""
+
+    end: Any
+    value: Any = None
+    start: Any = None
+
+
 class Hold(NamedTuple):
     """One message on the link: ``nbytes``, the clock times (seconds) it entered and left
     the channel, and when it was posted."""
@@ -155,13 +165,13 @@ class EmulatedLink:
             return self._devices[index]
 
     def hold_on_device(self, nbytes: int, device: Any, work: Any = None,
-                       then: Callable[[], Any] | None = None) -> tuple[Any, Any]:
+                       then: Callable[[], Any] | None = None, *, timed: bool = False) -> DeviceHold:
         """Post a message of ``nbytes`` bytes on CUDA ``device`` now (module docstring): the
         link's stream waits for the message's collective (``work.wait()`` on it; with
         ``work`` None, for what is queued on the current stream, where the collective was
         ordered), holds for ``cost(nbytes)`` after the messages posted before it, then runs
-        ``then()`` on it. Returns an event recorded on the link's stream after the hold and
-        ``then``, and what ``then`` returned. The host does not wait."""
+        ``then()`` on it. Returns the events around the hold (:class:`DeviceHold`; ``timed``:
+        events that time, ``start`` among them). The host does not wait."""
         torch = require_torch()
         seconds = self._seconds(nbytes)
         channel = self._channel(torch, device)
@@ -172,11 +182,15 @@ class EmulatedLink:
                     channel.stream.wait_stream(current)
                 else:
                     work.wait()                # NCCL: this stream waits for the collective, the host does not
+                start = torch.cuda.Event(enable_timing=True) if timed else None
+                if start is not None:
+                    start.record(channel.stream)
                 channel.hold(seconds)
                 value = None if then is None else then()
-                event = channel.stream.record_event()
+                end = torch.cuda.Event(enable_timing=timed)
+                end.record(channel.stream)
             self.log.append(Hold(nbytes, math.nan, math.nan, float(self.clock())))
-        return event, value
+        return DeviceHold(end, value, start)
 
     def wait_until(self, t: float) -> None:
         """Sleep until clock time ``t`` (at once if it has passed)."""
@@ -233,18 +247,18 @@ def _nbytes(tensor: Any) -> int:
     return int(tensor.numel()) * int(tensor.element_size())
 
 
-def _device_future(torch: Any, link: EmulatedLink, value: Any, nbytes: int, work: Any,
-                   then: Callable[[], None] | None = None) -> Any:
+def device_future(torch: Any, link: EmulatedLink, value: Any, nbytes: int, work: Any,
+                  then: Callable[[], None] | None = None, *, timed: bool = False) -> tuple[Any, DeviceHold]:
     """DDP's future for a bucket on CUDA: ``value`` once ``work`` has ended and the link has
-    held it (then ``then()``), its events recorded on the link's stream after the hold."""
+    held it (then ``then()``), its events recorded on the link's stream after the hold; with
+    the hold's events (``timed``: events that time)."""
     future = torch.futures.Future(devices=[value.device])
 
     def deliver() -> None:
         if then is not None:
             then()
         future.set_result(value)           # records its events on the link's stream, now current
-    link.hold_on_device(nbytes, value.device, work, deliver)
-    return future
+    return future, link.hold_on_device(nbytes, value.device, work, deliver, timed=timed)
 
 
 def ddp_comm_hook(link: EmulatedLink, encoding: Any = None) -> Callable[[Any, Any], Any]:
@@ -301,7 +315,7 @@ def ddp_comm_hook(link: EmulatedLink, encoding: Any = None) -> Callable[[Any, An
         if buffer.is_cuda:
             buffer.mul_(1.0 / dist.get_world_size(group))
             work = dist.all_reduce(buffer, group=group, async_op=True)
-            return _device_future(torch, link, buffer, _nbytes(buffer), work)
+            return device_future(torch, link, buffer, _nbytes(buffer), work)[0]
         until = link.reserve(_nbytes(buffer))
         buffer.mul_(1.0 / dist.get_world_size(group))
         future = dist.all_reduce(buffer, group=group, async_op=True).get_future()
@@ -327,7 +341,7 @@ def _compressed_hook(link: EmulatedLink, dtype: Any) -> Callable[[Any, Any], Any
         if buffer.is_cuda:
             work = dist.all_reduce(compressed, group=group, async_op=True)
             compressed.record_stream(link.device_stream(buffer.device))   # read there after the hold
-            return _device_future(torch, link, buffer, _nbytes(compressed), work, lambda: buffer.copy_(compressed))
+            return device_future(torch, link, buffer, _nbytes(compressed), work, lambda: buffer.copy_(compressed))[0]
         until = link.reserve(_nbytes(compressed))
         future = dist.all_reduce(compressed, group=group, async_op=True).get_future()
 
@@ -381,8 +395,8 @@ class _HeldCollective:
         if work is None or not arguments.get("async_op", False):
             if work is not None:
                 work.wait()                      # the current stream waits for the collective
-            event, _ = self.link.hold_on_device(nbytes, unsharded.device)
-            torch.cuda.current_stream(unsharded.device).wait_event(event)
+            held = self.link.hold_on_device(nbytes, unsharded.device)
+            torch.cuda.current_stream(unsharded.device).wait_event(held.end)
             if done is not None:
                 done()
             return work
@@ -391,8 +405,8 @@ class _HeldCollective:
             future = torch.futures.Future(devices=[unsharded.device])
             future.set_result([unsharded])
             return future
-        event, future = self.link.hold_on_device(nbytes, unsharded.device, work, delivered)
-        return _device_held_work(torch, work, event, future, unsharded.device, done)
+        held = self.link.hold_on_device(nbytes, unsharded.device, work, delivered)
+        return _device_held_work(torch, work, held.end, held.value, unsharded.device, done)
 
 
 def _held_work(work: Any, link: EmulatedLink, until: float, done: Callable[[], None] | None = None) -> Any:

@@ -3,8 +3,9 @@ timings, and follows the network or the compute when they change.
 
 :class:`OnlinePlanner` sits beside a :class:`~fusionopt.integrations.PlanReducer`
 (either sync), real DDP (:class:`DDPJob`) or a simulated job (:class:`SimulatedJob`). After
-each step it reads the job's own timestamps (no profiler) of the newest step whose messages
-have all ended (under layerwise sync the step before may still be reducing): when each
+each step it reads the job's own timestamps (no profiler; on a GPU, :class:`DDPJob`'s are
+CUDA events) of the newest step whose messages have all ended (under layerwise sync, or on a
+GPU, the step before may still be reducing): when each
 message was packed (its last gradient ready, from the step's first gradient) and how long
 its all-reduce held the channel. Every ``every`` steps it fits, over the last
 ``window`` steps (so a change of the link or of the compute replaces the old figures within
@@ -64,7 +65,7 @@ from typing import Any
 
 import numpy as np
 
-from fusionopt.integrations._emulated_link import host_hold_only
+from fusionopt.integrations._emulated_link import device_future
 from fusionopt.model._cost import AlphaBeta
 from fusionopt.model._plan import Plan
 from fusionopt.model._problem import Problem
@@ -350,9 +351,17 @@ class DDPJob:
     sum). ``link`` (an :class:`~fusionopt.integrations.EmulatedLink`) holds each
     bucket for a slower network's time; without one a link of no cost only keeps the order.
 
+    On CUDA the link holds each bucket on a stream of its own (the emulated link's module
+    docstring) and the times are CUDA events: ``ready`` recorded on the compute stream when
+    DDP hands the bucket over, ``start`` and ``end`` on the link's stream around its hold; no
+    host clock, no profiler. A step's times are read once its last hold has ended on the
+    device, without waiting for it: :meth:`completed_times` gives the newest step that has
+    (the planner reads it so; :meth:`message_times` waits for the last step instead).
+
     Checked on torch 2.13.0 (CPU, gloo): ``DistributedDataParallel(..., bucket_cap_mb_list=,
     init_sync=)`` and the comm hook protocol; a job that switches keeps real DDP's
-    parameters (``tests/integrations/test_online_gloo.py``).
+    parameters (``tests/integrations/test_online_gloo.py``). The CUDA path follows torch
+    2.13's code and has not yet run on a GPU here.
     """
 
     sync = "barrier"
@@ -380,8 +389,13 @@ class DDPJob:
         self.names = {p: n for n, p in module.named_parameters()}
         self.index = {n: i for i, n in enumerate(profile.names)}
         self.switches = 0
-        self._buckets: dict[int, tuple[float, float, float, int, list[int]]] = {}
-        self._last: list[tuple[float, float, float, int, list[int]]] = []
+        self._buckets: dict[int, tuple[Any, Any, Any, int, list[int]]] = {}
+        self._last: list[tuple[Any, Any, Any, int, list[int]]] = []
+        self._steps = 0
+        self._pending: deque = deque(maxlen=8)          # CUDA: steps whose holds may still run on the device
+        self._completed: tuple[int, Plan, list[dict[str, float]]] | None = None
+        if any(p.is_cuda for p in module.parameters()):
+            self.completed_times = self._completed_on_device
         self.ddp = self._wrap(self.options)
 
     def _wrap(self, options: dict) -> Any:
@@ -392,14 +406,22 @@ class DDPJob:
     def _hook(self, state, bucket):                       # DDP checks the annotations: none, or its own
         dist, link = self._dist, self.link
         buffer = bucket.buffer()
-        host_hold_only(buffer, "DDPJob's comm hook")
         nbytes = int(buffer.numel()) * int(buffer.element_size())
+        tensors = [self.index[self.names[p]] for p in bucket.parameters()]
+        index = bucket.index()
+        if buffer.is_cuda:
+            torch = self._torch
+            ready = torch.cuda.Event(enable_timing=True)
+            ready.record()                                # the bucket's gradients, on the compute stream
+            buffer.mul_(1.0 / self.world)
+            work = dist.all_reduce(buffer, group=state, async_op=True)
+            future, held = device_future(torch, link, buffer, nbytes, work, timed=True)
+            self._buckets[index] = (ready, held.start, held.end, nbytes, tensors)
+            return future
         until = link.reserve(nbytes)
         hold = link.log[-1]
-        tensors = [self.index[self.names[p]] for p in bucket.parameters()]
         buffer.mul_(1.0 / self.world)
         future = dist.all_reduce(buffer, group=state, async_op=True).get_future()
-        index = bucket.index()
 
         def held(done: Any) -> Any:
             reduced = done.value()[0]
@@ -414,11 +436,22 @@ class DDPJob:
 
     def message_times(self) -> list[dict[str, float]]:
         """The last step's buckets in DDP's order: ``ready``, ``start`` and ``end`` (seconds
-        from the step's first bucket) and ``bytes``."""
-        last = self._current()
-        origin = min(b[0] for b in last)
-        return [{"ready": posted - origin, "start": start - origin, "end": end - origin, "bytes": nbytes}
-                for posted, start, end, nbytes, _ in last]
+        from the step's first bucket) and ``bytes``. On CUDA it waits for the step's last hold."""
+        return _bucket_times(self._current(), wait=True)
+
+    def _completed_on_device(self) -> tuple[int, Plan, list[dict[str, float]]] | None:
+        """On CUDA, the planner's :meth:`completed_times`: the newest step whose holds have all
+        ended on the device (asked without waiting), its number (from 1), the plan it ran and
+        its buckets' times; None before the first."""
+        self._settle()
+        while self._pending:
+            number, plan, last = self._pending[0]
+            times = _bucket_times(last, wait=False)
+            if times is None:
+                break
+            self._pending.popleft()
+            self._completed = (number, plan, times)
+        return self._completed
 
     @property
     def plan(self) -> Plan:
@@ -430,6 +463,10 @@ class DDPJob:
         if self._buckets:
             self._last = [self._buckets[k] for k in sorted(self._buckets)]
             self._buckets = {}
+            self._steps += 1
+            if not isinstance(self._last[0][0], float):   # CUDA events: read once they have happened
+                self._pending.append((self._steps, Plan.from_groups(self.profile, [b[4] for b in self._last]),
+                                      self._last))
 
     def _current(self) -> list[tuple[float, float, float, int, list[int]]]:
         self._settle()
@@ -457,6 +494,27 @@ class DDPJob:
         self.ddp = None                                   # DDP's reducer leaves the parameters' hooks with it
         self.ddp = self._wrap({**options, "bucket_cap_mb_list": list(caps), "init_sync": False})
         self.switches += 1
+
+
+def _bucket_times(last: list[tuple[Any, Any, Any, int, list[int]]], *, wait: bool) -> list[dict[str, float]] | None:
+    """A step's buckets ``(ready, start, end, bytes, tensors)`` as :meth:`DDPJob.message_times`
+    gives them, seconds from the first ready. Host clock times as they are; CUDA events
+    through their elapsed times, once the last bucket's end has happened (``wait``: waited
+    for; else None where it has not)."""
+    if isinstance(last[0][0], float):
+        origin = min(b[0] for b in last)
+        return [{"ready": posted - origin, "start": start - origin, "end": end - origin, "bytes": nbytes}
+                for posted, start, end, nbytes, _ in last]
+    final = last[-1][2]                                   # one channel, first in first out: the last ends last
+    if wait:
+        final.synchronize()
+    elif not final.query():
+        return None
+    first = last[0][0]
+    seconds = [[first.elapsed_time(event) / 1e3 for event in b[:3]] for b in last]
+    origin = min(ready for ready, _, _ in seconds)
+    return [{"ready": r - origin, "start": s - origin, "end": e - origin, "bytes": b[3]}
+            for (r, s, e), b in zip(seconds, last)]
 
 
 def _affine(sizes: np.ndarray, seconds: np.ndarray, beta: float | None) -> AlphaBeta:

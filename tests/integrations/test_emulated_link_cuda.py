@@ -76,3 +76,28 @@ def test_ddp_buckets_wait_on_the_device_and_keep_the_gradients(nccl_rank, encodi
     assert host < HOLD
     for a, b in zip(plain.parameters(), held.parameters()):
         assert torch.equal(a.grad, b.grad)
+
+
+def test_ddp_job_times_its_buckets_with_cuda_events(nccl_rank):
+    from fusionopt.integrations import DDPJob
+    from fusionopt.model import Profile
+
+    model = _mlp(nccl_rank)
+    names, sizes = zip(*[(n, p.numel() * p.element_size()) for n, p in model.named_parameters()])
+    profile = Profile.from_arrays(sizes=list(sizes), forward=[1e-4] * len(sizes), backward=[1e-4] * len(sizes),
+                                  names=list(names))
+    job = DDPJob(model, profile, link=EmulatedLink(AlphaBeta(HOLD, 0.0)), bucket_cap_mb=0.5)
+    x = torch.randn(32, 256, device=nccl_rank, generator=torch.Generator(nccl_rank).manual_seed(3))
+    assert job.completed_times() is None                    # no step yet
+    for _ in range(3):
+        job(x).sum().backward()
+    times = job.message_times()                             # waits for the last step's holds
+    record = job.completed_times()
+    assert record[0] == 3 and record[1] == job.plan and record[2] == times
+    assert len(times) == job.plan.num_messages >= 2
+    for before, after in zip(times, times[1:]):               # one channel, first in first out
+        assert after["start"] >= before["end"] - 1e-4
+    for message in times:                                   # each held its c(S), after it was ready
+        assert HOLD <= message["end"] - message["start"] < HOLD + 5e-3
+        assert message["ready"] <= message["start"] + 1e-4
+    assert min(m["ready"] for m in times) == 0.0
