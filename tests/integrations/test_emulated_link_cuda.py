@@ -101,3 +101,33 @@ def test_ddp_job_times_its_buckets_with_cuda_events(nccl_rank):
         assert HOLD <= message["end"] - message["start"] < HOLD + 5e-3
         assert message["ready"] <= message["start"] + 1e-4
     assert min(m["ready"] for m in times) == 0.0
+
+
+def test_the_planner_rewraps_ddp_on_the_gpu_without_changing_its_parameters(nccl_rank):
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    from fusionopt.integrations import DDPJob, OnlinePlanner
+    from fusionopt.model import Profile
+
+    reference, mine = DDP(_mlp(nccl_rank)), _mlp(nccl_rank)
+    names, sizes = zip(*[(n, p.numel() * p.element_size()) for n, p in mine.named_parameters()])
+    profile = Profile.from_arrays(sizes=list(sizes), forward=[1e-4] * len(sizes), backward=[1e-4] * len(sizes),
+                                  names=list(names))
+    tiny = [size / 2**20 for size in reversed(sizes)]        # a bucket per tensor, 20 ms each on the link
+    job = DDPJob(mine, profile, link=EmulatedLink(AlphaBeta(HOLD, 0.0)), bucket_cap_mb_list=tiny)
+    planner = OnlinePlanner(job, every=3, window=3)
+    optimizers = [torch.optim.SGD(m.parameters(), lr=1e-2) for m in (reference, mine)]
+    buckets = []
+    for step in range(7):
+        x = torch.randn(32, 256, device=nccl_rank, generator=torch.Generator(nccl_rank).manual_seed(10 + step))
+        for model, optimizer in zip((reference, job), optimizers):
+            model(x).pow(2).mean().backward()
+            optimizer.step()
+            optimizer.zero_grad()
+        torch.cuda.synchronize()                            # each step's holds ended: the planner sees every step
+        planner.after_step()
+        buckets.append(job.plan.num_messages)
+    assert buckets[1:3] == [len(sizes)] * 2, buckets           # a bucket per tensor until the first re-planning
+    assert job.switches >= 1 and buckets[-1] < len(sizes), buckets
+    for a, b in zip(reference.parameters(), mine.parameters()):
+        assert torch.allclose(a, b, rtol=0, atol=1e-6)
