@@ -71,7 +71,7 @@ HARDWARE = ["--backend", "nccl", "--emulate-network", "100gb-ib", "--workers", "
             "--warmup", "2"]
 # name -> (share of the budget, what it runs as arguments after the interpreter; OUT is the folder)
 STAGES: dict[str, tuple[float, list[str]]] = {
-    "tests": (0.07, ["-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/executor/test_executor_nccl.py",
+    "tests": (0.09, ["-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/executor/test_executor_nccl.py",
                      "tests/executor/test_executor_sharded.py", "tests/integrations/test_emulated_link_cuda.py"]),
     "hardware-spin": (0.10, ["validation/hardware/run.py", *HARDWARE, "--compute", "spin", "--output-dir", "OUT"]),
     "hardware-gemm": (0.06, ["validation/hardware/run.py", *HARDWARE, "--compute", "gemm", "--output-dir", "OUT"]),
@@ -88,7 +88,7 @@ STAGES: dict[str, tuple[float, list[str]]] = {
     "speedup": (0.08, ["validation/frameworks/speedup.py", "--backend", "nccl", "--models", "mlp,transformer",
                        "--networks", "10gbe", "--rounds", "12", "--steps", "2", "--out", "OUT"]),
     # Last: it takes what the others left (on one H100 on 2026-11-27, before wire, 12 of its 22 default cases).
-    "step": (0.20, ["validation/step/run.py", "--device", "cuda", "--out", "OUT", "--time-limit", "LIMIT"]),
+    "step": (0.18, ["validation/step/run.py", "--device", "cuda", "--out", "OUT", "--time-limit", "LIMIT"]),
 }
 
 
