@@ -273,6 +273,9 @@ def measure_reducer_overhead(reducer: str, ranks: int = 2, *, message_counts: Se
                                 ("threads", threads, 1)):
         if isinstance(value, bool) or not isinstance(value, int) or value < least:
             raise ValueError(f"{label} must be a whole number >= {least}, got {value!r}")
+    if reducer == "fsdp2" and ranks < 2:
+        raise ValueError("ranks: FSDP2 sharded over one rank sends no all-gather and no reduce-scatter (torch 2.13), "
+                         "so there is no message to measure; give ranks >= 2")
     counts = _message_counts("message_counts", message_counts, layers)
     if compute_counts is None:
         compute_counts = () if reducer == "fsdp2" else (1, 2, 4, 8)

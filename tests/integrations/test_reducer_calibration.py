@@ -243,5 +243,8 @@ def test_bad_arguments_are_refused_before_any_rank_starts():
         measure_reducer_overhead("plan", compute_counts=(1, 3))
     with pytest.raises(ValueError, match="the fsdp2 reducer has no compute regime"):
         measure_reducer_overhead("fsdp2", compute_counts=(1, 2))
+    with pytest.raises(ValueError, match=r"^ranks: FSDP2 sharded over one rank sends no all-gather and no "
+                                         r"reduce-scatter \(torch 2\.13\), so there is no message to measure"):
+        measure_reducer_overhead("fsdp2", 1)
     with pytest.raises(ValueError, match="compute_width must be a whole number >= 1, got 0"):
         measure_reducer_overhead("ddp", compute_width=0)
