@@ -332,5 +332,26 @@ def test_fsdp2_on_one_rank_is_refused_it_would_hold_nothing():
                                              r"\(torch 2\.13\) sends no all-gather and no reduce-scatter: the link "
                                              r"would hold nothing"):
             emulate_fsdp2(model, link)
-        model(torch.randn(4, 8)).sum().backward()          # FSDP2 as it is: on one rank no collective reaches a hook
-        assert link.log == []
+        # The premise, on the installed torch: a custom collective installed as emulate_fsdp2 would
+        # install it is never called on one rank.
+        calls = []
+
+        class Counted:
+            def __init__(self, inner, kind):
+                self.inner, self.kind = inner, kind
+
+            def allocate(self, size, *, dtype, device):
+                return self.inner.allocate(size, dtype=dtype, device=device)
+
+            def __call__(self, **arguments):
+                calls.append(self.kind)
+                return self.inner(**arguments)
+
+        for module in (model, model[0]):
+            for group in module._get_fsdp_state()._fsdp_param_groups:
+                module.set_custom_all_gather(Counted(group._all_gather_comm, "all_gather"))
+                module.set_custom_reduce_scatter(Counted(group._reduce_scatter_comm, "reduce_scatter"))
+                assert isinstance(group._all_gather_comm, Counted) and isinstance(group._reduce_scatter_comm, Counted)
+        for _ in range(2):
+            model(torch.randn(4, 8)).sum().backward()
+        assert calls == [] and link.log == []
