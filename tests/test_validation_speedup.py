@@ -152,7 +152,9 @@ def test_a_gpu_table_predicts_fsdp2_on_streams_and_leaves_its_peak_out(speedup):
                       "memory_cap": None, **solved, "messages_per_step": {"default": 3.0, "advised": 2.0},
                       "measured": speedup.speedup_interval([0.02, 0.021], [0.015, 0.016])})
     document = speedup.document_of(cases, {}, args, ["--backend", "nccl"], "host, one GPU", {"start": "0", "end": "0"})
-    assert document["backend"] == "nccl" and "memory" not in cases[1]
+    assert document["backend"] == "nccl"
+    assert cases[1]["targets"]["speedup_ratio"] == pytest.approx(
+        cases[1]["measured"]["speedup"] / on_streams["predicted"]["speedup"], rel=1e-12)
     assert cases[1]["targets"]["memory"] is None and cases[1]["targets"]["cap"] is None
     text = speedup.markdown(document)
     assert "NCCL ranks, one GPU each" in text and "gloo ranks" not in text

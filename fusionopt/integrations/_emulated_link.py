@@ -52,8 +52,8 @@ streams that consume the message wait for its hold: DDP's reducer through the fu
 hook returns (its events recorded after the hold), FSDP2's all-gather and reduce-scatter
 streams through an event; the compute stream and the host run on. Two differences from the
 CPU path: a message's hold starts when its collective has ended, so the collective's own
-time adds to ``c(S)`` instead of overlapping it (on one GPU a collective is a local copy of
-microseconds), and the log's ``start`` and ``end`` are NaN (the device's times are its
+time adds to ``c(S)`` instead of overlapping it (on one GPU a collective is a local copy),
+and the log's ``start`` and ``end`` are NaN (the device's times are its
 own; ``posted`` is the host's).
 
 Checked against torch 2.13.0 (CPU, gloo; the CUDA path follows torch 2.13's code and has not

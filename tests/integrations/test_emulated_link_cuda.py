@@ -100,7 +100,7 @@ def test_ddp_job_times_its_buckets_with_cuda_events(nccl_rank):
     for message in times:                                   # each held its c(S), after it was ready
         assert HOLD <= message["end"] - message["start"] < HOLD + 5e-3
         assert message["ready"] <= message["start"] + 1e-4
-    assert min(m["ready"] for m in times) == 0.0
+    assert times[0]["ready"] == 0.0                         # DDP hands bucket 0 over first
 
 
 def test_the_planner_rewraps_ddp_on_the_gpu_without_changing_its_parameters(nccl_rank):
