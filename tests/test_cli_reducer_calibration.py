@@ -56,6 +56,19 @@ def test_simulate_adds_the_reducer_cost_exactly(capsys, tmp_path):
     assert "iteration time  10.100000 ms" in out
 
 
+def test_simulate_adds_the_costs_per_tensor_and_per_byte_and_says_so(capsys, tmp_path):
+    # single: T = 9 ms (above). With 0.1 ms per parameter tensor (two: 0.2 ms on the host) and
+    # 0.5 ms per MB of each message (the 2 MB message holds the channel 1 ms longer): 10.2 ms.
+    profile, _ = files(tmp_path)
+    ReducerCalibration("ddp", per_step=0.0, per_message=0.0, per_tensor=1e-4, per_byte=5e-10).write(tmp_path / "t.json")
+    argv = [profile, "--plan", tmp_path / "single.json", "--alpha", "3e-3", "--beta", "1e-9",
+            "--reducer-calibration", tmp_path / "t.json"]
+    assert iteration_time(capsys, *argv) == pytest.approx(10.2e-3, abs=1e-12)
+    status, out, _ = run(capsys, "simulate", *argv)
+    assert status == 0 and ("ddp, 0.000 ms per message and 0.524 ms per MiB of it on the channel, 0.000 ms per "
+                            "step and 0.100 ms per parameter tensor on the host") in out
+
+
 def test_simulate_puts_the_compute_per_message_on_the_compute_stream(capsys, tmp_path):
     # wfbp, c = 0.1 ms + 1 ms/MB: tensor 1 sent 1 -> 2.1, tensor 0 2.1 -> 3.2; T = 5.2 ms. With 0.5 ms of
     # compute per message: tensor 1 ready 1.5 (sent to 2.6), tensor 0's backward 1.5 -> 2.5, ready 3,

@@ -330,8 +330,10 @@ def reducer_words(args: argparse.Namespace) -> str | None:
     if path is None:
         return None
     c = read_reducer_calibration(path)
-    return (f"{path}: {c.reducer}, {1e3 * c.per_message:.3f} ms per message on the channel, "
-            f"{1e3 * c.per_step:.3f} ms per step on the host"
+    return (f"{path}: {c.reducer}, {1e3 * c.per_message:.3f} ms per message"
+            + (f" and {1e3 * 2**20 * c.per_byte:.3f} ms per MiB of it" if c.per_byte else "")
+            + f" on the channel, {1e3 * c.per_step:.3f} ms per step"
+            + (f" and {1e3 * c.per_tensor:.3f} ms per parameter tensor" if c.per_tensor else "") + " on the host"
             + ("" if c.reducer == "fsdp2" else f", {1e3 * c.message_compute:.3f} ms of compute per message"))
 
 

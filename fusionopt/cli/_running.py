@@ -10,7 +10,7 @@ import os
 import sys
 from typing import Any, Callable
 from fusionopt.cost import network, networks, ALGORITHMS
-from fusionopt.integrations._reducer_calibration import REDUCERS, measure_reducer_overhead
+from fusionopt.integrations._reducer_calibration import REDUCERS, check_optimizer, measure_reducer_overhead
 from fusionopt.cli._common import Kept, UsageError, comma_list, fail, json_output, plural
 from fusionopt.cli._problems import ZOO_COMPUTE_OPTIONS, add_cost_arguments, add_zoo_arguments, powersgd_from_flags, \
     zoo_settings
@@ -162,6 +162,9 @@ def _cmd_calibrate(args: argparse.Namespace) -> None:
     if args.reducer is not None:
         _calibrate_reducer(args)
         return
+    for flag, given in (("--optimizer", args.optimizer), ("--optimizer-option", args.optimizer_option)):
+        if given is not None:
+            raise UsageError(f"{flag} names the optimiser a reducer calibration steps with and goes with --reducer")
     if args.contention:
         _calibrate_contention(args)
         return
@@ -267,15 +270,39 @@ def _calibrate_reducer(args: argparse.Namespace) -> None:
     ranks = 2 if args.ranks is None else args.ranks
     if ranks < 2:
         raise UsageError(f"--ranks {ranks}: --reducer measures a reducer between ranks: give 2 or more")
+    optimizer, options = args.optimizer or "SGD", _optimizer_options(args.optimizer_option)
+    try:
+        measured(lambda: check_optimizer(optimizer, {"lr": 1e-3} if options is None else options))
+    except ValueError as exc:
+        raise UsageError(f"--optimizer: {exc}") from None
     json_output(args.output, "the reducer calibration")
     print(f"fusionopt calibrate: the {args.reducer} reducer's own cost on {ranks} gloo ranks, about a minute "
           "(Ctrl-C stops it)", file=sys.stderr, flush=True)
-    result = measured(lambda: measure_reducer_overhead(args.reducer, ranks))
+    result = measured(lambda: measure_reducer_overhead(args.reducer, ranks, optimizer=optimizer,
+                                                       optimizer_options=options))
     if written(args, result):
         return
     print(result.summary())
     if args.output:
         print(f"wrote {args.output}: read it with --reducer-calibration {args.output} (simulate, advise)")
+
+
+def _optimizer_options(given: list[str] | None) -> dict[str, Any] | None:
+    """``--optimizer-option KEY=VALUE`` pairs as keyword arguments (each value JSON: a number,
+    true or false, a list); None where none was given."""
+    if not given:
+        return None
+    options: dict[str, Any] = {"lr": 1e-3}
+    for pair in given:
+        key, sep, text = pair.partition("=")
+        try:
+            if not sep or not key.isidentifier():
+                raise ValueError
+            options[key] = json.loads(text)
+        except ValueError:
+            raise UsageError(f"--optimizer-option {pair!r}: give KEY=VALUE, VALUE in JSON (momentum=0.9, "
+                             "betas=[0.9,0.999], nesterov=true)") from None
+    return options
 
 
 def measured(measure: Callable[[], Any]) -> Any:
@@ -385,6 +412,11 @@ def add_executor_parsers(commands: Any) -> None:
                         "beyond the link, and (DDP, PlanReducer) per message on the compute stream (DDP, FSDP2 or "
                         "fusionopt's PlanReducer) on gloo ranks of this host; "
                         "--output writes it for --reducer-calibration")
+    p.add_argument("--optimizer", metavar="NAME",
+                   help="with --reducer: the torch.optim class every calibration step runs, as the training job's "
+                        "(default SGD; FSDP2 steps DTensor shards, dearer per tensor than plain ones)")
+    p.add_argument("--optimizer-option", action="append", metavar="KEY=VALUE",
+                   help="with --reducer: a keyword of --optimizer, VALUE in JSON (default lr=0.001); repeatable")
     p.add_argument("--encoding", choices=("fp16", "bf16"),
                    help="time all-reduce messages sent in this encoding too (narrowed as they are packed, widened "
                         "as they are unpacked, as fusionopt run sends them) and fit what its casts cost beyond an fp32 "

@@ -98,8 +98,8 @@ class AllReduce(Pattern):
     def plan_in_space(self, problem: Any, plan: Plan, space: str) -> bool:
         return space != "fusion" or plan.is_fusion(problem.profile)
 
-    def with_message_overhead(self, seconds: float) -> "AllReduce":
-        return AllReduce(with_message_overhead(self.cost, seconds))
+    def with_message_overhead(self, seconds: float, per_byte: float = 0.0) -> "AllReduce":
+        return AllReduce(with_message_overhead(self.cost, seconds, per_byte))
 
     def __repr__(self) -> str:
         return f"AllReduce({self.cost!r})"

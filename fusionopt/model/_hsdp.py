@@ -100,11 +100,12 @@ class HSDP(FullySharded):
     def with_cap(self, memory_cap: float | None) -> "HSDP":
         return self._with(memory_cap=memory_cap)
 
-    def with_message_overhead(self, seconds: float) -> "HSDP":
-        """``seconds`` more on each collective call: the reduce-scatter, the all-reduce after it
-        and the all-gather."""
-        return HSDP(with_message_overhead(self.shard_reduce_scatter, seconds), with_message_overhead(self.all_gather, seconds),
-                    with_message_overhead(self.replicate_all_reduce, seconds), shards=self.shards, replicas=self.replicas,
+    def with_message_overhead(self, seconds: float, per_byte: float = 0.0) -> "HSDP":
+        """``seconds + per_byte * S`` more on each collective call of ``S`` bytes: the
+        reduce-scatter, the all-reduce after it and the all-gather."""
+        more = [with_message_overhead(cost, seconds, per_byte)
+                for cost in (self.shard_reduce_scatter, self.all_gather, self.replicate_all_reduce)]
+        return HSDP(*more, shards=self.shards, replicas=self.replicas,
                     memory_cap=self.memory_cap, channels=self.channels, blocking=self.blocking)
 
     def _with(self, **changes: Any) -> "HSDP":

@@ -160,9 +160,9 @@ class Pattern(ABC):
         where the executor runs the plan's messages itself."""
         return None
 
-    def with_message_overhead(self, seconds: float) -> "Pattern":
-        """The same pattern with ``seconds`` more on every message of each of its collectives
-        (a framework's per-message overhead)."""
+    def with_message_overhead(self, seconds: float, per_byte: float = 0.0) -> "Pattern":
+        """The same pattern with ``seconds + per_byte * S`` more on every message of ``S``
+        bytes of each of its collectives (a framework's own cost per message)."""
         raise ValueError(f"a reducer's overhead applies to all-reduce and fully sharded problems, not to "
                          f"{self.article()} {self.words} problem")
 

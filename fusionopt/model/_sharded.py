@@ -208,10 +208,10 @@ class FullySharded(Pattern):
         return FullySharded(self.reduce_scatter, self.all_gather, memory_cap, self.channels, self.blocking,
                             self.param_dtype, self.reduce_dtype)
 
-    def with_message_overhead(self, seconds: float) -> "FullySharded":
-        return FullySharded(with_message_overhead(self.reduce_scatter, seconds),
-                            with_message_overhead(self.all_gather, seconds), self.memory_cap, self.channels, self.blocking,
-                            self.param_dtype, self.reduce_dtype)
+    def with_message_overhead(self, seconds: float, per_byte: float = 0.0) -> "FullySharded":
+        return FullySharded(with_message_overhead(self.reduce_scatter, seconds, per_byte),
+                            with_message_overhead(self.all_gather, seconds, per_byte), self.memory_cap, self.channels,
+                            self.blocking, self.param_dtype, self.reduce_dtype)
 
     def without_cap(self) -> "FullySharded":
         return self.with_cap(None)

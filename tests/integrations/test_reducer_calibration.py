@@ -6,7 +6,7 @@ import math
 import pytest
 
 from fusionopt.integrations import (
-    REDUCER_CALIBRATION_SCHEMA, ReducerCalibration, Sample, fit_overhead, read_reducer_calibration,
+    REDUCER_CALIBRATION_SCHEMA, ReducerCalibration, Sample, fit_overhead, fit_reducer_cost, read_reducer_calibration,
     with_reducer_overhead,
 )
 from fusionopt.cost import AlphaBeta
@@ -39,6 +39,36 @@ def test_fit_keeps_both_figures_non_negative():
     # Falling excess: free slope -1; flat at the mean 2 (residual 2) beats the origin's.
     assert fit_overhead([1, 2, 3], [3.0, 2.0, 1.0]) == (pytest.approx(2.0), 0.0)
     assert fit_overhead([1, 2], [-1.0, -2.0]) == (0.0, 0.0)
+
+
+def test_joint_fit_recovers_the_four_figures_from_the_regimes_that_vary_them():
+    # The channel regime varies the messages (16 tensors, 64 KiB a step), the shape regime the
+    # tensors (4 and 64 layers of 4 KiB) and the bytes (16 layers of 16 and 64 KiB), one message.
+    truth = (4e-4, 1.5e-3, 1e-4, 2e-10)
+    shapes = [(m, 16, 65536) for m in (1, 2, 4, 8)] + [(1, 4, 16384), (1, 64, 262144), (1, 16, 262144),
+                                                       (1, 16, 1048576)]
+    samples = [Sample(m, 1e-3 + truth[0] + truth[1] * m + truth[2] * n + truth[3] * b, 1e-3, 0.0, n, b)
+               for m, n, b in shapes]
+    assert fit_reducer_cost(samples) == pytest.approx(truth, rel=1e-9)
+
+
+def test_joint_fit_with_one_shape_is_the_two_figure_fit():
+    # Every sample of one shape (a file before version 3): the tensors and bytes are left out, the
+    # intercept takes in their share, and the fit is fit_overhead's, bounds included.
+    samples = [Sample(m, e, 0.0, 0.0, 16, 65536) for m, e in ((1, 2.0), (2, 3.0), (3, 5.0))]
+    assert fit_reducer_cost(samples) == pytest.approx((1 / 3, 1.5, 0.0, 0.0))
+    falling = [Sample(m, e, 0.0, 0.0) for m, e in ((1, 3.0), (2, 2.0), (3, 1.0))]
+    assert fit_reducer_cost(falling) == pytest.approx((*fit_overhead([1, 2, 3], [3.0, 2.0, 1.0]), 0.0, 0.0))
+
+
+def test_joint_fit_keeps_every_figure_non_negative():
+    # The excess falls with the tensors: the best fit with per_tensor >= 0 has it at 0, and the
+    # intercept is then the mean of the two shapes' excesses at one message each.
+    samples = [Sample(1, 5e-3, 0.0, 0.0, 4, 1000), Sample(1, 3e-3, 0.0, 0.0, 64, 1000)]
+    per_step, per_message, per_tensor, per_byte = fit_reducer_cost(samples)
+    assert (per_tensor, per_byte) == (0.0, 0.0) and per_step + per_message == pytest.approx(4e-3)
+    with pytest.raises(ValueError, match="at least one sample"):
+        fit_reducer_cost([])
 
 
 def test_sample_excess_is_step_less_plain_and_link():
@@ -131,14 +161,46 @@ def document(**changes):
 
 def test_file_round_trip(tmp_path):
     path = tmp_path / "ddp.json"
-    ReducerCalibration("plan", per_step=1e-3, per_message=2e-4, samples=(Sample(2, 13e-3, 1e-3, 10e-3),),
+    ReducerCalibration("plan", per_step=1e-3, per_message=2e-4, samples=(Sample(2, 13e-3, 1e-3, 10e-3, 16, 8192),),
                        message_compute=3e-4, compute_samples=(Sample(4, 40e-3, 30e-3, 1e-3),),
-                       torch_version="2.13.0", ranks=2, threads=1).write(path)
-    assert json.loads(path.read_text())["version"] == 2
+                       torch_version="2.13.0", ranks=2, threads=1, per_tensor=5e-5, per_byte=1e-10).write(path)
+    assert json.loads(path.read_text())["version"] == 3
     read = read_reducer_calibration(path)
     assert (read.reducer, read.per_step, read.per_message, read.message_compute) == ("plan", 1e-3, 2e-4, 3e-4)
+    assert (read.per_tensor, read.per_byte) == (5e-5, 1e-10)
+    assert (read.samples[0].tensors, read.samples[0].nbytes) == (16, 8192)
     assert read.samples[0].excess == pytest.approx(2e-3)
     assert read.compute_samples[0].excess == pytest.approx(9e-3)
+
+
+def test_a_version_2_file_reads_with_no_cost_per_tensor_or_byte(tmp_path):
+    # Written before the shape regime: per_step took in the calibration model's tensors, and the
+    # model prices it as it did.
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps(document(version=2, message_compute=0.0)))
+    read = read_reducer_calibration(path)
+    assert (read.per_tensor, read.per_byte, read.samples[0].tensors) == (0.0, 0.0, 0.0)
+    problem = with_reducer_overhead(Problem(two_tensors(), AlphaBeta(1e-3, 1e-9)), read)
+    assert (problem.profile.host_overhead, problem.cost) == (1e-3, AlphaBeta(1e-3 + 2e-5, 1e-9))
+
+
+def test_the_cost_per_tensor_counts_the_profiles_tensors_and_the_cost_per_byte_each_message():
+    # Two 1 MB tensors, one message of 2 MB on c = 3 ms + 1 ms/MB, ready at B = 2 ms:
+    # T = 2 + 5 + F 2 = 9 ms. With 0.3 ms per step, 0.1 ms per tensor (two: 0.2 ms) and
+    # 0.5 ms per MB of the message (1 ms): 2 + 6 + 2 + 0.5 = 10.5 ms.
+    profile, cost = two_tensors(), AlphaBeta(3e-3, 1e-9)
+    single = Plan.from_cuts(profile, [False])
+    assert simulate(Problem(profile, cost), single).iteration_time == pytest.approx(9e-3, abs=1e-12)
+    slower = with_reducer_overhead(Problem(profile, cost), ReducerCalibration(
+        "ddp", per_step=3e-4, per_message=0.0, per_tensor=1e-4, per_byte=5e-10))
+    assert simulate(slower, single).iteration_time == pytest.approx(10.5e-3, abs=1e-12)
+    # On a fully sharded problem both collectives pay the bytes: each 2 MB unit's all-gather and
+    # reduce-scatter 1 ms more.
+    halves = FullySharded(AlphaBeta(1e-3, 1e-9), AlphaBeta(1e-3, 1e-9), blocking=True)
+    sharded = with_reducer_overhead(Problem(profile, pattern=halves), ReducerCalibration(
+        "fsdp2", per_step=0.0, per_message=0.0, per_tensor=0.0, per_byte=5e-10))
+    assert sharded.pattern.all_gather(2e6) == pytest.approx(halves.all_gather(2e6) + 1e-3)
+    assert sharded.pattern.reduce_scatter(2e6) == pytest.approx(halves.reduce_scatter(2e6) + 1e-3)
 
 
 def test_a_version_1_file_reads_with_no_compute_per_message(tmp_path):
@@ -151,15 +213,20 @@ def test_a_version_1_file_reads_with_no_compute_per_message(tmp_path):
     assert problem.message_compute == 0.0 and problem.extensions == ()
 
 
-def test_a_version_2_file_must_carry_the_compute_per_message(tmp_path):
+@pytest.mark.parametrize("version, given, figure", [
+    (2, {}, "message_compute"),                                        # the compute per message
+    (3, {"message_compute": 0.0, "per_tensor": 1e-4}, "per_byte"),     # the costs per tensor and per byte
+    (3, {"message_compute": 0.0, "per_byte": 1e-10}, "per_tensor"),
+])
+def test_a_file_must_carry_the_figures_of_its_version(tmp_path, version, given, figure):
     path = tmp_path / "r.json"
-    path.write_text(json.dumps(document(version=2)))
-    with pytest.raises(ValueError, match="message_compute must be a finite number of seconds >= 0, got None"):
+    path.write_text(json.dumps(document(version=version, **given)))
+    with pytest.raises(ValueError, match=f"{figure} must be a finite number of seconds >= 0, got None"):
         read_reducer_calibration(path)
-    path.write_text(json.dumps(document(version=2, message_compute=-1.0)))
-    with pytest.raises(ValueError, match="message_compute must be a finite number of seconds >= 0, got -1.0"):
+    path.write_text(json.dumps(document(version=version, **given, **{figure: -1.0})))
+    with pytest.raises(ValueError, match=f"{figure} must be a finite number of seconds >= 0, got -1.0"):
         read_reducer_calibration(path)
-    path.write_text(json.dumps(document(version=2, message_compute=1e-4, compute_samples=[{"step": 1}])))
+    path.write_text(json.dumps(document(version=version, **given, **{figure: 0.0}, compute_samples=[{"step": 1}])))
     with pytest.raises(ValueError, match="compute_samples must be a list of objects"):
         read_reducer_calibration(path)
 
@@ -214,12 +281,20 @@ def test_short_gloo_calibration_gives_finite_non_negative_figures(reducer):
     compute = {} if reducer == "fsdp2" else {"compute_counts": (1, 2), "compute_layers": 2, "compute_width": 16,
                                              "compute_batch": 8, "compute_link": AlphaBeta(2e-4, 0.0)}
     result = measure_reducer_overhead(reducer, 2, message_counts=(1, 2), layers=2, width=8, steps=2, warmup=1,
-                                      rounds=1, link=AlphaBeta(1e-3, 0.0), **compute)
+                                      rounds=1, link=AlphaBeta(1e-3, 0.0), tensor_counts=(3,), widths=(16,),
+                                      optimizer="SGD", optimizer_options={"lr": 1e-3, "momentum": 0.9}, **compute)
     assert result.reducer == reducer and result.ranks == 2 and result.backend == "gloo"
-    assert math.isfinite(result.per_step) and result.per_step >= 0
-    assert math.isfinite(result.per_message) and result.per_message >= 0
+    for figure in (result.per_step, result.per_message, result.per_tensor, result.per_byte):
+        assert math.isfinite(figure) and figure >= 0
+    assert result.model["optimizer"] == {"name": "SGD", "options": {"lr": 1e-3, "momentum": 0.9}}
     per_count = 2 if reducer == "fsdp2" else 1      # FSDP2: an all-gather and a reduce-scatter per unit
-    assert [s.messages for s in result.samples] == [per_count * 1, per_count * 2]
+    # The channel regime's two message counts on 2 layers 8 wide, then the shape regime's one
+    # message on 3 layers 8 wide and on 2 layers 16 wide.
+    assert [s.messages for s in result.samples] == [per_count * 1, per_count * 2, per_count, per_count]
+    assert [s.tensors for s in result.samples] == [2, 2, 3, 2]
+    # The bytes the link carried per step: the layers' fp32 weights once per collective.
+    assert [s.nbytes for s in result.samples] == [per_count * 4 * w * w * n for n, w in ((2, 8), (2, 8), (3, 8),
+                                                                                          (2, 16))]
     # Each sample's link time is its messages' 1 ms holds.
     assert [s.link for s in result.samples] == pytest.approx([1e-3 * s.messages for s in result.samples], rel=1e-6)
     assert math.isfinite(result.message_compute) and result.message_compute >= 0
@@ -248,3 +323,11 @@ def test_bad_arguments_are_refused_before_any_rank_starts():
         measure_reducer_overhead("fsdp2", 1)
     with pytest.raises(ValueError, match="compute_width must be a whole number >= 1, got 0"):
         measure_reducer_overhead("ddp", compute_width=0)
+    with pytest.raises(ValueError, match=r"tensor_counts must hold whole numbers >= 1, got \[0\]"):
+        measure_reducer_overhead("ddp", tensor_counts=(0,))
+    with pytest.raises(ValueError, match="optimizer 'Adagrad2': not an optimiser class of torch.optim"):
+        measure_reducer_overhead("ddp", optimizer="Adagrad2")
+    with pytest.raises(ValueError, match=r"^optimizer SGD\(lr=0.1, betas=\[0.9, 0.99\]\): .*betas"):
+        measure_reducer_overhead("ddp", optimizer_options={"lr": 0.1, "betas": [0.9, 0.99]})
+    with pytest.raises(ValueError, match="optimizer_options must be JSON"):
+        measure_reducer_overhead("ddp", optimizer_options={"lr": object()})
