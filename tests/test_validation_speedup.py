@@ -219,12 +219,21 @@ def test_a_tiny_run_agrees_with_itself_and_the_predictions(speedup, tmp_path):
                  speedup.fsdp2_case(profile, "10gbe", 64, case["memory_cap"], read_reducer_calibration(calibration)))
         assert again["predicted"] == p and again["predicted_plain"] == case["predicted_plain"]
         assert again["advice"] == case["advice"]
+        # The loopback collectives timed bare before the cases, each size's bytes a multiple of the ranks'.
+        assert sorted(case["loopback"]) == ["all_gather", "all_reduce", "reduce_scatter"]
+        assert [size for size, _ in case["loopback"]["all_gather"]] == [float(s) for s in speedup.LOOPBACK_SIZES]
+        assert all(t > 0 for points in case["loopback"].values() for _, t in points)
     ddp, fsdp2, capped = cases
     used = document["calibrations"]["2"]
     assert (used["ddp"]["per_step"], used["ddp"]["per_message"], used["ddp"]["file"]) == (
         1.5e-3, 2.5e-4, "ddp-measured-apart.json")
-    assert "file" not in used["fsdp2"] and len(used["fsdp2"]["samples"]) == 5       # 1 to 16 messages, measured
+    # Measured: 1 to 16 messages, then the shape regime's 4 and 64 layers and 16 and 64 KiB tensors.
+    assert "file" not in used["fsdp2"] and len(used["fsdp2"]["samples"]) == 5 + 4
+    assert used["fsdp2"]["model"]["optimizer"] == {"name": "SGD", "options": {"lr": 1e-3, "momentum": 0.9}}
     assert "ddp 1.50 ms per step, 0.25 ms per message (read from `ddp-measured-apart.json`)" in table
+    fitted = used["fsdp2"]
+    assert (f"fsdp2 {1e3 * fitted['per_step']:.2f} ms per step" in table
+            and "the loopback collectives, timed bare on the ranks before the cases and not priced" in table)
     assert ddp["messages_per_step"]["advised"] == ddp["predicted"]["messages"]["advised"]
     assert capped["memory_cap"] == pytest.approx(1.8 * Profile.from_dict(capped["profile"]).total_bytes)
     for case in (fsdp2, capped):

@@ -37,9 +37,11 @@ of inner widths 256 to 640 over 128), batch ``--batch``, SGD with momentum:
    ``--capped-model`` under a cap of ``--cap-fraction`` times its parameter bytes, whose
    measured peak must stay under the cap.
 
-The reducers' own cost (a fixed cost per step and one per message, added to every
-prediction as ``advise --reducer-calibration`` adds it) is measured by
-``measure_reducer_overhead`` before each number of ranks (``--calibration-rounds``), or read
+The reducers' own cost (a fixed cost per step and one per message, FSDP2's also one per
+parameter tensor and one per byte of each collective, added to every prediction as ``advise
+--reducer-calibration`` adds it) is measured by ``measure_reducer_overhead`` with the
+training job's optimiser (:data:`OPTIMIZER`) before each number of ranks
+(``--calibration-rounds``), or read
 from a calibration measured apart (``--reducer-calibration FILE``, as ``fusionopt calibrate
 --reducer`` writes it), for the reducer and number of ranks the file names.
 
@@ -112,6 +114,18 @@ BOOTSTRAP = 2000                  # resamples of the rounds for the speedup's in
 SEED = 0
 SPEEDUP_SHARE = 0.9               # the measured speedup is at least this share of the predicted
 MEMORY_TOLERANCE = 0.05           # the measured peak within this fraction of M_peak
+OPTIMIZER = ("SGD", {"lr": 1e-3, "momentum": 0.9})
+"""The training job's optimiser, ``torch.optim`` class and options: the profile's, the cases'
+and the reducer calibrations' (FSDP2 steps it on DTensor shards, at a cost per tensor)."""
+LOOPBACK_SIZES = tuple(2**k for k in range(14, 24))   # 16 KiB to 8 MiB: the loopback collectives timed
+LOOPBACK_REPEATS = 10
+
+
+def make_optimizer(parameters: Any) -> Any:
+    """:data:`OPTIMIZER` over ``parameters``."""
+    import torch
+
+    return getattr(torch.optim, OPTIMIZER[0])(parameters, **OPTIMIZER[1])
 
 
 # --- the predictions --------------------------------------------------------------------
@@ -409,13 +423,44 @@ def measure_profile(name: str, rank: int, args: dict[str, Any], dist: Any,
     torch.manual_seed(0)
     model, make_input = build_model(name)
     model, x = model.to(device), make_input(args["batch"], rank).to(device)
-    optimizer = torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9)
+    optimizer = make_optimizer(model.parameters())
     dist.barrier()
     measured = profile_model(model, x, loss_fn=lambda out: out.sum(), steps=args["profile_steps"],
                              warmup=args["warmup"], optimizer=optimizer, name=name)
     shared: list[Any] = [None] * dist.get_world_size()
     dist.all_gather_object(shared, measured.to_dict())
     return Profile.from_dict(shared[0]), x
+
+
+def measure_loopback(dist: Any, repeats: int = LOOPBACK_REPEATS) -> dict[str, list[list[float]]]:
+    """Every rank times the collectives the emulated link holds, bare, on their process group,
+    at each of :data:`LOOPBACK_SIZES` bytes ``S`` (an all-reduce of ``S``, an all-gather into
+    ``S``, a reduce-scatter of ``S``: the sizes the model prices; fp32, ``S`` rounded down to
+    a multiple of the ranks): ``[[S, seconds], ...]`` by collective, the mean of ``repeats``
+    calls after one untimed, on this rank. Reported beside the holds, not priced: where a
+    loopback collective outlasts its hold the emulated link hands the message back later than
+    the model says (its documented limit). Pricing each message at the slower of the two
+    would count that overrun twice where the reducer calibration's own 5 ms holds did not
+    hide it either (4 gloo ranks on 2 cores: loopbacks of 4 to 8 ms), its excess per message
+    already holding it."""
+    import torch
+
+    world = dist.get_world_size()
+    times: dict[str, list[list[float]]] = {"all_reduce": [], "all_gather": [], "reduce_scatter": []}
+    for size in LOOPBACK_SIZES:
+        count = size // 4 // world * world
+        whole, part = torch.zeros(count), torch.zeros(count // world)
+        calls = {"all_reduce": lambda: dist.all_reduce(whole),
+                 "all_gather": lambda: dist.all_gather_into_tensor(whole, part),
+                 "reduce_scatter": lambda: dist.reduce_scatter_tensor(part, whole)}
+        for kind, call in calls.items():
+            call()
+            dist.barrier()
+            begin = time.perf_counter()
+            for _ in range(repeats):
+                call()
+            times[kind].append([4.0 * count, (time.perf_counter() - begin) / repeats])
+    return times
 
 
 def training_step(model: Any, optimizer: Any, x: Any) -> Callable[[], None]:
@@ -489,6 +534,7 @@ def _rank(rank: int, port: int, out: str, args: dict[str, Any]) -> None:
     calibrations = {framework: None if path is None else read_reducer_calibration(path)
                     for framework, path in args["calibrations"].items()}
     try:
+        times = None if gpu else measure_loopback(dist)      # on one GPU no collective leaves the device
         for name in args["models"]:
             profile, x = measure_profile(name, rank, args, dist, device)
             for case in args["cases"]:
@@ -507,7 +553,8 @@ def _rank(rank: int, port: int, out: str, args: dict[str, Any]) -> None:
                     except (OverMemoryCap, ValueError) as exc:
                         solved[0] = {"error": f"advice: {exc}"}
                 dist.broadcast_object_list(solved, src=0)
-                row = {**case, "ranks": args["ranks"], "profile": profile.to_dict(), **solved[0], "memory_cap": cap}
+                row = {**case, "ranks": args["ranks"], "profile": profile.to_dict(), **solved[0], "memory_cap": cap,
+                       "loopback": times}
                 if "error" not in row:
                     try:
                         row.update(_run_case(case, row, x, args, dist, device))
@@ -531,8 +578,7 @@ def _run_case(case: dict[str, Any], row: dict[str, Any], x: Any, args: dict[str,
     cost = link_cost(framework, case["network"], args["workers"])
     default, default_link = _wrapped(case["model"], framework, None, cost, device)
     advised, advised_link = _wrapped(case["model"], framework, row["advice"], cost, device)
-    optimizers = {"default": torch.optim.SGD(default.parameters(), lr=1e-3, momentum=0.9),
-                  "advised": torch.optim.SGD(advised.parameters(), lr=1e-3, momentum=0.9)}
+    optimizers = {"default": make_optimizer(default.parameters()), "advised": make_optimizer(advised.parameters())}
     models = {"default": default, "advised": advised}
 
     counters = ({"default": UnshardedBytes(default, default_link), "advised": UnshardedBytes(advised, advised_link)}
@@ -604,6 +650,7 @@ def markdown(document: dict[str, Any]) -> str:
     cases = document["cases"]
     done = [c for c in cases if "measured" in c]
     gpu = document.get("backend", "gloo") == "nccl"
+    loopback = {c["ranks"]: c["loopback"] for c in cases if c.get("loopback")}
     where = ("NCCL ranks, one GPU each (on one GPU one rank: the link stands for the other workers); each hold runs "
              "on a CUDA stream of the link's, the host and the compute stream running on" if gpu else
              "gloo ranks on this host's CPU, one torch thread each")
@@ -692,12 +739,19 @@ def markdown(document: dict[str, Any]) -> str:
                                  "defaults' M_peak", "defaults' measured"], rows)
     if document["calibrations"]:
         lines += ["", "The reducers' own cost, measured by `measure_reducer_overhead` on its synthetic model before "
-                  "each number of ranks (a fixed cost per step and a cost per message, fitted on 1 to 16 messages "
-                  "per step, each message held on the calibration's own emulated link, 5 ms, which hides the "
-                  "loopback collective), or read from the file named (`--reducer-calibration`, measured apart); "
+                  "each number of ranks, with the training job's optimiser (a fixed cost per step and a cost per "
+                  "message, fitted on 1 to 16 messages per step; FSDP2's also a cost per parameter tensor and per "
+                  "byte of each collective, fitted on stacks of 4 to 64 layers and of 4 to 64 KiB tensors at one "
+                  "unit; each message held on the calibration's own emulated link, 5 ms, longer than a loopback "
+                  "collective of 2 ranks; of 4 ranks the loopback may outlast it, and its excess per message then "
+                  "holds the overrun), or read from the file named (`--reducer-calibration`, measured apart); "
                   "`predicted` adds it, as `advise --reducer-calibration` does: " + "; ".join(
-                      f"{ranks} ranks: " + ", ".join(f"{framework} {ms(c['per_step'])} ms per step, "
-                                                     f"{ms(c['per_message'])} ms per message"
+                      f"{ranks} ranks: " + ", ".join(f"{framework} {ms(c['per_step'])} ms per step"
+                                                     + (f" and {ms(c['per_tensor'])} ms per tensor"
+                                                        if c.get("per_tensor") else "")
+                                                     + f", {ms(c['per_message'])} ms per message"
+                                                     + (f" and {ms(c['per_byte'] * 2**20)} ms per MiB"
+                                                        if c.get("per_byte") else "")
                                                      + (f" (read from `{c['file']}`)" if c.get("file") else "")
                                                      for framework, c in by.items())
                       for ranks, by in document["calibrations"].items()) + "."]
@@ -707,6 +761,15 @@ def markdown(document: dict[str, Any]) -> str:
                   f"{ms(link_cost('fsdp2', name, document['workers'])(1e6))} ms" for name in document["networks"])
               + (". On a GPU a message's hold starts when its real collective has ended, which adds that collective's "
                  "time, a local copy on one rank (the emulated link's documented limit)." if gpu else
+                 ". A message whose real loopback collective outlasts its hold ends when the collective ends, "
+                 "later than the model says (the emulated link's documented limit); the loopback collectives, timed "
+                 "bare on the ranks before the cases and not priced (rank 0, the mean of 10 after one untimed; ms "
+                 "at 64 KiB, 1 MiB and 8 MiB): " + "; ".join(
+                     f"{ranks} ranks: " + ", ".join(
+                         f"{kind.replace('_', '-')} " + " / ".join(ms(t) for size, t in points
+                                                                  if size in (2**16, 2**20, 2**23))
+                         for kind, points in times.items())
+                     for ranks, times in loopback.items()) + "." if loopback else
                  ". A message whose real loopback collective outlasts its hold ends when the collective ends, "
                  "later than the model says (the emulated link's documented limit).")]
     profiles = {(c["ranks"], c["model"]): c["profile"] for c in cases if "profile" in c}
@@ -872,7 +935,8 @@ def main(argv: list[str] | None = None) -> int:
                     for framework in measure:
                         calibration = measure_reducer_overhead(framework, ranks, steps=args.calibration_steps,
                                                                warmup=max(1, args.warmup),
-                                                               rounds=args.calibration_rounds)
+                                                               rounds=args.calibration_rounds, optimizer=OPTIMIZER[0],
+                                                               optimizer_options=OPTIMIZER[1])
                         paths[framework] = os.path.join(scratch, f"{framework}-{ranks}.json")
                         calibration.write(paths[framework])
                         calibrations.setdefault(str(ranks), {})[framework] = calibration.to_dict()
