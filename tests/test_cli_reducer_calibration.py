@@ -162,10 +162,22 @@ def test_a_calibration_of_another_pattern_is_refused(capsys, tmp_path):
     (["--backend", "nccl"], "--backend does not apply to --reducer"),
     (["--ranks", "1"], "--ranks 1: --reducer measures a reducer between ranks"),
     (["--output", "r.csv"], "--output r.csv: the reducer calibration is written as JSON"),
+    (["--optimizer", "Adagrad2"], "--optimizer: optimizer 'Adagrad2': not an optimiser class of torch.optim"),
+    (["--optimizer-option", "momentum"], "--optimizer-option 'momentum': give KEY=VALUE, VALUE in JSON"),
+    (["--optimizer-option", "momentum=fast"], "--optimizer-option 'momentum=fast': give KEY=VALUE"),
+    (["--optimizer-option", "betas=[0.9,0.99]"], "--optimizer: optimizer SGD(lr=0.001, betas=[0.9, 0.99]): "),
 ])
 def test_calibrate_reducer_refuses_flags_it_does_not_take(capsys, flags, culprit):
+    pytest.importorskip("torch")
     status, _, err = run(capsys, "calibrate", "--reducer", "plan", *flags)
     assert status == 2 and len(err.strip().splitlines()) == 1 and culprit in err
+
+
+@pytest.mark.parametrize("flags", [["--optimizer", "Adam"], ["--optimizer-option", "momentum=0.9"]])
+def test_the_optimiser_goes_with_a_reducer_calibration_only(capsys, flags):
+    status, _, err = run(capsys, "calibrate", "--backend", "local", *flags)
+    assert status == 2 and err.strip() == (f"fusionopt: error: {flags[0]} names the optimiser a reducer calibration "
+                                           "steps with and goes with --reducer")
 
 
 def test_ctrl_c_ends_calibrate_reducer_with_one_line_and_no_rank_left(tmp_path):
