@@ -114,6 +114,16 @@ def test_the_analysis_pairs_each_method_with_the_optimum_run_beside_it(script):
     assert script.within_from(run["methods"]["planner"]["steps"], 0, 50, [0.010] * 50) == 26
 
 
+def test_the_reducer_a_document_carries_keeps_every_figure(script):
+    from fusionopt.integrations import ReducerCalibration
+
+    document = ReducerCalibration("plan", per_step=1e-3, per_message=2e-4, message_compute=3e-4, per_tensor=1e-4,
+                                  per_byte=1e-10).to_dict()
+    reducer = script.reducer_of(document)
+    assert (reducer.per_step, reducer.per_message, reducer.message_compute, reducer.per_tensor,
+            reducer.per_byte) == (1e-3, 2e-4, 3e-4, 1e-4, 1e-10)
+
+
 def test_the_stored_result_is_the_defaults(script, capsys):
     args, folder = script.parse_arguments([])
     assert Path(folder) == RESULTS

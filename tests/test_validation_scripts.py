@@ -242,6 +242,16 @@ def test_training_predicts_with_the_reducer_cost_measured_apart(training, tmp_pa
     # A version 1 document, written before the compute regime, has none.
     old = {k: v for k, v in document.items() if k not in ("message_compute", "compute_samples")}
     assert training.reducer_of({**old, "version": 1}).message_compute == 0.0
+    # Costs per tensor and per byte a calibration carries are kept, not dropped: 0.1 ms for each of
+    # the two tensors on the host, and 0.5 ms per MB on the 2 MB message of single (1 ms): 9 + 1.2 ms.
+    shaped = dict(ReducerCalibration("plan", per_step=0.0, per_message=0.0, per_tensor=1e-4,
+                                     per_byte=5e-10).to_dict())
+    training.with_reducer(results, AlphaBeta(3e-3, 1e-9), training.reducer_of(shaped))
+    assert plans["single"]["predicted_with_reducer"] == pytest.approx(10.2e-3, abs=1e-12)
+    text = training.markdown({"date": "d", "host": "h", "network": "10gbe", "workers": 64, "steps": 3, "warmup": 1,
+                              "command": "c", "reducer_calibration": shaped, "targets": {}, "results": {}})
+    assert ("0.00 ms per step, 0.10 ms per parameter tensor, 0.00 ms per message on the channel, 0.52 ms per MiB "
+            "of each message, 0.00 ms per message on the compute stream") in text
     # The table's line of the figures measured apart names the compute per message.
     text = training.markdown({"date": "d", "host": "h", "network": "10gbe", "workers": 64, "steps": 3, "warmup": 1,
                               "command": "c", "reducer_calibration": document, "targets": {}, "results": {}})

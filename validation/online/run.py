@@ -263,7 +263,8 @@ def reducer_of(document: dict[str, Any]) -> Any:
     from fusionopt.integrations import ReducerCalibration
 
     return ReducerCalibration("plan", per_step=document["per_step"], per_message=document["per_message"],
-                              message_compute=document.get("message_compute", 0.0))
+                              message_compute=document.get("message_compute", 0.0),
+                              per_tensor=document.get("per_tensor", 0.0), per_byte=document.get("per_byte", 0.0))
 
 
 def reducer_calibration(path: str | None, ranks: int) -> dict[str, Any]:
@@ -364,8 +365,11 @@ def markdown(document: dict[str, Any]) -> str:
              "this host: they vary from run to run.", "",
              "The offline optimum is the exact DP's plan of the measured profile on the link's cost with the plan "
              "reducer's own cost: " + "; ".join(
-                 f"{ranks} ranks {ms(c['per_step'])} ms per step, {ms(c['per_message'])} ms per message on the "
-                 f"channel, {ms(c.get('message_compute', 0.0))} ms per message on the compute"
+                 f"{ranks} ranks {ms(c['per_step'])} ms per step, "
+                 + (f"{ms(c['per_tensor'])} ms per parameter tensor, " if c.get("per_tensor") else "")
+                 + f"{ms(c['per_message'])} ms per message on the channel, "
+                 + (f"{ms(c['per_byte'] * 2**20)} ms per MiB of each message, " if c.get("per_byte") else "")
+                 + f"{ms(c.get('message_compute', 0.0))} ms per message on the compute"
                  + (f" (read from `{c['source']}`)" if c.get("source") else " (measured first, apart from the models)")
                  for ranks, c in document["reducer_calibration"].items()) + ".", "",
              "Measured: rank 0's step times, the methods interleaved step by step (each trains its own copy of the "

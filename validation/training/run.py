@@ -334,8 +334,10 @@ def markdown(document: dict[str, Any]) -> str:
     measured = document["reducer_calibration"]
     lines += ["", f"Reducer cost measured apart ({measured['reducer']} reducer, {len(measured['samples'])} samples, "
               f"{measured['ranks']} {measured['backend']} ranks): {ms(measured['per_step'])} ms per step, "
-              f"{ms(measured['per_message'])} ms per message on the channel, "
-              f"{ms(measured.get('message_compute', 0.0))} ms per message on the compute stream"
+              + (f"{ms(measured['per_tensor'])} ms per parameter tensor, " if measured.get("per_tensor") else "")
+              + f"{ms(measured['per_message'])} ms per message on the channel, "
+              + (f"{ms(measured['per_byte'] * 2**20)} ms per MiB of each message, " if measured.get("per_byte") else "")
+              + f"{ms(measured.get('message_compute', 0.0))} ms per message on the compute stream"
               + (f" ({len(measured['compute_samples'])} samples with the compute critical)."
                  if measured.get("compute_samples") else "." if measured.get("message_compute") else " (not measured).")]
     lines += ["", "Reducer cost fitted per model on its own plans (ms): " + "; ".join(
@@ -417,7 +419,8 @@ def document_of(results: dict[str, Any], args: argparse.Namespace, argv: list[st
 def reducer_of(document: dict[str, Any]) -> ReducerCalibration:
     """The calibration a result document carries."""
     return ReducerCalibration(document["reducer"], per_step=document["per_step"], per_message=document["per_message"],
-                              message_compute=document.get("message_compute", 0.0))
+                              message_compute=document.get("message_compute", 0.0),
+                              per_tensor=document.get("per_tensor", 0.0), per_byte=document.get("per_byte", 0.0))
 
 
 def reducer_calibration(args: argparse.Namespace) -> dict[str, Any]:
