@@ -346,8 +346,14 @@ def markdown(document: dict[str, Any]) -> str:
         where = (f"read from `{reducer['file']}` (measured apart)" if reducer.get("file") else
                  "measured before the ranks started by `measure_reducer_overhead(\"ddp\")` on its synthetic model")
         lines += [f"`with reducer`: the same plans with DDP's reducer's own cost, {where}: "
-                  f"{1e3 * reducer['per_step']:.3f} ms per step, {1e3 * reducer['per_message']:.3f} ms per bucket on "
-                  f"the link (each of the hook's three all-reduces), {1e3 * reducer['message_compute']:.3f} ms per "
+                  f"{1e3 * reducer['per_step']:.3f} ms per step"
+                  + (f" and {1e3 * reducer['per_tensor']:.3f} ms per parameter tensor" if reducer.get("per_tensor")
+                     else "")
+                  + f", {1e3 * reducer['per_message']:.3f} ms per bucket"
+                  + (f" and {1e3 * 2**20 * reducer['per_byte']:.3f} ms per MiB of it" if reducer.get("per_byte")
+                     else "")
+                  + " on the link (each of the hook's three all-reduces), "
+                  + f"{1e3 * reducer['message_compute']:.3f} ms per "
                   "bucket on the compute stream. The speedups are the model's alone.", ""]
     header = ["model", "link", "setting", "casts (us + ps/B)", "buckets", "encodings", "predicted (ms)",
               *(["with reducer (ms)"] if reducer else []), "measured (ms)",
