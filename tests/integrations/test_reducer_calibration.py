@@ -4,6 +4,7 @@ import json
 import math
 
 import pytest
+from hypothesis import given, settings, strategies as st
 
 from fusionopt.integrations import (
     REDUCER_CALIBRATION_SCHEMA, ReducerCalibration, Sample, fit_overhead, fit_reducer_cost, read_reducer_calibration,
@@ -59,6 +60,20 @@ def test_joint_fit_with_one_shape_is_the_two_figure_fit():
     assert fit_reducer_cost(samples) == pytest.approx((1 / 3, 1.5, 0.0, 0.0))
     falling = [Sample(m, e, 0.0, 0.0) for m, e in ((1, 3.0), (2, 2.0), (3, 1.0))]
     assert fit_reducer_cost(falling) == pytest.approx((*fit_overhead([1, 2, 3], [3.0, 2.0, 1.0]), 0.0, 0.0))
+
+
+@settings(deadline=None)
+@given(st.lists(st.tuples(st.sampled_from([1, 2, 4, 8, 16, 32]), st.floats(-1.0, 1.0)), min_size=2, max_size=8),
+       st.sampled_from([1e-3, 1.0]))
+def test_joint_fit_of_one_shape_is_fit_overhead(points, scale):
+    # The non-negative least squares of four figures, with the tensors and bytes constant, and the
+    # closed form with its bounds: the same residual, so the same fit wherever the optimum is unique.
+    messages, excess = [m for m, _ in points], [e * scale for _, e in points]
+    two = fit_overhead(messages, excess)
+    four = fit_reducer_cost([Sample(m, e, 0.0, 0.0, 16, 4096) for m, e in zip(messages, excess)])
+    residual = lambda c, s: sum((c + s * m - e) ** 2 for m, e in zip(messages, excess))  # noqa: E731
+    assert four[2:] == (0.0, 0.0) and min(four[:2]) >= 0.0
+    assert residual(*four[:2]) == pytest.approx(residual(*two), rel=1e-9, abs=1e-15 * scale ** 2)
 
 
 def test_joint_fit_keeps_every_figure_non_negative():

@@ -441,8 +441,8 @@ def measure_loopback(dist: Any, repeats: int = LOOPBACK_REPEATS) -> dict[str, li
     loopback collective outlasts its hold the emulated link hands the message back later than
     the model says (its documented limit). Pricing each message at the slower of the two
     would count that overrun twice where the reducer calibration's own 5 ms holds did not
-    hide it either (4 gloo ranks on 2 cores: loopbacks of 4 to 8 ms), its excess per message
-    already holding it."""
+    hide it either (4 gloo ranks on 2 cores: the stored run's loopback all-reduces and
+    reduce-scatters took over 5 ms from 64 KiB up), its excess per message already holding it."""
     import torch
 
     world = dist.get_world_size()
