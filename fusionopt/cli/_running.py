@@ -10,7 +10,8 @@ import os
 import sys
 from typing import Any, Callable
 from fusionopt.cost import network, networks, ALGORITHMS
-from fusionopt.integrations._reducer_calibration import REDUCERS, check_optimizer, measure_reducer_overhead
+from fusionopt.integrations._reducer_calibration import (DEFAULT_OPTIMIZER_OPTIONS, REDUCERS, check_optimizer,
+                                                         measure_reducer_overhead)
 from fusionopt.cli._common import Kept, UsageError, comma_list, fail, json_output, plural
 from fusionopt.cli._problems import ZOO_COMPUTE_OPTIONS, add_cost_arguments, add_zoo_arguments, powersgd_from_flags, \
     zoo_settings
@@ -272,7 +273,7 @@ def _calibrate_reducer(args: argparse.Namespace) -> None:
         raise UsageError(f"--ranks {ranks}: --reducer measures a reducer between ranks: give 2 or more")
     optimizer, options = args.optimizer or "SGD", _optimizer_options(args.optimizer_option)
     try:
-        measured(lambda: check_optimizer(optimizer, {"lr": 1e-3} if options is None else options))
+        measured(lambda: check_optimizer(optimizer, options))
     except ValueError as exc:
         raise UsageError(f"--optimizer: {exc}") from None
     json_output(args.output, "the reducer calibration")
@@ -287,13 +288,11 @@ def _calibrate_reducer(args: argparse.Namespace) -> None:
         print(f"wrote {args.output}: read it with --reducer-calibration {args.output} (simulate, advise)")
 
 
-def _optimizer_options(given: list[str] | None) -> dict[str, Any] | None:
+def _optimizer_options(given: list[str] | None) -> dict[str, Any]:
     """``--optimizer-option KEY=VALUE`` pairs as keyword arguments (each value JSON: a number,
-    true or false, a list); None where none was given."""
-    if not given:
-        return None
-    options: dict[str, Any] = {"lr": 1e-3}
-    for pair in given:
+    true or false, a list) over the calibration's default options."""
+    options = dict(DEFAULT_OPTIMIZER_OPTIONS)
+    for pair in given or []:
         key, sep, text = pair.partition("=")
         try:
             if not sep or not key.isidentifier():

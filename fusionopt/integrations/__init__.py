@@ -60,8 +60,8 @@ from fusionopt.integrations._plan_reducer import PlanReducer
 from fusionopt.integrations._profiler_calibration import measure_profiler_cost
 from fusionopt.integrations._rank_processes import leave_rank, run_rank_processes
 from fusionopt.integrations._reducer_calibration import (
-    REDUCER_CALIBRATION_SCHEMA, ReducerCalibration, Sample, fit_overhead, fit_reducer_cost, measure_reducer_overhead,
-    read_reducer_calibration, with_reducer_overhead,
+    REDUCER_CALIBRATION_SCHEMA, ReducerCalibration, Sample, fit_overhead, fit_reducer_cost, make_optimizer,
+    measure_reducer_overhead, read_reducer_calibration, with_reducer_overhead,
 )
 from fusionopt.integrations._torch import profile_model, require_torch
 from fusionopt.integrations._traced_step import (
@@ -80,7 +80,7 @@ __all__ = [
     "SimulatedShardedJob", "SimulatedZero3Job", "TEST_POINTS", "TracedStep",
     "UNPROFILED_FILE", "apply_advice", "apply_defaults", "choose_encoding", "collective_samples", "ddp_bucket_layout", "ddp_comm_hook",
     "documents_by_rank", "emulate_fsdp2", "fetch_events", "fit_collective_cost", "fit_overhead", "folder_parameters",
-    "fit_reducer_cost",
+    "fit_reducer_cost", "make_optimizer",
     "free_port", "fsdp2_blocks", "join_gloo", "leave_rank", "measure_profiler_cost", "measure_reducer_overhead",
     "padded_bytes", "padded_comm_hook", "powersgd_comm_hook", "predict_traced_step", "profile_from_trace", "profile_from_traces", "profile_model",
     "read_advice", "read_profiler_cost", "read_reducer_calibration", "read_unprofiled_reference",

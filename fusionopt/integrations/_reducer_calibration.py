@@ -84,6 +84,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any, Mapping, Sequence
 
 import numpy as np
@@ -100,8 +101,8 @@ from fusionopt.model._profile import Profile
 from fusionopt.model._io import read_json_document, write_json_atomic
 
 __all__ = ["REDUCERS", "REDUCER_CALIBRATION_SCHEMA", "DEFAULT_LINK", "Sample", "ReducerCalibration", "fit_overhead",
-           "fit_reducer_cost", "check_optimizer", "measure_reducer_overhead", "read_reducer_calibration",
-           "with_reducer_overhead"]
+           "fit_reducer_cost", "DEFAULT_OPTIMIZER_OPTIONS", "check_optimizer", "make_optimizer",
+           "measure_reducer_overhead", "read_reducer_calibration", "with_reducer_overhead"]
 
 REDUCERS = ("ddp", "fsdp2", "plan")
 REDUCER_CALIBRATION_SCHEMA = "fusionopt.reducer_calibration"
@@ -109,6 +110,8 @@ REDUCER_CALIBRATION_VERSION = 3          # 3: per_tensor and per_byte; 2: messag
 DEFAULT_LINK = AlphaBeta(5e-3, 0.0)
 """The emulated link of a ``plan`` or ``ddp`` calibration: 5 ms per message, longer than a loopback
 gloo all-reduce of the synthetic model's buffers on a loaded host (1 to 2.5 ms on 2 cores)."""
+DEFAULT_OPTIMIZER_OPTIONS: Mapping[str, Any] = MappingProxyType({"lr": 1e-3})
+"""The options of a calibration's optimiser where none are given (``SGD(lr=1e-3)`` by default)."""
 COMPUTE_LINK = AlphaBeta(1e-3, 0.0)
 """The emulated link of the compute regime: 1 ms per message, a third of the wide synthetic
 model's backward per layer on one core (about 3 ms)."""
@@ -382,7 +385,7 @@ def measure_reducer_overhead(reducer: str, ranks: int = 2, *, message_counts: Se
                                                   if tensor_counts is None else tensor_counts)]
               + [[layers, w] for w in _whole_numbers("widths", ((64, 128) if sharded else ())
                                                      if widths is None else widths)])
-    options = {"lr": 1e-3} if optimizer_options is None else dict(optimizer_options)
+    options = dict(DEFAULT_OPTIMIZER_OPTIONS if optimizer_options is None else optimizer_options)
     check_optimizer(optimizer, options)
     if link is not None and not isinstance(link, CommCost):
         raise ValueError(f"link must be a CommCost or None, got {type(link).__name__}")
@@ -434,7 +437,7 @@ def check_optimizer(name: str, options: dict[str, Any]) -> None:
     except (TypeError, ValueError):
         raise ValueError(f"optimizer_options must be JSON numbers, strings and lists, got {options!r}") from None
     try:
-        kind([torch.zeros(1, requires_grad=True)], **options)
+        make_optimizer(name, options, [torch.zeros(1, requires_grad=True)])
     except (TypeError, ValueError) as exc:
         raise ValueError(f"optimizer {name}({', '.join(f'{k}={v!r}' for k, v in options.items())}): {exc}") from None
 
@@ -525,9 +528,16 @@ def _rank(rank: int, job: dict[str, Any]) -> None:
     leave_rank()
 
 
+def make_optimizer(name: str, options: Mapping[str, Any], parameters: Any) -> Any:
+    """``torch.optim.<name>(parameters, **options)``: a training job's optimiser, as a
+    calibration runs it (:func:`check_optimizer` says what is wrong with ``name`` or
+    ``options`` in one line)."""
+    return getattr(require_torch().optim, name)(parameters, **options)
+
+
 def _optimizer(torch: Any, job: dict[str, Any], parameters: Any) -> Any:
     """The job's optimiser over ``parameters``."""
-    return getattr(torch.optim, job["optimizer"]["name"])(parameters, **job["optimizer"]["options"])
+    return make_optimizer(job["optimizer"]["name"], job["optimizer"]["options"], parameters)
 
 
 def _plain_step(torch: Any, job: dict[str, Any], x: Any, dist: Any) -> float:

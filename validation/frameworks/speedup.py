@@ -94,7 +94,8 @@ from fusionopt.integrations import (  # noqa: E402
     apply_advice, apply_defaults, SMALL_INPUTS, free_port, small_model, EmulatedLink, tiny_transformer,
     profile_model,
 )
-from fusionopt.integrations import measure_reducer_overhead, read_reducer_calibration, with_reducer_overhead
+from fusionopt.integrations import (make_optimizer, measure_reducer_overhead, read_reducer_calibration,  # noqa: E402
+                                    with_reducer_overhead)
 from fusionopt.model import Plan, Problem, Profile, simulate  # noqa: E402
 from fusionopt.reporting import write_json_atomic  # noqa: E402
 from fusionopt.model import FullySharded  # noqa: E402
@@ -119,13 +120,6 @@ OPTIMIZER = ("SGD", {"lr": 1e-3, "momentum": 0.9})
 and the reducer calibrations' (FSDP2 steps it on DTensor shards, at a cost per tensor)."""
 LOOPBACK_SIZES = tuple(2**k for k in range(14, 24))   # 16 KiB to 8 MiB: the loopback collectives timed
 LOOPBACK_REPEATS = 10
-
-
-def make_optimizer(parameters: Any) -> Any:
-    """:data:`OPTIMIZER` over ``parameters``."""
-    import torch
-
-    return getattr(torch.optim, OPTIMIZER[0])(parameters, **OPTIMIZER[1])
 
 
 # --- the predictions --------------------------------------------------------------------
@@ -423,7 +417,7 @@ def measure_profile(name: str, rank: int, args: dict[str, Any], dist: Any,
     torch.manual_seed(0)
     model, make_input = build_model(name)
     model, x = model.to(device), make_input(args["batch"], rank).to(device)
-    optimizer = make_optimizer(model.parameters())
+    optimizer = make_optimizer(*OPTIMIZER, model.parameters())
     dist.barrier()
     measured = profile_model(model, x, loss_fn=lambda out: out.sum(), steps=args["profile_steps"],
                              warmup=args["warmup"], optimizer=optimizer, name=name)
@@ -579,7 +573,8 @@ def _run_case(case: dict[str, Any], row: dict[str, Any], x: Any, args: dict[str,
     cost = link_cost(framework, case["network"], args["workers"])
     default, default_link = _wrapped(case["model"], framework, None, cost, device)
     advised, advised_link = _wrapped(case["model"], framework, row["advice"], cost, device)
-    optimizers = {"default": make_optimizer(default.parameters()), "advised": make_optimizer(advised.parameters())}
+    optimizers = {key: make_optimizer(*OPTIMIZER, model.parameters())
+                  for key, model in (("default", default), ("advised", advised))}
     models = {"default": default, "advised": advised}
 
     counters = ({"default": UnshardedBytes(default, default_link), "advised": UnshardedBytes(advised, advised_link)}
