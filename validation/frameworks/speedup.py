@@ -441,13 +441,17 @@ def measure_loopback(dist: Any, repeats: int = LOOPBACK_REPEATS) -> dict[str, li
     import torch
 
     world = dist.get_world_size()
+    # torch 2.13 names them *_single (the *_tensor names warn that they are deprecated); earlier
+    # releases have only the *_tensor names.
+    all_gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+    reduce_scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
     times: dict[str, list[list[float]]] = {"all_reduce": [], "all_gather": [], "reduce_scatter": []}
     for size in LOOPBACK_SIZES:
         count = size // 4 // world * world
         whole, part = torch.zeros(count), torch.zeros(count // world)
         calls = {"all_reduce": lambda: dist.all_reduce(whole),
-                 "all_gather": lambda: dist.all_gather_into_tensor(whole, part),
-                 "reduce_scatter": lambda: dist.reduce_scatter_tensor(part, whole)}
+                 "all_gather": lambda: all_gather(whole, part),
+                 "reduce_scatter": lambda: reduce_scatter(part, whole)}
         for kind, call in calls.items():
             call()
             dist.barrier()
