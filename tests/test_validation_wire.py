@@ -224,5 +224,31 @@ def test_a_small_executor_wire_run(tmp_path):
     profile = scale_compute(zoo.profile("mobilenet-v2", device="h100", batch=64), rows["ddp"]["time_scale"])
     for setting, (problem, method) in executor.problems(profile, link, fp16, products).items():
         assert solve(problem, method).iteration_time == pytest.approx(rows[setting]["predicted_time"], rel=1e-9)
-    assert rows["joint"]["measured_speedup"] == pytest.approx(rows["ddp"]["measured_time"] / rows["joint"]["measured_time"])
+    assert rows["joint"]["measured_speedup"] == pytest.approx(rows["ddp"]["measured_time"]
+                                                              / rows["joint"]["measured_time"])
     assert "--models mobilenet-v2" in (tmp_path / "wire-executor-local-cpu.md").read_text()
+
+
+def test_the_gpu_commands_wire_stage_writes_the_stored_result_and_ranks_are_not_ignored(monkeypatch, capsys):
+    # The GPU command's arguments, its output folder the stored results': the stored result's
+    # own arguments, so it is written there, not to a subset folder. --ranks with an emulated
+    # link (one rank, one GPU) is refused, not ignored.
+    executor = load_script("validation/wire/executor.py")
+    gpu = load_script("validation/gpu/run.py")
+    arguments = [a.replace("OUT", str(ROOT / "validation" / "results")) for a in gpu.STAGES["wire"][1][1:]]
+    where = {}
+
+    def stop(path, stored, changed, **_):
+        where.update(path=path, changed=changed)
+        raise SystemExit(0)
+    monkeypatch.setattr(executor, "subset_location", stop)
+    with pytest.raises(SystemExit):
+        executor.main(arguments)
+    assert where == {"path": str(ROOT / "validation" / "results"), "changed": []}
+    with pytest.raises(SystemExit):
+        executor.main(["--backend", "nccl", "--emulate-network", "100gb-ib", "--ranks", "2"])
+    assert "error: --ranks 2: --emulate-network runs one rank, on one GPU" in capsys.readouterr().err
+    where.clear()
+    with pytest.raises(SystemExit):
+        executor.main(["--backend", "mpi"])
+    assert where["changed"] == []

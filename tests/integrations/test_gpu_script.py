@@ -96,3 +96,30 @@ def test_time_a_stage_leaves_goes_to_the_later_ones(script, tmp_path, monkeypatc
     assert given[1] == pytest.approx(400 * shares[1] / (shares[1] + shares[2]), rel=1e-3)
     assert given[2] == pytest.approx(400, rel=1e-3)
     assert script.stage_seconds(-3.0, 0.2, 0.5) == 0.0
+
+
+def test_the_contention_check_fits_on_the_stored_runs_as_they_were_before_the_hardware_stages(script, tmp_path,
+                                                                                             monkeypatch):
+    # With --out the stored results' folder, the hardware stages rewrite the stored GEMM and
+    # spin runs; the check must still fit on the runs as they were, not on the run it checks.
+    for name in script.FITTED_ON:
+        (tmp_path / name).write_text(f"stored {name}")
+    seen = {}
+
+    def run_stage(arguments, seconds, log):
+        if arguments[0] == "validation/hardware/run.py":        # this run's results, over the stored ones
+            for name in script.FITTED_ON:
+                (tmp_path / name).write_text("this run")
+        else:
+            fit = {flag: Path(arguments[arguments.index(flag) + 1]) for flag in ("--gemm", "--spin")}
+            seen.update({flag: path.read_text() for flag, path in fit.items()})
+            seen["check"] = Path(arguments[arguments.index("--check") + 1]).read_text()
+        log.write_text("")
+        return "passed", 0.0
+
+    monkeypatch.setattr(script, "RESULTS", tmp_path)
+    monkeypatch.setattr(script, "machine", lambda: {"cpu": "x", "cores": 2, "python": "3", "gpu": "Fake"})
+    monkeypatch.setattr(script, "why_not", lambda name, arguments, gpu: None)
+    monkeypatch.setattr(script, "run_stage", run_stage)
+    assert script.main(["--out", str(tmp_path), "--stages", "hardware-spin,hardware-gemm,contention-check"]) == 0
+    assert seen == {"--gemm": "stored nccl-gpu-gemm.json", "--spin": "stored nccl-gpu-spin.json", "check": "this run"}

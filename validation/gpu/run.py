@@ -14,8 +14,9 @@ budget among the stages still to run (time a stage does not use goes to the late
 3. ``contention``: ``fusionopt calibrate --contention`` on the GPU
    (``contention-calibration-gpu.json``: how much GEMMs and messages slow each other); then
    ``contention-check``: ``validation/hardware/contention.py`` predicts this run's GEMM run
-   with the factors fitted on the stored runs and with this calibration, fitting nothing on
-   it (``contention-gpu``, with each run's excess beside its message counts and, from
+   with the factors fitted on the stored runs (as they were when the command started: with
+   the default ``--out`` the hardware stages rewrite them) and with this calibration, fitting
+   nothing on it (``contention-gpu``, with each run's excess beside its message counts and, from
    ``nccl-gpu-gemm``, the host's time to queue each step);
 4. ``training``: ``validation/training/run.py --backend nccl --ranks 1``, plans trained on one
    GPU over an emulated link (``training-gpu``);
@@ -56,11 +57,13 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
+RESULTS = ROOT / "validation" / "results"
 sys.path.insert(0, str(ROOT))
 
 from fusionopt.reporting import markdown_table, write_result  # noqa: E402
@@ -69,7 +72,12 @@ PROFILE_MODELS = ("resnet50,resnet101,vgg16,densenet121,mobilenet-v2,vit-b16,inc
                   "bert-large,gpt2,lstm-lm")
 HARDWARE = ["--backend", "nccl", "--emulate-network", "100gb-ib", "--workers", "8", "--iterations", "6",
             "--warmup", "2"]
-# name -> (share of the budget, what it runs as arguments after the interpreter; OUT is the folder)
+# The stored GEMM and spin runs the contention check fits its factors on, copied to STORED
+# when the command starts: with --out the stored results' folder, the hardware stages rewrite
+# them, and factors fitted on the run they check would check nothing.
+FITTED_ON = ("nccl-gpu-gemm.json", "nccl-gpu-spin.json")
+# name -> (share of the budget, what it runs as arguments after the interpreter; OUT is the
+# folder, STORED the copies of FITTED_ON, LIMIT the stage's seconds)
 STAGES: dict[str, tuple[float, list[str]]] = {
     "tests": (0.09, ["-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/executor/test_executor_nccl.py",
                      "tests/executor/test_executor_sharded.py", "tests/integrations/test_emulated_link_cuda.py"]),
@@ -78,17 +86,18 @@ STAGES: dict[str, tuple[float, list[str]]] = {
     "contention": (0.06, ["-m", "fusionopt", "calibrate", "--backend", "nccl", "--contention",
                           "--output", "OUT/contention-calibration-gpu.json"]),
     "contention-check": (0.02, ["validation/hardware/contention.py", "--check", "OUT/nccl-gpu-gemm.json",
-                                "--calibration", "OUT/contention-calibration-gpu.json", "--output-dir", "OUT"]),
+                                "--calibration", "OUT/contention-calibration-gpu.json", "--output-dir", "OUT",
+                                "--gemm", "STORED/nccl-gpu-gemm.json", "--spin", "STORED/nccl-gpu-spin.json"]),
     "training": (0.20, ["validation/training/run.py", "--backend", "nccl", "--ranks", "1", "--out", "OUT"]),
     "profiles": (0.13, ["validation/profiles/run.py", "--device", "cuda", "--zoo-device", "h100", "--models",
                         PROFILE_MODELS, "--steps", "10", "--warmup", "3", "--profiles-dir", "OUT/measured",
                         "--output-dir", "OUT"]),
-    "wire": (0.08, ["validation/wire/executor.py", "--backend", "nccl", "--emulate-network", "100gb-ib",
+    "wire": (0.13, ["validation/wire/executor.py", "--backend", "nccl", "--emulate-network", "100gb-ib",
                     "--workers", "8", "--out", "OUT"]),
     "speedup": (0.08, ["validation/frameworks/speedup.py", "--backend", "nccl", "--models", "mlp,transformer",
                        "--networks", "10gbe", "--rounds", "12", "--steps", "2", "--out", "OUT"]),
     # Last: it takes what the others left (on one H100 on 2026-11-27, before wire, 12 of its 22 default cases).
-    "step": (0.18, ["validation/step/run.py", "--device", "cuda", "--out", "OUT", "--time-limit", "LIMIT"]),
+    "step": (0.13, ["validation/step/run.py", "--device", "cuda", "--out", "OUT", "--time-limit", "LIMIT"]),
 }
 
 
@@ -192,7 +201,7 @@ def markdown(document: dict[str, Any]) -> str:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", default=str(ROOT / "validation" / "results"), help="folder of every result file")
+    parser.add_argument("--out", default=str(RESULTS), help="folder of every result file")
     parser.add_argument("--budget", type=float, default=470.0, help="seconds for all stages (default 470)")
     parser.add_argument("--stages", default=",".join(STAGES), help=f"comma-separated, of: {', '.join(STAGES)}")
     args = parser.parse_args(argv)
@@ -215,13 +224,18 @@ def main(argv: list[str] | None = None) -> int:
                                 "budget": args.budget, "stages": []}
     started = time.perf_counter()
     code = 0
+    stored = tempfile.TemporaryDirectory(prefix="fusionopt-gpu-")
+    for name in FITTED_ON:
+        if (RESULTS / name).is_file():
+            shutil.copyfile(RESULTS / name, Path(stored.name) / name)
     try:
         for k, name in enumerate(chosen):
             share, template = STAGES[name]
             left = args.budget - (time.perf_counter() - started)
             seconds = stage_seconds(left, share, sum(STAGES[s][0] for s in chosen[k:]))
             limit = max(1, int(seconds * 0.85))
-            arguments = [a.replace("OUT", str(out)).replace("LIMIT", str(limit)) for a in template]
+            arguments = [a.replace("OUT", str(out)).replace("STORED", stored.name).replace("LIMIT", str(limit))
+                         for a in template]
             reason = why_not(name, arguments, gpu)
             entry: dict[str, Any] = {"stage": name}
             if reason:
@@ -240,6 +254,8 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted: the finished stages' files are kept", file=sys.stderr)
         code = 130
+    finally:
+        stored.cleanup()
     return code
 
 

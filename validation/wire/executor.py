@@ -101,8 +101,8 @@ def fit_products(backend: str) -> dict[str, Any]:
     fit = fit_alpha_beta(sizes, medians)
     return {"seconds_per_byte": fit.beta, "seconds_per_message": fit.alpha, "sizes": sizes, "medians": medians}
 # The arguments, beside the defaults, of the runs that made the stored results.
-STORED = {"wire-executor-mpi-cpu": {"backend": "mpi"},
-          "wire-executor-nccl-gpu": {"backend": "nccl", "emulate_network": "100gb-ib"}}
+STORED = {"wire-executor-mpi-cpu": {"backend": "mpi", "ranks": 2},
+          "wire-executor-nccl-gpu": {"backend": "nccl", "emulate_network": "100gb-ib", "ranks": 1}}
 
 
 def problems(profile: Any, link: Any, fp16: Any, products: dict[str, Any]) -> dict[str, tuple[Problem, str]]:
@@ -211,7 +211,7 @@ def summary(rows: list[dict[str, Any]], tie: float = 0.02) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--backend", default="local", choices=("local", "mpi", "nccl"))
-    parser.add_argument("--ranks", type=positive_int, default=2, help="ranks (default 2; 1 with --emulate-network)")
+    parser.add_argument("--ranks", type=positive_int, default=None, help="ranks (default 2; 1 with --emulate-network)")
     parser.add_argument("--models", default="resnet50,bert-base", help="zoo models (default resnet50,bert-base)")
     parser.add_argument("--device", default="h100", help="zoo device of the profiles (default h100)")
     parser.add_argument("--batch", type=positive_int, default=64, help="zoo batch per worker (default 64)")
@@ -230,7 +230,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.backend != "nccl":
             parser.error("--emulate-network applies to --backend nccl with one GPU")
         network(args.emulate_network, args.workers)        # a name it does not know: one line, now
-        args.ranks = 1
+        if args.ranks not in (None, 1):
+            parser.error(f"--ranks {args.ranks}: --emulate-network runs one rank, on one GPU")
+    args.ranks = args.ranks or (1 if args.emulate_network is not None else 2)
     stem = f"wire-executor-{args.backend}-{'gpu' if args.backend == 'nccl' else 'cpu'}"
     changed = changed_options(parser, args, reference=STORED.get(stem, {}), leave=("out",))
     folder = subset_location(args.out, str(RESULTS), changed, folder=True)
