@@ -123,3 +123,27 @@ def test_the_contention_check_fits_on_the_stored_runs_as_they_were_before_the_ha
     monkeypatch.setattr(script, "run_stage", run_stage)
     assert script.main(["--out", str(tmp_path), "--stages", "hardware-spin,hardware-gemm,contention-check"]) == 0
     assert seen == {"--gemm": "stored nccl-gpu-gemm.json", "--spin": "stored nccl-gpu-spin.json", "check": "this run"}
+
+
+@pytest.mark.parametrize("stage", ["hardware-spin", "hardware-gemm", "training", "profiles", "wire", "speedup"])
+def test_with_the_stored_folder_each_stage_writes_the_stored_result(script, stage, monkeypatch):
+    # A stage's arguments are its stored result's own: with --out the stored results' folder it
+    # writes there (its options unchanged), not to a subset folder.
+    sys.path.insert(0, str(SCRIPT.parents[2] / "tests"))
+    try:
+        from script_helpers import load_script
+    finally:
+        sys.path.pop(0)
+    results = SCRIPT.parents[1] / "results"
+    template = script.STAGES[stage][1]
+    target = load_script(template[0])
+    seen = {}
+
+    def stop(path, stored, changed, **_):
+        seen.update(path=str(path), changed=changed)
+        raise SystemExit(0)
+    monkeypatch.setattr(target, "subset_location", stop)
+    arguments = [a.replace("OUT", str(results)) for a in template[1:]]
+    with pytest.raises(SystemExit):
+        (target.parse_arguments if stage == "speedup" else target.main)(arguments)
+    assert seen == {"path": str(results), "changed": []}
