@@ -188,6 +188,8 @@ def missing_extra(backend: str, what: str, cause: BaseException | None = None) -
     """The ImportError for a backend whose dependencies are not installed, naming its extra."""
     extra = EXTRAS.get(backend)
     hint = f"install the {extra!r} extra: pip install 'fusionopt[{extra}]'" if extra else ""
+    if extra == "gpu":                    # CuPy's wheels are built per CUDA major version
+        hint += " (CUDA 12; with CUDA 13: pip install 'fusionopt[gpu-cuda13]')"
     detail = f" ({cause})" if cause is not None else ""
     return ImportError(f"the {backend} backend needs {what}{detail}; {hint}")
 
