@@ -223,6 +223,7 @@ class RankRunner:
 
     def _record(self) -> RankRecord:
         comm, layout = self.comm, self.layout
+        comm.bind_thread()           # PowerSGD's fixed factors below: on this rank's device and stream
 
         def allocate(words: int, dtype: Any = layout.dtype) -> Any:
             return comm.empty(words, dtype)

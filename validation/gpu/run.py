@@ -79,7 +79,7 @@ FITTED_ON = ("nccl-gpu-gemm.json", "nccl-gpu-spin.json")
 # name -> (share of the budget, what it runs as arguments after the interpreter; OUT is the
 # folder, STORED the copies of FITTED_ON, LIMIT the stage's seconds)
 STAGES: dict[str, tuple[float, list[str]]] = {
-    "tests": (0.09, ["-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/executor/test_executor_nccl.py",
+    "tests": (0.11, ["-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", "tests/executor/test_executor_nccl.py",
                      "tests/executor/test_executor_sharded.py", "tests/integrations/test_emulated_link_cuda.py"]),
     "hardware-spin": (0.10, ["validation/hardware/run.py", *HARDWARE, "--compute", "spin", "--output-dir", "OUT"]),
     "hardware-gemm": (0.06, ["validation/hardware/run.py", *HARDWARE, "--compute", "gemm", "--output-dir", "OUT"]),
@@ -97,7 +97,7 @@ STAGES: dict[str, tuple[float, list[str]]] = {
     "speedup": (0.08, ["validation/frameworks/speedup.py", "--backend", "nccl", "--models", "mlp,transformer",
                        "--networks", "10gbe", "--rounds", "12", "--steps", "2", "--out", "OUT"]),
     # Last: it takes what the others left (on one H100 on 2026-11-27, before wire, 12 of its 22 default cases).
-    "step": (0.13, ["validation/step/run.py", "--device", "cuda", "--out", "OUT", "--time-limit", "LIMIT"]),
+    "step": (0.11, ["validation/step/run.py", "--device", "cuda", "--out", "OUT", "--time-limit", "LIMIT"]),
 }
 
 
