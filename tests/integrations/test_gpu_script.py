@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
+from script_helpers import load_script
 
 SCRIPT = Path(__file__).resolve().parents[2] / "validation" / "gpu" / "run.py"
 
@@ -129,11 +130,6 @@ def test_the_contention_check_fits_on_the_stored_runs_as_they_were_before_the_ha
 def test_with_the_stored_folder_each_stage_writes_the_stored_result(script, stage, monkeypatch):
     # A stage's arguments are its stored result's own: with --out the stored results' folder it
     # writes there (its options unchanged), not to a subset folder.
-    sys.path.insert(0, str(SCRIPT.parents[2] / "tests"))
-    try:
-        from script_helpers import load_script
-    finally:
-        sys.path.pop(0)
     results = SCRIPT.parents[1] / "results"
     template = script.STAGES[stage][1]
     target = load_script(template[0])
