@@ -392,8 +392,8 @@ def main(argv: list[str] | None = None) -> int:
                   f"hooks {_ms(row.get('hooks', {}).get('predicted'))} ms, "
                   f"traced {_ms(row.get('traced', {}).get('predicted'))} ms", file=sys.stderr, flush=True)
             write_result(args.out, stem + ".partial", document, markdown(document))
+            model = optimizer = inputs = None          # unbound where the case could not be built
             if gpu:
-                del model, optimizer
                 torch.cuda.empty_cache()
         else:
             document["complete"] = True
