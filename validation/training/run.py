@@ -157,8 +157,10 @@ def _rank(rank: int, port: int, out: str, args: dict[str, Any]) -> None:
                                    "bytes": profile.total_bytes, "plans": {}}
             # Real DDP, its default layout, on a copy of the model (its hooks stay off the
             # original's parameters), its buckets held on one emulated link by a comm hook:
-            # a bucket holds the link for c(S) from when it is posted or the link frees, the
-            # later (gloo runs two buckets at once; one link carries one at a time).
+            # on CPU a bucket holds the link for c(S) from when it is posted or the link frees,
+            # the later (gloo runs two buckets at once; one link carries one at a time); on a
+            # GPU on a CUDA stream of the link's, from when its all-reduce ends, the host not
+            # waiting (as DDP does not wait for NCCL).
             replica = copy.deepcopy(model)
             ddp = torch.nn.parallel.DistributedDataParallel(replica)
             ddp.register_comm_hook(None, ddp_comm_hook(EmulatedLink(cost)))
@@ -302,7 +304,11 @@ def markdown(document: dict[str, Any]) -> str:
                 f"{document['warmup']}, the settings taking turns; measured: the median of the rounds' means. "
                 if document.get("rounds") else f"{document['steps']} timed steps after {document['warmup']}. ")
              + f"Written by `{document['command']}`. "
-             "Timings of this host: they vary from run to run."
+             + ("On the GPU real DDP's buckets are held on a CUDA stream of the link's, each from when its "
+                "all-reduce ends, the host running on; `PlanReducer`'s messages are held by its communication "
+                "thread, and the host waits for them at the end of the backward, as the reducer waits for its "
+                "collectives. " if document.get("backend") == "nccl" else "")
+             + "Timings of this host: they vary from run to run."
              + (f" 1-minute load average {document['load_average']['before']:.2f} before the run and "
                 f"{document['load_average']['after']:.2f} after." if document.get("load_average") else ""), "",
              "`predicted` is the model on the measured profile and the link's cost. `with reducer` adds the "
