@@ -535,14 +535,14 @@ def make_optimizer(name: str, options: Mapping[str, Any], parameters: Any) -> An
     return getattr(require_torch().optim, name)(parameters, **options)
 
 
-def _optimizer(torch: Any, job: dict[str, Any], parameters: Any) -> Any:
+def _optimizer(job: dict[str, Any], parameters: Any) -> Any:
     """The job's optimiser over ``parameters``."""
     return make_optimizer(job["optimizer"]["name"], job["optimizer"]["options"], parameters)
 
 
 def _plain_step(torch: Any, job: dict[str, Any], x: Any, dist: Any) -> float:
     model = _synthetic_model(torch, job["layers"], job["width"])
-    optimizer = _optimizer(torch, job, model.parameters())
+    optimizer = _optimizer(job, model.parameters())
 
     def step() -> None:
         optimizer.zero_grad()
@@ -561,7 +561,7 @@ def _plan_step(torch: Any, dist: Any, job: dict[str, Any], x: Any, count: int,
                                   [name for name, _ in named])
     per = job["layers"] // count
     plan = Plan.from_cuts(profile, [(j + 1) % per == 0 for j in range(len(named) - 1)])
-    optimizer = _optimizer(torch, job, model.parameters())
+    optimizer = _optimizer(job, model.parameters())
 
     def step() -> None:
         optimizer.zero_grad()
@@ -581,7 +581,7 @@ def _ddp_step(torch: Any, dist: Any, job: dict[str, Any], x: Any, count: int,
     ddp = torch.nn.parallel.DistributedDataParallel(model, bucket_cap_mb=layer_bytes * (job["layers"] // count) / 2**20)
     held = EmulatedLink(link if link is not None else AlphaBeta(0.0, 0.0))
     ddp.register_comm_hook(None, ddp_comm_hook(held))
-    optimizer = _optimizer(torch, job, ddp.parameters())
+    optimizer = _optimizer(job, ddp.parameters())
 
     def step() -> None:
         optimizer.zero_grad()
@@ -600,7 +600,7 @@ def _fsdp2_step(torch: Any, dist: Any, job: dict[str, Any], x: Any, count: int,
     fully_shard(model, reshard_after_forward=False)
     held = EmulatedLink(link if link is not None else AlphaBeta(0.0, 0.0))
     emulate_fsdp2(model, held)
-    optimizer = _optimizer(torch, job, model.parameters())
+    optimizer = _optimizer(job, model.parameters())
 
     def step() -> None:
         optimizer.zero_grad()

@@ -74,8 +74,8 @@ def with_overhead(problem: Problem, *, per_step: float, per_message: float,
     per_step = check_param("per-step overhead", per_step)
     per_message = check_param("per-message overhead", per_message)
     per_message_compute = check_param("per-message compute", per_message_compute)
-    profile = problem.profile.with_step_parts(host_overhead=problem.profile.host_overhead + per_step)
     per_byte = check_param("per-byte overhead", per_byte)
+    profile = problem.profile.with_step_parts(host_overhead=problem.profile.host_overhead + per_step)
     pattern = problem.pattern.with_message_overhead(per_message, per_byte)
     return dataclasses.replace(problem, profile=profile, pattern=pattern,
                                message_compute=problem.message_compute + per_message_compute)

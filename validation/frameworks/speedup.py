@@ -436,8 +436,8 @@ def measure_loopback(dist: Any, repeats: int = LOOPBACK_REPEATS) -> dict[str, li
     the model says (its documented limit). Pricing each message at the slower of the two
     would count that overrun twice where the reducer calibration's own 5 ms holds did not
     hide it either (4 gloo ranks on 2 cores: the stored run's loopback all-reduces and
-    reduce-scatters took 4.8 ms or more at every size timed), its excess per message already
-    holding it."""
+    reduce-scatters took 5.3 ms or more at each size its table prints, 64 KiB, 1 MiB and
+    8 MiB), its excess per message already holding it."""
     import torch
 
     world = dist.get_world_size()
