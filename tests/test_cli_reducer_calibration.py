@@ -52,7 +52,7 @@ def test_simulate_adds_the_reducer_cost_exactly(capsys, tmp_path):
                               calibration) == pytest.approx(slower, abs=1e-12)
     status, out, _ = run(capsys, "simulate", profile, "--plan", tmp_path / "single.json", *cost,
                          "--reducer-calibration", calibration)
-    assert status == 0 and "ddp, 0.400 ms per message on the channel, 0.700 ms per step on the host" in out
+    assert status == 0 and "ddp, 0.700 ms per step on the host, 0.400 ms per message on the channel" in out
     assert "iteration time  10.100000 ms" in out
 
 
@@ -65,8 +65,8 @@ def test_simulate_adds_the_costs_per_tensor_and_per_byte_and_says_so(capsys, tmp
             "--reducer-calibration", tmp_path / "t.json"]
     assert iteration_time(capsys, *argv) == pytest.approx(10.2e-3, abs=1e-12)
     status, out, _ = run(capsys, "simulate", *argv)
-    assert status == 0 and ("ddp, 0.000 ms per message and 0.524 ms per MiB of it on the channel, 0.000 ms per "
-                            "step and 0.100 ms per parameter tensor on the host") in out
+    assert status == 0 and ("ddp, 0.000 ms per step and 0.100 ms per parameter tensor on the host, 0.000 ms per "
+                            "message and 0.524 ms per MiB of it on the channel") in out
 
 
 def test_simulate_puts_the_compute_per_message_on_the_compute_stream(capsys, tmp_path):
@@ -80,7 +80,7 @@ def test_simulate_puts_the_compute_per_message_on_the_compute_stream(capsys, tmp
     assert iteration_time(capsys, profile, *cost, "--reducer-calibration", tmp_path / "c.json") == pytest.approx(
         6.1e-3, abs=1e-12)
     status, out, _ = run(capsys, "simulate", profile, *cost, "--reducer-calibration", tmp_path / "c.json")
-    assert status == 0 and ("plan, 0.000 ms per message on the channel, 0.000 ms per step on the host, "
+    assert status == 0 and ("plan, 0.000 ms per step on the host, 0.000 ms per message on the channel, "
                             "0.500 ms of compute per message") in out
 
 
@@ -129,7 +129,7 @@ def test_advise_keeps_the_encodings_it_prices_under_a_calibration(capsys, tmp_pa
     assert status == 0 and "defaults (fully_shard per block, then the model): T = 16.200 ms" in out, err
     status, out, err = run(capsys, *fsdp, "--reducer-calibration", tmp_path / "f.json")
     assert status == 0 and "defaults (fully_shard per block, then the model): T = 18.200 ms" in out, err
-    assert "f.json: fsdp2, 1.000 ms per message on the channel" in out
+    assert "f.json: fsdp2, 0.000 ms per step on the host, 1.000 ms per collective on the channel\n" in out
 
 
 @pytest.mark.parametrize("content, culprit", [

@@ -179,7 +179,8 @@ def test_a_short_run_on_two_ranks(tmp_path):
     assert before["reference"] == statistics.median(run["methods"]["optimum"]["steps"][20:30])
     table = (tmp_path / "online-cpu.md").read_text()
     assert table.count("| 2 | mlp | 10gbe | bandwidth |") == 2
-    assert "2 ranks 0.20 ms per step, 0.10 ms per message on the channel, 0.05 ms per message on the compute" in table
+    assert ("2 ranks: 0.200 ms per step on the host, 0.100 ms per message on the channel, 0.050 ms of compute per "
+            "message (read from") in table
     assert document["reducer_calibration"]["2"]["source"] == str(calibration)
     # The fastest of each phase is the method with the least median.
     for phase in run["analysis"]["phases"]:

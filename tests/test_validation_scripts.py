@@ -250,15 +250,15 @@ def test_training_predicts_with_the_reducer_cost_measured_apart(training, tmp_pa
     assert plans["single"]["predicted_with_reducer"] == pytest.approx(10.2e-3, abs=1e-12)
     text = training.markdown({"date": "d", "host": "h", "network": "10gbe", "workers": 64, "steps": 3, "warmup": 1,
                               "command": "c", "reducer_calibration": shaped, "targets": {}, "results": {}})
-    assert ("0.00 ms per step, 0.10 ms per parameter tensor, 0.00 ms per message on the channel, 0.52 ms per MiB "
-            "of each message, 0.00 ms per message on the compute stream") in text
+    assert ("0.000 ms per step and 0.100 ms per parameter tensor on the host, 0.000 ms per message and 0.524 ms "
+            "per MiB of it on the channel, 0.000 ms of compute per message") in text
     # The table's line of the figures measured apart names the compute per message.
     text = training.markdown({"date": "d", "host": "h", "network": "10gbe", "workers": 64, "steps": 3, "warmup": 1,
                               "command": "c", "reducer_calibration": document, "targets": {}, "results": {}})
-    assert "0.00 ms per message on the channel, 0.50 ms per message on the compute stream." in text
+    assert "0.000 ms per message on the channel, 0.500 ms of compute per message." in text
     text = training.markdown({"date": "d", "host": "h", "network": "10gbe", "workers": 64, "steps": 3, "warmup": 1,
                               "command": "c", "reducer_calibration": old, "targets": {}, "results": {}})
-    assert "0.00 ms per message on the compute stream (not measured)." in text
+    assert "0.000 ms of compute per message (not measured)." in text
     # A calibration file of another reducer is refused in one line naming it.
     path = tmp_path / "ddp.json"
     ReducerCalibration("ddp", per_step=0.0, per_message=0.0).write(path)

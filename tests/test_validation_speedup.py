@@ -231,9 +231,10 @@ def test_a_tiny_run_agrees_with_itself_and_the_predictions(speedup, tmp_path):
     # Measured: 1 to 16 messages, then the shape regime's 4 and 64 layers and 16 and 64 KiB tensors.
     assert "file" not in used["fsdp2"] and len(used["fsdp2"]["samples"]) == 5 + 4
     assert used["fsdp2"]["model"]["optimizer"] == {"name": "SGD", "options": {"lr": 1e-3, "momentum": 0.9}}
-    assert "ddp 1.50 ms per step, 0.25 ms per message (read from `ddp-measured-apart.json`)" in table
+    assert ("ddp on 2 ranks, 1.500 ms per step on the host, 0.250 ms per bucket on the channel, 0.000 ms of compute "
+            "per bucket (read from `ddp-measured-apart.json`)") in table
     fitted = used["fsdp2"]
-    assert (f"fsdp2 {1e3 * fitted['per_step']:.2f} ms per step" in table
+    assert (f"fsdp2 on 2 ranks, {1e3 * fitted['per_step']:.3f} ms per step and" in table
             and "the loopback collectives, timed bare on the ranks before the cases and not priced" in table)
     assert ddp["messages_per_step"]["advised"] == ddp["predicted"]["messages"]["advised"]
     assert capped["memory_cap"] == pytest.approx(1.8 * Profile.from_dict(capped["profile"]).total_bytes)

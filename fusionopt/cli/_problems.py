@@ -12,7 +12,9 @@ import math
 from typing import Any, Sequence
 from fusionopt import zoo
 from fusionopt.cost import ALGORITHMS, AlphaBeta, Cheapest, Encoded, PowerSGD, cost_from_dict, network, networks
-from fusionopt.integrations._reducer_calibration import read_reducer_calibration, with_reducer_overhead
+from fusionopt.integrations._reducer_calibration import (
+    read_reducer_calibration, reducer_cost_words, with_reducer_overhead,
+)
 from fusionopt.model import Problem, Profile
 from fusionopt.model._decoupled import Decoupled
 from fusionopt.model._encoding import encoding_named
@@ -330,11 +332,9 @@ def reducer_words(args: argparse.Namespace) -> str | None:
     if path is None:
         return None
     c = read_reducer_calibration(path)
-    return (f"{path}: {c.reducer}, {1e3 * c.per_message:.3f} ms per message"
-            + (f" and {1e3 * 2**20 * c.per_byte:.3f} ms per MiB of it" if c.per_byte else "")
-            + f" on the channel, {1e3 * c.per_step:.3f} ms per step"
-            + (f" and {1e3 * c.per_tensor:.3f} ms per parameter tensor" if c.per_tensor else "") + " on the host"
-            + ("" if c.reducer == "fsdp2" else f", {1e3 * c.message_compute:.3f} ms of compute per message"))
+    fsdp2 = c.reducer == "fsdp2"
+    return f"{path}: {c.reducer}, " + reducer_cost_words(c.to_dict(), unit="collective" if fsdp2 else "message",
+                                                         compute=not fsdp2)
 
 
 def _contention(args: argparse.Namespace) -> dict[str, float]:

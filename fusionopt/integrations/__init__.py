@@ -61,7 +61,7 @@ from fusionopt.integrations._profiler_calibration import measure_profiler_cost
 from fusionopt.integrations._rank_processes import leave_rank, run_rank_processes
 from fusionopt.integrations._reducer_calibration import (
     REDUCER_CALIBRATION_SCHEMA, ReducerCalibration, Sample, fit_overhead, fit_reducer_cost, make_optimizer,
-    measure_reducer_overhead, read_reducer_calibration, with_reducer_overhead,
+    measure_reducer_overhead, read_reducer_calibration, reducer_cost_words, with_reducer_overhead,
 )
 from fusionopt.integrations._torch import profile_model, require_torch
 from fusionopt.integrations._traced_step import (
@@ -84,6 +84,7 @@ __all__ = [
     "free_port", "fsdp2_blocks", "join_gloo", "leave_rank", "measure_profiler_cost", "measure_reducer_overhead",
     "padded_bytes", "padded_comm_hook", "powersgd_comm_hook", "predict_traced_step", "profile_from_trace", "profile_from_traces", "profile_model",
     "read_advice", "read_profiler_cost", "read_reducer_calibration", "read_unprofiled_reference",
+    "reducer_cost_words",
     "record_ddp_traces", "record_fsdp2_collectives", "replay_trace", "require_torch", "run_rank_processes",
     "small_model", "tiny_transformer", "wire_comm_hook", "with_reducer_overhead", "write_profiler_cost",
 ]

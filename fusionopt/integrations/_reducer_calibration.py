@@ -243,17 +243,39 @@ class ReducerCalibration:
         write_json_atomic(path, self.to_dict())
 
     def summary(self) -> str:
-        """One line: the reducer and its figures in milliseconds."""
-        unit = "collective" if self.reducer == "fsdp2" else "message"
-        compute = ("" if self.reducer == "fsdp2" else f", {1e3 * self.message_compute:.3f} ms of compute per "
-                   f"message ({len(self.compute_samples)} samples)")
-        shaped = bool(self.per_tensor or self.per_byte or (self.model or {}).get("shapes"))
-        return (f"{self.reducer}: {1e3 * self.per_step:.3f} ms per step"
-                + (f" and {1e3 * self.per_tensor:.3f} ms per parameter tensor" if shaped else "")
-                + f", {1e3 * self.per_message:.3f} ms per {unit}"
-                + (f" and {1e3 * 2**20 * self.per_byte:.3f} ms per MiB of it" if shaped else "")
-                + f" on the channel ({len(self.samples)} samples){compute}; {self.ranks} {self.backend} ranks, "
-                f"torch {self.torch_version}")
+        """One line: the reducer, its figures in milliseconds (:func:`reducer_cost_words`) and
+        what they were measured on."""
+        fsdp2 = self.reducer == "fsdp2"
+        words = reducer_cost_words(self.to_dict(), unit="collective" if fsdp2 else "message", compute=not fsdp2)
+        return (f"{self.reducer}: {words}; samples: {len(self.samples)} with the channel critical"
+                + ("" if fsdp2 else f", {len(self.compute_samples)} with the compute critical")
+                + f"; {self.ranks} {self.backend} ranks, torch {self.torch_version}")
+
+
+def reducer_cost_words(figures: Mapping[str, Any], *, unit: str = "message", compute: bool = True) -> str:
+    """A reducer's own cost in words, in milliseconds: per step (and per parameter tensor) on
+    the host, per ``unit`` (and per MiB of it) on the channel, and the compute per ``unit``.
+
+    ``figures``: a calibration's :meth:`ReducerCalibration.to_dict`, or the part of it a result
+    keeps: ``per_step``, ``per_message`` (seconds) and, where measured, ``per_tensor``
+    (seconds), ``per_byte`` (seconds per byte) and ``message_compute`` (seconds); a missing
+    one counts as 0. The per-tensor and per-MiB figures are named where not 0, or where the
+    calibration measured them (its ``model`` has ``shapes``); the compute with ``compute``.
+    ``unit``: what one message is to the reducer ("message", "bucket", "collective").
+
+    >>> reducer_cost_words({"per_step": 7e-4, "per_message": 4e-4, "per_byte": 5e-10}, compute=False)
+    '0.700 ms per step on the host, 0.400 ms per message and 0.524 ms per MiB of it on the channel'
+    """
+    shaped = bool((figures.get("model") or {}).get("shapes"))
+
+    def ms(key: str, scale: float = 1.0) -> str:
+        return f"{1e3 * scale * float(figures.get(key) or 0.0):.3f} ms"
+
+    return (f"{ms('per_step')} per step"
+            + (f" and {ms('per_tensor')} per parameter tensor" if shaped or figures.get("per_tensor") else "")
+            + f" on the host, {ms('per_message')} per {unit}"
+            + (f" and {ms('per_byte', 2**20)} per MiB of it" if shaped or figures.get("per_byte") else "")
+            + " on the channel" + (f", {ms('message_compute')} of compute per {unit}" if compute else ""))
 
 
 def _sample_dict(sample: Sample) -> dict[str, float]:

@@ -8,7 +8,7 @@ from hypothesis import given, settings, strategies as st
 
 from fusionopt.integrations import (
     REDUCER_CALIBRATION_SCHEMA, ReducerCalibration, Sample, fit_overhead, fit_reducer_cost, read_reducer_calibration,
-    with_reducer_overhead,
+    reducer_cost_words, with_reducer_overhead,
 )
 from fusionopt.cost import AlphaBeta
 from fusionopt.model import FullySharded, Plan, Problem, Profile, simulate
@@ -283,6 +283,23 @@ def test_malformed_json_names_the_file(tmp_path):
     path.write_text("{\"schema\": ")
     with pytest.raises(ValueError, match="r.json: malformed JSON"):
         read_reducer_calibration(path)
+
+
+def test_the_figures_in_words_name_what_was_measured():
+    # 2^20 B x 5e-10 s/B = 0.524288 ms per MiB; FSDP2 sends collectives and has no compute per message.
+    plan = ReducerCalibration("plan", per_step=7e-4, per_message=4e-4, message_compute=2.5e-4, ranks=4,
+                              samples=(Sample(1, 0.01, 0.005, 0.005),), torch_version="2.13.0")
+    assert plan.summary() == ("plan: 0.700 ms per step on the host, 0.400 ms per message on the channel, 0.250 ms of "
+                              "compute per message; samples: 1 with the channel critical, 0 with the compute critical; "
+                              "4 gloo ranks, torch 2.13.0")
+    sharded = ReducerCalibration("fsdp2", per_step=1e-3, per_message=2e-3, per_byte=5e-10,
+                                 model={"shapes": [[4, 64]]}, torch_version="2.13.0")
+    assert sharded.summary() == ("fsdp2: 1.000 ms per step and 0.000 ms per parameter tensor on the host, 2.000 ms "
+                                 "per collective and 0.524 ms per MiB of it on the channel; samples: 0 with the "
+                                 "channel critical; 2 gloo ranks, torch 2.13.0")
+    # A result's part of a calibration: what it lacks counts as 0, and a cost of 0 it did not measure is not named.
+    assert reducer_cost_words({"per_step": 1e-3, "per_message": 0.0}, unit="bucket") == (
+        "1.000 ms per step on the host, 0.000 ms per bucket on the channel, 0.000 ms of compute per bucket")
 
 
 # ---------------------------------------------------------------------- a short real run

@@ -95,7 +95,7 @@ from fusionopt.integrations import (  # noqa: E402
     profile_model,
 )
 from fusionopt.integrations import (make_optimizer, measure_reducer_overhead, read_reducer_calibration,  # noqa: E402
-                                    with_reducer_overhead)
+                                    reducer_cost_words, with_reducer_overhead)
 from fusionopt.model import Plan, Problem, Profile, simulate  # noqa: E402
 from fusionopt.reporting import write_json_atomic  # noqa: E402
 from fusionopt.model import FullySharded  # noqa: E402
@@ -740,21 +740,18 @@ def markdown(document: dict[str, Any]) -> str:
     if document["calibrations"]:
         lines += ["", "The reducers' own cost, measured by `measure_reducer_overhead` on its synthetic model before "
                   "each number of ranks, with the training job's optimiser (a fixed cost per step and a cost per "
-                  "message, fitted on 1 to 16 messages per step; FSDP2's also a cost per parameter tensor and per "
-                  "byte of each collective, fitted on stacks of 4 to 64 layers and of 4 to 64 KiB tensors at one "
+                  "message, fitted on 1 to 16 messages per step; DDP's also its compute per message, fitted on a "
+                  "backward long enough for the compute to be critical; FSDP2's also a cost per parameter tensor and "
+                  "per byte of each collective, fitted on stacks of 4 to 64 layers and of 4 to 64 KiB tensors at one "
                   "unit; each message held on the calibration's own emulated link, 5 ms, longer than a loopback "
                   "collective of 2 ranks; of 4 ranks the loopback may outlast it, and its excess per message then "
                   "holds the overrun), or read from the file named (`--reducer-calibration`, measured apart); "
                   "`predicted` adds it, as `advise --reducer-calibration` does: " + "; ".join(
-                      f"{ranks} ranks: " + ", ".join(f"{framework} {ms(c['per_step'])} ms per step"
-                                                     + (f" and {ms(c['per_tensor'])} ms per tensor"
-                                                        if c.get("per_tensor") else "")
-                                                     + f", {ms(c['per_message'])} ms per message"
-                                                     + (f" and {ms(c['per_byte'] * 2**20)} ms per MiB"
-                                                        if c.get("per_byte") else "")
-                                                     + (f" (read from `{c['file']}`)" if c.get("file") else "")
-                                                     for framework, c in by.items())
-                      for ranks, by in document["calibrations"].items()) + "."]
+                      f"{framework} on {ranks} ranks, "
+                      + reducer_cost_words(c, unit="collective" if framework == "fsdp2" else "bucket",
+                                           compute=framework != "fsdp2")
+                      + (f" (read from `{c['file']}`)" if c.get("file") else "")
+                      for ranks, by in document["calibrations"].items() for framework, c in by.items()) + "."]
     lines += ["", "The emulated link's hold of a 1 MB message (a DDP bucket's all-reduce; an FSDP2 all-gather or "
               "reduce-scatter): " + "; ".join(
                   f"{name} {ms(link_cost('ddp', name, document['workers'])(1e6))} ms and "

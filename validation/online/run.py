@@ -76,7 +76,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from fusionopt.cost import AlphaBeta, network  # noqa: E402
-from fusionopt.integrations import free_port  # noqa: E402
+from fusionopt.integrations import free_port, reducer_cost_words  # noqa: E402
 from fusionopt.model import Plan, Problem, Profile  # noqa: E402
 from fusionopt.reporting import write_json_atomic  # noqa: E402
 from fusionopt.reporting import (Progress, changed_options, command_line, counts, interrupted_path,  # noqa: E402
@@ -365,11 +365,7 @@ def markdown(document: dict[str, Any]) -> str:
              "this host: they vary from run to run.", "",
              "The offline optimum is the exact DP's plan of the measured profile on the link's cost with the plan "
              "reducer's own cost: " + "; ".join(
-                 f"{ranks} ranks {ms(c['per_step'])} ms per step, "
-                 + (f"{ms(c['per_tensor'])} ms per parameter tensor, " if c.get("per_tensor") else "")
-                 + f"{ms(c['per_message'])} ms per message on the channel, "
-                 + (f"{ms(c['per_byte'] * 2**20)} ms per MiB of each message, " if c.get("per_byte") else "")
-                 + f"{ms(c.get('message_compute', 0.0))} ms per message on the compute"
+                 f"{ranks} ranks: {reducer_cost_words(c)}"
                  + (f" (read from `{c['source']}`)" if c.get("source") else " (measured first, apart from the models)")
                  for ranks, c in document["reducer_calibration"].items()) + ".", "",
              "Measured: rank 0's step times, the methods interleaved step by step (each trains its own copy of the "

@@ -65,7 +65,7 @@ sys.path.insert(0, str(ROOT))
 from fusionopt.cost import network  # noqa: E402
 from fusionopt.integrations import free_port  # noqa: E402
 from fusionopt.integrations import (
-    ReducerCalibration, measure_reducer_overhead, read_reducer_calibration, with_reducer_overhead,
+    ReducerCalibration, measure_reducer_overhead, read_reducer_calibration, reducer_cost_words, with_reducer_overhead,
 )
 from fusionopt.model import Plan, Problem, Profile, simulate  # noqa: E402
 from fusionopt.reporting import write_json_atomic  # noqa: E402
@@ -339,11 +339,7 @@ def markdown(document: dict[str, Any]) -> str:
                              "fitted on own plans (ms)", "measured (ms)", "measured / with reducer"], rows)
     measured = document["reducer_calibration"]
     lines += ["", f"Reducer cost measured apart ({measured['reducer']} reducer, {len(measured['samples'])} samples, "
-              f"{measured['ranks']} {measured['backend']} ranks): {ms(measured['per_step'])} ms per step, "
-              + (f"{ms(measured['per_tensor'])} ms per parameter tensor, " if measured.get("per_tensor") else "")
-              + f"{ms(measured['per_message'])} ms per message on the channel, "
-              + (f"{ms(measured['per_byte'] * 2**20)} ms per MiB of each message, " if measured.get("per_byte") else "")
-              + f"{ms(measured.get('message_compute', 0.0))} ms per message on the compute stream"
+              f"{measured['ranks']} {measured['backend']} ranks): {reducer_cost_words(measured)}"
               + (f" ({len(measured['compute_samples'])} samples with the compute critical)."
                  if measured.get("compute_samples") else "." if measured.get("message_compute") else " (not measured).")]
     lines += ["", "Reducer cost fitted per model on its own plans (ms): " + "; ".join(

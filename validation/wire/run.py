@@ -71,7 +71,8 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "validation" / "frameworks"))
 
 from fusionopt.reporting import read_json_document, write_json_atomic  # noqa: E402
-from fusionopt.integrations import measure_reducer_overhead, read_reducer_calibration  # noqa: E402
+from fusionopt.integrations import (measure_reducer_overhead, read_reducer_calibration,  # noqa: E402
+                                    reducer_cost_words)
 from fusionopt.reporting import (changed_options, command_line, markdown_table, nonnegative_int,  # noqa: E402
                                  positive_int, subset_location, write_result)
 from speedup import (build_model, calibration_files, measure_profile, measure_rounds,  # noqa: E402
@@ -346,15 +347,9 @@ def markdown(document: dict[str, Any]) -> str:
         where = (f"read from `{reducer['file']}` (measured apart)" if reducer.get("file") else
                  "measured before the ranks started by `measure_reducer_overhead(\"ddp\")` on its synthetic model")
         lines += [f"`with reducer`: the same plans with DDP's reducer's own cost, {where}: "
-                  f"{1e3 * reducer['per_step']:.3f} ms per step"
-                  + (f" and {1e3 * reducer['per_tensor']:.3f} ms per parameter tensor" if reducer.get("per_tensor")
-                     else "")
-                  + f", {1e3 * reducer['per_message']:.3f} ms per bucket"
-                  + (f" and {1e3 * 2**20 * reducer['per_byte']:.3f} ms per MiB of it" if reducer.get("per_byte")
-                     else "")
-                  + " on the link (each of the hook's three all-reduces), "
-                  + f"{1e3 * reducer['message_compute']:.3f} ms per "
-                  "bucket on the compute stream. The speedups are the model's alone.", ""]
+                  f"{reducer_cost_words(reducer, unit='bucket')} (the channel is the link; a `powersgd` bucket pays "
+                  "the cost per bucket for each of the hook's three all-reduces). The speedups are the model's "
+                  "alone.", ""]
     header = ["model", "link", "setting", "casts (us + ps/B)", "buckets", "encodings", "predicted (ms)",
               *(["with reducer (ms)"] if reducer else []), "measured (ms)",
               "predicted speedup", "measured speedup (95% CI)", "measured / predicted"]
