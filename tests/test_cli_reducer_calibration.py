@@ -52,7 +52,7 @@ def test_simulate_adds_the_reducer_cost_exactly(capsys, tmp_path):
                               calibration) == pytest.approx(slower, abs=1e-12)
     status, out, _ = run(capsys, "simulate", profile, "--plan", tmp_path / "single.json", *cost,
                          "--reducer-calibration", calibration)
-    assert status == 0 and "ddp, 0.700 ms per step on the host, 0.400 ms per message on the channel" in out
+    assert status == 0 and "ddp, 0.700 ms per step on the host, 0.400 ms per bucket on the channel" in out
     assert "iteration time  10.100000 ms" in out
 
 
@@ -66,7 +66,7 @@ def test_simulate_adds_the_costs_per_tensor_and_per_byte_and_says_so(capsys, tmp
     assert iteration_time(capsys, *argv) == pytest.approx(10.2e-3, abs=1e-12)
     status, out, _ = run(capsys, "simulate", *argv)
     assert status == 0 and ("ddp, 0.000 ms per step and 0.100 ms per parameter tensor on the host, 0.000 ms per "
-                            "message and 0.524 ms per MiB of it on the channel") in out
+                            "bucket and 0.524 ms per MiB of it on the channel") in out
 
 
 def test_simulate_puts_the_compute_per_message_on_the_compute_stream(capsys, tmp_path):
@@ -106,7 +106,7 @@ def test_advise_takes_a_calibration_with_compute_per_message(capsys, tmp_path):
     status, out, err = run(capsys, "advise", "--profile", tmp_path / "p.json", "--alpha", "1e-4", "--beta", "1e-9",
                            "--reducer-calibration", tmp_path / "r.json")
     assert status == 0, err
-    assert "plan      dp: T = 21.100 ms, 1 message" in out and "5.000 ms of compute per message" in out
+    assert "plan      dp: T = 21.100 ms, 1 message" in out and "5.000 ms of compute per bucket" in out
 
 
 def test_advise_keeps_the_encodings_it_prices_under_a_calibration(capsys, tmp_path):

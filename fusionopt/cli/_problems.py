@@ -332,9 +332,7 @@ def reducer_words(args: argparse.Namespace) -> str | None:
     if path is None:
         return None
     c = read_reducer_calibration(path)
-    fsdp2 = c.reducer == "fsdp2"
-    return f"{path}: {c.reducer}, " + reducer_cost_words(c.to_dict(), unit="collective" if fsdp2 else "message",
-                                                         compute=not fsdp2)
+    return f"{path}: {c.reducer}, {reducer_cost_words(c.to_dict())}"
 
 
 def _contention(args: argparse.Namespace) -> dict[str, float]:

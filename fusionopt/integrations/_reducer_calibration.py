@@ -118,6 +118,8 @@ model's backward per layer on one core (about 3 ms)."""
 
 # Which problems each reducer's figures price (MODEL.md section 2.1).
 _PATTERNS = {"ddp": "all-reduce", "plan": "all-reduce", "fsdp2": "fully-sharded"}
+# What one message is to each reducer, in words.
+_UNITS = MappingProxyType({"ddp": "bucket", "fsdp2": "collective", "plan": "message"})
 
 
 @dataclass(frozen=True)
@@ -245,27 +247,31 @@ class ReducerCalibration:
     def summary(self) -> str:
         """One line: the reducer, its figures in milliseconds (:func:`reducer_cost_words`) and
         what they were measured on."""
-        fsdp2 = self.reducer == "fsdp2"
-        words = reducer_cost_words(self.to_dict(), unit="collective" if fsdp2 else "message", compute=not fsdp2)
-        return (f"{self.reducer}: {words}; samples: {len(self.samples)} with the channel critical"
-                + ("" if fsdp2 else f", {len(self.compute_samples)} with the compute critical")
+        return (f"{self.reducer}: {reducer_cost_words(self.to_dict())}; samples: {len(self.samples)} with the "
+                "channel critical" + ("" if self.reducer == "fsdp2" else
+                                      f", {len(self.compute_samples)} with the compute critical")
                 + f"; {self.ranks} {self.backend} ranks, torch {self.torch_version}")
 
 
-def reducer_cost_words(figures: Mapping[str, Any], *, unit: str = "message", compute: bool = True) -> str:
+def reducer_cost_words(figures: Mapping[str, Any]) -> str:
     """A reducer's own cost in words, in milliseconds: per step (and per parameter tensor) on
-    the host, per ``unit`` (and per MiB of it) on the channel, and the compute per ``unit``.
+    the host, per message (and per MiB of it) on the channel, and the compute per message.
 
     ``figures``: a calibration's :meth:`ReducerCalibration.to_dict`, or the part of it a result
-    keeps: ``per_step``, ``per_message`` (seconds) and, where measured, ``per_tensor``
-    (seconds), ``per_byte`` (seconds per byte) and ``message_compute`` (seconds); a missing
-    one counts as 0. The per-tensor and per-MiB figures are named where not 0, or where the
-    calibration measured them (its ``model`` has ``shapes``); the compute with ``compute``.
-    ``unit``: what one message is to the reducer ("message", "bucket", "collective").
+    keeps: ``reducer``, ``per_step``, ``per_message`` (seconds) and, where measured,
+    ``per_tensor`` (seconds), ``per_byte`` (seconds per byte) and ``message_compute``
+    (seconds); a missing one counts as 0. A message is named as the reducer sends it: a
+    bucket of DDP's, a collective of FSDP2's (which has no compute per message: its problems
+    take none). The per-tensor and per-MiB figures are named where not 0, or where the
+    calibration measured them (its ``model`` has ``shapes``).
 
-    >>> reducer_cost_words({"per_step": 7e-4, "per_message": 4e-4, "per_byte": 5e-10}, compute=False)
-    '0.700 ms per step on the host, 0.400 ms per message and 0.524 ms per MiB of it on the channel'
+    >>> print(reducer_cost_words({"reducer": "ddp", "per_step": 7e-4, "per_message": 4e-4, "per_byte": 5e-10}))
+    0.700 ms per step on the host, 0.400 ms per bucket and 0.524 ms per MiB of it on the channel,
+    0.000 ms of compute per bucket
     """
+    reducer = figures.get("reducer")
+    unit = _UNITS.get(reducer, "message")
+    compute = reducer != "fsdp2"
     shaped = bool((figures.get("model") or {}).get("shapes"))
 
     def ms(key: str, scale: float = 1.0) -> str:

@@ -748,8 +748,7 @@ def markdown(document: dict[str, Any]) -> str:
                   "holds the overrun), or read from the file named (`--reducer-calibration`, measured apart); "
                   "`predicted` adds it, as `advise --reducer-calibration` does: " + "; ".join(
                       f"{framework} on {ranks} ranks, "
-                      + reducer_cost_words(c, unit="collective" if framework == "fsdp2" else "bucket",
-                                           compute=framework != "fsdp2")
+                      + reducer_cost_words(c)
                       + (f" (read from `{c['file']}`)" if c.get("file") else "")
                       for ranks, by in document["calibrations"].items() for framework, c in by.items()) + "."]
     lines += ["", "The emulated link's hold of a 1 MB message (a DDP bucket's all-reduce; an FSDP2 all-gather or "

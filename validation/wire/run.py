@@ -347,7 +347,7 @@ def markdown(document: dict[str, Any]) -> str:
         where = (f"read from `{reducer['file']}` (measured apart)" if reducer.get("file") else
                  "measured before the ranks started by `measure_reducer_overhead(\"ddp\")` on its synthetic model")
         lines += [f"`with reducer`: the same plans with DDP's reducer's own cost, {where}: "
-                  f"{reducer_cost_words(reducer, unit='bucket')} (the channel is the link; a `powersgd` bucket pays "
+                  f"{reducer_cost_words(reducer)} (the channel is the link; a `powersgd` bucket pays "
                   "the cost per bucket for each of the hook's three all-reduces). The speedups are the model's "
                   "alone.", ""]
     header = ["model", "link", "setting", "casts (us + ps/B)", "buckets", "encodings", "predicted (ms)",
