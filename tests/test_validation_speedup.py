@@ -20,6 +20,7 @@ from fusionopt.model import Profile
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "validation" / "results"
 SCRIPT = ROOT / "validation" / "frameworks" / "speedup.py"
+HARNESS = ROOT / "validation" / "frameworks" / "harness.py"
 
 
 @pytest.fixture(scope="module")
@@ -30,27 +31,32 @@ def speedup():
     return module
 
 
-def test_the_speedup_is_the_ratio_of_the_means_and_its_interval_resamples_rounds(speedup):
+@pytest.fixture(scope="module")
+def harness(speedup):
+    return sys.modules["harness"]          # as the script imports it
+
+
+def test_the_speedup_is_the_ratio_of_the_means_and_its_interval_resamples_rounds(harness):
     # Rounds of 30, 36 and 33 ms against 20, 24 and 22 ms: means 33 and 22 ms, speedup 1.5; every
     # round's own ratio is 1.5, so every resample's is too and the interval is [1.5, 1.5].
-    s = speedup.speedup_interval([0.030, 0.036, 0.033], [0.020, 0.024, 0.022])
+    s = harness.speedup_interval([0.030, 0.036, 0.033], [0.020, 0.024, 0.022])
     assert (round(s["default"], 12), round(s["advised"], 12), round(s["speedup"], 12)) == (0.033, 0.022, 1.5)
     assert s["ci"] == pytest.approx([1.5, 1.5])
     # Two rounds, ratios 2 and 1: a resample is both rounds of one kind or one of each, so the
     # interval runs from the second round's 1.0 to the first's 2.0; fixed seed, same interval.
-    s = speedup.speedup_interval([4.0, 1.0], [2.0, 1.0])
+    s = harness.speedup_interval([4.0, 1.0], [2.0, 1.0])
     assert s["speedup"] == pytest.approx(5 / 3) and s["ci"] == pytest.approx([1.0, 2.0])
-    assert speedup.speedup_interval([4.0, 1.0], [2.0, 1.0]) == s
+    assert harness.speedup_interval([4.0, 1.0], [2.0, 1.0]) == s
     with pytest.raises(ValueError, match="pair up: 2 default against 1 advised"):
-        speedup.speedup_interval([1.0, 2.0], [1.0])
+        harness.speedup_interval([1.0, 2.0], [1.0])
 
 
-def test_peak_counts_as_the_model_does(speedup):
+def test_peak_counts_as_the_model_does(harness):
     # [0, 2) 5 B and [2, 3) 7 B meet at 2, where the 5 B is freed first: 7; the zero-length 4 B
     # at 1 counts beside the 5 B: 9.
-    assert speedup.peak_of([(0.0, 2.0, 5), (2.0, 3.0, 7), (1.0, 1.0, 4)]) == 9
-    assert speedup.peak_of([(0.0, 2.0, 5), (1.5, 3.0, 7)]) == 12
-    assert speedup.peak_of([]) == 0
+    assert harness.peak_of([(0.0, 2.0, 5), (2.0, 3.0, 7), (1.0, 1.0, 4)]) == 9
+    assert harness.peak_of([(0.0, 2.0, 5), (1.5, 3.0, 7)]) == 12
+    assert harness.peak_of([]) == 0
 
 
 def test_targets_by_hand(speedup):
@@ -181,7 +187,7 @@ def test_bad_arguments_get_one_line(speedup, capsys, argv, culprit):
     assert "error:" in last and culprit in last
 
 
-def test_a_tiny_run_agrees_with_itself_and_the_predictions(speedup, tmp_path):
+def test_a_tiny_run_agrees_with_itself_and_the_predictions(speedup, harness, tmp_path):
     # DDP's reducer cost is read from a file made by hand; FSDP2's is measured by the run.
     pytest.importorskip("torch")
     ddp_file = tmp_path / "ddp-measured-apart.json"
@@ -222,7 +228,7 @@ def test_a_tiny_run_agrees_with_itself_and_the_predictions(speedup, tmp_path):
         assert again["advice"] == case["advice"]
         # The loopback collectives timed bare before the cases, each size's bytes a multiple of the ranks'.
         assert sorted(case["loopback"]) == ["all_gather", "all_reduce", "reduce_scatter"]
-        assert [size for size, _ in case["loopback"]["all_gather"]] == [float(s) for s in speedup.LOOPBACK_SIZES]
+        assert [size for size, _ in case["loopback"]["all_gather"]] == [float(s) for s in harness.LOOPBACK_SIZES]
         assert all(t > 0 for points in case["loopback"].values() for _, t in points)
     ddp, fsdp2, capped = cases
     used = document["calibrations"]["2"]
@@ -273,16 +279,16 @@ COUNT_GROUPED_UNIT = """
 import importlib.util, json, os, sys
 import torch, torch.distributed as dist
 from torch.distributed.fsdp import fully_shard
-spec = importlib.util.spec_from_file_location("speedup", sys.argv[1])
-speedup = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(speedup)
+spec = importlib.util.spec_from_file_location("harness", sys.argv[1])
+harness = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(harness)
 from fusionopt.integrations import EmulatedLink
 from fusionopt.cost import AlphaBeta
 os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=sys.argv[2])
 dist.init_process_group("gloo", rank=0, world_size=1)
 torch.set_num_threads(1)
 torch.manual_seed(0)
-model, make_input = speedup.build_model("transformer")
+model, make_input = harness.build_model("transformer")
 params = [[name, p.numel() * p.element_size()] for name, p in model.named_parameters()]
 nbytes = lambda modules: sum(p.numel() * p.element_size() for m in modules for p in m.parameters())
 if sys.argv[3] == "blocks":
@@ -302,7 +308,7 @@ for unit, flag in zip(units, reshard):
     fully_shard(unit if len(unit) > 1 else unit[0], reshard_after_forward=flag)
 fully_shard(model)
 link = EmulatedLink(AlphaBeta(1e-4, 0.0))      # the counter's clock: on one rank FSDP2 sends no collective to hold
-count = speedup.UnshardedBytes(model, link)
+count = harness.UnshardedBytes(model, link)
 x = make_input(1, 0)
 model(x).sum().backward()
 count.start()
@@ -326,7 +332,7 @@ def test_a_unit_of_several_modules_is_counted_once(tmp_path):
 def count_units(units):
     from fusionopt.integrations import free_port
 
-    run = subprocess.run([sys.executable, "-c", COUNT_GROUPED_UNIT, str(SCRIPT), str(free_port()), units],
+    run = subprocess.run([sys.executable, "-c", COUNT_GROUPED_UNIT, str(HARNESS), str(free_port()), units],
                          capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert run.returncode == 0, run.stderr[-3000:]
     return json.loads(run.stdout.strip().splitlines()[-1])

@@ -75,7 +75,7 @@ from fusionopt.integrations import (measure_reducer_overhead, read_reducer_calib
                                     reducer_cost_words)
 from fusionopt.reporting import (changed_options, command_line, markdown_table, nonnegative_int,  # noqa: E402
                                  positive_int, subset_location, write_result)
-from speedup import (build_model, calibration_files, measure_profile, measure_rounds,  # noqa: E402
+from harness import (build_model, calibration_files, measure_profile, measure_rounds,  # noqa: E402
                      speedup_interval, training_step)
 
 RESULTS = ROOT / "validation" / "results"
