@@ -47,6 +47,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, Sequence
 
+from fusionopt.model._cost import check_flag
 from fusionopt.model._names import module_of
 from fusionopt.model._problem import Problem
 from fusionopt.model._profile import Profile
@@ -80,6 +81,13 @@ def unit_modules(profile: Profile, first: int, stop: int) -> list[str]:
     >>> unit_modules(p, 1, 4), unit_modules(p, 1, 3), unit_modules(p, 0, 5)
     (['h'], ['h.0'], [''])
     """
+    for label, value in (("first", first), ("stop", stop)):
+        if isinstance(value, bool) or not hasattr(value, "__index__"):
+            raise ValueError(f"{label} must be a tensor index, got {value!r}")
+    first, stop = int(first), int(stop)
+    if not 0 <= first < stop <= profile.n:
+        raise ValueError(f"a unit runs over tensors first to stop - 1 with 0 <= first < stop <= {profile.n}, got "
+                         f"first {first}, stop {stop}")
     names = profile.names
     inside = set(range(first, stop))
     chosen: list[str] = []
@@ -323,12 +331,20 @@ def fsdp2_plan_of(profile: Profile, units: list[list[str]], reshard_after_forwar
     that block the training thread: 0, or the longest forward list); the backward depth 1,
     or the longest backward list.
     """
+    if len(reshard_after_forward) != len(units):
+        raise ValueError(f"{len(units)} fully_shard calls but {len(reshard_after_forward)} reshard_after_forward "
+                         "flags: give one per call")
+    for k, flag in enumerate(reshard_after_forward):
+        check_flag(f"reshard_after_forward of call {k}", flag)
     owner = [-1] * profile.n
     root_call = None
     for k, modules in enumerate(units):
         if modules == [""]:
             root_call = k
             continue
+        for module in modules:
+            if not any(_within(name, module) for name in profile.names):
+                raise ValueError(f"fully_shard call {k}: module {module!r} holds no tensor of the profile")
         for i, name in enumerate(profile.names):
             if any(_within(name, module) for module in modules):
                 owner[i] = k

@@ -78,6 +78,9 @@ def optimal_apart(problem: Problem, *, max_message_bytes: float | None = None) -
         raise ValueError("the apart DP needs sync='barrier': under layerwise sync a plan that sends the exact "
                          "tensors apart may end with a message no early layer waits for (use simulate)")
     profile = problem.profile
+    if max_message_bytes is not None and (isinstance(max_message_bytes, bool) or not isinstance(
+            max_message_bytes, (int, float, np.integer, np.floating))):
+        raise ValueError(f"max_message_bytes must be a number of bytes, got {max_message_bytes!r}")
     cap = math.inf if max_message_bytes is None else float(max_message_bytes)
     if not cap > 0:
         raise ValueError(f"max_message_bytes must be > 0, got {max_message_bytes!r}")

@@ -57,6 +57,14 @@ def check_param(label: str, value: float) -> float:
     return value
 
 
+def check_flag(label: str, value: bool) -> bool:
+    """``value`` if it is True or False (a numpy bool too); a ``ValueError`` naming ``label``
+    otherwise (a string such as ``"no"`` is not read as true)."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise ValueError(f"{label} must be True or False, got {value!r}")
+    return bool(value)
+
+
 class CommCost(ABC):
     """A communication cost model ``c(S)`` in seconds for ``S`` bytes.
 
@@ -204,6 +212,7 @@ class PiecewiseLinear(CommCost):
     """
 
     def __init__(self, sizes: Sequence[float], times: Sequence[float], *, repair: bool = False) -> None:
+        repair = check_flag("repair", repair)
         size_array = float_column("sizes", sizes)
         time_array = float_column("times", times)
         if size_array.size != time_array.size:

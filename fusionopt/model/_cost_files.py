@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 
-from fusionopt.model._cost import PiecewiseLinear
+from fusionopt.model._cost import PiecewiseLinear, check_flag
 
 _NCCL_LOG = re.compile(r"\bNCCL (INFO|WARN|TRACE)\b")
 
@@ -102,6 +102,7 @@ def read_nccl_tests(path_or_text: str | os.PathLike, *, in_place: bool = False,
     >>> round(read_nccl_tests(out, in_place=True)(1024), 9)
     1.9e-05
     """
+    in_place, repair = check_flag("in_place", in_place), check_flag("repair", repair)
     text, source = _read_source(path_or_text)
     columns: list[str] | None = None
     sizes: list[int] = []
@@ -185,6 +186,7 @@ def read_osu(path_or_text: str | os.PathLike, *, repair: bool = True) -> Piecewi
     >>> c.sizes.tolist(), [round(t, 10) for t in c.times.tolist()]
     ([4.0, 8.0], [2.5e-06, 2.6e-06])
     """
+    repair = check_flag("repair", repair)
     text, source = _read_source(path_or_text)
     columns: list[str] | None = None
     sizes: list[int] = []

@@ -39,7 +39,7 @@ from typing import Any, ClassVar
 __all__ = ["Pattern"]
 
 # The steps MODEL.md states, whose step-part rules fit_step_parts knows.
-_STEPS = ("all-reduce", "ps", "decoupled", "fully-sharded")
+STEPS = ("all-reduce", "ps", "decoupled", "fully-sharded")
 
 
 class Pattern(ABC):
@@ -85,7 +85,7 @@ class Pattern(ABC):
         """The name of the step this pattern runs, for the step-part rules
         (:func:`~fusionopt.model.fit_step_parts`): its own name, or that of the
         pattern it is a kind of."""
-        return next(c.name for c in type(self).__mro__ if "name" in c.__dict__ and c.name in _STEPS)
+        return next(c.name for c in type(self).__mro__ if "name" in c.__dict__ and c.name in STEPS)
 
     # ------------------------------------------------------------------ the catalogue
     @staticmethod

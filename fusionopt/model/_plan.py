@@ -112,6 +112,21 @@ def _chunk(tensor: int, lo: int, hi: int) -> Chunk:
     return chunk
 
 
+def _index(label: str, value: Any) -> int:
+    """A tensor index given in ``label``, an integer (not a bool, not a float): as an int."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+        raise ValueError(f"{label}: a tensor index must be an integer, got {value!r}")
+    return int(value)
+
+
+def _integers(label: str, values: Any) -> np.ndarray:
+    """A plan table's column ``label`` of integers (not bools, floats or strings), as int64."""
+    array = np.asarray(values)
+    if array.size and array.dtype.kind not in "iu":
+        raise ValueError(f"a plan table's {label} must hold integers, got {array.dtype} values")
+    return array.astype(np.int64)
+
+
 def _whole(profile: Profile, i: int) -> Chunk:
     if not 0 <= i < profile.n:
         raise ValueError(f"tensor index {i} is out of range for a profile of {profile.n} tensors")
@@ -173,7 +188,8 @@ class Plan:
         """A plan from its table (see the class docstring), checked as ``Plan(messages)``
         checks its messages: every message non-empty, every chunk ``0 <= lo < hi`` of a
         tensor ``>= 0``, release times finite and ``>= 0`` (default 0)."""
-        tensor, lo, hi, starts = (np.asarray(x, dtype=np.int64) for x in (tensor, lo, hi, starts))
+        tensor, lo, hi, starts = (_integers(label, x) for label, x in
+                                  (("tensor", tensor), ("lo", lo), ("hi", hi), ("starts", starts)))
         count = len(starts) - 1
         if count < 1 or starts[0] != 0 or starts[-1] != len(tensor) or not len(tensor) == len(lo) == len(hi):
             raise ValueError("a plan table needs starts = [0, ..., rows] over rows of tensor, lo and hi "
@@ -183,6 +199,8 @@ class Plan:
         bad = np.flatnonzero((tensor < 0) | (lo < 0) | (hi <= lo))
         if bad.size:
             Chunk(int(tensor[bad[0]]), int(lo[bad[0]]), int(hi[bad[0]]))      # raises its message
+        if release is not None and np.asarray(release).size and np.asarray(release).dtype.kind not in "iuf":
+            raise ValueError(f"release times must be numbers of seconds, got {np.asarray(release).dtype} values")
         release = np.zeros(count) if release is None else np.asarray(release, dtype=np.float64)
         if release.shape != (count,):
             raise ValueError(f"{release.size} release times for {count} messages")
@@ -243,7 +261,7 @@ class Plan:
         tensors: list[int] = []
         starts = [0]
         for k, group in enumerate(groups):
-            members = [int(i) for i in group]
+            members = [_index(f"group {k}", i) for i in group]
             if not members:
                 raise ValueError(f"group {k} is empty")
             tensors.extend(members)
@@ -292,7 +310,10 @@ class Plan:
         cuts = np.asarray(cuts)
         if cuts.shape != (profile.n - 1,):
             raise ValueError(f"cut vector must have n - 1 = {profile.n - 1} entries, got shape {cuts.shape}")
-        cuts = cuts.astype(bool)
+        if cuts.dtype != bool:
+            if cuts.size and not np.isin(cuts, (0, 1)).all():
+                raise ValueError(f"cut vectors hold 0/1 or booleans, got {cuts.tolist()!r}")
+            cuts = cuts.astype(bool)
         starts = np.concatenate(([0], np.flatnonzero(cuts) + 1, [profile.n])).astype(np.int64)
         return cls._whole_tensors(profile, np.asarray(profile.backward_order, dtype=np.int64), starts)
 

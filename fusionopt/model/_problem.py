@@ -15,9 +15,8 @@ from fusionopt.model._encoding import (Cheapest, Encoded, buried_encoding, compu
                                        encodings_of, lossy_encodings, wire_link)
 from fusionopt.model._profile import Profile
 from fusionopt.model._pattern import Pattern
-from fusionopt.model._step_parts import fit_step_parts
+from fusionopt.model._step_parts import SYNC_MODES, fit_step_parts
 
-SYNC_MODES = ("barrier", "layerwise")
 COPY_PLACES = ("channel", "compute")
 STEP_PART_RULES = ("refuse", "fit")
 PRICING_EXTENSIONS = ("exact_tensors", "compressor")

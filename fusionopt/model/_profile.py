@@ -246,6 +246,9 @@ class Profile:
         new = object.__new__(Profile)
         fields = {key: value for key, value in self.__dict__.items() if key not in _CACHED}
         new.__dict__.update(fields, metadata=dict(self.metadata))
+        backward = backward if hasattr(backward, "__len__") else list(backward)
+        if len(backward) != self.n:
+            raise ValueError(f"length mismatch: {self.n} tensor names but {len(backward)} backward values")
         object.__setattr__(new, "backward", frozen(check_times("backward", backward, self.names)))
         new._set_ready(self.ready_order if keep_order else None)
         return new

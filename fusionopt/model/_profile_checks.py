@@ -51,6 +51,17 @@ _MAX_BYTES = 2**63 - 1
 
 
 def check_sizes(values: Sequence[int], names: Sequence[str]) -> np.ndarray:
+    """Whole positive byte counts, one per tensor, whose sum a profile can hold (int64)."""
+    sizes = _whole_bytes(values, names)
+    if sizes.size and int(sizes.max()) > _MAX_BYTES // sizes.size:          # the sum may overflow: add exactly
+        total = sum(map(int, sizes))
+        if total > _MAX_BYTES:
+            raise ValueError(f"the tensors' sizes sum to {total} bytes, more than 2**63 - 1, the most a profile "
+                             "holds")
+    return sizes
+
+
+def _whole_bytes(values: Sequence[int], names: Sequence[str]) -> np.ndarray:
     if isinstance(values, np.ndarray) and values.ndim == 1 and values.dtype.kind in "iu" and (values > 0).all() \
             and (values.size == 0 or int(values.max()) <= _MAX_BYTES):      # whole positive bytes already
         return values.astype(np.int64)

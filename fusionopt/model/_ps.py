@@ -39,7 +39,7 @@ import numpy as np
 
 from fusionopt.model._collectives import network_link
 from fusionopt.model._bounds import ps_lower_bound
-from fusionopt.model._cost import AlphaBeta, CommCost, check_param, cost_from_dict
+from fusionopt.model._cost import AlphaBeta, CommCost, check_flag, check_param, cost_from_dict
 from fusionopt.model._pattern import Pattern
 from fusionopt.model._plan import Plan
 from fusionopt.model._ps_plan import PSPlan
@@ -132,7 +132,7 @@ def ps_cost(workers: int, servers: int, latency: float, inverse_bandwidth: float
     k = _count("servers", servers)
     a = check_param("latency", latency)
     g = check_param("inverse_bandwidth", inverse_bandwidth)
-    if colocated:
+    if check_flag("colocated", colocated):
         if server_inverse_bandwidth is not None:
             raise ValueError("co-located servers share the workers' links: give inverse_bandwidth only, "
                              "not server_inverse_bandwidth")

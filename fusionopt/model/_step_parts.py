@@ -21,8 +21,10 @@ place for some of them, and fitting the profile to the step means:
 
 from __future__ import annotations
 
+from fusionopt.model._pattern import STEPS
 from fusionopt.model._profile import Profile
 
+SYNC_MODES = ("barrier", "layerwise")
 # What each step does with a part it has no place for (MODEL.md section 4.1).
 _DROPPED_BY = {"fully-sharded": "a fully sharded step", "decoupled": "a decoupled all-reduce"}
 
@@ -47,6 +49,9 @@ def fit_step_parts(profile: Profile, *, pattern: str, sync: str) -> tuple[Profil
     >>> fit_step_parts(p, pattern="all-reduce", sync="barrier")[1]
     ()
     """
+    for name, value, known in (("pattern", pattern, STEPS), ("sync", sync, SYNC_MODES)):
+        if value not in known:
+            raise ValueError(f"{name} must be one of {', '.join(map(repr, known))}, got {value!r}")
     label = f"profile {profile.name!r}" if profile.name else "profile"
     notes = []
     spread = []

@@ -143,6 +143,8 @@ def compare(problem: Problem, methods: Iterable[str] | None = None, *, powersgd:
         raise ValueError(f"methods must be a list of method names, got the string {methods!r} (write [{methods!r}])")
     explicit = methods is not None
     gradients = problem                     # under PowerSGD, DDP's buckets come from its bytes
+    if powersgd is not None and not isinstance(powersgd, PowerSGD):
+        raise ValueError(f"powersgd must be a PowerSGD (fusionopt.cost) or None, got {powersgd!r}")
     if powersgd is not None:
         problem = powersgd.priced(problem)
     names = list(dict.fromkeys(methods)) if explicit else default_methods(problem)

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, field, replace
 from enum import Enum
 from types import MappingProxyType
 from typing import Any, Callable, Mapping
+
+import numpy as np
 
 from fusionopt.model._decoupled_plan import DecoupledPlan
 from fusionopt.model._plan import Plan
@@ -283,6 +286,9 @@ def with_bound(result: Result, bound: float, *, source: str) -> Result:
     >>> str(with_bound(r, r.iteration_time, source="exact").status)
     'OPTIMAL'
     """
+    if isinstance(bound, bool) or not isinstance(bound, (int, float, np.integer, np.floating)) \
+            or not math.isfinite(bound) or bound < 0:
+        raise ValueError(f"bound must be a finite number of seconds >= 0, got {bound!r}")
     if result.gap is None or result.lower_bound is None or bound <= result.lower_bound:
         return result
     iteration_time = result.iteration_time

@@ -47,6 +47,23 @@ def test_from_groups_rejects_bad_indices(profile):
         Plan.from_cuts(profile, [True, False])
 
 
+@pytest.mark.parametrize("cuts", [["False", "True", "False"], [0.5, 1, 0], [2, 0, 0], [np.nan, 1, 0]])
+def test_a_cut_vector_holds_booleans_or_0_and_1(profile, cuts):
+    # Read as truth values these would be cuts: "False" and 0.5 would each split a message.
+    with pytest.raises(ValueError, match="cut vectors hold 0/1 or booleans"):
+        Plan.from_cuts(profile, cuts)
+    assert Plan.from_cuts(profile, [1, 0, 1]).groups() == Plan.from_cuts(profile, [True, False, True]).groups()
+
+
+@pytest.mark.parametrize("groups", [[[3.0, 2.7], [1, 0]], [[3, "2"], [1, 0]], [[3, True], [1, 0]]])
+def test_a_group_holds_integer_indices(profile, groups):
+    # int() would make 2.7 tensor 2 and True tensor 1, a plan of other tensors than given.
+    with pytest.raises(ValueError, match="group 0: a tensor index must be an integer"):
+        Plan.from_groups(profile, groups)
+    with pytest.raises(ValueError, match="a tensor index must be an integer, got 3.5"):
+        Plan.per_tensor(profile, [3.5, 2, 1, 0])
+
+
 def test_validate_names_missing_bytes(profile):
     plan = Plan((Message((Chunk(0, 0, 60), Chunk(1, 0, 50), Chunk(2, 0, 30), Chunk(3, 0, 20))),))
     with pytest.raises(ValueError, match=r"tensor 'w1' \(index 0\): bytes \[60, 100\) are missing"):
@@ -150,6 +167,9 @@ def test_the_table_and_the_messages_are_one_plan(profile):
     (([0], [0], [4], [0, 2]), "at least one message"),
     (([0], [0], [4], [0, 1], [-1.0]), "release time must be finite and >= 0"),
     (([0], [0], [4], [0, 1], [0.0, 1.0]), "2 release times for 1 messages"),
+    (([0.7], [0], [4], [0, 1]), "a plan table's tensor must hold integers, got float64 values"),
+    (([0], [0.5], [4], [0, 1]), "a plan table's lo must hold integers"),
+    (([0], [0], [4], [0, 1], ["1"]), "release times must be numbers of seconds"),
 ])
 def test_from_table_refuses_what_plan_refuses(arrays, message):
     with pytest.raises(ValueError, match=message):

@@ -150,9 +150,25 @@ def test_csv_round_trip_exact_values(tmp_path):
     assert (r.name, r.dtype_bytes, dict(r.metadata)) == ("toy", 2, {"batch": 8})
 
 
+def test_sizes_must_sum_to_what_a_profile_holds():
+    # Each is below 2**63, their sum is not: int64 would wrap it to a negative total.
+    with pytest.raises(ValueError, match=r"sizes sum to 9223372036854775808 bytes, more than 2\*\*63 - 1"):
+        Profile.from_arrays([2**62, 2**62], [0, 0], [1, 1])
+    assert Profile.from_arrays([2**62, 2**62 - 1], [0, 0], [1, 1]).total_bytes == 2**63 - 1
+
+
+def test_other_backward_times_are_one_per_tensor():
+    # Three times for two tensors would give a third ready time and B = 7 s.
+    p = Profile.from_arrays([8, 8], [0, 0], [1, 1])
+    for times in ([1, 1, 5], [1]):
+        with pytest.raises(ValueError, match=f"length mismatch: 2 tensor names but {len(times)} backward values"):
+            p.with_backward(times)
+    assert p.with_backward(iter([2.0, 3.0])).B == 5.0
+
+
 @settings(max_examples=40, deadline=None)
-@given(st.lists(
-    st.tuples(st.integers(1, 2**62),
+@given(st.lists(                                    # sizes whose sum a profile holds (< 2**63 bytes)
+    st.tuples(st.integers(1, 2**59),
               st.floats(0, 1e3, allow_nan=False), st.floats(0, 1e3, allow_nan=False),
               st.floats(0, 1e3, allow_nan=False)),
     min_size=1, max_size=8,

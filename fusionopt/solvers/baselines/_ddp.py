@@ -79,6 +79,9 @@ def bucket_caps(bucket_cap_mb: float | None = None,
     ([524288, 2359296], False)
     """
     if bucket_cap_mb_list is not None:
+        if bucket_cap_mb is not None:       # torch 2.13's DDP would ignore bucket_cap_mb
+            raise ValueError("give bucket_cap_mb or bucket_cap_mb_list, not both: DDP ignores bucket_cap_mb when "
+                             "given a list")
         if isinstance(bucket_cap_mb_list, (str, bytes)) or not isinstance(bucket_cap_mb_list, Sequence):
             raise ValueError(f"bucket_cap_mb_list must be a list of MiB, got {bucket_cap_mb_list!r}")
         if len(bucket_cap_mb_list) == 0:

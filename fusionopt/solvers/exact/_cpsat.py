@@ -20,6 +20,7 @@ from fusionopt.model._problem import Problem
 from fusionopt.model._profile import Profile
 from fusionopt.model._simulator import simulate
 from fusionopt.solvers._result import Outcome, Result, Status
+from fusionopt.solvers.exact._cpsat_partition import DEFAULT_MAX_UNITS
 from fusionopt.solvers.exact._cpsat_arcs import (MAX_INTEGER_TIME, add_path_constraints, arc_positions,
                                                   automatic_quantum, plan_path, positive_seconds, reference_cuts)
 from fusionopt.solvers.exact._cpsat_search import (check_deterministic_time, raise_if_interrupted, run_search,
@@ -42,7 +43,7 @@ def cpsat(
     max_messages: int | None = None,
     random_seed: int = 0,
     unit_parameters: int | None = None,
-    max_units: int = 40,
+    max_units: int | None = None,
     deterministic_time: float | None = None,
 ) -> Result:
     """The optimal fusion plan by the CP-SAT arc (shortest-path) model of docs/methods.md, section cpsat.
@@ -103,8 +104,9 @@ def cpsat(
         tensors cut into units of this many parameters, messages of consecutive units in any
         order; the exact reference for layerwise sync on small instances. Plain model only;
         ``hint`` must then be a plan on the unit grid (fusion plans are).
-    max_units : int
-        Largest number of units the partition model accepts (default 40).
+    max_units : int, optional
+        Largest number of units the partition model accepts (default 40); only with
+        ``unit_parameters``.
 
     Returns
     -------
@@ -184,6 +186,12 @@ def cpsat(
     if (isinstance(random_seed, bool) or not isinstance(random_seed, (int, np.integer))
             or not -2**31 <= random_seed < 2**31):
         raise ValueError(f"random_seed must be a 32-bit integer, got {random_seed!r}")
+    if max_units is not None and unit_parameters is None:
+        raise ValueError("max_units bounds the units of unit_parameters: give unit_parameters, or leave it out")
+    if max_units is None:
+        max_units = DEFAULT_MAX_UNITS
+    if isinstance(max_units, bool) or not isinstance(max_units, (int, np.integer)) or max_units < 1:
+        raise ValueError(f"max_units must be an integer >= 1, got {max_units!r}")
     try:
         from ortools.sat.python import cp_model
     except ImportError as exc:

@@ -1,0 +1,89 @@
+"""Arguments of the public API that a quick reading would take and use wrongly (a string read
+as a truth value, an option that another one overrides, a bound that is not a number) are
+refused in one line naming them; the same calls with good arguments still work."""
+
+import pytest
+
+from fusionopt.advice import fsdp2_plan_of, unit_modules
+from fusionopt.cost import AlphaBeta, PiecewiseLinear, read_nccl_tests, read_osu
+from fusionopt.model import Problem, Profile, fit_step_parts, ps_cost
+from fusionopt.solvers import compare, solve, with_bound
+
+PROFILE = Profile.from_arrays([4e6, 1e6, 2e6], [1e-3] * 3, [3e-3, 2e-3, 1e-3], names=["a.w", "b.w", "c.w"])
+PROBLEM = Problem(PROFILE, AlphaBeta(3e-3, 1e-9))
+OSU = "# OSU MPI Allreduce Latency Test v7.3\n# Size       Avg Latency(us)\n4     2.50\n8     2.60\n"
+
+
+@pytest.mark.parametrize("call, name", [
+    (lambda: ps_cost(4, 2, 1e-5, 1e-9, colocated="no"), "colocated"),
+    (lambda: PiecewiseLinear([1, 2], [1e-6, 2e-6], repair="no"), "repair"),
+    (lambda: read_osu(OSU, repair="no"), "repair"),
+    (lambda: read_nccl_tests(OSU, in_place="no"), "in_place"),
+    (lambda: fsdp2_plan_of(PROFILE, [["a"], [""]], ["no", False], {}, {}), "reshard_after_forward of call 0"),
+])
+def test_a_flag_is_true_or_false_not_a_string_read_as_true(call, name):
+    with pytest.raises(ValueError, match=f"^{name} must be True or False, got 'no'$"):
+        call()
+
+
+def test_the_flags_given_as_booleans_still_price_as_before():
+    # Co-located servers: beta = g (P - 1) / K = 1e-9 x 3 / 2; separate: max(g, P g / K) = 2e-9.
+    assert ps_cost(4, 2, 1e-5, 1e-9, colocated=True).beta == pytest.approx(1.5e-9)
+    assert ps_cost(4, 2, 1e-5, 1e-9, colocated=False).beta == pytest.approx(2e-9)
+    assert read_osu(OSU, repair=False)(4) == pytest.approx(2.5e-6)
+
+
+def test_ddp_takes_one_cap_or_one_list_as_torch_reads_one():
+    with pytest.raises(ValueError, match="give bucket_cap_mb or bucket_cap_mb_list, not both"):
+        solve(PROBLEM, "ddp", bucket_cap_mb=-5, bucket_cap_mb_list=[1])
+    assert solve(PROBLEM, "ddp", bucket_cap_mb_list=[2.5]).plan.groups() == [[2, 1], [0]]
+
+
+def test_fsdp2_calls_name_modules_of_the_profile_and_a_flag_each():
+    with pytest.raises(ValueError, match="fully_shard call 0: module 'nosuch' holds no tensor of the profile"):
+        fsdp2_plan_of(PROFILE, [["nosuch"], [""]], [True, False], {}, {})
+    with pytest.raises(ValueError, match="2 fully_shard calls but 1 reshard_after_forward flags"):
+        fsdp2_plan_of(PROFILE, [["a"], [""]], [True], {}, {})
+    assert fsdp2_plan_of(PROFILE, [["a"], ["b"], [""]], [True, True, False], {}, {}).num_units == 3
+
+
+@pytest.mark.parametrize("first, stop", [(0, 99), (3, 1), (-1, 2), (0.0, 2)])
+def test_a_unit_is_a_run_of_the_profiles_tensors(first, stop):
+    with pytest.raises(ValueError, match="first|stop"):
+        unit_modules(PROFILE, first, stop)
+    assert unit_modules(PROFILE, 0, 3) == [""] and unit_modules(PROFILE, 1, 2) == ["b"]
+
+
+@pytest.mark.parametrize("pattern, sync, culprit", [("x", "barrier", "pattern"), ("ps", "layer", "sync")])
+def test_step_parts_are_fitted_to_a_known_step(pattern, sync, culprit):
+    with pytest.raises(ValueError, match=f"^{culprit} must be one of"):
+        fit_step_parts(PROFILE, pattern=pattern, sync=sync)
+
+
+def test_a_bound_is_a_number_of_seconds():
+    result = solve(PROBLEM, "wfbp")
+    for bound in (float("nan"), -1.0, "0.01"):
+        with pytest.raises(ValueError, match="bound must be a finite number of seconds >= 0"):
+            with_bound(result, bound, source="mine")
+    assert with_bound(result, result.iteration_time, source="mine").stats["bound_from"] == "mine"
+
+
+def test_a_comparison_under_powersgd_takes_a_powersgd():
+    with pytest.raises(ValueError, match="powersgd must be a PowerSGD"):
+        compare(PROBLEM, ["wfbp"], powersgd="x")
+
+
+def test_max_units_goes_with_unit_parameters():
+    pytest.importorskip("ortools")
+    with pytest.raises(ValueError, match="max_units bounds the units of unit_parameters"):
+        solve(PROBLEM, "cpsat", max_units=5)
+    with pytest.raises(ValueError, match="max_units must be an integer >= 1, got 'x'"):
+        solve(PROBLEM, "cpsat", unit_parameters=250_000, max_units="x")
+
+
+def test_the_apart_dp_caps_messages_at_a_number_of_bytes():
+    problem = Problem(PROFILE, AlphaBeta(3e-3, 1e-9), exact_tensors=[1])
+    with pytest.raises(ValueError, match="max_message_bytes must be a number of bytes, got '5e6'"):
+        solve(problem, "dp-apart", max_message_bytes="5e6")
+    assert max(solve(problem, "dp-apart", max_message_bytes=5e6).plan.message_bytes) <= 5e6
+
