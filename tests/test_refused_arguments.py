@@ -5,7 +5,7 @@ refused in one line naming them; the same calls with good arguments still work."
 import pytest
 
 from fusionopt.advice import fsdp2_plan_of, unit_modules
-from fusionopt.cost import AlphaBeta, PiecewiseLinear, read_nccl_tests, read_osu
+from fusionopt.cost import AlphaBeta, PiecewiseLinear, cost_from_dict, read_nccl_tests, read_osu
 from fusionopt.model import Problem, Profile, fit_step_parts, ps_cost
 from fusionopt.solvers import compare, solve, with_bound
 
@@ -87,3 +87,13 @@ def test_the_apart_dp_caps_messages_at_a_number_of_bytes():
         solve(problem, "dp-apart", max_message_bytes="5e6")
     assert max(solve(problem, "dp-apart", max_message_bytes=5e6).plan.message_bytes) <= 5e6
 
+
+
+@pytest.mark.parametrize("alpha", ["1e-3", True])
+def test_a_cost_figure_is_a_number_not_a_string_or_a_bool(alpha):
+    with pytest.raises(ValueError, match=f"^alpha must be a number, got {alpha!r}$"):
+        AlphaBeta(alpha, 1e-9)
+    with pytest.raises(ValueError, match=f"^f.json: alpha must be a number, got {alpha!r}$"):
+        cost_from_dict({"kind": "alpha_beta", "alpha": alpha, "beta": 0.0}, source="f.json")
+    with pytest.raises(ValueError, match="^f.json: alpha must be >= 0, got -1.0$"):
+        cost_from_dict({"kind": "alpha_beta", "alpha": -1, "beta": 0.0}, source="f.json")

@@ -45,7 +45,10 @@ def _as_sizes(size: Any) -> np.ndarray:
 
 
 def check_param(label: str, value: float) -> float:
-    """``value`` as a finite float ``>= 0``; a ``ValueError`` naming ``label`` otherwise."""
+    """``value`` as a finite float ``>= 0``; a ``ValueError`` naming ``label`` otherwise (a
+    string or a bool is not a number here, though ``float`` would read one)."""
+    if isinstance(value, (bool, np.bool_, str, bytes)):
+        raise ValueError(f"{label} must be a number, got {value!r}")
     try:
         value = float(value)
     except (TypeError, ValueError):
@@ -441,7 +444,10 @@ def cost_from_dict(doc: Mapping[str, Any], *, source: str = "cost") -> CommCost:
         for key in ("alpha", "beta"):
             if key not in doc:
                 raise ValueError(f"{source}: alpha_beta cost has no {key!r}")
-        return AlphaBeta(doc["alpha"], doc["beta"])
+        try:
+            return AlphaBeta(doc["alpha"], doc["beta"])
+        except ValueError as exc:
+            raise ValueError(f"{source}: {exc}") from None
     if kind == "piecewise_linear":
         return _piecewise_from_dict(doc, source)
     if kind == "composite":
