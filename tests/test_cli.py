@@ -758,9 +758,27 @@ def test_an_output_that_is_an_input_is_refused_and_the_input_kept(tmp_path, caps
     status, _, err = run(capsys, "profile", "--input", profile, "--output", profile)
     assert status == 2 and "is the --input file itself" in err
     assert profile.read_bytes() == before
+    # Every file a command reads is kept, whichever flag names it.
+    contention = tmp_path / "contention.json"
+    contention.write_text(json.dumps({"contention": 1.2, "comm_contention": 1.1}))
+    status, _, err = run(capsys, "solve", profile, "--alpha", "1e-3", "--beta", "1e-9", "--contention-file",
+                         contention, "--output", contention)
+    assert status == 2 and f"--output {contention} is the --contention-file file itself" in err
+    plan = tmp_path / "plan.svg"
+    plan.write_text("{}")
+    status, _, err = run(capsys, "plot", "timeline", "--profile", profile, "--alpha", "1e-3", "--beta", "1e-9",
+                         "--plan", plan, "--output", plan)
+    assert status == 2 and "is the --plan file itself" in err and plan.read_text() == "{}"
 
 
 @pytest.mark.parametrize("argv, message", [
+    (["calibrate", "--iterations", "0"], "argument --iterations: must be a whole number >= 1, got '0'"),
+    (["calibrate", "--ranks", "0"], "argument --ranks: must be a whole number >= 1, got '0'"),
+    (["solve", "{profile}", "--network", "10gbe", "--workers", "8", "--ps-servers", "2", "--method",
+      "ps-dp", "--algorithm", "bogus"], "--algorithm bogus names an all-reduce algorithm; a parameter server's"),
+    (["solve", "{profile}", "--network", "10gbe", "--workers", "8", "--ps-servers", "2", "--method",
+      "ipart", "--ps-delta", "0.5"], "--ps-delta is the overhead of each compute piece and goes with "
+                                     "--ps-partition-compute"),
     (["compare", "--model", "alexnet", "--alpha", "1e-3", "--beta", "1e-9", "--workers", "8"],
      "--workers sets --network's worker count and changes nothing with --alpha/--beta"),
     (["compare", "--model", "alexnet", "--alpha", "1e-3", "--beta", "1e-9", "--algorithm", "tree"],
@@ -813,14 +831,20 @@ def test_negative_numbers_reach_their_check_and_versions_print(tmp_path, capsys)
     assert done.returncode == 0 and done.stdout == f"fusionopt {fusionopt.__version__}\n"
 
 
-def test_write_errors_name_the_users_file(tmp_path, capsys):
+def test_an_output_that_cannot_be_written_is_refused_before_the_work(tmp_path, capsys):
     missing = tmp_path / "no-such-folder" / "alexnet.json"
     status, _, err = run(capsys, "profile", "--model", "alexnet", "--output", missing)
-    assert status == 2 and err == f"fusionopt: error: {missing}: folder {missing.parent} does not exist\n"
+    assert status == 2 and err == f"fusionopt: error: --output {missing}: folder {missing.parent} does not exist\n"
     folder = tmp_path / "taken.json"
     folder.mkdir()
     status, _, err = run(capsys, "profile", "--model", "alexnet", "--output", folder)
-    assert status == 2 and err == f"fusionopt: error: {folder}: is a folder, not a file\n"
+    assert status == 2 and err == f"fusionopt: error: --output {folder} is a folder: give a file name\n"
+    # A search's plan is not computed for an output it could not write (it was lost at the end).
+    profile = tmp_path / "alexnet.json"
+    assert run(capsys, "profile", "--model", "alexnet", "--output", profile)[0] == 0
+    status, out, err = run(capsys, "solve", profile, "--network", "10gbe", "--workers", "8",
+                           "--method", "gradssa", "--output", missing)
+    assert status == 2 and out == "" and "does not exist" in err
 
 
 def test_methods_lists_each_methods_options(capsys):

@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -149,3 +150,26 @@ def test_a_closed_stdout_ends_the_command_quietly(argv):
     assert process.wait(timeout=120) == 1
     assert err == ""
 
+
+
+def test_ctrl_c_in_a_sweep_of_several_jobs_leaves_no_cell_running(tmp_path):
+    # Four CP-SAT cells of up to 40 s, two at a time: Ctrl-C once they run ends the command at
+    # once, the running cells with it (the interpreter's exit would otherwise wait for them).
+    pytest.importorskip("ortools")
+    output = tmp_path / "cells.jsonl"
+    process = subprocess.Popen([sys.executable, "-m", "fusionopt", "sweep", "--models", "gpt2,bert-large",
+                                "--workers", "64,128", "--networks", "10gbe", "--methods", "cpsat", "--jobs", "2",
+                                "--time-limit", "40", "--output", str(output), "--no-progress"],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=_sigint_as_usual)
+    try:
+        time.sleep(6)                                     # the first two cells are solving
+        assert process.poll() is None
+        process.send_signal(signal.SIGINT)
+        started = time.monotonic()
+        _, err = process.communicate(timeout=30)
+        assert time.monotonic() - started < 10
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == 130
+    assert err == f"fusionopt: interrupted; the finished cells are in {output}: run the same command again to go on\n"

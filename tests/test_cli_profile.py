@@ -87,6 +87,11 @@ def test_profile_a_torch_model_from_the_command_line(tmp_path, capsys, monkeypat
 
         def not_a_model():
             return 3
+
+        def broken():
+            raise RuntimeError("kaboom")
+
+        NUMBER = 3
     """))
     monkeypatch.chdir(tmp_path)          # found in the current folder, as the command line is run
     out_path = tmp_path / "mlp.csv"
@@ -99,6 +104,16 @@ def test_profile_a_torch_model_from_the_command_line(tmp_path, capsys, monkeypat
     assert p.B > 0 and p.F > 0
     status, _, err = run(capsys, "profile", "--torch", "tiny_models:not_a_model", "--input-shape", "2,3")
     assert status == 2 and "returned int, not a torch.nn.Module" in err
+    # The user's code failing, or an input or device it cannot take: one line naming the flag.
+    for argv, message in ((["tiny_models:broken", "--input-shape", "2,64"],
+                           "--torch tiny_models:broken: calling it raised RuntimeError: kaboom"),
+                          (["tiny_models:NUMBER", "--input-shape", "2,64"], "NUMBER is not callable (int)"),
+                          (["tiny_models:mlp", "--input-shape", "2,5"],
+                           "--torch tiny_models:mlp on --input-shape 2,5: mat1 and mat2 shapes cannot be multiplied"),
+                          (["tiny_models:mlp", "--input-shape", "2,64", "--torch-device", "bogus"],
+                           "--torch-device bogus: ")):
+        status, out, err = run(capsys, "profile", "--torch", *argv)
+        assert status == 2 and out == "" and err.count("\n") == 1 and message in err, err
 
 
 @pytest.mark.filterwarnings("ignore:Warning. Profiler clears events")

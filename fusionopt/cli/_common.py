@@ -66,17 +66,26 @@ def comma_list(option: str, text: str, convert: Any = str) -> list[Any]:
         raise UsageError(f"{option} takes comma-separated integers, got {text!r}") from None
 
 
-def refuse_writing_over(output: str | None, args: argparse.Namespace, *inputs: str) -> None:
-    """An ``--output`` that is one of the command's input files is refused: it would be lost."""
-    if output is None:
-        return
-    target = Path(output).resolve()
-    for name in inputs:
-        given = getattr(args, name, None)
-        if given and Path(given).resolve() == target:
-            label = "the profile" if name == "profile" else f"the --{name.replace('_', '-')}"
-            raise UsageError(f"--output {output} is {label} file itself: writing it would lose the input; "
-                             "give another file")
+def refuse_writing_over(args: argparse.Namespace) -> None:
+    """An ``--output`` that is one of the files the command reads (any of its arguments that
+    names an existing file) is refused before any work: writing it would lose the input; so is
+    one in a missing folder, or a folder, which could not be written once the work is done."""
+    outputs = getattr(args, "output", None)
+    for output in outputs if isinstance(outputs, list) else [] if outputs is None else [outputs]:
+        folder = Path(output).parent
+        if not folder.is_dir():
+            raise UsageError(f"--output {output}: folder {folder} does not exist")
+        if Path(output).is_dir():
+            raise UsageError(f"--output {output} is a folder: give a file name")
+        target = Path(output).resolve()
+        for name, value in vars(args).items():
+            if name == "output":
+                continue
+            for given in value if isinstance(value, list) else [value]:
+                if isinstance(given, str) and Path(given).is_file() and Path(given).resolve() == target:
+                    label = "the profile" if name == "profile" else f"the --{name.replace('_', '-')}"
+                    raise UsageError(f"--output {output} is {label} file itself: writing it would lose the input; "
+                                     "give another file")
 
 
 def json_output(path: str | None, what: str) -> None:

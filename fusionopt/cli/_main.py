@@ -14,7 +14,7 @@ from fusionopt.integrations._unprofiled import DEFAULT_PROFILER_COST, PROFILER_C
 from fusionopt.reporting import fraction
 from fusionopt.advice._allreduce import MIN_GAIN
 from fusionopt.cli._advising import cmd_advise
-from fusionopt.cli._common import INTERRUPTED, Kept, Parser, TIMELINE_HELP, UsageError, show_warning
+from fusionopt.cli._common import INTERRUPTED, Kept, Parser, TIMELINE_HELP, UsageError, refuse_writing_over, show_warning
 from fusionopt.cli._plotting import add_plot_parsers, cmd_plot_timeline
 from fusionopt.cli._problems import add_cost_arguments, add_zoo_arguments
 from fusionopt.cli._profiling import cmd_profile, cmd_traced, cmd_zoo
@@ -147,6 +147,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         with warnings.catch_warnings():
             warnings.showwarning = show_warning
             args = build_parser().parse_args(argv)
+            refuse_writing_over(args)
             for flag in ("decoupled", "fully_sharded"):
                 if getattr(args, flag, False) and args.run is cmd_advise:
                     raise UsageError(f"--{flag.replace('_', '-')}: advise takes --pattern zero2 (decoupled) or "

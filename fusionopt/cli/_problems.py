@@ -474,6 +474,11 @@ def _parameter_server(args: argparse.Namespace) -> ParameterServer:
         raise UsageError("--ps-servers cannot be combined with --copy-cost, --contention or --channels")
     if args.comm_contention != 1.0 or args.contention_file is not None:
         raise UsageError("--ps-servers cannot be combined with --comm-contention or --contention-file")
+    if args.ps_delta != 0.0 and not args.ps_partition_compute:
+        raise UsageError("--ps-delta is the overhead of each compute piece and goes with --ps-partition-compute")
+    if args.algorithm is not None:
+        raise UsageError(f"--algorithm {args.algorithm} names an all-reduce algorithm; a parameter server's pushes "
+                         "and pulls take none: leave it out with --ps-servers")
     options = {"update_per_byte": args.ps_update_per_byte, "update_overhead": args.ps_update_overhead,
                "partition_compute": args.ps_partition_compute, "delta": args.ps_delta}
     if args.network is not None and args.alpha is None and args.beta is None and args.cost is None:

@@ -13,10 +13,11 @@ from fusionopt import zoo
 from fusionopt.integrations._kineto_events import describe_clock
 from fusionopt.integrations._kineto_parameters import read_parameter_list
 from fusionopt.integrations._traced_step import COPIED_PARTS, PARAMETERS_FILE, PREDICTED_PART
+from fusionopt.integrations._unprofiled import PROFILER_COST_FILE, UNPROFILED_FILE
 from fusionopt.model import Profile
 from fusionopt.model._profile_csv import profile_csv_text
 from fusionopt.cli._common import (
-    UsageError, clock_words, comma_list, plural, read_profile, refuse_writing_over, write_profile,
+    UsageError, clock_words, comma_list, plural, read_profile, write_profile,
 )
 from fusionopt.cli._problems import zoo_profile, zoo_settings
 
@@ -50,7 +51,6 @@ def cmd_profile(args: argparse.Namespace) -> None:
     else:
         profile = _profile_from_torch(args)
     if args.output:
-        refuse_writing_over(args.output, args, "input", "parameters", "trace")
         _refuse_writing_over_trace_folder(args, profile)
         if not args.output.lower().endswith((".json", ".csv")):
             raise UsageError(f"--output {args.output}: a profile is written as JSON or CSV: give a .json or .csv file name")
@@ -75,17 +75,19 @@ def _profile_from_trace(args: argparse.Namespace) -> Profile:
 
 
 def _refuse_writing_over_trace_folder(args: argparse.Namespace, profile: Profile) -> None:
-    """``--output`` onto a file ``profile --trace FOLDER`` read (a rank's trace, or the
-    folder's ``parameters.csv`` taken by default) is refused: it would be lost."""
+    """``--output`` onto a file of the recording ``profile --trace FOLDER`` read or ``traced
+    FOLDER`` reads (a rank's trace, the folder's ``parameters.csv`` taken by default, the
+    job's ``unprofiled.json`` and ``profiler_cost.json``) is refused: it would be lost."""
     if args.trace is None or not Path(args.trace).is_dir():
         return
     folder = Path(args.trace)
     read = [folder / name for name in profile.metadata.get("ranks", {}).values()]
+    read += [folder / UNPROFILED_FILE, folder / PROFILER_COST_FILE]
     if args.parameters is None:
         read.append(folder / PARAMETERS_FILE)
     target = Path(args.output).resolve()
     for path in read:
-        if path.resolve() == target:
+        if path.resolve() == target and path.exists():
             raise UsageError(f"--output {args.output} is a file --trace {args.trace} read: writing it would lose "
                              "the input; give another file")
 
@@ -187,13 +189,26 @@ def _profile_from_torch(args: argparse.Namespace) -> Profile:
         raise UsageError(f"--torch {args.torch}: {exc}") from None
     finally:
         sys.path.remove(here)
-    model = factory()
+    if not callable(factory):
+        raise UsageError(f"--torch {args.torch}: {factory_name} is not callable ({type(factory).__name__}); give a "
+                         "function returning a torch.nn.Module")
+    try:
+        model = factory()
+    except Exception as exc:          # the user's code: its fault in one line, not our traceback
+        raise UsageError(f"--torch {args.torch}: calling it raised {type(exc).__name__}: {exc}") from None
     if not isinstance(model, torch.nn.Module):
         raise UsageError(f"--torch {args.torch} returned {type(model).__name__}, not a torch.nn.Module")
     device = args.torch_device
-    inputs = torch.randn(*shape, device=device)
-    return profile_model(model.to(device), inputs, steps=args.steps, warmup=args.warmup, device=device,
-                         name=factory_name)
+    try:
+        inputs = torch.randn(*shape, device=device)
+        model = model.to(device)
+    except (RuntimeError, AssertionError) as exc:   # an unknown device, or CUDA where torch has none
+        raise UsageError(f"--torch-device {device}: {' '.join(str(exc).split())}") from None
+    try:
+        return profile_model(model, inputs, steps=args.steps, warmup=args.warmup, device=device, name=factory_name)
+    except RuntimeError as exc:       # the model's forward on the input (a shape it cannot take)
+        raise UsageError(f"--torch {args.torch} on --input-shape {args.input_shape}: {' '.join(str(exc).split())}") \
+            from None
 
 
 __all__ = []

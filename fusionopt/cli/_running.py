@@ -16,7 +16,7 @@ from fusionopt.cli._common import Kept, UsageError, comma_list, fail, json_outpu
 from fusionopt.cli._problems import ZOO_COMPUTE_OPTIONS, add_cost_arguments, add_zoo_arguments, powersgd_from_flags, \
     zoo_settings
 from fusionopt.cli._solving import read_problem_and_plan
-from fusionopt.reporting import write_json_atomic
+from fusionopt.reporting import positive_int, write_json_atomic
 
 
 def _cmd_sweep(args: argparse.Namespace) -> None:
@@ -384,7 +384,7 @@ def add_executor_parsers(commands: Any) -> None:
 
     p = commands.add_parser("calibrate", help="time a collective against size on a backend; fit cost models")
     p.add_argument("--backend", default="local", choices=("local", "mpi", "nccl"))
-    p.add_argument("--ranks", type=int, help="number of ranks (default 2; 1 with --contention)")
+    p.add_argument("--ranks", type=positive_int, help="number of ranks (default 2; 1 with --contention)")
     p.add_argument("--output", metavar="COST.json",
                    help="write the fitted cost model (for --cost), or with --contention the two slowdowns "
                         "(for --contention-file)")
@@ -398,9 +398,10 @@ def add_executor_parsers(commands: Any) -> None:
                                                "(default 8)")
     p.add_argument("--model", default="piecewise", choices=("piecewise", "alpha-beta"),
                    help="which fit --output holds (both are recorded; default piecewise)")
-    p.add_argument("--min-bytes", type=int, default=256, help="smallest message (default 256)")
-    p.add_argument("--max-bytes", type=int, default=64 << 20, help="largest message (default 64 MiB)")
-    p.add_argument("--iterations", type=int, default=20, help="timed messages per size, at most (default 20)")
+    p.add_argument("--min-bytes", type=positive_int, default=256, help="smallest message (default 256)")
+    p.add_argument("--max-bytes", type=positive_int, default=64 << 20, help="largest message (default 64 MiB)")
+    p.add_argument("--iterations", type=positive_int, default=20,
+                   help="timed messages per size, at most (default 20)")
     p.add_argument("--timeout", type=float, default=60.0, metavar="SECONDS",
                    help="seconds a collective may take (default 60)")
     p.add_argument("--collective", default="all_reduce", choices=("all_reduce", "reduce_scatter", "all_gather"),

@@ -22,7 +22,7 @@ from fusionopt.solvers import format_table, methods, solve
 from fusionopt.solvers._comparison import NOT_UNDER_POWERSGD
 from fusionopt.solvers._result import Interrupted, Result
 from fusionopt.solvers.baselines import ddp_powersgd
-from fusionopt.cli._common import Kept, UsageError, comma_list, json_output, plural, read_profile, refuse_writing_over
+from fusionopt.cli._common import Kept, UsageError, comma_list, json_output, plural, read_profile
 from fusionopt.cli._problems import (
     parse_options, powersgd_from_flags, powersgd_words, priced_for_powersgd, problem_for_compare, problem_from_flags,
     reducer_words, with_reducer_calibration,
@@ -175,7 +175,6 @@ def _announce_search(method: str, options: Mapping[str, Any]):
 
 
 def cmd_solve(args: argparse.Namespace) -> None:
-    refuse_writing_over(args.output, args, "profile", "cost")
     json_output(args.output, "the plan")
     profile = read_profile(args.profile)
     problem = problem_from_flags(profile, args)

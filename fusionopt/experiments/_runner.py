@@ -309,9 +309,30 @@ def _solve_all(pending: list[Cell], jobs: int, time_limit: float | None,
     except BrokenProcessPool:
         raise RuntimeError("a sweep worker process died (out of memory or killed?); the records written so far "
                            "are kept: run the same sweep again to go on") from None
+    except (KeyboardInterrupt, GeneratorExit):
+        # Interrupted, or the records no longer wanted: the cells running are dropped with their
+        # processes, or the interpreter's exit would wait for them to finish, unrecorded.
+        _stop_workers(executor)
+        raise
     finally:
-        # On an interrupt, start no new cell; the ones running finish in their processes.
         executor.shutdown(wait=False, cancel_futures=True)
+
+
+def _stop_workers(executor: ProcessPoolExecutor) -> None:
+    """Cancel what has not started and end ``executor``'s worker processes now (Python 3.14's
+    ``terminate_workers``; before it, the processes the pool keeps, taken before its shutdown
+    lets go of them)."""
+    terminate = getattr(executor, "terminate_workers", None)
+    if terminate is not None:
+        terminate()
+        return
+    processes = list((getattr(executor, "_processes", None) or {}).values())
+    executor.shutdown(wait=False, cancel_futures=True)
+    for process in processes:
+        if process.is_alive():
+            process.terminate()
+    for process in processes:
+        process.join(timeout=5)
 
 
 def _worker_started(parent: int) -> None:

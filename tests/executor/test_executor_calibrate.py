@@ -97,7 +97,7 @@ def test_calibrate_alignment_writes_the_price_it_found(tmp_path, capsys):
     (["--model", "alpha-beta"], "--alignment writes its own fit (the alpha-beta price, padded where a cliff was "
                                 "found): leave --model out"),
     (["--collective", "all_gather"], "--alignment times all-reduce messages; leave --collective out"),
-    (["--min-bytes", "0"], "min_bytes must be a whole number >= 1, got 0"),
+    (["--min-bytes", "0"], "argument --min-bytes: must be a whole number >= 1, got '0'"),
 ])
 def test_calibrate_alignment_refusals(capsys, flags, message):
     assert main(["calibrate", "--alignment", *flags]) == 2

@@ -70,6 +70,10 @@ def test_profile_never_writes_over_a_file_it_read_from_a_trace_folder(tmp_path, 
         assert err == f"fusionopt: error: --output {job / target} is a file --trace {job} read: writing it would " \
                       "lose the input; give another file\n"
     assert (job / "parameters.csv").read_text() == listing and (job / "rank0.json").read_text() == trace
+    # The job's step measured without the profiler is part of the recording too.
+    (job / "unprofiled.json").write_text("{}")
+    status, out, err = run(capsys, "profile", "--trace", job, "--output", job / "unprofiled.json")
+    assert status == 2 and "is a file --trace" in err and (job / "unprofiled.json").read_text() == "{}"
     # A parameter list given with --parameters is the input instead: the folder's may be written.
     (tmp_path / "params.csv").write_text(listing)
     assert run(capsys, "profile", "--trace", job, "--parameters", tmp_path / "params.csv",
