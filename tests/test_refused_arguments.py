@@ -35,7 +35,7 @@ def test_the_flags_given_as_booleans_still_price_as_before():
 
 def test_ddp_takes_one_cap_or_one_list_as_torch_reads_one():
     with pytest.raises(ValueError, match="give bucket_cap_mb or bucket_cap_mb_list, not both"):
-        solve(PROBLEM, "ddp", bucket_cap_mb=-5, bucket_cap_mb_list=[1])
+        solve(PROBLEM, "ddp", bucket_cap_mb=5, bucket_cap_mb_list=[1])
     assert solve(PROBLEM, "ddp", bucket_cap_mb_list=[2.5]).plan.groups() == [[2, 1], [0]]
 
 
@@ -47,9 +47,14 @@ def test_fsdp2_calls_name_modules_of_the_profile_and_a_flag_each():
     assert fsdp2_plan_of(PROFILE, [["a"], ["b"], [""]], [True, True, False], {}, {}).num_units == 3
 
 
-@pytest.mark.parametrize("first, stop", [(0, 99), (3, 1), (-1, 2), (0.0, 2)])
-def test_a_unit_is_a_run_of_the_profiles_tensors(first, stop):
-    with pytest.raises(ValueError, match="first|stop"):
+@pytest.mark.parametrize("first, stop, message", [
+    (0, 99, "a unit runs over tensors first to stop - 1 with 0 <= first < stop <= 3, got first 0, stop 99"),
+    (3, 1, "a unit runs over tensors first to stop - 1 with 0 <= first < stop <= 3, got first 3, stop 1"),
+    (-1, 2, "a unit runs over tensors first to stop - 1 with 0 <= first < stop <= 3, got first -1, stop 2"),
+    (0.0, 2, "first must be a tensor index, got 0.0"),
+])
+def test_a_unit_is_a_run_of_the_profiles_tensors(first, stop, message):
+    with pytest.raises(ValueError, match=f"^{message}$"):
         unit_modules(PROFILE, first, stop)
     assert unit_modules(PROFILE, 0, 3) == [""] and unit_modules(PROFILE, 1, 2) == ["b"]
 

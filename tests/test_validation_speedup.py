@@ -238,7 +238,7 @@ def test_a_tiny_run_agrees_with_itself_and_the_predictions(speedup, harness, tmp
     assert "file" not in used["fsdp2"] and len(used["fsdp2"]["samples"]) == 5 + 4
     assert used["fsdp2"]["model"]["optimizer"] == {"name": "SGD", "options": {"lr": 1e-3, "momentum": 0.9}}
     assert ("ddp on 2 ranks, 1.500 ms per step on the host, 0.250 ms per bucket on the channel, 0.000 ms of compute "
-            "per bucket (read from `ddp-measured-apart.json`)") in table
+            "per bucket (not measured) (read from `ddp-measured-apart.json`)") in table
     fitted = used["fsdp2"]
     assert (f"fsdp2 on 2 ranks, {1e3 * fitted['per_step']:.3f} ms per step and" in table
             and "the loopback collectives, timed bare on the ranks before the cases and not priced" in table)

@@ -84,7 +84,7 @@ __all__ = [
     "free_port", "fsdp2_blocks", "join_gloo", "leave_rank", "measure_profiler_cost", "measure_reducer_overhead",
     "padded_bytes", "padded_comm_hook", "powersgd_comm_hook", "predict_traced_step", "profile_from_trace", "profile_from_traces", "profile_model",
     "read_advice", "read_profiler_cost", "read_reducer_calibration", "read_unprofiled_reference",
-    "reducer_cost_words",
-    "record_ddp_traces", "record_fsdp2_collectives", "replay_trace", "require_torch", "run_rank_processes",
+    "record_ddp_traces", "record_fsdp2_collectives", "reducer_cost_words", "replay_trace", "require_torch",
+    "run_rank_processes",
     "small_model", "tiny_transformer", "wire_comm_hook", "with_reducer_overhead", "write_profiler_cost",
 ]

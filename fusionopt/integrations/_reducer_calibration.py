@@ -263,11 +263,12 @@ def reducer_cost_words(figures: Mapping[str, Any]) -> str:
     (seconds); a missing one counts as 0. A message is named as the reducer sends it: a
     bucket of DDP's, a collective of FSDP2's (which has no compute per message: its problems
     take none). The per-tensor and per-MiB figures are named where not 0, or where the
-    calibration measured them (its ``model`` has ``shapes``).
+    calibration measured them (its ``model`` has ``shapes``); a compute per message of 0 with no
+    sample of the compute critical is said to be not measured.
 
     >>> print(reducer_cost_words({"reducer": "ddp", "per_step": 7e-4, "per_message": 4e-4, "per_byte": 5e-10}))
     0.700 ms per step on the host, 0.400 ms per bucket and 0.524 ms per MiB of it on the channel,
-    0.000 ms of compute per bucket
+    0.000 ms of compute per bucket (not measured)
     """
     reducer = figures.get("reducer")
     unit = _UNITS.get(reducer, "message")
@@ -281,7 +282,9 @@ def reducer_cost_words(figures: Mapping[str, Any]) -> str:
             + (f" and {ms('per_tensor')} per parameter tensor" if shaped or figures.get("per_tensor") else "")
             + f" on the host, {ms('per_message')} per {unit}"
             + (f" and {ms('per_byte', 2**20)} per MiB of it" if shaped or figures.get("per_byte") else "")
-            + " on the channel" + (f", {ms('message_compute')} of compute per {unit}" if compute else ""))
+            + " on the channel" + (f", {ms('message_compute')} of compute per {unit}" if compute else "")
+            + (" (not measured)" if compute and not figures.get("message_compute")
+               and not figures.get("compute_samples") else ""))
 
 
 def _sample_dict(sample: Sample) -> dict[str, float]:

@@ -112,16 +112,23 @@ def _chunk(tensor: int, lo: int, hi: int) -> Chunk:
     return chunk
 
 
-def _index(label: str, value: Any) -> int:
-    """A tensor index given in ``label``, an integer (not a bool, not a float): as an int."""
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
-        raise ValueError(f"{label}: a tensor index must be an integer, got {value!r}")
-    return int(value)
+def _indices(label: str, values: Iterable[Any]) -> list[int]:
+    """Tensor indices given in ``label``, integers (not bools, not floats), as ints."""
+    indices = list(values)
+    if all(type(i) is int for i in indices):                # the common case, checked at once
+        return indices
+    for i in indices:
+        if isinstance(i, (bool, np.bool_)) or not isinstance(i, (int, np.integer)):
+            raise ValueError(f"{label}: a tensor index must be an integer, got {i!r}")
+    return [int(i) for i in indices]
 
 
 def _integers(label: str, values: Any) -> np.ndarray:
     """A plan table's column ``label`` of integers (not bools, floats or strings), as int64."""
     array = np.asarray(values)
+    if array.dtype == object and all(isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_))
+                                     for v in array.ravel()):
+        array = np.asarray(array.tolist(), dtype=np.int64)   # Python ints held as objects
     if array.size and array.dtype.kind not in "iu":
         raise ValueError(f"a plan table's {label} must hold integers, got {array.dtype} values")
     return array.astype(np.int64)
@@ -261,7 +268,7 @@ class Plan:
         tensors: list[int] = []
         starts = [0]
         for k, group in enumerate(groups):
-            members = [_index(f"group {k}", i) for i in group]
+            members = _indices(f"group {k}", group)
             if not members:
                 raise ValueError(f"group {k} is empty")
             tensors.extend(members)
@@ -290,8 +297,7 @@ class Plan:
     def per_tensor(cls, profile: Profile, order: Sequence[int] | None = None) -> "Plan":
         """One message per tensor, in backward order (the profile's ready order: WFBP)
         unless ``order`` is given."""
-        if order is None:
-            order = profile.ready_order
+        order = profile.ready_order if order is None else _indices("order", order)
         return cls.from_groups(profile, [[i] for i in order])
 
     @classmethod
@@ -311,8 +317,9 @@ class Plan:
         if cuts.shape != (profile.n - 1,):
             raise ValueError(f"cut vector must have n - 1 = {profile.n - 1} entries, got shape {cuts.shape}")
         if cuts.dtype != bool:
-            if cuts.size and not np.isin(cuts, (0, 1)).all():
-                raise ValueError(f"cut vectors hold 0/1 or booleans, got {cuts.tolist()!r}")
+            bad = np.flatnonzero(~np.isin(cuts, (0, 1)))
+            if bad.size:
+                raise ValueError(f"cut vectors hold 0/1 or booleans, got {cuts[bad[0]].item()!r} at position {bad[0]}")
             cuts = cuts.astype(bool)
         starts = np.concatenate(([0], np.flatnonzero(cuts) + 1, [profile.n])).astype(np.int64)
         return cls._whole_tensors(profile, np.asarray(profile.backward_order, dtype=np.int64), starts)

@@ -64,7 +64,7 @@ import numpy as np
 
 from fusionopt.model._io import read_json_document, write_json_atomic
 from fusionopt.model._profile_checks import (DTYPE_BYTES, check_dtypes, check_order, check_part, check_shapes,
-                                            check_sizes, check_times, frozen)
+                                            check_sizes, check_times, float_column, frozen)
 
 PROFILE_SCHEMA = "fusionopt.profile"
 PROFILE_VERSION = 1
@@ -246,10 +246,11 @@ class Profile:
         new = object.__new__(Profile)
         fields = {key: value for key, value in self.__dict__.items() if key not in _CACHED}
         new.__dict__.update(fields, metadata=dict(self.metadata))
-        backward = backward if hasattr(backward, "__len__") else list(backward)
-        if len(backward) != self.n:
-            raise ValueError(f"length mismatch: {self.n} tensor names but {len(backward)} backward values")
-        object.__setattr__(new, "backward", frozen(check_times("backward", backward, self.names)))
+        iterator = hasattr(backward, "__iter__") and not hasattr(backward, "__len__")
+        times = float_column("backward times", list(backward) if iterator else backward)
+        if times.size != self.n:
+            raise ValueError(f"length mismatch: {self.n} tensor names but {times.size} backward values")
+        object.__setattr__(new, "backward", frozen(check_times("backward", times, self.names)))
         new._set_ready(self.ready_order if keep_order else None)
         return new
 

@@ -299,7 +299,8 @@ def test_the_figures_in_words_name_what_was_measured():
                                  "channel critical; 2 gloo ranks, torch 2.13.0")
     # A result's part of a calibration: what it lacks counts as 0, and a cost of 0 it did not measure is not named.
     assert reducer_cost_words({"reducer": "ddp", "per_step": 1e-3, "per_message": 0.0}) == (
-        "1.000 ms per step on the host, 0.000 ms per bucket on the channel, 0.000 ms of compute per bucket")
+        "1.000 ms per step on the host, 0.000 ms per bucket on the channel, 0.000 ms of compute per bucket "
+        "(not measured)")
 
 
 # ---------------------------------------------------------------------- a short real run

@@ -4,7 +4,8 @@ once, the loopback collectives timed bare, the paired rounds of two or more sett
 speedup's bootstrap interval, FSDP2's unsharded bytes counted as ``M_peak`` counts them, and
 the ``--reducer-calibration`` files a run is given.
 
-Run on the ranks the scripts start (gloo on CPU, NCCL on a GPU); nothing here starts a rank.
+The measuring runs on the ranks the scripts start (gloo on CPU, NCCL on a GPU), the interval
+and the files' checks in the parent; nothing here starts a rank.
 """
 
 from __future__ import annotations

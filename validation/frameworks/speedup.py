@@ -37,8 +37,8 @@ of inner widths 256 to 640 over 128), batch ``--batch``, SGD with momentum:
    ``--capped-model`` under a cap of ``--cap-fraction`` times its parameter bytes, whose
    measured peak must stay under the cap.
 
-The reducers' own cost (a fixed cost per step and one per message, FSDP2's also one per
-parameter tensor and one per byte of each collective, added to every prediction as ``advise
+The reducers' own cost (a fixed cost per step and one per message, DDP's also its compute
+per message, FSDP2's also one per parameter tensor and one per byte of each collective, added to every prediction as ``advise
 --reducer-calibration`` adds it) is measured by ``measure_reducer_overhead`` with the
 training job's optimiser (``harness.OPTIMIZER``) before each number of ranks
 (``--calibration-rounds``), or read

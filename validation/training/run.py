@@ -338,10 +338,11 @@ def markdown(document: dict[str, Any]) -> str:
     lines += markdown_table(["model", "plan", "sync", "messages", "predicted (ms)", "with reducer (ms)",
                              "fitted on own plans (ms)", "measured (ms)", "measured / with reducer"], rows)
     measured = document["reducer_calibration"]
-    lines += ["", f"Reducer cost measured apart ({measured['reducer']} reducer, {len(measured['samples'])} samples, "
+    lines += ["", f"Reducer cost measured apart ({measured['reducer']} reducer, {len(measured['samples'])} samples with "
+              "the channel critical, "
               f"{measured['ranks']} {measured['backend']} ranks): {reducer_cost_words(measured)}"
               + (f" ({len(measured['compute_samples'])} samples with the compute critical)."
-                 if measured.get("compute_samples") else "." if measured.get("message_compute") else " (not measured).")]
+                 if measured.get("compute_samples") else ".")]
     lines += ["", "Reducer cost fitted per model on its own plans (ms): " + "; ".join(
         f"{name}: {ms(row['calibration']['per_step'])} per step, {ms(row['calibration']['per_message'])} per message"
         for name, row in document["results"].items())]
