@@ -92,6 +92,13 @@ def test_profile_a_torch_model_from_the_command_line(tmp_path, capsys, monkeypat
             raise RuntimeError("kaboom")
 
         NUMBER = 3
+
+        class Picky(torch.nn.Linear):
+            def forward(self, x):
+                raise ValueError("no, thanks")
+
+        def picky():
+            return Picky(64, 10)
     """))
     monkeypatch.chdir(tmp_path)          # found in the current folder, as the command line is run
     out_path = tmp_path / "mlp.csv"
@@ -109,9 +116,13 @@ def test_profile_a_torch_model_from_the_command_line(tmp_path, capsys, monkeypat
                            "--torch tiny_models:broken: calling it raised RuntimeError: kaboom"),
                           (["tiny_models:NUMBER", "--input-shape", "2,64"], "NUMBER is not callable (int)"),
                           (["tiny_models:mlp", "--input-shape", "2,5"],
-                           "--torch tiny_models:mlp on --input-shape 2,5: mat1 and mat2 shapes cannot be multiplied"),
+                           "--torch tiny_models:mlp on --input-shape 2,5: RuntimeError: mat1 and mat2 shapes cannot be "
+                           "multiplied"),
                           (["tiny_models:mlp", "--input-shape", "2,64", "--torch-device", "bogus"],
-                           "--torch-device bogus: ")):
+                           "--torch-device bogus: "),
+                          (["tiny_models:mlp", "--input-shape", "2,-64"], "--input-shape 2,-64: "),
+                          (["tiny_models:picky", "--input-shape", "2,64"],
+                           "--torch tiny_models:picky on --input-shape 2,64: ValueError: no, thanks")):
         status, out, err = run(capsys, "profile", "--torch", *argv)
         assert status == 2 and out == "" and err.count("\n") == 1 and message in err, err
 

@@ -503,6 +503,13 @@ def test_cli_plot_sweep_reads_results(plt, capsys, tmp_path):
     assert out.splitlines() == [f"wrote {png}", f"wrote {svg}"]
     assert png.read_bytes().startswith(PNG_SIGNATURE)
     assert ET.parse(svg).getroot().tag.endswith("svg")
+    # The results file is the command's input: an --output onto it is refused, and named as given.
+    before = results.read_bytes()
+    status, out, err = run(capsys, "plot", "sweep", results, "--output", results)
+    assert status == 2 and f"--output {results} is the results file itself" in err and results.read_bytes() == before
+    # An argument that cannot be a file name (a title longer than a name may be) is no input.
+    status, out, err = run(capsys, "plot", "sweep", results, "--title", "A very long title " * 20, "--output", png)
+    assert (status, err) == (0, "")
     series = sweep_series(records, "throughput")
     assert sorted(series) == ["dp", "wfbp"]
     assert series["dp"][0].tolist() == [4, 8]

@@ -7,7 +7,7 @@ import argparse
 import re
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 from fusionopt.integrations._kineto_events import TIMELINE_RULE, describe_clock
 from fusionopt.model import Profile
 from fusionopt.model._profile_csv import read_profile_csv, write_profile_csv
@@ -66,12 +66,15 @@ def comma_list(option: str, text: str, convert: Any = str) -> list[Any]:
         raise UsageError(f"{option} takes comma-separated integers, got {text!r}") from None
 
 
-def refuse_writing_over(args: argparse.Namespace) -> None:
+def refuse_writing_over(args: argparse.Namespace, argv: Sequence[str]) -> None:
     """An ``--output`` that is one of the files the command reads (any of its arguments that
-    names an existing file) is refused before any work: writing it would lose the input; so is
-    one in a missing folder, or a folder, which could not be written once the work is done."""
+    names an existing file; ``argv``, the command line, tells a flag from a positional) is
+    refused before any work: writing it would lose the input; so is an empty one, one in a
+    missing folder, or a folder, which could not be written once the work is done."""
     outputs = getattr(args, "output", None)
     for output in outputs if isinstance(outputs, list) else [] if outputs is None else [outputs]:
+        if not output:
+            raise UsageError("--output is empty: give a file name")
         folder = Path(output).parent
         if not folder.is_dir():
             raise UsageError(f"--output {output}: folder {folder} does not exist")
@@ -82,10 +85,21 @@ def refuse_writing_over(args: argparse.Namespace) -> None:
             if name == "output":
                 continue
             for given in value if isinstance(value, list) else [value]:
-                if isinstance(given, str) and Path(given).is_file() and Path(given).resolve() == target:
-                    label = "the profile" if name == "profile" else f"the --{name.replace('_', '-')}"
+                if isinstance(given, str) and _same_file(given, target):
+                    flag = f"--{name.replace('_', '-')}"
+                    given_as_flag = any(a == flag or a.startswith(flag + "=") for a in argv)
+                    label = f"the {flag}" if given_as_flag else f"the {name.replace('_', ' ')}"
                     raise UsageError(f"--output {output} is {label} file itself: writing it would lose the input; "
                                      "give another file")
+
+
+def _same_file(given: str, target: Path) -> bool:
+    """Whether the argument ``given`` names an existing file that is ``target``; a text that
+    cannot be a path (too long a name, say) names none."""
+    try:
+        return Path(given).is_file() and Path(given).resolve() == target
+    except (OSError, ValueError):
+        return False
 
 
 def json_output(path: str | None, what: str) -> None:

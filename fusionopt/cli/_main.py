@@ -147,7 +147,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         with warnings.catch_warnings():
             warnings.showwarning = show_warning
             args = build_parser().parse_args(argv)
-            refuse_writing_over(args)
+            refuse_writing_over(args, sys.argv[1:] if argv is None else [str(a) for a in argv])
             for flag in ("decoupled", "fully_sharded"):
                 if getattr(args, flag, False) and args.run is cmd_advise:
                     raise UsageError(f"--{flag.replace('_', '-')}: advise takes --pattern zero2 (decoupled) or "

@@ -200,15 +200,18 @@ def _profile_from_torch(args: argparse.Namespace) -> Profile:
         raise UsageError(f"--torch {args.torch} returned {type(model).__name__}, not a torch.nn.Module")
     device = args.torch_device
     try:
-        inputs = torch.randn(*shape, device=device)
         model = model.to(device)
     except (RuntimeError, AssertionError) as exc:   # an unknown device, or CUDA where torch has none
         raise UsageError(f"--torch-device {device}: {' '.join(str(exc).split())}") from None
     try:
+        inputs = torch.randn(*shape, device=device)
+    except RuntimeError as exc:       # a negative dimension, or more than memory holds
+        raise UsageError(f"--input-shape {args.input_shape}: {' '.join(str(exc).split())}") from None
+    try:
         return profile_model(model, inputs, steps=args.steps, warmup=args.warmup, device=device, name=factory_name)
-    except RuntimeError as exc:       # the model's forward on the input (a shape it cannot take)
-        raise UsageError(f"--torch {args.torch} on --input-shape {args.input_shape}: {' '.join(str(exc).split())}") \
-            from None
+    except Exception as exc:          # the model's own code on the input (a shape it cannot take, say)
+        raise UsageError(f"--torch {args.torch} on --input-shape {args.input_shape}: {type(exc).__name__}: "
+                         f"{' '.join(str(exc).split())}") from None
 
 
 __all__ = []

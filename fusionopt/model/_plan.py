@@ -123,12 +123,21 @@ def _indices(label: str, values: Iterable[Any]) -> list[int]:
     return [int(i) for i in indices]
 
 
+def _is_cut(value: Any) -> bool:
+    """Whether ``value`` is a cut vector's entry: a bool, or a number equal to 0 or 1."""
+    return (isinstance(value, (bool, int, float, np.bool_, np.integer, np.floating))
+            and not isinstance(value, (str, bytes)) and value in (0, 1))
+
+
 def _integers(label: str, values: Any) -> np.ndarray:
     """A plan table's column ``label`` of integers (not bools, floats or strings), as int64."""
     array = np.asarray(values)
     if array.dtype == object and all(isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_))
                                      for v in array.ravel()):
-        array = np.asarray(array.tolist(), dtype=np.int64)   # Python ints held as objects
+        try:
+            array = np.asarray(array.tolist(), dtype=np.int64)   # Python ints held as objects
+        except OverflowError:
+            raise ValueError(f"a plan table's {label} holds an integer beyond int64") from None
     if array.size and array.dtype.kind not in "iu":
         raise ValueError(f"a plan table's {label} must hold integers, got {array.dtype} values")
     return array.astype(np.int64)
@@ -313,13 +322,14 @@ class Plan:
         >>> [m.tensors for m in Plan.from_cuts(p, [False, True]).messages]
         [(2, 1), (0,)]
         """
-        cuts = np.asarray(cuts)
+        given, cuts = cuts, np.asarray(cuts)
         if cuts.shape != (profile.n - 1,):
             raise ValueError(f"cut vector must have n - 1 = {profile.n - 1} entries, got shape {cuts.shape}")
         if cuts.dtype != bool:
-            bad = np.flatnonzero(~np.isin(cuts, (0, 1)))
-            if bad.size:
-                raise ValueError(f"cut vectors hold 0/1 or booleans, got {cuts[bad[0]].item()!r} at position {bad[0]}")
+            if not (cuts.dtype.kind in "iuf" and np.isin(cuts, (0, 1)).all()):
+                entries = given.tolist() if isinstance(given, np.ndarray) else list(given)
+                k, bad = next((k, v) for k, v in enumerate(entries) if not _is_cut(v))
+                raise ValueError(f"cut vectors hold 0/1 or booleans, got {bad!r} at position {k}")
             cuts = cuts.astype(bool)
         starts = np.concatenate(([0], np.flatnonzero(cuts) + 1, [profile.n])).astype(np.int64)
         return cls._whole_tensors(profile, np.asarray(profile.backward_order, dtype=np.int64), starts)

@@ -1,6 +1,8 @@
 """Plans: constructors, cut vectors, validation naming the byte range, JSON."""
 
 import json
+import re
+from fractions import Fraction
 
 import numpy as np
 import pytest
@@ -47,10 +49,14 @@ def test_from_groups_rejects_bad_indices(profile):
         Plan.from_cuts(profile, [True, False])
 
 
-@pytest.mark.parametrize("cuts", [["False", "True", "False"], [0.5, 1, 0], [2, 0, 0], [np.nan, 1, 0]])
-def test_a_cut_vector_holds_booleans_or_0_and_1(profile, cuts):
+@pytest.mark.parametrize("cuts, bad", [(["False", "True", "False"], "'False' at position 0"),
+                                       ([0.5, 1, 0], "0.5 at position 0"), ([0, 0, 2], "2 at position 2"),
+                                       ([np.nan, 1, 0], "nan at position 0"), ([0, 1, "x"], "'x' at position 2"),
+                                       ([None, 1, 0], "None at position 0"), ([1, Fraction(1, 2), 0],
+                                                                             "Fraction(1, 2) at position 1")])
+def test_a_cut_vector_holds_booleans_or_0_and_1(profile, cuts, bad):
     # Read as truth values these would be cuts: "False" and 0.5 would each split a message.
-    with pytest.raises(ValueError, match="cut vectors hold 0/1 or booleans"):
+    with pytest.raises(ValueError, match=f"^cut vectors hold 0/1 or booleans, got {re.escape(bad)}$"):
         Plan.from_cuts(profile, cuts)
     assert Plan.from_cuts(profile, [1, 0, 1]).groups() == Plan.from_cuts(profile, [True, False, True]).groups()
 
@@ -170,6 +176,7 @@ def test_the_table_and_the_messages_are_one_plan(profile):
     (([0.7], [0], [4], [0, 1]), "a plan table's tensor must hold integers, got float64 values"),
     (([0], [0.5], [4], [0, 1]), "a plan table's lo must hold integers"),
     (([0], [0], [4], [0, 1], ["1"]), "release times must be numbers of seconds"),
+    (([2**70], [0], [4], [0, 1]), "a plan table's tensor holds an integer beyond int64"),
 ])
 def test_from_table_refuses_what_plan_refuses(arrays, message):
     with pytest.raises(ValueError, match=message):
