@@ -21,6 +21,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from fusionopt.model._cost import COST_KINDS, COST_SCHEMA, COST_VERSION, CommCost, check_param, cost_from_dict
+from fusionopt.model._cost import check_flag
 
 __all__ = ["Aligned"]
 
@@ -71,8 +72,7 @@ class Aligned(CommCost):
         slowdown = check_param("slowdown", slowdown)
         if slowdown < 1.0:
             raise ValueError(f"slowdown must be >= 1 (a misaligned part is not faster), got {slowdown!r}")
-        if not isinstance(padded, (bool, np.bool_)):
-            raise ValueError(f"padded must be True or False, got {padded!r}")
+        check_flag("padded", padded)
         self.cost, self.ranks, self.unit = cost, int(ranks), int(unit)
         self.slowdown, self.padded = slowdown, bool(padded)
 

@@ -45,6 +45,7 @@ from fusionopt.model._decoupled_timing import simulate_decoupled
 from fusionopt.model._pattern import Pattern
 from fusionopt.model._step_program import Program
 from fusionopt.model._timeline import Timeline
+from fusionopt.model._cost import check_flag
 
 __all__ = ["Decoupled"]
 
@@ -82,8 +83,7 @@ class Decoupled(Pattern):
             value = getattr(self, name)
             if not isinstance(value, CommCost):
                 raise ValueError(f"{name} must be a CommCost (e.g. AlphaBeta), got {type(value).__name__}")
-        if not isinstance(self.update_after_gather, (bool, np.bool_)):
-            raise ValueError(f"update_after_gather must be True or False, got {self.update_after_gather!r}")
+        check_flag("update_after_gather", self.update_after_gather)
         if self.workers is not None and (isinstance(self.workers, bool) or not isinstance(self.workers, (int, np.integer))
                                          or self.workers < 1):
             raise ValueError(f"workers must be a whole number >= 1 or None, got {self.workers!r}")
@@ -117,8 +117,7 @@ class Decoupled(Pattern):
         (4.0, 2.0)
         """
         check_dtype("param_dtype", param_dtype, optional=False)
-        if not isinstance(grad_reduce_in_fp32, (bool, np.bool_)):
-            raise ValueError(f"grad_reduce_in_fp32 must be True or False, got {grad_reduce_in_fp32!r}")
+        check_flag("grad_reduce_in_fp32", grad_reduce_in_fp32)
         gradient = "fp32" if grad_reduce_in_fp32 else param_dtype
         gather = gradient if update_after_gather else param_dtype
         return cls(carried_in(reduce_scatter, gradient), carried_in(all_gather, gather), update_after_gather, workers)

@@ -215,8 +215,7 @@ class ParameterServer(Pattern):
                 raise ValueError(f"{label} cost must be a CommCost (e.g. AlphaBeta), got {type(cost).__name__}")
         for label in ("update_per_byte", "update_overhead", "delta"):
             object.__setattr__(self, label, _seconds(label, getattr(self, label)))
-        if not isinstance(self.partition_compute, (bool, np.bool_)):
-            raise ValueError(f"partition_compute must be True or False, got {self.partition_compute!r}")
+        check_flag("partition_compute", self.partition_compute)
         object.__setattr__(self, "partition_compute", bool(self.partition_compute))
         for label in ("workers", "servers"):
             if getattr(self, label) is not None:

@@ -42,6 +42,7 @@ from fusionopt.model._sharded_program import sharded_program
 from fusionopt.model._sharded_timing import simulate_sharded
 from fusionopt.model._step_program import Program
 from fusionopt.model._timeline import Timeline
+from fusionopt.model._cost import check_flag
 
 __all__ = ["FullySharded"]
 
@@ -129,8 +130,7 @@ class FullySharded(Pattern):
                 if getattr(self, name).affine is None:
                     raise ValueError(f"channels='two' needs affine costs (alpha + beta S): {name} is "
                                      f"{type(getattr(self, name)).__name__}, not affine")
-        if not isinstance(self.blocking, (bool, np.bool_)):
-            raise ValueError(f"blocking must be True or False, got {self.blocking!r}")
+        check_flag("blocking", self.blocking)
         object.__setattr__(self, "blocking", bool(self.blocking))
         if self.blocking and self.channels != "one":
             raise ValueError("blocking collectives run one at a time on the training thread: channels must be "

@@ -25,6 +25,7 @@ import numpy as np
 
 from fusionopt.model._io import read_json_document, write_json_atomic
 from fusionopt.model._profile import Profile
+from fusionopt.model._cost import check_flag
 
 __all__ = ["ShardedPlan", "SHARDED_SCHEMA", "SHARDED_VERSION"]
 
@@ -105,8 +106,7 @@ class ShardedPlan:
             j = int(np.argmax(steps <= 0))
             raise ValueError(f"unit {j} is empty or backwards: bounds {int(cuts[j])} then {int(cuts[j + 1])}")
         m = cuts.size - 1
-        if not isinstance(root, (bool, np.bool_)):
-            raise ValueError(f"root must be True or False, got {root!r}")
+        check_flag("root", root)
         if root and m < 2:
             raise ValueError("a root needs at least two units: the first and the last are its two parts")
         if reshard is None:

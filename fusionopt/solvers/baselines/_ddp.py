@@ -50,6 +50,7 @@ from fusionopt.model._problem import Problem
 from fusionopt.model._profile import Profile
 from fusionopt.solvers._result import Outcome, Result
 from fusionopt.solvers._catalogue import method
+from fusionopt.model._cost import check_flag
 
 MiB = 1024 * 1024
 DDP_DEFAULT_CAP_MB = 25
@@ -136,8 +137,7 @@ def ddp_buckets(profile: Profile, *, bucket_cap_mb: float | None = None,
     [[1, 2], [0]]
     """
     for label, flag in (("find_unused_parameters", find_unused_parameters), ("static_graph", static_graph)):
-        if not isinstance(flag, (bool, np.bool_)):
-            raise ValueError(f"{label} must be True or False, got {flag!r}")
+        check_flag(label, flag)
     caps, default = bucket_caps(bucket_cap_mb, bucket_cap_mb_list)
     if static_graph or not find_unused_parameters:
         return assign(profile, profile.ready_order, caps)

@@ -13,8 +13,6 @@ A framework's fixed setting that exceeds the problem's memory cap is returned wi
 
 from __future__ import annotations
 
-import numpy as np
-
 from fusionopt.model._names import block_of
 from fusionopt.model._problem import Problem
 from fusionopt.model._profile import Profile
@@ -23,6 +21,7 @@ from fusionopt.solvers._catalogue import method
 from fusionopt.solvers._needs import declares
 from fusionopt.solvers._result import Outcome, Result
 from fusionopt.solvers._sharded_units import SHARDED
+from fusionopt.model._cost import check_flag
 
 
 @method("sharded-wfbp", family="framework baseline",
@@ -71,8 +70,7 @@ def fsdp2_plan(profile: Profile, *, reshard_after_forward: bool = True, forward_
     >>> plan.bounds.tolist(), plan.reshard.tolist(), plan.root, plan.names
     ([0, 1, 3, 4, 5], [False, True, True, False], True, ('(root)', 'h.0', 'h.1', '(root)'))
     """
-    if not isinstance(reshard_after_forward, (bool, np.bool_)):
-        raise ValueError(f"reshard_after_forward must be True or False, got {reshard_after_forward!r}")
+    check_flag("reshard_after_forward", reshard_after_forward)
     blocks = [block_of(name) for name in profile.names]
     bounds = [0] + [i for i in range(1, profile.n) if blocks[i] != blocks[i - 1]] + [profile.n]
     labels = [blocks[b] for b in bounds[:-1]]

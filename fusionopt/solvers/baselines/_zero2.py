@@ -44,6 +44,7 @@ from fusionopt.model._simulator import simulate
 from fusionopt.solvers._needs import Needs, declares
 from fusionopt.solvers._result import Outcome, Result
 from fusionopt.solvers._catalogue import method
+from fusionopt.model._cost import check_flag
 
 ZERO_REDUCE_BUCKET = 500_000_000           # elements: DeepSpeed's reduce_bucket_size default
 
@@ -166,8 +167,7 @@ def zero2(problem: Problem, *, reduce_bucket_size: int = ZERO_REDUCE_BUCKET, ove
     >>> (r.timeline.message_end * 1e3).round(9).tolist(), round(r.iteration_time * 1e3, 9)
     ([5.0, 8.0, 13.0, 16.0, 17.5], 21.5)
     """
-    if not isinstance(overlap_comm, (bool, np.bool_)):
-        raise ValueError(f"overlap_comm must be True or False, got {overlap_comm!r}")
+    check_flag("overlap_comm", overlap_comm)
     profile = problem.profile
     if problem.pattern.update_after_gather and profile.U > 0:
         raise ValueError("zero2 updates in the optimiser step, before gathering parameters; this problem "

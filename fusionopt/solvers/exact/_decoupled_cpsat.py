@@ -65,6 +65,7 @@ from fusionopt.solvers.baselines._megatron import decoupled_wfbp
 from fusionopt.solvers._needs import Needs, declares
 from fusionopt.solvers._result import Outcome, Result, Status
 from fusionopt.solvers._catalogue import method, seconds_left
+from fusionopt.model._cost import check_flag
 import fusionopt.solvers._warm as warm
 
 __all__ = ["decoupled_cpsat", "MAX_TENSORS", "MAX_TENSORS_SEQUENTIAL", "SPACE", "SPACE_SEQUENTIAL"]
@@ -588,8 +589,7 @@ def decoupled_cpsat(
     >>> round(r.iteration_time * 1e3, 6), r.plan.order.tolist(), r.stats["intervals"]
     (18.0, [0, 1, 1], 0)
     """
-    if not isinstance(interleave, (bool, np.bool_)):
-        raise ValueError(f"interleave must be True or False, got {interleave!r}")
+    check_flag("interleave", interleave)
     interleave = bool(interleave)
     if interleave and problem.profile.n > MAX_TENSORS:
         raise ValueError(f"decoupled-cpsat, interleaving reduce-scatters and all-gathers (the default), "

@@ -49,6 +49,7 @@ from fusionopt.solvers._policy_checks import check_message_ends, check_reproduce
 from fusionopt.solvers._result import Outcome, Result
 from fusionopt.solvers._needs import Needs, declares
 from fusionopt.solvers._catalogue import method
+from fusionopt.model._cost import check_flag
 
 MiB = 1024 * 1024
 BYTESCHEDULER_PRESETS = {
@@ -289,8 +290,7 @@ def bytescheduler(
     partition = whole_parameters("partition_parameters", partition_parameters)
     credit = whole_parameters("credit_parameters", credit_parameters)
     _check_credit(partition, credit)
-    if not isinstance(credit_tuning, (bool, np.bool_)):
-        raise ValueError(f"credit_tuning must be True or False, got {credit_tuning!r}")
+    check_flag("credit_tuning", credit_tuning)
     options = _horovod_options(problem, fusion_threshold_bytes, cycle_time, backend, horovod_defaults)
     credits = [credit]
     if credit_tuning:

@@ -21,6 +21,7 @@ from fusionopt.solvers._catalogue import deadline, method
 from fusionopt.solvers._needs import declares
 from fusionopt.solvers._result import Interrupted, Outcome, Result, Status
 from fusionopt.solvers._sharded_units import SHARDED, atom_bounds, check_floor, infeasible, plan_score
+from fusionopt.model._cost import check_flag
 
 
 DESCENTS = 4
@@ -257,8 +258,7 @@ def sharded_opt(problem: Problem, *, atoms: str | Sequence[int] = "module", max_
             raise ValueError(f"min_{label} must be a whole number of units >= 0, got {value!r}")
     if root is not None and not isinstance(root, (bool, np.bool_)):
         raise ValueError(f"root must be True, False or None (search both), got {root!r}")
-    if not isinstance(reduce_groups, (bool, np.bool_)):
-        raise ValueError(f"reduce_groups must be True or False, got {reduce_groups!r}")
+    check_flag("reduce_groups", reduce_groups)
     if reduce_groups and root:
         raise ValueError("reduce_groups=True searches reduce-scatter groups, which a root does not take: "
                          "leave root at None or False")
