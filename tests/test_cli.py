@@ -771,6 +771,54 @@ def test_an_output_that_is_an_input_is_refused_and_the_input_kept(tmp_path, caps
     assert status == 2 and "is the --plan file itself" in err and plan.read_text() == "{}"
 
 
+def test_an_output_replaces_only_a_file_fusionopt_wrote_of_its_kind(tmp_path, capsys):
+    profile = write_example_profile(tmp_path / "profile.json")
+    plan, notes, empty = tmp_path / "plan.json", tmp_path / "notes.json", tmp_path / "empty.json"
+    # A plan replaces a plan, or an empty file (made ready for it, as mktemp does).
+    empty.touch()
+    for output in (plan, plan, empty):
+        assert run(capsys, "solve", profile, *AB3, "--output", output)[0] == 0
+        assert plan_groups(json.loads(output.read_text())) == [[2], [1], [0]]    # wfbp: each tensor when ready
+    # Any other file is the user's: kept, and the command refused before any work.
+    notes.write_text('{"runs": 3}')
+    for output, what in ((notes, "a file fusionopt did not write"), (profile, "a profile")):
+        before = output.read_bytes()
+        line = run_error(capsys, "solve", write_example_profile(tmp_path / "input.json"), *AB3, "--output", output)
+        assert line == (f"fusionopt: error: --output {output} exists and is {what}, not a plan: writing it would "
+                        "lose it; give another file, or remove it first")
+        assert output.read_bytes() == before
+    # A profile replaces a profile, JSON or CSV, not a plan.
+    for output in (tmp_path / "p.json", tmp_path / "p.csv"):
+        for _ in range(2):
+            assert run(capsys, "profile", "--input", profile, "--output", output)[0] == 0
+    assert run_error(capsys, "profile", "--input", profile, "--output", plan).endswith(
+        "exists and is a plan, not a profile: writing it would lose it; give another file, or remove it first")
+    # A calibration replaces one of its kind only: a reducer's is not a cost sweep's.
+    cost = write_json(tmp_path / "cost.json", fusionopt.cost.AlphaBeta(1e-5, 1e-9).to_dict())
+    assert run_error(capsys, "calibrate", "--reducer", "ddp", "--output", cost).endswith(
+        f"--output {cost} exists and is a cost calibration, not a reducer calibration: writing it would lose it; "
+        "give another file, or remove it first")
+    assert "is a plan, not a cost calibration" in run_error(capsys, "calibrate", "--output", plan)
+
+
+def test_a_plot_replaces_only_an_image_fusionopt_drew(tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    profile = write_example_profile(tmp_path / "profile.json")
+    png, svg, photo = tmp_path / "t.png", tmp_path / "t.svg", tmp_path / "photo.png"
+    for _ in range(2):
+        assert run(capsys, "plot", "timeline", "--profile", profile, *AB3, "--output", png, "--output", svg)[0] == 0
+    # An image drawn elsewhere (here by matplotlib itself, without fusionopt's name) is the user's.
+    import matplotlib
+    matplotlib.use("Agg")
+    from matplotlib.figure import Figure
+    Figure().savefig(photo)
+    before = photo.read_bytes()
+    assert run_error(capsys, "plot", "timeline", "--profile", profile, *AB3, "--output", png, "--output",
+                     photo) == (f"fusionopt: error: --output {photo} exists and is a file fusionopt did not write, "
+                                "not an image: writing it would lose it; give another file, or remove it first")
+    assert photo.read_bytes() == before
+
+
 @pytest.mark.parametrize("argv, message", [
     (["calibrate", "--iterations", "0"], "argument --iterations: must be a whole number >= 1, got '0'"),
     (["calibrate", "--ranks", "0"], "argument --ranks: must be a whole number >= 1, got '0'"),

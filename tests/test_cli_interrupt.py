@@ -48,6 +48,15 @@ def profile_file(folder: Path, n: int = 40) -> Path:
     return path
 
 
+def _descendants(pid: int) -> list[int]:
+    """The processes below ``pid`` (Linux's /proc; a pool's workers may hang below a server)."""
+    try:
+        children = [int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except OSError:
+        return []
+    return children + [d for child in children for d in _descendants(child)]
+
+
 def _sigint_as_usual() -> None:
     # A test run started in the background has SIGINT ignored; the command must see it.
     signal.signal(signal.SIGINT, signal.SIG_DFL)
@@ -162,7 +171,13 @@ def test_ctrl_c_in_a_sweep_of_several_jobs_leaves_no_cell_running(tmp_path):
                                 "--time-limit", "40", "--output", str(output), "--no-progress"],
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=_sigint_as_usual)
     try:
-        time.sleep(6)                                     # the first two cells are solving
+        # The first two cells are solving once the pool's two workers run (the interpreter
+        # starts slowly on a loaded host: a fixed wait could interrupt its imports instead).
+        deadline = time.monotonic() + 60
+        while len(_descendants(process.pid)) < 2 and time.monotonic() < deadline:
+            assert process.poll() is None
+            time.sleep(0.2)
+        time.sleep(2)
         assert process.poll() is None
         process.send_signal(signal.SIGINT)
         started = time.monotonic()

@@ -4,6 +4,7 @@ helpers for files and words."""
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import sys
 from pathlib import Path
@@ -11,6 +12,7 @@ from typing import Any, Sequence
 from fusionopt.integrations._kineto_events import TIMELINE_RULE, describe_clock
 from fusionopt.model import Profile
 from fusionopt.model._profile_csv import read_profile_csv, write_profile_csv
+from fusionopt.viz._figures import written_by_fusionopt
 
 
 # --timeline auto's rule for the help, whose text argparse formats with % (50% becomes 50%%).
@@ -66,11 +68,19 @@ def comma_list(option: str, text: str, convert: Any = str) -> list[Any]:
         raise UsageError(f"{option} takes comma-separated integers, got {text!r}") from None
 
 
+PLAN_FILES = ("fusionopt.plan", "fusionopt.shardedplan", "fusionopt.decoupledplan", "fusionopt.psplan")
+"""The files ``solve --output`` may replace: plans of any pattern (their ``schema``)."""
+
+
 def refuse_writing_over(args: argparse.Namespace, argv: Sequence[str]) -> None:
     """An ``--output`` that is one of the files the command reads (any of its arguments that
     names an existing file; ``argv``, the command line, tells a flag from a positional) is
     refused before any work: writing it would lose the input; so is an empty one, one in a
-    missing folder, or a folder, which could not be written once the work is done."""
+    missing folder, or a folder, which could not be written once the work is done. An
+    existing non-empty ``--output`` is replaced only when fusionopt wrote it as what the
+    command writes (``args.replaces``: the kinds of :func:`file_kind`, or a function of
+    ``args`` giving them): a plan by a plan, an image by an image; any other file is the
+    user's, and is refused."""
     outputs = getattr(args, "output", None)
     for output in outputs if isinstance(outputs, list) else [] if outputs is None else [outputs]:
         if not output:
@@ -91,6 +101,55 @@ def refuse_writing_over(args: argparse.Namespace, argv: Sequence[str]) -> None:
                     label = f"the {flag}" if given_as_flag else f"the {name.replace('_', ' ')}"
                     raise UsageError(f"--output {output} is {label} file itself: writing it would lose the input; "
                                      "give another file")
+        replaces = getattr(args, "replaces", None)
+        kinds = replaces(args) if callable(replaces) else replaces
+        if kinds is not None and Path(output).exists() and Path(output).stat().st_size > 0:
+            found = file_kind(output)
+            if found not in kinds:
+                what = "a file fusionopt did not write" if found is None else KIND_WORDS[found]
+                raise UsageError(f"--output {output} exists and is {what}, not {KIND_WORDS[kinds[0]]}: "
+                                 "writing it would lose it; give another file, or remove it first")
+
+
+PROFILE_CSV = "profile.csv"
+IMAGE = "image"
+KIND_WORDS = {"fusionopt.plan": "a plan", "fusionopt.shardedplan": "a sharded plan",
+              "fusionopt.decoupledplan": "a decoupled plan", "fusionopt.psplan": "a parameter server's plan",
+              "fusionopt.profile": "a profile", PROFILE_CSV: "a profile", IMAGE: "an image",
+              "fusionopt.cost": "a cost calibration", "fusionopt.contention": "a contention calibration",
+              "fusionopt.reducer_calibration": "a reducer calibration"}
+"""How a refusal names each kind of file fusionopt writes (a JSON document's ``schema``)."""
+PROFILE_FILES = ("fusionopt.profile", PROFILE_CSV)
+"""The files ``profile --output`` may replace: a profile, as JSON or CSV."""
+IMAGE_FILES = (IMAGE,)
+"""The files a plot's ``--output`` may replace: images fusionopt drew."""
+
+
+def file_kind(path: str) -> str | None:
+    """Which of fusionopt's outputs the file at ``path`` is: a JSON document's ``schema`` of
+    :data:`KIND_WORDS`, a profile CSV, or an image fusionopt drew; None for any other file
+    (one that cannot be read included)."""
+    try:
+        with open(path, "rb") as stream:
+            head = stream.read(4096)
+            if written_by_fusionopt(head):
+                return IMAGE
+            data = head + stream.read()
+    except OSError:
+        return None
+    try:
+        doc = json.loads(data)
+    except ValueError:
+        doc = None
+    if isinstance(doc, dict) and doc.get("schema") in KIND_WORDS:
+        return doc["schema"]
+    if path.lower().endswith(".csv"):
+        try:
+            read_profile_csv(path)
+        except (OSError, ValueError):
+            return None
+        return PROFILE_CSV
+    return None
 
 
 def _same_file(given: str, target: Path) -> bool:

@@ -14,7 +14,8 @@ from fusionopt.integrations._unprofiled import DEFAULT_PROFILER_COST, PROFILER_C
 from fusionopt.reporting import fraction
 from fusionopt.advice._allreduce import MIN_GAIN
 from fusionopt.cli._advising import cmd_advise
-from fusionopt.cli._common import INTERRUPTED, Kept, Parser, TIMELINE_HELP, UsageError, refuse_writing_over, show_warning
+from fusionopt.cli._common import (INTERRUPTED, PLAN_FILES, PROFILE_FILES, Kept, Parser, TIMELINE_HELP, UsageError,
+                                   refuse_writing_over, show_warning)
 from fusionopt.cli._plotting import add_plot_parsers, cmd_plot_timeline
 from fusionopt.cli._problems import add_cost_arguments, add_zoo_arguments
 from fusionopt.cli._profiling import cmd_profile, cmd_traced, cmd_zoo
@@ -41,7 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--output", metavar="PLAN.json", help="write the plan as JSON")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     add_cost_arguments(p, powersgd=True)
-    p.set_defaults(run=cmd_solve)
+    p.set_defaults(run=cmd_solve, replaces=PLAN_FILES)
 
     p = commands.add_parser("simulate", help="simulate a plan on a profile")
     p.add_argument("profile", metavar="PROFILE.json|.csv")
@@ -116,7 +117,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--warmup", type=int, default=3, help="for --torch: untimed steps first (default 3)")
     p.add_argument("--output", metavar="PROFILE.json|PROFILE.csv", help="write the profile (format by extension)")
     p.add_argument("--csv", action="store_true", help="print CSV instead of JSON when there is no --output")
-    p.set_defaults(run=cmd_profile)
+    p.set_defaults(run=cmd_profile, replaces=PROFILE_FILES)
 
     p = commands.add_parser("traced", help="a traced DDP job's step: predicted from its traces against measured")
     p.add_argument("traces", metavar="FOLDER|TRACE.json[.gz]", help="the job's traces, one per rank")

@@ -7,7 +7,7 @@ from typing import Any
 from fusionopt import zoo
 from fusionopt.model import simulate
 from fusionopt.solvers import solve
-from fusionopt.cli._common import Parser, UsageError, output_paths
+from fusionopt.cli._common import IMAGE_FILES, Parser, UsageError, output_paths
 from fusionopt.cli._problems import add_cost_arguments, add_zoo_arguments, parse_options, problem_for_compare
 from fusionopt.cli._solving import gradient_collective
 
@@ -109,7 +109,7 @@ def add_plot_parsers(commands: Any) -> None:
                    help="colour bars by what they are or by tensor (default kind)")
     p.add_argument("--dpi", type=float, default=110, help="PNG resolution (default 110)")
     add_cost_arguments(p)
-    p.set_defaults(run=cmd_plot_timeline)
+    p.set_defaults(run=cmd_plot_timeline, replaces=IMAGE_FILES)
 
     p = kinds.add_parser("sweep", help="a sweep's metric against workers, one line per method")
     p.add_argument("results", metavar="RESULTS.jsonl|RESULTS.csv", help="results of `fusionopt sweep`")
@@ -122,7 +122,7 @@ def add_plot_parsers(commands: Any) -> None:
     p.add_argument("--title", help="figure title (default: the metric)")
     p.add_argument("--log-y", action="store_true", help="a logarithmic y axis in every panel")
     p.add_argument("--dpi", type=float, default=110, help="PNG resolution (default 110)")
-    p.set_defaults(run=_cmd_plot_sweep)
+    p.set_defaults(run=_cmd_plot_sweep, replaces=IMAGE_FILES)
 
 
 __all__ = ["PLOT_METHODS"]

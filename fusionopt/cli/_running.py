@@ -152,6 +152,13 @@ def _run_workers(args: argparse.Namespace) -> int | None:
                      f"or --backend nccl --emulate-link to emulate {args.workers} workers' network")
 
 
+def _calibration_files(args: argparse.Namespace) -> tuple[str, ...]:
+    """The files ``calibrate --output`` may replace: a calibration of the kind this run makes."""
+    if args.reducer is not None:
+        return ("fusionopt.reducer_calibration",)
+    return ("fusionopt.contention",) if args.contention else ("fusionopt.cost",)
+
+
 def _cmd_calibrate(args: argparse.Namespace) -> None:
     from fusionopt.executor import calibrate
 
@@ -427,7 +434,7 @@ def add_executor_parsers(commands: Any) -> None:
                         "keep the alignment cliff the times show: --output then holds the alpha-beta price, padded "
                         "to the alignment where a cliff was found (MODEL.md section 2.3)")
     p.add_argument("--json", action="store_true", help="print the cost JSON instead of a table")
-    p.set_defaults(run=_cmd_calibrate)
+    p.set_defaults(run=_cmd_calibrate, replaces=_calibration_files)
 
 
 __all__ = []

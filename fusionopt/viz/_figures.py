@@ -12,6 +12,18 @@ from fusionopt.model._io import write_bytes_atomic
 
 IMAGE_FORMATS = ("png", "svg")
 
+IMAGE_CREATOR = "fusionopt"
+"""The creator every image fusionopt writes names in its metadata (a PNG's ``Software`` text,
+an SVG's ``dc:creator``), by which a command knows an image it may replace."""
+
+
+def written_by_fusionopt(data: bytes) -> bool:
+    """Whether ``data``, the start of an image file (its first 4 KiB suffice), names fusionopt
+    as its creator, as :func:`write_figure` writes it."""
+    if data.startswith(b"\x89PNG\r\n\x1a\n"):
+        return b"tEXtSoftware\x00" + IMAGE_CREATOR.encode() in data
+    return f"<dc:title>{IMAGE_CREATOR}</dc:title>".encode() in data and b"<svg" in data
+
 
 # ============================================================================ drawing
 def import_matplotlib():
@@ -77,10 +89,12 @@ def write_figure(fig, paths: list[tuple[str, str]], dpi: float) -> list[str]:
     written = []
     for path, ext in paths:
         buffer = io.BytesIO()
-        # A fixed hash salt and no date keep an SVG of the same figure byte-identical.
+        # A fixed hash salt and no date keep an SVG of the same figure byte-identical; the
+        # creator, without a version, marks the image as one a command may replace.
         with matplotlib.rc_context({"svg.hashsalt": "fusionopt"}):
             fig.savefig(buffer, format=ext, dpi=dpi, bbox_inches="tight",
-                        metadata={"Date": None} if ext == "svg" else {"Software": None})
+                        metadata={"Date": None, "Creator": IMAGE_CREATOR} if ext == "svg"
+                        else {"Software": IMAGE_CREATOR})
         write_bytes_atomic(path, buffer.getvalue())
         written.append(path)
     return written
@@ -95,4 +109,4 @@ def label_fits(text: str, width_in: float, fontsize: float) -> bool:
     return len(text) * 0.6 * fontsize / 72 + 6 / 72 <= width_in
 
 
-__all__ = ["IMAGE_FORMATS", "image_format", "MAX_DPI"]
+__all__ = ["IMAGE_CREATOR", "IMAGE_FORMATS", "image_format", "MAX_DPI", "written_by_fusionopt"]

@@ -67,18 +67,22 @@ def test_profile_never_writes_over_a_file_it_read_from_a_trace_folder(tmp_path, 
     for target in ("parameters.csv", "rank0.json"):
         status, out, err = run(capsys, "profile", "--trace", job, "--output", job / target)
         assert status == 2 and out == ""
-        assert err == f"fusionopt: error: --output {job / target} is a file --trace {job} read: writing it would " \
-                      "lose the input; give another file\n"
+        assert err == f"fusionopt: error: --output {job / target} exists and is a file fusionopt did not write, not " \
+                      "a profile: writing it would lose it; give another file, or remove it first\n"
     assert (job / "parameters.csv").read_text() == listing and (job / "rank0.json").read_text() == trace
-    # The job's step measured without the profiler is part of the recording too.
-    (job / "unprofiled.json").write_text("{}")
-    status, out, err = run(capsys, "profile", "--trace", job, "--output", job / "unprofiled.json")
-    assert status == 2 and "is a file --trace" in err and (job / "unprofiled.json").read_text() == "{}"
-    # A parameter list given with --parameters is the input instead: the folder's may be written.
+    # The job's step measured without the profiler is part of the recording too, empty or not.
+    for text in ("{}", ""):
+        (job / "unprofiled.json").write_text(text)
+        status, out, err = run(capsys, "profile", "--trace", job, "--output", job / "unprofiled.json")
+        assert status == 2 and (job / "unprofiled.json").read_text() == text
+    assert err.splitlines()[-1] == f"fusionopt: error: --output {job / 'unprofiled.json'} is a file --trace {job} " \
+                                   "read: writing it would lose the input; give another file"
+    # A profile in the folder, named by no file of the recording, may be replaced.
     (tmp_path / "params.csv").write_text(listing)
-    assert run(capsys, "profile", "--trace", job, "--parameters", tmp_path / "params.csv",
-               "--output", job / "parameters.csv")[0] == 0
-    assert read_profile_csv(job / "parameters.csv").names == tuple(n for n, _ in PARAMS)
+    for _ in range(2):
+        assert run(capsys, "profile", "--trace", job, "--parameters", tmp_path / "params.csv",
+                   "--output", job / "profile.csv")[0] == 0
+    assert read_profile_csv(job / "profile.csv").names == tuple(n for n, _ in PARAMS)
 
 
 # ---------------------------------------------------------------- 2. a trace cut short
