@@ -2,6 +2,8 @@
 as a truth value, an option that another one overrides, a bound that is not a number) are
 refused in one line naming them; the same calls with good arguments still work."""
 
+import re
+
 import pytest
 
 from fusionopt.advice import fsdp2_plan_of, unit_modules
@@ -102,3 +104,33 @@ def test_a_cost_figure_is_a_number_not_a_string_or_a_bool(alpha):
         cost_from_dict({"kind": "alpha_beta", "alpha": alpha, "beta": 0.0}, source="f.json")
     with pytest.raises(ValueError, match="^f.json: alpha must be >= 0, got -1.0$"):
         cost_from_dict({"kind": "alpha_beta", "alpha": -1, "beta": 0.0}, source="f.json")
+
+
+def test_a_fitted_network_takes_a_whole_number_of_workers_as_the_others():
+    from fusionopt.cost import network
+
+    for name in ("mgwfbp-10gbe", "10gbe"):
+        with pytest.raises(ValueError, match=r"^workers must be an integer >= 1, got 8.0$"):
+            network(name, 8.0)
+    assert network("mgwfbp-10gbe", 8) == AlphaBeta(0.00052303, 8.5707e-10)
+
+
+def test_a_benchmark_row_of_negative_size_is_refused_not_skipped():
+    with pytest.raises(ValueError, match=r"^<text>, line 4: size -8 is negative: a message has 0 bytes or more$"):
+        read_osu(OSU.replace("8     2.60", "-8     2.60"))
+    with pytest.raises(ValueError, match=r"^<text>, line 3: size -4 is negative"):
+        read_nccl_tests("#  size  count  type  redop  root  time  algbw  busbw  #wrong\n"
+                        "   1024  256  float  sum  -1  20.0  0.05  0.09  0\n"
+                        "   -4  1  float  sum  -1  19.0  0.00  0.00  0\n")
+    assert read_osu(OSU).sizes.tolist() == [4.0, 8.0]
+
+
+@pytest.mark.parametrize("cost, seconds", [(AlphaBeta(1e-3, 1e300), "7e+306"), (AlphaBeta(1e300, 1e-9), "3e+300"),
+                                           (PiecewiseLinear([1, 7e6], [1.0, 1e300]), "3e+300")])
+def test_a_cost_whose_step_cannot_be_summed_is_refused(cost, seconds):
+    # Each of the 3 tensors its own message, or the 7e6 bytes in each: 1e300 s and more.
+    with pytest.raises(ValueError, match=rf"^cost model {type(cost).__name__} prices the messages of a step of 3 "
+                                         rf"tensors at up to {re.escape(seconds)} s, beyond the 1e\+300 s that times can be "
+                                         r"summed in$"):
+        Problem(PROFILE, cost)
+    assert Problem(PROFILE, AlphaBeta(1e-3, 1e290)).cost.beta == 1e290

@@ -13,6 +13,7 @@ import contextlib
 import csv
 import io
 import json
+import math
 import os
 import sys
 from dataclasses import dataclass
@@ -106,8 +107,9 @@ def _csv_value(column: str, text: str) -> Any:
     return text
 
 
-def _parse_line(line: bytes, fmt: str, header: list[str] | None) -> dict[str, Any] | None:
-    """The record on one complete line (without its newline), or None when it is not one."""
+def _parse_line(line: bytes, fmt: str, header: list[str] | None, figures: bool = True) -> dict[str, Any] | None:
+    """The record on one complete line (without its newline), or None when it is not one
+    (with ``figures=False``, whatever its figures)."""
     try:
         text = line.decode("utf-8")
         if fmt == "jsonl":
@@ -128,7 +130,18 @@ def _parse_line(line: bytes, fmt: str, header: list[str] | None) -> dict[str, An
     if any(isinstance(record.get(name), bool) or not isinstance(record.get(name), int)
            for name in ("batch", "workers")):
         return None
-    return record
+    return None if figures and _bad_figure(record) else record
+
+
+def _bad_figure(record: dict[str, Any]) -> str | None:
+    """Why a record's figures are not a sweep's: its times (seconds) and ratios are numbers
+    >= 0 where given (a plot would draw anything else); None when they are."""
+    for name in sorted(_FLOAT_FIELDS):
+        value = record.get(name)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
+                                  or not 0 <= value < math.inf):
+            return f"its {name} {value!r} is not a number >= 0"
+    return None
 
 
 @dataclass
@@ -189,6 +202,14 @@ def preview_line(line: bytes) -> str:
     return repr(text if len(text) <= 60 else text[:57] + "...")
 
 
+def not_a_record(line: bytes, fmt: str) -> str:
+    """A line that is not a sweep record, in words: its preview, and which figure is wrong
+    when it is a record but for its figures."""
+    record = _parse_line(line, fmt, list(CSV_COLUMNS) if fmt == "csv" else None, figures=False)
+    why = _bad_figure(record) if record is not None else None
+    return preview_line(line) + (f" ({why})" if why else "")
+
+
 def read_results(path: str | os.PathLike) -> list[dict[str, Any]]:
     """The records of a sweep results file (``.jsonl`` or ``.csv``), in file order.
 
@@ -227,7 +248,7 @@ def read_results(path: str | os.PathLike) -> list[dict[str, Any]]:
     scan = scan_results(path, fmt)
     if scan.dropped:
         number, line = scan.dropped[0]
-        raise ValueError(f"{path}: line {number} is not a sweep record: {preview_line(line)}")
+        raise ValueError(f"{path}: line {number} is not a sweep record: {not_a_record(line, fmt)}")
     return scan.records
 
 
@@ -270,7 +291,7 @@ def repair_results(path: Path, fmt: str, scan: ResultsScan) -> None:
     if scan.torn is not None:
         parts.append(f"a last line cut short (line {scan.torn[0]}: {preview_line(scan.torn[1])})")
     if scan.dropped:
-        shown = "; ".join(f"line {number}: {preview_line(line)}" for number, line in scan.dropped[:3])
+        shown = "; ".join(f"line {number}: {not_a_record(line, fmt)}" for number, line in scan.dropped[:3])
         more = f" and {len(scan.dropped) - 3} more" if len(scan.dropped) > 3 else ""
         parts.append(f"{len(scan.dropped)} line(s) that are not records ({shown}{more})")
     if parts:

@@ -22,7 +22,7 @@ from typing import Any, Iterable, Sequence, TextIO
 from fusionopt import __version__, zoo
 from fusionopt.experiments._grid import CELL_FIELDS, Cell, cell_problem
 from fusionopt.experiments._records import (FIELDS, ZOO_OPTION_FIELDS, append_record, applied_limit, csv_header,
-                                           encode_record, preview_line, record_key, repair_results, results_format,
+                                           encode_record, not_a_record, record_key, repair_results, results_format,
                                            scan_results, writer_lock)
 from fusionopt import solvers
 from fusionopt.solvers._registry import get_method
@@ -194,7 +194,7 @@ def _run_locked(cells: list[Cell], path: Path, fmt: str, jobs: int, time_limit: 
         if scan.dropped:          # not this sweep's file, or edited by hand: never delete a user's lines
             number, line = scan.dropped[0]
             more = f" ({len(scan.dropped)} such lines)" if len(scan.dropped) > 1 else ""
-            raise ValueError(f"{path}: line {number} is not a sweep record: {preview_line(line)}{more}; "
+            raise ValueError(f"{path}: line {number} is not a sweep record: {not_a_record(line, fmt)}{more}; "
                              "this is not a sweep's results file: write the sweep to another file")
         retried: list[int] = []
         if retry_errors:

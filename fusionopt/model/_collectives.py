@@ -498,7 +498,7 @@ def network(name: str, workers: int, *, algorithm: str = "ring", collective: str
             raise ValueError(f"network {name!r} is a measured all-reduce; it has no {collective} "
                              "(fit one with read_nccl_tests on reduce_scatter_perf or all_gather_perf)")
         table = _FITTED[key][1]
-        if isinstance(workers, bool) or workers not in table:
+        if _check_count("workers", workers) not in table:
             raise ValueError(f"network {name!r} has fitted constants for workers = "
                              f"{', '.join(map(str, table))} only, not {workers!r}")
         if algorithm != "ring":

@@ -32,9 +32,12 @@ def _read_source(path_or_text: Any) -> tuple[str, str]:
 
 def _parse_size(token: str, where: str) -> int:
     try:
-        return int(token)
+        size = int(token)
     except ValueError:
         raise ValueError(f"{where}: size {token!r} is not a whole number of bytes") from None
+    if size < 0:
+        raise ValueError(f"{where}: size {token} is negative: a message has 0 bytes or more")
+    return size
 
 
 def _parse_microseconds(token: str, where: str) -> float:

@@ -604,10 +604,12 @@ def check_cost(cost: CommCost, profile: Profile) -> None:
     ...
     ValueError: cost model Decreasing is not monotone: c(1 B) = 0.5 s > c(2 B) = 0.333333 s
     """
-    if type(cost) is AlphaBeta and all(math.isfinite(v) and v >= 0 for v in (cost.alpha, cost.beta)):
-        return                               # alpha + beta S: zero at 0, finite, non-negative and monotone
     total = max(profile.total_bytes, 1)
     label = type(cost).__name__
+    if type(cost) is AlphaBeta and all(math.isfinite(v) and v >= 0 for v in (cost.alpha, cost.beta)):
+        # alpha + beta S: zero at 0, finite, non-negative and monotone
+        _check_summable(label, cost.alpha * profile.n + cost.beta * total, profile)
+        return
     grid = np.unique(np.concatenate((
         [0.0, 1.0, float(total)],
         profile.sizes.astype(np.float64),
@@ -632,3 +634,15 @@ def check_cost(cost: CommCost, profile: Profile) -> None:
             f"cost model {label} is not monotone: c({grid[k]:.0f} B) = {times[k]:.6g} s > "
             f"c({grid[k + 1]:.0f} B) = {times[k + 1]:.6g} s{getattr(cost, 'monotone_hint', '')}"
         )
+    _check_summable(label, float(times[-1]) * profile.n, profile)
+
+
+MAX_STEP_SECONDS = 1e300
+"""The most seconds a cost may price a step's messages at (each tensor its own message, or
+the whole gradient in each): beyond it, sums of times and their milliseconds overflow."""
+
+
+def _check_summable(label: str, seconds: float, profile: Profile) -> None:
+    if not seconds <= MAX_STEP_SECONDS:
+        raise ValueError(f"cost model {label} prices the messages of a step of {profile.n} tensors at up to "
+                         f"{seconds:.6g} s, beyond the {MAX_STEP_SECONDS:g} s that times can be summed in")

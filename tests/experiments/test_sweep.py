@@ -348,6 +348,20 @@ def test_a_file_with_lines_that_are_not_records_is_refused_and_kept(tmp_path):
     assert notes.read_text() == '{"my": "own data"}\n'
 
 
+@pytest.mark.parametrize("name, value", [("iteration_time", -0.5), ("scaling_efficiency", float("nan")),
+                                         ("throughput", "fast"), ("lower_bound", True)])
+def test_a_record_whose_figure_is_not_a_number_at_least_0_is_named_with_it(tmp_path, name, value):
+    path = tmp_path / "sweep.jsonl"
+    run_sweep(cells(["alexnet"], [8, 16], ["10gbe"], ["single"]), path, jobs=1, progress=False)
+    assert len(read_results(path)) == 2
+    record = json.loads(path.read_bytes().splitlines()[1])
+    path.write_bytes(path.read_bytes().splitlines(keepends=True)[0] + json.dumps({**record, name: value}).encode()
+                     + b"\n")
+    with pytest.raises(ValueError, match=rf"sweep.jsonl: line 2 is not a sweep record: .* \(its {name} "
+                                         rf"{value!r} is not a number >= 0\)$"):
+        read_results(path)
+
+
 def test_read_results_ignores_a_last_line_still_being_written(tmp_path):
     path = tmp_path / "sweep.jsonl"
     records = run_sweep(cells(["alexnet"], [8], ["10gbe"], ["single"]), path, jobs=1, progress=False)
