@@ -125,7 +125,7 @@ def test_a_benchmark_row_of_negative_size_is_refused_not_skipped():
     assert read_osu(OSU).sizes.tolist() == [4.0, 8.0]
 
 
-@pytest.mark.parametrize("cost, seconds", [(AlphaBeta(1e-3, 1e300), "7e+306"), (AlphaBeta(1e300, 1e-9), "3e+300"),
+@pytest.mark.parametrize("cost, seconds", [(AlphaBeta(1e-3, 1e300), "2.1e+307"), (AlphaBeta(1e300, 1e-9), "3e+300"),
                                            (PiecewiseLinear([1, 7e6], [1.0, 1e300]), "3e+300")])
 def test_a_cost_whose_step_cannot_be_summed_is_refused(cost, seconds):
     # Each of the 3 tensors its own message, or the 7e6 bytes in each: 1e300 s and more.

@@ -608,7 +608,7 @@ def check_cost(cost: CommCost, profile: Profile) -> None:
     label = type(cost).__name__
     if type(cost) is AlphaBeta and all(math.isfinite(v) and v >= 0 for v in (cost.alpha, cost.beta)):
         # alpha + beta S: zero at 0, finite, non-negative and monotone
-        _check_summable(label, cost.alpha * profile.n + cost.beta * total, profile)
+        _check_summable(label, (cost.alpha + cost.beta * total) * profile.n, profile)
         return
     grid = np.unique(np.concatenate((
         [0.0, 1.0, float(total)],
