@@ -55,6 +55,7 @@ from fusionopt.model._io import read_json_document, write_json_atomic
 from fusionopt.model._cost import CommCost
 
 CONTENTION_SCHEMA = "fusionopt.contention"
+CONTENTION_VERSION = 1
 DEFAULT_SIZES = (1 << 16, 1 << 18, 1 << 20)
 # The link the stored GPU runs emulated (validation/hardware/run.py --emulate-network 100gb-ib --workers 8).
 DEFAULT_LINK = ("100gb-ib", 8)
@@ -239,7 +240,7 @@ class Contention:
     date: str = ""
 
     def to_dict(self) -> dict[str, Any]:
-        return {"schema": CONTENTION_SCHEMA, "version": 1, "contention": self.contention,
+        return {"schema": CONTENTION_SCHEMA, "version": CONTENTION_VERSION, "contention": self.contention,
                 "comm_contention": self.comm_contention, "device": self.device, "description": self.description,
                 "ranks": self.ranks, "link": self.link, "versions": self.versions, "date": self.date,
                 "spec": self.spec.to_dict(), "measured": self.measured,
@@ -303,6 +304,9 @@ def read_contention(path: str | Path) -> tuple[float, float]:
     if not isinstance(document, dict) or document.get("schema") != CONTENTION_SCHEMA:
         raise ValueError(f"{path}: not a contention file (schema {CONTENTION_SCHEMA!r}, written by "
                          "fusionopt calibrate --contention)")
+    if document.get("version") != CONTENTION_VERSION:
+        raise ValueError(f"{path}: unsupported contention version {document.get('version')!r}: this fusionopt reads "
+                         f"version {CONTENTION_VERSION}")
     factors = []
     for key in ("contention", "comm_contention"):
         value = document.get(key)

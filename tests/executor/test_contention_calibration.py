@@ -244,11 +244,19 @@ def simulate_worked_example(folder) -> list[str]:
 
 def test_bad_contention_files_and_flags_get_one_line(tmp_path, capsys):
     path = tmp_path / "c.json"
-    path.write_text(json.dumps({"schema": CONTENTION_SCHEMA, "contention": 1.2, "comm_contention": 0.5}))
+    path.write_text(json.dumps({"schema": CONTENTION_SCHEMA, "version": 1, "contention": 1.2,
+                                "comm_contention": 0.5}))
     common = simulate_worked_example(tmp_path)
     assert main([*common, "--contention-file", str(path)]) == 2
     assert capsys.readouterr().err.strip() == (f"fusionopt: error: {path}: comm_contention must be a finite "
                                                "number >= 1, got 0.5")
+    # A file of another version is named as such, not read as this one's.
+    for version in (2, None):
+        path.write_text(json.dumps({"schema": CONTENTION_SCHEMA, "version": version, "contention": 1.2,
+                                    "comm_contention": 1.1}))
+        assert main([*common, "--contention-file", str(path)]) == 2
+        assert capsys.readouterr().err.strip() == (f"fusionopt: error: {path}: unsupported contention version "
+                                                   f"{version!r}: this fusionopt reads version 1")
     path.write_text(json.dumps({"alpha": 1.0}))
     assert main([*common, "--contention-file", str(path)]) == 2
     assert "not a contention file" in capsys.readouterr().err
