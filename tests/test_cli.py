@@ -1087,3 +1087,16 @@ def test_advise_under_an_aligned_cost_says_to_pad(tmp_path, capsys, profile_path
     doc = run_json(capsys, "advise", "--profile", profile_path, "--cost", cost, "--json")
     assert doc["ddp"]["hook"] == "fusionopt.integrations.padded_comm_hook(unit=64)"
     assert len(doc["ddp"]["padding"]) == len(doc["ddp"]["buckets"])
+
+
+def test_a_flag_is_taken_as_written_and_a_repeated_one_is_named(capsys, profile_path):
+    # An abbreviation is not a flag (argparse would read --alp as --alpha).
+    assert run_error(capsys, "solve", profile_path, "--alp", "1e-3", "--beta", "1e-9") == \
+        "fusionopt: error: unrecognized arguments: --alp 1e-3"
+    # A flag given twice with two values: the last is taken, and the first is not dropped unsaid.
+    status, out, err = run(capsys, "solve", profile_path, "--alpha", "1e-3", "--alpha=3e-3", "--beta", "1e-9", "--json")
+    assert status == 0 and err == "fusionopt: warning: --alpha is given 2 times (1e-3, 3e-3): the last, 3e-3, is taken\n"
+    assert json.loads(out)["iteration_time"] == run_json(capsys, "solve", profile_path, *AB3, "--json")["iteration_time"]
+    # The same value twice changes nothing and is not worth a word.
+    status, out, err = run(capsys, "solve", profile_path, *AB3, "--alpha", "0.003", "--json")
+    assert status == 0 and err == ""

@@ -34,10 +34,18 @@ class Kept(KeyboardInterrupt):
 
 class Parser(argparse.ArgumentParser):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
+        # A flag is taken as written, never as the start of another (--alpha for --alpha-file).
+        kwargs.setdefault("allow_abbrev", False)
         super().__init__(*args, **kwargs)
         # Negative numbers, 1e-3 forms included, are values (``--alpha -1e-3``), so the
         # option's own check speaks, not "expected one argument".
         self._negative_number_matcher = re.compile(r"^-(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$")
+
+    def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
+        given = sys.argv[1:] if args is None else list(args)
+        parsed = super().parse_known_args(given, namespace)
+        _warn_of_repeats(self, given)
+        return parsed
 
     def error(self, message: str) -> None:  # argparse prints usage and two lines otherwise
         commands = [a for a in self._actions if isinstance(a, argparse._SubParsersAction)]
@@ -46,6 +54,28 @@ class Parser(argparse.ArgumentParser):
             self.print_help(sys.stderr)
             raise SystemExit(2)
         raise UsageError(message)
+
+
+def _warn_of_repeats(parser: argparse.ArgumentParser, given: Sequence[str]) -> None:
+    """A flag of one value given again with another value: argparse takes the last, and says
+    nothing of the first; a warning says it (a script may override a default so)."""
+    for action in parser._actions:
+        if not action.option_strings or action.nargs is not None or not isinstance(action, argparse._StoreAction):
+            continue
+        values = []
+        for k, token in enumerate(given):
+            if token == "--":
+                break
+            for flag in action.option_strings:
+                if token == flag and k + 1 < len(given):
+                    values.append(given[k + 1])
+                elif token.startswith(flag + "=") and flag.startswith("--"):
+                    values.append(token[len(flag) + 1:])
+        if len(set(values)) > 1:
+            import warnings
+
+            warnings.warn(f"{action.option_strings[-1]} is given {len(values)} times ({', '.join(values)}): the last, "
+                          f"{values[-1]}, is taken", UserWarning, stacklevel=2)
 
 
 def plural(number: int, noun: str) -> str:
