@@ -8,7 +8,7 @@ import pytest
 
 from fusionopt.advice import fsdp2_plan_of, unit_modules
 from fusionopt.cost import AlphaBeta, PiecewiseLinear, cost_from_dict, read_nccl_tests, read_osu
-from fusionopt.model import Problem, Profile, fit_step_parts, ps_cost
+from fusionopt.model import Plan, Problem, Profile, fit_step_parts, ps_cost
 from fusionopt.solvers import compare, solve, with_bound
 
 PROFILE = Profile.from_arrays([4e6, 1e6, 2e6], [1e-3] * 3, [3e-3, 2e-3, 1e-3], names=["a.w", "b.w", "c.w"])
@@ -134,3 +134,37 @@ def test_a_cost_whose_step_cannot_be_summed_is_refused(cost, seconds):
                                          r"summed in$"):
         Problem(PROFILE, cost)
     assert Problem(PROFILE, AlphaBeta(1e-3, 1e290)).cost.beta == 1e290
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda: Profile.from_arrays(8, [1.0], [1.0]), "sizes must be a sequence, one entry per tensor, got 8"),
+    (lambda: Profile.from_arrays([8], [1.0], [1.0], update=0.0),
+     "update must be a sequence, one entry per tensor, got 0.0"),
+    (lambda: Plan.from_groups(PROFILE, 3), "groups must be a sequence of groups of tensor indices, got 3"),
+    (lambda: Plan.from_groups(PROFILE, [2, 1, 0]), "group 0 must be a sequence of tensor indices, got 2"),
+    (lambda: Plan.per_tensor(PROFILE, order=0), "order must be a sequence of tensor indices, got 0"),
+    (lambda: Plan.from_groups(PROFILE, [[0, 1, 2]], release=0.0),
+     "release must be a sequence of times, one per message, got 0.0"),
+    (lambda: AlphaBeta(1e-3, 1e-9).least_seconds_per_byte(0), "upto must be a number of bytes > 0, got 0"),
+    (lambda: PiecewiseLinear([1, 2], [1e-6, 2e-6]).least_seconds_per_byte(-1.0),
+     "upto must be a number of bytes > 0, got -1.0"),
+])
+def test_a_scalar_where_a_sequence_or_a_size_goes_is_named(call, message):
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
+        call()
+    assert Plan.from_groups(PROFILE, [[2, 1], [0]], release=[0.0, 1e-3]).groups() == [[2, 1], [0]]
+    assert AlphaBeta(1e-3, 1e-9).least_seconds_per_byte(1e6) == pytest.approx(2e-9)
+
+
+def test_the_evaluators_of_cut_vectors_refuse_an_entry_as_a_plan_does():
+    from fusionopt.model import evaluate_cuts, fusion_iteration_time, simulate
+
+    with pytest.raises(ValueError, match=r"^cut vectors hold 0/1 or booleans, got 2 at position 1$"):
+        fusion_iteration_time(PROBLEM, [0, 2])
+    with pytest.raises(ValueError, match=r"^cut vectors hold 0/1 or booleans, got 0.5 at position \(1, 0\)$"):
+        evaluate_cuts(PROBLEM, [[1, 0], [0.5, 1]])
+    # The same vectors as booleans or 0/1 price alike, and as the plan of the same cuts.
+    assert evaluate_cuts(PROBLEM, [[1, 0], [0, 1]]).tolist() == evaluate_cuts(PROBLEM, [[True, False],
+                                                                                      [False, True]]).tolist()
+    assert fusion_iteration_time(PROBLEM, [1, 0]) == pytest.approx(
+        simulate(PROBLEM, Plan.from_cuts(PROFILE, [1, 0])).iteration_time, rel=1e-12)

@@ -7,6 +7,7 @@ import argparse
 import json
 import re
 import sys
+import warnings
 from pathlib import Path
 from typing import Any, Sequence
 from fusionopt.integrations._kineto_events import TIMELINE_RULE, describe_clock
@@ -72,8 +73,6 @@ def _warn_of_repeats(parser: argparse.ArgumentParser, given: Sequence[str]) -> N
                 elif token.startswith(flag + "=") and flag.startswith("--"):
                     values.append(token[len(flag) + 1:])
         if len(set(values)) > 1:
-            import warnings
-
             warnings.warn(f"{action.option_strings[-1]} is given {len(values)} times ({', '.join(values)}): the last, "
                           f"{values[-1]}, is taken", UserWarning, stacklevel=2)
 

@@ -14,6 +14,7 @@ the network presets, which all return an :class:`AlphaBeta`, live in
 from __future__ import annotations
 
 import math
+import numbers
 from abc import ABC, abstractmethod
 from typing import Any, Callable, Mapping, Sequence
 
@@ -120,6 +121,14 @@ class CommCost(ABC):
         """The same model with every time multiplied by ``k >= 0``."""
 
 
+def _check_upto(upto: Any) -> float:
+    """The largest size of :meth:`CommCost.least_seconds_per_byte`, bytes > 0 (no size lies in
+    ``0 < S <= upto`` otherwise)."""
+    if isinstance(upto, bool) or not isinstance(upto, numbers.Real) or not 0 < upto < math.inf:
+        raise ValueError(f"upto must be a number of bytes > 0, got {upto!r}")
+    return float(upto)
+
+
 class AlphaBeta(CommCost):
     """Hockney's model ``c(S) = alpha + beta * S`` for ``S > 0`` and ``c(0) = 0``.
 
@@ -156,7 +165,7 @@ class AlphaBeta(CommCost):
         >>> AlphaBeta(alpha=1e-3, beta=1e-9).least_seconds_per_byte(1e6)
         2e-09
         """
-        return self.beta + self.alpha / upto
+        return self.beta + self.alpha / _check_upto(upto)
 
     def scaled(self, k: float) -> "AlphaBeta":
         k = check_param("scale", k)
@@ -296,7 +305,7 @@ class PiecewiseLinear(CommCost):
         >>> round(c.least_seconds_per_byte(1e5) * 1e9, 6), round(c.least_seconds_per_byte(5e3) * 1e9, 6)
         (1.1, 2.888889)
         """
-        candidates = np.append(self._sizes[self._sizes <= upto], float(upto))
+        candidates = np.append(self._sizes[self._sizes <= upto], _check_upto(upto))
         return float((self._evaluate(candidates) / candidates).min())
 
     def scaled(self, k: float) -> "PiecewiseLinear":

@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from fusionopt.model._plan import cut_vectors
 from fusionopt.model._problem import Problem
 
 
@@ -83,18 +84,7 @@ def time_bound_after_channel(problem: Problem, channel_end: float) -> float:
 
 
 def check_cuts(problem: Problem, cuts: np.ndarray, batch: bool) -> np.ndarray:
-    cuts = np.asarray(cuts)
-    n = problem.profile.n
-    expected = (n - 1,) if not batch else None
-    if not batch and cuts.shape != expected:
-        raise ValueError(f"cut vector must have n - 1 = {n - 1} entries, got shape {cuts.shape}")
-    if batch and (cuts.ndim != 2 or cuts.shape[1] != n - 1):
-        raise ValueError(f"cut matrix must have shape (plans, n - 1 = {n - 1}), got {cuts.shape}")
-    if cuts.dtype != bool:
-        if cuts.size and not np.isin(cuts, (0, 1)).all():
-            raise ValueError("cut vectors hold 0/1 or booleans")
-        cuts = cuts.astype(bool)
-    return cuts
+    return cut_vectors(cuts, problem.profile.n, batch=batch)
 
 
 def arc_times(problem: Problem, ready: np.ndarray, prefix: np.ndarray, tails: np.ndarray,

@@ -114,13 +114,39 @@ def _chunk(tensor: int, lo: int, hi: int) -> Chunk:
 
 def _indices(label: str, values: Iterable[Any]) -> list[int]:
     """Tensor indices given in ``label``, integers (not bools, not floats), as ints."""
-    indices = list(values)
+    try:
+        indices = list(values)
+    except TypeError:
+        raise ValueError(f"{label} must be a sequence of tensor indices, got {values!r}") from None
     if all(type(i) is int for i in indices):                # the common case, checked at once
         return indices
     for i in indices:
         if isinstance(i, (bool, np.bool_)) or not isinstance(i, (int, np.integer)):
             raise ValueError(f"{label}: a tensor index must be an integer, got {i!r}")
     return [int(i) for i in indices]
+
+
+def cut_vectors(given: Any, n: int, *, batch: bool = False) -> np.ndarray:
+    """A cut vector over ``n`` tensors (``n - 1`` entries) or, with ``batch``, a matrix of them
+    (plans, ``n - 1``), as booleans; an entry that is neither 0/1 nor a bool is refused, named
+    as given with its position."""
+    cuts = np.asarray(given)
+    if not batch and cuts.shape != (n - 1,):
+        raise ValueError(f"cut vector must have n - 1 = {n - 1} entries, got shape {cuts.shape}")
+    if batch and (cuts.ndim != 2 or cuts.shape[1] != n - 1):
+        raise ValueError(f"cut matrix must have shape (plans, n - 1 = {n - 1}), got {cuts.shape}")
+    if cuts.dtype == bool:
+        return cuts
+    if not (cuts.dtype.kind in "iuf" and np.isin(cuts, (0, 1)).all()):
+        entries = given.tolist() if isinstance(given, np.ndarray) else given
+        for index in np.ndindex(cuts.shape):
+            value = entries
+            for i in index:
+                value = value[i]
+            if not _is_cut(value):
+                where = index if batch else index[0]
+                raise ValueError(f"cut vectors hold 0/1 or booleans, got {value!r} at position {where}")
+    return cuts.astype(bool)
 
 
 def _is_cut(value: Any) -> bool:
@@ -276,6 +302,8 @@ class Plan:
         """
         tensors: list[int] = []
         starts = [0]
+        if isinstance(groups, (str, bytes)) or not hasattr(groups, "__iter__"):
+            raise ValueError(f"groups must be a sequence of groups of tensor indices, got {groups!r}")
         for k, group in enumerate(groups):
             members = _indices(f"group {k}", group)
             if not members:
@@ -292,6 +320,8 @@ class Plan:
         if outside.size:
             _whole(profile, int(tensors[outside[0]]))                # raises its message
         if release is not None:
+            if isinstance(release, (str, bytes)) or not hasattr(release, "__iter__"):
+                raise ValueError(f"release must be a sequence of times, one per message, got {release!r}")
             release = list(release)
             if len(release) != len(starts) - 1:
                 raise ValueError(f"{len(release)} release times for {len(starts) - 1} messages")
@@ -322,15 +352,7 @@ class Plan:
         >>> [m.tensors for m in Plan.from_cuts(p, [False, True]).messages]
         [(2, 1), (0,)]
         """
-        given, cuts = cuts, np.asarray(cuts)
-        if cuts.shape != (profile.n - 1,):
-            raise ValueError(f"cut vector must have n - 1 = {profile.n - 1} entries, got shape {cuts.shape}")
-        if cuts.dtype != bool:
-            if not (cuts.dtype.kind in "iuf" and np.isin(cuts, (0, 1)).all()):
-                entries = given.tolist() if isinstance(given, np.ndarray) else list(given)
-                k, bad = next((k, v) for k, v in enumerate(entries) if not _is_cut(v))
-                raise ValueError(f"cut vectors hold 0/1 or booleans, got {bad!r} at position {k}")
-            cuts = cuts.astype(bool)
+        cuts = cut_vectors(cuts, profile.n)
         starts = np.concatenate(([0], np.flatnonzero(cuts) + 1, [profile.n])).astype(np.int64)
         return cls._whole_tensors(profile, np.asarray(profile.backward_order, dtype=np.int64), starts)
 

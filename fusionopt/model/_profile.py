@@ -76,6 +76,16 @@ _TENSOR_KEYS = ("name", "size", "forward", "backward", "update", "dtype", "shape
 STEP_PARTS = ("update_lump", "post_backward", "host_overhead")
 
 
+def _entries(label: str, values: Any) -> list[Any]:
+    """``values`` as a list, one entry per tensor; a string or a scalar is refused naming ``label``."""
+    if isinstance(values, (str, bytes)):
+        raise ValueError(f"{label} must be a sequence, one entry per tensor, got the string {values!r}")
+    try:
+        return list(values)
+    except TypeError:
+        raise ValueError(f"{label} must be a sequence, one entry per tensor, got {values!r}") from None
+
+
 @dataclass(frozen=True, eq=False)
 class Profile:
     """Per-tensor gradient sizes and compute times of one training step.
@@ -303,17 +313,10 @@ class Profile:
         ...
         ValueError: tensor 't1': size is zero bytes
         """
-        for label, values in (("sizes", sizes), ("forward", forward), ("backward", backward), ("update", update),
-                              ("names", names)):
-            if isinstance(values, (str, bytes)):
-                raise ValueError(f"{label} must be a sequence, one entry per tensor, got the string {values!r}")
-        sizes = list(sizes)
-        forward = list(forward)
-        backward = list(backward)
-        if names is None:
-            names = [f"t{i}" for i in range(len(sizes))]
-        names = list(names)
-        update = [0.0] * len(names) if update is None else list(update)
+        sizes, forward, backward = (_entries(label, values) for label, values in
+                                    (("sizes", sizes), ("forward", forward), ("backward", backward)))
+        names = [f"t{i}" for i in range(len(sizes))] if names is None else _entries("names", names)
+        update = [0.0] * len(names) if update is None else _entries("update", update)
         return cls(
             names=tuple(names),
             sizes=sizes,  # type: ignore[arg-type]  # validated in __post_init__
