@@ -65,7 +65,7 @@ Examples
 import importlib
 import warnings
 
-from fusionopt import _aliases, cost, model, solvers  # noqa: F401  (the faces the quick start uses, loaded at once)
+from fusionopt import _aliases
 
 __version__ = "0.1.0"
 

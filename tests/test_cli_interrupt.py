@@ -188,3 +188,19 @@ def test_ctrl_c_in_a_sweep_of_several_jobs_leaves_no_cell_running(tmp_path):
             process.kill()
     assert process.returncode == 130
     assert err == f"fusionopt: interrupted; the finished cells are in {output}: run the same command again to go on\n"
+
+
+def test_ctrl_c_while_the_commands_load_is_one_line():
+    # The `fusionopt` command imports only fusionopt.cli's face before its handler runs; Ctrl-C
+    # while the commands load (about a second: the model, the solvers) is one line, status 130.
+    code = ("import importlib.abc, sys\n"
+            "class Interrupt(importlib.abc.MetaPathFinder):\n"
+            "    def find_spec(self, name, path=None, target=None):\n"
+            "        if name == 'fusionopt.cli._main':\n"
+            "            raise KeyboardInterrupt\n"
+            "sys.meta_path.insert(0, Interrupt())\n"
+            "from fusionopt.cli import main\n"
+            "assert 'fusionopt.model' not in sys.modules and 'numpy' not in sys.modules\n"
+            "sys.exit(main(['methods']))\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert (done.returncode, done.stdout, done.stderr) == (130, "", "fusionopt: interrupted\n")
