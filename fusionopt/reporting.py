@@ -21,6 +21,7 @@ import os
 import sys
 from typing import Any, Iterable, Mapping, Sequence
 
+from fusionopt.model._cost import check_flag
 from fusionopt.model._io import read_json_document, write_bytes_atomic, write_json_atomic, write_text_atomic
 
 __all__ = [
@@ -79,6 +80,9 @@ def subset_location(path: str | os.PathLike, stored: str | os.PathLike, changed:
     >>> subset_location("mine/exact.md", "results/exact.md", ["--quick"]), subset_location("results", "results", [])
     ('mine/exact.md', 'results')
     """
+    folder = check_flag("folder", folder)
+    if isinstance(changed, (str, bytes)):
+        raise ValueError(f"changed must be a sequence of option names, got the string {changed!r}")
     where = os.fspath(path)
     if not changed or os.path.abspath(where) != os.path.abspath(os.fspath(stored)):
         return where
@@ -178,6 +182,8 @@ def pyplot() -> Any:
 
 def save_png(plt: Any, fig: Any, out_dir: str, name: str, dpi: int = 110) -> str:
     """Write ``fig`` as ``out_dir/name`` (PNG, atomically), close it and return ``name``."""
+    if not str(name).lower().endswith(".png"):
+        raise ValueError(f"{name}: save_png writes PNG: give a .png file name")
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=dpi, bbox_inches="tight")
     plt.close(fig)
@@ -206,7 +212,13 @@ def write_result(folder: str | os.PathLike, stem: str, document: Any, table: str
 
 
 def markdown_table(header: Sequence[Any], rows: Iterable[Sequence[Any]]) -> list[str]:
-    """The lines of a Markdown table."""
+    """The lines of a Markdown table; each row holds a cell per column of ``header``."""
+    if isinstance(header, (str, bytes)):
+        raise ValueError(f"header must be a sequence of column names, got the string {header!r}")
+    rows = [list(row) for row in rows]
+    odd = next((k for k, row in enumerate(rows) if len(row) != len(header)), None)
+    if odd is not None:
+        raise ValueError(f"row {odd} of the table has {len(rows[odd])} cells for {len(header)} columns: {rows[odd]!r}")
     lines = ["| " + " | ".join(str(h) for h in header) + " |", "|" + "|".join("---" for _ in header) + "|"]
     lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
     return lines

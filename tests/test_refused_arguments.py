@@ -6,6 +6,7 @@ import re
 
 import pytest
 
+from fusionopt import experiments, reporting, zoo
 from fusionopt.advice import fsdp2_plan_of, unit_modules
 from fusionopt.cost import AlphaBeta, PiecewiseLinear, cost_from_dict, read_nccl_tests, read_osu
 from fusionopt.model import Plan, Problem, Profile, fit_step_parts, ps_cost
@@ -168,3 +169,64 @@ def test_the_evaluators_of_cut_vectors_refuse_an_entry_as_a_plan_does():
                                                                                       [False, True]]).tolist()
     assert fusion_iteration_time(PROBLEM, [1, 0]) == pytest.approx(
         simulate(PROBLEM, Plan.from_cuts(PROFILE, [1, 0])).iteration_time, rel=1e-12)
+
+
+def _grid():
+    return experiments.cells(["alexnet"], [8], ["10gbe"], ["gradssa"])
+
+
+def _timeline(**options):
+    pytest.importorskip("matplotlib")
+    from fusionopt.viz import plot_timeline
+
+    return plot_timeline(Plan.per_tensor(PROFILE), PROBLEM, **options)
+
+
+def _sweep_series(**changes):
+    from fusionopt.viz import sweep_series
+
+    record = {"model": "a", "network": "n", "method": "dp", "workers": 8, "status": "OPTIMAL",
+              "scaling_efficiency": 0.9}
+    return sweep_series([{**record, **changes}])
+
+
+@pytest.mark.parametrize("call, message", [
+    # A sweep's options: a limit that would be written as Infinity, or silently dropped.
+    (lambda: experiments.run_sweep(_grid(), "x.jsonl", time_limit=float("inf")),
+     "time_limit must be a positive number of seconds, got inf"),
+    (lambda: experiments.run_cell(_grid()[0], time_limit="abc"),
+     "time_limit must be a positive number of seconds, got 'abc'"),
+    (lambda: experiments.run_sweep(_grid(), "x.jsonl", progress="no"),
+     "progress must be True or False, got 'no'"),
+    (lambda: experiments.run_sweep(_grid()[0], "x.jsonl"),
+     "cells must be a sequence of Cell (fusionopt.experiments.cells makes them), got Cell"),
+    (lambda: experiments.cells([123], [8], ["10gbe"], ["dp"]),
+     "models must be names, got 123"),
+    (lambda: experiments.solve_methods(PROBLEM, [("a", "dp", {}), ("a", "wfbp", {})]),
+     "method key 'a' is given twice: each outcome needs a key of its own"),
+    # Pictures: a flag read as a truth value, limits that are not a pair.
+    (lambda: _timeline(legend="no"), "legend must be True or False, got 'no'"),
+    (lambda: _timeline(xlim=(0, 5, 9)),
+     "xlim must be the start and end of the time axis in seconds, start < end, got (0, 5, 9)"),
+    (lambda: _timeline(figsize=(0, 3)), "figsize must be the width and height in inches, each > 0, got (0, 3)"),
+    (lambda: _sweep_series(workers=8.7), "sweep record of 'dp': workers must be an integer >= 1, got 8.7"),
+    (lambda: _sweep_series(scaling_efficiency=-3),
+     "sweep record of 'dp' at 8 workers (status 'OPTIMAL'): scaling_efficiency is -3, not a number >= 0"),
+    # The zoo: a measured batch, and layers no network has.
+    (lambda: zoo.measured_profile("resnet50", hardware="h100", batch=32.9),
+     "batch must be an integer >= 1, got 32.9"),
+    (lambda: zoo.conv2d("c", 3, 64, 7, out=112, groups=2),
+     "conv 'c': groups = 2 must divide cin = 3 and cout = 64"),
+    (lambda: zoo.linear("f", 4.5, 2),
+     "fan_in must be a positive integer, got 4.5"),
+    # Report helpers: a string split into its characters, a ragged table.
+    (lambda: reporting.subset_location("r/e.md", "r/e.md", "--quick"),
+     "changed must be a sequence of option names, got the string '--quick'"),
+    (lambda: reporting.markdown_table(("a", "b"), [(1,)]),
+     "row 0 of the table has 1 cells for 2 columns: [1]"),
+])
+def test_a_study_s_arguments_are_refused_naming_them(call, message, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
+        call()
+    assert not (tmp_path / "x.jsonl").exists()

@@ -46,8 +46,9 @@ class Cell:
     sync : {"barrier", "layerwise"}
     method : str
         A registered method (:func:`fusionopt.solvers.methods`).
-    precision : {"fp32", "bf16"}
-        The zoo model's precision (:func:`fusionopt.zoo.profile`; default ``"fp32"``).
+    precision : {"fp32", "bf16", "none"}
+        The zoo model's precision (:func:`fusionopt.zoo.profile`; default ``"fp32"``);
+        ``"none"`` for a roofline estimate, which takes no precision.
     compute : {"calibrated", "roofline"}
         The zoo model's compute (default ``"calibrated"``).
     optimizer : {"none", "sgd"}
@@ -75,6 +76,20 @@ class Cell:
 CELL_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(Cell))
 
 
+def distinct_cells(given: Any) -> list[Cell]:
+    """``given``, a sequence of :class:`Cell` (as :func:`cells` makes them), without repeats;
+    anything else is refused, naming what it holds."""
+    if isinstance(given, Cell) or isinstance(given, (str, bytes)) or not hasattr(given, "__iter__"):
+        raise ValueError(f"cells must be a sequence of Cell (fusionopt.experiments.cells makes them), "
+                         f"got {type(given).__name__}")
+    unique = list(dict.fromkeys(given))
+    odd = next((c for c in unique if not isinstance(c, Cell)), None)
+    if odd is not None:
+        raise ValueError(f"cells must be a sequence of Cell (fusionopt.experiments.cells makes them), got a "
+                         f"{type(odd).__name__} among them: {odd!r}")
+    return unique
+
+
 def cells(
     models: Iterable[str],
     workers: Iterable[int],
@@ -85,7 +100,7 @@ def cells(
     batch: int = 64,
     sync: str = "barrier",
     algorithm: str = "ring",
-    precision: str = "fp32",
+    precision: str | None = None,
     compute: str = "calibrated",
     optimizer: str | None = None,
 ) -> list[Cell]:
@@ -120,7 +135,8 @@ def cells(
         fully sharded methods take its reduce-scatter and all-gather: ring or rabenseifner).
     precision, compute, optimizer : str
         The zoo model's profile options (:func:`fusionopt.zoo.profile`): ``"fp32"`` or
-        ``"bf16"``; ``"calibrated"`` or ``"roofline"``; None (or ``"none"``) or ``"sgd"``.
+        ``"bf16"`` (default None: fp32, or none for a roofline estimate, which takes no
+        precision); ``"calibrated"`` or ``"roofline"``; None (or ``"none"``) or ``"sgd"``.
 
     Returns
     -------
@@ -166,8 +182,11 @@ def cells(
     # batch, listing the known ones.
     options = {"precision": precision, "compute": compute, "optimizer": optimizer}
     profiles = {model.strip().lower(): zoo.profile(model, device=device, batch=batch, **options) for model in models}
+    batch = int(batch)                    # a positive integer (zoo.profile checked it), as records hold it
     device = device.strip().lower()
     optimizer = "none" if optimizer is None else optimizer
+    if precision is None:
+        precision = "none" if str(compute).strip().lower() == "roofline" else "fp32"
     for name in networks:
         for count in workers:      # fitted presets know some worker counts only
             network(name, count, algorithm=algorithm)
@@ -241,7 +260,13 @@ def _pattern_problem(pattern: str, profile: Profile, name: str, workers: int, al
 def _distinct(kind: str, values: Iterable[Any]) -> list[Any]:
     if isinstance(values, (str, bytes)):
         values = [values]
+    if not hasattr(values, "__iter__"):
+        raise ValueError(f"{kind} must be a sequence, got {values!r}")
     values = list(dict.fromkeys(values))
     if not values:
         raise ValueError(f"{kind}: give at least one")
+    if kind != "workers":
+        odd = next((v for v in values if not isinstance(v, str)), None)
+        if odd is not None:
+            raise ValueError(f"{kind} must be names, got {odd!r}")
     return values

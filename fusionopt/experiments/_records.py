@@ -17,10 +17,11 @@ import math
 import os
 import sys
 from dataclasses import dataclass
+from numbers import Real
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-from fusionopt.experiments._grid import CELL_FIELDS, Cell
+from fusionopt.experiments._grid import CELL_FIELDS, Cell, distinct_cells
 from fusionopt.model._io import write_bytes_atomic
 from fusionopt.solvers._registry import get_method
 
@@ -54,14 +55,25 @@ def results_format(path: str | os.PathLike) -> str:
     return _FORMATS[suffix]
 
 
+def check_time_limit(time_limit: Any) -> float | None:
+    """A sweep's ``time_limit``: None, or seconds, a finite number > 0 (not a bool)."""
+    if time_limit is None:
+        return None
+    if isinstance(time_limit, bool) or not isinstance(time_limit, Real) or not 0 < time_limit < math.inf:
+        raise ValueError(f"time_limit must be a positive number of seconds, got {time_limit!r}")
+    return float(time_limit)
+
+
 def applied_limit(cell: Cell, time_limit: float | None) -> float | None:
     """The time limit a cell's solve runs under: ``time_limit`` for a method that takes one."""
+    time_limit = check_time_limit(time_limit)
     if time_limit is None:
         return None
     try:
-        return float(time_limit) if "time_limit" in get_method(cell.method).options else None
+        options = get_method(cell.method).options
     except ValueError:            # an unknown method: its record is an ERROR either way
         return None
+    return time_limit if "time_limit" in options else None
 
 
 def record_key(item: Cell | dict[str, Any], time_limit: float | None = None) -> tuple:
@@ -127,8 +139,13 @@ def _parse_line(line: bytes, fmt: str, header: list[str] | None, figures: bool =
                                            for name in CELL_FIELDS if name not in _INT_FIELDS
                                            and not (name in ZOO_OPTION_FIELDS and name not in record)):
         return None
-    if any(isinstance(record.get(name), bool) or not isinstance(record.get(name), int)
+    if any(isinstance(record.get(name), bool) or not isinstance(record.get(name), int) or record[name] < 1
            for name in ("batch", "workers")):
+        return None
+    messages = record.get("messages")
+    if messages is not None and (isinstance(messages, bool) or not isinstance(messages, int) or messages < 1):
+        return None
+    if not isinstance(record.get("status"), str):
         return None
     return None if figures and _bad_figure(record) else record
 
@@ -278,7 +295,7 @@ def pending_cells(cells: Iterable[Cell], path: str | os.PathLike, *, retry_error
     path = Path(path)
     records = scan_results(path, fmt).records if path.is_file() else []
     done = {record_key(r) for r in records if not (retry_errors and r["status"] == "ERROR")}
-    return [cell for cell in dict.fromkeys(cells) if record_key(cell, time_limit) not in done]
+    return [cell for cell in distinct_cells(cells) if record_key(cell, time_limit) not in done]
 
 
 def repair_results(path: Path, fmt: str, scan: ResultsScan) -> None:

@@ -20,11 +20,12 @@ from pathlib import Path
 from typing import Any, Iterable, Sequence, TextIO
 
 from fusionopt import __version__, zoo
-from fusionopt.experiments._grid import CELL_FIELDS, Cell, cell_problem
-from fusionopt.experiments._records import (FIELDS, ZOO_OPTION_FIELDS, append_record, applied_limit, csv_header,
-                                           encode_record, not_a_record, record_key, repair_results, results_format,
-                                           scan_results, writer_lock)
+from fusionopt.experiments._grid import CELL_FIELDS, Cell, cell_problem, distinct_cells
+from fusionopt.experiments._records import (FIELDS, ZOO_OPTION_FIELDS, append_record, applied_limit, check_time_limit,
+                                           csv_header, encode_record, not_a_record, record_key, repair_results,
+                                           results_format, scan_results, writer_lock)
 from fusionopt import solvers
+from fusionopt.model._cost import check_flag
 from fusionopt.solvers._registry import get_method
 
 
@@ -58,12 +59,16 @@ def run_cell(cell: Cell, *, time_limit: float | None = None, search_workers: int
     >>> run_cell(Cell("alexnet", "h100", 64, "10gbe", "ring", 8, "barrier", "p3"))["error"]
     "ValueError: p3 is for sync='layerwise' only ..."
     """
+    if not isinstance(cell, Cell):
+        raise ValueError(f"cell must be a Cell (fusionopt.experiments.cells makes them), got {type(cell).__name__}")
+    time_limit = check_time_limit(time_limit)
     record: dict[str, Any] = {name: None for name in FIELDS}
     record.update(asdict(cell))
     record["fusionopt_version"] = __version__
     started = time.perf_counter()
     try:
-        profile = zoo.profile(cell.model, device=cell.device, batch=cell.batch, precision=cell.precision,
+        profile = zoo.profile(cell.model, device=cell.device, batch=cell.batch,
+                              precision=None if cell.precision == "none" else cell.precision,
                               compute=cell.compute, optimizer=None if cell.optimizer == "none" else cell.optimizer)
         record["compute_time"] = float(profile.compute_time)
         problem = cell_problem(cell, profile)
@@ -176,9 +181,9 @@ def run_sweep(
         jobs = os.cpu_count() or 1
     if isinstance(jobs, bool) or not isinstance(jobs, Integral) or jobs < 1:
         raise ValueError(f"jobs must be an integer >= 1, got {jobs!r}")
-    if time_limit is not None and not (isinstance(time_limit, (int, float)) and time_limit > 0):
-        raise ValueError(f"time_limit must be a positive number of seconds, got {time_limit!r}")
-    cells = list(dict.fromkeys(cells))
+    time_limit = check_time_limit(time_limit)
+    progress, retry_errors = check_flag("progress", progress), check_flag("retry_errors", retry_errors)
+    cells = distinct_cells(cells)
     path = Path(path)
     if not path.parent.is_dir():
         raise FileNotFoundError(f"{path}: folder {path.parent} does not exist")

@@ -72,8 +72,12 @@ def solve_methods(problem: Problem, specs: Iterable[MethodSpec], *, may_refuse: 
     """Each method of ``specs`` on ``problem``, by key. A method named in ``may_refuse`` that
     refuses the problem (``ValueError``) gives an :class:`Outcome` with its ``error``; any
     other refusal is raised."""
+    if isinstance(may_refuse, (str, bytes)):
+        raise ValueError(f"may_refuse must be a sequence of method names, got the string {may_refuse!r}")
     out: dict[str, Outcome] = {}
     for key, method, options in specs:
+        if key in out:
+            raise ValueError(f"method key {key!r} is given twice: each outcome needs a key of its own")
         try:
             out[key] = Outcome.of(solve(problem, method, **options))
         except ValueError as exc:

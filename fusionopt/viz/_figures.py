@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import io
+import numbers
 import os
 from typing import Sequence
 
@@ -84,7 +85,7 @@ def write_figure(fig, paths: list[tuple[str, str]], dpi: float) -> list[str]:
     ``os.replace``)."""
     import matplotlib
 
-    if not (isinstance(dpi, (int, float)) and 0 < dpi <= MAX_DPI):
+    if isinstance(dpi, bool) or not (isinstance(dpi, numbers.Real) and 0 < dpi <= MAX_DPI):
         raise ValueError(f"dpi must be a number in (0, {MAX_DPI}], got {dpi!r} (a print-quality PNG needs 300)")
     written = []
     for path, ext in paths:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+from numbers import Integral, Real
 from typing import Any, Iterable, Mapping
 
 import numpy as np
@@ -120,13 +122,16 @@ def method_series(records: list[Mapping[str, Any]], metric: str) -> dict[str, tu
         label = str(r["method"])
         if varying:
             label += " (" + ", ".join(f"{k} {r.get(k)}" for k in varying) + ")"
-        try:
-            workers = int(r["workers"])
-            # Records of older sweeps called the throughput "speedup".
-            value = float(r[metric] if metric != "throughput" or "throughput" in r else r["speedup"])
-        except (KeyError, TypeError, ValueError):
-            raise ValueError(f"sweep record of {r['method']!r} at {r['workers']!r} workers (status "
-                             f"{r.get('status')!r}): {metric} is {r.get(metric)!r}, not a number") from None
+        workers = r["workers"]
+        if isinstance(workers, bool) or not isinstance(workers, Integral) or workers < 1:
+            raise ValueError(f"sweep record of {r['method']!r}: workers must be an integer >= 1, got {workers!r}")
+        workers = int(workers)
+        # Records of older sweeps called the throughput "speedup".
+        value = r.get(metric) if metric != "throughput" or "throughput" in r else r.get("speedup")
+        if isinstance(value, bool) or not isinstance(value, Real) or not 0 <= value < math.inf:
+            raise ValueError(f"sweep record of {r['method']!r} at {workers} workers (status "
+                             f"{r.get('status')!r}): {metric} is {value!r}, not a number >= 0")
+        value = float(value)
         line = points.setdefault(label, {})
         if workers in line:
             raise ValueError(f"two sweep records of {label!r} at {workers} workers ({r['model']}, {r['network']}): "

@@ -7,6 +7,7 @@ import math
 import os
 from typing import Any, Iterable, Mapping, Sequence
 
+from fusionopt.model._cost import check_flag
 from fusionopt.viz._figures import image_paths, import_matplotlib, new_figure, write_figure
 from fusionopt.viz._series import METRIC_LABELS, check_metric, is_error, method_series, panel_keys, select_records
 
@@ -69,6 +70,7 @@ def plot_sweep(records: Iterable[Mapping[str, Any]], *, metric: str = "scaling_e
 
 def _plot_sweep(records, *, metric, model, network, ax, title, managed, log_y=False):
     check_metric(metric)
+    log_y = check_flag("log_y", log_y)
     chosen = select_records(records, model, network)
     panels = panel_keys(chosen)
     errors = [r for r in chosen if is_error(r)]

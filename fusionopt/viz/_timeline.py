@@ -8,6 +8,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from fusionopt.model._cost import check_flag
 from fusionopt.model._plan import Plan
 from fusionopt.model._problem import Problem
 from fusionopt.model._ps_plan import PSPlan
@@ -115,10 +116,31 @@ def plot_timeline(source: Any, problem: Problem, *, plan: Plan | PSPlan | None =
                             color_by=color_by, legend=legend, xlim=xlim, figsize=figsize)
 
 
+def _pair(label: str, given: Any, what: str, good: Any) -> tuple[float, float]:
+    """Two finite numbers for which ``good`` holds, as floats; ``what`` says what they are
+    when they are not."""
+    try:
+        first, second = given
+        pair = (float(first), float(second))
+        if any(isinstance(v, (bool, str, bytes)) for v in (first, second)) or not np.isfinite(pair).all():
+            raise ValueError
+    except (TypeError, ValueError):
+        pair = None
+    if pair is None or not good(*pair):
+        raise ValueError(f"{label} must be {what}, got {given!r}")
+    return pair
+
+
 def _timeline_figure(source, problem, plan, *, ax, managed, title=None, label_messages=True, color_by="kind",
                      legend=True, xlim=None, figsize=None, fn="plot_timeline"):
     if color_by not in ("kind", "tensor"):
         raise ValueError(f"unknown color_by {color_by!r}: choose 'kind' or 'tensor'")
+    label_messages, legend = check_flag("label_messages", label_messages), check_flag("legend", legend)
+    if xlim is not None:
+        xlim = _pair("xlim", xlim, "the start and end of the time axis in seconds, start < end",
+                     lambda lo, hi: lo < hi)
+    if figsize is not None:
+        figsize = _pair("figsize", figsize, "the width and height in inches, each > 0", lambda w, h: min(w, h) > 0)
     timeline, plan, method = resolve_source(source, problem, plan, fn=fn)
     bars = timeline_bars(timeline, problem, plan=plan)
     rows = ["compute"] + channel_rows(problem)

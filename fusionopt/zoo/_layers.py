@@ -29,6 +29,7 @@ The counts match the usual "GMACs x 2" figures (ResNet-50 about 4.1 GMACs, VGG-1
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass
 
 # FLOPs per output element of a BatchNorm or LayerNorm (normalise, scale, shift).
@@ -93,14 +94,22 @@ class Layer:
             raise ValueError(f"layer {self.name!r}: unknown kind {self.kind!r}; known: {', '.join(KINDS)}")
         if self.ready is None:
             object.__setattr__(self, "ready", tuple(range(len(self.tensors) - 1, -1, -1)))
-        elif sorted(self.ready) != list(range(len(self.tensors))):
+        elif any(isinstance(k, bool) or not isinstance(k, int) for k in self.ready) \
+                or sorted(self.ready) != list(range(len(self.tensors))):
             raise ValueError(f"layer {self.name!r}: ready must order its {len(self.tensors)} tensors, "
                              f"got {self.ready!r}")
-        if not (self.flops >= 0 and math.isfinite(self.flops)):
+        if isinstance(self.flops, bool) or not isinstance(self.flops, numbers.Real) \
+                or not (self.flops >= 0 and math.isfinite(self.flops)):
             raise ValueError(f"layer {self.name!r}: flops must be finite and >= 0, got {self.flops!r}")
-        for tname, shape in self.tensors:
-            if not shape or any(int(d) <= 0 for d in shape):
+        for entry in self.tensors:
+            if not (isinstance(entry, tuple) and len(entry) == 2 and isinstance(entry[0], str)
+                    and isinstance(entry[1], tuple)):
+                raise ValueError(f"layer {self.name!r}: a tensor is a (name, shape tuple) pair, got {entry!r}")
+            tname, shape = entry
+            if not shape:
                 raise ValueError(f"tensor {tname!r}: bad shape {shape!r}")
+            for d in shape:
+                check_positive_int(f"tensor {tname!r}: a dimension", d)
 
     @property
     def parameters(self) -> int:
@@ -260,6 +269,11 @@ def conv2d(name: str, cin: int, cout: int, kernel: int, out: int, *, bias: bool 
     >>> c.tensors, c.flops
     ((('conv1.weight', (64, 3, 7, 7)),), 236027904.0)
     """
+    cin, cout, kernel, out, groups = (check_positive_int(label, value) for label, value in
+                                      (("cin", cin), ("cout", cout), ("kernel", kernel), ("out", out),
+                                       ("groups", groups)))
+    if cin % groups or cout % groups:
+        raise ValueError(f"conv {name!r}: groups = {groups} must divide cin = {cin} and cout = {cout}")
     tensors: list[tuple[str, Shape]] = [(f"{name}.weight", (cout, cin // groups, kernel, kernel))]
     if bias:
         tensors.append((f"{name}.bias", (cout,)))
@@ -280,6 +294,7 @@ def batchnorm2d(name: str, channels: int, out: int) -> Layer:
     >>> [n for n, _ in bn.tensors], bn.flops
     (['bn1.weight', 'bn1.bias'], 3211264.0)
     """
+    channels, out = check_positive_int("channels", channels), check_positive_int("out", out)
     flops = float(NORM_FLOPS_PER_ELEMENT * channels * out * out)
     return Layer(name, ((f"{name}.weight", (channels,)), (f"{name}.bias", (channels,))), flops, ready=(0, 1),
                  kind="norm")
@@ -296,6 +311,8 @@ def linear(name: str, fan_in: int, fan_out: int, *, tokens: int = 1, bias: bool 
     >>> fc.tensors, fc.flops
     ((('fc.weight', (1000, 2048)), ('fc.bias', (1000,))), 4096000.0)
     """
+    fan_in, fan_out, tokens = (check_positive_int(label, value) for label, value in
+                               (("fan_in", fan_in), ("fan_out", fan_out), ("tokens", tokens)))
     tensors: list[tuple[str, Shape]] = [(f"{name}.weight", (fan_out, fan_in))]
     if bias:
         tensors.append((f"{name}.bias", (fan_out,)))

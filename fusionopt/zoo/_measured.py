@@ -18,6 +18,7 @@ ValueError: no measured profile of 'resnet50' on 'tpu-v9' with batch 32; measure
 
 from __future__ import annotations
 
+import numbers
 import re
 from pathlib import Path
 
@@ -52,6 +53,11 @@ def measured_profile(model: str, *, hardware: str, batch: int, directory: str | 
         When no such profile was measured; the message lists those that were.
     """
     found = measured_profiles(directory)
+    for label, name in (("model", model), ("hardware", hardware)):
+        if not isinstance(name, str):
+            raise ValueError(f"{label} must be a name, got {name!r}")
+    if isinstance(batch, bool) or not isinstance(batch, numbers.Integral) or batch < 1:
+        raise ValueError(f"batch must be an integer >= 1, got {batch!r}")
     key = (model.strip().lower(), hardware.strip().lower(), int(batch))
     if key not in found:
         listing = ", ".join(f"{m} on {h} (batch {b})" for m, h, b in found) or "none yet"

@@ -562,3 +562,15 @@ def test_records_of_an_older_fusionopt_are_kept_and_their_cells_solved_again(tmp
     assert "1 record(s) of an older fusionopt name no precision, compute or optimizer" in capsys.readouterr().err
     assert read_results(path)[0] == older and len(read_results(path)) == 2
     assert again[0]["iteration_time"] == record["iteration_time"] and again[0]["precision"] == "fp32"
+
+
+def test_a_roofline_sweep_runs_resumes_and_reads_back(tmp_path):
+    # A roofline estimate takes no precision: its cells say "none", and the file is a sweep's.
+    path = tmp_path / "roofline.jsonl"
+    grid = cells(["alexnet"], [8, 16], ["10gbe"], ["wfbp"], compute="roofline")
+    assert {c.precision for c in grid} == {"none"}
+    records = run_sweep(grid, path, jobs=1, progress=False)
+    assert pending_cells(grid, path) == [] and read_results(path) == records
+    assert run_sweep(grid, path, jobs=1, progress=False) == records
+    problem = fusionopt.model.Problem(zoo.profile("alexnet", compute="roofline"), network("10gbe", 8))
+    assert records[0]["iteration_time"] == pytest.approx(solve(problem, "wfbp").iteration_time, rel=1e-12)
