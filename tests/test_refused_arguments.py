@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from fusionopt import experiments, reporting, zoo
+from fusionopt import advice, executor, experiments, integrations, reporting, zoo
 from fusionopt.advice import fsdp2_plan_of, unit_modules
 from fusionopt.cost import AlphaBeta, PiecewiseLinear, cost_from_dict, read_nccl_tests, read_osu
 from fusionopt.model import Plan, Problem, Profile, fit_step_parts, ps_cost
@@ -230,3 +230,48 @@ def test_a_study_s_arguments_are_refused_naming_them(call, message, tmp_path, mo
     with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
         call()
     assert not (tmp_path / "x.jsonl").exists()
+
+
+def _torch():
+    return pytest.importorskip("torch")
+
+
+SIZES_TIMES = ([1e3, 1e4, 1e5], [2e-5, 2.9e-5, 1.19e-4])
+
+
+@pytest.mark.parametrize("call, message", [
+    # The executor: flags read as truth values, counts truncated, points that are no measurement.
+    (lambda: executor.run(PROBLEM, Plan.per_tensor(PROFILE), ranks=1, verify="no"),
+     "verify must be True or False, got 'no'"),
+    (lambda: executor.run(PROBLEM, None), "plan must be a Plan for an all-reduce problem, got NoneType"),
+    (lambda: executor.run(PROBLEM, Plan.per_tensor(PROFILE), fault="drop"), "fault must be a Fault or None, got 'drop'"),
+    (lambda: executor.calibrate(ranks=1, sizes=[1024.9, 4096.3]), "message size 1024.9 B must be a positive multiple of 8"),
+    (lambda: executor.calibrate(ranks=1, sizes=[1024, 4096], iterations=0), "iterations must be an integer >= 1, got 0"),
+    (lambda: executor.calibrate(ranks=1, sizes=[1024, 4096], timeout=float("inf")),
+     "timeout must be a finite number of seconds > 0, got inf"),
+    (lambda: executor.fit_alpha_beta(SIZES_TIMES[0], [2e-5, float("inf"), 1e-4]),
+     "point 1: time inf s must be a finite number > 0"),
+    (lambda: executor.fit_alignment(*SIZES_TIMES, 0), "ranks must be an integer >= 1, got 0"),
+    # Advice: a prefetch list given as a string was counted by its characters.
+    (lambda: fsdp2_plan_of(PROFILE, [["a"], [""]], [False, False], {"": "ab"}, {}),
+     "forward_prefetch of '' must be a list of units, got 'ab'"),
+    (lambda: fsdp2_plan_of(PROFILE, [["a"], [""]], [False, False], {"nope": ["a"]}, {}),
+     "forward_prefetch of 'nope': 'nope' is no unit (a unit is named by its first module: '', 'a')"),
+    (lambda: fsdp2_plan_of(PROFILE, [["a"], ["a"], [""]], [False] * 3, {}, {}),
+     "module 'a' is wrapped by fully_shard calls 0 and 1"),
+    (lambda: advice.gains_enough(0.99, 1.0, -5), "min_gain must be a fraction in [0, 1), got -5"),
+    # Integrations: a choice outside the hook's, parameters named instead of given, a cost for a link.
+    (lambda: integrations.choose_encoding([(100_000, "fp16")], 10, False),
+     "choice must start at 0 bytes, got [(100000, 'fp16')]"),
+    (lambda: integrations.choose_encoding([(0, "fp32")], 10, "no"), "carries_exact must be True or False, got 'no'"),
+    (lambda: integrations.replay_trace({"traceEvents": []}, 1e-6, True), "n_parameters must be an integer >= 1, got True"),
+    (lambda: _torch() and integrations.make_optimizer("Bogus", {}, []),
+     "optimizer 'Bogus': not an optimiser class of torch.optim (SGD, Adam, AdamW, ...)"),
+    (lambda: _torch() and integrations.wire_comm_hook([(0, "fp32")], exact=["0.weight"]),
+     "exact must list parameters (tensors), not their names: got '0.weight'"),
+    (lambda: _torch() and integrations.DDPJob(_torch().nn.Linear(4, 4), PROFILE, link=AlphaBeta(1e-3, 1e-9)),
+     "link must be an EmulatedLink (fusionopt.integrations.EmulatedLink(cost) holds a cost), got AlphaBeta"),
+])
+def test_a_job_s_and_a_framework_s_arguments_are_refused_naming_them(call, message):
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
+        call()

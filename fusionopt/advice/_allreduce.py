@@ -79,6 +79,10 @@ def gains_enough(advised: float, default: float, min_gain: float) -> bool:
     >>> gains_enough(0.95, 1.0, 0.05), gains_enough(0.951, 1.0, 0.05), gains_enough(1.0 - 1e-12, 1.0, 0.0)
     (True, False, False)
     """
+    min_gain = check_min_gain(min_gain)
+    for label, seconds in (("advised", advised), ("default", default)):
+        if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not 0 <= seconds <= math.inf:
+            raise ValueError(f"{label} must be a step time in seconds >= 0 (inf: infeasible), got {seconds!r}")
     gain = default - advised
     return gain > _TIE * abs(default) and gain >= min_gain * default - _TIE * abs(default)
 

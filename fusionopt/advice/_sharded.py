@@ -45,7 +45,7 @@ gathers them right after unit ``j``'s own (depth ``k``). The backward is as abov
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 from fusionopt.model._cost import check_flag
 from fusionopt.model._names import module_of
@@ -322,6 +322,30 @@ def fsdp2_settings(problem: Problem, plan: ShardedPlan) -> FSDP2Settings:
                          separate_reduce_scatter_group=problem.pattern.channels == "two")
 
 
+def _check_prefetch(units: Any, forward_prefetch: Any, backward_prefetch: Any) -> None:
+    """Each call wraps a list of modules, none wrapped twice; each prefetch list is keyed by a
+    unit (its first module's name) and lists units."""
+    seen: dict[str, int] = {}
+    for k, modules in enumerate(units):
+        if isinstance(modules, (str, bytes)) or not isinstance(modules, (list, tuple)) or not modules:
+            raise ValueError(f"fully_shard call {k} must wrap a list of module names, got {modules!r}")
+        for module in modules:
+            if module in seen:
+                raise ValueError(f"module {module!r} is wrapped by fully_shard calls {seen[module]} and {k}")
+            seen[module] = k
+    names = {modules[0] for modules in units}
+    for kind, lists in (("forward_prefetch", forward_prefetch), ("backward_prefetch", backward_prefetch)):
+        if not isinstance(lists, Mapping):
+            raise ValueError(f"{kind} must map a unit to the units it prefetches, got {lists!r}")
+        for unit, targets in lists.items():
+            if isinstance(targets, (str, bytes)) or not isinstance(targets, (list, tuple)):
+                raise ValueError(f"{kind} of {unit!r} must be a list of units, got {targets!r}")
+            odd = next((name for name in (unit, *targets) if name not in names), None)
+            if odd is not None:
+                raise ValueError(f"{kind} of {unit!r}: {odd!r} is no unit (a unit is named by its first module: "
+                                 f"{', '.join(repr(n) for n in sorted(names))})")
+
+
 def fsdp2_plan_of(profile: Profile, units: list[list[str]], reshard_after_forward: list[bool],
                   forward_prefetch: dict[str, list[str]], backward_prefetch: dict[str, list[str]], *,
                   blocking: bool = False) -> ShardedPlan:
@@ -336,6 +360,8 @@ def fsdp2_plan_of(profile: Profile, units: list[list[str]], reshard_after_forwar
                          "flags: give one per call")
     for k, flag in enumerate(reshard_after_forward):
         check_flag(f"reshard_after_forward of call {k}", flag)
+    blocking = check_flag("blocking", blocking)
+    _check_prefetch(units, forward_prefetch, backward_prefetch)
     owner = [-1] * profile.n
     root_call = None
     for k, modules in enumerate(units):

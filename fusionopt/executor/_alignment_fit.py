@@ -12,11 +12,13 @@ returned as it is: a calibration keeps only the cliffs it finds.
 
 from __future__ import annotations
 
+import math
+import numbers
 from typing import Sequence
 
 import numpy as np
 
-from fusionopt.executor._calibrate import fit_alpha_beta
+from fusionopt.executor._calibrate import fit_alpha_beta, measured_points
 from fusionopt.model._alignment import Aligned
 from fusionopt.model._cost import CommCost
 
@@ -76,10 +78,17 @@ def fit_alignment(sizes: Sequence[int], times: Sequence[float], ranks: int, *,
     >>> type(fit_alignment(sizes, [base(s) for s in sizes], 2)).__name__     # no cliff kept
     'AlphaBeta'
     """
-    s = np.asarray(sizes, dtype=np.int64)
-    t = np.asarray(times, dtype=np.float64)
-    if s.shape != t.shape or s.ndim != 1:
-        raise ValueError("sizes and times must be two lists of one length")
+    given, t = measured_points(sizes, times)
+    s = given.astype(np.int64)
+    if (s != given).any():
+        raise ValueError(f"sizes must be whole numbers of bytes, got {given[s != given][0]:g}")
+    if isinstance(ranks, bool) or not isinstance(ranks, numbers.Integral) or ranks < 1:
+        raise ValueError(f"ranks must be an integer >= 1, got {ranks!r}")
+    units = tuple(units)
+    if not units or any(isinstance(u, bool) or not isinstance(u, numbers.Integral) or u < 1 for u in units):
+        raise ValueError(f"units must be alignments in bytes, integers >= 1, got {units!r}")
+    if isinstance(margin, bool) or not isinstance(margin, numbers.Real) or not 0 <= margin < math.inf:
+        raise ValueError(f"margin must be a finite number >= 0, got {margin!r}")
     widest = ranks * max(units)
     whole = s % widest == 0
     if whole.sum() < 2:

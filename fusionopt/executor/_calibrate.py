@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import datetime
 import math
+import numbers
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -143,6 +144,23 @@ def sweep_rank(comm: Communicator, spec: SweepSpec) -> dict[str, Any]:
     return {"rank": comm.rank, "sizes": list(spec.sizes), "times": times}
 
 
+def measured_points(sizes: Any, times: Any) -> tuple[np.ndarray, np.ndarray]:
+    """Message sizes (bytes) and their times (seconds) as float arrays: two lists of one
+    length, each entry a finite number > 0 (a fit of relative residuals divides by the times)."""
+    try:
+        s = np.asarray(sizes, dtype=np.float64)
+        t = np.asarray(times, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise ValueError(f"sizes and times must be lists of numbers, got {sizes!r} and {times!r}") from None
+    if s.ndim != 1 or s.shape != t.shape:
+        raise ValueError(f"sizes and times must be two lists of one length, got shapes {s.shape} and {t.shape}")
+    for label, values, unit in (("size", s, "B"), ("time", t, "s")):
+        bad = np.flatnonzero(~(np.isfinite(values) & (values > 0)))
+        if bad.size:
+            raise ValueError(f"point {bad[0]}: {label} {values[bad[0]]:g} {unit} must be a finite number > 0")
+    return s, t
+
+
 def fit_alpha_beta(sizes: Sequence[float], times: Sequence[float]) -> AlphaBeta:
     """``alpha + beta S`` minimising the squared relative residuals, ``alpha, beta >= 0``.
 
@@ -152,12 +170,9 @@ def fit_alpha_beta(sizes: Sequence[float], times: Sequence[float]) -> AlphaBeta:
     """
     from scipy.optimize import nnls
 
-    s = np.asarray(sizes, dtype=np.float64)
-    t = np.asarray(times, dtype=np.float64)
+    s, t = measured_points(sizes, times)
     if s.size < 2:
         raise ValueError("fitting alpha and beta needs at least two sizes")
-    if np.any(t <= 0):
-        raise ValueError("measured times must be > 0 to fit relative residuals")
     system = np.column_stack([np.ones_like(s), s]) / t[:, None]
     (alpha, beta), _ = nnls(system, np.ones_like(t))
     return AlphaBeta(float(alpha), float(beta))
@@ -308,12 +323,24 @@ def calibrate(backend: str = "local", *, ranks: int = 2, sizes: Sequence[int] | 
     ([984.0, 1048560.0], 'reduce_scatter')
     """
     backend = check_backend(backend)
-    sizes = default_sizes(min_bytes, max_bytes) if sizes is None else tuple(int(s) for s in sizes)
+    if sizes is None:
+        sizes = default_sizes(min_bytes, max_bytes)
+    elif isinstance(sizes, (str, bytes)) or not hasattr(sizes, "__iter__"):
+        raise ValueError(f"sizes must be a sequence of message sizes in bytes, got {sizes!r}")
+    else:
+        sizes = tuple(sizes)
     if len(sizes) < 2:
         raise ValueError("a calibration needs at least two sizes")
     for s in sizes:
-        if s <= 0 or s % 8:
-            raise ValueError(f"message size {s} B must be a positive multiple of 8")
+        if isinstance(s, bool) or not isinstance(s, numbers.Integral) or s <= 0 or s % 8:
+            raise ValueError(f"message size {s!r} B must be a positive multiple of 8")
+    sizes = tuple(int(s) for s in sizes)
+    for label, value, least in (("iterations", iterations, 1), ("warmup", warmup, 0)):
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < least:
+            raise ValueError(f"{label} must be an integer >= {least}, got {value!r}")
+    for label, value in (("seconds_per_size", seconds_per_size), ("timeout", timeout)):
+        if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0 < value < math.inf:
+            raise ValueError(f"{label} must be a finite number of seconds > 0, got {value!r}")
     if isinstance(ranks, bool) or not isinstance(ranks, int) or ranks < 1:
         raise ValueError(f"ranks must be an integer >= 1, got {ranks!r}")
     if collective not in COLLECTIVES:

@@ -11,6 +11,7 @@ from fusionopt.executor._job import Fault, Job
 from fusionopt.executor._measurement import Measurement, assemble
 from fusionopt.executor._mpi import inside_mpi_world
 from fusionopt.executor._programs import build_program
+from fusionopt.model._cost import check_flag
 from fusionopt.model._encoding import wire_link
 from fusionopt.model._decoupled_plan import DecoupledPlan
 from fusionopt.model._plan import Plan
@@ -136,6 +137,15 @@ def run(problem: Problem, plan: Plan | DecoupledPlan | ShardedPlan | PSPlan, bac
     (True, (2,), 13.4)
     """
     backend = check_backend(backend)
+    if not isinstance(problem, Problem):
+        raise ValueError(f"problem must be a Problem, got {type(problem).__name__}")
+    validate, raise_on_error = check_flag("validate", validate), check_flag("raise_on_error", raise_on_error)
+    emulate_link = check_flag("emulate_link", emulate_link)
+    if not isinstance(plan, problem.pattern.plan_type):
+        raise ValueError(f"plan must be a {problem.pattern.plan_type.__name__} for {problem.pattern.article()} "
+                         f"{problem.pattern.words} problem, got {type(plan).__name__}")
+    if fault is not None and not isinstance(fault, Fault):
+        raise ValueError(f"fault must be a Fault or None, got {fault!r}")
     if validate:
         plan.validate(problem.profile)
     if emulate_link and backend != "nccl":

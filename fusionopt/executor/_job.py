@@ -15,7 +15,8 @@ import math
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from fusionopt.model._cost import cost_from_dict
+from fusionopt.executor._communicator import check_backend
+from fusionopt.model._cost import check_flag, cost_from_dict
 from fusionopt.model._decoupled_plan import DECOUPLED_SCHEMA, DecoupledPlan
 from fusionopt.model._decoupled import Decoupled
 from fusionopt.executor._layout import check_wire_ratio
@@ -162,8 +163,13 @@ class Job:
             raise ValueError(f"the executor does not run {pattern.article()} {pattern.words} problem: it runs "
                              f"{', '.join(RUN_PATTERNS)} plans")
         if not isinstance(self.plan, pattern.plan_type):
-            raise ValueError(f"plan must be a {pattern.plan_type.__name__} for a {self.pattern} problem, "
-                             f"got {type(self.plan).__name__}")
+            raise ValueError(f"plan must be a {pattern.plan_type.__name__} for {pattern.article()} {pattern.words} "
+                             f"problem, got {type(self.plan).__name__}")
+        check_flag("verify", self.verify)
+        check_flag("emulate_link", self.emulate_link)
+        check_backend(self.backend)
+        if self.fault is not None and not isinstance(self.fault, Fault):
+            raise ValueError(f"fault must be a Fault or None, got {self.fault!r}")
         _positive_int("iterations", self.iterations, 1)
         _positive_int("warmup", self.warmup, 0)
         _positive_float("time_scale", self.time_scale, allow_zero=True)

@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import math
 import os
 from pathlib import Path
 from typing import Any, Callable, Mapping
@@ -134,14 +135,27 @@ def _powersgd_state(doc: Any, process_group: Any) -> Any:
 
     if not isinstance(doc, Mapping):
         raise ValueError("the advice's PowerSGD hook is not a JSON object: give what `fusionopt advise --json` prints")
-    try:
-        return psgd.PowerSGDState(process_group=process_group, matrix_approximation_rank=int(doc["rank"]),
-                                  min_compression_rate=float(doc["min_compression_rate"]),
-                                  start_powerSGD_iter=int(doc["start_iter"]),
-                                  use_error_feedback=bool(doc["use_error_feedback"]), warm_start=bool(doc["warm_start"]))
-    except KeyError as missing:
-        raise ValueError(f"the advice's PowerSGD hook has no {missing.args[0]!r}: give what `fusionopt advise --json` "
-                         "prints") from None
+    kinds = {"rank": "an integer >= 1", "min_compression_rate": "a number >= 0", "start_iter": "an integer >= 0",
+             "use_error_feedback": "true or false", "warm_start": "true or false"}
+    for key, kind in kinds.items():
+        if key not in doc:
+            raise ValueError(f"the advice's PowerSGD hook has no {key!r}: give what `fusionopt advise --json` prints")
+        value = doc[key]
+        good = {"an integer >= 1": isinstance(value, int) and not isinstance(value, bool) and value >= 1,
+                "an integer >= 0": isinstance(value, int) and not isinstance(value, bool) and value >= 0,
+                "a number >= 0": _number(value) and value >= 0,
+                "true or false": isinstance(value, bool)}[kind]
+        if not good:
+            raise ValueError(f"the advice's PowerSGD {key} must be {kind}, got {value!r}")
+    return psgd.PowerSGDState(process_group=process_group, matrix_approximation_rank=doc["rank"],
+                              min_compression_rate=float(doc["min_compression_rate"]),
+                              start_powerSGD_iter=doc["start_iter"], use_error_feedback=doc["use_error_feedback"],
+                              warm_start=doc["warm_start"])
+
+
+def _number(value: Any) -> bool:
+    """Whether ``value`` is a finite JSON number (not a bool)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def _bucket_groups(section: Mapping[str, Any], link: EmulatedLink | None, process_group: Any) -> list[Any]:
@@ -226,7 +240,19 @@ def _check_ddp_model(model: Any, section: Mapping[str, Any]) -> dict[str, Any]:
     if unknown:
         raise ValueError(f"the advice's ddp arguments hold {unknown[0]!r}, which fusionopt does not advise "
                          f"(it advises {', '.join(DDP_ARGUMENTS)})")
-    advised = sorted({int(i) for bucket in section["buckets"] for i in bucket})
+    for key, value in arguments.items():
+        if key in _LAYOUT:
+            caps = value if key == "bucket_cap_mb_list" else [value]
+            if not isinstance(caps, list) or not caps or not all(_number(c) and c > 0 for c in caps):
+                raise ValueError(f"the advice's ddp {key} must be {'a list of ' if key != 'bucket_cap_mb' else ''}"
+                                 f"MB > 0, got {value!r}")
+        elif not isinstance(value, bool):
+            raise ValueError(f"the advice's ddp {key} must be true or false, got {value!r}")
+    buckets = section["buckets"]
+    if not isinstance(buckets, list) or not all(
+            isinstance(b, list) and b and all(isinstance(i, int) and not isinstance(i, bool) for i in b) for b in buckets):
+        raise ValueError(f"the advice's ddp buckets must be lists of parameter indices (integers), got {buckets!r}")
+    advised = sorted({i for bucket in buckets for i in bucket})
     mine = len(_trainable(model))
     if advised != list(range(len(advised))) or len(advised) != mine:
         raise ValueError(f"the advice is for a model of {len(advised)} trainable parameter tensors; this model has "

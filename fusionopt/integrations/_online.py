@@ -379,6 +379,16 @@ class DDPJob:
 
         if not isinstance(profile, Profile):
             raise ValueError(f"profile must be a fusionopt Profile, got {type(profile).__name__}")
+        if link is not None and not isinstance(link, EmulatedLink):
+            raise ValueError(f"link must be an EmulatedLink (fusionopt.integrations.EmulatedLink(cost) holds a cost), "
+                             f"got {type(link).__name__}")
+        for key in ("bucket_cap_mb", "bucket_cap_mb_list"):
+            caps = ddp_options.get(key)
+            caps = caps if key == "bucket_cap_mb_list" or caps is None else [caps]
+            if caps is not None and (isinstance(caps, (str, bytes)) or not all(
+                    isinstance(c, (int, float)) and not isinstance(c, bool) and 0 < c < math.inf for c in caps)):
+                raise ValueError(f"{key} must be {'MB' if key == 'bucket_cap_mb' else 'a list of MB'} > 0, "
+                                 f"got {ddp_options[key]!r}")
         match_parameters(module, profile, "the profile")  # the profile's tensors are the module's, by name and size
         self._torch, self._dist = torch, dist
         self.module, self.profile = module, profile

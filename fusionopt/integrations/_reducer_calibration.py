@@ -460,9 +460,7 @@ def check_optimizer(name: str, options: dict[str, Any]) -> None:
     """A ``ValueError`` naming the fault unless ``torch.optim.<name>(params, **options)`` makes
     an optimiser and ``options`` is JSON (the ranks get it as JSON)."""
     torch = require_torch()
-    kind = getattr(torch.optim, name, None) if isinstance(name, str) else None
-    if not (isinstance(kind, type) and issubclass(kind, torch.optim.Optimizer)):
-        raise ValueError(f"optimizer {name!r}: not an optimiser class of torch.optim (SGD, Adam, AdamW, ...)")
+    _optimizer_class(torch, name)
     try:
         json.dumps(options, allow_nan=False)
     except (TypeError, ValueError):
@@ -563,7 +561,15 @@ def make_optimizer(name: str, options: Mapping[str, Any], parameters: Any) -> An
     """``torch.optim.<name>(parameters, **options)``: a training job's optimiser, as a
     calibration runs it (:func:`check_optimizer` says what is wrong with ``name`` or
     ``options`` in one line)."""
-    return getattr(require_torch().optim, name)(parameters, **options)
+    return _optimizer_class(require_torch(), name)(parameters, **options)
+
+
+def _optimizer_class(torch: Any, name: Any) -> Any:
+    """``torch.optim.<name>``, an optimiser class; one line naming ``name`` otherwise."""
+    kind = getattr(torch.optim, name, None) if isinstance(name, str) else None
+    if not (isinstance(kind, type) and issubclass(kind, torch.optim.Optimizer)):
+        raise ValueError(f"optimizer {name!r}: not an optimiser class of torch.optim (SGD, Adam, AdamW, ...)")
+    return kind
 
 
 def _optimizer(job: dict[str, Any], parameters: Any) -> Any:

@@ -289,6 +289,10 @@ def profile_model(
         raise ValueError(f"unknown forward attribution {forward!r}: choose 'span' or 'exclusive'")
     attribution = forward
     warmup = _count("warmup", warmup, 0)
+    if batch is not None:
+        batch = _count("batch", batch, 1)
+    if not isinstance(name, str):
+        raise ValueError(f"name must be a string, got {name!r}")
     if not isinstance(reconcile, bool):
         raise ValueError(f"reconcile must be True or False, got {reconcile!r}")
     if not isinstance(model, torch.nn.Module):

@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import bisect
 import math
+import numbers
 import statistics
 from collections import Counter, defaultdict
 from dataclasses import dataclass
@@ -357,8 +358,8 @@ def replay_trace(doc: Any, cost: ProfilerCost, n_parameters: int, *, source: str
     ----------
     doc : dict
         The parsed chrome trace.
-    cost : ProfilerCost
-        The profiler's host cost per recorded event.
+    cost : ProfilerCost or float
+        The profiler's host cost per recorded event (a float: seconds).
     n_parameters : int
         The model's trainable parameters: steps are found from the backward with it where
         the trace has no ``ProfilerStep`` annotations.
@@ -391,6 +392,10 @@ def replay_trace(doc: Any, cost: ProfilerCost, n_parameters: int, *, source: str
     >>> steps[0].events, round(steps[0].replayed * 1e6, 6), round(steps[0].gpu * 1e6, 6)
     (6, 260.0, 185.0)
     """
+    if not isinstance(cost, ProfilerCost):
+        cost = ProfilerCost(cost)                 # seconds per event, as predict_traced_step takes it
+    if isinstance(n_parameters, bool) or not isinstance(n_parameters, numbers.Integral) or n_parameters < 1:
+        raise ValueError(f"n_parameters must be an integer >= 1, got {n_parameters!r}")
     events = trace_events(doc, source)
     windows = step_windows(events, n_parameters, source)
     c = cost.seconds_per_event * 1e6

@@ -38,11 +38,13 @@ hook may have a process group of its own (``groups``), which keeps the orders th
 
 from __future__ import annotations
 
+import numbers
 from typing import Any, Callable, Iterable, Sequence
 
 from fusionopt.integrations._emulated_link import EmulatedLink, ddp_comm_hook
 from fusionopt.integrations._powersgd_link import powersgd_comm_hook
 from fusionopt.integrations._torch_import import require_torch
+from fusionopt.model._cost import check_flag
 
 WIRE_ENCODINGS = ("fp32", "fp16", "bf16")
 
@@ -66,6 +68,19 @@ def check_choice(choice: Any) -> tuple[tuple[int, str], ...]:
     return steps
 
 
+def _pointers(label: str, tensors: Iterable[Any]) -> set[int]:
+    """The storage addresses of the parameters ``tensors``; one line naming ``label`` when an
+    entry is not a tensor (a parameter's name, say)."""
+    if isinstance(tensors, (str, bytes)):
+        raise ValueError(f"{label} must list parameters (tensors), got the string {tensors!r}")
+    pointers = set()
+    for tensor in tensors:
+        if not hasattr(tensor, "data_ptr"):
+            raise ValueError(f"{label} must list parameters (tensors), not their names: got {tensor!r}")
+        pointers.add(int(tensor.data_ptr()))
+    return pointers
+
+
 def choose_encoding(choice: Sequence[tuple[int, str]], nbytes: int, carries_exact: bool) -> str:
     """The encoding of a bucket of ``nbytes`` fp32 bytes (module docstring): fp32 where it
     carries an exact tensor, else that of the last step of ``choice`` at or below its bytes.
@@ -75,10 +90,13 @@ def choose_encoding(choice: Sequence[tuple[int, str]], nbytes: int, carries_exac
     ...     choose_encoding([(0, "fp32"), (100_000, "fp16")], 10**6, True)
     ('fp32', 'fp16', 'fp32')
     """
-    if carries_exact:
+    steps = check_choice(choice)
+    if check_flag("carries_exact", carries_exact):
         return "fp32"
-    name = choice[0][1]
-    for size, step in choice:
+    if isinstance(nbytes, bool) or not isinstance(nbytes, numbers.Integral) or nbytes < 0:
+        raise ValueError(f"nbytes must be a whole number of bytes >= 0, got {nbytes!r}")
+    name = steps[0][1]
+    for size, step in steps:
         if nbytes >= size:
             name = step
     return name
@@ -109,8 +127,7 @@ def wire_comm_hook(choice: Sequence[tuple[int, str]], exact: Iterable[Any] = (),
     steps = check_choice(choice)
     if link is not None and not isinstance(link, EmulatedLink):
         raise ValueError(f"link must be an EmulatedLink, got {type(link).__name__}")
-    kept = {int(tensor.data_ptr()) for tensor in exact}
-    compressed = {int(tensor.data_ptr()) for tensor in through}
+    kept, compressed = _pointers("exact", exact), _pointers("through", through)
     if compressed and powersgd is None:
         raise ValueError("through names the parameters whose buckets go through powerSGD_hook: give its "
                          "PowerSGDState as powersgd")

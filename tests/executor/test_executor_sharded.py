@@ -232,7 +232,7 @@ def test_jobs_of_both_patterns_travel_as_json():
 
 def test_mismatched_plans_and_device_compute_are_refused():
     problem = sharded_problem()
-    with pytest.raises(ValueError, match="plan must be a ShardedPlan for a fully-sharded problem, got Plan"):
+    with pytest.raises(ValueError, match="plan must be a ShardedPlan for a fully sharded problem, got Plan"):
         run(problem, Plan.per_tensor(problem.profile))
     with pytest.raises(ValueError, match="compute='spin' runs all-reduce plans only"):
         run(problem, ShardedPlan([0, 3]), "nccl", compute="spin")
