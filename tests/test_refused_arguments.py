@@ -4,6 +4,7 @@ refused in one line naming them; the same calls with good arguments still work."
 
 import re
 
+import numpy as np
 import pytest
 
 from fusionopt import advice, executor, experiments, integrations, reporting, zoo
@@ -275,3 +276,27 @@ SIZES_TIMES = ([1e3, 1e4, 1e5], [2e-5, 2.9e-5, 1.19e-4])
 def test_a_job_s_and_a_framework_s_arguments_are_refused_naming_them(call, message):
     with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
         call()
+
+
+@pytest.mark.parametrize("call, message", [
+    # Sharded advice on a problem it does not take: an AttributeError before.
+    (lambda: advice.fsdp2_least_forward_prefetch(PROBLEM),
+     "fsdp2_least_forward_prefetch takes a fully sharded problem, got an all-reduce one"),
+    (lambda: advice.zero2_settings(None), "zero2_settings takes a decoupled Problem, got NoneType"),
+    (lambda: advice.fsdp2_atoms(PROFILE, None),
+     "atoms must be one of tensor, module, block, or increasing boundaries (integers) from 0 to 3, got None"),
+    # The online planners' jobs and tuners: a plan that is none, settings that stop nothing.
+    (lambda: integrations.SimulatedJob(PROBLEM, None), "plan must be a Plan, got NoneType"),
+    (lambda: integrations.SimulatedJob(PROBLEM, Plan.per_tensor(PROFILE)).switch("dp"), "plan must be a Plan, got str"),
+    (lambda: integrations.GridSearch(integrations.SimulatedJob(PROBLEM, Plan.per_tensor(PROFILE)), early_stopping=0),
+     "early_stopping must be a whole number >= 1, got 0"),
+    (lambda: integrations.BayesianSearch(restarts=0), "restarts must be a whole number >= 1, got 0"),
+    (lambda: integrations.BayesianSearch(noise=float("nan")), "noise must be a finite number >= 0, got nan"),
+    (lambda: integrations.BayesianSearch().next(),
+     "the search has no sample yet: add a scored point before asking for the next"),
+])
+def test_advice_and_tuners_refuse_what_they_cannot_take(call, message):
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
+        call()
+    # A numpy count of bytes is a whole number of bytes.
+    assert integrations.EmulatedLink(AlphaBeta(1e-3, 0.0), clock=lambda: 0.0).reserve(np.int64(8)) == pytest.approx(1e-3)

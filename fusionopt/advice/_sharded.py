@@ -253,7 +253,17 @@ class FSDP2Settings:
 def fsdp2_least_forward_prefetch(problem: Problem) -> int:
     """The least forward prefetch depth FSDP2 can set on ``problem``: 2 with the CPU running
     ahead of the GPU, 0 where the collectives block the training thread (module docstring)."""
-    return fsdp2_forward_prefetch(problem.pattern.blocking)
+    return fsdp2_forward_prefetch(_fully_sharded(problem, "fsdp2_least_forward_prefetch").pattern.blocking)
+
+
+def _fully_sharded(problem: Any, fn: str) -> Problem:
+    """``problem``, a fully sharded :class:`Problem`; one line naming ``fn`` otherwise."""
+    if not isinstance(problem, Problem):
+        raise ValueError(f"{fn} takes a fully sharded Problem, got {type(problem).__name__}")
+    if not problem.pattern.is_a("fully-sharded"):
+        raise ValueError(f"{fn} takes a fully sharded problem, got {problem.pattern.article()} "
+                         f"{problem.pattern.words} one")
+    return problem
 
 
 def fsdp2_settings(problem: Problem, plan: ShardedPlan) -> FSDP2Settings:
@@ -280,7 +290,9 @@ def fsdp2_settings(problem: Problem, plan: ShardedPlan) -> FSDP2Settings:
     >>> s.plan.bounds.tolist(), s.plan.forward_prefetch, round(s.iteration_time, 9)
     ([0, 1, 3, 4, 5], 3, 5.4)
     """
-    profile = problem.profile
+    profile = _fully_sharded(problem, "fsdp2_settings").profile
+    if not isinstance(plan, ShardedPlan):
+        raise ValueError(f"plan must be a ShardedPlan, got {type(plan).__name__}")
     plan.validate(profile)
     blocking = problem.pattern.blocking
     least = fsdp2_least_forward_prefetch(problem)
@@ -584,6 +596,8 @@ def zero2_settings(problem: Problem, *, data_parallel_size: int | None = None,
     The decoupled pattern models no memory: ``peak_memory`` is None. Under layerwise sync
     ZeRO-2 is not judged (None)."""
     fixed = {} if data_parallel_size is None else {"data_parallel_size": data_parallel_size}
+    if not isinstance(problem, Problem):
+        raise ValueError(f"zero2_settings takes a decoupled Problem, got {type(problem).__name__}")
     layerwise = problem.sync == "layerwise"
     zero2 = None if layerwise else _grid(problem, "zero2", ZERO2_GRID, min_gain=min_gain)
     megatron = _grid(problem, "megatron-overlap" if layerwise else "megatron", {"bucket_size": MEGATRON_BUCKETS}, fixed,

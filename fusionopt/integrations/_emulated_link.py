@@ -67,6 +67,7 @@ for the reduce-scatter). Results measured on an emulated link must say "emulated
 from __future__ import annotations
 
 import math
+import numbers
 import threading
 import time
 from typing import Any, Callable, NamedTuple
@@ -135,8 +136,9 @@ class EmulatedLink:
         self._devices: dict[int, _DeviceChannel] = {}
 
     def _seconds(self, nbytes: int) -> float:
-        if isinstance(nbytes, bool) or not isinstance(nbytes, int) or nbytes < 0:
+        if isinstance(nbytes, bool) or not isinstance(nbytes, numbers.Integral) or nbytes < 0:
             raise ValueError(f"nbytes must be a whole number of bytes >= 0, got {nbytes!r}")
+        nbytes = int(nbytes)
         seconds = float(self.cost(nbytes))
         if not math.isfinite(seconds) or seconds < 0:
             raise ValueError(f"the link's cost of {nbytes} bytes is {seconds!r} s; it must be finite and >= 0")

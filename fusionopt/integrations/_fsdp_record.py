@@ -32,6 +32,7 @@ from __future__ import annotations
 import contextlib
 import inspect
 import json
+import numbers
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -156,6 +157,12 @@ def padded_bytes(shape: Sequence[int], element_size: int, world_size: int) -> in
     >>> padded_bytes((5, 3), 4, 2), padded_bytes((6,), 4, 4), padded_bytes((), 4, 2)
     (72, 32, 8)
     """
+    for label, value, least in (("element_size", element_size, 1), ("world_size", world_size, 1)):
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < least:
+            raise ValueError(f"{label} must be an integer >= {least}, got {value!r}")
+    if isinstance(shape, (str, bytes)) or any(isinstance(d, bool) or not isinstance(d, numbers.Integral) or d < 0
+                                              for d in shape):
+        raise ValueError(f"shape must be a tuple of dimensions (integers >= 0), got {shape!r}")
     dims = [int(d) for d in shape] or [1]
     dims[0] = -(-dims[0] // world_size) * world_size
     total = 1

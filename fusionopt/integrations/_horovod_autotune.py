@@ -110,7 +110,18 @@ class BayesianSearch:
 
     def __init__(self, bounds: tuple[tuple[float, float], ...] = BOUNDS, *, noise: float = 0.8, xi: float = 0.01,
                  restarts: int = 25, seed: int = 0) -> None:
-        self.bounds, self.xi, self.restarts = bounds, float(xi), int(restarts)
+        if isinstance(restarts, bool) or not isinstance(restarts, int) or restarts < 1:
+            raise ValueError(f"restarts must be a whole number >= 1, got {restarts!r}")
+        for name, value in (("noise", noise), ("xi", xi)):
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < math.inf:
+                raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
+        try:
+            pairs = [(float(lo), float(hi)) for lo, hi in bounds]
+        except (TypeError, ValueError):
+            pairs = []
+        if not pairs or not all(math.isfinite(lo) and math.isfinite(hi) and lo < hi for lo, hi in pairs):
+            raise ValueError(f"bounds must be (low, high) pairs of finite numbers, low < high, got {bounds!r}")
+        self.bounds, self.xi, self.restarts = tuple(pairs), float(xi), restarts
         self.process = GaussianProcess(noise)
         self.random = np.random.default_rng(seed)
         self.x: list[np.ndarray] = []
@@ -138,6 +149,8 @@ class BayesianSearch:
         """The next point to try (``NextSample``, normalised scores)."""
         from scipy.optimize import minimize
 
+        if not self.y:
+            raise ValueError("the search has no sample yet: add a scored point before asking for the next")
         y = np.array(self.y)
         if len(y) >= 3:
             sd = float(y.std())

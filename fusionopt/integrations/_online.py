@@ -292,6 +292,13 @@ class Noise:
         return self.random.choice(self.deviations, size=count)
 
 
+def _check_plan(plan: Any, profile: Profile) -> None:
+    """``plan``, a fusion :class:`Plan` of ``profile``'s tensors; one line otherwise."""
+    if not isinstance(plan, Plan):
+        raise ValueError(f"plan must be a Plan, got {type(plan).__name__}")
+    plan.validate(profile)
+
+
 class SimulatedJob:
     """A job the simulator plays, with the face of a
     :class:`~fusionopt.integrations.PlanReducer` (``sync``, ``rank``, ``world``,
@@ -311,6 +318,13 @@ class SimulatedJob:
     def __init__(self, problem: Problem, plan: Plan, *, noise: Any = 0.0, seed: int = 0,
                  prior: Profile | None = None) -> None:
         self.noise = Noise(noise, seed)
+        if not isinstance(problem, Problem):
+            raise ValueError(f"problem must be a Problem, got {type(problem).__name__}")
+        _check_plan(plan, problem.profile)
+        if prior is not None and (not isinstance(prior, Profile) or prior.names != problem.profile.names
+                                  or prior.sizes.tolist() != problem.profile.sizes.tolist()):
+            raise ValueError("prior must be a Profile of the problem's tensors (the same names and sizes), got "
+                             f"{prior!r}")
         self.problem, self.plan = problem, plan
         true = problem.profile
         self.profile = prior if prior is not None else dataclasses.replace(true, backward=np.zeros(true.n))
@@ -332,6 +346,7 @@ class SimulatedJob:
 
     def switch(self, plan: Plan) -> None:
         """Run ``plan`` from the next step on."""
+        _check_plan(plan, self.problem.profile)
         self.plan = plan
         self.switches += 1
 

@@ -169,6 +169,8 @@ def write_profiler_cost(folder: str | Path, document: Mapping[str, Any]) -> Path
     measured) into ``folder`` as :data:`PROFILER_COST_FILE`, atomically; a file already
     there is refused, never overwritten. Returns the file."""
     path = Path(folder) / PROFILER_COST_FILE
+    if not isinstance(document, Mapping) or "seconds_per_event" not in document:
+        raise ValueError(f"a profiler cost is a mapping with seconds_per_event, got {document!r}")
     ProfilerCost(document["seconds_per_event"])         # refuses a bad figure before anything is written
     if path.exists():
         raise ValueError(f"{path}: already holds a profiler cost: record into a new folder")

@@ -5,6 +5,7 @@ memory cap.
 
 from __future__ import annotations
 
+import numbers
 from typing import Sequence
 
 from fusionopt.model._bounds import sharded_memory_floor
@@ -37,6 +38,10 @@ def atom_bounds(profile: Profile, atoms: str | Sequence[int] = "module") -> list
     """
     n = profile.n
     if not isinstance(atoms, str):
+        if not hasattr(atoms, "__iter__") or any(isinstance(b, bool) or not isinstance(b, numbers.Integral)
+                                                 for b in atoms):
+            raise ValueError(f"atoms must be one of {', '.join(ATOM_KINDS)}, or increasing boundaries (integers) from "
+                             f"0 to {n}, got {atoms!r}")
         bounds = [int(b) for b in atoms]
         if not bounds or bounds[0] != 0 or bounds[-1] != n or any(a >= b for a, b in zip(bounds, bounds[1:])):
             raise ValueError(f"atoms must be increasing boundaries from 0 to {n}, got {list(atoms)[:6]}...")
