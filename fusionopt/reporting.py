@@ -212,13 +212,15 @@ def write_result(folder: str | os.PathLike, stem: str, document: Any, table: str
 
 
 def markdown_table(header: Sequence[Any], rows: Iterable[Sequence[Any]]) -> list[str]:
-    """The lines of a Markdown table; each row holds a cell per column of ``header``."""
+    """The lines of a Markdown table; each row holds at most a cell per column of ``header``
+    (a shorter row's last cells are left empty)."""
     if isinstance(header, (str, bytes)):
         raise ValueError(f"header must be a sequence of column names, got the string {header!r}")
     rows = [list(row) for row in rows]
-    odd = next((k for k, row in enumerate(rows) if len(row) != len(header)), None)
+    odd = next((k for k, row in enumerate(rows) if len(row) > len(header)), None)
     if odd is not None:
         raise ValueError(f"row {odd} of the table has {len(rows[odd])} cells for {len(header)} columns: {rows[odd]!r}")
+    rows = [row + [""] * (len(header) - len(row)) for row in rows]
     lines = ["| " + " | ".join(str(h) for h in header) + " |", "|" + "|".join("---" for _ in header) + "|"]
     lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
     return lines

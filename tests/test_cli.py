@@ -1100,3 +1100,11 @@ def test_a_flag_is_taken_as_written_and_a_repeated_one_is_named(capsys, profile_
     # The same value twice changes nothing and is not worth a word.
     status, out, err = run(capsys, "solve", profile_path, *AB3, "--alpha", "0.003", "--json")
     assert status == 0 and err == ""
+
+
+def test_an_output_nested_past_the_json_parser_is_a_file_fusionopt_did_not_write(tmp_path, capsys, profile_path):
+    deep = tmp_path / "deep.json"
+    deep.write_text("[" * 200_000)
+    assert run_error(capsys, "solve", profile_path, *AB3, "--output", deep) == (
+        f"fusionopt: error: --output {deep} exists and is a file fusionopt did not write, not a plan: writing it would "
+        "lose it; give another file, or remove it first")

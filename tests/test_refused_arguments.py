@@ -147,9 +147,9 @@ def test_a_cost_whose_step_cannot_be_summed_is_refused(cost, seconds):
     (lambda: Plan.per_tensor(PROFILE, order=0), "order must be a sequence of tensor indices, got 0"),
     (lambda: Plan.from_groups(PROFILE, [[0, 1, 2]], release=0.0),
      "release must be a sequence of times, one per message, got 0.0"),
-    (lambda: AlphaBeta(1e-3, 1e-9).least_seconds_per_byte(0), "upto must be a number of bytes > 0, got 0"),
+    (lambda: AlphaBeta(1e-3, 1e-9).least_seconds_per_byte(0), "upto must be a finite number of bytes > 0, got 0"),
     (lambda: PiecewiseLinear([1, 2], [1e-6, 2e-6]).least_seconds_per_byte(-1.0),
-     "upto must be a number of bytes > 0, got -1.0"),
+     "upto must be a finite number of bytes > 0, got -1.0"),
 ])
 def test_a_scalar_where_a_sequence_or_a_size_goes_is_named(call, message):
     with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
@@ -208,7 +208,7 @@ def _sweep_series(**changes):
     # Pictures: a flag read as a truth value, limits that are not a pair.
     (lambda: _timeline(legend="no"), "legend must be True or False, got 'no'"),
     (lambda: _timeline(xlim=(0, 5, 9)),
-     "xlim must be the start and end of the time axis in seconds, start < end, got (0, 5, 9)"),
+     "xlim must be the start and end of the time axis in milliseconds, start < end, got (0, 5, 9)"),
     (lambda: _timeline(figsize=(0, 3)), "figsize must be the width and height in inches, each > 0, got (0, 3)"),
     (lambda: _sweep_series(workers=8.7), "sweep record of 'dp': workers must be an integer >= 1, got 8.7"),
     (lambda: _sweep_series(scaling_efficiency=-3),
@@ -223,8 +223,8 @@ def _sweep_series(**changes):
     # Report helpers: a string split into its characters, a ragged table.
     (lambda: reporting.subset_location("r/e.md", "r/e.md", "--quick"),
      "changed must be a sequence of option names, got the string '--quick'"),
-    (lambda: reporting.markdown_table(("a", "b"), [(1,)]),
-     "row 0 of the table has 1 cells for 2 columns: [1]"),
+    (lambda: reporting.markdown_table(("a", "b"), [(1, 2), (1, 2, 3)]),
+     "row 1 of the table has 3 cells for 2 columns: [1, 2, 3]"),
 ])
 def test_a_study_s_arguments_are_refused_naming_them(call, message, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
@@ -246,7 +246,7 @@ SIZES_TIMES = ([1e3, 1e4, 1e5], [2e-5, 2.9e-5, 1.19e-4])
      "verify must be True or False, got 'no'"),
     (lambda: executor.run(PROBLEM, None), "plan must be a Plan for an all-reduce problem, got NoneType"),
     (lambda: executor.run(PROBLEM, Plan.per_tensor(PROFILE), fault="drop"), "fault must be a Fault or None, got 'drop'"),
-    (lambda: executor.calibrate(ranks=1, sizes=[1024.9, 4096.3]), "message size 1024.9 B must be a positive multiple of 8"),
+    (lambda: executor.calibrate(ranks=1, sizes=[1024.9, 4096.3]), "message size 1024.9 B must be a whole number of bytes, a positive multiple of 8"),
     (lambda: executor.calibrate(ranks=1, sizes=[1024, 4096], iterations=0), "iterations must be an integer >= 1, got 0"),
     (lambda: executor.calibrate(ranks=1, sizes=[1024, 4096], timeout=float("inf")),
      "timeout must be a finite number of seconds > 0, got inf"),
@@ -300,3 +300,21 @@ def test_advice_and_tuners_refuse_what_they_cannot_take(call, message):
         call()
     # A numpy count of bytes is a whole number of bytes.
     assert integrations.EmulatedLink(AlphaBeta(1e-3, 0.0), clock=lambda: 0.0).reserve(np.int64(8)) == pytest.approx(1e-3)
+
+
+def test_what_the_review_of_these_checks_found_stays_mended(tmp_path):
+    from fusionopt.solvers import atom_bounds
+
+    # An iterator of boundaries is read once, not refused as empty.
+    assert atom_bounds(PROFILE, iter([0, 2, 3])) == [0, 2, 3]
+    # Precision "none" is a roofline estimate's: a calibrated cell refuses it rather than run fp32.
+    with pytest.raises(ValueError, match=r"^precision 'none' is a roofline estimate's \(compute='roofline'\); a "
+                                         r"calibrated profile takes fp32 or bf16$"):
+        experiments.cells(["alexnet"], [8], ["10gbe"], ["wfbp"], precision="none")
+    assert experiments.cells(["alexnet"], [8], ["10gbe"], ["wfbp"], compute="roofline",
+                             precision="none")[0].precision == "none"
+    # A cut matrix's bad entry is named as given, at its row and column.
+    from fusionopt.model import evaluate_cuts
+
+    with pytest.raises(ValueError, match=r"^cut vectors hold 0/1 or booleans, got 2 at position \(1, 1\)$"):
+        evaluate_cuts(PROBLEM, [[0, 1], [1, 2]])

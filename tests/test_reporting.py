@@ -107,3 +107,10 @@ def test_an_interrupted_paper_reproduction_keeps_its_finished_results(tmp_path, 
     assert log[0].startswith("# Interrupted after") and "during result 2" in log[0]
     finished = [line for line in log if line.startswith(("googlenet: wfbp", "resnet50: wfbp"))]
     assert len(finished) == 2          # result 1, every model, as printed
+
+
+def test_a_table_row_shorter_than_the_header_leaves_its_last_cells_empty():
+    from fusionopt.reporting import markdown_table
+
+    assert markdown_table(("job", "step 1", "step 2"), [("a", 1, 2), ("b", 1)]) == [
+        "| job | step 1 | step 2 |", "|---|---|---|", "| a | 1 | 2 |", "| b | 1 |  |"]

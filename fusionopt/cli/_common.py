@@ -134,6 +134,11 @@ def refuse_writing_over(args: argparse.Namespace, argv: Sequence[str]) -> None:
         kinds = replaces(args) if callable(replaces) else replaces
         if kinds is not None and Path(output).exists() and Path(output).stat().st_size > 0:
             found = file_kind(output)
+            trace = getattr(args, "trace", None)
+            if found not in kinds and trace is not None and Path(trace).is_dir() \
+                    and Path(output).resolve().parent == Path(trace).resolve():
+                raise UsageError(f"--output {output} is a file of the recording --trace {trace}: writing it would "
+                                 "lose the input; give another file")
             if found not in kinds:
                 what = "a file fusionopt did not write" if found is None else KIND_WORDS[found]
                 raise UsageError(f"--output {output} exists and is {what}, not {KIND_WORDS[kinds[0]]}: "
@@ -168,7 +173,7 @@ def file_kind(path: str) -> str | None:
         return None
     try:
         doc = json.loads(data)
-    except ValueError:
+    except (ValueError, RecursionError):        # not JSON, or nested past the parser's depth
         doc = None
     if isinstance(doc, dict) and doc.get("schema") in KIND_WORDS:
         return doc["schema"]

@@ -16,7 +16,7 @@ from fusionopt.cli._common import Kept, UsageError, comma_list, fail, json_outpu
 from fusionopt.cli._problems import ZOO_COMPUTE_OPTIONS, add_cost_arguments, add_zoo_arguments, powersgd_from_flags, \
     zoo_settings
 from fusionopt.cli._solving import read_problem_and_plan
-from fusionopt.reporting import positive_int, write_json_atomic
+from fusionopt.reporting import positive_float, positive_int, write_json_atomic
 
 
 def _cmd_sweep(args: argparse.Namespace) -> None:
@@ -92,7 +92,7 @@ def add_sweep_parser(commands: Any) -> None:
     p.add_argument("--algorithm", default="ring", help=f"all-reduce algorithm: {', '.join(ALGORITHMS)} (ring or "
                                                        "rabenseifner for decoupled and fully sharded methods)")
     p.add_argument("--jobs", type=int, help="worker processes (default: the number of CPUs)")
-    p.add_argument("--time-limit", type=float, metavar="S",
+    p.add_argument("--time-limit", type=positive_float, metavar="S",
                    help="seconds per solve for the methods that take a time limit (the searches)")
     p.add_argument("--no-progress", action="store_true", help="no progress on stderr")
     engine = p.add_mutually_exclusive_group()

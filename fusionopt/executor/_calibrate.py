@@ -333,7 +333,7 @@ def calibrate(backend: str = "local", *, ranks: int = 2, sizes: Sequence[int] | 
         raise ValueError("a calibration needs at least two sizes")
     for s in sizes:
         if isinstance(s, bool) or not isinstance(s, numbers.Integral) or s <= 0 or s % 8:
-            raise ValueError(f"message size {s!r} B must be a positive multiple of 8")
+            raise ValueError(f"message size {s!r} B must be a whole number of bytes, a positive multiple of 8")
     sizes = tuple(int(s) for s in sizes)
     for label, value, least in (("iterations", iterations, 1), ("warmup", warmup, 0)):
         if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < least:

@@ -82,12 +82,12 @@ def distinct_cells(given: Any) -> list[Cell]:
     if isinstance(given, Cell) or isinstance(given, (str, bytes)) or not hasattr(given, "__iter__"):
         raise ValueError(f"cells must be a sequence of Cell (fusionopt.experiments.cells makes them), "
                          f"got {type(given).__name__}")
-    unique = list(dict.fromkeys(given))
-    odd = next((c for c in unique if not isinstance(c, Cell)), None)
+    given = list(given)
+    odd = next((c for c in given if not isinstance(c, Cell)), None)
     if odd is not None:
         raise ValueError(f"cells must be a sequence of Cell (fusionopt.experiments.cells makes them), got a "
                          f"{type(odd).__name__} among them: {odd!r}")
-    return unique
+    return list(dict.fromkeys(given))
 
 
 def cells(
@@ -178,6 +178,12 @@ def cells(
             raise ValueError(f"workers must be integers >= 1, got {count!r}")
     workers = [int(count) for count in workers]
     optimizer = None if optimizer == "none" else optimizer
+    roofline = str(compute).strip().lower() == "roofline"
+    if precision == "none":                 # a roofline estimate's, as its cells say it
+        if not roofline:
+            raise ValueError("precision 'none' is a roofline estimate's (compute='roofline'); a calibrated profile "
+                             "takes fp32 or bf16")
+        precision = None
     # zoo.profile names an unknown model, device, precision, compute or optimizer and a bad
     # batch, listing the known ones.
     options = {"precision": precision, "compute": compute, "optimizer": optimizer}
@@ -186,7 +192,7 @@ def cells(
     device = device.strip().lower()
     optimizer = "none" if optimizer is None else optimizer
     if precision is None:
-        precision = "none" if str(compute).strip().lower() == "roofline" else "fp32"
+        precision = "none" if roofline else "fp32"
     for name in networks:
         for count in workers:      # fitted presets know some worker counts only
             network(name, count, algorithm=algorithm)

@@ -67,6 +67,9 @@ def run_cell(cell: Cell, *, time_limit: float | None = None, search_workers: int
     record["fusionopt_version"] = __version__
     started = time.perf_counter()
     try:
+        if cell.precision == "none" and str(cell.compute).strip().lower() != "roofline":
+            raise ValueError("precision 'none' is a roofline estimate's (compute='roofline'); a calibrated profile "
+                             "takes fp32 or bf16")
         profile = zoo.profile(cell.model, device=cell.device, batch=cell.batch,
                               precision=None if cell.precision == "none" else cell.precision,
                               compute=cell.compute, optimizer=None if cell.optimizer == "none" else cell.optimizer)

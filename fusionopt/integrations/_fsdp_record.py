@@ -160,7 +160,8 @@ def padded_bytes(shape: Sequence[int], element_size: int, world_size: int) -> in
     for label, value, least in (("element_size", element_size, 1), ("world_size", world_size, 1)):
         if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < least:
             raise ValueError(f"{label} must be an integer >= {least}, got {value!r}")
-    if isinstance(shape, (str, bytes)) or any(isinstance(d, bool) or not isinstance(d, numbers.Integral) or d < 0
+    shape = shape if isinstance(shape, (str, bytes)) or not hasattr(shape, "__iter__") else tuple(shape)
+    if isinstance(shape, (str, bytes)) or not isinstance(shape, tuple) or any(isinstance(d, bool) or not isinstance(d, numbers.Integral) or d < 0
                                               for d in shape):
         raise ValueError(f"shape must be a tuple of dimensions (integers >= 0), got {shape!r}")
     dims = [int(d) for d in shape] or [1]

@@ -125,7 +125,7 @@ def _check_upto(upto: Any) -> float:
     """The largest size of :meth:`CommCost.least_seconds_per_byte`, bytes > 0 (no size lies in
     ``0 < S <= upto`` otherwise)."""
     if isinstance(upto, bool) or not isinstance(upto, numbers.Real) or not 0 < upto < math.inf:
-        raise ValueError(f"upto must be a number of bytes > 0, got {upto!r}")
+        raise ValueError(f"upto must be a finite number of bytes > 0, got {upto!r}")
     return float(upto)
 
 

@@ -137,15 +137,20 @@ def cut_vectors(given: Any, n: int, *, batch: bool = False) -> np.ndarray:
         raise ValueError(f"cut matrix must have shape (plans, n - 1 = {n - 1}), got {cuts.shape}")
     if cuts.dtype == bool:
         return cuts
-    if not (cuts.dtype.kind in "iuf" and np.isin(cuts, (0, 1)).all()):
-        entries = given.tolist() if isinstance(given, np.ndarray) else given
-        for index in np.ndindex(cuts.shape):
-            value = entries
-            for i in index:
-                value = value[i]
-            if not _is_cut(value):
-                where = index if batch else index[0]
-                raise ValueError(f"cut vectors hold 0/1 or booleans, got {value!r} at position {where}")
+    numeric = cuts.dtype.kind in "iuf"
+    bad = ~np.isin(cuts, (0, 1)) if numeric else None
+    if numeric and not bad.any():
+        return cuts.astype(bool)
+    entries = given.tolist() if isinstance(given, np.ndarray) else given
+    # The first bad entry, as given: found at once in a numeric array, else one entry at a time.
+    indices = [tuple(int(i) for i in np.argwhere(bad)[0])] if numeric else np.ndindex(cuts.shape)
+    for index in indices:
+        value = entries
+        for i in index:
+            value = value[i]
+        if not _is_cut(value):
+            where = index if batch else index[0]
+            raise ValueError(f"cut vectors hold 0/1 or booleans, got {value!r} at position {where}")
     return cuts.astype(bool)
 
 

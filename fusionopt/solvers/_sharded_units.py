@@ -38,6 +38,7 @@ def atom_bounds(profile: Profile, atoms: str | Sequence[int] = "module") -> list
     """
     n = profile.n
     if not isinstance(atoms, str):
+        atoms = list(atoms) if hasattr(atoms, "__iter__") else atoms
         if not hasattr(atoms, "__iter__") or any(isinstance(b, bool) or not isinstance(b, numbers.Integral)
                                                  for b in atoms):
             raise ValueError(f"atoms must be one of {', '.join(ATOM_KINDS)}, or increasing boundaries (integers) from "

@@ -137,7 +137,7 @@ def _timeline_figure(source, problem, plan, *, ax, managed, title=None, label_me
         raise ValueError(f"unknown color_by {color_by!r}: choose 'kind' or 'tensor'")
     label_messages, legend = check_flag("label_messages", label_messages), check_flag("legend", legend)
     if xlim is not None:
-        xlim = _pair("xlim", xlim, "the start and end of the time axis in seconds, start < end",
+        xlim = _pair("xlim", xlim, "the start and end of the time axis in milliseconds, start < end",
                      lambda lo, hi: lo < hi)
     if figsize is not None:
         figsize = _pair("figsize", figsize, "the width and height in inches, each > 0", lambda w, h: min(w, h) > 0)

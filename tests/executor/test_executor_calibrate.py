@@ -51,7 +51,7 @@ def test_local_calibration_measures_and_writes_a_cost_problem_reads(tmp_path):
     path = tmp_path / "cost.json"
     cal.write(path)
     assert cost_from_dict(json.loads(path.read_text())) == cal.piecewise
-    with pytest.raises(ValueError, match="message size 1001 B must be a positive multiple of 8"):
+    with pytest.raises(ValueError, match="message size 1001 B must be a whole number of bytes, a positive multiple of 8"):
         calibrate("local", sizes=[1001, 2048])
 
 

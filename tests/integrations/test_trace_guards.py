@@ -67,8 +67,8 @@ def test_profile_never_writes_over_a_file_it_read_from_a_trace_folder(tmp_path, 
     for target in ("parameters.csv", "rank0.json"):
         status, out, err = run(capsys, "profile", "--trace", job, "--output", job / target)
         assert status == 2 and out == ""
-        assert err == f"fusionopt: error: --output {job / target} exists and is a file fusionopt did not write, not " \
-                      "a profile: writing it would lose it; give another file, or remove it first\n"
+        assert err == f"fusionopt: error: --output {job / target} is a file of the recording --trace {job}: writing " \
+                      "it would lose the input; give another file\n"
     assert (job / "parameters.csv").read_text() == listing and (job / "rank0.json").read_text() == trace
     # The job's step measured without the profiler is part of the recording too, empty or not.
     for text in ("{}", ""):
