@@ -20,7 +20,7 @@ import numpy as np
 
 from fusionopt.executor._calibrate import fit_alpha_beta, measured_points
 from fusionopt.model._alignment import Aligned
-from fusionopt.model._cost import CommCost
+from fusionopt.model._cost import CommCost, check_count
 
 UNITS = (16, 32, 64, 128, 256)
 """The alignments looked for, bytes a rank (from 16: the executor times whole 8-byte words, so the
@@ -82,8 +82,7 @@ def fit_alignment(sizes: Sequence[int], times: Sequence[float], ranks: int, *,
     s = given.astype(np.int64)
     if (s != given).any():
         raise ValueError(f"sizes must be whole numbers of bytes, got {given[s != given][0]:g}")
-    if isinstance(ranks, bool) or not isinstance(ranks, numbers.Integral) or ranks < 1:
-        raise ValueError(f"ranks must be an integer >= 1, got {ranks!r}")
+    ranks = check_count("ranks", ranks)
     units = tuple(units)
     if not units or any(isinstance(u, bool) or not isinstance(u, numbers.Integral) or u < 1 for u in units):
         raise ValueError(f"units must be alignments in bytes, integers >= 1, got {units!r}")

@@ -42,7 +42,7 @@ from fusionopt.executor._communicator import Communicator, check_backend
 from fusionopt.executor._layout import check_wire_ratio, wire_dtype
 from fusionopt.model._encoding import FP32, Encoded, Encoding, encoding_named
 from fusionopt.model._io import write_json_atomic
-from fusionopt.model._cost import AlphaBeta, CommCost, PiecewiseLinear
+from fusionopt.model._cost import AlphaBeta, CommCost, PiecewiseLinear, check_count
 
 CALIBRATION_SCHEMA = "fusionopt.executor.calibration-job"
 COLLECTIVES = ("all_reduce", "reduce_scatter", "all_gather")
@@ -335,9 +335,7 @@ def calibrate(backend: str = "local", *, ranks: int = 2, sizes: Sequence[int] | 
         if isinstance(s, bool) or not isinstance(s, numbers.Integral) or s <= 0 or s % 8:
             raise ValueError(f"message size {s!r} B must be a whole number of bytes, a positive multiple of 8")
     sizes = tuple(int(s) for s in sizes)
-    for label, value, least in (("iterations", iterations, 1), ("warmup", warmup, 0)):
-        if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < least:
-            raise ValueError(f"{label} must be an integer >= {least}, got {value!r}")
+    iterations, warmup = check_count("iterations", iterations), check_count("warmup", warmup, 0)
     for label, value in (("seconds_per_size", seconds_per_size), ("timeout", timeout)):
         if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0 < value < math.inf:
             raise ValueError(f"{label} must be a finite number of seconds > 0, got {value!r}")

@@ -249,8 +249,9 @@ def _check_ddp_model(model: Any, section: Mapping[str, Any]) -> dict[str, Any]:
         elif not isinstance(value, bool):
             raise ValueError(f"the advice's ddp {key} must be true or false, got {value!r}")
     buckets = section["buckets"]
-    if not isinstance(buckets, list) or not all(
-            isinstance(b, list) and b and all(isinstance(i, int) and not isinstance(i, bool) for i in b) for b in buckets):
+    indices = [i for b in buckets for i in b] if isinstance(buckets, list) and all(
+        isinstance(b, list) and b for b in buckets) else None
+    if indices is None or not all(isinstance(i, int) and not isinstance(i, bool) for i in indices):
         raise ValueError(f"the advice's ddp buckets must be lists of parameter indices (integers), got {buckets!r}")
     advised = sorted({i for bucket in buckets for i in bucket})
     mine = len(_trainable(model))

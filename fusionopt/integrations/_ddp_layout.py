@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any, Callable, Mapping
 
 from fusionopt.integrations._torch import default_loss, require_torch
+from fusionopt.model._cost import check_count
 
 
 def ddp_bucket_layout(model: Any, inputs: Any, *, loss_fn: Callable[[Any], Any] | None = None,
@@ -19,8 +20,7 @@ def ddp_bucket_layout(model: Any, inputs: Any, *, loss_fn: Callable[[Any], Any] 
     a mapping of keyword arguments.
     """
     torch = require_torch()
-    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
-        raise ValueError(f"steps must be a whole number >= 1, got {steps!r}")
+    steps = check_count("steps", steps)
     ddp = torch.nn.parallel.DistributedDataParallel(model, **ddp_options)
     names = {p: n for n, p in model.named_parameters()}
     seen: dict[int, list[tuple[int, list[str]]]] = {}

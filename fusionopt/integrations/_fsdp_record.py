@@ -41,6 +41,7 @@ from typing import Any, Callable, Sequence
 from fusionopt.integrations._ddp_record import free_port, join_gloo
 from fusionopt.integrations._rank_processes import leave_rank
 from fusionopt.integrations._torch import require_torch
+from fusionopt.model._cost import check_count
 from fusionopt.integrations._torch_import import TORCH_DTYPES
 from fusionopt.model._io import write_text_atomic
 from fusionopt.model._names import block_of
@@ -157,12 +158,10 @@ def padded_bytes(shape: Sequence[int], element_size: int, world_size: int) -> in
     >>> padded_bytes((5, 3), 4, 2), padded_bytes((6,), 4, 4), padded_bytes((), 4, 2)
     (72, 32, 8)
     """
-    for label, value, least in (("element_size", element_size, 1), ("world_size", world_size, 1)):
-        if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < least:
-            raise ValueError(f"{label} must be an integer >= {least}, got {value!r}")
+    element_size, world_size = check_count("element_size", element_size), check_count("world_size", world_size)
     shape = shape if isinstance(shape, (str, bytes)) or not hasattr(shape, "__iter__") else tuple(shape)
-    if isinstance(shape, (str, bytes)) or not isinstance(shape, tuple) or any(isinstance(d, bool) or not isinstance(d, numbers.Integral) or d < 0
-                                              for d in shape):
+    if not isinstance(shape, tuple) or any(isinstance(d, bool) or not isinstance(d, numbers.Integral) or d < 0
+                                           for d in shape):
         raise ValueError(f"shape must be a tuple of dimensions (integers >= 0), got {shape!r}")
     dims = [int(d) for d in shape] or [1]
     dims[0] = -(-dims[0] // world_size) * world_size

@@ -49,6 +49,7 @@ from typing import Any
 
 import numpy as np
 
+from fusionopt.model._cost import check_count
 from fusionopt.model._plan import Plan
 
 MIB = 1024 * 1024
@@ -110,8 +111,7 @@ class BayesianSearch:
 
     def __init__(self, bounds: tuple[tuple[float, float], ...] = BOUNDS, *, noise: float = 0.8, xi: float = 0.01,
                  restarts: int = 25, seed: int = 0) -> None:
-        if isinstance(restarts, bool) or not isinstance(restarts, int) or restarts < 1:
-            raise ValueError(f"restarts must be a whole number >= 1, got {restarts!r}")
+        restarts = check_count("restarts", restarts)
         for name, value in (("noise", noise), ("xi", xi)):
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < math.inf:
                 raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")

@@ -29,6 +29,7 @@ import math
 import statistics
 from typing import Any
 
+from fusionopt.model._cost import check_count
 from fusionopt.model._plan import Plan
 from fusionopt.model._sharded_plan import ShardedPlan
 from fusionopt.solvers.baselines._ddp import ddp_buckets
@@ -48,10 +49,9 @@ class GridSearch:
 
     def __init__(self, job: Any, caps: tuple[float, ...] = DDP_CAPS_MB, *, start_profile_step: int = 3,
                  end_profile_step: int = 5, early_stopping: int = 5) -> None:
-        for name, value, least in (("start_profile_step", start_profile_step, 1),
-                                   ("end_profile_step", end_profile_step, 1), ("early_stopping", early_stopping, 1)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < least:
-                raise ValueError(f"{name} must be a whole number >= {least}, got {value!r}")
+        for name, value in (("start_profile_step", start_profile_step), ("end_profile_step", end_profile_step),
+                            ("early_stopping", early_stopping)):
+            check_count(name, value)
         if not 1 <= start_profile_step <= end_profile_step:
             raise ValueError(f"the profiled steps must be 1 <= start <= end, got {start_profile_step} and "
                              f"{end_profile_step}")

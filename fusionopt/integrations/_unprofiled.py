@@ -42,7 +42,6 @@ from __future__ import annotations
 
 import bisect
 import math
-import numbers
 import statistics
 from collections import Counter, defaultdict
 from dataclasses import dataclass
@@ -52,6 +51,7 @@ from typing import Any, Mapping, Sequence
 from fusionopt.integrations._kineto_events import (
     DEVICE_CATEGORIES, JobTraces, LAUNCH_CATEGORIES, OPERATOR_CATEGORIES, STEP_PREFIX, step_windows, trace_events,
 )
+from fusionopt.model._cost import check_count
 from fusionopt.model._io import read_json_document, write_json_atomic
 
 # A job folder's measured profiler cost and measured unprofiled step, when it has them.
@@ -396,8 +396,7 @@ def replay_trace(doc: Any, cost: ProfilerCost, n_parameters: int, *, source: str
     """
     if not isinstance(cost, ProfilerCost):
         cost = ProfilerCost(cost)                 # seconds per event, as predict_traced_step takes it
-    if isinstance(n_parameters, bool) or not isinstance(n_parameters, numbers.Integral) or n_parameters < 1:
-        raise ValueError(f"n_parameters must be an integer >= 1, got {n_parameters!r}")
+    n_parameters = check_count("n_parameters", n_parameters)
     events = trace_events(doc, source)
     windows = step_windows(events, n_parameters, source)
     c = cost.seconds_per_event * 1e6

@@ -69,6 +69,14 @@ def check_flag(label: str, value: bool) -> bool:
     return bool(value)
 
 
+def check_count(label: str, value: Any, least: int = 1) -> int:
+    """``value`` as an int if it is a whole number ``>= least`` (a numpy integer too, not a
+    bool or a float); a ``ValueError`` naming ``label`` otherwise."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral) or value < least:
+        raise ValueError(f"{label} must be an integer >= {least}, got {value!r}")
+    return int(value)
+
+
 class CommCost(ABC):
     """A communication cost model ``c(S)`` in seconds for ``S`` bytes.
 

@@ -18,10 +18,10 @@ ValueError: no measured profile of 'resnet50' on 'tpu-v9' with batch 32; measure
 
 from __future__ import annotations
 
-import numbers
 import re
 from pathlib import Path
 
+from fusionopt.model._cost import check_count
 from fusionopt.model._profile import Profile
 
 MEASURED_DIR = Path(__file__).with_name("measured")
@@ -56,8 +56,7 @@ def measured_profile(model: str, *, hardware: str, batch: int, directory: str | 
     for label, name in (("model", model), ("hardware", hardware)):
         if not isinstance(name, str):
             raise ValueError(f"{label} must be a name, got {name!r}")
-    if isinstance(batch, bool) or not isinstance(batch, numbers.Integral) or batch < 1:
-        raise ValueError(f"batch must be an integer >= 1, got {batch!r}")
+    batch = check_count("batch", batch)
     key = (model.strip().lower(), hardware.strip().lower(), int(batch))
     if key not in found:
         listing = ", ".join(f"{m} on {h} (batch {b})" for m, h, b in found) or "none yet"
