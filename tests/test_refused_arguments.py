@@ -318,3 +318,16 @@ def test_what_the_review_of_these_checks_found_stays_mended(tmp_path):
 
     with pytest.raises(ValueError, match=r"^cut vectors hold 0/1 or booleans, got 2 at position \(1, 1\)$"):
         evaluate_cuts(PROBLEM, [[0, 1], [1, 2]])
+
+
+def test_a_footprint_counts_ranks_and_words_and_a_gain_of_no_ratio_is_a_dash():
+    job = executor.Job(PROBLEM, Plan.per_tensor(PROFILE))
+    with pytest.raises(ValueError, match=r"^size must be an integer >= 1, got -1$"):
+        executor.rank_bytes(job, -1)
+    with pytest.raises(ValueError, match=r"^word_sizes must be word sizes in bytes among 8, 4, 2 and 1, got \(3,\)$"):
+        executor.rank_bytes(job, 2, word_sizes=(3,))
+    with pytest.raises(ValueError, match=r"^ranks must be an integer >= 1, got 2.5$"):
+        executor.check_host_memory(job, 2.5)
+    # Two ranks need twice one rank's bytes, each of them sized for the two.
+    assert executor.check_host_memory(job, 2, available=float("inf")) == 2 * executor.rank_bytes(job, 2)
+    assert experiments.fmt_gain(experiments.ratio(1.0, 0.0)) == "-" and experiments.fmt_gain(1.94) == "+94%"

@@ -9,6 +9,7 @@ failing part way with an allocation error.
 
 from __future__ import annotations
 
+import math
 import os
 from pathlib import Path
 
@@ -19,6 +20,7 @@ from fusionopt.executor._powersgd import PowerSGDMessages
 from fusionopt.executor._programs import build_program, wire_collectives, wire_encodings
 from fusionopt.executor._shard_data import ShardData
 from fusionopt.executor._shards import ShardLayout
+from fusionopt.model._cost import check_count
 from fusionopt.model._wire import compressed_collectives
 
 MEMINFO = Path("/proc/meminfo")
@@ -35,6 +37,10 @@ def rank_bytes(job: Job, size: int, *, word_sizes: tuple[int, ...] = (8, 4, 2, 1
     >>> rank_bytes(job, 2)      # gradients and patterns 2 x 7168, scratch 4096, fused 5120
     23552
     """
+    size = check_count("size", size)
+    given, word_sizes = word_sizes, tuple(word_sizes) if isinstance(word_sizes, (tuple, list)) else ()
+    if not word_sizes or any(isinstance(w, bool) or w not in (8, 4, 2, 1) for w in word_sizes):
+        raise ValueError(f"word_sizes must be word sizes in bytes among 8, 4, 2 and 1, got {given!r}")
     problem = job.scaled_problem()
     program = build_program(problem, job.plan)
     layout = ShardLayout(job.problem.profile, wire_collectives(program), size=size, word_sizes=word_sizes,
@@ -77,6 +83,10 @@ def size_words(nbytes: float) -> str:
 def check_host_memory(job: Job, ranks: int, *, available: int | None = None) -> int:
     """Refuse (``MemoryError``, one line) a run whose ``ranks`` ranks on this host need more
     than ``available`` bytes (default: :func:`available_memory`); returns the bytes needed."""
+    ranks = check_count("ranks", ranks)
+    if available is not None and (isinstance(available, bool) or not isinstance(available, (int, float))
+                                  or not 0 <= available <= math.inf):
+        raise ValueError(f"available must be a number of bytes >= 0, got {available!r}")
     per_rank = rank_bytes(job, ranks)
     needed = ranks * per_rank
     if available is None:

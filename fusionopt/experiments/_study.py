@@ -125,7 +125,10 @@ def compute_source(profiles: dict[str, Any], *others: dict[str, Any]) -> str:
 
 
 def fmt_gain(x: float) -> str:
-    """A ratio of times as a signed percentage: 1.94 -> '+94%', 1.05 -> '+5.0%'."""
+    """A ratio of times as a signed percentage: 1.94 -> '+94%', 1.05 -> '+5.0%'; "-" for NaN
+    (no ratio, as :func:`ratio` gives where the base is not positive)."""
+    if x != x:
+        return "-"
     v = 100 * (x - 1)
     if abs(v) < 0.05:
         return "+0%" if v >= 0 else "-0%"
