@@ -39,6 +39,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from fusionopt.executor._communicator import Communicator, check_backend
+from fusionopt.executor._job import _positive_float
 from fusionopt.executor._layout import check_wire_ratio, wire_dtype
 from fusionopt.model._encoding import FP32, Encoded, Encoding, encoding_named
 from fusionopt.model._io import write_json_atomic
@@ -336,9 +337,7 @@ def calibrate(backend: str = "local", *, ranks: int = 2, sizes: Sequence[int] | 
             raise ValueError(f"message size {s!r} B must be a whole number of bytes, a positive multiple of 8")
     sizes = tuple(int(s) for s in sizes)
     iterations, warmup = check_count("iterations", iterations), check_count("warmup", warmup, 0)
-    for label, value in (("seconds_per_size", seconds_per_size), ("timeout", timeout)):
-        if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0 < value < math.inf:
-            raise ValueError(f"{label} must be a finite number of seconds > 0, got {value!r}")
+    seconds_per_size, timeout = _positive_float("seconds_per_size", seconds_per_size), _positive_float("timeout", timeout)
     if isinstance(ranks, bool) or not isinstance(ranks, int) or ranks < 1:
         raise ValueError(f"ranks must be an integer >= 1, got {ranks!r}")
     if collective not in COLLECTIVES:

@@ -17,12 +17,12 @@ import math
 import os
 import sys
 from dataclasses import dataclass
-from numbers import Real
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from fusionopt.experiments._grid import CELL_FIELDS, Cell, distinct_cells
 from fusionopt.model._io import write_bytes_atomic
+from fusionopt.solvers._catalogue import time_limit_seconds
 from fusionopt.solvers._registry import get_method
 
 #: The keys of every record, in order (an ERROR record adds ``error``).
@@ -55,18 +55,9 @@ def results_format(path: str | os.PathLike) -> str:
     return _FORMATS[suffix]
 
 
-def check_time_limit(time_limit: Any) -> float | None:
-    """A sweep's ``time_limit``: None, or seconds, a finite number > 0 (not a bool)."""
-    if time_limit is None:
-        return None
-    if isinstance(time_limit, bool) or not isinstance(time_limit, Real) or not 0 < time_limit < math.inf:
-        raise ValueError(f"time_limit must be a positive number of seconds, got {time_limit!r}")
-    return float(time_limit)
-
-
 def applied_limit(cell: Cell, time_limit: float | None) -> float | None:
     """The time limit a cell's solve runs under: ``time_limit`` for a method that takes one."""
-    time_limit = check_time_limit(time_limit)
+    time_limit = time_limit_seconds(time_limit)
     if time_limit is None:
         return None
     try:

@@ -21,11 +21,12 @@ from typing import Any, Iterable, Sequence, TextIO
 
 from fusionopt import __version__, zoo
 from fusionopt.experiments._grid import CELL_FIELDS, Cell, cell_problem, distinct_cells
-from fusionopt.experiments._records import (FIELDS, ZOO_OPTION_FIELDS, append_record, applied_limit, check_time_limit,
+from fusionopt.experiments._records import (FIELDS, ZOO_OPTION_FIELDS, append_record, applied_limit,
                                            csv_header, encode_record, not_a_record, record_key, repair_results,
                                            results_format, scan_results, writer_lock)
 from fusionopt import solvers
 from fusionopt.model._cost import check_flag
+from fusionopt.solvers._catalogue import time_limit_seconds
 from fusionopt.solvers._registry import get_method
 
 
@@ -61,7 +62,7 @@ def run_cell(cell: Cell, *, time_limit: float | None = None, search_workers: int
     """
     if not isinstance(cell, Cell):
         raise ValueError(f"cell must be a Cell (fusionopt.experiments.cells makes them), got {type(cell).__name__}")
-    time_limit = check_time_limit(time_limit)
+    time_limit = time_limit_seconds(time_limit)
     record: dict[str, Any] = {name: None for name in FIELDS}
     record.update(asdict(cell))
     record["fusionopt_version"] = __version__
@@ -184,7 +185,7 @@ def run_sweep(
         jobs = os.cpu_count() or 1
     if isinstance(jobs, bool) or not isinstance(jobs, Integral) or jobs < 1:
         raise ValueError(f"jobs must be an integer >= 1, got {jobs!r}")
-    time_limit = check_time_limit(time_limit)
+    time_limit = time_limit_seconds(time_limit)
     progress, retry_errors = check_flag("progress", progress), check_flag("retry_errors", retry_errors)
     cells = distinct_cells(cells)
     path = Path(path)

@@ -51,6 +51,7 @@ from fusionopt.integrations._emulated_link import EmulatedLink, ddp_comm_hook, e
 from fusionopt.integrations._powersgd_link import powersgd_comm_hook
 from fusionopt.integrations._wire_hook import wire_comm_hook
 from fusionopt.integrations._fsdp_record import fsdp2_blocks
+from fusionopt.solvers.baselines._ddp import bucket_caps
 
 FRAMEWORKS = ("ddp", "fsdp2")
 DDP_ARGUMENTS = ("bucket_cap_mb_list", "bucket_cap_mb", "find_unused_parameters", "static_graph")
@@ -240,13 +241,12 @@ def _check_ddp_model(model: Any, section: Mapping[str, Any]) -> dict[str, Any]:
     if unknown:
         raise ValueError(f"the advice's ddp arguments hold {unknown[0]!r}, which fusionopt does not advise "
                          f"(it advises {', '.join(DDP_ARGUMENTS)})")
+    try:
+        bucket_caps(arguments.get("bucket_cap_mb"), arguments.get("bucket_cap_mb_list"))
+    except ValueError as exc:
+        raise ValueError(f"the advice's ddp arguments: {exc}") from None
     for key, value in arguments.items():
-        if key in _LAYOUT:
-            caps = value if key == "bucket_cap_mb_list" else [value]
-            if not isinstance(caps, list) or not caps or not all(_number(c) and c > 0 for c in caps):
-                raise ValueError(f"the advice's ddp {key} must be {'a list of ' if key != 'bucket_cap_mb' else ''}"
-                                 f"MB > 0, got {value!r}")
-        elif not isinstance(value, bool):
+        if key not in _LAYOUT and not isinstance(value, bool):
             raise ValueError(f"the advice's ddp {key} must be true or false, got {value!r}")
     buckets = section["buckets"]
     indices = [i for b in buckets for i in b] if isinstance(buckets, list) and all(

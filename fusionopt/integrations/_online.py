@@ -72,6 +72,7 @@ from fusionopt.model._problem import Problem
 from fusionopt.model._profile import Profile
 from fusionopt.model._simulator import simulate
 from fusionopt.solvers import solve
+from fusionopt.solvers.baselines._ddp import bucket_caps
 
 
 @dataclass(frozen=True)
@@ -397,13 +398,7 @@ class DDPJob:
         if link is not None and not isinstance(link, EmulatedLink):
             raise ValueError(f"link must be an EmulatedLink (fusionopt.integrations.EmulatedLink(cost) holds a cost), "
                              f"got {type(link).__name__}")
-        for key in ("bucket_cap_mb", "bucket_cap_mb_list"):
-            caps = ddp_options.get(key)
-            caps = caps if key == "bucket_cap_mb_list" or caps is None else [caps]
-            if caps is not None and (isinstance(caps, (str, bytes)) or not all(
-                    isinstance(c, (int, float)) and not isinstance(c, bool) and 0 < c < math.inf for c in caps)):
-                raise ValueError(f"{key} must be {'MB' if key == 'bucket_cap_mb' else 'a list of MB'} > 0, "
-                                 f"got {ddp_options[key]!r}")
+        bucket_caps(ddp_options.get("bucket_cap_mb"), ddp_options.get("bucket_cap_mb_list"))   # one line if bad
         match_parameters(module, profile, "the profile")  # the profile's tensors are the module's, by name and size
         self._torch, self._dist = torch, dist
         self.module, self.profile = module, profile

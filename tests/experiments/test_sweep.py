@@ -221,7 +221,7 @@ def test_time_limit_goes_to_the_methods_that_take_one(tmp_path, monkeypatch):
     records = run_sweep(grid, tmp_path / "sweep.jsonl", jobs=1, time_limit=0.5, progress=False)
     assert seen == {"wfbp": {}, "layerwise-opt": {"time_limit": 0.5}}
     assert [r["status"] for r in records] == ["FEASIBLE", "FEASIBLE"]
-    with pytest.raises(ValueError, match="time_limit must be a positive number"):
+    with pytest.raises(ValueError, match="time_limit must be a positive, finite number"):
         run_sweep(grid, tmp_path / "sweep.jsonl", time_limit=0)
     with pytest.raises(ValueError, match="jobs must be an integer >= 1, got 0"):
         run_sweep(grid, tmp_path / "sweep.jsonl", jobs=0)
